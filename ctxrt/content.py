@@ -1,0 +1,147 @@
+"""Content blocks, ``Message``, and the reader's view of a message's blocks.
+
+Blocks are frozen attrs classes in Anthropic Messages API shape (field names as the API spells
+them). Messages handed out by ctxrt are immutable: caches, views and strategies share them.
+Converting dicts to blocks and back lives in ``codec.py``; this module holds data and the
+audience rules that need no codec (spec/audience.md A2, A5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeAlias, Union
+
+import attrs
+
+Audience: TypeAlias = "tuple[str, ...] | None"
+
+
+@attrs.frozen
+class Text:
+    text: str
+    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True)
+    cache_control: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
+    # An opaque provider-native replay form; several blocks of one message may share it (A5).
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "text"
+
+
+@attrs.frozen
+class Thinking:
+    thinking: str
+    signature: str | None = None
+    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True)
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "thinking"
+
+
+@attrs.frozen
+class RedactedThinking:
+    data: str
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "redacted_thinking"
+
+
+@attrs.frozen
+class Image:
+    # {"type": "base64", "media_type": ..., "data": ...} | {"type": "url", "url": ...}
+    source: Mapping[str, Any]
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "image"
+
+
+@attrs.frozen
+class Document:
+    source: Mapping[str, Any]
+    title: str | None = attrs.field(default=None, kw_only=True)
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "document"
+
+
+@attrs.frozen
+class ToolUse:
+    id: str
+    name: str
+    input: Mapping[str, Any]
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "tool_use"
+
+
+@attrs.frozen
+class ToolResult:
+    tool_use_id: str
+    content: "str | tuple[Block, ...]"
+    is_error: bool = attrs.field(default=False, kw_only=True)
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "tool_result"
+
+
+Block: TypeAlias = Union[Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult]
+BLOCK_TYPES: tuple[type, ...] = (Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult)
+# Block classes that may carry an audience at a message's top level (spec/audience.md B1).
+AUDIENCE_BLOCKS: tuple[type, ...] = (Text, Thinking)
+
+ContentLike: TypeAlias = "str | Sequence[Block | Mapping[str, Any]]"
+
+
+@attrs.frozen
+class Message:
+    """A stored message: ``id`` is its ``sequence`` in decimal text."""
+
+    id: str
+    sequence: int
+    participant: str
+    content: tuple[Block, ...]
+    metadata: Mapping[str, Any] | None = None
+    timestamp_ms: int = 0
+    caused_by: tuple[str, ...] = ()
+    # Token estimate memo for tokens.py; not part of the message's identity.
+    _tokens: int = attrs.field(default=-1, init=False, eq=False, repr=False)
+
+
+def has_audience(block: object) -> bool:
+    """Whether ``block`` declares an audience (any value but None)."""
+    return getattr(block, "audience", None) is not None
+
+
+def names_reader(audience: object, reader: str | None) -> bool:
+    """Whether a stored ``audience`` names ``reader``; one that isn't a tuple of strings names no one (A2)."""
+    if reader is None or not isinstance(audience, tuple):
+        return False
+    return reader in audience and all(isinstance(name, str) for name in audience)
+
+
+def content_for_reader(blocks: Sequence[Block], reader: str | None) -> tuple[Block, ...]:
+    """The blocks ``reader`` may see, with the ``audience`` field removed (spec/audience.md A2, A5).
+
+    Keeps blocks with no audience and those whose audience names ``reader``; ``reader=None``
+    keeps only blocks with no audience. A raw replay form shared with a hidden block is taken
+    off the blocks that remain, so replaying it can't carry the hidden block.
+    """
+    if not any(has_audience(block) for block in blocks):
+        return tuple(blocks)
+    kept: list[Block] = []
+    hidden_raws: list[Any] = []
+    for block in blocks:
+        audience = getattr(block, "audience", None)
+        if audience is None:
+            kept.append(block)
+        elif names_reader(audience, reader):
+            kept.append(attrs.evolve(block, audience=None))  # type: ignore[arg-type]
+        elif block.raw is not None:
+            hidden_raws.append(block.raw)
+    if hidden_raws:
+        kept = [
+            attrs.evolve(block, raw=None) if block.raw is not None and block.raw in hidden_raws else block
+            for block in kept
+        ]
+    return tuple(kept)
+
+
+@attrs.frozen
+class CompiledMessage:
+    """One message of a compiled request: who speaks, what, and whether the prompt cache breaks after it."""
+
+    participant: str
+    content: tuple[Block, ...]
+    cache_breakpoint: bool = False

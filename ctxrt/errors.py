@@ -1,0 +1,112 @@
+"""The whole exception tree (API.md §Errors).
+
+Every message says what was refused and why, and names the namespace, branch, reader(s) or
+place involved. A refused call changes nothing in the store.
+"""
+
+from __future__ import annotations
+
+
+class CtxrtError(Exception):
+    """Base class of every error ctxrt raises on purpose."""
+
+
+class MalformedContentError(CtxrtError, ValueError):
+    """Content, metadata or an audience was refused at the edge; nothing was stored.
+
+    ``path`` names the place, e.g. ``content[2].source.media_type``.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class ReaderConflictError(CtxrtError):
+    """A namespace records another reader (or a reader where the manager compiles for none)."""
+
+
+class NarrowingRefusedError(CtxrtError):
+    """An edit would hide a block that compression may already have read."""
+
+
+class StrategyRefusedError(CtxrtError):
+    """A strategy was refused, e.g. one that doesn't mark compression reads under a reader."""
+
+
+class ConfigConflictError(CtxrtError):
+    """An open disagrees with the configuration of the running namespace actor."""
+
+
+class MessageNotFoundError(CtxrtError, KeyError):
+    """No message with this id on the manager's branch and slot."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class BranchNotFoundError(CtxrtError, KeyError):
+    """No branch of this name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class BranchExistsError(CtxrtError):
+    """A branch of this name already exists."""
+
+
+class ManagerClosedError(CtxrtError):
+    """The manager was closed (or its runtime was)."""
+
+
+class StoreLockedError(CtxrtError):
+    """Another runtime writes this store; ``path`` names the lock file."""
+
+    def __init__(self, path: str, detail: str = "") -> None:
+        self.path = path
+        message = f"store is locked by another writing runtime: {path}"
+        if detail:
+            message += f" ({detail})"
+        super().__init__(message)
+
+
+class ReadOnlyStoreError(CtxrtError):
+    """A write was attempted through a runtime opened with ``readonly=True``."""
+
+
+class StoreFormatError(CtxrtError):
+    """The store records a format this version doesn't read (or isn't a ctxrt store)."""
+
+
+class UnknownStateError(CtxrtError, KeyError):
+    """A write or read named a state that was never registered."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class StateKindError(CtxrtError, TypeError):
+    """An operation doesn't fit the state's kind (an append to a value state, say)."""
+
+
+class RuntimeClosedError(CtxrtError):
+    """The runtime (or one of its actors) has stopped and can't answer."""
+
+
+class OverBudgetError(CtxrtError):
+    """Even the newest message does not fit the budget."""
+
+    def __init__(self, message: str, *, budget: int, actual: int) -> None:
+        self.budget = budget
+        self.actual = actual
+        super().__init__(message)
+
+
+class ModelError(CtxrtError):
+    """A model call failed; ``retryable`` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        self.retryable = retryable
+        super().__init__(message)
