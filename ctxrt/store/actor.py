@@ -1,0 +1,216 @@
+"""The store actor: the only writer. One mailbox, group commit, replies, commit events.
+
+``serve_store`` blocks for one envelope, drains whatever else is queued (up to a cap), applies
+the whole batch in ONE LMDB write transaction on the trio thread (reference/limits.md §5-6:
+inline beats ``to_thread``, whose GIL convoy collapses under load), commits, publishes the
+committed operations to subscribers, then answers every caller with its own result or error.
+The transaction never spans an ``await``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import lmdb
+import trio
+
+from ..errors import RuntimeClosedError
+from .engine import Batch, Engine, Operation
+from .protocol import (
+    AppendItem,
+    Atomically,
+    CreateBranch,
+    DeleteBranch,
+    EditItem,
+    RegisterState,
+    RemoveItems,
+    SetValue,
+)
+
+logger = logging.getLogger("ctxrt.store")
+
+MAILBOX_CAPACITY = 1000
+MAX_BATCH_COMMANDS = 256
+MAX_BATCH_BYTES = 1 << 20  # ~1 MB keeps one durable commit to a few ms of loop time
+OS_SYNC_INTERVAL_S = 1.0
+
+
+@attrs.frozen
+class StoreStatistics:
+    mailbox_depth: int
+    last_batch_size: int
+    last_commit_ms: float
+    batches: int
+    commands: int
+    largest_batch: int
+
+
+class _Reply:
+    __slots__ = ("event", "ok", "value")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.ok = False
+        self.value: Any = None
+
+    def resolve(self, ok: bool, value: Any) -> None:
+        self.ok, self.value = ok, value
+        self.event.set()
+
+
+@attrs.define(eq=False)
+class _Counters:
+    last_batch_size: int = 0
+    last_commit_ms: float = 0.0
+    batches: int = 0
+    commands: int = 0
+    largest_batch: int = 0
+
+
+class StoreRef:
+    """The handle to a running store actor; the only holder of its mailbox."""
+
+    def __init__(self, send: trio.MemorySendChannel[tuple[Any, _Reply]], counters: _Counters) -> None:
+        self._send = send
+        self._counters = counters
+
+    async def ask(self, command: Any) -> Any:
+        """Send ``command`` and wait for its committed result.
+
+        Raises the error that refused the command (the store is then unchanged by it), or
+        ``RuntimeClosedError`` if the actor has stopped. If cancelled after sending, the command
+        may still commit; its result is dropped.
+        """
+        reply = _Reply()
+        try:
+            await self._send.send((command, reply))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            raise RuntimeClosedError("the store actor has stopped") from None
+        await reply.event.wait()
+        if reply.ok:
+            return reply.value
+        raise reply.value
+
+    def statistics(self) -> StoreStatistics:
+        counters = self._counters
+        return StoreStatistics(
+            mailbox_depth=self._send.statistics().current_buffer_used,
+            last_batch_size=counters.last_batch_size,
+            last_commit_ms=counters.last_commit_ms,
+            batches=counters.batches,
+            commands=counters.commands,
+            largest_batch=counters.largest_batch,
+        )
+
+
+def _size(command: Any) -> int:
+    data = getattr(command, "data", b"")
+    return len(data) + sum(len(blob[1]) for blob in getattr(command, "blobs", ()))
+
+
+def execute(batch: Batch, command: Any) -> Any:
+    """Apply one command to ``batch``: the dispatch from protocol to engine."""
+    match command:
+        case AppendItem():
+            return batch.append(command.state, command.branch, command.data, command.blobs, command.attachment)
+        case EditItem():
+            return batch.edit(
+                command.state, command.branch, command.item_sequence, command.data, command.blobs, command.attachment
+            )
+        case RemoveItems():
+            return batch.remove(command.state, command.branch, command.from_sequence, command.to_sequence)
+        case SetValue():
+            return batch.set_value(command.state, command.branch, command.value)
+        case RegisterState():
+            return batch.register_state(command.name, command.kind)
+        case CreateBranch():
+            return batch.create_branch(command.name, command.from_branch, command.at_sequence)
+        case DeleteBranch():
+            return batch.delete_branch(command.name)
+        case Atomically():
+            return tuple(execute(batch, inner) for inner in command.commands)
+    raise TypeError(f"not a store command: {command!r}")
+
+
+def open_store_actor() -> tuple[StoreRef, trio.MemoryReceiveChannel[tuple[Any, _Reply]]]:
+    send, receive = trio.open_memory_channel[tuple[Any, _Reply]](MAILBOX_CAPACITY)
+    return StoreRef(send, _Counters()), receive
+
+
+async def serve_store(
+    engine: Engine,
+    ref: StoreRef,
+    inbox: trio.MemoryReceiveChannel[tuple[Any, _Reply]],
+    *,
+    publish: Callable[[Sequence[Operation]], None],
+    durability: str = "sync",
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the store's mailbox. Returns only when the inbox is closed, or when cancelled.
+
+    ``publish`` is called synchronously with each batch's committed operations, after the
+    commit and before any caller is answered, so a caller that got its reply reads caches
+    that already hold its write.
+    """
+    counters = ref._counters
+    pending: list[tuple[Any, _Reply]] = []
+    async with trio.open_nursery() as nursery:
+        if durability == "os":
+            nursery.start_soon(_sync_periodically, engine)
+        task_status.started()
+        try:
+            async for first in inbox:
+                pending = [first]
+                size = _size(first[0])
+                while len(pending) < MAX_BATCH_COMMANDS and size < MAX_BATCH_BYTES:
+                    try:
+                        envelope = inbox.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    pending.append(envelope)
+                    size += _size(envelope[0])
+                commands = [command for command, _ in pending]
+                started = time.perf_counter()
+                results, operations = _apply_growing(engine, commands)
+                counters.last_commit_ms = (time.perf_counter() - started) * 1000
+                counters.last_batch_size = len(pending)
+                counters.batches += 1
+                counters.commands += len(pending)
+                counters.largest_batch = max(counters.largest_batch, len(pending))
+                try:
+                    publish(operations)
+                finally:
+                    for (_, reply), (ok, value) in zip(pending, results):
+                        reply.resolve(ok, value)
+                    pending = []
+        finally:
+            closed = RuntimeClosedError("the store actor stopped before answering")
+            for _, reply in pending:
+                if not reply.event.is_set():
+                    reply.resolve(False, closed)
+            inbox.close()
+            nursery.cancel_scope.cancel()
+
+
+def _apply_growing(engine: Engine, commands: list[Any]) -> tuple[list[tuple[bool, Any]], list[Operation]]:
+    """Apply a batch, doubling the map and retrying when it is full (between batches: no txn open)."""
+    while True:
+        try:
+            return engine.apply(commands, execute)
+        except lmdb.MapFullError:
+            size = engine.env.info()["map_size"]
+            new_size = 1 << math.ceil(math.log2(size * 2))
+            logger.warning("store map full at %d bytes; growing to %d", size, new_size)
+            engine.env.set_mapsize(new_size)
+
+
+async def _sync_periodically(engine: Engine) -> None:
+    # durability="os": commits are not flushed; flush them at least this often.
+    while True:
+        await trio.sleep(OS_SYNC_INTERVAL_S)
+        engine.env.sync(True)

@@ -1,0 +1,772 @@
+"""The sync LMDB engine: states, items, values, branches, lineage, blobs. No trio here.
+
+Design (reference/chronicle.md §8): one global sequence allocated in the write transaction;
+branches with an immutable lineage ``[(parent, F), (grandparent, min(F, ...)), ...]``; a row
+written on branch ``b`` at sequence ``s`` is visible to a view ``(B, T)`` when ``b`` is a level
+of B's lineage and ``s`` is within that level's limit. Append-log states keep versioned item
+rows keyed ``(state, branch, ordinal, seq)`` and a versioned head per write; value states keep
+one versioned row per write. Creating a branch writes one row: nothing is copied.
+
+Reads take a read transaction the caller opens (``engine.reader()``); writes happen only in
+``Engine.apply``, one write transaction per batch, each command in a nested transaction so a
+refused command leaves the others of its batch intact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
+
+import attrs
+import lmdb
+
+from ..errors import (
+    BranchExistsError,
+    BranchNotFoundError,
+    CtxrtError,
+    MalformedContentError,
+    MessageNotFoundError,
+    StateKindError,
+    StoreFormatError,
+    UnknownStateError,
+)
+from . import keys
+
+FORMAT_VERSION = 1
+MAIN_BRANCH = "main"
+MAX_NAME_BYTES = 200
+
+StateKind = Literal["log", "value"]
+_KIND_BYTES: dict[str, bytes] = {"log": b"L", "value": b"V"}
+_BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
+
+_LOG_HEAD = struct.Struct(">QQQQI")  # length, next ordinal, revision, rewrite revision, #removed
+_INTERVAL = struct.Struct(">QQ")
+
+
+@attrs.frozen
+class StateInfo:
+    number: int
+    name: str
+    kind: StateKind
+
+
+@attrs.frozen
+class BranchRow:
+    id: int
+    name: str
+    parent: int | None
+    fork_sequence: int | None
+    # Ancestor levels, nearest first: (branch id, the last sequence of it this branch sees).
+    lineage: tuple[tuple[int, int], ...]
+    created_ms: int
+    head_sequence: int
+    deleted: bool = False
+
+    def levels(self, at: int | None = None) -> list[tuple[int, int]]:
+        """The (branch, limit) levels a view of this branch at ``at`` reads, leaf first."""
+        limit = keys.MAX_U64 if at is None else at
+        return [(self.id, limit)] + [(branch, min(limit, bound)) for branch, bound in self.lineage]
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "id": self.id,
+                "name": self.name,
+                "parent": self.parent,
+                "fork": self.fork_sequence,
+                "lineage": [list(level) for level in self.lineage],
+                "created_ms": self.created_ms,
+                "head": self.head_sequence,
+                "deleted": self.deleted,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BranchRow:
+        raw = json.loads(data)
+        return cls(
+            id=raw["id"],
+            name=raw["name"],
+            parent=raw["parent"],
+            fork_sequence=raw["fork"],
+            lineage=tuple((level[0], level[1]) for level in raw["lineage"]),
+            created_ms=raw["created_ms"],
+            head_sequence=raw["head"],
+            deleted=raw["deleted"],
+        )
+
+
+@attrs.frozen
+class LogHead:
+    """The head of an append-log state on one branch, as of one sequence."""
+
+    length: int = 0
+    next_ordinal: int = 0
+    # Sorted, disjoint, merged [start, stop) ordinal intervals removed on this lineage.
+    removed: tuple[tuple[int, int], ...] = ()
+    revision: int = 0  # sequence of the last write to the state on this branch
+    rewrite_revision: int = 0  # sequence of the last write that was not an append
+
+    def encode(self) -> bytes:
+        parts = [_LOG_HEAD.pack(self.length, self.next_ordinal, self.revision, self.rewrite_revision, len(self.removed))]
+        parts.extend(_INTERVAL.pack(start, stop) for start, stop in self.removed)
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, data: bytes) -> LogHead:
+        length, next_ordinal, revision, rewrite, count = _LOG_HEAD.unpack_from(data)
+        removed = tuple(_INTERVAL.unpack_from(data, _LOG_HEAD.size + i * _INTERVAL.size) for i in range(count))
+        return cls(length, next_ordinal, removed, revision, rewrite)  # type: ignore[arg-type]
+
+    def index_to_ordinal(self, index: int) -> int:
+        ordinal = index
+        for start, stop in self.removed:
+            if start <= ordinal:
+                ordinal += stop - start
+            else:
+                break
+        return ordinal
+
+    def ordinal_to_index(self, ordinal: int) -> int | None:
+        """The index of a visible ordinal, or None if it was removed."""
+        below = 0
+        for start, stop in self.removed:
+            if ordinal < start:
+                break
+            if ordinal < stop:
+                return None
+            below += stop - start
+        return ordinal - below
+
+    def visible_ordinals(self, first: int, last: int) -> Iterator[int]:
+        """Visible ordinals in [first, last], ascending."""
+        ordinal = first
+        for start, stop in self.removed:
+            if stop <= ordinal:
+                continue
+            if start > last:
+                break
+            yield from range(ordinal, min(start, last + 1))
+            ordinal = max(ordinal, stop)
+        yield from range(ordinal, last + 1)
+
+
+@attrs.frozen
+class Item:
+    """One item of an append-log state as a view sees it."""
+
+    sequence: int  # the sequence of its append (its identity)
+    ordinal: int
+    version: int  # the sequence of the write that produced this version
+    data: bytes
+
+
+# Committed operations, published to subscribers after the commit (past tense: it happened).
+
+
+@attrs.frozen
+class ItemAppended:
+    state: str
+    branch: int
+    sequence: int
+    ordinal: int
+    data: bytes
+    attachment: Any = None  # the caller's decoded form, so subscribers need not decode
+
+
+@attrs.frozen
+class ItemEdited:
+    state: str
+    branch: int
+    sequence: int  # the edit's own sequence
+    item_sequence: int
+    data: bytes
+    attachment: Any = None
+
+
+@attrs.frozen
+class ItemsRemoved:
+    state: str
+    branch: int
+    sequence: int
+    from_sequence: int
+    to_sequence: int
+    count: int
+
+
+@attrs.frozen
+class ValueSet:
+    state: str
+    branch: int
+    sequence: int
+    value: Any
+
+
+@attrs.frozen
+class BranchCreated:
+    row: BranchRow
+
+
+@attrs.frozen
+class BranchDeleted:
+    row: BranchRow
+
+
+Operation = ItemAppended | ItemEdited | ItemsRemoved | ValueSet | BranchCreated | BranchDeleted
+
+
+def encode_json(value: Any, *, path: str = "value") -> bytes:
+    """Compact JSON bytes, refusing what JSON can't hold (MalformedContentError naming ``path``)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise MalformedContentError(path, f"not JSON-serialisable: {exc}") from None
+    except UnicodeEncodeError as exc:
+        raise MalformedContentError(path, f"not valid UTF-8 text: {exc.reason}") from None
+
+
+def _seek_le(cursor: lmdb.Cursor, key: bytes, prefix: bytes) -> bool:
+    """Position ``cursor`` on the last key <= ``key`` that starts with ``prefix``."""
+    if cursor.set_range(key):
+        if cursor.key() == key:
+            return True
+        if not cursor.prev():
+            return False
+    elif not cursor.last():
+        return False
+    return cursor.key()[: len(prefix)] == prefix
+
+
+def validate_branch_name(name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a branch name must be a non-empty string, not {name!r}")
+    if "\x00" in name or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise ValueError(f"branch name {name!r} holds NUL or is longer than {MAX_NAME_BYTES} bytes")
+    return name
+
+
+def validate_state_name(name: object) -> str:
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise MalformedContentError("state", f"a state name must be a non-empty string without NUL, not {name!r}")
+    if len(name.encode("utf-8", "surrogatepass")) > 400:
+        raise MalformedContentError("state", f"state name {name[:40]!r}... is longer than 400 bytes")
+    return name
+
+
+class Engine:
+    """One LMDB environment's ctxrt data. Reads from any task; writes only through ``apply``."""
+
+    def __init__(self, env: lmdb.Environment, *, readonly: bool) -> None:
+        self.env = env
+        self.readonly = readonly
+        if not readonly:
+            self.dbs = {name: env.open_db(name, create=True) for name in keys.ALL_DBS}
+            self._initialise()
+        else:
+            with env.begin() as txn:
+                try:
+                    self.dbs = {name: env.open_db(name, txn=txn, create=False) for name in keys.ALL_DBS}
+                except lmdb.NotFoundError:
+                    raise StoreFormatError(f"{env.path()} is not a ctxrt store (no ctxrt tables)") from None
+        self._branches: dict[int, BranchRow] = {}
+        self._branch_ids: dict[str, int] = {}
+        self._states: dict[str, StateInfo] = {}
+        self.last_sequence = 0
+        self._check_format()
+        self.reload()
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _initialise(self) -> None:
+        with self.env.begin(write=True) as txn:
+            if txn.get(keys.META_FORMAT, db=self.dbs[keys.DB_META]) is not None:
+                return
+            if txn.stat(self.dbs[keys.DB_BRANCHES])["entries"]:
+                raise StoreFormatError(f"{self.env.path()} holds branches but records no format")
+            meta = self.dbs[keys.DB_META]
+            txn.put(keys.META_FORMAT, keys.encode_u32(FORMAT_VERSION), db=meta)
+            txn.put(keys.META_NEXT_SEQ, keys.encode_u64(0), db=meta)
+            txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(2), db=meta)
+            txn.put(keys.META_NEXT_STATE, keys.encode_u32(1), db=meta)
+            main = BranchRow(1, MAIN_BRANCH, None, None, (), int(time.time() * 1000), 0)
+            txn.put(keys.encode_u32(1), main.to_json(), db=self.dbs[keys.DB_BRANCHES])
+            txn.put(MAIN_BRANCH.encode(), keys.encode_u32(1), db=self.dbs[keys.DB_BRANCH_NAMES])
+
+    def _check_format(self) -> None:
+        with self.env.begin() as txn:
+            raw = txn.get(keys.META_FORMAT, db=self.dbs[keys.DB_META])
+        if raw is None:
+            raise StoreFormatError(f"{self.env.path()} is not a ctxrt store (no format record)")
+        if len(raw) != 4 or keys.decode_u32(raw) != FORMAT_VERSION:
+            found = keys.decode_u32(raw) if len(raw) == 4 else raw
+            raise StoreFormatError(
+                f"{self.env.path()} records store format {found!r}; this ctxrt reads format {FORMAT_VERSION} only"
+            )
+
+    def reload(self) -> None:
+        """Re-read the branch and state tables and the sequence (after another process wrote)."""
+        with self.env.begin() as txn:
+            branches = {}
+            for key, value in txn.cursor(db=self.dbs[keys.DB_BRANCHES]):
+                row = BranchRow.from_json(value)
+                branches[row.id] = row
+            states = {}
+            for key, value in txn.cursor(db=self.dbs[keys.DB_STATES]):
+                name = bytes(key).decode()
+                states[name] = StateInfo(keys.decode_u32(value[:4]), name, _BYTES_KIND[bytes(value[4:5])])
+            self.last_sequence = keys.decode_u64(txn.get(keys.META_NEXT_SEQ, db=self.dbs[keys.DB_META]))
+        self._branches = branches
+        self._branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
+        self._states = states
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def reader(self) -> lmdb.Transaction:
+        """A read transaction; use it as a context manager and never across an ``await``."""
+        return self.env.begin()
+
+    def branch(self, name: str) -> BranchRow:
+        branch_id = self._branch_ids.get(name)
+        if branch_id is None and self.readonly:
+            self.reload()
+            branch_id = self._branch_ids.get(name)
+        if branch_id is None:
+            raise BranchNotFoundError(f"no branch named {name!r}")
+        return self._branches[branch_id]
+
+    def branch_by_id(self, branch_id: int) -> BranchRow:
+        return self._branches[branch_id]
+
+    def list_branches(self) -> list[BranchRow]:
+        if self.readonly:
+            self.reload()
+        return sorted((row for row in self._branches.values() if not row.deleted), key=lambda row: row.id)
+
+    def state(self, name: str) -> StateInfo:
+        info = self._states.get(name)
+        if info is None and self.readonly:
+            self.reload()
+            info = self._states.get(name)
+        if info is None:
+            raise UnknownStateError(f"state {name!r} is not registered")
+        return info
+
+    def has_state(self, name: str) -> bool:
+        return name in self._states
+
+    def list_states(self) -> list[StateInfo]:
+        if self.readonly:
+            self.reload()
+        return sorted(self._states.values(), key=lambda info: info.name)
+
+    def _log_state(self, name: str) -> StateInfo:
+        info = self.state(name)
+        if info.kind != "log":
+            raise StateKindError(f"state {name!r} holds a value, not an append log")
+        return info
+
+    def _find_head(self, txn: lmdb.Transaction, state: int, levels: Sequence[tuple[int, int]]) -> bytes | None:
+        found = self._find_head_with_sequence(txn, state, levels)
+        return None if found is None else found[0]
+
+    def _find_head_with_sequence(
+        self, txn: lmdb.Transaction, state: int, levels: Sequence[tuple[int, int]]
+    ) -> tuple[bytes, int] | None:
+        cursor = txn.cursor(db=self.dbs[keys.DB_HEADS])
+        for branch, limit in levels:
+            if _seek_le(cursor, keys.head_key(state, branch, limit), keys.state_branch_prefix(state, branch)):
+                return cursor.value(), keys.decode_head_key(cursor.key())[2]
+        return None
+
+    def log_head(self, txn: lmdb.Transaction, state: str, branch: BranchRow, at: int | None = None) -> LogHead:
+        info = self._log_state(state)
+        raw = self._find_head(txn, info.number, branch.levels(at))
+        return LogHead() if raw is None else LogHead.decode(raw)
+
+    def get_value(
+        self, txn: lmdb.Transaction, state: str, branch: BranchRow, at: int | None = None
+    ) -> tuple[Any, int]:
+        """The state's value on ``branch`` (as of ``at``) and the sequence that set it; (None, 0) if never set."""
+        info = self.state(state)
+        if info.kind != "value":
+            raise StateKindError(f"state {state!r} is an append log, not a value")
+        found = self._find_head_with_sequence(txn, info.number, branch.levels(at))
+        if found is None:
+            return None, 0
+        return json.loads(found[0]), found[1]
+
+    def _read_ordinal(
+        self, cursor: lmdb.Cursor, state: int, levels: Sequence[tuple[int, int]], ordinal: int
+    ) -> Item | None:
+        for branch, limit in levels:
+            if _seek_le(cursor, keys.item_key(state, branch, ordinal, limit), keys.item_prefix(state, branch, ordinal)):
+                version = keys.decode_item_key(cursor.key())[3]
+                value = cursor.value()
+                return Item(keys.decode_u64(value[:8]), ordinal, version, bytes(value[8:]))
+        return None
+
+    def log_item(
+        self, txn: lmdb.Transaction, state: str, branch: BranchRow, index: int, at: int | None = None
+    ) -> Item | None:
+        """The item at ``index`` (negative counts from the end), or None out of range."""
+        info = self._log_state(state)
+        levels = branch.levels(at)
+        raw = self._find_head(txn, info.number, levels)
+        head = LogHead() if raw is None else LogHead.decode(raw)
+        if index < 0:
+            index += head.length
+        if not 0 <= index < head.length:
+            return None
+        cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+        return self._read_ordinal(cursor, info.number, levels, head.index_to_ordinal(index))
+
+    def log_items(
+        self,
+        txn: lmdb.Transaction,
+        state: str,
+        branch: BranchRow,
+        at: int | None = None,
+        start: int = 0,
+        stop: int | None = None,
+        head: LogHead | None = None,
+    ) -> list[Item]:
+        """Items ``[start, stop)`` in order: one range scan per lineage level that can hold them."""
+        info = self._log_state(state)
+        levels = branch.levels(at)
+        if head is None:
+            head = self.log_head(txn, state, branch, at)
+        stop = head.length if stop is None else min(stop, head.length)
+        start = max(0, start)
+        if start >= stop:
+            return []
+        first = head.index_to_ordinal(start)
+        last = head.index_to_ordinal(stop - 1)
+        wanted = stop - start
+        found: dict[int, tuple[int, bytes]] = {}
+        cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+        unpack = keys.ITEM_KEY.unpack
+        for branch_id, limit in levels:
+            prefix = keys.state_branch_prefix(info.number, branch_id)
+            if not cursor.set_range(keys.item_key(info.number, branch_id, first, 0)):
+                continue
+            level: dict[int, tuple[int, bytes]] = {}
+            for key, value in cursor.iternext():
+                if key[:8] != prefix:
+                    break
+                _, _, ordinal, seq = unpack(key)
+                if ordinal > last:
+                    break
+                if seq <= limit and ordinal not in found:
+                    level[ordinal] = (seq, value)  # later versions come later: the newest visible wins
+            found.update(level)
+            if len(found) >= wanted and all(o in found for o in head.visible_ordinals(first, last)):
+                break
+        items = []
+        for ordinal in head.visible_ordinals(first, last):
+            version, value = found[ordinal]
+            items.append(Item(keys.decode_u64(value[:8]), ordinal, version, value[8:]))
+        return items
+
+    def find_index(
+        self, txn: lmdb.Transaction, state: str, branch: BranchRow, sequence: int, at: int | None = None
+    ) -> tuple[int, int, LogHead] | None:
+        """(index, ordinal, head) of the visible item appended at ``sequence``, or None."""
+        return self._locate(txn, self._log_state(state), branch.levels(at), sequence)
+
+    def _locate(
+        self, txn: lmdb.Transaction, info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int
+    ) -> tuple[int, int, LogHead] | None:
+        raw = self._find_head(txn, info.number, levels)
+        if raw is None:
+            return None
+        head = LogHead.decode(raw)
+        cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+        low, high = 0, head.next_ordinal - 1
+        # Ordinals along a lineage were appended in sequence order, so a binary search finds it.
+        while low <= high:
+            middle = (low + high) // 2
+            item = self._read_ordinal(cursor, info.number, levels, middle)
+            if item is None:
+                raise RuntimeError(f"store invariant broken: {info.name!r} has no row for ordinal {middle}")
+            if item.sequence == sequence:
+                index = head.ordinal_to_index(middle)
+                return None if index is None else (index, middle, head)
+            if item.sequence < sequence:
+                low = middle + 1
+            else:
+                high = middle - 1
+        return None
+
+    def get_blob(self, txn: lmdb.Transaction, sha256: str) -> tuple[bytes, str] | None:
+        raw = txn.get(bytes.fromhex(sha256), db=self.dbs[keys.DB_BLOBS])
+        if raw is None:
+            return None
+        media_type, _, data = bytes(raw).partition(b"\x00")
+        return data, media_type.decode()
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def apply(
+        self, commands: Sequence[Any], execute: Callable[[Batch, Any], Any]
+    ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
+        """Run ``execute(batch, command)`` for each command in ONE write transaction and commit.
+
+        Returns each command's ``(ok, result or error)`` and the committed operations. A command
+        raising ``CtxrtError``, ``TypeError`` or ``ValueError`` is rolled back alone (nested
+        transaction); any other exception aborts the whole batch and propagates
+        (``lmdb.MapFullError`` included).
+        """
+        with self.env.begin(write=True) as txn:
+            batch = Batch(self, txn)
+            results: list[tuple[bool, Any]] = []
+            for command in commands:
+                saved = batch.savepoint()
+                child = self.env.begin(write=True, parent=txn)
+                batch.txn = child
+                try:
+                    value = execute(batch, command)
+                except (CtxrtError, TypeError, ValueError) as exc:
+                    # The caller's mistake: roll back this command alone and tell that caller.
+                    child.abort()
+                    batch.restore(saved)
+                    results.append((False, exc))
+                except BaseException:
+                    child.abort()
+                    raise
+                else:
+                    child.commit()
+                    results.append((True, value))
+                finally:
+                    batch.txn = txn
+            batch.finish()
+        self._committed(batch)
+        return results, batch.operations
+
+    def _committed(self, batch: Batch) -> None:
+        self.last_sequence = batch.sequence
+        self._states.update(batch.new_states)
+        for row in batch.branches.values():
+            self._branches[row.id] = row
+            if row.deleted:
+                self._branch_ids.pop(row.name, None)
+            else:
+                self._branch_ids[row.name] = row.id
+
+
+class Batch:
+    """The write side of one transaction; every write method is one store operation."""
+
+    def __init__(self, engine: Engine, txn: lmdb.Transaction) -> None:
+        self.engine = engine
+        self.txn = txn
+        self.dbs = engine.dbs
+        self.sequence = engine.last_sequence
+        self.new_states: dict[str, StateInfo] = {}
+        self.branches: dict[int, BranchRow] = {}  # rows this batch created or changed
+        self.operations: list[Operation] = []
+
+    def savepoint(self) -> tuple[int, dict[str, StateInfo], dict[int, BranchRow], int]:
+        return self.sequence, dict(self.new_states), dict(self.branches), len(self.operations)
+
+    def restore(self, saved: tuple[int, dict[str, StateInfo], dict[int, BranchRow], int]) -> None:
+        self.sequence, self.new_states, self.branches, count = saved
+        del self.operations[count:]
+
+    def finish(self) -> None:
+        meta = self.dbs[keys.DB_META]
+        self.txn.put(keys.META_NEXT_SEQ, keys.encode_u64(self.sequence), db=meta)
+        for row in self.branches.values():
+            self.txn.put(keys.encode_u32(row.id), row.to_json(), db=self.dbs[keys.DB_BRANCHES])
+
+    def _next_sequence(self) -> int:
+        self.sequence += 1
+        return self.sequence
+
+    # lookups that see this batch's own changes
+
+    def state(self, name: str) -> StateInfo:
+        info = self.new_states.get(name) or self.engine._states.get(name)
+        if info is None:
+            raise UnknownStateError(f"state {name!r} is not registered; register it before writing")
+        return info
+
+    def branch(self, name: str) -> BranchRow:
+        for row in self.branches.values():
+            if row.name == name:
+                if row.deleted:
+                    break
+                return row
+        else:
+            branch_id = self.engine._branch_ids.get(name)
+            if branch_id is not None:
+                return self.branches.get(branch_id) or self.engine._branches[branch_id]
+        raise BranchNotFoundError(f"no branch named {name!r}")
+
+    def _touch(self, row: BranchRow, sequence: int) -> None:
+        self.branches[row.id] = attrs.evolve(row, head_sequence=sequence)
+
+    def _log_head(self, info: StateInfo, row: BranchRow) -> LogHead:
+        raw = self.engine._find_head(self.txn, info.number, row.levels())
+        return LogHead() if raw is None else LogHead.decode(raw)
+
+    def _log_target(self, state: str, branch: str) -> tuple[StateInfo, BranchRow, LogHead]:
+        info = self.state(state)
+        if info.kind != "log":
+            raise StateKindError(f"state {state!r} holds a value, not an append log")
+        row = self.branch(branch)
+        return info, row, self._log_head(info, row)
+
+    # operations
+
+    def register_state(self, name: str, kind: StateKind) -> StateInfo:
+        validate_state_name(name)
+        if kind not in _KIND_BYTES:
+            raise StateKindError(f"state kind must be 'log' or 'value', not {kind!r}")
+        existing = self.new_states.get(name) or self.engine._states.get(name)
+        if existing is not None:
+            if existing.kind != kind:
+                raise StateKindError(f"state {name!r} is registered as {existing.kind!r}, not {kind!r}")
+            return existing
+        meta = self.dbs[keys.DB_META]
+        number = keys.decode_u32(self.txn.get(keys.META_NEXT_STATE, db=meta))
+        self.txn.put(keys.META_NEXT_STATE, keys.encode_u32(number + 1), db=meta)
+        self.txn.put(name.encode(), keys.encode_u32(number) + _KIND_BYTES[kind], db=self.dbs[keys.DB_STATES])
+        info = StateInfo(number, name, kind)
+        self.new_states[name] = info
+        return info
+
+    def append(
+        self, state: str, branch: str, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None
+    ) -> ItemAppended:
+        info, row, head = self._log_target(state, branch)
+        for sha256, blob, media_type in blobs:
+            self.put_blob(sha256, blob, media_type)
+        sequence = self._next_sequence()
+        ordinal = head.next_ordinal
+        self.txn.put(
+            keys.item_key(info.number, row.id, ordinal, sequence),
+            keys.encode_u64(sequence) + data,
+            db=self.dbs[keys.DB_ITEMS],
+            append=False,
+        )
+        new_head = attrs.evolve(head, length=head.length + 1, next_ordinal=ordinal + 1, revision=sequence)
+        self.txn.put(keys.head_key(info.number, row.id, sequence), new_head.encode(), db=self.dbs[keys.DB_HEADS])
+        self._touch(row, sequence)
+        operation = ItemAppended(state, row.id, sequence, ordinal, data, attachment)
+        self.operations.append(operation)
+        return operation
+
+    def _locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead]:
+        located = self.engine._locate(self.txn, info, row.levels(), item_sequence)
+        if located is None:
+            raise MessageNotFoundError(f"no item {item_sequence} in {info.name!r} on branch {row.name!r}")
+        return located
+
+    def edit(
+        self, state: str, branch: str, item_sequence: int, data: bytes,
+        blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None,
+    ) -> ItemEdited:
+        info, row, head = self._log_target(state, branch)
+        _, ordinal, head = self._locate(info, row, item_sequence)
+        for sha256, blob, media_type in blobs:
+            self.put_blob(sha256, blob, media_type)
+        sequence = self._next_sequence()
+        self.txn.put(
+            keys.item_key(info.number, row.id, ordinal, sequence),
+            keys.encode_u64(item_sequence) + data,
+            db=self.dbs[keys.DB_ITEMS],
+        )
+        new_head = attrs.evolve(head, revision=sequence, rewrite_revision=sequence)
+        self.txn.put(keys.head_key(info.number, row.id, sequence), new_head.encode(), db=self.dbs[keys.DB_HEADS])
+        self._touch(row, sequence)
+        operation = ItemEdited(state, row.id, sequence, item_sequence, data, attachment)
+        self.operations.append(operation)
+        return operation
+
+    def remove(self, state: str, branch: str, from_sequence: int, to_sequence: int) -> ItemsRemoved:
+        """Remove the items appended at ``from_sequence`` through ``to_sequence``, inclusive."""
+        info, row, head = self._log_target(state, branch)
+        if from_sequence > to_sequence:
+            raise MalformedContentError("from_id", f"{from_sequence} is after to_id {to_sequence}")
+        first_index, first, head = self._locate(info, row, from_sequence)
+        last_index, last, head = self._locate(info, row, to_sequence)
+        count = last_index - first_index + 1
+        sequence = self._next_sequence()
+        intervals = sorted(head.removed + ((first, last + 1),))
+        merged: list[tuple[int, int]] = []
+        for start, stop in intervals:
+            if merged and start <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+            else:
+                merged.append((start, stop))
+        new_head = attrs.evolve(
+            head, length=head.length - count, removed=tuple(merged), revision=sequence, rewrite_revision=sequence
+        )
+        self.txn.put(keys.head_key(info.number, row.id, sequence), new_head.encode(), db=self.dbs[keys.DB_HEADS])
+        self._touch(row, sequence)
+        operation = ItemsRemoved(state, row.id, sequence, from_sequence, to_sequence, count)
+        self.operations.append(operation)
+        return operation
+
+    def set_value(self, state: str, branch: str, value: Any) -> ValueSet:
+        info = self.state(state)
+        if info.kind != "value":
+            raise StateKindError(f"state {state!r} is an append log, not a value")
+        row = self.branch(branch)
+        data = encode_json(value, path=f"{state}")
+        sequence = self._next_sequence()
+        self.txn.put(keys.head_key(info.number, row.id, sequence), data, db=self.dbs[keys.DB_HEADS])
+        self._touch(row, sequence)
+        operation = ValueSet(state, row.id, sequence, value)
+        self.operations.append(operation)
+        return operation
+
+    def create_branch(self, name: str, from_branch: str, at_sequence: int | None) -> BranchRow:
+        try:
+            validate_branch_name(name)
+        except ValueError as exc:
+            raise MalformedContentError("name", str(exc)) from None
+        try:
+            self.branch(name)
+        except BranchNotFoundError:
+            pass
+        else:
+            raise BranchExistsError(f"a branch named {name!r} already exists")
+        parent = self.branch(from_branch)
+        fork = self.sequence if at_sequence is None else at_sequence
+        if not isinstance(fork, int) or isinstance(fork, bool) or not 0 <= fork <= self.sequence:
+            raise MalformedContentError(
+                "at_sequence", f"must be an integer in [0, {self.sequence}] (the store's sequence), not {fork!r}"
+            )
+        meta = self.dbs[keys.DB_META]
+        branch_id = keys.decode_u32(self.txn.get(keys.META_NEXT_BRANCH, db=meta))
+        self.txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(branch_id + 1), db=meta)
+        lineage = ((parent.id, fork),) + tuple((ancestor, min(fork, bound)) for ancestor, bound in parent.lineage)
+        row = BranchRow(branch_id, name, parent.id, fork, lineage, int(time.time() * 1000), fork)
+        self.txn.put(name.encode(), keys.encode_u32(branch_id), db=self.dbs[keys.DB_BRANCH_NAMES])
+        self.branches[branch_id] = row
+        self.operations.append(BranchCreated(row))
+        return row
+
+    def delete_branch(self, name: str) -> BranchRow:
+        if name == MAIN_BRANCH:
+            raise MalformedContentError("name", "the main branch can't be deleted")
+        row = attrs.evolve(self.branch(name), deleted=True)
+        # Rows stay: descendants' lineages still read them. Only the name is freed.
+        self.txn.delete(name.encode(), db=self.dbs[keys.DB_BRANCH_NAMES])
+        self.branches[row.id] = row
+        self.operations.append(BranchDeleted(row))
+        return row
+
+    def put_blob(self, sha256: str, data: bytes, media_type: str) -> None:
+        key = bytes.fromhex(sha256)
+        if hashlib.sha256(data).digest() != key:
+            raise MalformedContentError("blob", f"bytes don't hash to {sha256}")
+        self.txn.put(key, media_type.encode() + b"\x00" + data, db=self.dbs[keys.DB_BLOBS], overwrite=False)
+

@@ -1,0 +1,92 @@
+"""Store commands (frozen attrs, one per operation) and the public branch record.
+
+Commands are imperative; ``StoreRef.ask(command)`` returns the operation the engine committed
+(``ItemAppended``, ``ValueSet``...) or raises the error that refused it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .engine import BranchRow, StateKind
+
+Blob = tuple[str, bytes, str]  # (sha-256 hex, bytes, media type)
+
+
+@attrs.frozen(kw_only=True)
+class RegisterState:
+    name: str
+    kind: StateKind
+
+
+@attrs.frozen(kw_only=True)
+class AppendItem:
+    state: str
+    branch: str
+    data: bytes
+    blobs: tuple[Blob, ...] = ()
+    attachment: Any = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen(kw_only=True)
+class EditItem:
+    state: str
+    branch: str
+    item_sequence: int
+    data: bytes
+    blobs: tuple[Blob, ...] = ()
+    attachment: Any = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen(kw_only=True)
+class RemoveItems:
+    state: str
+    branch: str
+    from_sequence: int
+    to_sequence: int
+
+
+@attrs.frozen(kw_only=True)
+class SetValue:
+    state: str
+    branch: str
+    value: Any
+
+
+@attrs.frozen(kw_only=True)
+class CreateBranch:
+    name: str
+    from_branch: str = "main"
+    at_sequence: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class DeleteBranch:
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class Atomically:
+    """Several commands that commit together or not at all; the result is a tuple of theirs."""
+
+    commands: tuple[Any, ...]
+
+
+StoreCommand = RegisterState | AppendItem | EditItem | RemoveItems | SetValue | CreateBranch | DeleteBranch | Atomically
+
+
+@attrs.frozen
+class BranchInfo:
+    """A branch as the public API shows it."""
+
+    name: str
+    id: int
+    parent: str | None
+    fork_sequence: int | None
+    head_sequence: int
+
+
+def branch_info(row: BranchRow, parent_name: str | None) -> BranchInfo:
+    return BranchInfo(row.name, row.id, parent_name, row.fork_sequence, row.head_sequence)
