@@ -225,10 +225,10 @@ def encode_json(value: Any, *, path: str = "value") -> bytes:
     """Compact JSON bytes, refusing what JSON can't hold (MalformedContentError naming ``path``)."""
     try:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    except UnicodeEncodeError as exc:  # a ValueError too: catch it first to say what it is
+        raise MalformedContentError(path, f"not valid UTF-8 text: {exc.reason}") from None
     except (TypeError, ValueError) as exc:
         raise MalformedContentError(path, f"not JSON-serialisable: {exc}") from None
-    except UnicodeEncodeError as exc:
-        raise MalformedContentError(path, f"not valid UTF-8 text: {exc.reason}") from None
 
 
 def _seek_le(cursor: lmdb.Cursor, key: bytes, prefix: bytes) -> bool:

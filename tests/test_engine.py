@@ -1,0 +1,281 @@
+"""The sync engine against a simple in-memory model (K1, K2), with hypothesis' stateful testing.
+
+Determinism: real LMDB in a temp dir, no event loop (the engine is sync); hypothesis shrinks a
+failing run to its shortest program.
+"""
+
+import json
+import shutil
+import tempfile
+
+import hypothesis.strategies as st
+import lmdb
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from ctxrt.errors import (
+    BranchExistsError,
+    BranchNotFoundError,
+    MalformedContentError,
+    MessageNotFoundError,
+    StateKindError,
+    UnknownStateError,
+)
+from ctxrt.store.actor import execute
+from ctxrt.store.engine import Engine
+from ctxrt.store.protocol import (
+    AppendItem,
+    CreateBranch,
+    EditItem,
+    RegisterState,
+    RemoveItems,
+    SetValue,
+)
+
+LOGS = ("messages", "ns/context")
+VALUES = ("ns/reader",)
+
+
+def open_engine(path):
+    env = lmdb.open(path, map_size=1 << 28, max_dbs=10, sync=False)
+    return env, Engine(env, readonly=False)
+
+
+def run(engine, *commands):
+    """Apply ``commands`` in one batch; return the first result, raising its error."""
+    results, _ = engine.apply(list(commands), execute)
+    ok, value = results[0]
+    if not ok:
+        raise value
+    return value
+
+
+class Model:
+    """Every write with its sequence and branch; a view replays what its lineage sees."""
+
+    def __init__(self):
+        self.sequence = 0
+        self.branches = {"main": []}  # name -> lineage [(ancestor, limit)]
+        self.writes = []  # (seq, branch, state, op, args)
+
+    def levels(self, branch, at=None):
+        limit = float("inf") if at is None else at
+        return [(branch, limit)] + [(name, min(limit, bound)) for name, bound in self.branches[branch]]
+
+    def visible(self, branch, at=None):
+        levels = dict(self.levels(branch, at))
+        return [w for w in self.writes if w[1] in levels and w[0] <= levels[w[1]]]
+
+    def log(self, state, branch, at=None):
+        items = []  # [seq, data]
+        for seq, _, name, op, args in self.visible(branch, at):
+            if name != state:
+                continue
+            if op == "append":
+                items.append([seq, args])
+            elif op == "edit":
+                for item in items:
+                    if item[0] == args[0]:
+                        item[1] = args[1]
+            elif op == "remove":
+                items = [item for item in items if not args[0] <= item[0] <= args[1]]
+        return [tuple(item) for item in items]
+
+    def value(self, state, branch, at=None):
+        values = [args for _, _, name, op, args in self.visible(branch, at) if name == state and op == "set"]
+        return values[-1] if values else None
+
+    def write(self, branch, state, op, args):
+        self.sequence += 1
+        self.writes.append((self.sequence, branch, state, op, args))
+        return self.sequence
+
+
+payloads = st.binary(min_size=0, max_size=40)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=10),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+
+
+class EngineMachine(RuleBasedStateMachine):
+    @initialize()
+    def open(self):
+        self.directory = tempfile.mkdtemp(prefix="ctxrt-engine-")
+        self.env, self.engine = open_engine(self.directory)
+        for name in LOGS:
+            run(self.engine, RegisterState(name=name, kind="log"))
+        for name in VALUES:
+            run(self.engine, RegisterState(name=name, kind="value"))
+        self.model = Model()
+
+    def teardown(self):
+        self.env.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def branch_names(self):
+        return sorted(self.model.branches)
+
+    @rule(data=st.data(), payload=payloads)
+    def append(self, data, payload):
+        branch = data.draw(st.sampled_from(self.branch_names()))
+        state = data.draw(st.sampled_from(LOGS))
+        result = run(self.engine, AppendItem(state=state, branch=branch, data=payload))
+        assert result.sequence == self.model.write(branch, state, "append", payload)
+
+    @rule(data=st.data(), payload=payloads)
+    def edit(self, data, payload):
+        branch = data.draw(st.sampled_from(self.branch_names()))
+        state = data.draw(st.sampled_from(LOGS))
+        items = self.model.log(state, branch)
+        if not items:
+            with pytest.raises(MessageNotFoundError):
+                run(self.engine, EditItem(state=state, branch=branch, item_sequence=self.model.sequence + 1, data=b""))
+            return
+        target = data.draw(st.sampled_from(items))[0]
+        run(self.engine, EditItem(state=state, branch=branch, item_sequence=target, data=payload))
+        self.model.write(branch, state, "edit", (target, payload))
+
+    @rule(data=st.data())
+    def remove(self, data):
+        branch = data.draw(st.sampled_from(self.branch_names()))
+        state = data.draw(st.sampled_from(LOGS))
+        items = self.model.log(state, branch)
+        if not items:
+            return
+        first = data.draw(st.integers(0, len(items) - 1))
+        last = data.draw(st.integers(first, min(len(items) - 1, first + 4)))
+        result = run(
+            self.engine,
+            RemoveItems(state=state, branch=branch, from_sequence=items[first][0], to_sequence=items[last][0]),
+        )
+        assert result.count == last - first + 1
+        self.model.write(branch, state, "remove", (items[first][0], items[last][0]))
+
+    @rule(data=st.data(), value=json_values)
+    def set_value(self, data, value):
+        branch = data.draw(st.sampled_from(self.branch_names()))
+        run(self.engine, SetValue(state=VALUES[0], branch=branch, value=value))
+        self.model.write(branch, VALUES[0], "set", value)
+
+    @precondition(lambda self: len(self.model.branches) < 6)
+    @rule(data=st.data())
+    def create_branch(self, data):
+        parent = data.draw(st.sampled_from(self.branch_names()))
+        at = data.draw(st.none() | st.integers(0, self.model.sequence))
+        name = f"b{len(self.model.branches)}"
+        row = run(self.engine, CreateBranch(name=name, from_branch=parent, at_sequence=at))
+        fork = self.model.sequence if at is None else at
+        assert row.fork_sequence == fork
+        self.model.branches[name] = [(parent, fork)] + [(a, min(fork, b)) for a, b in self.model.branches[parent]]
+
+    @rule(data=st.data())
+    def read_the_past(self, data):
+        """K1, K2: a read at any past sequence sees exactly what the model held then."""
+        branch = data.draw(st.sampled_from(self.branch_names()))
+        at = data.draw(st.integers(0, self.model.sequence))
+        row = self.engine.branch(branch)
+        with self.engine.reader() as txn:
+            for state in LOGS:
+                expected = self.model.log(state, branch, at)
+                got = [(i.sequence, bytes(i.data)) for i in self.engine.log_items(txn, state, row, at=at)]
+                assert got == expected
+                if expected:
+                    index = data.draw(st.integers(-len(expected), len(expected) - 1))
+                    item = self.engine.log_item(txn, state, row, index, at=at)
+                    assert (item.sequence, item.data) == expected[index]
+            assert self.engine.get_value(txn, VALUES[0], row, at=at)[0] == self.model.value(VALUES[0], branch, at)
+
+    @rule(data=st.data())
+    def refuse_bad_writes_and_change_nothing(self, data):
+        """Bad input: each a clear error, the store unchanged."""
+        before = self.engine.last_sequence
+        branch = data.draw(st.sampled_from(self.branch_names()))
+        bad = data.draw(
+            st.sampled_from(
+                [
+                    (AppendItem(state="unregistered", branch=branch, data=b""), UnknownStateError, "unregistered"),
+                    (AppendItem(state=LOGS[0], branch="no-such-branch", data=b""), BranchNotFoundError, "no-such"),
+                    (AppendItem(state=VALUES[0], branch=branch, data=b""), StateKindError, VALUES[0]),
+                    (SetValue(state=VALUES[0], branch=branch, value={1, 2}), MalformedContentError, "JSON"),
+                    (SetValue(state=VALUES[0], branch=branch, value="\ud800"), MalformedContentError, "UTF-8"),
+                    (CreateBranch(name=branch, from_branch="main"), BranchExistsError, branch),
+                ]
+            )
+        )
+        command, error, text = bad
+        with pytest.raises(error, match=text):
+            run(self.engine, command)
+        assert self.engine.last_sequence == before
+
+    @invariant()
+    def heads_agree_with_the_model(self):
+        if not hasattr(self, "model"):
+            return
+        with self.engine.reader() as txn:
+            for branch in self.model.branches:
+                row = self.engine.branch(branch)
+                for state in LOGS:
+                    expected = self.model.log(state, branch)
+                    head = self.engine.log_head(txn, state, row)
+                    assert head.length == len(expected)
+                    for index, (sequence, _) in enumerate(expected[:3]):
+                        assert self.engine.find_index(txn, state, row, sequence)[0] == index
+
+
+EngineMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+test_engine_matches_the_model = EngineMachine.TestCase
+
+
+def test_a_bad_command_fails_alone_in_its_batch(tmp_path):
+    """K6: one caller's bad command never fails the others committed in the same transaction."""
+    env, engine = open_engine(str(tmp_path))
+    run(engine, RegisterState(name="messages", kind="log"))
+    results, operations = engine.apply(
+        [
+            AppendItem(state="messages", branch="main", data=b"a"),
+            AppendItem(state="missing", branch="main", data=b"b"),
+            AppendItem(state="messages", branch="main", data=b"c"),
+        ],
+        execute,
+    )
+    assert [ok for ok, _ in results] == [True, False, True]
+    assert isinstance(results[1][1], UnknownStateError)
+    with engine.reader() as txn:
+        assert [i.data for i in engine.log_items(txn, "messages", engine.branch("main"))] == [b"a", b"c"]
+    assert [op.sequence for op in operations] == [1, 2]  # the refused command took no sequence
+    env.close()
+
+
+def test_branch_creation_costs_one_row_whatever_the_slot_size(tmp_path):
+    """K2: creating a branch writes only the branch row and its name, never a copy of items."""
+    env, engine = open_engine(str(tmp_path))
+    run(engine, RegisterState(name="messages", kind="log"))
+    engine.apply([AppendItem(state="messages", branch="main", data=b"x" * 50) for _ in range(500)], execute)
+    def entries():
+        with env.begin() as txn:
+            return {name: txn.stat(db)["entries"] for name, db in engine.dbs.items()}
+
+    entries_before = entries()
+    run(engine, CreateBranch(name="child", from_branch="main"))
+    entries_after = entries()
+    grew = {name.decode(): entries_after[name] - entries_before[name] for name in entries_before}
+    assert grew == {"meta": 0, "branches": 1, "branch_names": 1, "states": 0, "heads": 0, "items": 0, "blobs": 0}
+    env.close()
+
+
+def test_a_reopened_engine_reads_what_was_committed(tmp_path):
+    """K1: states, branches, items and the sequence survive closing and reopening the environment."""
+    env, engine = open_engine(str(tmp_path))
+    run(engine, RegisterState(name="messages", kind="log"))
+    run(engine, AppendItem(state="messages", branch="main", data=json.dumps({"n": 1}).encode()))
+    run(engine, CreateBranch(name="side", from_branch="main"))
+    env.close()
+    env, engine = open_engine(str(tmp_path))
+    assert engine.last_sequence == 1
+    assert [row.name for row in engine.list_branches()] == ["main", "side"]
+    with engine.reader() as txn:
+        assert [json.loads(i.data) for i in engine.log_items(txn, "messages", engine.branch("side"))] == [{"n": 1}]
+    env.close()
