@@ -1,0 +1,304 @@
+"""Public test helpers: a scripted ``Model`` and a local Messages API server.
+
+``ScriptedModel`` stands in for a model inside the runtime. The server speaks enough of
+``POST /v1/messages`` (non-streaming) over loopback HTTP/1.1 for the real
+``anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test")`` to talk to it, so
+``AnthropicModel`` is tested through the real SDK with no network and no mocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http
+import inspect
+import itertools
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any, TypeAlias
+
+import attrs
+import trio
+
+from .content import Text
+from .model import ModelRequest, ModelResponse, Usage, approx_tokens, request_chars
+
+Responder: TypeAlias = Callable[[ModelRequest], "str | ModelResponse | Awaitable[str | ModelResponse]"]
+
+
+class ScriptedModel:
+    """A ``Model`` that answers with ``responder(request)`` and records every request.
+
+    ``responder`` returns a ``str`` (one ``Text`` block, stop reason ``end_turn``) or a
+    ``ModelResponse``; it may be async (to block on an event, say) and may raise (for example
+    ``ModelError``) to simulate a failure. A request is recorded when it arrives, before
+    ``delay_s`` passes, so cancelled and failed calls are recorded too.
+    """
+
+    def __init__(self, responder: Responder, *, delay_s: float = 0.0) -> None:
+        self.responder = responder
+        self.delay_s = delay_s
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        await trio.sleep(self.delay_s)  # a checkpoint even when 0, as every async call must be
+        reply = self.responder(request)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if isinstance(reply, ModelResponse):
+            return reply
+        usage = Usage(approx_tokens(request_chars(request)), approx_tokens(len(reply)))
+        return ModelResponse((Text(reply),), "end_turn", usage)
+
+
+# The error "type" the Messages API sends with each status.
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+@attrs.frozen(kw_only=True)
+class ApiReply:
+    """One scripted answer of the local Messages API server; build it with the class methods.
+
+    A 200 reply carries ``content`` (Messages API block dicts) and ``stop_reason``; any other
+    status carries the Anthropic error shape ``{"type": "error", "error": {"type", "message"}}``.
+    The server waits ``delay_s`` before answering (to test timeouts).
+    """
+
+    status: int = 200
+    content: tuple[Mapping[str, Any], ...] = ()
+    stop_reason: str = "end_turn"
+    error_type: str = ""
+    error_message: str = ""
+    delay_s: float = 0.0
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+
+    @classmethod
+    def text(cls, text: str, *, stop_reason: str = "end_turn") -> ApiReply:
+        return cls(content=({"type": "text", "text": text},), stop_reason=stop_reason)
+
+    @classmethod
+    def refusal(cls, text: str = "") -> ApiReply:
+        content = ({"type": "text", "text": text},) if text else ()
+        return cls(content=content, stop_reason="refusal")
+
+    @classmethod
+    def tool_use(
+        cls, name: str, input: Mapping[str, Any], *, id: str = "toolu_test_1", text: str | None = None
+    ) -> ApiReply:
+        block = {"type": "tool_use", "id": id, "name": name, "input": dict(input)}
+        content = ({"type": "text", "text": text}, block) if text else (block,)
+        return cls(content=content, stop_reason="tool_use")
+
+    @classmethod
+    def error(cls, status: int, message: str | None = None, *, retry_after_s: float | None = None) -> ApiReply:
+        """An error reply; ``retry_after_s`` sends ``retry-after-ms`` so SDK retries wait that long."""
+        error_type = _ERROR_TYPES.get(status, "api_error")
+        headers = {} if retry_after_s is None else {"retry-after-ms": str(int(retry_after_s * 1000))}
+        return cls(status=status, error_type=error_type, error_message=message or error_type, headers=headers)
+
+    def after(self, delay_s: float) -> ApiReply:
+        """This reply, sent ``delay_s`` seconds after the request arrives."""
+        return attrs.evolve(self, delay_s=delay_s)
+
+
+# Either a function of the request's JSON body, or replies used in order.
+MessagesScript: TypeAlias = "Callable[[dict[str, Any]], ApiReply] | Iterable[ApiReply]"
+
+
+class _BadRequest(Exception):
+    pass
+
+
+@attrs.frozen
+class _HttpRequest:
+    method: str
+    target: str
+    headers: Mapping[str, str]
+    body: bytes
+
+
+_MAX_HEAD = 64 * 1024
+_MAX_BODY = 64 * 1024 * 1024
+
+
+async def _read_request(stream: trio.abc.ReceiveStream, buffer: bytearray) -> _HttpRequest | None:
+    """Read one HTTP/1.1 request from ``stream``; None at a clean end of stream between requests."""
+    while (end := buffer.find(b"\r\n\r\n")) < 0:
+        if len(buffer) > _MAX_HEAD:
+            raise _BadRequest("request head too large")
+        data = await stream.receive_some(65536)
+        if not data:
+            if buffer:
+                raise _BadRequest("connection closed mid-request")
+            return None
+        buffer += data
+    head = bytes(buffer[:end]).decode("latin-1")
+    del buffer[: end + 4]
+    request_line, *header_lines = head.split("\r\n")
+    try:
+        method, target, _version = request_line.split(" ")
+        headers = {name.strip().lower(): value.strip() for name, value in (line.split(":", 1) for line in header_lines)}
+    except ValueError:
+        raise _BadRequest(f"malformed request head: {request_line!r}") from None
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        raise _BadRequest("chunked request bodies are not supported")
+    length = int(headers.get("content-length", "0"))
+    if not 0 <= length <= _MAX_BODY:
+        raise _BadRequest(f"bad content-length {length}")
+    while len(buffer) < length:
+        data = await stream.receive_some(65536)
+        if not data:
+            raise _BadRequest("connection closed mid-body")
+        buffer += data
+    body = bytes(buffer[:length])
+    del buffer[:length]
+    return _HttpRequest(method, target, headers, body)
+
+
+def _encode_response(status: int, body: Mapping[str, Any], headers: Mapping[str, str], *, close: bool) -> bytes:
+    payload = json.dumps(body).encode()
+    try:
+        reason = http.HTTPStatus(status).phrase
+    except ValueError:
+        reason = "Overloaded" if status == 529 else "Unknown"
+    lines = [
+        f"HTTP/1.1 {status} {reason}",
+        "content-type: application/json",
+        f"content-length: {len(payload)}",
+        f"connection: {'close' if close else 'keep-alive'}",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
+
+
+def _error_body(error_type: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": error_type, "message": message}}
+
+
+class MessagesApiServer:
+    """A loopback Messages API server; see ``serve_messages_api`` and ``open_messages_api_server``.
+
+    ``requests`` holds the JSON bodies of ``POST /v1/messages`` received, in order;
+    ``connections`` counts the TCP connections accepted (keep-alive reuses one).
+    """
+
+    def __init__(self, script: MessagesScript) -> None:
+        self.base_url = ""
+        self.requests: list[dict[str, Any]] = []
+        self.connections = 0
+        self._respond: Callable[[dict[str, Any]], ApiReply]
+        if callable(script):
+            self._respond = script
+        else:
+            self._respond = partial(self._next_reply, iter(script))
+        self._ids = itertools.count(1)
+
+    def _next_reply(self, replies: Iterator[ApiReply], _body: dict[str, Any]) -> ApiReply:
+        try:
+            return next(replies)
+        except StopIteration:
+            # 400, not 500: a test that ran out of script should fail, not retry.
+            count = len(self.requests) - 1
+            return ApiReply.error(400, f"messages script exhausted after {count} replies")
+
+    async def _handle_connection(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
+        buffer = bytearray()
+        async with stream:
+            # A client that goes away (e.g. timed out waiting for a slow reply) just ends the connection.
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                try:
+                    while (request := await _read_request(stream, buffer)) is not None:
+                        close = request.headers.get("connection", "").lower() == "close"
+                        status, body, headers = await self._answer(request)
+                        await stream.send_all(_encode_response(status, body, headers, close=close))
+                        if close:
+                            return
+                except _BadRequest as exc:
+                    error = _error_body("invalid_request_error", str(exc))
+                    await stream.send_all(_encode_response(400, error, {}, close=True))
+
+    async def _answer(self, request: _HttpRequest) -> tuple[int, dict[str, Any], Mapping[str, str]]:
+        number = next(self._ids)
+        headers = {"request-id": f"req_test_{number}"}
+        if (request.method, request.target.split("?")[0]) != ("POST", "/v1/messages"):
+            message = f"{request.method} {request.target} is not served here"
+            return 404, _error_body("not_found_error", message), headers
+        try:
+            body = json.loads(request.body)
+        except ValueError as exc:
+            return 400, _error_body("invalid_request_error", f"body is not JSON: {exc}"), headers
+        if not isinstance(body, dict):
+            return 400, _error_body("invalid_request_error", "body is not a JSON object"), headers
+        self.requests.append(body)
+        reply = self._respond(body)
+        await trio.sleep(reply.delay_s)
+        headers.update(reply.headers)
+        if reply.status != 200:
+            return reply.status, _error_body(reply.error_type, reply.error_message), headers
+        output_chars = sum(len(json.dumps(block)) for block in reply.content)
+        message = {
+            "id": f"msg_test_{number}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", "unknown"),
+            "content": [dict(block) for block in reply.content],
+            "stop_reason": reply.stop_reason,
+            "stop_sequence": None,
+            "usage": {"input_tokens": (len(request.body) + 3) // 4, "output_tokens": (output_chars + 3) // 4},
+        }
+        return 200, message, headers
+
+
+async def serve_messages_api(
+    script: MessagesScript,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    task_status: trio.TaskStatus[MessagesApiServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the Messages API subset on ``host:port`` (0: any free port) until cancelled.
+
+    Use as ``server = await nursery.start(serve_messages_api, script)``; the started value is
+    the ``MessagesApiServer`` with its ``base_url`` set. Cancelling stops it, slow replies
+    included. A script function that raises crashes the server (it is a bug in the test).
+    """
+    server = MessagesApiServer(script)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, server._handle_connection, port, host=host))
+        bound_port = listeners[0].socket.getsockname()[1]
+        server.base_url = f"http://{host}:{bound_port}"
+        task_status.started(server)
+
+
+@asynccontextmanager
+async def open_messages_api_server(script: MessagesScript) -> AsyncIterator[MessagesApiServer]:
+    """A loopback Messages API server running for the duration of the ``async with`` block.
+
+    An error raised in the block comes out as itself, not wrapped in an exception group.
+    """
+    error: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            server = await nursery.start(serve_messages_api, script)
+            try:
+                yield server
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        error = group.exceptions[0]
+    if error is not None:
+        raise error  # outside the except clause, so the group doesn't become its __context__
