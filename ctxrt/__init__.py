@@ -1,0 +1,67 @@
+"""ctxrt: a context runtime for multi-agent LLM hosts, on trio and LMDB.
+
+This module re-exports the public names of API.md and defines nothing.
+"""
+
+from .compile import (
+    Budget as Budget,
+    CompileResult as CompileResult,
+    Injection as Injection,
+    MessageInjection as MessageInjection,
+    PreviewResult as PreviewResult,
+    Provenance as Provenance,
+    Source as Source,
+)
+from .content import (
+    CompiledMessage as CompiledMessage,
+    Document as Document,
+    Image as Image,
+    Message as Message,
+    RedactedThinking as RedactedThinking,
+    Text as Text,
+    Thinking as Thinking,
+    ToolResult as ToolResult,
+    ToolUse as ToolUse,
+    content_for_reader as content_for_reader,
+)
+from .errors import (
+    BranchExistsError as BranchExistsError,
+    BranchNotFoundError as BranchNotFoundError,
+    ConfigConflictError as ConfigConflictError,
+    CtxrtError as CtxrtError,
+    MalformedContentError as MalformedContentError,
+    ManagerClosedError as ManagerClosedError,
+    MessageNotFoundError as MessageNotFoundError,
+    ModelError as ModelError,
+    NarrowingRefusedError as NarrowingRefusedError,
+    OverBudgetError as OverBudgetError,
+    ReaderConflictError as ReaderConflictError,
+    ReadOnlyStoreError as ReadOnlyStoreError,
+    RuntimeClosedError as RuntimeClosedError,
+    StateKindError as StateKindError,
+    StoreFormatError as StoreFormatError,
+    StoreLockedError as StoreLockedError,
+    StrategyRefusedError as StrategyRefusedError,
+    UnknownStateError as UnknownStateError,
+)
+from .manager import ContextManager as ContextManager, Derivation as Derivation, MessageWindow as MessageWindow
+from .model import (
+    AnthropicModel as AnthropicModel,
+    Model as Model,
+    ModelRequest as ModelRequest,
+    ModelResponse as ModelResponse,
+    OfflineModel as OfflineModel,
+    Usage as Usage,
+)
+from .namespace.context import StrategyContext as StrategyContext
+from .runtime import (
+    NamespaceInfo as NamespaceInfo,
+    Runtime as Runtime,
+    RuntimeStatistics as RuntimeStatistics,
+    open_runtime as open_runtime,
+)
+from .store.protocol import BranchInfo as BranchInfo
+from .strategies.base import Entry as Entry, SelectOptions as SelectOptions, Strategy as Strategy
+from .strategies.passthrough import Passthrough as Passthrough
+from .strategies.windowed import WindowedPassthrough as WindowedPassthrough
+from .views import MessageView as MessageView

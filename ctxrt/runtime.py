@@ -6,16 +6,39 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
-from .errors import ReadOnlyStoreError, RuntimeClosedError
+from .errors import ConfigConflictError, ReaderConflictError, ReadOnlyStoreError, RuntimeClosedError
+from .namespace.actor import (
+    CorruptRecord,
+    NamespaceActor,
+    NamespaceConfig,
+    auxiliary_state,
+    build_strategy,
+    normalise_namespace,
+    read_record,
+    require_marking,
+    slot_state,
+)
+from .slots import SlotRegistry
 from .store.actor import StoreRef, open_store_actor, serve_store
 from .store.engine import Engine, Operation
 from .store.environment import Durability, StoreHandle, close_store, open_store
-from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, branch_info
+from .store.protocol import Atomically, BranchInfo, CreateBranch, DeleteBranch, SetValue, branch_info
+from .strategies.passthrough import Passthrough
+
+if TYPE_CHECKING:
+    from .manager import ContextManager, Derivation
+
+
+@attrs.frozen
+class NamespaceInfo:
+    namespace: str
+    reader: str | None
+    narrowing_floor: int
 
 
 @attrs.frozen
@@ -41,6 +64,8 @@ class Runtime:
         self._nursery = nursery
         self._store: StoreRef | None = None
         self._closed = False
+        self.slots = SlotRegistry(handle.engine, live=not handle.readonly)
+        self._actors: dict[tuple[str, str], NamespaceActor] = {}
 
     # -- plumbing used by the rest of the package ------------------------------------------
 
@@ -57,7 +82,191 @@ class Runtime:
         return self._store
 
     def _publish(self, operations: Sequence[Operation]) -> None:
-        """Called by the store actor after each commit (slot caches subscribe here)."""
+        """Called by the store actor after each commit: slot caches bring themselves up to date."""
+        self.slots.publish(operations)
+
+    # -- namespaces and managers ------------------------------------------------------------
+
+    async def open(
+        self, namespace: str | None = None, *, strategy: Any = None, view_reader: str | None = None,
+        branch: str = "main", isolate: bool = False, view_filter: Any = None,
+        auxiliary_views: Sequence[str | None] = (), model: Any = None,
+    ) -> ContextManager:
+        """Open a manager on ``namespace`` (None, "" and "default" are one) on ``branch``.
+
+        The first open of a (branch, namespace) starts its namespace actor with this strategy
+        (default ``Passthrough()``), view filter and model; a later open while it runs must pass
+        None or equal settings. An open with a ``view_reader`` claims an unclaimed namespace;
+        one without compiles for the reader the namespace records (spec/audience.md C1, C6).
+
+        Raises:
+            ValueError: ``view_reader=""``, or bad options (``isolate`` without a namespace...).
+            ReaderConflictError: the namespace records another reader (nothing is written).
+            StrategyRefusedError: a strategy that doesn't mark compression reads, under a reader.
+            ConfigConflictError: settings that disagree with the running namespace actor.
+            BranchNotFoundError: no such branch.
+            ReadOnlyStoreError: a read-only runtime (it can't register or claim).
+        """
+        from .manager import ContextManager
+
+        if view_reader is not None and (not isinstance(view_reader, str) or not view_reader):
+            raise ValueError(f"view_reader must be a non-empty string or None, not {view_reader!r}")
+        name = normalise_namespace(namespace)
+        if isolate and namespace in (None, ""):
+            raise ValueError('"isolate" requires a namespace to be set')
+        own = slot_state(name, isolate)
+        auxiliary: list[str] = []
+        for index, aux in enumerate(auxiliary_views):
+            state = auxiliary_state(aux)
+            if state == own:
+                raise ValueError(
+                    f"auxiliary_views[{index}]: {aux!r} is this manager's own message slot {own!r}; merging "
+                    f"it would duplicate every message"
+                )
+            if state not in auxiliary:
+                auxiliary.append(state)
+        self.engine.branch(branch)
+        config = NamespaceConfig(name, own, tuple(auxiliary), view_filter, strategy or Passthrough(), model)
+        actor, reader = await self._attach(branch, config, view_reader, explicit_strategy=strategy is not None)
+        return ContextManager(
+            self, actor, reader=reader, explicit_reader=view_reader, isolate=isolate,
+            auxiliary_views=tuple(auxiliary_views), view_filter=view_filter,
+        )
+
+    async def _attach(
+        self, branch: str, config: NamespaceConfig, reader: str | None, *, compiles_for_none: bool = False,
+        explicit_strategy: bool = False,
+    ) -> tuple[NamespaceActor, str | None]:
+        key = (branch, config.namespace)
+        actor = self._actors.get(key)
+        if actor is not None:
+            await actor.started.wait()
+            self._check_config(actor, config, explicit_strategy)
+        else:
+            # Refusals come before anything is registered or written (C2).
+            record = read_record(self, config.namespace, branch)
+            target = reader if reader is not None else (record if isinstance(record, str) else None)
+            if isinstance(record, CorruptRecord):
+                raise ReaderConflictError(
+                    f"namespace {config.namespace!r} on branch {branch!r} records {record.value!r}, which is "
+                    f"not a reader's name"
+                )
+            if reader is not None and record is not None and record != reader:
+                raise ReaderConflictError(
+                    f"namespace {config.namespace!r} on branch {branch!r} records reader {record!r}, so it "
+                    f"refuses reader {reader!r}: its summaries and context log hold {record!r}'s view, so "
+                    f"another reader would read them. Give each reader a namespace of its own"
+                )
+            require_marking(build_strategy(config.strategy), target, config.namespace)
+            actor = NamespaceActor(self, branch, config)
+            self._actors[key] = actor
+            try:
+                await actor.start()
+            except BaseException:
+                self._actors.pop(key, None)
+                raise
+        if compiles_for_none and actor.record is not None:
+            actor.check(None)  # C7: refused where its namespace records a reader
+        try:
+            resolved = await actor.attach(reader)
+        except BaseException:
+            if actor.managers == 0:
+                self._stop_actor(actor)
+            raise
+        return actor, resolved
+
+    def _check_config(self, actor: NamespaceActor, config: NamespaceConfig, explicit_strategy: bool) -> None:
+        running = actor.config
+        where = f"namespace {config.namespace!r} on branch {actor.branch!r}"
+        if explicit_strategy and config.strategy != actor.strategy_config:
+            raise ConfigConflictError(
+                f"{where} runs strategy {actor.strategy_config!r}; this open asked for {config.strategy!r}"
+            )
+        if config.view_filter is not None and config.view_filter is not running.view_filter:
+            raise ConfigConflictError(f"{where} runs with another view_filter")
+        if config.slot != running.slot or config.auxiliary != running.auxiliary:
+            raise ConfigConflictError(
+                f"{where} reads slots {(running.slot, *running.auxiliary)}; this open asked for "
+                f"{(config.slot, *config.auxiliary)}"
+            )
+
+    def _detach(self, actor: NamespaceActor) -> None:
+        actor.detach()
+        if actor.managers <= 0:
+            self._stop_actor(actor)
+
+    def _stop_actor(self, actor: NamespaceActor) -> None:
+        actor.stop()
+        if self._actors.get((actor.branch, actor.namespace)) is actor:
+            del self._actors[(actor.branch, actor.namespace)]
+
+    async def _derive(
+        self, parent: ContextManager, *, branch: str, strategy: Any, at_sequence: int | None, model: Any
+    ) -> ContextManager:
+        from .manager import ContextManager, Derivation
+
+        actor = parent._open()
+        actor._require_strategy()  # C12
+        record = actor.record
+        if isinstance(record, CorruptRecord):
+            raise ReaderConflictError(
+                f"namespace {actor.namespace!r} on branch {actor.branch!r} records {record.value!r}, which is "
+                f"not a reader's name; refusing to derive from it"
+            )
+        reader = parent.view_reader
+        if reader is not None and record is not None and record != reader:
+            raise ReaderConflictError(
+                f"namespace {actor.namespace!r} on branch {actor.branch!r} records reader {record!r}; a manager "
+                f"for {reader!r} can't derive from it"
+            )
+        child_reader = reader if reader is not None else record
+        config = attrs.evolve(
+            actor.config, strategy=strategy if strategy is not None else actor.strategy_config,
+            model=model if model is not None else actor.config.model,
+        )
+        require_marking(build_strategy(config.strategy), child_reader, actor.namespace)
+        commands: list[Any] = [CreateBranch(name=branch, from_branch=actor.branch, at_sequence=at_sequence)]
+        if child_reader is not None:
+            commands.append(SetValue(state=actor.reader_state, branch=branch, value=child_reader))
+        await self.store.ask(Atomically(commands=tuple(commands)))
+        child, resolved = await self._attach(branch, config, child_reader)
+        derivation = Derivation(
+            parent_branch=actor.branch, branch=branch, namespace=actor.namespace, at_sequence=at_sequence,
+            reader=resolved, isolate=parent._isolate, auxiliary_views=parent._auxiliary_views,
+        )
+        return ContextManager(
+            self, child, reader=resolved, explicit_reader=None, isolate=parent._isolate,
+            auxiliary_views=parent._auxiliary_views, view_filter=actor.config.view_filter, derivation=derivation,
+        )
+
+    async def reopen_derived(self, derivation: Derivation, *, strategy: Any = None, model: Any = None) -> ContextManager:
+        """Reopen a manager ``derive`` made, after a restart; it compiles for the reader its branch records."""
+        manager = await self.open(
+            derivation.namespace, strategy=strategy, branch=derivation.branch, isolate=derivation.isolate,
+            auxiliary_views=derivation.auxiliary_views, model=model,
+        )
+        manager.derivation = derivation
+        return manager
+
+    async def _reset_head_window(self, manager: ContextManager, transition_text: str | None) -> str:
+        actor = manager._open()
+        return await actor.call(manager.view_reader, "reset_head_window", manager, transition_text)
+
+    async def list_namespaces(self, branch: str = "main") -> list[NamespaceInfo]:
+        """Every namespace with a reader record state on ``branch``, with its reader and floor."""
+        await trio.lowlevel.checkpoint()
+        row = self.engine.branch(branch)
+        found = []
+        with self.engine.reader() as txn:
+            for info in self.engine.list_states():
+                if not info.name.endswith("/reader"):
+                    continue
+                namespace = info.name[: -len("/reader")]
+                reader, _ = self.engine.get_value(txn, info.name, row)
+                floor_state = f"{namespace}/narrowing-floor"
+                floor = self.engine.get_value(txn, floor_state, row)[0] if self.engine.has_state(floor_state) else 0
+                found.append(NamespaceInfo(namespace, reader if isinstance(reader, str) else None, floor or 0))
+        return found
 
     # -- branches ---------------------------------------------------------------------------
 
@@ -116,8 +325,8 @@ class Runtime:
             stats.batches,
             stats.commands,
             stats.largest_batch,
-            0,
-            0,
+            len(self._actors),
+            len(self.slots),
         )
 
 
@@ -159,6 +368,8 @@ async def open_runtime(
                 yield runtime
             finally:
                 runtime._closed = True
+                for actor in list(runtime._actors.values()):
+                    runtime._stop_actor(actor)
                 if runtime._store is not None:
                     # Let the actor answer what is queued, then stop.
                     runtime._store._send.close()

@@ -193,6 +193,13 @@ async def serve_store(
             for _, reply in pending:
                 if not reply.event.is_set():
                     reply.resolve(False, closed)
+            # Closing drops what is still queued; answer it first, or its callers wait forever.
+            while True:
+                try:
+                    _, reply = inbox.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                reply.resolve(False, closed)
             inbox.close()
             nursery.cancel_scope.cancel()
 

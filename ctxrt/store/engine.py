@@ -269,11 +269,12 @@ class Engine:
             self.dbs = {name: env.open_db(name, create=True) for name in keys.ALL_DBS}
             self._initialise()
         else:
-            with env.begin() as txn:
-                try:
-                    self.dbs = {name: env.open_db(name, txn=txn, create=False) for name in keys.ALL_DBS}
-                except lmdb.NotFoundError:
-                    raise StoreFormatError(f"{env.path()} is not a ctxrt store (no ctxrt tables)") from None
+            # No txn argument: handles opened in a caller's read txn die with it (py-lmdb 3.0.0
+            # resets read txns on exit instead of committing them).
+            try:
+                self.dbs = {name: env.open_db(name, create=False) for name in keys.ALL_DBS}
+            except lmdb.NotFoundError:
+                raise StoreFormatError(f"{env.path()} is not a ctxrt store (no ctxrt tables)") from None
         self._branches: dict[int, BranchRow] = {}
         self._branch_ids: dict[str, int] = {}
         self._states: dict[str, StateInfo] = {}
@@ -597,15 +598,15 @@ class Batch:
         return info
 
     def branch(self, name: str) -> BranchRow:
+        # A name deleted and recreated in this batch has a deleted row and a live one: take the live.
         for row in self.branches.values():
-            if row.name == name:
-                if row.deleted:
-                    break
+            if row.name == name and not row.deleted:
                 return row
-        else:
-            branch_id = self.engine._branch_ids.get(name)
-            if branch_id is not None:
-                return self.branches.get(branch_id) or self.engine._branches[branch_id]
+        branch_id = self.engine._branch_ids.get(name)
+        if branch_id is not None:
+            row = self.branches.get(branch_id) or self.engine._branches[branch_id]
+            if not row.deleted:
+                return row
         raise BranchNotFoundError(f"no branch named {name!r}")
 
     def _touch(self, row: BranchRow, sequence: int) -> None:

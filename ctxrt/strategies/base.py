@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import attrs
 
-from ..content import Block
+from ..content import Block, Message
+
+if TYPE_CHECKING:
+    from ..compile import Budget, PreviewResult
+    from ..namespace.context import StrategyContext
+    from ..views import MessageView
 
 Relation = Literal["copy", "derived", "referenced"]
 
@@ -25,3 +30,49 @@ class Entry:
     relation: Relation = "copy"
     summary_ids: tuple[str, ...] = ()
     cache_marker: bool = False
+
+
+@attrs.frozen
+class SelectOptions:
+    """What ``select`` is told besides the view and budget. ``dry_run`` commits nothing."""
+
+    dry_run: bool = False
+    context: "StrategyContext | None" = None
+
+
+class Strategy:
+    """Base of every strategy (DESIGN.md §7). The namespace actor owns one instance and calls it
+    in its mailbox order; ``tick`` runs in the actor's drain, and only the model call inside it
+    runs outside that order.
+
+    ``marks_compression_reads`` declares that the strategy calls
+    ``ctx.mark_compression_read(sequence)`` before it reads a message for a summary or a model
+    request (or makes no such read). A manager with a reader refuses a strategy that doesn't
+    (spec/audience.md D6).
+    """
+
+    name: str = "strategy"
+    marks_compression_reads: bool = False
+
+    async def initialize(self, ctx: "StrategyContext") -> None:
+        """Load persisted state for ``ctx``'s branch; called at start and after a view change."""
+
+    async def on_new_message(self, message: Message, ctx: "StrategyContext") -> None:
+        """Called once per new message, with the reader's view of it (never for one it sees nothing of)."""
+
+    async def select(self, view: "MessageView", budget: "Budget", options: SelectOptions) -> list[Entry]:
+        raise NotImplementedError
+
+    async def preview(self, view: "MessageView", budget: "Budget", options: SelectOptions) -> "PreviewResult | None":
+        return None
+
+    async def tick(self, ctx: "StrategyContext") -> bool:
+        """One unit of background work; True if it made progress."""
+        return False
+
+    def is_ready(self) -> bool:
+        return True
+
+    def pending_work(self) -> int:
+        """How many units of work are queued (0 when ready)."""
+        return 0

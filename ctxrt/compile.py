@@ -1,0 +1,508 @@
+"""Entries -> request messages (spec/core.md P2-P7; REF §3.6, §4.7). Pure and synchronous.
+
+A strategy's ``select`` returns entries; ``build_compile_result`` turns them into compiled
+messages: mixed tool messages split, cache markers placed, tool pairs repaired, injections
+placed, provenance attached. ``CompileResult.to_anthropic`` gives a request body the
+``anthropic`` SDK accepts as is.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+import attrs
+
+from .codec import block_to_api, blocks_from_content, find_audience, validate_participant
+from .content import (
+    Block,
+    CompiledMessage,
+    ContentLike,
+    Document,
+    Image,
+    Message,
+    RedactedThinking,
+    Text,
+    Thinking,
+    ToolResult,
+    ToolUse,
+)
+from .errors import MalformedContentError
+
+if TYPE_CHECKING:  # strategies import compile's records; a runtime import here could cycle
+    from .strategies.base import Entry
+
+MAX_REQUEST_CACHE_CONTROLS = 4  # the provider's limit per request
+MAX_MESSAGE_BREAKPOINTS = 3  # one of the provider's 4 is left for the host
+INJECTION_PARTICIPANT_PREFIX = "system_context:"
+CONTINUED_TEXT = "(continued)"
+Position = Literal["system", "before_user", "after_user"]
+POSITIONS: tuple[str, ...] = ("system", "before_user", "after_user")
+
+
+def _non_negative_int(_: Any, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
+
+
+@attrs.frozen
+class Budget:
+    """What a compile may spend: strategies fit into ``usable`` tokens (P2)."""
+
+    max_tokens: int = attrs.field(default=100_000, validator=_non_negative_int)
+    reserve_for_response: int = attrs.field(default=4_000, validator=_non_negative_int)
+
+    @property
+    def usable(self) -> int:
+        return max(0, self.max_tokens - self.reserve_for_response)
+
+
+@attrs.frozen
+class Injection:
+    """Content a host adds at compile time at a named position (P3)."""
+
+    namespace: str
+    position: Position = attrs.field(validator=attrs.validators.in_(POSITIONS))
+    content: ContentLike
+
+
+@attrs.frozen
+class MessageInjection:
+    """A message a host adds at compile time, ``depth`` messages from the end."""
+
+    participant: str
+    content: ContentLike
+    depth: int = attrs.field(default=0, validator=_non_negative_int)
+
+
+@attrs.frozen
+class Source:
+    """Where a compiled message came from; ``complete`` is set for raw message bodies only (P6)."""
+
+    kind: Literal["message", "summary", "injection"]
+    id: str
+    complete: bool | None = None
+
+
+@attrs.frozen
+class Provenance:
+    """Which stored messages and summaries each compiled message came from, in the reader's view (P6, A4)."""
+
+    compile_id: str
+    namespace: str
+    branch: str
+    reader: str | None
+    strategy: str
+    messages: tuple[tuple[Source, ...], ...]  # parallel to CompileResult.messages
+    raw_bodies: Mapping[str, Message]
+    completeness: Mapping[str, bool]
+
+
+@attrs.frozen
+class CompileResult:
+    messages: list[CompiledMessage]
+    system_injections: list[Block]
+    provenance: Provenance
+
+    def to_anthropic(self, *, assistant: str | Collection[str], system: str | None = None) -> dict[str, Any]:
+        """``{"system"?, "messages"}`` for ``anthropic.AsyncAnthropic().messages.create(**body, model=..., max_tokens=...)`` (P7).
+
+        Participants in ``assistant`` speak as the assistant, everyone else as the user.
+        """
+        body: dict[str, Any] = {}
+        texts = [system] if system else []
+        texts += [b.text for b in self.system_injections if isinstance(b, Text) and b.text]
+        if texts:
+            body["system"] = "\n\n".join(texts)
+        body["messages"] = to_anthropic_messages(self.messages, assistant)
+        return body
+
+
+@attrs.frozen
+class PreviewResult:
+    fits: bool
+    final_tokens: int
+    budget_tokens: int
+    head_tokens: int
+    tail_tokens: int
+    middle_tokens: int
+
+
+# --------------------------------------------------------------------------------------------
+# Tool messages (P4; REF §4.7)
+# --------------------------------------------------------------------------------------------
+
+
+def split_mixed_tool_messages(participant: str, content: Sequence[Block]) -> list[tuple[str, tuple[Block, ...]]]:
+    """Split a non-"user" message holding tool_results: each run of tool_results becomes a "user" part.
+
+    Blocks before and after a run stay with ``participant``, in order.
+    """
+    if participant.lower() == "user" or not any(type(b) is ToolResult for b in content):
+        return [(participant, tuple(content))]
+    parts: list[tuple[str, tuple[Block, ...]]] = []
+    run: list[Block] = []
+    run_is_results = False
+    for block in content:
+        is_result = type(block) is ToolResult
+        if run and is_result != run_is_results:
+            parts.append(("user" if run_is_results else participant, tuple(run)))
+            run = []
+        run.append(block)
+        run_is_results = is_result
+    parts.append(("user" if run_is_results else participant, tuple(run)))
+    return parts
+
+
+def _repair_tool_pairing(messages: Sequence[CompiledMessage]) -> tuple[list[CompiledMessage], list[int]]:
+    uses = [{b.id for b in m.content if type(b) is ToolUse} for m in messages]  # type: ignore[union-attr]
+    results = [{b.tool_use_id for b in m.content if type(b) is ToolResult} for m in messages]  # type: ignore[union-attr]
+    out: list[CompiledMessage] = []
+    origins: list[int] = []
+    empty: set[str] = set()
+    for i, message in enumerate(messages):
+        answered = results[i + 1] if i + 1 < len(messages) else empty
+        asked = uses[i - 1] if i > 0 else empty
+        kept = tuple(
+            b
+            for b in message.content
+            if not (type(b) is ToolUse and b.id not in answered)  # type: ignore[union-attr]
+            and not (type(b) is ToolResult and b.tool_use_id not in asked)  # type: ignore[union-attr]
+        )
+        if not kept:
+            if message.cache_breakpoint and out:  # the cached prefix still ends here
+                out[-1] = attrs.evolve(out[-1], cache_breakpoint=True)
+            continue
+        out.append(message if len(kept) == len(message.content) else attrs.evolve(message, content=kept))
+        origins.append(i)
+    return out, origins
+
+
+def repair_tool_pairing(messages: Sequence[CompiledMessage]) -> list[CompiledMessage]:
+    """Drop every tool_use not answered in the next message and every tool_result not asked in the previous one (P4).
+
+    A message left empty is dropped (its cache breakpoint moves to the message before it).
+    Kept pairs stay adjacent: both halves of a pair keep each other.
+    """
+    return _repair_tool_pairing(messages)[0]
+
+
+# --------------------------------------------------------------------------------------------
+# Cache breakpoints (P5)
+# --------------------------------------------------------------------------------------------
+
+
+def apply_cache_breakpoints(
+    messages: Sequence[CompiledMessage], *, limit: int = MAX_MESSAGE_BREAKPOINTS
+) -> list[CompiledMessage]:
+    """Keep at most ``limit`` breakpoints: the first (the head window's end) and the last ones (P5)."""
+    marked = [i for i, m in enumerate(messages) if m.cache_breakpoint]
+    if len(marked) <= limit:
+        return list(messages)
+    keep = set(marked[:1] + marked[len(marked) - (limit - 1) :]) if limit > 0 else set()
+    return [
+        attrs.evolve(m, cache_breakpoint=False) if m.cache_breakpoint and i not in keep else m
+        for i, m in enumerate(messages)
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Injections (P3, B4)
+# --------------------------------------------------------------------------------------------
+
+
+def refuse_audience_in_injections(
+    injections: Sequence[Injection], message_injections: Sequence[MessageInjection]
+) -> None:
+    """Raise ``MalformedContentError`` naming the first injected block that carries an audience (B4)."""
+    for label, items in (("injections", injections), ("message_injections", message_injections)):
+        for i, injection in enumerate(items):
+            where = find_audience(injection.content, path=f"{label}[{i}].content")
+            if where is not None:
+                raise MalformedContentError(
+                    where, "an injection may not carry an audience: injected content is seen by whoever "
+                    "the compile is for, so restrict it by not injecting it"
+                )
+
+
+def _injection_blocks(
+    injections: Sequence[Injection], message_injections: Sequence[MessageInjection]
+) -> tuple[list[tuple[Block, ...]], list[tuple[Block, ...]]]:
+    refuse_audience_in_injections(injections, message_injections)
+    placed = []
+    for i, injection in enumerate(injections):
+        blocks = blocks_from_content(injection.content, path=f"injections[{i}].content")
+        if injection.position == "system":
+            for j, block in enumerate(blocks):
+                if type(block) is not Text:
+                    raise MalformedContentError(
+                        f"injections[{i}].content[{j}]", f"a system injection may hold only text blocks, not {block.type}"
+                    )
+        placed.append(blocks)
+    messages = []
+    for i, injection in enumerate(message_injections):
+        validate_participant(injection.participant, path=f"message_injections[{i}].participant")
+        messages.append(blocks_from_content(injection.content, path=f"message_injections[{i}].content"))
+    return placed, messages
+
+
+def validate_injections(injections: Sequence[Injection], message_injections: Sequence[MessageInjection]) -> None:
+    """Refuse audiences (B4) and malformed content in injections, before a strategy selects anything."""
+    _injection_blocks(injections, message_injections)
+
+
+Origin = Union[int, Source]
+
+
+def _place_injections(
+    messages: Sequence[CompiledMessage],
+    injections: Sequence[Injection],
+    message_injections: Sequence[MessageInjection],
+) -> tuple[list[CompiledMessage], list[Block], list[Origin]]:
+    placed, injected = _injection_blocks(injections, message_injections)
+    system_blocks: list[Block] = []
+    before: list[tuple[CompiledMessage, Origin]] = []
+    after: list[tuple[CompiledMessage, Origin]] = []
+    for injection, blocks in zip(injections, placed):
+        if injection.position == "system":
+            system_blocks.extend(blocks)
+            continue
+        item = (
+            CompiledMessage(INJECTION_PARTICIPANT_PREFIX + injection.namespace, blocks),
+            Source("injection", injection.namespace),
+        )
+        (before if injection.position == "before_user" else after).append(item)
+    n = len(messages)
+    at_depth: dict[int, list[tuple[CompiledMessage, Origin]]] = {}
+    for i, (injection, blocks) in enumerate(zip(message_injections, injected)):
+        at_depth.setdefault(max(0, n - injection.depth), []).append(
+            (CompiledMessage(injection.participant, blocks), Source("injection", f"message_injections[{i}]"))
+        )
+    last_user = max((i for i, m in enumerate(messages) if m.participant.lower() == "user"), default=None)
+    if last_user is None:
+        before = []  # nothing to go before: dropped, as the reference does (REF §9 item 10)
+        after_slot = n
+    else:
+        after_slot = last_user + 1
+    out: list[CompiledMessage] = []
+    origins: list[Origin] = []
+    for slot in range(n + 1):
+        # In one slot: what follows the user message hugs it, what precedes the next one hugs that.
+        group = (after if slot == after_slot else []) + at_depth.get(slot, []) + (before if slot == last_user else [])
+        for message, origin in group:
+            out.append(message)
+            origins.append(origin)
+        if slot < n:
+            out.append(messages[slot])
+            origins.append(slot)
+    return out, system_blocks, origins
+
+
+def place_injections(
+    messages: Sequence[CompiledMessage],
+    injections: Sequence[Injection] = (),
+    message_injections: Sequence[MessageInjection] = (),
+) -> tuple[list[CompiledMessage], list[Block]]:
+    """Place injections (P3): ``system`` ones into the returned system blocks; ``before_user`` ones before the
+    last "user" message (case-insensitive; dropped if none); ``after_user`` ones after it (at the end if none);
+    message injections ``depth`` messages from the end. Order within a position is kept.
+    """
+    out, system_blocks, _ = _place_injections(messages, injections, message_injections)
+    return out, system_blocks
+
+
+# --------------------------------------------------------------------------------------------
+# Provenance (P6)
+# --------------------------------------------------------------------------------------------
+
+
+def _covers(rendered: Block, stored: Block) -> bool:
+    kind = type(stored)
+    if type(rendered) is not kind:
+        return False
+    if kind is Text:
+        return stored.text in rendered.text  # type: ignore[union-attr]  # a prefixed header is fine
+    if kind is Thinking:
+        return rendered.thinking == stored.thinking and rendered.signature == stored.signature  # type: ignore[union-attr]
+    if kind is RedactedThinking:
+        return rendered.data == stored.data  # type: ignore[union-attr]
+    if kind is Image:
+        return rendered.source == stored.source  # type: ignore[union-attr]
+    if kind is Document:
+        return rendered.source == stored.source and rendered.title == stored.title  # type: ignore[union-attr]
+    if kind is ToolUse:
+        return (rendered.id, rendered.name, rendered.input) == (stored.id, stored.name, stored.input)  # type: ignore[union-attr]
+    if kind is ToolResult:
+        if rendered.tool_use_id != stored.tool_use_id or rendered.is_error != stored.is_error:  # type: ignore[union-attr]
+            return False
+        r, s = rendered.content, stored.content  # type: ignore[union-attr]
+        if isinstance(s, str) or isinstance(r, str):
+            return isinstance(r, str) and isinstance(s, str) and s in r
+        return coverage_complete(r, s)
+    return False
+
+
+def coverage_complete(rendered_blocks: Sequence[Block], stored_blocks: Sequence[Block]) -> bool:
+    """Whether every stored block is carried unaltered, in order, by the rendered blocks (P6, REF §3.6).
+
+    Text is covered by a rendered text that contains it (empty stored text is ignored); media by
+    an exactly equal source; tool blocks by id, name and input; thinking byte for byte.
+    """
+    j = 0
+    for stored in stored_blocks:
+        if type(stored) is Text and not stored.text:
+            continue
+        while j < len(rendered_blocks) and not _covers(rendered_blocks[j], stored):
+            j += 1
+        if j == len(rendered_blocks):
+            return False
+        if type(stored) is not Text:  # one rendered text may carry several stored texts (joined shards)
+            j += 1
+    return True
+
+
+def _entry_sources(entry: Entry) -> tuple[tuple[str, str, bool], ...]:
+    """(kind, id, raw) per source: a ``copy`` entry's message ids are raw bodies."""
+    raw = entry.relation == "copy"
+    return tuple(("message", mid, raw) for mid in entry.source_ids) + tuple(
+        ("summary", sid, False) for sid in entry.summary_ids
+    )
+
+
+def build_compile_result(
+    entries: Sequence[Entry],
+    *,
+    namespace: str,
+    branch: str,
+    reader: str | None,
+    strategy_name: str,
+    lookup: Callable[[str], Message | None],
+    injections: Sequence[Injection] = (),
+    message_injections: Sequence[MessageInjection] = (),
+    compile_id: str | None = None,
+) -> CompileResult:
+    """Entries -> CompileResult: split, cache markers, tool pairing, injections, provenance (P3-P6).
+
+    ``lookup(id)`` returns a stored message as the reader sees it, or None.
+    """
+    messages: list[CompiledMessage] = []
+    sources: list[tuple[tuple[str, str, bool], ...]] = []
+    for i, entry in enumerate(entries):
+        if not entry.content:
+            continue
+        where = find_audience(entry.content, path=f"entries[{i}].content")
+        if where is not None:  # the strategy handed over a block outside the reader's view
+            raise MalformedContentError(where, "a compiled entry may not carry an audience (spec/audience.md B3, A8)")
+        entry_sources = _entry_sources(entry)
+        parts = split_mixed_tool_messages(entry.participant, entry.content)
+        for k, (participant, content) in enumerate(parts):
+            last = k == len(parts) - 1
+            messages.append(CompiledMessage(participant, content, cache_breakpoint=entry.cache_marker and last))
+            sources.append(entry_sources)
+    messages, kept = _repair_tool_pairing(messages)
+    sources = [sources[k] for k in kept]
+    messages = apply_cache_breakpoints(messages)
+    messages, system_blocks, origins = _place_injections(messages, injections, message_injections)
+
+    rendered: dict[str, list[Block]] = {}
+    for message, origin in zip(messages, origins):
+        if isinstance(origin, int):
+            for kind, sid, raw in sources[origin]:
+                if raw:
+                    rendered.setdefault(sid, []).extend(message.content)
+    raw_bodies: dict[str, Message] = {}
+    completeness: dict[str, bool] = {}
+    for sid, blocks in rendered.items():
+        body = lookup(sid)
+        if body is not None:
+            raw_bodies[sid] = body
+        completeness[sid] = body is not None and coverage_complete(blocks, body.content)
+    per_message = tuple(
+        (origin,)
+        if isinstance(origin, Source)
+        else tuple(Source(kind, sid, completeness[sid] if raw else None) for kind, sid, raw in sources[origin])  # type: ignore[arg-type]
+        for origin in origins
+    )
+    provenance = Provenance(
+        compile_id=compile_id or str(uuid.uuid4()),
+        namespace=namespace,
+        branch=branch,
+        reader=reader,
+        strategy=strategy_name,
+        messages=per_message,
+        raw_bodies=raw_bodies,
+        completeness=completeness,
+    )
+    return CompileResult(messages, system_blocks, provenance)
+
+
+# --------------------------------------------------------------------------------------------
+# Anthropic request form (P7)
+# --------------------------------------------------------------------------------------------
+
+
+def _sendable(block: Block, role: str) -> bool:
+    kind = type(block)
+    if kind is Text:
+        return bool(block.text.strip())  # type: ignore[union-attr]  # the API refuses blank text blocks
+    if kind is Thinking:
+        # Only the assistant's own signed thinking can be replayed; the API verifies the signature.
+        return role == "assistant" and bool(block.signature)  # type: ignore[union-attr]
+    if kind is RedactedThinking:
+        return role == "assistant"
+    return True
+
+
+def _mark_cache(content: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for block in reversed(content):
+        if block["type"] not in ("thinking", "redacted_thinking"):  # thinking can't carry cache_control
+            block["cache_control"] = {"type": "ephemeral"}
+            return block
+    return None
+
+
+def _cap_cache_controls(turns: list[dict[str, Any]], ours: list[dict[str, Any]]) -> None:
+    # The provider refuses more than 4 cache_control blocks: a host's own markers on stored text
+    # give way, earliest first, to the compile's breakpoints.
+    marked = [b for turn in turns for b in turn["content"] if "cache_control" in b]
+    excess = len(marked) - MAX_REQUEST_CACHE_CONTROLS
+    for block in marked:
+        if excess <= 0:
+            return
+        if not any(block is o for o in ours):
+            del block["cache_control"]
+            excess -= 1
+
+
+def to_anthropic_messages(messages: Sequence[CompiledMessage], assistant: str | Collection[str]) -> list[dict[str, Any]]:
+    """Messages API ``messages``: roles by membership in ``assistant``, same-role runs merged (P7).
+
+    A breakpoint becomes ``cache_control: {"type": "ephemeral"}`` on its message's last block (a
+    host's own cache_control on stored text gives way past the provider's 4); blocks the API refuses (blank text, thinking outside the assistant's turns) are left out;
+    tool_results lead their user turn; a leading assistant turn follows a "(continued)" user turn.
+    """
+    speakers = {assistant} if isinstance(assistant, str) else assistant
+    out: list[dict[str, Any]] = []
+    ours: list[dict[str, Any]] = []
+    for message in messages:
+        role = "assistant" if message.participant in speakers else "user"
+        content = [block_to_api(b) for b in message.content if _sendable(b, role)]
+        if not content:
+            continue
+        if message.cache_breakpoint:
+            marked = _mark_cache(content)
+            if marked is not None:
+                ours.append(marked)
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(content)
+        else:
+            out.append({"role": role, "content": content})
+    for turn in out:
+        # The API wants a user turn's tool_results first (an injection may sit before them).
+        if turn["role"] == "user" and any(b["type"] == "tool_result" for b in turn["content"]):
+            turn["content"].sort(key=lambda b: b["type"] != "tool_result")
+    _cap_cache_controls(out, ours)
+    if out and out[0]["role"] == "assistant":
+        out.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED_TEXT}]})
+    return out

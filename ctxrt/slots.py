@@ -1,0 +1,228 @@
+"""Slot caches: a slot's materialised messages on one branch, shared by a whole runtime.
+
+In a writing runtime the store actor publishes every commit; a cache extends itself on appends
+(O(1) each) and rebuilds its list once on an edit or a removal, so a read never reloads a slot
+because a sibling appended (spec/slot-cache.md S1, S2, S4). A read-only runtime has no events:
+it revalidates at each read from the slot's head (S3). ``CTXRT_CACHE_DIAG=1`` logs every reload
+with its reason and every tail fill with its count (S5).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from . import codec
+from .content import Block, Message, ToolResult, has_audience
+from .store.engine import Engine, ItemAppended, ItemEdited, ItemsRemoved, Operation
+
+logger = logging.getLogger("ctxrt.slots")
+
+
+def _diagnostics() -> bool:
+    return os.environ.get("CTXRT_CACHE_DIAG") == "1"
+
+
+def holds_audience(blocks: Sequence[Block]) -> bool:
+    """Whether any block, top level or nested in a tool result, declares an audience."""
+    for block in blocks:
+        if has_audience(block):
+            return True
+        if type(block) is ToolResult and not isinstance(block.content, str) and holds_audience(block.content):
+            return True
+    return False
+
+
+@attrs.frozen
+class Appended:
+    """What a writer attaches to its append so caches need not decode it."""
+
+    participant: str
+    content: tuple[Block, ...]  # blobs resolved
+    metadata: Any
+    timestamp_ms: int
+    caused_by: tuple[str, ...]
+    origin: Any = None  # the namespace actor that wrote it, for its holds
+    hold: bool | float = False
+
+
+class SlotCache:
+    """One (branch, slot)'s messages, in slot order (which is sequence order).
+
+    ``messages`` grows in place on appends and is replaced by a new list on any other change;
+    ``rewrites`` counts those replacements, so a derived listing can tell "only appended since"
+    from "rewritten since" in O(1).
+    """
+
+    def __init__(self, engine: Engine, state: str, branch_id: int, *, live: bool) -> None:
+        self.engine = engine
+        self.state = state
+        self.branch_id = branch_id
+        self.live = live  # kept current by commit events (a writing runtime's cache)
+        self.messages: list[Message] = []
+        self.rewrites = 0
+        self.revision = 0
+        self.rewrite_revision = 0
+        self.may_hold_audience = False
+        self.subscribers: list[Callable[[Message, Appended | None], None]] = []
+        self.reloads = 0
+        self.tail_fills = 0
+        self._reload("first read")
+
+    # -- loading ----------------------------------------------------------------------------
+
+    def _decode(self, data: bytes, sequence: int, txn: Any) -> Message:
+        message = codec.message_from_json(data, sequence=sequence)
+        resolved = codec.resolve_blobs(message.content, lambda sha: self.engine.get_blob(txn, sha))
+        if resolved is not message.content:
+            message = attrs.evolve(message, content=resolved)
+        return message
+
+    def _reload(self, reason: str) -> None:
+        branch = self.engine.branch_by_id(self.branch_id)
+        with self.engine.reader() as txn:
+            head = self.engine.log_head(txn, self.state, branch)
+            items = self.engine.log_items(txn, self.state, branch, head=head)
+            self.messages = [self._decode(item.data, item.sequence, txn) for item in items]
+        self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
+        self.may_hold_audience = self.may_hold_audience or any(holds_audience(m.content) for m in self.messages)
+        self.rewrites += 1
+        self.reloads += 1
+        if _diagnostics():
+            logger.info("reload %s on branch %d: %s (%d messages)", self.state, self.branch_id, reason, len(self.messages))
+
+    def current(self) -> list[Message]:
+        """The messages now; a read-only cache first revalidates against the slot's head (S3)."""
+        if not self.live:
+            self._revalidate()
+        return self.messages
+
+    def _revalidate(self) -> None:
+        branch = self.engine.branch_by_id(self.branch_id)
+        with self.engine.reader() as txn:
+            head = self.engine.log_head(txn, self.state, branch)
+            if head.revision == self.revision:
+                return
+            if head.rewrite_revision != self.rewrite_revision:
+                reason = "rewritten since"
+            elif head.length < len(self.messages):
+                reason = "length mismatch"
+            else:
+                # Only appends since: read just the new tail (one range scan).
+                items = self.engine.log_items(txn, self.state, branch, start=len(self.messages), head=head)
+                for item in items:
+                    self._push(self._decode(item.data, item.sequence, txn))
+                self.revision = head.revision
+                self.tail_fills += 1
+                if _diagnostics():
+                    logger.info("tail fill %s on branch %d: %d appended", self.state, self.branch_id, len(items))
+                return
+        self._reload(reason)
+
+    # -- events (writing runtime) -----------------------------------------------------------
+
+    def _push(self, message: Message) -> None:
+        self.messages.append(message)
+        if not self.may_hold_audience and holds_audience(message.content):
+            self.may_hold_audience = True
+
+    def apply(self, operation: Operation) -> None:
+        """Bring the cache up to date with one committed operation on its (branch, slot)."""
+        if isinstance(operation, ItemAppended):
+            appended: Appended | None = operation.attachment
+            if appended is None:
+                message = codec.message_from_json(operation.data, sequence=operation.sequence)
+            else:
+                message = Message(
+                    str(operation.sequence), operation.sequence, appended.participant, appended.content,
+                    appended.metadata, appended.timestamp_ms, appended.caused_by,
+                )
+            self._push(message)
+            self.revision = operation.sequence
+            for notify in self.subscribers:
+                notify(message, appended)
+        elif isinstance(operation, ItemEdited):
+            index = self.index_of(operation.item_sequence)
+            self.revision = self.rewrite_revision = operation.sequence
+            if index is None:
+                self._reload("edited an item the cache doesn't hold")
+                return
+            old = self.messages[index]
+            appended = operation.attachment
+            content = appended.content if appended is not None else codec.message_from_json(
+                operation.data, sequence=operation.item_sequence
+            ).content
+            messages = list(self.messages)
+            messages[index] = attrs.evolve(old, content=content)
+            self.messages = messages
+            self.may_hold_audience = self.may_hold_audience or holds_audience(content)
+            self.rewrites += 1
+        elif isinstance(operation, ItemsRemoved):
+            first = self.index_of(operation.from_sequence)
+            last = self.index_of(operation.to_sequence)
+            self.revision = self.rewrite_revision = operation.sequence
+            if first is None or last is None:
+                self._reload("removed items the cache doesn't hold")
+                return
+            self.messages = self.messages[:first] + self.messages[last + 1 :]
+            self.rewrites += 1
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def index_of(self, sequence: int) -> int | None:
+        messages = self.current()
+        index = bisect_left(messages, sequence, key=_sequence)
+        if index < len(messages) and messages[index].sequence == sequence:
+            return index
+        return None
+
+    def get(self, message_id: str) -> Message | None:
+        sequence = parse_id(message_id)
+        if sequence is None:
+            return None
+        index = self.index_of(sequence)
+        return None if index is None else self.messages[index]
+
+
+def _sequence(message: Message) -> int:
+    return message.sequence
+
+
+def parse_id(message_id: object) -> int | None:
+    """A message id's sequence, or None if it isn't one (ids are decimal sequences)."""
+    if isinstance(message_id, str) and message_id.isdigit() and message_id.isascii():
+        return int(message_id)
+    return None
+
+
+class SlotRegistry:
+    """Every slot cache of one runtime, keyed by (state, branch id), fed by commit events."""
+
+    def __init__(self, engine: Engine, *, live: bool) -> None:
+        self.engine = engine
+        self.live = live
+        self._caches: dict[tuple[str, int], SlotCache] = {}
+
+    def __len__(self) -> int:
+        return len(self._caches)
+
+    def cache(self, state: str, branch_id: int) -> SlotCache:
+        key = (state, branch_id)
+        cache = self._caches.get(key)
+        if cache is None:
+            cache = self._caches[key] = SlotCache(self.engine, state, branch_id, live=self.live)
+        return cache
+
+    def publish(self, operations: Sequence[Operation]) -> None:
+        for operation in operations:
+            state = getattr(operation, "state", None)
+            if state is None:
+                continue
+            cache = self._caches.get((state, operation.branch))
+            if cache is not None:
+                cache.apply(operation)

@@ -1,0 +1,97 @@
+"""WindowedPassthrough: a persisted anchor; re-anchors coarsely only on overflow (T2).
+
+Between overflows the anchor never moves, so the prompt is a byte-stable prefix plus appends,
+which keeps a provider's prompt cache warm.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..content import ToolResult, ToolUse
+from ..errors import OverBudgetError
+from ..slots import _sequence
+from .base import Entry, SelectOptions, Strategy
+from .shaping import shape
+
+if TYPE_CHECKING:
+    from ..compile import Budget
+    from ..namespace.context import StrategyContext
+    from ..views import MessageView
+
+
+def _fraction(_: object, __: object, value: float) -> None:
+    if not (isinstance(value, (int, float)) and 0 < value <= 1):
+        raise ValueError(f"re_anchor_fraction must be in (0, 1], got {value!r}")
+
+
+def _has(message, kind) -> bool:  # type: ignore[no-untyped-def]
+    return any(type(block) is kind for block in message.content)
+
+
+class WindowedPassthroughStrategy(Strategy):
+    name = "windowed"
+    marks_compression_reads = True  # it reads nothing for compression
+
+    def __init__(self, config: WindowedPassthrough) -> None:
+        self.config = config
+        self.anchor = 0
+
+    async def initialize(self, ctx: StrategyContext) -> None:
+        anchor = ctx.get_value("anchor", 0)
+        self.anchor = anchor if isinstance(anchor, int) and not isinstance(anchor, bool) else 0
+
+    async def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
+        messages = view.get_all()
+        if not messages:
+            return []
+        if self.anchor > messages[-1].sequence:
+            self.anchor = 0  # a persisted anchor past the head (another branch's) starts over
+        usable = budget.usable
+        cap = self.config.max_message_tokens
+        start = bisect_left(messages, self.anchor, key=_sequence)
+        shaped = [shape(message, cap) for message in messages[start:]]
+        if sum(cost for _, cost in shaped) > usable:
+            newest = shape(messages[-1], cap)[1]
+            if newest > usable and not options.dry_run:
+                raise OverBudgetError(
+                    f"Windowed passthrough: the newest message alone but {newest} tokens still exceed hard "
+                    f"budget {usable}",
+                    budget=usable, actual=newest,
+                )
+            start = self._re_anchor(messages, view, usable, cap)
+            if not options.dry_run and options.context is not None:
+                await options.context.set_value("anchor", self.anchor)
+            shaped = [shape(message, cap) for message in messages[start:]]
+        return [Entry(m.participant, m.content, (m.id,), "copy") for m, _ in shaped]
+
+    def _re_anchor(self, messages, view, usable: int, cap: int) -> int:  # type: ignore[no-untyped-def]
+        target = self.config.re_anchor_fraction * usable
+        total = 0
+        start = len(messages) - 1
+        for index in range(len(messages) - 1, -1, -1):
+            cost = shape(messages[index], cap)[1]
+            if total + cost > target and index < len(messages) - 1:
+                break
+            total += cost
+            start = index
+        # Retreat one message rather than cut a tool pair at the window's edge (P4).
+        if start > 0 and _has(messages[start], ToolResult) and _has(messages[start - 1], ToolUse):
+            if total + shape(messages[start - 1], cap)[1] <= usable:
+                start -= 1
+        self.anchor = messages[start].sequence
+        return start
+
+
+@attrs.frozen
+class WindowedPassthrough:
+    """Config of ``WindowedPassthroughStrategy`` (API.md §Strategies)."""
+
+    re_anchor_fraction: float = attrs.field(default=0.5, validator=_fraction)
+    max_message_tokens: int = 0
+
+    def create(self) -> WindowedPassthroughStrategy:
+        return WindowedPassthroughStrategy(self)
