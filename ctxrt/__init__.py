@@ -61,6 +61,11 @@ from .runtime import (
     open_runtime as open_runtime,
 )
 from .store.protocol import BranchInfo as BranchInfo
+from .strategies.autobiographical import (
+    Autobiographical as Autobiographical,
+    Summary as Summary,
+    SummaryMatch as SummaryMatch,
+)
 from .strategies.base import Entry as Entry, SelectOptions as SelectOptions, Strategy as Strategy
 from .strategies.passthrough import Passthrough as Passthrough
 from .strategies.windowed import WindowedPassthrough as WindowedPassthrough

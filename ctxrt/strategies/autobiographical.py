@@ -1,0 +1,534 @@
+"""Autobiographical compression: head window, recent window, persisted chunks, hierarchical
+summaries made by a model (spec/core.md T3-T6; REF §4.4-§4.5).
+
+Zones over the reader's view: a verbatim head window, a raw recent window (evicted newest
+first, emitted chronologically), and the middle, cut into chunks that close at
+``target_chunk_tokens`` (at least 4 messages, never right after a tool_use). Closed chunks are
+persisted, so boundaries are stable across restarts; each is compressed into an L1 summary
+"as of" the chunk, and L1s merge into L2 (L2 into L3) at ``merge_threshold``. The narrowing
+floor is raised before every compression read (spec/audience.md D2, D4).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from bisect import bisect_left
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..content import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse
+from ..errors import ModelError
+from ..slots import _sequence
+from ..tokens import estimate_text
+from .base import Entry, SelectOptions, Strategy
+from .shaping import shape
+
+if TYPE_CHECKING:
+    from ..compile import Budget, PreviewResult
+    from ..namespace.context import StrategyContext
+    from ..views import MessageView
+
+logger = logging.getLogger("ctxrt.autobiographical")
+
+MANAGER = "Context Manager"
+TRANSITION_PREFIX = "[Topic Transition]"
+SYSTEM = "You are forming autobiographical memories of a conversation."
+MIN_CHUNK_MESSAGES = 4
+MAX_ATTEMPTS = 3
+SEPARATOR = "\n\n---\n\n"
+
+
+@attrs.frozen
+class Summary:
+    id: str
+    level: int
+    content: str
+    tokens: int
+    source_ids: tuple[str, ...]  # message ids for L1, child summary ids above
+    first_sequence: int
+    last_sequence: int
+    first_id: str
+    last_id: str
+    created_ms: int
+    parent_id: str | None = None
+
+
+@attrs.frozen
+class SummaryMatch:
+    summary: Summary
+    matches: int
+
+
+@attrs.frozen
+class Chunk:
+    id: str
+    message_ids: tuple[str, ...]
+    first_sequence: int
+    last_sequence: int
+
+
+def render_transcript(messages: Sequence[Message]) -> str:
+    """Messages as plain transcript text for a compression request (REF §4.4)."""
+    parts: list[str] = []
+    previous = None
+    for message in messages:
+        lines = []
+        for block in message.content:
+            if type(block) is Text:
+                lines.append(block.text)
+            elif type(block) is ToolUse:
+                lines.append(f"[Tool: {block.name}]")
+            elif type(block) is ToolResult:
+                body = block.content if isinstance(block.content, str) else " ".join(
+                    b.text for b in block.content if type(b) is Text
+                )
+                lines.append(f"[Tool Result] {body}")
+            elif type(block) in (Image, Document):
+                lines.append("[Image]" if type(block) is Image else "[Document]")
+        text = "\n".join(lines)
+        if not text:
+            continue
+        if message.participant == previous:
+            parts.append(f"---\n\n{text}")
+        else:
+            parts.append(f"# {message.participant.upper()}\n{text}")
+        previous = message.participant
+    return "<earlier_in_conversation>\n" + "\n\n".join(parts) + "\n</earlier_in_conversation>"
+
+
+class AutobiographicalStrategy(Strategy):
+    name = "autobio"
+    marks_compression_reads = True
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.auto_tick = config.auto_tick
+        self.chunks: list[Chunk] = []
+        self.summaries: list[Summary] = []
+        self.attempts: dict[str, int] = {}
+        self.head_start_id: str | None = None
+        self._compressed: set[str] = set()  # chunk ids with an L1
+
+    # -- state ------------------------------------------------------------------------------
+
+    async def initialize(self, ctx: StrategyContext) -> None:
+        self.chunks = [Chunk(c["id"], tuple(c["ids"]), c["first"], c["last"]) for c in ctx.read_log("chunks")]
+        raw = ctx.read_log("summaries")
+        children: dict[str, str] = {}
+        for item in raw:
+            for source in item["source_ids"] if item["level"] > 1 else ():
+                children[source] = item["id"]
+        self.summaries = [
+            Summary(
+                item["id"], item["level"], item["content"], item["tokens"], tuple(item["source_ids"]),
+                item["first_sequence"], item["last_sequence"], item["first_id"], item["last_id"], item["created_ms"],
+                children.get(item["id"]),
+            )
+            for item in raw
+        ]
+        self._compressed = {chunk for s in self.summaries if s.level == 1 for chunk in [self._chunk_of(s)] if chunk}
+        attempts = ctx.get_value("attempts", {})
+        self.attempts = attempts if isinstance(attempts, dict) else {}
+        self.head_start_id = ctx.get_value("head_start")
+        await self._rebuild(ctx)
+
+    def _chunk_of(self, summary: Summary) -> str | None:
+        for chunk in self.chunks:
+            if chunk.message_ids == summary.source_ids:
+                return chunk.id
+        return None
+
+    # -- zones ------------------------------------------------------------------------------
+
+    def _head(self, messages: Sequence[Message], view: MessageView) -> tuple[int, int]:
+        start = 0
+        if self.head_start_id is not None:
+            index = view.index_of(self.head_start_id)
+            start = index if index is not None else 0
+        if self.config.head_window_tokens <= 0:
+            return start, start
+        total, end = 0, start
+        while end < len(messages) and total + view.estimate_tokens(messages[end]) <= self.config.head_window_tokens:
+            total += view.estimate_tokens(messages[end])
+            end += 1
+        if end > start and end < len(messages) and _has(messages[end - 1], ToolUse):
+            end -= 1  # don't split a tool pair at the head's edge
+        return start, end
+
+    def _recent_start(self, messages: Sequence[Message], view: MessageView, floor: int) -> int:
+        total, start = 0, len(messages)
+        for index in range(len(messages) - 1, floor - 1, -1):
+            cost = view.estimate_tokens(messages[index])
+            if total + cost > self.config.recent_window_tokens:
+                break
+            total += cost
+            start = index
+        if floor < start < len(messages) and _has(messages[start], ToolResult):
+            start -= 1
+        return start
+
+    def _compressible_end(self, messages: Sequence[Message], ctx: StrategyContext) -> int:
+        """Chunks close only below the recent window and below the earliest held message (T5)."""
+        view = ctx.view
+        _, head_end = self._head(messages, view)
+        end = self._recent_start(messages, view, head_end)
+        held = ctx.hold_floor()
+        if held is not None:
+            end = min(end, bisect_left(messages, held, key=_sequence))
+        return end
+
+    async def _rebuild(self, ctx: StrategyContext) -> None:
+        """Close and persist chunks over the frontier (only whole chunks; T3)."""
+        view = ctx.view
+        messages = view.get_all()
+        _, head_end = self._head(messages, view)
+        end = self._compressible_end(messages, ctx)
+        last = self.chunks[-1].last_sequence if self.chunks else 0
+        start = max(head_end, bisect_left(messages, last + 1, key=_sequence))
+        pending: list[Message] = []
+        tokens = 0
+        for message in messages[start:end]:
+            pending.append(message)
+            tokens += view.estimate_tokens(message)
+            if tokens >= self.config.target_chunk_tokens and len(pending) >= MIN_CHUNK_MESSAGES \
+                    and not _has(message, ToolUse):
+                chunk = Chunk(f"c-{len(self.chunks)}", tuple(m.id for m in pending), pending[0].sequence,
+                              pending[-1].sequence)
+                # Raise the floor BEFORE the chunk exists: it may be read for compression from now (D2).
+                await ctx.mark_compression_read(chunk.last_sequence)
+                await ctx.append_log("chunks", {"id": chunk.id, "ids": list(chunk.message_ids),
+                                                "first": chunk.first_sequence, "last": chunk.last_sequence})
+                self.chunks.append(chunk)
+                pending, tokens = [], 0
+
+    async def on_new_message(self, message: Message, ctx: StrategyContext) -> None:
+        await self._rebuild(ctx)
+
+    # -- queues -----------------------------------------------------------------------------
+
+    def _l1_queue(self) -> list[Chunk]:
+        waiting = [c for c in self.chunks if c.id not in self._compressed and self.attempts.get(c.id, 0) < MAX_ATTEMPTS]
+        holdback = self.config.l1_holdback_chunks
+        if holdback > 0 and self.chunks:
+            newest = {c.id for c in self.chunks[-holdback:]}
+            waiting = [c for c in waiting if c.id not in newest]
+        return waiting
+
+    def _merge_queue(self) -> list[Summary] | None:
+        if not self.config.hierarchical:
+            return None
+        for level in (1, 2):
+            frontier = [s for s in self.summaries if s.level == level and s.parent_id is None]
+            group = frontier[: self.config.merge_threshold]
+            key = ",".join(s.id for s in group)
+            if len(group) >= self.config.merge_threshold and self.attempts.get(key, 0) < MAX_ATTEMPTS:
+                return group
+        return None
+
+    def is_ready(self) -> bool:
+        return not self._l1_queue() and self._merge_queue() is None
+
+    def pending_work(self) -> int:
+        return len(self._l1_queue()) + (self._merge_queue() is not None)
+
+    def quarantined(self) -> list[str]:
+        return [key for key, count in self.attempts.items() if count >= MAX_ATTEMPTS]
+
+    # -- compression ------------------------------------------------------------------------
+
+    async def tick(self, ctx: StrategyContext) -> bool:
+        await self._rebuild(ctx)
+        queue = self._l1_queue()
+        if queue:
+            return await self._compress(ctx, queue[0])
+        group = self._merge_queue()
+        if group is not None:
+            return await self._merge(ctx, group)
+        return False
+
+    def _recall_pairs(self, before: int) -> list[CompiledMessage]:
+        pairs = []
+        for summary in sorted(self._frontier(), key=lambda s: s.first_sequence):
+            if summary.last_sequence < before:
+                pairs.append(CompiledMessage(MANAGER, (Text(f"[Recall {summary.id}]"),)))
+                pairs.append(CompiledMessage(self.config.summary_participant, (Text(summary.content),)))
+        return pairs
+
+    def _frontier(self) -> list[Summary]:
+        return [s for s in self.summaries if s.parent_id is None]
+
+    async def _request(self, ctx: StrategyContext, messages: list[CompiledMessage]) -> str | None:
+        from ..model import ModelRequest
+
+        request = ModelRequest(
+            self.config.compression_model, ctx.system_prompt or SYSTEM, tuple(messages),
+            int(self.config.summary_target_tokens * 1.5),
+            assistant=frozenset({self.config.summary_participant}), tools=tuple(ctx.tools),
+        )
+        try:
+            response = await ctx.complete(request)
+        except ModelError as exc:
+            logger.warning("compression request in %r failed: %s", ctx.namespace, exc)
+            return None
+        text = response.text.strip()
+        if response.stop_reason != "end_turn" or not text:
+            logger.warning("compression in %r gave %r with %d chars: not a memory", ctx.namespace,
+                           response.stop_reason, len(text))
+            return None  # only a complete end_turn with text becomes a summary (T4)
+        return text
+
+    async def _fail(self, ctx: StrategyContext, key: str) -> bool:
+        self.attempts[key] = self.attempts.get(key, 0) + 1
+        if self.attempts[key] >= MAX_ATTEMPTS:
+            logger.error("quarantined %s in namespace %r after %d failed attempts; it stays raw", key,
+                         ctx.namespace, self.attempts[key])
+        await ctx.set_value("attempts", self.attempts)
+        return True  # an attempt is progress: the next unit may differ
+
+    async def _compress(self, ctx: StrategyContext, chunk: Chunk) -> bool:
+        view = ctx.view
+        messages = view.get_all()
+        chunk_messages = [m for m in (view.get(i) for i in chunk.message_ids) if m is not None]
+        head_start, head_end = self._head(messages, view)
+        head = [m for m in messages[head_start:head_end] if m.sequence < chunk.first_sequence]
+        # "As of" the chunk: head, prior recall pairs, the chunk, the instruction; nothing after (T4).
+        await ctx.mark_compression_read(chunk.last_sequence)
+        request: list[CompiledMessage] = []
+        if head:
+            request.append(CompiledMessage(MANAGER, (Text(render_transcript(head)),)))
+            request.append(CompiledMessage(self.config.summary_participant, (Text("I remember."),)))
+        request += self._recall_pairs(chunk.first_sequence)
+        instruction = (
+            f"[{MANAGER}] We are ready to form a long-term memory. Here is the conversation to remember:\n\n"
+            f"{render_transcript(chunk_messages)}\n\nStarting from my last message, please describe everything "
+            f"that has happened. Aim for about {self.config.summary_target_tokens} tokens. Describe it as you "
+            f"would to yourself, as if you are remembering what has happened."
+        )
+        request.append(CompiledMessage(MANAGER, (Text(instruction),)))
+        text = await self._request(ctx, request)
+        if text is None:
+            return await self._fail(ctx, chunk.id)
+        first, last = chunk_messages[0] if chunk_messages else None, chunk_messages[-1] if chunk_messages else None
+        summary = Summary(
+            f"L1-{len(self.summaries)}", 1, text, estimate_text(text), chunk.message_ids, chunk.first_sequence,
+            chunk.last_sequence, first.id if first else chunk.message_ids[0],
+            last.id if last else chunk.message_ids[-1], int(time.time() * 1000),
+        )
+        await self._store(ctx, summary)
+        self._compressed.add(chunk.id)
+        return True
+
+    async def _merge(self, ctx: StrategyContext, group: list[Summary]) -> bool:
+        level = group[0].level + 1
+        key = ",".join(s.id for s in group)
+        await ctx.mark_compression_read(max(s.last_sequence for s in group))  # before the merge reads (D2)
+        request = [CompiledMessage(self.config.summary_participant, (Text(s.content),)) for s in group]
+        request.append(CompiledMessage(MANAGER, (Text(
+            f"[{MANAGER}] Please consolidate the memories since my last message into a single cohesive memory. "
+            f"Aim for about {self.config.summary_target_tokens} tokens. Write as you would to yourself — this is "
+            f"your autobiography, capturing the arc of what happened."),)))
+        text = await self._request(ctx, request)
+        if text is None:
+            return await self._fail(ctx, key)
+        summary = Summary(
+            f"L{level}-{len(self.summaries)}", level, text, estimate_text(text), tuple(s.id for s in group),
+            group[0].first_sequence, group[-1].last_sequence, group[0].first_id, group[-1].last_id,
+            int(time.time() * 1000),
+        )
+        await self._store(ctx, summary)
+        members = {s.id for s in group}
+        self.summaries = [attrs.evolve(s, parent_id=summary.id) if s.id in members else s for s in self.summaries]
+        return True
+
+    async def _store(self, ctx: StrategyContext, summary: Summary) -> None:
+        record = attrs.asdict(summary, recurse=False)
+        record.pop("parent_id")
+        record["source_ids"] = list(summary.source_ids)
+        await ctx.append_log("summaries", record)
+        self.summaries.append(summary)
+
+    # -- selection --------------------------------------------------------------------------
+
+    async def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
+        return self._plan(view, budget)[0]
+
+    async def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
+        from ..compile import PreviewResult
+
+        _, head, middle, tail, total = self._plan(view, budget)
+        return PreviewResult(total <= budget.usable, total, budget.usable, head, tail, middle)
+
+    def _plan(self, view: MessageView, budget: Budget) -> tuple[list[Entry], int, int, int, int]:
+        messages = view.get_all()
+        usable = budget.usable
+        cap = self.config.max_message_tokens
+        head_start, head_end = self._head(messages, view)
+        recent_start = self._recent_start(messages, view, head_end)
+        entries_head: list[Entry] = []
+        spent = 0
+        for message in messages[head_start:head_end]:
+            shaped, cost = shape(message, cap)
+            if spent + cost > usable:
+                break
+            entries_head.append(_raw(shaped))
+            spent += cost
+        if entries_head:
+            entries_head[-1] = attrs.evolve(entries_head[-1], cache_marker=True)
+        head_tokens = spent
+        # Recent window: evicted newest-first within budget, emitted chronologically.
+        recent: list[Entry] = []
+        for message in reversed(messages[recent_start:]):
+            shaped, cost = shape(message, cap)
+            if spent + cost > usable:
+                break
+            recent.append(_raw(shaped))
+            spent += cost
+        recent.reverse()
+        tail_tokens = spent - head_tokens
+        # The middle: shown summaries (anti-redundant: the frontier) and uncovered raw messages.
+        middle_messages = messages[head_end:recent_start]
+        covered: dict[str, Summary] = {}
+        shown: list[Summary] = []
+        budgets = {3: 30000, 2: 30000, 1: 30000}
+        carry = 0
+        for level in (3, 2, 1):
+            allowance = budgets[level] + carry
+            for summary in sorted((s for s in self._frontier() if s.level == level), key=lambda s: s.first_sequence):
+                if summary.tokens + 20 <= allowance and spent + summary.tokens + 20 <= usable:
+                    shown.append(summary)
+                    allowance -= summary.tokens + 20
+                    spent += summary.tokens + 20
+            carry = allowance
+        for summary in shown:
+            for message_id in self._leaves(summary):
+                covered[message_id] = summary
+        middle: list[tuple[int, list[Entry]]] = []
+        for summary in shown:
+            middle.append((summary.first_sequence, [
+                Entry(MANAGER, (Text(f"[Recall {summary.id}]"),), self._leaves(summary), "derived", (summary.id,)),
+                Entry(self.config.summary_participant, (Text(summary.content),), self._leaves(summary), "derived",
+                      (summary.id,)),
+            ]))
+        uncovered = [m for m in middle_messages if m.id not in covered]
+        kept: list[tuple[int, list[Entry]]] = []
+        for message in reversed(uncovered):  # compression debt: keep the newest raw that fit
+            shaped, cost = shape(message, cap)
+            if spent + cost > usable:
+                logger.info("compression debt: %d uncovered middle message(s) left out of the compile",
+                            len(uncovered) - len(kept))
+                break
+            kept.append((message.sequence, [_raw(shaped)]))
+            spent += cost
+        middle += kept
+        middle.sort(key=lambda item: item[0])
+        entries = entries_head + [entry for _, group in middle for entry in group] + recent
+        middle_tokens = spent - head_tokens - tail_tokens
+        return entries, head_tokens, middle_tokens, tail_tokens, spent
+
+    def _leaves(self, summary: Summary) -> tuple[str, ...]:
+        if summary.level == 1:
+            return summary.source_ids
+        by_id = {s.id: s for s in self.summaries}
+        leaves: list[str] = []
+        for child in summary.source_ids:
+            if child in by_id:
+                leaves.extend(self._leaves(by_id[child]))
+        return tuple(leaves)
+
+    # -- summary reads (T6) -----------------------------------------------------------------
+
+    async def search_summaries(
+        self, ctx: StrategyContext, *, text: str | None = None, regex: str | None = None,
+        levels: Sequence[int] | None = None, limit: int = 50, include_merged: bool = False,
+    ) -> list[SummaryMatch]:
+        pattern = re.compile(regex) if regex is not None else None
+        found = []
+        for summary in self.summaries:
+            if summary.parent_id is not None and not include_merged:
+                continue
+            if levels is not None and summary.level not in levels:
+                continue
+            if pattern is not None:
+                count = len(pattern.findall(summary.content))
+            elif text is not None:
+                count = summary.content.lower().count(text.lower())
+            else:
+                count = 1
+            if count:
+                found.append(SummaryMatch(summary, count))
+        found.sort(key=lambda m: (-m.matches, -m.summary.created_ms))
+        return found[:limit]
+
+    async def get_summary(self, ctx: StrategyContext, summary_id: str) -> Summary | None:
+        return next((s for s in self.summaries if s.id == summary_id), None)
+
+    async def get_summaries_in_range(
+        self, ctx: StrategyContext, *, from_ms: int | None = None, to_ms: int | None = None, level: int | None = None
+    ) -> list[Summary]:
+        view = ctx.view
+        found = []
+        for summary in self.summaries:
+            if level is not None and summary.level != level:
+                continue
+            first, last = view.get(summary.first_id), view.get(summary.last_id)
+            if first is None or last is None:
+                continue
+            if (to_ms is None or first.timestamp_ms <= to_ms) and (from_ms is None or last.timestamp_ms >= from_ms):
+                found.append((first.timestamp_ms, summary))
+        return [summary for _, summary in sorted(found, key=lambda item: item[0])]
+
+    async def reset_head_window(self, ctx: StrategyContext, manager: Any, transition_text: str | None) -> str:
+        """Start a new head window at a transition message (T6); a made summary stays the reader's (D8)."""
+        if transition_text is None:
+            view = ctx.view
+            messages = view.get_all()
+            head_start, head_end = self._head(messages, view)
+            head = messages[head_start:head_end] or messages[-20:]
+            if head:
+                await ctx.mark_compression_read(head[-1].sequence)  # before the read (D2, D4)
+            prompt = render_transcript(head)[:8000]
+            text = await self._request(ctx, [CompiledMessage(MANAGER, (Text(
+                f"{prompt}\n\nSummarize the prior conversation context in 2-3 paragraphs."),))])
+            if text is None:
+                raise ModelError(f"no transition summary could be made for namespace {ctx.namespace!r}")
+            block: dict[str, Any] = {"type": "text", "text": f"{TRANSITION_PREFIX}\n\n{text}"}
+            if ctx.reader is not None:
+                block["audience"] = [ctx.reader]
+        else:
+            block = {"type": "text", "text": f"{TRANSITION_PREFIX}\n\n{transition_text}"}
+        message_id = await manager.add_message(MANAGER, [block])
+        await ctx.set_value("head_start", message_id)
+        self.head_start_id = message_id
+        return message_id
+
+
+def _raw(message: Message) -> Entry:
+    return Entry(message.participant, message.content, (message.id,), "copy")
+
+
+def _has(message: Message, kind: type) -> bool:
+    return any(type(block) is kind for block in message.content)
+
+
+@attrs.frozen
+class Autobiographical:
+    """Config of ``AutobiographicalStrategy`` (API.md §Strategies; REF §4.5 defaults)."""
+
+    compression_model: str
+    target_chunk_tokens: int = 3000
+    head_window_tokens: int = 0
+    recent_window_tokens: int = 30000
+    hierarchical: bool = True
+    merge_threshold: int = 6
+    summary_target_tokens: int = 2000
+    auto_tick: bool = False
+    summary_participant: str = "Claude"
+    max_message_tokens: int = 0
+    l1_holdback_chunks: int = 1
+
+    def create(self) -> AutobiographicalStrategy:
+        return AutobiographicalStrategy(self)
