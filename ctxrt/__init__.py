@@ -67,6 +67,7 @@ from .strategies.autobiographical import (
     SummaryMatch as SummaryMatch,
 )
 from .strategies.base import Entry as Entry, SelectOptions as SelectOptions, Strategy as Strategy
+from .strategies.knowledge import Knowledge as Knowledge
 from .strategies.passthrough import Passthrough as Passthrough
 from .strategies.windowed import WindowedPassthrough as WindowedPassthrough
 from .views import MessageView as MessageView

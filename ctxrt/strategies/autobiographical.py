@@ -39,6 +39,7 @@ TRANSITION_PREFIX = "[Topic Transition]"
 SYSTEM = "You are forming autobiographical memories of a conversation."
 MIN_CHUNK_MESSAGES = 4
 MAX_ATTEMPTS = 3
+LEVEL_BUDGET_TOKENS = 30000  # per-level summary budgets (REF §4.5 l1/l2/l3BudgetTokens)
 SEPARATOR = "\n\n---\n\n"
 
 
@@ -55,6 +56,7 @@ class Summary:
     last_id: str
     created_ms: int
     parent_id: str | None = None
+    phase: str | None = None  # Knowledge's dominant phase of an L1's chunk
 
 
 @attrs.frozen
@@ -126,7 +128,7 @@ class AutobiographicalStrategy(Strategy):
             Summary(
                 item["id"], item["level"], item["content"], item["tokens"], tuple(item["source_ids"]),
                 item["first_sequence"], item["last_sequence"], item["first_id"], item["last_id"], item["created_ms"],
-                children.get(item["id"]),
+                children.get(item["id"]), item.get("phase"),
             )
             for item in raw
         ]
@@ -191,11 +193,12 @@ class AutobiographicalStrategy(Strategy):
         start = max(head_end, bisect_left(messages, last + 1, key=_sequence))
         pending: list[Message] = []
         tokens = 0
-        for message in messages[start:end]:
+        frontier = messages[start:end]
+        for index, message in enumerate(frontier):
             pending.append(message)
             tokens += view.estimate_tokens(message)
-            if tokens >= self.config.target_chunk_tokens and len(pending) >= MIN_CHUNK_MESSAGES \
-                    and not _has(message, ToolUse):
+            following = frontier[index + 1] if index + 1 < len(frontier) else None
+            if not _has(message, ToolUse) and self._closes(pending, tokens, following):
                 chunk = Chunk(f"c-{len(self.chunks)}", tuple(m.id for m in pending), pending[0].sequence,
                               pending[-1].sequence)
                 # Raise the floor BEFORE the chunk exists: it may be read for compression from now (D2).
@@ -204,6 +207,29 @@ class AutobiographicalStrategy(Strategy):
                                                 "first": chunk.first_sequence, "last": chunk.last_sequence})
                 self.chunks.append(chunk)
                 pending, tokens = [], 0
+
+    def _closes(self, pending: Sequence[Message], tokens: int, following: Message | None) -> bool:
+        """Whether the chunk ``pending`` closes here (never right after a tool_use: checked by the caller)."""
+        return tokens >= self.config.target_chunk_tokens and len(pending) >= MIN_CHUNK_MESSAGES
+
+    def _instruction(self, chunk_messages: Sequence[Message]) -> str:
+        return (
+            f"Starting from my last message, please describe everything that has happened. Aim for about "
+            f"{self.config.summary_target_tokens} tokens. Describe it as you would to yourself, as if you are "
+            f"remembering what has happened."
+        )
+
+    def _phase_for(self, chunk_messages: Sequence[Message]) -> str | None:
+        return None
+
+    def _choose_l1(self, candidates: list[Summary], allowance: int) -> list[Summary]:
+        """Which frontier L1 summaries to show within ``allowance`` tokens, oldest first."""
+        chosen = []
+        for summary in candidates:
+            if summary.tokens + 20 <= allowance:
+                chosen.append(summary)
+                allowance -= summary.tokens + 20
+        return chosen
 
     async def on_new_message(self, message: Message, ctx: StrategyContext) -> None:
         await self._rebuild(ctx)
@@ -304,9 +330,7 @@ class AutobiographicalStrategy(Strategy):
         request += self._recall_pairs(chunk.first_sequence)
         instruction = (
             f"[{MANAGER}] We are ready to form a long-term memory. Here is the conversation to remember:\n\n"
-            f"{render_transcript(chunk_messages)}\n\nStarting from my last message, please describe everything "
-            f"that has happened. Aim for about {self.config.summary_target_tokens} tokens. Describe it as you "
-            f"would to yourself, as if you are remembering what has happened."
+            f"{render_transcript(chunk_messages)}\n\n{self._instruction(chunk_messages)}"
         )
         request.append(CompiledMessage(MANAGER, (Text(instruction),)))
         text = await self._request(ctx, request)
@@ -316,7 +340,8 @@ class AutobiographicalStrategy(Strategy):
         summary = Summary(
             f"L1-{len(self.summaries)}", 1, text, estimate_text(text), chunk.message_ids, chunk.first_sequence,
             chunk.last_sequence, first.id if first else chunk.message_ids[0],
-            last.id if last else chunk.message_ids[-1], int(time.time() * 1000),
+            last.id if last else chunk.message_ids[-1], int(time.time() * 1000), None,
+            self._phase_for(chunk_messages),
         )
         await self._store(ctx, summary)
         self._compressed.add(chunk.id)
@@ -393,16 +418,17 @@ class AutobiographicalStrategy(Strategy):
         middle_messages = messages[head_end:recent_start]
         covered: dict[str, Summary] = {}
         shown: list[Summary] = []
-        budgets = {3: 30000, 2: 30000, 1: 30000}
+        budgets = {3: LEVEL_BUDGET_TOKENS, 2: LEVEL_BUDGET_TOKENS, 1: LEVEL_BUDGET_TOKENS}
         carry = 0
         for level in (3, 2, 1):
-            allowance = budgets[level] + carry
-            for summary in sorted((s for s in self._frontier() if s.level == level), key=lambda s: s.first_sequence):
-                if summary.tokens + 20 <= allowance and spent + summary.tokens + 20 <= usable:
-                    shown.append(summary)
-                    allowance -= summary.tokens + 20
-                    spent += summary.tokens + 20
-            carry = allowance
+            allowance = min(budgets[level] + carry, usable - spent)
+            candidates = sorted((s for s in self._frontier() if s.level == level), key=lambda s: s.first_sequence)
+            chosen = self._choose_l1(candidates, allowance) if level == 1 else \
+                AutobiographicalStrategy._choose_l1(self, candidates, allowance)
+            cost = sum(summary.tokens + 20 for summary in chosen)
+            shown += chosen
+            spent += cost
+            carry = max(0, allowance - cost)
         for summary in shown:
             for message_id in self._leaves(summary):
                 covered[message_id] = summary

@@ -1,0 +1,110 @@
+"""Knowledge: Autobiographical with phase-aware chunking, instructions and L1 budgets (T7; REF §4.6).
+
+Each message gets a phase from the tools it calls: ``lesson`` (exact lesson tool names) over
+``subagent`` (prefix ``subagent:``) over ``research`` (prefixes ``mcpl:``, ``zulip:``) over
+``synthesis`` (plain dialogue); a message of tool results only inherits the last tool phase.
+A chunk closes at a phase change (with at least 2 messages) or at its phase's token ceiling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from ..content import Message, ToolResult, ToolUse
+from .autobiographical import AutobiographicalStrategy, Summary
+
+LESSON_TOOLS = frozenset({"lessons:create", "lessons:update"})
+SUBAGENT_PREFIXES = ("subagent:",)
+RESEARCH_PREFIXES = ("mcpl:", "zulip:")
+CEILING = {"research": 2.0, "subagent": 2.0, "synthesis": 1.5, "lesson": 1.0}
+INSTRUCTIONS = {
+    "research": "Record what was looked up and what was found: sources, facts, figures, dead ends.",
+    "subagent": "Record what was delegated, to whom, and what came back.",
+    "lesson": "Record the lesson exactly as it was written or changed, and why.",
+    "synthesis": "Record the reasoning, the decisions made and the user's active asks.",
+}
+LEAD_NOTE = "Mark every open lead or unresolved question with [LEAD] so it survives later consolidation."
+
+
+def phase_of(message: Message, previous: str = "synthesis") -> str:
+    names = [block.name for block in message.content if type(block) is ToolUse]
+    if not names:
+        only_results = message.content and all(type(block) is ToolResult for block in message.content)
+        return previous if only_results else "synthesis"
+    if any(name in LESSON_TOOLS for name in names):
+        return "lesson"
+    if any(name.startswith(SUBAGENT_PREFIXES) for name in names):
+        return "subagent"
+    if any(name.startswith(RESEARCH_PREFIXES) for name in names):
+        return "research"
+    return "synthesis"
+
+
+def phases(messages: Sequence[Message]) -> list[str]:
+    found, previous = [], "synthesis"
+    for message in messages:
+        previous = phase_of(message, previous)
+        found.append(previous)
+    return found
+
+
+class KnowledgeStrategy(AutobiographicalStrategy):
+    name = "knowledge"
+
+    def _closes(self, pending: Sequence[Message], tokens: int, following: Message | None) -> bool:
+        if len(pending) < 2:
+            return False
+        current = phases(pending)[-1]
+        ceiling = CEILING[current] * self.config.target_chunk_tokens
+        if tokens >= ceiling:
+            return True
+        return following is not None and phase_of(following, current) != current
+
+    def _instruction(self, chunk_messages: Sequence[Message]) -> str:
+        mix = sorted(set(phases(chunk_messages)))
+        details = " ".join(INSTRUCTIONS[phase] for phase in mix)
+        return f"{super()._instruction(chunk_messages)} This stretch was {', '.join(mix)}. {details} {LEAD_NOTE}"
+
+    def _choose_l1(self, candidates: list[Summary], allowance: int) -> list[Summary]:
+        """Asymmetric L1 budget: synthesis first (floor 0.4, cap 0.7), then lessons, then
+        subagent and the rest, research capped at 0.3 of the allowance."""
+        by_phase: dict[str, list[Summary]] = {}
+        for summary in candidates:
+            by_phase.setdefault(summary.phase or "synthesis", []).append(summary)
+        caps = {"synthesis": 0.7, "lesson": 1.0, "subagent": 1.0, "research": 0.3}
+        chosen: list[Summary] = []
+        left = allowance
+        for phase in ("synthesis", "lesson", "subagent", "research"):
+            budget = min(left, int(allowance * caps[phase]))
+            for summary in reversed(by_phase.get(phase, [])):  # the newest of a phase first
+                if summary.tokens + 20 <= budget:
+                    chosen.append(summary)
+                    budget -= summary.tokens + 20
+                    left -= summary.tokens + 20
+        return sorted(chosen, key=lambda s: s.first_sequence)
+
+    def _phase_for(self, chunk_messages: Sequence[Message]) -> str | None:
+        found = phases(chunk_messages)
+        return max(set(found), key=found.count) if found else None
+
+
+@attrs.frozen
+class Knowledge:
+    """Config of ``KnowledgeStrategy``: Autobiographical's options, hierarchical always."""
+
+    compression_model: str
+    target_chunk_tokens: int = 3000
+    head_window_tokens: int = 0
+    recent_window_tokens: int = 30000
+    merge_threshold: int = 6
+    summary_target_tokens: int = 2000
+    auto_tick: bool = False
+    summary_participant: str = "Claude"
+    max_message_tokens: int = 0
+    l1_holdback_chunks: int = 1
+    hierarchical: bool = attrs.field(default=True, init=False)
+
+    def create(self) -> KnowledgeStrategy:
+        return KnowledgeStrategy(self)
