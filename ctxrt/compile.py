@@ -274,22 +274,33 @@ def _place_injections(
         )
         (before if injection.position == "before_user" else after).append(item)
     n = len(messages)
+    uses = [{b.id for b in m.content if type(b) is ToolUse} for m in messages]  # type: ignore[union-attr]
+
+    def clear_of_pairs(slot: int) -> int:
+        # A slot between a tool_use and its tool_result retreats one message rather than cut the
+        # pair (P4), as window boundaries do.
+        while 0 < slot < n and any(
+            type(b) is ToolResult and b.tool_use_id in uses[slot - 1] for b in messages[slot].content  # type: ignore[union-attr]
+        ):
+            slot -= 1
+        return slot
+
     at_depth: dict[int, list[tuple[CompiledMessage, Origin]]] = {}
     for i, (injection, blocks) in enumerate(zip(message_injections, injected)):
-        at_depth.setdefault(max(0, n - injection.depth), []).append(
+        at_depth.setdefault(clear_of_pairs(max(0, n - injection.depth)), []).append(
             (CompiledMessage(injection.participant, blocks), Source("injection", f"message_injections[{i}]"))
         )
     last_user = max((i for i, m in enumerate(messages) if m.participant.lower() == "user"), default=None)
     if last_user is None:
         before = []  # nothing to go before: dropped, as the reference does (REF §9 item 10)
-        after_slot = n
+        before_slot, after_slot = -1, n
     else:
-        after_slot = last_user + 1
+        before_slot, after_slot = clear_of_pairs(last_user), clear_of_pairs(last_user + 1)
     out: list[CompiledMessage] = []
     origins: list[Origin] = []
     for slot in range(n + 1):
         # In one slot: what follows the user message hugs it, what precedes the next one hugs that.
-        group = (after if slot == after_slot else []) + at_depth.get(slot, []) + (before if slot == last_user else [])
+        group = (after if slot == after_slot else []) + at_depth.get(slot, []) + (before if slot == before_slot else [])
         for message, origin in group:
             out.append(message)
             origins.append(origin)
@@ -306,7 +317,8 @@ def place_injections(
 ) -> tuple[list[CompiledMessage], list[Block]]:
     """Place injections (P3): ``system`` ones into the returned system blocks; ``before_user`` ones before the
     last "user" message (case-insensitive; dropped if none); ``after_user`` ones after it (at the end if none);
-    message injections ``depth`` messages from the end. Order within a position is kept.
+    message injections ``depth`` messages from the end. Order within a position is kept. A place
+    between a tool_use and the tool_result answering it moves before the tool_use (P4).
     """
     out, system_blocks, _ = _place_injections(messages, injections, message_injections)
     return out, system_blocks

@@ -167,7 +167,7 @@ class NamespaceActor:
             if missing:
                 await store.ask(Atomically(commands=missing))
             self.record = read_record(self.runtime, self.namespace, self.branch)
-            self.floor = self._read_floor()
+            self.floor = self._read_floor() or 0
             self._build_views()
             for cache in self._caches:
                 cache.subscribers.append(self._appended)
@@ -179,11 +179,14 @@ class NamespaceActor:
         self.started.set()
         self.runtime._nursery.start_soon(self._drain)
 
-    def _read_floor(self) -> int:
+    def _read_floor(self) -> int | None:
+        """The narrowing floor on this branch: 0 if never set, None if the record isn't a sequence."""
         engine = self.runtime.engine
         with engine.reader() as txn:
             value, _ = engine.get_value(txn, self.floor_state, engine.branch(self.branch))
-        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+        if value is None:
+            return 0
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
     def _build_views(self) -> None:
         branch_id = self.runtime.engine.branch(self.branch).id
@@ -458,6 +461,11 @@ class NamespaceActor:
                 f"readers than {reader!r}, whose compression this manager can't see ({why})"
             )
         floor = self._read_floor()
+        if floor is None:
+            raise NarrowingRefusedError(
+                f"refused: the edit would hide a block of {where} from reader {reader!r}, and the namespace's "
+                f"record of what compression has read ({self.floor_state!r}) can't be read"
+            )
         if message.sequence <= max(floor, self.floor):
             raise NarrowingRefusedError(
                 f"refused: the edit would hide a block of {where} from reader {reader!r}, and compression may "
