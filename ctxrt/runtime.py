@@ -331,6 +331,20 @@ class Runtime:
 
 
 @asynccontextmanager
+async def _unwrapped() -> AsyncIterator[None]:
+    """Re-raise a lone exception from the runtime's nursery as itself, not as a group of one."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        inner: BaseException = group
+        while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
+            inner = inner.exceptions[0]
+        if inner is group:
+            raise
+        raise inner from None
+
+
+@asynccontextmanager
 async def open_runtime(
     path: str | os.PathLike[str],
     *,
@@ -349,11 +363,12 @@ async def open_runtime(
         StoreFormatError: not a ctxrt store, or a format this version doesn't read.
         FileNotFoundError: ``readonly`` and no store is there.
 
-    Like any trio nursery owner, it may raise an ``ExceptionGroup`` if an actor crashes.
+    An error raised in the block comes out as itself; only several at once (an actor crashing
+    beside the block's own error) come out as an ``ExceptionGroup``.
     """
     handle = open_store(path, readonly=readonly, durability=durability, map_size=map_size)
     try:
-        async with trio.open_nursery() as nursery:
+        async with _unwrapped(), trio.open_nursery() as nursery:
             runtime = Runtime(handle, nursery, model)
             if not readonly:
                 ref, inbox = open_store_actor()

@@ -83,6 +83,11 @@ class SlotCache:
             message = attrs.evolve(message, content=resolved)
         return message
 
+    def _decode_committed(self, data: bytes, sequence: int) -> Message:
+        """An event's stored form decoded with its blobs put back (they committed with it)."""
+        with self.engine.reader() as txn:
+            return self._decode(data, sequence, txn)
+
     def _reload(self, reason: str) -> None:
         branch = self.engine.branch_by_id(self.branch_id)
         with self.engine.reader() as txn:
@@ -136,7 +141,7 @@ class SlotCache:
         if isinstance(operation, ItemAppended):
             appended: Appended | None = operation.attachment
             if appended is None:
-                message = codec.message_from_json(operation.data, sequence=operation.sequence)
+                message = self._decode_committed(operation.data, operation.sequence)
             else:
                 message = Message(
                     str(operation.sequence), operation.sequence, appended.participant, appended.content,
@@ -154,8 +159,8 @@ class SlotCache:
                 return
             old = self.messages[index]
             appended = operation.attachment
-            content = appended.content if appended is not None else codec.message_from_json(
-                operation.data, sequence=operation.item_sequence
+            content = appended.content if appended is not None else self._decode_committed(
+                operation.data, operation.item_sequence
             ).content
             messages = list(self.messages)
             messages[index] = attrs.evolve(old, content=content)

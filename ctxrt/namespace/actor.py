@@ -158,13 +158,17 @@ class NamespaceActor:
     async def start(self) -> None:
         """Register the namespace's states, load its record and floor, start the strategy and drain."""
         try:
-            store = self.runtime.store
+            store = self.runtime.store if not self.runtime.readonly else None
             states = [self.config.slot, *self.config.auxiliary, self.context_state]
             commands = [RegisterState(name=name, kind="log") for name in dict.fromkeys(states)]
             commands += [RegisterState(name=self.reader_state, kind="value"),
                          RegisterState(name=self.floor_state, kind="value")]
             missing = tuple(c for c in commands if not self.runtime.engine.has_state(c.name))
-            if missing:
+            if self.runtime.readonly:
+                # A read-only runtime registers nothing: it reads what a writer made.
+                for name in (self.config.slot, *self.config.auxiliary):
+                    self.runtime.engine.state(name)  # UnknownStateError names a slot nobody wrote
+            elif missing:
                 await store.ask(Atomically(commands=missing))
             self.record = read_record(self.runtime, self.namespace, self.branch)
             self.floor = self._read_floor() or 0
@@ -177,11 +181,14 @@ class NamespaceActor:
             self.started.set()
             raise
         self.started.set()
-        self.runtime._nursery.start_soon(self._drain)
+        if not self.runtime.readonly:
+            self.runtime._nursery.start_soon(self._drain)
 
     def _read_floor(self) -> int | None:
         """The narrowing floor on this branch: 0 if never set, None if the record isn't a sequence."""
         engine = self.runtime.engine
+        if not engine.has_state(self.floor_state):
+            return 0
         with engine.reader() as txn:
             value, _ = engine.get_value(txn, self.floor_state, engine.branch(self.branch))
         if value is None:
@@ -270,7 +277,7 @@ class NamespaceActor:
             resolved = self.resolve(reader)
             require_marking(self.strategy, resolved, self.namespace)
             self.managers += 1
-            if resolved is not None and self.record is None and claim:
+            if resolved is not None and self.record is None and claim and not self.runtime.readonly:
                 await self._claim(resolved)
             if not self.strategy_started:
                 await self.start_strategy()

@@ -105,8 +105,15 @@ class StrategyContext:
             value, sequence = engine.get_value(txn, state, engine.branch(self.branch))
         return default if sequence == 0 else value
 
+    @property
+    def writes(self) -> bool:
+        """False in a read-only runtime, where state writes are skipped (a dry run's approximation)."""
+        return not self._actor.runtime.readonly
+
     async def set_value(self, name: str, value: Any) -> None:
         self.check_current()
+        if not self.writes:
+            return
         state = self.state_id(name)
         await self._ensure(state, "value")
         self.check_current()
@@ -127,6 +134,8 @@ class StrategyContext:
         from ..store.engine import encode_json
 
         self.check_current()
+        if not self.writes:
+            return 0
         state = self.state_id(name)
         await self._ensure(state, "log")
         self.check_current()
@@ -145,7 +154,8 @@ class StrategyContext:
         compiles for no reader records nothing (D7).
         """
         self.check_current()
-        await self._actor.raise_floor(sequence)
+        if self.writes:
+            await self._actor.raise_floor(sequence)
         self.check_current()
 
     async def complete(self, request: ModelRequest) -> ModelResponse:

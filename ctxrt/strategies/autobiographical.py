@@ -114,6 +114,8 @@ class AutobiographicalStrategy(Strategy):
         self.attempts: dict[str, int] = {}
         self.head_start_id: str | None = None
         self._compressed: set[str] = set()  # chunk ids with an L1
+        self._leaf_cache: dict[str, tuple[str, ...]] = {}  # summary id -> the message ids it covers
+        self._dirty = True  # new messages since the chunks were last rebuilt
 
     # -- state ------------------------------------------------------------------------------
 
@@ -132,17 +134,13 @@ class AutobiographicalStrategy(Strategy):
             )
             for item in raw
         ]
-        self._compressed = {chunk for s in self.summaries if s.level == 1 for chunk in [self._chunk_of(s)] if chunk}
+        by_ids = {chunk.message_ids: chunk.id for chunk in self.chunks}
+        self._compressed = {by_ids[s.source_ids] for s in self.summaries if s.level == 1 and s.source_ids in by_ids}
+        self._leaf_cache = {}
         attempts = ctx.get_value("attempts", {})
         self.attempts = attempts if isinstance(attempts, dict) else {}
         self.head_start_id = ctx.get_value("head_start")
         await self._rebuild(ctx)
-
-    def _chunk_of(self, summary: Summary) -> str | None:
-        for chunk in self.chunks:
-            if chunk.message_ids == summary.source_ids:
-                return chunk.id
-        return None
 
     # -- zones ------------------------------------------------------------------------------
 
@@ -184,21 +182,38 @@ class AutobiographicalStrategy(Strategy):
         return end
 
     async def _rebuild(self, ctx: StrategyContext) -> None:
-        """Close and persist chunks over the frontier (only whole chunks; T3)."""
+        """Close and persist chunks over the frontier (only whole chunks; T3).
+
+        The compressible zone is ``[0, head_start) + [head_end, end)``: after a head-window reset
+        (T6) the stretch before the transition message is compressed too; its remainder closes at
+        the head's edge, an ownership seam nothing more can join (REF §4.5).
+        """
         view = ctx.view
         messages = view.get_all()
-        _, head_end = self._head(messages, view)
+        head_start, head_end = self._head(messages, view)
         end = self._compressible_end(messages, ctx)
+        start = self._unchunked_from(messages)
+        if start < head_start < head_end and end >= head_start:
+            await self._close_chunks(ctx, messages[start:head_start], seam=True)
+            start = self._unchunked_from(messages)
+        if start >= head_start:
+            start = max(start, head_end)
+        await self._close_chunks(ctx, messages[start:end], seam=False)
+
+    def _unchunked_from(self, messages: Sequence[Message]) -> int:
         last = self.chunks[-1].last_sequence if self.chunks else 0
-        start = max(head_end, bisect_left(messages, last + 1, key=_sequence))
+        return bisect_left(messages, last + 1, key=_sequence)
+
+    async def _close_chunks(self, ctx: StrategyContext, frontier: Sequence[Message], *, seam: bool) -> None:
+        view = ctx.view
         pending: list[Message] = []
         tokens = 0
-        frontier = messages[start:end]
         for index, message in enumerate(frontier):
             pending.append(message)
             tokens += view.estimate_tokens(message)
             following = frontier[index + 1] if index + 1 < len(frontier) else None
-            if not _has(message, ToolUse) and self._closes(pending, tokens, following):
+            closes = not _has(message, ToolUse) and self._closes(pending, tokens, following)
+            if closes or (seam and following is None):
                 chunk = Chunk(f"c-{len(self.chunks)}", tuple(m.id for m in pending), pending[0].sequence,
                               pending[-1].sequence)
                 # Raise the floor BEFORE the chunk exists: it may be read for compression from now (D2).
@@ -232,7 +247,8 @@ class AutobiographicalStrategy(Strategy):
         return chosen
 
     async def on_new_message(self, message: Message, ctx: StrategyContext) -> None:
-        await self._rebuild(ctx)
+        # Chunks close at the next tick or compile: one frontier walk per batch of new messages.
+        self._dirty = True
 
     # -- queues -----------------------------------------------------------------------------
 
@@ -256,7 +272,7 @@ class AutobiographicalStrategy(Strategy):
         return None
 
     def is_ready(self) -> bool:
-        return not self._l1_queue() and self._merge_queue() is None
+        return not self._dirty and not self._l1_queue() and self._merge_queue() is None
 
     def pending_work(self) -> int:
         return len(self._l1_queue()) + (self._merge_queue() is not None)
@@ -267,14 +283,16 @@ class AutobiographicalStrategy(Strategy):
     # -- compression ------------------------------------------------------------------------
 
     async def tick(self, ctx: StrategyContext) -> bool:
-        await self._rebuild(ctx)
+        closed = len(self.chunks)
+        if self._dirty:
+            await self._rebuild(ctx)
         queue = self._l1_queue()
         if queue:
             return await self._compress(ctx, queue[0])
         group = self._merge_queue()
         if group is not None:
             return await self._merge(ctx, group)
-        return False
+        return len(self.chunks) > closed
 
     def _recall_pairs(self, before: int) -> list[CompiledMessage]:
         pairs = []
@@ -379,6 +397,8 @@ class AutobiographicalStrategy(Strategy):
     # -- selection --------------------------------------------------------------------------
 
     async def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
+        if self._dirty and not options.dry_run and options.context is not None:
+            await self._rebuild(options.context)
         return self._plan(view, budget)[0]
 
     async def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
@@ -415,8 +435,8 @@ class AutobiographicalStrategy(Strategy):
         recent.reverse()
         tail_tokens = spent - head_tokens
         # The middle: shown summaries (anti-redundant: the frontier) and uncovered raw messages.
-        middle_messages = messages[head_end:recent_start]
-        covered: dict[str, Summary] = {}
+        middle_messages = [*messages[:head_start], *messages[head_end:recent_start]]  # T6: before a reset head
+        covered: set[str] = set()
         shown: list[Summary] = []
         budgets = {3: LEVEL_BUDGET_TOKENS, 2: LEVEL_BUDGET_TOKENS, 1: LEVEL_BUDGET_TOKENS}
         carry = 0
@@ -430,12 +450,12 @@ class AutobiographicalStrategy(Strategy):
             spent += cost
             carry = max(0, allowance - cost)
         for summary in shown:
-            for message_id in self._leaves(summary):
-                covered[message_id] = summary
+            covered.update(self._leaves(summary))
         middle: list[tuple[int, list[Entry]]] = []
         for summary in shown:
             middle.append((summary.first_sequence, [
-                Entry(MANAGER, (Text(f"[Recall {summary.id}]"),), self._leaves(summary), "derived", (summary.id,)),
+                # The header names its summary only; the answer carries the coverage (P6).
+                Entry(MANAGER, (Text(f"[Recall {summary.id}]"),), (), "derived", (summary.id,)),
                 Entry(self.config.summary_participant, (Text(summary.content),), self._leaves(summary), "derived",
                       (summary.id,)),
             ]))
@@ -456,14 +476,15 @@ class AutobiographicalStrategy(Strategy):
         return entries, head_tokens, middle_tokens, tail_tokens, spent
 
     def _leaves(self, summary: Summary) -> tuple[str, ...]:
+        """The message ids ``summary`` covers (memoised: a summary's coverage never changes)."""
         if summary.level == 1:
             return summary.source_ids
-        by_id = {s.id: s for s in self.summaries}
-        leaves: list[str] = []
-        for child in summary.source_ids:
-            if child in by_id:
-                leaves.extend(self._leaves(by_id[child]))
-        return tuple(leaves)
+        leaves = self._leaf_cache.get(summary.id)
+        if leaves is None:
+            by_id = {s.id: s for s in self.summaries}
+            leaves = tuple(leaf for child in summary.source_ids if child in by_id for leaf in self._leaves(by_id[child]))
+            self._leaf_cache[summary.id] = leaves
+        return leaves
 
     # -- summary reads (T6) -----------------------------------------------------------------
 
