@@ -1,0 +1,299 @@
+"""Listings and ``MessageView``: merged auxiliary slots, the view filter, the reader projection.
+
+Most tests are pure: ``FakeSlot`` stands in for a slot cache (a list plus a ``rewrites`` stamp
+that moves on anything but an append), so the derived listings are exercised without LMDB.
+The rest go through ``Runtime.open`` to show the namespace actor builds the same chain
+(own slot + auxiliary slots -> view_filter -> reader view).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import pytest
+import trio
+
+import ctxrt
+from ctxrt import Message, Text
+from ctxrt.runtime import Runtime
+from ctxrt.views import FilteredListing, MergedListing, MessageView, ReaderListing
+
+GUARD_S = 20
+
+
+def message(sequence: int, *blocks: Text | str, participant: str = "user") -> Message:
+    content = tuple(Text(b) if isinstance(b, str) else b for b in blocks) or (Text(f"m{sequence}"),)
+    return Message(str(sequence), sequence, participant, content)
+
+
+class FakeSlot:
+    """A slot cache's listing: append in place; anything else replaces the list and bumps the stamp."""
+
+    def __init__(self, messages: Sequence[Message] = (), *, audience: bool = False) -> None:
+        self.messages = list(messages)
+        self.rewrites = 1
+        self.audience = audience
+
+    def listing(self) -> tuple[list[Message], int]:
+        return self.messages, self.rewrites
+
+    def may_hold_audience(self) -> bool:
+        return self.audience
+
+    def append(self, *messages: Message) -> None:
+        self.messages.extend(messages)
+
+    def replace(self, index: int, new: Message) -> None:
+        self.messages = [new if i == index else m for i, m in enumerate(self.messages)]
+        self.rewrites += 1
+
+
+def sequences(messages: Sequence[Message]) -> list[int]:
+    return [m.sequence for m in messages]
+
+
+def texts(messages: Sequence[Message]) -> list[str]:
+    return [b.text for m in messages for b in m.content]
+
+
+class TestMergedListing:
+    """Tests for ``MergedListing`` (M3)."""
+
+    def test_merges_slots_by_sequence(self) -> None:
+        """M3: messages of several slots come out in global sequence order."""
+        own = FakeSlot([message(1), message(4), message(6)])
+        other = FakeSlot([message(2), message(3), message(7)])
+        third = FakeSlot([message(5)])
+        merged = MergedListing([own, other, third])
+        assert sequences(merged.listing()[0]) == [1, 2, 3, 4, 5, 6, 7]
+
+    def test_appends_extend_the_merge_in_sequence_order(self) -> None:
+        """M3: appends to any slot extend the merge with the new tails, still in sequence order, without a re-merge."""
+        own, other = FakeSlot([message(1)]), FakeSlot([message(2)])
+        merged = MergedListing([own, other])
+        first, stamp = merged.listing()
+        own.append(message(4))
+        other.append(message(3), message(5))
+        after, same_stamp = merged.listing()
+        assert sequences(after) == [1, 2, 3, 4, 5]
+        assert after is first and same_stamp == stamp
+
+    def test_a_rewrite_in_any_slot_remerges(self) -> None:
+        """M3: an edit in one slot is seen in the merge, and the merge's stamp moves."""
+        own, other = FakeSlot([message(1), message(3)]), FakeSlot([message(2)])
+        merged = MergedListing([own, other])
+        _, stamp = merged.listing()
+        other.replace(0, message(2, "edited"))
+        after, new_stamp = merged.listing()
+        assert texts(after) == ["m1", "edited", "m3"]
+        assert new_stamp != stamp
+
+
+class TestFilteredListing:
+    """Tests for ``FilteredListing`` (A3)."""
+
+    def test_the_filter_sees_messages_as_stored(self) -> None:
+        """A3: the filter is handed every block with its audience, before any reader view."""
+        seen: list[Message] = []
+        stored = message(1, Text("for alice", audience=("alice",)), "for all")
+
+        def keep(m: Message) -> bool:
+            seen.append(m)
+            return True
+
+        filtered = FilteredListing(FakeSlot([stored], audience=True), keep)
+        reader = ReaderListing(filtered, "bob")
+        assert texts(reader.listing()[0]) == ["for all"]
+        assert seen == [stored]
+
+    def test_the_filter_applies_before_the_reader_view(self) -> None:
+        """A3: a filter that keys on an audience block still selects the message a reader sees part of."""
+        for_alice = message(1, Text("secret", audience=("alice",)), "visible")
+        plain = message(2, "plain")
+        filtered = FilteredListing(
+            FakeSlot([for_alice, plain], audience=True), lambda m: any(b.audience for b in m.content)
+        )
+        assert texts(ReaderListing(filtered, "bob").listing()[0]) == ["visible"]
+        assert texts(ReaderListing(filtered, "alice").listing()[0]) == ["secret", "visible"]
+
+    def test_appends_are_filtered_incrementally(self) -> None:
+        """F3: after appends the filter runs on the new tail only."""
+        calls: list[int] = []
+        slot = FakeSlot([message(i) for i in range(1, 11)])
+        filtered = FilteredListing(slot, lambda m: calls.append(m.sequence) is None and m.sequence % 2 == 0)
+        assert sequences(filtered.listing()[0]) == [2, 4, 6, 8, 10]
+        calls.clear()
+        slot.append(message(11), message(12))
+        assert sequences(filtered.listing()[0]) == [2, 4, 6, 8, 10, 12]
+        assert calls == [11, 12]
+
+
+class TestReaderListing:
+    """Tests for ``ReaderListing`` (A2, A3, F3)."""
+
+    def test_a_message_left_with_no_block_drops_out(self) -> None:
+        """A3: a message whose every block is someone else's is not in the reader's view."""
+        slot = FakeSlot(
+            [message(1, Text("alice only", audience=("alice",))), message(2, "both")], audience=True
+        )
+        assert sequences(ReaderListing(slot, "bob").listing()[0]) == [2]
+        assert texts(ReaderListing(slot, "alice").listing()[0]) == ["alice only", "both"]
+        assert all(b.audience is None for m in ReaderListing(slot, "alice").listing()[0] for b in m.content)
+
+    def test_without_audience_blocks_it_is_the_source_at_no_cost(self) -> None:
+        """F3: while no block has an audience, the reader view is the plain listing and projects nothing."""
+        slot = FakeSlot([message(i) for i in range(1, 6)])
+        reader = ReaderListing(slot, "bob")
+        assert reader.listing()[0] is slot.messages
+        assert reader.projected == 0
+
+    def test_appends_extend_the_projection_incrementally(self) -> None:
+        """F3: the projected counter grows by the number appended, not by the slot's size."""
+        slot = FakeSlot([message(i) for i in range(1, 101)], audience=True)
+        reader = ReaderListing(slot, "bob")
+        assert len(reader.listing()[0]) == 100
+        assert reader.projected == 100
+        slot.append(message(101), message(102, Text("not bob's", audience=("alice",))), message(103))
+        assert sequences(reader.listing()[0])[-2:] == [101, 103]
+        assert reader.projected == 103
+        reader.listing()
+        assert reader.projected == 103  # nothing new, nothing projected
+
+    def test_a_rewrite_reprojects_everything_once(self) -> None:
+        """F3: an edit changes the source's stamp, so the projection is rebuilt (and then extends again)."""
+        slot = FakeSlot([message(i) for i in range(1, 11)], audience=True)
+        reader = ReaderListing(slot, "bob")
+        reader.listing()
+        slot.replace(4, message(5, "edited"))
+        assert texts(reader.listing()[0])[4] == "edited"
+        assert reader.projected == 20
+
+
+class TestMessageView:
+    """Tests for ``MessageView``."""
+
+    def test_reads_by_index_id_and_sequence(self) -> None:
+        """A view answers slices, tails, id lookups and sequence-after reads over its listing."""
+        view = MessageView(FakeSlot([message(s) for s in (3, 5, 8, 13)]))
+        assert view.length() == 4
+        assert sequences(view.get_from(2)) == [8, 13]
+        assert sequences(view.get_tail(3)) == [5, 8, 13]
+        assert view.get_tail(0) == []
+        assert view.index_of("8") == 2
+        assert view.index_of("9") is None and view.index_of("x") is None
+        assert view.get("13").sequence == 13
+        assert view.sequence_of("5") == 5 and view.sequence_of("6") is None
+        assert sequences(view.after(5)) == [8, 13]
+        assert view.estimate_tokens(message(1, "a" * 29)) == 10
+
+    def test_the_guard_runs_before_every_read(self) -> None:
+        """C8: a view's guard is consulted on each read, so a stale view refuses to answer."""
+        calls: list[int] = []
+        view = MessageView(FakeSlot([message(1)]), guard=lambda: calls.append(1))
+        view.get_all()
+        view.length()
+        view.get("1")
+        assert len(calls) >= 3
+
+        def refuse() -> None:
+            raise ctxrt.ReaderConflictError("stale")
+
+        with pytest.raises(ctxrt.ReaderConflictError):
+            MessageView(FakeSlot([message(1)]), guard=refuse).get_all()
+
+
+# -- through the runtime ----------------------------------------------------------------------
+
+
+async def compiled_ids(manager: ctxrt.ContextManager) -> list[str]:
+    result = await manager.compile()
+    return [source.id for sources in result.provenance.messages for source in sources]
+
+
+async def test_auxiliary_views_merge_other_slots_by_sequence(runtime: Runtime) -> None:
+    """M3: an isolated manager's strategy reads its own slot and the auxiliary slots, merged by sequence."""
+    with trio.fail_after(GUARD_S):
+        isolated = await runtime.open("iso", isolate=True, auxiliary_views=[None, "other"])
+        shared = await runtime.open("a")
+        other = await runtime.open("other", isolate=True)
+        ids = [
+            await shared.add_message("user", "s1"),
+            await isolated.add_message("assistant", "i1"),
+            await other.add_message("user", "o1"),
+            await shared.add_message("user", "s2"),
+            await isolated.add_message("assistant", "i2"),
+        ]
+        assert await compiled_ids(isolated) == ids
+        assert texts(await isolated.get_all_messages()) == ["i1", "i2"]  # reads are of the own slot
+        assert await compiled_ids(shared) == [ids[0], ids[3]]
+
+
+async def test_auxiliary_views_named_twice_merge_once(runtime: Runtime) -> None:
+    """M3: duplicates among auxiliary views are merged once."""
+    with trio.fail_after(GUARD_S):
+        isolated = await runtime.open("iso", isolate=True, auxiliary_views=[None, "other", None, "other"])
+        shared = await runtime.open("a")
+        other = await runtime.open("other", isolate=True)
+        ids = [await shared.add_message("user", "s"), await other.add_message("user", "o"),
+               await isolated.add_message("user", "i")]
+        assert await compiled_ids(isolated) == ids
+        assert len(isolated._actor._caches) == 3
+
+
+@pytest.mark.parametrize(
+    ("namespace", "isolate", "auxiliary"),
+    [("iso", True, "iso"), ("a", False, None), (None, False, None)],
+    ids=["isolated names itself", "shared names the shared slot", "default names the shared slot"],
+)
+async def test_naming_the_own_slot_as_auxiliary_is_refused(
+    runtime: Runtime, namespace: str | None, isolate: bool, auxiliary: str | None
+) -> None:
+    """M3: an auxiliary view that is the manager's own slot is refused with ValueError, starting nothing."""
+    with trio.fail_after(GUARD_S):
+        with pytest.raises(ValueError, match=r"own message slot"):
+            await runtime.open(namespace, isolate=isolate, auxiliary_views=[auxiliary])
+        assert runtime.statistics().namespace_actors == 0
+
+
+async def test_view_filter_sees_stored_messages_before_the_reader_view(runtime: Runtime) -> None:
+    """A3: the namespace's view_filter is handed messages as stored; the reader view is applied to what it keeps."""
+    seen: list[Message] = []
+
+    def only_tagged(m: Message) -> bool:
+        seen.append(m)
+        return bool(m.metadata and m.metadata.get("keep"))
+
+    with trio.fail_after(GUARD_S):
+        bob = await runtime.open("bob-ns", view_reader="bob", view_filter=only_tagged)
+        writer = await runtime.open("w")
+        first = await writer.add_message(
+            "user", [Text("for alice", audience=("alice",)), Text("for all")], metadata={"keep": True}
+        )
+        second = await writer.add_message("user", "dropped by the filter")
+        third = await writer.add_message("user", [Text("alice only", audience=("alice",))], metadata={"keep": True})
+        result = await bob.compile()
+        assert [[b.text for b in m.content] for m in result.messages] == [["for all"]]
+        by_id = {m.id: m for m in seen}
+        assert set(by_id) == {first, second, third}
+        assert by_id[first] == await writer.get_message(first)  # as stored, audience and all
+        assert by_id[third].content == (Text("alice only", audience=("alice",)),)
+
+
+async def test_the_reader_listing_extends_incrementally_on_appends(runtime: Runtime) -> None:
+    """F3: with audience blocks in the slot, a compile after N appends projects N messages, not the slot."""
+    with trio.fail_after(GUARD_S):
+        alice = await runtime.open("alice-ns", view_reader="alice")
+        await alice.add_message("user", [Text("private", audience=("alice",)), Text("public")])
+        for i in range(200):
+            await alice.add_message("user", f"m{i}")
+        await alice.compile()
+        listing = alice._actor._reader_listing
+        before = listing.projected
+        assert before >= 201
+        for i in range(5):
+            await alice.add_message("user", f"late{i}")
+        result = await alice.compile()
+        assert listing.projected - before == 5
+        assert len(result.messages) == 206
+        assert result.messages[0].content == (Text("private"), Text("public"))
