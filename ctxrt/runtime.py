@@ -165,9 +165,10 @@ class Runtime:
             except BaseException:
                 self._actors.pop(key, None)
                 raise
-        if compiles_for_none and actor.record is not None:
-            actor.check(None)  # C7: refused where its namespace records a reader
         try:
+            if compiles_for_none and actor.record is not None:
+                actor.check(None)  # C7: refused where its namespace records a reader
+            # A refusal stops an actor this attach started, leaving nothing running there (C2).
             resolved = await actor.attach(reader)
         except BaseException:
             if actor.managers == 0:
@@ -272,7 +273,7 @@ class Runtime:
 
     def _info(self, row: Any) -> BranchInfo:
         parent = None if row.parent is None else self.engine.branch_by_id(row.parent).name
-        return branch_info(row, parent)
+        return branch_info(row, parent, self.engine.head_sequence(row))
 
     async def list_branches(self) -> list[BranchInfo]:
         """Every live branch, oldest first.
@@ -371,11 +372,10 @@ async def open_runtime(
         async with _unwrapped(), trio.open_nursery() as nursery:
             runtime = Runtime(handle, nursery, model)
             if not readonly:
-                ref, inbox = open_store_actor()
+                ref, inbox = open_store_actor(handle.engine, runtime._publish)
                 await nursery.start(
                     lambda task_status: serve_store(
-                        handle.engine, ref, inbox, publish=runtime._publish, durability=durability,
-                        task_status=task_status,
+                        handle.engine, ref, inbox, durability=durability, task_status=task_status
                     )
                 )
                 runtime._store = ref
@@ -387,6 +387,6 @@ async def open_runtime(
                     runtime._stop_actor(actor)
                 if runtime._store is not None:
                     # Let the actor answer what is queued, then stop.
-                    runtime._store._send.close()
+                    runtime._store.close()
     finally:
         close_store(handle)

@@ -73,11 +73,25 @@ class _Counters:
 
 
 class StoreRef:
-    """The handle to a running store actor; the only holder of its mailbox."""
+    """The handle to a running store actor; the only holder of its mailbox.
 
-    def __init__(self, send: trio.MemorySendChannel[tuple[Any, _Reply]], counters: _Counters) -> None:
+    Idle fast path: when a caller is the only one in ``ask`` and nothing is queued, it runs
+    the actor's commit step itself instead of waking the actor: the same synchronous critical
+    section (one write transaction, publish, answer), in the same order, minus a task hop.
+    As soon as two callers overlap, everything goes through the mailbox and commits in groups.
+    """
+
+    def __init__(
+        self, send: trio.MemorySendChannel[tuple[Any, _Reply]], counters: _Counters, engine: Engine,
+        publish: Callable[[Sequence[Operation]], None],
+    ) -> None:
         self._send = send
         self._counters = counters
+        self._engine = engine
+        self._publish = publish
+        self._in_ask = 0  # callers inside ask()
+        self._queued = 0  # envelopes sent to the actor and not yet answered
+        self._closed = False
 
     async def ask(self, command: Any) -> Any:
         """Send ``command`` and wait for its committed result.
@@ -86,15 +100,35 @@ class StoreRef:
         ``RuntimeClosedError`` if the actor has stopped. If cancelled after sending, the command
         may still commit; its result is dropped.
         """
-        reply = _Reply()
+        self._in_ask += 1
         try:
-            await self._send.send((command, reply))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            raise RuntimeClosedError("the store actor has stopped") from None
-        await reply.event.wait()
-        if reply.ok:
-            return reply.value
-        raise reply.value
+            await trio.lowlevel.checkpoint()  # let callers that are ready arrive, so they can share a commit
+            if self._closed:
+                raise RuntimeClosedError("the store actor has stopped")
+            if self._in_ask == 1 and self._queued == 0:
+                ok, value = commit_batch(self._engine, [command], self._publish, self._counters)[0]
+            else:
+                reply = _Reply()
+                self._queued += 1
+                try:
+                    self._send.send_nowait((command, reply))
+                except trio.WouldBlock:
+                    await self._send.send((command, reply))  # back-pressure: the mailbox is full
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self._queued -= 1
+                    raise RuntimeClosedError("the store actor has stopped") from None
+                await reply.event.wait()
+                ok, value = reply.ok, reply.value
+        finally:
+            self._in_ask -= 1
+        if ok:
+            return value
+        raise value
+
+    def close(self) -> None:
+        """Refuse new commands; the actor answers what is queued, then stops."""
+        self._closed = True
+        self._send.close()
 
     def statistics(self) -> StoreStatistics:
         counters = self._counters
@@ -137,9 +171,26 @@ def execute(batch: Batch, command: Any) -> Any:
     raise TypeError(f"not a store command: {command!r}")
 
 
-def open_store_actor() -> tuple[StoreRef, trio.MemoryReceiveChannel[tuple[Any, _Reply]]]:
+def open_store_actor(
+    engine: Engine, publish: Callable[[Sequence[Operation]], None]
+) -> tuple[StoreRef, trio.MemoryReceiveChannel[tuple[Any, _Reply]]]:
     send, receive = trio.open_memory_channel[tuple[Any, _Reply]](MAILBOX_CAPACITY)
-    return StoreRef(send, _Counters()), receive
+    return StoreRef(send, _Counters(), engine, publish), receive
+
+
+def commit_batch(
+    engine: Engine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters
+) -> list[tuple[bool, Any]]:
+    """The actor's commit step: one write transaction, then publish what committed. Synchronous."""
+    started = time.perf_counter()
+    results, operations = _apply_growing(engine, commands)
+    counters.last_commit_ms = (time.perf_counter() - started) * 1000
+    counters.last_batch_size = len(commands)
+    counters.batches += 1
+    counters.commands += len(commands)
+    counters.largest_batch = max(counters.largest_batch, len(commands))
+    publish(operations)
+    return results
 
 
 async def serve_store(
@@ -147,15 +198,14 @@ async def serve_store(
     ref: StoreRef,
     inbox: trio.MemoryReceiveChannel[tuple[Any, _Reply]],
     *,
-    publish: Callable[[Sequence[Operation]], None],
     durability: str = "sync",
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the store's mailbox. Returns only when the inbox is closed, or when cancelled.
 
-    ``publish`` is called synchronously with each batch's committed operations, after the
-    commit and before any caller is answered, so a caller that got its reply reads caches
-    that already hold its write.
+    The ref's ``publish`` is called synchronously with each batch's committed operations,
+    after the commit and before any caller is answered, so a caller that got its reply reads
+    caches that already hold its write.
     """
     counters = ref._counters
     pending: list[tuple[Any, _Reply]] = []
@@ -174,24 +224,16 @@ async def serve_store(
                         break
                     pending.append(envelope)
                     size += _size(envelope[0])
-                commands = [command for command, _ in pending]
-                started = time.perf_counter()
-                results, operations = _apply_growing(engine, commands)
-                counters.last_commit_ms = (time.perf_counter() - started) * 1000
-                counters.last_batch_size = len(pending)
-                counters.batches += 1
-                counters.commands += len(pending)
-                counters.largest_batch = max(counters.largest_batch, len(pending))
-                try:
-                    publish(operations)
-                finally:
-                    for (_, reply), (ok, value) in zip(pending, results):
-                        reply.resolve(ok, value)
-                    pending = []
+                results = commit_batch(engine, [command for command, _ in pending], ref._publish, counters)
+                ref._queued -= len(pending)
+                for (_, reply), (ok, value) in zip(pending, results):
+                    reply.resolve(ok, value)
+                pending = []
         finally:
             closed = RuntimeClosedError("the store actor stopped before answering")
             for _, reply in pending:
                 if not reply.event.is_set():
+                    ref._queued -= 1
                     reply.resolve(False, closed)
             # Closing drops what is still queued; answer it first, or its callers wait forever.
             while True:
@@ -199,6 +241,7 @@ async def serve_store(
                     _, reply = inbox.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
+                ref._queued -= 1
                 reply.resolve(False, closed)
             inbox.close()
             nursery.cancel_scope.cancel()

@@ -64,7 +64,6 @@ class BranchRow:
     # Ancestor levels, nearest first: (branch id, the last sequence of it this branch sees).
     lineage: tuple[tuple[int, int], ...]
     created_ms: int
-    head_sequence: int
     deleted: bool = False
 
     def levels(self, at: int | None = None) -> list[tuple[int, int]]:
@@ -81,7 +80,6 @@ class BranchRow:
                 "fork": self.fork_sequence,
                 "lineage": [list(level) for level in self.lineage],
                 "created_ms": self.created_ms,
-                "head": self.head_sequence,
                 "deleted": self.deleted,
             },
             separators=(",", ":"),
@@ -97,7 +95,6 @@ class BranchRow:
             fork_sequence=raw["fork"],
             lineage=tuple((level[0], level[1]) for level in raw["lineage"]),
             created_ms=raw["created_ms"],
-            head_sequence=raw["head"],
             deleted=raw["deleted"],
         )
 
@@ -278,6 +275,8 @@ class Engine:
         self._branches: dict[int, BranchRow] = {}
         self._branch_ids: dict[str, int] = {}
         self._states: dict[str, StateInfo] = {}
+        # The writer's current log heads, (state number, branch id) -> head; set only by commits.
+        self._heads: dict[tuple[int, int], LogHead] = {}
         self.last_sequence = 0
         self._check_format()
         self.reload()
@@ -292,10 +291,9 @@ class Engine:
                 raise StoreFormatError(f"{self.env.path()} holds branches but records no format")
             meta = self.dbs[keys.DB_META]
             txn.put(keys.META_FORMAT, keys.encode_u32(FORMAT_VERSION), db=meta)
-            txn.put(keys.META_NEXT_SEQ, keys.encode_u64(0), db=meta)
             txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(2), db=meta)
             txn.put(keys.META_NEXT_STATE, keys.encode_u32(1), db=meta)
-            main = BranchRow(1, MAIN_BRANCH, None, None, (), int(time.time() * 1000), 0)
+            main = BranchRow(1, MAIN_BRANCH, None, None, (), int(time.time() * 1000))
             txn.put(keys.encode_u32(1), main.to_json(), db=self.dbs[keys.DB_BRANCHES])
             txn.put(MAIN_BRANCH.encode(), keys.encode_u32(1), db=self.dbs[keys.DB_BRANCH_NAMES])
 
@@ -321,10 +319,16 @@ class Engine:
             for key, value in txn.cursor(db=self.dbs[keys.DB_STATES]):
                 name = bytes(key).decode()
                 states[name] = StateInfo(keys.decode_u32(value[:4]), name, _BYTES_KIND[bytes(value[4:5])])
-            self.last_sequence = keys.decode_u64(txn.get(keys.META_NEXT_SEQ, db=self.dbs[keys.DB_META]))
+            # The sequence is the newest head any (state, branch) recorded: every write makes one.
+            cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+            self.last_sequence = max(
+                (self._last_head(cursor, info.number, branch) for info in states.values() for branch in branches),
+                default=0,
+            )
         self._branches = branches
         self._branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
         self._states = states
+        self._heads = {}
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -379,14 +383,32 @@ class Engine:
     def _find_head_with_sequence(
         self, txn: lmdb.Transaction, state: int, levels: Sequence[tuple[int, int]]
     ) -> tuple[bytes, int] | None:
-        cursor = txn.cursor(db=self.dbs[keys.DB_HEADS])
+        cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
         for branch, limit in levels:
-            if _seek_le(cursor, keys.head_key(state, branch, limit), keys.state_branch_prefix(state, branch)):
+            if _seek_le(cursor, keys.head_key(state, branch, limit), keys.head_prefix(state, branch)):
                 return cursor.value(), keys.decode_head_key(cursor.key())[2]
         return None
 
+    @staticmethod
+    def _last_head(cursor: lmdb.Cursor, state: int, branch: int) -> int:
+        """The sequence of the newest head (state, branch) wrote itself, or 0."""
+        if _seek_le(cursor, keys.head_key(state, branch, keys.MAX_U64), keys.head_prefix(state, branch)):
+            return keys.decode_head_key(cursor.key())[2]
+        return 0
+
+    def head_sequence(self, branch: BranchRow) -> int:
+        """The sequence of the branch's newest write (its fork point if it wrote nothing)."""
+        with self.reader() as txn:
+            cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+            own = max((self._last_head(cursor, info.number, branch.id) for info in self._states.values()), default=0)
+        return max(own, branch.fork_sequence or 0)
+
     def log_head(self, txn: lmdb.Transaction, state: str, branch: BranchRow, at: int | None = None) -> LogHead:
         info = self._log_state(state)
+        if at is None and not self.readonly:
+            cached = self._heads.get((info.number, branch.id))
+            if cached is not None:
+                return cached
         raw = self._find_head(txn, info.number, branch.levels(at))
         return LogHead() if raw is None else LogHead.decode(raw)
 
@@ -523,6 +545,8 @@ class Engine:
         transaction); any other exception aborts the whole batch and propagates
         (``lmdb.MapFullError`` included).
         """
+        if len(commands) == 1:
+            return self._apply_one(commands[0], execute)
         with self.env.begin(write=True) as txn:
             batch = Batch(self, txn)
             results: list[tuple[bool, Any]] = []
@@ -545,12 +569,30 @@ class Engine:
                     results.append((True, value))
                 finally:
                     batch.txn = txn
-            batch.finish()
         self._committed(batch)
         return results, batch.operations
 
+    def _apply_one(
+        self, command: Any, execute: Callable[[Batch, Any], Any]
+    ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
+        # A batch of one needs no nested transaction: refusing it is aborting the whole.
+        txn = self.env.begin(write=True)
+        batch = Batch(self, txn)
+        try:
+            value = execute(batch, command)
+        except (CtxrtError, TypeError, ValueError) as exc:
+            txn.abort()
+            return [(False, exc)], []
+        except BaseException:
+            txn.abort()
+            raise
+        txn.commit()
+        self._committed(batch)
+        return [(True, value)], batch.operations
+
     def _committed(self, batch: Batch) -> None:
         self.last_sequence = batch.sequence
+        self._heads.update(batch.heads)
         self._states.update(batch.new_states)
         for row in batch.branches.values():
             self._branches[row.id] = row
@@ -570,20 +612,16 @@ class Batch:
         self.sequence = engine.last_sequence
         self.new_states: dict[str, StateInfo] = {}
         self.branches: dict[int, BranchRow] = {}  # rows this batch created or changed
+        self.heads: dict[tuple[int, int], LogHead] = {}  # log heads this batch wrote
         self.operations: list[Operation] = []
 
-    def savepoint(self) -> tuple[int, dict[str, StateInfo], dict[int, BranchRow], int]:
-        return self.sequence, dict(self.new_states), dict(self.branches), len(self.operations)
+    def savepoint(self) -> tuple[Any, ...]:
+        return self.sequence, dict(self.new_states), dict(self.branches), dict(self.heads), len(self.operations)
 
-    def restore(self, saved: tuple[int, dict[str, StateInfo], dict[int, BranchRow], int]) -> None:
-        self.sequence, self.new_states, self.branches, count = saved
+    def restore(self, saved: tuple[Any, ...]) -> None:
+        self.sequence, self.new_states, self.branches, self.heads, count = saved
         del self.operations[count:]
 
-    def finish(self) -> None:
-        meta = self.dbs[keys.DB_META]
-        self.txn.put(keys.META_NEXT_SEQ, keys.encode_u64(self.sequence), db=meta)
-        for row in self.branches.values():
-            self.txn.put(keys.encode_u32(row.id), row.to_json(), db=self.dbs[keys.DB_BRANCHES])
 
     def _next_sequence(self) -> int:
         self.sequence += 1
@@ -609,12 +647,17 @@ class Batch:
                 return row
         raise BranchNotFoundError(f"no branch named {name!r}")
 
-    def _touch(self, row: BranchRow, sequence: int) -> None:
-        self.branches[row.id] = attrs.evolve(row, head_sequence=sequence)
-
     def _log_head(self, info: StateInfo, row: BranchRow) -> LogHead:
-        raw = self.engine._find_head(self.txn, info.number, row.levels())
-        return LogHead() if raw is None else LogHead.decode(raw)
+        key = (info.number, row.id)
+        head = self.heads.get(key) or self.engine._heads.get(key)
+        if head is None:
+            raw = self.engine._find_head(self.txn, info.number, row.levels())
+            head = LogHead() if raw is None else LogHead.decode(raw)
+        return head
+
+    def _put_head(self, info: StateInfo, row: BranchRow, sequence: int, head: LogHead) -> None:
+        self.txn.put(keys.head_key(info.number, row.id, sequence), head.encode(), db=self.dbs[keys.DB_ITEMS])
+        self.heads[(info.number, row.id)] = head
 
     def _log_target(self, state: str, branch: str) -> tuple[StateInfo, BranchRow, LogHead]:
         info = self.state(state)
@@ -656,9 +699,8 @@ class Batch:
             db=self.dbs[keys.DB_ITEMS],
             append=False,
         )
-        new_head = attrs.evolve(head, length=head.length + 1, next_ordinal=ordinal + 1, revision=sequence)
-        self.txn.put(keys.head_key(info.number, row.id, sequence), new_head.encode(), db=self.dbs[keys.DB_HEADS])
-        self._touch(row, sequence)
+        new_head = LogHead(head.length + 1, ordinal + 1, head.removed, sequence, head.rewrite_revision)
+        self._put_head(info, row, sequence, new_head)
         operation = ItemAppended(state, row.id, sequence, ordinal, data, attachment)
         self.operations.append(operation)
         return operation
@@ -684,8 +726,7 @@ class Batch:
             db=self.dbs[keys.DB_ITEMS],
         )
         new_head = attrs.evolve(head, revision=sequence, rewrite_revision=sequence)
-        self.txn.put(keys.head_key(info.number, row.id, sequence), new_head.encode(), db=self.dbs[keys.DB_HEADS])
-        self._touch(row, sequence)
+        self._put_head(info, row, sequence, new_head)
         operation = ItemEdited(state, row.id, sequence, item_sequence, data, attachment)
         self.operations.append(operation)
         return operation
@@ -709,8 +750,7 @@ class Batch:
         new_head = attrs.evolve(
             head, length=head.length - count, removed=tuple(merged), revision=sequence, rewrite_revision=sequence
         )
-        self.txn.put(keys.head_key(info.number, row.id, sequence), new_head.encode(), db=self.dbs[keys.DB_HEADS])
-        self._touch(row, sequence)
+        self._put_head(info, row, sequence, new_head)
         operation = ItemsRemoved(state, row.id, sequence, from_sequence, to_sequence, count)
         self.operations.append(operation)
         return operation
@@ -722,8 +762,7 @@ class Batch:
         row = self.branch(branch)
         data = encode_json(value, path=f"{state}")
         sequence = self._next_sequence()
-        self.txn.put(keys.head_key(info.number, row.id, sequence), data, db=self.dbs[keys.DB_HEADS])
-        self._touch(row, sequence)
+        self.txn.put(keys.head_key(info.number, row.id, sequence), data, db=self.dbs[keys.DB_ITEMS])
         operation = ValueSet(state, row.id, sequence, value)
         self.operations.append(operation)
         return operation
@@ -749,7 +788,8 @@ class Batch:
         branch_id = keys.decode_u32(self.txn.get(keys.META_NEXT_BRANCH, db=meta))
         self.txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(branch_id + 1), db=meta)
         lineage = ((parent.id, fork),) + tuple((ancestor, min(fork, bound)) for ancestor, bound in parent.lineage)
-        row = BranchRow(branch_id, name, parent.id, fork, lineage, int(time.time() * 1000), fork)
+        row = BranchRow(branch_id, name, parent.id, fork, lineage, int(time.time() * 1000))
+        self.txn.put(keys.encode_u32(branch_id), row.to_json(), db=self.dbs[keys.DB_BRANCHES])
         self.txn.put(name.encode(), keys.encode_u32(branch_id), db=self.dbs[keys.DB_BRANCH_NAMES])
         self.branches[branch_id] = row
         self.operations.append(BranchCreated(row))
@@ -761,6 +801,7 @@ class Batch:
         row = attrs.evolve(self.branch(name), deleted=True)
         # Rows stay: descendants' lineages still read them. Only the name is freed.
         self.txn.delete(name.encode(), db=self.dbs[keys.DB_BRANCH_NAMES])
+        self.txn.put(keys.encode_u32(row.id), row.to_json(), db=self.dbs[keys.DB_BRANCHES])
         self.branches[row.id] = row
         self.operations.append(BranchDeleted(row))
         return row

@@ -12,25 +12,26 @@ DB_META = b"meta"
 DB_BRANCHES = b"branches"  # branch id (u32) -> branch row JSON
 DB_BRANCH_NAMES = b"branch_names"  # name utf-8 -> branch id (u32)
 DB_STATES = b"states"  # state name utf-8 -> state number (u32) + kind byte
-DB_HEADS = b"heads"  # (state u32, branch u32, seq u64) -> head of that version
-DB_ITEMS = b"items"  # (state u32, branch u32, ordinal u64, seq u64) -> origin seq u64 + item bytes
+# (state u32, branch u32, ordinal u64, seq u64) -> origin seq u64 + item bytes; the ordinal
+# HEAD_ORDINAL holds the state's versioned heads on that branch instead. Heads sit right after
+# the newest items in key order, so an append dirties one leaf page of one table.
+DB_ITEMS = b"items"
 DB_BLOBS = b"blobs"  # sha-256 (32 bytes) -> media type + NUL + bytes
-ALL_DBS = (DB_META, DB_BRANCHES, DB_BRANCH_NAMES, DB_STATES, DB_HEADS, DB_ITEMS, DB_BLOBS)
+ALL_DBS = (DB_META, DB_BRANCHES, DB_BRANCH_NAMES, DB_STATES, DB_ITEMS, DB_BLOBS)
 
 META_FORMAT = b"format"
-META_NEXT_SEQ = b"next_seq"  # the last sequence allocated (0 when nothing was written)
 META_NEXT_BRANCH = b"next_branch"
 META_NEXT_STATE = b"next_state"
 
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
 PREFIX = struct.Struct(">II")  # (state, branch)
-HEAD_KEY = struct.Struct(">IIQ")  # (state, branch, seq)
 ITEM_KEY = struct.Struct(">IIQQ")  # (state, branch, ordinal, seq)
 ITEM_PREFIX = struct.Struct(">IIQ")  # (state, branch, ordinal)
 
 MAX_U32 = (1 << 32) - 1
 MAX_U64 = (1 << 64) - 1
+HEAD_ORDINAL = MAX_U64  # the ordinal under which a (state, branch) keeps its versioned heads
 
 
 def encode_u32(value: int) -> bytes:
@@ -54,11 +55,16 @@ def state_branch_prefix(state: int, branch: int) -> bytes:
 
 
 def head_key(state: int, branch: int, seq: int) -> bytes:
-    return HEAD_KEY.pack(state, branch, seq)
+    return ITEM_KEY.pack(state, branch, HEAD_ORDINAL, seq)
+
+
+def head_prefix(state: int, branch: int) -> bytes:
+    return ITEM_PREFIX.pack(state, branch, HEAD_ORDINAL)
 
 
 def decode_head_key(key: bytes) -> tuple[int, int, int]:
-    return HEAD_KEY.unpack(key)  # type: ignore[return-value]
+    state, branch, _, seq = ITEM_KEY.unpack(key)
+    return state, branch, seq
 
 
 def item_key(state: int, branch: int, ordinal: int, seq: int) -> bytes:

@@ -88,5 +88,5 @@ class BranchInfo:
     head_sequence: int
 
 
-def branch_info(row: BranchRow, parent_name: str | None) -> BranchInfo:
-    return BranchInfo(row.name, row.id, parent_name, row.fork_sequence, row.head_sequence)
+def branch_info(row: BranchRow, parent_name: str | None, head_sequence: int) -> BranchInfo:
+    return BranchInfo(row.name, row.id, parent_name, row.fork_sequence, head_sequence)
