@@ -11,9 +11,8 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import anthropic
 import attrs
 import trio
 
@@ -21,6 +20,9 @@ from .codec import blocks_from_api
 from .compile import to_anthropic_messages
 from .content import Block, CompiledMessage, Document, Text, ToolResult
 from .errors import ModelError
+
+if TYPE_CHECKING:
+    import anthropic
 
 DEFAULT_ASSISTANT = frozenset({"Claude", "assistant"})
 
@@ -115,7 +117,16 @@ def _status_error_detail(body: object) -> tuple[str, str]:
     return str(error.get("type", "error")), str(error.get("message", ""))
 
 
+def _anthropic() -> Any:
+    """The SDK, imported on first use: it costs a second at import and only AnthropicModel needs it."""
+    import anthropic
+
+    return anthropic
+
+
 def _model_error(model: str, exc: anthropic.APIError, timeout_s: float) -> ModelError:
+    anthropic = _anthropic()
+
     if isinstance(exc, anthropic.APITimeoutError):
         return ModelError(f"model {model!r}: no reply within {timeout_s} s (timed out, no HTTP status)", retryable=True)
     if isinstance(exc, anthropic.APIConnectionError):
@@ -147,6 +158,7 @@ class AnthropicModel:
     def __init__(
         self, client: anthropic.AsyncAnthropic | None = None, *, max_retries: int = 2, timeout_s: float = 120.0
     ) -> None:
+        anthropic = _anthropic()
         self._owns_client = client is None
         if client is None:
             client = anthropic.AsyncAnthropic(max_retries=max_retries, timeout=timeout_s)
@@ -187,9 +199,9 @@ class AnthropicModel:
         timeout_s = self._timeout_s if request.timeout_s is None else request.timeout_s
         try:
             reply = await self._client.messages.create(**params, timeout=timeout_s)
-        except anthropic.APIError as exc:
+        except _anthropic().APIError as exc:
             raise _model_error(request.model, exc, timeout_s) from exc
-        except anthropic.AnthropicError as exc:
+        except _anthropic().AnthropicError as exc:
             raise ModelError(f"model {request.model!r}: refused before sending (no HTTP status): {exc}") from exc
         content = blocks_from_api(reply.content)  # block types ctxrt doesn't keep are skipped
         usage = Usage(reply.usage.input_tokens, reply.usage.output_tokens)
