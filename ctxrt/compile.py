@@ -8,6 +8,7 @@ placed, provenance attached. ``CompileResult.to_anthropic`` gives a request body
 
 from __future__ import annotations
 
+import operator
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Union
@@ -155,15 +156,40 @@ def split_mixed_tool_messages(participant: str, content: Sequence[Block]) -> lis
     return parts
 
 
-def _repair_tool_pairing(messages: Sequence[CompiledMessage]) -> tuple[list[CompiledMessage], list[int]]:
-    uses = [{b.id for b in m.content if type(b) is ToolUse} for m in messages]  # type: ignore[union-attr]
-    results = [{b.tool_use_id for b in m.content if type(b) is ToolResult} for m in messages]  # type: ignore[union-attr]
+def _tool_ids(message: CompiledMessage) -> tuple[frozenset[str], frozenset[str]] | None:
+    """(tool_use ids, tool_result ids) of a message, or None if it holds no tool block."""
+    uses = frozenset(b.id for b in message.content if type(b) is ToolUse)  # type: ignore[union-attr]
+    results = frozenset(b.tool_use_id for b in message.content if type(b) is ToolResult)  # type: ignore[union-attr]
+    return (uses, results) if uses or results else None
+
+
+_NO_TOOLS: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+
+
+def _repair_tool_pairing(
+    messages: Sequence[CompiledMessage],
+    tools: Sequence[tuple[frozenset[str], frozenset[str]] | None] | None = None,
+) -> tuple[list[CompiledMessage], list[int]]:
+    """``tools`` (parallel to ``messages``, from ``_tool_ids``) spares recomputing what a memo knows."""
+    if tools is None:
+        tools = [_tool_ids(m) for m in messages]
+    if not any(tools):
+        return messages, range(len(messages))  # type: ignore[return-value]  # nothing to repair
     out: list[CompiledMessage] = []
     origins: list[int] = []
-    empty: set[str] = set()
+    last = len(messages) - 1
     for i, message in enumerate(messages):
-        answered = results[i + 1] if i + 1 < len(messages) else empty
-        asked = uses[i - 1] if i > 0 else empty
+        own = tools[i]
+        if own is None:
+            out.append(message)
+            origins.append(i)
+            continue
+        answered = (tools[i + 1] or _NO_TOOLS)[1] if i < last else frozenset()
+        asked = (tools[i - 1] or _NO_TOOLS)[0] if i > 0 else frozenset()
+        if own[0] <= answered and own[1] <= asked:
+            out.append(message)
+            origins.append(i)
+            continue
         kept = tuple(
             b
             for b in message.content
@@ -174,7 +200,7 @@ def _repair_tool_pairing(messages: Sequence[CompiledMessage]) -> tuple[list[Comp
             if message.cache_breakpoint and out:  # the cached prefix still ends here
                 out[-1] = attrs.evolve(out[-1], cache_breakpoint=True)
             continue
-        out.append(message if len(kept) == len(message.content) else attrs.evolve(message, content=kept))
+        out.append(attrs.evolve(message, content=kept))
         origins.append(i)
     return out, origins
 
@@ -194,12 +220,12 @@ def repair_tool_pairing(messages: Sequence[CompiledMessage]) -> list[CompiledMes
 
 
 def apply_cache_breakpoints(
-    messages: Sequence[CompiledMessage], *, limit: int = MAX_MESSAGE_BREAKPOINTS
+    messages: Sequence[CompiledMessage], *, limit: int = MAX_MESSAGE_BREAKPOINTS, marked: list[int] | None = None
 ) -> list[CompiledMessage]:
     """Keep at most ``limit`` breakpoints: the first (the head window's end) and the last ones (P5)."""
-    marked = [i for i, m in enumerate(messages) if m.cache_breakpoint]
+    marked = [i for i, m in enumerate(messages) if m.cache_breakpoint] if marked is None else marked
     if len(marked) <= limit:
-        return list(messages)
+        return messages if isinstance(messages, list) else list(messages)
     keep = set(marked[:1] + marked[len(marked) - (limit - 1) :]) if limit > 0 else set()
     return [
         attrs.evolve(m, cache_breakpoint=False) if m.cache_breakpoint and i not in keep else m
@@ -260,6 +286,8 @@ def _place_injections(
     injections: Sequence[Injection],
     message_injections: Sequence[MessageInjection],
 ) -> tuple[list[CompiledMessage], list[Block], list[Origin]]:
+    if not injections and not message_injections:
+        return list(messages), [], list(range(len(messages)))
     placed, injected = _injection_blocks(injections, message_injections)
     system_blocks: list[Block] = []
     before: list[tuple[CompiledMessage, Origin]] = []
@@ -374,12 +402,120 @@ def coverage_complete(rendered_blocks: Sequence[Block], stored_blocks: Sequence[
     return True
 
 
-def _entry_sources(entry: Entry) -> tuple[tuple[str, str, bool], ...]:
-    """(kind, id, raw) per source: a ``copy`` entry's message ids are raw bodies."""
-    raw = entry.relation == "copy"
-    return tuple(("message", mid, raw) for mid in entry.source_ids) + tuple(
-        ("summary", sid, False) for sid in entry.summary_ids
-    )
+class _Prepared:
+    """One entry made ready to compile: its parts, their tool ids, its sources and raw bodies."""
+
+    __slots__ = ("entry", "parts", "tools", "sources", "bodies")
+
+    def __init__(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> None:
+        where = find_audience(entry.content, path=f"entries[{index}].content")
+        if where is not None:  # the strategy handed over a block outside the reader's view
+            raise MalformedContentError(where, "a compiled entry may not carry an audience (spec/audience.md B3, A8)")
+        self.entry = entry
+        split = split_mixed_tool_messages(entry.participant, entry.content)
+        self.parts = [
+            CompiledMessage(participant, content, cache_breakpoint=entry.cache_marker and k == len(split) - 1)
+            for k, (participant, content) in enumerate(split)
+        ]
+        self.tools = [_tool_ids(part) for part in self.parts]
+        raw = entry.relation == "copy"
+        self.bodies = tuple((sid, lookup(sid)) for sid in entry.source_ids) if raw else ()
+        rendered = [block for part in self.parts for block in part.content]
+        self.sources = tuple(
+            Source("message", sid, body is not None and _complete(rendered, entry.content, body)) if raw
+            else Source("message", sid)
+            for sid, body in (self.bodies or ((sid, None) for sid in entry.source_ids))
+        ) + tuple(Source("summary", sid) for sid in entry.summary_ids)
+
+
+def _complete(rendered: Sequence[Block], content: Sequence[Block], body: Message) -> bool:
+    # An entry carrying the reader's view of the message untouched is complete without a walk.
+    if content is body.content or content == body.content:
+        return True
+    return coverage_complete(rendered, body.content)
+
+
+class CompileMemo:
+    """Entries prepared by earlier compiles, kept by identity: a strategy that hands back the
+    same ``Entry`` objects (as the bundled ones do for unchanged messages) pays for each once,
+    and a compile whose entries start as the last one's did reuses that stretch whole."""
+
+    def __init__(self) -> None:
+        self._prepared: dict[int, _Prepared] = {}
+        self._entries: list[Entry] = []
+        self._messages: list[CompiledMessage] = []
+        self._tools: list[tuple[frozenset[str], frozenset[str]] | None] = []
+        self._owners: list[_Prepared] = []
+        self._ends: list[int] = []  # _ends[i]: messages made from entries[:i + 1]
+        self.marked = False  # whether any part made so far carries a cache breakpoint
+
+    def parts(
+        self, entries: Sequence[Entry], lookup: Callable[[str], Message | None]
+    ) -> tuple[list[CompiledMessage], list[tuple[frozenset[str], frozenset[str]] | None], list[_Prepared]]:
+        """The compiled parts of ``entries``, their tool ids and the prepared entry each came from."""
+        previous = self._entries
+        if len(entries) >= len(previous) and entries[: len(previous)] == previous:
+            shared = len(previous)  # the usual warm compile: the last entries, then new ones (C-speed check)
+        else:
+            same = list(map(operator.is_, entries, previous))
+            shared = same.index(False) if False in same else len(same)
+        end = self._ends[shared - 1] if shared else 0
+        messages, tools, owners = self._messages[:end], self._tools[:end], self._owners[:end]
+        ends = self._ends[:shared]
+        for i in range(shared, len(entries)):
+            entry = entries[i]
+            if entry.content:
+                prepared = self.prepare(entry, i, lookup)
+                messages += prepared.parts
+                tools += prepared.tools
+                owners += [prepared] * len(prepared.parts)
+                self.marked = self.marked or prepared.entry.cache_marker
+            ends.append(len(messages))
+        self._entries, self._messages, self._tools, self._owners, self._ends = (
+            list(entries), messages, tools, owners, ends
+        )
+        self.retain_only(entries)
+        return messages, tools, owners
+
+    def prepare(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> _Prepared:
+        found = self._prepared.get(id(entry))
+        if found is None or found.entry is not entry:
+            found = self._prepared[id(entry)] = _Prepared(entry, index, lookup)
+        return found
+
+    def retain_only(self, entries: Sequence[Entry]) -> None:
+        """Forget entries no longer compiled, once the memo has grown well past what is in use."""
+        if len(self._prepared) > 2 * len(entries) + 1024:
+            live = {id(entry) for entry in entries}
+            self._prepared = {key: value for key, value in self._prepared.items() if key in live}
+
+
+_SOURCES = operator.attrgetter("sources")
+
+
+class _Lazy(Mapping[str, Any]):
+    """A mapping built on first use: most hosts never read a compile's raw bodies."""
+
+    def __init__(self, build: Callable[[], dict[str, Any]]) -> None:
+        self._build: Callable[[], dict[str, Any]] | None = build
+        self._data: dict[str, Any] = {}
+
+    def _loaded(self) -> dict[str, Any]:
+        if self._build is not None:
+            self._data, self._build = self._build(), None
+        return self._data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._loaded()[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+    def __repr__(self) -> str:
+        return repr(self._loaded())
 
 
 def build_compile_result(
@@ -393,49 +529,59 @@ def build_compile_result(
     injections: Sequence[Injection] = (),
     message_injections: Sequence[MessageInjection] = (),
     compile_id: str | None = None,
+    memo: CompileMemo | None = None,
 ) -> CompileResult:
     """Entries -> CompileResult: split, cache markers, tool pairing, injections, provenance (P3-P6).
 
-    ``lookup(id)`` returns a stored message as the reader sees it, or None.
+    ``lookup(id)`` returns a stored message as the reader sees it, or None. With a ``memo``,
+    entries seen by an earlier compile are not prepared again.
     """
-    messages: list[CompiledMessage] = []
-    sources: list[tuple[tuple[str, str, bool], ...]] = []
-    for i, entry in enumerate(entries):
-        if not entry.content:
-            continue
-        where = find_audience(entry.content, path=f"entries[{i}].content")
-        if where is not None:  # the strategy handed over a block outside the reader's view
-            raise MalformedContentError(where, "a compiled entry may not carry an audience (spec/audience.md B3, A8)")
-        entry_sources = _entry_sources(entry)
-        parts = split_mixed_tool_messages(entry.participant, entry.content)
-        for k, (participant, content) in enumerate(parts):
-            last = k == len(parts) - 1
-            messages.append(CompiledMessage(participant, content, cache_breakpoint=entry.cache_marker and last))
-            sources.append(entry_sources)
-    messages, kept = _repair_tool_pairing(messages)
-    sources = [sources[k] for k in kept]
-    messages = apply_cache_breakpoints(messages)
-    messages, system_blocks, origins = _place_injections(messages, injections, message_injections)
-
-    rendered: dict[str, list[Block]] = {}
-    for message, origin in zip(messages, origins):
-        if isinstance(origin, int):
-            for kind, sid, raw in sources[origin]:
-                if raw:
+    memo = memo or CompileMemo()
+    messages, tools, owners = memo.parts(entries, lookup)
+    repaired, kept = _repair_tool_pairing(messages, tools)
+    # A message the repair changed no longer carries its body whole: judge those bodies again.
+    altered: set[int] = set()
+    if repaired is not messages:
+        altered = {id(owners[k]) for k, message in zip(kept, repaired) if message is not messages[k]}
+        if len(kept) < len(messages):
+            altered |= {id(owners[k]) for k in set(range(len(messages))) - set(kept)}
+    sources_of: dict[int, tuple[Source, ...]] = {}
+    if altered:
+        rendered: dict[str, list[Block]] = {}
+        for k, message in zip(kept, repaired):
+            if id(owners[k]) in altered:
+                for sid, _ in owners[k].bodies:
                     rendered.setdefault(sid, []).extend(message.content)
-    raw_bodies: dict[str, Message] = {}
-    completeness: dict[str, bool] = {}
-    for sid, blocks in rendered.items():
-        body = lookup(sid)
-        if body is not None:
-            raw_bodies[sid] = body
-        completeness[sid] = body is not None and coverage_complete(blocks, body.content)
-    per_message = tuple(
-        (origin,)
-        if isinstance(origin, Source)
-        else tuple(Source(kind, sid, completeness[sid] if raw else None) for kind, sid, raw in sources[origin])  # type: ignore[arg-type]
-        for origin in origins
-    )
+        for prepared in {id(o): o for o in owners if id(o) in altered}.values():
+            sources_of[id(prepared)] = tuple(
+                attrs.evolve(source, complete=body is not None and coverage_complete(rendered.get(source.id, []), body.content))
+                if source.complete is not None else source
+                for source, (_, body) in zip(prepared.sources, prepared.bodies + ((None, None),) * len(prepared.sources))
+            )
+    marks = [i for i, k in enumerate(kept) if messages[k].cache_breakpoint] if memo.marked else []
+    repaired = apply_cache_breakpoints(repaired, marked=marks if repaired is messages else None)
+    placed, system_blocks, origins = _place_injections(repaired, injections, message_injections)
+    if not sources_of and len(kept) == len(owners) and len(origins) == len(owners):
+        per_message = tuple(map(_SOURCES, owners))  # nothing moved: one source tuple per part, as prepared
+    else:
+        per_message = tuple(
+            (origin,) if isinstance(origin, Source)
+            else sources_of.get(id(owners[kept[origin]]), owners[kept[origin]].sources)
+            for origin in origins
+        )
+    used = owners  # bodies() dedupes by id as it builds
+
+    def bodies() -> dict[str, Message]:
+        return {sid: body for prepared in used for sid, body in prepared.bodies if body is not None}
+
+    def completeness() -> dict[str, bool]:
+        found: dict[str, bool] = {}
+        for sources in per_message:
+            for source in sources:
+                if source.complete is not None:
+                    found[source.id] = found.get(source.id, True) and source.complete
+        return found
+
     provenance = Provenance(
         compile_id=compile_id or str(uuid.uuid4()),
         namespace=namespace,
@@ -443,10 +589,10 @@ def build_compile_result(
         reader=reader,
         strategy=strategy_name,
         messages=per_message,
-        raw_bodies=raw_bodies,
-        completeness=completeness,
+        raw_bodies=_Lazy(bodies),
+        completeness=_Lazy(completeness),
     )
-    return CompileResult(messages, system_blocks, provenance)
+    return CompileResult(placed if placed is not messages else list(placed), system_blocks, provenance)
 
 
 # --------------------------------------------------------------------------------------------

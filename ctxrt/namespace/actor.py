@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..compile import Budget, CompileResult, build_compile_result, validate_injections
+from ..compile import Budget, CompileMemo, CompileResult, build_compile_result, validate_injections
 from .. import codec
 from ..content import Message, content_for_reader, hidden_by_edit
 from ..errors import MessageNotFoundError, NarrowingRefusedError, ReaderConflictError, StrategyRefusedError
@@ -207,6 +207,7 @@ class NamespaceActor:
         # Raw bodies are judged in the reader's view of the messages as stored, filter or not.
         self._raw_listing = ReaderListing(merged, self.reader) if self.config.view_filter else self._reader_listing
         epoch = self.epoch
+        self.compile_memo = CompileMemo()  # entries of another view are never reused
         self.view = MessageView(self._reader_listing, guard=lambda: self._guard(epoch))
         self.raw_view = MessageView(self._raw_listing)
 
@@ -324,6 +325,8 @@ class NamespaceActor:
         expires = math.inf if timeout_s is None else trio.current_time() + timeout_s
         for sequence in sequences:
             self.holds[sequence] = expires
+        if timeout_s is not None:
+            self._wake.set()  # the drain re-arms its wait for the hold's lapse (T5)
 
     def release_holds(self, sequences: Sequence[int]) -> None:
         for sequence in sequences:
@@ -382,6 +385,7 @@ class NamespaceActor:
                 lookup=self.raw_view.get,
                 injections=injections,
                 message_injections=message_injections,
+                memo=self.compile_memo,
             )
 
     async def preview(self, reader: str | None, budget: Budget, message_injections: Sequence[Any]) -> Any:
@@ -544,7 +548,10 @@ class NamespaceActor:
         """Background compression (T8): woken by new messages when the strategy auto-ticks."""
         with self._cancel:
             while not self.stopped:
-                await self._wake.wait()
+                # A hold that times out wakes the drain like a new message (T5, T8).
+                now = trio.current_time()
+                with trio.move_on_at(min((e for e in self.holds.values() if e > now), default=math.inf)):
+                    await self._wake.wait()
                 self._wake = trio.Event()
                 if not getattr(self.strategy, "auto_tick", False):
                     continue

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import attrs
@@ -76,3 +78,30 @@ class Strategy:
     def pending_work(self) -> int:
         """How many units of work are queued (0 when ready)."""
         return 0
+
+
+class RawEntries:
+    """``copy`` entries and cumulative token counts for a view's messages, kept across compiles.
+
+    Listings grow in place on appends and are replaced on any other change, so the list's
+    identity and length say what is new: a warm compile extends these instead of rebuilding
+    20,000 entries (and hands back the same ``Entry`` objects, which compile's memo keys on).
+    """
+
+    def __init__(self) -> None:
+        self._source: Sequence[Message] | None = None
+        self.entries: list[Entry] = []
+        self.totals: list[int] = [0]  # totals[i] = tokens of messages[:i]
+
+    def update(self, messages: Sequence[Message], estimate: Callable[[Message], int]) -> None:
+        if messages is not self._source or len(messages) < len(self.entries):
+            self._source, self.entries, self.totals = messages, [], [0]
+        total = self.totals[-1]
+        for message in messages[len(self.entries):]:
+            self.entries.append(Entry(message.participant, message.content, (message.id,), "copy"))
+            total += estimate(message)
+            self.totals.append(total)
+
+    def suffix_start(self, usable: int) -> int:
+        """The start of the longest suffix whose tokens fit ``usable``."""
+        return bisect_left(self.totals, self.totals[-1] - usable)
