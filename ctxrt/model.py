@@ -274,11 +274,16 @@ def extract_summary(text: str, budget_chars: int) -> str:
     return summary or _first_words(text, budget_chars)
 
 
+_TRANSCRIPT = re.compile(r"<earlier_in_conversation>(.*?)</earlier_in_conversation>", re.S)
+_SPEAKER = re.compile(r"^# (\S+)\n", re.M)
+
+
 class OfflineModel:
     """A deterministic extractive summariser with no network, for demos and tests without a key.
 
     With two or more messages the last is taken as the instruction (compression requests end
-    with it, spec T4) and what precedes it is summarised; with one message, that message is.
+    with it, spec T4) and what precedes it is summarised, or the transcript the instruction
+    carries between ``<earlier_in_conversation>`` tags; with one message, that message is.
     The reply is the most informative sentences (rare words, kept in their original order) up
     to about ``max_tokens`` tokens (4 characters each). Same request, same bytes; never empty
     text for input with any words. Always ``stop_reason="end_turn"``; usage counts characters.
@@ -287,7 +292,12 @@ class OfflineModel:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         await trio.lowlevel.checkpoint()  # every async call is a checkpoint
         texts = [_message_text(message) for message in request.messages]
-        source = "\n".join(filter(None, texts[:-1])) if len(texts) > 1 else ""
+        framed = _TRANSCRIPT.search(texts[-1]) if texts else None
+        if framed is not None:
+            # A compression request carries its chunk as a transcript inside the instruction.
+            source = _SPEAKER.sub(lambda m: f"{m.group(1).capitalize()}: ", framed.group(1))
+        else:
+            source = "\n".join(filter(None, texts[:-1])) if len(texts) > 1 else ""
         if not source.strip():
             source = "\n".join(filter(None, texts))
         summary = extract_summary(source, request.max_tokens * 4)
