@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(BIN)/python -m ctxrt demo
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
 	$(BIN)/python -m bench
 
 clean:

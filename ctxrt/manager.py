@@ -319,8 +319,9 @@ class ContextManager:
     async def _move_to(self, branch: str) -> None:
         """Attach to ``branch``'s namespace actor, then detach from this one (C2: a refusal stays put)."""
         actor = self._open()
+        config = attrs.evolve(actor.config, strategy=actor.strategy_config)  # set_strategy's, if it ran
         new_actor, reader = await self._runtime._attach(
-            branch, actor.config, self._explicit_reader if self._explicit_reader is not None else self._reader,
+            branch, config, self._explicit_reader if self._explicit_reader is not None else self._reader,
             compiles_for_none=self._reader is None,
         )
         self._runtime._detach(actor)

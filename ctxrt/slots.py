@@ -18,10 +18,12 @@ from typing import Any
 import attrs
 
 from . import codec
-from .content import Block, Message, ToolResult, has_audience
+from .content import Block, Document, Image, Message, ToolResult, has_audience
 from .store.engine import Engine, ItemAppended, ItemEdited, ItemsRemoved, Operation
 
 logger = logging.getLogger("ctxrt.slots")
+
+_MEDIA_BLOCKS = (Image, Document, ToolResult)  # blocks that may hold a blob_ref (M4)
 
 
 def _diagnostics() -> bool:
@@ -78,7 +80,16 @@ class SlotCache:
 
     def _decode(self, data: bytes, sequence: int, txn: Any) -> Message:
         message = codec.message_from_json(data, sequence=sequence)
-        resolved = codec.resolve_blobs(message.content, lambda sha: self.engine.get_blob(txn, sha))
+        if not any(type(block) in _MEDIA_BLOCKS for block in message.content):
+            return message
+        # resolve_blobs' helper is a self-referencing closure (a reference cycle) that may outlive
+        # this call: it must not keep ``txn`` alive, or the txn's reader slot and snapshot stay
+        # pinned until a GC pass (MDB_READERS_FULL with the GC paused or frozen).
+        reading = [txn]
+        try:
+            resolved = codec.resolve_blobs(message.content, lambda sha: self.engine.get_blob(reading[0], sha))
+        finally:
+            reading.clear()
         if resolved is not message.content:
             message = attrs.evolve(message, content=resolved)
         return message

@@ -770,3 +770,20 @@ async def test_another_strategy_on_a_running_namespace_is_a_config_conflict(runt
         same = await runtime.open("x", strategy=ctxrt.Passthrough())
         unspecified = await runtime.open("x")
         assert same.strategy == unspecified.strategy == first.strategy == ctxrt.Passthrough()
+
+
+async def test_a_windowed_dry_run_moves_no_anchor(store_path: Path) -> None:
+    """T2: a dry-run compile over budget shows the re-anchored window but stores and keeps no anchor."""
+    strategy = ctxrt.WindowedPassthrough(re_anchor_fraction=0.5)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store_path) as rt:
+            m = await rt.open("win", strategy=strategy)
+            ids = await add_many(m, 11)
+            assert source_ids(await m.compile(budget(100), dry_run=True)) == ids[-5:]
+            assert source_ids(await m.compile(budget(200))) == ids  # the dry run left the anchor at 0
+            real = source_ids(await m.compile(budget(100)))
+            assert real == ids[-5:]
+            assert source_ids(await m.compile(budget(200))) == real  # a real overflow moved it
+        async with ctxrt.open_runtime(store_path) as rt:
+            m = await rt.open("win", strategy=strategy)
+            assert source_ids(await m.compile(budget(200))) == real

@@ -9,6 +9,7 @@ LMDB store and the real clock under a ``trio.fail_after`` guard.
 from __future__ import annotations
 
 import base64
+import gc
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -237,6 +238,29 @@ async def test_an_append_without_a_decoded_attachment_resolves_its_media(runtime
         operation = await runtime.store.ask(AppendItem(state="messages", branch="main", data=data, blobs=tuple(blobs)))
         message = await manager.get_message(str(operation.sequence))
         assert message.content == (image,)
+
+
+async def test_decoding_media_pins_no_read_transaction(runtime: Runtime, store_path: Path) -> None:
+    """S1, S3: decoding messages with media releases its read txn at once, not at the next GC pass."""
+    image = ctxrt.Image({"type": "base64", "media_type": "image/png", "data": PNG})
+    stored, blobs = codec.extract_blobs((image,))
+    data = codec.message_to_json("user", stored, None, 1, ())
+    env = runtime.engine.env
+    with trio.fail_after(GUARD_S):
+        manager = await runtime.open("a")
+        async with ctxrt.open_runtime(store_path, readonly=True) as reader:
+            cache = shared_cache(reader)
+            gc.collect()
+            gc.disable()
+            try:
+                for _ in range(40):
+                    await runtime.store.ask(AppendItem(state="messages", branch="main", data=data, blobs=tuple(blobs)))
+                    cache.current()  # a tail fill in the read-only runtime
+                slots_used = env.info()["num_readers"]
+            finally:
+                gc.enable()
+        assert slots_used <= 4
+        assert all(m.content == (image,) for m in await manager.get_all_messages())
 
 
 # -- S3: a read-only runtime revalidates ----------------------------------------------------

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -21,7 +22,7 @@ import trio
 from ..compile import Budget, CompileMemo, CompileResult, build_compile_result, validate_injections
 from .. import codec
 from ..content import Message, content_for_reader, hidden_by_edit
-from ..errors import MessageNotFoundError, NarrowingRefusedError, ReaderConflictError, StrategyRefusedError
+from ..errors import ManagerClosedError, NarrowingRefusedError, ReaderConflictError, StrategyRefusedError
 from ..slots import Appended
 from ..store.protocol import Atomically, EditItem, RegisterState, RemoveItems, SetValue
 from ..strategies.base import SelectOptions, Strategy
@@ -260,6 +261,22 @@ class NamespaceActor:
                 f"so another reader would read them: give each reader a namespace of its own"
             )
 
+    @asynccontextmanager
+    async def _settled(self) -> AsyncIterator[None]:
+        """Turn the internal stale-epoch signal into the public error a caller can act on."""
+        try:
+            yield
+        except StaleEpochError:
+            if self.stopped:
+                raise ManagerClosedError(
+                    f"namespace {self.namespace!r} on branch {self.branch!r} stopped (its last manager closed or "
+                    f"moved) while this request ran"
+                ) from None
+            raise ReaderConflictError(
+                f"namespace {self.namespace!r} on branch {self.branch!r} changed its reader while this request "
+                f"ran; it now records {self.record!r}"
+            ) from None
+
     def _require_strategy(self) -> None:
         if self.strategy_error is not None:
             raise StrategyRefusedError(
@@ -277,11 +294,11 @@ class NamespaceActor:
         async with self.lock:
             resolved = self.resolve(reader)
             require_marking(self.strategy, resolved, self.namespace)
-            self.managers += 1
             if resolved is not None and self.record is None and claim and not self.runtime.readonly:
-                await self._claim(resolved)
+                await self._claim(resolved)  # stands even if the strategy then fails to start (C5)
             if not self.strategy_started:
                 await self.start_strategy()
+            self.managers += 1  # only a manager that was handed out counts
             return resolved
 
     def resolve(self, reader: str | None) -> str | None:
@@ -370,7 +387,7 @@ class NamespaceActor:
         self, reader: str | None, budget: Budget, injections: Sequence[Any], message_injections: Sequence[Any],
         dry_run: bool,
     ) -> CompileResult:
-        async with self.lock:
+        async with self.lock, self._settled():
             self.check(reader)
             self._require_strategy()
             validate_injections(injections, message_injections)
@@ -389,7 +406,7 @@ class NamespaceActor:
             )
 
     async def preview(self, reader: str | None, budget: Budget, message_injections: Sequence[Any]) -> Any:
-        async with self.lock:
+        async with self.lock, self._settled():
             self.check(reader)
             self._require_strategy()
             validate_injections((), message_injections)
@@ -415,13 +432,13 @@ class NamespaceActor:
                     return False
 
     async def is_ready(self, reader: str | None) -> bool:
-        async with self.lock:
+        async with self.lock, self._settled():
             self.check(reader)
             await self._flush_new()
             return self.strategy.is_ready()
 
     async def set_strategy(self, reader: str | None, config: Any) -> None:
-        async with self.lock:
+        async with self.lock, self._settled():
             self.check(reader)
             strategy = build_strategy(config)
             require_marking(strategy, self.reader, self.namespace)
@@ -432,7 +449,7 @@ class NamespaceActor:
 
     async def call(self, reader: str | None, method: str, *args: Any, **kwargs: Any) -> Any:
         """A checked call of an optional strategy capability (summary reads...); None if absent."""
-        async with self.lock:
+        async with self.lock, self._settled():
             self.check(reader)
             self._require_strategy()
             await self._flush_new()
@@ -444,13 +461,17 @@ class NamespaceActor:
     # -- edits and removals ----------------------------------------------------------------
 
     async def edit(self, reader: str | None, message: Message, command: EditItem) -> None:
-        """Edit ``message`` (as stored) into ``command``'s content, refusing a narrowing (D1-D5)."""
+        """Edit ``message`` (as stored) into ``command``'s content, refusing a narrowing (D1-D5).
+
+        The slot edit and its context-log copies commit together (M5, L3).
+        """
         async with self.lock:
             self.check(reader)
             new_content = command.attachment.content
             self._check_narrowing(message, new_content)
-            await self.runtime.store.ask(command)
-            await self._propagate(message, new_content)
+            await self.runtime.store.ask(
+                Atomically(commands=(command, *self._propagation(message, new_content)))
+            )
 
     def _check_narrowing(self, message: Message, new_content: Sequence[Any]) -> None:
         names, others = hidden_by_edit(message.content, new_content)
@@ -497,13 +518,14 @@ class NamespaceActor:
         return records
 
     async def remove(self, first: Message, last: Message) -> None:
-        """Remove the messages from ``first`` to ``last`` of the own slot (D1: never refused)."""
+        """Remove the messages from ``first`` to ``last`` of the own slot, with their context-log
+        copies, in one commit (D1: never refused for narrowing)."""
         async with self.lock:
+            removal = RemoveItems(state=self.config.slot, branch=self.branch, from_sequence=first.sequence,
+                                  to_sequence=last.sequence)
             await self.runtime.store.ask(
-                RemoveItems(state=self.config.slot, branch=self.branch, from_sequence=first.sequence,
-                            to_sequence=last.sequence)
+                Atomically(commands=(removal, *self._removal_propagation(first.sequence, last.sequence)))
             )
-            await self._propagate_removal(first.sequence, last.sequence)
 
     # -- the context log (M5, A6, B3) ------------------------------------------------------
 
@@ -513,34 +535,33 @@ class NamespaceActor:
             items = engine.log_items(txn, self.context_state, engine.branch(self.branch))
         return [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
 
-    async def _propagate(self, message: Message, new_content: Sequence[Any]) -> None:
-        """Edits reach ``copy`` entries of the context log, as the reader sees them (M5, A6)."""
+    def _propagation(self, message: Message, new_content: Sequence[Any]) -> list[Any]:
+        """Commands that carry an edit to ``copy`` entries of the context log, as the reader sees it (M5, A6)."""
         content = content_for_reader(tuple(new_content), self.reader)
+        commands: list[Any] = []
         for entry in self._context_entries():
             meta = entry.metadata or {}
             if meta.get("relation", "copy") != "copy" or message.id not in meta.get("source_ids", ()):
                 continue
             if content:
                 data = codec.message_to_json(entry.participant, content, meta, 0, ())
-                await self.runtime.store.ask(
-                    EditItem(state=self.context_state, branch=self.branch, item_sequence=entry.sequence, data=data)
-                )
+                commands.append(EditItem(state=self.context_state, branch=self.branch, item_sequence=entry.sequence,
+                                         data=data))
             else:
-                await self.runtime.store.ask(
-                    RemoveItems(state=self.context_state, branch=self.branch, from_sequence=entry.sequence,
-                                to_sequence=entry.sequence)
-                )
+                commands.append(RemoveItems(state=self.context_state, branch=self.branch,
+                                            from_sequence=entry.sequence, to_sequence=entry.sequence))
+        return commands
 
-    async def _propagate_removal(self, first: int, last: int) -> None:
+    def _removal_propagation(self, first: int, last: int) -> list[Any]:
+        commands: list[Any] = []
         for entry in self._context_entries():
             meta = entry.metadata or {}
             if meta.get("relation", "copy") != "copy":
                 continue
             if any(first <= int(source) <= last for source in meta.get("source_ids", ()) if source.isdigit()):
-                await self.runtime.store.ask(
-                    RemoveItems(state=self.context_state, branch=self.branch, from_sequence=entry.sequence,
-                                to_sequence=entry.sequence)
-                )
+                commands.append(RemoveItems(state=self.context_state, branch=self.branch,
+                                            from_sequence=entry.sequence, to_sequence=entry.sequence))
+        return commands
 
     # -- the drain --------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import attrs
 
 from ..content import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse
 from ..errors import ModelError
+from ..namespace.context import StaleEpochError
 from ..slots import _sequence
 from ..tokens import estimate_text
 from .base import Entry, SelectOptions, Strategy
@@ -40,6 +41,8 @@ SYSTEM = "You are forming autobiographical memories of a conversation."
 MIN_CHUNK_MESSAGES = 4
 MAX_ATTEMPTS = 3
 LEVEL_BUDGET_TOKENS = 30000  # per-level summary budgets (REF §4.5 l1/l2/l3BudgetTokens)
+RECALL_BUDGET_TOKENS = 100_000  # recall pairs in a compression request, newest first (REF §4.5)
+RECALL_PAIR_OVERHEAD_TOKENS = 50
 SEPARATOR = "\n\n---\n\n"
 
 
@@ -114,12 +117,18 @@ class AutobiographicalStrategy(Strategy):
         self.attempts: dict[str, int] = {}
         self.head_start_id: str | None = None
         self._compressed: set[str] = set()  # chunk ids with an L1
+        # Kept incrementally, so a tick costs what is pending, not what the namespace holds:
+        self._pending: dict[str, Chunk] = {}  # closed chunks without an L1, not quarantined, oldest first
+        self._unmerged: dict[int, list[Summary]] = {}  # per level, summaries without a parent, oldest first
         self._leaf_cache: dict[str, tuple[str, ...]] = {}  # summary id -> the message ids it covers
         self._dirty = True  # new messages since the chunks were last rebuilt
+        self._built_holds: int | None = None  # the hold floor the chunks were last rebuilt under
+        self._ctx: StrategyContext | None = None
 
     # -- state ------------------------------------------------------------------------------
 
     async def initialize(self, ctx: StrategyContext) -> None:
+        self._ctx = ctx
         self.chunks = [Chunk(c["id"], tuple(c["ids"]), c["first"], c["last"]) for c in ctx.read_log("chunks")]
         raw = ctx.read_log("summaries")
         children: dict[str, str] = {}
@@ -139,6 +148,12 @@ class AutobiographicalStrategy(Strategy):
         self._leaf_cache = {}
         attempts = ctx.get_value("attempts", {})
         self.attempts = attempts if isinstance(attempts, dict) else {}
+        self._pending = {c.id: c for c in self.chunks
+                         if c.id not in self._compressed and self.attempts.get(c.id, 0) < MAX_ATTEMPTS}
+        self._unmerged = {}
+        for summary in self.summaries:
+            if summary.parent_id is None:
+                self._unmerged.setdefault(summary.level, []).append(summary)
         self.head_start_id = ctx.get_value("head_start")
         await self._rebuild(ctx)
 
@@ -188,17 +203,28 @@ class AutobiographicalStrategy(Strategy):
         (T6) the stretch before the transition message is compressed too; its remainder closes at
         the head's edge, an ownership seam nothing more can join (REF §4.5).
         """
-        view = ctx.view
-        messages = view.get_all()
-        head_start, head_end = self._head(messages, view)
-        end = self._compressible_end(messages, ctx)
-        start = self._unchunked_from(messages)
-        if start < head_start < head_end and end >= head_start:
-            await self._close_chunks(ctx, messages[start:head_start], seam=True)
+        # Cleared first: a message arriving while a chunk record is written dirties it again.
+        self._dirty, self._built_holds = False, ctx.hold_floor()
+        try:
+            view = ctx.view
+            messages = view.get_all()
+            head_start, head_end = self._head(messages, view)
+            end = self._compressible_end(messages, ctx)
             start = self._unchunked_from(messages)
-        if start >= head_start:
-            start = max(start, head_end)
-        await self._close_chunks(ctx, messages[start:end], seam=False)
+            if start < head_start < head_end and end >= head_start:
+                await self._close_chunks(ctx, messages[start:head_start], seam=True)
+                start = self._unchunked_from(messages)
+            if start >= head_start:
+                start = max(start, head_end)
+            await self._close_chunks(ctx, messages[start:end], seam=False)
+        except BaseException:
+            self._dirty = True  # e.g. the floor couldn't be raised (D4): the frontier waits
+            raise
+
+    def _stale(self, ctx: StrategyContext | None) -> bool:
+        """Whether chunks may close now that didn't at the last rebuild: new messages, or a hold
+        released or timed out since (T5)."""
+        return self._dirty or (ctx is not None and ctx.hold_floor() != self._built_holds)
 
     def _unchunked_from(self, messages: Sequence[Message]) -> int:
         last = self.chunks[-1].last_sequence if self.chunks else 0
@@ -221,6 +247,7 @@ class AutobiographicalStrategy(Strategy):
                 await ctx.append_log("chunks", {"id": chunk.id, "ids": list(chunk.message_ids),
                                                 "first": chunk.first_sequence, "last": chunk.last_sequence})
                 self.chunks.append(chunk)
+                self._pending[chunk.id] = chunk
                 pending, tokens = [], 0
 
     def _closes(self, pending: Sequence[Message], tokens: int, following: Message | None) -> bool:
@@ -253,7 +280,7 @@ class AutobiographicalStrategy(Strategy):
     # -- queues -----------------------------------------------------------------------------
 
     def _l1_queue(self) -> list[Chunk]:
-        waiting = [c for c in self.chunks if c.id not in self._compressed and self.attempts.get(c.id, 0) < MAX_ATTEMPTS]
+        waiting = list(self._pending.values())
         holdback = self.config.l1_holdback_chunks
         if holdback > 0 and self.chunks:
             newest = {c.id for c in self.chunks[-holdback:]}
@@ -264,15 +291,14 @@ class AutobiographicalStrategy(Strategy):
         if not self.config.hierarchical:
             return None
         for level in (1, 2):
-            frontier = [s for s in self.summaries if s.level == level and s.parent_id is None]
-            group = frontier[: self.config.merge_threshold]
+            group = self._unmerged.get(level, [])[: self.config.merge_threshold]
             key = ",".join(s.id for s in group)
             if len(group) >= self.config.merge_threshold and self.attempts.get(key, 0) < MAX_ATTEMPTS:
                 return group
         return None
 
     def is_ready(self) -> bool:
-        return not self._dirty and not self._l1_queue() and self._merge_queue() is None
+        return not self._stale(self._ctx) and not self._l1_queue() and self._merge_queue() is None
 
     def pending_work(self) -> int:
         return len(self._l1_queue()) + (self._merge_queue() is not None)
@@ -284,7 +310,7 @@ class AutobiographicalStrategy(Strategy):
 
     async def tick(self, ctx: StrategyContext) -> bool:
         closed = len(self.chunks)
-        if self._dirty:
+        if self._stale(ctx):
             await self._rebuild(ctx)
         queue = self._l1_queue()
         if queue:
@@ -295,15 +321,21 @@ class AutobiographicalStrategy(Strategy):
         return len(self.chunks) > closed
 
     def _recall_pairs(self, before: int) -> list[CompiledMessage]:
+        """The frontier summaries wholly before ``before``, in store order, capped newest first by
+        ``RECALL_BUDGET_TOKENS`` (a backlog of unmerged L1s must not grow every request; REF §4.5)."""
+        earlier = sorted((s for s in self._frontier() if s.last_sequence < before), key=lambda s: s.first_sequence)
+        left, start = RECALL_BUDGET_TOKENS, len(earlier)
+        while start > 0 and earlier[start - 1].tokens + RECALL_PAIR_OVERHEAD_TOKENS <= left:
+            start -= 1
+            left -= earlier[start].tokens + RECALL_PAIR_OVERHEAD_TOKENS
         pairs = []
-        for summary in sorted(self._frontier(), key=lambda s: s.first_sequence):
-            if summary.last_sequence < before:
-                pairs.append(CompiledMessage(MANAGER, (Text(f"[Recall {summary.id}]"),)))
-                pairs.append(CompiledMessage(self.config.summary_participant, (Text(summary.content),)))
+        for summary in earlier[start:]:
+            pairs.append(CompiledMessage(MANAGER, (Text(f"[Recall {summary.id}]"),)))
+            pairs.append(CompiledMessage(self.config.summary_participant, (Text(summary.content),)))
         return pairs
 
     def _frontier(self) -> list[Summary]:
-        return [s for s in self.summaries if s.parent_id is None]
+        return [summary for level in sorted(self._unmerged) for summary in self._unmerged[level]]
 
     async def _request(self, ctx: StrategyContext, messages: list[CompiledMessage]) -> str | None:
         from ..model import ModelRequest
@@ -330,6 +362,7 @@ class AutobiographicalStrategy(Strategy):
         if self.attempts[key] >= MAX_ATTEMPTS:
             logger.error("quarantined %s in namespace %r after %d failed attempts; it stays raw", key,
                          ctx.namespace, self.attempts[key])
+            self._pending.pop(key, None)
         await ctx.set_value("attempts", self.attempts)
         return True  # an attempt is progress: the next unit may differ
 
@@ -363,6 +396,7 @@ class AutobiographicalStrategy(Strategy):
         )
         await self._store(ctx, summary)
         self._compressed.add(chunk.id)
+        self._pending.pop(chunk.id, None)
         return True
 
     async def _merge(self, ctx: StrategyContext, group: list[Summary]) -> bool:
@@ -385,6 +419,7 @@ class AutobiographicalStrategy(Strategy):
         await self._store(ctx, summary)
         members = {s.id for s in group}
         self.summaries = [attrs.evolve(s, parent_id=summary.id) if s.id in members else s for s in self.summaries]
+        self._unmerged[group[0].level] = [s for s in self._unmerged[group[0].level] if s.id not in members]
         return True
 
     async def _store(self, ctx: StrategyContext, summary: Summary) -> None:
@@ -393,12 +428,21 @@ class AutobiographicalStrategy(Strategy):
         record["source_ids"] = list(summary.source_ids)
         await ctx.append_log("summaries", record)
         self.summaries.append(summary)
+        self._unmerged.setdefault(summary.level, []).append(summary)
 
     # -- selection --------------------------------------------------------------------------
 
     async def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
-        if self._dirty and not options.dry_run and options.context is not None:
-            await self._rebuild(options.context)
+        if not options.dry_run and options.context is not None and self._stale(options.context):
+            try:
+                await self._rebuild(options.context)
+            except StaleEpochError:
+                raise
+            except Exception:
+                # Closing chunks is compression's bookkeeping: a compile goes on without it (P1);
+                # the frontier stays dirty and closes at the next tick or compile (D4).
+                logger.warning("chunks of %r could not close before this compile", options.context.namespace,
+                               exc_info=True)
         return self._plan(view, budget)[0]
 
     async def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:

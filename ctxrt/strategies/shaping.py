@@ -7,7 +7,11 @@ import attrs
 from ..content import Message, Text, ToolResult
 from ..tokens import estimate_message
 
-CHARS_PER_CAPPED_TOKEN = 4
+# Cut at the densest rate the estimator prices (2.3 chars a token), less room for the marker,
+# so a cut message is priced as what is sent and never above its cap (REF §4.4 cut at 4 chars a
+# token, which the content-class estimator prices at up to 1.7x the cap: a compile could overrun).
+CHARS_PER_CAPPED_TOKEN = 2.3
+MARKER_TOKENS = 20
 OMITTED = "[content omitted — context budget exceeded]"
 
 
@@ -20,11 +24,11 @@ def _cut(text: str, limit: int, tokens: int) -> str:
 
 def shape(message: Message, cap: int) -> tuple[Message, int]:
     """``message`` truncated to about ``cap`` tokens (text and string tool results; a tool
-    result is cut or emptied, never removed), and its priced cost."""
+    result is cut or emptied, never removed), and what it costs as sent."""
     tokens = estimate_message(message)
     if cap <= 0 or tokens <= cap:
         return message, tokens
-    limit = cap * CHARS_PER_CAPPED_TOKEN
+    limit = max(0, int((cap - MARKER_TOKENS) * CHARS_PER_CAPPED_TOKEN))
     blocks = []
     for block in message.content:
         if type(block) is Text and len(block.text) > limit:
@@ -32,4 +36,5 @@ def shape(message: Message, cap: int) -> tuple[Message, int]:
         elif type(block) is ToolResult and isinstance(block.content, str) and len(block.content) > limit:
             block = attrs.evolve(block, content=_cut(block.content, limit, tokens) if limit > 200 else OMITTED)
         blocks.append(block)
-    return attrs.evolve(message, content=tuple(blocks)), min(tokens, cap + 50)
+    shaped = attrs.evolve(message, content=tuple(blocks))
+    return shaped, estimate_message(shaped)

@@ -13,6 +13,7 @@ import attrs
 
 from ..content import ToolResult, ToolUse
 from ..errors import OverBudgetError
+from ..namespace.context import StaleEpochError
 from ..slots import _sequence
 from .base import Entry, SelectOptions, Strategy
 from .shaping import shape
@@ -41,18 +42,24 @@ class WindowedPassthroughStrategy(Strategy):
         self.anchor = 0
 
     async def initialize(self, ctx: StrategyContext) -> None:
-        anchor = ctx.get_value("anchor", 0)
-        self.anchor = anchor if isinstance(anchor, int) and not isinstance(anchor, bool) else 0
+        self.anchor = self._stored_anchor(ctx)
+
+    def _stored_anchor(self, ctx: StrategyContext | None) -> int:
+        anchor = self.anchor if ctx is None else ctx.get_value("anchor", 0)
+        return anchor if isinstance(anchor, int) and not isinstance(anchor, bool) else 0
 
     async def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
         messages = view.get_all()
         if not messages:
             return []
-        if self.anchor > messages[-1].sequence:
-            self.anchor = 0  # a persisted anchor past the head (another branch's) starts over
+        # The stored anchor is the truth: a compile cancelled around its write, or a dry run, never
+        # leaves a window in memory that a restart wouldn't reproduce.
+        anchor = self._stored_anchor(options.context)
+        if anchor > messages[-1].sequence:
+            anchor = 0  # a persisted anchor past the head (another branch's) starts over
         usable = budget.usable
         cap = self.config.max_message_tokens
-        start = bisect_left(messages, self.anchor, key=_sequence)
+        start = bisect_left(messages, anchor, key=_sequence)
         shaped = [shape(message, cap) for message in messages[start:]]
         if sum(cost for _, cost in shaped) > usable:
             newest = shape(messages[-1], cap)[1]
@@ -63,10 +70,20 @@ class WindowedPassthroughStrategy(Strategy):
                     budget=usable, actual=newest,
                 )
             start = self._re_anchor(messages, view, usable, cap)
-            if not options.dry_run and options.context is not None:
-                await options.context.set_value("anchor", self.anchor)
+            if not options.dry_run:
+                await self._persist(options.context, messages[start].sequence)
             shaped = [shape(message, cap) for message in messages[start:]]
         return [Entry(m.participant, m.content, (m.id,), "copy") for m, _ in shaped]
+
+    async def _persist(self, ctx: StrategyContext | None, anchor: int) -> None:
+        if ctx is not None:
+            try:
+                await ctx.set_value("anchor", anchor)
+            except StaleEpochError:
+                # The namespace actor stopped while this compile waited on the store (its last
+                # manager moved or closed); the answer stands, the next actor re-anchors.
+                return
+        self.anchor = anchor
 
     def _re_anchor(self, messages, view, usable: int, cap: int) -> int:  # type: ignore[no-untyped-def]
         target = self.config.re_anchor_fraction * usable
@@ -82,7 +99,6 @@ class WindowedPassthroughStrategy(Strategy):
         if start > 0 and _has(messages[start], ToolResult) and _has(messages[start - 1], ToolUse):
             if total + shape(messages[start - 1], cap)[1] <= usable:
                 start -= 1
-        self.anchor = messages[start].sequence
         return start
 
 

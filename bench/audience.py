@@ -1,0 +1,329 @@
+"""Audience benchmarks (spec/audience.md F1-F3), measured side by side in one run.
+
+    python -m bench.audience [--quick]
+
+Stores are built quickly (durability "os", 500 concurrent ``add_message`` calls that the store
+actor group-commits) by a manager with no reader; in a store "with audience blocks", one message
+in 100 holds a text block whose audience names ann. Every figure is the median of its rounds
+(min-max across rounds); each round runs the variants once, in a shuffled order.
+
+F1. The read-time reader check: ``actor.check(reader)`` in a tight loop, ns per call, on a
+    namespace actor over 2,000 and over 200,000 messages (an in-memory comparison in the actor;
+    the store's size should not show). Target: under 1,000 ns at both sizes. Beside it, the seed's
+    0.51-1.06 µs per check (Bun, 20,000 messages).
+F2. A write's cost with a reader and 1 audience block per 100 messages against no reader and no
+    audience block, at 5,000 and 50,000 messages, under Autobiographical with a recent window
+    that holds everything (no chunk closes, no model call: the seed's set-up). Both stores are
+    open side by side and written alternately, write by write. Two figures each: (i)
+    ``add_message`` alone; (ii) ``add_message`` then ``tick()``, so the strategy sees every write
+    (its reader view of the new message, ``on_new_message``, its rebuild). Target: ratio
+    (reader / none) <= 1.1, beside the seed's 0.71 vs 0.90 ms at 5,000 and 7.8 vs 8.4-9.0 ms at
+    20,000.
+F3. A compile in ann's view at 20,000 messages (with audience blocks) after one append:
+    messages re-projected (``ReaderListing.projected`` delta; target 1) and the compile's time
+    (Passthrough, a 2,000-token budget so the figure is the view's, not emission's), beside a
+    compile after one edit, which rewrites the slot and re-projects everything.
+
+Results are printed and written to ``bench/results-audience.md``. ``CTXRT_BENCH_DIR`` chooses
+where the stores live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import trio
+
+from ctxrt import Autobiographical, Budget, Text
+from ctxrt.runtime import open_runtime
+
+RESULTS_PATH = Path(__file__).with_name("results-audience.md")
+SEED_CHECK_US = (0.51, 1.06)
+SEED_WRITE = {5_000: "seed at 5,000: 0.71 vs 0.90 ms, 1.27x", 50_000: "seed at 20,000: 7.8 vs 8.4–9.0 ms, 1.08–1.15x"}
+VIEW_BUDGET = Budget(max_tokens=2_000, reserve_for_response=0)
+
+
+def _text(n: int) -> str:
+    return f"resident message {n:07d}: the quick brown fox jumps over the lazy dog"
+
+
+def _content(n: int, audience: bool) -> Any:
+    """Message ``n``: every hundredth holds a line for ann when the store has audience blocks."""
+    if audience and n % 100 == 0:
+        return [Text(f"[for ann] channel note {n}", audience=("ann",)), Text(_text(n))]
+    return _text(n)
+
+
+async def build(directory: Path, count: int, *, audience: bool, concurrency: int = 500) -> float:
+    started = time.perf_counter()
+    async with open_runtime(directory, durability="os") as rt:
+        writer = await rt.open("builder")
+        for first in range(0, count, concurrency):
+            async with trio.open_nursery() as nursery:
+                for n in range(first, min(count, first + concurrency)):
+                    nursery.start_soon(writer.add_message, "user", _content(n, audience))
+    return time.perf_counter() - started
+
+
+def _memory() -> Autobiographical:
+    """The seed's set-up: a recent window that holds everything, so nothing compresses."""
+    return Autobiographical("bench-model", head_window_tokens=0, recent_window_tokens=1_000_000_000)
+
+
+# -- measures ---------------------------------------------------------------------------------
+
+
+async def check_cost(directory: Path, calls: int) -> float:
+    """ns per ``actor.check("ann")`` on ann's namespace actor over the store at ``directory``."""
+    async with open_runtime(directory, durability="os") as rt:
+        manager = await rt.open("agents/check", view_reader="ann")
+        await manager.compile(VIEW_BUDGET)
+        check = manager._actor.check
+        started = time.perf_counter_ns()
+        for _ in range(calls):
+            check("ann")
+        elapsed = time.perf_counter_ns() - started
+        await manager.aclose()
+    return elapsed / calls
+
+
+async def write_costs(reader_store: Path, plain_store: Path, *, writes: int, offset: int) -> dict[str, dict[str, float]]:
+    """ms per write for both variants, open side by side and alternating write by write (so drift
+    on a busy host hits both alike): add_message alone, and add_message followed by tick()."""
+    async with open_runtime(reader_store, durability="os") as with_reader, \
+            open_runtime(plain_store, durability="os") as plain:
+        managers = {
+            "reader": await with_reader.open("agents/writer", strategy=_memory(), view_reader="ann"),
+            "none": await plain.open("agents/writer", strategy=_memory()),
+        }
+        for manager in managers.values():
+            await manager.compile(VIEW_BUDGET)  # warm: the strategy and its view have seen everything
+            await manager.tick()
+        samples: dict[str, dict[str, list[float]]] = {name: {"alone": [], "tick": []} for name in managers}
+        for k in range(writes):
+            order = list(managers) if k % 2 else list(reversed(managers))
+            for name in order:
+                manager, audience, n = managers[name], name == "reader", offset + 2 * k
+                started = time.perf_counter_ns()
+                await manager.add_message("user", _content(n, audience))
+                samples[name]["alone"].append((time.perf_counter_ns() - started) / 1e6)
+                started = time.perf_counter_ns()
+                await manager.add_message("user", _content(n + 1, audience))
+                await manager.tick()
+                samples[name]["tick"].append((time.perf_counter_ns() - started) / 1e6)
+        for manager in managers.values():
+            await manager.aclose()
+    return {name: {part: statistics.median(values) for part, values in parts.items()}
+            for name, parts in samples.items()}
+
+
+async def reprojection(directory: Path, samples: int) -> dict[str, float]:
+    """Ann's compile at 20,000 messages after one append and after one edit: ms and messages re-projected."""
+    async with open_runtime(directory, durability="os") as rt:
+        ann = await rt.open("agents/view", view_reader="ann")
+        writer = await rt.open("builder")
+        await ann.compile(VIEW_BUDGET)
+        listing = ann._actor._reader_listing
+        assert listing.may_hold_audience(), "the store holds audience blocks: ann's view projects"
+        append_ms, append_projected, edit_ms, edit_projected = [], [], [], []
+        for n in range(samples):
+            mid = await writer.add_message("user", _content(100 * n, True))
+            before = listing.projected
+            started = time.perf_counter_ns()
+            await ann.compile(VIEW_BUDGET)
+            append_ms.append((time.perf_counter_ns() - started) / 1e6)
+            append_projected.append(listing.projected - before)
+            # Widens the line to bob too: no narrowing, but a rewrite of the slot.
+            await writer.edit_message(mid, [Text(f"[for ann] channel note {100 * n}", audience=("ann", "bob")),
+                                            Text(_text(100 * n))])
+            before = listing.projected
+            started = time.perf_counter_ns()
+            await ann.compile(VIEW_BUDGET)
+            edit_ms.append((time.perf_counter_ns() - started) / 1e6)
+            edit_projected.append(listing.projected - before)
+        await ann.aclose()
+    return {
+        "append_ms": statistics.median(append_ms), "append_projected": statistics.median(append_projected),
+        "edit_ms": statistics.median(edit_ms), "edit_projected": statistics.median(edit_projected),
+    }
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _row(
+    measure: str, unit: str, values: list[float], *, comparison: Any = None, comparison_label: str = "",
+    ratio: float | None = None, ratio_means: str = "", target: float | None = None, op: str = "<=",
+    judged: float | None = None,
+) -> dict[str, Any]:
+    summary = _summary(values)
+    value = summary["median"] if judged is None else judged
+    passed = None if target is None else (value <= target if op == "<=" else value < target)
+    return {
+        "measure": measure, "unit": unit, "ctxrt": summary, "comparison": comparison,
+        "comparison_label": comparison_label, "ratio": ratio, "ratio_means": ratio_means, "target": target,
+        "op": op, "passed": passed, "rounds": len(values),
+    }
+
+
+async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    rounds = 2 if quick else 3
+    calls = 200_000 if quick else 1_000_000
+    writes = 100 if quick else 300
+    samples = 5 if quick else 15
+    check_sizes = (2_000, 200_000)
+    write_sizes = (5_000, 50_000)
+    base = Path(tempfile.mkdtemp(prefix="ctxrt-bench-audience-", dir=os.environ.get("CTXRT_BENCH_DIR")))
+    built: dict[str, float] = {}
+    try:
+        stores: dict[tuple[str, int], Path] = {}
+        for size in check_sizes:
+            stores[("check", size)] = base / f"check-{size}"
+            built[f"check {size:,}"] = await build(stores[("check", size)], size, audience=True)
+        for size in write_sizes:
+            for variant in ("reader", "none"):
+                stores[(variant, size)] = base / f"{variant}-{size}"
+                built[f"{variant} {size:,}"] = await build(stores[(variant, size)], size, audience=variant == "reader")
+        stores[("view", 20_000)] = base / "view-20000"
+        built["view 20,000"] = await build(stores[("view", 20_000)], 20_000, audience=True)
+
+        checks: dict[int, list[float]] = {size: [] for size in check_sizes}
+        written: dict[tuple[str, int], list[dict[str, float]]] = {key: [] for key in stores if key[0] in ("reader", "none")}
+        views: list[dict[str, float]] = []
+        offset = 10_000_000
+        for _ in range(rounds):
+            jobs: list[tuple[str, Any]] = [("check", size) for size in check_sizes]
+            jobs += [("write", size) for size in write_sizes]
+            jobs.append(("view", 20_000))
+            random.shuffle(jobs)
+            for kind, size in jobs:
+                if kind == "check":
+                    checks[size].append(await check_cost(stores[(kind, size)], calls))
+                elif kind == "view":
+                    views.append(await reprojection(stores[(kind, size)], samples))
+                else:
+                    both = await write_costs(stores[("reader", size)], stores[("none", size)], writes=writes,
+                                             offset=offset)
+                    for variant, figures in both.items():
+                        written[(variant, size)].append(figures)
+                    offset += 2 * writes
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+    rows: list[dict[str, Any]] = []
+    small, large = (statistics.median(checks[size]) for size in check_sizes)
+    seed_check = f"{SEED_CHECK_US[0] * 1000:.0f}–{SEED_CHECK_US[1] * 1000:.0f} ns (Bun, 20,000 messages)"
+    for size in check_sizes:
+        rows.append(_row(
+            f"F1 reader check per request, {size:,} messages (`actor.check`)", "ns", checks[size],
+            comparison=seed_check, comparison_label="seed", target=1000, op="<",
+        ))
+    rows.append(_row(
+        "F1 check at 200,000 vs 2,000 messages", "ns", checks[200_000], comparison=_summary(checks[2_000]),
+        comparison_label="at 2,000", ratio=large / small, ratio_means="200k / 2k",
+    ))
+    for size in write_sizes:
+        for part, label in (("alone", "add_message"), ("tick", "add_message + tick()")):
+            reader = [w[part] for w in written[("reader", size)]]
+            none = [w[part] for w in written[("none", size)]]
+            ratio = statistics.median(reader) / statistics.median(none)
+            note = f" ({SEED_WRITE[size]})" if part == "tick" else ""
+            rows.append(_row(
+                f"F2 {label}, reader + 1 audience block per 100, {size:,} messages{note}", "ms", reader,
+                comparison=_summary(none), comparison_label="no reader, no audience",
+                ratio=ratio, ratio_means="reader / none", target=1.1, op="<=", judged=ratio,
+            ))
+    rows.append(_row(
+        "F3 messages re-projected by ann's compile after 1 append, 20,000 messages", "messages",
+        [v["append_projected"] for v in views],
+        comparison=_summary([v["edit_projected"] for v in views]), comparison_label="after 1 edit (a rewrite)",
+        target=1, op="<=",
+    ))
+    append_ms = [v["append_ms"] for v in views]
+    edit_ms = [v["edit_ms"] for v in views]
+    rows.append(_row(
+        "F3 ann's compile after 1 append, 20,000 messages (Passthrough, 2,000-token budget)", "ms", append_ms,
+        comparison=_summary(edit_ms), comparison_label="after 1 edit, re-projecting all",
+        ratio=statistics.median(edit_ms) / statistics.median(append_ms), ratio_means="edit / append",
+    ))
+    info = {"quick": quick, "rounds_run": rounds, "calls": calls, "writes": writes, "samples": samples,
+            "built": built}
+    return rows, info
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Measure F1-F3; one dict per figure. Also writes ``bench/results-audience.md``."""
+    rows, info = trio.run(_run, quick)
+    for row in rows:
+        row.update(info)
+    RESULTS_PATH.write_text(to_markdown(rows))
+    return rows
+
+
+def _number(value: float) -> str:
+    size = abs(value)
+    return f"{value:,.0f}" if size >= 100 else f"{value:.1f}" if size >= 1 else f"{value:.3f}"
+
+
+def _figure(value: Any, unit: str) -> str:
+    if isinstance(value, dict):
+        return f"{_number(value['median'])} {unit} ({_number(value['min'])}–{_number(value['max'])})"
+    return "" if value is None else str(value)
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    first = rows[0]
+    builds = ", ".join(f"{name}: {seconds:.1f} s" for name, seconds in first["built"].items())
+    lines = [
+        "## Audience",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} by `python -m bench.audience{' --quick' if first['quick'] else ''}`: "
+        f"Python {platform.python_version()}, py-lmdb {lmdb.__version__}, trio {trio.__version__}, "
+        f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}. {first['rounds_run']} rounds, variants "
+        f"interleaved in a shuffled order each round; the table shows the median across rounds (min–max). "
+        f"F1 times {first['calls']:,} checks per round; F2 takes the median of {first['writes']} writes per "
+        f"variant per round; F3 the median of {first['samples']} compiles. Stores built with durability \"os\" "
+        f"and 500 concurrent add_message calls ({builds}). The seed's figures are Bun on another, busy host.",
+        "",
+        "| measure | ctxrt | comparison | ratio | target | pass/fail |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        comparison = _figure(row["comparison"], row["unit"])
+        if row["comparison_label"]:
+            comparison = f"{row['comparison_label']}: {comparison}" if comparison else row["comparison_label"]
+        ratio = "" if row["ratio"] is None else f"{row['ratio']:,.2f} ({row['ratio_means']})"
+        target = "" if row["target"] is None else f"{row['op']} {row['target']:g}"
+        verdict = "" if row["passed"] is None else "pass" if row["passed"] else "**fail**"
+        lines.append(f"| {row['measure']} | {_figure(row['ctxrt'], row['unit'])} | {comparison} | {ratio} | "
+                     f"{target} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.audience", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and samples")
+    arguments = parser.parse_args(argv)
+    rows = run(quick=arguments.quick)
+    print(RESULTS_PATH.read_text())
+    print(f"written to {RESULTS_PATH}", file=sys.stderr)
+    return 0 if all(row["passed"] is not False for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1053 @@
+"""Autobiographical and Knowledge compression through the public API (spec/core.md T3-T8, P1, L2;
+spec/audience.md D2, D4, D7).
+
+Determinism rules: a real LMDB store under ``tmp_path`` (durability "os": these tests are
+about compression, not fsync), the real clock and a ``trio.fail_after`` hang guard in every
+async test. Models are ``ScriptedModel`` or ``AnthropicModel`` over the real
+``anthropic.AsyncAnthropic`` pointed at the loopback server of ``ctxrt.testing`` with SDK
+retries off: never the network. Ordering between a compression request and a host's call is
+forced with ``trio.Event``s held by the responder, never by sleeps; sleeps only wait out a hold's
+or a model's timeout, give a drain that must stay idle its chance to run, or poll for background
+work under the guard. Internal state (``m._actor.strategy``) is read, never written, except
+``model_timeout_s``, one monkeypatched floor write that fails and a smaller recall budget.
+
+Token arithmetic: ``say(i)`` is a 29-character prose text, so it costs 10 tokens
+(``ceil(29 / 2.9)``), and carries the marker ``<m{i:05d}>``. Summaries the scripted model writes
+name the lowest and highest markers they were shown, so a marker in a request always tells how
+late in the conversation the request reached (T4).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+import trio
+
+import ctxrt
+from ctxrt import Budget, ModelRequest, ModelResponse, Text, ToolResult, ToolUse, Usage
+from ctxrt.strategies import autobiographical
+from ctxrt.strategies.autobiographical import MAX_ATTEMPTS, TRANSITION_PREFIX
+from ctxrt.strategies.knowledge import INSTRUCTIONS, phase_of, phases
+from ctxrt.testing import ApiReply, ScriptedModel, open_messages_api_server
+from ctxrt.tokens import estimate_blocks, estimate_text
+
+GUARD_S = 20
+MODEL = "model-x"
+NS = "diary"
+MARK = re.compile(r"<m(\d{5})>")
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def say(i: int) -> str:
+    """A 29-character prose text carrying marker ``i``: 10 tokens."""
+    return f"<m{i:05d}> we talked it over".ljust(29, ".")
+
+
+assert estimate_text(say(0)) == 10
+
+
+def autobio(**overrides: Any) -> ctxrt.Autobiographical:
+    """Small windows: chunks of four ``say`` messages, no head, no recent window, no holdback."""
+    config: dict[str, Any] = {
+        "target_chunk_tokens": 40, "recent_window_tokens": 0, "l1_holdback_chunks": 0, "summary_target_tokens": 50,
+    }
+    config.update(overrides)
+    return ctxrt.Autobiographical(MODEL, **config)
+
+
+def text_of(message: Any) -> str:
+    return "\n".join(b.text for b in message.content if isinstance(b, Text))
+
+
+def markers(text: str) -> list[int]:
+    return [int(found) for found in MARK.findall(text)]
+
+
+def remember(request: ModelRequest) -> str:
+    """A memory naming the span of markers the request asked about (the chunk, else everything)."""
+    found = markers(text_of(request.messages[-1])) or [n for m in request.messages for n in markers(text_of(m))]
+    if not found:
+        return "memory of nothing in particular"
+    return f"memory <m{min(found):05d}> to <m{max(found):05d}>"
+
+
+def l1_requests(model: ScriptedModel) -> list[ModelRequest]:
+    """Chunk compressions (their last message holds the chunk's transcript)."""
+    return [r for r in model.requests if "<earlier_in_conversation>" in text_of(r.messages[-1])]
+
+
+def strategy(m: ctxrt.ContextManager) -> Any:
+    return m._actor.strategy
+
+
+def chunk_ids(m: ctxrt.ContextManager) -> list[tuple[str, ...]]:
+    return [chunk.message_ids for chunk in strategy(m).chunks]
+
+
+def shown_summaries(result: ctxrt.CompileResult) -> list[str]:
+    return list(dict.fromkeys(s.id for sources in result.provenance.messages for s in sources if s.kind == "summary"))
+
+
+def raw_sources(result: ctxrt.CompileResult) -> set[str]:
+    """Ids of the messages compiled raw (sources of compiled messages that show no summary)."""
+    return {s.id for sources in result.provenance.messages if all(x.kind == "message" for x in sources) for s in sources}
+
+
+async def covered_by_shown(m: ctxrt.ContextManager, result: ctxrt.CompileResult) -> set[str]:
+    """Every message id a summary shown in ``result`` covers (through its children for L2 and up)."""
+    covered: set[str] = set()
+    for summary_id in shown_summaries(result):
+        summary = await m.get_summary(summary_id)
+        assert summary is not None
+        covered.update(strategy(m)._leaves(summary))
+    return covered
+
+
+async def add_all(m: ctxrt.ContextManager, count: int, *, start: int = 0) -> list[str]:
+    return [await m.add_message("user", say(i)) for i in range(start, start + count)]
+
+
+def tool_use(id: str, name: str) -> dict[str, Any]:
+    return {"type": "tool_use", "id": id, "name": name, "input": {"q": id}}
+
+
+def tool_result(id: str) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": id, "content": f"result of {id}"}
+
+
+def budget(tokens: int) -> Budget:
+    return Budget(max_tokens=tokens, reserve_for_response=0)
+
+
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def floor_of(namespaces: Sequence[ctxrt.NamespaceInfo]) -> int:
+    return {info.namespace: info.narrowing_floor for info in namespaces}[NS]
+
+
+def assert_tool_pairs_intact(result: ctxrt.CompileResult) -> None:
+    """Every tool_use is answered in the next message, every tool_result asked in the previous one (P4)."""
+    messages = result.messages
+    for index, message in enumerate(messages):
+        uses = {b.id for b in message.content if isinstance(b, ToolUse)}
+        if uses:
+            following = messages[index + 1] if index + 1 < len(messages) else None
+            answered = {b.tool_use_id for b in following.content if isinstance(b, ToolResult)} if following else set()
+            assert uses <= answered, f"tool_use {uses - answered} at {index} has no result after it"
+        results = {b.tool_use_id for b in message.content if isinstance(b, ToolResult)}
+        if results:
+            previous = messages[index - 1] if index > 0 else None
+            asked = {b.id for b in previous.content if isinstance(b, ToolUse)} if previous else set()
+            assert results <= asked, f"tool_result {results - asked} at {index} has no tool_use before it"
+
+
+def compiled_tokens(result: ctxrt.CompileResult) -> int:
+    return sum(estimate_blocks(message.content) for message in result.messages)
+
+
+# -- T3: zones, chunks, L1s, merges ----------------------------------------------------------
+
+
+async def test_head_window_is_verbatim_with_a_cache_marker_on_its_last_entry(tmp_path: Path) -> None:
+    """The head window's messages are compiled as stored, and only its last carries the cache marker (T3, P5)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(head_window_tokens=30, recent_window_tokens=20))
+            ids = await add_all(m, 20)
+            await m.wait_ready()
+            result = await m.compile(budget(10_000))
+            stored = [await m.get_message(i) for i in ids[:3]]
+            head = result.messages[:3]
+            assert [(c.participant, c.content) for c in head] == [(s.participant, s.content) for s in stored]
+            assert [c.cache_breakpoint for c in result.messages] == [False, False, True] + [False] * (
+                len(result.messages) - 3
+            )
+            body = result.to_anthropic(assistant="Claude")
+            assert body["messages"][0]["content"][2]["cache_control"] == {"type": "ephemeral"}
+            assert ids[3] not in raw_sources(result)  # the middle starts right after the head: summarised
+
+
+async def test_recent_window_is_raw_evicted_newest_first_and_emitted_chronologically(tmp_path: Path) -> None:
+    """The recent window is raw; a budget too small for it keeps its newest messages, in order (T3)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(recent_window_tokens=1_000))
+            ids = await add_all(m, 12)
+            result = await m.compile(budget(55))
+            assert [s[0].id for s in result.provenance.messages] == ids[-5:]
+            assert [text_of(c) for c in result.messages] == [say(i) for i in range(7, 12)]
+            assert all(s[0].complete for s in result.provenance.messages)
+            assert strategy(m).chunks == []  # all of it is recent: nothing to chunk
+
+
+async def test_chunks_close_at_the_target_with_at_least_four_messages(tmp_path: Path) -> None:
+    """A chunk closes once it holds the target's tokens and at least four messages, whichever comes last (T3)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), durability="os") as rt:
+            few = await rt.open("few", strategy=autobio(target_chunk_tokens=60))
+            many = await rt.open("many", strategy=autobio(target_chunk_tokens=5), isolate=True)
+            await add_all(few, 20)
+            await add_all(many, 10)
+            await few.compile(budget(100))
+            await many.compile(budget(100))
+            # 60 tokens = six say() messages; 5 tokens would be one message, but four are the least.
+            assert [len(c) for c in chunk_ids(few)] == [6, 6, 6]
+            assert [len(c) for c in chunk_ids(many)] == [4, 4]
+            everything = [m.id for m in await few.get_all_messages()]
+            assert [i for c in chunk_ids(few) for i in c] == everything[:18]  # contiguous, in order
+
+
+async def test_chunks_never_close_right_after_a_tool_use(tmp_path: Path) -> None:
+    """A chunk that reaches its target on a tool_use waits for the tool_result to join it (T3, P4)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(target_chunk_tokens=1))
+            ids = await add_all(m, 3)
+            ids.append(await m.add_message("Claude", [tool_use("t1", "search")]))
+            ids.append(await m.add_message("user", [tool_result("t1")]))
+            ids += await add_all(m, 3, start=5)
+            ids.append(await m.add_message("Claude", [{"type": "text", "text": "looking"}, tool_use("t2", "read")]))
+            ids.append(await m.add_message("user", [tool_result("t2")]))
+            await m.compile(budget(100))
+            assert chunk_ids(m) == [tuple(ids[:5]), tuple(ids[5:10])]
+            for chunk in chunk_ids(m):
+                last = await m.get_message(chunk[-1])
+                assert not any(isinstance(b, ToolUse) for b in last.content)
+
+
+async def test_chunk_records_persist_and_boundaries_survive_a_restart(tmp_path: Path) -> None:
+    """Closed chunks are stored records: after a restart, even under another target, they stay as they were (T3)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(target_chunk_tokens=50))
+            await add_all(m, 23)
+            await m.compile(budget(100))
+            before = chunk_ids(m)
+            persisted = m._actor.ctx.read_log("chunks")
+        assert [len(c) for c in before] == [5, 5, 5, 5]
+        assert [tuple(record["ids"]) for record in persisted] == before
+        async with ctxrt.open_runtime(store(tmp_path), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(target_chunk_tokens=50))
+            assert chunk_ids(m) == before
+        async with ctxrt.open_runtime(store(tmp_path), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(target_chunk_tokens=80))  # another target: old records stand
+            await add_all(m, 9, start=23)
+            await m.compile(budget(100))
+            after = chunk_ids(m)
+            assert after[: len(before)] == before
+            assert [len(c) for c in after[len(before) :]] == [8]  # 3 left over + 5 new, closed at 80 tokens
+
+
+async def test_each_closed_chunk_is_compressed_into_one_l1_summary(tmp_path: Path) -> None:
+    """Every closed chunk gets exactly one L1 whose sources are the chunk's messages, made from one request (T3)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=100))
+            ids = await add_all(m, 16)
+            assert not await m.is_ready()
+            await m.wait_ready()
+            assert await m.is_ready()
+            l1s = await m.search_summaries(levels=[1])
+            assert [match.summary.source_ids for match in sorted(l1s, key=lambda f: f.summary.first_sequence)] == chunk_ids(m) == [
+                tuple(ids[i : i + 4]) for i in range(0, 16, 4)
+            ]
+            assert len(l1_requests(model)) == 4 == len(model.requests)
+            for match in l1s:
+                first = ids.index(match.summary.first_id)
+                assert match.summary.content == f"memory <m{first:05d}> to <m{first + 3:05d}>"
+                assert match.summary.level == 1 and match.summary.parent_id is None
+
+
+async def test_the_newest_closed_chunk_is_held_back_from_l1(tmp_path: Path) -> None:
+    """``l1_holdback_chunks`` newest closed chunks wait: the drain is ready without compressing them (REF §4.5)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(l1_holdback_chunks=1))
+            await add_all(m, 12)
+            await m.wait_ready()
+            compressed = {match.summary.source_ids for match in await m.search_summaries()}
+            assert compressed == set(chunk_ids(m)[:2])
+            await add_all(m, 4, start=12)
+            await m.wait_ready()
+            compressed = {match.summary.source_ids for match in await m.search_summaries()}
+            assert compressed == set(chunk_ids(m)[:3])
+
+
+async def test_l1s_merge_into_l2_and_l2s_into_l3_at_the_merge_threshold(tmp_path: Path) -> None:
+    """``merge_threshold`` unmerged L1s become one L2 over them (and L2s one L3); the sources get a parent (T3)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=3))
+            await add_all(m, 4 * 9)
+            await m.wait_ready()
+            every = await m.search_summaries(include_merged=True, limit=100)
+            by_level: dict[int, list[ctxrt.Summary]] = {}
+            for match in every:
+                by_level.setdefault(match.summary.level, []).append(match.summary)
+            assert {level: len(found) for level, found in by_level.items()} == {1: 9, 2: 3, 3: 1}
+            l3 = by_level[3][0]
+            assert l3.parent_id is None
+            assert sorted(l3.source_ids) == sorted(s.id for s in by_level[2])
+            for l2 in by_level[2]:
+                assert l2.parent_id == l3.id
+                children = [await m.get_summary(child) for child in l2.source_ids]
+                assert all(child is not None and child.level == 1 and child.parent_id == l2.id for child in children)
+                assert (l2.first_sequence, l2.last_sequence) == (children[0].first_sequence, children[-1].last_sequence)
+            # A merge is told the memories it merges, and nothing later: its span is theirs.
+            assert l3.content == "memory <m00000> to <m00035>"
+            assert [match.summary.id for match in await m.search_summaries()] == [l3.id]  # the frontier
+
+
+async def test_merged_l1s_are_not_shown_once_their_l2_is(tmp_path: Path) -> None:
+    """Anti-redundancy: a compile shows an L2 and none of its L1s, and still covers every middle message (T3)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=3, recent_window_tokens=40))
+            ids = await add_all(m, 4 * 5 + 4)
+            await m.wait_ready()
+            result = await m.compile(budget(2_000))
+            shown = shown_summaries(result)
+            l2 = [match.summary for match in await m.search_summaries(levels=[2])]
+            assert len(l2) == 1 and l2[0].id in shown
+            assert not set(l2[0].source_ids) & set(shown)
+            assert len([s for s in shown if s.startswith("L1-")]) == 2  # the two unmerged ones
+            assert set(ids) <= raw_sources(result) | await covered_by_shown(m, result)
+            assert ids[-4:] == [s[0].id for s in result.provenance.messages[-4:]]  # the recent window, raw
+
+
+async def test_messages_cut_to_max_message_tokens_still_fit_the_budget(tmp_path: Path) -> None:
+    """With ``max_message_tokens``, cut messages are priced as what is sent, so the compile fits its budget (P2, T3)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(recent_window_tokens=100_000, max_message_tokens=1_000))
+            for i in range(4):
+                await m.add_message("user", say(i) + " word" * 2_000)
+            result = await m.compile(budget(3_200))
+            assert len(result.messages) >= 3  # each cut to at most its 1,000-token cap
+            assert all(ctxrt.tokens.estimate_blocks(m.content) <= 1_000 for m in result.messages)
+            assert compiled_tokens(result) <= 3_200
+
+
+# -- T4: "as of" the chunk, and what becomes a summary ---------------------------------------
+
+
+async def test_a_compression_request_holds_nothing_after_its_chunk(tmp_path: Path) -> None:
+    """A chunk's request is head, prior recall pairs, the chunk, the instruction: no later message or memory (T4)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(head_window_tokens=20, recent_window_tokens=30, merge_threshold=3,
+                                                 auto_tick=True))
+            await add_all(m, 60)
+            await m.wait_ready()
+            requests = l1_requests(model)
+            assert len(requests) >= 10
+            for number, request in enumerate(requests):
+                chunk = markers(text_of(request.messages[-1]))
+                assert chunk == sorted(chunk) and len(chunk) >= 4
+                everything = [n for message in request.messages for n in markers(text_of(message))]
+                assert max(everything) == max(chunk), f"request {number} reaches past its chunk"
+                assert "<m00000>" in text_of(request.messages[0])  # the head window leads
+                recalls = [text_of(c) for c in request.messages if text_of(c).startswith("[Recall ")]
+                if number > 0:
+                    assert recalls, "prior memories come as recall pairs"
+                assert request.model == MODEL
+
+
+async def test_recall_pairs_are_capped_newest_first_so_a_backlog_does_not_grow_requests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backlog of unmerged memories is recalled newest first within the recall budget (T4; REF §4.5)."""
+    monkeypatch.setattr(autobiographical, "RECALL_BUDGET_TOKENS", 3 * (50 + autobiographical.RECALL_PAIR_OVERHEAD_TOKENS))
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(lambda request: remember(request).ljust(145, "."))  # 145 characters: 50 tokens
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=100))
+            await add_all(m, 4 * 8)
+            await m.wait_ready()
+            assert {s.summary.tokens for s in await m.search_summaries()} == {50}
+            for number, request in enumerate(model.requests):
+                recalled = [text_of(c) for c in request.messages if text_of(c).startswith("[Recall ")]
+                assert recalled == [f"[Recall L1-{k}]" for k in range(max(0, number - 3), number)]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        ModelResponse((Text("I can't help with that."),), "refusal", Usage(1, 1)),
+        ModelResponse((Text("   "),), "end_turn", Usage(1, 1)),
+        ModelResponse((), "end_turn", Usage(1, 0)),
+        ModelResponse((Text("a memory cut off mid"),), "max_tokens", Usage(1, 1)),
+        ModelResponse((ToolUse("t9", "remember", {}),), "tool_use", Usage(1, 1)),
+    ],
+    ids=["refusal", "blank-text", "no-content", "max-tokens", "tool-use"],
+)
+async def test_only_a_complete_end_turn_with_text_becomes_a_summary(tmp_path: Path, reply: ModelResponse) -> None:
+    """A refusal, blank or empty reply, a cut-off reply or a tool call leaves the chunk queued, not summarised (T4)."""
+    with trio.fail_after(GUARD_S):
+        replies = [reply]
+        model = ScriptedModel(lambda request: replies.pop(0) if replies else remember(request))
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            await add_all(m, 4)
+            assert await m.tick()
+            assert await m.search_summaries() == []
+            assert not await m.is_ready()  # still queued
+            assert [c.id for c in strategy(m)._l1_queue()] == ["c-0"]
+            assert await m.tick()
+            [match] = await m.search_summaries()
+            assert match.summary.content == "memory <m00000> to <m00003>"
+            assert len(model.requests) == 2 and await m.is_ready()
+
+
+async def test_a_failed_compression_is_retried_then_quarantined_and_stays_raw(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failing chunk stays queued and is retried; after MAX_ATTEMPTS it is quarantined, logged and compiled raw (T3, L2)."""
+
+    def fail(request: ModelRequest) -> str:
+        if "<m00000>" in text_of(request.messages[-1]):
+            raise ctxrt.ModelError("model-x: HTTP 500 api_error", retryable=True)
+        return remember(request)
+
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(fail)
+        caplog.set_level(logging.WARNING, logger="ctxrt.autobiographical")
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            ids = await add_all(m, 8)
+            for attempt in range(1, MAX_ATTEMPTS):
+                assert await m.tick()
+                assert strategy(m).attempts == {"c-0": attempt}
+                assert [c.id for c in strategy(m)._l1_queue()] == ["c-0", "c-1"]  # queued, first in line
+            assert await m.tick()
+            assert strategy(m).quarantined() == ["c-0"]
+            assert [c.id for c in strategy(m)._l1_queue()] == ["c-1"]
+            await m.wait_ready()
+            assert [s.summary.source_ids for s in await m.search_summaries()] == [tuple(ids[4:])]
+            result = await m.compile(budget(1_000))
+            assert set(ids[:4]) <= raw_sources(result)  # quarantined: raw in place
+            assert [s[0].id for s in result.provenance.messages[:4]] == ids[:4]
+            assert len(model.requests) == MAX_ATTEMPTS + 1
+        quarantine = [r for r in caplog.records if r.levelno == logging.ERROR and "quarantined" in r.getMessage()]
+        assert len(quarantine) == 1 and "c-0" in quarantine[0].getMessage() and NS in quarantine[0].getMessage()
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            assert strategy(m).quarantined() == ["c-0"]  # the count is stored: a restart doesn't retry forever
+            await m.wait_ready()
+            assert len(model.requests) == MAX_ATTEMPTS + 1
+
+
+# -- T5: holds -------------------------------------------------------------------------------
+
+
+async def test_a_held_message_and_everything_after_it_stay_raw_until_released(tmp_path: Path) -> None:
+    """A hold keeps its message and every later one out of chunks and raw in compiles; releasing lets them go (T5)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(auto_tick=True))
+            ids = await add_all(m, 6)
+            ids.append(await m.add_message("user", say(6), hold_compression=True))
+            ids += await add_all(m, 13, start=7)
+            await m.wait_ready()
+            assert chunk_ids(m) == [tuple(ids[:4])]  # ids[4:6] can't close a chunk before the hold
+            result = await m.compile(budget(1_000))
+            assert set(ids[4:]) <= raw_sources(result)
+            assert [s[0].id for s in result.provenance.messages[-len(ids[4:]) :]] == ids[4:]
+            await m.release_compression([ids[6]])
+            await m.wait_ready()
+            assert [i for c in chunk_ids(m) for i in c] == ids
+            assert len(await m.search_summaries()) == 5
+
+
+async def test_hold_compression_on_a_stored_message_holds_it_and_what_follows(tmp_path: Path) -> None:
+    """``hold_compression(ids)`` holds from the earliest id it names; the rest of the zone still compresses (T5)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            ids = await add_all(m, 4)
+            later = await add_all(m, 12, start=4)
+            await m.hold_compression([later[5], later[2]])
+            await m.wait_ready()
+            assert chunk_ids(m) == [tuple(ids)]
+            await m.release_compression([later[2]])
+            await m.wait_ready()
+            assert chunk_ids(m) == [tuple(ids), tuple(later[:4])]  # later[4] comes before the hold on later[5]
+
+
+async def test_a_hold_with_a_timeout_lapses_by_itself(tmp_path: Path) -> None:
+    """A hold with a timeout keeps messages raw until it lapses, then they are chunked (T5)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            ids = [await m.add_message("user", say(0), hold_compression=0.8)]
+            ids += await add_all(m, 7, start=1)
+            await m.wait_ready()
+            assert chunk_ids(m) == []
+            await trio.sleep(0.9)
+            await m.wait_ready()
+            assert chunk_ids(m) == [tuple(ids[:4]), tuple(ids[4:])]
+
+
+async def test_a_lapsed_hold_resumes_background_compression_without_new_messages(tmp_path: Path) -> None:
+    """Under auto_tick, a hold timing out wakes the drain: the held chunk compresses with no further call (T5, T8)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(auto_tick=True))
+            await m.add_message("user", say(0), hold_compression=1.0)
+            await add_all(m, 3, start=1)
+            await trio.sleep(0.2)
+            assert model.requests == [] and chunk_ids(m) == []
+            while not model.requests:
+                await trio.sleep(0.05)
+            assert markers(text_of(model.requests[0].messages[-1])) == [0, 1, 2, 3]
+
+
+# -- T6: summary reads and head-window reset -------------------------------------------------
+
+
+async def test_search_summaries_by_text_regex_levels_and_merged(tmp_path: Path) -> None:
+    """Text counts case-insensitively, regex counts matches, results sort by count; merged ones only on request (T6)."""
+    contents = {0: "Alpha beta ALPHA", 1: "alpha alpha alpha", 2: "gamma", 3: "merged: alpha"}
+
+    def write(request: ModelRequest) -> str:
+        found = markers(text_of(request.messages[-1]))
+        return contents[found[0] // 4] if found else contents[3]
+
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(write), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=2))
+            await add_all(m, 12)
+            await m.wait_ready()
+            everything = await m.search_summaries(include_merged=True)
+            by_content = {match.summary.content: match.summary for match in everything}
+            assert sorted(by_content) == sorted(contents.values())
+            found = await m.search_summaries(text="alpha", include_merged=True)
+            assert [(f.summary.content, f.matches) for f in found] == [
+                ("alpha alpha alpha", 3), ("Alpha beta ALPHA", 2), ("merged: alpha", 1)
+            ]
+            assert [(f.summary.content, f.matches) for f in await m.search_summaries(regex=r"al\w+")] == [
+                ("merged: alpha", 1)
+            ]  # the frontier only: the two merged L1s are left out
+            regex = await m.search_summaries(regex=r"a[lm]", include_merged=True, levels=[1])
+            assert [(f.summary.content, f.matches) for f in regex] == [("alpha alpha alpha", 3), ("gamma", 1)]
+            assert [f.summary.level for f in await m.search_summaries(levels=[2])] == [2]
+            assert await m.search_summaries(text="zeta") == []
+            assert len(await m.search_summaries(include_merged=True, limit=2)) == 2
+            assert all(f.matches == 1 for f in everything)  # no matcher: each matches once
+
+
+async def test_get_summaries_in_range_selects_by_message_timestamps(tmp_path: Path) -> None:
+    """A summary is in range when the span of its first and last messages' timestamps meets it; sorted by start (T6)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=2))
+            for i in range(12):
+                await m.add_message("user", say(i), timestamp_ms=1_000 * (i + 1))
+            await m.wait_ready()
+            l1 = await m.get_summaries_in_range(level=1)
+            assert [(s.first_id, s.last_id) for s in l1] == [c for c in ((c[0], c[-1]) for c in chunk_ids(m))]
+            # L1s cover 1,000-4,000, 5,000-8,000 and 9,000-12,000 ms.
+            assert [s.content for s in await m.get_summaries_in_range(from_ms=4_500, to_ms=8_500, level=1)] == [
+                "memory <m00004> to <m00007>"
+            ]
+            assert len(await m.get_summaries_in_range(from_ms=4_000, to_ms=5_000, level=1)) == 2  # inclusive ends
+            assert len(await m.get_summaries_in_range(from_ms=8_001, level=1)) == 1
+            assert len(await m.get_summaries_in_range(to_ms=999)) == 0
+            everything = await m.get_summaries_in_range()
+            assert {s.level for s in everything} == {1, 2}  # merged ones too: callers drop what they want
+            assert [s.first_sequence for s in everything] == sorted(s.first_sequence for s in everything)
+
+
+async def test_get_summary_by_id(tmp_path: Path) -> None:
+    """``get_summary`` returns the summary with that id, merged or not, and None for an unknown id (T6)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            ids = await add_all(m, 4)
+            await m.wait_ready()
+            [match] = await m.search_summaries()
+            summary = await m.get_summary(match.summary.id)
+            assert summary == match.summary
+            assert (summary.first_id, summary.last_id, summary.source_ids) == (ids[0], ids[-1], tuple(ids))
+            assert await m.get_summary("L1-999") is None
+
+
+async def test_summaries_and_merges_survive_a_restart(tmp_path: Path) -> None:
+    """Summaries, their parents and what is queued are the same after closing and reopening the runtime (T3)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=3))
+            await add_all(m, 4 * 5)
+            await m.wait_ready()
+            before = await m.search_summaries(include_merged=True)
+            requests = len(model.requests)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=3))
+            assert await m.is_ready()
+            assert await m.search_summaries(include_merged=True) == before
+            await add_all(m, 4, start=20)
+            await m.wait_ready()
+            # Only the new chunk, then the merge it completes: nothing is compressed again.
+            assert len(model.requests) == requests + 2
+            assert markers(text_of(model.requests[requests].messages[-1])) == [20, 21, 22, 23]
+            assert [s.summary.level for s in await m.search_summaries()] == [2, 2]
+
+
+async def test_reset_head_window_with_text_starts_a_head_at_the_transition_message(tmp_path: Path) -> None:
+    """The given text becomes a "[Topic Transition]" message that starts the new head window; earlier messages
+    are still summarised or raw, never dropped, and the head's start survives a restart (T6)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        config = autobio(head_window_tokens=30, recent_window_tokens=20)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=config)
+            before = await add_all(m, 14)
+            await m.wait_ready()  # chunks close after the old head and before the old recent window
+            transition = await m.reset_head_window("Now: the budget review.")
+            stored = await m.get_message(transition)
+            assert (stored.participant, text_of(stored)) == ("Context Manager", f"{TRANSITION_PREFIX}\n\nNow: the budget review.")
+            after = await add_all(m, 14, start=14)
+            await m.wait_ready()
+            result = await m.compile(budget(10_000))
+            # The head: the transition message (15 tokens) and the first 10-token message after it.
+            assert [s[0].id for s in result.provenance.messages[:2]] == [transition, after[0]]
+            assert [c.cache_breakpoint for c in result.messages[:3]] == [False, True, False]
+            assert set(before + after) <= raw_sources(result) | await covered_by_shown(m, result)
+            assert set(before[:3]) <= raw_sources(result)  # the old head stays raw, after the new head
+            assert chunk_ids(m)[2] == tuple(before[11:])  # the stretch before the transition closed at it
+            assert requests_reaching_past_their_chunk(model) == []
+            assert not any("Summarize" in text_of(r.messages[-1]) for r in model.requests)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=config)
+            again = await m.compile(budget(10_000))
+            assert again.provenance.messages[0][0].id == transition
+
+
+def requests_reaching_past_their_chunk(model: ScriptedModel) -> list[int]:
+    late = []
+    for number, request in enumerate(l1_requests(model)):
+        chunk = markers(text_of(request.messages[-1]))
+        if max(n for message in request.messages for n in markers(text_of(message))) > max(chunk):
+            late.append(number)
+    return late
+
+
+async def test_reset_head_window_without_text_asks_the_model_for_a_transition_summary(tmp_path: Path) -> None:
+    """Without text, the model summarises the head window; its reply is the transition message, for the reader
+    the manager compiles for, after the floor covers what it read (T6, D2, D8)."""
+    floors: list[int] = []
+    rt_box: list[ctxrt.Runtime] = []
+
+    async def answer(request: ModelRequest) -> str:
+        floors.append(floor_of(await rt_box[0].list_namespaces()))
+        if "Summarize the prior conversation" in text_of(request.messages[-1]):
+            return "We planned the launch."
+        return remember(request)
+
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(answer)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            rt_box.append(rt)
+            m = await rt.open(NS, strategy=autobio(head_window_tokens=30, recent_window_tokens=20), view_reader="alice")
+            ids = await add_all(m, 6)
+            transition = await m.reset_head_window()
+            [request] = model.requests
+            assert markers(text_of(request.messages[-1])) == [0, 1, 2]  # the head window it replaces
+            assert floors == [int(ids[2])]
+            stored = await m.get_message(transition)
+            assert stored.content == (Text(f"{TRANSITION_PREFIX}\n\nWe planned the launch.", audience=("alice",)),)
+            result = await m.compile(budget(10_000))
+            assert result.provenance.messages[0][0].id == transition
+            assert result.messages[0].content == (Text(f"{TRANSITION_PREFIX}\n\nWe planned the launch."),)
+
+
+async def test_reset_head_window_without_text_makes_nothing_when_the_model_refuses(tmp_path: Path) -> None:
+    """A refused transition summary raises ModelError and adds no message (T6, T4)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(lambda request: ModelResponse((), "refusal", Usage(1, 0)))
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(head_window_tokens=30))
+            await add_all(m, 6)
+            with pytest.raises(ctxrt.ModelError, match=NS):
+                await m.reset_head_window()
+            assert await m.message_count() == 6
+            assert strategy(m).head_start_id is None
+
+
+# -- T7: Knowledge ---------------------------------------------------------------------------
+
+
+def _message(*blocks: Any, participant: str = "Claude") -> ctxrt.Message:
+    return ctxrt.Message("1", 1, participant, tuple(blocks), None, 0, ())
+
+
+def test_phase_of_classifies_messages_by_the_tools_they_call() -> None:
+    """Lesson tools beat ``subagent:`` beats ``mcpl:``/``zulip:`` research; other tools and dialogue are synthesis (T7)."""
+    assert phase_of(_message(Text("thinking aloud"))) == "synthesis"
+    assert phase_of(_message(ToolUse("a", "mcpl:search", {}))) == "research"
+    assert phase_of(_message(ToolUse("a", "zulip:read", {}))) == "research"
+    assert phase_of(_message(ToolUse("a", "subagent:planner", {}))) == "subagent"
+    assert phase_of(_message(ToolUse("a", "lessons:create", {}))) == "lesson"
+    assert phase_of(_message(ToolUse("a", "lessons:update", {}))) == "lesson"
+    assert phase_of(_message(ToolUse("a", "lessons:delete", {}))) == "synthesis"  # exact names only
+    assert phase_of(_message(ToolUse("a", "bash", {}))) == "synthesis"
+    mixed = _message(ToolUse("a", "mcpl:search", {}), ToolUse("b", "subagent:x", {}), ToolUse("c", "lessons:update", {}))
+    assert phase_of(mixed) == "lesson"
+    assert phase_of(_message(ToolUse("a", "mcpl:x", {}), ToolUse("b", "subagent:y", {}))) == "subagent"
+
+
+def test_phases_let_a_tool_result_message_inherit_the_last_tool_phase() -> None:
+    """A message of tool results only takes the phase before it; dialogue resets to synthesis (T7)."""
+    sequence = [
+        _message(ToolUse("a", "zulip:read", {})),
+        _message(ToolResult("a", "ok"), participant="user"),
+        _message(Text("so")),
+        _message(ToolResult("b", "late"), participant="user"),
+        _message(ToolUse("c", "subagent:x", {})),
+        _message(ToolResult("c", "done"), participant="user"),
+    ]
+    assert phases(sequence) == ["research", "research", "synthesis", "synthesis", "subagent", "subagent"]
+    assert phase_of(_message(ToolResult("a", "ok")), "lesson") == "lesson"
+    assert phase_of(_message(ToolResult("a", "ok"), Text("and more"))) == "synthesis"
+
+
+async def test_knowledge_chunks_close_at_phase_changes(tmp_path: Path) -> None:
+    """A Knowledge chunk closes where the phase changes (two messages at least), never after a tool_use (T7)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), durability="os") as rt:
+            m = await rt.open(NS, strategy=ctxrt.Knowledge(MODEL, target_chunk_tokens=1_000, recent_window_tokens=0,
+                                                          l1_holdback_chunks=0))
+            ids = await add_all(m, 3)  # synthesis
+            for n in range(2):  # research
+                ids.append(await m.add_message("Claude", [tool_use(f"r{n}", "mcpl:search")]))
+                ids.append(await m.add_message("user", [tool_result(f"r{n}")]))
+            ids.append(await m.add_message("Claude", [tool_use("l0", "lessons:create")]))  # lesson
+            ids.append(await m.add_message("user", [tool_result("l0")]))
+            ids += await add_all(m, 1, start=9)  # a lone synthesis message can't close a chunk on its own
+            ids.append(await m.add_message("Claude", [tool_use("s0", "subagent:critic")]))
+            ids.append(await m.add_message("user", [tool_result("s0")]))
+            ids += await add_all(m, 2, start=12)
+            await m.compile(budget(100))
+            assert chunk_ids(m) == [tuple(ids[:3]), tuple(ids[3:7]), tuple(ids[7:9]), tuple(ids[9:12])]
+            assert strategy(m).name == "knowledge"
+
+
+async def test_knowledge_chunks_close_at_their_phase_ceiling(tmp_path: Path) -> None:
+    """Within one phase a Knowledge chunk closes at its ceiling: 1.5x the target for synthesis (T7)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), durability="os") as rt:
+            m = await rt.open(NS, strategy=ctxrt.Knowledge(MODEL, target_chunk_tokens=40, recent_window_tokens=0,
+                                                          l1_holdback_chunks=0))
+            await add_all(m, 13)
+            await m.compile(budget(100))
+            assert [len(c) for c in chunk_ids(m)] == [6, 6]  # 60 tokens = 1.5 x 40
+
+
+async def test_knowledge_asks_phase_specific_instructions_that_keep_leads(tmp_path: Path) -> None:
+    """Knowledge's L1 instruction names the chunk's phases, their guidance and [LEAD]; merges keep [LEAD] too (T7)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(lambda request: "found: the API limit [LEAD] ask ops")
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=ctxrt.Knowledge(MODEL, target_chunk_tokens=1_000, recent_window_tokens=0,
+                                                          l1_holdback_chunks=0, merge_threshold=2))
+            await add_all(m, 2)
+            for n in range(2):
+                await m.add_message("Claude", [tool_use(f"r{n}", "zulip:search")])
+                await m.add_message("user", [tool_result(f"r{n}")])
+            await add_all(m, 2, start=10)
+            await m.wait_ready()
+            synthesis, research = (text_of(r.messages[-1]) for r in model.requests[:2])
+            assert "[LEAD]" in synthesis and INSTRUCTIONS["synthesis"] in synthesis
+            assert INSTRUCTIONS["research"] not in synthesis
+            assert "[LEAD]" in research and INSTRUCTIONS["research"] in research and "research" in research
+            phases_found = {s.summary.phase for s in await m.search_summaries(levels=[1], include_merged=True)}
+            assert phases_found == {"synthesis", "research"}
+            assert any(s.summary.level == 2 and "[LEAD]" in s.summary.content for s in await m.search_summaries())
+
+
+# -- T8: the drain ---------------------------------------------------------------------------
+
+
+async def test_auto_tick_compresses_in_the_background_without_tick(tmp_path: Path) -> None:
+    """With auto_tick, new messages start compression in the namespace actor: no tick() or wait_ready() needed (T8)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(auto_tick=True, merge_threshold=3))
+            await add_all(m, 12)
+            while not await m.is_ready():
+                await trio.sleep(0.01)
+            assert [s.summary.level for s in await m.search_summaries()] == [2]
+            assert len(model.requests) == 4
+
+
+async def test_without_auto_tick_nothing_compresses_until_asked(tmp_path: Path) -> None:
+    """Without auto_tick no request is sent by itself; tick() does one unit of work per call (T8)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=2))
+            await add_all(m, 8)
+            await trio.sleep(0.1)
+            assert model.requests == []
+            assert await m.tick()  # L1 of chunk 0
+            assert [len(model.requests), len(await m.search_summaries(include_merged=True))] == [1, 1]
+            assert await m.tick()  # L1 of chunk 1
+            assert [len(model.requests), len(await m.search_summaries(include_merged=True))] == [2, 2]
+            assert not await m.is_ready()
+            assert await m.tick()  # the merge
+            assert [s.summary.level for s in await m.search_summaries()] == [2]
+            assert await m.is_ready()
+            assert not await m.tick()  # nothing left
+            assert len(model.requests) == 3
+
+
+async def test_wait_ready_drives_compression_to_ready(tmp_path: Path) -> None:
+    """wait_ready() runs every queued chunk and merge, then is_ready() holds (T8)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=3))
+            await add_all(m, 4 * 9)
+            assert not await m.is_ready()
+            await m.wait_ready()
+            assert await m.is_ready()
+            assert len(model.requests) == 9 + 3 + 1
+            await m.wait_ready()  # nothing to do: returns at once
+            assert len(model.requests) == 13
+
+
+# -- P1: compile never waits for compression -------------------------------------------------
+
+
+async def test_compile_does_not_wait_for_an_outstanding_compression(tmp_path: Path) -> None:
+    """While a compression request is out, compile, add_message and is_ready answer at once (P1, T8)."""
+    release = trio.Event()
+    sent = trio.Event()
+
+    async def slow(request: ModelRequest) -> str:
+        sent.set()
+        await release.wait()
+        return remember(request)
+
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(slow)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(auto_tick=True))
+            ids = await add_all(m, 4)
+            await sent.wait()
+            with trio.fail_after(2):
+                result = await m.compile(budget(1_000))
+                ids += await add_all(m, 2, start=4)
+                again = await m.compile(budget(1_000))
+                assert not await m.is_ready()
+            assert [s[0].id for s in result.provenance.messages] == ids[:4]  # raw while the request is out
+            assert [s[0].id for s in again.provenance.messages] == ids
+            assert not release.is_set() and await m.search_summaries() == []
+            release.set()
+            await m.wait_ready()
+            [match] = await m.search_summaries()
+            assert match.summary.source_ids == tuple(ids[:4])
+            assert shown_summaries(await m.compile(budget(1_000))) == [match.summary.id]
+
+
+# -- D2, D4, D7: the narrowing floor ---------------------------------------------------------
+
+
+async def test_narrowing_floor_covers_each_chunk_before_its_request_is_sent(tmp_path: Path) -> None:
+    """With a reader, the namespace's narrowing floor already covers a chunk (or a merge's span) when its
+    request reaches the model (D2, D4)."""
+    seen: list[tuple[int, int]] = []
+    rt_box: list[ctxrt.Runtime] = []
+    ids: list[str] = []
+
+    async def check(request: ModelRequest) -> str:
+        floor = floor_of(await rt_box[0].list_namespaces())
+        reached = max(n for message in request.messages for n in markers(text_of(message)))
+        seen.append((floor, int(ids[reached])))
+        return remember(request)
+
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(check)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            rt_box.append(rt)
+            m = await rt.open(NS, strategy=autobio(auto_tick=True, merge_threshold=3, recent_window_tokens=30),
+                              view_reader="alice")
+            for i in range(40):
+                ids.append(await m.add_message("user", say(i)))
+            await m.wait_ready()
+            assert len(seen) == len(model.requests) >= 10
+            assert any("consolidate" in text_of(r.messages[-1]) for r in model.requests)
+            for floor, needed in seen:
+                assert floor >= needed
+            closed = strategy(m).chunks[-1].last_sequence
+            assert floor_of(await rt.list_namespaces()) >= closed
+
+
+async def test_no_narrowing_floor_is_written_without_a_reader(tmp_path: Path) -> None:
+    """A namespace that compiles for no reader compresses without writing a floor (D7)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=2))
+            await add_all(m, 16)
+            await m.wait_ready()
+            assert len(model.requests) == 4 + 2 + 1
+            assert floor_of(await rt.list_namespaces()) == 0
+
+
+async def test_a_failing_floor_write_sends_no_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the floor can't be raised, no compression request goes out and the chunk waits (D4)."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(), view_reader="alice")
+            await add_all(m, 4)
+            await m.compile(budget(100))  # the chunk closes (and raises the floor) here
+            actor = m._actor
+
+            async def broken(sequence: int) -> None:
+                raise OSError("the store refused the floor write")
+
+            monkeypatch.setattr(actor, "raise_floor", broken)
+            with pytest.raises(OSError, match="floor"):
+                await m.tick()
+            assert strategy(m).attempts == {}  # not an attempt: nothing was asked
+            assert model.requests == []
+            monkeypatch.undo()
+            await m.wait_ready()
+            assert len(model.requests) == 1 and len(await m.search_summaries()) == 1
+
+
+# -- L2: faults through the real SDK ---------------------------------------------------------
+
+
+FAULTS = {
+    "429": ApiReply.error(429, "slow down"),
+    "500": ApiReply.error(500, "internal"),
+    "529": ApiReply.error(529, "overloaded"),
+    "refusal": ApiReply.refusal("I won't summarise this."),
+    "actor-timeout": ApiReply.text("too late").after(5),
+    "sdk-timeout": ApiReply.text("too late").after(5),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+async def test_model_faults_leave_the_store_consistent_and_the_chunk_queued(tmp_path: Path, fault: str) -> None:
+    """An HTTP error, a refusal or a reply past the timeout writes no summary, keeps the chunk queued and lets
+    the manager compile throughout; the next good reply is used (L2, T3)."""
+    replies = [FAULTS[fault].after(max(FAULTS[fault].delay_s, 0.2)), ApiReply.text("memory of the plan")]
+    with trio.fail_after(GUARD_S):
+        async with open_messages_api_server(replies) as server:
+            async with anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test") as client:
+                model = ctxrt.AnthropicModel(client, max_retries=0, timeout_s=0.5 if fault == "sdk-timeout" else 30)
+                async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+                    m = await rt.open(NS, strategy=autobio())
+                    if fault == "actor-timeout":
+                        m._actor.model_timeout_s = 0.5
+                    ids = await add_all(m, 5)
+                    await m.compile(budget(100))
+                    chunks_before = m._actor.ctx.read_log("chunks")
+                    compiles: list[ctxrt.CompileResult] = []
+                    done = trio.Event()
+
+                    async def tick() -> None:
+                        assert await m.tick()
+                        done.set()
+
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(tick)
+                        while not done.is_set():
+                            compiles.append(await m.compile(budget(1_000)))
+                            await trio.sleep(0.02)
+                    assert len(server.requests) == 1
+                    assert len(compiles) >= 3  # the manager kept compiling while the request was out
+                    for result in compiles:
+                        assert [s[0].id for s in result.provenance.messages] == ids
+                    assert await m.search_summaries() == []
+                    assert m._actor.ctx.read_log("summaries") == []
+                    assert m._actor.ctx.read_log("chunks") == chunks_before
+                    assert [c.id for c in strategy(m)._l1_queue()] == ["c-0"]
+                    assert not await m.is_ready()
+                    assert [m.id for m in await m.get_all_messages()] == ids
+                    await m.wait_ready()
+                    [match] = await m.search_summaries()
+                    assert match.summary.content == "memory of the plan"
+                    assert len(server.requests) == 2
+                    body = server.requests[0]
+                    assert body["model"] == MODEL and "<m00003>" in str(body["messages"])
+                    assert "<m00004>" not in str(body["messages"])  # T4 through the wire too
+                    result = await m.compile(budget(1_000))
+                    assert shown_summaries(result) == [match.summary.id]
+                    assert [s[0].id for s in result.provenance.messages[2:]] == ids[4:]
+                async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+                    m = await rt.open(NS, strategy=autobio())
+                    assert [s.summary.content for s in await m.search_summaries()] == ["memory of the plan"]
+                    assert strategy(m).attempts == {"c-0": 1}
+
+
+# -- a long run ------------------------------------------------------------------------------
+
+
+LONG_RUN = 5_000
+
+
+async def test_a_long_run_fits_its_budgets_keeps_tool_pairs_and_drops_nothing_uncovered(tmp_path: Path) -> None:
+    """5,000 messages with background compression and a compile every 50: every compile fits its budget and keeps
+    tool pairs whole; once ready, every message is raw or under a shown summary (T3, T8, P1, P2, P4)."""
+    tight = Budget(max_tokens=2_200, reserve_for_response=1_000)  # less than the windows want: evictions
+    roomy = Budget(max_tokens=6_000, reserve_for_response=1_000)  # the windows, the frontier and the debt fit
+    with trio.fail_after(120):
+        model = ScriptedModel(lambda request: remember(request) + " and then" * 20)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=ctxrt.Autobiographical(
+                MODEL, target_chunk_tokens=300, head_window_tokens=100, recent_window_tokens=1_000, auto_tick=True,
+                summary_target_tokens=100,
+            ))
+            ids: list[str] = []
+            compiles = 0
+            for i in range(LONG_RUN):
+                if i % 7 == 6:  # a tool call, answered at once
+                    ids.append(await m.add_message("Claude", [{"type": "text", "text": say(i)}, tool_use(f"t{i}", "look")]))
+                    ids.append(await m.add_message("user", [tool_result(f"t{i}")]))
+                elif i % 97 == 0:
+                    ids.append(await m.add_message("user", say(i) + " and at length" * 60))
+                else:
+                    ids.append(await m.add_message("Claude" if i % 2 else "user", say(i)))
+                if i % 50 == 49:
+                    result = await m.compile(tight)
+                    compiles += 1
+                    assert compiled_tokens(result) <= tight.usable
+                    if i > 500:
+                        assert compiled_tokens(result) >= tight.usable - 200  # the budget is what binds
+                    assert_tool_pairs_intact(result)
+                    assert result.provenance.messages[-1][0].id == ids[-1]
+            await m.wait_ready()
+            for budget_ in (tight, roomy):
+                result = await m.compile(budget_)
+                assert compiled_tokens(result) <= budget_.usable
+                assert_tool_pairs_intact(result)
+            covered = await covered_by_shown(m, result)
+            missing = [i for i in ids if i not in covered and i not in raw_sources(result)]
+            assert missing == []
+            assert compiles == LONG_RUN // 50
+            levels = {s.summary.level for s in await m.search_summaries()}
+            assert 3 in levels
+            assert len(strategy(m).chunks) > 100
+            assert len(model.requests) == len(await m.search_summaries(include_merged=True, limit=100_000))
