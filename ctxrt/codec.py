@@ -578,30 +578,32 @@ def extract_blobs(
     return out, list(blobs.values())
 
 
+def _filled(block: Block, get_blob: Callable[[str], tuple[bytes, str] | None]) -> Block:
+    # A module-level helper, not a closure: a self-referencing closure is a reference cycle that
+    # would keep ``get_blob`` (and the read transaction it holds) alive until a GC pass.
+    if type(block) in (Image, Document):
+        source = block.source  # type: ignore[union-attr]
+        if source.get("type") != "blob_ref":
+            return block
+        found = get_blob(source["sha256"])
+        if found is None:
+            return block  # block_to_api renders it as a notice rather than fail the whole read
+        data = base64.b64encode(found[0]).decode("ascii")
+        return attrs.evolve(  # type: ignore[misc]
+            block, source={"type": "base64", "media_type": source["media_type"], "data": data}
+        )
+    if type(block) is ToolResult and not isinstance(block.content, str) and _has_media(block.content):
+        return attrs.evolve(block, content=tuple(_filled(b, get_blob) for b in block.content))
+    return block
+
+
 def resolve_blobs(
     blocks: Sequence[Block], get_blob: Callable[[str], tuple[bytes, str] | None]
 ) -> tuple[Block, ...]:
     """Blocks with ``blob_ref`` sources put back as base64; a missing blob leaves its ref in place."""
-
-    def fill(block: Block) -> Block:
-        if type(block) in (Image, Document):
-            source = block.source  # type: ignore[union-attr]
-            if source.get("type") != "blob_ref":
-                return block
-            found = get_blob(source["sha256"])
-            if found is None:
-                return block  # block_to_api renders it as a notice rather than fail the whole read
-            data = base64.b64encode(found[0]).decode("ascii")
-            return attrs.evolve(  # type: ignore[misc]
-                block, source={"type": "base64", "media_type": source["media_type"], "data": data}
-            )
-        if type(block) is ToolResult and not isinstance(block.content, str) and _has_media(block.content):
-            return attrs.evolve(block, content=tuple(fill(b) for b in block.content))
-        return block
-
     if not _has_media(blocks):
         return tuple(blocks)
-    return tuple(fill(b) for b in blocks)
+    return tuple(_filled(b, get_blob) for b in blocks)
 
 
 # --------------------------------------------------------------------------------------------

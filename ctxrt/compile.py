@@ -158,6 +158,8 @@ def split_mixed_tool_messages(participant: str, content: Sequence[Block]) -> lis
 
 def _tool_ids(message: CompiledMessage) -> tuple[frozenset[str], frozenset[str]] | None:
     """(tool_use ids, tool_result ids) of a message, or None if it holds no tool block."""
+    if not any(type(b) is ToolUse or type(b) is ToolResult for b in message.content):
+        return None
     uses = frozenset(b.id for b in message.content if type(b) is ToolUse)  # type: ignore[union-attr]
     results = frozenset(b.tool_use_id for b in message.content if type(b) is ToolResult)  # type: ignore[union-attr]
     return (uses, results) if uses or results else None

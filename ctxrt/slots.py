@@ -82,14 +82,7 @@ class SlotCache:
         message = codec.message_from_json(data, sequence=sequence)
         if not any(type(block) in _MEDIA_BLOCKS for block in message.content):
             return message
-        # resolve_blobs' helper is a self-referencing closure (a reference cycle) that may outlive
-        # this call: it must not keep ``txn`` alive, or the txn's reader slot and snapshot stay
-        # pinned until a GC pass (MDB_READERS_FULL with the GC paused or frozen).
-        reading = [txn]
-        try:
-            resolved = codec.resolve_blobs(message.content, lambda sha: self.engine.get_blob(reading[0], sha))
-        finally:
-            reading.clear()
+        resolved = codec.resolve_blobs(message.content, lambda sha: self.engine.get_blob(txn, sha))
         if resolved is not message.content:
             message = attrs.evolve(message, content=resolved)
         return message

@@ -336,7 +336,8 @@ class NamespaceActor:
         if appended is not None and appended.origin is self and appended.hold is not False:
             timeout = appended.hold if not isinstance(appended.hold, bool) else None
             self.place_holds([message.sequence], timeout)
-        self._wake.set()
+        if getattr(self.strategy, "auto_tick", False):
+            self._wake.set()  # only a draining strategy has anything to do now
 
     def place_holds(self, sequences: Sequence[int], timeout_s: float | None) -> None:
         expires = math.inf if timeout_s is None else trio.current_time() + timeout_s
