@@ -416,11 +416,12 @@ async def test_only_a_complete_end_turn_with_text_becomes_a_summary(tmp_path: Pa
 async def test_a_failed_compression_is_retried_then_quarantined_and_stays_raw(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A failing chunk stays queued and is retried; after MAX_ATTEMPTS it is quarantined, logged and compiled raw (T3, L2)."""
+    """A chunk whose request is refused stays queued and is retried; after MAX_ATTEMPTS it is quarantined,
+    logged and compiled raw (T3, L2)."""
 
     def fail(request: ModelRequest) -> str:
         if "<m00000>" in text_of(request.messages[-1]):
-            raise ctxrt.ModelError("model-x: HTTP 500 api_error", retryable=True)
+            raise ctxrt.ModelError("model-x: HTTP 400 invalid_request_error", retryable=False)
         return remember(request)
 
     with trio.fail_after(GUARD_S):
@@ -449,6 +450,35 @@ async def test_a_failed_compression_is_retried_then_quarantined_and_stays_raw(
             assert strategy(m).quarantined() == ["c-0"]  # the count is stored: a restart doesn't retry forever
             await m.wait_ready()
             assert len(model.requests) == MAX_ATTEMPTS + 1
+
+
+async def test_retryable_failures_never_quarantine_a_chunk_and_the_drain_backs_off(tmp_path: Path) -> None:
+    """An outage (retryable errors) counts no attempt against the chunk; the drain waits a backoff, then
+    compresses it once the model answers again (T8, L2)."""
+    outage = {"on": True}
+
+    def flaky(request: ModelRequest) -> str:
+        if outage["on"]:
+            raise ctxrt.ModelError("model-x: HTTP 529 overloaded_error", retryable=True)
+        return remember(request)
+
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(flaky)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(auto_tick=True))
+            await add_all(m, 8)
+            while len(model.requests) < 2:  # the drain tried, backed off, and tried again
+                await trio.sleep(0.05)
+            assert strategy(m).attempts == {} and strategy(m).quarantined() == []
+            assert [c.id for c in strategy(m)._l1_queue()][:1] == ["c-0"]  # still first in line
+            assert strategy(m).wake_at() is not None  # backing off
+            tried = len(model.requests)
+            await trio.sleep(0.1)
+            assert len(model.requests) == tried  # no hammering inside the backoff
+            outage["on"] = False
+            while await m.search_summaries() == []:
+                await trio.sleep(0.05)  # the drain retries by itself after the backoff
+            assert strategy(m).attempts == {}
 
 
 # -- T5: holds -------------------------------------------------------------------------------
@@ -968,7 +998,8 @@ async def test_model_faults_leave_the_store_consistent_and_the_chunk_queued(tmp_
                     done = trio.Event()
 
                     async def tick() -> None:
-                        assert await m.tick()
+                        # A refusal counts an attempt (progress); an outage or timeout doesn't (the drain backs off).
+                        assert await m.tick() == (fault == "refusal")
                         done.set()
 
                     async with trio.open_nursery() as nursery:
@@ -999,7 +1030,7 @@ async def test_model_faults_leave_the_store_consistent_and_the_chunk_queued(tmp_
                 async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
                     m = await rt.open(NS, strategy=autobio())
                     assert [s.summary.content for s in await m.search_summaries()] == ["memory of the plan"]
-                    assert strategy(m).attempts == {"c-0": 1}
+                    assert strategy(m).attempts == ({"c-0": 1} if fault == "refusal" else {})  # an outage counts none
 
 
 # -- a long run ------------------------------------------------------------------------------

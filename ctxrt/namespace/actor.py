@@ -570,12 +570,14 @@ class NamespaceActor:
         """Background compression (T8): woken by new messages when the strategy auto-ticks."""
         with self._cancel:
             while not self.stopped:
-                # A hold that times out wakes the drain like a new message (T5, T8).
+                # A hold that times out, or a backoff that ends, wakes the drain like a new message (T5, T8).
                 now = trio.current_time()
-                with trio.move_on_at(min((e for e in self.holds.values() if e > now), default=math.inf)):
+                deadline = min((e for e in self.holds.values() if e > now), default=math.inf)
+                backoff = self._backoff()
+                with trio.move_on_at(deadline if backoff is None else min(deadline, backoff)):
                     await self._wake.wait()
                 self._wake = trio.Event()
-                if not getattr(self.strategy, "auto_tick", False):
+                if not getattr(self.strategy, "auto_tick", False) or self._backoff() is not None:
                     continue
                 while not self.stopped:
                     try:
@@ -586,6 +588,10 @@ class NamespaceActor:
                     if not progressed:
                         break
                     await trio.lowlevel.checkpoint()  # let hosts' requests in between units
+
+    def _backoff(self) -> float | None:
+        wake_at = getattr(self.strategy, "wake_at", None)
+        return None if wake_at is None else wake_at()
 
     async def drain_idle(self) -> None:
         """Drive ticks until the strategy is ready or makes no progress (``wait_ready``)."""

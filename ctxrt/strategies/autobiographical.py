@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
 from ..content import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse
 from ..errors import ModelError
@@ -39,7 +40,10 @@ MANAGER = "Context Manager"
 TRANSITION_PREFIX = "[Topic Transition]"
 SYSTEM = "You are forming autobiographical memories of a conversation."
 MIN_CHUNK_MESSAGES = 4
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 3  # refusals and failures a unit may have before it is quarantined
+RETRYABLE_STREAK_LIMIT = 12  # consecutive retryable failures that count as one attempt (REF §4.5)
+BACKOFF_S = 0.5  # the drain's first wait after a retryable failure, doubling
+MAX_BACKOFF_S = 60.0
 LEVEL_BUDGET_TOKENS = 30000  # per-level summary budgets (REF §4.5 l1/l2/l3BudgetTokens)
 RECALL_BUDGET_TOKENS = 100_000  # recall pairs in a compression request, newest first (REF §4.5)
 RECALL_PAIR_OVERHEAD_TOKENS = 50
@@ -105,6 +109,10 @@ def render_transcript(messages: Sequence[Message]) -> str:
     return "<earlier_in_conversation>\n" + "\n\n".join(parts) + "\n</earlier_in_conversation>"
 
 
+class _Transient(Exception):
+    """A retryable model failure: the unit stays queued, uncounted, and the drain backs off."""
+
+
 class AutobiographicalStrategy(Strategy):
     name = "autobio"
     marks_compression_reads = True
@@ -122,6 +130,8 @@ class AutobiographicalStrategy(Strategy):
         self._unmerged: dict[int, list[Summary]] = {}  # per level, summaries without a parent, oldest first
         self._leaf_cache: dict[str, tuple[str, ...]] = {}  # summary id -> the message ids it covers
         self._dirty = True  # new messages since the chunks were last rebuilt
+        self._retryable_streak = 0
+        self._backoff_until = 0.0
         self._built_holds: int | None = None  # the hold floor the chunks were last rebuilt under
         self._ctx: StrategyContext | None = None
 
@@ -290,12 +300,23 @@ class AutobiographicalStrategy(Strategy):
     def _merge_queue(self) -> list[Summary] | None:
         if not self.config.hierarchical:
             return None
+        # A quarantined group's first summary is sealed: it stays unmerged and later groups start
+        # after it, so one refused merge doesn't stop its level for good.
+        sealed = {key.split(",")[0] for key, count in self.attempts.items() if count >= MAX_ATTEMPTS and "," in key}
         for level in (1, 2):
-            group = self._unmerged.get(level, [])[: self.config.merge_threshold]
+            frontier = self._unmerged.get(level, [])
+            start = 0
+            while start < len(frontier) and frontier[start].id in sealed:
+                start += 1
+            group = frontier[start : start + self.config.merge_threshold]
             key = ",".join(s.id for s in group)
             if len(group) >= self.config.merge_threshold and self.attempts.get(key, 0) < MAX_ATTEMPTS:
                 return group
         return None
+
+    def wake_at(self) -> float | None:
+        """When the drain may try again after a transient model failure (trio clock), or None."""
+        return self._backoff_until if self._backoff_until > trio.current_time() else None
 
     def is_ready(self) -> bool:
         return not self._stale(self._ctx) and not self._l1_queue() and self._merge_queue() is None
@@ -349,7 +370,14 @@ class AutobiographicalStrategy(Strategy):
             response = await ctx.complete(request)
         except ModelError as exc:
             logger.warning("compression request in %r failed: %s", ctx.namespace, exc)
+            if exc.retryable:
+                self._retryable_streak += 1
+                delay = min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (self._retryable_streak - 1))
+                self._backoff_until = trio.current_time() + delay  # the drain waits this out
+                if self._retryable_streak < RETRYABLE_STREAK_LIMIT:
+                    raise _Transient from None
             return None
+        self._retryable_streak = 0
         text = response.text.strip()
         if response.stop_reason != "end_turn" or not text:
             logger.warning("compression in %r gave %r with %d chars: not a memory", ctx.namespace,
@@ -384,7 +412,10 @@ class AutobiographicalStrategy(Strategy):
             f"{render_transcript(chunk_messages)}\n\n{self._instruction(chunk_messages)}"
         )
         request.append(CompiledMessage(MANAGER, (Text(instruction),)))
-        text = await self._request(ctx, request)
+        try:
+            text = await self._request(ctx, request)
+        except _Transient:
+            return False  # queued as it was: an outage is not the chunk's fault
         if text is None:
             return await self._fail(ctx, chunk.id)
         first, last = chunk_messages[0] if chunk_messages else None, chunk_messages[-1] if chunk_messages else None
@@ -408,7 +439,10 @@ class AutobiographicalStrategy(Strategy):
             f"[{MANAGER}] Please consolidate the memories since my last message into a single cohesive memory. "
             f"Aim for about {self.config.summary_target_tokens} tokens. Write as you would to yourself — this is "
             f"your autobiography, capturing the arc of what happened."),)))
-        text = await self._request(ctx, request)
+        try:
+            text = await self._request(ctx, request)
+        except _Transient:
+            return False
         if text is None:
             return await self._fail(ctx, key)
         summary = Summary(

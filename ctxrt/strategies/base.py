@@ -75,6 +75,10 @@ class Strategy:
     def is_ready(self) -> bool:
         return True
 
+    def wake_at(self) -> float | None:
+        """A trio-clock time before which the drain shouldn't tick (a backoff), or None."""
+        return None
+
     def pending_work(self) -> int:
         """How many units of work are queued (0 when ready)."""
         return 0
