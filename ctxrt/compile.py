@@ -410,9 +410,13 @@ class _Prepared:
     __slots__ = ("entry", "parts", "tools", "sources", "bodies")
 
     def __init__(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> None:
-        where = find_audience(entry.content, path=f"entries[{index}].content")
-        if where is not None:  # the strategy handed over a block outside the reader's view
-            raise MalformedContentError(where, "a compiled entry may not carry an audience (spec/audience.md B3, A8)")
+        raw = entry.relation == "copy"
+        self.bodies = tuple((sid, lookup(sid)) for sid in entry.source_ids) if raw else ()
+        # A body from the reader's view carries no audience: only other content needs the walk.
+        if not (len(self.bodies) == 1 and self.bodies[0][1] is not None and entry.content is self.bodies[0][1].content):
+            where = find_audience(entry.content, path=f"entries[{index}].content")
+            if where is not None:  # the strategy handed over a block outside the reader's view
+                raise MalformedContentError(where, "a compiled entry may not carry an audience (spec/audience.md B3, A8)")
         self.entry = entry
         split = split_mixed_tool_messages(entry.participant, entry.content)
         self.parts = [
@@ -420,8 +424,6 @@ class _Prepared:
             for k, (participant, content) in enumerate(split)
         ]
         self.tools = [_tool_ids(part) for part in self.parts]
-        raw = entry.relation == "copy"
-        self.bodies = tuple((sid, lookup(sid)) for sid in entry.source_ids) if raw else ()
         rendered = [block for part in self.parts for block in part.content]
         self.sources = tuple(
             Source("message", sid, body is not None and _complete(rendered, entry.content, body)) if raw

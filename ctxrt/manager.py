@@ -205,24 +205,41 @@ class ContextManager:
         await actor.remove(first, last)
 
     async def get_message(self, message_id: str) -> Message | None:
-        """The message as stored, or None. Raises ``ManagerClosedError``."""
+        """The message as stored (every block with its audience, A7), or None.
+
+        Raises:
+            ManagerClosedError: the manager is closed.
+        """
         self._open()
         await trio.lowlevel.checkpoint()
         return self._cache.get(message_id)
 
     async def get_all_messages(self) -> Sequence[Message]:
-        """Every message of this manager's slot, as stored. Raises ``ManagerClosedError``."""
+        """Every message of this manager's slot, as stored (A7), oldest first.
+
+        Raises:
+            ManagerClosedError: the manager is closed.
+        """
         self._open()
         await trio.lowlevel.checkpoint()
         return tuple(self._cache.current())
 
     async def message_count(self) -> int:
+        """How many messages this manager's slot holds on its branch.
+
+        Raises:
+            ManagerClosedError: the manager is closed.
+        """
         self._open()
         await trio.lowlevel.checkpoint()
         return len(self._cache.current())
 
     async def get_message_window(self, offset: int, limit: int) -> MessageWindow:
-        """``limit`` messages from ``offset`` (negative counts from the end), as stored."""
+        """``limit`` messages from ``offset`` (negative counts from the end), as stored.
+
+        Raises:
+            ManagerClosedError: the manager is closed.
+        """
         self._open()
         await trio.lowlevel.checkpoint()
         messages = self._cache.current()
@@ -234,7 +251,11 @@ class ContextManager:
         self, *, participant: str | None = None, metadata: Mapping[str, Any] | None = None,
         limit: int | None = None, reverse: bool = False,
     ) -> list[Message]:
-        """Messages matching ``participant`` and every dotted ``metadata`` path by equality."""
+        """Messages matching ``participant`` and every dotted ``metadata`` path by equality, as stored.
+
+        Raises:
+            ManagerClosedError: the manager is closed.
+        """
         self._open()
         await trio.lowlevel.checkpoint()
         messages = list(self._cache.current())
@@ -270,21 +291,44 @@ class ContextManager:
         return await actor.compile(self._reader, budget or Budget(), injections, message_injections, dry_run)
 
     async def preview_context(self, budget: Budget, *, message_injections: Sequence[Any] = ()) -> PreviewResult | None:
-        """What a compile would spend, without committing anything; None if the strategy can't tell."""
+        """What a compile would spend, without committing anything; None if the strategy can't tell.
+
+        Raises:
+            ReaderConflictError, StrategyRefusedError, ManagerClosedError: as ``compile``.
+            MalformedContentError: a message injection carries an audience or is malformed (B4).
+        """
         actor = self._open()
         return await actor.preview(self._reader, budget, message_injections)
 
     async def tick(self) -> bool:
-        """One unit of strategy work; True if it made progress. Raises as ``compile`` does."""
+        """One unit of strategy work; True if it made progress. Compiles go on while its model call
+        is out (P1).
+
+        Raises:
+            ReaderConflictError, StrategyRefusedError, ManagerClosedError: as ``compile``.
+
+        If cancelled while the model call is out, the reply is discarded and the unit stays queued.
+        """
         actor = self._open()
         return await actor.tick(self._reader)
 
     async def is_ready(self) -> bool:
+        """Whether the strategy has no background work queued (advisory: compile never waits, P1).
+
+        Raises:
+            ReaderConflictError, ManagerClosedError: as ``compile``.
+        """
         actor = self._open()
         return await actor.is_ready(self._reader)
 
     async def wait_ready(self) -> None:
-        """Drive ``tick()`` until the strategy is ready or stops making progress."""
+        """Drive ``tick()`` until the strategy is ready or stops making progress (T8).
+
+        Raises:
+            ReaderConflictError, ManagerClosedError: as ``compile``.
+
+        If cancelled, the unit of work under way is abandoned; its reply, if any, is discarded.
+        """
         actor = self._open()
         async with actor.lock:
             actor.check(self._reader)
@@ -295,7 +339,11 @@ class ContextManager:
     async def hold_compression(self, message_ids: Sequence[str], *, timeout_s: float | None = None) -> None:
         """Keep these messages (and everything after the earliest) raw until released (T5).
 
-        Unknown ids are ignored. Raises ``ValueError`` for a timeout that isn't positive and finite.
+        Unknown ids are ignored. Holds live in memory, in this namespace actor: a reopen has none.
+
+        Raises:
+            ValueError: a timeout that isn't positive and finite.
+            ManagerClosedError: the manager is closed.
         """
         actor = self._open()
         if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < float("inf")):
@@ -305,7 +353,11 @@ class ContextManager:
         actor.place_holds(sequences, timeout_s)
 
     async def release_compression(self, message_ids: Sequence[str]) -> None:
-        """Release holds (idempotent)."""
+        """Release holds (idempotent; unknown ids are ignored).
+
+        Raises:
+            ManagerClosedError: the manager is closed.
+        """
         actor = self._open()
         await trio.lowlevel.checkpoint()
         actor.release_holds([s for s in (parse_id(i) for i in message_ids) if s is not None])
@@ -313,6 +365,11 @@ class ContextManager:
     # -- branches ---------------------------------------------------------------------------
 
     async def list_branches(self) -> list[BranchInfo]:
+        """Every live branch of the store.
+
+        Raises:
+            ManagerClosedError: the manager is closed.
+        """
         self._open()
         return await self._runtime.list_branches()
 
@@ -361,7 +418,13 @@ class ContextManager:
         actor._require_strategy()
 
     async def branch_at(self, message_id: str, name: str | None = None) -> str:
-        """Branch at that message's sequence (the branch holds it) without switching (R1)."""
+        """Branch at that message's sequence (the branch holds it) without switching (R1).
+
+        Raises:
+            MessageNotFoundError: no such message in this manager's slot.
+            BranchExistsError: ``name`` is taken.
+            ManagerClosedError: the manager is closed.
+        """
         actor = self._open()
         message = self._find(message_id)
         name = name or f"branch-{_now_ms()}-{message.sequence}"
@@ -400,7 +463,12 @@ class ContextManager:
         self, *, text: str | None = None, regex: str | None = None, levels: Sequence[int] | None = None,
         limit: int = 50, include_merged: bool = False,
     ) -> list[Any]:
-        """Summaries matching ``text`` or ``regex`` ([] for a strategy without summaries). Checked (C10)."""
+        """Summaries matching ``text`` or ``regex`` ([] for a strategy without summaries). Checked (C10).
+
+        Raises:
+            ReaderConflictError, ManagerClosedError: as ``compile``.
+            re.error: an invalid ``regex``.
+        """
         result = await self._open().call(self._reader, "search_summaries", text=text, regex=regex, levels=levels,
                                           limit=limit, include_merged=include_merged)
         return [] if result is None else result
@@ -408,17 +476,30 @@ class ContextManager:
     async def get_summaries_in_range(
         self, *, from_ms: int | None = None, to_ms: int | None = None, level: int | None = None
     ) -> list[Any]:
+        """Summaries whose messages' timestamps overlap [from_ms, to_ms], oldest first. Checked (C10).
+
+        Raises:
+            ReaderConflictError, ManagerClosedError: as ``compile``.
+        """
         result = await self._open().call(self._reader, "get_summaries_in_range", from_ms=from_ms, to_ms=to_ms,
                                           level=level)
         return [] if result is None else result
 
     async def get_summary(self, summary_id: str) -> Any:
+        """One summary by id, or None (None too for a strategy without summaries). Checked (C10).
+
+        Raises:
+            ReaderConflictError, ManagerClosedError: as ``compile``.
+        """
         return await self._open().call(self._reader, "get_summary", summary_id)
 
     async def reset_head_window(self, transition_text: str | None = None) -> str:
         """Start a new head window at a topic-transition message; returns its id (T6).
 
-        Raises ``StrategyRefusedError`` if the strategy has no head window.
+        Raises:
+            StrategyRefusedError: the strategy has no head window.
+            ModelError: no transition text was given and the model made none.
+            NarrowingRefusedError, ReaderConflictError, ManagerClosedError: as ``compile``.
         """
         actor = self._open()
         if getattr(actor.strategy, "reset_head_window", None) is None:
@@ -436,7 +517,7 @@ class ContextManager:
             self._open().system_prompt = text
 
     async def aclose(self) -> None:
-        """Close this manager (idempotent); the namespace actor stops with its last manager."""
+        """Close this manager (idempotent); the namespace actor stops with its last manager. Never raises."""
         if self._closed:
             await trio.lowlevel.checkpoint()
             return

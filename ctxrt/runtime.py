@@ -241,7 +241,12 @@ class Runtime:
         )
 
     async def reopen_derived(self, derivation: Derivation, *, strategy: Any = None, model: Any = None) -> ContextManager:
-        """Reopen a manager ``derive`` made, after a restart; it compiles for the reader its branch records."""
+        """Reopen a manager ``derive`` made, after a restart; it compiles for the reader its branch records (C11).
+
+        Raises:
+            BranchNotFoundError: the derivation's branch is gone.
+            ReaderConflictError, StrategyRefusedError, ConfigConflictError: as ``open``.
+        """
         manager = await self.open(
             derivation.namespace, strategy=strategy, branch=derivation.branch, isolate=derivation.isolate,
             auxiliary_views=derivation.auxiliary_views, model=model,
@@ -254,7 +259,11 @@ class Runtime:
         return await actor.call(manager.view_reader, "reset_head_window", manager, transition_text)
 
     async def list_namespaces(self, branch: str = "main") -> list[NamespaceInfo]:
-        """Every namespace with a reader record state on ``branch``, with its reader and floor."""
+        """Every namespace with a reader record state on ``branch``, with its reader and floor.
+
+        Raises:
+            BranchNotFoundError: no such branch.
+        """
         await trio.lowlevel.checkpoint()
         row = self.engine.branch(branch)
         found = []

@@ -185,8 +185,12 @@ class MessageView:
         return index if index < len(messages) and messages[index].sequence == sequence else None
 
     def get(self, message_id: str) -> Message | None:
-        index = self.index_of(message_id)
-        return None if index is None else self._listing.listing()[0][index]
+        messages = self._messages()
+        sequence = parse_id(message_id)
+        if sequence is None:
+            return None
+        index = bisect_left(messages, sequence, key=_sequence)
+        return messages[index] if index < len(messages) and messages[index].sequence == sequence else None
 
     def sequence_of(self, message_id: str) -> int | None:
         message = self.get(message_id)

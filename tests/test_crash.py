@@ -27,6 +27,7 @@ import trio
 
 from ctxrt.runtime import open_runtime
 from ctxrt.store.protocol import AppendItem
+from support import LineReader
 
 pytestmark = pytest.mark.soak
 
@@ -45,21 +46,6 @@ def load_writer() -> ModuleType:
 writer = load_writer()
 
 
-class LineReader:
-    """Lines from a child's stdout, one ``await next_line()`` at a time."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
-        self._stream = stream
-        self._buffer = b""
-
-    async def next_line(self) -> str:
-        while b"\n" not in self._buffer:
-            chunk = await self._stream.receive_some()
-            if not chunk:
-                raise EOFError(f"the fork server closed its stdout; unread: {self._buffer!r}")
-            self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode()
 
 
 Acks = dict[int, tuple[int, int, int]]  # sequence -> (round, task, counter)

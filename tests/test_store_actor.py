@@ -40,23 +40,11 @@ from ctxrt.store.protocol import (
     RemoveItems,
     SetValue,
 )
+from support import dump
 
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def dump(rt: Runtime) -> dict[str, Any]:
-    """Every LMDB table, raw, plus what the engine caches: equal dumps mean an unchanged store."""
-    engine = rt.engine
-    with engine.reader() as txn:
-        tables = {
-            name.decode(): [(bytes(k), bytes(v)) for k, v in txn.cursor(db=engine.dbs[name])] for name in keys.ALL_DBS
-        }
-    return {
-        "tables": tables,
-        "branches": engine.list_branches(),
-        "states": engine.list_states(),
-        "last_sequence": engine.last_sequence,
-    }
 
 
 def read_items(rt: Runtime, branch: str = "main", *, state: str = "log", at: int | None = None) -> list[Any]:
