@@ -13,9 +13,6 @@ from typing import Any, ClassVar, TypeAlias, Union
 
 import attrs
 
-Audience: TypeAlias = "tuple[str, ...] | None"
-
-
 @attrs.frozen
 class Text:
     text: str
@@ -78,8 +75,6 @@ class ToolResult:
 
 Block: TypeAlias = Union[Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult]
 BLOCK_TYPES: tuple[type, ...] = (Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult)
-# Block classes that may carry an audience at a message's top level (spec/audience.md B1).
-AUDIENCE_BLOCKS: tuple[type, ...] = (Text, Thinking)
 
 ContentLike: TypeAlias = "str | Sequence[Block | Mapping[str, Any]]"
 

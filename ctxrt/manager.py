@@ -8,7 +8,7 @@ to the store actor; everything the reader check guards goes through the namespac
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -64,8 +64,7 @@ class ContextManager:
 
     def __init__(
         self, runtime: Runtime, actor: NamespaceActor, *, reader: str | None, explicit_reader: str | None,
-        isolate: bool, auxiliary_views: tuple[str | None, ...], view_filter: Callable[[Message], bool] | None,
-        derivation: Derivation | None = None,
+        isolate: bool, auxiliary_views: tuple[str | None, ...], derivation: Derivation | None = None,
     ) -> None:
         self._runtime = runtime
         self._actor = actor
@@ -73,7 +72,6 @@ class ContextManager:
         self._explicit_reader = explicit_reader
         self._isolate = isolate
         self._auxiliary_views = auxiliary_views
-        self._view_filter = view_filter
         self.derivation = derivation
         self._closed = False
 

@@ -130,7 +130,7 @@ class Runtime:
         actor, reader = await self._attach(branch, config, view_reader, explicit_strategy=strategy is not None)
         return ContextManager(
             self, actor, reader=reader, explicit_reader=view_reader, isolate=isolate,
-            auxiliary_views=tuple(auxiliary_views), view_filter=view_filter,
+            auxiliary_views=tuple(auxiliary_views),
         )
 
     async def _attach(
@@ -141,6 +141,10 @@ class Runtime:
         actor = self._actors.get(key)
         if actor is not None:
             await actor.started.wait()
+            if actor.start_error is not None:
+                # It failed to start for the open that made it (which raised); try afresh.
+                return await self._attach(branch, config, reader, compiles_for_none=compiles_for_none,
+                                          explicit_strategy=explicit_strategy)
             self._check_config(actor, config, explicit_strategy)
         else:
             # Refusals come before anything is registered or written (C2).
@@ -237,7 +241,7 @@ class Runtime:
         )
         return ContextManager(
             self, child, reader=resolved, explicit_reader=None, isolate=parent._isolate,
-            auxiliary_views=parent._auxiliary_views, view_filter=actor.config.view_filter, derivation=derivation,
+            auxiliary_views=parent._auxiliary_views, derivation=derivation,
         )
 
     async def reopen_derived(self, derivation: Derivation, *, strategy: Any = None, model: Any = None) -> ContextManager:
