@@ -1,0 +1,142 @@
+"""The reader's view of blocks and of listings, by property (spec/audience.md A2, A3, A5, D1; F3).
+
+Pure: no LMDB, no event loop. Listings are driven through random appends and rewrites and
+compared, after every step, with the same view computed from scratch.
+"""
+
+from typing import Any
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from ctxrt.content import Message, Text, Thinking, ToolUse, content_for_reader, hidden_by_edit
+from ctxrt.views import FilteredListing, MergedListing, ReaderListing
+
+READERS = ("ann", "bob", "cy")
+audiences = st.none() | st.lists(st.sampled_from(READERS), min_size=1, max_size=3, unique=True).map(tuple)
+raws = st.none() | st.sampled_from(["r1", "r2"])
+
+
+@st.composite
+def blocks(draw: Any) -> Any:
+    kind = draw(st.sampled_from(["text", "thinking", "tool"]))
+    if kind == "tool":
+        return ToolUse(draw(st.text(min_size=1, max_size=3)), "look", {}, raw=draw(raws))
+    cls = Text if kind == "text" else Thinking
+    return cls(draw(st.text(max_size=5)), audience=draw(audiences), raw=draw(raws))
+
+
+readers = st.none() | st.sampled_from(READERS + ("dee",))
+
+
+@given(st.lists(blocks(), max_size=6), readers)
+def test_a_reader_keeps_exactly_the_blocks_addressed_to_it_without_the_field(content: list[Any], reader: Any) -> None:
+    """A2, A8: kept = no audience or one naming the reader, in order, never carrying an audience field."""
+    kept = content_for_reader(content, reader)
+    expected = [b for b in content if getattr(b, "audience", None) is None or reader in b.audience]
+    assert [attrs.evolve(b, raw=None) for b in kept] == [
+        attrs.evolve(b, **({"audience": None} if hasattr(b, "audience") else {}), raw=None) for b in expected
+    ]
+    assert all(getattr(b, "audience", None) is None for b in kept)
+
+
+@given(st.lists(blocks(), max_size=6), readers)
+def test_no_kept_block_carries_a_raw_form_a_hidden_block_shares(content: list[Any], reader: Any) -> None:
+    """A5: a raw replay form shared with a hidden block is taken off the blocks that remain."""
+    kept = content_for_reader(content, reader)
+    hidden_raws = {b.raw for b in content if b.raw is not None and getattr(b, "audience", None) is not None
+                   and reader not in b.audience}
+    assert not {b.raw for b in kept} & hidden_raws
+
+
+@given(st.lists(blocks(), max_size=5), st.lists(blocks(), max_size=5))
+def test_an_edit_narrows_for_a_reader_exactly_when_that_reader_loses_a_block_in_place(old: list[Any], new: list[Any]) -> None:
+    """D1: blocks compared by position; a reader is hidden from iff a block it saw is gone or no longer its own."""
+    names, others = hidden_by_edit(old, new)
+
+    def sees(block: Any, reader: str | None) -> bool:
+        audience = getattr(block, "audience", None)
+        return audience is None or (reader is not None and reader in audience)
+
+    for reader in READERS + ("dee", None):
+        lost = any(
+            sees(block, reader) and (index >= len(new) or not sees(new[index], reader))
+            for index, block in enumerate(old)
+        )
+        if lost:
+            assert reader in names or others, (reader, old, new)
+        if not others and reader is not None:
+            assert (reader in names) == lost, (reader, old, new)
+    if not names and not others:  # hides nothing: every reader keeps every block it saw
+        assert all(sees(new[i], r) for r in READERS for i, b in enumerate(old) if sees(b, r))
+
+
+# -- listings: incremental equals from scratch (F3) -----------------------------------------------
+
+
+class FakeSlot:
+    """A slot listing: grows in place on appends, replaced (rewrites + 1) on anything else."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.rewrites = 0
+        self.audience = False
+
+    def listing(self) -> tuple[list[Message], int]:
+        return self.messages, self.rewrites
+
+    def may_hold_audience(self) -> bool:
+        return self.audience
+
+
+def keep(message: Message) -> bool:
+    return message.participant != "filtered"
+
+
+class ListingMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.slots = [FakeSlot(), FakeSlot()]
+        self.sequence = 0
+        merged = MergedListing(self.slots)
+        self.views = {reader: ReaderListing(FilteredListing(merged, keep), reader) for reader in ("ann", "bob", None)}
+
+    @rule(slot=st.integers(0, 1), participant=st.sampled_from(["user", "filtered"]),
+          content=st.lists(st.builds(Text, st.text(max_size=3), audience=audiences), min_size=1, max_size=3))
+    def append(self, slot: int, participant: str, content: list[Text]) -> None:
+        self.sequence += 1
+        target = self.slots[slot]
+        target.messages.append(Message(str(self.sequence), self.sequence, participant, tuple(content)))
+        target.audience = target.audience or any(b.audience is not None for b in content)
+
+    @precondition(lambda self: any(s.messages for s in self.slots))
+    @rule(data=st.data())
+    def rewrite(self, data: Any) -> None:
+        target = data.draw(st.sampled_from([s for s in self.slots if s.messages]))
+        index = data.draw(st.integers(0, len(target.messages) - 1))
+        messages = list(target.messages)
+        if data.draw(st.booleans()):
+            del messages[index]
+        else:
+            messages[index] = attrs.evolve(messages[index], content=(Text("edited", audience=("bob",)),))
+            target.audience = True
+        target.messages, target.rewrites = messages, target.rewrites + 1
+
+    @invariant()
+    def incremental_views_equal_fresh_ones(self) -> None:
+        everything = sorted((m for s in self.slots for m in s.messages), key=lambda m: m.sequence)
+        for reader, view in self.views.items():
+            expected = []
+            for message in everything:
+                if not keep(message):
+                    continue
+                content = content_for_reader(message.content, reader)
+                if content:
+                    expected.append(message if content == message.content else attrs.evolve(message, content=content))
+            assert view.listing()[0] == expected
+
+
+ListingMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+test_listings_extended_on_appends_equal_listings_built_from_scratch = ListingMachine.TestCase
