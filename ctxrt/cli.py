@@ -63,9 +63,10 @@ async def _demo(args: argparse.Namespace) -> int:
     if args.json:
         _emit({**_jsonable(report), "private": report.private})
         return 0 if report.private else 1
-    table = Table(title=f"What each reader's compile holds ({report.messages} messages, model: {report.model})")
-    for column in ("reader", "branch", "messages", "head tok", "middle tok", "recent tok", "own audience lines",
-                   "summaries", "other readers' lines"):
+    table = Table(title=f"What each reader's compile holds ({report.messages} messages, model: {report.model})",
+                  caption="tokens: head window / middle (summaries + raw not yet compressed) / recent window; "
+                          "own = audience lines for this reader; leaks = lines for another reader")
+    for column in ("reader", "branch", "msgs", "head", "middle", "recent", "own", "summaries", "leaks"):
         table.add_column(column, justify="right" if column not in ("reader", "branch") else "left")
     for row in report.readers:
         table.add_row(row.reader, row.branch, str(row.messages), str(row.head_tokens), str(row.summary_tokens),
