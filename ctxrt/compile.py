@@ -8,6 +8,7 @@ placed, provenance attached. ``CompileResult.to_anthropic`` gives a request body
 
 from __future__ import annotations
 
+import json
 import operator
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -637,19 +638,44 @@ def _cap_cache_controls(turns: list[dict[str, Any]], ours: list[dict[str, Any]])
             excess -= 1
 
 
+def _api_block(block: Block, participant: str, role: str, foreign: dict[str, str]) -> dict[str, Any]:
+    """One block in API form; another participant's tool call (and its result) becomes text.
+
+    The API accepts tool_use only in the assistant's turns, so a call another resident made is
+    shown as what happened rather than as a call this assistant made.
+    """
+    if type(block) is ToolUse and role == "user":
+        call = f"{participant} called {block.name}"  # type: ignore[union-attr]
+        foreign[block.id] = call  # type: ignore[union-attr]
+        return {"type": "text", "text": f"[{call} with {_compact(block.input)}]"}  # type: ignore[union-attr]
+    if type(block) is ToolResult and block.tool_use_id in foreign:  # type: ignore[union-attr]
+        body = block.content if isinstance(block.content, str) else " ".join(  # type: ignore[union-attr]
+            getattr(b, "text", f"[{b.type}]") for b in block.content  # type: ignore[union-attr]
+        )
+        failed = " (an error)" if block.is_error else ""  # type: ignore[union-attr]
+        return {"type": "text", "text": f"[result of {foreign[block.tool_use_id]}{failed}: {body}]"}  # type: ignore[union-attr]
+    return block_to_api(block)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 def to_anthropic_messages(messages: Sequence[CompiledMessage], assistant: str | Collection[str]) -> list[dict[str, Any]]:
     """Messages API ``messages``: roles by membership in ``assistant``, same-role runs merged (P7).
 
     A breakpoint becomes ``cache_control: {"type": "ephemeral"}`` on its message's last block (a
     host's own cache_control on stored text gives way past the provider's 4); blocks the API refuses (blank text, thinking outside the assistant's turns) are left out;
-    tool_results lead their user turn; a leading assistant turn follows a "(continued)" user turn.
+    tool_results lead their user turn; a leading assistant turn follows a "(continued)" user turn;
+    another participant's tool calls and their results are shown as text.
     """
     speakers = {assistant} if isinstance(assistant, str) else assistant
     out: list[dict[str, Any]] = []
     ours: list[dict[str, Any]] = []
+    foreign: dict[str, str] = {}  # tool_use id -> "who called what", for calls not the assistant's own
     for message in messages:
         role = "assistant" if message.participant in speakers else "user"
-        content = [block_to_api(b) for b in message.content if _sendable(b, role)]
+        content = [_api_block(b, message.participant, role, foreign) for b in message.content if _sendable(b, role)]
         if not content:
             continue
         if message.cache_breakpoint:

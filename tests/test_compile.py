@@ -582,3 +582,20 @@ def test_any_compiled_conversation_is_accepted_by_the_sdk_types(turns, evict, ma
     body = result.to_anthropic(assistant="Claude")
     assume(body["messages"])
     assert_api_accepts(body)
+
+
+def test_another_residents_tool_cycle_is_shown_as_text_so_the_request_stays_valid():
+    """P7: the API takes tool_use only from the assistant; bob's call in ann's request becomes text, and so does its result."""
+    messages = [
+        CompiledMessage("user", (Text("look it up"),)),
+        CompiledMessage("bob", (Text("on it"), ToolUse("b1", "search", {"q": "x"}))),
+        CompiledMessage("user", (ToolResult("b1", "found x"),)),
+        CompiledMessage("ann", (Text("thanks bob"), ToolUse("a1", "read", {}))),
+        CompiledMessage("user", (ToolResult("a1", "read it"),)),
+    ]
+    body = to_anthropic_messages(messages, "ann")
+    user_blocks = [b for turn in body if turn["role"] == "user" for b in turn["content"]]
+    assert not any(b["type"] == "tool_use" for b in user_blocks)
+    assert {"type": "text", "text": '[bob called search with {"q":"x"}]'} in user_blocks
+    assert {"type": "text", "text": "[result of bob called search: found x]"} in user_blocks
+    assert any(b["type"] == "tool_result" and b["tool_use_id"] == "a1" for b in user_blocks)  # ann's own stays a pair
