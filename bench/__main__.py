@@ -32,6 +32,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .harness import figure
+
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results.md"
 MODULES = ("store", "context", "compression", "audience", "peers")
@@ -129,29 +131,6 @@ def _generic_section(name: str, rows: list[dict[str, Any]]) -> str:
 # -- formatting --------------------------------------------------------------------------------
 
 
-def _number(value: float) -> str:
-    size = abs(value)
-    if size >= 100:
-        return f"{value:,.0f}"
-    if size >= 1:
-        return f"{value:.1f}"
-    if size >= 0.01:
-        return f"{value:.3f}"
-    return f"{value:.3g}"
-
-
-def _figure(value: Any, unit: str) -> str:
-    unit = f" {unit}" if unit else ""
-    if isinstance(value, dict) and "median" in value:
-        text = f"{_number(value['median'])}{unit}"
-        if "min" in value and "max" in value:
-            text += f" ({_number(value['min'])}–{_number(value['max'])})"
-        return text
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return f"{_number(value)}{unit}"
-    return "–" if value is None else str(value)
-
-
 def _measure(row: dict[str, Any]) -> str:
     return str(row.get("measure") or row.get("name") or row.get("figure") or "?")
 
@@ -160,7 +139,7 @@ def _cells(row: dict[str, Any]) -> tuple[str, str, str, str, str, str]:
     """(measure, ctxrt, comparison, ratio, target, pass/fail) of one row."""
     unit = str(row.get("unit") or "")
     label = row.get("comparison_label")
-    comparison = _figure(row.get("comparison"), unit)
+    comparison = figure(row.get("comparison"), unit)
     if label:
         comparison = f"{label}: {comparison}"
     ratio = row.get("ratio")
@@ -176,7 +155,7 @@ def _cells(row: dict[str, Any]) -> tuple[str, str, str, str, str, str]:
         target_text = str(target)
     passed = row.get("passed")
     verdict = "pass" if passed is True else "**fail**" if passed is False else "info"
-    return _measure(row), _figure(row.get("ctxrt"), unit), comparison, ratio_text, target_text, verdict
+    return _measure(row), figure(row.get("ctxrt"), unit), comparison, ratio_text, target_text, verdict
 
 
 def _table(rows: list[tuple[str, dict[str, Any]]], *, with_module: bool) -> list[str]:

@@ -30,15 +30,11 @@ where the stores live.
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
+import functools
 import random
-import shutil
 import statistics
-import sys
-import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +43,9 @@ import trio
 
 from ctxrt import Autobiographical, Budget, Text
 from ctxrt.runtime import open_runtime
+
+from . import harness
+from .harness import TABLE_HEAD, fill, interleave, measured, scratch, summary
 
 RESULTS_PATH = Path(__file__).with_name("results-audience.md")
 SEED_CHECK_US = (0.51, 1.06)
@@ -65,15 +64,8 @@ def _content(n: int, audience: bool) -> Any:
     return _text(n)
 
 
-async def build(directory: Path, count: int, *, audience: bool, concurrency: int = 500) -> float:
-    started = time.perf_counter()
-    async with open_runtime(directory, durability="os") as rt:
-        writer = await rt.open("builder")
-        for first in range(0, count, concurrency):
-            async with trio.open_nursery() as nursery:
-                for n in range(first, min(count, first + concurrency)):
-                    nursery.start_soon(writer.add_message, "user", _content(n, audience))
-    return time.perf_counter() - started
+async def build(directory: Path, count: int, *, audience: bool) -> float:
+    return await fill(directory, count, functools.partial(_content, audience=audience))
 
 
 def _memory() -> Autobiographical:
@@ -162,23 +154,7 @@ async def reprojection(directory: Path, samples: int) -> dict[str, float]:
 # -- the run ----------------------------------------------------------------------------------
 
 
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def _row(
-    measure: str, unit: str, values: list[float], *, comparison: Any = None, comparison_label: str = "",
-    ratio: float | None = None, ratio_means: str = "", target: float | None = None, op: str = "<=",
-    judged: float | None = None,
-) -> dict[str, Any]:
-    summary = _summary(values)
-    value = summary["median"] if judged is None else judged
-    passed = None if target is None else (value <= target if op == "<=" else value < target)
-    return {
-        "measure": measure, "unit": unit, "ctxrt": summary, "comparison": comparison,
-        "comparison_label": comparison_label, "ratio": ratio, "ratio_means": ratio_means, "target": target,
-        "op": op, "passed": passed, "rounds": len(values),
-    }
+_row = functools.partial(harness.row, comparison=None, comparison_label="", ratio=None, ratio_means="")
 
 
 async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -188,9 +164,8 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     samples = 5 if quick else 15
     check_sizes = (2_000, 200_000)
     write_sizes = (5_000, 50_000)
-    base = Path(tempfile.mkdtemp(prefix="ctxrt-bench-audience-", dir=os.environ.get("CTXRT_BENCH_DIR")))
     built: dict[str, float] = {}
-    try:
+    with scratch("ctxrt-bench-audience-") as base:
         stores: dict[tuple[str, int], Path] = {}
         for size in check_sizes:
             stores[("check", size)] = base / f"check-{size}"
@@ -202,28 +177,27 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         stores[("view", 20_000)] = base / "view-20000"
         built["view 20,000"] = await build(stores[("view", 20_000)], 20_000, audience=True)
 
-        checks: dict[int, list[float]] = {size: [] for size in check_sizes}
-        written: dict[tuple[str, int], list[dict[str, float]]] = {key: [] for key in stores if key[0] in ("reader", "none")}
-        views: list[dict[str, float]] = []
         offset = 10_000_000
-        for _ in range(rounds):
-            jobs: list[tuple[str, Any]] = [("check", size) for size in check_sizes]
-            jobs += [("write", size) for size in write_sizes]
-            jobs.append(("view", 20_000))
-            random.shuffle(jobs)
-            for kind, size in jobs:
-                if kind == "check":
-                    checks[size].append(await check_cost(stores[(kind, size)], calls))
-                elif kind == "view":
-                    views.append(await reprojection(stores[(kind, size)], samples))
-                else:
-                    both = await write_costs(stores[("reader", size)], stores[("none", size)], writes=writes,
-                                             offset=offset)
-                    for variant, figures in both.items():
-                        written[(variant, size)].append(figures)
-                    offset += 2 * writes
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+
+        async def write_both(size: int) -> dict[str, dict[str, float]]:
+            nonlocal offset
+            both = await write_costs(stores[("reader", size)], stores[("none", size)], writes=writes, offset=offset)
+            offset += 2 * writes
+            return both
+
+        jobs: dict[tuple[str, int], Callable[[int], Awaitable[Any]]] = {}
+        for size in check_sizes:
+            jobs["check", size] = lambda _, path=stores[("check", size)]: check_cost(path, calls)
+        for size in write_sizes:
+            jobs["write", size] = lambda _, size=size: write_both(size)
+        jobs["view", 20_000] = lambda _: reprojection(stores[("view", 20_000)], samples)
+        # An unseeded order, and no gc.collect() between jobs: as this module always ran them.
+        figures = await interleave(rounds, jobs, random.Random(), collect=False)
+
+    checks = {size: figures["check", size] for size in check_sizes}
+    written = {(variant, size): [both[variant] for both in figures["write", size]]
+               for size in write_sizes for variant in ("reader", "none")}
+    views: list[dict[str, float]] = figures["view", 20_000]
 
     rows: list[dict[str, Any]] = []
     small, large = (statistics.median(checks[size]) for size in check_sizes)
@@ -234,7 +208,7 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             comparison=seed_check, comparison_label="seed", target=1000, op="<",
         ))
     rows.append(_row(
-        "F1 check at 200,000 vs 2,000 messages", "ns", checks[200_000], comparison=_summary(checks[2_000]),
+        "F1 check at 200,000 vs 2,000 messages", "ns", checks[200_000], comparison=summary(checks[2_000]),
         comparison_label="at 2,000", ratio=large / small, ratio_means="200k / 2k",
     ))
     for size in write_sizes:
@@ -245,20 +219,20 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             note = f" ({SEED_WRITE[size]})" if part == "tick" else ""
             rows.append(_row(
                 f"F2 {label}, reader + 1 audience block per 100, {size:,} messages{note}", "ms", reader,
-                comparison=_summary(none), comparison_label="no reader, no audience",
+                comparison=summary(none), comparison_label="no reader, no audience",
                 ratio=ratio, ratio_means="reader / none", target=1.1, op="<=", judged=ratio,
             ))
     rows.append(_row(
         "F3 messages re-projected by ann's compile after 1 append, 20,000 messages", "messages",
         [v["append_projected"] for v in views],
-        comparison=_summary([v["edit_projected"] for v in views]), comparison_label="after 1 edit (a rewrite)",
+        comparison=summary([v["edit_projected"] for v in views]), comparison_label="after 1 edit (a rewrite)",
         target=1, op="<=",
     ))
     append_ms = [v["append_ms"] for v in views]
     edit_ms = [v["edit_ms"] for v in views]
     rows.append(_row(
         "F3 ann's compile after 1 append, 20,000 messages (Passthrough, 2,000-token budget)", "ms", append_ms,
-        comparison=_summary(edit_ms), comparison_label="after 1 edit, re-projecting all",
+        comparison=summary(edit_ms), comparison_label="after 1 edit, re-projecting all",
         ratio=statistics.median(edit_ms) / statistics.median(append_ms), ratio_means="edit / append",
     ))
     info = {"quick": quick, "rounds_run": rounds, "calls": calls, "writes": writes, "samples": samples,
@@ -268,22 +242,16 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Measure F1-F3; one dict per figure. Also writes ``bench/results-audience.md``."""
-    rows, info = trio.run(_run, quick)
-    for row in rows:
-        row.update(info)
+    rows = harness.run_trio(_run, quick)
     RESULTS_PATH.write_text(to_markdown(rows))
     return rows
 
 
-def _number(value: float) -> str:
-    size = abs(value)
-    return f"{value:,.0f}" if size >= 100 else f"{value:.1f}" if size >= 1 else f"{value:.3f}"
+# Each number at its own precision: no decimals from 100 up, one from 1, else three.
+PRECISION: harness.Precision = ((100, ",.0f"), (1, ".1f"), (0, ".3f"))
 
 
-def _figure(value: Any, unit: str) -> str:
-    if isinstance(value, dict):
-        return f"{_number(value['median'])} {unit} ({_number(value['min'])}–{_number(value['max'])})"
-    return "" if value is None else str(value)
+_figure = functools.partial(harness.figure, precision=PRECISION, none="")
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -292,16 +260,14 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "## Audience",
         "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M')} by `python -m bench.audience{' --quick' if first['quick'] else ''}`: "
-        f"Python {platform.python_version()}, py-lmdb {lmdb.__version__}, trio {trio.__version__}, "
-        f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}. {first['rounds_run']} rounds, variants "
+        measured("audience", first["quick"], f"py-lmdb {lmdb.__version__}", f"trio {trio.__version__}")
+        + f" {first['rounds_run']} rounds, variants "
         f"interleaved in a shuffled order each round; the table shows the median across rounds (min–max). "
         f"F1 times {first['calls']:,} checks per round; F2 takes the median of {first['writes']} writes per "
         f"variant per round; F3 the median of {first['samples']} compiles. Stores built with durability \"os\" "
         f"and 500 concurrent add_message calls ({builds}). The seed's figures are Bun on another, busy host.",
         "",
-        "| measure | ctxrt | comparison | ratio | target | pass/fail |",
-        "|---|---|---|---|---|---|",
+        *TABLE_HEAD,
     ]
     for row in rows:
         comparison = _figure(row["comparison"], row["unit"])
@@ -315,14 +281,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.audience", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and samples")
-    arguments = parser.parse_args(argv)
-    rows = run(quick=arguments.quick)
-    print(RESULTS_PATH.read_text())
-    print(f"written to {RESULTS_PATH}", file=sys.stderr)
-    return 0 if all(row["passed"] is not False for row in rows) else 1
+main = harness.entry("audience", __doc__, run, to_markdown, RESULTS_PATH, quick_help="fewer rounds and samples")
 
 
 if __name__ == "__main__":

@@ -28,17 +28,11 @@ the stores live: a real disk, or the durable figures mean nothing.
 
 from __future__ import annotations
 
-import argparse
-import gc
-import os
-import platform
+import functools
 import random
 import shutil
 import statistics
-import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +41,9 @@ import trio
 import ctxrt
 from ctxrt.strategies.base import SelectOptions
 from ctxrt.testing import ScriptedModel
+
+from . import harness
+from .harness import TABLE_HEAD, interleave, paired_line, scratch, versus
 
 RESULTS_PATH = Path(__file__).with_name("results-compression.md")
 NAMESPACE = "bench"
@@ -158,25 +155,7 @@ async def drain_rate(template: Path, directory: Path, durability: str) -> tuple[
         shutil.rmtree(directory, ignore_errors=True)
 
 
-# -- the harness ---------------------------------------------------------------------------------
-
-
-async def interleave(
-    rounds: int, variants: dict[str, Callable[[int], Awaitable[float]]], rng: random.Random
-) -> dict[str, list[float]]:
-    """Run every variant once per round, in a shuffled order each round; return each one's figures."""
-    figures: dict[str, list[float]] = {name: [] for name in variants}
-    for round_ in range(rounds):
-        order = list(variants)
-        rng.shuffle(order)
-        for name in order:
-            gc.collect()
-            figures[name].append(await variants[name](round_))
-    return figures
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+# -- the run ---------------------------------------------------------------------------------------
 
 
 def _row(
@@ -184,42 +163,29 @@ def _row(
     comparison_label: str = "", ratio_limit: float | None = None, value_limit: float | None = None,
     ratio_means: str = "", note: str = "",
 ) -> dict[str, Any]:
-    """One figure in the shape ``bench/__main__.py`` reads. ``ratio_limit`` bounds ours/comparison;
-    ``value_limit`` bounds our median itself (then ``target`` is text naming the unit)."""
-    ours = _summary(mine)
-    paired = None
+    """One figure in the shape ``bench/__main__.py`` reads. ``comparison`` is figures measured in the
+    same rounds (then ``ratio_limit`` bounds ours/comparison), or one figure from elsewhere, or none
+    (then ``value_limit`` bounds our median itself, and ``target`` is text naming the unit)."""
     if isinstance(comparison, list):
-        theirs: dict[str, float] | float | None = _summary(comparison)
-        ratio: float | None = ours["median"] / theirs["median"]
-        paired = statistics.median(a / b for a, b in zip(mine, comparison))
-    elif comparison is not None:
-        theirs, ratio = comparison, ours["median"] / comparison
+        made = versus(measure, unit, mine, comparison, comparison_label, ratio_means=ratio_means, target=ratio_limit)
     else:
-        theirs, ratio = None, None
-    if ratio_limit is not None:
-        target: float | str | None = ratio_limit
-        passed: bool | None = ratio is not None and ratio <= ratio_limit
-    elif value_limit is not None:
-        target, passed = f"<= {value_limit:g} {unit}", ours["median"] <= value_limit
-    else:
-        target, passed = None, None
-    return {
-        "measure": measure, "unit": unit, "ctxrt": ours, "comparison": theirs,
-        "comparison_label": comparison_label, "ratio": ratio, "ratio_means": ratio_means,
-        "paired_ratio": paired, "target": target, "op": "<=", "passed": passed, "rounds": len(mine), "note": note,
-    }
+        made = harness.row(
+            measure, unit, mine, comparison=comparison, comparison_label=comparison_label,
+            ratio=None if comparison is None else statistics.median(mine) / comparison, ratio_means=ratio_means,
+            paired_ratio=None, target=None if value_limit is None else f"<= {value_limit:g} {unit}", limit=value_limit,
+        )
+    made["note"] = note
+    return made
 
 
-async def _run(quick: bool) -> list[dict[str, Any]]:
+async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rng = random.Random(20261130)
     rounds = 3 if quick else 9
     small, big = (1_000, 10_000) if quick else (SMALL, BIG)
     compile_at = 5_000 if quick else COMPILE_AT
     drain_at = 5_000 if quick else DRAIN_AT
-    base = os.environ.get("CTXRT_BENCH_DIR") or None
     builds: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="ctxrt-bench-", dir=base) as tmp:
-        root = Path(tmp)
+    with scratch("ctxrt-bench-") as root:
         # Compile first: its store is the "compressed" 20,000 of (b).
         builds[f"{compile_at:,} compressed"] = await build(root / "compile", compile_at, compress=True)
         counter = [compile_at]
@@ -303,20 +269,19 @@ async def _run(quick: bool) -> list[dict[str, Any]]:
         _row("(c) the same with durability \"os\" (CPU only)", "L1s/s", [d[0] for d in drains["os"]],
              note=f"{statistics.median(d[1] for d in drains['os']):,.0f} units/s in all"),
     ]
-    for row in rows:
-        row["builds"] = builds
-        row["quick"] = quick
-    return rows
+    return rows, {"builds": builds, "quick": quick}
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Measure (a)-(c); one dict per measure (figures, ratio, target, passed or None without a target)."""
-    return trio.run(_run, quick)
+    return harness.run_trio(_run, quick)
 
 
-def _figure(summary: dict[str, float], unit: str) -> str:
-    digits = 0 if summary["median"] >= 100 else 2 if summary["median"] < 10 else 1
-    return f"{summary['median']:,.{digits}f} {unit} ({summary['min']:,.{digits}f}–{summary['max']:,.{digits}f})"
+# Every number of a figure at its median's precision: no decimals from 100 up, one from 10, else two.
+PRECISION: harness.Precision = ((100, ",.0f"), (10, ",.1f"), (0, ",.2f"))
+
+
+_figure = functools.partial(harness.figure, precision=PRECISION, shared=True)
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -325,15 +290,13 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "## Compression",
         "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M')} by `python -m bench.compression"
-        f"{' --quick' if first['quick'] else ''}`: Python {platform.python_version()}, trio {trio.__version__}, "
-        f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}. {first['rounds']} rounds; variants "
+        harness.measured("compression", first["quick"], f"trio {trio.__version__}")
+        + f" {first['rounds']} rounds; variants "
         "interleaved in a shuffled order each round; figures are medians (min–max across rounds); ratios are "
         f"ratios of medians. Store builds (durability \"os\", {WRITERS} concurrent writers): {builds}. Seed figures come from another machine and "
         "another language: read their ratios as pointers.",
         "",
-        "| measure | ctxrt | comparison | ratio | target | pass/fail |",
-        "|---|---|---|---|---|---|",
+        *TABLE_HEAD,
     ]
     for row in rows:
         theirs = row["comparison"]
@@ -355,25 +318,13 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         if row["note"]:
             lines.append(f"- {row['measure'].split(' ', 1)[0]} {row['note']}.")
-    paired = [row for row in rows if row["paired_ratio"] is not None]
-    if paired:
-        lines.append(
-            "- Median of the per-round ratios (each round ran both variants): "
-            + "; ".join(f"{row['measure'].split(' ', 1)[0]} {row['paired_ratio']:.2f}" for row in paired) + "."
-        )
+    if any(row["paired_ratio"] is not None for row in rows):
+        lines.append("- " + paired_line(rows))
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.compression", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller stores and fewer rounds")
-    arguments = parser.parse_args(argv)
-    rows = run(quick=arguments.quick)
-    text = to_markdown(rows)
-    RESULTS_PATH.write_text(text)
-    print(text)
-    print(f"written to {RESULTS_PATH}", file=sys.stderr)
-    return 0 if all(row["passed"] is not False for row in rows) else 1
+main = harness.entry("compression", __doc__, run, to_markdown, RESULTS_PATH,
+                     quick_help="smaller stores and fewer rounds")
 
 
 if __name__ == "__main__":

@@ -36,16 +36,11 @@ choose where the stores live (a real disk, for the durable figure).
 
 from __future__ import annotations
 
-import argparse
+import functools
 import gc
-import os
-import platform
 import random
 import statistics
-import sys
-import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +50,9 @@ import trio
 from ctxrt import Budget, ContextManager, codec
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.slots import SlotCache
+
+from . import harness
+from .harness import TABLE_HEAD, fill, interleave, measured, scratch
 
 RESULTS_PATH = Path(__file__).with_name("results-context.md")
 SLOT = 20_000
@@ -71,16 +69,9 @@ def _text(n: int) -> str:
     return f"resident message {n:07d}: the quick brown fox jumps over the lazy dog"
 
 
-async def build(directory: Path, count: int, *, concurrency: int = 500) -> float:
+async def build(directory: Path, count: int) -> float:
     """Fill the shared slot with ``count`` messages through ``add_message``; returns seconds taken."""
-    started = time.perf_counter()
-    async with open_runtime(directory, durability="os") as rt:
-        writer = await rt.open("builder")
-        for first in range(0, count, concurrency):
-            async with trio.open_nursery() as nursery:
-                for n in range(first, min(count, first + concurrency)):
-                    nursery.start_soon(writer.add_message, "user", _text(n))
-    return time.perf_counter() - started
+    return await fill(directory, count, _text)
 
 
 # -- measures: each returns microseconds (or a count) per sample's median ------------------------
@@ -220,55 +211,26 @@ async def checkpoint_cost(samples: int) -> float:
     return statistics.median(times)
 
 
-# -- the harness ---------------------------------------------------------------------------------
+# -- the run ---------------------------------------------------------------------------------------
 
-
-async def interleave(
-    rounds: int, variants: dict[str, Callable[[], Awaitable[Any]]], rng: random.Random
-) -> dict[str, list[Any]]:
-    figures: dict[str, list[Any]] = {name: [] for name in variants}
-    for _ in range(rounds):
-        order = list(variants)
-        rng.shuffle(order)
-        for name in order:
-            gc.collect()
-            figures[name].append(await variants[name]())
-    return figures
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def _row(
-    measure: str, unit: str, values: list[float], *, comparison: str = "", ratio: float | None = None,
-    ratio_label: str = "", target: float | None = None, op: str = "<=", judged: float | None = None,
-) -> dict[str, Any]:
-    summary = _summary(values)
-    value = summary["median"] if judged is None else judged
-    passed = None if target is None else (value <= target if op == "<=" else value < target if op == "<" else
-                                          value >= target)
-    return {
-        "measure": measure, "unit": unit, "ctxrt": summary, "comparison": comparison, "ratio": ratio,
-        "ratio_label": ratio_label, "target": target, "op": op, "passed": passed, "rounds": len(values),
-    }
+# A row whose comparison is text (the seed's figures, or what the same run measured beside it) and
+# whose ratio, if any, is named by ``ratio_label``.
+_row = functools.partial(harness.row, comparison="", ratio=None, ratio_label="")
 
 
 async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rng = random.Random(20241019)
     rounds = 3 if quick else 5
     samples = 50 if quick else 200
-    base = os.environ.get("CTXRT_BENCH_DIR") or None
     info: dict[str, Any] = {"quick": quick, "rounds": rounds, "samples": samples}
-    with tempfile.TemporaryDirectory(prefix="ctxrt-bench-context-", dir=base) as tmp:
-        root = Path(tmp)
+    with scratch("ctxrt-bench-context-") as root:
         slot_path, big_path, small_path = root / "slot", root / "big", root / "small"
         info["build_slot_s"] = await build(slot_path, SLOT)
 
         # (f) cold opens first, while nothing holds the environment open.
         cold = await interleave(
             rounds,
-            {"cold": lambda: cold_open(slot_path), "parts": lambda: scan_and_decode(slot_path)},
+            {"cold": lambda _: cold_open(slot_path), "parts": lambda _: scan_and_decode(slot_path)},
             rng,
         )
 
@@ -280,15 +242,15 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             live = await interleave(
                 rounds,
                 {
-                    "one": lambda: sibling_read(a, b, 1, samples),
-                    "three": lambda: sibling_read(a, b, 3, samples),
-                    "get_all": lambda: sibling_get_all(a, b, samples // 2),
-                    "reload": lambda: reload_cost(rt),
-                    "checkpoint": lambda: checkpoint_cost(samples),
-                    "read_only": lambda: read_only_read(a, slot_path, samples // 2),
-                    "warm": lambda: warm_compile(b, 3 if quick else 5),
-                    "after_append": lambda: compile_after_append(a, b, 3 if quick else 5),
-                    "frozen": lambda: frozen_compile(b, 3 if quick else 5),
+                    "one": lambda _: sibling_read(a, b, 1, samples),
+                    "three": lambda _: sibling_read(a, b, 3, samples),
+                    "get_all": lambda _: sibling_get_all(a, b, samples // 2),
+                    "reload": lambda _: reload_cost(rt),
+                    "checkpoint": lambda _: checkpoint_cost(samples),
+                    "read_only": lambda _: read_only_read(a, slot_path, samples // 2),
+                    "warm": lambda _: warm_compile(b, 3 if quick else 5),
+                    "after_append": lambda _: compile_after_append(a, b, 3 if quick else 5),
+                    "frozen": lambda _: frozen_compile(b, 3 if quick else 5),
                 },
                 rng,
             )
@@ -311,8 +273,8 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                         f"{k} {durability}": v
                         for k, v in (
                             await interleave(
-                                rounds, {"big": lambda: append_cost(big, appends[durability]),
-                                         "small": lambda: append_cost(small, appends[durability])}, rng,
+                                rounds, {"big": lambda _: append_cost(big, appends[durability]),
+                                         "small": lambda _: append_cost(small, appends[durability])}, rng,
                             )
                         ).items()
                     }
@@ -379,15 +341,14 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Measure every context figure; one dict per measure (figures, ratio, target, passed)."""
-    rows, info = trio.run(_run, quick)
-    for row in rows:
-        row.update(info)
-    return rows
+    return harness.run_trio(_run, quick)
 
 
-def _figure(summary: dict[str, float], unit: str) -> str:
-    digits = 0 if summary["median"] >= 100 else 1 if summary["median"] >= 1 else 3
-    return f"{summary['median']:,.{digits}f} {unit} ({summary['min']:,.{digits}f}–{summary['max']:,.{digits}f})"
+# Every number of a figure at its median's precision: no decimals from 100 up, one from 1, else three.
+PRECISION: harness.Precision = ((100, ",.0f"), (1, ",.1f"), (0, ",.3f"))
+
+
+_figure = functools.partial(harness.figure, precision=PRECISION, shared=True)
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -395,17 +356,15 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "## Context",
         "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M')} by `python -m bench.context{' --quick' if first['quick'] else ''}`: "
-        f"Python {platform.python_version()}, py-lmdb {lmdb.__version__}, trio {trio.__version__}, "
-        f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}. {first['rounds']} rounds, variants "
+        measured("context", first["quick"], f"py-lmdb {lmdb.__version__}", f"trio {trio.__version__}")
+        + f" {first['rounds']} rounds, variants "
         f"interleaved in a shuffled order each round; read figures are medians of {first['samples']} samples per "
         f"round; the table shows the median across rounds (min–max). The {SLOT:,}-message store took "
         f"{first['build_slot_s']:.1f} s to build and the {BIG:,}-message one {first['build_big_s']:.1f} s "
         "(durability \"os\", 500 concurrent add_message calls group-committed). Live figures (a)-(e) ran on a "
         "runtime with durability \"os\"; the seed's figures are Bun 1.4.3 on another host (spec/slot-cache.md).",
         "",
-        "| measure | ctxrt | comparison | ratio | target | pass/fail |",
-        "|---|---|---|---|---|---|",
+        *TABLE_HEAD,
     ]
     for row in rows:
         ratio = "" if row["ratio"] is None else f"{row['ratio']:,.2f} ({row['ratio_label']})"
@@ -418,16 +377,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.context", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and samples")
-    arguments = parser.parse_args(argv)
-    rows = run(quick=arguments.quick)
-    text = to_markdown(rows)
-    RESULTS_PATH.write_text(text)
-    print(text)
-    print(f"written to {RESULTS_PATH}", file=sys.stderr)
-    return 0 if all(row["passed"] is not False for row in rows) else 1
+main = harness.entry("context", __doc__, run, to_markdown, RESULTS_PATH, quick_help="fewer rounds and samples")
 
 
 if __name__ == "__main__":

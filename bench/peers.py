@@ -45,21 +45,18 @@ the stores live (a real disk, not tmpfs).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import contextvars
+import functools
 import gc
 import importlib
 import importlib.metadata
-import os
-import platform
 import random
 import shutil
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +65,9 @@ from typing import Any
 import trio
 
 import ctxrt
+
+from . import harness
+from .harness import interleave, scratch, summary, versus
 
 RESULTS_PATH = Path(__file__).with_name("results-peers.md")
 SIZES = (1_000, 20_000)
@@ -360,48 +360,22 @@ def _pragmas(connection: sqlite3.Connection) -> dict[str, Any]:
     return {"synchronous": synchronous.get(level, str(level)), "journal_mode": journal}
 
 
-# -- the harness --------------------------------------------------------------------------------
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+# -- the run ----------------------------------------------------------------------------------
 
 
 def _ratio_row(
     measure: str, unit: str, ctxrt_values: list[float], peer_values: list[float], peer_label: str,
-    *, higher_is_better: bool, quick: bool, rounds: int,
+    *, higher_is_better: bool, quick: bool,
 ) -> dict[str, Any]:
-    """A row whose ratio says how many times better ctxrt is: peer/ctxrt for times, ctxrt/peer for rates."""
-    mine, theirs = _summary(ctxrt_values), _summary(peer_values)
-    if higher_is_better:
-        ratio = mine["median"] / theirs["median"]
-        paired = statistics.median(a / b for a, b in zip(ctxrt_values, peer_values))
-        means = "ctxrt/peer throughput"
-    else:
-        ratio = theirs["median"] / mine["median"]
-        paired = statistics.median(b / a for a, b in zip(ctxrt_values, peer_values))
-        means = "peer time / ctxrt time"
-    return {
-        "measure": measure,
-        "unit": unit,
-        "ctxrt": mine,
-        "comparison": theirs,
-        "comparison_label": peer_label,
-        "ratio": ratio,
-        "ratio_means": means,
-        "paired_ratio": paired,
-        "target": None,  # the issue sets no target against peers: these rows are reported, not judged
-        "op": None,
-        "passed": None,
-        "rounds": rounds,
-        "quick": quick,
-    }
+    """A row whose ratio says how many times better ctxrt is: peer/ctxrt for times, ctxrt/peer for rates.
 
-
-def _order(names: list[str], rng: random.Random) -> list[str]:
-    order = list(names)
-    rng.shuffle(order)
-    return order
+    The issue sets no target against peers: these rows are reported, not judged.
+    """
+    made = versus(measure, unit, ctxrt_values, peer_values, peer_label, inverse=not higher_is_better,
+                  ratio_means="ctxrt/peer throughput" if higher_is_better else "peer time / ctxrt time",
+                  target=None, op=None)
+    made["quick"] = quick
+    return made
 
 
 async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -418,14 +392,12 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     writer_rounds = 3 if quick else 7
     each = {10: 30, 100: 8} if quick else {10: 100, 100: 40}  # appends per writer, by writer count
     labels = {"ctxrt": "ctxrt", **{name: PEERS[name][2] for name in present}}
-    base = os.environ.get("CTXRT_BENCH_DIR") or None
     runner = asyncio.Runner()
     turn_figures: dict[tuple[str, int], list[dict[str, float]]] = {}
     build_s: dict[tuple[str, int], float] = {}
     writer_figures: dict[tuple[str, int], list[float]] = {}
     try:
-        with tempfile.TemporaryDirectory(prefix="ctxrt-bench-peers-", dir=base) as tmp:
-            root = Path(tmp)
+        with scratch("ctxrt-bench-peers-") as root:
             # (i) turns: every (system, size) is built, then all stay open while the rounds run.
             async with contextlib.AsyncExitStack() as stack:
                 turners: dict[tuple[str, int], Callable[[], Any]] = {}
@@ -469,13 +441,15 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 for key in turners:  # warm-up: two turns each, not counted
                     for _ in range(2):
                         await one_turn(key)
-                turn_figures = {key: [] for key in turners}
-                for _ in range(turn_rounds):
-                    for key in _order(list(turners), rng):
-                        gc.collect()
-                        batch = [await one_turn(key) for _ in range(TURNS_PER_ROUND)]
-                        # the round's figure for each part: the median of its turns in this round
-                        turn_figures[key].append({part: statistics.median(f[part] for f in batch) for part in batch[0]})
+
+                async def turns_round(key: tuple[str, int]) -> dict[str, float]:
+                    batch = [await one_turn(key) for _ in range(TURNS_PER_ROUND)]
+                    # the round's figure for each part: the median of its turns in this round
+                    return {part: statistics.median(f[part] for f in batch) for part in batch[0]}
+
+                turn_figures = await interleave(
+                    turn_rounds, {key: (lambda _, key=key: turns_round(key)) for key in turners}, rng
+                )
 
             # (ii) concurrent writers: a fresh store per variant and round.
             fresh = iter(range(1_000_000))
@@ -492,11 +466,9 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                     shutil.rmtree(path, ignore_errors=True)
 
             variants = [(system, writers) for writers in WRITERS for system in ["ctxrt", *present]]
-            writer_figures = {key: [] for key in variants}
-            for _ in range(writer_rounds):
-                for key in _order(variants, rng):
-                    gc.collect()
-                    writer_figures[key].append(await writers_round(*key))
+            writer_figures = await interleave(
+                writer_rounds, {key: (lambda _, key=key: writers_round(*key)) for key in variants}, rng
+            )
     finally:
         runner.close()
 
@@ -508,33 +480,33 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             rows.append(_ratio_row(
                 f"(i) turn at {size:,} messages: append 1, load the full history (ctxrt: add_message + compile)",
                 "ms", [f["turn"] * 1e3 for f in mine], [f["turn"] * 1e3 for f in theirs], labels[name],
-                higher_is_better=False, quick=quick, rounds=turn_rounds))
+                higher_is_better=False, quick=quick))
         for name in present:
             theirs = turn_figures[name, size]
             rows.append(_ratio_row(
                 f"(i) turn at {size:,} messages: append 1, load the full history (ctxrt: add_message + "
                 "get_all_messages)", "ms",
                 [f["plain turn"] * 1e3 for f in mine], [f["turn"] * 1e3 for f in theirs], labels[name],
-                higher_is_better=False, quick=quick, rounds=turn_rounds))
+                higher_is_better=False, quick=quick))
         for name in present:
             theirs = turn_figures[name, size]
             rows.append(_ratio_row(
                 f"(i) load the full history alone at {size:,} messages (ctxrt: get_all_messages)", "ms",
                 [f["load"] * 1e3 for f in mine], [f["load"] * 1e3 for f in theirs], labels[name],
-                higher_is_better=False, quick=quick, rounds=turn_rounds))
+                higher_is_better=False, quick=quick))
     for writers in WRITERS:
         for name in present:
             rows.append(_ratio_row(
                 f"(ii) {writers} concurrent writers on one thread, {each[writers]} durable appends each",
                 "appends/s",
                 writer_figures["ctxrt", writers], writer_figures[name, writers], labels[name],
-                higher_is_better=True, quick=quick, rounds=writer_rounds))
+                higher_is_better=True, quick=quick))
     # per-system figures, for the section's detail table
     info["turns"] = {
-        f"{labels[key[0]]} @ {key[1]:,}": {part: _summary([f[part] * 1e3 for f in figures]) for part in figures[0]}
+        f"{labels[key[0]]} @ {key[1]:,}": {part: summary([f[part] * 1e3 for f in figures]) for part in figures[0]}
         for key, figures in turn_figures.items()
     }
-    info["writers"] = {f"{labels[key[0]]} N={key[1]}": _summary(values) for key, values in writer_figures.items()}
+    info["writers"] = {f"{labels[key[0]]} N={key[1]}": summary(values) for key, values in writer_figures.items()}
     info["build_s"] = {f"{labels[key[0]]} @ {key[1]:,}": seconds for key, seconds in build_s.items()}
     info["turn_rounds"], info["writer_rounds"], info["each"] = turn_rounds, writer_rounds, each
     for line in missing:
@@ -558,19 +530,11 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 # -- report -------------------------------------------------------------------------------------
 
 
-def _fmt(value: float) -> str:
-    if value >= 100:
-        return f"{value:,.0f}"
-    if value >= 1:
-        return f"{value:.1f}"
-    if value >= 0.01:
-        return f"{value:.3f}"
-    return f"{value:.4f}"
+# Each number at its own precision: no decimals from 100 up, one from 1, three from 0.01, else four.
+PRECISION: harness.Precision = ((100, ",.0f"), (1, ".1f"), (0.01, ".3f"), (0, ".4f"))
 
 
-def _figure(summary: dict[str, float], unit: str) -> str:
-    unit = f" {unit}" if unit else ""
-    return f"{_fmt(summary['median'])}{unit} ({_fmt(summary['min'])}–{_fmt(summary['max'])})"
+_figure = functools.partial(harness.figure, precision=PRECISION)
 
 
 def to_markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) -> str:
@@ -583,9 +547,8 @@ def to_markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) 
     lines = [
         "## Peers",
         "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M')} by `python -m bench.peers{' --quick' if quick else ''}`: "
-        f"Python {platform.python_version()}, {versions}, {os.cpu_count()} CPUs, "
-        f"{platform.system()} {platform.release()}. Every system ran in this one process; every variant ran "
+        harness.measured("peers", quick, versions)
+        + " Every system ran in this one process; every variant ran "
         f"in every round, in a shuffled order; figures are medians (min–max across rounds). Turns: "
         f"{info.get('turn_rounds', '?')} rounds of {TURNS_PER_ROUND} consecutive turns per variant (a round's "
         "figure is the median of its turns), after 2 warm-up turns each; concurrent writers: "
@@ -665,16 +628,8 @@ def to_markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) 
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and fewer appends per writer")
-    arguments = parser.parse_args(argv)
-    rows = run(quick=arguments.quick)
-    text = to_markdown(rows)
-    RESULTS_PATH.write_text(text)
-    print(text)
-    print(f"written to {RESULTS_PATH}", file=sys.stderr)
-    return 0
+main = harness.entry("peers", __doc__, run, to_markdown, RESULTS_PATH,
+                     quick_help="fewer rounds and fewer appends per writer")
 
 
 if __name__ == "__main__":

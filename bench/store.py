@@ -23,15 +23,9 @@ That place must be a real disk, not tmpfs, or the durable figures mean nothing.
 
 from __future__ import annotations
 
-import argparse
-import gc
-import os
-import platform
+import functools
 import random
 import shutil
-import statistics
-import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -43,6 +37,9 @@ import trio
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.store import keys
 from ctxrt.store.protocol import AppendItem, Atomically, RegisterState
+
+from . import harness
+from .harness import TABLE_HEAD, interleave, measured, paired_line, scratch, versus
 
 RESULTS_PATH = Path(__file__).with_name("results-store.md")
 STATE = "bench-log"
@@ -160,57 +157,13 @@ async def build_store(directory: Path, items: int) -> None:
             await rt.store.ask(Atomically(commands=group))
 
 
-# -- the harness -------------------------------------------------------------------------------------
+# -- the run -------------------------------------------------------------------------------------
 
 
-async def interleave(
-    rounds: int, variants: dict[str, Callable[[int], Awaitable[float]]], rng: random.Random
-) -> dict[str, list[float]]:
-    """Run every variant once per round, in a shuffled order each round; return each one's figures."""
-    figures: dict[str, list[float]] = {name: [] for name in variants}
-    for round_ in range(rounds):
-        order = list(variants)
-        rng.shuffle(order)
-        for name in order:
-            gc.collect()
-            figures[name].append(await variants[name](round_))
-    return figures
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def _row(
-    measure: str, unit: str, ctxrt: list[float], comparison: list[float], comparison_label: str,
-    target: float, op: str,
-) -> dict[str, Any]:
-    mine, theirs = _summary(ctxrt), _summary(comparison)
-    ratio = mine["median"] / theirs["median"]
-    # Both variants ran in the same rounds, so per-round ratios cancel slow drift of the host.
-    paired = statistics.median(a / b for a, b in zip(ctxrt, comparison))
-    passed = ratio >= target if op == ">=" else ratio <= target
-    return {
-        "measure": measure,
-        "unit": unit,
-        "ctxrt": mine,
-        "comparison": theirs,
-        "comparison_label": comparison_label,
-        "ratio": ratio,
-        "paired_ratio": paired,
-        "target": target,
-        "op": op,
-        "passed": passed,
-        "rounds": len(ctxrt),
-    }
-
-
-async def _run(quick: bool) -> list[dict[str, Any]]:
+async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rng = random.Random(20240611)
     rounds = 3 if quick else 11
-    base = os.environ.get("CTXRT_BENCH_DIR") or None
-    with tempfile.TemporaryDirectory(prefix="ctxrt-bench-", dir=base) as tmp:
-        root = Path(tmp)
+    with scratch("ctxrt-bench-") as root:
         fresh = iter(range(1_000_000))
 
         def new_directory() -> Path:
@@ -258,31 +211,30 @@ async def _run(quick: bool) -> list[dict[str, Any]]:
             )
 
     rows = [
-        _row("(a) durable sequential append, 200 B: actor vs raw py-lmdb put+commit", "appends/s",
-             throughput["ctxrt 1"], throughput["raw"], "raw py-lmdb", 0.8, ">="),
-        _row("(b) durable appends, 100 concurrent appenders vs 1 (K6)", "appends/s",
-             throughput["ctxrt 100"], throughput["ctxrt 1"], "1 appender", 10.0, ">="),
-        _row(f"(c) create_branch at {BIG:,} items vs {SMALL:,} (K2)", "µs/op",
-             scale["branch big"], scale["branch small"], f"at {SMALL:,}", 1.5, "<="),
-        _row(f"(c) point read (log_item, fresh txn) at {BIG:,} items vs {SMALL:,}", "µs/op",
-             scale["read big"], scale["read small"], f"at {SMALL:,}", 1.5, "<="),
-        _row(f"(d) durable append at {BIG:,} items vs {SMALL:,}", "µs/op",
-             scale["append big"], scale["append small"], f"at {SMALL:,}", 1.2, "<="),
+        versus("(a) durable sequential append, 200 B: actor vs raw py-lmdb put+commit", "appends/s",
+               throughput["ctxrt 1"], throughput["raw"], "raw py-lmdb", target=0.8, op=">="),
+        versus("(b) durable appends, 100 concurrent appenders vs 1 (K6)", "appends/s",
+               throughput["ctxrt 100"], throughput["ctxrt 1"], "1 appender", target=10.0, op=">="),
+        versus(f"(c) create_branch at {BIG:,} items vs {SMALL:,} (K2)", "µs/op",
+               scale["branch big"], scale["branch small"], f"at {SMALL:,}", target=1.5, op="<="),
+        versus(f"(c) point read (log_item, fresh txn) at {BIG:,} items vs {SMALL:,}", "µs/op",
+               scale["read big"], scale["read small"], f"at {SMALL:,}", target=1.5, op="<="),
+        versus(f"(d) durable append at {BIG:,} items vs {SMALL:,}", "µs/op",
+               scale["append big"], scale["append small"], f"at {SMALL:,}", target=1.2, op="<="),
     ]
-    for row in rows:
-        row["build_s"] = build_s
-        row["quick"] = quick
-    return rows
+    return rows, {"build_s": build_s, "quick": quick}
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Measure every store ratio; one dict per measure (figures, ratio, target, passed)."""
-    return trio.run(_run, quick)
+    return harness.run_trio(_run, quick)
 
 
-def _figure(summary: dict[str, float], unit: str) -> str:
-    digits = 0 if summary["median"] >= 100 else 1
-    return f"{summary['median']:,.{digits}f} {unit} ({summary['min']:,.{digits}f}–{summary['max']:,.{digits}f})"
+# Every number of a figure at its median's precision: no decimals from 100 up, else one.
+PRECISION: harness.Precision = ((100, ",.0f"), (0, ",.1f"))
+
+
+_figure = functools.partial(harness.figure, precision=PRECISION, shared=True)
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -291,16 +243,13 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "## Store",
         "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M')} by `python -m bench.store{' --quick' if first['quick'] else ''}`: "
-        f"Python {platform.python_version()}, py-lmdb {lmdb.__version__}, trio {trio.__version__}, "
-        f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}. "
-        f"{first['rounds']} rounds; variants interleaved in a shuffled order each round; figures are medians "
+        measured("store", first["quick"], f"py-lmdb {lmdb.__version__}", f"trio {trio.__version__}")
+        + f" {first['rounds']} rounds; variants interleaved in a shuffled order each round; figures are medians "
         f"(min–max across rounds); ratios are ratios of medians. The {BIG:,}-item store took "
         f"{first['build_s']:.1f} s to build (durability \"os\", 5,000-append Atomically groups); "
         "every measured write is durable (\"sync\").",
         "",
-        "| measure | ctxrt | comparison | ratio | target | pass/fail |",
-        "|---|---|---|---|---|---|",
+        *TABLE_HEAD,
     ]
     for row in rows:
         lines.append(
@@ -308,25 +257,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
             f"| {row['comparison_label']}: {_figure(row['comparison'], row['unit'])} "
             f"| {row['ratio']:.2f} | {row['op']} {row['target']:g} | {'pass' if row['passed'] else '**fail**'} |"
         )
-    lines += [
-        "",
-        "Median of the per-round ratios (each round ran both variants): "
-        + "; ".join(f"{row['measure'].split(' ', 1)[0]} {row['paired_ratio']:.2f}" for row in rows)
-        + ".",
-    ]
+    lines += ["", paired_line(rows)]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.store", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and smaller samples")
-    arguments = parser.parse_args(argv)
-    rows = run(quick=arguments.quick)
-    text = to_markdown(rows)
-    RESULTS_PATH.write_text(text)
-    print(text)
-    print(f"written to {RESULTS_PATH}", file=sys.stderr)
-    return 0 if all(row["passed"] for row in rows) else 1
+main = harness.entry("store", __doc__, run, to_markdown, RESULTS_PATH, quick_help="fewer rounds and smaller samples")
 
 
 if __name__ == "__main__":
