@@ -24,7 +24,7 @@ from .namespace.actor import (
     slot_state,
 )
 from .slots import SlotRegistry
-from .store.actor import StoreRef, open_store_actor, serve_store
+from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_store
 from .store.engine import Engine, Operation
 from .store.environment import Durability, StoreHandle, close_store, open_store
 from .store.protocol import Atomically, BranchInfo, CreateBranch, DeleteBranch, SetValue, branch_info
@@ -42,13 +42,9 @@ class NamespaceInfo:
 
 
 @attrs.frozen
-class RuntimeStatistics:
-    mailbox_depth: int
-    last_batch_size: int
-    last_commit_ms: float
-    batches: int
-    commands: int
-    largest_batch: int
+class RuntimeStatistics(StoreStatistics):
+    """The store actor's figures plus how many namespace actors and slot caches are live."""
+
     namespace_actors: int
     slot_caches: int
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import attrs
 
 from ..content import Message, ToolResult, ToolUse
-from .autobiographical import AutobiographicalStrategy, Summary
+from .autobiographical import Autobiographical, AutobiographicalStrategy, Summary
 
 LESSON_TOOLS = frozenset({"lessons:create", "lessons:update"})
 SUBAGENT_PREFIXES = ("subagent:",)
@@ -91,19 +91,9 @@ class KnowledgeStrategy(AutobiographicalStrategy):
 
 
 @attrs.frozen
-class Knowledge:
+class Knowledge(Autobiographical):
     """Config of ``KnowledgeStrategy``: Autobiographical's options, hierarchical always."""
 
-    compression_model: str
-    target_chunk_tokens: int = 3000
-    head_window_tokens: int = 0
-    recent_window_tokens: int = 30000
-    merge_threshold: int = 6
-    summary_target_tokens: int = 2000
-    auto_tick: bool = False
-    summary_participant: str = "Claude"
-    max_message_tokens: int = 0
-    l1_holdback_chunks: int = 1
     hierarchical: bool = attrs.field(default=True, init=False)
 
     def create(self) -> KnowledgeStrategy:
