@@ -107,7 +107,8 @@ async def _inspect(args: argparse.Namespace) -> int:
                         summaries[state.name.rsplit("/", 1)[0]] = levels
             namespaces = [
                 {"namespace": info.namespace, "reader": info.reader, "narrowing_floor": info.narrowing_floor,
-                 "summaries_per_level": dict(sorted(summaries.get(info.namespace, Counter()).items()))}
+                 "summaries_per_level": dict(sorted(summaries.get(info.namespace, Counter()).items())),
+                 "quarantined": _quarantined(engine, row, info.namespace)}
                 for info in await runtime.list_namespaces(branch.name)
             ]
             data["branches"].append({**_jsonable(branch), "slots": slots, "namespaces": namespaces})
@@ -120,12 +121,28 @@ async def _inspect(args: argparse.Namespace) -> int:
         console.print(f"\n[bold]branch {branch['name']}[/]{parent}, head {branch['head_sequence']}")
         for slot, count in branch["slots"].items():
             console.print(f"  slot {slot}: {count} messages")
-        table = Table("namespace", "reader", "narrowing floor", "summaries per level")
+        table = Table("namespace", "reader", "narrowing floor", "summaries per level", "quarantined")
         for info in branch["namespaces"]:
             table.add_row(info["namespace"], str(info["reader"]), str(info["narrowing_floor"]),
-                          ", ".join(f"L{k}: {v}" for k, v in info["summaries_per_level"].items()) or "-")
+                          ", ".join(f"L{k}: {v}" for k, v in info["summaries_per_level"].items()) or "-",
+                          ", ".join(info["quarantined"]) or "-")
         console.print(table)
     return 0
+
+
+def _quarantined(engine: Any, row: Any, namespace: str) -> list[str]:
+    """Compression units a namespace gave up on (chunks, merge groups), from its attempts record."""
+    from .strategies.autobiographical import MAX_ATTEMPTS
+
+    found: list[str] = []
+    for name in ("autobio", "knowledge"):
+        state = f"{namespace}/{name}:attempts"
+        if engine.has_state(state):
+            with engine.reader() as txn:
+                attempts, _ = engine.get_value(txn, state, row)
+            if isinstance(attempts, dict):
+                found += [key for key, count in attempts.items() if isinstance(count, int) and count >= MAX_ATTEMPTS]
+    return found
 
 
 async def _messages(args: argparse.Namespace) -> int:
@@ -305,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CtxrtError, FileNotFoundError) as exc:
         console.print(f"[bold red]error[/]: {exc}")
         return 2
+    except BrokenPipeError:  # piped into `head` and the like: the reader stopped, which is fine
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

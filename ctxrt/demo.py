@@ -164,7 +164,7 @@ async def run_demo(
         for manager in managers.values():
             await manager.aclose()
     if isinstance(model, AnthropicModel):
-        await model.aclose()
+        await model.aclose()  # handed to the namespaces, not to the runtime, so closed here
     return DemoReport(store, messages, model_name, reports, fork, "demo-derived",
                       sum(r.requests for r in recordings.values()),
                       [leak for r in recordings.values() for leak in r.leaks])

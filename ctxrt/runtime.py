@@ -366,7 +366,8 @@ async def open_runtime(
     """Open the store at ``path`` (creating it unless ``readonly``) and start its store actor.
 
     Leaving the block closes every manager, lets the store actor answer what is queued, stops
-    the actors, and syncs and closes the environment.
+    the actors, closes ``model`` (an ``AnthropicModel`` closes the client it made; a client
+    handed to it stays its owner's), and syncs and closes the environment.
 
     Raises:
         StoreLockedError: another runtime, in this process or another, writes this store.
@@ -397,5 +398,9 @@ async def open_runtime(
                 if runtime._store is not None:
                     # Let the actor answer what is queued, then stop.
                     runtime._store.close()
+                close_model = getattr(model, "aclose", None)
+                if close_model is not None:
+                    with trio.CancelScope(shield=True):  # the runtime owns its model's client (DESIGN.md §9)
+                        await close_model()
     finally:
         close_store(handle)

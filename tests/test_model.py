@@ -305,3 +305,14 @@ def test_extract_summary_is_never_empty_for_text_with_words_and_never_over_budge
     assert len(summary) <= max(1, budget_chars)
     assert bool(summary) == bool(text.split())
     assert summary == extract_summary(text, budget_chars)
+
+
+async def test_a_runtime_closes_the_anthropic_model_it_was_given(tmp_path, monkeypatch) -> None:
+    """DESIGN.md §9: the runtime owns its model; leaving open_runtime closes the client the model made."""
+    import ctxrt
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    model = ctxrt.AnthropicModel()
+    async with ctxrt.open_runtime(tmp_path / "store", model=model):
+        assert not model._client.is_closed()
+    assert model._client.is_closed()
