@@ -328,9 +328,7 @@ class ContextManager:
         If cancelled, the unit of work under way is abandoned; its reply, if any, is discarded.
         """
         actor = self._open()
-        async with actor.lock:
-            actor.check(self._reader)
-        await actor.drain_idle()
+        await actor.drain_idle(self._reader)
 
     # -- holds ------------------------------------------------------------------------------
 

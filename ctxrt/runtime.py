@@ -13,7 +13,7 @@ import trio
 
 from .errors import ConfigConflictError, ReaderConflictError, ReadOnlyStoreError, RuntimeClosedError
 from .namespace.actor import (
-    CorruptRecord,
+    ActorRetired,
     NamespaceActor,
     NamespaceConfig,
     auxiliary_state,
@@ -21,6 +21,7 @@ from .namespace.actor import (
     normalise_namespace,
     read_record,
     require_marking,
+    resolve_reader,
     slot_state,
 )
 from .slots import SlotRegistry
@@ -134,47 +135,42 @@ class Runtime:
         explicit_strategy: bool = False,
     ) -> tuple[NamespaceActor, str | None]:
         key = (branch, config.namespace)
-        actor = self._actors.get(key)
-        if actor is not None:
-            await actor.started.wait()
-            if actor.start_error is not None:
-                # It failed to start for the open that made it (which raised); try afresh.
-                return await self._attach(branch, config, reader, compiles_for_none=compiles_for_none,
-                                          explicit_strategy=explicit_strategy)
-            self._check_config(actor, config, explicit_strategy)
-        else:
-            # Refusals come before anything is registered or written (C2).
-            record = read_record(self, config.namespace, branch)
-            target = reader if reader is not None else (record if isinstance(record, str) else None)
-            if isinstance(record, CorruptRecord):
-                raise ReaderConflictError(
-                    f"namespace {config.namespace!r} on branch {branch!r} records {record.value!r}, which is "
-                    f"not a reader's name"
-                )
-            if reader is not None and record is not None and record != reader:
-                raise ReaderConflictError(
-                    f"namespace {config.namespace!r} on branch {branch!r} records reader {record!r}, so it "
-                    f"refuses reader {reader!r}: its summaries and context log hold {record!r}'s view, so "
-                    f"another reader would read them. Give each reader a namespace of its own"
-                )
-            require_marking(build_strategy(config.strategy), target, config.namespace)
-            actor = NamespaceActor(self, branch, config)
-            self._actors[key] = actor
+        while True:
+            actor = self._actors.get(key)
+            if actor is not None:
+                await actor.started.wait()
+                if actor.start_error is not None:
+                    continue  # it failed to start for the open that made it (which raised): try afresh
+                self._check_config(actor, config, explicit_strategy)
+            else:
+                # Refusals come before anything is registered or written (C2).
+                record = read_record(self, config.namespace, branch)
+                if compiles_for_none and record is not None:
+                    resolve_reader(record, None, config.namespace, branch)  # a corrupt record says so
+                    raise ReaderConflictError(
+                        f"namespace {config.namespace!r} on branch {branch!r} records reader {record!r}; this "
+                        f"manager compiles for no reader"
+                    )
+                target = resolve_reader(record, reader, config.namespace, branch)
+                require_marking(build_strategy(config.strategy), target, config.namespace)
+                actor = NamespaceActor(self, branch, config)
+                self._actors[key] = actor
+                try:
+                    await actor.start()
+                except BaseException:
+                    self._actors.pop(key, None)
+                    raise
             try:
-                await actor.start()
+                # In the actor's mailbox order: C7 and the claim; a refusal stops an actor this attach
+                # started, leaving nothing running there (C2).
+                resolved = await actor.attach(reader, compiles_for_none=compiles_for_none)
+            except ActorRetired:
+                continue  # its last manager left while this waited: start a fresh one
             except BaseException:
-                self._actors.pop(key, None)
+                if actor.managers == 0:
+                    self._stop_actor(actor)
                 raise
-        try:
-            if compiles_for_none and actor.record is not None:
-                actor.check(None)  # C7: refused where its namespace records a reader
-            # A refusal stops an actor this attach started, leaving nothing running there (C2).
-            resolved = await actor.attach(reader)
-        except BaseException:
-            if actor.managers == 0:
-                self._stop_actor(actor)
-            raise
-        return actor, resolved
+            return actor, resolved
 
     def _check_config(self, actor: NamespaceActor, config: NamespaceConfig, explicit_strategy: bool) -> None:
         running = actor.config
@@ -208,19 +204,8 @@ class Runtime:
 
         actor = parent._open()
         actor._require_strategy()  # C12
-        record = actor.record
-        if isinstance(record, CorruptRecord):
-            raise ReaderConflictError(
-                f"namespace {actor.namespace!r} on branch {actor.branch!r} records {record.value!r}, which is "
-                f"not a reader's name; refusing to derive from it"
-            )
-        reader = parent.view_reader
-        if reader is not None and record is not None and record != reader:
-            raise ReaderConflictError(
-                f"namespace {actor.namespace!r} on branch {actor.branch!r} records reader {record!r}; a manager "
-                f"for {reader!r} can't derive from it"
-            )
-        child_reader = reader if reader is not None else record
+        # The head's record decides (C11): a no-reader parent's child takes what the head records.
+        child_reader = resolve_reader(actor.record, parent.view_reader, actor.namespace, actor.branch)
         config = attrs.evolve(
             actor.config, strategy=strategy if strategy is not None else actor.strategy_config,
             model=model if model is not None else actor.config.model,

@@ -22,7 +22,13 @@ import trio
 from ..compile import Budget, CompileMemo, CompileResult, build_compile_result, validate_injections
 from .. import codec
 from ..content import Message, content_for_reader, hidden_by_edit
-from ..errors import ManagerClosedError, NarrowingRefusedError, ReaderConflictError, StrategyRefusedError
+from ..errors import (
+    ManagerClosedError,
+    MessageNotFoundError,
+    NarrowingRefusedError,
+    ReaderConflictError,
+    StrategyRefusedError,
+)
 from ..slots import Appended
 from ..store.protocol import Atomically, EditItem, RegisterState, RemoveItems, SetValue
 from ..strategies.base import SelectOptions, Strategy
@@ -35,7 +41,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ctxrt.namespace")
 
 DEFAULT_NAMESPACE = "default"
+_DRAIN = object()  # a unit of work the drain runs for the namespace itself, not for a manager
 MODEL_TIMEOUT_S = 300.0
+
+
+class ActorRetired(Exception):
+    """The namespace actor stopped (its last manager left) before this attach got its turn;
+    the caller starts a fresh one. Never reaches the public API."""
 
 
 class CorruptRecord:
@@ -75,6 +87,27 @@ def read_record(runtime: Runtime, namespace: str, branch: str) -> str | None | C
     if value is None or (isinstance(value, str) and value):
         return value
     return CorruptRecord(value)
+
+
+def resolve_reader(record: str | None | CorruptRecord, reader: str | None, namespace: str, branch: str) -> str | None:
+    """The reader a manager opened with ``reader`` compiles for, given a namespace's ``record``.
+
+    None means the record's reader (C6); another reader than the record's, or a record that is
+    not a reader's name, is refused (C1, C3).
+    """
+    if isinstance(record, CorruptRecord):
+        raise ReaderConflictError(
+            f"namespace {namespace!r} on branch {branch!r} records {record.value!r}, which is not a reader's name"
+        )
+    if reader is None:
+        return record
+    if record is not None and record != reader:
+        raise ReaderConflictError(
+            f"namespace {namespace!r} on branch {branch!r} records reader {record!r}, so it refuses reader "
+            f"{reader!r}: its summaries and context log hold {record!r}'s view, so another reader would read "
+            f"them. Give each reader a namespace of its own"
+        )
+    return reader
 
 
 def build_strategy(config: Any) -> Strategy:
@@ -216,13 +249,16 @@ class NamespaceActor:
         """Initialise the strategy for the current view (C5: a failure leaves the claim standing)."""
         self.ctx = StrategyContext(self, self.epoch, self.strategy.name)
         self.strategy_started = True
+        # What initialize reads is what was committed when it began; anything appended during its
+        # awaits is handed to on_new_message after (at least once, never lost).
+        seen = self.runtime.engine.last_sequence
         try:
             await self.strategy.initialize(self.ctx)
             self.strategy_error = None
         except Exception as exc:
             self.strategy_error = exc
             raise
-        self._seen = max(self._seen, self.runtime.engine.last_sequence)
+        self._seen = max(self._seen, seen)
 
     def stop(self) -> None:
         self.stopped = True
@@ -264,6 +300,7 @@ class NamespaceActor:
     @asynccontextmanager
     async def _settled(self) -> AsyncIterator[None]:
         """Turn the internal stale-epoch signal into the public error a caller can act on."""
+        record = self.record
         try:
             yield
         except StaleEpochError:
@@ -271,6 +308,11 @@ class NamespaceActor:
                 raise ManagerClosedError(
                     f"namespace {self.namespace!r} on branch {self.branch!r} stopped (its last manager closed or "
                     f"moved) while this request ran"
+                ) from None
+            if self.record == record:
+                raise StrategyRefusedError(
+                    f"the strategy of namespace {self.namespace!r} on branch {self.branch!r} was replaced while "
+                    f"this request ran; retry it"
                 ) from None
             raise ReaderConflictError(
                 f"namespace {self.namespace!r} on branch {self.branch!r} changed its reader while this request "
@@ -286,12 +328,18 @@ class NamespaceActor:
 
     # -- claims -----------------------------------------------------------------------------
 
-    async def attach(self, reader: str | None, *, claim: bool = True) -> str | None:
+    async def attach(self, reader: str | None, *, claim: bool = True, compiles_for_none: bool = False) -> str | None:
         """Attach a manager: claim the namespace for ``reader`` if unclaimed (C1, C6, C13).
 
-        Returns the reader the manager compiles for.
+        Returns the reader the manager compiles for. ``compiles_for_none``: a manager moving
+        here that compiles for no reader is refused where a reader is recorded (C7). Raises
+        ``ActorRetired`` if the actor stopped while the caller waited its turn.
         """
         async with self.lock:
+            if self.stopped:
+                raise ActorRetired(self.namespace)
+            if compiles_for_none and self.record is not None:
+                self.check(None)
             resolved = self.resolve(reader)
             require_marking(self.strategy, resolved, self.namespace)
             if resolved is not None and self.record is None and claim and not self.runtime.readonly:
@@ -303,21 +351,7 @@ class NamespaceActor:
 
     def resolve(self, reader: str | None) -> str | None:
         """The reader a manager opened with ``reader`` compiles for here, or raise (C1, C3, C6)."""
-        record = self.record
-        if isinstance(record, CorruptRecord):
-            raise ReaderConflictError(
-                f"namespace {self.namespace!r} on branch {self.branch!r} records {record.value!r}, which is "
-                f"not a reader's name"
-            )
-        if reader is None:
-            return record
-        if record is not None and record != reader:
-            raise ReaderConflictError(
-                f"namespace {self.namespace!r} on branch {self.branch!r} records reader {record!r}, so it "
-                f"refuses reader {reader!r}: its summaries and context log hold {record!r}'s view, so "
-                f"another reader would read them. Give each reader a namespace of its own"
-            )
-        return reader
+        return resolve_reader(self.record, reader, self.namespace, self.branch)
 
     async def _claim(self, reader: str) -> None:
         await self.runtime.store.ask(SetValue(state=self.reader_state, branch=self.branch, value=reader))
@@ -416,13 +450,15 @@ class NamespaceActor:
 
     async def tick(self, reader: str | None) -> bool:
         async with self.lock:
-            self.check(reader)
             self._require_strategy()
-        return await self._tick_once()
+        return await self._tick_once(reader)
 
-    async def _tick_once(self) -> bool:
+    async def _tick_once(self, reader: str | None | object = _DRAIN) -> bool:
+        """One unit of work; a manager's unit is checked against the record in the same turn (C8)."""
         async with self._tick_lock:
             async with self.lock:
+                if reader is not _DRAIN:
+                    self.check(reader)  # type: ignore[arg-type]
                 if self.strategy_error is not None or self.stopped:
                     return False
                 await self._flush_new()
@@ -468,10 +504,17 @@ class NamespaceActor:
         """
         async with self.lock:
             self.check(reader)
+            # Judge the edit against the message as it is now: another edit may have landed while
+            # this one waited its turn (D1-D5 compare with what readers saw last).
+            current = self._caches[0].get(message.id)
+            if current is None:
+                raise MessageNotFoundError(
+                    f"no message {message.id!r} in slot {self.config.slot!r} on branch {self.branch!r}"
+                )
             new_content = command.attachment.content
-            self._check_narrowing(message, new_content)
+            self._check_narrowing(current, new_content)
             await self.runtime.store.ask(
-                Atomically(commands=(command, *self._propagation(message, new_content)))
+                Atomically(commands=(command, *self._propagation(current, new_content)))
             )
 
     def _check_narrowing(self, message: Message, new_content: Sequence[Any]) -> None:
@@ -593,12 +636,13 @@ class NamespaceActor:
         wake_at = getattr(self.strategy, "wake_at", None)
         return None if wake_at is None else wake_at()
 
-    async def drain_idle(self) -> None:
+    async def drain_idle(self, reader: str | None) -> None:
         """Drive ticks until the strategy is ready or makes no progress (``wait_ready``)."""
         while True:
             async with self.lock:
+                self.check(reader)
                 await self._flush_new()
                 if self.strategy.is_ready():
                     return
-            if not await self._tick_once():
+            if not await self._tick_once(reader):
                 return

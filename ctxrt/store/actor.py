@@ -111,12 +111,15 @@ class StoreRef:
                 reply = _Reply()
                 self._queued += 1
                 try:
-                    self._send.send_nowait((command, reply))
-                except trio.WouldBlock:
-                    await self._send.send((command, reply))  # back-pressure: the mailbox is full
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    try:
+                        self._send.send_nowait((command, reply))
+                    except trio.WouldBlock:
+                        await self._send.send((command, reply))  # back-pressure: the mailbox is full
+                except BaseException as exc:  # not sent (closed, or cancelled while the mailbox was full)
                     self._queued -= 1
-                    raise RuntimeClosedError("the store actor has stopped") from None
+                    if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
+                        raise RuntimeClosedError("the store actor has stopped") from None
+                    raise
                 await reply.event.wait()
                 ok, value = reply.ok, reply.value
         finally:

@@ -363,6 +363,8 @@ class Engine:
         return info
 
     def has_state(self, name: str) -> bool:
+        if name not in self._states and self.readonly:
+            self.reload()  # another process may have registered it since
         return name in self._states
 
     def list_states(self) -> list[StateInfo]:

@@ -248,7 +248,7 @@ class AutobiographicalStrategy(Strategy):
             pending.append(message)
             tokens += view.estimate_tokens(message)
             following = frontier[index + 1] if index + 1 < len(frontier) else None
-            closes = not _has(message, ToolUse) and self._closes(pending, tokens, following)
+            closes = self._closes(pending, tokens, following) and not _has(message, ToolUse)
             if closes or (seam and following is None):
                 chunk = Chunk(f"c-{len(self.chunks)}", tuple(m.id for m in pending), pending[0].sequence,
                               pending[-1].sequence)
@@ -261,7 +261,10 @@ class AutobiographicalStrategy(Strategy):
                 pending, tokens = [], 0
 
     def _closes(self, pending: Sequence[Message], tokens: int, following: Message | None) -> bool:
-        """Whether the chunk ``pending`` closes here (never right after a tool_use: checked by the caller)."""
+        """Whether the chunk ``pending`` closes here (never right after a tool_use: checked by the caller).
+
+        Called once for each message of a frontier walk, in order, as ``pending`` grows.
+        """
         return tokens >= self.config.target_chunk_tokens and len(pending) >= MIN_CHUNK_MESSAGES
 
     def _instruction(self, chunk_messages: Sequence[Message]) -> str:
@@ -320,9 +323,6 @@ class AutobiographicalStrategy(Strategy):
 
     def is_ready(self) -> bool:
         return not self._stale(self._ctx) and not self._l1_queue() and self._merge_queue() is None
-
-    def pending_work(self) -> int:
-        return len(self._l1_queue()) + (self._merge_queue() is not None)
 
     def quarantined(self) -> list[str]:
         return [key for key, count in self.attempts.items() if count >= MAX_ATTEMPTS]

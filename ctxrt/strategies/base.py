@@ -79,9 +79,6 @@ class Strategy:
         """A trio-clock time before which the drain shouldn't tick (a backoff), or None."""
         return None
 
-    def pending_work(self) -> int:
-        """How many units of work are queued (0 when ready)."""
-        return 0
 
 
 class RawEntries:

@@ -52,11 +52,14 @@ def phases(messages: Sequence[Message]) -> list[str]:
 
 class KnowledgeStrategy(AutobiographicalStrategy):
     name = "knowledge"
+    _walk_phase = "synthesis"  # the phase of the last message a chunk walk handed to _closes
 
     def _closes(self, pending: Sequence[Message], tokens: int, following: Message | None) -> bool:
+        # The walk hands messages in order: carry the phase along rather than re-derive it (O(n), not O(n^2)).
+        previous = "synthesis" if len(pending) == 1 else self._walk_phase
+        current = self._walk_phase = phase_of(pending[-1], previous)
         if len(pending) < 2:
             return False
-        current = phases(pending)[-1]
         ceiling = CEILING[current] * self.config.target_chunk_tokens
         if tokens >= ceiling:
             return True
