@@ -22,7 +22,7 @@ from .errors import (
     MessageNotFoundError,
     StrategyRefusedError,
 )
-from .slots import Appended, SlotCache, parse_id
+from .slots import Appended, SlotCache, parse_id, prepare_append
 from .store.protocol import AppendItem, BranchInfo, EditItem
 
 if TYPE_CHECKING:
@@ -125,28 +125,13 @@ class ContextManager:
         If cancelled after sending, the message may still be stored; its id is lost.
         """
         actor = self._open()
-        stored, blobs, appended = self._prepare(
+        stored, blobs, appended = prepare_append(
             participant, content, metadata, caused_by, timestamp_ms, origin=actor, hold=hold_compression
         )
         operation = await self._runtime.store.ask(
             AppendItem(state=actor.config.slot, branch=actor.branch, data=stored, blobs=tuple(blobs), attachment=appended)
         )
         return str(operation.sequence)
-
-    def _prepare(
-        self, participant: Any, content: Any, metadata: Any, caused_by: Any, timestamp_ms: Any, *, origin: Any,
-        hold: Any,
-    ) -> tuple[bytes, list[tuple[str, bytes, str]], Appended]:
-        participant = codec.validate_participant(participant)
-        blocks = codec.blocks_from_content(content)
-        metadata = codec.validate_metadata(metadata)
-        causes = _validate_caused_by(caused_by)
-        timestamp = _now_ms() if timestamp_ms is None else codec.validate_timestamp_ms(timestamp_ms)
-        if not (isinstance(hold, bool) or (isinstance(hold, (int, float)) and 0 < hold < float("inf"))):
-            raise ValueError(f"hold_compression must be a bool or a positive finite timeout in seconds, not {hold!r}")
-        stored_blocks, blobs = codec.extract_blobs(blocks)
-        data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
-        return data, blobs, Appended(participant, blocks, metadata, timestamp, causes, origin, hold)
 
     def _find(self, message_id: str) -> Message:
         message = self._cache.get(message_id)
@@ -500,7 +485,7 @@ class ContextManager:
         actor = self._open()
         if getattr(actor.strategy, "reset_head_window", None) is None:
             raise StrategyRefusedError(f"strategy {actor.strategy.name!r} does not support head window reset")
-        return await self._runtime._reset_head_window(self, transition_text)
+        return await actor.call(self._reader, "reset_head_window", transition_text)
 
     # -- live settings ----------------------------------------------------------------------
 
@@ -526,17 +511,6 @@ class ContextManager:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:
-    from .errors import MalformedContentError
-
-    if isinstance(caused_by, (str, bytes)) or not isinstance(caused_by, Sequence):
-        raise MalformedContentError("caused_by", f"must be a sequence of message ids, not {type(caused_by).__name__}")
-    for index, item in enumerate(caused_by):
-        if not isinstance(item, str) or not item:
-            raise MalformedContentError(f"caused_by[{index}]", f"must be a non-empty message id string, not {item!r}")
-    return tuple(caused_by)
 
 
 def _dotted(metadata: Mapping[str, Any] | None, path: str) -> Any:

@@ -239,10 +239,6 @@ class Runtime:
         manager.derivation = derivation
         return manager
 
-    async def _reset_head_window(self, manager: ContextManager, transition_text: str | None) -> str:
-        actor = manager._open()
-        return await actor.call(manager.view_reader, "reset_head_window", manager, transition_text)
-
     async def list_namespaces(self, branch: str = "main") -> list[NamespaceInfo]:
         """Every namespace with a reader record state on ``branch``, with its reader and floor.
 

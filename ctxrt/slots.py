@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,6 +20,7 @@ import attrs
 
 from . import codec
 from .content import Block, Document, Image, Message, ToolResult, has_audience
+from .errors import MalformedContentError
 from .store.engine import Engine, ItemAppended, ItemEdited, ItemsRemoved, Operation
 
 logger = logging.getLogger("ctxrt.slots")
@@ -51,6 +53,36 @@ class Appended:
     caused_by: tuple[str, ...]
     origin: Any = None  # the namespace actor that wrote it, for its holds
     hold: bool | float = False
+
+
+def prepare_append(
+    participant: Any, content: Any, metadata: Any = None, caused_by: Any = (), timestamp_ms: Any = None, *,
+    origin: Any = None, hold: Any = False,
+) -> tuple[bytes, list[tuple[str, bytes, str]], Appended]:
+    """Validate a new message and make what its append carries: stored bytes, blobs, decoded form.
+
+    Raises ``MalformedContentError`` naming the place (M6, B1), or ``ValueError`` for a bad hold.
+    """
+    participant = codec.validate_participant(participant)
+    blocks = codec.blocks_from_content(content)
+    metadata = codec.validate_metadata(metadata)
+    causes = _validate_caused_by(caused_by)
+    timestamp = int(time.time() * 1000) if timestamp_ms is None else codec.validate_timestamp_ms(timestamp_ms)
+    if not (isinstance(hold, bool) or (isinstance(hold, (int, float)) and 0 < hold < float("inf"))):
+        raise ValueError(f"hold_compression must be a bool or a positive finite timeout in seconds, not {hold!r}")
+    stored_blocks, blobs = codec.extract_blobs(blocks)
+    data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
+    return data, blobs, Appended(participant, blocks, metadata, timestamp, causes, origin, hold)
+
+
+def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:
+    if isinstance(caused_by, (str, bytes)) or not isinstance(caused_by, Sequence):
+        raise MalformedContentError("caused_by", f"must be a sequence of message ids, not {type(caused_by).__name__}")
+    for index, item in enumerate(caused_by):
+        if not isinstance(item, str) or not item:
+            raise MalformedContentError(f"caused_by[{index}]", f"must be a non-empty message id string, not {item!r}")
+    return tuple(caused_by)
+
 
 
 class SlotCache:

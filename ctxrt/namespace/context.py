@@ -187,6 +187,23 @@ class StrategyContext:
         self.check_current()
         return response
 
+    # -- messages of its own ---------------------------------------------------------------
+
+    async def add_message(self, participant: str, content: Any) -> str:
+        """Append a message of the strategy's own (a topic transition, say) to the namespace's slot.
+
+        Raises ``MalformedContentError`` for bad content, and the store's error if it refuses.
+        """
+        from ..slots import prepare_append
+
+        self.check_current()
+        data, blobs, appended = prepare_append(participant, content, origin=self._actor)
+        operation = await self._actor.runtime.store.ask(
+            AppendItem(state=self._actor.config.slot, branch=self.branch, data=data, blobs=tuple(blobs),
+                       attachment=appended)
+        )
+        return str(operation.sequence)
+
     # -- the context log --------------------------------------------------------------------
 
     async def append_context(self, entry: Entry) -> int:

@@ -606,7 +606,7 @@ class AutobiographicalStrategy(Strategy):
                 found.append((first.timestamp_ms, summary))
         return [summary for _, summary in sorted(found, key=lambda item: item[0])]
 
-    async def reset_head_window(self, ctx: StrategyContext, manager: Any, transition_text: str | None) -> str:
+    async def reset_head_window(self, ctx: StrategyContext, transition_text: str | None) -> str:
         """Start a new head window at a transition message (T6); a made summary stays the reader's (D8)."""
         if transition_text is None:
             view = ctx.view
@@ -625,7 +625,7 @@ class AutobiographicalStrategy(Strategy):
                 block["audience"] = [ctx.reader]
         else:
             block = {"type": "text", "text": f"{TRANSITION_PREFIX}\n\n{transition_text}"}
-        message_id = await manager.add_message(MANAGER, [block])
+        message_id = await ctx.add_message(MANAGER, [block])
         await ctx.set_value("head_start", message_id)
         self.head_start_id = message_id
         return message_id

@@ -69,7 +69,7 @@ class WindowedPassthroughStrategy(Strategy):
                     f"budget {usable}",
                     budget=usable, actual=newest,
                 )
-            start = self._re_anchor(messages, view, usable, cap)
+            start = self._re_anchor(messages, usable, cap)
             if not options.dry_run:
                 await self._persist(options.context, messages[start].sequence)
             shaped = [shape(message, cap) for message in messages[start:]]
@@ -85,7 +85,7 @@ class WindowedPassthroughStrategy(Strategy):
                 return
         self.anchor = anchor
 
-    def _re_anchor(self, messages, view, usable: int, cap: int) -> int:  # type: ignore[no-untyped-def]
+    def _re_anchor(self, messages, usable: int, cap: int) -> int:  # type: ignore[no-untyped-def]
         target = self.config.re_anchor_fraction * usable
         total = 0
         start = len(messages) - 1
