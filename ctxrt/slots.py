@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,7 +21,7 @@ import attrs
 from . import codec
 from .content import Block, Document, Image, Message, ToolResult, has_audience
 from .errors import MalformedContentError
-from .store.engine import Engine, ItemAppended, ItemEdited, ItemsRemoved, Operation
+from .store.engine import Engine, ItemAppended, ItemEdited, ItemsRemoved, LogHead, Operation
 
 logger = logging.getLogger("ctxrt.slots")
 
@@ -93,7 +93,10 @@ class SlotCache:
     from "rewritten since" in O(1).
     """
 
-    def __init__(self, engine: Engine, state: str, branch_id: int, *, live: bool) -> None:
+    def __init__(
+        self, engine: Engine, state: str, branch_id: int, *, live: bool,
+        seed: tuple[list[Message], LogHead, bool] | None = None,
+    ) -> None:
         self.engine = engine
         self.state = state
         self.branch_id = branch_id
@@ -104,9 +107,16 @@ class SlotCache:
         self.rewrite_revision = 0
         self.may_hold_audience = False
         self.subscribers: list[Callable[[Message, Appended | None], None]] = []
+        self.users = 0  # namespace actors reading it; the registry drops it at zero
         self.reloads = 0
         self.tail_fills = 0
-        self._reload("first read")
+        if seed is None:
+            self._reload("first read")
+        else:
+            # A new branch's slot as its parent's cache holds it up to the fork: no decode at all.
+            self.messages, head, self.may_hold_audience = seed
+            self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
+            self.rewrites = 1
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -256,8 +266,40 @@ class SlotRegistry:
         key = (state, branch_id)
         cache = self._caches.get(key)
         if cache is None:
-            cache = self._caches[key] = SlotCache(self.engine, state, branch_id, live=self.live)
+            seed = self._seed(state, branch_id)
+            cache = self._caches[key] = SlotCache(self.engine, state, branch_id, live=self.live, seed=seed)
         return cache
+
+    def acquire(self, state: str, branch_id: int) -> SlotCache:
+        """The (branch, slot)'s cache for a namespace actor that reads it until ``release``."""
+        cache = self.cache(state, branch_id)
+        cache.users += 1
+        return cache
+
+    def release(self, cache: SlotCache) -> None:
+        """An actor stopped reading ``cache``; the last one out drops it (a fork's slot isn't kept forever)."""
+        cache.users -= 1
+        if cache.users <= 0 and self._caches.get((cache.state, cache.branch_id)) is cache:
+            del self._caches[(cache.state, cache.branch_id)]
+
+    def _seed(self, state: str, branch_id: int) -> tuple[list[Message], LogHead, bool] | None:
+        """The parent's cached messages up to the fork, when they are exactly this branch's."""
+        if not self.live:
+            return None
+        row = self.engine.branch_by_id(branch_id)
+        if row.parent is None or row.fork_sequence is None:
+            return None
+        parent = self._caches.get((state, row.parent))
+        if parent is None or parent.rewrite_revision > row.fork_sequence:
+            return None  # rewritten since the fork: what it holds is not what the child saw
+        with self.engine.reader() as txn:
+            head = self.engine.log_head(txn, state, row)
+        if head.revision > row.fork_sequence:
+            return None  # the branch wrote its own since
+        messages = parent.messages[: bisect_right(parent.messages, row.fork_sequence, key=_sequence)]
+        if len(messages) != head.length:
+            return None
+        return messages, head, parent.may_hold_audience
 
     def publish(self, operations: Sequence[Operation]) -> None:
         for operation in operations:

@@ -392,3 +392,33 @@ async def test_cache_diagnostics_are_silent_unless_enabled(
             cache.current()
             assert (cache.tail_fills, cache.reloads) == (1, 2)
     assert [r for r in caplog.records if r.name == "ctxrt.slots"] == []
+
+
+async def test_a_forks_slot_cache_starts_from_its_parents_without_decoding(runtime: Runtime) -> None:
+    """S1, K2: a fork's first read takes the parent's cached messages up to the fork point (no reload),
+    and they equal what a fresh load of the branch reads."""
+    with trio.fail_after(GUARD_S):
+        writer = await runtime.open("a")
+        await fill(writer, 20)
+        branch = await writer.fork("child")
+        child_cache = writer._actor._caches[0]
+        assert child_cache.branch_id == runtime.engine.branch(branch).id
+        assert child_cache.reloads == 0  # seeded
+        fresh = SlotCache(runtime.engine, "messages", child_cache.branch_id, live=False)
+        assert child_cache.messages == fresh.messages
+        await writer.add_message("user", "on the fork")
+        assert [m.content[0].text for m in child_cache.messages][-2:] == ["m19", "on the fork"]
+
+
+async def test_the_last_actor_on_a_branch_leaving_drops_its_slot_cache(runtime: Runtime) -> None:
+    """S1: caches live as long as an actor reads them; a fork nobody reads any more holds no memory."""
+    with trio.fail_after(GUARD_S):
+        keeper = await runtime.open("keeper")
+        mover = await runtime.open("mover")
+        await fill(keeper, 3)
+        assert runtime.statistics().slot_caches == 1
+        await mover.fork("side")
+        assert runtime.statistics().slot_caches == 2
+        await mover.aclose()
+        assert runtime.statistics().slot_caches == 1  # the side branch's cache went with its last reader
+        assert await keeper.message_count() == 3

@@ -164,6 +164,7 @@ class NamespaceActor:
         self.tools: Sequence[Mapping[str, Any]] = ()
         self.started = trio.Event()
         self.start_error: BaseException | None = None
+        self._caches: list[Any] = []  # the slot caches it reads, acquired at start, released at stop
         self._seen = 0
         self.strategy_started = False
         self._wake = trio.Event()
@@ -206,6 +207,9 @@ class NamespaceActor:
                 await store.ask(Atomically(commands=missing))
             self.record = read_record(self.runtime, self.namespace, self.branch)
             self.floor = self._read_floor() or 0
+            branch_id = self.runtime.engine.branch(self.branch).id
+            for name in (self.config.slot, *self.config.auxiliary):
+                self._caches.append(self.runtime.slots.acquire(name, branch_id))
             self._build_views()
             for cache in self._caches:
                 cache.subscribers.append(self._appended)
@@ -230,10 +234,6 @@ class NamespaceActor:
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
     def _build_views(self) -> None:
-        branch_id = self.runtime.engine.branch(self.branch).id
-        registry = self.runtime.slots
-        names = [self.config.slot, *self.config.auxiliary]
-        self._caches = [registry.cache(name, branch_id) for name in names]
         listings = [SlotListing(cache) for cache in self._caches]
         merged = listings[0] if len(listings) == 1 else MergedListing(listings)
         filtered = merged if self.config.view_filter is None else FilteredListing(merged, self.config.view_filter)
@@ -261,11 +261,14 @@ class NamespaceActor:
         self._seen = max(self._seen, seen)
 
     def stop(self) -> None:
+        if self.stopped:
+            return
         self.stopped = True
         self._cancel.cancel()
         for cache in self._caches:
             if self._appended in cache.subscribers:
                 cache.subscribers.remove(self._appended)
+            self.runtime.slots.release(cache)
 
     # -- the reader check -------------------------------------------------------------------
 
