@@ -31,11 +31,13 @@ async def test_an_edit_waiting_its_turn_is_judged_against_the_message_as_it_is_t
                     outcomes[name] = exc
 
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(edit, "widen", [{"type": "text", "text": "secret"}])
-                nursery.start_soon(edit, "keep", [{"type": "text", "text": "secret", "audience": ["alice"]}])
+                async with alice._actor.lock:  # both read the message, then queue for the turn, in this order
+                    nursery.start_soon(edit, "widen", [{"type": "text", "text": "secret"}])
+                    await trio.sleep(0.01)
+                    nursery.start_soon(edit, "keep", [{"type": "text", "text": "secret", "audience": ["alice"]}])
+                    await trio.sleep(0.01)
             stored = await alice.get_message(target)
-            # Whatever order they ran in, no block ends up hidden from readers who saw it last.
-            assert stored is not None and stored.content[0].audience is None
+            assert stored is not None and stored.content[0].audience is None  # seen by every reader, as widened
             assert outcomes["widen"] is None and isinstance(outcomes["keep"], ctxrt.NarrowingRefusedError)
 
 
