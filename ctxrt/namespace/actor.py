@@ -32,7 +32,7 @@ from ..errors import (
 from ..slots import Appended
 from ..store.protocol import Atomically, EditItem, RegisterState, RemoveItems, SetValue
 from ..strategies.base import SelectOptions, Strategy
-from ..views import FilteredListing, MergedListing, MessageView, ReaderListing, SlotListing
+from ..views import FilteredListing, MergedListing, MessageView, ReaderListing, SlotListing, reader_view_of
 from .context import StaleEpochError, StrategyContext
 
 if TYPE_CHECKING:
@@ -238,12 +238,18 @@ class NamespaceActor:
         merged = listings[0] if len(listings) == 1 else MergedListing(listings)
         filtered = merged if self.config.view_filter is None else FilteredListing(merged, self.config.view_filter)
         self._reader_listing = ReaderListing(filtered, self.reader)
-        # Raw bodies are judged in the reader's view of the messages as stored, filter or not.
-        self._raw_listing = ReaderListing(merged, self.reader) if self.config.view_filter else self._reader_listing
+        # Raw bodies are judged in the reader's view of the messages as stored, filter or not: with
+        # a filter, one message at a time (compile's memo keeps each), not a second projection.
+        if self.config.view_filter is None:
+            self.raw_body = MessageView(self._reader_listing).get
+        else:
+            stored, reader = MessageView(merged), self.reader
+            self.raw_body = lambda message_id: (
+                None if (found := stored.get(message_id)) is None else reader_view_of(found, reader)
+            )
         epoch = self.epoch
         self.compile_memo = CompileMemo()  # entries of another view are never reused
         self.view = MessageView(self._reader_listing, guard=lambda: self._guard(epoch))
-        self.raw_view = MessageView(self._raw_listing)
 
     async def start_strategy(self) -> None:
         """Initialise the strategy for the current view (C5: a failure leaves the claim standing)."""
@@ -437,7 +443,7 @@ class NamespaceActor:
                 branch=self.branch,
                 reader=self.reader,
                 strategy_name=self.strategy.name,
-                lookup=self.raw_view.get,
+                lookup=self.raw_body,
                 injections=injections,
                 message_injections=message_injections,
                 memo=self.compile_memo,
