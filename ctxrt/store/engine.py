@@ -378,9 +378,50 @@ class Engine:
             raise StateKindError(f"state {name!r} holds a value, not an append log")
         return info
 
-    def _find_head(self, txn: lmdb.Transaction, state: int, levels: Sequence[tuple[int, int]]) -> bytes | None:
-        found = self._find_head_with_sequence(txn, state, levels)
-        return None if found is None else found[0]
+    def _log_head_at(self, txn: lmdb.Transaction, state: int, levels: Sequence[tuple[int, int]]) -> LogHead:
+        """A log state's head as a view (its levels and limits) sees it.
+
+        Each level keeps its current head in one row (rewritten by every write: it sits right
+        after the newest item, so an append dirties one leaf page) and a versioned row per
+        rewrite (edit, removal). A past view takes the last rewrite at or before its limit (or
+        the head it inherited) and counts the ordinals appended after it by then.
+        """
+        return self._level_head(txn.cursor(db=self.dbs[keys.DB_ITEMS]), state, levels, 0)
+
+    def _level_head(self, cursor: lmdb.Cursor, state: int, levels: Sequence[tuple[int, int]], i: int) -> LogHead:
+        if i == len(levels):
+            return LogHead()
+        branch, limit = levels[i]
+        if not cursor.set_key(keys.head_key(state, branch, keys.MAX_U64)):
+            return self._level_head(cursor, state, levels, i + 1)  # nothing written here: inherited
+        current = LogHead.decode(cursor.value())
+        if current.revision <= limit:
+            return current
+        prefix = keys.head_prefix(state, branch)
+        if _seek_le(cursor, keys.head_key(state, branch, limit), prefix):
+            base = LogHead.decode(cursor.value())
+        else:
+            base = self._level_head(cursor, state, levels, i + 1)
+        # Ordinals [base.next_ordinal, current.next_ordinal) were appended on this level, in sequence
+        # order: the ones whose first version is within the limit existed then.
+        low, high = base.next_ordinal, current.next_ordinal
+        while low < high:
+            middle = (low + high) // 2
+            if self._first_version(cursor, state, branch, middle) <= limit:
+                low = middle + 1
+            else:
+                high = middle
+        appended = low - base.next_ordinal
+        if not appended:
+            return base
+        last = self._first_version(cursor, state, branch, low - 1)  # the newest append within the limit
+        return LogHead(base.length + appended, low, base.removed, max(base.revision, last), base.rewrite_revision)
+
+    @staticmethod
+    def _first_version(cursor: lmdb.Cursor, state: int, branch: int, ordinal: int) -> int:
+        """The sequence of an ordinal's first version on ``branch``: when it was appended there."""
+        cursor.set_range(keys.item_key(state, branch, ordinal, 0))
+        return keys.decode_item_key(cursor.key())[3]
 
     def _find_head_with_sequence(
         self, txn: lmdb.Transaction, state: int, levels: Sequence[tuple[int, int]]
@@ -393,9 +434,11 @@ class Engine:
 
     @staticmethod
     def _last_head(cursor: lmdb.Cursor, state: int, branch: int) -> int:
-        """The sequence of the newest head (state, branch) wrote itself, or 0."""
+        """The sequence of the newest write (state, branch) made itself, or 0."""
         if _seek_le(cursor, keys.head_key(state, branch, keys.MAX_U64), keys.head_prefix(state, branch)):
-            return keys.decode_head_key(cursor.key())[2]
+            sequence = keys.decode_head_key(cursor.key())[2]
+            # A log state's current-head row is keyed past every sequence; its revision says when.
+            return LogHead.decode(cursor.value()).revision if sequence == keys.MAX_U64 else sequence
         return 0
 
     def head_sequence(self, branch: BranchRow) -> int:
@@ -411,8 +454,7 @@ class Engine:
             cached = self._heads.get((info.number, branch.id))
             if cached is not None:
                 return cached
-        raw = self._find_head(txn, info.number, branch.levels(at))
-        return LogHead() if raw is None else LogHead.decode(raw)
+        return self._log_head_at(txn, info.number, branch.levels(at))
 
     def get_value(
         self, txn: lmdb.Transaction, state: str, branch: BranchRow, at: int | None = None
@@ -442,8 +484,7 @@ class Engine:
         """The item at ``index`` (negative counts from the end), or None out of range."""
         info = self._log_state(state)
         levels = branch.levels(at)
-        raw = self._find_head(txn, info.number, levels)
-        head = LogHead() if raw is None else LogHead.decode(raw)
+        head = self._log_head_at(txn, info.number, levels)
         if index < 0:
             index += head.length
         if not 0 <= index < head.length:
@@ -507,10 +548,7 @@ class Engine:
     def _locate(
         self, txn: lmdb.Transaction, info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int
     ) -> tuple[int, int, LogHead] | None:
-        raw = self._find_head(txn, info.number, levels)
-        if raw is None:
-            return None
-        head = LogHead.decode(raw)
+        head = self._log_head_at(txn, info.number, levels)
         cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
         low, high = 0, head.next_ordinal - 1
         # Ordinals along a lineage were appended in sequence order, so a binary search finds it.
@@ -653,12 +691,15 @@ class Batch:
         key = (info.number, row.id)
         head = self.heads.get(key) or self.engine._heads.get(key)
         if head is None:
-            raw = self.engine._find_head(self.txn, info.number, row.levels())
-            head = LogHead() if raw is None else LogHead.decode(raw)
+            head = self.engine._log_head_at(self.txn, info.number, row.levels())
         return head
 
-    def _put_head(self, info: StateInfo, row: BranchRow, sequence: int, head: LogHead) -> None:
-        self.txn.put(keys.head_key(info.number, row.id, sequence), head.encode(), db=self.dbs[keys.DB_ITEMS])
+    def _put_head(self, info: StateInfo, row: BranchRow, sequence: int, head: LogHead, *, rewrite: bool) -> None:
+        encoded = head.encode()
+        items = self.dbs[keys.DB_ITEMS]
+        self.txn.put(keys.head_key(info.number, row.id, keys.MAX_U64), encoded, db=items)
+        if rewrite:  # an edit or removal keeps a version, for views of the past
+            self.txn.put(keys.head_key(info.number, row.id, sequence), encoded, db=items)
         self.heads[(info.number, row.id)] = head
 
     def _log_target(self, state: str, branch: str) -> tuple[StateInfo, BranchRow, LogHead]:
@@ -702,7 +743,7 @@ class Batch:
             append=False,
         )
         new_head = LogHead(head.length + 1, ordinal + 1, head.removed, sequence, head.rewrite_revision)
-        self._put_head(info, row, sequence, new_head)
+        self._put_head(info, row, sequence, new_head, rewrite=False)
         operation = ItemAppended(state, row.id, sequence, ordinal, data, attachment)
         self.operations.append(operation)
         return operation
@@ -728,7 +769,7 @@ class Batch:
             db=self.dbs[keys.DB_ITEMS],
         )
         new_head = attrs.evolve(head, revision=sequence, rewrite_revision=sequence)
-        self._put_head(info, row, sequence, new_head)
+        self._put_head(info, row, sequence, new_head, rewrite=True)
         operation = ItemEdited(state, row.id, sequence, item_sequence, data, attachment)
         self.operations.append(operation)
         return operation
@@ -752,7 +793,7 @@ class Batch:
         new_head = attrs.evolve(
             head, length=head.length - count, removed=tuple(merged), revision=sequence, rewrite_revision=sequence
         )
-        self._put_head(info, row, sequence, new_head)
+        self._put_head(info, row, sequence, new_head, rewrite=True)
         operation = ItemsRemoved(state, row.id, sequence, from_sequence, to_sequence, count)
         self.operations.append(operation)
         return operation
