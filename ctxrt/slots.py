@@ -19,13 +19,12 @@ from typing import Any
 import attrs
 
 from . import codec
-from .content import Block, Document, Image, Message, ToolResult, has_audience
+from .content import Block, Message, ToolResult, has_audience
 from .errors import MalformedContentError
 from .store.engine import Engine, ItemAppended, ItemEdited, ItemsRemoved, LogHead, Operation
 
 logger = logging.getLogger("ctxrt.slots")
 
-_MEDIA_BLOCKS = (Image, Document, ToolResult)  # blocks that may hold a blob_ref (M4)
 
 
 def _diagnostics() -> bool:
@@ -122,8 +121,6 @@ class SlotCache:
 
     def _decode(self, data: bytes, sequence: int, txn: Any) -> Message:
         message = codec.message_from_json(data, sequence=sequence)
-        if not any(type(block) in _MEDIA_BLOCKS for block in message.content):
-            return message
         resolved = codec.resolve_blobs(message.content, lambda sha: self.engine.get_blob(txn, sha))
         if resolved is not message.content:
             message = attrs.evolve(message, content=resolved)

@@ -115,6 +115,14 @@ class FilteredListing(_Derived):
         return [message for message in messages if self.keep(message)]
 
 
+def reader_view_of(message: Message, reader: str | None) -> Message | None:
+    """One message as ``reader`` sees it, or None if it sees nothing of it."""
+    content = content_for_reader(message.content, reader)
+    if content == message.content:
+        return message
+    return attrs.evolve(message, content=content) if content else None
+
+
 class ReaderListing(_Derived):
     """The reader's view (A2, A3, E1): each message through ``content_for_reader``; a message
     left with no block drops out. While no source may hold an audience block, it is the
@@ -130,22 +138,8 @@ class ReaderListing(_Derived):
         return super().listing()
 
     def _transform(self, messages: Sequence[Message]) -> list[Message]:
-        out = []
-        for message in messages:
-            content = content_for_reader(message.content, self.reader)
-            if content is message.content or content == message.content:
-                out.append(message)
-            elif content:
-                out.append(attrs.evolve(message, content=content))
-        return out
-
-
-def reader_view_of(message: Message, reader: str | None) -> Message | None:
-    """One message as ``reader`` sees it, or None if it sees nothing of it."""
-    content = content_for_reader(message.content, reader)
-    if content == message.content:
-        return message
-    return attrs.evolve(message, content=content) if content else None
+        reader = self.reader
+        return [seen for message in messages if (seen := reader_view_of(message, reader)) is not None]
 
 
 class MessageView:

@@ -278,7 +278,12 @@ class AutobiographicalStrategy(Strategy):
         return None
 
     def _choose_l1(self, candidates: list[Summary], allowance: int) -> list[Summary]:
-        """Which frontier L1 summaries to show within ``allowance`` tokens, oldest first."""
+        """Which frontier L1 summaries to show within ``allowance`` tokens (a subclass hook)."""
+        return self._choose(candidates, allowance)
+
+    @staticmethod
+    def _choose(candidates: list[Summary], allowance: int) -> list[Summary]:
+        """Summaries to show within ``allowance`` tokens, oldest first."""
         chosen = []
         for summary in candidates:
             if summary.tokens + 20 <= allowance:
@@ -521,8 +526,7 @@ class AutobiographicalStrategy(Strategy):
         for level in (3, 2, 1):
             allowance = min(budgets[level] + carry, usable - spent)
             candidates = sorted((s for s in self._frontier() if s.level == level), key=lambda s: s.first_sequence)
-            chosen = self._choose_l1(candidates, allowance) if level == 1 else \
-                AutobiographicalStrategy._choose_l1(self, candidates, allowance)
+            chosen = self._choose_l1(candidates, allowance) if level == 1 else self._choose(candidates, allowance)
             cost = sum(summary.tokens + 20 for summary in chosen)
             shown += chosen
             spent += cost
