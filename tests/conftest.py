@@ -7,10 +7,21 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from ctxrt.runtime import Runtime, open_runtime
 
 SOAK_ENV = "CTXRT_SOAK"
+
+# `make test` is deterministic: the same examples on every run and every machine, no time limits
+# (a fresh clone builds Hypothesis' Unicode tables on first use, and CI shares a busy machine).
+# `make soak` explores with fresh random examples.
+settings.register_profile(
+    "ctxrt", derandomize=True, database=None, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("explore", parent=settings.get_profile("ctxrt"), derandomize=False)
+settings.load_profile("explore" if os.environ.get(SOAK_ENV) == "1" else "ctxrt")
 
 
 def soak_enabled() -> bool:
