@@ -6,6 +6,7 @@ This module re-exports the public names of API.md and defines nothing.
 from .compile import (
     Budget as Budget,
     CompileResult as CompileResult,
+    Entry as Entry,
     Injection as Injection,
     MessageInjection as MessageInjection,
     PreviewResult as PreviewResult,
@@ -53,7 +54,8 @@ from .model import (
     OfflineModel as OfflineModel,
     Usage as Usage,
 )
-from .namespace.context import StrategyContext as StrategyContext
+from .namespace.protocol import NamespaceHealth as NamespaceHealth
+from .namespace.registry import NamespaceStatistics as NamespaceStatistics
 from .runtime import (
     NamespaceInfo as NamespaceInfo,
     Runtime as Runtime,
@@ -66,7 +68,14 @@ from .strategies.autobiographical import (
     Summary as Summary,
     SummaryMatch as SummaryMatch,
 )
-from .strategies.base import Entry as Entry, SelectOptions as SelectOptions, Strategy as Strategy
+from .strategies.base import (
+    HeadWindowReset as HeadWindowReset,
+    SelectOptions as SelectOptions,
+    Strategy as Strategy,
+    StrategyContext as StrategyContext,
+    SummaryReader as SummaryReader,
+    Unit as Unit,
+)
 from .strategies.knowledge import Knowledge as Knowledge
 from .strategies.passthrough import Passthrough as Passthrough
 from .strategies.windowed import WindowedPassthrough as WindowedPassthrough

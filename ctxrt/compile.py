@@ -8,15 +8,14 @@ placed, provenance attached. ``CompileResult.to_anthropic`` gives a request body
 
 from __future__ import annotations
 
-import json
 import operator
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import Any, Literal, Union
 
 import attrs
 
-from .codec import block_to_api, blocks_from_content, find_audience, validate_participant
+from .codec import blocks_from_content, find_audience, validate_participant
 from .content import (
     Block,
     CompiledMessage,
@@ -31,16 +30,31 @@ from .content import (
     ToolUse,
 )
 from .errors import MalformedContentError
+from .wire import to_anthropic_messages
 
-if TYPE_CHECKING:  # strategies import compile's records; a runtime import here could cycle
-    from .strategies.base import Entry
-
-MAX_REQUEST_CACHE_CONTROLS = 4  # the provider's limit per request
 MAX_MESSAGE_BREAKPOINTS = 3  # one of the provider's 4 is left for the host
 INJECTION_PARTICIPANT_PREFIX = "system_context:"
-CONTINUED_TEXT = "(continued)"
 Position = Literal["system", "before_user", "after_user"]
 POSITIONS: tuple[str, ...] = ("system", "before_user", "after_user")
+
+
+Relation = Literal["copy", "derived", "referenced"]
+
+
+@attrs.frozen
+class Entry:
+    """One selected piece of context, before compile turns it into request messages.
+
+    ``source_ids`` name the stored messages it carries (raw, for ``copy``) or summarises;
+    ``summary_ids`` name the summaries a ``derived`` entry shows.
+    """
+
+    participant: str
+    content: tuple[Block, ...]
+    source_ids: tuple[str, ...] = ()
+    relation: Relation = "copy"
+    summary_ids: tuple[str, ...] = ()
+    cache_marker: bool = False
 
 
 def _non_negative_int(_: Any, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
@@ -598,99 +612,3 @@ def build_compile_result(
         completeness=_Lazy(completeness),
     )
     return CompileResult(placed if placed is not messages else list(placed), system_blocks, provenance)
-
-
-# --------------------------------------------------------------------------------------------
-# Anthropic request form (P7)
-# --------------------------------------------------------------------------------------------
-
-
-def _sendable(block: Block, role: str) -> bool:
-    kind = type(block)
-    if kind is Text:
-        return bool(block.text.strip())  # type: ignore[union-attr]  # the API refuses blank text blocks
-    if kind is Thinking:
-        # Only the assistant's own signed thinking can be replayed; the API verifies the signature.
-        return role == "assistant" and bool(block.signature)  # type: ignore[union-attr]
-    if kind is RedactedThinking:
-        return role == "assistant"
-    return True
-
-
-def _mark_cache(content: list[dict[str, Any]]) -> dict[str, Any] | None:
-    for block in reversed(content):
-        if block["type"] not in ("thinking", "redacted_thinking"):  # thinking can't carry cache_control
-            block["cache_control"] = {"type": "ephemeral"}
-            return block
-    return None
-
-
-def _cap_cache_controls(turns: list[dict[str, Any]], ours: list[dict[str, Any]]) -> None:
-    # The provider refuses more than 4 cache_control blocks: a host's own markers on stored text
-    # give way, earliest first, to the compile's breakpoints.
-    marked = [b for turn in turns for b in turn["content"] if "cache_control" in b]
-    excess = len(marked) - MAX_REQUEST_CACHE_CONTROLS
-    for block in marked:
-        if excess <= 0:
-            return
-        if not any(block is o for o in ours):
-            del block["cache_control"]
-            excess -= 1
-
-
-def _api_block(block: Block, participant: str, role: str, foreign: dict[str, str]) -> dict[str, Any]:
-    """One block in API form; another participant's tool call (and its result) becomes text.
-
-    The API accepts tool_use only in the assistant's turns, so a call another resident made is
-    shown as what happened rather than as a call this assistant made.
-    """
-    if type(block) is ToolUse and role == "user":
-        call = f"{participant} called {block.name}"  # type: ignore[union-attr]
-        foreign[block.id] = call  # type: ignore[union-attr]
-        return {"type": "text", "text": f"[{call} with {_compact(block.input)}]"}  # type: ignore[union-attr]
-    if type(block) is ToolResult and block.tool_use_id in foreign:  # type: ignore[union-attr]
-        body = block.content if isinstance(block.content, str) else " ".join(  # type: ignore[union-attr]
-            getattr(b, "text", f"[{b.type}]") for b in block.content  # type: ignore[union-attr]
-        )
-        failed = " (an error)" if block.is_error else ""  # type: ignore[union-attr]
-        return {"type": "text", "text": f"[result of {foreign[block.tool_use_id]}{failed}: {body}]"}  # type: ignore[union-attr]
-    return block_to_api(block)
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-def to_anthropic_messages(messages: Sequence[CompiledMessage], assistant: str | Collection[str]) -> list[dict[str, Any]]:
-    """Messages API ``messages``: roles by membership in ``assistant``, same-role runs merged (P7).
-
-    A breakpoint becomes ``cache_control: {"type": "ephemeral"}`` on its message's last block (a
-    host's own cache_control on stored text gives way past the provider's 4); blocks the API refuses (blank text, thinking outside the assistant's turns) are left out;
-    tool_results lead their user turn; a leading assistant turn follows a "(continued)" user turn;
-    another participant's tool calls and their results are shown as text.
-    """
-    speakers = {assistant} if isinstance(assistant, str) else assistant
-    out: list[dict[str, Any]] = []
-    ours: list[dict[str, Any]] = []
-    foreign: dict[str, str] = {}  # tool_use id -> "who called what", for calls not the assistant's own
-    for message in messages:
-        role = "assistant" if message.participant in speakers else "user"
-        content = [_api_block(b, message.participant, role, foreign) for b in message.content if _sendable(b, role)]
-        if not content:
-            continue
-        if message.cache_breakpoint:
-            marked = _mark_cache(content)
-            if marked is not None:
-                ours.append(marked)
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(content)
-        else:
-            out.append({"role": role, "content": content})
-    for turn in out:
-        # The API wants a user turn's tool_results first (an injection may sit before them).
-        if turn["role"] == "user" and any(b["type"] == "tool_result" for b in turn["content"]):
-            turn["content"].sort(key=lambda b: b["type"] != "tool_result")
-    _cap_cache_controls(out, ours)
-    if out and out[0]["role"] == "assistant":
-        out.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED_TEXT}]})
-    return out

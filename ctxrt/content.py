@@ -145,25 +145,26 @@ class CompiledMessage:
 def hidden_by_edit(old: Sequence[Block], new: Sequence[Block]) -> tuple[frozenset[str], bool]:
     """Who an edit hides a block from, in place (spec/audience.md D1).
 
-    Blocks are compared by position; a block the edit leaves out is hidden from every reader
-    who saw it. Returns the named readers it hides a block from, and whether it hides one from
-    readers it doesn't name (a block with no audience given one hides it from everyone outside
-    the new audience, the no-reader view included).
+    Blocks are compared by position, over the positions both versions hold: a block the edit
+    leaves out is a deletion, like a removed message, not a narrowing. Returns the named readers
+    it hides a block from, and whether it hides one from readers it doesn't name (a block with no
+    audience given one hides it from everyone outside the new audience, the no-reader view
+    included).
     """
     names: set[str] = set()
     others = False
-    for index, block in enumerate(old):
+    for block, after_block in zip(old, new):
         before = getattr(block, "audience", None)
-        after_block = new[index] if index < len(new) else None
-        after = None if after_block is None else getattr(after_block, "audience", None)
-        before_names = {n for n in before if isinstance(n, str)} if isinstance(before, tuple) else set()
-        if after_block is None:
-            if before is None:
-                others = True
-            names |= before_names
-        elif before is None:
+        after = getattr(after_block, "audience", None)
+        if before is None:
             others = others or after is not None
         elif after is not None:
+            before_names = {n for n in before if isinstance(n, str)} if isinstance(before, tuple) else set()
             after_names = set(after) if isinstance(after, tuple) else set()
             names |= before_names - after_names
     return frozenset(names), others
+
+
+def has_block(message: Message, kind: type) -> bool:
+    """Whether ``message`` holds a top-level block of exactly type ``kind``."""
+    return any(type(block) is kind for block in message.content)

@@ -1,15 +1,17 @@
 """``ContextManager``: the public handle a resident holds. It validates, then asks the actors.
 
-A manager is bound to one branch; ``switch_branch`` and ``fork`` move only this manager (they
-detach it from one namespace actor and attach it to the other branch's). Writes of messages go
-to the store actor; everything the reader check guards goes through the namespace actor.
+A manager is bound to one branch incarnation; ``switch_branch`` and ``fork`` move only this
+manager (they attach it to the other branch's namespace actor, then detach it from this one).
+Messages are written through the store actor; everything the reader check guards goes through
+the namespace actor, in its mailbox order. Once its branch is deleted, every call raises
+``BranchNotFoundError`` (spec/core.md L5).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import trio
@@ -17,17 +19,37 @@ import trio
 from . import codec
 from .compile import Budget, CompileResult, PreviewResult
 from .content import ContentLike, Message
-from .errors import (
-    ManagerClosedError,
-    MessageNotFoundError,
-    StrategyRefusedError,
+from .errors import ManagerClosedError, MessageNotFoundError
+from .namespace.protocol import (
+    CheckReady,
+    Compile,
+    Derive,
+    Detach,
+    Edit,
+    Fork,
+    GetSummary,
+    Hold,
+    Inspect,
+    NamespaceHealth,
+    NamespaceRef,
+    NamespaceSnapshot,
+    Preview,
+    QuerySummaries,
+    Release,
+    Remove,
+    ReportHealth,
+    ResetHeadWindow,
+    SearchSummaries,
+    SetStrategy,
+    SetSystemPrompt,
+    SetTools,
+    SummariesInRange,
+    Tick,
 )
-from .slots import Appended, SlotCache, parse_id, prepare_append
-from .store.protocol import AppendItem, BranchInfo, EditItem
-
-if TYPE_CHECKING:
-    from .namespace.actor import NamespaceActor
-    from .runtime import Runtime
+from .namespace.registry import NamespaceRegistry, new_token
+from .slots import SlotCache, prepare_append
+from .store.engine import BranchRow
+from .store.protocol import AppendItem, BranchInfo, CreateBranch, describe_branches
 
 
 @attrs.frozen
@@ -57,17 +79,20 @@ def _now_ms() -> int:
 class ContextManager:
     """One resident's view of a namespace on a branch. Made by ``Runtime.open``.
 
-    Every method raises ``ManagerClosedError`` once the manager (or its runtime) is closed.
-    Reads of messages return them as stored (spec/audience.md A7); everything compiled is in
-    the reader's view.
+    Every method raises ``ManagerClosedError`` once the manager (or its runtime) is closed, and
+    ``BranchNotFoundError`` once its branch is deleted. Reads of messages return them as stored
+    (spec/audience.md A7); everything compiled is in the reader's view. A call cancelled after
+    it reached the namespace actor is still carried out whole; only its answer is lost (L4).
     """
 
     def __init__(
-        self, runtime: Runtime, actor: NamespaceActor, *, reader: str | None, explicit_reader: str | None,
-        isolate: bool, auxiliary_views: tuple[str | None, ...], derivation: Derivation | None = None,
+        self, registry: NamespaceRegistry, ref: NamespaceRef, token: int, *, reader: str | None,
+        explicit_reader: str | None, isolate: bool, auxiliary_views: tuple[str | None, ...],
+        derivation: Derivation | None = None,
     ) -> None:
-        self._runtime = runtime
-        self._actor = actor
+        self._registry = registry
+        self._ref = ref
+        self._token = token
         self._reader = reader
         self._explicit_reader = explicit_reader
         self._isolate = isolate
@@ -79,11 +104,11 @@ class ContextManager:
 
     @property
     def namespace(self) -> str:
-        return self._actor.namespace
+        return self._ref.namespace
 
     @property
     def branch(self) -> str:
-        return self._actor.branch
+        return self._ref.branch_name
 
     @property
     def view_reader(self) -> str | None:
@@ -93,18 +118,21 @@ class ContextManager:
 
     @property
     def strategy(self) -> Any:
-        return self._actor.strategy_config
+        """The strategy config the namespace runs (``set_strategy`` by any of its managers changes it)."""
+        return self._ref.strategy_config
 
-    def _open(self) -> NamespaceActor:
-        if self._closed or self._runtime._closed:
-            raise ManagerClosedError(
-                f"the manager of namespace {self.namespace!r} on branch {self.branch!r} is closed"
-            )
-        return self._actor
+    def _live(self) -> NamespaceRef:
+        if self._closed or self._registry.closed:
+            raise ManagerClosedError(f"the manager of namespace {self.namespace!r} on branch {self.branch!r} is closed")
+        retired = self._ref.retired
+        if retired is not None:
+            raise retired()
+        return self._ref
 
-    @property
-    def _cache(self) -> SlotCache:
-        return self._actor._caches[0]
+    def _slot(self) -> SlotCache:
+        slot = self._live().slot
+        assert slot is not None  # set before the actor answered the attach that made this manager
+        return slot
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -120,58 +148,47 @@ class ContextManager:
         Raises:
             MalformedContentError: bad content, participant, metadata, caused_by or timestamp,
                 naming the place (M6, B1); nothing is stored.
-            ManagerClosedError: the manager is closed.
+            ValueError: a ``hold_compression`` that is neither a bool nor a positive finite timeout.
+            BranchNotFoundError, ManagerClosedError: the branch was deleted; the manager is closed.
 
         If cancelled after sending, the message may still be stored; its id is lost.
         """
-        actor = self._open()
+        ref = self._live()
         stored, blobs, appended = prepare_append(
-            participant, content, metadata, caused_by, timestamp_ms, origin=actor, hold=hold_compression
+            participant, content, metadata, caused_by, timestamp_ms, origin=ref, hold=hold_compression
         )
-        operation = await self._runtime.store.ask(
-            AppendItem(state=actor.config.slot, branch=actor.branch, data=stored, blobs=tuple(blobs), attachment=appended)
+        operation = await self._registry.store_ref().ask(
+            AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
+                       attachment=appended)
         )
         return str(operation.sequence)
 
-    def _find(self, message_id: str) -> Message:
-        message = self._cache.get(message_id)
-        if message is None:
-            raise MessageNotFoundError(
-                f"no message {message_id!r} in slot {self._actor.config.slot!r} on branch {self.branch!r}"
-            )
-        return message
-
     async def edit_message(self, message_id: str, content: ContentLike) -> None:
         """Replace a message's content. Edits reach ``copy`` entries of the context log, never summaries.
+
+        A block the edit leaves out is a deletion, never refused; hiding a block in place from a
+        reader (an audience given, a name taken out) is a narrowing (spec/audience.md D1).
 
         Raises:
             MessageNotFoundError: no such message in this manager's slot.
             MalformedContentError: bad content; nothing changes.
             NarrowingRefusedError: the edit would hide a block compression may have read (D1-D5).
             ReaderConflictError: the namespace records a reader this manager doesn't compile for.
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        actor = self._open()
-        message = self._find(message_id)
+        ref = self._live()
         blocks = codec.blocks_from_content(content)
-        stored_blocks, blobs = codec.extract_blobs(blocks)
-        data = codec.message_to_json(message.participant, stored_blocks, message.metadata, message.timestamp_ms,
-                                     message.caused_by)
-        appended = Appended(message.participant, blocks, message.metadata, message.timestamp_ms, message.caused_by)
-        command = EditItem(state=actor.config.slot, branch=actor.branch, item_sequence=message.sequence, data=data,
-                           blobs=tuple(blobs), attachment=appended)
-        await actor.edit(self._reader, message, command)
+        stored, blobs = codec.extract_blobs(blocks)
+        await ref.ask(Edit(self._reader, message_id, tuple(blocks), tuple(stored), tuple(blobs)))
 
     async def remove_message(self, message_id: str) -> None:
         """Remove one message. Never refused for narrowing: nothing takes a block out of a summary
         already written or a request already sent, a removal included (D1).
 
         Raises:
-            MessageNotFoundError, ManagerClosedError.
+            MessageNotFoundError, BranchNotFoundError, ManagerClosedError.
         """
-        actor = self._open()
-        message = self._find(message_id)
-        await actor.remove(message, message)
+        await self._live().ask(Remove(message_id, message_id))
 
     async def remove_messages(self, from_id: str, to_id: str) -> None:
         """Remove the messages from ``from_id`` through ``to_id``, inclusive.
@@ -179,53 +196,49 @@ class ContextManager:
         Raises:
             MessageNotFoundError: either id is absent.
             ValueError: ``from_id`` comes after ``to_id``.
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        actor = self._open()
-        first, last = self._find(from_id), self._find(to_id)
-        if first.sequence > last.sequence:
-            raise ValueError(f"remove_messages: from_id {from_id!r} comes after to_id {to_id!r}")
-        await actor.remove(first, last)
+        await self._live().ask(Remove(from_id, to_id))
 
     async def get_message(self, message_id: str) -> Message | None:
         """The message as stored (every block with its audience, A7), or None.
 
         Raises:
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        self._open()
+        slot = self._slot()
         await trio.lowlevel.checkpoint()
-        return self._cache.get(message_id)
+        return slot.get(message_id)
 
     async def get_all_messages(self) -> Sequence[Message]:
         """Every message of this manager's slot, as stored (A7), oldest first.
 
         Raises:
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        self._open()
+        slot = self._slot()
         await trio.lowlevel.checkpoint()
-        return tuple(self._cache.current())
+        return tuple(slot.current())
 
     async def message_count(self) -> int:
         """How many messages this manager's slot holds on its branch.
 
         Raises:
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        self._open()
+        slot = self._slot()
         await trio.lowlevel.checkpoint()
-        return len(self._cache.current())
+        return len(slot.current())
 
     async def get_message_window(self, offset: int, limit: int) -> MessageWindow:
         """``limit`` messages from ``offset`` (negative counts from the end), as stored.
 
         Raises:
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        self._open()
+        slot = self._slot()
         await trio.lowlevel.checkpoint()
-        messages = self._cache.current()
+        messages = slot.current()
         total = len(messages)
         start = max(0, total + offset) if offset < 0 else min(offset, total)
         return MessageWindow(tuple(messages[start : start + max(0, limit)]), start, total)
@@ -237,11 +250,11 @@ class ContextManager:
         """Messages matching ``participant`` and every dotted ``metadata`` path by equality, as stored.
 
         Raises:
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        self._open()
+        slot = self._slot()
         await trio.lowlevel.checkpoint()
-        messages = list(self._cache.current())
+        messages = list(slot.current())
         if reverse:
             messages.reverse()
         found = []
@@ -268,52 +281,68 @@ class ContextManager:
             MalformedContentError: an injection carries an audience or is malformed (B4).
             StrategyRefusedError: the strategy failed to start.
             OverBudgetError: even the newest message doesn't fit (windowed strategies).
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        actor = self._open()
-        return await actor.compile(self._reader, budget or Budget(), injections, message_injections, dry_run)
+        ref = self._live()
+        return await ref.ask(Compile(self._reader, budget or Budget(), tuple(injections), tuple(message_injections),
+                                     dry_run))
 
     async def preview_context(self, budget: Budget, *, message_injections: Sequence[Any] = ()) -> PreviewResult | None:
         """What a compile would spend, without committing anything; None if the strategy can't tell.
 
         Raises:
-            ReaderConflictError, StrategyRefusedError, ManagerClosedError: as ``compile``.
+            ReaderConflictError, StrategyRefusedError, BranchNotFoundError, ManagerClosedError: as ``compile``.
             MalformedContentError: a message injection carries an audience or is malformed (B4).
         """
-        actor = self._open()
-        return await actor.preview(self._reader, budget, message_injections)
+        return await self._live().ask(Preview(self._reader, budget, tuple(message_injections)))
 
     async def tick(self) -> bool:
         """One unit of strategy work; True if it made progress. Compiles go on while its model call
-        is out (P1).
+        is out (P1); a unit under way (the background drain's) is waited for first.
 
         Raises:
-            ReaderConflictError, StrategyRefusedError, ManagerClosedError: as ``compile``.
+            ReaderConflictError, StrategyRefusedError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+            The store's error if the unit's bookkeeping (the narrowing floor, chunk records) can't commit (D4).
 
-        If cancelled while the model call is out, the reply is discarded and the unit stays queued.
+        If cancelled, the unit still runs to its end in the namespace actor; only the answer is lost.
         """
-        actor = self._open()
-        return await actor.tick(self._reader)
+        return await self._live().ask(Tick(self._reader))
 
     async def is_ready(self) -> bool:
         """Whether the strategy has no background work queued (advisory: compile never waits, P1).
 
         Raises:
-            ReaderConflictError, ManagerClosedError: as ``compile``.
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        actor = self._open()
-        return await actor.is_ready(self._reader)
+        return await self._live().ask(CheckReady(self._reader))
 
     async def wait_ready(self) -> None:
         """Drive ``tick()`` until the strategy is ready or stops making progress (T8).
 
         Raises:
-            ReaderConflictError, ManagerClosedError: as ``compile``.
-
-        If cancelled, the unit of work under way is abandoned; its reply, if any, is discarded.
+            ReaderConflictError, StrategyRefusedError, BranchNotFoundError, ManagerClosedError: as ``tick``.
         """
-        actor = self._open()
-        await actor.drain_idle(self._reader)
+        while not await self.is_ready():
+            if not await self.tick():
+                return
+
+    async def health(self) -> NamespaceHealth:
+        """The namespace actor's state: reader, managers, mailbox depth, model calls out, readiness,
+        quarantined units, narrowing floor. Answered in mailbox order.
+
+        Raises:
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        return await self._live().ask(ReportHealth())
+
+    async def inspect(self) -> NamespaceSnapshot:
+        """For tests and debugging: the namespace actor's state at one turn (its strategy, record,
+        floor, epoch, slot caches). Read it; never change it.
+
+        Raises:
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        return await self._live().ask(Inspect())
 
     # -- holds ------------------------------------------------------------------------------
 
@@ -324,24 +353,22 @@ class ContextManager:
 
         Raises:
             ValueError: a timeout that isn't positive and finite.
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        actor = self._open()
-        if timeout_s is not None and not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < float("inf")):
+        ref = self._live()
+        if timeout_s is not None and not (
+            isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and 0 < timeout_s < float("inf")
+        ):
             raise ValueError(f"hold_compression: timeout_s must be a positive finite number (got {timeout_s!r})")
-        await trio.lowlevel.checkpoint()
-        sequences = [m.sequence for m in (self._cache.get(i) for i in message_ids) if m is not None]
-        actor.place_holds(sequences, timeout_s)
+        await ref.ask(Hold(tuple(message_ids), timeout_s))
 
     async def release_compression(self, message_ids: Sequence[str]) -> None:
         """Release holds (idempotent; unknown ids are ignored).
 
         Raises:
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        actor = self._open()
-        await trio.lowlevel.checkpoint()
-        actor.release_holds([s for s in (parse_id(i) for i in message_ids) if s is not None])
+        await self._live().ask(Release(tuple(message_ids)))
 
     # -- branches ---------------------------------------------------------------------------
 
@@ -351,52 +378,48 @@ class ContextManager:
         Raises:
             ManagerClosedError: the manager is closed.
         """
-        self._open()
-        return await self._runtime.list_branches()
+        if self._closed or self._registry.closed:
+            raise ManagerClosedError(f"the manager of namespace {self.namespace!r} is closed")
+        await trio.lowlevel.checkpoint()
+        return describe_branches(self._registry.engine)
 
-    async def _move_to(self, branch: str) -> None:
-        """Attach to ``branch``'s namespace actor, then detach from this one (C2: a refusal stays put)."""
-        actor = self._open()
-        config = attrs.evolve(actor.config, strategy=actor.strategy_config)  # set_strategy's, if it ran
-        new_actor, reader = await self._runtime._attach(
-            branch, config, self._explicit_reader if self._explicit_reader is not None else self._reader,
+    async def _move_to(self, row: BranchRow) -> None:
+        """Attach to ``row``'s namespace actor, then detach from this one (C2: a refusal stays put)."""
+        ref = self._live()
+        config = attrs.evolve(ref.config, strategy=ref.strategy_config)  # set_strategy's, if it ran
+        token = new_token()
+        new_ref, reader = await self._registry.attach(
+            row, config, self._explicit_reader if self._explicit_reader is not None else self._reader, token,
             compiles_for_none=self._reader is None,
         )
-        self._runtime._detach(actor)
-        self._actor, self._reader = new_actor, reader
+        ref.tell(Detach(self._token))
+        self._ref, self._token, self._reader = new_ref, token, reader
 
     async def switch_branch(self, name: str) -> None:
         """Move this manager (only) to branch ``name``.
 
         Raises:
-            BranchNotFoundError: no such branch.
+            BranchNotFoundError: no such branch (or this manager's branch was deleted).
             ReaderConflictError: the namespace there records another reader, or a reader where this
                 manager compiles for none (C1, C7); the manager stays where it was.
             StrategyRefusedError: the strategy doesn't mark compression reads under a reader (D6).
             ManagerClosedError: the manager is closed.
         """
-        self._open()
-        self._runtime.engine.branch(name)
-        await self._move_to(name)
+        self._live()
+        await self._move_to(self._registry.engine.branch(name))
 
     async def fork(self, name: str | None = None) -> str:
         """Branch at the head and switch this manager to it (R1); returns the branch's name.
 
         Raises as ``switch_branch`` does, before making the branch (C2, C7), and
-        ``StrategyRefusedError`` when the strategy failed to start (C12).
+        ``StrategyRefusedError`` when the strategy failed to start (C12); ``BranchExistsError``
+        when ``name`` is taken.
         """
-        actor = self._open()
-        self._check_can_branch(actor)
-        name = name or f"fork-{_now_ms()}-{actor.runtime.engine.last_sequence}"
-        await self._runtime.create_branch(name, from_branch=actor.branch)
-        await self._move_to(name)
+        ref = self._live()
+        name = name or f"fork-{_now_ms()}-{self._registry.engine.last_sequence}"
+        row = await ref.ask(Fork(self._reader, name))
+        await self._move_to(row)
         return name
-
-    def _check_can_branch(self, actor: NamespaceActor) -> None:
-        actor.resolve(self._reader)
-        if self._reader is None and actor.record is not None:
-            actor.check(None)
-        actor._require_strategy()
 
     async def branch_at(self, message_id: str, name: str | None = None) -> str:
         """Branch at that message's sequence (the branch holds it) without switching (R1).
@@ -404,12 +427,15 @@ class ContextManager:
         Raises:
             MessageNotFoundError: no such message in this manager's slot.
             BranchExistsError: ``name`` is taken.
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        actor = self._open()
-        message = self._find(message_id)
+        ref = self._live()
+        message = self._slot().get(message_id)
+        if message is None:
+            raise MessageNotFoundError(f"no message {message_id!r} in slot {ref.config.slot!r} on branch {self.branch!r}")
         name = name or f"branch-{_now_ms()}-{message.sequence}"
-        await self._runtime.create_branch(name, from_branch=actor.branch, at_sequence=message.sequence)
+        await self._registry.store_ref().ask(CreateBranch(name=name, from_branch=ref.branch_id,
+                                                          at_sequence=message.sequence))
         return name
 
     async def derive(
@@ -424,19 +450,34 @@ class ContextManager:
                 doesn't mark compression reads under a reader (D6).
             ReaderConflictError: the head records another reader, or a record that isn't a name (C11).
             BranchExistsError: ``branch`` is taken.
+            BranchNotFoundError: this manager's branch was deleted.
         """
-        return await self._runtime._derive(self, branch=branch, strategy=strategy, at_sequence=at_sequence,
-                                           model=model)
+        ref = self._live()
+        row, child_reader = await ref.ask(Derive(self._reader, branch, strategy, at_sequence))
+        config = attrs.evolve(
+            ref.config, strategy=strategy if strategy is not None else ref.strategy_config,
+            model=model if model is not None else ref.config.model,
+        )
+        token = new_token()
+        child, resolved = await self._registry.attach(row, config, child_reader, token)
+        derivation = Derivation(
+            parent_branch=self.branch, branch=branch, namespace=self.namespace, at_sequence=at_sequence,
+            reader=resolved, isolate=self._isolate, auxiliary_views=self._auxiliary_views,
+        )
+        return ContextManager(
+            self._registry, child, token, reader=resolved, explicit_reader=None, isolate=self._isolate,
+            auxiliary_views=self._auxiliary_views, derivation=derivation,
+        )
 
     async def set_strategy(self, strategy: Any) -> None:
         """Replace the namespace's strategy (for every manager on it).
 
         Raises:
             StrategyRefusedError: it doesn't mark compression reads under a reader; the old one stays (D6).
-            ReaderConflictError: as for ``compile``.
+            TypeError: not a strategy config.
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as for ``compile``.
         """
-        actor = self._open()
-        await actor.set_strategy(self._reader, strategy)
+        await self._live().ask(SetStrategy(self._reader, strategy))
 
     # -- summaries --------------------------------------------------------------------------
 
@@ -447,11 +488,11 @@ class ContextManager:
         """Summaries matching ``text`` or ``regex`` ([] for a strategy without summaries). Checked (C10).
 
         Raises:
-            ReaderConflictError, ManagerClosedError: as ``compile``.
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
             re.error: an invalid ``regex``.
         """
-        result = await self._open().call(self._reader, "search_summaries", text=text, regex=regex, levels=levels,
-                                          limit=limit, include_merged=include_merged)
+        query = SearchSummaries(text, regex, None if levels is None else tuple(levels), limit, include_merged)
+        result = await self._live().ask(QuerySummaries(self._reader, query))
         return [] if result is None else result
 
     async def get_summaries_in_range(
@@ -460,19 +501,18 @@ class ContextManager:
         """Summaries whose messages' timestamps overlap [from_ms, to_ms], oldest first. Checked (C10).
 
         Raises:
-            ReaderConflictError, ManagerClosedError: as ``compile``.
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        result = await self._open().call(self._reader, "get_summaries_in_range", from_ms=from_ms, to_ms=to_ms,
-                                          level=level)
+        result = await self._live().ask(QuerySummaries(self._reader, SummariesInRange(from_ms, to_ms, level)))
         return [] if result is None else result
 
     async def get_summary(self, summary_id: str) -> Any:
         """One summary by id, or None (None too for a strategy without summaries). Checked (C10).
 
         Raises:
-            ReaderConflictError, ManagerClosedError: as ``compile``.
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        return await self._open().call(self._reader, "get_summary", summary_id)
+        return await self._live().ask(QuerySummaries(self._reader, GetSummary(summary_id)))
 
     async def reset_head_window(self, transition_text: str | None = None) -> str:
         """Start a new head window at a topic-transition message; returns its id (T6).
@@ -480,30 +520,27 @@ class ContextManager:
         Raises:
             StrategyRefusedError: the strategy has no head window.
             ModelError: no transition text was given and the model made none.
-            NarrowingRefusedError, ReaderConflictError, ManagerClosedError: as ``compile``.
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        actor = self._open()
-        if getattr(actor.strategy, "reset_head_window", None) is None:
-            raise StrategyRefusedError(f"strategy {actor.strategy.name!r} does not support head window reset")
-        return await actor.call(self._reader, "reset_head_window", transition_text)
+        return await self._live().ask(ResetHeadWindow(self._reader, transition_text))
 
     # -- live settings ----------------------------------------------------------------------
 
     def set_tool_definitions(self, tools: Sequence[Mapping[str, Any]]) -> None:
+        """Tool definitions the namespace's compression requests carry (in mailbox order)."""
         if tools:
-            self._open().tools = tuple(tools)
+            self._live().tell(SetTools(tuple(tools)))
 
     def set_system_prompt(self, text: str | None) -> None:
+        """The system prompt of the namespace's compression requests (in mailbox order)."""
         if text:
-            self._open().system_prompt = text
+            self._live().tell(SetSystemPrompt(text))
 
     async def aclose(self) -> None:
         """Close this manager (idempotent); the namespace actor stops with its last manager. Never raises."""
-        if self._closed:
-            await trio.lowlevel.checkpoint()
-            return
-        self._closed = True
-        self._runtime._detach(self._actor)
+        if not self._closed:
+            self._closed = True
+            self._ref.tell(Detach(self._token))
         await trio.lowlevel.checkpoint()
 
     async def __aenter__(self) -> ContextManager:

@@ -11,28 +11,21 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from .errors import ConfigConflictError, ReaderConflictError, ReadOnlyStoreError, RuntimeClosedError
-from .namespace.actor import (
-    ActorRetired,
-    NamespaceActor,
-    NamespaceConfig,
-    auxiliary_state,
-    build_strategy,
-    normalise_namespace,
-    read_record,
-    require_marking,
-    resolve_reader,
-    slot_state,
-)
+from .errors import ReadOnlyStoreError, RuntimeClosedError
+from .manager import ContextManager
+from .namespace import states
+from .namespace.actor import MODEL_TIMEOUT_S
+from .namespace.protocol import NamespaceConfig
+from .namespace.registry import NamespaceRegistry, NamespaceStatistics, new_token
 from .slots import SlotRegistry
 from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_store
-from .store.engine import Engine, Operation
+from .store.engine import BranchDeleted, Engine, Operation
 from .store.environment import Durability, StoreHandle, close_store, open_store
-from .store.protocol import Atomically, BranchInfo, CreateBranch, DeleteBranch, SetValue, branch_info
+from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, describe_branches
 from .strategies.passthrough import Passthrough
 
 if TYPE_CHECKING:
-    from .manager import ContextManager, Derivation
+    from .manager import Derivation
 
 
 @attrs.frozen
@@ -44,27 +37,30 @@ class NamespaceInfo:
 
 @attrs.frozen
 class RuntimeStatistics(StoreStatistics):
-    """The store actor's figures plus how many namespace actors and slot caches are live."""
+    """The store actor's figures, how many namespace actors and slot caches are live, and each
+    namespace actor's mailbox depth and model calls out."""
 
     namespace_actors: int
     slot_caches: int
+    namespaces: tuple[NamespaceStatistics, ...] = ()
 
 
 class Runtime:
     """One open store and everything running over it. Made by ``open_runtime``."""
 
-    def __init__(self, handle: StoreHandle, nursery: trio.Nursery, model: Any) -> None:
+    def __init__(self, handle: StoreHandle, nursery: trio.Nursery, model: Any, model_timeout_s: float) -> None:
         self.path: Path = handle.path
         self.readonly = handle.readonly
         self.model = model
         self._handle = handle
-        self._nursery = nursery
         self._store: StoreRef | None = None
+        self._store_inbox: Any = None
+        if not handle.readonly:
+            self._store, self._store_inbox = open_store_actor(handle.engine, self._publish)
         self._closed = False
         self.slots = SlotRegistry(handle.engine, live=not handle.readonly)
-        self._actors: dict[tuple[str, str], NamespaceActor] = {}
-
-    # -- plumbing used by the rest of the package ------------------------------------------
+        self._namespaces = NamespaceRegistry(handle.engine, self._store, self.slots, model, nursery,
+                                             model_timeout_s=model_timeout_s)
 
     @property
     def engine(self) -> Engine:
@@ -72,6 +68,10 @@ class Runtime:
 
     @property
     def store(self) -> StoreRef:
+        """The store actor's handle: for tools and tests that send raw store commands.
+
+        Raises ``RuntimeClosedError`` once closed, ``ReadOnlyStoreError`` in a read-only runtime.
+        """
         if self._closed:
             raise RuntimeClosedError(f"the runtime on {self.path} is closed")
         if self._store is None:
@@ -79,8 +79,13 @@ class Runtime:
         return self._store
 
     def _publish(self, operations: Sequence[Operation]) -> None:
-        """Called by the store actor after each commit: slot caches bring themselves up to date."""
+        """Called by the store actor after each commit: caches bring themselves up to date, and a
+        deleted branch's actors, caches and managers are retired (L5)."""
         self.slots.publish(operations)
+        for operation in operations:
+            if isinstance(operation, BranchDeleted):
+                self._namespaces.retire_branch(operation.row)
+                self.slots.drop_branch(operation.row.id)
 
     # -- namespaces and managers ------------------------------------------------------------
 
@@ -102,19 +107,19 @@ class Runtime:
             StrategyRefusedError: a strategy that doesn't mark compression reads, under a reader.
             ConfigConflictError: settings that disagree with the running namespace actor.
             BranchNotFoundError: no such branch.
-            ReadOnlyStoreError: a read-only runtime (it can't register or claim).
-        """
-        from .manager import ContextManager
+            RuntimeClosedError: the runtime is closed.
 
+        If cancelled, no manager is made; a claim that already committed stands (L4).
+        """
         if view_reader is not None and (not isinstance(view_reader, str) or not view_reader):
             raise ValueError(f"view_reader must be a non-empty string or None, not {view_reader!r}")
-        name = normalise_namespace(namespace)
+        name = states.normalise_namespace(namespace)
         if isolate and namespace in (None, ""):
             raise ValueError('"isolate" requires a namespace to be set')
-        own = slot_state(name, isolate)
+        own = states.slot_state(name, isolate)
         auxiliary: list[str] = []
         for index, aux in enumerate(auxiliary_views):
-            state = auxiliary_state(aux)
+            state = states.auxiliary_state(aux)
             if state == own:
                 raise ValueError(
                     f"auxiliary_views[{index}]: {aux!r} is this manager's own message slot {own!r}; merging "
@@ -122,107 +127,16 @@ class Runtime:
                 )
             if state not in auxiliary:
                 auxiliary.append(state)
-        self.engine.branch(branch)
+        if self._closed:
+            raise RuntimeClosedError(f"the runtime on {self.path} is closed")
+        row = self.engine.branch(branch)
         config = NamespaceConfig(name, own, tuple(auxiliary), view_filter, strategy or Passthrough(), model)
-        actor, reader = await self._attach(branch, config, view_reader, explicit_strategy=strategy is not None)
+        token = new_token()
+        ref, reader = await self._namespaces.attach(row, config, view_reader, token,
+                                                    explicit_strategy=strategy is not None)
         return ContextManager(
-            self, actor, reader=reader, explicit_reader=view_reader, isolate=isolate,
+            self._namespaces, ref, token, reader=reader, explicit_reader=view_reader, isolate=isolate,
             auxiliary_views=tuple(auxiliary_views),
-        )
-
-    async def _attach(
-        self, branch: str, config: NamespaceConfig, reader: str | None, *, compiles_for_none: bool = False,
-        explicit_strategy: bool = False,
-    ) -> tuple[NamespaceActor, str | None]:
-        key = (branch, config.namespace)
-        while True:
-            actor = self._actors.get(key)
-            if actor is not None:
-                await actor.started.wait()
-                if actor.start_error is not None:
-                    continue  # it failed to start for the open that made it (which raised): try afresh
-                self._check_config(actor, config, explicit_strategy)
-            else:
-                # Refusals come before anything is registered or written (C2).
-                record = read_record(self, config.namespace, branch)
-                if compiles_for_none and record is not None:
-                    resolve_reader(record, None, config.namespace, branch)  # a corrupt record says so
-                    raise ReaderConflictError(
-                        f"namespace {config.namespace!r} on branch {branch!r} records reader {record!r}; this "
-                        f"manager compiles for no reader"
-                    )
-                target = resolve_reader(record, reader, config.namespace, branch)
-                require_marking(build_strategy(config.strategy), target, config.namespace)
-                actor = NamespaceActor(self, branch, config)
-                self._actors[key] = actor
-                try:
-                    await actor.start()
-                except BaseException:
-                    self._actors.pop(key, None)
-                    raise
-            try:
-                # In the actor's mailbox order: C7 and the claim; a refusal stops an actor this attach
-                # started, leaving nothing running there (C2).
-                resolved = await actor.attach(reader, compiles_for_none=compiles_for_none)
-            except ActorRetired:
-                continue  # its last manager left while this waited: start a fresh one
-            except BaseException:
-                if actor.managers == 0:
-                    self._stop_actor(actor)
-                raise
-            return actor, resolved
-
-    def _check_config(self, actor: NamespaceActor, config: NamespaceConfig, explicit_strategy: bool) -> None:
-        running = actor.config
-        where = f"namespace {config.namespace!r} on branch {actor.branch!r}"
-        if explicit_strategy and config.strategy != actor.strategy_config:
-            raise ConfigConflictError(
-                f"{where} runs strategy {actor.strategy_config!r}; this open asked for {config.strategy!r}"
-            )
-        if config.view_filter is not None and config.view_filter is not running.view_filter:
-            raise ConfigConflictError(f"{where} runs with another view_filter")
-        if config.slot != running.slot or config.auxiliary != running.auxiliary:
-            raise ConfigConflictError(
-                f"{where} reads slots {(running.slot, *running.auxiliary)}; this open asked for "
-                f"{(config.slot, *config.auxiliary)}"
-            )
-
-    def _detach(self, actor: NamespaceActor) -> None:
-        actor.detach()
-        if actor.managers <= 0:
-            self._stop_actor(actor)
-
-    def _stop_actor(self, actor: NamespaceActor) -> None:
-        actor.stop()
-        if self._actors.get((actor.branch, actor.namespace)) is actor:
-            del self._actors[(actor.branch, actor.namespace)]
-
-    async def _derive(
-        self, parent: ContextManager, *, branch: str, strategy: Any, at_sequence: int | None, model: Any
-    ) -> ContextManager:
-        from .manager import ContextManager, Derivation
-
-        actor = parent._open()
-        actor._require_strategy()  # C12
-        # The head's record decides (C11): a no-reader parent's child takes what the head records.
-        child_reader = resolve_reader(actor.record, parent.view_reader, actor.namespace, actor.branch)
-        config = attrs.evolve(
-            actor.config, strategy=strategy if strategy is not None else actor.strategy_config,
-            model=model if model is not None else actor.config.model,
-        )
-        require_marking(build_strategy(config.strategy), child_reader, actor.namespace)
-        commands: list[Any] = [CreateBranch(name=branch, from_branch=actor.branch, at_sequence=at_sequence)]
-        if child_reader is not None:
-            commands.append(SetValue(state=actor.reader_state, branch=branch, value=child_reader))
-        await self.store.ask(Atomically(commands=tuple(commands)))
-        child, resolved = await self._attach(branch, config, child_reader)
-        derivation = Derivation(
-            parent_branch=actor.branch, branch=branch, namespace=actor.namespace, at_sequence=at_sequence,
-            reader=resolved, isolate=parent._isolate, auxiliary_views=parent._auxiliary_views,
-        )
-        return ContextManager(
-            self, child, reader=resolved, explicit_reader=None, isolate=parent._isolate,
-            auxiliary_views=parent._auxiliary_views, derivation=derivation,
         )
 
     async def reopen_derived(self, derivation: Derivation, *, strategy: Any = None, model: Any = None) -> ContextManager:
@@ -248,22 +162,17 @@ class Runtime:
         await trio.lowlevel.checkpoint()
         row = self.engine.branch(branch)
         found = []
-        with self.engine.reader() as txn:
-            for info in self.engine.list_states():
-                if not info.name.endswith("/reader"):
-                    continue
-                namespace = info.name[: -len("/reader")]
-                reader, _ = self.engine.get_value(txn, info.name, row)
-                floor_state = f"{namespace}/narrowing-floor"
-                floor = self.engine.get_value(txn, floor_state, row)[0] if self.engine.has_state(floor_state) else 0
-                found.append(NamespaceInfo(namespace, reader if isinstance(reader, str) else None, floor or 0))
+        for info in self.engine.list_states():
+            namespace = states.namespace_of_reader_state(info.name)
+            if namespace is None:
+                continue
+            reader = self.engine.read_value(info.name, row.id)
+            floor = self.engine.read_value(states.floor_state(namespace), row.id, 0)
+            found.append(NamespaceInfo(namespace, reader if isinstance(reader, str) else None,
+                                       floor if isinstance(floor, int) else 0))
         return found
 
     # -- branches ---------------------------------------------------------------------------
-
-    def _info(self, row: Any) -> BranchInfo:
-        parent = None if row.parent is None else self.engine.branch_by_id(row.parent).name
-        return branch_info(row, parent, self.engine.head_sequence(row))
 
     async def list_branches(self) -> list[BranchInfo]:
         """Every live branch, oldest first.
@@ -274,7 +183,7 @@ class Runtime:
         await trio.lowlevel.checkpoint()
         if self._closed:
             raise RuntimeClosedError(f"the runtime on {self.path} is closed")
-        return [self._info(row) for row in self.engine.list_branches()]
+        return describe_branches(self.engine)
 
     async def create_branch(self, name: str, *, from_branch: str = "main", at_sequence: int | None = None) -> BranchInfo:
         """Fork ``from_branch`` as of ``at_sequence`` (default: now) into a new branch ``name``.
@@ -292,10 +201,12 @@ class Runtime:
         If cancelled after sending, the branch may still be created.
         """
         row = await self.store.ask(CreateBranch(name=name, from_branch=from_branch, at_sequence=at_sequence))
-        return self._info(row)
+        return next(info for info in describe_branches(self.engine) if info.id == row.id)
 
     async def delete_branch(self, name: str) -> None:
-        """Delete branch ``name``: its name is freed; descendants keep reading its rows.
+        """Delete branch ``name``: its name is freed; descendants keep reading its rows. Every
+        namespace actor, slot cache and manager on it is retired: those managers raise
+        ``BranchNotFoundError`` from then on, even once a new branch takes the name (L5).
 
         Raises:
             BranchNotFoundError: no such branch.
@@ -305,19 +216,12 @@ class Runtime:
         await self.store.ask(DeleteBranch(name=name))
 
     def statistics(self) -> RuntimeStatistics:
-        """Mailbox depth, last batch size and commit time of the store actor, and registry sizes."""
-        if self._store is None:
-            return RuntimeStatistics(0, 0, 0.0, 0, 0, 0, 0, 0)
-        stats = self._store.statistics()
+        """The store actor's mailbox depth, last batch size and commit time, and each live
+        namespace actor's mailbox depth and model calls out."""
+        stats = self._store.statistics() if self._store is not None else StoreStatistics(0, 0, 0.0, 0, 0, 0)
         return RuntimeStatistics(
-            stats.mailbox_depth,
-            stats.last_batch_size,
-            stats.last_commit_ms,
-            stats.batches,
-            stats.commands,
-            stats.largest_batch,
-            len(self._actors),
-            len(self.slots),
+            *attrs.astuple(stats, recurse=False), len(self._namespaces), len(self.slots),
+            self._namespaces.statistics(),
         )
 
 
@@ -343,10 +247,12 @@ async def open_runtime(
     readonly: bool = False,
     durability: Durability = "sync",
     map_size: int = 1 << 36,
+    model_timeout_s: float = MODEL_TIMEOUT_S,
 ) -> AsyncIterator[Runtime]:
     """Open the store at ``path`` (creating it unless ``readonly``) and start its store actor.
 
-    Leaving the block closes every manager, lets the store actor answer what is queued, stops
+    ``model_timeout_s`` bounds each compression request's model call (a call past it fails as
+    retryable, and the unit stays queued). Leaving the block closes every manager, lets the store actor answer what is queued, stops
     the actors, closes ``model`` (an ``AnthropicModel`` closes the client it made; a client
     handed to it stays its owner's), and syncs and closes the environment.
 
@@ -361,21 +267,19 @@ async def open_runtime(
     handle = open_store(path, readonly=readonly, durability=durability, map_size=map_size)
     try:
         async with _unwrapped(), trio.open_nursery() as nursery:
-            runtime = Runtime(handle, nursery, model)
-            if not readonly:
-                ref, inbox = open_store_actor(handle.engine, runtime._publish)
+            runtime = Runtime(handle, nursery, model, model_timeout_s)
+            if runtime._store is not None:
+                ref, inbox = runtime._store, runtime._store_inbox
                 await nursery.start(
                     lambda task_status: serve_store(
                         handle.engine, ref, inbox, durability=durability, task_status=task_status
                     )
                 )
-                runtime._store = ref
             try:
                 yield runtime
             finally:
                 runtime._closed = True
-                for actor in list(runtime._actors.values()):
-                    runtime._stop_actor(actor)
+                runtime._namespaces.close()
                 if runtime._store is not None:
                     # Let the actor answer what is queued, then stop.
                     runtime._store.close()

@@ -298,6 +298,11 @@ class SlotRegistry:
             return None
         return messages, head, parent.may_hold_audience
 
+    def drop_branch(self, branch_id: int) -> None:
+        """A deleted branch's caches go (their actors were retired; a later branch of the name is another)."""
+        for key in [key for key in self._caches if key[1] == branch_id]:
+            del self._caches[key]
+
     def publish(self, operations: Sequence[Operation]) -> None:
         for operation in operations:
             state = getattr(operation, "state", None)

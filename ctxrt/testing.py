@@ -1,4 +1,5 @@
-"""Public test helpers: a scripted ``Model`` and a local Messages API server.
+"""Public test helpers: a scripted ``Model``, a local Messages API server, and a plain
+``StrategyContext`` for testing a strategy's planning as synchronous code.
 
 ``ScriptedModel`` stands in for a model inside the runtime. The server speaks enough of
 ``POST /v1/messages`` (non-streaming) over loopback HTTP/1.1 for the real
@@ -21,8 +22,11 @@ from typing import Any, TypeAlias
 import attrs
 import trio
 
-from .content import Text
+from .compile import Entry
+from .content import Message, Text
 from .model import ModelRequest, ModelResponse, Usage, approx_tokens, request_chars
+from .namespace.core import Holds
+from .views import MessageView, ReaderListing, StaticListing
 
 Responder: TypeAlias = Callable[[ModelRequest], "str | ModelResponse | Awaitable[str | ModelResponse]"]
 
@@ -302,3 +306,55 @@ async def open_messages_api_server(script: MessagesScript) -> AsyncIterator[Mess
         error = group.exceptions[0]
     if error is not None:
         raise error  # outside the except clause, so the group doesn't become its __context__
+
+
+class PlainContext:
+    """A ``StrategyContext`` with no trio and no store: the view is a list of messages (append to
+    ``messages`` in place), state lives in dicts, and writes apply at once. For testing a
+    strategy's ``select``, ``next_unit``, ``request_for`` and ``apply_unit`` as plain code.
+
+    ``floor`` is the highest ``mark_compression_read``; ``now`` returns ``clock`` (settable).
+    """
+
+    def __init__(
+        self, messages: Iterable[Message] = (), *, namespace: str = "default", branch: str = "main",
+        reader: str | None = None, system_prompt: str | None = None,
+    ) -> None:
+        self.messages: list[Message] = list(messages)
+        self.namespace = namespace
+        self.branch = branch
+        self.reader = reader
+        self.system_prompt = system_prompt
+        self.tools: tuple[Mapping[str, Any], ...] = ()
+        self.writes = True
+        self.clock = 0.0
+        self.holds = Holds()
+        self.values: dict[str, Any] = {}
+        self.logs: dict[str, list[Any]] = {}
+        self.context: list[Entry] = []
+        self.floor = 0
+        self.view = MessageView(ReaderListing(StaticListing(self.messages), reader))
+
+    def now(self) -> float:
+        return self.clock
+
+    def hold_floor(self) -> int | None:
+        return self.holds.floor()
+
+    def get_value(self, name: str, default: Any = None) -> Any:
+        return self.values.get(name, default)
+
+    def read_log(self, name: str) -> list[Any]:
+        return list(self.logs.get(name, ()))
+
+    def set_value(self, name: str, value: Any) -> None:
+        self.values[name] = json.loads(json.dumps(value))  # stored as JSON, as a store would
+
+    def append_log(self, name: str, value: Any) -> None:
+        self.logs.setdefault(name, []).append(json.loads(json.dumps(value)))
+
+    def append_context(self, entry: Entry) -> None:
+        self.context.append(entry)
+
+    def mark_compression_read(self, sequence: int) -> None:
+        self.floor = max(self.floor, sequence)

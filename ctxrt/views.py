@@ -43,6 +43,20 @@ class SlotListing:
         return self.cache.may_hold_audience
 
 
+class StaticListing:
+    """A plain list of messages (in sequence order) as a listing: for strategies tested without a
+    store. Appending to the list in place is seen as appends; replace the list to rewrite."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+
+    def listing(self) -> tuple[list[Message], int]:
+        return self.messages, id(self.messages)
+
+    def may_hold_audience(self) -> bool:
+        return True  # project every message: exact for any content, and the cost is a test's
+
+
 class _Derived:
     """A memoised listing derived from ``source`` that can extend itself on appends."""
 

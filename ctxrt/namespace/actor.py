@@ -1,247 +1,278 @@
-"""The namespace actor: one per (branch, namespace) in a runtime, shared by its managers.
+"""``serve_namespace``: the namespace actor, one task per live (branch incarnation, namespace).
 
-It owns the namespace's reader record, its narrowing floor, the strategy instance and its
-state, the compression holds and the background drain. Its mailbox is a fair FIFO lock:
-every request (claim, compile, edit, tick...) is handled whole, in arrival order, before the
-next; the one exception is a model call, which a strategy makes through
-``StrategyContext.complete``: the mailbox moves on while the request is out, and the reply is
-checked against the view epoch when the strategy rejoins (spec/audience.md C9).
+It owns the namespace's reader record, its narrowing floor, the strategy and its state, the
+compression holds and the background drain, and nothing outside its task touches them. Every
+command is handled whole, in arrival order, before the next (spec/core.md L4): a caller that is
+cancelled loses only its answer. A model call is the one thing that leaves the mailbox: the
+actor plans the unit (raising the floor first), a child task makes the call, and the reply
+comes back as ``UnitDone``, applied only if the view epoch hasn't moved (spec/audience.md C9).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import trio
 
-from ..compile import Budget, CompileMemo, CompileResult, build_compile_result, validate_injections
 from .. import codec
-from ..content import Message, content_for_reader, hidden_by_edit
+from ..compile import CompileMemo, build_compile_result, validate_injections
+from ..content import Message
 from ..errors import (
+    ConfigConflictError,
     ManagerClosedError,
     MessageNotFoundError,
-    NarrowingRefusedError,
+    ModelError,
     ReaderConflictError,
+    ReadOnlyStoreError,
     StrategyRefusedError,
 )
-from ..slots import Appended
-from ..store.protocol import Atomically, EditItem, RegisterState, RemoveItems, SetValue
-from ..strategies.base import SelectOptions, Strategy
+from ..slots import Appended, SlotRegistry, parse_id, prepare_append
+from ..store.actor import StoreRef
+from ..store.engine import Engine
+from ..store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
+from ..strategies.base import HeadWindowReset, SelectOptions, Strategy, SummaryReader, Unit
 from ..views import FilteredListing, MergedListing, MessageView, ReaderListing, SlotListing, reader_view_of
-from .context import StaleEpochError, StrategyContext
-
-if TYPE_CHECKING:
-    from ..runtime import Runtime
+from . import states
+from .context import ActorContext, Settings
+from .core import (
+    Holds,
+    Place,
+    Record,
+    check_attach,
+    check_reader,
+    edit_propagation,
+    floor_from_value,
+    judge_edit,
+    record_from_value,
+    removal_propagation,
+    require_marking,
+    resolve_reader,
+)
+from .protocol import (
+    ActorRetired,
+    Attach,
+    Attached,
+    CheckReady,
+    Compile,
+    Derive,
+    Detach,
+    Edit,
+    Fork,
+    GetSummary,
+    Hold,
+    Inspect,
+    NamespaceHealth,
+    NamespaceRef,
+    NamespaceSnapshot,
+    Preview,
+    QuerySummaries,
+    Release,
+    Remove,
+    ReportHealth,
+    ResetHeadWindow,
+    SearchSummaries,
+    SetStrategy,
+    SetSystemPrompt,
+    SetTools,
+    SummariesInRange,
+    Tick,
+    UnitDone,
+    Wake,
+    Reply,
+)
 
 logger = logging.getLogger("ctxrt.namespace")
 
-DEFAULT_NAMESPACE = "default"
-_DRAIN = object()  # a unit of work the drain runs for the namespace itself, not for a manager
 MODEL_TIMEOUT_S = 300.0
-
-
-class ActorRetired(Exception):
-    """The namespace actor stopped (its last manager left) before this attach got its turn;
-    the caller starts a fresh one. Never reaches the public API."""
-
-
-class CorruptRecord:
-    """A reader record that isn't a reader's name (written by something else)."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"<record {self.value!r}, not a reader's name>"
-
-
-def normalise_namespace(namespace: str | None) -> str:
-    if namespace is None or namespace == "":
-        return DEFAULT_NAMESPACE
-    if not isinstance(namespace, str) or "\x00" in namespace:
-        raise ValueError(f"a namespace must be a string without NUL, not {namespace!r}")
-    return namespace
-
-
-def slot_state(namespace: str, isolate: bool) -> str:
-    return f"{namespace}/messages" if isolate else "messages"
-
-
-def auxiliary_state(name: str | None) -> str:
-    return "messages" if name is None else f"{normalise_namespace(name)}/messages"
-
-
-def read_record(runtime: Runtime, namespace: str, branch: str) -> str | None | CorruptRecord:
-    """The reader ``namespace`` records on ``branch``: a name, None, or a corrupt record."""
-    engine = runtime.engine
-    state = f"{namespace}/reader"
-    if not engine.has_state(state):
-        return None
-    with engine.reader() as txn:
-        value, _ = engine.get_value(txn, state, engine.branch(branch))
-    if value is None or (isinstance(value, str) and value):
-        return value
-    return CorruptRecord(value)
-
-
-def resolve_reader(record: str | None | CorruptRecord, reader: str | None, namespace: str, branch: str) -> str | None:
-    """The reader a manager opened with ``reader`` compiles for, given a namespace's ``record``.
-
-    None means the record's reader (C6); another reader than the record's, or a record that is
-    not a reader's name, is refused (C1, C3).
-    """
-    if isinstance(record, CorruptRecord):
-        raise ReaderConflictError(
-            f"namespace {namespace!r} on branch {branch!r} records {record.value!r}, which is not a reader's name"
-        )
-    if reader is None:
-        return record
-    if record is not None and record != reader:
-        raise ReaderConflictError(
-            f"namespace {namespace!r} on branch {branch!r} records reader {record!r}, so it refuses reader "
-            f"{reader!r}: its summaries and context log hold {record!r}'s view, so another reader would read "
-            f"them. Give each reader a namespace of its own"
-        )
-    return reader
-
-
-def build_strategy(config: Any) -> Strategy:
-    """A strategy instance from a config (``config.create()``) or a strategy given as is."""
-    create = getattr(config, "create", None)
-    if callable(create):
-        return create()
-    if callable(getattr(config, "select", None)):
-        return config
-    raise TypeError(f"not a strategy config or strategy: {config!r}")
-
-
-def require_marking(strategy: Strategy, reader: str | None, namespace: str) -> None:
-    """D6: a manager that compiles for a reader refuses a strategy that doesn't mark compression reads."""
-    if reader is not None and not getattr(strategy, "marks_compression_reads", False):
-        raise StrategyRefusedError(
-            f"strategy {getattr(strategy, 'name', type(strategy).__name__)!r} doesn't declare "
-            f"marks_compression_reads = True, so namespace {namespace!r} can't compile it for reader "
-            f"{reader!r}: what its compression reads couldn't be recorded before an edit narrows it"
-        )
+TRANSITION_PARTICIPANT = "manager"
+_LATER = object()  # a handler that answers later (when its unit comes back)
 
 
 @attrs.frozen
-class NamespaceConfig:
-    namespace: str
-    slot: str
-    auxiliary: tuple[str, ...]
-    view_filter: Callable[[Message], bool] | None
-    strategy: Any
-    model: Any
+class Services:
+    """What every namespace actor of one runtime shares."""
+
+    engine: Engine
+    store: StoreRef | None  # None in a read-only runtime
+    slots: SlotRegistry
+    model: Any  # the runtime's default model
+    forget: Callable[[NamespaceRef], None]  # the registry drops a stopped actor's ref
+    model_timeout_s: float = MODEL_TIMEOUT_S  # a unit's model call fails (retryably) after this
 
 
-class NamespaceActor:
-    def __init__(self, runtime: Runtime, branch: str, config: NamespaceConfig) -> None:
-        self.runtime = runtime
-        self.branch = branch
-        self.config = config
-        self.namespace = config.namespace
-        self.model = config.model if config.model is not None else runtime.model
-        self.model_timeout_s = MODEL_TIMEOUT_S
-        self.lock = trio.Lock()  # the mailbox
-        self._tick_lock = trio.Lock()  # one unit of strategy work at a time
-        self.record: str | None | CorruptRecord = None
+def build_strategy(config: Any) -> Strategy:
+    """A strategy instance from a config (``config.create()``) or a strategy given as is.
+
+    Raises ``TypeError`` for anything else.
+    """
+    if isinstance(config, Strategy):
+        return config
+    create = getattr(config, "create", None)
+    strategy = create() if callable(create) else None
+    if not isinstance(strategy, Strategy):
+        raise TypeError(f"strategy must be a strategy config (with create()) or a Strategy, not {config!r}")
+    return strategy
+
+
+def _runtime_closed(place: Place) -> Callable[[], BaseException]:
+    return lambda: ManagerClosedError(f"the runtime closed; the manager of {place} is closed")
+
+
+def _retired(place: Place) -> Callable[[], BaseException]:
+    return lambda: ActorRetired(str(place))
+
+
+@attrs.define
+class _InFlight:
+    kind: str  # "tick" (a manager's), "drain" (the actor's own) or "reset" (a transition summary)
+    unit: Unit
+    epoch: int
+    reply: Reply | None
+    scope: trio.CancelScope
+    reset: ResetHeadWindow | None = None
+
+
+class _Actor:
+    """The namespace actor's state. Lives only inside its ``serve_namespace`` task."""
+
+    def __init__(self, services: Services, ref: NamespaceRef, nursery: trio.Nursery) -> None:
+        self.services = services
+        self.ref = ref
+        self.config = ref.config
+        self.children = nursery
+        self.branch_id = ref.branch_id
+        self.place = Place(ref.namespace, ref.branch_name)
+        self.readonly = services.store is None
+        self.model = self.config.model if self.config.model is not None else services.model
+        self.model_timeout_s = services.model_timeout_s
+        self.record: Record = None
         self.floor = 0
         self.epoch = 0
-        self.strategy_config: Any = config.strategy
-        self.strategy: Strategy = build_strategy(config.strategy)
-        self.strategy_error: BaseException | None = None
-        self.ctx = StrategyContext(self, 0, self.strategy.name)
-        self.holds: dict[int, float] = {}  # message sequence -> expiry (trio clock; inf = none)
-        self.managers = 0
-        self.stopped = False
-        self.system_prompt: str | None = None
-        self.tools: Sequence[Mapping[str, Any]] = ()
-        self.started = trio.Event()
-        self.start_error: BaseException | None = None
-        self._caches: list[Any] = []  # the slot caches it reads, acquired at start, released at stop
-        self._seen = 0
+        self.strategy_config: Any = self.config.strategy
+        self.strategy: Strategy = build_strategy(self.config.strategy)
         self.strategy_started = False
-        self._wake = trio.Event()
-        self._cancel = trio.CancelScope()
+        self.strategy_error: BaseException | None = None
+        self.holds = Holds()
+        self.settings = Settings()
+        self.managers: set[int] = set()
+        self.caches: list[Any] = []
+        self.subscriber = _subscriber(ref)
+        self.seen = 0
+        self.unit_waiters: deque[tuple[Tick | ResetHeadWindow, Reply]] = deque()
+        self.in_flight: _InFlight | None = None
+        self.drain_wanted = False
+        self.stop_error: Callable[[], BaseException] | None = None
 
-    # -- names of its states ----------------------------------------------------------------
+    # -- start and stop ---------------------------------------------------------------------
 
-    @property
-    def reader_state(self) -> str:
-        return f"{self.namespace}/reader"
+    async def start(self) -> None:
+        """Register the namespace's states, load its record and floor, read its slots."""
+        engine, ns = self.services.engine, self.config.namespace
+        slots = (self.config.slot, *self.config.auxiliary)
+        if self.readonly:
+            for name in slots:
+                engine.state(name)  # UnknownStateError names a slot nobody wrote
+        else:
+            commands = [RegisterState(name=name, kind="log") for name in dict.fromkeys((*slots, states.context_state(ns)))]
+            commands += [RegisterState(name=states.reader_state(ns), kind="value"),
+                         RegisterState(name=states.floor_state(ns), kind="value")]
+            missing = tuple(c for c in commands if not engine.has_state(c.name))
+            if missing:
+                await self._store().ask(Atomically(commands=missing))
+        self.record = self._stored_record()
+        self.floor = self._stored_floor() or 0
+        for name in slots:
+            self.caches.append(self.services.slots.acquire(name, self.branch_id))
+        self.caches[0].subscribers.append(self.subscriber)
+        self.ref.slot = self.caches[0]
+        self.seen = engine.last_sequence
+        self._build_views()
 
-    @property
-    def floor_state(self) -> str:
-        return f"{self.namespace}/narrowing-floor"
+    def stop(self, error: Callable[[], BaseException]) -> None:
+        """Stop taking commands (later asks raise ``error()``, or what the ref was closed with);
+        ``release`` answers what is queued."""
+        if self.stop_error is not None:
+            return
+        self.ref.close(error)
+        self.stop_error = self.ref.retired
+        self.services.forget(self.ref)
+        if self.in_flight is not None:
+            self.in_flight.scope.cancel()
 
-    @property
-    def context_state(self) -> str:
-        return f"{self.namespace}/context"
+    def release(self) -> None:
+        """Answer everything still queued or waiting, and let go of the slot caches."""
+        error = self.stop_error or _retired(self.place)
+        for _, reply in self.unit_waiters:
+            reply.resolve(False, self._stopped_error(error))
+        self.unit_waiters.clear()
+        if self.in_flight is not None and self.in_flight.reply is not None:
+            self.in_flight.reply.resolve(False, self._stopped_error(error))
+        while True:
+            try:
+                command, reply = self.ref.inbox.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            if reply is not None:
+                reply.resolve(False, error() if isinstance(command, Attach) else self._stopped_error(error))
+        for cache in self.caches:
+            if self.subscriber in cache.subscribers:
+                cache.subscribers.remove(self.subscriber)
+            self.services.slots.release(cache)
+        self.caches = []
+
+    def _stopped_error(self, error: Callable[[], BaseException]) -> BaseException:
+        exc = error()
+        if isinstance(exc, ActorRetired):  # only an attach retries; anything else was its manager's
+            return ManagerClosedError(f"the manager of {self.place} is closed")
+        return exc
+
+    # -- reads of what is stored ------------------------------------------------------------
+
+    def _stored_record(self) -> Record:
+        return record_from_value(self.services.engine.read_value(states.reader_state(self.place.namespace),
+                                                                 self.branch_id))
+
+    def _stored_floor(self) -> int | None:
+        return floor_from_value(self.services.engine.read_value(states.floor_state(self.place.namespace),
+                                                                self.branch_id))
+
+    def _other_records(self) -> list[Record]:
+        engine, own = self.services.engine, states.reader_state(self.place.namespace)
+        return [
+            record_from_value(engine.read_value(info.name, self.branch_id))
+            for info in engine.list_states()
+            if states.namespace_of_reader_state(info.name) is not None and info.name != own
+        ]
+
+    def _context_entries(self) -> list[Message]:
+        items = self.services.engine.read_log(states.context_state(self.place.namespace), self.branch_id)
+        return [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
+
+    def _store(self) -> StoreRef:
+        if self.services.store is None:
+            raise ReadOnlyStoreError(f"{self.place} is open in a read-only runtime; it refuses every write")
+        return self.services.store
+
+    # -- views and the strategy -------------------------------------------------------------
 
     @property
     def reader(self) -> str | None:
         return self.record if isinstance(self.record, str) else None
 
-    # -- start and stop ---------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Register the namespace's states, load its record and floor, start the strategy and drain."""
-        try:
-            store = self.runtime.store if not self.runtime.readonly else None
-            states = [self.config.slot, *self.config.auxiliary, self.context_state]
-            commands = [RegisterState(name=name, kind="log") for name in dict.fromkeys(states)]
-            commands += [RegisterState(name=self.reader_state, kind="value"),
-                         RegisterState(name=self.floor_state, kind="value")]
-            missing = tuple(c for c in commands if not self.runtime.engine.has_state(c.name))
-            if self.runtime.readonly:
-                # A read-only runtime registers nothing: it reads what a writer made.
-                for name in (self.config.slot, *self.config.auxiliary):
-                    self.runtime.engine.state(name)  # UnknownStateError names a slot nobody wrote
-            elif missing:
-                await store.ask(Atomically(commands=missing))
-            self.record = read_record(self.runtime, self.namespace, self.branch)
-            self.floor = self._read_floor() or 0
-            branch_id = self.runtime.engine.branch(self.branch).id
-            for name in (self.config.slot, *self.config.auxiliary):
-                self._caches.append(self.runtime.slots.acquire(name, branch_id))
-            self._build_views()
-            for cache in self._caches:
-                cache.subscribers.append(self._appended)
-            self._seen = self.runtime.engine.last_sequence
-        except BaseException as exc:
-            self.start_error = exc
-            self.started.set()
-            raise
-        self.started.set()
-        if not self.runtime.readonly:
-            self.runtime._nursery.start_soon(self._drain)
-
-    def _read_floor(self) -> int | None:
-        """The narrowing floor on this branch: 0 if never set, None if the record isn't a sequence."""
-        engine = self.runtime.engine
-        if not engine.has_state(self.floor_state):
-            return 0
-        with engine.reader() as txn:
-            value, _ = engine.get_value(txn, self.floor_state, engine.branch(self.branch))
-        if value is None:
-            return 0
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
     def _build_views(self) -> None:
-        listings = [SlotListing(cache) for cache in self._caches]
+        listings = [SlotListing(cache) for cache in self.caches]
         merged = listings[0] if len(listings) == 1 else MergedListing(listings)
-        filtered = merged if self.config.view_filter is None else FilteredListing(merged, self.config.view_filter)
-        self._reader_listing = ReaderListing(filtered, self.reader)
+        view_filter = self.config.view_filter
+        filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
+        self.reader_listing = ReaderListing(filtered, self.reader)
         # Raw bodies are judged in the reader's view of the messages as stored, filter or not: with
         # a filter, one message at a time (compile's memo keeps each), not a second projection.
-        if self.config.view_filter is None:
-            self.raw_body = MessageView(self._reader_listing).get
+        if view_filter is None:
+            self.raw_body = MessageView(self.reader_listing).get
         else:
             stored, reader = MessageView(merged), self.reader
             self.raw_body = lambda message_id: (
@@ -249,409 +280,541 @@ class NamespaceActor:
             )
         epoch = self.epoch
         self.compile_memo = CompileMemo()  # entries of another view are never reused
-        self.view = MessageView(self._reader_listing, guard=lambda: self._guard(epoch))
+        self.view = MessageView(self.reader_listing, guard=lambda: self._guard(epoch))
+        self.ctx = self._new_context()
 
-    async def start_strategy(self) -> None:
-        """Initialise the strategy for the current view (C5: a failure leaves the claim standing)."""
-        self.ctx = StrategyContext(self, self.epoch, self.strategy.name)
+    def _new_context(self) -> ActorContext:
+        return ActorContext(
+            place=self.place, branch_id=self.branch_id, reader=self.reader, view=self.view,
+            engine=self.services.engine, strategy_name=self.strategy.name, writes=not self.readonly,
+            holds=self.holds, settings=self.settings, clock=trio.current_time,
+        )
+
+    def _guard(self, epoch: int) -> None:
+        """Before every read through the view a strategy holds (C8): a view of an older epoch is dead."""
+        if epoch != self.epoch:
+            raise ReaderConflictError(f"{self.place} changed its view since this view was made")
+
+    def _start_strategy(self) -> None:
+        """Initialise the strategy for the current view (C5: a failure leaves a claim standing)."""
+        self.ctx = self._new_context()
         self.strategy_started = True
-        # What initialize reads is what was committed when it began; anything appended during its
-        # awaits is handed to on_new_message after (at least once, never lost).
-        seen = self.runtime.engine.last_sequence
+        self.ref.wants_appends = self.strategy.auto_tick and not self.readonly
+        self.ref.strategy_config = self.strategy_config
         try:
-            await self.strategy.initialize(self.ctx)
+            self.strategy.initialize(self.ctx)
             self.strategy_error = None
         except Exception as exc:
             self.strategy_error = exc
-            raise
-        self._seen = max(self._seen, seen)
-
-    def stop(self) -> None:
-        if self.stopped:
-            return
-        self.stopped = True
-        self._cancel.cancel()
-        for cache in self._caches:
-            if self._appended in cache.subscribers:
-                cache.subscribers.remove(self._appended)
-            self.runtime.slots.release(cache)
-
-    # -- the reader check -------------------------------------------------------------------
-
-    def _guard(self, epoch: int) -> None:
-        """Run before every read through the view a strategy holds (C8)."""
-        if epoch != self.epoch:
-            raise ReaderConflictError(
-                f"namespace {self.namespace!r} on branch {self.branch!r} changed its reader since this "
-                f"view was made; it now records {self.record!r}"
-            )
-
-    def check(self, reader: str | None) -> None:
-        """C8: refuse a request from a manager whose reader the record doesn't name."""
-        record = self.record
-        if isinstance(record, CorruptRecord):
-            raise ReaderConflictError(
-                f"namespace {self.namespace!r} on branch {self.branch!r} records {record.value!r}, which is "
-                f"not a reader's name; refusing to serve it"
-            )
-        if record != reader:
-            if record is None:
-                raise ReaderConflictError(
-                    f"namespace {self.namespace!r} on branch {self.branch!r} records no reader, but this "
-                    f"manager compiles for {reader!r}"
-                )
-            raise ReaderConflictError(
-                f"namespace {self.namespace!r} on branch {self.branch!r} records reader {record!r}; this "
-                f"manager compiles for {reader!r}. Its summaries and context log hold {record!r}'s view, "
-                f"so another reader would read them: give each reader a namespace of its own"
-            )
-
-    @asynccontextmanager
-    async def _settled(self) -> AsyncIterator[None]:
-        """Turn the internal stale-epoch signal into the public error a caller can act on."""
-        record = self.record
-        try:
-            yield
-        except StaleEpochError:
-            if self.stopped:
-                raise ManagerClosedError(
-                    f"namespace {self.namespace!r} on branch {self.branch!r} stopped (its last manager closed or "
-                    f"moved) while this request ran"
-                ) from None
-            if self.record == record:
-                raise StrategyRefusedError(
-                    f"the strategy of namespace {self.namespace!r} on branch {self.branch!r} was replaced while "
-                    f"this request ran; retry it"
-                ) from None
-            raise ReaderConflictError(
-                f"namespace {self.namespace!r} on branch {self.branch!r} changed its reader while this request "
-                f"ran; it now records {self.record!r}"
-            ) from None
+            logger.warning("strategy %r of %s failed to start: %r", self.strategy.name, self.place, exc)
+        self.ctx.take()  # initialize reads; anything it wrote would be a strategy bug: not committed
+        self.seen = self.services.engine.last_sequence
 
     def _require_strategy(self) -> None:
         if self.strategy_error is not None:
             raise StrategyRefusedError(
-                f"the strategy of namespace {self.namespace!r} on branch {self.branch!r} failed to start: "
-                f"{self.strategy_error!r}; recover with set_strategy() or switch_branch()"
+                f"the strategy of {self.place} failed to start: {self.strategy_error!r}; recover with set_strategy() "
+                f"or switch_branch()"
             )
 
-    # -- claims -----------------------------------------------------------------------------
+    def _take_notes(self) -> None:
+        notes = self.ref.take_notes()
+        for sequence, hold in notes:
+            if hold is not False:
+                self.holds.place([sequence], None if hold is True else hold, trio.current_time())
+        if notes and self.strategy.auto_tick:
+            self.drain_wanted = True
 
-    async def attach(self, reader: str | None, *, claim: bool = True, compiles_for_none: bool = False) -> str | None:
-        """Attach a manager: claim the namespace for ``reader`` if unclaimed (C1, C6, C13).
-
-        Returns the reader the manager compiles for. ``compiles_for_none``: a manager moving
-        here that compiles for no reader is refused where a reader is recorded (C7). Raises
-        ``ActorRetired`` if the actor stopped while the caller waited its turn.
-        """
-        async with self.lock:
-            if self.stopped:
-                raise ActorRetired(self.namespace)
-            if compiles_for_none and self.record is not None:
-                self.check(None)
-            resolved = self.resolve(reader)
-            require_marking(self.strategy, resolved, self.namespace)
-            if resolved is not None and self.record is None and claim and not self.runtime.readonly:
-                await self._claim(resolved)  # stands even if the strategy then fails to start (C5)
-            if not self.strategy_started:
-                await self.start_strategy()
-            self.managers += 1  # only a manager that was handed out counts
-            return resolved
-
-    def resolve(self, reader: str | None) -> str | None:
-        """The reader a manager opened with ``reader`` compiles for here, or raise (C1, C3, C6)."""
-        return resolve_reader(self.record, reader, self.namespace, self.branch)
-
-    async def _claim(self, reader: str) -> None:
-        await self.runtime.store.ask(SetValue(state=self.reader_state, branch=self.branch, value=reader))
-        self.record = reader
-        self.epoch += 1  # work begun for the unclaimed view writes nothing (C9)
-        self._build_views()
-        await self.start_strategy()  # a failure here leaves the claim standing (C5)
-
-    def detach(self) -> None:
-        self.managers -= 1
-
-    # -- new messages and holds -------------------------------------------------------------
-
-    def _appended(self, message: Message, appended: Appended | None) -> None:
-        """Called synchronously by a slot cache after a commit: place holds, wake the drain."""
-        if appended is not None and appended.origin is self and appended.hold is not False:
-            timeout = appended.hold if not isinstance(appended.hold, bool) else None
-            self.place_holds([message.sequence], timeout)
-        if getattr(self.strategy, "auto_tick", False):
-            self._wake.set()  # only a draining strategy has anything to do now
-
-    def place_holds(self, sequences: Sequence[int], timeout_s: float | None) -> None:
-        expires = math.inf if timeout_s is None else trio.current_time() + timeout_s
-        for sequence in sequences:
-            self.holds[sequence] = expires
-        if timeout_s is not None:
-            self._wake.set()  # the drain re-arms its wait for the hold's lapse (T5)
-
-    def release_holds(self, sequences: Sequence[int]) -> None:
-        for sequence in sequences:
-            self.holds.pop(sequence, None)
-        self._wake.set()
-
-    def hold_floor(self) -> int | None:
-        now = trio.current_time()
-        expired = [sequence for sequence, expires in self.holds.items() if expires <= now]
-        for sequence in expired:
-            del self.holds[sequence]
-        if expired:
-            logger.info("compression hold timeout in %r: releasing %d hold(s)", self.namespace, len(expired))
-        return min(self.holds) if self.holds else None
-
-    async def _flush_new(self) -> None:
-        """Hand the strategy each message it hasn't seen, in the reader's view (A4)."""
+    def _flush_new(self) -> None:
+        """Take the notes lane, then hand the strategy each message it hasn't seen, in the reader's view (A4)."""
+        self._take_notes()
         if self.strategy_error is not None:
             return
-        pending = self.view.after(self._seen)
-        if not pending:
-            self._seen = max(self._seen, self.runtime.engine.last_sequence)
-            return
-        for message in list(pending):
-            await self.strategy.on_new_message(message, self.ctx)
-            self._seen = message.sequence
+        pending = self.view.after(self.seen)
+        for message in pending:
+            self.strategy.on_new_message(message, self.ctx)
+        if pending:
+            self.seen = max(self.seen, pending[-1].sequence)
 
-    # -- the floor --------------------------------------------------------------------------
+    async def _commit(self, reaches: int = 0) -> bool:
+        """Commit what the strategy buffered, the floor first, in one transaction; True if anything was.
 
-    async def raise_floor(self, sequence: int) -> None:
-        if self.reader is None:
-            return  # D7
-        if sequence <= self.floor:
-            return  # never lowers (D2)
-        await self.runtime.store.ask(SetValue(state=self.floor_state, branch=self.branch, value=sequence))
-        self.floor = max(self.floor, sequence)
-
-    # -- requests ---------------------------------------------------------------------------
-
-    async def compile(
-        self, reader: str | None, budget: Budget, injections: Sequence[Any], message_injections: Sequence[Any],
-        dry_run: bool,
-    ) -> CompileResult:
-        async with self.lock, self._settled():
-            self.check(reader)
-            self._require_strategy()
-            validate_injections(injections, message_injections)
-            await self._flush_new()
-            entries = await self.strategy.select(self.view, budget, SelectOptions(dry_run=dry_run, context=self.ctx))
-            return build_compile_result(
-                entries,
-                namespace=self.namespace,
-                branch=self.branch,
-                reader=self.reader,
-                strategy_name=self.strategy.name,
-                lookup=self.raw_body,
-                injections=injections,
-                message_injections=message_injections,
-                memo=self.compile_memo,
-            )
-
-    async def preview(self, reader: str | None, budget: Budget, message_injections: Sequence[Any]) -> Any:
-        async with self.lock, self._settled():
-            self.check(reader)
-            self._require_strategy()
-            validate_injections((), message_injections)
-            await self._flush_new()
-            return await self.strategy.preview(self.view, budget, SelectOptions(dry_run=True, context=self.ctx))
-
-    async def tick(self, reader: str | None) -> bool:
-        async with self.lock:
-            self._require_strategy()
-        return await self._tick_once(reader)
-
-    async def _tick_once(self, reader: str | None | object = _DRAIN) -> bool:
-        """One unit of work; a manager's unit is checked against the record in the same turn (C8)."""
-        async with self._tick_lock:
-            async with self.lock:
-                if reader is not _DRAIN:
-                    self.check(reader)  # type: ignore[arg-type]
-                if self.strategy_error is not None or self.stopped:
-                    return False
-                await self._flush_new()
-                try:
-                    return await self.strategy.tick(self.ctx)
-                except StaleEpochError as exc:
-                    logger.warning("discarded: %s", exc)
-                    return False
-
-    async def is_ready(self, reader: str | None) -> bool:
-        async with self.lock, self._settled():
-            self.check(reader)
-            await self._flush_new()
-            return self.strategy.is_ready()
-
-    async def set_strategy(self, reader: str | None, config: Any) -> None:
-        async with self.lock, self._settled():
-            self.check(reader)
-            strategy = build_strategy(config)
-            require_marking(strategy, self.reader, self.namespace)
-            self.strategy, self.strategy_config = strategy, config
-            self.epoch += 1
-            self._build_views()
-            await self.start_strategy()
-
-    async def call(self, reader: str | None, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A checked call of an optional strategy capability (summary reads...); None if absent."""
-        async with self.lock, self._settled():
-            self.check(reader)
-            self._require_strategy()
-            await self._flush_new()
-            function = getattr(self.strategy, method, None)
-            if function is None:
-                return None
-            return await function(self.ctx, *args, **kwargs)
-
-    # -- edits and removals ----------------------------------------------------------------
-
-    async def edit(self, reader: str | None, message: Message, command: EditItem) -> None:
-        """Edit ``message`` (as stored) into ``command``'s content, refusing a narrowing (D1-D5).
-
-        The slot edit and its context-log copies commit together (M5, L3).
+        On failure the strategy is reloaded from what is stored (its memory may be ahead of it),
+        and the error raised.
         """
-        async with self.lock:
-            self.check(reader)
-            # Judge the edit against the message as it is now: another edit may have landed while
-            # this one waited its turn (D1-D5 compare with what readers saw last).
-            current = self._caches[0].get(message.id)
-            if current is None:
-                raise MessageNotFoundError(
-                    f"no message {message.id!r} in slot {self.config.slot!r} on branch {self.branch!r}"
-                )
-            new_content = command.attachment.content
-            self._check_narrowing(current, new_content)
-            await self.runtime.store.ask(
-                Atomically(commands=(command, *self._propagation(current, new_content)))
-            )
-
-    def _check_narrowing(self, message: Message, new_content: Sequence[Any]) -> None:
-        names, others = hidden_by_edit(message.content, new_content)
-        if not names and not others:
-            return  # hides nothing, or widens
-        reader = self.reader
-        where = f"message {message.id} in namespace {self.namespace!r} on branch {self.branch!r}"
-        why = ("nothing takes a block out of a summary already written or a request already sent, "
-               "a removal included")
-        if reader is None:
-            raise NarrowingRefusedError(
-                f"refused: the edit would hide a block of {where}, and a manager that compiles for no reader "
-                f"can't see what any reader's compression has read ({why})"
-            )
-        if others or names - {reader}:
-            hidden = sorted(names - {reader}) + (["readers it doesn't name"] if others else [])
-            raise NarrowingRefusedError(
-                f"refused: the edit would hide a block of {where} from {', '.join(map(repr, hidden))}, other "
-                f"readers than {reader!r}, whose compression this manager can't see ({why})"
-            )
-        floor = self._read_floor()
-        if floor is None:
-            raise NarrowingRefusedError(
-                f"refused: the edit would hide a block of {where} from reader {reader!r}, and the namespace's "
-                f"record of what compression has read ({self.floor_state!r}) can't be read"
-            )
-        if message.sequence <= max(floor, self.floor):
-            raise NarrowingRefusedError(
-                f"refused: the edit would hide a block of {where} from reader {reader!r}, and compression may "
-                f"already have read it (narrowing floor {max(floor, self.floor)}; {why})"
-            )
-        for other in self._other_records():
-            if other == reader or isinstance(other, CorruptRecord):
-                raise NarrowingRefusedError(
-                    f"refused: the edit would hide a block of {where} from reader {reader!r}, and another "
-                    f"namespace on the branch records {other!r}, whose compression this manager can't see"
-                )
-
-    def _other_records(self) -> list[str | None | CorruptRecord]:
-        records = []
-        for info in self.runtime.engine.list_states():
-            if info.name.endswith("/reader") and info.name != self.reader_state:
-                records.append(read_record(self.runtime, info.name[: -len("/reader")], self.branch))
-        return records
-
-    async def remove(self, first: Message, last: Message) -> None:
-        """Remove the messages from ``first`` to ``last`` of the own slot, with their context-log
-        copies, in one commit (D1: never refused for narrowing)."""
-        async with self.lock:
-            removal = RemoveItems(state=self.config.slot, branch=self.branch, from_sequence=first.sequence,
-                                  to_sequence=last.sequence)
-            await self.runtime.store.ask(
-                Atomically(commands=(removal, *self._removal_propagation(first.sequence, last.sequence)))
-            )
-
-    # -- the context log (M5, A6, B3) ------------------------------------------------------
-
-    def _context_entries(self) -> list[Message]:
-        engine = self.runtime.engine
-        with engine.reader() as txn:
-            items = engine.log_items(txn, self.context_state, engine.branch(self.branch))
-        return [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
-
-    def _propagation(self, message: Message, new_content: Sequence[Any]) -> list[Any]:
-        """Commands that carry an edit to ``copy`` entries of the context log, as the reader sees it (M5, A6)."""
-        content = content_for_reader(tuple(new_content), self.reader)
+        mark, writes = self.ctx.take()
+        mark = max(mark, reaches)
+        if self.readonly:
+            return False
         commands: list[Any] = []
-        for entry in self._context_entries():
-            meta = entry.metadata or {}
-            if meta.get("relation", "copy") != "copy" or message.id not in meta.get("source_ids", ()):
-                continue
-            if content:
-                data = codec.message_to_json(entry.participant, content, meta, 0, ())
-                commands.append(EditItem(state=self.context_state, branch=self.branch, item_sequence=entry.sequence,
-                                         data=data))
-            else:
-                commands.append(RemoveItems(state=self.context_state, branch=self.branch,
-                                            from_sequence=entry.sequence, to_sequence=entry.sequence))
-        return commands
+        raise_floor = self.reader is not None and mark > self.floor  # D7: no reader, no floor
+        if raise_floor:
+            commands.append(SetValue(state=states.floor_state(self.place.namespace), branch=self.branch_id, value=mark))
+        commands += writes
+        if not commands:
+            return False
+        engine = self.services.engine
+        kinds = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
+        registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()  # type: ignore[arg-type]
+                     if not engine.has_state(name)]
+        try:
+            await self._store().ask(Atomically(commands=(*registers, *commands)))
+        except Exception:
+            if writes:
+                self._start_strategy()
+            raise
+        if raise_floor:
+            self.floor = max(self.floor, mark)
+        return True
 
-    def _removal_propagation(self, first: int, last: int) -> list[Any]:
-        commands: list[Any] = []
-        for entry in self._context_entries():
-            meta = entry.metadata or {}
-            if meta.get("relation", "copy") != "copy":
-                continue
-            if any(first <= int(source) <= last for source in meta.get("source_ids", ()) if source.isdigit()):
-                commands.append(RemoveItems(state=self.context_state, branch=self.branch,
-                                            from_sequence=entry.sequence, to_sequence=entry.sequence))
-        return commands
+    # -- the loop ---------------------------------------------------------------------------
 
-    # -- the drain --------------------------------------------------------------------------
-
-    async def _drain(self) -> None:
-        """Background compression (T8): woken by new messages when the strategy auto-ticks."""
-        with self._cancel:
-            while not self.stopped:
-                # A hold that times out, or a backoff that ends, wakes the drain like a new message (T5, T8).
-                now = trio.current_time()
-                deadline = min((e for e in self.holds.values() if e > now), default=math.inf)
-                backoff = self._backoff()
-                with trio.move_on_at(deadline if backoff is None else min(deadline, backoff)):
-                    await self._wake.wait()
-                self._wake = trio.Event()
-                if not getattr(self.strategy, "auto_tick", False) or self._backoff() is not None:
-                    continue
-                while not self.stopped:
-                    try:
-                        progressed = await self._tick_once()
-                    except Exception:
-                        logger.exception("compression drain of %r on %r failed one unit", self.namespace, self.branch)
-                        progressed = False
-                    if not progressed:
-                        break
-                    await trio.lowlevel.checkpoint()  # let hosts' requests in between units
-
-    def _backoff(self) -> float | None:
-        wake_at = getattr(self.strategy, "wake_at", None)
-        return None if wake_at is None else wake_at()
-
-    async def drain_idle(self, reader: str | None) -> None:
-        """Drive ticks until the strategy is ready or makes no progress (``wait_ready``)."""
+    async def serve(self) -> None:
         while True:
-            async with self.lock:
-                self.check(reader)
-                await self._flush_new()
-                if self.strategy.is_ready():
-                    return
-            if not await self._tick_once(reader):
+            if self.ref.retired is not None:  # closed from outside: the branch was deleted, the runtime closes
+                self.stop(self.ref.retired)
+            if self.stop_error is not None:
                 return
+            envelope = None
+            with trio.move_on_at(self._deadline()):
+                try:
+                    envelope = await self.ref.inbox.receive()
+                except trio.EndOfChannel:
+                    continue
+            if envelope is None:
+                self.holds.lapse(trio.current_time())
+                self.drain_wanted = self.strategy.auto_tick
+            else:
+                command, reply = envelope
+                try:
+                    result = await self.handle(command, reply)
+                except Exception as exc:
+                    if reply is not None:
+                        reply.resolve(False, exc)
+                    else:
+                        logger.exception("%s: %s failed", self.place, type(command).__name__)
+                else:
+                    if reply is not None and result is not _LATER:
+                        reply.resolve(True, result)
+            await self._pump()
+
+    def _deadline(self) -> float:
+        """When the loop should look again without a command: a hold lapsing, a backoff ending."""
+        now = trio.current_time()
+        deadline = self.holds.next_lapse(now)
+        if self.strategy.auto_tick and not self.readonly:
+            wake = self.strategy.wake_at()
+            if wake is not None:
+                deadline = min(deadline, wake)
+        return deadline
+
+    async def handle(self, command: Any, reply: Reply | None) -> Any:
+        match command:
+            case Compile():
+                return await self._compile(command)
+            case Preview():
+                check_reader(self.record, command.reader, self.place)
+                self._require_strategy()
+                validate_injections((), command.message_injections)
+                self._flush_new()
+                return self.strategy.preview(self.view, command.budget, SelectOptions(dry_run=True, context=self.ctx))
+            case Tick() | ResetHeadWindow():
+                return self._queue_unit(command, reply)
+            case CheckReady():
+                check_reader(self.record, command.reader, self.place)
+                self._flush_new()
+                return self.strategy.is_ready()
+            case Edit():
+                return await self._edit(command)
+            case Remove():
+                return await self._remove(command)
+            case Attach():
+                return await self._attach(command)
+            case Detach():
+                self.managers.discard(command.token)
+                if not self.managers:
+                    self.stop(_retired(self.place))
+                return None
+            case SetStrategy():
+                return self._set_strategy(command)
+            case Fork():
+                return await self._fork(command)
+            case Derive():
+                return await self._derive(command)
+            case QuerySummaries():
+                return self._query(command)
+            case Hold():
+                now = trio.current_time()
+                cache = self.caches[0]
+                found = (cache.get(i) for i in command.message_ids)
+                self.holds.place([m.sequence for m in found if m is not None], command.timeout_s, now)
+                return None
+            case Release():
+                self.holds.release([s for s in (parse_id(i) for i in command.message_ids) if s is not None])
+                self.drain_wanted = self.strategy.auto_tick
+                return None
+            case SetSystemPrompt():
+                self.settings.system_prompt = command.text
+                return None
+            case SetTools():
+                self.settings.tools = command.tools
+                return None
+            case ReportHealth():
+                return self._health()
+            case Inspect():
+                return NamespaceSnapshot(self.strategy, self.record, self.floor, self.epoch, tuple(self.caches),
+                                         self.reader_listing, self.model_timeout_s)
+            case UnitDone():
+                await self._unit_done(command)
+                return None
+            case Wake():
+                self._take_notes()
+                return None
+        raise TypeError(f"not a namespace command: {command!r}")
+
+    # -- managers ---------------------------------------------------------------------------
+
+    async def _attach(self, command: Attach) -> Attached:
+        resolved = check_attach(self.record, command.reader, compiles_for_none=command.compiles_for_none,
+                                place=self.place)
+        self._check_config(command)
+        require_marking(self.strategy.marks_compression_reads, self.strategy.name, resolved, self.place.namespace)
+        if resolved is not None and self.record is None and not self.readonly:
+            await self._store().ask(SetValue(state=states.reader_state(self.place.namespace), branch=self.branch_id,
+                                             value=resolved))
+            self.record = resolved
+            self.epoch += 1  # work begun for the unclaimed view writes nothing (C9)
+            self._build_views()
+            self._start_strategy()  # a failure here leaves the claim standing (C5)
+        if not self.strategy_started:
+            self._start_strategy()
+        self.managers.add(command.token)
+        return Attached(resolved)
+
+    def _check_config(self, command: Attach) -> None:
+        wanted, running = command.config, self.config
+        if command.explicit_strategy and wanted.strategy != self.strategy_config:
+            raise ConfigConflictError(
+                f"{self.place} runs strategy {self.strategy_config!r}; this open asked for {wanted.strategy!r}"
+            )
+        if wanted.view_filter is not None and wanted.view_filter is not running.view_filter:
+            raise ConfigConflictError(f"{self.place} runs with another view_filter")
+        if (wanted.slot, *wanted.auxiliary) != (running.slot, *running.auxiliary):
+            raise ConfigConflictError(
+                f"{self.place} reads slots {(running.slot, *running.auxiliary)}; this open asked for "
+                f"{(wanted.slot, *wanted.auxiliary)}"
+            )
+
+    def _check_branching(self, reader: str | None) -> None:
+        """C1, C3, C7, C12: whether a manager compiling for ``reader`` may fork or derive from here."""
+        resolve_reader(self.record, reader, self.place)
+        if reader is None and self.record is not None:
+            check_reader(self.record, None, self.place)
+        self._require_strategy()
+
+    async def _fork(self, command: Fork) -> Any:
+        self._check_branching(command.reader)
+        return await self._store().ask(CreateBranch(name=command.name, from_branch=self.branch_id))
+
+    async def _derive(self, command: Derive) -> tuple[Any, str | None]:
+        self._require_strategy()  # C12
+        # The head's record decides (C11): a no-reader parent's child takes what the head records.
+        child_reader = resolve_reader(self.record, command.reader, self.place)
+        config = command.strategy if command.strategy is not None else self.strategy_config
+        strategy = build_strategy(config)
+        require_marking(strategy.marks_compression_reads, strategy.name, child_reader, self.place.namespace)
+        commands: list[Any] = [CreateBranch(name=command.name, from_branch=self.branch_id,
+                                            at_sequence=command.at_sequence)]
+        if child_reader is not None:
+            commands.append(SetValue(state=states.reader_state(self.place.namespace), branch=command.name,
+                                     value=child_reader))
+        created = await self._store().ask(Atomically(commands=tuple(commands)))
+        return created[0], child_reader
+
+    def _set_strategy(self, command: SetStrategy) -> None:
+        check_reader(self.record, command.reader, self.place)
+        strategy = build_strategy(command.config)
+        require_marking(strategy.marks_compression_reads, strategy.name, self.reader, self.place.namespace)
+        self.strategy, self.strategy_config = strategy, command.config
+        self.epoch += 1  # a unit of the old strategy writes nothing
+        self._build_views()
+        self._start_strategy()
+
+    def _health(self) -> NamespaceHealth:
+        return NamespaceHealth(
+            namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
+            managers=len(self.managers), mailbox_depth=self.ref.mailbox_depth,
+            in_flight_model_calls=0 if self.in_flight is None else 1,
+            ready=self.strategy_error is None and self.strategy.is_ready(),
+            quarantined=tuple(self.strategy.quarantined()), narrowing_floor=self.floor,
+            strategy_error=None if self.strategy_error is None else repr(self.strategy_error),
+        )
+
+    # -- compile ----------------------------------------------------------------------------
+
+    async def _compile(self, command: Compile) -> Any:
+        check_reader(self.record, command.reader, self.place)
+        self._require_strategy()
+        validate_injections(command.injections, command.message_injections)  # B4: before the strategy runs
+        self._flush_new()
+        options = SelectOptions(dry_run=command.dry_run, context=self.ctx)
+        entries = self.strategy.select(self.view, command.budget, options)
+        if command.dry_run:
+            self.ctx.take()
+        else:
+            try:
+                await self._commit()
+            except Exception:
+                # The strategy's bookkeeping (chunks closing, an anchor) waits; the compile goes on (P1, D4).
+                logger.warning("%s: what the strategy wrote during a compile could not commit", self.place,
+                               exc_info=True)
+        return build_compile_result(
+            entries, namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
+            strategy_name=self.strategy.name, lookup=self.raw_body, injections=command.injections,
+            message_injections=command.message_injections, memo=self.compile_memo,
+        )
+
+    def _query(self, command: QuerySummaries) -> Any:
+        check_reader(self.record, command.reader, self.place)  # C10
+        self._require_strategy()
+        self._flush_new()
+        strategy, query = self.strategy, command.query
+        if not isinstance(strategy, SummaryReader):
+            return None
+        match query:
+            case SearchSummaries():
+                return strategy.search_summaries(self.ctx, text=query.text, regex=query.regex, levels=query.levels,
+                                                 limit=query.limit, include_merged=query.include_merged)
+            case GetSummary():
+                return strategy.get_summary(self.ctx, query.summary_id)
+            case SummariesInRange():
+                return strategy.get_summaries_in_range(self.ctx, from_ms=query.from_ms, to_ms=query.to_ms,
+                                                       level=query.level)
+        raise TypeError(f"not a summary query: {query!r}")
+
+    # -- edits and removals -----------------------------------------------------------------
+
+    async def _edit(self, command: Edit) -> None:
+        check_reader(self.record, command.reader, self.place)
+        # Judged against the message as it is now: another edit may have landed while this one
+        # waited its turn (D1-D5 compare with what readers saw last).
+        current = self.caches[0].get(command.message_id)
+        if current is None:
+            raise MessageNotFoundError(f"no message {command.message_id!r} in slot {self.config.slot!r} on "
+                                       f"branch {self.place.branch!r}")
+        stored_floor = self._stored_floor()
+        judge_edit(current, command.content, reader=self.reader,
+                   floor=None if stored_floor is None else max(stored_floor, self.floor),
+                   others=self._other_records(), place=self.place)
+        data = codec.message_to_json(current.participant, command.stored, current.metadata, current.timestamp_ms,
+                                     current.caused_by)
+        appended = Appended(current.participant, command.content, current.metadata, current.timestamp_ms,
+                            current.caused_by)
+        edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
+                        blobs=command.blobs, attachment=appended)
+        propagation = edit_propagation(self._context_entries(), current.id, command.content, reader=self.reader,
+                                       context_state=states.context_state(self.place.namespace), branch=self.branch_id)
+        await self._store().ask(Atomically(commands=(edit, *propagation)))  # M5, L3: one commit
+
+    async def _remove(self, command: Remove) -> None:
+        cache = self.caches[0]
+        first, last = cache.get(command.first_id), cache.get(command.last_id)
+        for given, found in ((command.first_id, first), (command.last_id, last)):
+            if found is None:
+                raise MessageNotFoundError(f"no message {given!r} in slot {self.config.slot!r} on branch "
+                                           f"{self.place.branch!r}")
+        assert first is not None and last is not None
+        if first.sequence > last.sequence:
+            raise ValueError(f"remove_messages: from_id {command.first_id!r} comes after to_id {command.last_id!r}")
+        removal = RemoveItems(state=self.config.slot, branch=self.branch_id, from_sequence=first.sequence,
+                              to_sequence=last.sequence)
+        propagation = removal_propagation(self._context_entries(), first.sequence, last.sequence,
+                                          context_state=states.context_state(self.place.namespace),
+                                          branch=self.branch_id)
+        await self._store().ask(Atomically(commands=(removal, *propagation)))
+
+    # -- units: ticks, the drain, transition summaries --------------------------------------
+
+    def _queue_unit(self, command: Tick | ResetHeadWindow, reply: Reply | None) -> Any:
+        # Checked now and again when its turn comes: a claim may land while it waits (C8).
+        check_reader(self.record, command.reader, self.place)
+        self._require_strategy()
+        if isinstance(command, ResetHeadWindow) and not isinstance(self.strategy, HeadWindowReset):
+            raise StrategyRefusedError(f"strategy {self.strategy.name!r} does not support head window reset")
+        if reply is None:
+            return None
+        self.unit_waiters.append((command, reply))
+        return _LATER
+
+    async def _pump(self) -> None:
+        """Start the next unit when none is out: a manager's first, else the drain's."""
+        while self.in_flight is None and self.stop_error is None:
+            if self.unit_waiters:
+                command, reply = self.unit_waiters.popleft()
+                try:
+                    await self._begin(command, reply)
+                except Exception as exc:
+                    reply.resolve(False, exc)
+            elif self.drain_wanted and self.strategy.auto_tick and not self.readonly and self.strategy_error is None:
+                wake = self.strategy.wake_at()
+                if wake is not None and wake > trio.current_time():
+                    self.drain_wanted = False  # the loop's deadline wakes it when the backoff ends
+                    return
+                try:
+                    started = await self._begin(None, None)
+                except Exception:
+                    logger.exception("compression drain of %s failed to plan a unit", self.place)
+                    started = False
+                if not started:
+                    self.drain_wanted = False
+            else:
+                return
+
+    async def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply | None) -> bool:
+        """Plan the next unit, raise the floor and start its model call; True if a call is out.
+
+        A unit with nothing to call answers its caller at once.
+        """
+        if command is not None:
+            check_reader(self.record, command.reader, self.place)
+            self._require_strategy()
+        if self.readonly:
+            if reply is not None:
+                reply.resolve(True, False)
+            return False
+        self._flush_new()
+        if isinstance(command, ResetHeadWindow):
+            return await self._begin_reset(command, reply)
+        unit = self.strategy.next_unit(self.ctx)
+        if unit is None:
+            wrote = await self._commit()
+            if reply is not None:
+                reply.resolve(True, wrote)
+            return False
+        await self._commit(unit.reaches)  # the floor covers the unit before its request exists (D2, D4)
+        self._call(unit, self.strategy.request_for(unit, self.ctx), "tick" if command else "drain", reply)
+        return True
+
+    async def _begin_reset(self, command: ResetHeadWindow, reply: Reply | None) -> bool:
+        strategy = self.strategy
+        assert isinstance(strategy, HeadWindowReset)
+        if command.text is not None:
+            result = await self._transition(strategy.transition_content(self.ctx, command.text, None))
+            if reply is not None:
+                reply.resolve(True, result)
+            return False
+        unit = strategy.transition_unit(self.ctx)
+        await self._commit(unit.reaches)  # before the transition summary reads the head window (D2, D4)
+        self._call(unit, self.strategy.request_for(unit, self.ctx), "reset", reply, reset=command)
+        return True
+
+    async def _transition(self, content: list[dict[str, Any]]) -> str:
+        data, blobs, appended = prepare_append(TRANSITION_PARTICIPANT, content, origin=self.ref)
+        operation = await self._store().ask(
+            AppendItem(state=self.config.slot, branch=self.branch_id, data=data, blobs=tuple(blobs),
+                       attachment=appended)
+        )
+        message_id = str(operation.sequence)
+        strategy = self.strategy
+        assert isinstance(strategy, HeadWindowReset)
+        strategy.start_head_window(self.ctx, message_id)
+        await self._commit()
+        return message_id
+
+    def _call(self, unit: Unit, request: Any, kind: str, reply: Reply | None, *, reset: Any = None) -> None:
+        scope = trio.CancelScope()
+        self.in_flight = _InFlight(kind, unit, self.epoch, reply, scope, reset)
+        self.ref.in_flight = 1
+        self.children.start_soon(_complete, self.ref, self.model, request, unit, self.epoch, self.model_timeout_s,
+                                 scope)
+
+    async def _unit_done(self, done: UnitDone) -> None:
+        flight, self.in_flight = self.in_flight, None
+        self.ref.in_flight = 0
+        if flight is None:
+            return
+        if done.epoch != self.epoch:
+            logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
+                           self.place, flight.unit.key)
+            if flight.reply is not None:
+                flight.reply.resolve(*((True, False) if flight.kind == "tick" else (False, self._moved_error())))
+            return
+        try:
+            if flight.kind == "reset":
+                strategy = self.strategy
+                assert isinstance(strategy, HeadWindowReset) and flight.reset is not None
+                result: Any = await self._transition(strategy.transition_content(self.ctx, None, done.outcome))
+            else:
+                result = self.strategy.apply_unit(flight.unit, done.outcome, self.ctx)
+                await self._commit()
+        except Exception as exc:
+            if flight.reply is not None:
+                flight.reply.resolve(False, exc)
+            else:
+                logger.exception("compression drain of %s failed to apply %s", self.place, flight.unit.key)
+            self.drain_wanted = False
+            return
+        if flight.reply is not None:
+            flight.reply.resolve(True, result)
+        if flight.kind == "drain" and not result:
+            self.drain_wanted = False
+
+    def _moved_error(self) -> BaseException:
+        return StrategyRefusedError(f"the strategy or reader of {self.place} changed while this request ran; retry it")
+
+
+def _subscriber(ref: NamespaceRef) -> Callable[[Message, Appended | None], None]:
+    """What a slot cache calls after a commit: a note of this namespace's own appends (for their
+    holds), and a wake-up on every append while its strategy drains in the background."""
+
+    def appended(message: Message, attachment: Appended | None) -> None:
+        if attachment is not None and attachment.origin is ref and attachment.hold is not False:
+            ref.note_appended(message.sequence, attachment.hold)
+        elif ref.wants_appends:
+            ref.note_appended(message.sequence, False)
+
+    return appended
+
+
+async def _complete(
+    ref: NamespaceRef, model: Any, request: Any, unit: Unit, epoch: int, timeout_s: float, scope: trio.CancelScope
+) -> None:
+    """The child task of one unit: the model call, outside the mailbox; its outcome goes back as UnitDone."""
+    with scope:
+        outcome: Any
+        if model is None:
+            outcome = ModelError(f"namespace {ref.namespace!r} has no model for compression", retryable=False)
+        else:
+            try:
+                with trio.fail_after(timeout_s):
+                    outcome = await model.complete(request)
+            except trio.TooSlowError:
+                outcome = ModelError(f"model {request.model!r} gave no reply within {timeout_s} s", retryable=True)
+            except ModelError as exc:
+                outcome = exc
+            except Exception as exc:  # a host's model that breaks its protocol: the unit fails, the actor goes on
+                logger.exception("model call for %s in %r failed", unit.key, ref.namespace)
+                outcome = ModelError(f"the model raised {exc!r}", retryable=False)
+        ref.tell(UnitDone(epoch, unit, outcome))
+
+
+async def serve_namespace(
+    services: Services, ref: NamespaceRef, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve one namespace actor until it stops: its last manager leaves, its branch is deleted,
+    or the runtime closes. Raises from ``task_status.started`` what its start raised."""
+    async with trio.open_nursery() as children:
+        actor = _Actor(services, ref, children)
+        try:
+            await actor.start()
+        except BaseException:
+            actor.stop(_retired(actor.place))
+            actor.release()
+            raise
+        task_status.started()
+        try:
+            await actor.serve()
+        finally:
+            actor.stop(actor.stop_error or _runtime_closed(actor.place))
+            actor.release()
+            children.cancel_scope.cancel()

@@ -539,6 +539,24 @@ class Engine:
             items.append(Item(keys.decode_u64(value[:8]), ordinal, version, value[8:]))
         return items
 
+    # Reads without a transaction in hand, for the layers above the store (each is one read txn).
+
+    def read_value(self, state: str, branch_id: int, default: Any = None) -> Any:
+        """The value ``state`` holds on branch ``branch_id``, or ``default`` if it was never set or
+        the state isn't registered."""
+        if not self.has_state(state):
+            return default
+        with self.env.begin() as txn:
+            value, sequence = self.get_value(txn, state, self._branches[branch_id])
+        return default if sequence == 0 else value
+
+    def read_log(self, state: str, branch_id: int) -> list[Item]:
+        """Every item of log ``state`` on branch ``branch_id`` ([] if the state isn't registered)."""
+        if not self.has_state(state):
+            return []
+        with self.env.begin() as txn:
+            return self.log_items(txn, state, self._branches[branch_id])
+
     def find_index(
         self, txn: lmdb.Transaction, state: str, branch: BranchRow, sequence: int, at: int | None = None
     ) -> tuple[int, int, LogHead] | None:
@@ -675,7 +693,14 @@ class Batch:
             raise UnknownStateError(f"state {name!r} is not registered; register it before writing")
         return info
 
-    def branch(self, name: str) -> BranchRow:
+    def branch(self, name: str | int) -> BranchRow:
+        """The live branch ``name``, or the branch with that id (an incarnation: refused once deleted)."""
+        if isinstance(name, int):
+            row = self.branches.get(name) or self.engine._branches.get(name)
+            if row is None or row.deleted:
+                what = f"branch {row.name!r} (id {name}) was deleted" if row is not None else f"no branch has id {name}"
+                raise BranchNotFoundError(what)
+            return row
         # A name deleted and recreated in this batch has a deleted row and a live one: take the live.
         for row in self.branches.values():
             if row.name == name and not row.deleted:

@@ -1,7 +1,9 @@
 """Store commands (frozen attrs, one per operation) and the public branch record.
 
 Commands are imperative; ``StoreRef.ask(command)`` returns the operation the engine committed
-(``ItemAppended``, ``ValueSet``...) or raises the error that refused it.
+(``ItemAppended``, ``ValueSet``...) or raises the error that refused it. A command's ``branch``
+is a branch's name or its id; an id names one incarnation, refused once that branch is deleted
+(a later branch of the same name has another id).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from .engine import BranchRow, StateKind
+from .engine import BranchRow, Engine, StateKind
 
 Blob = tuple[str, bytes, str]  # (sha-256 hex, bytes, media type)
 
@@ -24,7 +26,7 @@ class RegisterState:
 @attrs.frozen(kw_only=True)
 class AppendItem:
     state: str
-    branch: str
+    branch: str | int
     data: bytes
     blobs: tuple[Blob, ...] = ()
     attachment: Any = attrs.field(default=None, eq=False)
@@ -33,7 +35,7 @@ class AppendItem:
 @attrs.frozen(kw_only=True)
 class EditItem:
     state: str
-    branch: str
+    branch: str | int
     item_sequence: int
     data: bytes
     blobs: tuple[Blob, ...] = ()
@@ -43,7 +45,7 @@ class EditItem:
 @attrs.frozen(kw_only=True)
 class RemoveItems:
     state: str
-    branch: str
+    branch: str | int
     from_sequence: int
     to_sequence: int
 
@@ -51,14 +53,14 @@ class RemoveItems:
 @attrs.frozen(kw_only=True)
 class SetValue:
     state: str
-    branch: str
+    branch: str | int
     value: Any
 
 
 @attrs.frozen(kw_only=True)
 class CreateBranch:
     name: str
-    from_branch: str = "main"
+    from_branch: str | int = "main"
     at_sequence: int | None = None
 
 
@@ -90,3 +92,12 @@ class BranchInfo:
 
 def branch_info(row: BranchRow, parent_name: str | None, head_sequence: int) -> BranchInfo:
     return BranchInfo(row.name, row.id, parent_name, row.fork_sequence, head_sequence)
+
+
+def describe_branches(engine: Engine) -> list[BranchInfo]:
+    """Every live branch, oldest first, as the public API shows them."""
+    infos = []
+    for row in engine.list_branches():
+        parent = None if row.parent is None else engine.branch_by_id(row.parent).name
+        infos.append(branch_info(row, parent, engine.head_sequence(row)))
+    return infos

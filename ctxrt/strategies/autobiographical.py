@@ -19,19 +19,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
-from ..content import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse
+from ..compile import Entry, PreviewResult
+from ..content import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse, has_block
 from ..errors import ModelError
-from ..namespace.context import StaleEpochError
-from ..slots import _sequence
+from ..model import ModelRequest, ModelResponse
 from ..tokens import estimate_text
-from .base import Entry, SelectOptions, Strategy
+from .base import SelectOptions, Strategy, StrategyContext, Unit
 from .shaping import shape
 
 if TYPE_CHECKING:
-    from ..compile import Budget, PreviewResult
-    from ..namespace.context import StrategyContext
+    from ..compile import Budget
     from ..views import MessageView
 
 logger = logging.getLogger("ctxrt.autobiographical")
@@ -109,8 +107,11 @@ def render_transcript(messages: Sequence[Message]) -> str:
     return "<earlier_in_conversation>\n" + "\n\n".join(parts) + "\n</earlier_in_conversation>"
 
 
-class _Transient(Exception):
-    """A retryable model failure: the unit stays queued, uncounted, and the drain backs off."""
+_TRANSIENT = object()  # a retryable model failure: the unit stays queued, uncounted, and the drain backs off
+
+
+def _sequence(message: Message) -> int:
+    return message.sequence
 
 
 class AutobiographicalStrategy(Strategy):
@@ -137,7 +138,7 @@ class AutobiographicalStrategy(Strategy):
 
     # -- state ------------------------------------------------------------------------------
 
-    async def initialize(self, ctx: StrategyContext) -> None:
+    def initialize(self, ctx: StrategyContext) -> None:
         self._ctx = ctx
         self.chunks = [Chunk(c["id"], tuple(c["ids"]), c["first"], c["last"]) for c in ctx.read_log("chunks")]
         raw = ctx.read_log("summaries")
@@ -165,7 +166,7 @@ class AutobiographicalStrategy(Strategy):
             if summary.parent_id is None:
                 self._unmerged.setdefault(summary.level, []).append(summary)
         self.head_start_id = ctx.get_value("head_start")
-        await self._rebuild(ctx)
+        self._rebuild(ctx)
 
     # -- zones ------------------------------------------------------------------------------
 
@@ -180,7 +181,7 @@ class AutobiographicalStrategy(Strategy):
         while end < len(messages) and total + view.estimate_tokens(messages[end]) <= self.config.head_window_tokens:
             total += view.estimate_tokens(messages[end])
             end += 1
-        if end > start and end < len(messages) and _has(messages[end - 1], ToolUse):
+        if end > start and end < len(messages) and has_block(messages[end - 1], ToolUse):
             end -= 1  # don't split a tool pair at the head's edge
         return start, end
 
@@ -192,7 +193,7 @@ class AutobiographicalStrategy(Strategy):
                 break
             total += cost
             start = index
-        if floor < start < len(messages) and _has(messages[start], ToolResult):
+        if floor < start < len(messages) and has_block(messages[start], ToolResult):
             start -= 1
         return start
 
@@ -206,30 +207,27 @@ class AutobiographicalStrategy(Strategy):
             end = min(end, bisect_left(messages, held, key=_sequence))
         return end
 
-    async def _rebuild(self, ctx: StrategyContext) -> None:
+    def _rebuild(self, ctx: StrategyContext) -> None:
         """Close and persist chunks over the frontier (only whole chunks; T3).
 
         The compressible zone is ``[0, head_start) + [head_end, end)``: after a head-window reset
         (T6) the stretch before the transition message is compressed too; its remainder closes at
         the head's edge, an ownership seam nothing more can join (REF §4.5).
         """
-        # Cleared first: a message arriving while a chunk record is written dirties it again.
+        # Chunk records and the floor mark commit after this returns; if they can't (D4), the actor
+        # reloads the strategy from what is stored, so the frontier waits for the next try.
         self._dirty, self._built_holds = False, ctx.hold_floor()
-        try:
-            view = ctx.view
-            messages = view.get_all()
-            head_start, head_end = self._head(messages, view)
-            end = self._compressible_end(messages, ctx)
+        view = ctx.view
+        messages = view.get_all()
+        head_start, head_end = self._head(messages, view)
+        end = self._compressible_end(messages, ctx)
+        start = self._unchunked_from(messages)
+        if start < head_start < head_end and end >= head_start:
+            self._close_chunks(ctx, messages[start:head_start], seam=True)
             start = self._unchunked_from(messages)
-            if start < head_start < head_end and end >= head_start:
-                await self._close_chunks(ctx, messages[start:head_start], seam=True)
-                start = self._unchunked_from(messages)
-            if start >= head_start:
-                start = max(start, head_end)
-            await self._close_chunks(ctx, messages[start:end], seam=False)
-        except BaseException:
-            self._dirty = True  # e.g. the floor couldn't be raised (D4): the frontier waits
-            raise
+        if start >= head_start:
+            start = max(start, head_end)
+        self._close_chunks(ctx, messages[start:end], seam=False)
 
     def _stale(self, ctx: StrategyContext | None) -> bool:
         """Whether chunks may close now that didn't at the last rebuild: new messages, or a hold
@@ -240,7 +238,7 @@ class AutobiographicalStrategy(Strategy):
         last = self.chunks[-1].last_sequence if self.chunks else 0
         return bisect_left(messages, last + 1, key=_sequence)
 
-    async def _close_chunks(self, ctx: StrategyContext, frontier: Sequence[Message], *, seam: bool) -> None:
+    def _close_chunks(self, ctx: StrategyContext, frontier: Sequence[Message], *, seam: bool) -> None:
         view = ctx.view
         pending: list[Message] = []
         tokens = 0
@@ -248,14 +246,15 @@ class AutobiographicalStrategy(Strategy):
             pending.append(message)
             tokens += view.estimate_tokens(message)
             following = frontier[index + 1] if index + 1 < len(frontier) else None
-            closes = self._closes(pending, tokens, following) and not _has(message, ToolUse)
+            closes = self._closes(pending, tokens, following) and not has_block(message, ToolUse)
             if closes or (seam and following is None):
                 chunk = Chunk(f"c-{len(self.chunks)}", tuple(m.id for m in pending), pending[0].sequence,
                               pending[-1].sequence)
-                # Raise the floor BEFORE the chunk exists: it may be read for compression from now (D2).
-                await ctx.mark_compression_read(chunk.last_sequence)
-                await ctx.append_log("chunks", {"id": chunk.id, "ids": list(chunk.message_ids),
-                                                "first": chunk.first_sequence, "last": chunk.last_sequence})
+                # The floor rises before (in the same commit as) the chunk's record: it may be read for
+                # compression from then on (D2).
+                ctx.mark_compression_read(chunk.last_sequence)
+                ctx.append_log("chunks", {"id": chunk.id, "ids": list(chunk.message_ids),
+                                          "first": chunk.first_sequence, "last": chunk.last_sequence})
                 self.chunks.append(chunk)
                 self._pending[chunk.id] = chunk
                 pending, tokens = [], 0
@@ -291,7 +290,7 @@ class AutobiographicalStrategy(Strategy):
                 allowance -= summary.tokens + 20
         return chosen
 
-    async def on_new_message(self, message: Message, ctx: StrategyContext) -> None:
+    def on_new_message(self, message: Message, ctx: StrategyContext) -> None:
         # Chunks close at the next tick or compile: one frontier walk per batch of new messages.
         self._dirty = True
 
@@ -323,8 +322,8 @@ class AutobiographicalStrategy(Strategy):
         return None
 
     def wake_at(self) -> float | None:
-        """When the drain may try again after a transient model failure (trio clock), or None."""
-        return self._backoff_until if self._backoff_until > trio.current_time() else None
+        """When the drain may try again after a transient model failure (the context's clock), or None."""
+        return self._backoff_until or None
 
     def is_ready(self) -> bool:
         return not self._stale(self._ctx) and not self._l1_queue() and self._merge_queue() is None
@@ -334,17 +333,43 @@ class AutobiographicalStrategy(Strategy):
 
     # -- compression ------------------------------------------------------------------------
 
-    async def tick(self, ctx: StrategyContext) -> bool:
-        closed = len(self.chunks)
+    def next_unit(self, ctx: StrategyContext) -> Unit | None:
+        """Close what chunks can close, then the oldest chunk without an L1, else a merge group."""
         if self._stale(ctx):
-            await self._rebuild(ctx)
+            self._rebuild(ctx)
         queue = self._l1_queue()
         if queue:
-            return await self._compress(ctx, queue[0])
+            chunk = queue[0]
+            return Unit(chunk.id, chunk.last_sequence, chunk)
         group = self._merge_queue()
         if group is not None:
-            return await self._merge(ctx, group)
-        return len(self.chunks) > closed
+            return Unit(",".join(s.id for s in group), max(s.last_sequence for s in group), tuple(group))
+        return None
+
+    def request_for(self, unit: Unit, ctx: StrategyContext) -> ModelRequest:
+        if isinstance(unit.work, Chunk):
+            messages = self._l1_request(ctx, unit.work)
+        elif isinstance(unit.work, tuple) and unit.work and isinstance(unit.work[0], Summary):
+            messages = self._merge_request(unit.work)
+        else:
+            messages = self._transition_request(unit.work)
+        return ModelRequest(
+            self.config.compression_model, ctx.system_prompt or SYSTEM, tuple(messages),
+            int(self.config.summary_target_tokens * 1.5),
+            assistant=frozenset({self.config.summary_participant}), tools=tuple(ctx.tools),
+        )
+
+    def apply_unit(self, unit: Unit, outcome: ModelResponse | ModelError, ctx: StrategyContext) -> bool:
+        text = self._reply_text(ctx, outcome)
+        if text is _TRANSIENT:
+            return False  # queued as it was: an outage is not the unit's fault
+        if not isinstance(text, str):
+            return self._fail(ctx, unit.key)
+        if isinstance(unit.work, Chunk):
+            self._apply_l1(ctx, unit.work, text)
+        else:
+            self._apply_merge(ctx, list(unit.work), text)
+        return True
 
     def _recall_pairs(self, before: int) -> list[CompiledMessage]:
         """The frontier summaries wholly before ``before``, in store order, capped newest first by
@@ -363,50 +388,44 @@ class AutobiographicalStrategy(Strategy):
     def _frontier(self) -> list[Summary]:
         return [summary for level in sorted(self._unmerged) for summary in self._unmerged[level]]
 
-    async def _request(self, ctx: StrategyContext, messages: list[CompiledMessage]) -> str | None:
-        from ..model import ModelRequest
-
-        request = ModelRequest(
-            self.config.compression_model, ctx.system_prompt or SYSTEM, tuple(messages),
-            int(self.config.summary_target_tokens * 1.5),
-            assistant=frozenset({self.config.summary_participant}), tools=tuple(ctx.tools),
-        )
-        try:
-            response = await ctx.complete(request)
-        except ModelError as exc:
-            logger.warning("compression request in %r failed: %s", ctx.namespace, exc)
-            if exc.retryable:
+    def _reply_text(self, ctx: StrategyContext, outcome: ModelResponse | ModelError | None) -> Any:
+        """A reply's summary text; None for a failure that counts; ``_TRANSIENT`` for an outage."""
+        if isinstance(outcome, ModelError):
+            logger.warning("compression request in %r failed: %s", ctx.namespace, outcome)
+            if outcome.retryable:
                 self._retryable_streak += 1
                 delay = min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (self._retryable_streak - 1))
-                self._backoff_until = trio.current_time() + delay  # the drain waits this out
+                self._backoff_until = ctx.now() + delay  # the drain waits this out
                 if self._retryable_streak < RETRYABLE_STREAK_LIMIT:
-                    raise _Transient from None
+                    return _TRANSIENT
+            return None
+        if outcome is None:
             return None
         self._retryable_streak = 0
-        text = response.text.strip()
-        if response.stop_reason != "end_turn" or not text:
+        self._backoff_until = 0.0
+        text = outcome.text.strip()
+        if outcome.stop_reason != "end_turn" or not text:
             logger.warning("compression in %r gave %r with %d chars: not a memory", ctx.namespace,
-                           response.stop_reason, len(text))
+                           outcome.stop_reason, len(text))
             return None  # only a complete end_turn with text becomes a summary (T4)
         return text
 
-    async def _fail(self, ctx: StrategyContext, key: str) -> bool:
+    def _fail(self, ctx: StrategyContext, key: str) -> bool:
         self.attempts[key] = self.attempts.get(key, 0) + 1
         if self.attempts[key] >= MAX_ATTEMPTS:
             logger.error("quarantined %s in namespace %r after %d failed attempts; it stays raw", key,
                          ctx.namespace, self.attempts[key])
             self._pending.pop(key, None)
-        await ctx.set_value("attempts", self.attempts)
+        ctx.set_value("attempts", self.attempts)
         return True  # an attempt is progress: the next unit may differ
 
-    async def _compress(self, ctx: StrategyContext, chunk: Chunk) -> bool:
+    def _l1_request(self, ctx: StrategyContext, chunk: Chunk) -> list[CompiledMessage]:
+        """"As of" the chunk: head, prior recall pairs, the chunk, the instruction; nothing after (T4)."""
         view = ctx.view
         messages = view.get_all()
         chunk_messages = [m for m in (view.get(i) for i in chunk.message_ids) if m is not None]
         head_start, head_end = self._head(messages, view)
         head = [m for m in messages[head_start:head_end] if m.sequence < chunk.first_sequence]
-        # "As of" the chunk: head, prior recall pairs, the chunk, the instruction; nothing after (T4).
-        await ctx.mark_compression_read(chunk.last_sequence)
         request: list[CompiledMessage] = []
         if head:
             request.append(CompiledMessage(MANAGER, (Text(render_transcript(head)),)))
@@ -417,12 +436,11 @@ class AutobiographicalStrategy(Strategy):
             f"{render_transcript(chunk_messages)}\n\n{self._instruction(chunk_messages)}"
         )
         request.append(CompiledMessage(MANAGER, (Text(instruction),)))
-        try:
-            text = await self._request(ctx, request)
-        except _Transient:
-            return False  # queued as it was: an outage is not the chunk's fault
-        if text is None:
-            return await self._fail(ctx, chunk.id)
+        return request
+
+    def _apply_l1(self, ctx: StrategyContext, chunk: Chunk, text: str) -> None:
+        view = ctx.view
+        chunk_messages = [m for m in (view.get(i) for i in chunk.message_ids) if m is not None]
         first, last = chunk_messages[0] if chunk_messages else None, chunk_messages[-1] if chunk_messages else None
         summary = Summary(
             f"L1-{len(self.summaries)}", 1, text, estimate_text(text), chunk.message_ids, chunk.first_sequence,
@@ -430,63 +448,46 @@ class AutobiographicalStrategy(Strategy):
             last.id if last else chunk.message_ids[-1], int(time.time() * 1000), None,
             self._phase_for(chunk_messages),
         )
-        await self._store(ctx, summary)
+        self._store(ctx, summary)
         self._compressed.add(chunk.id)
         self._pending.pop(chunk.id, None)
-        return True
 
-    async def _merge(self, ctx: StrategyContext, group: list[Summary]) -> bool:
-        level = group[0].level + 1
-        key = ",".join(s.id for s in group)
-        await ctx.mark_compression_read(max(s.last_sequence for s in group))  # before the merge reads (D2)
+    def _merge_request(self, group: Sequence[Summary]) -> list[CompiledMessage]:
         request = [CompiledMessage(self.config.summary_participant, (Text(s.content),)) for s in group]
         request.append(CompiledMessage(MANAGER, (Text(
             f"[{MANAGER}] Please consolidate the memories since my last message into a single cohesive memory. "
             f"Aim for about {self.config.summary_target_tokens} tokens. Write as you would to yourself — this is "
             f"your autobiography, capturing the arc of what happened."),)))
-        try:
-            text = await self._request(ctx, request)
-        except _Transient:
-            return False
-        if text is None:
-            return await self._fail(ctx, key)
+        return request
+
+    def _apply_merge(self, ctx: StrategyContext, group: list[Summary], text: str) -> None:
+        level = group[0].level + 1
         summary = Summary(
             f"L{level}-{len(self.summaries)}", level, text, estimate_text(text), tuple(s.id for s in group),
             group[0].first_sequence, group[-1].last_sequence, group[0].first_id, group[-1].last_id,
             int(time.time() * 1000),
         )
-        await self._store(ctx, summary)
+        self._store(ctx, summary)
         members = {s.id for s in group}
         self.summaries = [attrs.evolve(s, parent_id=summary.id) if s.id in members else s for s in self.summaries]
         self._unmerged[group[0].level] = [s for s in self._unmerged[group[0].level] if s.id not in members]
-        return True
 
-    async def _store(self, ctx: StrategyContext, summary: Summary) -> None:
+    def _store(self, ctx: StrategyContext, summary: Summary) -> None:
         record = attrs.asdict(summary, recurse=False)
         record.pop("parent_id")
         record["source_ids"] = list(summary.source_ids)
-        await ctx.append_log("summaries", record)
+        ctx.append_log("summaries", record)
         self.summaries.append(summary)
         self._unmerged.setdefault(summary.level, []).append(summary)
 
     # -- selection --------------------------------------------------------------------------
 
-    async def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
+    def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
         if not options.dry_run and options.context is not None and self._stale(options.context):
-            try:
-                await self._rebuild(options.context)
-            except StaleEpochError:
-                raise
-            except Exception:
-                # Closing chunks is compression's bookkeeping: a compile goes on without it (P1);
-                # the frontier stays dirty and closes at the next tick or compile (D4).
-                logger.warning("chunks of %r could not close before this compile", options.context.namespace,
-                               exc_info=True)
+            self._rebuild(options.context)  # bookkeeping: if it can't commit, the compile goes on (P1, D4)
         return self._plan(view, budget)[0]
 
-    async def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
-        from ..compile import PreviewResult
-
+    def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
         _, head, middle, tail, total = self._plan(view, budget)
         return PreviewResult(total <= budget.usable, total, budget.usable, head, tail, middle)
 
@@ -570,7 +571,7 @@ class AutobiographicalStrategy(Strategy):
 
     # -- summary reads (T6) -----------------------------------------------------------------
 
-    async def search_summaries(
+    def search_summaries(
         self, ctx: StrategyContext, *, text: str | None = None, regex: str | None = None,
         levels: Sequence[int] | None = None, limit: int = 50, include_merged: bool = False,
     ) -> list[SummaryMatch]:
@@ -592,10 +593,10 @@ class AutobiographicalStrategy(Strategy):
         found.sort(key=lambda m: (-m.matches, -m.summary.created_ms))
         return found[:limit]
 
-    async def get_summary(self, ctx: StrategyContext, summary_id: str) -> Summary | None:
+    def get_summary(self, ctx: StrategyContext, summary_id: str) -> Summary | None:
         return next((s for s in self.summaries if s.id == summary_id), None)
 
-    async def get_summaries_in_range(
+    def get_summaries_in_range(
         self, ctx: StrategyContext, *, from_ms: int | None = None, to_ms: int | None = None, level: int | None = None
     ) -> list[Summary]:
         view = ctx.view
@@ -610,37 +611,41 @@ class AutobiographicalStrategy(Strategy):
                 found.append((first.timestamp_ms, summary))
         return [summary for _, summary in sorted(found, key=lambda item: item[0])]
 
-    async def reset_head_window(self, ctx: StrategyContext, transition_text: str | None) -> str:
-        """Start a new head window at a transition message (T6); a made summary stays the reader's (D8)."""
-        if transition_text is None:
-            view = ctx.view
-            messages = view.get_all()
-            head_start, head_end = self._head(messages, view)
-            head = messages[head_start:head_end] or messages[-20:]
-            if head:
-                await ctx.mark_compression_read(head[-1].sequence)  # before the read (D2, D4)
-            prompt = render_transcript(head)[:8000]
-            text = await self._request(ctx, [CompiledMessage(MANAGER, (Text(
-                f"{prompt}\n\nSummarize the prior conversation context in 2-3 paragraphs."),))])
-            if text is None:
-                raise ModelError(f"no transition summary could be made for namespace {ctx.namespace!r}")
-            block: dict[str, Any] = {"type": "text", "text": f"{TRANSITION_PREFIX}\n\n{text}"}
-            if ctx.reader is not None:
-                block["audience"] = [ctx.reader]
-        else:
-            block = {"type": "text", "text": f"{TRANSITION_PREFIX}\n\n{transition_text}"}
-        message_id = await ctx.add_message(MANAGER, [block])
-        await ctx.set_value("head_start", message_id)
+    # -- head-window reset (T6) --------------------------------------------------------------
+
+    def transition_unit(self, ctx: StrategyContext) -> Unit:
+        """The transition summary's unit: it reads the head window (or the last 20 messages)."""
+        view = ctx.view
+        messages = view.get_all()
+        head_start, head_end = self._head(messages, view)
+        head = tuple(messages[head_start:head_end] or messages[-20:])
+        return Unit("transition", head[-1].sequence if head else 0, head)
+
+    def _transition_request(self, head: Sequence[Message]) -> list[CompiledMessage]:
+        prompt = render_transcript(head)[:8000]
+        return [CompiledMessage(MANAGER, (Text(f"{prompt}\n\nSummarize the prior conversation context in 2-3 paragraphs."),))]
+
+    def transition_content(
+        self, ctx: StrategyContext, text: str | None, outcome: ModelResponse | ModelError | None
+    ) -> list[dict[str, Any]]:
+        """A host's text is stored as given; a made summary stays the reader's (D8)."""
+        if text is not None:
+            return [{"type": "text", "text": f"{TRANSITION_PREFIX}\n\n{text}"}]
+        made = self._reply_text(ctx, outcome)
+        if not isinstance(made, str):
+            raise ModelError(f"no transition summary could be made for namespace {ctx.namespace!r}")
+        block: dict[str, Any] = {"type": "text", "text": f"{TRANSITION_PREFIX}\n\n{made}"}
+        if ctx.reader is not None:
+            block["audience"] = [ctx.reader]
+        return [block]
+
+    def start_head_window(self, ctx: StrategyContext, message_id: str) -> None:
+        ctx.set_value("head_start", message_id)
         self.head_start_id = message_id
-        return message_id
 
 
 def _raw(message: Message) -> Entry:
     return Entry(message.participant, message.content, (message.id,), "copy")
-
-
-def _has(message: Message, kind: type) -> bool:
-    return any(type(block) is kind for block in message.content)
 
 
 @attrs.frozen

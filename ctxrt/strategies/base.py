@@ -1,37 +1,81 @@
-"""The Strategy protocol, its context, and the entries a strategy selects (DESIGN.md §7)."""
+"""The Strategy protocol, the context a strategy is handed, units of compression work, and
+capabilities (DESIGN §7).
+
+A strategy plans; it never awaits. The namespace actor calls it in its own task, hands it a
+``StrategyContext`` whose writes are buffered and committed by the actor after the call
+returns (marks first, in the same transaction), and makes the model calls a strategy's units
+ask for in a child task, outside its mailbox order. So everything here is plain synchronous
+code, testable without trio or a store (``ctxrt.testing.PlainContext``).
+"""
 
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..content import Block, Message
+from ..compile import Entry
+from ..content import Message
 
 if TYPE_CHECKING:
     from ..compile import Budget, PreviewResult
-    from ..namespace.context import StrategyContext
+    from ..errors import ModelError
+    from ..model import ModelRequest, ModelResponse
     from ..views import MessageView
 
-Relation = Literal["copy", "derived", "referenced"]
 
+class StrategyContext(Protocol):
+    """A strategy's handle on its namespace for one view epoch.
 
-@attrs.frozen
-class Entry:
-    """One selected piece of context, before compile turns it into request messages.
-
-    ``source_ids`` name the stored messages it carries (raw, for ``copy``) or summarises;
-    ``summary_ids`` name the summaries a ``derived`` entry shows.
+    Reads see what is committed. Writes (``set_value``, ``append_log``, ``append_context``,
+    ``mark_compression_read``) are buffered and committed by the namespace actor when the call
+    that made them returns, together, the narrowing floor first; if that commit fails, the actor
+    reloads the strategy with ``initialize`` from what is stored. ``writes`` is False where
+    nothing will be committed (a dry run, a read-only runtime).
     """
 
-    participant: str
-    content: tuple[Block, ...]
-    source_ids: tuple[str, ...] = ()
-    relation: Relation = "copy"
-    summary_ids: tuple[str, ...] = ()
-    cache_marker: bool = False
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def branch(self) -> str: ...
+    @property
+    def reader(self) -> str | None: ...
+    @property
+    def view(self) -> MessageView: ...
+    @property
+    def system_prompt(self) -> str | None: ...
+    @property
+    def tools(self) -> Sequence[Mapping[str, Any]]: ...
+    @property
+    def writes(self) -> bool: ...
+
+    def now(self) -> float:
+        """The runtime's clock (trio's), for backoffs and holds."""
+        ...
+
+    def hold_floor(self) -> int | None:
+        """The lowest sequence held from compression (it and everything after stay raw), or None."""
+        ...
+
+    def get_value(self, name: str, default: Any = None) -> Any: ...
+    def read_log(self, name: str) -> list[Any]: ...
+    def set_value(self, name: str, value: Any) -> None: ...
+    def append_log(self, name: str, value: Any) -> None: ...
+
+    def append_context(self, entry: Entry) -> None:
+        """Append ``entry`` to the namespace's context log; edits then reach its ``copy`` sources (M5).
+
+        Raises ``MalformedContentError`` for an entry that carries an audience (spec/audience.md B3).
+        """
+        ...
+
+    def mark_compression_read(self, sequence: int) -> None:
+        """Record that compression may read messages up to ``sequence``: committed before anything
+        this call wrote, and before any request a unit makes (spec/audience.md D2). Never lowers
+        the record; a namespace with no reader records nothing (D7)."""
+        ...
 
 
 @attrs.frozen
@@ -39,46 +83,110 @@ class SelectOptions:
     """What ``select`` is told besides the view and budget. ``dry_run`` commits nothing."""
 
     dry_run: bool = False
-    context: "StrategyContext | None" = None
+    context: StrategyContext | None = None
+
+
+@attrs.frozen
+class Unit:
+    """One unit of compression work a strategy planned (``next_unit``).
+
+    ``reaches`` is the newest store sequence its request reads: the actor raises the narrowing
+    floor to it before ``request_for`` builds the request (D2). ``key`` names what it compresses
+    (for logs and quarantine); ``work`` is the strategy's own description of it.
+    """
+
+    key: str
+    reaches: int
+    work: Any = attrs.field(default=None, eq=False)
 
 
 class Strategy:
-    """Base of every strategy (DESIGN.md §7). The namespace actor owns one instance and calls it
-    in its mailbox order; ``tick`` runs in the actor's drain, and only the model call inside it
-    runs outside that order.
+    """Base of every strategy (DESIGN §7). The namespace actor owns one instance and calls it only
+    from its own task.
 
-    ``marks_compression_reads`` declares that the strategy calls
-    ``ctx.mark_compression_read(sequence)`` before it reads a message for a summary or a model
-    request (or makes no such read). A manager with a reader refuses a strategy that doesn't
-    (spec/audience.md D6).
+    ``marks_compression_reads`` declares that the strategy marks what its compression reads
+    (through ``mark_compression_read`` or a unit's ``reaches``) before reading it, or makes no
+    such read. A manager with a reader refuses a strategy that doesn't (spec/audience.md D6).
+    ``auto_tick``: the actor drains its units in the background as messages arrive (T8).
     """
 
     name: str = "strategy"
     marks_compression_reads: bool = False
+    auto_tick: bool = False
 
-    async def initialize(self, ctx: "StrategyContext") -> None:
-        """Load persisted state for ``ctx``'s branch; called at start and after a view change."""
+    def initialize(self, ctx: StrategyContext) -> None:
+        """Load persisted state for ``ctx``'s branch; called at start, after a view change, and
+        after a failed commit of this strategy's writes."""
 
-    async def on_new_message(self, message: Message, ctx: "StrategyContext") -> None:
+    def on_new_message(self, message: Message, ctx: StrategyContext) -> None:
         """Called once per new message, with the reader's view of it (never for one it sees nothing of)."""
 
-    async def select(self, view: "MessageView", budget: "Budget", options: SelectOptions) -> list[Entry]:
+    def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
         raise NotImplementedError
 
-    async def preview(self, view: "MessageView", budget: "Budget", options: SelectOptions) -> "PreviewResult | None":
+    def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult | None:
         return None
 
-    async def tick(self, ctx: "StrategyContext") -> bool:
-        """One unit of background work; True if it made progress."""
+    def next_unit(self, ctx: StrategyContext) -> Unit | None:
+        """The next unit of compression work, or None. May buffer bookkeeping writes (closed chunks)."""
+        return None
+
+    def request_for(self, unit: Unit, ctx: StrategyContext) -> ModelRequest:
+        """The model request of ``unit``; called once the floor covers ``unit.reaches``."""
+        raise NotImplementedError
+
+    def apply_unit(self, unit: Unit, outcome: ModelResponse | ModelError, ctx: StrategyContext) -> bool:
+        """Take a unit's reply (or the error its call raised); True if that was progress."""
         return False
 
     def is_ready(self) -> bool:
         return True
 
     def wake_at(self) -> float | None:
-        """A trio-clock time before which the drain shouldn't tick (a backoff), or None."""
+        """A clock time before which the drain shouldn't try again (a backoff), or None."""
         return None
 
+    def quarantined(self) -> list[str]:
+        """Keys of units that failed too often to be tried again without ``retry_quarantined``."""
+        return []
+
+
+@runtime_checkable
+class SummaryReader(Protocol):
+    """A strategy that keeps summaries a manager can read (T6)."""
+
+    def search_summaries(
+        self, ctx: StrategyContext, *, text: str | None, regex: str | None, levels: Sequence[int] | None,
+        limit: int, include_merged: bool,
+    ) -> list[Any]: ...
+
+    def get_summary(self, ctx: StrategyContext, summary_id: str) -> Any: ...
+
+    def get_summaries_in_range(
+        self, ctx: StrategyContext, *, from_ms: int | None, to_ms: int | None, level: int | None
+    ) -> list[Any]: ...
+
+
+@runtime_checkable
+class HeadWindowReset(Protocol):
+    """A strategy whose head window can restart at a topic-transition message (T6)."""
+
+    def transition_unit(self, ctx: StrategyContext) -> Unit:
+        """The unit whose reply becomes the transition summary (when the host gives no text)."""
+        ...
+
+    def transition_content(
+        self, ctx: StrategyContext, text: str | None, outcome: ModelResponse | ModelError | None
+    ) -> list[dict[str, Any]]:
+        """The transition message's content from the host's ``text`` or the unit's ``outcome``.
+
+        Raises ``ModelError`` when the outcome makes no summary.
+        """
+        ...
+
+    def start_head_window(self, ctx: StrategyContext, message_id: str) -> None:
+        """The head window starts at ``message_id`` from now on."""
+        ...
 
 
 class RawEntries:

@@ -6,10 +6,11 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .base import Entry, RawEntries, SelectOptions, Strategy
+from ..compile import Entry, PreviewResult
+from .base import RawEntries, SelectOptions, Strategy
 
 if TYPE_CHECKING:
-    from ..compile import Budget, PreviewResult
+    from ..compile import Budget
     from ..views import MessageView
 
 
@@ -20,13 +21,11 @@ class PassthroughStrategy(Strategy):
     def __init__(self) -> None:
         self._raw = RawEntries()
 
-    async def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
+    def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
         self._raw.update(view.get_all(), view.estimate_tokens)
         return self._raw.entries[self._raw.suffix_start(budget.usable):]
 
-    async def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
-        from ..compile import PreviewResult
-
+    def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
         raw = self._raw
         raw.update(view.get_all(), view.estimate_tokens)
         total = raw.totals[-1]

@@ -11,26 +11,20 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..content import ToolResult, ToolUse
+from ..content import ToolResult, ToolUse, has_block
+from ..compile import Entry
 from ..errors import OverBudgetError
-from ..namespace.context import StaleEpochError
-from ..slots import _sequence
-from .base import Entry, SelectOptions, Strategy
+from .base import SelectOptions, Strategy, StrategyContext
 from .shaping import shape
 
 if TYPE_CHECKING:
     from ..compile import Budget
-    from ..namespace.context import StrategyContext
     from ..views import MessageView
 
 
 def _fraction(_: object, __: object, value: float) -> None:
     if not (isinstance(value, (int, float)) and 0 < value <= 1):
         raise ValueError(f"re_anchor_fraction must be in (0, 1], got {value!r}")
-
-
-def _has(message, kind) -> bool:  # type: ignore[no-untyped-def]
-    return any(type(block) is kind for block in message.content)
 
 
 class WindowedPassthroughStrategy(Strategy):
@@ -41,14 +35,14 @@ class WindowedPassthroughStrategy(Strategy):
         self.config = config
         self.anchor = 0
 
-    async def initialize(self, ctx: StrategyContext) -> None:
+    def initialize(self, ctx: StrategyContext) -> None:
         self.anchor = self._stored_anchor(ctx)
 
     def _stored_anchor(self, ctx: StrategyContext | None) -> int:
         anchor = self.anchor if ctx is None else ctx.get_value("anchor", 0)
         return anchor if isinstance(anchor, int) and not isinstance(anchor, bool) else 0
 
-    async def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
+    def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
         messages = view.get_all()
         if not messages:
             return []
@@ -59,7 +53,7 @@ class WindowedPassthroughStrategy(Strategy):
             anchor = 0  # a persisted anchor past the head (another branch's) starts over
         usable = budget.usable
         cap = self.config.max_message_tokens
-        start = bisect_left(messages, anchor, key=_sequence)
+        start = bisect_left(messages, anchor, key=lambda message: message.sequence)
         shaped = [shape(message, cap) for message in messages[start:]]
         if sum(cost for _, cost in shaped) > usable:
             newest = shape(messages[-1], cap)[1]
@@ -71,18 +65,13 @@ class WindowedPassthroughStrategy(Strategy):
                 )
             start = self._re_anchor(messages, usable, cap)
             if not options.dry_run:
-                await self._persist(options.context, messages[start].sequence)
+                self._persist(options.context, messages[start].sequence)
             shaped = [shape(message, cap) for message in messages[start:]]
         return [Entry(m.participant, m.content, (m.id,), "copy") for m, _ in shaped]
 
-    async def _persist(self, ctx: StrategyContext | None, anchor: int) -> None:
+    def _persist(self, ctx: StrategyContext | None, anchor: int) -> None:
         if ctx is not None:
-            try:
-                await ctx.set_value("anchor", anchor)
-            except StaleEpochError:
-                # The namespace actor stopped while this compile waited on the store (its last
-                # manager moved or closed); the answer stands, the next actor re-anchors.
-                return
+            ctx.set_value("anchor", anchor)
         self.anchor = anchor
 
     def _re_anchor(self, messages, usable: int, cap: int) -> int:  # type: ignore[no-untyped-def]
@@ -96,7 +85,7 @@ class WindowedPassthroughStrategy(Strategy):
             total += cost
             start = index
         # Retreat one message rather than cut a tool pair at the window's edge (P4).
-        if start > 0 and _has(messages[start], ToolResult) and _has(messages[start - 1], ToolUse):
+        if start > 0 and has_block(messages[start], ToolResult) and has_block(messages[start - 1], ToolUse):
             if total + shape(messages[start - 1], cap)[1] <= usable:
                 start -= 1
         return start

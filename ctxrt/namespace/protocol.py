@@ -1,0 +1,368 @@
+"""What managers and the drain send a namespace actor, what it answers, and the handle to send it.
+
+Commands are frozen attrs classes named as imperatives; each that a manager sends carries the
+reader that manager compiles for, so the actor checks it in mailbox order (spec/audience.md C8).
+``NamespaceRef.ask`` sends one and waits for its answer; ``tell`` sends one and doesn't.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+from ..compile import Budget, Injection, MessageInjection
+from ..content import Block, Message
+from ..errors import ManagerClosedError
+from ..slots import SlotCache
+from ..store.protocol import Blob
+
+MAILBOX_CAPACITY = 256  # asks queued or in service at once; a further ask waits for a place
+
+
+@attrs.frozen
+class NamespaceConfig:
+    """What the first open of a (branch, namespace) starts its actor with."""
+
+    namespace: str
+    slot: str
+    auxiliary: tuple[str, ...]
+    view_filter: Callable[[Message], bool] | None
+    strategy: Any
+    model: Any
+
+
+# -- commands from managers ----------------------------------------------------------------
+
+
+@attrs.frozen
+class Attach:
+    """Attach manager ``token``: claim an unclaimed namespace for ``reader`` (C1, C6, C13)."""
+
+    token: int
+    reader: str | None
+    config: NamespaceConfig
+    explicit_strategy: bool = False
+    compiles_for_none: bool = False  # a manager moving here that compiles for no reader (C7)
+
+
+@attrs.frozen
+class Detach:
+    """Manager ``token`` left (closed or moved); the actor stops with its last manager."""
+
+    token: int
+
+
+@attrs.frozen
+class Compile:
+    reader: str | None
+    budget: Budget
+    injections: tuple[Injection, ...]
+    message_injections: tuple[MessageInjection, ...]
+    dry_run: bool
+
+
+@attrs.frozen
+class Preview:
+    reader: str | None
+    budget: Budget
+    message_injections: tuple[MessageInjection, ...]
+
+
+@attrs.frozen
+class Tick:
+    """One unit of strategy work; answered True if it made progress."""
+
+    reader: str | None
+
+
+@attrs.frozen
+class CheckReady:
+    reader: str | None
+
+
+@attrs.frozen
+class Edit:
+    """Replace message ``message_id``'s content (validated by the manager), refusing a narrowing (D1-D5)."""
+
+    reader: str | None
+    message_id: str
+    content: tuple[Block, ...]  # as the reader will see it, blobs resolved
+    stored: tuple[Block, ...]  # as stored, media by reference
+    blobs: tuple[Blob, ...]
+
+
+@attrs.frozen
+class Remove:
+    """Remove messages ``first_id`` through ``last_id`` with their context-log copies (D1: never refused)."""
+
+    first_id: str
+    last_id: str
+
+
+@attrs.frozen
+class SetStrategy:
+    reader: str | None
+    config: Any
+
+
+@attrs.frozen
+class Fork:
+    """Check that manager ``reader`` may branch (C1, C3, C7, C12), then make branch ``name`` at the head."""
+
+    reader: str | None
+    name: str
+
+
+@attrs.frozen
+class Derive:
+    """Check a derive (C11, C12, D6), then make branch ``name`` recording the child's reader (R2)."""
+
+    reader: str | None
+    name: str
+    strategy: Any
+    at_sequence: int | None
+
+
+@attrs.frozen
+class SearchSummaries:
+    text: str | None
+    regex: str | None
+    levels: tuple[int, ...] | None
+    limit: int
+    include_merged: bool
+
+
+@attrs.frozen
+class GetSummary:
+    summary_id: str
+
+
+@attrs.frozen
+class SummariesInRange:
+    from_ms: int | None
+    to_ms: int | None
+    level: int | None
+
+
+SummaryQuery = SearchSummaries | GetSummary | SummariesInRange
+
+
+@attrs.frozen
+class QuerySummaries:
+    reader: str | None
+    query: SummaryQuery
+
+
+@attrs.frozen
+class ResetHeadWindow:
+    reader: str | None
+    text: str | None
+
+
+@attrs.frozen
+class Hold:
+    message_ids: tuple[str, ...]
+    timeout_s: float | None
+
+
+@attrs.frozen
+class Release:
+    message_ids: tuple[str, ...]
+
+
+@attrs.frozen
+class SetSystemPrompt:
+    text: str
+
+
+@attrs.frozen
+class SetTools:
+    tools: tuple[Mapping[str, Any], ...]
+
+
+@attrs.frozen
+class ReportHealth:
+    pass
+
+
+@attrs.frozen
+class Inspect:
+    """For tests (``ctxrt.testing.inspect_namespace``): a snapshot of the actor's state."""
+
+
+# -- messages from the runtime and the actor's own children --------------------------------
+
+
+@attrs.frozen
+class UnitDone:
+    """A model call came back (a response or the error it raised), for the view epoch it began in."""
+
+    epoch: int
+    unit: Any
+    outcome: Any
+
+
+@attrs.frozen
+class Wake:
+    """Look at the notes lane (new messages, holds) and the drain."""
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Attached:
+    reader: str | None
+
+
+@attrs.frozen
+class NamespaceHealth:
+    """What ``ContextManager.health()`` reports of the namespace actor."""
+
+    namespace: str
+    branch: str
+    reader: str | None
+    managers: int
+    mailbox_depth: int
+    in_flight_model_calls: int
+    ready: bool
+    quarantined: tuple[str, ...]
+    narrowing_floor: int
+    strategy_error: str | None
+
+
+@attrs.frozen
+class NamespaceSnapshot:
+    """The actor's state at one turn, for tests. Read it; never change it."""
+
+    strategy: Any
+    record: Any
+    floor: int
+    epoch: int
+    caches: tuple[SlotCache, ...]
+    reader_listing: Any
+    model_timeout_s: float
+
+
+# -- the handle ------------------------------------------------------------------------------
+
+
+class ActorRetired(Exception):
+    """The actor stopped (its last manager left) before this attach got its turn; the caller
+    starts a fresh one. Never reaches the public API."""
+
+
+class Reply:
+    """The slot a command's answer goes into; ``abandoned`` once its caller stopped waiting."""
+
+    __slots__ = ("event", "ok", "value", "abandoned")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.ok = False
+        self.value: Any = None
+        self.abandoned = False
+
+    def resolve(self, ok: bool, value: Any) -> None:
+        if not self.event.is_set():
+            self.ok, self.value = ok, value
+            self.event.set()
+
+
+Envelope = tuple[Any, "Reply | None"]
+
+
+class NamespaceRef:
+    """The handle to one namespace actor: one (branch incarnation, namespace) in a runtime.
+
+    Two lanes: commands, in order (``ask`` waits for a place among ``MAILBOX_CAPACITY``, so
+    callers feel backpressure), and notes (new messages and their holds, from the store actor's
+    publish step), which never block and which the actor reads before every command.
+    """
+
+    def __init__(self, config: NamespaceConfig, branch_id: int, branch_name: str) -> None:
+        self.config = config
+        self.branch_id = branch_id
+        self.branch_name = branch_name
+        self._send, self.inbox = trio.open_memory_channel[Envelope](math.inf)
+        self._places = trio.Semaphore(MAILBOX_CAPACITY)
+        self.notes: list[tuple[int, Any]] = []  # (sequence, hold) of appends; hold False: a wake-up only
+        self._woken = False
+        self._closed: Callable[[], BaseException] | None = None
+        # Published by the actor for readers outside it (plain values, never its state):
+        self.slot: SlotCache | None = None  # the own slot's cache, for reads of messages as stored
+        self.strategy_config: Any = config.strategy
+        self.wants_appends = False  # the strategy drains in the background: wake on every append
+        self.in_flight = 0
+
+    @property
+    def namespace(self) -> str:
+        return self.config.namespace
+
+    @property
+    def retired(self) -> Callable[[], BaseException] | None:
+        """When the actor has stopped, a factory of the error later requests raise; else None."""
+        return self._closed
+
+    async def ask(self, command: Any) -> Any:
+        """Send ``command`` and wait for its answer.
+
+        Raises what the handler raised, or the actor's stop error (``ActorRetired``,
+        ``BranchNotFoundError``, ``ManagerClosedError``) if it stopped first. If cancelled after
+        sending, the command is still handled whole; only its answer is lost.
+        """
+        if self._closed is not None:
+            await trio.lowlevel.checkpoint()
+            raise self._closed()
+        async with self._places:
+            reply = Reply()
+            try:
+                self._send.send_nowait((command, reply))
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                raise (self._closed or _stopped)() from None
+            try:
+                await reply.event.wait()
+            except BaseException:
+                reply.abandoned = True
+                raise
+        if reply.ok:
+            return reply.value
+        raise reply.value
+
+    def tell(self, command: Any) -> None:
+        """Send ``command`` without waiting; dropped if the actor has stopped."""
+        try:
+            self._send.send_nowait((command, None))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+    def note_appended(self, sequence: int, hold: Any) -> None:
+        """From the publish step: a message this namespace's manager appended with a hold (True or
+        a timeout), or (``hold`` False) a wake-up for a draining strategy."""
+        self.notes.append((sequence, hold))
+        if not self._woken:
+            self._woken = True
+            self.tell(Wake())
+
+    def take_notes(self) -> list[tuple[int, Any]]:
+        notes, self.notes, self._woken = self.notes, [], False
+        return notes
+
+    def close(self, error: Callable[[], BaseException]) -> None:
+        """Refuse new commands with ``error()``; the actor answers what is queued."""
+        if self._closed is None:
+            self._closed = error
+            self._send.close()
+
+    @property
+    def mailbox_depth(self) -> int:
+        return self._send.statistics().current_buffer_used
+
+
+def _stopped() -> BaseException:
+    return ManagerClosedError("the namespace actor has stopped")
+

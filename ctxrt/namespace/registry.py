@@ -1,0 +1,146 @@
+"""The registry of a runtime's namespace actors, keyed by (branch incarnation, namespace).
+
+It starts an actor for the first open of a key, attaches managers to it, forgets it when it
+stops, and retires every actor of a branch when that branch is deleted (spec/core.md L5).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import trio
+
+from ..errors import BranchNotFoundError, ManagerClosedError, ReadOnlyStoreError, RuntimeClosedError
+from ..slots import SlotRegistry
+from ..store.actor import StoreRef
+from ..store.engine import BranchRow, Engine
+from . import states
+from .actor import Services, build_strategy, serve_namespace
+from .core import Place, check_attach, record_from_value, require_marking
+from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef
+
+_tokens = itertools.count(1)
+
+
+def new_token() -> int:
+    """A manager's identity in its actor's set of attached managers."""
+    return next(_tokens)
+
+
+@attrs.frozen
+class NamespaceStatistics:
+    """One live namespace actor, as ``Runtime.statistics()`` reports it."""
+
+    namespace: str
+    branch: str
+    mailbox_depth: int
+    in_flight_model_calls: int
+
+
+class NamespaceRegistry:
+    """Every live namespace actor of one runtime."""
+
+    def __init__(
+        self, engine: Engine, store: StoreRef | None, slots: SlotRegistry, model: Any, nursery: trio.Nursery,
+        *, model_timeout_s: float,
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.slots = slots
+        self._nursery = nursery
+        self._services = Services(engine, store, slots, model, self._forget, model_timeout_s)
+        self._refs: dict[tuple[int, str], NamespaceRef] = {}
+        self.closed = False
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def __iter__(self) -> Iterator[NamespaceRef]:
+        return iter(list(self._refs.values()))
+
+    def store_ref(self) -> StoreRef:
+        """The store actor's handle, for writes that need no namespace actor.
+
+        Raises ``RuntimeClosedError`` once the runtime closed, ``ReadOnlyStoreError`` in a read-only one.
+        """
+        if self.closed:
+            raise RuntimeClosedError("the runtime is closed")
+        if self.store is None:
+            raise ReadOnlyStoreError("the runtime was opened read-only; it refuses every write")
+        return self.store
+
+    def _forget(self, ref: NamespaceRef) -> None:
+        key = (ref.branch_id, ref.namespace)
+        if self._refs.get(key) is ref:
+            del self._refs[key]
+
+    async def attach(
+        self, branch: BranchRow, config: NamespaceConfig, reader: str | None, token: int, *,
+        compiles_for_none: bool = False, explicit_strategy: bool = False,
+    ) -> tuple[NamespaceRef, str | None]:
+        """Attach manager ``token`` to the actor of (``branch``, ``config.namespace``), starting it
+        if none runs; returns its ref and the reader the manager compiles for.
+
+        Raises what the attach's checks raise (``ReaderConflictError``, ``StrategyRefusedError``,
+        ``ConfigConflictError``) before anything is written, and ``BranchNotFoundError`` for a
+        deleted branch. If cancelled, the manager is not attached (a claim that committed stands).
+        """
+        key = (branch.id, config.namespace)
+        place = Place(config.namespace, branch.name)
+        while True:
+            if self.closed:
+                raise RuntimeClosedError("the runtime is closed")
+            if branch.deleted or self.engine.branch_by_id(branch.id).deleted:
+                raise BranchNotFoundError(f"branch {branch.name!r} was deleted")
+            ref = self._refs.get(key)
+            if ref is None:
+                # Refusals come before anything is registered or written (C2).
+                value = self.engine.read_value(states.reader_state(config.namespace), branch.id)
+                resolved = check_attach(record_from_value(value), reader, compiles_for_none=compiles_for_none,
+                                        place=place)
+                strategy = build_strategy(config.strategy)
+                require_marking(strategy.marks_compression_reads, strategy.name, resolved, config.namespace)
+                ref = NamespaceRef(config, branch.id, branch.name)
+                self._refs[key] = ref
+                try:
+                    await self._nursery.start(self._serve, ref)
+                except BaseException:
+                    self._forget(ref)
+                    raise
+            try:
+                attached = await ref.ask(Attach(token, reader, config, explicit_strategy, compiles_for_none))
+            except ActorRetired:
+                continue  # its last manager left while this waited: start a fresh one
+            except BaseException:
+                ref.tell(Detach(token))  # undoes the attach if it was handled before the cancel came
+                raise
+            return ref, attached.reader
+
+    async def _serve(self, ref: NamespaceRef, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        await serve_namespace(self._services, ref, task_status=task_status)
+
+    def retire_branch(self, row: BranchRow) -> None:
+        """The branch was deleted: stop its actors at once; their managers raise ``BranchNotFoundError``."""
+        error = lambda: BranchNotFoundError(f"branch {row.name!r} was deleted; its managers are retired")  # noqa: E731
+        for key, ref in list(self._refs.items()):
+            if key[0] == row.id:
+                del self._refs[key]
+                ref.close(error)
+
+    def close(self) -> None:
+        """The runtime is closing: stop every actor; their managers raise ``ManagerClosedError``."""
+        self.closed = True
+        for ref in list(self._refs.values()):
+            ref.close(lambda ref=ref: ManagerClosedError(  # type: ignore[misc]
+                f"the runtime closed; the manager of namespace {ref.namespace!r} on branch {ref.branch_name!r} "
+                f"is closed"))
+        self._refs.clear()
+
+    def statistics(self) -> tuple[NamespaceStatistics, ...]:
+        return tuple(
+            NamespaceStatistics(ref.namespace, ref.branch_name, ref.mailbox_depth, ref.in_flight)
+            for ref in self._refs.values()
+        )

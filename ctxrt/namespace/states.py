@@ -1,0 +1,69 @@
+"""Every state id a namespace owns, built in one place (DESIGN §6).
+
+Per branch a namespace has ``<ns>/reader`` (its reader record), ``<ns>/narrowing-floor``,
+``<ns>/context`` (its context log), ``<ns>/strategy`` (the config it runs) and its strategy's
+``<ns>/<strategy>:<name>`` states. Message slots are ``messages`` (shared) or ``<ns>/messages``
+(isolated). Nothing else in ctxrt formats these names.
+"""
+
+from __future__ import annotations
+
+DEFAULT_NAMESPACE = "default"
+SHARED_SLOT = "messages"
+_READER = "/reader"
+
+
+def normalise_namespace(namespace: object) -> str:
+    """None, ``""`` and ``"default"`` are one namespace; anything else must be a name.
+
+    Raises ``TypeError`` for a non-string and ``ValueError`` for a name a state id can't hold.
+    """
+    if namespace is None or namespace == "":
+        return DEFAULT_NAMESPACE
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be a string or None, not {type(namespace).__name__}")
+    if "\x00" in namespace or not _encodable(namespace):
+        raise ValueError(f"namespace must be a string without NUL or lone surrogates, not {namespace!r}")
+    return namespace
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def slot_state(namespace: str, isolate: bool) -> str:
+    return f"{namespace}/messages" if isolate else SHARED_SLOT
+
+
+def auxiliary_state(name: str | None) -> str:
+    """The slot ``auxiliary_views`` names: None is the shared slot, a namespace its isolated one."""
+    return SHARED_SLOT if name is None else f"{normalise_namespace(name)}/messages"
+
+
+def reader_state(namespace: str) -> str:
+    return f"{namespace}{_READER}"
+
+
+def floor_state(namespace: str) -> str:
+    return f"{namespace}/narrowing-floor"
+
+
+def context_state(namespace: str) -> str:
+    return f"{namespace}/context"
+
+
+def config_state(namespace: str) -> str:
+    return f"{namespace}/strategy"
+
+
+def strategy_state(namespace: str, strategy: str, name: str) -> str:
+    return f"{namespace}/{strategy}:{name}"
+
+
+def namespace_of_reader_state(state: str) -> str | None:
+    """The namespace whose reader record ``state`` is, or None for any other state."""
+    return state[: -len(_READER)] if state.endswith(_READER) else None
