@@ -99,6 +99,7 @@ class ContextManager:
         self._auxiliary_views = auxiliary_views
         self.derivation = derivation
         self._closed = False
+        self._moving = trio.Lock()  # one move (switch, fork) of this manager at a time
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -385,6 +386,10 @@ class ContextManager:
 
     async def _move_to(self, row: BranchRow) -> None:
         """Attach to ``row``'s namespace actor, then detach from this one (C2: a refusal stays put)."""
+        async with self._moving:
+            await self._move_once(row)
+
+    async def _move_once(self, row: BranchRow) -> None:
         ref = self._live()
         config = attrs.evolve(ref.config, strategy=ref.strategy_config)  # set_strategy's, if it ran
         token = new_token()

@@ -259,6 +259,10 @@ class SlotRegistry:
     def __len__(self) -> int:
         return len(self._caches)
 
+    def caches(self) -> list[SlotCache]:
+        """Every cache held now."""
+        return list(self._caches.values())
+
     def cache(self, state: str, branch_id: int) -> SlotCache:
         key = (state, branch_id)
         cache = self._caches.get(key)

@@ -25,7 +25,8 @@ import trio
 import ctxrt
 from ctxrt import Budget, Entry, Text
 from ctxrt.runtime import Runtime
-from ctxrt.store.protocol import EditItem, RemoveItems
+from ctxrt.namespace import states
+from ctxrt.store.protocol import Atomically, EditItem, RemoveItems
 
 L1_GUARD_S = 120
 L1_RESIDENTS = 100
@@ -81,10 +82,10 @@ class CopyingStrategy(ctxrt.Strategy):
     name = "copying"
     marks_compression_reads = True
 
-    async def on_new_message(self, message: ctxrt.Message, ctx: ctxrt.StrategyContext) -> None:
-        await ctx.append_context(Entry(message.participant, message.content, (message.id,), "copy"))
+    def on_new_message(self, message: ctxrt.Message, ctx: ctxrt.StrategyContext) -> None:
+        ctx.append_context(Entry(message.participant, message.content, (message.id,), "copy"))
 
-    async def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
+    def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
         return [Entry(m.participant, m.content, (m.id,)) for m in view.get_all()]
 
 
@@ -92,11 +93,7 @@ def context_copies(rt: Runtime, namespace: str, branch: str) -> dict[str, tuple[
     """source id -> content of the namespace's copy entries on ``branch``."""
     from ctxrt import codec
 
-    engine = rt.engine
-    if not engine.has_state(f"{namespace}/context"):
-        return {}
-    with engine.reader() as txn:
-        items = engine.log_items(txn, f"{namespace}/context", engine.branch(branch))
+    items = rt.engine.read_log(states.context_state(namespace), rt.engine.branch(branch).id)
     copies = {}
     for item in items:
         entry = codec.message_from_json(item.data, sequence=item.sequence)
@@ -108,25 +105,15 @@ def context_copies(rt: Runtime, namespace: str, branch: str) -> dict[str, tuple[
 def snapshot(rt: Runtime) -> dict[tuple[str, str], list[ctxrt.Message]]:
     """(slot, branch name) -> messages, for every slot cache the runtime holds."""
     out = {}
-    for (state, branch_id), cache in rt.slots._caches.items():
-        out[(state, rt.engine.branch_by_id(branch_id).name)] = list(cache.current())
+    for cache in rt.slots.caches():
+        out[(cache.state, rt.engine.branch_by_id(cache.branch_id).name)] = list(cache.current())
     return out
 
 
 def plan_round(rng: random.Random, managers: list[ctxrt.ContextManager]) -> list[tuple[ctxrt.ContextManager, str]]:
-    """A round of concurrent calls. A fork runs alone on its manager: a manager that moves while its
-    own compile runs hits the stopped-actor bug covered by the xfail test below."""
-    calls = [(rng.choice(managers), rng.choices(["add", "compile", "edit", "fork"], [4, 3, 3, 1])[0])
-             for _ in range(rng.randint(1, 6))]
-    forking = {id(m) for m, kind in calls if kind == "fork"}
-    planned, seen_forks = [], set()
-    for manager, kind in calls:
-        if id(manager) in forking:
-            if kind != "fork" or id(manager) in seen_forks:
-                continue
-            seen_forks.add(id(manager))
-        planned.append((manager, kind))
-    return planned
+    """A round of concurrent calls, forks among them (a manager may move while its own calls run)."""
+    return [(rng.choice(managers), rng.choices(["add", "compile", "edit", "fork"], [4, 3, 3, 1])[0])
+            for _ in range(rng.randint(1, 6))]
 
 
 async def call(rng_value: float, manager: ctxrt.ContextManager, kind: str, forks: list[int]) -> None:
@@ -217,7 +204,8 @@ async def test_a_slot_change_cancelled_after_its_commit_still_reaches_the_contex
 
             async def ask_then_cancel(cmd: Any) -> Any:
                 result = await ask(cmd)
-                if isinstance(cmd, command) and cmd.state == "messages":
+                inner = cmd.commands if isinstance(cmd, Atomically) else (cmd,)
+                if any(isinstance(c, command) and c.state == "messages" for c in inner):
                     scope.cancel()  # the caller is cancelled the moment the slot change is committed
                 return result
 
@@ -245,7 +233,8 @@ async def test_closing_a_manager_during_its_compile_raises_no_internal_error(
         gate, waiting = trio.Event(), trio.Event()
 
         async def gated(cmd: Any) -> Any:
-            if getattr(cmd, "state", None) == "copying/context":
+            inner = cmd.commands if isinstance(cmd, Atomically) else (cmd,)
+            if any(getattr(c, "state", None) == "copying/context" for c in inner):
                 waiting.set()
                 await gate.wait()
             return await ask(cmd)

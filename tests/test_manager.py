@@ -22,6 +22,7 @@ from pydantic import TypeAdapter
 
 import ctxrt
 from ctxrt import Budget, Entry, Image, Injection, MessageInjection, Text, ToolResult, ToolUse
+from ctxrt.namespace import states
 from ctxrt.runtime import Runtime
 from ctxrt.store import keys
 from ctxrt.testing import ApiReply, open_messages_api_server
@@ -58,9 +59,7 @@ def context_log(rt: Runtime, namespace: str, branch: str = "main") -> list[ctxrt
     """The namespace's context log as stored (read-only engine read)."""
     from ctxrt import codec
 
-    engine = rt.engine
-    with engine.reader() as txn:
-        items = engine.log_items(txn, f"{namespace}/context", engine.branch(branch))
+    items = rt.engine.read_log(states.context_state(namespace), rt.engine.branch(branch).id)
     return [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
 
 
@@ -78,15 +77,15 @@ class LoggingStrategy(ctxrt.Strategy):
     def __init__(self) -> None:
         self.logged: set[str] = set()
 
-    async def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
+    def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
         messages = view.get_all()
         for m in messages:
             if m.id in self.logged or options.dry_run or options.context is None:
                 continue
             self.logged.add(m.id)
-            await options.context.append_context(Entry(m.participant, m.content, (m.id,), "copy"))
-            await options.context.append_context(Entry("Claude", (Text(f"summary of {m.id}"),), (m.id,), "derived"))
-            await options.context.append_context(Entry(m.participant, m.content, (m.id,), "referenced"))
+            options.context.append_context(Entry(m.participant, m.content, (m.id,), "copy"))
+            options.context.append_context(Entry("Claude", (Text(f"summary of {m.id}"),), (m.id,), "derived"))
+            options.context.append_context(Entry(m.participant, m.content, (m.id,), "referenced"))
         return [Entry(m.participant, m.content, (m.id,)) for m in messages]
 
 
@@ -96,7 +95,7 @@ class MarkingStrategy(ctxrt.Strategy):
     name = "marking"
     marks_compression_reads = True
 
-    async def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
+    def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
         return [Entry(m.participant, m.content, (m.id,), cache_marker=True) for m in view.get_all()]
 
 
@@ -122,13 +121,17 @@ class CompressingStrategy(ctxrt.Strategy):
     def __init__(self) -> None:
         self.replies: list[str] = []
 
-    async def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
+    def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
         return [Entry(m.participant, m.content, (m.id,)) for m in view.get_all()]
 
-    async def tick(self, ctx: ctxrt.StrategyContext) -> bool:
-        request = ctxrt.ModelRequest("test-model", None, [], 16)
-        response = await ctx.complete(request)
-        self.replies.append(response.text)
+    def next_unit(self, ctx: ctxrt.StrategyContext) -> ctxrt.Unit:
+        return ctxrt.Unit("call", 0)
+
+    def request_for(self, unit: ctxrt.Unit, ctx: ctxrt.StrategyContext) -> ctxrt.ModelRequest:
+        return ctxrt.ModelRequest("test-model", None, [], 16)
+
+    def apply_unit(self, unit: ctxrt.Unit, outcome: Any, ctx: ctxrt.StrategyContext) -> bool:
+        self.replies.append(outcome.text)
         return True
 
 
@@ -340,8 +343,8 @@ async def test_a_context_entry_with_an_audience_is_refused(runtime: Runtime) -> 
     """B3: the context log refuses an entry carrying an audience, writing nothing."""
 
     class Leaky(LoggingStrategy):
-        async def select(self, view: Any, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
-            await options.context.append_context(Entry("user", (Text("x", audience=("a",)),), ()))
+        def select(self, view: Any, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
+            options.context.append_context(Entry("user", (Text("x", audience=("a",)),), ()))
             return []
 
     with trio.fail_after(GUARD_S):

@@ -91,10 +91,10 @@ async def test_every_manager_and_view_on_a_slot_reads_one_cache(runtime: Runtime
         b = await runtime.open("b")
         isolated = await runtime.open("c", isolate=True, auxiliary_views=[None])
         cache = shared_cache(runtime)
-        assert a._actor._caches[0] is cache
-        assert b._actor._caches[0] is cache
-        assert isolated._actor._caches[1] is cache
-        assert isolated._actor._caches[0] is shared_cache(runtime, state="c/messages")
+        assert (await a.inspect()).caches[0] is cache
+        assert (await b.inspect()).caches[0] is cache
+        assert (await isolated.inspect()).caches[1] is cache
+        assert (await isolated.inspect()).caches[0] is shared_cache(runtime, state="c/messages")
         assert len(runtime.slots) == 2
 
 
@@ -401,7 +401,7 @@ async def test_a_forks_slot_cache_starts_from_its_parents_without_decoding(runti
         writer = await runtime.open("a")
         await fill(writer, 20)
         branch = await writer.fork("child")
-        child_cache = writer._actor._caches[0]
+        child_cache = (await writer.inspect()).caches[0]
         assert child_cache.branch_id == runtime.engine.branch(branch).id
         assert child_cache.reloads == 0  # seeded
         fresh = SlotCache(runtime.engine, "messages", child_cache.branch_id, live=False)

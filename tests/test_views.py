@@ -237,7 +237,7 @@ async def test_auxiliary_views_named_twice_merge_once(runtime: Runtime) -> None:
         ids = [await shared.add_message("user", "s"), await other.add_message("user", "o"),
                await isolated.add_message("user", "i")]
         assert await compiled_ids(isolated) == ids
-        assert len(isolated._actor._caches) == 3
+        assert len((await isolated.inspect()).caches) == 3
 
 
 @pytest.mark.parametrize(
@@ -287,7 +287,7 @@ async def test_the_reader_listing_extends_incrementally_on_appends(runtime: Runt
         for i in range(200):
             await alice.add_message("user", f"m{i}")
         await alice.compile()
-        listing = alice._actor._reader_listing
+        listing = (await alice.inspect()).reader_listing
         before = listing.projected
         assert before >= 201
         for i in range(5):

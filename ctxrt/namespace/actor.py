@@ -205,30 +205,24 @@ class _Actor:
 
     def release(self) -> None:
         """Answer everything still queued or waiting, and let go of the slot caches."""
-        error = self.stop_error or _retired(self.place)
-        for _, reply in self.unit_waiters:
-            reply.resolve(False, self._stopped_error(error))
-        self.unit_waiters.clear()
+        waiting = [reply for _, reply in self.unit_waiters]
         if self.in_flight is not None and self.in_flight.reply is not None:
-            self.in_flight.reply.resolve(False, self._stopped_error(error))
+            waiting.append(self.in_flight.reply)
+        for reply in waiting:
+            reply.resolve(False, self.ref.refusal(None))
+        self.unit_waiters.clear()
         while True:
             try:
                 command, reply = self.ref.inbox.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
             if reply is not None:
-                reply.resolve(False, error() if isinstance(command, Attach) else self._stopped_error(error))
+                reply.resolve(False, self.ref.refusal(command))
         for cache in self.caches:
             if self.subscriber in cache.subscribers:
                 cache.subscribers.remove(self.subscriber)
             self.services.slots.release(cache)
         self.caches = []
-
-    def _stopped_error(self, error: Callable[[], BaseException]) -> BaseException:
-        exc = error()
-        if isinstance(exc, ActorRetired):  # only an attach retries; anything else was its manager's
-            return ManagerClosedError(f"the manager of {self.place} is closed")
-        return exc
 
     # -- reads of what is stored ------------------------------------------------------------
 

@@ -311,19 +311,19 @@ class NamespaceRef:
     async def ask(self, command: Any) -> Any:
         """Send ``command`` and wait for its answer.
 
-        Raises what the handler raised, or the actor's stop error (``ActorRetired``,
-        ``BranchNotFoundError``, ``ManagerClosedError``) if it stopped first. If cancelled after
-        sending, the command is still handled whole; only its answer is lost.
+        Raises what the handler raised, or the actor's stop error (``ActorRetired`` for an
+        attach, else ``BranchNotFoundError`` or ``ManagerClosedError``) if it stopped first. If
+        cancelled after sending, the command is still handled whole; only its answer is lost.
         """
         if self._closed is not None:
             await trio.lowlevel.checkpoint()
-            raise self._closed()
+            raise self.refusal(command)
         async with self._places:
             reply = Reply()
             try:
                 self._send.send_nowait((command, reply))
             except (trio.ClosedResourceError, trio.BrokenResourceError):
-                raise (self._closed or _stopped)() from None
+                raise self.refusal(command) from None
             try:
                 await reply.event.wait()
             except BaseException:
@@ -332,6 +332,14 @@ class NamespaceRef:
         if reply.ok:
             return reply.value
         raise reply.value
+
+    def refusal(self, command: Any) -> BaseException:
+        """The error a command meets once the actor has stopped: an attach retries on a fresh
+        actor; anything else belonged to a manager the stop closed."""
+        error = (self._closed or _stopped)()
+        if isinstance(error, ActorRetired) and not isinstance(command, Attach):
+            return _stopped()
+        return error
 
     def tell(self, command: Any) -> None:
         """Send ``command`` without waiting; dropped if the actor has stopped."""

@@ -166,7 +166,10 @@ class AutobiographicalStrategy(Strategy):
             if summary.parent_id is None:
                 self._unmerged.setdefault(summary.level, []).append(summary)
         self.head_start_id = ctx.get_value("head_start")
-        self._rebuild(ctx)
+        # initialize writes nothing (the actor drops what it buffers): chunks that can close now
+        # close, with their records and the floor, at the next next_unit or select.
+        self._built_holds = ctx.hold_floor()
+        self._dirty = bool(self._closing(ctx))
 
     # -- zones ------------------------------------------------------------------------------
 
@@ -208,38 +211,51 @@ class AutobiographicalStrategy(Strategy):
         return end
 
     def _rebuild(self, ctx: StrategyContext) -> None:
-        """Close and persist chunks over the frontier (only whole chunks; T3).
+        """Close and persist the chunks ``_closing`` finds (only whole chunks; T3)."""
+        # Chunk records and the floor mark commit after this returns; if they can't (D4), the actor
+        # reloads the strategy from what is stored, so the frontier waits for the next try.
+        self._dirty, self._built_holds = False, ctx.hold_floor()
+        for chunk in self._closing(ctx):
+            # The floor rises before (in the same commit as) the chunk's record: it may be read for
+            # compression from then on (D2).
+            ctx.mark_compression_read(chunk.last_sequence)
+            ctx.append_log("chunks", {"id": chunk.id, "ids": list(chunk.message_ids),
+                                      "first": chunk.first_sequence, "last": chunk.last_sequence})
+            self.chunks.append(chunk)
+            self._pending[chunk.id] = chunk
+
+    def _closing(self, ctx: StrategyContext) -> list[Chunk]:
+        """The chunks that close now over the frontier, oldest first; changes nothing.
 
         The compressible zone is ``[0, head_start) + [head_end, end)``: after a head-window reset
         (T6) the stretch before the transition message is compressed too; its remainder closes at
         the head's edge, an ownership seam nothing more can join (REF §4.5).
         """
-        # Chunk records and the floor mark commit after this returns; if they can't (D4), the actor
-        # reloads the strategy from what is stored, so the frontier waits for the next try.
-        self._dirty, self._built_holds = False, ctx.hold_floor()
         view = ctx.view
         messages = view.get_all()
         head_start, head_end = self._head(messages, view)
         end = self._compressible_end(messages, ctx)
-        start = self._unchunked_from(messages)
+        last = self.chunks[-1].last_sequence if self.chunks else 0
+        start = bisect_left(messages, last + 1, key=_sequence)
+        closing: list[Chunk] = []
         if start < head_start < head_end and end >= head_start:
-            self._close_chunks(ctx, messages[start:head_start], seam=True)
-            start = self._unchunked_from(messages)
+            closing += self._walk(ctx, messages[start:head_start], seam=True, number=len(self.chunks))
+            if closing:
+                start = bisect_left(messages, closing[-1].last_sequence + 1, key=_sequence)
         if start >= head_start:
             start = max(start, head_end)
-        self._close_chunks(ctx, messages[start:end], seam=False)
+        closing += self._walk(ctx, messages[start:end], seam=False, number=len(self.chunks) + len(closing))
+        return closing
 
     def _stale(self, ctx: StrategyContext | None) -> bool:
         """Whether chunks may close now that didn't at the last rebuild: new messages, or a hold
         released or timed out since (T5)."""
         return self._dirty or (ctx is not None and ctx.hold_floor() != self._built_holds)
 
-    def _unchunked_from(self, messages: Sequence[Message]) -> int:
-        last = self.chunks[-1].last_sequence if self.chunks else 0
-        return bisect_left(messages, last + 1, key=_sequence)
-
-    def _close_chunks(self, ctx: StrategyContext, frontier: Sequence[Message], *, seam: bool) -> None:
+    def _walk(self, ctx: StrategyContext, frontier: Sequence[Message], *, seam: bool, number: int) -> list[Chunk]:
+        """The chunks ``frontier`` closes into, the first numbered ``number``."""
         view = ctx.view
+        closed: list[Chunk] = []
         pending: list[Message] = []
         tokens = 0
         for index, message in enumerate(frontier):
@@ -248,16 +264,10 @@ class AutobiographicalStrategy(Strategy):
             following = frontier[index + 1] if index + 1 < len(frontier) else None
             closes = self._closes(pending, tokens, following) and not has_block(message, ToolUse)
             if closes or (seam and following is None):
-                chunk = Chunk(f"c-{len(self.chunks)}", tuple(m.id for m in pending), pending[0].sequence,
-                              pending[-1].sequence)
-                # The floor rises before (in the same commit as) the chunk's record: it may be read for
-                # compression from then on (D2).
-                ctx.mark_compression_read(chunk.last_sequence)
-                ctx.append_log("chunks", {"id": chunk.id, "ids": list(chunk.message_ids),
-                                          "first": chunk.first_sequence, "last": chunk.last_sequence})
-                self.chunks.append(chunk)
-                self._pending[chunk.id] = chunk
+                closed.append(Chunk(f"c-{number + len(closed)}", tuple(m.id for m in pending), pending[0].sequence,
+                                    pending[-1].sequence))
                 pending, tokens = [], 0
+        return closed
 
     def _closes(self, pending: Sequence[Message], tokens: int, following: Message | None) -> bool:
         """Whether the chunk ``pending`` closes here (never right after a tool_use: checked by the caller).
