@@ -542,11 +542,17 @@ class ContextManager:
             self._live().tell(SetSystemPrompt(text))
 
     async def aclose(self) -> None:
-        """Close this manager (idempotent); the namespace actor stops with its last manager. Never raises."""
-        if not self._closed:
-            self._closed = True
-            self._ref.tell(Detach(self._token))
-        await trio.lowlevel.checkpoint()
+        """Close this manager (idempotent); the namespace actor stops with its last manager, before
+        this returns. Never raises, and completes even if cancelled."""
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            try:
+                await self._ref.ask(Detach(self._token))
+            except Exception:  # noqa: BLE001 - its actor already stopped (branch deleted, runtime closed)
+                pass
 
     async def __aenter__(self) -> ContextManager:
         return self

@@ -514,12 +514,6 @@ async def test_a_failed_compression_is_retried_then_quarantined_and_stays_raw(
             assert len(model.requests) == MAX_ATTEMPTS + 1
 
 
-@pytest.mark.xfail(
-    reason="actor bug (temporary mark): _Actor._deadline() takes strategy.wake_at() as a deadline even once it "
-    "is past, so after a backoff ends the serve loop's move_on_at(past) cancels every receive and the mailbox "
-    "starves (UnitDone and inspect() are never handled)",
-    strict=True,
-)
 async def test_retryable_failures_never_quarantine_a_chunk_and_the_drain_backs_off(tmp_path: Path) -> None:
     """An outage (retryable errors) counts no attempt against the chunk; the drain waits a backoff, then
     compresses it once the model answers again (T8, L2)."""
@@ -707,11 +701,6 @@ async def test_summaries_and_merges_survive_a_restart(tmp_path: Path) -> None:
             assert [s.summary.level for s in await m.search_summaries()] == [2, 2]
 
 
-@pytest.mark.xfail(
-    reason="actor bug (temporary mark): ctxrt/namespace/actor.py stores the transition message under "
-    "TRANSITION_PARTICIPANT = 'manager'; REF §3.8/§4.5 (and the previous code) use 'Context Manager'",
-    strict=True,
-)
 async def test_reset_head_window_with_text_starts_a_head_at_the_transition_message(tmp_path: Path) -> None:
     """The given text becomes a "[Topic Transition]" message that starts the new head window; earlier messages
     are still summarised or raw, never dropped, and the head's start survives a restart (T6)."""

@@ -88,7 +88,6 @@ from .protocol import (
 logger = logging.getLogger("ctxrt.namespace")
 
 MODEL_TIMEOUT_S = 300.0
-TRANSITION_PARTICIPANT = "manager"
 _LATER = object()  # a handler that answers later (when its unit comes back)
 
 
@@ -301,7 +300,9 @@ class _Actor:
         except Exception as exc:
             self.strategy_error = exc
             logger.warning("strategy %r of %s failed to start: %r", self.strategy.name, self.place, exc)
-        self.ctx.take()  # initialize reads; anything it wrote would be a strategy bug: not committed
+        mark, writes = self.ctx.take()
+        if mark or writes:  # initialize only reads: writes belong in next_unit or select
+            logger.warning("strategy %r of %s wrote during initialize; not committed", self.strategy.name, self.place)
         self.seen = self.services.engine.last_sequence
 
     def _require_strategy(self) -> None:
@@ -396,9 +397,9 @@ class _Actor:
         """When the loop should look again without a command: a hold lapsing, a backoff ending."""
         now = trio.current_time()
         deadline = self.holds.next_lapse(now)
-        if self.strategy.auto_tick and not self.readonly:
+        if self.strategy.auto_tick and not self.readonly and self.in_flight is None:
             wake = self.strategy.wake_at()
-            if wake is not None:
+            if wake is not None and wake > now:  # a backoff already over is no reason to wake again
                 deadline = min(deadline, wake)
         return deadline
 
@@ -703,14 +704,14 @@ class _Actor:
         return True
 
     async def _transition(self, content: list[dict[str, Any]]) -> str:
-        data, blobs, appended = prepare_append(TRANSITION_PARTICIPANT, content, origin=self.ref)
+        strategy = self.strategy
+        assert isinstance(strategy, HeadWindowReset)
+        data, blobs, appended = prepare_append(strategy.transition_participant, content, origin=self.ref)
         operation = await self._store().ask(
             AppendItem(state=self.config.slot, branch=self.branch_id, data=data, blobs=tuple(blobs),
                        attachment=appended)
         )
         message_id = str(operation.sequence)
-        strategy = self.strategy
-        assert isinstance(strategy, HeadWindowReset)
         strategy.start_head_window(self.ctx, message_id)
         await self._commit()
         return message_id

@@ -117,6 +117,7 @@ def _sequence(message: Message) -> int:
 class AutobiographicalStrategy(Strategy):
     name = "autobio"
     marks_compression_reads = True
+    transition_participant = MANAGER
 
     def __init__(self, config: Any) -> None:
         self.config = config
@@ -406,8 +407,8 @@ class AutobiographicalStrategy(Strategy):
                 self._retryable_streak += 1
                 delay = min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (self._retryable_streak - 1))
                 self._backoff_until = ctx.now() + delay  # the drain waits this out
-                if self._retryable_streak < RETRYABLE_STREAK_LIMIT:
-                    return _TRANSIENT
+                if self._retryable_streak % RETRYABLE_STREAK_LIMIT:
+                    return _TRANSIENT  # every RETRYABLE_STREAK_LIMIT in a row count as one attempt
             return None
         if outcome is None:
             return None

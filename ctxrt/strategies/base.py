@@ -171,6 +171,8 @@ class SummaryReader(Protocol):
 class HeadWindowReset(Protocol):
     """A strategy whose head window can restart at a topic-transition message (T6)."""
 
+    transition_participant: str  # who the transition message is from
+
     def transition_unit(self, ctx: StrategyContext) -> Unit:
         """The unit whose reply becomes the transition summary (when the host gives no text)."""
         ...

@@ -1,0 +1,128 @@
+"""Layers one way (DESIGN §2): ctxrt's modules import only downward, with no cycle.
+
+Each module belongs to a layer; a module may import modules of its own layer or lower ones,
+never higher. Imports under ``TYPE_CHECKING`` count too: a type that points upward is a
+dependency that points upward. Read from the source with ``ast``, so the rule holds whatever
+imports happen to be lazy.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ctxrt
+
+PACKAGE = Path(ctxrt.__file__).parent
+
+# Lowest first. The arrows of data flow: manager -> namespace actor -> strategy -> views -> slot
+# cache -> store. Within a layer, imports may go either way but never in a cycle.
+LAYERS: list[tuple[str, ...]] = [
+    ("ctxrt.errors", "ctxrt.content", "ctxrt.store.keys"),
+    ("ctxrt.codec", "ctxrt.tokens"),
+    ("ctxrt.store.engine", "ctxrt.store.protocol", "ctxrt.store.environment", "ctxrt.store.actor",
+     "ctxrt.store.verify"),
+    ("ctxrt.slots",),
+    ("ctxrt.views",),
+    ("ctxrt.wire",),
+    ("ctxrt.compile",),
+    ("ctxrt.model",),
+    ("ctxrt.strategies.base", "ctxrt.strategies.shaping"),
+    ("ctxrt.strategies.passthrough", "ctxrt.strategies.windowed", "ctxrt.strategies.autobiographical"),
+    ("ctxrt.strategies.knowledge",),
+    ("ctxrt.namespace.states", "ctxrt.namespace.core"),
+    ("ctxrt.namespace.context", "ctxrt.namespace.protocol"),
+    ("ctxrt.namespace.actor",),
+    ("ctxrt.namespace.registry",),
+    ("ctxrt.manager",),
+    ("ctxrt.runtime",),
+    ("ctxrt.testing", "ctxrt.trio_guard"),
+    ("ctxrt.loadtest", "ctxrt.demo"),
+    ("ctxrt.cli",),
+    ("ctxrt", "ctxrt.__main__"),
+]
+PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies"}  # empty __init__ files
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    name = ".".join(parts)
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
+
+
+def imports_of(path: Path) -> set[str]:
+    """The ctxrt modules ``path`` imports (``from .x import y`` resolves to ``x``, or ``x.y`` when that is a module)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("ctxrt")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.startswith("ctxrt"):
+                target = node.module
+            else:
+                continue
+            for alias in node.names:
+                candidate = f"{target}.{alias.name}"
+                found.add(candidate if candidate in all_modules() else target)
+    return found - PACKAGES
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def layer_of() -> dict[str, int]:
+    return {module: index for index, layer in enumerate(LAYERS) for module in layer}
+
+
+def test_every_module_has_a_layer() -> None:
+    """Layers: a new module says where it stands before it can import anything."""
+    missing = sorted(set(all_modules()) - set(layer_of()) - PACKAGES)
+    assert missing == [], f"add these modules to LAYERS in tests/test_layers.py: {missing}"
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    """Layers: strategies import neither namespace nor runtime, namespace doesn't import runtime or
+    manager, model doesn't import compile; every import points down or across."""
+    layers = layer_of()
+    upward = []
+    for module, path in all_modules().items():
+        for imported in imports_of(path):
+            if imported in layers and module in layers and layers[imported] > layers[module]:
+                upward.append(f"{module} imports {imported}")
+    assert upward == []
+
+
+def test_no_import_cycle_among_ctxrts_modules() -> None:
+    """Layers: the import graph has no cycle, within a layer included."""
+    graph = {module: imports_of(path) & set(all_modules()) for module, path in all_modules().items()}
+    state: dict[str, str] = {}
+    cycles: list[list[str]] = []
+
+    def visit(module: str, trail: list[str]) -> None:
+        state[module] = "open"
+        for imported in sorted(graph.get(module, ())):
+            if imported == module:
+                continue
+            if state.get(imported) == "open":
+                cycles.append(trail[trail.index(imported):] + [imported] if imported in trail else [module, imported])
+            elif imported not in state:
+                visit(imported, trail + [imported])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def test_the_checker_sees_an_upward_import() -> None:
+    """Layers: the checker itself works: manager importing runtime would be caught."""
+    layers = layer_of()
+    assert layers["ctxrt.runtime"] > layers["ctxrt.manager"]
+    assert "ctxrt.namespace.protocol" in imports_of(all_modules()["ctxrt.manager"])
