@@ -3,8 +3,10 @@
 Every test names the behaviour and cites its number. They go through the public API
 (``import ctxrt``, ``rt.open(...)``); where a test must see what the store holds (a reader
 record, the narrowing floor, the context log), it reads through the runtime's engine in a read
-transaction, never around the actors. Two tests inject a fault at the store's boundary (a
-store that refuses writes to ``<ns>/narrowing-floor``, as a full map would) and say so.
+transaction, never around the actors, and what a namespace actor holds (its reader listing)
+only through the documented hook ``await manager.inspect()``. Strategies defined here are
+synchronous, as every strategy is. Three tests act at the store's boundary and say so: two
+refuse writes of ``<ns>/narrowing-floor`` (as a full map would), one holds a claim's write.
 
 Determinism: real LMDB (``durability="os"``) and the real clock; a ``trio.fail_after`` guard
 wherever a test waits on an event. Model calls go to ``ScriptedModel``, whose responders echo
@@ -28,7 +30,7 @@ import pytest
 import trio
 
 import ctxrt
-import ctxrt.namespace.actor
+import ctxrt.namespace.core
 import ctxrt.views
 from ctxrt import (
     Autobiographical,
@@ -47,7 +49,7 @@ from ctxrt import codec
 from ctxrt.compile import to_anthropic_messages
 from ctxrt.content import hidden_by_edit
 from ctxrt.runtime import Runtime
-from ctxrt.store.protocol import AppendItem, RegisterState, SetValue
+from ctxrt.store.protocol import AppendItem, Atomically, RegisterState, SetValue
 from ctxrt.testing import ScriptedModel
 
 GUARD_S = 30
@@ -75,6 +77,12 @@ def block(text: str, *audience: str) -> dict[str, Any]:
 def words(i: int) -> dict[str, Any]:
     """About 95 tokens of plain prose numbered ``i``."""
     return block(f"Message {i}. " + "filler words " * 20)
+
+
+def narrowed(i: int) -> list[dict[str, Any]]:
+    """Message ``[words(i), ANN-ONLY-i for ann]`` narrowed in place (D1): ann's name taken out of
+    her block's audience (the block kept, for cy), so the edit hides it from ann alone."""
+    return [words(i), block(f"ANN-ONLY-{i}", "cy")]
 
 
 def ann_every_third(i: int) -> list[dict[str, Any]]:
@@ -163,15 +171,23 @@ def context_log(rt: Runtime, namespace: str, branch: str = "main") -> list[ctxrt
     return [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
 
 
+def writes_floor(command: Any) -> bool:
+    """Whether a store command writes a narrowing floor, alone or inside an ``Atomically`` (the
+    namespace actor commits a raised floor in one transaction with the strategy's writes)."""
+    if isinstance(command, Atomically):
+        return any(writes_floor(c) for c in command.commands)
+    return isinstance(command, SetValue) and command.state.endswith("/narrowing-floor")
+
+
 def fail_floor_writes(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Fault injection: the store refuses every write to a narrowing floor (as a full map would)
-    while the returned switch holds True."""
+    """Fault injection: the store refuses every write to a narrowing floor, and with it the
+    whole transaction carrying it (as a full map would), while the returned switch holds True."""
     switch = [True]
     store = rt.store
     real = store.ask
 
     async def ask(command: Any) -> Any:
-        if switch[0] and isinstance(command, SetValue) and command.state.endswith("/narrowing-floor"):
+        if switch[0] and writes_floor(command):
             raise lmdb.MapFullError("injected: the store refuses this write")
         return await real(command)
 
@@ -193,7 +209,10 @@ class Probe:
 
     ``marks`` is its ``marks_compression_reads``; ``fail_on`` a branch-name prefix where its
     ``initialize`` raises ("" for every branch); ``copy_to_context`` appends a ``copy`` entry of
-    each new message to the context log; ``context_audience`` adds an audience block to it.
+    each new message to the context log; ``context_audience`` adds an audience block to it;
+    ``mark_on_select`` are sequences it marks as read by compression in each ``select``.
+    Synchronous, as every strategy is: its context writes are committed by the actor after the
+    call returns. It plans no units (no model requests).
     """
 
     log: list[Any] = attrs.field(factory=list, eq=False, repr=False)
@@ -202,7 +221,6 @@ class Probe:
     copy_to_context: bool = False
     context_audience: bool = False
     mark_on_select: tuple[int, ...] = ()
-    gate: trio.Event | None = attrs.field(default=None, eq=False)
 
     def create(self) -> ProbeStrategy:
         return ProbeStrategy(self)
@@ -216,27 +234,25 @@ class ProbeStrategy(Strategy):
         self.marks_compression_reads = config.marks
         self.kept: ctxrt.MessageView | None = None
 
-    async def initialize(self, ctx: ctxrt.StrategyContext) -> None:
+    def initialize(self, ctx: ctxrt.StrategyContext) -> None:
         self.config.log.append(("initialize", ctx.branch))
-        if self.config.gate is not None:
-            await self.config.gate.wait()
         if self.config.fail_on is not None and ctx.branch.startswith(self.config.fail_on):
             raise RuntimeError("initialize failed (probe)")
 
-    async def on_new_message(self, message: ctxrt.Message, ctx: ctxrt.StrategyContext) -> None:
+    def on_new_message(self, message: ctxrt.Message, ctx: ctxrt.StrategyContext) -> None:
         self.config.log.append(("new", message))
         if self.config.copy_to_context:
             content = message.content
             if self.config.context_audience:
                 content = (*content, Text("private", audience=("ann",)))
-            await ctx.append_context(Entry(message.participant, content, (message.id,), "copy"))
+            ctx.append_context(Entry(message.participant, content, (message.id,), "copy"))
 
-    async def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
+    def select(self, view: ctxrt.MessageView, budget: Budget, options: ctxrt.SelectOptions) -> list[Entry]:
         self.config.log.append(("select", view))
         self.kept = view
         for sequence in self.config.mark_on_select:
             assert options.context is not None
-            await options.context.mark_compression_read(sequence)
+            options.context.mark_compression_read(sequence)
         return [Entry(m.participant, m.content, (m.id,), "copy") for m in view.get_all()]
 
 
@@ -567,10 +583,21 @@ async def test_the_first_reader_is_recorded_per_branch_and_another_is_refused_na
     assert ann.branch == "main"
 
 
-async def test_a_second_reader_opening_while_the_first_ones_strategy_is_starting_is_refused(rt: Runtime) -> None:
-    """C1, C13: an open for bob while ann's claiming open is still starting its strategy waits its turn, then is refused."""
-    gate = trio.Event()
-    config = Probe(gate=gate)
+async def test_a_second_reader_opening_while_the_first_ones_claim_is_committing_is_refused(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """C1, C13: an open for bob while ann's claiming open is still under way (its claim held at the store's boundary) waits its turn, then is refused."""
+    gate, reached = trio.Event(), trio.Event()
+    real = rt.store.ask
+
+    async def ask(command: Any) -> Any:  # holds the claim's write until the gate opens
+        if isinstance(command, SetValue) and command.state == "agents/x/reader":
+            reached.set()
+            await gate.wait()
+        return await real(command)
+
+    monkeypatch.setattr(rt.store, "ask", ask)
+    config = Probe()
     opened: dict[str, Any] = {}
 
     async def open_for(reader: str, strategy: Any) -> None:
@@ -582,15 +609,15 @@ async def test_a_second_reader_opening_while_the_first_ones_strategy_is_starting
     with trio.fail_after(GUARD_S):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(open_for, "ann", config)
-            while not config.log:
-                await trio.sleep(0.001)
+            await reached.wait()
             nursery.start_soon(open_for, "bob", None)
             await trio.sleep(0.05)
-            assert opened == {}, "both opens wait on ann's starting strategy"
+            assert opened == {}, "both opens wait on ann's claim"
             gate.set()
     assert isinstance(opened["ann"], ctxrt.ContextManager) and opened["ann"].view_reader == "ann"
     assert isinstance(opened["bob"], ctxrt.ReaderConflictError)
     assert value_of(rt, "agents/x/reader")[0] == "ann"
+    assert ("initialize", "main") in config.log
 
 
 async def test_a_refused_open_registers_and_writes_nothing_auxiliary_slots_included(rt: Runtime) -> None:
@@ -667,22 +694,37 @@ async def test_an_empty_reader_is_refused_and_none_empty_and_default_share_one_r
     assert ann.namespace == "default"
 
 
+async def refused_for_its_failed_strategy(manager: ctxrt.ContextManager) -> None:
+    """The manager's strategy failed to start: its compile is refused naming the failure, and its health says so."""
+    with pytest.raises(ctxrt.StrategyRefusedError, match="initialize failed"):
+        await manager.compile(BIG)
+    health = await manager.health()
+    assert health.strategy_error is not None and "initialize failed" in health.strategy_error
+
+
 async def test_a_claim_stands_when_the_strategy_then_fails_to_start(rt: Runtime) -> None:
-    """C5: the claim an open, a switch or a fork wrote stands though the strategy then fails to start there."""
-    with pytest.raises(RuntimeError, match="initialize failed"):
-        await rt.open("agents/o", view_reader="ann", strategy=Probe(fail_on=""))
+    """C5: the claim an open, a switch or a fork wrote stands though the strategy then fails to start there.
+
+    The manager is made (its namespace actor keeps the failure: every call it guards is refused
+    with StrategyRefusedError naming it) and recovers by switching away.
+    """
+    failed = await rt.open("agents/o", view_reader="ann", strategy=Probe(fail_on=""))
     assert value_of(rt, "agents/o/reader")[0] == "ann"
+    await refused_for_its_failed_strategy(failed)
 
     config = Probe(fail_on="bad")
     ann = await rt.open("agents/s", view_reader="ann", strategy=config)
+    await ann.add_message("user", "hello")
     await rt.create_branch("bad-switch")
-    with pytest.raises(RuntimeError, match="initialize failed"):
-        await ann.switch_branch("bad-switch")
+    await ann.switch_branch("bad-switch")
     assert value_of(rt, "agents/s/reader", "bad-switch")[0] == "ann"
-    assert ann.branch == "main"
-    with pytest.raises(RuntimeError, match="initialize failed"):
-        await ann.fork("bad-fork")
+    assert ann.branch == "bad-switch"
+    await refused_for_its_failed_strategy(ann)
+    await ann.switch_branch("main")
+    assert compiled_texts(await ann.compile(BIG)) == ["hello"]
+    await ann.fork("bad-fork")
     assert value_of(rt, "agents/s/reader", "bad-fork")[0] == "ann"
+    await refused_for_its_failed_strategy(ann)
 
 
 async def test_an_open_with_no_reader_on_a_claimed_namespace_compiles_and_compresses_for_its_reader(
@@ -809,11 +851,11 @@ async def test_a_compression_waiting_on_its_model_when_a_claim_lands_writes_noth
         with caplog.at_level(logging.WARNING, logger="ctxrt.namespace"):
             released.set()
             while len(model.requests) == asked_before_claim and not any(
-                "discarding work" in r.getMessage() for r in caplog.records
+                "discarded the reply" in r.getMessage() for r in caplog.records
             ):
                 await trio.sleep(0.01)
             await ann.wait_ready()
-    assert any("discarding work" in r.getMessage() for r in caplog.records), "the stale reply was discarded, logged"
+    assert any("discarded the reply" in r.getMessage() for r in caplog.records), "the stale reply was discarded, logged"
     assert not await ann.search_summaries(regex="STALE", include_merged=True, limit=1000)
     assert "STALE" not in body_json(await ann.compile(BIG))
     later = model.requests[asked_before_claim:]
@@ -894,8 +936,8 @@ async def test_derive_after_close_or_a_failed_strategy_start_is_refused_writing_
     await closed.aclose()
     fenced = await rt.open("agents/y", view_reader="ann")
     await fenced.add_message("user", "Before.")
-    with pytest.raises(RuntimeError, match="initialize failed"):
-        await fenced.set_strategy(Probe(fail_on=""))
+    await fenced.set_strategy(Probe(fail_on=""))  # the strategy fails to start: the actor keeps the failure
+    await refused_for_its_failed_strategy(fenced)
     before = snapshot(rt)
     with pytest.raises(ctxrt.ManagerClosedError):
         await closed.fork("after-close-fork")
@@ -955,35 +997,45 @@ async def test_summaries_written_before_a_reader_claims_are_kept_and_used(rt: Ru
 
 
 def test_narrowing_is_hiding_a_block_in_place_from_a_reader_who_saw_it() -> None:
-    """D1: blocks are compared by position; an audience given or a name taken hides, a widening or a text edit doesn't."""
+    """D1: blocks are compared by position, over the positions both versions hold; an audience given or a name taken hides, a widening, a text edit or a block left out (a deletion) doesn't."""
     plain, ann, both = Text("x"), Text("x", audience=("ann",)), Text("x", audience=("ann", "bob"))
     assert hidden_by_edit((plain,), (Text("y"),)) == (frozenset(), False)  # hides nothing
     assert hidden_by_edit((ann,), (both,)) == (frozenset(), False)  # widens
     assert hidden_by_edit((ann,), (plain,)) == (frozenset(), False)  # widens to everyone
     assert hidden_by_edit((both,), (ann,)) == (frozenset({"bob"}), False)  # a name taken out
     assert hidden_by_edit((plain,), (ann,)) == (frozenset(), True)  # an audience given: hidden from the rest
-    assert hidden_by_edit((plain, both), (plain,)) == (frozenset({"ann", "bob"}), False)  # left out
-    # Compared by position: a block moved up is the old one left out plus an audience given.
-    assert hidden_by_edit((plain, both), (both,)) == (frozenset({"ann", "bob"}), True)
+    # Over the positions both versions hold: a block left out is a deletion, never a narrowing.
+    assert hidden_by_edit((plain, both), (plain,)) == (frozenset(), False)  # left out
+    assert hidden_by_edit((ann, both), ()) == (frozenset(), False)  # every block left out
+    # Compared by position: a block moved up is judged where it lands (here an audience given
+    # to the first position); the block left out at the end is a deletion.
+    assert hidden_by_edit((plain, both), (both,)) == (frozenset(), True)
+    assert hidden_by_edit((both, plain), (plain,)) == (frozenset(), False)  # widens position 0; no name taken
+    assert hidden_by_edit((both, plain), (ann,)) == (frozenset({"bob"}), False)
+    assert hidden_by_edit((plain,), (plain, ann)) == (frozenset(), False)  # a block added hides nothing
 
 
 async def test_widening_a_text_edit_and_removals_go_through_after_compression(rt: Runtime) -> None:
-    """D1: below the floor, an edit that hides nothing or widens goes through, and remove_message(s) are never refused."""
+    """D1: below the floor, an edit that hides nothing, widens or leaves blocks out (a deletion) goes through, and remove_message(s) are never refused."""
     ann = await rt.open("agents/ann", view_reader="ann", strategy=memory(), model=ScriptedModel(echo_markers))
     ids = [await ann.add_message("user", [block("ann's", "ann"), words(i)]) for i in range(20)]
     await ann.wait_ready()
     floor = value_of(rt, "agents/ann/narrowing-floor")[0]
-    assert floor >= int(ids[5]), "the premise: compression has read the first messages"
+    assert floor >= int(ids[7]), "the premise: compression has read the first messages"
     await ann.edit_message(ids[0], [block("ann's", "ann", "bob"), words(0)])
     await ann.edit_message(ids[1], [block("ann's"), words(1)])
     await ann.edit_message(ids[2], [block("ann's, reworded", "ann"), words(2)])
     await ann.remove_message(ids[3])
     await ann.remove_messages(ids[4], ids[5])
+    await ann.edit_message(ids[6], [block("ann's", "ann")])  # the plain block left out: a deletion
+    await ann.edit_message(ids[7], [words(7)])  # ann's block left out: a deletion, like a removal
     stored = {m.id: m for m in await ann.get_all_messages()}
     assert stored[ids[0]].content[0].audience == ("ann", "bob")
     assert stored[ids[1]].content[0].audience is None
     assert stored[ids[2]].content[0].text == "ann's, reworded"
     assert not {ids[3], ids[4], ids[5]} & set(stored)
+    assert [(b.text, b.audience) for b in stored[ids[6]].content] == [("ann's", ("ann",))]
+    assert [(b.text, b.audience) for b in stored[ids[7]].content] == [(words(7)["text"], None)]
 
 
 async def test_the_floor_rises_as_chunks_close_before_any_request_and_never_lowers(rt: Runtime) -> None:
@@ -1040,16 +1092,17 @@ async def test_narrowing_away_from_the_reader_is_refused_once_compression_may_ha
     assert floor is not None and floor >= int(ids[3])
     before = await ann.get_message(ids[0])
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-        await ann.edit_message(ids[0], [words(0)])  # ann's block left out
+        await ann.edit_message(ids[0], narrowed(0))  # ann's name taken out, the block kept for cy
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-        await ann.edit_message(ids[1], [words(1), block("ANN-ONLY-1", "bob")])  # ann's name taken out
+        await ann.edit_message(ids[1], [words(1), block("ANN-ONLY-1", "bob")])  # ann's name taken out, for bob
     assert await ann.get_message(ids[0]) == before
     sibling = await rt.open("agents/ann")  # another manager on the namespace (it compiles for ann)
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-        await sibling.edit_message(ids[2], [words(2)])
+        await sibling.edit_message(ids[2], narrowed(2))
     newer = await ann.add_message("user", [words(99), block("ANN-ONLY-new", "ann")])
-    await ann.edit_message(newer, [words(99)])  # newer than anything compression has read
-    assert (await ann.get_message(newer)).content == (Text(words(99)["text"]),)  # type: ignore[union-attr]
+    await ann.edit_message(newer, [words(99), block("ANN-ONLY-new", "cy")])  # newer than anything compression read
+    assert (await ann.get_message(newer)).content == (  # type: ignore[union-attr]
+        Text(words(99)["text"]), Text("ANN-ONLY-new", audience=("cy",)))
 
 
 async def test_narrowing_is_refused_while_a_request_is_out_and_after_one_that_wrote_no_summary(rt: Runtime) -> None:
@@ -1070,13 +1123,13 @@ async def test_narrowing_is_refused_while_a_request_is_out_and_after_one_that_wr
             nursery.start_soon(ann.tick)
             await asked.wait()
             with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-                await ann.edit_message(ids[0], [words(0)])
+                await ann.edit_message(ids[0], narrowed(0))
             released.set()
     assert await ann.search_summaries() == [], "the premise: the request wrote no summary"
     await ann.aclose()
     reopened = await rt.open("agents/ann", view_reader="ann")
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-        await reopened.edit_message(ids[0], [words(0)])
+        await reopened.edit_message(ids[0], narrowed(0))
     assert (await reopened.get_message(ids[0])).content[1].audience == ("ann",)  # type: ignore[union-attr]
 
 
@@ -1087,10 +1140,11 @@ async def test_narrowing_is_decided_on_each_branch_by_its_own_compression(rt: Ru
     await rt.create_branch("early")  # nothing has closed a chunk yet
     await ann.compile(BIG)
     with pytest.raises(ctxrt.NarrowingRefusedError):
-        await ann.edit_message(ids[0], [words(0)])
+        await ann.edit_message(ids[0], narrowed(0))
     early = await rt.open("agents/ann", view_reader="ann", branch="early", strategy=Passthrough())
-    await early.edit_message(ids[0], [words(0)])
-    assert (await early.get_message(ids[0])).content == (Text(words(0)["text"]),)  # type: ignore[union-attr]
+    await early.edit_message(ids[0], narrowed(0))
+    assert (await early.get_message(ids[0])).content == (  # type: ignore[union-attr]
+        Text(words(0)["text"]), Text("ANN-ONLY-0", audience=("cy",)))
     assert (await ann.get_message(ids[0])).content[1].audience == ("ann",)  # type: ignore[union-attr]
 
 
@@ -1104,7 +1158,7 @@ async def test_narrowing_a_head_message_older_than_a_closed_chunk_is_refused(rt:
     assert ids[0] not in chunked, "the premise: it is in the head"
     assert chunk_records(rt, "agents/ann"), "the premise: a later chunk closed"
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-        await ann.edit_message(ids[0], [words(0)])
+        await ann.edit_message(ids[0], narrowed(0))
 
 
 async def test_the_floor_refuses_narrowing_across_reopen_strategy_switch_fork_and_derive(rt: Runtime) -> None:
@@ -1113,20 +1167,19 @@ async def test_the_floor_refuses_narrowing_across_reopen_strategy_switch_fork_an
     ids = [await ann.add_message("user", [words(i), block(f"ANN-ONLY-{i}", "ann")]) for i in range(12)]
     await ann.compile(BIG)
     await ann.aclose()
-    narrowed = [words(0)]
 
     reopened = await rt.open("agents/ann", view_reader="ann")
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-        await reopened.edit_message(ids[0], narrowed)
+        await reopened.edit_message(ids[0], narrowed(0))
     await reopened.set_strategy(Passthrough())  # keeps no summaries
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-        await reopened.edit_message(ids[0], narrowed)
+        await reopened.edit_message(ids[0], narrowed(0))
     child = await reopened.derive(branch="derived")
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-        await child.edit_message(ids[0], narrowed)
+        await child.edit_message(ids[0], narrowed(0))
     await reopened.fork("forked")
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
-        await reopened.edit_message(ids[0], narrowed)
+        await reopened.edit_message(ids[0], narrowed(0))
     for branch in ("main", "derived", "forked"):
         other = await rt.open("agents/reader-of-" + branch, branch=branch)
         stored = await other.get_message(ids[0])
@@ -1194,13 +1247,16 @@ async def test_narrowing_away_from_another_reader_or_by_a_manager_for_no_reader_
     nobody = await rt.open("agents/nobody")
     with pytest.raises(ctxrt.NarrowingRefusedError, match="no reader"):
         await nobody.edit_message(mid, [block("both", "ann"), block("plain")])
-    with pytest.raises(ctxrt.NarrowingRefusedError):
-        await nobody.edit_message(mid, [block("both", "ann", "bob")])
+    with pytest.raises(ctxrt.NarrowingRefusedError):  # an audience given: hidden from the no-reader view
+        await nobody.edit_message(mid, [block("both", "ann", "bob"), block("plain", "cy")])
     await nobody.edit_message(mid, [block("both", "ann", "bob", "cy"), block("plain")])  # widens
     await ann.edit_message(mid, [block("both", "ann", "bob", "cy"), block("plain, reworded")])  # hides nothing
     stored = await ann.get_message(mid)
     assert [(b.text, b.audience) for b in stored.content] == [  # type: ignore[union-attr]
         ("both", ("ann", "bob", "cy")), ("plain, reworded", None)]
+    other = await ann.add_message("user", [block("kept"), block("for bob", "bob")])
+    await nobody.edit_message(other, [block("kept")])  # bob's block left out: a deletion, never refused (D1)
+    assert (await nobody.get_message(other)).content == (Text("kept"),)  # type: ignore[union-attr]
 
 
 async def test_narrowing_away_from_the_reader_is_refused_where_another_namespace_records_it_or_an_unreadable_record(
@@ -1211,15 +1267,16 @@ async def test_narrowing_away_from_the_reader_is_refused_where_another_namespace
     first = await ann.add_message("user", [block("plain"), block("mine", "ann")])
     second = await ann.add_message("user", [block("plain"), block("mine", "ann")])
     third = await ann.add_message("user", [block("plain"), block("mine", "ann")])
-    await ann.edit_message(first, [block("plain")])  # the control: goes through while no one else records ann
+    hidden_from_ann = [block("plain"), block("mine", "cy")]  # ann's name taken out, in place
+    await ann.edit_message(first, hidden_from_ann)  # the control: goes through while no one else records ann
     twin = await rt.open("agents/ann-too", view_reader="ann")
     with pytest.raises(ctxrt.NarrowingRefusedError, match="another namespace"):
-        await ann.edit_message(second, [block("plain")])
+        await ann.edit_message(second, hidden_from_ann)
     await twin.aclose()
     await rt.store.ask(RegisterState(name="agents/odd/reader", kind="value"))
     await rt.store.ask(SetValue(state="agents/odd/reader", branch="main", value=["not", "a", "name"]))
     with pytest.raises(ctxrt.NarrowingRefusedError):
-        await ann.edit_message(third, [block("plain")])
+        await ann.edit_message(third, hidden_from_ann)
     stored = await ann.get_message(third)
     assert stored is not None and stored.content[1].audience == ("ann",)
 
@@ -1230,7 +1287,7 @@ async def test_narrowing_is_refused_when_the_floor_cannot_be_read(rt: Runtime) -
     mid = await ann.add_message("user", [block("plain"), block("mine", "ann")])
     await rt.store.ask(SetValue(state="agents/ann/narrowing-floor", branch="main", value="garbage"))
     with pytest.raises(ctxrt.NarrowingRefusedError, match="can't be read"):
-        await ann.edit_message(mid, [block("plain")])
+        await ann.edit_message(mid, [block("plain"), block("mine", "cy")])  # ann's name taken out, in place
     assert (await ann.get_message(mid)).content[1].audience == ("ann",)  # type: ignore[union-attr]
 
 
@@ -1302,15 +1359,16 @@ async def test_a_view_is_the_plain_view_until_an_audience_block_is_stored_in_its
     for i in range(10):
         await ann.add_message("user", f"plain {i}")
     cache = rt.slots.cache("messages", rt.engine.branch("main").id)
-    actor = ann._actor
+    assert (await ann.inspect()).caches[0] is cache
     assert cache.may_hold_audience is False
     await ann.compile(BIG)
-    assert actor._reader_listing.projected == 0
-    assert actor._reader_listing.listing()[0] is cache.current()
+    listing = (await ann.inspect()).reader_listing
+    assert listing.projected == 0
+    assert listing.listing()[0] is cache.current()
     await ann.add_message("user", [block("bob's", "bob"), block("plain 10")])
     assert cache.may_hold_audience is True
     result = await ann.compile(BIG)
-    assert actor._reader_listing.projected == 11
+    assert (await ann.inspect()).reader_listing.projected == 11
     assert compiled_texts(result)[-1] == "plain 10"
 
 
@@ -1325,13 +1383,18 @@ async def test_once_any_manager_stores_an_audience_block_every_view_over_the_slo
     await isolated.add_message("user", "own slot")
     await ann.compile(BIG)
     await isolated.compile(BIG)
-    assert ann._actor._reader_listing.projected == 0
+    assert await projected(ann) == 0
     await nobody.add_message("user", [block("ANN-ONLY-0", "ann"), block("BOB-ONLY-0", "bob")])
     assert compiled_texts(await ann.compile(BIG)) == ["plain", "ANN-ONLY-0"]
     assert compiled_texts(await nobody.compile(BIG)) == ["plain"]
-    assert ann._actor._reader_listing.projected > 0 and nobody._actor._reader_listing.projected > 0
+    assert await projected(ann) > 0 and await projected(nobody) > 0
     await isolated.compile(BIG)
-    assert isolated._actor._reader_listing.projected == 0, "a slot with no audience block keeps the plain view"
+    assert await projected(isolated) == 0, "a slot with no audience block keeps the plain view"
+
+
+async def projected(manager: ctxrt.ContextManager) -> int:
+    """How many messages the manager's namespace actor has projected into its reader's view (E1, F3)."""
+    return (await manager.inspect()).reader_listing.projected
 
 
 def e3_content(i: int) -> Any:
@@ -1381,7 +1444,7 @@ async def test_with_no_reader_and_no_audience_compiles_and_requests_are_byte_ide
     with monkeypatch.context() as off:
         off.setattr(ctxrt.views.ReaderListing, "listing", lambda self: self.source.listing())
         off.setattr(ctxrt.views, "content_for_reader", lambda blocks, reader: tuple(blocks))
-        off.setattr(ctxrt.namespace.actor, "content_for_reader", lambda blocks, reader: tuple(blocks))
+        off.setattr(ctxrt.namespace.core, "content_for_reader", lambda blocks, reader: tuple(blocks))
         switched_off = await e3_run(tmp_path / "off")
     assert on[1] == 61 and on[2] > 20, "the premise: a long run with compression"
     assert on == switched_off
