@@ -1,6 +1,6 @@
 """ctxrt: a context runtime for multi-agent LLM hosts, on trio and LMDB.
 
-This module re-exports the public names of API.md and defines nothing.
+This module re-exports the public names (docs/api.md) and defines nothing.
 """
 
 from .compile import (

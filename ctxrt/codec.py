@@ -3,7 +3,7 @@
 Three forms of a block exist:
 
 - *ingress*: what a host passes (attrs blocks or Anthropic Messages API dicts). ``blocks_from_content``
-  validates every field and every audience rule (spec/core.md M6, spec/audience.md B1, B2) and
+  validates every field and every audience rule (docs/behaviours.md M6, B1, B2) and
   returns normalised blocks, or raises ``MalformedContentError`` naming the exact place.
 - *storage*: compact JSON with Anthropic field names plus ``audience``/``raw``/``cache_control``
   when set; media replaced by ``blob_ref`` sources (M4). Decoding it trusts the data and is

@@ -3,7 +3,7 @@
 Blocks are frozen attrs classes in Anthropic Messages API shape (field names as the API spells
 them). Messages handed out by ctxrt are immutable: caches, views and strategies share them.
 Converting dicts to blocks and back lives in ``codec.py``; this module holds data and the
-audience rules that need no codec (spec/audience.md A2, A5).
+audience rules that need no codec (docs/behaviours.md A2, A5).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def names_reader(audience: object, reader: str | None) -> bool:
 
 
 def content_for_reader(blocks: Sequence[Block], reader: str | None) -> tuple[Block, ...]:
-    """The blocks ``reader`` may see, with the ``audience`` field removed (spec/audience.md A2, A5).
+    """The blocks ``reader`` may see, with the ``audience`` field removed (docs/behaviours.md A2, A5).
 
     Keeps blocks with no audience and those whose audience names ``reader``; ``reader=None``
     keeps only blocks with no audience. A raw replay form shared with a hidden block is taken
@@ -143,7 +143,7 @@ class CompiledMessage:
 
 
 def hidden_by_edit(old: Sequence[Block], new: Sequence[Block]) -> tuple[frozenset[str], bool]:
-    """Who an edit hides a block from, in place (spec/audience.md D1).
+    """Who an edit hides a block from, in place (docs/behaviours.md D1).
 
     Blocks are compared by position, over the positions both versions hold: a block the edit
     leaves out is a deletion, like a removed message, not a narrowing. Returns the named readers

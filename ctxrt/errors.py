@@ -1,4 +1,4 @@
-"""The whole exception tree (API.md §Errors).
+"""The whole exception tree (docs/api.md, Errors).
 
 Every message says what was refused and why, and names the namespace, branch, reader(s) or
 place involved. A refused call changes nothing in the store.

@@ -1,4 +1,4 @@
-"""Token estimates, content-class aware (REF §2.3; spec/core.md P2).
+"""Token estimates, content-class aware (docs/behaviours.md P2).
 
 Prose runs about 2.9 characters per token and dense text (code, JSON, non-Latin scripts) about
 2.3; a flat chars/4 under-priced real prompts 1.7-1.9x. Every strategy plans with these figures,
@@ -51,7 +51,7 @@ def estimate_text(text: str) -> int:
 
 
 def estimate_block(block: Block) -> int:
-    """The estimate for one block (REF §2.3's table); blob refs cost what their media costs."""
+    """The estimate for one block; blob refs cost what their media costs."""
     cls = type(block)
     if cls is Text:
         return estimate_text(block.text)  # type: ignore[union-attr]

@@ -3,8 +3,8 @@
 A *listing* is a list of messages in sequence order plus a ``rewrites`` stamp that changes
 whenever the list changed other than by appending. Each derived listing (merge, filter, reader
 projection) memoises its own list and, while its source only appended, extends it with just
-the new tail, so a compile at 20,000 messages doesn't re-filter 20,000 messages (spec/audience.md
-F3). ``MessageView`` is the read interface strategies get (DESIGN.md §5).
+the new tail, so a compile at 20,000 messages doesn't re-filter 20,000 messages (docs/behaviours.md
+F3). ``MessageView`` is the read interface strategies get (docs/api.md, Writing a strategy).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ class ReaderListing(_Derived):
 
 
 class MessageView:
-    """The read interface a strategy gets. ``guard`` runs before every read (spec/audience.md C8).
+    """The read interface a strategy gets. ``guard`` runs before every read (docs/behaviours.md C8).
 
     Returned lists are shared caches: immutable by contract.
     """

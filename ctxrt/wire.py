@@ -1,4 +1,4 @@
-"""Compiled messages in the Anthropic Messages API's request form (spec/core.md P7).
+"""Compiled messages in the Anthropic Messages API's request form (docs/behaviours.md P7).
 
 Below both ``compile`` (``CompileResult.to_anthropic``) and ``model`` (compression requests),
 so neither imports the other.

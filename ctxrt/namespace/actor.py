@@ -2,10 +2,10 @@
 
 It owns the namespace's reader record, its narrowing floor, the strategy and its state, the
 compression holds and the background drain, and nothing outside its task touches them. Every
-command is handled whole, in arrival order, before the next (spec/core.md L4): a caller that is
+command is handled whole, in arrival order, before the next (docs/behaviours.md L4): a caller that is
 cancelled loses only its answer. A model call is the one thing that leaves the mailbox: the
 actor plans the unit (raising the floor first), a child task makes the call, and the reply
-comes back as ``UnitDone``, applied only if the view epoch hasn't moved (spec/audience.md C9).
+comes back as ``UnitDone``, applied only if the view epoch hasn't moved (docs/behaviours.md C9).
 """
 
 from __future__ import annotations

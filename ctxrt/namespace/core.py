@@ -1,7 +1,7 @@
 """The namespace's pure decisions: reader records, the read-time check, narrowing, propagation, holds.
 
 Synchronous and free of trio and LMDB: each function takes what the actor knows and returns a
-verdict or the store commands to send (DESIGN §6). The actor owns the state and does the I/O.
+verdict or the store commands to send (docs/architecture.md, Namespace actors). The actor owns the state and does the I/O.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What managers and the drain send a namespace actor, what it answers, and the handle to send it.
 
 Commands are frozen attrs classes named as imperatives; each that a manager sends carries the
-reader that manager compiles for, so the actor checks it in mailbox order (spec/audience.md C8).
+reader that manager compiles for, so the actor checks it in mailbox order (docs/behaviours.md C8).
 ``NamespaceRef.ask`` sends one and waits for its answer; ``tell`` sends one and doesn't.
 """
 

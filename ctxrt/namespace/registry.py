@@ -1,7 +1,7 @@
 """The registry of a runtime's namespace actors, keyed by (branch incarnation, namespace).
 
 It starts an actor for the first open of a key, attaches managers to it, forgets it when it
-stops, and retires every actor of a branch when that branch is deleted (spec/core.md L5).
+stops, and retires every actor of a branch when that branch is deleted (docs/behaviours.md L5).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The store actor: the only writer. One mailbox, group commit, replies, commit events.
 
 ``serve_store`` blocks for one envelope, drains whatever else is queued (up to a cap), applies
-the whole batch in ONE LMDB write transaction on the trio thread (reference/limits.md §5-6:
+the whole batch in ONE LMDB write transaction on the trio thread (measured:
 inline beats ``to_thread``, whose GIL convoy collapses under load), commits, publishes the
 committed operations to subscribers, then answers every caller with its own result or error.
 The transaction never spans an ``await``.

@@ -1,6 +1,6 @@
 """The sync LMDB engine: states, items, values, branches, lineage, blobs. No trio here.
 
-Design (reference/chronicle.md §8): one global sequence allocated in the write transaction;
+Design (docs/architecture.md, The store): one global sequence allocated in the write transaction;
 branches with an immutable lineage ``[(parent, F), (grandparent, min(F, ...)), ...]``; a row
 written on branch ``b`` at sequence ``s`` is visible to a view ``(B, T)`` when ``b`` is a level
 of B's lineage and ``s`` is within that level's limit. Append-log states keep versioned item

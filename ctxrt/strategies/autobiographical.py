@@ -1,12 +1,12 @@
 """Autobiographical compression: head window, recent window, persisted chunks, hierarchical
-summaries made by a model (spec/core.md T3-T6; REF §4.4-§4.5).
+summaries made by a model (docs/behaviours.md T3-T6).
 
 Zones over the reader's view: a verbatim head window, a raw recent window (evicted newest
 first, emitted chronologically), and the middle, cut into chunks that close at
 ``target_chunk_tokens`` (at least 4 messages, never right after a tool_use). Closed chunks are
 persisted, so boundaries are stable across restarts; each is compressed into an L1 summary
 "as of" the chunk, and L1s merge into L2 (L2 into L3) at ``merge_threshold``. The narrowing
-floor is raised before every compression read (spec/audience.md D2, D4).
+floor is raised before every compression read (docs/behaviours.md D2, D4).
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ TRANSITION_PREFIX = "[Topic Transition]"
 SYSTEM = "You are forming autobiographical memories of a conversation."
 MIN_CHUNK_MESSAGES = 4
 MAX_ATTEMPTS = 3  # refusals and failures a unit may have before it is quarantined
-RETRYABLE_STREAK_LIMIT = 12  # consecutive retryable failures that count as one attempt (REF §4.5)
+RETRYABLE_STREAK_LIMIT = 12  # consecutive retryable failures that count as one attempt
 BACKOFF_S = 0.5  # the drain's first wait after a retryable failure, doubling
 MAX_BACKOFF_S = 60.0
-LEVEL_BUDGET_TOKENS = 30000  # per-level summary budgets (REF §4.5 l1/l2/l3BudgetTokens)
-RECALL_BUDGET_TOKENS = 100_000  # recall pairs in a compression request, newest first (REF §4.5)
+LEVEL_BUDGET_TOKENS = 30000  # per-level summary budgets (levels 1, 2 and 3)
+RECALL_BUDGET_TOKENS = 100_000  # recall pairs in a compression request, newest first
 RECALL_PAIR_OVERHEAD_TOKENS = 50
 SEPARATOR = "\n\n---\n\n"
 
@@ -79,7 +79,7 @@ class Chunk:
 
 
 def render_transcript(messages: Sequence[Message]) -> str:
-    """Messages as plain transcript text for a compression request (REF §4.4)."""
+    """Messages as plain transcript text for a compression request."""
     parts: list[str] = []
     previous = None
     for message in messages:
@@ -230,7 +230,7 @@ class AutobiographicalStrategy(Strategy):
 
         The compressible zone is ``[0, head_start) + [head_end, end)``: after a head-window reset
         (T6) the stretch before the transition message is compressed too; its remainder closes at
-        the head's edge, an ownership seam nothing more can join (REF §4.5).
+        the head's edge, an ownership seam nothing more can join.
         """
         view = ctx.view
         messages = view.get_all()
@@ -384,7 +384,7 @@ class AutobiographicalStrategy(Strategy):
 
     def _recall_pairs(self, before: int) -> list[CompiledMessage]:
         """The frontier summaries wholly before ``before``, in store order, capped newest first by
-        ``RECALL_BUDGET_TOKENS`` (a backlog of unmerged L1s must not grow every request; REF §4.5)."""
+        ``RECALL_BUDGET_TOKENS`` (a backlog of unmerged L1s must not grow every request)."""
         earlier = sorted((s for s in self._frontier() if s.last_sequence < before), key=lambda s: s.first_sequence)
         left, start = RECALL_BUDGET_TOKENS, len(earlier)
         while start > 0 and earlier[start - 1].tokens + RECALL_PAIR_OVERHEAD_TOKENS <= left:
@@ -661,7 +661,7 @@ def _raw(message: Message) -> Entry:
 
 @attrs.frozen
 class Autobiographical:
-    """Config of ``AutobiographicalStrategy`` (API.md §Strategies; REF §4.5 defaults)."""
+    """Config of ``AutobiographicalStrategy`` (docs/api.md, Strategies)."""
 
     compression_model: str
     target_chunk_tokens: int = 3000

@@ -1,5 +1,5 @@
 """The Strategy protocol, the context a strategy is handed, units of compression work, and
-capabilities (DESIGN §7).
+capabilities (docs/api.md, Writing a strategy).
 
 A strategy plans; it never awaits. The namespace actor calls it in its own task, hands it a
 ``StrategyContext`` whose writes are buffered and committed by the actor after the call
@@ -67,13 +67,13 @@ class StrategyContext(Protocol):
     def append_context(self, entry: Entry) -> None:
         """Append ``entry`` to the namespace's context log; edits then reach its ``copy`` sources (M5).
 
-        Raises ``MalformedContentError`` for an entry that carries an audience (spec/audience.md B3).
+        Raises ``MalformedContentError`` for an entry that carries an audience (docs/behaviours.md B3).
         """
         ...
 
     def mark_compression_read(self, sequence: int) -> None:
         """Record that compression may read messages up to ``sequence``: committed before anything
-        this call wrote, and before any request a unit makes (spec/audience.md D2). Never lowers
+        this call wrote, and before any request a unit makes (docs/behaviours.md D2). Never lowers
         the record; a namespace with no reader records nothing (D7)."""
         ...
 
@@ -101,12 +101,12 @@ class Unit:
 
 
 class Strategy:
-    """Base of every strategy (DESIGN §7). The namespace actor owns one instance and calls it only
+    """Base of every strategy (docs/api.md, Writing a strategy). The namespace actor owns one instance and calls it only
     from its own task.
 
     ``marks_compression_reads`` declares that the strategy marks what its compression reads
     (through ``mark_compression_read`` or a unit's ``reaches``) before reading it, or makes no
-    such read. A manager with a reader refuses a strategy that doesn't (spec/audience.md D6).
+    such read. A manager with a reader refuses a strategy that doesn't (docs/behaviours.md D6).
     ``auto_tick``: the actor drains its units in the background as messages arrive (T8).
     """
 

@@ -1,4 +1,4 @@
-"""Knowledge: Autobiographical with phase-aware chunking, instructions and L1 budgets (T7; REF §4.6).
+"""Knowledge: Autobiographical with phase-aware chunking, instructions and L1 budgets (docs/behaviours.md T7).
 
 Each message gets a phase from the tools it calls: ``lesson`` (exact lesson tool names) over
 ``subagent`` (prefix ``subagent:``) over ``research`` (prefixes ``mcpl:``, ``zulip:``) over

@@ -38,7 +38,7 @@ class PassthroughStrategy(Strategy):
 
 @attrs.frozen
 class Passthrough:
-    """Config of ``PassthroughStrategy`` (API.md §Strategies)."""
+    """Config of ``PassthroughStrategy`` (docs/api.md, Strategies)."""
 
     def create(self) -> PassthroughStrategy:
         return PassthroughStrategy()

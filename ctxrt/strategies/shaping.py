@@ -1,4 +1,4 @@
-"""Per-message shaping shared by strategies: truncation to ``max_message_tokens`` (REF §4.4)."""
+"""Per-message shaping shared by strategies: truncation to ``max_message_tokens``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from ..content import Message, Text, ToolResult
 from ..tokens import estimate_message
 
 # Cut at the densest rate the estimator prices (2.3 chars a token), less room for the marker,
-# so a cut message is priced as what is sent and never above its cap (REF §4.4 cut at 4 chars a
-# token, which the content-class estimator prices at up to 1.7x the cap: a compile could overrun).
+# so a cut message is priced as what is sent and never above its cap (a cut at 4 chars a token
+# would be priced by the content-class estimator at up to 1.7x the cap: a compile could overrun).
 CHARS_PER_CAPPED_TOKEN = 2.3
 MARKER_TOKENS = 20
 OMITTED = "[content omitted — context budget exceeded]"

@@ -93,7 +93,7 @@ class WindowedPassthroughStrategy(Strategy):
 
 @attrs.frozen
 class WindowedPassthrough:
-    """Config of ``WindowedPassthroughStrategy`` (API.md §Strategies)."""
+    """Config of ``WindowedPassthroughStrategy`` (docs/api.md, Strategies)."""
 
     re_anchor_fraction: float = attrs.field(default=0.5, validator=_fraction)
     max_message_tokens: int = 0
