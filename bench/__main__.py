@@ -1,7 +1,7 @@
 """Every benchmark in one run: ``make bench`` / ``python -m bench [--quick] [--only NAME ...]``.
 
-Runs each bench module present, in order (store, context, compression, audience, peers), each
-imported only when its turn comes. A module that is missing, fails to import or raises is
+Runs each bench module present, in order (store, context, compression, audience, peers, actors),
+each imported only when its turn comes. A module that is missing, fails to import or raises is
 reported as one line, and the run goes on. Then writes ``bench/results.md``: a header (date,
 machine), a summary table of every figure with its comparison, ratio, target and pass/fail, and
 each module's section: its ``to_markdown(rows)`` of this run's rows, else its
@@ -36,9 +36,9 @@ from .harness import figure
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results.md"
-MODULES = ("store", "context", "compression", "audience", "peers")
+MODULES = ("store", "context", "compression", "audience", "peers", "actors")
 TITLES = {"store": "Store", "context": "Context", "compression": "Compression", "audience": "Audience",
-          "peers": "Peers"}
+          "peers": "Peers", "actors": "Actors"}
 
 
 class Outcome:
