@@ -275,6 +275,9 @@ def _injection_blocks(
     refuse_audience_in_injections(injections, message_injections)
     placed = []
     for i, injection in enumerate(injections):
+        if not isinstance(injection.namespace, str):
+            raise MalformedContentError(f"injections[{i}].namespace", f"must be a string, not {injection.namespace!r}")
+        validate_participant(INJECTION_PARTICIPANT_PREFIX + injection.namespace, path=f"injections[{i}].namespace")
         blocks = blocks_from_content(injection.content, path=f"injections[{i}].content")
         if injection.position == "system":
             for j, block in enumerate(blocks):

@@ -9,6 +9,7 @@ the namespace actor, in its mailbox order. Once its branch is deleted, every cal
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -16,10 +17,11 @@ from typing import Any
 import attrs
 import trio
 
-from . import codec
-from .compile import Budget, CompileResult, PreviewResult
+from . import checks, codec
+from .compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
 from .content import ContentLike, Message
 from .errors import ManagerClosedError, MessageNotFoundError
+from .model import Model
 from .namespace.protocol import (
     CheckReady,
     Compile,
@@ -178,6 +180,7 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         ref = self._live()
+        checks.name(message_id, "message_id")
         blocks = codec.blocks_from_content(content)
         stored, blobs = codec.extract_blobs(blocks)
         await ref.ask(Edit(self._reader, message_id, tuple(blocks), tuple(stored), tuple(blobs)))
@@ -189,7 +192,9 @@ class ContextManager:
         Raises:
             MessageNotFoundError, BranchNotFoundError, ManagerClosedError.
         """
-        await self._live().ask(Remove(message_id, message_id))
+        ref = self._live()
+        checks.name(message_id, "message_id")
+        await ref.ask(Remove(message_id, message_id))
 
     async def remove_messages(self, from_id: str, to_id: str) -> None:
         """Remove the messages from ``from_id`` through ``to_id``, inclusive.
@@ -199,7 +204,10 @@ class ContextManager:
             ValueError: ``from_id`` comes after ``to_id``.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        await self._live().ask(Remove(from_id, to_id))
+        ref = self._live()
+        checks.name(from_id, "from_id")
+        checks.name(to_id, "to_id")
+        await ref.ask(Remove(from_id, to_id))
 
     async def get_message(self, message_id: str) -> Message | None:
         """The message as stored (every block with its audience, A7), or None.
@@ -208,6 +216,7 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         slot = self._slot()
+        checks.text(message_id, "message_id")
         await trio.lowlevel.checkpoint()
         return slot.get(message_id)
 
@@ -238,6 +247,8 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         slot = self._slot()
+        checks.integer(offset, "offset")
+        checks.integer(limit, "limit", minimum=0)
         await trio.lowlevel.checkpoint()
         messages = slot.current()
         total = len(messages)
@@ -254,6 +265,10 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         slot = self._slot()
+        checks.optional_text(participant, "participant")
+        checks.mapping_with_names(metadata, "metadata")
+        checks.optional_integer(limit, "limit", minimum=0)
+        checks.flag(reverse, "reverse")
         await trio.lowlevel.checkpoint()
         messages = list(slot.current())
         if reverse:
@@ -285,8 +300,12 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         ref = self._live()
-        return await ref.ask(Compile(self._reader, budget or Budget(), tuple(injections), tuple(message_injections),
-                                     dry_run))
+        command = Compile(
+            self._reader, checks.optional_instance(budget, "budget", Budget) or Budget(),
+            checks.instances(injections, "injections", Injection),
+            checks.instances(message_injections, "message_injections", MessageInjection), checks.flag(dry_run, "dry_run"),
+        )
+        return await ref.ask(command)
 
     async def preview_context(self, budget: Budget, *, message_injections: Sequence[Any] = ()) -> PreviewResult | None:
         """What a compile would spend, without committing anything; None if the strategy can't tell.
@@ -295,7 +314,11 @@ class ContextManager:
             ReaderConflictError, StrategyRefusedError, BranchNotFoundError, ManagerClosedError: as ``compile``.
             MalformedContentError: a message injection carries an audience or is malformed (B4).
         """
-        return await self._live().ask(Preview(self._reader, budget, tuple(message_injections)))
+        ref = self._live()
+        if not isinstance(budget, Budget):
+            raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
+        return await ref.ask(Preview(self._reader, budget,
+                                     checks.instances(message_injections, "message_injections", MessageInjection)))
 
     async def tick(self) -> bool:
         """One unit of strategy work; True if it made progress. Compiles go on while its model call
@@ -357,11 +380,9 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         ref = self._live()
-        if timeout_s is not None and not (
-            isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and 0 < timeout_s < float("inf")
-        ):
-            raise ValueError(f"hold_compression: timeout_s must be a positive finite number (got {timeout_s!r})")
-        await ref.ask(Hold(tuple(message_ids), timeout_s))
+        ids = checks.names(message_ids, "message_ids")
+        seconds = None if timeout_s is None else checks.timeout(timeout_s, "timeout_s")
+        await ref.ask(Hold(ids, seconds))
 
     async def release_compression(self, message_ids: Sequence[str]) -> None:
         """Release holds (idempotent; unknown ids are ignored).
@@ -369,7 +390,8 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        await self._live().ask(Release(tuple(message_ids)))
+        ref = self._live()
+        await ref.ask(Release(checks.names(message_ids, "message_ids")))
 
     # -- branches ---------------------------------------------------------------------------
 
@@ -377,10 +399,9 @@ class ContextManager:
         """Every live branch of the store.
 
         Raises:
-            ManagerClosedError: the manager is closed.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        if self._closed or self._registry.closed:
-            raise ManagerClosedError(f"the manager of namespace {self.namespace!r} is closed")
+        self._live()
         await trio.lowlevel.checkpoint()
         return describe_branches(self._registry.engine)
 
@@ -411,7 +432,7 @@ class ContextManager:
             ManagerClosedError: the manager is closed.
         """
         self._live()
-        await self._move_to(self._registry.engine.branch(name))
+        await self._move_to(self._registry.engine.branch(checks.name(name, "name")))
 
     async def fork(self, name: str | None = None) -> str:
         """Branch at the head and switch this manager to it (R1); returns the branch's name.
@@ -421,7 +442,7 @@ class ContextManager:
         when ``name`` is taken.
         """
         ref = self._live()
-        name = name or f"fork-{_now_ms()}-{self._registry.engine.last_sequence}"
+        name = checks.optional_name(name, "name") or f"fork-{_now_ms()}-{self._registry.engine.last_sequence}"
         row = await ref.ask(Fork(self._reader, name))
         await self._move_to(row)
         return name
@@ -435,7 +456,8 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         ref = self._live()
-        message = self._slot().get(message_id)
+        checks.optional_name(name, "name")
+        message = self._slot().get(checks.text(message_id, "message_id"))
         if message is None:
             raise MessageNotFoundError(f"no message {message_id!r} in slot {ref.config.slot!r} on branch {self.branch!r}")
         name = name or f"branch-{_now_ms()}-{message.sequence}"
@@ -458,6 +480,10 @@ class ContextManager:
             BranchNotFoundError: this manager's branch was deleted.
         """
         ref = self._live()
+        checks.name(branch, "branch")
+        checks.optional_integer(at_sequence, "at_sequence", minimum=0)
+        if model is not None and not isinstance(model, Model):
+            raise TypeError(f"model must be a Model or None, not {type(model).__name__}")
         row, child_reader = await ref.ask(Derive(self._reader, branch, strategy, at_sequence))
         config = attrs.evolve(
             ref.config, strategy=strategy if strategy is not None else ref.strategy_config,
@@ -496,8 +522,16 @@ class ContextManager:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
             re.error: an invalid ``regex``.
         """
-        query = SearchSummaries(text, regex, None if levels is None else tuple(levels), limit, include_merged)
-        result = await self._live().ask(QuerySummaries(self._reader, query))
+        ref = self._live()
+        checks.optional_text(text, "text")
+        if regex is not None:
+            re.compile(checks.text(regex, "regex"))  # re.error before anything is sent
+        if levels is not None:
+            levels = tuple(checks.integer(level, f"levels[{i}]", minimum=1)
+                           for i, level in enumerate(checks.sequence(levels, "levels")))
+        query = SearchSummaries(text, regex, levels, checks.integer(limit, "limit", minimum=0),
+                                checks.flag(include_merged, "include_merged"))
+        result = await ref.ask(QuerySummaries(self._reader, query))
         return [] if result is None else result
 
     async def get_summaries_in_range(
@@ -508,7 +542,10 @@ class ContextManager:
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        result = await self._live().ask(QuerySummaries(self._reader, SummariesInRange(from_ms, to_ms, level)))
+        ref = self._live()
+        query = SummariesInRange(checks.optional_integer(from_ms, "from_ms"), checks.optional_integer(to_ms, "to_ms"),
+                                 checks.optional_integer(level, "level", minimum=1))
+        result = await ref.ask(QuerySummaries(self._reader, query))
         return [] if result is None else result
 
     async def get_summary(self, summary_id: str) -> Any:
@@ -517,7 +554,8 @@ class ContextManager:
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        return await self._live().ask(QuerySummaries(self._reader, GetSummary(summary_id)))
+        ref = self._live()
+        return await ref.ask(QuerySummaries(self._reader, GetSummary(checks.text(summary_id, "summary_id"))))
 
     async def reset_head_window(self, transition_text: str | None = None) -> str:
         """Start a new head window at a topic-transition message; returns its id (T6).
@@ -527,19 +565,27 @@ class ContextManager:
             ModelError: no transition text was given and the model made none.
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        return await self._live().ask(ResetHeadWindow(self._reader, transition_text))
+        ref = self._live()
+        return await ref.ask(ResetHeadWindow(self._reader, checks.optional_text(transition_text, "transition_text")))
 
     # -- live settings ----------------------------------------------------------------------
 
     def set_tool_definitions(self, tools: Sequence[Mapping[str, Any]]) -> None:
         """Tool definitions the namespace's compression requests carry (in mailbox order)."""
+        ref = self._live()
+        tools = checks.sequence(tools, "tools")
+        for index, tool in enumerate(tools):
+            if not isinstance(tool, Mapping):
+                raise TypeError(f"tools[{index}] must be a mapping (a Messages API tool definition), not "
+                                f"{type(tool).__name__}")
         if tools:
-            self._live().tell(SetTools(tuple(tools)))
+            ref.tell(SetTools(tools))
 
     def set_system_prompt(self, text: str | None) -> None:
         """The system prompt of the namespace's compression requests (in mailbox order)."""
-        if text:
-            self._live().tell(SetSystemPrompt(text))
+        ref = self._live()
+        if checks.optional_text(text, "text"):
+            ref.tell(SetSystemPrompt(text))  # type: ignore[arg-type]
 
     async def aclose(self) -> None:
         """Close this manager (idempotent); the namespace actor stops with its last manager, before

@@ -11,7 +11,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 import trio
@@ -71,6 +71,7 @@ class ModelResponse:
         return "".join(block.text for block in self.content if isinstance(block, Text))
 
 
+@runtime_checkable
 class Model(Protocol):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer ``request``.

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from . import checks
 from .errors import ReadOnlyStoreError, RuntimeClosedError
+from .model import Model
 from .manager import ContextManager
 from .namespace import states
 from .namespace.actor import MODEL_TIMEOUT_S
@@ -102,7 +104,10 @@ class Runtime:
         one without compiles for the reader the namespace records (spec/audience.md C1, C6).
 
         Raises:
-            ValueError: ``view_reader=""``, or bad options (``isolate`` without a namespace...).
+            TypeError: an argument of the wrong type (named), such as a strategy that isn't one.
+            MalformedContentError: ``view_reader=""``, a name that a store can't hold (NUL, a lone
+                surrogate), naming the parameter; ``ValueError`` for other bad options
+                (``isolate`` without a namespace, the own slot among ``auxiliary_views``).
             ReaderConflictError: the namespace records another reader (nothing is written).
             StrategyRefusedError: a strategy that doesn't mark compression reads, under a reader.
             ConfigConflictError: settings that disagree with the running namespace actor.
@@ -111,14 +116,18 @@ class Runtime:
 
         If cancelled, no manager is made; a claim that already committed stands (L4).
         """
-        if view_reader is not None and (not isinstance(view_reader, str) or not view_reader):
-            raise ValueError(f"view_reader must be a non-empty string or None, not {view_reader!r}")
+        checks.optional_name(view_reader, "view_reader")  # C4: "" is refused
         name = states.normalise_namespace(namespace)
+        checks.name(branch, "branch")
         if isolate and namespace in (None, ""):
             raise ValueError('"isolate" requires a namespace to be set')
-        own = states.slot_state(name, isolate)
+        own = states.slot_state(name, checks.flag(isolate, "isolate"))
+        checks.callable_or_none(view_filter, "view_filter")
+        _check_model(model)
         auxiliary: list[str] = []
-        for index, aux in enumerate(auxiliary_views):
+        for index, aux in enumerate(checks.sequence(auxiliary_views, "auxiliary_views")):
+            if aux is not None:
+                checks.name(aux, f"auxiliary_views[{index}]")
             state = states.auxiliary_state(aux)
             if state == own:
                 raise ValueError(
@@ -143,9 +152,14 @@ class Runtime:
         """Reopen a manager ``derive`` made, after a restart; it compiles for the reader its branch records (C11).
 
         Raises:
+            TypeError: ``derivation`` is not a ``Derivation``.
             BranchNotFoundError: the derivation's branch is gone.
             ReaderConflictError, StrategyRefusedError, ConfigConflictError: as ``open``.
         """
+        from .manager import Derivation
+
+        if not isinstance(derivation, Derivation):
+            raise TypeError(f"derivation must be a Derivation, not {type(derivation).__name__}")
         manager = await self.open(
             derivation.namespace, strategy=strategy, branch=derivation.branch, isolate=derivation.isolate,
             auxiliary_views=derivation.auxiliary_views, model=model,
@@ -160,7 +174,7 @@ class Runtime:
             BranchNotFoundError: no such branch.
         """
         await trio.lowlevel.checkpoint()
-        row = self.engine.branch(branch)
+        row = self.engine.branch(checks.name(branch, "branch"))
         found = []
         for info in self.engine.list_states():
             namespace = states.namespace_of_reader_state(info.name)
@@ -200,6 +214,9 @@ class Runtime:
 
         If cancelled after sending, the branch may still be created.
         """
+        checks.name(name, "name")
+        checks.name(from_branch, "from_branch")
+        checks.optional_integer(at_sequence, "at_sequence", minimum=0)
         row = await self.store.ask(CreateBranch(name=name, from_branch=from_branch, at_sequence=at_sequence))
         return next(info for info in describe_branches(self.engine) if info.id == row.id)
 
@@ -213,7 +230,7 @@ class Runtime:
             MalformedContentError: ``name`` is ``"main"``.
             ReadOnlyStoreError, RuntimeClosedError: as for ``create_branch``.
         """
-        await self.store.ask(DeleteBranch(name=name))
+        await self.store.ask(DeleteBranch(name=checks.name(name, "name")))
 
     def statistics(self) -> RuntimeStatistics:
         """The store actor's mailbox depth, last batch size and commit time, and each live
@@ -223,6 +240,11 @@ class Runtime:
             *attrs.astuple(stats, recurse=False), len(self._namespaces), len(self.slots),
             self._namespaces.statistics(),
         )
+
+
+def _check_model(model: Any) -> None:
+    if model is not None and not isinstance(model, Model):
+        raise TypeError(f"model must be a Model (with an async complete(request)) or None, not {type(model).__name__}")
 
 
 @asynccontextmanager

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from . import codec
+from . import checks, codec
 from .content import Block, Message, ToolResult, has_audience
 from .errors import MalformedContentError
 from .store.engine import Engine, ItemAppended, ItemEdited, ItemsRemoved, LogHead, Operation
@@ -67,8 +67,8 @@ def prepare_append(
     metadata = codec.validate_metadata(metadata)
     causes = _validate_caused_by(caused_by)
     timestamp = int(time.time() * 1000) if timestamp_ms is None else codec.validate_timestamp_ms(timestamp_ms)
-    if not (isinstance(hold, bool) or (isinstance(hold, (int, float)) and 0 < hold < float("inf"))):
-        raise ValueError(f"hold_compression must be a bool or a positive finite timeout in seconds, not {hold!r}")
+    if not isinstance(hold, bool):
+        hold = checks.timeout(hold, "hold_compression")  # True, False, or a bounded timeout in seconds
     stored_blocks, blobs = codec.extract_blobs(blocks)
     data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
     return data, blobs, Appended(participant, blocks, metadata, timestamp, causes, origin, hold)

@@ -19,6 +19,7 @@ PACKAGE = Path(ctxrt.__file__).parent
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.errors", "ctxrt.content", "ctxrt.store.keys"),
+    ("ctxrt.checks",),
     ("ctxrt.codec", "ctxrt.tokens"),
     ("ctxrt.store.engine", "ctxrt.store.protocol", "ctxrt.store.environment", "ctxrt.store.actor",
      "ctxrt.store.verify"),

@@ -151,7 +151,7 @@ def test_state_ids_are_built_in_one_place_and_read_back() -> None:
     assert states.namespace_of_reader_state(states.reader_state("agents/ann")) == "agents/ann"
     assert states.namespace_of_reader_state(states.floor_state("agents")) is None
     assert states.auxiliary_state(None) == states.slot_state("x", isolate=False)
-    with pytest.raises(ValueError, match="surrogates"):
+    with pytest.raises(ValueError, match="lone surrogate"):
         states.normalise_namespace("\ud800")
     with pytest.raises(TypeError, match="namespace must be a string"):
         states.normalise_namespace(5)

@@ -11,6 +11,7 @@ comes back as ``UnitDone``, applied only if the view epoch hasn't moved (docs/be
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -89,6 +90,8 @@ logger = logging.getLogger("ctxrt.namespace")
 
 MODEL_TIMEOUT_S = 300.0
 _LATER = object()  # a handler that answers later (when its unit comes back)
+_END = object()  # the mailbox closed
+FAIRNESS_STREAK = 32  # commands taken without waiting before the actor yields once
 
 
 @attrs.frozen
@@ -164,6 +167,7 @@ class _Actor:
         self.unit_waiters: deque[tuple[Tick | ResetHeadWindow, Reply]] = deque()
         self.in_flight: _InFlight | None = None
         self.drain_wanted = False
+        self._streak = 0
         self.stop_error: Callable[[], BaseException] | None = None
 
     # -- start and stop ---------------------------------------------------------------------
@@ -370,12 +374,9 @@ class _Actor:
                 self.stop(self.ref.retired)
             if self.stop_error is not None:
                 return
-            envelope = None
-            with trio.move_on_at(self._deadline()):
-                try:
-                    envelope = await self.ref.inbox.receive()
-                except trio.EndOfChannel:
-                    continue
+            envelope = await self._next()
+            if envelope is _END:
+                continue
             if envelope is None:
                 self.holds.lapse(trio.current_time())
                 self.drain_wanted = self.strategy.auto_tick
@@ -392,6 +393,33 @@ class _Actor:
                     if reply is not None and result is not _LATER:
                         reply.resolve(True, result)
             await self._pump()
+
+    async def _next(self) -> Any:
+        """The next envelope; None when a deadline (a hold lapsing, a backoff ending) came first."""
+        inbox = self.ref.inbox
+        try:
+            envelope = inbox.receive_nowait()
+        except trio.WouldBlock:
+            deadline = self._deadline()
+            try:
+                if deadline == math.inf:  # no timer: no cancel scope to pay for
+                    envelope = await inbox.receive()
+                else:
+                    envelope = None
+                    with trio.move_on_at(deadline):
+                        envelope = await inbox.receive()
+            except trio.EndOfChannel:
+                return _END
+        except trio.EndOfChannel:
+            return _END
+        else:
+            self._streak += 1
+            if self._streak >= FAIRNESS_STREAK:  # a long queue still lets the host's other tasks run
+                self._streak = 0
+                await trio.lowlevel.checkpoint()
+        if envelope is not None:
+            self.ref.received()
+        return envelope
 
     def _deadline(self) -> float:
         """When the loop should look again without a command: a hold lapsing, a backoff ending."""

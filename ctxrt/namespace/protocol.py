@@ -191,7 +191,7 @@ class ReportHealth:
 
 @attrs.frozen
 class Inspect:
-    """For tests (``ctxrt.testing.inspect_namespace``): a snapshot of the actor's state."""
+    """For tests and debugging (``ContextManager.inspect``): a snapshot of the actor's state."""
 
 
 # -- messages from the runtime and the actor's own children --------------------------------
@@ -279,7 +279,7 @@ Envelope = tuple[Any, "Reply | None"]
 class NamespaceRef:
     """The handle to one namespace actor: one (branch incarnation, namespace) in a runtime.
 
-    Two lanes: commands, in order (``ask`` waits for a place among ``MAILBOX_CAPACITY``, so
+    Two lanes: commands, in order (``ask`` waits while ``MAILBOX_CAPACITY`` are queued, so
     callers feel backpressure), and notes (new messages and their holds, from the store actor's
     publish step), which never block and which the actor reads before every command.
     """
@@ -289,7 +289,7 @@ class NamespaceRef:
         self.branch_id = branch_id
         self.branch_name = branch_name
         self._send, self.inbox = trio.open_memory_channel[Envelope](math.inf)
-        self._places = trio.Semaphore(MAILBOX_CAPACITY)
+        self._room = trio.Event()  # set when the actor takes a command off a full mailbox
         self.notes: list[tuple[int, Any]] = []  # (sequence, hold) of appends; hold False: a wake-up only
         self._woken = False
         self._closed: Callable[[], BaseException] | None = None
@@ -318,17 +318,20 @@ class NamespaceRef:
         if self._closed is not None:
             await trio.lowlevel.checkpoint()
             raise self.refusal(command)
-        async with self._places:
-            reply = Reply()
-            try:
-                self._send.send_nowait((command, reply))
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                raise self.refusal(command) from None
-            try:
-                await reply.event.wait()
-            except BaseException:
-                reply.abandoned = True
-                raise
+        while self.mailbox_depth >= MAILBOX_CAPACITY:  # backpressure: wait until the actor takes some
+            await self._room.wait()
+            if self._closed is not None:
+                raise self.refusal(command)
+        reply = Reply()
+        try:
+            self._send.send_nowait((command, reply))
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise self.refusal(command) from None
+        try:
+            await reply.event.wait()
+        except BaseException:
+            reply.abandoned = True
+            raise
         if reply.ok:
             return reply.value
         raise reply.value
@@ -356,6 +359,12 @@ class NamespaceRef:
             self._woken = True
             self.tell(Wake())
 
+    def received(self) -> None:
+        """The actor took a command: wake callers waiting for room."""
+        if self.mailbox_depth < MAILBOX_CAPACITY and not self._room.is_set():
+            self._room.set()
+            self._room = trio.Event()
+
     def take_notes(self) -> list[tuple[int, Any]]:
         notes, self.notes, self._woken = self.notes, [], False
         return notes
@@ -365,6 +374,7 @@ class NamespaceRef:
         if self._closed is None:
             self._closed = error
             self._send.close()
+            self._room.set()
 
     @property
     def mailbox_depth(self) -> int:

@@ -8,6 +8,8 @@ Per branch a namespace has ``<ns>/reader`` (its reader record), ``<ns>/narrowing
 
 from __future__ import annotations
 
+from .. import checks
+
 DEFAULT_NAMESPACE = "default"
 SHARED_SLOT = "messages"
 _READER = "/reader"
@@ -16,23 +18,11 @@ _READER = "/reader"
 def normalise_namespace(namespace: object) -> str:
     """None, ``""`` and ``"default"`` are one namespace; anything else must be a name.
 
-    Raises ``TypeError`` for a non-string and ``ValueError`` for a name a state id can't hold.
+    Raises ``TypeError`` for a non-string and ``MalformedContentError`` for text a state id can't hold.
     """
     if namespace is None or namespace == "":
         return DEFAULT_NAMESPACE
-    if not isinstance(namespace, str):
-        raise TypeError(f"namespace must be a string or None, not {type(namespace).__name__}")
-    if "\x00" in namespace or not _encodable(namespace):
-        raise ValueError(f"namespace must be a string without NUL or lone surrogates, not {namespace!r}")
-    return namespace
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return checks.name(namespace, "namespace")
 
 
 def slot_state(namespace: str, isolate: bool) -> str:

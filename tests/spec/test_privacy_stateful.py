@@ -623,12 +623,6 @@ class PrivacyMachine(RuleBasedStateMachine):
             self.checked[reader] = len(model.requests)
 
 
-@pytest.mark.xfail(
-    reason="ctxrt bug: ContextManager.list_branches checks only that the manager and runtime are open, not "
-           "that its branch incarnation is live (it doesn't go through _live()), so a retired manager answers "
-           "it instead of raising BranchNotFoundError (spec/core.md L5)",
-    strict=True,
-)
 async def test_list_branches_of_a_manager_on_a_deleted_branch_raises_branch_not_found(
     runtime: ctxrt.Runtime,
 ) -> None:
