@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -43,6 +44,7 @@ from .errors import BranchNotFoundError, CtxrtError
 from .runtime import Runtime, open_runtime
 
 TRACEBACK_VARIABLE = "CTXRT_TRACEBACK"
+LOG_LEVEL_VARIABLE = "CTXRT_LOG_LEVEL"
 UNWRAPPED_WIDTH = 100_000  # "never wrap" for rich, which always lays text out to some width
 
 
@@ -513,7 +515,8 @@ output: results on stdout, errors and progress on stderr; no wrapping when piped
   {{"error": "<type>", "message": "<text>"}}.
 exit status: 0 success, 1 failure (a missing or damaged store, a refused
   compile, a failed check), 2 usage error (a bad option or combination).
-  Set {TRACEBACK_VARIABLE}=1 to see a traceback instead of the one-line error.
+  Set {TRACEBACK_VARIABLE}=1 to see a traceback instead of the one-line error,
+  {LOG_LEVEL_VARIABLE}=WARNING (or INFO, DEBUG) to see the runtime's log on stderr.
 
 examples:
   ctxrt demo --messages 500
@@ -682,10 +685,29 @@ HANDLERS = {"demo": _demo, "inspect": _inspect, "messages": _messages, "compile"
             "summaries": _summaries, "load-test": _load_test}
 
 
+def _configure_logging() -> None:
+    """The runtime's log on stderr at CTXRT_LOG_LEVEL; off by default.
+
+    Each command reports its outcome itself (the demo counts failed compression requests, for
+    one); the log would repeat it line by line: a failing model logs every attempt.
+    """
+    level = os.environ.get(LOG_LEVEL_VARIABLE, "").upper()
+    logger = logging.getLogger("ctxrt")
+    logger.propagate = False
+    if level in logging.getLevelNamesMapping():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("ctxrt: %(levelname)s: %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(level)
+    else:
+        logger.addHandler(logging.NullHandler())  # also keeps logging's last-resort handler quiet
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     as_json = "--json" in argv  # known even when parsing fails, so a usage error can be JSON too
     top = parser()
+    _configure_logging()
     try:
         args = top.parse_args(argv)
         _check(top, args)

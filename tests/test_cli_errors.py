@@ -82,39 +82,32 @@ async def test_under_json_an_error_is_a_json_object_on_stderr_and_stdout_stays_e
 # -- option values and combinations (usage errors: exit 2) ------------------------------------
 
 
-async def test_compile_refuses_a_negative_budget_naming_the_option(store: Path) -> None:
-    """--budget -5 is a usage error naming --budget, with the usage line and no traceback."""
-    code, out, err = await ctxrt_cli("compile", str(store), "--namespace", "agents/ann", "--budget", "-5")
+async def test_compile_refuses_budgets_it_cant_use_naming_the_options(store: Path) -> None:
+    """--budget -5, --reserve -1 (as a JSON usage error under --json) and a budget with no room: exit 2."""
+    compile_ = ["compile", str(store), "--namespace", "agents/ann"]
+    negative, reserve, no_room = await ctxrt_cli_each([*compile_, "--budget", "-5"], [*compile_, "--reserve", "-1",
+                                                      "--json"], [*compile_, "--budget", "3000"])
+    code, out, err = negative
     assert (code, out) == (2, "")
     assert err.startswith("usage: ctxrt compile")
     assert err.endswith("ctxrt compile: error: argument --budget: must be 1 or more, got -5\n")
-
-
-async def test_compile_refuses_a_negative_reserve_as_a_json_usage_error_under_json(store: Path) -> None:
-    """--reserve -1 with --json: a UsageError object on stderr, exit 2."""
-    code, out, err = await ctxrt_cli("compile", str(store), "--namespace", "agents/ann", "--reserve", "-1", "--json")
+    code, out, err = reserve
     assert (code, out) == (2, "")
     assert json.loads(err) == {"error": "UsageError", "message": "argument --reserve: must be 0 or more, got -1"}
-
-
-async def test_compile_refuses_a_budget_that_leaves_no_room_after_the_reserve(store: Path) -> None:
-    """--budget 3000 under the default --reserve 4000 would compile nothing: refused naming both options."""
-    code, out, err = await ctxrt_cli("compile", str(store), "--namespace", "agents/ann", "--budget", "3000")
+    code, out, err = no_room  # under the default --reserve 4000 it would compile nothing
     assert (code, out) == (2, "")
     assert "--budget 3000 leaves no room after --reserve 4000" in err
 
 
-async def test_messages_refuses_a_negative_tail(store: Path) -> None:
-    """--tail -3 is refused (it used to print "messages 7..6")."""
-    code, out, err = await ctxrt_cli("messages", str(store), "--tail", "-3")
+async def test_messages_refuses_a_negative_tail_and_tail_with_offset_or_limit(store: Path) -> None:
+    """--tail -3 (which printed "messages 7..6") and --tail with --offset or --limit (one was ignored): exit 2."""
+    messages = ["messages", str(store), "--tail"]
+    negative, *combined = await ctxrt_cli_each([*messages, "-3"], [*messages, "2", "--offset", "1"],
+                                               [*messages, "2", "--limit", "2"])
+    code, out, err = negative
     assert (code, out) == (2, "")
     assert err.endswith("error: argument --tail: must be 0 or more, got -3\n")
-
-
-async def test_messages_refuses_tail_with_offset_or_limit_instead_of_ignoring_one(store: Path) -> None:
-    """--tail with --offset or --limit is a usage error rather than a silently ignored option."""
-    for code, out, err in await ctxrt_cli_each(["messages", str(store), "--tail", "2", "--offset", "1"],
-                                               ["messages", str(store), "--tail", "2", "--limit", "2"]):
+    for code, out, err in combined:
         assert (code, out) == (2, "")
         assert "--tail shows the last N messages: give it alone" in err
 
