@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -49,6 +49,8 @@ UNWRAPPED_WIDTH = 100_000  # "never wrap" for rich, which always lays text out t
 
 
 class _Console(Console):
+    """rich's console, with a closed stdout reported as BrokenPipeError."""
+
     def on_broken_pipe(self) -> None:
         # rich exits with status 1 here; a reader that stopped early (`| head`) is no failure,
         # so main handles it like any other BrokenPipeError.
@@ -80,6 +82,26 @@ class UsageError(Exception):
 
 class NotFoundError(CtxrtError):
     """The store has no namespace or slot of the name the command was given."""
+
+
+class DemoFailed(CtxrtError):
+    """The demo ran but didn't show what it is for: a privacy leak, or no summaries."""
+
+
+class LoadTestStoreError(CtxrtError):
+    """``load-test --store`` named a path that already holds something."""
+
+
+class LoadTestFailed(CtxrtError):
+    """The load test ran and a check failed: a lost message, a second claim, a leak or a deadlock."""
+
+
+class BenchNotFoundError(CtxrtError):
+    """The benchmarks' sources (a checkout's bench/ folder) can't be found."""
+
+
+class BenchFailed(CtxrtError):
+    """A benchmark module failed, or a figure missed its target."""
 
 
 def _jsonable(value: Any) -> Any:
@@ -150,10 +172,6 @@ async def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-class DemoFailed(CtxrtError):
-    """The demo ran but didn't show what it is for: a privacy leak, or no summaries."""
-
-
 def _demo_table(report: Any, hint: str) -> None:
     table = Table(title=f"What each reader's compile holds ({report.messages:,} messages written, "
                         f"model: {escape(report.model)})")
@@ -186,14 +204,8 @@ def _demo_table(report: Any, hint: str) -> None:
 # -- read-only commands -----------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def _read_only(path: str) -> AsyncIterator[Runtime]:
-    async with open_runtime(path, readonly=True) as runtime:
-        yield runtime
-
-
 async def _inspect(args: argparse.Namespace) -> int:
-    async with _read_only(args.store) as runtime:
+    async with open_runtime(args.store, readonly=True) as runtime:
         engine = runtime.engine
         branches = await runtime.list_branches()
         data: dict[str, Any] = {"store": str(runtime.path), "sequence": engine.last_sequence, "branches": []}
@@ -277,7 +289,7 @@ async def _require_namespace(runtime: Runtime, args: argparse.Namespace) -> str:
 
 
 async def _messages(args: argparse.Namespace) -> int:
-    async with _read_only(args.store) as runtime:
+    async with open_runtime(args.store, readonly=True) as runtime:
         await _require_branch(runtime, args)
         engine = runtime.engine
         slots = sorted(state.name for state in engine.list_states() if state.kind == "log" and _is_slot(state.name))
@@ -316,7 +328,7 @@ async def _messages(args: argparse.Namespace) -> int:
 
 
 async def _compile(args: argparse.Namespace) -> int:
-    async with _read_only(args.store) as runtime:
+    async with open_runtime(args.store, readonly=True) as runtime:
         namespace = await _require_namespace(runtime, args)
         manager = await runtime.open(namespace, view_reader=args.reader, branch=args.branch,
                                      strategy=_stored_strategy(runtime, namespace, args))
@@ -347,7 +359,7 @@ def _stored_strategy(runtime: Runtime, namespace: str, args: argparse.Namespace)
 
 
 async def _summaries(args: argparse.Namespace) -> int:
-    async with _read_only(args.store) as runtime:
+    async with open_runtime(args.store, readonly=True) as runtime:
         namespace = await _require_namespace(runtime, args)
         engine = runtime.engine
         found = []
@@ -407,14 +419,6 @@ async def _load_test(args: argparse.Namespace) -> int:
     return 0
 
 
-class LoadTestStoreError(CtxrtError):
-    """``load-test --store`` named a path that already holds something."""
-
-
-class LoadTestFailed(CtxrtError):
-    """The load test ran and a check failed: a lost message, a second claim, a leak or a deadlock."""
-
-
 def _load_table(report: Any, args: argparse.Namespace) -> None:
     table = Table("operation", "count", "per second", "p50 ms", "p90 ms", "p99 ms", "max ms",
                   title=f"load test: {args.managers} managers, {args.namespaces} namespaces, {args.readers} readers, "
@@ -432,10 +436,6 @@ def _load_table(report: Any, args: argparse.Namespace) -> None:
 
 
 # -- bench ------------------------------------------------------------------------------------
-
-
-class BenchNotFoundError(CtxrtError):
-    """The benchmarks' sources (a checkout's bench/ folder) can't be found."""
 
 
 def _bench_sources(args: argparse.Namespace) -> Path:
@@ -493,10 +493,6 @@ def _bench(args: argparse.Namespace) -> int:
         raise BenchFailed(f"the benchmarks exited with status {finished.returncode} (a module failed or a "
                           f"figure missed its target); results in {output}")
     return 0
-
-
-class BenchFailed(CtxrtError):
-    """A benchmark module failed, or a figure missed its target."""
 
 
 # -- options ----------------------------------------------------------------------------------
