@@ -62,16 +62,41 @@ def _non_negative_int(_: Any, attribute: attrs.Attribute, value: Any) -> None:  
         raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
 
 
+def _token_count(_: Any, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+    # bool is an int to Python, but Budget(max_tokens=True) is a mistake, not one token.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"Budget {attribute.name} must be an int (a number of tokens), "
+                         f"not {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"Budget {attribute.name} must not be negative, got {value}")
+
+
 @attrs.frozen
 class Budget:
-    """What a compile may spend: strategies fit into ``usable`` tokens (P2)."""
+    """What a compile may spend: strategies fit into ``usable`` tokens (P2).
 
-    max_tokens: int = attrs.field(default=100_000, validator=_non_negative_int)
-    reserve_for_response: int = attrs.field(default=4_000, validator=_non_negative_int)
+    Raises:
+        ValueError: ``max_tokens`` or ``reserve_for_response`` is not an int, is a bool or is
+            negative (the message names the field), or ``max_tokens`` doesn't exceed
+            ``reserve_for_response``, which would leave no room for any context.
+    """
+
+    max_tokens: int = attrs.field(default=100_000, validator=_token_count)
+    reserve_for_response: int = attrs.field(default=4_000, validator=_token_count)
+
+    def __attrs_post_init__(self) -> None:
+        # A budget with no room compiles to an empty request, which looks like a bug elsewhere
+        # (every message "dropped"); refusing it here says what is wrong where it was made.
+        if self.max_tokens <= self.reserve_for_response:
+            raise ValueError(
+                f"Budget max_tokens {self.max_tokens:,} with reserve_for_response {self.reserve_for_response:,} "
+                f"leaves no room for context: max_tokens must exceed reserve_for_response "
+                f"(4,000 unless given); raise max_tokens or lower reserve_for_response"
+            )
 
     @property
     def usable(self) -> int:
-        return max(0, self.max_tokens - self.reserve_for_response)
+        return self.max_tokens - self.reserve_for_response
 
 
 @attrs.frozen

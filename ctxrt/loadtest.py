@@ -7,6 +7,7 @@ import random
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,21 @@ def _percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": ordered[-1], "mean": statistics.fmean(ordered)}
 
 
+PROGRESS_EVERY_S = 0.25
+
+
 async def run_load_test(
     store: Path, *, namespaces: int = 50, managers: int = 200, readers: int = 5, duration_s: float = 10.0,
-    seed: int = 1, guard_s: float = 300.0,
+    seed: int = 1, guard_s: float = 300.0, progress: Callable[[float, int], None] | None = None,
 ) -> LoadReport:
-    """Run the load; ``guard_s`` bounds the whole run (a deadlock is reported, not hung on)."""
+    """Run the load; ``guard_s`` bounds the whole run (a deadlock is reported, not hung on).
+
+    ``progress``, if given, is called about every quarter second with the seconds elapsed and
+    the operations done so far, and once more when the managers stop.
+
+    Raises:
+        StoreLockedError, StoreFormatError: as ``open_runtime`` on ``store``.
+    """
     rng = random.Random(seed)
     names = [f"reader-{i}" for i in range(readers)]
     model = ScriptedModel(lambda request: "a summary of what happened " * 4)
@@ -115,11 +126,21 @@ async def run_load_test(
             finally:
                 await manager.aclose()
 
+        async def report_progress() -> None:
+            assert progress is not None
+            while time.perf_counter() < started + duration_s:
+                progress(time.perf_counter() - started, sum(operations.values()))
+                await trio.sleep(PROGRESS_EVERY_S)
+
         with trio.move_on_after(guard_s) as scope:
             async with trio.open_nursery() as nursery:
+                if progress is not None:
+                    nursery.start_soon(report_progress)
                 for index in range(managers):
                     nursery.start_soon(resident, index)
         deadlocked = scope.cancelled_caught
+        if progress is not None:
+            progress(time.perf_counter() - started, sum(operations.values()))
         claims = {info.namespace: info.reader for info in await runtime.list_namespaces()}
         engine = runtime.engine
         with engine.reader() as txn:

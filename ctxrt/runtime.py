@@ -25,6 +25,7 @@ from .store.engine import BranchDeleted, Engine, Operation
 from .store.environment import Durability, StoreHandle, close_store, open_store
 from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, describe_branches
 from .strategies.passthrough import Passthrough
+from .trio_guard import require_trio
 
 if TYPE_CHECKING:
     from .manager import Derivation
@@ -282,10 +283,12 @@ async def open_runtime(
         StoreLockedError: another runtime, in this process or another, writes this store.
         StoreFormatError: not a ctxrt store, or a format this version doesn't read.
         FileNotFoundError: ``readonly`` and no store is there.
+        NotTrioError: awaited under asyncio (or any library but trio); nothing is opened.
 
     An error raised in the block comes out as itself; only several at once (an actor crashing
     beside the block's own error) come out as an ``ExceptionGroup``.
     """
+    require_trio("ctxrt.open_runtime")
     handle = open_store(path, readonly=readonly, durability=durability, map_size=map_size)
     try:
         async with _unwrapped(), trio.open_nursery() as nursery:

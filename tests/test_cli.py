@@ -81,7 +81,7 @@ async def test_every_read_only_command_works_while_another_runtime_writes(tmp_pa
 
                 code, out, err = await ctxrt_cli("compile", str(store), "--namespace", "agents/ann", "--reader",
                                                  "bob", "--budget", "20000")
-                assert code == 2 and "records reader 'ann'" in " ".join(out.split())
+                assert (code, out) == (1, "") and err.startswith("ctxrt: error: ") and "records reader 'ann'" in err
 
                 code, out, err = await ctxrt_cli("summaries", str(store), "--namespace", "agents/ann", "--json")
                 assert code == 0, err
@@ -93,9 +93,10 @@ async def test_every_read_only_command_works_while_another_runtime_writes(tmp_pa
 
 
 async def test_a_read_only_command_on_a_missing_store_fails_clearly(tmp_path: Path) -> None:
-    """A read-only command on a path with no store says so and exits 2."""
-    code, out, _ = await ctxrt_cli("inspect", str(tmp_path / "nothing"))
-    assert code == 2 and "no ctxrt store" in out
+    """A read-only command on a path with no store says so in one line on stderr and exits 1."""
+    code, out, err = await ctxrt_cli("inspect", str(tmp_path / "nothing"))
+    assert (code, out) == (1, "")
+    assert err == f"ctxrt: error: no ctxrt store at {tmp_path / 'nothing'} (no data.mdb)\n"
 
 
 @pytest.mark.soak

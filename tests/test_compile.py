@@ -70,7 +70,7 @@ def build(entries: list[Entry], bodies: dict[str, Message] | None = None, **kwar
 def test_budget_defaults_and_usable_tokens():
     """P2: strategies fit into max_tokens - reserve_for_response (100k and 4k by default)."""
     assert Budget().usable == 96_000
-    assert Budget(1_000, 2_000).usable == 0
+    assert Budget(5_000, 2_000).usable == 3_000
 
 
 @pytest.mark.parametrize("kwargs", [{"max_tokens": -1}, {"reserve_for_response": True}, {"max_tokens": 1.5}])
