@@ -1,34 +1,51 @@
-"""Opening a store: the LMDB environment, the owner lock, and the process-wide registry.
+"""Opening a store: the file checks, the LMDB environment, the owner lock, the process registry.
 
 LMDB forbids opening one environment twice in a process (closing either copy drops the other's
 locks), so every runtime in this process on the same real path shares one ``Environment`` and
 one ``Engine``; the last to close closes it. The exclusive ``flock`` on ``owner.lock`` inside
 the store's directory is what refuses a second writing runtime, in this process or another.
+Open order doesn't matter: a writer joining read-only runtimes of this process reopens their
+shared environment writable, and when it leaves they keep reading.
+
+Before LMDB maps a data file, ``files.read_meta`` checks it (K7): a truncated, emptied or
+overwritten file, or a foreign one, is refused with ``StoreCorruptError`` or
+``StoreFormatError``, by writers and read-only runtimes alike, and nothing is written to it.
+A read-only open that meets a store a writer is still creating (its owner lock held, its
+first transaction not yet committed) waits for it, up to ``FIRST_OPEN_WAIT_S``.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import logging
 import os
+import time
 from pathlib import Path
 from typing import Literal
 
 import attrs
 import lmdb
 
-from ..errors import StoreFormatError, StoreLockedError
-from . import keys
-from .engine import Engine
+from ..errors import StoreCorruptError, StoreFormatError, StoreLockedError, StorePermissionError
+from . import files, keys
+from .engine import FORMAT_VERSION, Engine
 
-LOCK_NAME = "owner.lock"
+LOCK_NAME = files.OWNER_LOCK_NAME
+FIRST_OPEN_WAIT_S = 5.0
 Durability = Literal["sync", "os"]
+
+logger = logging.getLogger("ctxrt.store")
+
+_PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 @attrs.define(eq=False)
 class _Shared:
     env: lmdb.Environment
     engine: Engine
-    readonly_env: bool
+    writable: bool  # the environment was opened for writing (a writer of this process opened it)
+    durability: Durability
     users: int = 0
 
 
@@ -48,17 +65,6 @@ class StoreHandle:
 _REGISTRY: dict[str, _Shared] = {}
 
 
-def _take_owner_lock(directory: Path) -> int:
-    lock_path = directory / LOCK_NAME
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StoreLockedError(str(lock_path)) from None
-    return fd
-
-
 def open_store(
     path: str | os.PathLike[str], *, readonly: bool = False, durability: Durability = "sync", map_size: int = 1 << 36
 ) -> StoreHandle:
@@ -66,7 +72,11 @@ def open_store(
 
     Raises:
         StoreLockedError: another runtime (in any process) writes this store.
-        StoreFormatError: the path is not a ctxrt store, or records a format this version can't read.
+        StoreFormatError: the path is not a ctxrt store (a foreign LMDB environment included),
+            or records a format this version can't read.
+        StoreCorruptError: the store's files are damaged (truncated, emptied, overwritten).
+        StorePermissionError: this user may not open the store as asked (a writer on a store
+            it may only read, a read-only runtime that can't use LMDB's lock file).
         FileNotFoundError: ``readonly`` and nothing is there.
         ValueError: an unknown ``durability``.
     """
@@ -74,46 +84,8 @@ def open_store(
         raise ValueError(f"durability must be 'sync' or 'os', not {durability!r}")
     directory = Path(path)
     if readonly:
-        if not (directory / "data.mdb").exists():
-            raise FileNotFoundError(f"no ctxrt store at {directory} (no data.mdb)")
-    else:
-        directory.mkdir(parents=True, exist_ok=True)
-    key = os.path.realpath(directory)
-    lock_fd = None if readonly else _take_owner_lock(directory)
-    try:
-        shared = _REGISTRY.get(key)
-        if shared is not None and shared.readonly_env and not readonly:
-            raise StoreLockedError(
-                str(directory / LOCK_NAME),
-                "a read-only runtime in this process opened the store first; open the writer before readers",
-            )
-        if shared is None:
-            env = lmdb.open(
-                str(directory),
-                map_size=map_size,
-                max_dbs=len(keys.ALL_DBS) + 2,
-                readonly=readonly,
-                sync=durability == "sync",
-                metasync=True,
-                writemap=False,
-                max_readers=512,
-                subdir=True,
-            )
-            try:
-                engine = Engine(env, readonly=readonly)
-            except BaseException:
-                env.close()
-                raise
-            shared = _Shared(env, engine, readonly_env=readonly)
-            _REGISTRY[key] = shared
-        shared.users += 1
-    except BaseException:
-        if lock_fd is not None:
-            os.close(lock_fd)
-        raise
-    if readonly:
-        shared.engine.reload()
-    return StoreHandle(directory, shared.engine, readonly, durability, key, lock_fd)
+        return _open_reader(directory, durability, map_size)
+    return _open_writer(directory, durability, map_size)
 
 
 def close_store(handle: StoreHandle) -> None:
@@ -125,7 +97,12 @@ def close_store(handle: StoreHandle) -> None:
     shared.users -= 1
     try:
         if not handle.readonly:
-            shared.env.sync(True)
+            try:
+                shared.env.sync(True)
+            except lmdb.Error as exc:  # a full or failing disk: every acknowledged write was already durable
+                logger.warning("flushing %s at close failed: %s", handle.path, exc)
+            if shared.users > 0:
+                shared.engine.become_reader()  # another process may write it now
         if shared.users == 0:
             del _REGISTRY[handle._key]
             shared.env.close()
@@ -133,3 +110,216 @@ def close_store(handle: StoreHandle) -> None:
         if handle._lock_fd is not None:
             os.close(handle._lock_fd)
 
+
+# -- writers ------------------------------------------------------------------------------------
+
+
+def _open_writer(directory: Path, durability: Durability, map_size: int) -> StoreHandle:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in _PERMISSION_ERRNOS:
+            raise StorePermissionError(str(directory), f"can't create the store's directory ({exc.strerror})",
+                                       exc.errno) from None
+        raise
+    lock_fd = _take_owner_lock(directory)
+    try:
+        key = os.path.realpath(directory)
+        shared = _REGISTRY.get(key)
+        if shared is None:
+            _check_files_for_writer(directory)
+            env = _open_env(directory, readonly=False, durability=durability, map_size=map_size)
+            try:
+                engine = Engine(env, readonly=False)
+            except BaseException:
+                env.close()
+                raise
+            shared = _Shared(env, engine, writable=True, durability=durability)
+            _REGISTRY[key] = shared
+        elif not shared.writable or shared.durability != durability:
+            _reopen_for_writer(shared, directory, durability, map_size)
+        else:
+            shared.engine.become_writer(shared.env)
+        shared.users += 1
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    if not files.has_marker(directory):
+        try:
+            files.write_marker(directory, FORMAT_VERSION)
+        except OSError as exc:  # the store works without it; it only helps tell damage from a new store
+            logger.warning("couldn't write the format marker in %s: %s", directory, exc)
+    return StoreHandle(directory, shared.engine, False, durability, key, lock_fd)
+
+
+def _take_owner_lock(directory: Path) -> int:
+    lock_path = directory / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno in _PERMISSION_ERRNOS:
+            raise StorePermissionError(
+                str(lock_path), f"can't open the owner lock to write the store ({exc.strerror}); "
+                f"readonly=True may still read it", exc.errno,
+            ) from None
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(str(lock_path)) from None
+    return fd
+
+
+def _check_files_for_writer(directory: Path) -> None:
+    """Refuse a damaged or foreign data file before LMDB maps (or recreates) it."""
+    data = files.data_path(directory)
+    try:
+        size = data.stat().st_size
+    except FileNotFoundError:
+        size = None
+    if not size:  # missing or empty: a new store, unless something shows one lived here
+        evidence = files.store_evidence(directory)
+        if evidence is not None:
+            state = "missing" if size is None else "empty (0 bytes)"
+            raise StoreCorruptError(
+                str(data), f"it is {state}, though {evidence} shows a store lives here; refusing to start "
+                f"a new store over it (move the directory aside to start afresh)"
+            )
+        return
+    meta = files.read_meta(directory)
+    if meta.is_empty and files.has_marker(directory):
+        raise StoreCorruptError(str(data), f"it holds no tables, though {files.MARKER_NAME} shows a store lives here")
+
+
+def _reopen_for_writer(shared: _Shared, directory: Path, durability: Durability, map_size: int) -> None:
+    """Reopen the environment read-only runtimes of this process share, for this writer.
+
+    Nothing holds a transaction across an ``await``, so at this (synchronous) moment none is
+    open; closing invalidates only handles the engine reopens.
+    """
+    shared.env.close()
+    try:
+        env = _open_env(directory, readonly=False, durability=durability, map_size=map_size)
+        shared.engine.become_writer(env)
+    except BaseException:
+        # Give the read-only runtimes their environment back.
+        shared.env = _open_env(directory, readonly=not shared.writable, durability=shared.durability,
+                               map_size=map_size)
+        shared.engine.env = shared.env
+        shared.engine.dbs = {name: shared.env.open_db(name, create=False) for name in keys.ALL_DBS}
+        shared.engine.become_reader()
+        raise
+    shared.env = env
+    shared.writable = True
+    shared.durability = durability
+
+
+# -- read-only runtimes -------------------------------------------------------------------------
+
+
+def _open_reader(directory: Path, durability: Durability, map_size: int) -> StoreHandle:
+    key = os.path.realpath(directory)
+    shared = _REGISTRY.get(key)
+    if shared is None:
+        env, engine = _open_reader_waiting(directory, durability, map_size)
+        shared = _Shared(env, engine, writable=False, durability=durability)
+        _REGISTRY[key] = shared
+    else:
+        shared.engine.reload()
+    shared.users += 1
+    return StoreHandle(directory, shared.engine, True, durability, key, None)
+
+
+def _open_reader_waiting(directory: Path, durability: Durability, map_size: int) -> tuple[lmdb.Environment, Engine]:
+    """Open read-only; while a writer holds the lock of a store it hasn't finished creating, wait."""
+    deadline = time.monotonic() + FIRST_OPEN_WAIT_S
+    delay = 0.005
+    while True:
+        try:
+            return _open_reader_once(directory, durability, map_size)
+        except (FileNotFoundError, StoreFormatError, StoreCorruptError):
+            # A store that committed its first transaction has its marker: its errors are real.
+            if files.has_marker(directory) or time.monotonic() >= deadline:
+                raise
+            if files.writer_holds_lock(directory) is False:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def _open_reader_once(directory: Path, durability: Durability, map_size: int) -> tuple[lmdb.Environment, Engine]:
+    data = files.data_path(directory)
+    try:
+        size = data.stat().st_size
+    except FileNotFoundError:
+        size = None
+    if not size:
+        evidence = files.store_evidence(directory)
+        state = "missing" if size is None else "empty (0 bytes)"
+        if evidence is not None:
+            raise StoreCorruptError(str(data), f"it is {state}, though {evidence} shows a store lives here")
+        if size is None:
+            raise FileNotFoundError(f"no ctxrt store at {directory} (no data.mdb)")
+        raise StoreFormatError(f"{directory} is not a ctxrt store ({data.name} is empty)")
+    meta = files.read_meta(directory)
+    if meta.is_empty:
+        if files.has_marker(directory):
+            raise StoreCorruptError(str(data), f"it holds no tables, though {files.MARKER_NAME} shows a store lives here")
+        raise StoreFormatError(f"{directory} is not a ctxrt store (no ctxrt tables)")
+    env = _open_env(directory, readonly=True, durability=durability, map_size=map_size)
+    try:
+        engine = Engine(env, readonly=True)
+    except BaseException:
+        env.close()
+        raise
+    return env, engine
+
+
+# -- the LMDB environment -----------------------------------------------------------------------
+
+
+def _open_env(directory: Path, *, readonly: bool, durability: Durability, map_size: int) -> lmdb.Environment:
+    try:
+        return lmdb.open(
+            str(directory),
+            map_size=map_size,
+            max_dbs=len(keys.ALL_DBS) + 2,
+            readonly=readonly,
+            sync=durability == "sync",
+            metasync=True,
+            writemap=False,
+            max_readers=512,
+            subdir=True,
+        )
+    except (lmdb.InvalidError, lmdb.VersionMismatchError) as exc:  # files.read_meta checks first; LMDB agrees
+        evidence = files.store_evidence(directory)
+        if evidence is not None and isinstance(exc, lmdb.InvalidError):
+            raise StoreCorruptError(str(files.data_path(directory)), f"LMDB refuses it: {exc}") from None
+        raise StoreFormatError(f"{directory} is not a ctxrt store LMDB can read: {exc}") from None
+    except lmdb.Error as exc:
+        code = getattr(exc, "code", 0)
+        if code in _PERMISSION_ERRNOS:
+            raise _permission_refusal(directory, readonly, code) from None
+        raise
+
+
+def _permission_refusal(directory: Path, readonly: bool, code: int) -> StorePermissionError:
+    """Name the file LMDB couldn't open: it needs the data file (read, or read-write to write)
+    and its lock file (read-write, which a read-only runtime needs too, except on a read-only
+    filesystem)."""
+    reason = os.strerror(code)
+    wanted = ((files.LMDB_LOCK_NAME, os.O_RDWR), (files.DATA_NAME, os.O_RDONLY if readonly else os.O_RDWR))
+    for name, flags in wanted:
+        path = directory / name
+        try:
+            os.close(os.open(path, flags | (os.O_CREAT if name == files.LMDB_LOCK_NAME else 0), 0o644))
+        except OSError as exc:
+            reason = exc.strerror or reason
+            if readonly:
+                hint = "a read-only runtime needs to write LMDB's lock file (its reader table)"
+            else:
+                hint = "a writer needs to write the store's files; readonly=True may still read it"
+            return StorePermissionError(str(path), f"can't open it ({reason}): {hint}", code)
+    mode = "read" if readonly else "write"
+    return StorePermissionError(str(directory), f"LMDB can't open the store to {mode} it ({reason})", code)
