@@ -27,17 +27,23 @@ from typing import Literal
 import attrs
 import lmdb
 
-from ..errors import StoreCorruptError, StoreFormatError, StoreLockedError, StorePermissionError
+from ..errors import StoreCorruptError, StoreFormatError, StoreFullError, StoreLockedError, StorePermissionError
 from . import files, keys
 from .engine import FORMAT_VERSION, Engine
 
 LOCK_NAME = files.OWNER_LOCK_NAME
 FIRST_OPEN_WAIT_S = 5.0
+MAX_READERS = 512
+# LMDB 0.9 (64-bit) sizes lock.mdb as one MDB_txninfo (192 bytes) plus a 64-byte MDB_reader per
+# reader after the first, and maps it shared. A write through that map into a hole of a sparse
+# file on a full disk is a SIGBUS, so every open allocates the file's blocks first.
+LOCK_FILE_BYTES = 192 + (MAX_READERS - 1) * 64
 Durability = Literal["sync", "os"]
 
 logger = logging.getLogger("ctxrt.store")
 
 _PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 @attrs.define(eq=False)
@@ -127,12 +133,18 @@ def _open_writer(directory: Path, durability: Durability, map_size: int) -> Stor
         key = os.path.realpath(directory)
         shared = _REGISTRY.get(key)
         if shared is None:
-            _check_files_for_writer(directory)
-            env = _open_env(directory, readonly=False, durability=durability, map_size=map_size)
+            new = _check_files_for_writer(directory)
+            created = {name for name in (files.DATA_NAME, files.LMDB_LOCK_NAME) if not (directory / name).exists()}
             try:
-                engine = Engine(env, readonly=False)
+                env = _open_env(directory, readonly=False, durability=durability, map_size=map_size)
+                try:
+                    engine = Engine(env, readonly=False)
+                except BaseException:
+                    env.close()
+                    raise
             except BaseException:
-                env.close()
+                if new:
+                    _undo_first_open(directory, created)
                 raise
             shared = _Shared(env, engine, writable=True, durability=durability)
             _REGISTRY[key] = shared
@@ -171,8 +183,8 @@ def _take_owner_lock(directory: Path) -> int:
     return fd
 
 
-def _check_files_for_writer(directory: Path) -> None:
-    """Refuse a damaged or foreign data file before LMDB maps (or recreates) it."""
+def _check_files_for_writer(directory: Path) -> bool:
+    """Refuse a damaged or foreign data file before LMDB maps (or recreates) it; True for a new store."""
     data = files.data_path(directory)
     try:
         size = data.stat().st_size
@@ -186,10 +198,24 @@ def _check_files_for_writer(directory: Path) -> None:
                 str(data), f"it is {state}, though {evidence} shows a store lives here; refusing to start "
                 f"a new store over it (move the directory aside to start afresh)"
             )
-        return
+        return True
     meta = files.read_meta(directory)
     if meta.is_empty and files.has_marker(directory):
         raise StoreCorruptError(str(data), f"it holds no tables, though {files.MARKER_NAME} shows a store lives here")
+    return meta.is_empty
+
+
+def _undo_first_open(directory: Path, created: set[str]) -> None:
+    """A first open failed (a full disk, say): remove the empty files it made, which would
+    otherwise look like the remains of a store and refuse the next open."""
+    data = files.data_path(directory)
+    try:
+        if files.DATA_NAME in created and data.exists() and data.stat().st_size == 0:
+            data.unlink()
+        if files.LMDB_LOCK_NAME in created and not data.exists():
+            (directory / files.LMDB_LOCK_NAME).unlink(missing_ok=True)
+    except OSError as exc:
+        logger.warning("couldn't remove what a failed first open of %s left: %s", directory, exc)
 
 
 def _reopen_for_writer(shared: _Shared, directory: Path, durability: Durability, map_size: int) -> None:
@@ -279,7 +305,27 @@ def _open_reader_once(directory: Path, durability: Durability, map_size: int) ->
 # -- the LMDB environment -----------------------------------------------------------------------
 
 
+def _allocate_lock_file(directory: Path) -> None:
+    """Give LMDB's lock file real blocks before LMDB maps it (a hole written through a map on a
+    full disk is a SIGBUS). Where it can't be opened for writing, LMDB says why itself."""
+    path = directory / files.LMDB_LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, LOCK_FILE_BYTES))
+    except OSError as exc:
+        if exc.errno in _SPACE_ERRNOS:
+            raise StoreFullError(str(path), f"the disk has no room for LMDB's lock file ({exc.strerror})") from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    finally:
+        os.close(fd)
+
+
 def _open_env(directory: Path, *, readonly: bool, durability: Durability, map_size: int) -> lmdb.Environment:
+    _allocate_lock_file(directory)
     try:
         return lmdb.open(
             str(directory),
@@ -289,7 +335,7 @@ def _open_env(directory: Path, *, readonly: bool, durability: Durability, map_si
             sync=durability == "sync",
             metasync=True,
             writemap=False,
-            max_readers=512,
+            max_readers=MAX_READERS,
             subdir=True,
         )
     except (lmdb.InvalidError, lmdb.VersionMismatchError) as exc:  # files.read_meta checks first; LMDB agrees
@@ -301,6 +347,9 @@ def _open_env(directory: Path, *, readonly: bool, durability: Durability, map_si
         code = getattr(exc, "code", 0)
         if code in _PERMISSION_ERRNOS:
             raise _permission_refusal(directory, readonly, code) from None
+        if code in _SPACE_ERRNOS:
+            raise StoreFullError(str(files.data_path(directory)), f"the disk can't take LMDB's files "
+                                 f"({os.strerror(code)})") from None
         raise
 
 
