@@ -431,7 +431,7 @@ class Engine:
             ):
                 raise ValueError("a field has the wrong type, or the id disagrees with the key")
         except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
-            raise self._damaged(f"the row of branch {key.hex()} doesn't decode ({exc})") from None
+            raise self._damaged(f"the row of branch {key.hex()} doesn't decode ({exc!r})") from None
         return row
 
     def _decode_state(self, key: bytes, value: bytes) -> StateInfo:
@@ -441,7 +441,7 @@ class Engine:
             if len(value) != 5 or kind is None:
                 raise ValueError(f"{len(value)} bytes, kind byte {value[4:5]!r}")
         except ValueError as exc:
-            raise self._damaged(f"the row of state {key!r} doesn't decode ({exc})") from None
+            raise self._damaged(f"the row of state {key!r} doesn't decode ({exc!r})") from None
         return StateInfo(keys.decode_u32(value[:4]), name, kind)
 
     # -- reads ------------------------------------------------------------------------------
