@@ -309,7 +309,7 @@ class SlotRegistry:
         if row.parent is None or row.fork_sequence is None:
             return None
         parent = self._caches.get((state, row.parent))
-        if parent is None or parent.rewrite_revision > row.fork_sequence:
+        if parent is None or parent.stale or parent.rewrite_revision > row.fork_sequence:
             return None  # rewritten since the fork: what it holds is not what the child saw
         with self.engine.reader() as txn:
             head = self.engine.log_head(txn, state, row)
