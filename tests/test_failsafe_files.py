@@ -146,6 +146,7 @@ def is_ctxrt_refusal(answer: str) -> bool:
 # -- truncated, emptied, missing -----------------------------------------------------------------------
 
 
+@pytest.mark.soak
 async def test_a_truncated_data_file_is_refused_at_open_never_a_sigbus(
     tmp_path: Path, soak_scale: Callable[[int, int], int]
 ) -> None:
@@ -258,6 +259,7 @@ async def test_a_writer_opening_a_sound_store_without_a_marker_adds_it(tmp_path:
 # -- zeroed pages -------------------------------------------------------------------------------------
 
 
+@pytest.mark.soak
 async def test_zeroed_pages_are_refused_at_open_or_reported_by_verify(
     tmp_path: Path, soak_scale: Callable[[int, int], int]
 ) -> None:
@@ -269,12 +271,12 @@ async def test_zeroed_pages_are_refused_at_open_or_reported_by_verify(
     verify names every zeroed live page.
     """
     store = tmp_path / "store"
-    await build_store(store)
+    await build_store(store, count=soak_scale(300, 2000))
     pages = (store / files.DATA_NAME).stat().st_size // PAGE
     live = live_pages(store)
     sample = sorted({0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, pages - 1, *sorted(live)[2::max(1, len(live) // 12)]})
     chosen = list(range(pages)) if soak_scale(0, 1) else [page for page in sample if page < pages]
-    with trio.fail_after(60 + 2 * len(chosen)):
+    with trio.fail_after(60 + len(chosen)):
         async with fork_server() as children:
             intact = await children.open(store, "ro")
             assert intact.startswith("ok "), intact

@@ -72,6 +72,7 @@ async def test_a_reader_with_a_small_map_keeps_reading_while_a_writer_grows_the_
             assert reader.engine.env.info()["map_size"] > before
 
 
+@pytest.mark.soak
 async def test_read_only_opens_racing_a_writers_first_open_never_see_a_half_made_store(
     tmp_path: Path, soak_scale: Callable[[int, int], int]
 ) -> None:

@@ -262,13 +262,18 @@ def _open_reader_waiting(directory: Path, durability: Durability, map_size: int)
     deadline = time.monotonic() + FIRST_OPEN_WAIT_S
     delay = 0.005
     while True:
+        established = files.has_marker(directory)
         try:
             return _open_reader_once(directory, durability, map_size)
         except (FileNotFoundError, StoreFormatError, StoreCorruptError):
-            # A store that committed its first transaction has its marker: its errors are real.
-            if files.has_marker(directory) or time.monotonic() >= deadline:
+            # A store that had committed its first transaction before this attempt looked has its
+            # marker: its errors are real. One that got it during the attempt is worth a retry.
+            if established or time.monotonic() >= deadline:
                 raise
-            if files.writer_holds_lock(directory) is False:
+            writing = files.writer_holds_lock(directory)
+            if files.has_marker(directory):  # looked at after the lock: a writer that let go had written it
+                continue
+            if writing is False:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.1)

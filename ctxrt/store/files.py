@@ -52,6 +52,7 @@ P_BRANCH, P_LEAF, P_OVERFLOW, P_META, P_LEAF2 = 0x01, 0x02, 0x04, 0x08, 0x20
 F_BIGDATA, F_SUBDATA = 0x01, 0x02
 
 _E = "<" if sys.byteorder == "little" else ">"
+_U32 = struct.Struct(_E + "I")
 _U64 = struct.Struct(_E + "Q")
 _HEADER = struct.Struct(_E + "QHHHH")  # pgno, pad, flags, lower, upper
 _DB = struct.Struct(_E + "IHHQQQQQ")  # pad, flags, depth, branch, leaf, overflow, entries, root
@@ -108,11 +109,17 @@ def has_marker(directory: Path) -> bool:
 
 
 def store_evidence(directory: Path) -> str | None:
-    """The file that shows a store was opened here (the format marker, LMDB's lock file), or None."""
-    for name in (MARKER_NAME, LMDB_LOCK_NAME):
-        if (directory / name).exists():
-            return name
-    return None
+    """The file that shows a store was opened here, or None: the format marker, or a lock file
+    LMDB initialised (it does so in the same call that creates the data file; a lock file this
+    package allocated ahead of LMDB is zeros until then)."""
+    if (directory / MARKER_NAME).exists():
+        return MARKER_NAME
+    try:
+        with open(directory / LMDB_LOCK_NAME, "rb") as lock:
+            head = lock.read(4)
+    except OSError:
+        return None
+    return LMDB_LOCK_NAME if len(head) == 4 and _U32.unpack(head)[0] == MAGIC else None
 
 
 def write_marker(directory: Path, version: int) -> None:
