@@ -38,7 +38,7 @@ from ..errors import (
     StoreFullError,
     UnknownStateError,
 )
-from . import keys
+from . import files, keys
 
 FORMAT_VERSION = 1
 MAIN_BRANCH = "main"
@@ -318,11 +318,7 @@ class Engine:
             raise self._damaged(f"its main table can't be read: {exc}") from None
 
     def _foreign(self, names: Sequence[bytes]) -> StoreFormatError:
-        shown = ", ".join(repr(name) for name in names[:5]) + (", ..." if len(names) > 5 else "")
-        return StoreFormatError(
-            f"{self.env.path()} is not a ctxrt store: it is another LMDB environment, whose main table holds "
-            f"{shown}; nothing was written to it"
-        )
+        return StoreFormatError(files.foreign_message(self.env.path(), names))
 
     def _open_tables_read_only(self) -> dict[bytes, Any]:
         # No txn argument: handles opened in a caller's read txn die with it (py-lmdb 3.0.0

@@ -9,7 +9,8 @@ shared environment writable, and when it leaves they keep reading.
 
 Before LMDB maps a data file, ``files.read_meta`` checks it (K7): a truncated, emptied or
 overwritten file, or a foreign one, is refused with ``StoreCorruptError`` or
-``StoreFormatError``, by writers and read-only runtimes alike, and nothing is written to it.
+``StoreFormatError``, by writers and read-only runtimes alike, and nothing is written to it
+(someone else's environment is recognised from its file before any file is made beside it).
 A read-only open that meets a store a writer is still creating (its owner lock held, its
 first transaction not yet committed) waits for it, up to ``FIRST_OPEN_WAIT_S``.
 """
@@ -83,6 +84,7 @@ def open_store(
         StoreCorruptError: the store's files are damaged (truncated, emptied, overwritten).
         StorePermissionError: this user may not open the store as asked (a writer on a store
             it may only read, a read-only runtime that can't use LMDB's lock file).
+        StoreFullError: the disk has no room for LMDB's files.
         FileNotFoundError: ``readonly`` and nothing is there.
         ValueError: an unknown ``durability``.
     """
@@ -120,7 +122,15 @@ def close_store(handle: StoreHandle) -> None:
 # -- writers ------------------------------------------------------------------------------------
 
 
+def _refuse_foreign(directory: Path) -> None:
+    """Someone else's LMDB environment is refused before a file is created or extended beside it."""
+    foreign = files.foreign_entries(directory, keys.ALL_DBS)
+    if foreign:
+        raise StoreFormatError(files.foreign_message(directory, foreign))
+
+
 def _open_writer(directory: Path, durability: Durability, map_size: int) -> StoreHandle:
+    _refuse_foreign(directory)
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -298,6 +308,7 @@ def _open_reader_once(directory: Path, durability: Durability, map_size: int) ->
         if files.has_marker(directory):
             raise StoreCorruptError(str(data), f"it holds no tables, though {files.MARKER_NAME} shows a store lives here")
         raise StoreFormatError(f"{directory} is not a ctxrt store (no ctxrt tables)")
+    _refuse_foreign(directory)
     env = _open_env(directory, readonly=True, durability=durability, map_size=map_size)
     try:
         engine = Engine(env, readonly=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import attrs
@@ -292,20 +292,58 @@ def _nodes(directory: Path, page: bytes, page_size: int, what: str) -> Iterator[
         yield pointer
 
 
-def _named_tables(directory: Path, fd: int, meta: Meta) -> Iterator[tuple[str, Table]]:
-    """The named tables the main table lists, if it is one leaf page (a ctxrt store's always is)."""
-    if meta.main.depth != 1:
+def _main_entries(directory: Path, fd: int, meta: Meta) -> Iterator[tuple[bytes, Table | None]]:
+    """The main table's entries, (key, the named table it describes or None for a plain value),
+    if it is one leaf page (a ctxrt store's always is: a handful of table names)."""
+    if meta.main.root == NO_PAGE or meta.main.depth != 1:
         return
     page = _read(fd, meta.main.root * meta.page_size, meta.page_size)
     for pointer in _nodes(directory, page, meta.page_size, "the main table's root"):
         data_size, flags, key_size = _node(page, pointer)
         key_at = pointer + _NODE.size
+        if key_at + key_size > meta.page_size:
+            raise _corrupt(directory, f"the main table's entry at offset {pointer} runs off its page")
+        key = page[key_at : key_at + key_size]
         if not flags & F_SUBDATA:
+            yield key, None
             continue
         if key_at + key_size + _DB.size > meta.page_size or data_size != _DB.size:
             raise _corrupt(directory, f"the main table's entry at offset {pointer} runs off its page")
-        name = page[key_at : key_at + key_size].decode("utf-8", "backslashreplace")
-        yield name, Table.unpack(page, key_at + key_size)
+        yield key, Table.unpack(page, key_at + key_size)
+
+
+def _named_tables(directory: Path, fd: int, meta: Meta) -> Iterator[tuple[str, Table]]:
+    for key, table in _main_entries(directory, fd, meta):
+        if table is not None:
+            yield key.decode("utf-8", "backslashreplace"), table
+
+
+def foreign_entries(directory: Path, tables: Collection[bytes]) -> list[bytes]:
+    """The main table's keys that aren't among ``tables`` (or are plain values), read from the file.
+
+    Empty when the data file is missing, unreadable or damaged (the checks made under the owner
+    lock say so), or holds only ``tables``. Lets an open refuse someone else's environment
+    before it creates or extends a single file beside it.
+    """
+    try:
+        fd = os.open(data_path(directory), os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        meta = _check(directory, fd, os.fstat(fd).st_size)
+        if meta.main.root != NO_PAGE and meta.main.depth != 1:
+            return [b"... (more entries than a ctxrt store's few tables)"]
+        return [key for key, table in _main_entries(directory, fd, meta) if table is None or key not in tables]
+    except (OSError, StoreCorruptError, StoreFormatError, struct.error):
+        return []
+    finally:
+        os.close(fd)
+
+
+def foreign_message(directory: Path | str, names: Sequence[bytes]) -> str:
+    shown = ", ".join(repr(name) for name in names[:5]) + (", ..." if len(names) > 5 else "")
+    return (f"{directory} is not a ctxrt store: it is another LMDB environment, whose main table holds {shown}; "
+            f"nothing was written to it")
 
 
 def _check_free_tail(directory: Path, fd: int, size: int, meta: Meta) -> None:
