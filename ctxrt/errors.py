@@ -80,6 +80,50 @@ class StoreFormatError(CtxrtError):
     """The store records a format this version doesn't read (or isn't a ctxrt store)."""
 
 
+class StoreCorruptError(CtxrtError):
+    """The store's files are damaged; ``path`` names the file and ``what`` says what is wrong.
+
+    Raised at open when the files fail the checks made before LMDB reads them (K7), and by a
+    read or write that meets a record that doesn't decode. Nothing is written to a damaged store.
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path = path
+        self.what = what
+        super().__init__(f"store file {path} is damaged: {what}")
+
+
+class StoreFullError(CtxrtError):
+    """The disk or the map can't take the write; nothing of the refused batch was written (L6).
+
+    ``path`` names the data file. The runtime keeps serving reads, and writes again once space
+    is freed.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"the store at {path} can't take the write: {reason}; nothing was written")
+
+
+class StorePermissionError(CtxrtError, PermissionError):
+    """The store's directory or files can't be opened as asked (permissions, a read-only filesystem).
+
+    ``path`` names the file or directory refused. A writer on a store this user may only read
+    can open it with ``readonly=True`` instead.
+    """
+
+    def __init__(self, path: str, reason: str, errno: int | None = None) -> None:
+        CtxrtError.__init__(self, f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+        self.errno = errno
+        self.filename = path
+
+    def __str__(self) -> str:  # OSError would format its own fields
+        return str(self.args[0]) if self.args else ""
+
+
 class UnknownStateError(CtxrtError, KeyError):
     """A write or read named a state that was never registered."""
 

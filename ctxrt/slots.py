@@ -107,6 +107,7 @@ class SlotCache:
         self.may_hold_audience = False
         self.subscribers: list[Callable[[Message, Appended | None], None]] = []
         self.users = 0  # namespace actors reading it; the registry drops it at zero
+        self.stale = False  # a commit event failed to apply: reload at the next read, ignore events till then
         self.reloads = 0
         self.tail_fills = 0
         if seed is None:
@@ -146,7 +147,10 @@ class SlotCache:
 
     def current(self) -> list[Message]:
         """The messages now; a read-only cache first revalidates against the slot's head (S3)."""
-        if not self.live:
+        if self.stale:
+            self._reload("a commit event failed to apply")
+            self.stale = False
+        elif not self.live:
             self._revalidate()
         return self.messages
 
@@ -180,7 +184,21 @@ class SlotCache:
             self.may_hold_audience = True
 
     def apply(self, operation: Operation) -> None:
-        """Bring the cache up to date with one committed operation on its (branch, slot)."""
+        """Bring the cache up to date with one committed operation on its (branch, slot).
+
+        Runs after the commit (L6): a subscriber that raises is logged and the others still run;
+        if the cache itself can't take the operation, it reloads from the store at its next read.
+        """
+        if self.stale:
+            return  # the next read reloads everything, this operation included
+        try:
+            self._apply(operation)
+        except Exception:
+            self.stale = True
+            logger.exception("slot cache %s on branch %d couldn't apply a commit; it reloads at its next read",
+                             self.state, self.branch_id)
+
+    def _apply(self, operation: Operation) -> None:
         if isinstance(operation, ItemAppended):
             appended: Appended | None = operation.attachment
             if appended is None:
@@ -193,7 +211,11 @@ class SlotCache:
             self._push(message)
             self.revision = operation.sequence
             for notify in self.subscribers:
-                notify(message, appended)
+                try:
+                    notify(message, appended)
+                except Exception:  # one subscriber's failure is its own: the commit stands, the others hear of it
+                    logger.exception("a subscriber of slot %s on branch %d failed on message %d",
+                                     self.state, self.branch_id, operation.sequence)
         elif isinstance(operation, ItemEdited):
             index = self.index_of(operation.item_sequence)
             self.revision = self.rewrite_revision = operation.sequence
@@ -291,7 +313,7 @@ class SlotRegistry:
         if row.parent is None or row.fork_sequence is None:
             return None
         parent = self._caches.get((state, row.parent))
-        if parent is None or parent.rewrite_revision > row.fork_sequence:
+        if parent is None or parent.stale or parent.rewrite_revision > row.fork_sequence:
             return None  # rewritten since the fork: what it holds is not what the child saw
         with self.engine.reader() as txn:
             head = self.engine.log_head(txn, state, row)

@@ -5,12 +5,19 @@ the whole batch in ONE LMDB write transaction on the trio thread (measured:
 inline beats ``to_thread``, whose GIL convoy collapses under load), commits, publishes the
 committed operations to subscribers, then answers every caller with its own result or error.
 The transaction never spans an ``await``.
+
+Failures are answered, not fatal (L6). A batch the disk or the map can't take answers each of
+its callers ``StoreFullError`` (nothing of it was written) and the actor serves the next one.
+Publishing happens after the commit: whatever a subscriber raises is logged and dropped, so a
+caller whose write landed always gets its result, and the actor keeps serving.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import mmap
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,7 +26,7 @@ import attrs
 import lmdb
 import trio
 
-from ..errors import RuntimeClosedError
+from ..errors import RuntimeClosedError, StoreCorruptError, StoreFullError
 from .engine import Batch, Engine, Operation
 from .protocol import (
     AppendItem,
@@ -38,6 +45,11 @@ MAILBOX_CAPACITY = 1000
 MAX_BATCH_COMMANDS = 256
 MAX_BATCH_BYTES = 1 << 20  # ~1 MB keeps one durable commit to a few ms of loop time
 OS_SYNC_INTERVAL_S = 1.0
+# The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
+# free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
+# without a map at all.
+MAX_MAP_SIZE = 1 << 46
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
 
 
 @attrs.frozen
@@ -184,16 +196,38 @@ def open_store_actor(
 def commit_batch(
     engine: Engine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters
 ) -> list[tuple[bool, Any]]:
-    """The actor's commit step: one write transaction, then publish what committed. Synchronous."""
+    """The actor's commit step: one write transaction, then publish what committed. Synchronous.
+
+    Returns each command's ``(ok, result or error)``. A batch the disk or the map refuses gives
+    every command its own ``StoreFullError`` (or ``StoreCorruptError``); a failure while
+    publishing is logged and never changes a committed command's result (L6).
+    """
     started = time.perf_counter()
-    results, operations = _apply_growing(engine, commands)
+    try:
+        results, operations = _apply_growing(engine, commands)
+    except (StoreFullError, StoreCorruptError) as refused:
+        logger.warning("store batch of %d commands refused: %s", len(commands), refused)
+        return [(False, _copy_refusal(refused)) for _ in commands]
     counters.last_commit_ms = (time.perf_counter() - started) * 1000
     counters.last_batch_size = len(commands)
     counters.batches += 1
     counters.commands += len(commands)
     counters.largest_batch = max(counters.largest_batch, len(commands))
-    publish(operations)
+    try:
+        publish(operations)
+    except Exception:  # the write landed: its callers get their results whatever a subscriber did
+        logger.exception("publishing %d committed operations failed; the commit stands", len(operations))
     return results
+
+
+def _copy_refusal(refused: StoreFullError | StoreCorruptError) -> BaseException:
+    """One exception object per caller: callers raise theirs concurrently, each with its own traceback."""
+    if isinstance(refused, StoreFullError):
+        copy: BaseException = StoreFullError(refused.path, refused.reason)
+    else:
+        copy = StoreCorruptError(refused.path, refused.what)
+    copy.__cause__ = refused.__cause__
+    return copy
 
 
 async def serve_store(
@@ -251,19 +285,56 @@ async def serve_store(
 
 
 def _apply_growing(engine: Engine, commands: list[Any]) -> tuple[list[tuple[bool, Any]], list[Operation]]:
-    """Apply a batch, doubling the map and retrying when it is full (between batches: no txn open)."""
+    """Apply a batch, growing the map and retrying when it is full (between batches: no txn open).
+
+    Raises ``StoreFullError`` when the map can't grow (the disk can't hold more, or this
+    process can't map more), or when the disk refuses the write.
+    """
     while True:
         try:
             return engine.apply(commands, execute)
         except lmdb.MapFullError:
-            size = engine.env.info()["map_size"]
-            new_size = 1 << math.ceil(math.log2(size * 2))
-            logger.warning("store map full at %d bytes; growing to %d", size, new_size)
-            engine.env.set_mapsize(new_size)
+            _grow_map(engine)
+
+
+def _grow_map(engine: Engine) -> None:
+    size = engine.env.info()["map_size"]
+    page = mmap.PAGESIZE
+    limit = MAX_MAP_SIZE
+    try:
+        stat = os.statvfs(engine.env.path())
+        room = os.path.getsize(engine.data_path) + stat.f_bavail * stat.f_frsize
+        limit = min(limit, -(-room // page) * page)  # the map can't usefully outgrow the disk
+    except OSError:
+        pass
+    new_size = min(1 << math.ceil(math.log2(size * 2)), limit)
+    if new_size <= size:
+        raise StoreFullError(
+            engine.data_path, f"the map is full at {size} bytes and can't grow (the disk holds at most {limit})"
+        )
+    if not _can_map(new_size):
+        raise StoreFullError(
+            engine.data_path, f"the map is full at {size} bytes and this process can't map {new_size}"
+        )
+    logger.warning("store map full at %d bytes; growing to %d", size, new_size)
+    engine.env.set_mapsize(new_size)
+
+
+def _can_map(size: int) -> bool:
+    """Whether ``size`` bytes of address space can be reserved now (LMDB's remap would need them)."""
+    try:
+        probe = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, prot=0)
+    except (OSError, OverflowError, ValueError):
+        return False
+    probe.close()
+    return True
 
 
 async def _sync_periodically(engine: Engine) -> None:
     # durability="os": commits are not flushed; flush them at least this often.
     while True:
         await trio.sleep(OS_SYNC_INTERVAL_S)
-        engine.env.sync(True)
+        try:
+            engine.env.sync(True)
+        except lmdb.Error as exc:  # a full or failing disk: the next flush tries again
+            logger.warning("flushing the store failed: %s", exc)

@@ -14,8 +14,10 @@ refused command leaves the others of its batch intact.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import struct
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -31,10 +33,12 @@ from ..errors import (
     MalformedContentError,
     MessageNotFoundError,
     StateKindError,
+    StoreCorruptError,
     StoreFormatError,
+    StoreFullError,
     UnknownStateError,
 )
-from . import keys
+from . import files, keys
 
 FORMAT_VERSION = 1
 MAIN_BRANCH = "main"
@@ -43,6 +47,10 @@ MAX_NAME_BYTES = 200
 StateKind = Literal["log", "value"]
 _KIND_BYTES: dict[str, bytes] = {"log": b"L", "value": b"V"}
 _BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
+
+# What reading damaged bytes raises: LMDB's own findings, and the decoders' (K7).
+_LMDB_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError)
+_DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError)
 
 _LOG_HEAD = struct.Struct(">QQQQI")  # length, next ordinal, revision, rewrite revision, #removed
 _INTERVAL = struct.Struct(">QQ")
@@ -257,49 +265,119 @@ def validate_state_name(name: object) -> str:
 
 
 class Engine:
-    """One LMDB environment's ctxrt data. Reads from any task; writes only through ``apply``."""
+    """One LMDB environment's ctxrt data. Reads from any task; writes only through ``apply``.
+
+    A read that meets a record that doesn't decode, or a page LMDB reports as corrupted,
+    raises ``StoreCorruptError`` naming the data file and the record (K7).
+    """
 
     def __init__(self, env: lmdb.Environment, *, readonly: bool) -> None:
         self.env = env
         self.readonly = readonly
-        if not readonly:
-            self.dbs = {name: env.open_db(name, create=True) for name in keys.ALL_DBS}
-            self._initialise()
-        else:
-            # No txn argument: handles opened in a caller's read txn die with it (py-lmdb 3.0.0
-            # resets read txns on exit instead of committing them).
-            try:
-                self.dbs = {name: env.open_db(name, create=False) for name in keys.ALL_DBS}
-            except lmdb.NotFoundError:
-                raise StoreFormatError(f"{env.path()} is not a ctxrt store (no ctxrt tables)") from None
+        self.data_path = os.path.join(env.path(), "data.mdb")
         self._branches: dict[int, BranchRow] = {}
         self._branch_ids: dict[str, int] = {}
         self._states: dict[str, StateInfo] = {}
         # The writer's current log heads, (state number, branch id) -> head; set only by commits.
         self._heads: dict[tuple[int, int], LogHead] = {}
         self.last_sequence = 0
+        self.dbs = self._open_tables_read_only() if readonly else self._open_tables_for_writing()
         self._check_format()
         self.reload()
 
+    def become_writer(self, env: lmdb.Environment) -> None:
+        """Serve a writer from ``env`` (reopened writable) instead of the read-only environment."""
+        self.env = env
+        self.readonly = False
+        self.dbs = self._open_tables_for_writing()
+        self._check_format()
+        self.reload()
+
+    def become_reader(self) -> None:
+        """The writer left while read-only runtimes stay: re-read the tables at each call again."""
+        self.readonly = True
+        self._heads = {}
+
     # -- set-up -----------------------------------------------------------------------------
 
-    def _initialise(self) -> None:
+    def _damaged(self, what: str) -> StoreCorruptError:
+        return StoreCorruptError(self.data_path, what)
+
+    def _main_table_names(self) -> list[bytes]:
+        """The keys of LMDB's main table, where a ctxrt store keeps only its table names (a few)."""
+        try:
+            with self.reader() as txn:
+                cursor = txn.cursor()
+                names = []
+                for key in cursor.iternext(values=False):
+                    names.append(bytes(key))
+                    if len(names) > 4 * len(keys.ALL_DBS):
+                        break
+                return names
+        except _LMDB_DAMAGE as exc:
+            raise self._damaged(f"its main table can't be read: {exc}") from None
+
+    def _foreign(self, names: Sequence[bytes]) -> StoreFormatError:
+        return StoreFormatError(files.foreign_message(self.env.path(), names))
+
+    def _open_tables_read_only(self) -> dict[bytes, Any]:
+        # No txn argument: handles opened in a caller's read txn die with it (py-lmdb 3.0.0
+        # resets read txns on exit instead of committing them).
+        names = self._main_table_names()
+        foreign = [name for name in names if name not in keys.ALL_DBS]
+        if foreign:
+            raise self._foreign(foreign)
+        try:
+            return {name: self.env.open_db(name, create=False) for name in keys.ALL_DBS}
+        except lmdb.NotFoundError:
+            raise StoreFormatError(f"{self.env.path()} is not a ctxrt store (no ctxrt tables)") from None
+        except lmdb.IncompatibleError:
+            raise self._foreign(names) from None
+
+    def _open_tables_for_writing(self) -> dict[bytes, Any]:
+        """Open ctxrt's tables, creating them with the format record in ONE transaction if new.
+
+        Whatever isn't a ctxrt store is refused before anything is written (K7): a foreign
+        environment's main table holds names other than ctxrt's.
+        """
+        names = self._main_table_names()
+        foreign = [name for name in names if name not in keys.ALL_DBS]
+        if foreign:
+            raise self._foreign(foreign)
+        if names:
+            try:
+                dbs = {name: self.env.open_db(name, create=False) for name in names}
+            except lmdb.IncompatibleError:
+                raise self._foreign(names) from None
+            with self.reader() as txn:
+                meta = dbs.get(keys.DB_META)
+                formatted = meta is not None and txn.get(keys.META_FORMAT, db=meta) is not None
+                holds_rows = any(txn.stat(db)["entries"] for db in dbs.values())
+            if formatted and len(dbs) == len(keys.ALL_DBS):
+                return dbs
+            if not formatted and holds_rows:
+                raise StoreFormatError(f"{self.env.path()} holds ctxrt's tables but records no format")
+            # A first open that stopped after creating some tables (older versions made them one
+            # transaction at a time), or a format record with tables missing: finish the set-up.
         with self.env.begin(write=True) as txn:
-            if txn.get(keys.META_FORMAT, db=self.dbs[keys.DB_META]) is not None:
-                return
-            if txn.stat(self.dbs[keys.DB_BRANCHES])["entries"]:
-                raise StoreFormatError(f"{self.env.path()} holds branches but records no format")
-            meta = self.dbs[keys.DB_META]
-            txn.put(keys.META_FORMAT, keys.encode_u32(FORMAT_VERSION), db=meta)
-            txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(2), db=meta)
-            txn.put(keys.META_NEXT_STATE, keys.encode_u32(1), db=meta)
-            main = BranchRow(1, MAIN_BRANCH, None, None, (), int(time.time() * 1000))
-            txn.put(keys.encode_u32(1), main.to_json(), db=self.dbs[keys.DB_BRANCHES])
-            txn.put(MAIN_BRANCH.encode(), keys.encode_u32(1), db=self.dbs[keys.DB_BRANCH_NAMES])
+            dbs = {name: self.env.open_db(name, txn=txn, create=True) for name in keys.ALL_DBS}
+            meta = dbs[keys.DB_META]
+            if txn.get(keys.META_FORMAT, db=meta) is None:
+                txn.put(keys.META_FORMAT, keys.encode_u32(FORMAT_VERSION), db=meta)
+                txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(2), db=meta)
+                txn.put(keys.META_NEXT_STATE, keys.encode_u32(1), db=meta)
+                main = BranchRow(1, MAIN_BRANCH, None, None, (), int(time.time() * 1000))
+                txn.put(keys.encode_u32(1), main.to_json(), db=dbs[keys.DB_BRANCHES])
+                txn.put(MAIN_BRANCH.encode(), keys.encode_u32(1), db=dbs[keys.DB_BRANCH_NAMES])
+        return dbs
 
     def _check_format(self) -> None:
-        with self.env.begin() as txn:
-            raw = txn.get(keys.META_FORMAT, db=self.dbs[keys.DB_META])
+        try:
+            with self.reader() as txn:
+                raw = txn.get(keys.META_FORMAT, db=self.dbs[keys.DB_META])
+                raw = None if raw is None else bytes(raw)
+        except _LMDB_DAMAGE as exc:
+            raise self._damaged(f"its meta table can't be read: {exc}") from None
         if raw is None:
             raise StoreFormatError(f"{self.env.path()} is not a ctxrt store (no format record)")
         if len(raw) != 4 or keys.decode_u32(raw) != FORMAT_VERSION:
@@ -310,31 +388,71 @@ class Engine:
 
     def reload(self) -> None:
         """Re-read the branch and state tables and the sequence (after another process wrote)."""
-        with self.env.begin() as txn:
-            branches = {}
-            for key, value in txn.cursor(db=self.dbs[keys.DB_BRANCHES]):
-                row = BranchRow.from_json(value)
-                branches[row.id] = row
-            states = {}
-            for key, value in txn.cursor(db=self.dbs[keys.DB_STATES]):
-                name = bytes(key).decode()
-                states[name] = StateInfo(keys.decode_u32(value[:4]), name, _BYTES_KIND[bytes(value[4:5])])
-            # The sequence is the newest head any (state, branch) recorded: every write makes one.
-            cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
-            self.last_sequence = max(
-                (self._last_head(cursor, info.number, branch) for info in states.values() for branch in branches),
-                default=0,
-            )
+        try:
+            with self.reader() as txn:
+                branches = {}
+                for key, value in txn.cursor(db=self.dbs[keys.DB_BRANCHES]):
+                    row = self._decode_branch(bytes(key), bytes(value))
+                    branches[row.id] = row
+                states = {}
+                for key, value in txn.cursor(db=self.dbs[keys.DB_STATES]):
+                    info = self._decode_state(bytes(key), bytes(value))
+                    states[info.name] = info
+                # The sequence is the newest head any (state, branch) recorded: every write makes one.
+                cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+                last_sequence = max(
+                    (self._last_head(cursor, info.number, branch) for info in states.values() for branch in branches),
+                    default=0,
+                )
+        except _DAMAGE as exc:
+            raise self._damaged(f"its branch, state or head rows can't be read: {exc!r}") from None
+        for row in branches.values():
+            for level, _ in ((row.parent, None), *row.lineage):
+                if level is not None and level not in branches:
+                    raise self._damaged(f"branch {row.id} ({row.name!r}) descends from branch {level}, which has no row")
+        self.last_sequence = last_sequence
         self._branches = branches
         self._branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
         self._states = states
         self._heads = {}
 
+    def _decode_branch(self, key: bytes, value: bytes) -> BranchRow:
+        try:
+            row = BranchRow.from_json(value)
+            ints = (row.id, row.created_ms, *(n for level in row.lineage for n in level))
+            if not (
+                all(type(n) is int for n in ints) and isinstance(row.name, str) and type(row.deleted) is bool
+                and all(n is None or type(n) is int for n in (row.parent, row.fork_sequence))
+                and key == keys.encode_u32(row.id)
+            ):
+                raise ValueError("a field has the wrong type, or the id disagrees with the key")
+        except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
+            raise self._damaged(f"the row of branch {key.hex()} doesn't decode ({exc!r})") from None
+        return row
+
+    def _decode_state(self, key: bytes, value: bytes) -> StateInfo:
+        try:
+            name = key.decode()
+            kind = _BYTES_KIND.get(value[4:5])
+            if len(value) != 5 or kind is None:
+                raise ValueError(f"{len(value)} bytes, kind byte {value[4:5]!r}")
+        except ValueError as exc:
+            raise self._damaged(f"the row of state {key!r} doesn't decode ({exc!r})") from None
+        return StateInfo(keys.decode_u32(value[:4]), name, kind)
+
     # -- reads ------------------------------------------------------------------------------
 
     def reader(self) -> lmdb.Transaction:
-        """A read transaction; use it as a context manager and never across an ``await``."""
-        return self.env.begin()
+        """A read transaction; use it as a context manager and never across an ``await``.
+
+        A read-only environment whose map another process's writer has grown past this one's
+        map size adopts the new size and begins again (LMDB reports ``MDB_MAP_RESIZED``).
+        """
+        try:
+            return self.env.begin()
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)  # 0 adopts the size the data file's meta page records
+            return self.env.begin()
 
     def branch(self, name: str) -> BranchRow:
         branch_id = self._branch_ids.get(name)
@@ -443,10 +561,16 @@ class Engine:
 
     def head_sequence(self, branch: BranchRow) -> int:
         """The sequence of the branch's newest write (its fork point if it wrote nothing)."""
-        with self.reader() as txn:
-            cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
-            own = max((self._last_head(cursor, info.number, branch.id) for info in self._states.values()), default=0)
+        try:
+            with self.reader() as txn:
+                cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+                own = max((self._last_head(cursor, info.number, branch.id) for info in self._states.values()), default=0)
+        except _DAMAGE as exc:
+            raise self._unreadable(exc, "the heads", branch) from None
         return max(own, branch.fork_sequence or 0)
+
+    def _unreadable(self, exc: BaseException, what: str, branch: BranchRow) -> StoreCorruptError:
+        return self._damaged(f"{what} on branch {branch.name!r} can't be read: {exc!r}")
 
     def log_head(self, txn: lmdb.Transaction, state: str, branch: BranchRow, at: int | None = None) -> LogHead:
         info = self._log_state(state)
@@ -454,7 +578,10 @@ class Engine:
             cached = self._heads.get((info.number, branch.id))
             if cached is not None:
                 return cached
-        return self._log_head_at(txn, info.number, branch.levels(at))
+        try:
+            return self._log_head_at(txn, info.number, branch.levels(at))
+        except _DAMAGE as exc:
+            raise self._unreadable(exc, f"the head of {state!r}", branch) from None
 
     def get_value(
         self, txn: lmdb.Transaction, state: str, branch: BranchRow, at: int | None = None
@@ -463,10 +590,13 @@ class Engine:
         info = self.state(state)
         if info.kind != "value":
             raise StateKindError(f"state {state!r} is an append log, not a value")
-        found = self._find_head_with_sequence(txn, info.number, branch.levels(at))
-        if found is None:
-            return None, 0
-        return json.loads(found[0]), found[1]
+        try:
+            found = self._find_head_with_sequence(txn, info.number, branch.levels(at))
+            if found is None:
+                return None, 0
+            return json.loads(found[0]), found[1]
+        except _DAMAGE as exc:
+            raise self._unreadable(exc, f"the value of {state!r}", branch) from None
 
     def _read_ordinal(
         self, cursor: lmdb.Cursor, state: int, levels: Sequence[tuple[int, int]], ordinal: int
@@ -484,13 +614,16 @@ class Engine:
         """The item at ``index`` (negative counts from the end), or None out of range."""
         info = self._log_state(state)
         levels = branch.levels(at)
-        head = self._log_head_at(txn, info.number, levels)
-        if index < 0:
-            index += head.length
-        if not 0 <= index < head.length:
-            return None
-        cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
-        return self._read_ordinal(cursor, info.number, levels, head.index_to_ordinal(index))
+        try:
+            head = self._log_head_at(txn, info.number, levels)
+            if index < 0:
+                index += head.length
+            if not 0 <= index < head.length:
+                return None
+            cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+            return self._read_ordinal(cursor, info.number, levels, head.index_to_ordinal(index))
+        except _DAMAGE as exc:
+            raise self._unreadable(exc, f"item {index} of {state!r}", branch) from None
 
     def log_items(
         self,
@@ -504,9 +637,17 @@ class Engine:
     ) -> list[Item]:
         """Items ``[start, stop)`` in order: one range scan per lineage level that can hold them."""
         info = self._log_state(state)
-        levels = branch.levels(at)
         if head is None:
             head = self.log_head(txn, state, branch, at)
+        try:
+            return self._log_items(txn, info, branch.levels(at), start, stop, head)
+        except _DAMAGE as exc:
+            raise self._unreadable(exc, f"the items of {state!r}", branch) from None
+
+    def _log_items(
+        self, txn: lmdb.Transaction, info: StateInfo, levels: Sequence[tuple[int, int]], start: int,
+        stop: int | None, head: LogHead,
+    ) -> list[Item]:
         stop = head.length if stop is None else min(stop, head.length)
         start = max(0, start)
         if start >= stop:
@@ -535,7 +676,10 @@ class Engine:
                 break
         items = []
         for ordinal in head.visible_ordinals(first, last):
-            version, value = found[ordinal]
+            row = found.get(ordinal)
+            if row is None:
+                raise self._damaged(f"{info.name!r} has no row for its visible ordinal {ordinal} (levels {levels})")
+            version, value = row
             items.append(Item(keys.decode_u64(value[:8]), ordinal, version, value[8:]))
         return items
 
@@ -561,7 +705,11 @@ class Engine:
         self, txn: lmdb.Transaction, state: str, branch: BranchRow, sequence: int, at: int | None = None
     ) -> tuple[int, int, LogHead] | None:
         """(index, ordinal, head) of the visible item appended at ``sequence``, or None."""
-        return self._locate(txn, self._log_state(state), branch.levels(at), sequence)
+        info = self._log_state(state)
+        try:
+            return self._locate(txn, info, branch.levels(at), sequence)
+        except _DAMAGE as exc:
+            raise self._unreadable(exc, f"the items of {state!r}", branch) from None
 
     def _locate(
         self, txn: lmdb.Transaction, info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int
@@ -574,7 +722,7 @@ class Engine:
             middle = (low + high) // 2
             item = self._read_ordinal(cursor, info.number, levels, middle)
             if item is None:
-                raise RuntimeError(f"store invariant broken: {info.name!r} has no row for ordinal {middle}")
+                raise self._damaged(f"{info.name!r} has no row for ordinal {middle} (levels {levels})")
             if item.sequence == sequence:
                 index = head.ordinal_to_index(middle)
                 return None if index is None else (index, middle, head)
@@ -585,11 +733,14 @@ class Engine:
         return None
 
     def get_blob(self, txn: lmdb.Transaction, sha256: str) -> tuple[bytes, str] | None:
-        raw = txn.get(bytes.fromhex(sha256), db=self.dbs[keys.DB_BLOBS])
-        if raw is None:
-            return None
-        media_type, _, data = bytes(raw).partition(b"\x00")
-        return data, media_type.decode()
+        try:
+            raw = txn.get(bytes.fromhex(sha256), db=self.dbs[keys.DB_BLOBS])
+            if raw is None:
+                return None
+            media_type, _, data = bytes(raw).partition(b"\x00")
+            return data, media_type.decode()
+        except _DAMAGE as exc:
+            raise self._damaged(f"blob {sha256} can't be read: {exc!r}") from None
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -600,11 +751,46 @@ class Engine:
 
         Returns each command's ``(ok, result or error)`` and the committed operations. A command
         raising ``CtxrtError``, ``TypeError`` or ``ValueError`` is rolled back alone (nested
-        transaction); any other exception aborts the whole batch and propagates
-        (``lmdb.MapFullError`` included).
+        transaction), and so is one that meets a damaged record (``StoreCorruptError``). A
+        write the disk refuses (full, or any I/O error) raises ``StoreFullError`` for the whole
+        batch, and a page LMDB finds corrupted while committing raises ``StoreCorruptError``:
+        nothing of the batch was written either way (LMDB aborts the transaction). Any other
+        exception aborts the whole batch and propagates (``lmdb.MapFullError`` included).
         """
-        if len(commands) == 1:
-            return self._apply_one(commands[0], execute)
+        try:
+            if len(commands) == 1:
+                results, batch = self._apply_one(commands[0], execute)
+            else:
+                results, batch = self._apply_many(commands, execute)
+        except lmdb.MapFullError:
+            raise
+        except lmdb.Error as exc:
+            code = getattr(exc, "code", 0)
+            if isinstance(code, int) and code > 0:  # an errno: the OS refused a write or a sync
+                raise self._refused_write(code) from exc
+            if isinstance(exc, _LMDB_DAMAGE):
+                raise self._damaged(f"a write met a damaged page: {exc}") from exc
+            raise
+        if batch is None:
+            return results, []
+        self._committed(batch)
+        return results, batch.operations
+
+    def _refused_write(self, code: int) -> StoreFullError:
+        try:
+            stat = os.statvfs(self.env.path())
+            free = f"{stat.f_bavail * stat.f_frsize} bytes free on its filesystem"
+        except OSError:
+            free = "free space unknown"
+        name = errno.errorcode.get(code, str(code))
+        return StoreFullError(self.data_path, f"the disk refused the write ({os.strerror(code)}, {name}; {free})")
+
+    def _refused_command(self, command: Any, exc: BaseException) -> StoreCorruptError:
+        return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
+
+    def _apply_many(
+        self, commands: Sequence[Any], execute: Callable[[Batch, Any], Any]
+    ) -> tuple[list[tuple[bool, Any]], Batch]:
         with self.env.begin(write=True) as txn:
             batch = Batch(self, txn)
             results: list[tuple[bool, Any]] = []
@@ -614,6 +800,11 @@ class Engine:
                 batch.txn = child
                 try:
                     value = execute(batch, command)
+                except _DAMAGE as exc:
+                    # A damaged record: roll back this command alone and say so to its caller.
+                    child.abort()
+                    batch.restore(saved)
+                    results.append((False, self._refused_command(command, exc)))
                 except (CtxrtError, TypeError, ValueError) as exc:
                     # The caller's mistake: roll back this command alone and tell that caller.
                     child.abort()
@@ -627,26 +818,27 @@ class Engine:
                     results.append((True, value))
                 finally:
                     batch.txn = txn
-        self._committed(batch)
-        return results, batch.operations
+        return results, batch
 
     def _apply_one(
         self, command: Any, execute: Callable[[Batch, Any], Any]
-    ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
+    ) -> tuple[list[tuple[bool, Any]], Batch | None]:
         # A batch of one needs no nested transaction: refusing it is aborting the whole.
         txn = self.env.begin(write=True)
         batch = Batch(self, txn)
         try:
             value = execute(batch, command)
+        except _DAMAGE as exc:
+            txn.abort()
+            return [(False, self._refused_command(command, exc))], None
         except (CtxrtError, TypeError, ValueError) as exc:
             txn.abort()
-            return [(False, exc)], []
+            return [(False, exc)], None
         except BaseException:
             txn.abort()
             raise
         txn.commit()
-        self._committed(batch)
-        return [(True, value)], batch.operations
+        return [(True, value)], batch
 
     def _committed(self, batch: Batch) -> None:
         self.last_sequence = batch.sequence

@@ -1,34 +1,58 @@
-"""Opening a store: the LMDB environment, the owner lock, and the process-wide registry.
+"""Opening a store: the file checks, the LMDB environment, the owner lock, the process registry.
 
 LMDB forbids opening one environment twice in a process (closing either copy drops the other's
 locks), so every runtime in this process on the same real path shares one ``Environment`` and
 one ``Engine``; the last to close closes it. The exclusive ``flock`` on ``owner.lock`` inside
 the store's directory is what refuses a second writing runtime, in this process or another.
+Open order doesn't matter: a writer joining read-only runtimes of this process reopens their
+shared environment writable, and when it leaves they keep reading.
+
+Before LMDB maps a data file, ``files.read_meta`` checks it (K7): a truncated, emptied or
+overwritten file, or a foreign one, is refused with ``StoreCorruptError`` or
+``StoreFormatError``, by writers and read-only runtimes alike, and nothing is written to it
+(someone else's environment is recognised from its file before any file is made beside it).
+A read-only open that meets a store a writer is still creating (its owner lock held, its
+first transaction not yet committed) waits for it, up to ``FIRST_OPEN_WAIT_S``.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import logging
 import os
+import time
 from pathlib import Path
 from typing import Literal
 
 import attrs
 import lmdb
 
-from ..errors import StoreFormatError, StoreLockedError
-from . import keys
-from .engine import Engine
+from ..errors import StoreCorruptError, StoreFormatError, StoreFullError, StoreLockedError, StorePermissionError
+from . import files, keys
+from .engine import FORMAT_VERSION, Engine
 
-LOCK_NAME = "owner.lock"
+LOCK_NAME = files.OWNER_LOCK_NAME
+FIRST_OPEN_WAIT_S = 5.0
+MAX_READERS = 512
+# LMDB 0.9 (64-bit) sizes lock.mdb as one MDB_txninfo (192 bytes) plus a 64-byte MDB_reader per
+# reader after the first, and maps it shared. A write through that map into a hole of a sparse
+# file on a full disk is a SIGBUS, so every open allocates the file's blocks first.
+LOCK_FILE_BYTES = 192 + (MAX_READERS - 1) * 64
 Durability = Literal["sync", "os"]
+
+logger = logging.getLogger("ctxrt.store")
+
+_PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
 @attrs.define(eq=False)
 class _Shared:
     env: lmdb.Environment
     engine: Engine
-    readonly_env: bool
+    writable: bool  # the environment was opened for writing (a writer of this process opened it)
+    durability: Durability
     users: int = 0
 
 
@@ -48,17 +72,6 @@ class StoreHandle:
 _REGISTRY: dict[str, _Shared] = {}
 
 
-def _take_owner_lock(directory: Path) -> int:
-    lock_path = directory / LOCK_NAME
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StoreLockedError(str(lock_path)) from None
-    return fd
-
-
 def open_store(
     path: str | os.PathLike[str], *, readonly: bool = False, durability: Durability = "sync", map_size: int = 1 << 36
 ) -> StoreHandle:
@@ -66,7 +79,12 @@ def open_store(
 
     Raises:
         StoreLockedError: another runtime (in any process) writes this store.
-        StoreFormatError: the path is not a ctxrt store, or records a format this version can't read.
+        StoreFormatError: the path is not a ctxrt store (a foreign LMDB environment included),
+            or records a format this version can't read.
+        StoreCorruptError: the store's files are damaged (truncated, emptied, overwritten).
+        StorePermissionError: this user may not open the store as asked (a writer on a store
+            it may only read, a read-only runtime that can't use LMDB's lock file).
+        StoreFullError: the disk has no room for LMDB's files.
         FileNotFoundError: ``readonly`` and nothing is there.
         ValueError: an unknown ``durability``.
     """
@@ -74,46 +92,8 @@ def open_store(
         raise ValueError(f"durability must be 'sync' or 'os', not {durability!r}")
     directory = Path(path)
     if readonly:
-        if not (directory / "data.mdb").exists():
-            raise FileNotFoundError(f"no ctxrt store at {directory} (no data.mdb)")
-    else:
-        directory.mkdir(parents=True, exist_ok=True)
-    key = os.path.realpath(directory)
-    lock_fd = None if readonly else _take_owner_lock(directory)
-    try:
-        shared = _REGISTRY.get(key)
-        if shared is not None and shared.readonly_env and not readonly:
-            raise StoreLockedError(
-                str(directory / LOCK_NAME),
-                "a read-only runtime in this process opened the store first; open the writer before readers",
-            )
-        if shared is None:
-            env = lmdb.open(
-                str(directory),
-                map_size=map_size,
-                max_dbs=len(keys.ALL_DBS) + 2,
-                readonly=readonly,
-                sync=durability == "sync",
-                metasync=True,
-                writemap=False,
-                max_readers=512,
-                subdir=True,
-            )
-            try:
-                engine = Engine(env, readonly=readonly)
-            except BaseException:
-                env.close()
-                raise
-            shared = _Shared(env, engine, readonly_env=readonly)
-            _REGISTRY[key] = shared
-        shared.users += 1
-    except BaseException:
-        if lock_fd is not None:
-            os.close(lock_fd)
-        raise
-    if readonly:
-        shared.engine.reload()
-    return StoreHandle(directory, shared.engine, readonly, durability, key, lock_fd)
+        return _open_reader(directory, durability, map_size)
+    return _open_writer(directory, durability, map_size)
 
 
 def close_store(handle: StoreHandle) -> None:
@@ -125,7 +105,12 @@ def close_store(handle: StoreHandle) -> None:
     shared.users -= 1
     try:
         if not handle.readonly:
-            shared.env.sync(True)
+            try:
+                shared.env.sync(True)
+            except lmdb.Error as exc:  # a full or failing disk: every acknowledged write was already durable
+                logger.warning("flushing %s at close failed: %s", handle.path, exc)
+            if shared.users > 0:
+                shared.engine.become_reader()  # another process may write it now
         if shared.users == 0:
             del _REGISTRY[handle._key]
             shared.env.close()
@@ -133,3 +118,273 @@ def close_store(handle: StoreHandle) -> None:
         if handle._lock_fd is not None:
             os.close(handle._lock_fd)
 
+
+# -- writers ------------------------------------------------------------------------------------
+
+
+def _refuse_foreign(directory: Path) -> None:
+    """Someone else's LMDB environment is refused before a file is created or extended beside it."""
+    foreign = files.foreign_entries(directory, keys.ALL_DBS)
+    if foreign:
+        raise StoreFormatError(files.foreign_message(directory, foreign))
+
+
+def _open_writer(directory: Path, durability: Durability, map_size: int) -> StoreHandle:
+    _refuse_foreign(directory)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in _PERMISSION_ERRNOS:
+            raise StorePermissionError(str(directory), f"can't create the store's directory ({exc.strerror})",
+                                       exc.errno) from None
+        raise
+    lock_fd = _take_owner_lock(directory)
+    try:
+        key = os.path.realpath(directory)
+        shared = _REGISTRY.get(key)
+        if shared is None:
+            new = _check_files_for_writer(directory)
+            created = {name for name in (files.DATA_NAME, files.LMDB_LOCK_NAME) if not (directory / name).exists()}
+            try:
+                env = _open_env(directory, readonly=False, durability=durability, map_size=map_size)
+                try:
+                    engine = Engine(env, readonly=False)
+                except BaseException:
+                    env.close()
+                    raise
+            except BaseException:
+                if new:
+                    _undo_first_open(directory, created)
+                raise
+            shared = _Shared(env, engine, writable=True, durability=durability)
+            _REGISTRY[key] = shared
+        elif not shared.writable or shared.durability != durability:
+            _reopen_for_writer(shared, directory, durability, map_size)
+        else:
+            shared.engine.become_writer(shared.env)
+        shared.users += 1
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    if not files.has_marker(directory):
+        try:
+            files.write_marker(directory, FORMAT_VERSION)
+        except OSError as exc:  # the store works without it; it only helps tell damage from a new store
+            logger.warning("couldn't write the format marker in %s: %s", directory, exc)
+    return StoreHandle(directory, shared.engine, False, durability, key, lock_fd)
+
+
+def _take_owner_lock(directory: Path) -> int:
+    lock_path = directory / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno in _PERMISSION_ERRNOS:
+            raise StorePermissionError(
+                str(lock_path), f"can't open the owner lock to write the store ({exc.strerror}); "
+                f"readonly=True may still read it", exc.errno,
+            ) from None
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(str(lock_path)) from None
+    return fd
+
+
+def _check_files_for_writer(directory: Path) -> bool:
+    """Refuse a damaged or foreign data file before LMDB maps (or recreates) it; True for a new store."""
+    data = files.data_path(directory)
+    try:
+        size = data.stat().st_size
+    except FileNotFoundError:
+        size = None
+    if not size:  # missing or empty: a new store, unless something shows one lived here
+        evidence = files.store_evidence(directory)
+        if evidence is not None:
+            state = "missing" if size is None else "empty (0 bytes)"
+            raise StoreCorruptError(
+                str(data), f"it is {state}, though {evidence} shows a store lives here; refusing to start "
+                f"a new store over it (move the directory aside to start afresh)"
+            )
+        return True
+    meta = files.read_meta(directory)
+    if meta.is_empty and files.has_marker(directory):
+        raise StoreCorruptError(str(data), f"it holds no tables, though {files.MARKER_NAME} shows a store lives here")
+    return meta.is_empty
+
+
+def _undo_first_open(directory: Path, created: set[str]) -> None:
+    """A first open failed (a full disk, say): remove the empty files it made, which would
+    otherwise look like the remains of a store and refuse the next open."""
+    data = files.data_path(directory)
+    try:
+        if files.DATA_NAME in created and data.exists() and data.stat().st_size == 0:
+            data.unlink()
+        if files.LMDB_LOCK_NAME in created and not data.exists():
+            (directory / files.LMDB_LOCK_NAME).unlink(missing_ok=True)
+    except OSError as exc:
+        logger.warning("couldn't remove what a failed first open of %s left: %s", directory, exc)
+
+
+def _reopen_for_writer(shared: _Shared, directory: Path, durability: Durability, map_size: int) -> None:
+    """Reopen the environment read-only runtimes of this process share, for this writer.
+
+    Nothing holds a transaction across an ``await``, so at this (synchronous) moment none is
+    open; closing invalidates only handles the engine reopens.
+    """
+    shared.env.close()
+    try:
+        env = _open_env(directory, readonly=False, durability=durability, map_size=map_size)
+        shared.engine.become_writer(env)
+    except BaseException:
+        # Give the read-only runtimes their environment back.
+        shared.env = _open_env(directory, readonly=not shared.writable, durability=shared.durability,
+                               map_size=map_size)
+        shared.engine.env = shared.env
+        shared.engine.dbs = {name: shared.env.open_db(name, create=False) for name in keys.ALL_DBS}
+        shared.engine.become_reader()
+        raise
+    shared.env = env
+    shared.writable = True
+    shared.durability = durability
+
+
+# -- read-only runtimes -------------------------------------------------------------------------
+
+
+def _open_reader(directory: Path, durability: Durability, map_size: int) -> StoreHandle:
+    key = os.path.realpath(directory)
+    shared = _REGISTRY.get(key)
+    if shared is None:
+        env, engine = _open_reader_waiting(directory, durability, map_size)
+        shared = _Shared(env, engine, writable=False, durability=durability)
+        _REGISTRY[key] = shared
+    else:
+        shared.engine.reload()
+    shared.users += 1
+    return StoreHandle(directory, shared.engine, True, durability, key, None)
+
+
+def _open_reader_waiting(directory: Path, durability: Durability, map_size: int) -> tuple[lmdb.Environment, Engine]:
+    """Open read-only; while a writer holds the lock of a store it hasn't finished creating, wait."""
+    deadline = time.monotonic() + FIRST_OPEN_WAIT_S
+    delay = 0.005
+    while True:
+        established = files.has_marker(directory)
+        try:
+            return _open_reader_once(directory, durability, map_size)
+        except (FileNotFoundError, StoreFormatError, StoreCorruptError):
+            # A store that had committed its first transaction before this attempt looked has its
+            # marker: its errors are real. One that got it during the attempt is worth a retry.
+            if established or time.monotonic() >= deadline:
+                raise
+            writing = files.writer_holds_lock(directory)
+            if files.has_marker(directory):  # looked at after the lock: a writer that let go had written it
+                continue
+            if writing is False:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def _open_reader_once(directory: Path, durability: Durability, map_size: int) -> tuple[lmdb.Environment, Engine]:
+    data = files.data_path(directory)
+    try:
+        size = data.stat().st_size
+    except FileNotFoundError:
+        size = None
+    if not size:
+        evidence = files.store_evidence(directory)
+        state = "missing" if size is None else "empty (0 bytes)"
+        if evidence is not None:
+            raise StoreCorruptError(str(data), f"it is {state}, though {evidence} shows a store lives here")
+        if size is None:
+            raise FileNotFoundError(f"no ctxrt store at {directory} (no data.mdb)")
+        raise StoreFormatError(f"{directory} is not a ctxrt store ({data.name} is empty)")
+    meta = files.read_meta(directory)
+    if meta.is_empty:
+        if files.has_marker(directory):
+            raise StoreCorruptError(str(data), f"it holds no tables, though {files.MARKER_NAME} shows a store lives here")
+        raise StoreFormatError(f"{directory} is not a ctxrt store (no ctxrt tables)")
+    _refuse_foreign(directory)
+    env = _open_env(directory, readonly=True, durability=durability, map_size=map_size)
+    try:
+        engine = Engine(env, readonly=True)
+    except BaseException:
+        env.close()
+        raise
+    return env, engine
+
+
+# -- the LMDB environment -----------------------------------------------------------------------
+
+
+def _allocate_lock_file(directory: Path) -> None:
+    """Give LMDB's lock file real blocks before LMDB maps it (a hole written through a map on a
+    full disk is a SIGBUS). Where it can't be opened for writing, LMDB says why itself."""
+    path = directory / files.LMDB_LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, max(os.fstat(fd).st_size, LOCK_FILE_BYTES))
+    except OSError as exc:
+        if exc.errno in _SPACE_ERRNOS:
+            raise StoreFullError(str(path), f"the disk has no room for LMDB's lock file ({exc.strerror})") from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _open_env(directory: Path, *, readonly: bool, durability: Durability, map_size: int) -> lmdb.Environment:
+    _allocate_lock_file(directory)
+    try:
+        return lmdb.open(
+            str(directory),
+            map_size=map_size,
+            max_dbs=len(keys.ALL_DBS) + 2,
+            readonly=readonly,
+            sync=durability == "sync",
+            metasync=True,
+            writemap=False,
+            max_readers=MAX_READERS,
+            subdir=True,
+        )
+    except (lmdb.InvalidError, lmdb.VersionMismatchError) as exc:  # files.read_meta checks first; LMDB agrees
+        evidence = files.store_evidence(directory)
+        if evidence is not None and isinstance(exc, lmdb.InvalidError):
+            raise StoreCorruptError(str(files.data_path(directory)), f"LMDB refuses it: {exc}") from None
+        raise StoreFormatError(f"{directory} is not a ctxrt store LMDB can read: {exc}") from None
+    except lmdb.Error as exc:
+        code = getattr(exc, "code", 0)
+        if code in _PERMISSION_ERRNOS:
+            raise _permission_refusal(directory, readonly, code) from None
+        if code in _SPACE_ERRNOS:
+            raise StoreFullError(str(files.data_path(directory)), f"the disk can't take LMDB's files "
+                                 f"({os.strerror(code)})") from None
+        raise
+
+
+def _permission_refusal(directory: Path, readonly: bool, code: int) -> StorePermissionError:
+    """Name the file LMDB couldn't open: it needs the data file (read, or read-write to write)
+    and its lock file (read-write, which a read-only runtime needs too, except on a read-only
+    filesystem)."""
+    reason = os.strerror(code)
+    wanted = ((files.LMDB_LOCK_NAME, os.O_RDWR), (files.DATA_NAME, os.O_RDONLY if readonly else os.O_RDWR))
+    for name, flags in wanted:
+        path = directory / name
+        try:
+            os.close(os.open(path, flags | (os.O_CREAT if name == files.LMDB_LOCK_NAME else 0), 0o644))
+        except OSError as exc:
+            reason = exc.strerror or reason
+            if readonly:
+                hint = "a read-only runtime needs to write LMDB's lock file (its reader table)"
+            else:
+                hint = "a writer needs to write the store's files; readonly=True may still read it"
+            return StorePermissionError(str(path), f"can't open it ({reason}): {hint}", code)
+    mode = "read" if readonly else "write"
+    return StorePermissionError(str(directory), f"LMDB can't open the store to {mode} it ({reason})", code)

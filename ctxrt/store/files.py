@@ -1,0 +1,403 @@
+"""The store's files on disk, checked with plain reads before LMDB maps them (K7).
+
+LMDB trusts its data file. A file shorter than its meta pages say is in use turns the first
+read past the end into a SIGBUS; a root page that isn't a tree page makes a read fail or an
+assertion abort the process. So an open parses the two meta pages and the root page of every
+table itself, with ``os.pread``, and refuses what doesn't add up before LMDB sees the file:
+``StoreCorruptError`` for a damaged ctxrt store, ``StoreFormatError`` for a file that was never
+one. These checks read a handful of pages whatever the store's size. Damage deeper in a table
+(a zeroed leaf page) is beyond what they can see: ``ctxrt.store.verify`` walks every page and
+record, in a child process.
+
+A store also leaves evidence that it exists: the format marker (written once its first
+transaction committed) and LMDB's ``lock.mdb``. A data file that is missing or empty beside
+either is a damaged store, never a new one.
+
+Layout read here (LMDB 0.9 data version 1, 64-bit, the host's byte order; py-lmdb bundles 0.9):
+a page starts with a 16-byte header ``mp_pgno u64, mp_pad u16, mp_flags u16, mp_lower u16,
+mp_upper u16``. Pages 0 and 1 are meta pages holding ``MDB_meta`` at offset 16: ``mm_magic u32
+(0xBEEFC0DE), mm_version u32, mm_address u64, mm_mapsize u64, mm_dbs[2]`` (the free-page table
+and the main table, 48 bytes each: ``md_pad u32, md_flags u16, md_depth u16, md_branch_pages,
+md_leaf_pages, md_overflow_pages, md_entries, md_root``, all u64 after the first three), then
+``mm_last_pg u64, mm_txnid u64``. The committed meta is the one with the higher txnid; the page
+size is the free table's ``md_pad``.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from collections.abc import Collection, Iterator, Sequence
+from pathlib import Path
+
+import attrs
+
+from ..errors import StoreCorruptError, StoreFormatError
+
+DATA_NAME = "data.mdb"
+LMDB_LOCK_NAME = "lock.mdb"
+OWNER_LOCK_NAME = "owner.lock"
+MARKER_NAME = "ctxrt.format"
+MARKER_TEXT = "ctxrt store format {version}\n"
+
+MAGIC = 0xBEEFC0DE
+DATA_VERSION = 1  # LMDB 0.9's on-disk format
+PAGE_HEADER = 16
+META_SIZE = 136
+NO_PAGE = (1 << 64) - 1  # P_INVALID: an empty table's root
+MAX_DEPTH = 32  # LMDB's cursor stack
+
+P_BRANCH, P_LEAF, P_OVERFLOW, P_META, P_LEAF2 = 0x01, 0x02, 0x04, 0x08, 0x20
+F_BIGDATA, F_SUBDATA = 0x01, 0x02
+
+_E = "<" if sys.byteorder == "little" else ">"
+_U32 = struct.Struct(_E + "I")
+_U64 = struct.Struct(_E + "Q")
+_HEADER = struct.Struct(_E + "QHHHH")  # pgno, pad, flags, lower, upper
+_DB = struct.Struct(_E + "IHHQQQQQ")  # pad, flags, depth, branch, leaf, overflow, entries, root
+_META_HEAD = struct.Struct(_E + "IIQQ")  # magic, version, address, mapsize
+_NODE = struct.Struct(_E + "HHHH")  # lo, hi, flags, key size; LMDB 0.9 swaps lo and hi on big-endian hosts
+
+
+@attrs.frozen
+class Table:
+    """An ``MDB_db`` record: where one table's tree starts and what it holds."""
+
+    flags: int
+    depth: int
+    entries: int
+    root: int
+
+    @classmethod
+    def unpack(cls, data: bytes, offset: int = 0) -> Table:
+        _pad, flags, depth, _branch, _leaf, _overflow, entries, root = _DB.unpack_from(data, offset)
+        return cls(flags, depth, entries, root)
+
+
+@attrs.frozen
+class Meta:
+    """The committed meta page of a data file, as LMDB would pick it."""
+
+    page_size: int
+    map_size: int
+    last_page: int
+    txnid: int
+    free: Table
+    main: Table
+
+    @property
+    def used_bytes(self) -> int:
+        return (self.last_page + 1) * self.page_size
+
+    @property
+    def is_empty(self) -> bool:
+        """No table was ever created: LMDB made the file, and nothing committed into it."""
+        return self.main.root == NO_PAGE
+
+
+class _NotLMDB(Exception):
+    """The file doesn't start with an LMDB meta page (a foreign file, or a destroyed one)."""
+
+
+def data_path(directory: Path) -> Path:
+    return directory / DATA_NAME
+
+
+def has_marker(directory: Path) -> bool:
+    return (directory / MARKER_NAME).exists()
+
+
+def store_evidence(directory: Path) -> str | None:
+    """The file that shows a store was opened here, or None: the format marker, or a lock file
+    LMDB initialised (it does so in the same call that creates the data file; a lock file this
+    package allocated ahead of LMDB is zeros until then)."""
+    if (directory / MARKER_NAME).exists():
+        return MARKER_NAME
+    try:
+        with open(directory / LMDB_LOCK_NAME, "rb") as lock:
+            head = lock.read(4)
+    except OSError:
+        return None
+    return LMDB_LOCK_NAME if len(head) == 4 and _U32.unpack(head)[0] == MAGIC else None
+
+
+def write_marker(directory: Path, version: int) -> None:
+    """Record, durably, that a ctxrt store lives here (after its first commit)."""
+    target = directory / MARKER_NAME
+    temporary = directory / (MARKER_NAME + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, MARKER_TEXT.format(version=version).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, target)
+    directory_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(directory_fd)
+    finally:
+        os.close(directory_fd)
+
+
+def writer_holds_lock(directory: Path) -> bool | None:
+    """Whether some process holds ``owner.lock`` (an open writer); None if this host can't tell.
+
+    Reads ``/proc/locks`` rather than trying the lock: even a shared ``flock`` taken for a
+    moment would refuse a writer opening at that moment.
+    """
+    try:
+        status = os.stat(directory / OWNER_LOCK_NAME)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            table = locks.read()
+    except OSError:
+        return None
+    wanted = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
+    return any("FLOCK" in line.split() and wanted in line.split() for line in table.splitlines())
+
+
+# -- reading the data file -------------------------------------------------------------------
+
+
+def _read(fd: int, offset: int, length: int) -> bytes:
+    return os.pread(fd, length, offset)
+
+
+def _meta_at(fd: int, offset: int) -> tuple[int, int, Meta | None, int]:
+    """(magic, version, meta or None if the magic or version is wrong, page-size field) at ``offset``."""
+    raw = _read(fd, offset, PAGE_HEADER + META_SIZE)
+    if len(raw) < PAGE_HEADER + META_SIZE:
+        raise _NotLMDB("too short to hold a meta page")
+    magic, version, _address, map_size = _META_HEAD.unpack_from(raw, PAGE_HEADER)
+    free = Table.unpack(raw, PAGE_HEADER + _META_HEAD.size)
+    page_size = _DB.unpack_from(raw, PAGE_HEADER + _META_HEAD.size)[0]
+    main = Table.unpack(raw, PAGE_HEADER + _META_HEAD.size + _DB.size)
+    last_page, txnid = struct.unpack_from(_E + "QQ", raw, PAGE_HEADER + _META_HEAD.size + 2 * _DB.size)
+    if magic != MAGIC or version != DATA_VERSION:
+        return magic, version, None, page_size
+    return magic, version, Meta(page_size, map_size, last_page, txnid, free, main), page_size
+
+
+def read_meta(directory: Path) -> Meta:
+    """Check the data file's meta pages, its size and its tables' root pages; the committed meta.
+
+    Raises:
+        StoreCorruptError: damaged meta pages, a file shorter than the pages in use, a root
+            page that isn't a tree page.
+        StoreFormatError: not an LMDB data file (and nothing shows a ctxrt store was here), or
+            an LMDB data version this build doesn't read.
+        FileNotFoundError: no data file.
+    """
+    path = data_path(directory)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _check(directory, fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def _corrupt(directory: Path, what: str) -> StoreCorruptError:
+    return StoreCorruptError(str(data_path(directory)), what)
+
+
+def _check(directory: Path, fd: int, size: int) -> Meta:
+    path = data_path(directory)
+    try:
+        magic, version, first, page_size = _meta_at(fd, 0)
+        if first is None and magic != MAGIC:
+            raise _NotLMDB(f"no LMDB magic number at the start (found 0x{magic:08x})")
+    except _NotLMDB as exc:
+        evidence = store_evidence(directory)
+        if evidence is not None:
+            raise _corrupt(directory, f"its first meta page is destroyed ({exc}), though {evidence} shows a "
+                                      f"store lives here") from None
+        raise StoreFormatError(f"{path} is not an LMDB data file, so not a ctxrt store ({exc})") from None
+    if first is None:
+        raise StoreFormatError(
+            f"{path} is LMDB data version {version}; this build of LMDB reads version {DATA_VERSION} only"
+        )
+    if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+        raise _corrupt(directory, f"meta page 0 records an impossible page size {page_size}")
+    try:
+        magic, version, second, _ = _meta_at(fd, page_size)
+    except _NotLMDB:
+        raise _corrupt(directory, f"it is {size} bytes, too short to hold its second meta page") from None
+    if second is None:
+        raise _corrupt(directory, f"meta page 1 is damaged (magic 0x{magic:08x}, version {version})")
+    if second.page_size != page_size:
+        raise _corrupt(directory, f"the meta pages disagree on the page size ({page_size} vs {second.page_size})")
+    meta = second if first.txnid < second.txnid else first
+    if meta.last_page < 1:
+        raise _corrupt(directory, f"the committed meta page records last page {meta.last_page}")
+    if size < meta.used_bytes:
+        _check_free_tail(directory, fd, size, meta)
+    for name, table in (("the free-page table", meta.free), ("the main table", meta.main)):
+        _check_root(directory, fd, size, meta, name, table)
+    if meta.main.root != NO_PAGE:
+        for name, table in _named_tables(directory, fd, meta):
+            _check_root(directory, fd, size, meta, f"table {name!r}", table)
+    return meta
+
+
+def _page(directory: Path, fd: int, size: int, meta: Meta, number: int, what: str) -> bytes:
+    """Page ``number``, which must lie within the pages in use and within the file."""
+    if not 2 <= number <= meta.last_page:
+        raise _corrupt(directory, f"{what} points to page {number}, outside the pages in use (2..{meta.last_page})")
+    offset = number * meta.page_size
+    if offset + meta.page_size > size:
+        raise _corrupt(directory, f"{what} is page {number}, past the end of the {size}-byte file (truncated)")
+    page = _read(fd, offset, meta.page_size)
+    stored, _pad, flags, lower, upper = _HEADER.unpack_from(page)
+    if stored != number:
+        raise _corrupt(directory, f"{what}, page {number}, is overwritten (it records page number {stored})")
+    if flags & P_OVERFLOW:
+        return page
+    if flags & (P_BRANCH | P_LEAF) not in (P_BRANCH, P_LEAF) or not PAGE_HEADER <= lower <= upper <= meta.page_size:
+        raise _corrupt(directory, f"{what}, page {number}, is not a tree page (flags 0x{flags:x})")
+    return page
+
+
+def _check_root(directory: Path, fd: int, size: int, meta: Meta, name: str, table: Table) -> None:
+    if table.root == NO_PAGE:
+        if table.entries or table.depth:
+            raise _corrupt(directory, f"{name} has no root page but records {table.entries} entries")
+        return
+    if not 1 <= table.depth <= MAX_DEPTH:
+        raise _corrupt(directory, f"{name} records an impossible depth {table.depth}")
+    page = _page(directory, fd, size, meta, table.root, f"the root of {name}")
+    is_leaf = _HEADER.unpack_from(page)[2] & P_LEAF
+    if bool(is_leaf) != (table.depth == 1):
+        raise _corrupt(directory, f"the root of {name}, page {table.root}, doesn't match the table's depth {table.depth}")
+
+
+def _node(page: bytes, offset: int) -> tuple[int, int, int]:
+    """A node's (low 32 bits of its size or child page, flags, key size)."""
+    first, second, flags, key_size = _NODE.unpack_from(page, offset)
+    low, high = (first, second) if _E == "<" else (second, first)
+    return low | high << 16, flags, key_size
+
+
+def _nodes(directory: Path, page: bytes, page_size: int, what: str) -> Iterator[int]:
+    """The offsets of a tree page's nodes, each checked to lie within the page."""
+    lower, upper = _HEADER.unpack_from(page)[3:5]
+    count = (lower - PAGE_HEADER) // 2
+    for pointer in struct.unpack_from(f"{_E}{count}H", page, PAGE_HEADER):
+        if not upper <= pointer <= page_size - _NODE.size:
+            raise _corrupt(directory, f"{what} holds a node outside the page (offset {pointer})")
+        yield pointer
+
+
+def _main_entries(directory: Path, fd: int, meta: Meta) -> Iterator[tuple[bytes, Table | None]]:
+    """The main table's entries, (key, the named table it describes or None for a plain value),
+    if it is one leaf page (a ctxrt store's always is: a handful of table names)."""
+    if meta.main.root == NO_PAGE or meta.main.depth != 1:
+        return
+    page = _read(fd, meta.main.root * meta.page_size, meta.page_size)
+    for pointer in _nodes(directory, page, meta.page_size, "the main table's root"):
+        data_size, flags, key_size = _node(page, pointer)
+        key_at = pointer + _NODE.size
+        if key_at + key_size > meta.page_size:
+            raise _corrupt(directory, f"the main table's entry at offset {pointer} runs off its page")
+        key = page[key_at : key_at + key_size]
+        if not flags & F_SUBDATA:
+            yield key, None
+            continue
+        if key_at + key_size + _DB.size > meta.page_size or data_size != _DB.size:
+            raise _corrupt(directory, f"the main table's entry at offset {pointer} runs off its page")
+        yield key, Table.unpack(page, key_at + key_size)
+
+
+def _named_tables(directory: Path, fd: int, meta: Meta) -> Iterator[tuple[str, Table]]:
+    for key, table in _main_entries(directory, fd, meta):
+        if table is not None:
+            yield key.decode("utf-8", "backslashreplace"), table
+
+
+def foreign_entries(directory: Path, tables: Collection[bytes]) -> list[bytes]:
+    """The main table's keys that aren't among ``tables`` (or are plain values), read from the file.
+
+    Empty when the data file is missing, unreadable or damaged (the checks made under the owner
+    lock say so), or holds only ``tables``. Lets an open refuse someone else's environment
+    before it creates or extends a single file beside it.
+    """
+    try:
+        fd = os.open(data_path(directory), os.O_RDONLY)
+    except OSError:
+        return []
+    try:
+        meta = _check(directory, fd, os.fstat(fd).st_size)
+        if meta.main.root != NO_PAGE and meta.main.depth != 1:
+            return [b"... (more entries than a ctxrt store's few tables)"]
+        return [key for key, table in _main_entries(directory, fd, meta) if table is None or key not in tables]
+    except (OSError, StoreCorruptError, StoreFormatError, struct.error):
+        return []
+    finally:
+        os.close(fd)
+
+
+def foreign_message(directory: Path | str, names: Sequence[bytes]) -> str:
+    shown = ", ".join(repr(name) for name in names[:5]) + (", ..." if len(names) > 5 else "")
+    return (f"{directory} is not a ctxrt store: it is another LMDB environment, whose main table holds {shown}; "
+            f"nothing was written to it")
+
+
+def _check_free_tail(directory: Path, fd: int, size: int, meta: Meta) -> None:
+    """A file shorter than the pages in use is sound only if every missing page is a free page.
+
+    LMDB doesn't write a page it allocated and freed again in one transaction, so the newest
+    pages can be absent from the file while its free-page table lists them. Any other missing
+    page is one LMDB would read past the end of the file.
+    """
+    whole = size // meta.page_size
+    missing = range(whole, meta.last_page + 1)
+    try:
+        free = _free_pages(directory, fd, size, meta)
+    except StoreCorruptError:
+        free = set()
+    if any(page not in free for page in missing):
+        raise _corrupt(
+            directory,
+            f"it is {size} bytes, but its meta page says pages up to {meta.last_page} are in use "
+            f"({meta.used_bytes} bytes of {meta.page_size}-byte pages): truncated",
+        )
+
+
+def _free_pages(directory: Path, fd: int, size: int, meta: Meta) -> set[int]:
+    """Every page number the free-page table lists (a tree keyed by txnid of page-number lists)."""
+    free: set[int] = set()
+    if meta.free.root == NO_PAGE:
+        return free
+    seen: set[int] = set()
+    stack = [(meta.free.root, 1)]
+    while stack:
+        number, depth = stack.pop()
+        if number in seen or depth > MAX_DEPTH:
+            raise _corrupt(directory, f"the free-page table loops or runs too deep at page {number}")
+        seen.add(number)
+        page = _page(directory, fd, size, meta, number, "a page of the free-page table")
+        flags = _HEADER.unpack_from(page)[2]
+        for pointer in _nodes(directory, page, meta.page_size, f"free-page table page {number}"):
+            data_size, node_flags, key_size = _node(page, pointer)
+            if flags & P_BRANCH:
+                stack.append((data_size | node_flags << 32, depth + 1))  # a branch node's child page
+                continue
+            data_at = pointer + _NODE.size + key_size
+            if node_flags & F_BIGDATA:
+                first = _U64.unpack_from(page, data_at)[0]
+                overflow = _page(directory, fd, size, meta, first, "a free-page list")
+                pages = -(-(PAGE_HEADER + data_size) // meta.page_size)
+                data = overflow[PAGE_HEADER:] + _read(fd, (first + 1) * meta.page_size, (pages - 1) * meta.page_size)
+            else:
+                data = page[data_at : data_at + data_size]
+            if len(data) < 8:
+                raise _corrupt(directory, f"a free-page list in page {number} is cut short")
+            count = _U64.unpack_from(data)[0]
+            if 8 + count * 8 > len(data):
+                raise _corrupt(directory, f"a free-page list in page {number} claims {count} pages it doesn't hold")
+            free.update(struct.unpack_from(f"{_E}{count}Q", data, 8))
+    return free

@@ -1,0 +1,159 @@
+"""Read-only runtimes beside writers: a growing map, a writer's first open, open order (K4, K5).
+
+Determinism rules: real LMDB stores under ``tmp_path``, the real clock, a ``trio.fail_after``
+guard. Writers in other processes are ``sys.executable`` children run to completion between
+the test's steps, or forked children of ``failsafe_child.py``'s fork server (the race test
+reads while such a child creates a store; the assertion is about which errors may appear,
+whatever the interleaving). Rounds scale with ``soak_scale``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from ctxrt.errors import ReadOnlyStoreError, StoreLockedError
+from ctxrt.runtime import Runtime, open_runtime
+from ctxrt.store import files
+from ctxrt.store.environment import _REGISTRY, close_store, open_store
+from ctxrt.store.protocol import AppendItem, RegisterState
+from test_failsafe_files import fork_server
+
+WRITER_CHILD = """
+import sys, trio
+from ctxrt.runtime import open_runtime
+from ctxrt.store.protocol import AppendItem
+
+async def main(path, count, size):
+    async with open_runtime(path) as rt:
+        for i in range(count):
+            await rt.store.ask(AppendItem(state="log", branch="main", data=bytes([i % 256]) * size))
+
+trio.run(main, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+"""
+
+
+def items(rt: Runtime, state: str = "log") -> list[bytes]:
+    engine = rt.engine
+    with engine.reader() as txn:
+        return [bytes(item.data) for item in engine.log_items(txn, state, engine.branch("main"))]
+
+
+async def write_in_another_process(store: Path, count: int, size: int) -> None:
+    await trio.run_process([sys.executable, "-c", WRITER_CHILD, str(store), str(count), str(size)],
+                           capture_stderr=True)
+
+
+async def seed(store: Path) -> None:
+    async with open_runtime(store) as rt:
+        await rt.store.ask(RegisterState(name="log", kind="log"))
+        await rt.store.ask(AppendItem(state="log", branch="main", data=b"first"))
+
+
+async def test_a_reader_with_a_small_map_keeps_reading_while_a_writer_grows_the_store(tmp_path: Path) -> None:
+    """A read-only runtime opened with a small map_size adopts the map a writer in another process grew
+    past it, and reads on, never failing with MDB_MAP_RESIZED (K4)."""
+    store = tmp_path / "store"
+    with trio.fail_after(60):
+        await seed(store)
+        async with open_runtime(store, readonly=True, map_size=1 << 16) as reader:
+            before = reader.engine.env.info()["map_size"]
+            assert items(reader) == [b"first"]
+            await write_in_another_process(store, 40, 100_000)  # 4 MB: far past the reader's map
+            assert (store / files.DATA_NAME).stat().st_size > before
+            for _ in range(3):  # every read works, not just the first after the resize
+                assert items(reader) == [b"first"] + [bytes([i]) * 100_000 for i in range(40)]
+            assert len(await reader.list_branches()) == 1
+            assert reader.engine.env.info()["map_size"] > before
+
+
+@pytest.mark.soak
+async def test_read_only_opens_racing_a_writers_first_open_never_see_a_half_made_store(
+    tmp_path: Path, soak_scale: Callable[[int, int], int]
+) -> None:
+    """A read-only open while another process creates the store finds nothing yet or the whole store,
+    never StoreFormatError or StoreCorruptError (K4, K5)."""
+    rounds = soak_scale(30, 400)
+    raced = 0
+    with trio.fail_after(60 + rounds):
+        async with fork_server() as children:
+            for round_ in range(rounds):
+                store = tmp_path / f"store-{round_}"
+                answer = await children.ask(f"create {store}")
+                assert answer.startswith("created "), answer
+                while True:
+                    unfinished = not files.has_marker(store)
+                    try:
+                        handle = open_store(store, readonly=True)
+                    except FileNotFoundError:
+                        continue  # nothing there yet
+                    raced += unfinished and (store / files.OWNER_LOCK_NAME).exists()
+                    break
+                try:
+                    # The whole store or nothing: its first transaction made the tables, the format and main.
+                    assert [row.name for row in handle.engine.list_branches()] == ["main"], f"round {round_}"
+                finally:
+                    close_store(handle)
+                assert await children.ask(f"reap {answer.split()[1]}") == "reaped 0"
+    assert raced > 0, "no read-only open ever overlapped a writer's first open"
+    assert not _REGISTRY
+
+
+async def test_a_read_only_runtime_opened_first_lets_a_writer_in_this_process_open(tmp_path: Path) -> None:
+    """Open order in one process doesn't matter: a writer opens beside a read-only runtime opened
+    before it, the reader sees its commits, and reads on after it closes (K4)."""
+    store = tmp_path / "store"
+    with trio.fail_after(60):
+        await seed(store)
+        async with open_runtime(store, readonly=True) as reader:
+            async with open_runtime(store) as writer:
+                await writer.store.ask(AppendItem(state="log", branch="main", data=b"second"))
+                assert items(reader) == [b"first", b"second"]
+                assert items(writer) == [b"first", b"second"]
+                with pytest.raises(StoreLockedError):
+                    async with open_runtime(store):
+                        pytest.fail("a second writer opened")
+            with pytest.raises(ReadOnlyStoreError):
+                reader.store  # noqa: B018 - the reader is still read-only
+            # The writer is gone: another process may write now, and this reader sees it.
+            await write_in_another_process(store, 2, 10)
+            assert items(reader) == [b"first", b"second", bytes([0]) * 10, bytes([1]) * 10]
+            # And a writer in this process may come back.
+            async with open_runtime(store, durability="os") as writer:
+                await writer.store.ask(AppendItem(state="log", branch="main", data=b"last"))
+            assert items(reader)[-1] == b"last"
+    assert not _REGISTRY
+
+
+async def test_a_writer_refused_by_another_process_leaves_this_processs_reader_reading(tmp_path: Path) -> None:
+    """A read-only runtime opened first keeps working when a writer in this process is refused
+    because another process holds the store (K4)."""
+    store = tmp_path / "store"
+    holder = """
+import sys, trio
+from ctxrt.runtime import open_runtime
+async def main(path):
+    async with open_runtime(path):
+        print("holding", flush=True)
+        sys.stdin.readline()
+trio.run(main, sys.argv[1])
+"""
+    with trio.fail_after(60):
+        await seed(store)
+        async with open_runtime(store, readonly=True) as reader:
+            async with trio.open_nursery() as nursery:
+                process = await nursery.start(lambda task_status: trio.run_process(
+                    [sys.executable, "-c", holder, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    task_status=task_status))
+                assert (await process.stdout.receive_some()).startswith(b"holding")
+                with pytest.raises(StoreLockedError):
+                    async with open_runtime(store):
+                        pytest.fail("a second writer opened")
+                assert items(reader) == [b"first"]
+                await process.stdin.send_all(b"done\n")
+            assert items(reader) == [b"first"]
