@@ -347,13 +347,26 @@ async def _compile(args: argparse.Namespace) -> int:
 
 
 def _stored_strategy(runtime: Runtime, namespace: str, args: argparse.Namespace) -> Any:
-    """The strategy whose state a namespace holds: Autobiographical if it keeps summaries."""
+    """The strategy config the namespace recorded on its branch (what its residents run); for a
+    store from before configs were recorded, or a host's own strategy, Autobiographical if it keeps
+    summaries, else Passthrough. ``--strategy`` overrides."""
+    from .namespace import states
+    from .strategies import catalog
     from .strategies.autobiographical import Autobiographical
     from .strategies.passthrough import Passthrough
 
     if args.strategy == "passthrough":
         return Passthrough()
-    if args.strategy == "autobiographical" or runtime.engine.has_state(f"{namespace}/autobio:summaries"):
+    recorded = catalog.restore(
+        runtime.engine.read_value(states.config_state(namespace), runtime.engine.branch(args.branch).id)
+    )
+    if args.strategy == "auto" and recorded is not None:
+        return recorded
+    if isinstance(recorded, Autobiographical):
+        return recorded
+    if args.strategy == "autobiographical" or runtime.engine.has_state(
+        states.strategy_state(namespace, "autobio", "summaries")
+    ):
         return Autobiographical("inspection", recent_window_tokens=args.budget // 2)
     return Passthrough()
 

@@ -154,3 +154,7 @@ class ModelError(CtxrtError):
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         self.retryable = retryable
         super().__init__(message)
+
+
+class NotTrioError(CtxrtError, RuntimeError):
+    """A ctxrt entry point was awaited under another async library (asyncio, say), not trio."""

@@ -215,9 +215,9 @@ class Runtime:
 
         If cancelled after sending, the branch may still be created.
         """
-        checks.name(name, "name")
-        checks.name(from_branch, "from_branch")
-        checks.optional_integer(at_sequence, "at_sequence", minimum=0)
+        for parameter, value in (("name", name), ("from_branch", from_branch)):
+            if not isinstance(value, str):
+                raise TypeError(f"{parameter} must be a string, not {type(value).__name__}")
         row = await self.store.ask(CreateBranch(name=name, from_branch=from_branch, at_sequence=at_sequence))
         return next(info for info in describe_branches(self.engine) if info.id == row.id)
 
@@ -231,7 +231,9 @@ class Runtime:
             MalformedContentError: ``name`` is ``"main"``.
             ReadOnlyStoreError, RuntimeClosedError: as for ``create_branch``.
         """
-        await self.store.ask(DeleteBranch(name=checks.name(name, "name")))
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, not {type(name).__name__}")
+        await self.store.ask(DeleteBranch(name=name))
 
     def statistics(self) -> RuntimeStatistics:
         """The store actor's mailbox depth, last batch size and commit time, and each live

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import sniffio  # installed with trio, which uses it to say which library is running
 
-from .errors import CtxrtError
+from .errors import NotTrioError
 
 BRIDGES = (
     "ctxrt runs on trio only. Run your code with trio.run(main); from asyncio code, run ctxrt's trio code "
     "in a worker thread (await asyncio.to_thread(trio.run, main)), or bridge the two loops with "
     "trio-asyncio (https://trio-asyncio.readthedocs.io)"
 )
-
-
-class NotTrioError(CtxrtError, RuntimeError):
-    """A ctxrt entry point was awaited under another async library (asyncio, say), not trio."""
 
 
 def require_trio(api: str) -> None:

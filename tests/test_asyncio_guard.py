@@ -11,7 +11,7 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt.trio_guard import NotTrioError
+from ctxrt import NotTrioError
 
 
 def test_open_runtime_under_asyncio_names_trio_and_how_to_bridge_and_opens_nothing(tmp_path: Path) -> None:

@@ -115,3 +115,23 @@ async def test_the_bounded_load_test_loses_nothing_claims_once_and_leaks_nothing
     assert report.actors_left == 0
     assert report.operations["compile"] > 0 and report.operations["open"] >= 50
     assert set(report.refusals) <= {"ReaderConflictError"}
+
+
+async def test_compile_dry_runs_with_the_strategy_config_the_namespace_runs(tmp_path: Path) -> None:
+    """Issue 14 (5): the namespace records the config it runs (and set_strategy's), so `ctxrt compile`
+    sends exactly the request the resident would get, not an approximation of its windows."""
+    store = tmp_path / "live"
+    config = ctxrt.Autobiographical("m", head_window_tokens=120, recent_window_tokens=300, target_chunk_tokens=200)
+    budget = ctxrt.Budget(max_tokens=3_000, reserve_for_response=1_000)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store, model=ctxrt.testing.ScriptedModel(lambda r: "a memory " * 10)) as rt:
+            m = await rt.open("agents/ann", view_reader="ann", strategy=ctxrt.WindowedPassthrough(0.25))
+            await m.set_strategy(config)
+            for i in range(40):
+                await m.add_message("user" if i % 2 else "Claude", f"line {i} " + "words " * 30)
+            await m.wait_ready()
+            expected = (await m.compile(budget, dry_run=True)).to_anthropic(assistant="Claude")
+            code, out, err = await ctxrt_cli("compile", str(store), "--namespace", "agents/ann", "--budget", "3000",
+                                             "--reserve", "1000", "--json")
+    assert code == 0, err
+    assert json.loads(out)["request"]["messages"] == expected["messages"]

@@ -35,6 +35,7 @@ from ..slots import Appended, SlotRegistry, parse_id, prepare_append
 from ..store.actor import StoreRef
 from ..store.engine import Engine
 from ..store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
+from ..strategies import catalog
 from ..strategies.base import HeadWindowReset, SelectOptions, Strategy, SummaryReader, Unit
 from ..views import FilteredListing, MergedListing, MessageView, ReaderListing, SlotListing, reader_view_of
 from . import states
@@ -182,7 +183,8 @@ class _Actor:
         else:
             commands = [RegisterState(name=name, kind="log") for name in dict.fromkeys((*slots, states.context_state(ns)))]
             commands += [RegisterState(name=states.reader_state(ns), kind="value"),
-                         RegisterState(name=states.floor_state(ns), kind="value")]
+                         RegisterState(name=states.floor_state(ns), kind="value"),
+                         RegisterState(name=states.config_state(ns), kind="value")]
             missing = tuple(c for c in commands if not engine.has_state(c.name))
             if missing:
                 await self._store().ask(Atomically(commands=missing))
@@ -459,7 +461,7 @@ class _Actor:
                     self.stop(_retired(self.place))
                 return None
             case SetStrategy():
-                return self._set_strategy(command)
+                return await self._set_strategy(command)
             case Fork():
                 return await self._fork(command)
             case Derive():
@@ -511,8 +513,19 @@ class _Actor:
             self._start_strategy()  # a failure here leaves the claim standing (C5)
         if not self.strategy_started:
             self._start_strategy()
+        await self._record_config()
         self.managers.add(command.token)
         return Attached(resolved)
+
+    async def _record_config(self) -> None:
+        """Record the strategy config this namespace runs on its branch, so a reader (``ctxrt compile``)
+        compiles with exactly it. A host's own strategy is recorded as absent."""
+        if self.readonly:
+            return
+        state = states.config_state(self.place.namespace)
+        described = catalog.describe(self.strategy_config)
+        if self.services.engine.read_value(state, self.branch_id) != described:
+            await self._store().ask(SetValue(state=state, branch=self.branch_id, value=described))
 
     def _check_config(self, command: Attach) -> None:
         wanted, running = command.config, self.config
@@ -554,7 +567,7 @@ class _Actor:
         created = await self._store().ask(Atomically(commands=tuple(commands)))
         return created[0], child_reader
 
-    def _set_strategy(self, command: SetStrategy) -> None:
+    async def _set_strategy(self, command: SetStrategy) -> None:
         check_reader(self.record, command.reader, self.place)
         strategy = build_strategy(command.config)
         require_marking(strategy.marks_compression_reads, strategy.name, self.reader, self.place.namespace)
@@ -562,6 +575,7 @@ class _Actor:
         self.epoch += 1  # a unit of the old strategy writes nothing
         self._build_views()
         self._start_strategy()
+        await self._record_config()
 
     def _health(self) -> NamespaceHealth:
         return NamespaceHealth(

@@ -253,6 +253,10 @@ def validate_branch_name(name: object) -> str:
         raise ValueError(f"a branch name must be a non-empty string, not {name!r}")
     if "\x00" in name or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         raise ValueError(f"branch name {name!r} holds NUL or is longer than {MAX_NAME_BYTES} bytes")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"branch name {name!r} holds a lone surrogate, which can't be stored") from None
     return name
 
 
