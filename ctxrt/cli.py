@@ -453,10 +453,8 @@ def _load_table(report: Any, args: argparse.Namespace) -> None:
 
 def _bench_sources(args: argparse.Namespace) -> Path:
     """The bench/ folder to run: --source, else the checkout ctxrt runs from, else ./bench."""
-    import ctxrt
-
     candidates = [Path(args.source)] if args.source else [
-        Path(ctxrt.__file__).resolve().parent.parent / "bench",  # an editable install runs from its checkout
+        Path(__file__).resolve().parent.parent / "bench",  # an editable install runs from its checkout
         Path.cwd() / "bench",
     ]
     for folder in candidates:
@@ -542,6 +540,22 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, prog=self.prog, usage=self.format_usage())
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .store.verify import verify_in_child
+
+    report = verify_in_child(args.store, timeout=args.timeout)
+    if args.json:
+        _emit(attrs.asdict(report) | {"exit_code": report.exit_code})
+        return report.exit_code
+    out.print(f"{report.path}: {report.status} ({report.pages} pages, {report.records} records checked)",
+              markup=False)
+    for damage in report.damage:
+        out.print(f"  damaged: {damage.place}: {damage.what}", markup=False)
+    for note in report.notes:
+        out.print(f"  note: {note}", markup=False)
+    return report.exit_code
 
 
 def _whole(minimum: int) -> Callable[[str], int]:
@@ -635,8 +649,8 @@ def parser() -> _Parser:
     compile_.add_argument("--assistant", default="Claude",
                           help="the participant who speaks as the assistant (default: %(default)s)")
     compile_.add_argument("--strategy", choices=("auto", "passthrough", "autobiographical"), default="auto",
-                          help="auto: autobiographical if the namespace keeps summaries, else passthrough "
-                               "(default: %(default)s)")
+                          help="auto: the strategy config the namespace records (a store from before that: "
+                               "autobiographical if it keeps summaries, else passthrough) (default: %(default)s)")
 
     summaries = command("summaries", "a namespace's summaries",
                         "Every summary a namespace stores on a branch, merged ones included. Opens the store "
@@ -644,6 +658,14 @@ def parser() -> _Parser:
     summaries.add_argument("store", metavar="STORE", help="the store's directory")
     summaries.add_argument("--namespace", required=True, help="the namespace (`inspect` lists them)")
     summaries.add_argument("--branch", default="main", help="the branch (default: %(default)s)")
+
+    verify = command("verify", "walk every page and record of a store and report damage",
+                     "Check a store in a child process (a damaged file can crash whatever reads it; here only "
+                     "the child): the files, every page, then every record. Exit status 0: sound; 1: damaged; "
+                     "2: not checked (no store there, or not a ctxrt store). Never writes.")
+    verify.add_argument("store", metavar="STORE", help="the store's directory")
+    verify.add_argument("--timeout", type=_seconds, default=600.0, metavar="SECONDS",
+                        help="give up (exit 1) after this long (default: %(default)s)")
 
     bench = command("bench", "run the benchmarks of a checkout (results go to --output)",
                     "Run every benchmark (python -m bench) on a copy of a checkout's bench/ folder, so the "
@@ -722,6 +744,8 @@ def main(argv: list[str] | None = None) -> int:
         _check(top, args)
         if args.command == "bench":
             return _bench(args)
+        if args.command == "verify":
+            return _verify(args)
         return trio.run(HANDLERS[args.command], args)
     except UsageError as exc:
         if not as_json:

@@ -54,6 +54,9 @@ from .store.engine import BranchRow
 from .store.protocol import AppendItem, BranchInfo, CreateBranch, describe_branches
 
 
+CLOSE_WAIT_S = 10.0  # how long aclose waits for its namespace actor to take the detach
+
+
 @attrs.frozen
 class MessageWindow:
     messages: tuple[Message, ...]
@@ -589,12 +592,15 @@ class ContextManager:
 
     async def aclose(self) -> None:
         """Close this manager (idempotent); the namespace actor stops with its last manager, before
-        this returns. Never raises, and completes even if cancelled."""
+        this returns (unless the actor is still busy after ``CLOSE_WAIT_S``: then soon after). Never
+        raises, and completes even if cancelled."""
         if self._closed:
             await trio.lowlevel.checkpoint()
             return
         self._closed = True
-        with trio.CancelScope(shield=True):
+        # Shielded, so a cancelled close still detaches; bounded, so a close never hangs its host: past
+        # the bound the detach stays queued and the actor takes it after what it is doing.
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_WAIT_S):
             try:
                 await self._ref.ask(Detach(self._token))
             except Exception:  # noqa: BLE001 - its actor already stopped (branch deleted, runtime closed)

@@ -135,3 +135,22 @@ async def test_compile_dry_runs_with_the_strategy_config_the_namespace_runs(tmp_
                                              "--reserve", "1000", "--json")
     assert code == 0, err
     assert json.loads(out)["request"]["messages"] == expected["messages"]
+
+
+async def test_verify_reports_a_sound_store_and_a_damaged_one_without_crashing(tmp_path: Path) -> None:
+    """K7: `ctxrt verify` walks every record in a child process: exit 0 for a sound store, 1 with the
+    damage named for a truncated data file, as text and as JSON."""
+    store = tmp_path / "store"
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store) as rt:
+            m = await rt.open("a")
+            for i in range(200):
+                await m.add_message("user", f"line {i} " + "words " * 20)
+        code, out, err = await ctxrt_cli("verify", str(store))
+        assert (code, err) == (0, "") and ": sound (" in out
+        data = store / "data.mdb"
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+        code, out, err = await ctxrt_cli("verify", str(store), "--json")
+    assert code == 1, err
+    report = json.loads(out)
+    assert report["status"] == "damaged" and report["damage"] and report["exit_code"] == 1

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import ctxrt
 from ctxrt import Budget, Entry, Text
@@ -252,6 +253,7 @@ async def test_closing_a_manager_during_its_compile_raises_no_internal_error(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(compile_now)
             await waiting.wait()
-            await manager.aclose()
+            nursery.start_soon(manager.aclose)  # queued behind the compile, which holds the actor's turn
+            await trio.testing.wait_all_tasks_blocked()
             gate.set()
         assert outcome[0] is None or isinstance(outcome[0], ctxrt.ManagerClosedError), repr(outcome[0])

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import ctxrt
 from ctxrt import Autobiographical, Budget

@@ -425,9 +425,7 @@ def verify_in_child(path: str | os.PathLike[str], *, timeout: float | None = Non
     Raises:
         subprocess.TimeoutExpired: ``timeout`` seconds passed (the child was killed).
     """
-    import ctxrt
-
-    root = str(Path(ctxrt.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])  # the directory ctxrt itself is imported from
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, (root, environment.get("PYTHONPATH"))))
     child = subprocess.run(
