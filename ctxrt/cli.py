@@ -39,6 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Table
 
 from . import codec
+from .namespace import states
 from .compile import Budget
 from .errors import BranchNotFoundError, CtxrtError
 from .runtime import Runtime, open_runtime
@@ -213,16 +214,14 @@ async def _inspect(args: argparse.Namespace) -> int:
             row = engine.branch(branch.name)
             slots = {}
             summaries: dict[str, Counter[int]] = {}
-            with engine.reader() as txn:
-                for state in engine.list_states():
-                    if state.kind != "log":
-                        continue
-                    if _is_slot(state.name):
-                        slots[state.name] = engine.log_head(txn, state.name, row).length
-                    elif state.name.endswith(":summaries"):
-                        levels = Counter(json.loads(item.data)["level"]
-                                         for item in engine.log_items(txn, state.name, row))
-                        summaries[state.name.rsplit("/", 1)[0]] = levels
+            for state in engine.list_states():
+                if state.kind != "log":
+                    continue
+                if states.is_slot(state.name):
+                    slots[state.name] = len(engine.read_log(state.name, row.id))
+                elif (owner := states.namespace_of_strategy_state(state.name, "summaries")) is not None:
+                    summaries[owner] = Counter(json.loads(item.data)["level"]
+                                               for item in engine.read_log(state.name, row.id))
             namespaces = [
                 {"namespace": info.namespace, "reader": info.reader, "narrowing_floor": info.narrowing_floor,
                  "summaries_per_level": dict(sorted(summaries.get(info.namespace, Counter()).items())),
@@ -248,22 +247,15 @@ async def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_slot(state: str) -> bool:
-    return state == "messages" or state.endswith("/messages")
-
-
 def _quarantined(engine: Any, row: Any, namespace: str) -> list[str]:
     """Compression units a namespace gave up on (chunks, merge groups), from its attempts record."""
     from .strategies.autobiographical import MAX_ATTEMPTS
 
     found: list[str] = []
     for name in ("autobio", "knowledge"):
-        state = f"{namespace}/{name}:attempts"
-        if engine.has_state(state):
-            with engine.reader() as txn:
-                attempts, _ = engine.get_value(txn, state, row)
-            if isinstance(attempts, dict):
-                found += [key for key, count in attempts.items() if isinstance(count, int) and count >= MAX_ATTEMPTS]
+        attempts = engine.read_value(states.strategy_state(namespace, name, "attempts"), row.id)
+        if isinstance(attempts, dict):
+            found += [key for key, count in attempts.items() if isinstance(count, int) and count >= MAX_ATTEMPTS]
     return found
 
 
@@ -292,7 +284,7 @@ async def _messages(args: argparse.Namespace) -> int:
     async with open_runtime(args.store, readonly=True) as runtime:
         await _require_branch(runtime, args)
         engine = runtime.engine
-        slots = sorted(state.name for state in engine.list_states() if state.kind == "log" and _is_slot(state.name))
+        slots = sorted(state.name for state in engine.list_states() if state.kind == "log" and states.is_slot(state.name))
         if args.slot not in slots:
             raise NotFoundError(f"no slot {args.slot!r} in {args.store}; its slots: {', '.join(slots) or 'none'}")
         row = engine.branch(args.branch)
@@ -350,7 +342,6 @@ def _stored_strategy(runtime: Runtime, namespace: str, args: argparse.Namespace)
     """The strategy config the namespace recorded on its branch (what its residents run); for a
     store from before configs were recorded, or a host's own strategy, Autobiographical if it keeps
     summaries, else Passthrough. ``--strategy`` overrides."""
-    from .namespace import states
     from .strategies import catalog
     from .strategies.autobiographical import Autobiographical
     from .strategies.passthrough import Passthrough
@@ -376,12 +367,10 @@ async def _summaries(args: argparse.Namespace) -> int:
         namespace = await _require_namespace(runtime, args)
         engine = runtime.engine
         found = []
-        with engine.reader() as txn:
-            for name in ("autobio", "knowledge"):
-                state = f"{namespace}/{name}:summaries"
-                if engine.has_state(state):
-                    found += [json.loads(item.data)
-                              for item in engine.log_items(txn, state, engine.branch(args.branch))]
+        row = engine.branch(args.branch)
+        for name in ("autobio", "knowledge"):
+            state = states.strategy_state(namespace, name, "summaries")
+            found += [json.loads(item.data) for item in engine.read_log(state, row.id)]
     if args.json:
         _emit(found)
         return 0

@@ -155,3 +155,12 @@ def test_state_ids_are_built_in_one_place_and_read_back() -> None:
         states.normalise_namespace("\ud800")
     with pytest.raises(TypeError, match="namespace must be a string"):
         states.normalise_namespace(5)
+
+
+def test_slots_and_strategy_states_are_recognised_by_their_ids() -> None:
+    """DESIGN §6: readers of a store (the CLI) tell slots and a namespace's strategy states by the ids states.py builds."""
+    assert states.is_slot(states.slot_state("agents", isolate=True)) and states.is_slot(states.SHARED_SLOT)
+    assert not states.is_slot(states.context_state("agents"))
+    summaries = states.strategy_state("team/ann", "autobio", "summaries")
+    assert states.namespace_of_strategy_state(summaries, "summaries") == "team/ann"
+    assert states.namespace_of_strategy_state(summaries, "chunks") is None

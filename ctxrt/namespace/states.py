@@ -29,6 +29,11 @@ def slot_state(namespace: str, isolate: bool) -> str:
     return f"{namespace}/messages" if isolate else SHARED_SLOT
 
 
+def is_slot(state: str) -> bool:
+    """Whether ``state`` is a message slot (the shared one or a namespace's isolated one)."""
+    return state == SHARED_SLOT or state.endswith("/messages")
+
+
 def auxiliary_state(name: str | None) -> str:
     """The slot ``auxiliary_views`` names: None is the shared slot, a namespace its isolated one."""
     return SHARED_SLOT if name is None else f"{normalise_namespace(name)}/messages"
@@ -52,6 +57,14 @@ def config_state(namespace: str) -> str:
 
 def strategy_state(namespace: str, strategy: str, name: str) -> str:
     return f"{namespace}/{strategy}:{name}"
+
+
+def namespace_of_strategy_state(state: str, name: str) -> str | None:
+    """The namespace whose strategy state ``<ns>/<strategy>:<name>`` is, or None for any other state."""
+    suffix = f":{name}"
+    if not state.endswith(suffix) or "/" not in state:
+        return None
+    return state[: -len(suffix)].rpartition("/")[0]
 
 
 def namespace_of_reader_state(state: str) -> str | None:
