@@ -396,11 +396,11 @@ class Engine:
             with self.reader() as txn:
                 branches = {}
                 for key, value in txn.cursor(db=self.dbs[keys.DB_BRANCHES]):
-                    row = self._decode_branch(bytes(key), bytes(value))
+                    row = self.decode_branch_row(bytes(key), bytes(value))
                     branches[row.id] = row
                 states = {}
                 for key, value in txn.cursor(db=self.dbs[keys.DB_STATES]):
-                    info = self._decode_state(bytes(key), bytes(value))
+                    info = self.decode_state_row(bytes(key), bytes(value))
                     states[info.name] = info
                 # The sequence is the newest head any (state, branch) recorded: every write makes one.
                 cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
@@ -420,7 +420,8 @@ class Engine:
         self._states = states
         self._heads = {}
 
-    def _decode_branch(self, key: bytes, value: bytes) -> BranchRow:
+    def decode_branch_row(self, key: bytes, value: bytes) -> BranchRow:
+        """A row of the branches table; ``StoreCorruptError`` naming it if it doesn't decode."""
         try:
             row = BranchRow.from_json(value)
             ints = (row.id, row.created_ms, *(n for level in row.lineage for n in level))
@@ -434,7 +435,8 @@ class Engine:
             raise self._damaged(f"the row of branch {key.hex()} doesn't decode ({exc!r})") from None
         return row
 
-    def _decode_state(self, key: bytes, value: bytes) -> StateInfo:
+    def decode_state_row(self, key: bytes, value: bytes) -> StateInfo:
+        """A row of the states table; ``StoreCorruptError`` naming it if it doesn't decode."""
         try:
             name = key.decode()
             kind = _BYTES_KIND.get(value[4:5])

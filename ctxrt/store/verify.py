@@ -271,7 +271,7 @@ class _Walk:
         rows = {}
         for key, value in self.table(txn, keys.DB_BRANCHES):
             try:
-                row = self.engine._decode_branch(key, value)
+                row = self.engine.decode_branch_row(key, value)
             except StoreCorruptError as exc:
                 self.found.damaged(f"branch {key.hex()}", exc.what)
                 continue
@@ -310,7 +310,7 @@ class _Walk:
     def state_rows(self, txn: lmdb.Transaction, next_state: int | None) -> None:
         for key, value in self.table(txn, keys.DB_STATES):
             try:
-                info = self.engine._decode_state(key, value)
+                info = self.engine.decode_state_row(key, value)
             except StoreCorruptError as exc:
                 self.found.damaged(f"state {key!r}", exc.what)
                 continue
