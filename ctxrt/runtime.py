@@ -240,8 +240,8 @@ class Runtime:
         namespace actor's mailbox depth and model calls out."""
         stats = self._store.statistics() if self._store is not None else StoreStatistics(0, 0, 0.0, 0, 0, 0)
         return RuntimeStatistics(
-            *attrs.astuple(stats, recurse=False), len(self._namespaces), len(self.slots),
-            self._namespaces.statistics(),
+            **attrs.asdict(stats, recurse=False), namespace_actors=len(self._namespaces), slot_caches=len(self.slots),
+            namespaces=self._namespaces.statistics(),
         )
 
 

@@ -213,8 +213,8 @@ class _Actor:
         waiting = [reply for _, reply in self.unit_waiters]
         if self.in_flight is not None and self.in_flight.reply is not None:
             waiting.append(self.in_flight.reply)
-        for reply in waiting:
-            reply.resolve(False, self.ref.refusal(None))
+        for waiter in waiting:
+            waiter.resolve(False, self.ref.refusal(None))
         self.unit_waiters.clear()
         while True:
             try:
