@@ -53,7 +53,7 @@ DOCUMENT_MEDIA_TYPES = frozenset({"application/pdf"})
 # interpreter's recursion limit on stored data.
 MAX_JSON_DEPTH = 200
 
-_BLOCK_BY_TAG: dict[str, type] = {cls.type: cls for cls in BLOCK_TYPES}  # type: ignore[attr-defined]
+_BLOCK_BY_TAG: dict[str, type[Block]] = {cls.type: cls for cls in BLOCK_TYPES}
 _NESTED_TAGS = ("text", "image", "document")  # what the API lets a tool_result hold
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
@@ -99,8 +99,8 @@ def _json_value(value: object, path: str, depth: int = 0) -> Any:
         return _string(value, path)
     if value is None or kind is bool or kind is int:
         return value
-    if kind is float:
-        if not math.isfinite(value):  # type: ignore[arg-type]
+    if type(value) is float:
+        if not math.isfinite(value):
             raise MalformedContentError(path, f"{value!r} is not a JSON number")
         return value
     if depth >= MAX_JSON_DEPTH:

@@ -216,7 +216,7 @@ def _repair_tool_pairing(
     if tools is None:
         tools = [_tool_ids(m) for m in messages]
     if not any(tools):
-        return messages, range(len(messages))  # type: ignore[return-value]  # nothing to repair
+        return messages, range(len(messages))  # type: ignore[return-value]  # nothing to repair; callers only read them
     out: list[CompiledMessage] = []
     origins: list[int] = []
     last = len(messages) - 1
@@ -409,22 +409,22 @@ def _covers(rendered: Block, stored: Block) -> bool:
     kind = type(stored)
     if type(rendered) is not kind:
         return False
-    if kind is Text:
-        return stored.text in rendered.text  # type: ignore[union-attr]  # a prefixed header is fine
-    if kind is Thinking:
-        return rendered.thinking == stored.thinking and rendered.signature == stored.signature  # type: ignore[union-attr]
-    if kind is RedactedThinking:
-        return rendered.data == stored.data  # type: ignore[union-attr]
-    if kind is Image:
-        return rendered.source == stored.source  # type: ignore[union-attr]
-    if kind is Document:
-        return rendered.source == stored.source and rendered.title == stored.title  # type: ignore[union-attr]
-    if kind is ToolUse:
-        return (rendered.id, rendered.name, rendered.input) == (stored.id, stored.name, stored.input)  # type: ignore[union-attr]
-    if kind is ToolResult:
-        if rendered.tool_use_id != stored.tool_use_id or rendered.is_error != stored.is_error:  # type: ignore[union-attr]
+    if type(stored) is Text and type(rendered) is Text:
+        return stored.text in rendered.text  # a prefixed header is fine
+    if type(stored) is Thinking and type(rendered) is Thinking:
+        return rendered.thinking == stored.thinking and rendered.signature == stored.signature
+    if type(stored) is RedactedThinking and type(rendered) is RedactedThinking:
+        return rendered.data == stored.data
+    if type(stored) is Image and type(rendered) is Image:
+        return rendered.source == stored.source
+    if type(stored) is Document and type(rendered) is Document:
+        return rendered.source == stored.source and rendered.title == stored.title
+    if type(stored) is ToolUse and type(rendered) is ToolUse:
+        return (rendered.id, rendered.name, rendered.input) == (stored.id, stored.name, stored.input)
+    if type(stored) is ToolResult and type(rendered) is ToolResult:
+        if rendered.tool_use_id != stored.tool_use_id or rendered.is_error != stored.is_error:
             return False
-        r, s = rendered.content, stored.content  # type: ignore[union-attr]
+        r, s = rendered.content, stored.content
         if isinstance(s, str) or isinstance(r, str):
             return isinstance(r, str) and isinstance(s, str) and s in r
         return coverage_complete(r, s)

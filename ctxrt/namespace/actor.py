@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..slots import Appended, SlotRegistry, parse_id, prepare_append
 from ..store.actor import StoreRef
-from ..store.engine import Engine
+from ..store.engine import Engine, StateKind
 from ..store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
 from ..strategies import catalog
 from ..strategies.base import HeadWindowReset, SelectOptions, Strategy, SummaryReader, Unit
@@ -355,8 +355,8 @@ class _Actor:
         if not commands:
             return False
         engine = self.services.engine
-        kinds = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
-        registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()  # type: ignore[arg-type]
+        kinds: dict[str, StateKind] = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
+        registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()
                      if not engine.has_state(name)]
         try:
             await self._store().ask(Atomically(commands=(*registers, *commands)))
