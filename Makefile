@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	$(BIN)/python -m mypy --cache-dir $(VENV)/mypy_cache  # the [tool.mypy] config in pyproject.toml
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 soak: $(STAMP)

@@ -76,6 +76,7 @@ from .strategies.base import (
     HeadWindowReset as HeadWindowReset,
     SelectOptions as SelectOptions,
     Strategy as Strategy,
+    StrategyConfig as StrategyConfig,
     StrategyContext as StrategyContext,
     SummaryReader as SummaryReader,
     Unit as Unit,

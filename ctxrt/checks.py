@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import MalformedContentError
 
@@ -98,7 +98,10 @@ def sequence(value: Any, parameter: str) -> tuple[Any, ...]:
     return tuple(value)
 
 
-def instances(value: Any, parameter: str, kind: type) -> tuple[Any, ...]:
+T = TypeVar("T")
+
+
+def instances(value: Any, parameter: str, kind: type[T]) -> tuple[T, ...]:
     """A sequence whose every item is a ``kind``."""
     items = sequence(value, parameter)
     for index, item in enumerate(items):
@@ -120,7 +123,7 @@ def mapping_with_names(value: Any, parameter: str) -> Mapping[str, Any] | None:
     return value
 
 
-def optional_instance(value: Any, parameter: str, kind: type) -> Any:
+def optional_instance(value: Any, parameter: str, kind: type[T]) -> T | None:
     if value is not None and not isinstance(value, kind):
         raise TypeError(f"{parameter} must be a {kind.__name__} or None, not {_kind(value)}")
     return value

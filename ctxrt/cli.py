@@ -408,7 +408,7 @@ async def _load_test(args: argparse.Namespace) -> int:
                                          readers=args.readers, duration_s=args.duration, progress=callback)
     finally:
         kept = scratch is None or args.keep
-        if not kept:
+        if scratch is not None and not args.keep:  # not kept
             shutil.rmtree(scratch, ignore_errors=True)  # ours: made by mkdtemp above
     if args.json:
         _emit({**report_json(report), "store": str(store), "store_kept": kept})

@@ -53,13 +53,13 @@ DOCUMENT_MEDIA_TYPES = frozenset({"application/pdf"})
 # interpreter's recursion limit on stored data.
 MAX_JSON_DEPTH = 200
 
-_BLOCK_BY_TAG: dict[str, type] = {cls.type: cls for cls in BLOCK_TYPES}  # type: ignore[attr-defined]
+_BLOCK_BY_TAG: dict[str, type[Block]] = {cls.type: cls for cls in BLOCK_TYPES}
 _NESTED_TAGS = ("text", "image", "document")  # what the API lets a tool_result hold
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 # The C scanner called directly: json.loads adds encoding detection and a whitespace regex that
 # stored data (written by _JSON_DUMPS) never needs; about 40% of a typical message's decode.
-_SCAN_ONCE = json.JSONDecoder().scan_once
+_SCAN_ONCE = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set by __init__; typeshed omits it
 
 
 # --------------------------------------------------------------------------------------------
@@ -99,8 +99,8 @@ def _json_value(value: object, path: str, depth: int = 0) -> Any:
         return _string(value, path)
     if value is None or kind is bool or kind is int:
         return value
-    if kind is float:
-        if not math.isfinite(value):  # type: ignore[arg-type]
+    if type(value) is float:
+        if not math.isfinite(value):
             raise MalformedContentError(path, f"{value!r} is not a JSON number")
         return value
     if depth >= MAX_JSON_DEPTH:
@@ -558,15 +558,15 @@ def extract_blobs(
     blobs: dict[str, tuple[str, bytes, str]] = {}
 
     def swap(block: Block, where: str) -> Block:
-        if type(block) in (Image, Document):
-            source = block.source  # type: ignore[union-attr]
+        if type(block) is Image or type(block) is Document:
+            source = block.source
             if source.get("type") != "base64":
                 return block
             raw = _decode_base64(source["data"], f"{where}.source.data")
             digest = hashlib.sha256(raw).hexdigest()
             blobs.setdefault(digest, (digest, raw, source["media_type"]))
             ref = {"type": "blob_ref", "sha256": digest, "media_type": source["media_type"]}
-            return attrs.evolve(block, source=ref)  # type: ignore[misc]
+            return attrs.evolve(block, source=ref)
         if type(block) is ToolResult and not isinstance(block.content, str) and _has_media(block.content):
             nested = tuple(swap(b, f"{where}.content[{i}]") for i, b in enumerate(block.content))
             return attrs.evolve(block, content=nested)
@@ -581,15 +581,15 @@ def extract_blobs(
 def _filled(block: Block, get_blob: Callable[[str], tuple[bytes, str] | None]) -> Block:
     # A module-level helper, not a closure: a self-referencing closure is a reference cycle that
     # would keep ``get_blob`` (and the read transaction it holds) alive until a GC pass.
-    if type(block) in (Image, Document):
-        source = block.source  # type: ignore[union-attr]
+    if type(block) is Image or type(block) is Document:
+        source = block.source
         if source.get("type") != "blob_ref":
             return block
         found = get_blob(source["sha256"])
         if found is None:
             return block  # block_to_api renders it as a notice rather than fail the whole read
         data = base64.b64encode(found[0]).decode("ascii")
-        return attrs.evolve(  # type: ignore[misc]
+        return attrs.evolve(
             block, source={"type": "base64", "media_type": source["media_type"], "data": data}
         )
     if type(block) is ToolResult and not isinstance(block.content, str) and _has_media(block.content):
@@ -618,39 +618,38 @@ def _api_source(block: Image | Document) -> dict[str, Any] | None:
 
 def block_to_api(block: Block) -> dict[str, Any]:
     """The Anthropic Messages API dict for ``block``: no audience, no raw; cache_control kept."""
-    cls = type(block)
-    if cls is Text:
-        d: dict[str, Any] = {"type": "text", "text": block.text}  # type: ignore[union-attr]
-        if block.cache_control is not None:  # type: ignore[union-attr]
-            d["cache_control"] = dict(block.cache_control)  # type: ignore[union-attr]
+    if type(block) is Text:
+        d: dict[str, Any] = {"type": "text", "text": block.text}
+        if block.cache_control is not None:
+            d["cache_control"] = dict(block.cache_control)
         return d
-    if cls is ToolUse:
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}  # type: ignore[union-attr]
-    if cls is ToolResult:
-        content = block.content  # type: ignore[union-attr]
+    if type(block) is ToolUse:
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
+    if type(block) is ToolResult:
+        content = block.content
         d = {
             "type": "tool_result",
-            "tool_use_id": block.tool_use_id,  # type: ignore[union-attr]
+            "tool_use_id": block.tool_use_id,
             "content": content if isinstance(content, str) else [block_to_api(b) for b in content],
         }
-        if block.is_error:  # type: ignore[union-attr]
+        if block.is_error:
             d["is_error"] = True
         return d
-    if cls is Thinking:
-        d = {"type": "thinking", "thinking": block.thinking}  # type: ignore[union-attr]
-        if block.signature is not None:  # type: ignore[union-attr]
-            d["signature"] = block.signature  # type: ignore[union-attr]
+    if type(block) is Thinking:
+        d = {"type": "thinking", "thinking": block.thinking}
+        if block.signature is not None:
+            d["signature"] = block.signature
         return d
-    if cls is RedactedThinking:
-        return {"type": "redacted_thinking", "data": block.data}  # type: ignore[union-attr]
-    if cls is Image or cls is Document:
-        source = _api_source(block)  # type: ignore[arg-type]
+    if type(block) is RedactedThinking:
+        return {"type": "redacted_thinking", "data": block.data}
+    if type(block) is Image or type(block) is Document:
+        source = _api_source(block)
         if source is None:
-            digest = block.source.get("sha256", "?")  # type: ignore[union-attr]
-            return {"type": "text", "text": f"[{cls.type} unavailable: stored media {digest} is missing]"}  # type: ignore[attr-defined]
-        d = {"type": cls.type, "source": source}  # type: ignore[attr-defined]
-        if cls is Document and block.title is not None:  # type: ignore[union-attr]
-            d["title"] = block.title  # type: ignore[union-attr]
+            digest = block.source.get("sha256", "?")
+            return {"type": "text", "text": f"[{block.type} unavailable: stored media {digest} is missing]"}
+        d = {"type": block.type, "source": source}
+        if type(block) is Document and block.title is not None:
+            d["title"] = block.title
         return d
     raise TypeError(f"not a content block: {block!r}")
 

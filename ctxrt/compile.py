@@ -57,12 +57,12 @@ class Entry:
     cache_marker: bool = False
 
 
-def _non_negative_int(_: Any, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+def _non_negative_int(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
 
 
-def _token_count(_: Any, attribute: attrs.Attribute, value: Any) -> None:  # type: ignore[type-arg]
+def _token_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     # bool is an int to Python, but Budget(max_tokens=True) is a mistake, not one token.
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"Budget {attribute.name} must be an int (a number of tokens), "
@@ -200,8 +200,8 @@ def _tool_ids(message: CompiledMessage) -> tuple[frozenset[str], frozenset[str]]
     """(tool_use ids, tool_result ids) of a message, or None if it holds no tool block."""
     if not any(type(b) is ToolUse or type(b) is ToolResult for b in message.content):
         return None
-    uses = frozenset(b.id for b in message.content if type(b) is ToolUse)  # type: ignore[union-attr]
-    results = frozenset(b.tool_use_id for b in message.content if type(b) is ToolResult)  # type: ignore[union-attr]
+    uses = frozenset(b.id for b in message.content if type(b) is ToolUse)
+    results = frozenset(b.tool_use_id for b in message.content if type(b) is ToolResult)
     return (uses, results) if uses or results else None
 
 
@@ -216,7 +216,7 @@ def _repair_tool_pairing(
     if tools is None:
         tools = [_tool_ids(m) for m in messages]
     if not any(tools):
-        return messages, range(len(messages))  # type: ignore[return-value]  # nothing to repair
+        return messages, range(len(messages))  # type: ignore[return-value]  # nothing to repair; callers only read them
     out: list[CompiledMessage] = []
     origins: list[int] = []
     last = len(messages) - 1
@@ -235,8 +235,8 @@ def _repair_tool_pairing(
         kept = tuple(
             b
             for b in message.content
-            if not (type(b) is ToolUse and b.id not in answered)  # type: ignore[union-attr]
-            and not (type(b) is ToolResult and b.tool_use_id not in asked)  # type: ignore[union-attr]
+            if not (type(b) is ToolUse and b.id not in answered)
+            and not (type(b) is ToolResult and b.tool_use_id not in asked)
         )
         if not kept:
             if message.cache_breakpoint and out:  # the cached prefix still ends here
@@ -284,7 +284,10 @@ def refuse_audience_in_injections(
     injections: Sequence[Injection], message_injections: Sequence[MessageInjection]
 ) -> None:
     """Raise ``MalformedContentError`` naming the first injected block that carries an audience (B4)."""
-    for label, items in (("injections", injections), ("message_injections", message_injections)):
+    groups: tuple[tuple[str, Sequence[Injection | MessageInjection]], ...] = (
+        ("injections", injections), ("message_injections", message_injections),
+    )
+    for label, items in groups:
         for i, injection in enumerate(items):
             where = find_audience(injection.content, path=f"{label}[{i}].content")
             if where is not None:
@@ -312,9 +315,9 @@ def _injection_blocks(
                     )
         placed.append(blocks)
     messages = []
-    for i, injection in enumerate(message_injections):
-        validate_participant(injection.participant, path=f"message_injections[{i}].participant")
-        messages.append(blocks_from_content(injection.content, path=f"message_injections[{i}].content"))
+    for i, message_injection in enumerate(message_injections):
+        validate_participant(message_injection.participant, path=f"message_injections[{i}].participant")
+        messages.append(blocks_from_content(message_injection.content, path=f"message_injections[{i}].content"))
     return placed, messages
 
 
@@ -347,21 +350,21 @@ def _place_injections(
         )
         (before if injection.position == "before_user" else after).append(item)
     n = len(messages)
-    uses = [{b.id for b in m.content if type(b) is ToolUse} for m in messages]  # type: ignore[union-attr]
+    uses = [{b.id for b in m.content if type(b) is ToolUse} for m in messages]
 
     def clear_of_pairs(slot: int) -> int:
         # A slot between a tool_use and its tool_result retreats one message rather than cut the
         # pair (P4), as window boundaries do.
         while 0 < slot < n and any(
-            type(b) is ToolResult and b.tool_use_id in uses[slot - 1] for b in messages[slot].content  # type: ignore[union-attr]
+            type(b) is ToolResult and b.tool_use_id in uses[slot - 1] for b in messages[slot].content
         ):
             slot -= 1
         return slot
 
     at_depth: dict[int, list[tuple[CompiledMessage, Origin]]] = {}
-    for i, (injection, blocks) in enumerate(zip(message_injections, injected)):
-        at_depth.setdefault(clear_of_pairs(max(0, n - injection.depth)), []).append(
-            (CompiledMessage(injection.participant, blocks), Source("injection", f"message_injections[{i}]"))
+    for i, (message_injection, blocks) in enumerate(zip(message_injections, injected)):
+        at_depth.setdefault(clear_of_pairs(max(0, n - message_injection.depth)), []).append(
+            (CompiledMessage(message_injection.participant, blocks), Source("injection", f"message_injections[{i}]"))
         )
     last_user = max((i for i, m in enumerate(messages) if m.participant.lower() == "user"), default=None)
     if last_user is None:
@@ -406,22 +409,22 @@ def _covers(rendered: Block, stored: Block) -> bool:
     kind = type(stored)
     if type(rendered) is not kind:
         return False
-    if kind is Text:
-        return stored.text in rendered.text  # type: ignore[union-attr]  # a prefixed header is fine
-    if kind is Thinking:
-        return rendered.thinking == stored.thinking and rendered.signature == stored.signature  # type: ignore[union-attr]
-    if kind is RedactedThinking:
-        return rendered.data == stored.data  # type: ignore[union-attr]
-    if kind is Image:
-        return rendered.source == stored.source  # type: ignore[union-attr]
-    if kind is Document:
-        return rendered.source == stored.source and rendered.title == stored.title  # type: ignore[union-attr]
-    if kind is ToolUse:
-        return (rendered.id, rendered.name, rendered.input) == (stored.id, stored.name, stored.input)  # type: ignore[union-attr]
-    if kind is ToolResult:
-        if rendered.tool_use_id != stored.tool_use_id or rendered.is_error != stored.is_error:  # type: ignore[union-attr]
+    if type(stored) is Text and type(rendered) is Text:
+        return stored.text in rendered.text  # a prefixed header is fine
+    if type(stored) is Thinking and type(rendered) is Thinking:
+        return rendered.thinking == stored.thinking and rendered.signature == stored.signature
+    if type(stored) is RedactedThinking and type(rendered) is RedactedThinking:
+        return rendered.data == stored.data
+    if type(stored) is Image and type(rendered) is Image:
+        return rendered.source == stored.source
+    if type(stored) is Document and type(rendered) is Document:
+        return rendered.source == stored.source and rendered.title == stored.title
+    if type(stored) is ToolUse and type(rendered) is ToolUse:
+        return (rendered.id, rendered.name, rendered.input) == (stored.id, stored.name, stored.input)
+    if type(stored) is ToolResult and type(rendered) is ToolResult:
+        if rendered.tool_use_id != stored.tool_use_id or rendered.is_error != stored.is_error:
             return False
-        r, s = rendered.content, stored.content  # type: ignore[union-attr]
+        r, s = rendered.content, stored.content
         if isinstance(s, str) or isinstance(r, str):
             return isinstance(r, str) and isinstance(s, str) and s in r
         return coverage_complete(r, s)

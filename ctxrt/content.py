@@ -74,7 +74,7 @@ class ToolResult:
 
 
 Block: TypeAlias = Union[Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult]
-BLOCK_TYPES: tuple[type, ...] = (Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult)
+BLOCK_TYPES: tuple[type[Block], ...] = (Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult)
 
 ContentLike: TypeAlias = "str | Sequence[Block | Mapping[str, Any]]"
 
@@ -122,7 +122,7 @@ def content_for_reader(blocks: Sequence[Block], reader: str | None) -> tuple[Blo
         if audience is None:
             kept.append(block)
         elif names_reader(audience, reader):
-            kept.append(attrs.evolve(block, audience=None))  # type: ignore[arg-type]
+            kept.append(attrs.evolve(block, audience=None))  # type: ignore[arg-type]  # only Text and Thinking carry one
         elif block.raw is not None:
             hidden_raws.append(block.raw)
     if hidden_raws:

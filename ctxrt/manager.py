@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -52,6 +52,10 @@ from .namespace.registry import NamespaceRegistry, new_token
 from .slots import SlotCache, prepare_append
 from .store.engine import BranchRow
 from .store.protocol import AppendItem, BranchInfo, CreateBranch, describe_branches
+from .strategies.base import Strategy, StrategyConfig
+
+if TYPE_CHECKING:
+    from .strategies.autobiographical import Summary, SummaryMatch
 
 
 CLOSE_WAIT_S = 10.0  # how long aclose waits for its namespace actor to take the detach
@@ -123,8 +127,9 @@ class ContextManager:
         return self._reader
 
     @property
-    def strategy(self) -> Any:
-        """The strategy config the namespace runs (``set_strategy`` by any of its managers changes it)."""
+    def strategy(self) -> StrategyConfig | Strategy:
+        """The strategy config the namespace runs (``set_strategy`` by any of its managers changes it),
+        or the ``Strategy`` instance it was given."""
         return self._ref.strategy_config
 
     def _live(self) -> NamespaceRef:
@@ -290,8 +295,8 @@ class ContextManager:
     # -- compiling --------------------------------------------------------------------------
 
     async def compile(
-        self, budget: Budget | None = None, *, injections: Sequence[Any] = (),
-        message_injections: Sequence[Any] = (), dry_run: bool = False,
+        self, budget: Budget | None = None, *, injections: Sequence[Injection] = (),
+        message_injections: Sequence[MessageInjection] = (), dry_run: bool = False,
     ) -> CompileResult:
         """Compile this manager's context in its reader's view. Never waits for compression (P1).
 
@@ -308,9 +313,12 @@ class ContextManager:
             checks.instances(injections, "injections", Injection),
             checks.instances(message_injections, "message_injections", MessageInjection), checks.flag(dry_run, "dry_run"),
         )
-        return await ref.ask(command)
+        result: CompileResult = await ref.ask(command)
+        return result
 
-    async def preview_context(self, budget: Budget, *, message_injections: Sequence[Any] = ()) -> PreviewResult | None:
+    async def preview_context(
+        self, budget: Budget, *, message_injections: Sequence[MessageInjection] = ()
+    ) -> PreviewResult | None:
         """What a compile would spend, without committing anything; None if the strategy can't tell.
 
         Raises:
@@ -320,8 +328,10 @@ class ContextManager:
         ref = self._live()
         if not isinstance(budget, Budget):
             raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
-        return await ref.ask(Preview(self._reader, budget,
-                                     checks.instances(message_injections, "message_injections", MessageInjection)))
+        preview: PreviewResult | None = await ref.ask(
+            Preview(self._reader, budget, checks.instances(message_injections, "message_injections", MessageInjection))
+        )
+        return preview
 
     async def tick(self) -> bool:
         """One unit of strategy work; True if it made progress. Compiles go on while its model call
@@ -333,7 +343,8 @@ class ContextManager:
 
         If cancelled, the unit still runs to its end in the namespace actor; only the answer is lost.
         """
-        return await self._live().ask(Tick(self._reader))
+        progress: bool = await self._live().ask(Tick(self._reader))
+        return progress
 
     async def is_ready(self) -> bool:
         """Whether the strategy has no background work queued (advisory: compile never waits, P1).
@@ -341,7 +352,8 @@ class ContextManager:
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        return await self._live().ask(CheckReady(self._reader))
+        ready: bool = await self._live().ask(CheckReady(self._reader))
+        return ready
 
     async def wait_ready(self) -> None:
         """Drive ``tick()`` until the strategy is ready or stops making progress (T8).
@@ -360,7 +372,8 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        return await self._live().ask(ReportHealth())
+        health: NamespaceHealth = await self._live().ask(ReportHealth())
+        return health
 
     async def inspect(self) -> NamespaceSnapshot:
         """For tests and debugging: the namespace actor's state at one turn (its strategy, record,
@@ -369,7 +382,8 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        return await self._live().ask(Inspect())
+        snapshot: NamespaceSnapshot = await self._live().ask(Inspect())
+        return snapshot
 
     # -- holds ------------------------------------------------------------------------------
 
@@ -469,7 +483,8 @@ class ContextManager:
         return name
 
     async def derive(
-        self, *, branch: str, strategy: Any = None, at_sequence: int | None = None, model: Any = None
+        self, *, branch: str, strategy: StrategyConfig | Strategy | None = None, at_sequence: int | None = None,
+        model: Model | None = None,
     ) -> ContextManager:
         """A child manager on a new branch holding this namespace's states but not its queues,
         holds or in-flight work (R2, C11, C12).
@@ -503,7 +518,7 @@ class ContextManager:
             auxiliary_views=self._auxiliary_views, derivation=derivation,
         )
 
-    async def set_strategy(self, strategy: Any) -> None:
+    async def set_strategy(self, strategy: StrategyConfig | Strategy) -> None:
         """Replace the namespace's strategy (for every manager on it).
 
         Raises:
@@ -518,8 +533,12 @@ class ContextManager:
     async def search_summaries(
         self, *, text: str | None = None, regex: str | None = None, levels: Sequence[int] | None = None,
         limit: int = 50, include_merged: bool = False,
-    ) -> list[Any]:
+    ) -> list[SummaryMatch]:
         """Summaries matching ``text`` or ``regex`` ([] for a strategy without summaries). Checked (C10).
+
+        The bundled strategies answer ``SummaryMatch`` items; a host's own ``SummaryReader``
+        answers what it makes, passed through unchanged (so its items are typed as the bundled ones'
+        only by convention).
 
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
@@ -534,13 +553,15 @@ class ContextManager:
                            for i, level in enumerate(checks.sequence(levels, "levels")))
         query = SearchSummaries(text, regex, levels, checks.integer(limit, "limit", minimum=0),
                                 checks.flag(include_merged, "include_merged"))
-        result = await ref.ask(QuerySummaries(self._reader, query))
+        result: list[SummaryMatch] | None = await ref.ask(QuerySummaries(self._reader, query))
         return [] if result is None else result
 
     async def get_summaries_in_range(
         self, *, from_ms: int | None = None, to_ms: int | None = None, level: int | None = None
-    ) -> list[Any]:
+    ) -> list[Summary]:
         """Summaries whose messages' timestamps overlap [from_ms, to_ms], oldest first. Checked (C10).
+
+        ``Summary`` items from the bundled strategies; a host's own ``SummaryReader``'s as it makes them.
 
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
@@ -548,17 +569,22 @@ class ContextManager:
         ref = self._live()
         query = SummariesInRange(checks.optional_integer(from_ms, "from_ms"), checks.optional_integer(to_ms, "to_ms"),
                                  checks.optional_integer(level, "level", minimum=1))
-        result = await ref.ask(QuerySummaries(self._reader, query))
+        result: list[Summary] | None = await ref.ask(QuerySummaries(self._reader, query))
         return [] if result is None else result
 
-    async def get_summary(self, summary_id: str) -> Any:
+    async def get_summary(self, summary_id: str) -> Summary | None:
         """One summary by id, or None (None too for a strategy without summaries). Checked (C10).
+
+        A ``Summary`` from the bundled strategies; a host's own ``SummaryReader``'s as it makes it.
 
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
         ref = self._live()
-        return await ref.ask(QuerySummaries(self._reader, GetSummary(checks.text(summary_id, "summary_id"))))
+        summary: Summary | None = await ref.ask(
+            QuerySummaries(self._reader, GetSummary(checks.text(summary_id, "summary_id")))
+        )
+        return summary
 
     async def reset_head_window(self, transition_text: str | None = None) -> str:
         """Start a new head window at a topic-transition message; returns its id (T6).
@@ -569,7 +595,10 @@ class ContextManager:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
         ref = self._live()
-        return await ref.ask(ResetHeadWindow(self._reader, checks.optional_text(transition_text, "transition_text")))
+        message_id: str = await ref.ask(
+            ResetHeadWindow(self._reader, checks.optional_text(transition_text, "transition_text"))
+        )
+        return message_id
 
     # -- live settings ----------------------------------------------------------------------
 
@@ -587,8 +616,9 @@ class ContextManager:
     def set_system_prompt(self, text: str | None) -> None:
         """The system prompt of the namespace's compression requests (in mailbox order)."""
         ref = self._live()
-        if checks.optional_text(text, "text"):
-            ref.tell(SetSystemPrompt(text))  # type: ignore[arg-type]
+        checked = checks.optional_text(text, "text")
+        if checked:
+            ref.tell(SetSystemPrompt(checked))
 
     async def aclose(self) -> None:
         """Close this manager (idempotent); the namespace actor stops with its last manager, before

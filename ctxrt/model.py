@@ -17,7 +17,7 @@ import attrs
 import trio
 
 from .codec import blocks_from_api
-from .compile import to_anthropic_messages
+from .wire import to_anthropic_messages
 from .content import Block, CompiledMessage, Document, Text, ToolResult
 from .errors import ModelError
 
@@ -29,6 +29,20 @@ DEFAULT_ASSISTANT = frozenset({"Claude", "assistant"})
 
 def _names(value: str | Iterable[str]) -> frozenset[str]:
     return frozenset({value}) if isinstance(value, str) else frozenset(value)
+
+
+# Named converters rather than ``converter=tuple``: mypy's attrs plugin can't bind the builtin's
+# type variable, so the fields' ``__init__`` parameters would be untyped.
+def _messages(value: Iterable[CompiledMessage]) -> tuple[CompiledMessage, ...]:
+    return tuple(value)
+
+
+def _tools(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(value)
+
+
+def _blocks(value: Iterable[Block]) -> tuple[Block, ...]:
+    return tuple(value)
 
 
 @attrs.frozen
@@ -43,11 +57,11 @@ class ModelRequest:
 
     model: str
     system: str | None
-    messages: tuple[CompiledMessage, ...] = attrs.field(converter=tuple)
+    messages: tuple[CompiledMessage, ...] = attrs.field(converter=_messages)
     max_tokens: int
     temperature: float | None = None
     assistant: frozenset[str] = attrs.field(default=DEFAULT_ASSISTANT, kw_only=True, converter=_names)
-    tools: tuple[Mapping[str, Any], ...] = attrs.field(default=(), kw_only=True, converter=tuple)
+    tools: tuple[Mapping[str, Any], ...] = attrs.field(default=(), kw_only=True, converter=_tools)
     timeout_s: float | None = attrs.field(default=None, kw_only=True)
 
 
@@ -61,7 +75,7 @@ class Usage:
 class ModelResponse:
     """A model's reply. ``stop_reason`` is passed through as sent ("end_turn", "refusal", ...)."""
 
-    content: tuple[Block, ...] = attrs.field(converter=tuple)
+    content: tuple[Block, ...] = attrs.field(converter=_blocks)
     stop_reason: str
     usage: Usage
 

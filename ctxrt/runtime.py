@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +13,7 @@ import trio
 
 from . import checks
 from .errors import ReadOnlyStoreError, RuntimeClosedError
+from .content import Message
 from .model import Model
 from .manager import ContextManager
 from .namespace import states
@@ -24,6 +25,7 @@ from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_stor
 from .store.engine import BranchDeleted, Engine, Operation
 from .store.environment import Durability, StoreHandle, close_store, open_store
 from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, describe_branches
+from .strategies.base import Strategy, StrategyConfig
 from .strategies.passthrough import Passthrough
 from .trio_guard import require_trio
 
@@ -51,10 +53,10 @@ class RuntimeStatistics(StoreStatistics):
 class Runtime:
     """One open store and everything running over it. Made by ``open_runtime``."""
 
-    def __init__(self, handle: StoreHandle, nursery: trio.Nursery, model: Any, model_timeout_s: float) -> None:
+    def __init__(self, handle: StoreHandle, nursery: trio.Nursery, model: Model | None, model_timeout_s: float) -> None:
         self.path: Path = handle.path
         self.readonly = handle.readonly
-        self.model = model
+        self.model: Model | None = model
         self._handle = handle
         self._store: StoreRef | None = None
         self._store_inbox: Any = None
@@ -93,9 +95,10 @@ class Runtime:
     # -- namespaces and managers ------------------------------------------------------------
 
     async def open(
-        self, namespace: str | None = None, *, strategy: Any = None, view_reader: str | None = None,
-        branch: str = "main", isolate: bool = False, view_filter: Any = None,
-        auxiliary_views: Sequence[str | None] = (), model: Any = None,
+        self, namespace: str | None = None, *, strategy: StrategyConfig | Strategy | None = None,
+        view_reader: str | None = None, branch: str = "main", isolate: bool = False,
+        view_filter: Callable[[Message], bool] | None = None,
+        auxiliary_views: Sequence[str | None] = (), model: Model | None = None,
     ) -> ContextManager:
         """Open a manager on ``namespace`` (None, "" and "default" are one) on ``branch``.
 
@@ -149,7 +152,9 @@ class Runtime:
             auxiliary_views=tuple(auxiliary_views),
         )
 
-    async def reopen_derived(self, derivation: Derivation, *, strategy: Any = None, model: Any = None) -> ContextManager:
+    async def reopen_derived(
+        self, derivation: Derivation, *, strategy: StrategyConfig | Strategy | None = None, model: Model | None = None
+    ) -> ContextManager:
         """Reopen a manager ``derive`` made, after a restart; it compiles for the reader its branch records (C11).
 
         Raises:
@@ -240,12 +245,12 @@ class Runtime:
         namespace actor's mailbox depth and model calls out."""
         stats = self._store.statistics() if self._store is not None else StoreStatistics(0, 0, 0.0, 0, 0, 0)
         return RuntimeStatistics(
-            *attrs.astuple(stats, recurse=False), len(self._namespaces), len(self.slots),
-            self._namespaces.statistics(),
+            **attrs.asdict(stats, recurse=False), namespace_actors=len(self._namespaces), slot_caches=len(self.slots),
+            namespaces=self._namespaces.statistics(),
         )
 
 
-def _check_model(model: Any) -> None:
+def _check_model(model: object) -> None:
     if model is not None and not isinstance(model, Model):
         raise TypeError(f"model must be a Model (with an async complete(request)) or None, not {type(model).__name__}")
 
@@ -268,7 +273,7 @@ async def _unwrapped() -> AsyncIterator[None]:
 async def open_runtime(
     path: str | os.PathLike[str],
     *,
-    model: Any = None,
+    model: Model | None = None,
     readonly: bool = False,
     durability: Durability = "sync",
     map_size: int = 1 << 36,

@@ -334,6 +334,6 @@ class SlotRegistry:
             state = getattr(operation, "state", None)
             if state is None:
                 continue
-            cache = self._caches.get((state, operation.branch))
+            cache = self._caches.get((state, operation.branch))  # type: ignore[union-attr]  # an operation with a state has a branch
             if cache is not None:
                 cache.apply(operation)

@@ -237,8 +237,7 @@ class MessagesApiServer:
         number = next(self._ids)
         headers = {"request-id": f"req_test_{number}"}
         if (request.method, request.target.split("?")[0]) != ("POST", "/v1/messages"):
-            message = f"{request.method} {request.target} is not served here"
-            return 404, _error_body("not_found_error", message), headers
+            return 404, _error_body("not_found_error", f"{request.method} {request.target} is not served here"), headers
         try:
             body = json.loads(request.body)
         except ValueError as exc:

@@ -52,27 +52,26 @@ def estimate_text(text: str) -> int:
 
 def estimate_block(block: Block) -> int:
     """The estimate for one block; blob refs cost what their media costs."""
-    cls = type(block)
-    if cls is Text:
-        return estimate_text(block.text)  # type: ignore[union-attr]
-    if cls is ToolUse:
-        return math.ceil(len(_compact_json(block.input)) / DENSE_CHARS_PER_TOKEN) + TOOL_USE_OVERHEAD_TOKENS  # type: ignore[union-attr]
-    if cls is ToolResult:
-        content = block.content  # type: ignore[union-attr]
+    if type(block) is Text:
+        return estimate_text(block.text)
+    if type(block) is ToolUse:
+        return math.ceil(len(_compact_json(block.input)) / DENSE_CHARS_PER_TOKEN) + TOOL_USE_OVERHEAD_TOKENS
+    if type(block) is ToolResult:
+        content = block.content
         if isinstance(content, str):
             return math.ceil(len(content) / DENSE_CHARS_PER_TOKEN)
         return sum(estimate_block(b) for b in content) if content else 0
-    if cls is Thinking:
-        tokens = estimate_text(block.thinking)  # type: ignore[union-attr]
-        if block.signature:  # type: ignore[union-attr]
-            tokens = max(tokens, _round_half_up(len(block.signature) / SIGNATURE_CHARS_PER_TOKEN))  # type: ignore[union-attr]
+    if type(block) is Thinking:
+        tokens = estimate_text(block.thinking)
+        if block.signature:
+            tokens = max(tokens, _round_half_up(len(block.signature) / SIGNATURE_CHARS_PER_TOKEN))
         return tokens
-    if cls is RedactedThinking:
-        data = block.data  # type: ignore[union-attr]
+    if type(block) is RedactedThinking:
+        data = block.data
         return _round_half_up(len(data) / REDACTED_CHARS_PER_TOKEN) if data else REDACTED_DEFAULT_TOKENS
-    if cls is Image:
+    if type(block) is Image:
         return IMAGE_TOKEN_ESTIMATE
-    if cls is Document:
+    if type(block) is Document:
         return DOCUMENT_TOKEN_ESTIMATE
     raise TypeError(f"not a content block: {block!r}")
 

@@ -97,7 +97,7 @@ class MergedListing:
     def __init__(self, sources: Sequence[Listing]) -> None:
         self.sources = list(sources)
         self._messages: list[Message] = []
-        self._stamps: list[object] = []
+        self._stamps: list[int] = []
         self._seen: list[int] = []
         self._rewrites = 0
 

@@ -18,13 +18,12 @@ CONTINUED_TEXT = "(continued)"
 
 
 def _sendable(block: Block, role: str) -> bool:
-    kind = type(block)
-    if kind is Text:
-        return bool(block.text.strip())  # type: ignore[union-attr]  # the API refuses blank text blocks
-    if kind is Thinking:
+    if type(block) is Text:
+        return bool(block.text.strip())  # the API refuses blank text blocks
+    if type(block) is Thinking:
         # Only the assistant's own signed thinking can be replayed; the API verifies the signature.
-        return role == "assistant" and bool(block.signature)  # type: ignore[union-attr]
-    if kind is RedactedThinking:
+        return role == "assistant" and bool(block.signature)
+    if type(block) is RedactedThinking:
         return role == "assistant"
     return True
 
@@ -57,15 +56,15 @@ def _api_block(block: Block, participant: str, role: str, foreign: dict[str, str
     shown as what happened rather than as a call this assistant made.
     """
     if type(block) is ToolUse and role == "user":
-        call = f"{participant} called {block.name}"  # type: ignore[union-attr]
-        foreign[block.id] = call  # type: ignore[union-attr]
-        return {"type": "text", "text": f"[{call} with {_compact(block.input)}]"}  # type: ignore[union-attr]
-    if type(block) is ToolResult and block.tool_use_id in foreign:  # type: ignore[union-attr]
-        body = block.content if isinstance(block.content, str) else " ".join(  # type: ignore[union-attr]
-            getattr(b, "text", f"[{b.type}]") for b in block.content  # type: ignore[union-attr]
+        call = f"{participant} called {block.name}"
+        foreign[block.id] = call
+        return {"type": "text", "text": f"[{call} with {_compact(block.input)}]"}
+    if type(block) is ToolResult and block.tool_use_id in foreign:
+        body = block.content if isinstance(block.content, str) else " ".join(
+            getattr(b, "text", f"[{b.type}]") for b in block.content
         )
-        failed = " (an error)" if block.is_error else ""  # type: ignore[union-attr]
-        return {"type": "text", "text": f"[result of {foreign[block.tool_use_id]}{failed}: {body}]"}  # type: ignore[union-attr]
+        failed = " (an error)" if block.is_error else ""
+        return {"type": "text", "text": f"[result of {foreign[block.tool_use_id]}{failed}: {body}]"}
     return block_to_api(block)
 
 

@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..slots import Appended, SlotRegistry, parse_id, prepare_append
 from ..store.actor import StoreRef
-from ..store.engine import Engine
+from ..store.engine import Engine, StateKind
 from ..store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
 from ..strategies import catalog
 from ..strategies.base import HeadWindowReset, SelectOptions, Strategy, SummaryReader, Unit
@@ -213,8 +213,8 @@ class _Actor:
         waiting = [reply for _, reply in self.unit_waiters]
         if self.in_flight is not None and self.in_flight.reply is not None:
             waiting.append(self.in_flight.reply)
-        for reply in waiting:
-            reply.resolve(False, self.ref.refusal(None))
+        for waiter in waiting:
+            waiter.resolve(False, self.ref.refusal(None))
         self.unit_waiters.clear()
         while True:
             try:
@@ -355,8 +355,8 @@ class _Actor:
         if not commands:
             return False
         engine = self.services.engine
-        kinds = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
-        registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()  # type: ignore[arg-type]
+        kinds: dict[str, StateKind] = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
+        registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()
                      if not engine.has_state(name)]
         try:
             await self._store().ask(Atomically(commands=(*registers, *commands)))

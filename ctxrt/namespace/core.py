@@ -7,7 +7,7 @@ verdict or the store commands to send (docs/architecture.md, Namespace actors). 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -153,7 +153,7 @@ def judge_edit(
             )
 
 
-def _copies(entries: Iterable[Message]) -> Iterable[tuple[Message, dict[str, Any]]]:
+def _copies(entries: Iterable[Message]) -> Iterable[tuple[Message, Mapping[str, Any]]]:
     for entry in entries:
         meta = entry.metadata or {}
         if meta.get("relation", "copy") == "copy":

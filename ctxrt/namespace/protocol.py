@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -19,6 +19,10 @@ from ..content import Block, Message
 from ..errors import ManagerClosedError
 from ..slots import SlotCache
 from ..store.protocol import Blob
+
+if TYPE_CHECKING:
+    from ..model import Model
+    from ..strategies.base import Strategy, StrategyConfig
 
 MAILBOX_CAPACITY = 256  # asks queued or in service at once; a further ask waits for a place
 
@@ -31,8 +35,8 @@ class NamespaceConfig:
     slot: str
     auxiliary: tuple[str, ...]
     view_filter: Callable[[Message], bool] | None
-    strategy: Any
-    model: Any
+    strategy: StrategyConfig | Strategy
+    model: Model | None
 
 
 # -- commands from managers ----------------------------------------------------------------
@@ -106,7 +110,7 @@ class Remove:
 @attrs.frozen
 class SetStrategy:
     reader: str | None
-    config: Any
+    config: StrategyConfig | Strategy
 
 
 @attrs.frozen
@@ -123,7 +127,7 @@ class Derive:
 
     reader: str | None
     name: str
-    strategy: Any
+    strategy: StrategyConfig | Strategy | None
     at_sequence: int | None
 
 
@@ -239,7 +243,7 @@ class NamespaceHealth:
 class NamespaceSnapshot:
     """The actor's state at one turn, for tests. Read it; never change it."""
 
-    strategy: Any
+    strategy: Strategy
     record: Any
     floor: int
     epoch: int
@@ -295,7 +299,7 @@ class NamespaceRef:
         self._closed: Callable[[], BaseException] | None = None
         # Published by the actor for readers outside it (plain values, never its state):
         self.slot: SlotCache | None = None  # the own slot's cache, for reads of messages as stored
-        self.strategy_config: Any = config.strategy
+        self.strategy_config: StrategyConfig | Strategy = config.strategy
         self.wants_appends = False  # the strategy drains in the background: wake on every append
         self.in_flight = 0
 

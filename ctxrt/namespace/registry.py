@@ -134,7 +134,7 @@ class NamespaceRegistry:
         """The runtime is closing: stop every actor; their managers raise ``ManagerClosedError``."""
         self.closed = True
         for ref in list(self._refs.values()):
-            ref.close(lambda ref=ref: ManagerClosedError(  # type: ignore[misc]
+            ref.close(lambda ref=ref: ManagerClosedError(  # type: ignore[misc]  # mypy infers no type for a lambda default
                 f"the runtime closed; the manager of namespace {ref.namespace!r} on branch {ref.branch_name!r} "
                 f"is closed"))
         self._refs.clear()

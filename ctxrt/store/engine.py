@@ -127,7 +127,7 @@ class LogHead:
     def decode(cls, data: bytes) -> LogHead:
         length, next_ordinal, revision, rewrite, count = _LOG_HEAD.unpack_from(data)
         removed = tuple(_INTERVAL.unpack_from(data, _LOG_HEAD.size + i * _INTERVAL.size) for i in range(count))
-        return cls(length, next_ordinal, removed, revision, rewrite)  # type: ignore[arg-type]
+        return cls(length, next_ordinal, removed, revision, rewrite)
 
     def index_to_ordinal(self, index: int) -> int:
         ordinal = index
@@ -236,7 +236,7 @@ def encode_json(value: Any, *, path: str = "value") -> bytes:
         raise MalformedContentError(path, f"not JSON-serialisable: {exc}") from None
 
 
-def _seek_le(cursor: lmdb.Cursor, key: bytes, prefix: bytes) -> bool:
+def _seek_le(cursor: lmdb.Cursor[bytes], key: bytes, prefix: bytes) -> bool:
     """Position ``cursor`` on the last key <= ``key`` that starts with ``prefix``."""
     if cursor.set_range(key):
         if cursor.key() == key:
@@ -448,7 +448,7 @@ class Engine:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def reader(self) -> lmdb.Transaction:
+    def reader(self) -> lmdb.Transaction[bytes]:
         """A read transaction; use it as a context manager and never across an ``await``.
 
         A read-only environment whose map another process's writer has grown past this one's
@@ -502,7 +502,7 @@ class Engine:
             raise StateKindError(f"state {name!r} holds a value, not an append log")
         return info
 
-    def _log_head_at(self, txn: lmdb.Transaction, state: int, levels: Sequence[tuple[int, int]]) -> LogHead:
+    def _log_head_at(self, txn: lmdb.Transaction[bytes], state: int, levels: Sequence[tuple[int, int]]) -> LogHead:
         """A log state's head as a view (its levels and limits) sees it.
 
         Each level keeps its current head in one row (rewritten by every write: it sits right
@@ -512,7 +512,7 @@ class Engine:
         """
         return self._level_head(txn.cursor(db=self.dbs[keys.DB_ITEMS]), state, levels, 0)
 
-    def _level_head(self, cursor: lmdb.Cursor, state: int, levels: Sequence[tuple[int, int]], i: int) -> LogHead:
+    def _level_head(self, cursor: lmdb.Cursor[bytes], state: int, levels: Sequence[tuple[int, int]], i: int) -> LogHead:
         if i == len(levels):
             return LogHead()
         branch, limit = levels[i]
@@ -542,13 +542,13 @@ class Engine:
         return LogHead(base.length + appended, low, base.removed, max(base.revision, last), base.rewrite_revision)
 
     @staticmethod
-    def _first_version(cursor: lmdb.Cursor, state: int, branch: int, ordinal: int) -> int:
+    def _first_version(cursor: lmdb.Cursor[bytes], state: int, branch: int, ordinal: int) -> int:
         """The sequence of an ordinal's first version on ``branch``: when it was appended there."""
         cursor.set_range(keys.item_key(state, branch, ordinal, 0))
         return keys.decode_item_key(cursor.key())[3]
 
     def _find_head_with_sequence(
-        self, txn: lmdb.Transaction, state: int, levels: Sequence[tuple[int, int]]
+        self, txn: lmdb.Transaction[bytes], state: int, levels: Sequence[tuple[int, int]]
     ) -> tuple[bytes, int] | None:
         cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
         for branch, limit in levels:
@@ -557,7 +557,7 @@ class Engine:
         return None
 
     @staticmethod
-    def _last_head(cursor: lmdb.Cursor, state: int, branch: int) -> int:
+    def _last_head(cursor: lmdb.Cursor[bytes], state: int, branch: int) -> int:
         """The sequence of the newest write (state, branch) made itself, or 0."""
         if _seek_le(cursor, keys.head_key(state, branch, keys.MAX_U64), keys.head_prefix(state, branch)):
             sequence = keys.decode_head_key(cursor.key())[2]
@@ -578,7 +578,7 @@ class Engine:
     def _unreadable(self, exc: BaseException, what: str, branch: BranchRow) -> StoreCorruptError:
         return self._damaged(f"{what} on branch {branch.name!r} can't be read: {exc!r}")
 
-    def log_head(self, txn: lmdb.Transaction, state: str, branch: BranchRow, at: int | None = None) -> LogHead:
+    def log_head(self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, at: int | None = None) -> LogHead:
         info = self._log_state(state)
         if at is None and not self.readonly:
             cached = self._heads.get((info.number, branch.id))
@@ -590,7 +590,7 @@ class Engine:
             raise self._unreadable(exc, f"the head of {state!r}", branch) from None
 
     def get_value(
-        self, txn: lmdb.Transaction, state: str, branch: BranchRow, at: int | None = None
+        self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, at: int | None = None
     ) -> tuple[Any, int]:
         """The state's value on ``branch`` (as of ``at``) and the sequence that set it; (None, 0) if never set."""
         info = self.state(state)
@@ -605,7 +605,7 @@ class Engine:
             raise self._unreadable(exc, f"the value of {state!r}", branch) from None
 
     def _read_ordinal(
-        self, cursor: lmdb.Cursor, state: int, levels: Sequence[tuple[int, int]], ordinal: int
+        self, cursor: lmdb.Cursor[bytes], state: int, levels: Sequence[tuple[int, int]], ordinal: int
     ) -> Item | None:
         for branch, limit in levels:
             if _seek_le(cursor, keys.item_key(state, branch, ordinal, limit), keys.item_prefix(state, branch, ordinal)):
@@ -615,7 +615,7 @@ class Engine:
         return None
 
     def log_item(
-        self, txn: lmdb.Transaction, state: str, branch: BranchRow, index: int, at: int | None = None
+        self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, index: int, at: int | None = None
     ) -> Item | None:
         """The item at ``index`` (negative counts from the end), or None out of range."""
         info = self._log_state(state)
@@ -633,7 +633,7 @@ class Engine:
 
     def log_items(
         self,
-        txn: lmdb.Transaction,
+        txn: lmdb.Transaction[bytes],
         state: str,
         branch: BranchRow,
         at: int | None = None,
@@ -651,7 +651,7 @@ class Engine:
             raise self._unreadable(exc, f"the items of {state!r}", branch) from None
 
     def _log_items(
-        self, txn: lmdb.Transaction, info: StateInfo, levels: Sequence[tuple[int, int]], start: int,
+        self, txn: lmdb.Transaction[bytes], info: StateInfo, levels: Sequence[tuple[int, int]], start: int,
         stop: int | None, head: LogHead,
     ) -> list[Item]:
         stop = head.length if stop is None else min(stop, head.length)
@@ -708,7 +708,7 @@ class Engine:
             return self.log_items(txn, state, self._branches[branch_id])
 
     def find_index(
-        self, txn: lmdb.Transaction, state: str, branch: BranchRow, sequence: int, at: int | None = None
+        self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, sequence: int, at: int | None = None
     ) -> tuple[int, int, LogHead] | None:
         """(index, ordinal, head) of the visible item appended at ``sequence``, or None."""
         info = self._log_state(state)
@@ -718,7 +718,7 @@ class Engine:
             raise self._unreadable(exc, f"the items of {state!r}", branch) from None
 
     def _locate(
-        self, txn: lmdb.Transaction, info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int
+        self, txn: lmdb.Transaction[bytes], info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int
     ) -> tuple[int, int, LogHead] | None:
         head = self._log_head_at(txn, info.number, levels)
         cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
@@ -738,7 +738,7 @@ class Engine:
                 high = middle - 1
         return None
 
-    def get_blob(self, txn: lmdb.Transaction, sha256: str) -> tuple[bytes, str] | None:
+    def get_blob(self, txn: lmdb.Transaction[bytes], sha256: str) -> tuple[bytes, str] | None:
         try:
             raw = txn.get(bytes.fromhex(sha256), db=self.dbs[keys.DB_BLOBS])
             if raw is None:
@@ -861,7 +861,7 @@ class Engine:
 class Batch:
     """The write side of one transaction; every write method is one store operation."""
 
-    def __init__(self, engine: Engine, txn: lmdb.Transaction) -> None:
+    def __init__(self, engine: Engine, txn: lmdb.Transaction[bytes]) -> None:
         self.engine = engine
         self.txn = txn
         self.dbs = engine.dbs
@@ -925,7 +925,7 @@ class Batch:
             self.txn.put(keys.head_key(info.number, row.id, sequence), encoded, db=items)
         self.heads[(info.number, row.id)] = head
 
-    def _log_target(self, state: str, branch: str) -> tuple[StateInfo, BranchRow, LogHead]:
+    def _log_target(self, state: str, branch: str | int) -> tuple[StateInfo, BranchRow, LogHead]:
         info = self.state(state)
         if info.kind != "log":
             raise StateKindError(f"state {state!r} holds a value, not an append log")
@@ -944,7 +944,7 @@ class Batch:
                 raise StateKindError(f"state {name!r} is registered as {existing.kind!r}, not {kind!r}")
             return existing
         meta = self.dbs[keys.DB_META]
-        number = keys.decode_u32(self.txn.get(keys.META_NEXT_STATE, db=meta))
+        number = keys.decode_u32(self.txn.get(keys.META_NEXT_STATE, db=meta))  # type: ignore[arg-type]  # written when the store is made
         self.txn.put(keys.META_NEXT_STATE, keys.encode_u32(number + 1), db=meta)
         self.txn.put(name.encode(), keys.encode_u32(number) + _KIND_BYTES[kind], db=self.dbs[keys.DB_STATES])
         info = StateInfo(number, name, kind)
@@ -952,7 +952,7 @@ class Batch:
         return info
 
     def append(
-        self, state: str, branch: str, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None
+        self, state: str, branch: str | int, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None
     ) -> ItemAppended:
         info, row, head = self._log_target(state, branch)
         for sha256, blob, media_type in blobs:
@@ -978,7 +978,7 @@ class Batch:
         return located
 
     def edit(
-        self, state: str, branch: str, item_sequence: int, data: bytes,
+        self, state: str, branch: str | int, item_sequence: int, data: bytes,
         blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None,
     ) -> ItemEdited:
         info, row, head = self._log_target(state, branch)
@@ -997,7 +997,7 @@ class Batch:
         self.operations.append(operation)
         return operation
 
-    def remove(self, state: str, branch: str, from_sequence: int, to_sequence: int) -> ItemsRemoved:
+    def remove(self, state: str, branch: str | int, from_sequence: int, to_sequence: int) -> ItemsRemoved:
         """Remove the items appended at ``from_sequence`` through ``to_sequence``, inclusive."""
         info, row, head = self._log_target(state, branch)
         if from_sequence > to_sequence:
@@ -1021,7 +1021,7 @@ class Batch:
         self.operations.append(operation)
         return operation
 
-    def set_value(self, state: str, branch: str, value: Any) -> ValueSet:
+    def set_value(self, state: str, branch: str | int, value: Any) -> ValueSet:
         info = self.state(state)
         if info.kind != "value":
             raise StateKindError(f"state {state!r} is an append log, not a value")
@@ -1033,7 +1033,7 @@ class Batch:
         self.operations.append(operation)
         return operation
 
-    def create_branch(self, name: str, from_branch: str, at_sequence: int | None) -> BranchRow:
+    def create_branch(self, name: str, from_branch: str | int, at_sequence: int | None) -> BranchRow:
         try:
             validate_branch_name(name)
         except ValueError as exc:
@@ -1051,7 +1051,7 @@ class Batch:
                 "at_sequence", f"must be an integer in [0, {self.sequence}] (the store's sequence), not {fork!r}"
             )
         meta = self.dbs[keys.DB_META]
-        branch_id = keys.decode_u32(self.txn.get(keys.META_NEXT_BRANCH, db=meta))
+        branch_id = keys.decode_u32(self.txn.get(keys.META_NEXT_BRANCH, db=meta))  # type: ignore[arg-type]  # written when the store is made
         self.txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(branch_id + 1), db=meta)
         lineage = ((parent.id, fork),) + tuple((ancestor, min(fork, bound)) for ancestor, bound in parent.lineage)
         row = BranchRow(branch_id, name, parent.id, fork, lineage, int(time.time() * 1000))

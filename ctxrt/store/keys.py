@@ -72,7 +72,7 @@ def item_key(state: int, branch: int, ordinal: int, seq: int) -> bytes:
 
 
 def decode_item_key(key: bytes) -> tuple[int, int, int, int]:
-    return ITEM_KEY.unpack(key)  # type: ignore[return-value]
+    return ITEM_KEY.unpack(key)
 
 
 def item_prefix(state: int, branch: int, ordinal: int) -> bytes:

@@ -229,7 +229,7 @@ class _Walk:
         self.states: dict[int, Any] = {}  # number -> StateInfo
         self.blob_refs: dict[str, str] = {}  # sha-256 -> where it was referenced first
 
-    def table(self, txn: lmdb.Transaction, name: bytes) -> Any:
+    def table(self, txn: lmdb.Transaction[bytes], name: bytes) -> Any:
         """Every (key, value) of a table; a page LMDB can't read ends the table with a finding."""
         cursor = txn.cursor(db=self.engine.dbs[name])
         last = None
@@ -253,7 +253,7 @@ class _Walk:
             self.blobs(txn)
         self.through_engine()
 
-    def meta(self, txn: lmdb.Transaction) -> tuple[int | None, int | None]:
+    def meta(self, txn: lmdb.Transaction[bytes]) -> tuple[int | None, int | None]:
         counters: dict[bytes, int] = {}
         for key, value in self.table(txn, keys.DB_META):
             if key not in (keys.META_FORMAT, keys.META_NEXT_BRANCH, keys.META_NEXT_STATE):
@@ -267,7 +267,7 @@ class _Walk:
                 self.found.damaged("table meta", f"{key.decode()} is missing")
         return counters.get(keys.META_NEXT_BRANCH), counters.get(keys.META_NEXT_STATE)
 
-    def branches(self, txn: lmdb.Transaction, next_branch: int | None) -> dict[int, Any]:
+    def branches(self, txn: lmdb.Transaction[bytes], next_branch: int | None) -> dict[int, Any]:
         rows = {}
         for key, value in self.table(txn, keys.DB_BRANCHES):
             try:
@@ -289,7 +289,7 @@ class _Walk:
         self.branch_ids = set(rows)
         return rows
 
-    def branch_names(self, txn: lmdb.Transaction, rows: dict[int, Any]) -> None:
+    def branch_names(self, txn: lmdb.Transaction[bytes], rows: dict[int, Any]) -> None:
         named: set[int] = set()
         for key, value in self.table(txn, keys.DB_BRANCH_NAMES):
             place = f"branch name {key!r}"
@@ -307,7 +307,7 @@ class _Walk:
             if not row.deleted and row.id not in named:
                 self.found.damaged(f"branch {row.id} ({row.name!r})", "has no name entry")
 
-    def state_rows(self, txn: lmdb.Transaction, next_state: int | None) -> None:
+    def state_rows(self, txn: lmdb.Transaction[bytes], next_state: int | None) -> None:
         for key, value in self.table(txn, keys.DB_STATES):
             try:
                 info = self.engine.decode_state_row(key, value)
@@ -320,7 +320,7 @@ class _Walk:
                 self.found.damaged(f"state {info.name!r}", f"its number {info.number} is not below next_state {next_state}")
             self.states[info.number] = info
 
-    def items(self, txn: lmdb.Transaction) -> None:
+    def items(self, txn: lmdb.Transaction[bytes]) -> None:
         from .. import codec
         for key, value in self.table(txn, keys.DB_ITEMS):
             if len(key) != keys.ITEM_KEY.size:
@@ -371,7 +371,7 @@ class _Walk:
     def note_blob(self, sha256: str, place: str) -> None:
         self.blob_refs.setdefault(sha256, place)
 
-    def blobs(self, txn: lmdb.Transaction) -> None:
+    def blobs(self, txn: lmdb.Transaction[bytes]) -> None:
         stored = set()
         for key, value in self.table(txn, keys.DB_BLOBS):
             place = f"blob {key.hex()}"

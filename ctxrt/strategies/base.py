@@ -151,6 +151,14 @@ class Strategy:
         return []
 
 
+class StrategyConfig(Protocol):
+    """What ``Runtime.open(strategy=...)``, ``derive`` and ``set_strategy`` take: a config whose
+    ``create()`` makes the strategy (the bundled ones are frozen attrs classes, docs/api.md,
+    Strategies). Those calls also take a ``Strategy`` instance as is."""
+
+    def create(self) -> Strategy: ...
+
+
 @runtime_checkable
 class SummaryReader(Protocol):
     """A strategy that keeps summaries a manager can read (T6)."""

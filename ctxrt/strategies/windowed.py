@@ -7,11 +7,12 @@ which keeps a provider's prompt cache warm.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import attrs
 
-from ..content import ToolResult, ToolUse, has_block
+from ..content import Message, ToolResult, ToolUse, has_block
 from ..compile import Entry
 from ..errors import OverBudgetError
 from .base import SelectOptions, Strategy, StrategyContext
@@ -74,7 +75,7 @@ class WindowedPassthroughStrategy(Strategy):
             ctx.set_value("anchor", anchor)
         self.anchor = anchor
 
-    def _re_anchor(self, messages, usable: int, cap: int) -> int:  # type: ignore[no-untyped-def]
+    def _re_anchor(self, messages: Sequence[Message], usable: int, cap: int) -> int:
         target = self.config.re_anchor_fraction * usable
         total = 0
         start = len(messages) - 1
