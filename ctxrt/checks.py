@@ -20,7 +20,7 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
-def name(value: Any, parameter: str) -> str:
+def name(value: Any, parameter: str, *, max_bytes: int | None = None) -> str:
     """A branch, reader, namespace or message-id-like name: non-empty text a store key can hold."""
     if not isinstance(value, str):
         raise TypeError(f"{parameter} must be a string, not {_kind(value)}")
@@ -29,9 +29,11 @@ def name(value: Any, parameter: str) -> str:
     if "\x00" in value:
         raise MalformedContentError(parameter, "must not contain NUL")
     try:
-        value.encode("utf-8")
+        size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
         raise MalformedContentError(parameter, "must be valid text (it holds a lone surrogate)") from None
+    if max_bytes is not None and size > max_bytes:
+        raise MalformedContentError(parameter, f"must be at most {max_bytes} bytes of UTF-8, not {size}")
     return value
 
 

@@ -583,6 +583,7 @@ def parser() -> _Parser:
     top = _Parser(prog="ctxrt", description=DESCRIPTION, epilog=EPILOG,
                   formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    top.add_argument("--json", action="store_true", dest="json_anywhere", help=argparse.SUPPRESS)
     commands = top.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
     top.subcommands = {}
@@ -730,6 +731,7 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging()
     try:
         args = top.parse_args(argv)
+        args.json = args.json or args.json_anywhere  # --json before the command works too
         _check(top, args)
         if args.command == "bench":
             return _bench(args)

@@ -9,6 +9,7 @@ the namespace actor, in its mailbox order. Once its branch is deleted, every cal
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -135,10 +136,14 @@ class ContextManager:
     def _live(self) -> NamespaceRef:
         if self._closed or self._registry.closed:
             raise ManagerClosedError(f"the manager of namespace {self.namespace!r} on branch {self.branch!r} is closed")
-        retired = self._ref.retired
+        ref = self._ref
+        if ref.retired is None and self._registry.store is None and self._registry.engine.branch_deleted(ref.branch_id):
+            # A read-only runtime hears of no deletion (the writer may be another process): it asks.
+            self._registry.retire_branch(ref.branch_id, ref.branch_name)
+        retired = ref.retired
         if retired is not None:
             raise retired()
-        return self._ref
+        return ref
 
     def _slot(self) -> SlotCache:
         slot = self._live().slot
@@ -610,6 +615,10 @@ class ContextManager:
             if not isinstance(tool, Mapping):
                 raise TypeError(f"tools[{index}] must be a mapping (a Messages API tool definition), not "
                                 f"{type(tool).__name__}")
+            try:
+                json.dumps(tool, allow_nan=False)  # it goes into model requests as JSON
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"tools[{index}] is not JSON a model request can carry: {exc}") from None
         if tools:
             ref.tell(SetTools(tools))
 

@@ -89,7 +89,7 @@ class Runtime:
         self.slots.publish(operations)
         for operation in operations:
             if isinstance(operation, BranchDeleted):
-                self._namespaces.retire_branch(operation.row)
+                self._namespaces.retire_branch(operation.row.id, operation.row.name)
                 self.slots.drop_branch(operation.row.id)
 
     # -- namespaces and managers ------------------------------------------------------------
@@ -131,7 +131,7 @@ class Runtime:
         auxiliary: list[str] = []
         for index, aux in enumerate(checks.sequence(auxiliary_views, "auxiliary_views")):
             if aux is not None:
-                checks.name(aux, f"auxiliary_views[{index}]")
+                checks.name(aux, f"auxiliary_views[{index}]", max_bytes=states.MAX_NAMESPACE_BYTES)
             state = states.auxiliary_state(aux)
             if state == own:
                 raise ValueError(
@@ -143,7 +143,8 @@ class Runtime:
         if self._closed:
             raise RuntimeClosedError(f"the runtime on {self.path} is closed")
         row = self.engine.branch(branch)
-        config = NamespaceConfig(name, own, tuple(auxiliary), view_filter, strategy or Passthrough(), model)
+        config = NamespaceConfig(name, own, tuple(auxiliary), view_filter,
+                                 strategy if strategy is not None else Passthrough(), model)
         token = new_token()
         ref, reader = await self._namespaces.attach(row, config, view_reader, token,
                                                     explicit_strategy=strategy is not None)
@@ -250,6 +251,26 @@ class Runtime:
         )
 
 
+def _check_open_arguments(
+    path: object, model: object, readonly: object, durability: object, map_size: object, model_timeout_s: object
+) -> None:
+    """open_runtime's arguments, before any file is touched (M7)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text:
+        raise ValueError("path must name a directory (a non-empty str path)")
+    checks.text(text, "path")
+    checks.flag(readonly, "readonly")
+    if durability not in ("sync", "os"):
+        raise ValueError(f'durability must be "sync" or "os", not {durability!r}')
+    size = checks.integer(map_size, "map_size", minimum=1 << 20)
+    if size >= 1 << 63:
+        raise ValueError(f"map_size must be below 2**63 bytes, not {size}")
+    checks.timeout(model_timeout_s, "model_timeout_s")
+    _check_model(model)
+
+
 def _check_model(model: object) -> None:
     if model is not None and not isinstance(model, Model):
         raise TypeError(f"model must be a Model (with an async complete(request)) or None, not {type(model).__name__}")
@@ -282,13 +303,20 @@ async def open_runtime(
     """Open the store at ``path`` (creating it unless ``readonly``) and start its store actor.
 
     ``model_timeout_s`` bounds each compression request's model call (a call past it fails as
-    retryable, and the unit stays queued). Leaving the block closes every manager, lets the store actor answer what is queued, stops
-    the actors, closes ``model`` (an ``AnthropicModel`` closes the client it made; a client
-    handed to it stays its owner's), and syncs and closes the environment.
+    retryable, and the unit stays queued). Leaving the block closes every manager, lets the store
+    actor answer what is queued, stops the actors, closes ``model`` (an ``AnthropicModel`` closes
+    the client it made; a client handed to it stays its owner's), and syncs and closes the
+    environment.
 
     Raises:
+        TypeError, ValueError: an argument of the wrong type or value, named; nothing is touched.
         StoreLockedError: another runtime, in this process or another, writes this store.
-        StoreFormatError: not a ctxrt store, or a format this version doesn't read.
+        StoreFormatError: not a ctxrt store (a foreign LMDB environment included), or a format
+            this version doesn't read.
+        StoreCorruptError: the store's files are damaged (truncated, emptied, bad pages found
+            by the open checks); ``ctxrt verify`` walks every page and record.
+        StoreFullError: the disk is full while a new store is made.
+        StorePermissionError: the store's directory or files can't be read or written as needed.
         FileNotFoundError: ``readonly`` and no store is there.
         NotTrioError: awaited under asyncio (or any library but trio); nothing is opened.
 
@@ -296,6 +324,7 @@ async def open_runtime(
     beside the block's own error) come out as an ``ExceptionGroup``.
     """
     require_trio("ctxrt.open_runtime")
+    _check_open_arguments(path, model, readonly, durability, map_size, model_timeout_s)
     handle = open_store(path, readonly=readonly, durability=durability, map_size=map_size)
     try:
         async with _unwrapped(), trio.open_nursery() as nursery:

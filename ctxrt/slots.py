@@ -265,8 +265,8 @@ def _sequence(message: Message) -> int:
 
 def parse_id(message_id: object) -> int | None:
     """A message id's sequence, or None if it isn't one (ids are decimal sequences)."""
-    if isinstance(message_id, str) and message_id.isdigit() and message_id.isascii():
-        return int(message_id)
+    if isinstance(message_id, str) and message_id.isdigit() and message_id.isascii() and len(message_id) <= 20:
+        return int(message_id)  # a sequence is at most 20 digits (a u64); a longer "id" names nothing
     return None
 
 

@@ -378,3 +378,58 @@ async def test_health_and_statistics_report_each_namespace_mailbox_and_model_cal
                 release.set()
             assert (await m.health()).in_flight_model_calls == 0
             assert len(await m.search_summaries()) == 1
+
+
+async def test_a_read_only_runtime_retires_managers_on_a_branch_the_writer_deleted(tmp_path: Path) -> None:
+    """L5: a read-only runtime hears of no deletion, so its managers ask: once the writer deletes the
+    branch (and makes another of the name), each call raises BranchNotFoundError, never reading the new one."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as rt:
+            writer = await rt.open("a")
+            await writer.add_message("user", "on main")
+            await writer.fork("side")
+            await writer.add_message("user", "old side")
+            async with ctxrt.open_runtime(tmp_path / "s", readonly=True) as ro:
+                reader = await ro.open("a", branch="side")
+                assert [m.content[0].text for m in await reader.get_all_messages()] == ["on main", "old side"]
+                await writer.switch_branch("main")
+                await rt.delete_branch("side")
+                await rt.create_branch("side")
+                for call in (reader.get_all_messages, reader.compile, reader.message_count):
+                    with pytest.raises(ctxrt.BranchNotFoundError, match="'side' was deleted"):
+                        await call()
+                fresh = await ro.open("a", branch="side")
+                assert [m.content[0].text for m in await fresh.get_all_messages()] == ["on main"]
+
+
+class ExplodingBackoff(ctxrt.Strategy):
+    """A host strategy whose wake_at breaks its contract."""
+
+    name = "exploding-backoff"
+    marks_compression_reads = True
+    auto_tick = True
+
+    def __init__(self, wake: Any) -> None:
+        self.wake = wake
+
+    def select(self, view: Any, budget: Any, options: Any) -> list[ctxrt.Entry]:
+        return [ctxrt.Entry(m.participant, m.content, (m.id,)) for m in view.get_all()]
+
+    def wake_at(self) -> float | None:
+        if isinstance(self.wake, Exception):
+            raise self.wake
+        return self.wake  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("wake", [RuntimeError("boom"), "soon", 10**400, float("nan")], ids=["raises", "a string",
+                                                                                             "too big", "nan"])
+async def test_a_strategy_whose_backoff_breaks_never_stops_the_runtime(tmp_path: Path, wake: Any) -> None:
+    """L2, L3: a host strategy's wake_at that raises or answers nonsense is logged and ignored; the actor
+    and the runtime keep serving."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as rt:
+            m = await rt.open("a", strategy=ExplodingBackoff(wake))
+            for i in range(3):
+                await m.add_message("user", f"line {i}")
+            assert len((await m.compile()).messages) == 3
+            assert (await m.health()).managers == 1

@@ -428,7 +428,7 @@ class _Actor:
         now = trio.current_time()
         deadline = self.holds.next_lapse(now)
         if self.strategy.auto_tick and not self.readonly and self.in_flight is None:
-            wake = self.strategy.wake_at()
+            wake = self._wake_at()
             if wake is not None and wake > now:  # a backoff already over is no reason to wake again
                 deadline = min(deadline, wake)
         return deadline
@@ -676,12 +676,15 @@ class _Actor:
         # Checked now and again when its turn comes: a claim may land while it waits (C8).
         check_reader(self.record, command.reader, self.place)
         self._require_strategy()
-        if isinstance(command, ResetHeadWindow) and not isinstance(self.strategy, HeadWindowReset):
-            raise StrategyRefusedError(f"strategy {self.strategy.name!r} does not support head window reset")
+        self._require_capability(command)
         if reply is None:
             return None
         self.unit_waiters.append((command, reply))
         return _LATER
+
+    def _require_capability(self, command: Tick | ResetHeadWindow) -> None:
+        if isinstance(command, ResetHeadWindow) and not isinstance(self.strategy, HeadWindowReset):
+            raise StrategyRefusedError(f"strategy {self.strategy.name!r} does not support head window reset")
 
     async def _pump(self) -> None:
         """Start the next unit when none is out: a manager's first, else the drain's."""
@@ -693,7 +696,7 @@ class _Actor:
                 except Exception as exc:
                     reply.resolve(False, exc)
             elif self.drain_wanted and self.strategy.auto_tick and not self.readonly and self.strategy_error is None:
-                wake = self.strategy.wake_at()
+                wake = self._wake_at()
                 if wake is not None and wake > trio.current_time():
                     self.drain_wanted = False  # the loop's deadline wakes it when the backoff ends
                     return
@@ -707,6 +710,20 @@ class _Actor:
             else:
                 return
 
+    def _wake_at(self) -> float | None:
+        """The strategy's backoff, if it names a usable time: a host strategy's mistake here is
+        logged and ignored, never the end of the actor."""
+        try:
+            wake = self.strategy.wake_at()
+            if wake is None:
+                return None
+            wake = float(wake)
+        except Exception:
+            logger.exception("strategy %r of %s: wake_at() failed; ignoring its backoff", self.strategy.name,
+                             self.place)
+            return None
+        return wake if not math.isnan(wake) else None
+
     async def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply | None) -> bool:
         """Plan the next unit, raise the floor and start its model call; True if a call is out.
 
@@ -715,6 +732,7 @@ class _Actor:
         if command is not None:
             check_reader(self.record, command.reader, self.place)
             self._require_strategy()
+            self._require_capability(command)  # the strategy may have been replaced while it waited
         if self.readonly:
             if reply is not None:
                 reply.resolve(True, False)

@@ -93,7 +93,7 @@ class NamespaceRegistry:
         while True:
             if self.closed:
                 raise RuntimeClosedError("the runtime is closed")
-            if branch.deleted or self.engine.branch_by_id(branch.id).deleted:
+            if branch.deleted or self.engine.branch_deleted(branch.id):
                 raise BranchNotFoundError(f"branch {branch.name!r} was deleted")
             ref = self._refs.get(key)
             if ref is None:
@@ -122,11 +122,12 @@ class NamespaceRegistry:
     async def _serve(self, ref: NamespaceRef, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await serve_namespace(self._services, ref, task_status=task_status)
 
-    def retire_branch(self, row: BranchRow) -> None:
-        """The branch was deleted: stop its actors at once; their managers raise ``BranchNotFoundError``."""
-        error = lambda: BranchNotFoundError(f"branch {row.name!r} was deleted; its managers are retired")  # noqa: E731
+    def retire_branch(self, branch_id: int, name: str) -> None:
+        """Branch ``name`` (id ``branch_id``) was deleted: stop its actors at once; their managers
+        raise ``BranchNotFoundError``."""
+        error = lambda: BranchNotFoundError(f"branch {name!r} was deleted; its managers are retired")  # noqa: E731
         for key, ref in list(self._refs.items()):
-            if key[0] == row.id:
+            if key[0] == branch_id:
                 del self._refs[key]
                 ref.close(error)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import checks
 
 DEFAULT_NAMESPACE = "default"
+MAX_NAMESPACE_BYTES = 300  # leaves room for the longest suffix within the store's 400-byte state names
 SHARED_SLOT = "messages"
 _READER = "/reader"
 
@@ -22,7 +23,7 @@ def normalise_namespace(namespace: object) -> str:
     """
     if namespace is None or namespace == "":
         return DEFAULT_NAMESPACE
-    return checks.name(namespace, "namespace")
+    return checks.name(namespace, "namespace", max_bytes=MAX_NAMESPACE_BYTES)
 
 
 def slot_state(namespace: str, isolate: bool) -> str:
@@ -36,7 +37,7 @@ def is_slot(state: str) -> bool:
 
 def auxiliary_state(name: str | None) -> str:
     """The slot ``auxiliary_views`` names: None is the shared slot, a namespace its isolated one."""
-    return SHARED_SLOT if name is None else f"{normalise_namespace(name)}/messages"
+    return SHARED_SLOT if name is None else f"{normalise_namespace(name)}/messages"  # raises naming "namespace"
 
 
 def reader_state(namespace: str) -> str:

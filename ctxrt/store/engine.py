@@ -696,7 +696,7 @@ class Engine:
         the state isn't registered."""
         if not self.has_state(state):
             return default
-        with self.env.begin() as txn:
+        with self.reader() as txn:
             value, sequence = self.get_value(txn, state, self._branches[branch_id])
         return default if sequence == 0 else value
 
@@ -704,8 +704,18 @@ class Engine:
         """Every item of log ``state`` on branch ``branch_id`` ([] if the state isn't registered)."""
         if not self.has_state(state):
             return []
-        with self.env.begin() as txn:
+        with self.reader() as txn:
             return self.log_items(txn, state, self._branches[branch_id])
+
+    def branch_deleted(self, branch_id: int) -> bool:
+        """Whether branch ``branch_id`` was deleted. A read-only engine reads the row afresh: the
+        writer that deleted it may be another process."""
+        if not self.readonly:
+            return self._branches[branch_id].deleted
+        key = keys.encode_u32(branch_id)
+        with self.reader() as txn:
+            raw = txn.get(key, db=self.dbs[keys.DB_BRANCHES])
+        return raw is None or self.decode_branch_row(key, bytes(raw)).deleted
 
     def find_index(
         self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, sequence: int, at: int | None = None
