@@ -22,19 +22,14 @@ def _kind(value: object) -> str:
 
 def name(value: Any, parameter: str, *, max_bytes: int | None = None) -> str:
     """A branch, reader, namespace or message-id-like name: non-empty text a store key can hold."""
-    if not isinstance(value, str):
-        raise TypeError(f"{parameter} must be a string, not {_kind(value)}")
-    if not value:
+    checked = text(value, parameter)
+    if not checked:
         raise MalformedContentError(parameter, "must not be empty")
-    if "\x00" in value:
+    if "\x00" in checked:
         raise MalformedContentError(parameter, "must not contain NUL")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise MalformedContentError(parameter, "must be valid text (it holds a lone surrogate)") from None
-    if max_bytes is not None and size > max_bytes:
+    if max_bytes is not None and (size := len(checked.encode("utf-8"))) > max_bytes:
         raise MalformedContentError(parameter, f"must be at most {max_bytes} bytes of UTF-8, not {size}")
-    return value
+    return checked
 
 
 def optional_name(value: Any, parameter: str) -> str | None:

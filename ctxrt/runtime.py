@@ -264,7 +264,7 @@ def _check_open_arguments(
     checks.flag(readonly, "readonly")
     if durability not in ("sync", "os"):
         raise ValueError(f'durability must be "sync" or "os", not {durability!r}')
-    size = checks.integer(map_size, "map_size", minimum=1 << 20)
+    size = checks.integer(map_size, "map_size", minimum=1)
     if size >= 1 << 63:
         raise ValueError(f"map_size must be below 2**63 bytes, not {size}")
     checks.timeout(model_timeout_s, "model_timeout_s")
