@@ -206,7 +206,7 @@ def _demo_table(report: Any, hint: str) -> None:
 
 
 async def _inspect(args: argparse.Namespace) -> int:
-    async with open_runtime(args.store, readonly=True) as runtime:
+    async with open_runtime(args.store, readonly=True, check_pages=True) as runtime:
         engine = runtime.engine
         branches = await runtime.list_branches()
         data: dict[str, Any] = {"store": str(runtime.path), "sequence": engine.last_sequence, "branches": []}
@@ -281,7 +281,7 @@ async def _require_namespace(runtime: Runtime, args: argparse.Namespace) -> str:
 
 
 async def _messages(args: argparse.Namespace) -> int:
-    async with open_runtime(args.store, readonly=True) as runtime:
+    async with open_runtime(args.store, readonly=True, check_pages=True) as runtime:
         await _require_branch(runtime, args)
         engine = runtime.engine
         slots = sorted(state.name for state in engine.list_states() if state.kind == "log" and states.is_slot(state.name))
@@ -320,7 +320,7 @@ async def _messages(args: argparse.Namespace) -> int:
 
 
 async def _compile(args: argparse.Namespace) -> int:
-    async with open_runtime(args.store, readonly=True) as runtime:
+    async with open_runtime(args.store, readonly=True, check_pages=True) as runtime:
         namespace = await _require_namespace(runtime, args)
         manager = await runtime.open(namespace, view_reader=args.reader, branch=args.branch,
                                      strategy=_stored_strategy(runtime, namespace, args))
@@ -363,7 +363,7 @@ def _stored_strategy(runtime: Runtime, namespace: str, args: argparse.Namespace)
 
 
 async def _summaries(args: argparse.Namespace) -> int:
-    async with open_runtime(args.store, readonly=True) as runtime:
+    async with open_runtime(args.store, readonly=True, check_pages=True) as runtime:
         namespace = await _require_namespace(runtime, args)
         engine = runtime.engine
         found = []

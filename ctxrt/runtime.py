@@ -24,6 +24,7 @@ from .slots import SlotRegistry
 from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_store
 from .store.engine import BranchDeleted, Engine, Operation
 from .store.environment import Durability, StoreHandle, close_store, open_store
+from .store.files import check_pages as check_store_pages
 from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, describe_branches
 from .strategies.base import Strategy, StrategyConfig
 from .strategies.passthrough import Passthrough
@@ -299,6 +300,7 @@ async def open_runtime(
     durability: Durability = "sync",
     map_size: int = 1 << 36,
     model_timeout_s: float = MODEL_TIMEOUT_S,
+    check_pages: bool = False,
 ) -> AsyncIterator[Runtime]:
     """Open the store at ``path`` (creating it unless ``readonly``) and start its store actor.
 
@@ -307,6 +309,11 @@ async def open_runtime(
     actor answer what is queued, stops the actors, closes ``model`` (an ``AnthropicModel`` closes
     the client it made; a client handed to it stays its owner's), and syncs and closes the
     environment.
+
+    The open checks the store's files at a constant cost (meta pages, size, table roots). A page
+    damaged deep inside a table passes those checks, and LMDB may abort the process that reads
+    it; ``check_pages=True`` first walks every page with plain reads (about 10 ms per MB) and
+    refuses a damaged store with ``StoreCorruptError``. The CLI's read-only commands do this.
 
     Raises:
         TypeError, ValueError: an argument of the wrong type or value, named; nothing is touched.
@@ -325,6 +332,8 @@ async def open_runtime(
     """
     require_trio("ctxrt.open_runtime")
     _check_open_arguments(path, model, readonly, durability, map_size, model_timeout_s)
+    if checks.flag(check_pages, "check_pages"):
+        check_store_pages(Path(os.fspath(path)))
     handle = open_store(path, readonly=readonly, durability=durability, map_size=map_size)
     try:
         async with _unwrapped(), trio.open_nursery() as nursery:

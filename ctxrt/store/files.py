@@ -401,3 +401,29 @@ def _free_pages(directory: Path, fd: int, size: int, meta: Meta) -> set[int]:
                 raise _corrupt(directory, f"a free-page list in page {number} claims {count} pages it doesn't hold")
             free.update(struct.unpack_from(f"{_E}{count}Q", data, 8))
     return free
+
+
+def page_problems(directory: Path) -> list[str]:
+    """Every structural problem of the data file's pages, walked with plain reads by py-lmdb's
+    pure-Python walker (it never maps the file, so damage can't crash this process). About 10 ms
+    per MB. Raises ``StoreCorruptError`` when the pages can't be walked at all, ``OSError`` when
+    the file can't be read."""
+    from lmdb import verify as structural
+
+    try:
+        return list(structural.verify(str(directory), subdir=True))
+    except structural.VerifyError as exc:
+        raise StoreCorruptError(str(directory / DATA_NAME), f"its pages can't be walked: {exc}") from None
+
+
+def check_pages(directory: Path) -> None:
+    """Refuse a store whose pages are damaged (``StoreCorruptError``), before LMDB reads them.
+
+    Skipped while a writer holds the store: its pages move under a walk, and it is reading them
+    soundly. A store not yet made has nothing to check."""
+    if not (directory / DATA_NAME).exists() or writer_holds_lock(directory):
+        return
+    problems = page_problems(directory)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise StoreCorruptError(str(directory / DATA_NAME), "; ".join(problems[:3]) + more)

@@ -185,12 +185,10 @@ def _check_files(directory: Path, found: _Findings) -> files.Meta | None:
 
 def _walk_pages(directory: Path, meta: files.Meta, found: _Findings) -> bool:
     """Check every page's structure without LMDB; True if all are sound."""
-    from lmdb import verify as structural  # py-lmdb's pure-Python page walker (reads, never maps)
-
     try:
-        problems = structural.verify(str(directory), subdir=True)
-    except structural.VerifyError as exc:
-        found.damaged(files.DATA_NAME, f"its pages can't be walked: {exc}")
+        problems = files.page_problems(directory)
+    except StoreCorruptError as exc:
+        found.damaged(files.DATA_NAME, exc.what)
         return False
     except OSError as exc:
         found.damaged(files.DATA_NAME, f"its pages can't be read: {exc}")
