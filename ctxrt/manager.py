@@ -552,7 +552,10 @@ class ContextManager:
         ref = self._live()
         checks.optional_text(text, "text")
         if regex is not None:
-            re.compile(checks.text(regex, "regex"))  # re.error before anything is sent
+            try:
+                re.compile(checks.text(regex, "regex"))  # re.error before anything is sent
+            except (OverflowError, RecursionError) as exc:  # the re module's other refusals
+                raise re.error(f"regex can't be compiled: {exc}") from None
         if levels is not None:
             levels = tuple(checks.integer(level, f"levels[{i}]", minimum=1)
                            for i, level in enumerate(checks.sequence(levels, "levels")))

@@ -12,12 +12,12 @@ import attrs
 import trio
 
 from . import checks
-from .errors import ReadOnlyStoreError, RuntimeClosedError
+from .errors import MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
 from .content import Message
 from .model import Model
 from .manager import ContextManager
 from .namespace import states
-from .namespace.actor import MODEL_TIMEOUT_S
+from .namespace.actor import MODEL_TIMEOUT_S, build_strategy
 from .namespace.protocol import NamespaceConfig
 from .namespace.registry import NamespaceRegistry, NamespaceStatistics, new_token
 from .slots import SlotRegistry
@@ -122,6 +122,8 @@ class Runtime:
         If cancelled, no manager is made; a claim that already committed stands (L4).
         """
         checks.optional_name(view_reader, "view_reader")  # C4: "" is refused
+        if strategy is not None:
+            build_strategy(strategy)  # TypeError naming it, before any lookup or attach
         name = states.normalise_namespace(namespace)
         checks.name(branch, "branch")
         if isolate and namespace in (None, ""):
@@ -222,9 +224,15 @@ class Runtime:
 
         If cancelled after sending, the branch may still be created.
         """
-        for parameter, value in (("name", name), ("from_branch", from_branch)):
-            if not isinstance(value, str):
-                raise TypeError(f"{parameter} must be a string, not {type(value).__name__}")
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, not {type(name).__name__}")
+        checks.name(from_branch, "from_branch")
+        if at_sequence is not None:
+            checks.integer(at_sequence, "at_sequence")
+            if not 0 <= at_sequence <= self.engine.last_sequence:
+                raise MalformedContentError(
+                    "at_sequence", f"must be an integer in [0, {self.engine.last_sequence}] (the store's sequence), "
+                                   f"not {at_sequence!r}")
         row = await self.store.ask(CreateBranch(name=name, from_branch=from_branch, at_sequence=at_sequence))
         return next(info for info in describe_branches(self.engine) if info.id == row.id)
 
@@ -252,6 +260,10 @@ class Runtime:
         )
 
 
+MIN_MAP_SIZE = 1 << 16  # below about 28 KiB LMDB can't even create its tables
+MAX_MAP_SIZE = 1 << 46  # 64 TiB: past what one process's address space maps
+
+
 def _check_open_arguments(
     path: object, model: object, readonly: object, durability: object, map_size: object, model_timeout_s: object
 ) -> None:
@@ -262,12 +274,18 @@ def _check_open_arguments(
     if not isinstance(text, str) or not text:
         raise ValueError("path must name a directory (a non-empty str path)")
     checks.text(text, "path")
+    if "\x00" in text:
+        raise MalformedContentError("path", "must not contain NUL")
+    if any(len(part.encode("utf-8")) > 255 for part in Path(text).parts):
+        raise MalformedContentError("path", "has a name longer than 255 bytes, which no filesystem here takes")
+    if Path(text).exists() and not Path(text).is_dir():
+        raise MalformedContentError("path", f"{text!r} is a file; a store is a directory")
     checks.flag(readonly, "readonly")
     if durability not in ("sync", "os"):
         raise ValueError(f'durability must be "sync" or "os", not {durability!r}')
-    size = checks.integer(map_size, "map_size", minimum=1)
-    if size >= 1 << 63:
-        raise ValueError(f"map_size must be below 2**63 bytes, not {size}")
+    size = checks.integer(map_size, "map_size", minimum=MIN_MAP_SIZE)
+    if size > MAX_MAP_SIZE:
+        raise ValueError(f"map_size must be at most {MAX_MAP_SIZE} bytes (2**46, what a process can map), not {size}")
     checks.timeout(model_timeout_s, "model_timeout_s")
     _check_model(model)
 

@@ -80,6 +80,7 @@ def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:
     for index, item in enumerate(caused_by):
         if not isinstance(item, str) or not item:
             raise MalformedContentError(f"caused_by[{index}]", f"must be a non-empty message id string, not {item!r}")
+        checks.text(item, f"caused_by[{index}]")  # a lone surrogate can't be stored
     return tuple(caused_by)
 
 

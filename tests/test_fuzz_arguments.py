@@ -24,11 +24,6 @@ so examples are independent and Hypothesis can replay and shrink them. The check
 ``open_runtime`` is fuzzed too (each example in a fresh directory, which a refusal must leave as
 it was), and ``Budget``, ``Injection`` and ``MessageInjection`` as plain constructors.
 
-Escapes found and not yet fixed are listed in ``KNOWN_ESCAPES`` (``_known_open_runtime_escape`` for
-``open_runtime``): the fuzz skips inputs matching one, and each has a strict-xfail reproduction at
-the end (``test_known_escape_<name>``). When a fix lands its reproduction XPASSes, which fails under
-strict: delete the reproduction and its entry, and the fuzz judges those inputs again.
-
 ``make test`` runs a few hundred derandomised examples per test; ``make soak`` (``CTXRT_SOAK=1``)
 runs thousands with fresh random examples.
 """
@@ -709,41 +704,6 @@ TARGETS = [
 TARGET_BY_NAME = {t.name: t for t in TARGETS}
 
 # --------------------------------------------------------------------------------------------
-# Escapes found by this fuzz and not yet fixed (each has a strict-xfail reproduction below)
-# --------------------------------------------------------------------------------------------
-
-
-# name -> predicate(target, fuzzed parameter, value): the input meets that escape. Each name has a
-# strict-xfail reproduction ``test_known_escape_<name>`` below; remove both once it is fixed.
-KNOWN_ESCAPES: dict[str, Callable[[str, str, Any], bool]] = {
-    "open_strategy_unchecked": lambda target, param, value: (
-        target in ("open", "reopen_derived") and param == "strategy" and o_strategy(value) == INVALID
-        and not isinstance(value, type)),
-    "strategy_class": lambda target, param, value: (
-        param == "strategy" and isinstance(value, type) and callable(getattr(value, "create", None))),
-    "create_branch_unchecked": lambda target, param, value: target == "create_branch" and (
-        (param == "at_sequence" and o_at_sequence(value) == INVALID)
-        or (param == "from_branch" and o_name(value) == INVALID)),
-    "caused_by_surrogate": lambda target, param, value: (
-        target == "add_message" and param == "caused_by" and _is_seq(value)
-        and any(isinstance(v, str) and v and not _encodable(v) for v in value)),
-    "regex_compile_escape": lambda target, param, value: (
-        target == "search_summaries" and param == "regex" and _compile_escapes(value)),
-}
-
-
-def _compile_escapes(pattern: Any) -> bool:
-    """re.compile raises something else than re.error (or TypeError for a non-string) for ``pattern``."""
-    try:
-        re.compile(pattern)
-    except (OverflowError, RecursionError):
-        return True
-    except Exception:
-        return False
-    return False
-
-
-# --------------------------------------------------------------------------------------------
 # The environment of one example
 # --------------------------------------------------------------------------------------------
 
@@ -984,27 +944,12 @@ def _consistent_open(kwargs: dict[str, Any], fuzzed: str) -> None:
         kwargs["auxiliary_views"] = ()
 
 
-def known_escape(case: Case, value: Any) -> str | None:
-    for name, matches in KNOWN_ESCAPES.items():
-        if matches(case.target, case.fuzzed, value):
-            return name
-    return None
-
-
 def fuzz(targets: Sequence[Target], examples: int) -> None:
     store = Store()
     try:
         @settings(max_examples=examples, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
         @given(case=cases(targets))
         def check(case: Case) -> None:
-            value = case.kwargs[case.fuzzed]
-            if isinstance(value, DerivationWith):
-                escape = known_escape(attrs.evolve(case, fuzzed=value.field), static(value.value))
-            else:
-                escape = known_escape(case, static(value))
-            if escape is not None:
-                note(f"known escape {escape}: not judged")
-                return
             path = store.path()
             try:
                 outcome = trio.run(run_case, path, case)
@@ -1121,13 +1066,14 @@ def o_path(value: Any) -> str:
     text = os.fspath(value)
     if not isinstance(text, str) or not text or "\x00" in text or not _encodable(text):
         return INVALID
-    return UNKNOWN  # too long a name, a file in the way: the filesystem decides
+    if any(len(part.encode("utf-8")) > 255 for part in Path(text).parts):
+        return INVALID
+    return UNKNOWN  # a file in the way, permissions: the filesystem decides
 
 
 def o_map_size(value: Any) -> str:
-    """Any positive number of bytes below 2**63 (LMDB's own minimum applies); past the address space: unknown."""
-    return VALID if _is_int(value) and 1 <= value < 1 << 40 else (
-        UNKNOWN if _is_int(value) and 1 << 40 <= value < 1 << 63 else INVALID)
+    """From 64 KiB (below about 28 KiB LMDB can't make its tables) to 2**46 bytes (what a process maps)."""
+    return VALID if _is_int(value) and 1 << 16 <= value <= 1 << 46 else INVALID
 
 
 OPEN_RUNTIME_PARAMS: dict[str, Param] = {
@@ -1171,19 +1117,6 @@ async def _open_and_close(kwargs: dict[str, Any]) -> None:
         pass
 
 
-def _known_open_runtime_escape(fuzzed: str, value: Any) -> str | None:
-    if fuzzed == "path" and isinstance(value, str) and "\x00" in value:
-        return "open_runtime_nul_path"
-    too_long = isinstance(value, str) and len(value.encode("utf-8", "surrogatepass")) > 255  # one name in _inside
-    if fuzzed == "path" and ((isinstance(value, Place) and value.what == "file") or too_long):
-        return "open_runtime_path_errors"
-    if fuzzed == "map_size" and o_map_size(value) == UNKNOWN:
-        return "open_runtime_huge_map"
-    if fuzzed == "map_size" and _is_int(value) and 1 <= value < 1 << 15:
-        return "open_runtime_tiny_map"
-    return None
-
-
 @pytest.mark.soak
 def test_fuzz_open_runtime_arguments(soak_scale: Callable[[int, int], int]) -> None:
     store = Store()
@@ -1192,10 +1125,6 @@ def test_fuzz_open_runtime_arguments(soak_scale: Callable[[int, int], int]) -> N
         @given(data=open_runtime_cases())
         def check(data: tuple[str, dict[str, Any]]) -> None:
             fuzzed, drawn = data
-            escape = _known_open_runtime_escape(fuzzed, static(drawn[fuzzed]))
-            if escape is not None:
-                note(f"known escape {escape}: not judged")
-                return
             directory = store.path()
             directory.mkdir()
             (directory / "file").write_text("not a store")
@@ -1229,142 +1158,3 @@ def test_fuzz_open_runtime_arguments(soak_scale: Callable[[int, int], int]) -> N
         check()
     finally:
         store.close()
-
-
-# --------------------------------------------------------------------------------------------
-# Reproductions of the escapes found (strict xfail until the lead's fix lands)
-# --------------------------------------------------------------------------------------------
-
-
-def _xfail(reason: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
-def bad(value: object) -> Any:
-    """A wrong argument, passed on purpose (typed Any so the type checker lets it through)."""
-    return value
-
-
-@_xfail("Runtime.open (and reopen_derived) don't check strategy at the edge: it is built (type-checked) only by "
-        "NamespaceRegistry.attach when no actor runs for the (branch, namespace), after the branch lookup, so "
-        "open(strategy=True, branch='nope') raises BranchNotFoundError and open('fz', strategy=5) beside a running "
-        "'fz' raises ConfigConflictError, not TypeError naming strategy (M7). (17d8413 fixed falsy strategies taken "
-        "as Passthrough.) Nothing is written. Fix in Runtime.open: build (type-check) the strategy before the "
-        "branch lookup and the attach.")
-async def test_known_escape_open_strategy_unchecked(runtime: ctxrt.Runtime) -> None:
-    running = await runtime.open("fz")
-    falsy: tuple[Any, ...] = (0, "", [], False)
-    for value in falsy:
-        with pytest.raises(TypeError, match="strategy"):
-            manager = await runtime.open(f"fz-{value!r}", strategy=bad(value))
-            await manager.aclose()
-    with pytest.raises(TypeError, match="strategy"):
-        await runtime.open("other", strategy=bad(True), branch="nope")
-    with pytest.raises(TypeError, match="strategy"):
-        await runtime.open("fz", strategy=bad(5))
-    await running.aclose()
-
-
-@_xfail("A strategy given as a class with a create() method (strategy=ctxrt.Passthrough, not Passthrough()) makes "
-        "build_strategy call Passthrough.create() unbound: TypeError(\"Passthrough.create() missing 1 required "
-        "positional argument: 'self'\"), which doesn't name the parameter (M7). Fix in namespace/actor.py "
-        "build_strategy: refuse a class (isinstance(config, type)) with the 'strategy must be a strategy config' "
-        "error.")
-async def test_known_escape_strategy_class(runtime: ctxrt.Runtime) -> None:
-    manager = await runtime.open("fz")
-    config_class = bad(Passthrough)
-    for call in (lambda: runtime.open("other", strategy=config_class), lambda: manager.set_strategy(config_class),
-                 lambda: manager.derive(branch="child", strategy=config_class)):
-        with pytest.raises(TypeError, match="strategy must be"):
-            await call()
-
-
-@_xfail("Runtime.create_branch checks only that name and from_branch are strings and passes everything to the "
-        "store, which judges the name's existence first: create_branch('side', at_sequence=True) and "
-        "create_branch('side', from_branch='') raise BranchExistsError when 'side' exists (a bad from_branch or "
-        "at_sequence is refused by whichever check comes first), and a wrong type (at_sequence=1.0) is a "
-        "MalformedContentError, not TypeError (M7). Nothing is written. Fix in Runtime.create_branch: "
-        "checks.name(from_branch, 'from_branch') and checks.optional_integer(at_sequence, 'at_sequence', minimum=0) "
-        "before sending.")
-async def test_known_escape_create_branch_unchecked(runtime: ctxrt.Runtime) -> None:
-    await runtime.create_branch("side")
-    for value in (True, 1.0, -1):
-        with pytest.raises((TypeError, ValueError), match="at_sequence"):
-            await runtime.create_branch("side", at_sequence=bad(value))
-    for name in ("", "a\x00b", "\ud800"):
-        with pytest.raises(MalformedContentError, match="from_branch"):
-            await runtime.create_branch("side", from_branch=name)
-    with pytest.raises(TypeError, match="at_sequence"):
-        await runtime.create_branch("other", at_sequence=bad(1.0))
-
-
-@_xfail("search_summaries(regex=...) lets re.compile's other errors out: regex='a{99999999999}' raises "
-        "OverflowError('the repetition number is too large') and regex='(' * 1000 + ')' * 1000 raises RecursionError; "
-        "only re.error is documented. Nothing is written. Fix in ContextManager.search_summaries: turn OverflowError "
-        "and RecursionError from re.compile into re.error (or MalformedContentError('regex', ...)).")
-async def test_known_escape_regex_compile_escape(runtime: ctxrt.Runtime) -> None:
-    manager = await runtime.open("fz")
-    for regex in ("a{99999999999}", "(" * 1000 + ")" * 1000):
-        with pytest.raises((re.error, ValueError)):
-            await manager.search_summaries(regex=regex)
-
-
-@_xfail("add_message(caused_by=['\\ud800']) raises UnicodeEncodeError ('surrogates not allowed') from "
-        "message_to_json's final encode: slots._validate_caused_by checks only that each id is a non-empty str. "
-        "Nothing is written. Fix in slots._validate_caused_by: refuse text that isn't valid UTF-8 "
-        "(MalformedContentError('caused_by[i]', ...)), e.g. with codec._string / checks.name.")
-async def test_known_escape_caused_by_surrogate(runtime: ctxrt.Runtime) -> None:
-    manager = await runtime.open("fz")
-    with pytest.raises(MalformedContentError) as caught:
-        await manager.add_message("user", "hello", caused_by=["\ud800"])
-    assert caught.value.path == "caused_by[0]"
-
-
-@_xfail("open_runtime(path='a\\x00b') raises ValueError('embedded null byte') from os: _check_open_arguments checks "
-        "the path with checks.text, which takes NUL, so the message doesn't name path (M7). Nothing is created. Fix in "
-        "runtime._check_open_arguments: refuse NUL in path (MalformedContentError('path', 'must not contain NUL')).")
-async def test_known_escape_open_runtime_nul_path(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="path"):
-        async with ctxrt.open_runtime(str(tmp_path / "a\x00b")):
-            pass
-
-
-@_xfail("open_runtime on a path the filesystem refuses lets the OS error out: a path naming a regular file raises "
-        "FileExistsError, a name over the filesystem's 255 bytes raises OSError(ENAMETOOLONG) after creating the "
-        "parent directories; neither is documented (StorePermissionError, FileNotFoundError are). Fix in "
-        "store/environment.open_store: turn these OSErrors into a documented error naming the path (e.g. "
-        "StorePermissionError, or ValueError('path ...')) and create nothing first.")
-async def test_known_escape_open_runtime_path_errors(tmp_path: Path) -> None:
-    (tmp_path / "file").write_text("not a store")
-    for path in (tmp_path / "file", tmp_path / "parent" / ("x" * 300)):
-        with pytest.raises((ValueError, ctxrt.CtxrtError)):
-            async with ctxrt.open_runtime(path):
-                pass
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
-
-
-@_xfail("open_runtime(map_size=2**62) passes the argument check (map_size < 2**63) and then LMDB's mmap fails: "
-        "MemoryError ('Cannot allocate memory'), undocumented, and the store directory is left created. Fix in "
-        "runtime._check_open_arguments / store.environment.open_store: bound map_size to what the address space "
-        "takes (e.g. 2**46) or turn the mmap failure into StoreFullError/ValueError naming map_size, creating nothing.")
-async def test_known_escape_open_runtime_huge_map(tmp_path: Path) -> None:
-    with pytest.raises((ValueError, ctxrt.StoreFullError)):
-        async with ctxrt.open_runtime(tmp_path / "store", map_size=2**62):
-            pass
-    assert not (tmp_path / "store").exists()
-
-
-@_xfail("open_runtime(map_size=4096) (any map under about 28 KiB; a6251f0 lets every positive map_size through) lets "
-        "lmdb.MapFullError('mdb_dbi_open: MDB_MAP_FULL ...') out of open_store, an undocumented, non-ctxrt error, and "
-        "leaves the new store's files behind. The store actor grows a full map on writes, but not the opening "
-        "transaction that creates the sub-databases. Fix in store/environment.open_store: grow the map (or start at "
-        "LMDB's working minimum) when creating a store, or refuse map_size below it as ValueError naming map_size "
-        "before touching a file.")
-async def test_known_escape_open_runtime_tiny_map(tmp_path: Path) -> None:
-    for size in (1, 4096):
-        try:
-            async with ctxrt.open_runtime(tmp_path / f"store{size}", map_size=size):
-                pass
-        except ValueError as exc:
-            assert "map_size" in str(exc)
-            assert not (tmp_path / f"store{size}").exists()

@@ -114,6 +114,9 @@ def build_strategy(config: Any) -> Strategy:
     """
     if isinstance(config, Strategy):
         return config
+    if isinstance(config, type):
+        raise TypeError(f"strategy must be a strategy config or Strategy instance (e.g. {config.__name__}(...)), "
+                        f"not the class {config.__name__}")
     create = getattr(config, "create", None)
     strategy = create() if callable(create) else None
     if not isinstance(strategy, Strategy):
