@@ -150,7 +150,7 @@ def _line(rng: random.Random, index: int, speaker: str) -> str:
 
 def choose_model() -> tuple[Any, str]:
     if os.environ.get("ANTHROPIC_API_KEY"):
-        name = os.environ.get("CTXRT_DEMO_MODEL", "claude-sonnet-4-5")
+        name = os.environ.get("CTXRT_DEMO_MODEL", "claude-sonnet-4-6")
         return AnthropicModel(), name
     return OfflineModel(), "offline"
 
