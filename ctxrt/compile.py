@@ -15,6 +15,7 @@ from typing import Any, Literal, Union
 
 import attrs
 
+from .anthropic_rules import violations
 from .codec import blocks_from_content, find_audience, validate_participant
 from .content import (
     Block,
@@ -29,7 +30,7 @@ from .content import (
     ToolResult,
     ToolUse,
 )
-from .errors import MalformedContentError
+from .errors import EmptyRequestError, InvalidRequestError, MalformedContentError
 from .wire import to_anthropic_messages
 
 MAX_MESSAGE_BREAKPOINTS = 3  # one of the provider's 4 is left for the host
@@ -146,10 +147,19 @@ class CompileResult:
     system_injections: list[Block]
     provenance: Provenance
 
-    def to_anthropic(self, *, assistant: str | Collection[str], system: str | None = None) -> dict[str, Any]:
-        """``{"system"?, "messages"}`` for ``anthropic.AsyncAnthropic().messages.create(**body, model=..., max_tokens=...)`` (P7).
+    def to_anthropic(
+        self, *, assistant: str | Collection[str], system: str | None = None, strict: bool = False
+    ) -> dict[str, Any]:
+        """``{"system"?, "messages"}`` for ``anthropic.AsyncAnthropic().messages.create(**body, model=..., max_tokens=...)`` (P7, P8).
 
         Participants in ``assistant`` speak as the assistant, everyone else as the user.
+
+        Raises:
+            EmptyRequestError: no message is left to send (P8): the slot is empty in the
+                reader's view, the strategy selected nothing (the newest message alone exceeds
+                the budget), or nothing selected is sendable (blank text, another's thinking).
+            InvalidRequestError: with ``strict=True``, the body breaks a rule of
+                ``ctxrt.anthropic_rules`` (a bug in ctxrt: every body should satisfy P8).
         """
         body: dict[str, Any] = {}
         texts = [system] if system else []
@@ -157,7 +167,24 @@ class CompileResult:
         if texts:
             body["system"] = "\n\n".join(texts)
         body["messages"] = to_anthropic_messages(self.messages, assistant)
+        if not body["messages"]:
+            if not self.messages:
+                why = ("the compile selected no message: the slot is empty in this reader's view, or the "
+                       "newest message alone exceeds the budget (raise Budget.max_tokens, or set the "
+                       "strategy's max_message_tokens)")
+            else:
+                why = (f"none of the {len(self.messages)} compiled message(s) holds a block the API accepts "
+                       "(blank text, or thinking outside the assistant's turns)")
+            raise EmptyRequestError(
+                f"no request to send for {self.provenance.namespace!r} on {self.provenance.branch!r}: {why}; "
+                "the Messages API refuses an empty messages list"
+            )
+        if strict:
+            found = violations(body)
+            if found:
+                raise InvalidRequestError(found)
         return body
+
 
 
 @attrs.frozen
