@@ -8,6 +8,7 @@ placed, provenance attached. ``CompileResult.to_anthropic`` gives a request body
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -16,7 +17,7 @@ from typing import Any, Literal, Union
 import attrs
 
 from .anthropic_rules import violations
-from .codec import blocks_from_content, find_audience, validate_participant
+from .codec import blocks_from_content, find_audience, to_jsonable, validate_participant
 from .content import (
     Block,
     CompiledMessage,
@@ -31,6 +32,7 @@ from .content import (
     ToolUse,
 )
 from .errors import EmptyRequestError, InvalidRequestError, MalformedContentError
+from .tokens import estimate_blocks
 from .wire import to_anthropic_messages
 
 MAX_MESSAGE_BREAKPOINTS = 3  # one of the provider's 4 is left for the host
@@ -143,9 +145,18 @@ class Provenance:
 
 @attrs.frozen
 class CompileResult:
+    """A compile's messages, system injections and provenance.
+
+    ``stable_prefix_tokens`` (P9): the estimated tokens of the longest prefix, ending at one of
+    this compile's cache breakpoints, that is byte-identical to a prefix the previous compile of
+    the same namespace actor and reader view ended a breakpoint at (what a provider's prompt cache
+    can serve). 0 for a first compile or when nothing before a breakpoint stayed the same.
+    """
+
     messages: list[CompiledMessage]
     system_injections: list[Block]
     provenance: Provenance
+    stable_prefix_tokens: int = 0
 
     def to_anthropic(
         self, *, assistant: str | Collection[str], system: str | None = None, strict: bool = False
@@ -525,6 +536,42 @@ class CompileMemo:
         self._owners: list[_Prepared] = []
         self._ends: list[int] = []  # _ends[i]: messages made from entries[:i + 1]
         self.marked = False  # whether any part made so far carries a cache breakpoint
+        # P9: the fingerprints of the last compile's prefixes ending at its breakpoints, and a
+        # digest per compiled message (kept with the message, so an id is never reused).
+        self.prefixes: frozenset[bytes] = frozenset()
+        self._digests: dict[int, tuple[CompiledMessage, bytes, int]] = {}
+
+    def digest(self, message: CompiledMessage) -> tuple[bytes, int]:
+        """A digest of ``message`` as sent (participant, blocks, breakpoint) and its token estimate."""
+        found = self._digests.get(id(message))
+        if found is None or found[0] is not message:
+            encoded = repr((message.participant, message.cache_breakpoint, to_jsonable(list(message.content))))
+            found = (message, hashlib.blake2b(encoded.encode("utf-8", "surrogatepass"), digest_size=16).digest(),
+                     estimate_blocks(message.content))
+            self._digests[id(message)] = found
+        return found[1], found[2]
+
+    def stable_prefix(self, messages: Sequence[CompiledMessage], system_blocks: Sequence[Block]) -> int:
+        """P9: tokens of the longest breakpoint-ended prefix the last compile also ended a breakpoint at."""
+        running = hashlib.blake2b(repr(to_jsonable(list(system_blocks))).encode("utf-8", "surrogatepass"),
+                                  digest_size=16)
+        tokens = 0
+        stable = 0
+        seen: set[bytes] = set()
+        for message in messages:
+            digest, cost = self.digest(message)
+            running.update(digest)
+            tokens += cost
+            if message.cache_breakpoint:
+                fingerprint = running.digest()
+                seen.add(fingerprint)
+                if fingerprint in self.prefixes:
+                    stable = tokens
+        self.prefixes = frozenset(seen)
+        if len(self._digests) > 2 * len(messages) + 1024:
+            live = {id(m) for m in messages}
+            self._digests = {k: v for k, v in self._digests.items() if k in live}
+        return stable
 
     def parts(
         self, entries: Sequence[Entry], lookup: Callable[[str], Message | None]
@@ -669,4 +716,5 @@ def build_compile_result(
         raw_bodies=_Lazy(bodies),
         completeness=_Lazy(completeness),
     )
-    return CompileResult(placed if placed is not messages else list(placed), system_blocks, provenance)
+    final = placed if placed is not messages else list(placed)
+    return CompileResult(final, system_blocks, provenance, memo.stable_prefix(final, system_blocks))
