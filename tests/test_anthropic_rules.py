@@ -264,6 +264,7 @@ async def compile_everything(turns: list[tuple[str, list[dict[str, Any]]]], path
     return compiles
 
 
+@pytest.mark.soak
 def test_every_compile_under_every_strategy_is_refused_or_accepted_by_the_api_rules(
     soak_scale: Callable[[int, int], int],
 ) -> None:
