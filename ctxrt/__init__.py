@@ -30,6 +30,8 @@ from .errors import (
     BranchNotFoundError as BranchNotFoundError,
     ConfigConflictError as ConfigConflictError,
     CtxrtError as CtxrtError,
+    EmptyRequestError as EmptyRequestError,
+    InvalidRequestError as InvalidRequestError,
     MalformedContentError as MalformedContentError,
     ManagerClosedError as ManagerClosedError,
     MessageNotFoundError as MessageNotFoundError,

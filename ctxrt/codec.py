@@ -56,6 +56,19 @@ MAX_JSON_DEPTH = 200
 _BLOCK_BY_TAG: dict[str, type[Block]] = {cls.type: cls for cls in BLOCK_TYPES}
 _NESTED_TAGS = ("text", "image", "document")  # what the API lets a tool_result hold
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# What the Messages API accepts as a tool id (P8); ingress refuses others. Tool names are kept
+# as written (Knowledge reads phases from names like "mcpl:search", T7); wire rewrites them.
+_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+\Z")
+
+
+def _tool_id(value: object, path: str) -> str:
+    tool_id = _string(value, path, non_empty=True)
+    if not _TOOL_ID.match(tool_id):
+        raise MalformedContentError(
+            path, f"tool id {tool_id!r} is not one the Messages API accepts: use only letters, digits, "
+            "'_' and '-' (^[a-zA-Z0-9_-]+$)"
+        )
+    return tool_id
 _JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 # The C scanner called directly: json.loads adds encoding detection and a whitespace regex that
 # stored data (written by _JSON_DUMPS) never needs; about 40% of a typical message's decode.
@@ -293,7 +306,7 @@ def _v_document(d: Mapping[str, Any], path: str, audience: object) -> Block:
 
 def _v_tool_use(d: Mapping[str, Any], path: str, audience: object) -> Block:
     _check_keys(d, path, "tool_use", ("type", "id", "name", "input", "raw"))
-    tool_id = _string(_required(d, "id", path, "tool_use"), f"{path}.id", non_empty=True)
+    tool_id = _tool_id(_required(d, "id", path, "tool_use"), f"{path}.id")
     name = _string(_required(d, "name", path, "tool_use"), f"{path}.name", non_empty=True)
     tool_input = _required(d, "input", path, "tool_use")
     if not isinstance(tool_input, Mapping):
@@ -306,7 +319,7 @@ def _v_tool_result(d: Mapping[str, Any], path: str, audience: object) -> Block:
     _check_keys(d, path, "tool_result", ("type", "tool_use_id", "content", "is_error", "raw"))
     if d.get("tool_use_id") is None:
         raise MalformedContentError(f"{path}.tool_use_id", "a tool_result needs the id of the tool_use it answers")
-    tool_use_id = _string(d["tool_use_id"], f"{path}.tool_use_id", non_empty=True)
+    tool_use_id = _tool_id(d["tool_use_id"], f"{path}.tool_use_id")
     is_error = d.get("is_error", False)
     if is_error is None:
         is_error = False

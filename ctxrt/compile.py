@@ -8,6 +8,7 @@ placed, provenance attached. ``CompileResult.to_anthropic`` gives a request body
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -15,7 +16,8 @@ from typing import Any, Literal, Union
 
 import attrs
 
-from .codec import blocks_from_content, find_audience, validate_participant
+from .anthropic_rules import violations
+from .codec import blocks_from_content, find_audience, to_jsonable, validate_participant
 from .content import (
     Block,
     CompiledMessage,
@@ -29,7 +31,8 @@ from .content import (
     ToolResult,
     ToolUse,
 )
-from .errors import MalformedContentError
+from .errors import EmptyRequestError, InvalidRequestError, MalformedContentError
+from .tokens import estimate_blocks
 from .wire import to_anthropic_messages
 
 MAX_MESSAGE_BREAKPOINTS = 3  # one of the provider's 4 is left for the host
@@ -142,14 +145,32 @@ class Provenance:
 
 @attrs.frozen
 class CompileResult:
+    """A compile's messages, system injections and provenance.
+
+    ``stable_prefix_tokens`` (P9): the estimated tokens of the longest prefix, ending at one of
+    this compile's cache breakpoints, that is byte-identical to a prefix the previous compile of
+    the same namespace actor and reader view ended a breakpoint at (what a provider's prompt cache
+    can serve). 0 for a first compile or when nothing before a breakpoint stayed the same.
+    """
+
     messages: list[CompiledMessage]
     system_injections: list[Block]
     provenance: Provenance
+    stable_prefix_tokens: int = 0
 
-    def to_anthropic(self, *, assistant: str | Collection[str], system: str | None = None) -> dict[str, Any]:
-        """``{"system"?, "messages"}`` for ``anthropic.AsyncAnthropic().messages.create(**body, model=..., max_tokens=...)`` (P7).
+    def to_anthropic(
+        self, *, assistant: str | Collection[str], system: str | None = None, strict: bool = False
+    ) -> dict[str, Any]:
+        """``{"system"?, "messages"}`` for ``anthropic.AsyncAnthropic().messages.create(**body, model=..., max_tokens=...)`` (P7, P8).
 
         Participants in ``assistant`` speak as the assistant, everyone else as the user.
+
+        Raises:
+            EmptyRequestError: no message is left to send (P8): the slot is empty in the
+                reader's view, the strategy selected nothing (the newest message alone exceeds
+                the budget), or nothing selected is sendable (blank text, another's thinking).
+            InvalidRequestError: with ``strict=True``, the body breaks a rule of
+                ``ctxrt.anthropic_rules`` (a bug in ctxrt: every body should satisfy P8).
         """
         body: dict[str, Any] = {}
         texts = [system] if system else []
@@ -157,7 +178,24 @@ class CompileResult:
         if texts:
             body["system"] = "\n\n".join(texts)
         body["messages"] = to_anthropic_messages(self.messages, assistant)
+        if not body["messages"]:
+            if not self.messages:
+                why = ("the compile selected no message: the slot is empty in this reader's view, or the "
+                       "newest message alone exceeds the budget (raise Budget.max_tokens, or set the "
+                       "strategy's max_message_tokens)")
+            else:
+                why = (f"none of the {len(self.messages)} compiled message(s) holds a block the API accepts "
+                       "(blank text, or thinking outside the assistant's turns)")
+            raise EmptyRequestError(
+                f"no request to send for {self.provenance.namespace!r} on {self.provenance.branch!r}: {why}; "
+                "the Messages API refuses an empty messages list"
+            )
+        if strict:
+            found = violations(body)
+            if found:
+                raise InvalidRequestError(found)
         return body
+
 
 
 @attrs.frozen
@@ -498,6 +536,42 @@ class CompileMemo:
         self._owners: list[_Prepared] = []
         self._ends: list[int] = []  # _ends[i]: messages made from entries[:i + 1]
         self.marked = False  # whether any part made so far carries a cache breakpoint
+        # P9: the fingerprints of the last compile's prefixes ending at its breakpoints, and a
+        # digest per compiled message (kept with the message, so an id is never reused).
+        self.prefixes: frozenset[bytes] = frozenset()
+        self._digests: dict[int, tuple[CompiledMessage, bytes, int]] = {}
+
+    def digest(self, message: CompiledMessage) -> tuple[bytes, int]:
+        """A digest of ``message`` as sent (participant, blocks, breakpoint) and its token estimate."""
+        found = self._digests.get(id(message))
+        if found is None or found[0] is not message:
+            encoded = repr((message.participant, message.cache_breakpoint, to_jsonable(list(message.content))))
+            found = (message, hashlib.blake2b(encoded.encode("utf-8", "surrogatepass"), digest_size=16).digest(),
+                     estimate_blocks(message.content))
+            self._digests[id(message)] = found
+        return found[1], found[2]
+
+    def stable_prefix(self, messages: Sequence[CompiledMessage], system_blocks: Sequence[Block]) -> int:
+        """P9: tokens of the longest breakpoint-ended prefix the last compile also ended a breakpoint at."""
+        running = hashlib.blake2b(repr(to_jsonable(list(system_blocks))).encode("utf-8", "surrogatepass"),
+                                  digest_size=16)
+        tokens = 0
+        stable = 0
+        seen: set[bytes] = set()
+        for message in messages:
+            digest, cost = self.digest(message)
+            running.update(digest)
+            tokens += cost
+            if message.cache_breakpoint:
+                fingerprint = running.digest()
+                seen.add(fingerprint)
+                if fingerprint in self.prefixes:
+                    stable = tokens
+        self.prefixes = frozenset(seen)
+        if len(self._digests) > 2 * len(messages) + 1024:
+            live = {id(m) for m in messages}
+            self._digests = {k: v for k, v in self._digests.items() if k in live}
+        return stable
 
     def parts(
         self, entries: Sequence[Entry], lookup: Callable[[str], Message | None]
@@ -642,4 +716,5 @@ def build_compile_result(
         raw_bodies=_Lazy(bodies),
         completeness=_Lazy(completeness),
     )
-    return CompileResult(placed if placed is not messages else list(placed), system_blocks, provenance)
+    final = placed if placed is not messages else list(placed)
+    return CompileResult(final, system_blocks, provenance, memo.stable_prefix(final, system_blocks))

@@ -148,6 +148,24 @@ class OverBudgetError(CtxrtError):
         super().__init__(message)
 
 
+class EmptyRequestError(CtxrtError):
+    """A compile holds no message the Messages API could take (P8): the slot is empty in the
+    reader's view, or nothing fits the budget. ``to_anthropic`` raises it rather than return
+    ``messages: []``, which the API refuses."""
+
+
+class InvalidRequestError(CtxrtError, ValueError):
+    """``to_anthropic(strict=True)`` made a body the Messages API would refuse (P8).
+
+    ``violations`` lists each broken rule with its place (``messages[3].content[0]: ...``).
+    """
+
+    def __init__(self, violations: list[str]) -> None:
+        self.violations = tuple(violations)
+        shown = "; ".join(violations[:10]) + (f"; and {len(violations) - 10} more" if len(violations) > 10 else "")
+        super().__init__(f"the request body breaks {len(violations)} Messages API rule(s): {shown}")
+
+
 class ModelError(CtxrtError):
     """A model call failed; ``retryable`` says whether trying again may help."""
 

@@ -4,7 +4,9 @@
 ``ScriptedModel`` stands in for a model inside the runtime. The server speaks enough of
 ``POST /v1/messages`` (non-streaming) over loopback HTTP/1.1 for the real
 ``anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test")`` to talk to it, so
-``AnthropicModel`` is tested through the real SDK with no network and no mocks.
+``AnthropicModel`` is tested through the real SDK with no network and no mocks. It applies the
+request rules of ``ctxrt.anthropic_rules`` (P8) and answers a body that breaks any with 400
+``invalid_request_error`` listing them, before consulting its script.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any, TypeAlias
 import attrs
 import trio
 
+from .anthropic_rules import violations
 from .compile import Entry
 from .content import Message, Text
 from .model import ModelRequest, ModelResponse, Usage, approx_tokens, request_chars
@@ -245,6 +248,9 @@ class MessagesApiServer:
         if not isinstance(body, dict):
             return 400, _error_body("invalid_request_error", "body is not a JSON object"), headers
         self.requests.append(body)
+        broken = violations(body)
+        if broken:  # refused as the API refuses it (P8), before the script is asked
+            return 400, _error_body("invalid_request_error", "; ".join(broken)), headers
         reply = self._respond(body)
         await trio.sleep(reply.delay_s)
         headers.update(reply.headers)

@@ -6,7 +6,9 @@ so neither imports the other.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -15,6 +17,33 @@ from .content import Block, CompiledMessage, RedactedThinking, Text, Thinking, T
 
 MAX_REQUEST_CACHE_CONTROLS = 4  # the provider's limit per request
 CONTINUED_TEXT = "(continued)"
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
+_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+\Z")
+_NOT_NAME_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def api_tool_name(name: str) -> str:
+    """``name`` as the API accepts it (P8: ``^[a-zA-Z0-9_-]{1,64}$``): other characters become ``_``.
+
+    Deterministic, so a tool_use keeps the same bytes on every turn (P9). Names such as
+    ``mcpl:search`` are stored as written (Knowledge reads their phase from them, T7); only the
+    request form changes. A name over 64 characters keeps 55 and a hash of the whole.
+    """
+    if _TOOL_NAME.match(name):
+        return name
+    fixed = _NOT_NAME_CHAR.sub("_", name) or "tool"
+    if len(fixed) > 64:
+        fixed = f"{fixed[:55]}_{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return fixed
+
+
+def api_tool_id(tool_id: str) -> str:
+    """A tool id as the API accepts it (``^[a-zA-Z0-9_-]+$``). Ingress refuses other ids (codec);
+    this only covers ids stored before it did: both halves of a pair map alike, and the hash
+    keeps two ids that differ only in a refused character apart."""
+    if _TOOL_ID.match(tool_id):
+        return tool_id
+    return f"{_NOT_NAME_CHAR.sub('_', tool_id)}_{hashlib.sha256(tool_id.encode()).hexdigest()[:8]}"
 
 
 def _sendable(block: Block, role: str) -> bool:
@@ -36,17 +65,49 @@ def _mark_cache(content: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
+def _marked_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found = []
+    for block in content:
+        if "cache_control" in block:
+            found.append(block)
+        nested = block.get("content") if block["type"] == "tool_result" else None
+        if isinstance(nested, list):
+            found += [b for b in nested if "cache_control" in b]
+    return found
+
+
 def _cap_cache_controls(turns: list[dict[str, Any]], ours: list[dict[str, Any]]) -> None:
-    # The provider refuses more than 4 cache_control blocks: a host's own markers on stored text
-    # give way, earliest first, to the compile's breakpoints.
-    marked = [b for turn in turns for b in turn["content"] if "cache_control" in b]
+    # The provider refuses more than 4 cache_control blocks in a request, nested ones in a
+    # tool_result's content counted (P8): a host's own markers on stored text give way, earliest
+    # first, to the compile's breakpoints; then the compile's own, earliest after the first.
+    marked = [b for turn in turns for b in _marked_blocks(turn["content"])]
     excess = len(marked) - MAX_REQUEST_CACHE_CONTROLS
-    for block in marked:
+    if excess <= 0:
+        return
+    mine = {id(o) for o in ours}
+    host = [b for b in marked if id(b) not in mine]
+    compiled = [b for b in marked if id(b) in mine]
+    for block in host + compiled[1:] + compiled[:1]:
         if excess <= 0:
             return
-        if not any(block is o for o in ours):
-            del block["cache_control"]
-            excess -= 1
+        del block["cache_control"]
+        excess -= 1
+
+
+def _strip_final_assistant(turns: list[dict[str, Any]]) -> None:
+    # The API refuses a final assistant turn ending in whitespace (P8): trim its last text, and
+    # drop a block (or the turn) that trimming leaves empty.
+    while turns and turns[-1]["role"] == "assistant":
+        content = turns[-1]["content"]
+        last = content[-1]
+        if last["type"] != "text" or last["text"] == last["text"].rstrip():
+            return
+        last["text"] = last["text"].rstrip()
+        if last["text"]:
+            return
+        content.pop()
+        if not content:
+            turns.pop()
 
 
 def _api_block(block: Block, participant: str, role: str, foreign: dict[str, str]) -> dict[str, Any]:
@@ -65,7 +126,20 @@ def _api_block(block: Block, participant: str, role: str, foreign: dict[str, str
         )
         failed = " (an error)" if block.is_error else ""
         return {"type": "text", "text": f"[result of {foreign[block.tool_use_id]}{failed}: {body}]"}
-    return block_to_api(block)
+    api = block_to_api(block)
+    if type(block) is ToolUse:
+        api["id"], api["name"] = api_tool_id(block.id), api_tool_name(block.name)
+    elif type(block) is ToolResult:
+        api["tool_use_id"] = api_tool_id(block.tool_use_id)
+        nested = api["content"]
+        if isinstance(nested, list):
+            # Blank text nested in a result is refused by the API as at the top level (P8).
+            kept = [b for b in nested if b["type"] != "text" or b["text"].strip()]
+            if kept:
+                api["content"] = kept
+            else:
+                del api["content"]  # a tool_result may carry no content
+    return api
 
 
 def _compact(value: Any) -> str:
@@ -78,7 +152,10 @@ def to_anthropic_messages(messages: Sequence[CompiledMessage], assistant: str | 
     A breakpoint becomes ``cache_control: {"type": "ephemeral"}`` on its message's last block (a
     host's own cache_control on stored text gives way past the provider's 4); blocks the API refuses (blank text, thinking outside the assistant's turns) are left out;
     tool_results lead their user turn; a leading assistant turn follows a "(continued)" user turn;
-    another participant's tool calls and their results are shown as text.
+    another participant's tool calls and their results are shown as text. Blank text nested in a
+    tool_result is left out too, at most 4 cache_control markers are kept counting nested ones,
+    a final assistant turn's trailing whitespace is trimmed, and tool names and ids outside the
+    API's alphabet are rewritten deterministically (P8).
     """
     speakers = {assistant} if isinstance(assistant, str) else assistant
     out: list[dict[str, Any]] = []
@@ -102,6 +179,7 @@ def to_anthropic_messages(messages: Sequence[CompiledMessage], assistant: str | 
         if turn["role"] == "user" and any(b["type"] == "tool_result" for b in turn["content"]):
             turn["content"].sort(key=lambda b: b["type"] != "tool_result")
     _cap_cache_controls(out, ours)
+    _strip_final_assistant(out)
     if out and out[0]["role"] == "assistant":
         out.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED_TEXT}]})
     return out

@@ -27,6 +27,8 @@ from ctxrt.testing import (
 )
 
 GUARD_S = 10
+# The smallest body the server's request rules (P8) accept.
+_VALID = json.dumps({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}).encode()
 
 
 def request(text: str) -> ModelRequest:
@@ -127,7 +129,7 @@ def port_of(server: MessagesApiServer) -> int:
 
 async def test_server_keeps_the_connection_alive_between_requests() -> None:
     """Two requests on one connection each get a complete Messages API reply."""
-    body = json.dumps({"model": "m1", "max_tokens": 5, "messages": []}).encode()
+    body = json.dumps({"model": "m1", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}).encode()
     with trio.fail_after(GUARD_S):
         async with open_messages_api_server([ApiReply.text("a"), ApiReply.text("b")]) as server:
             async with await trio.open_tcp_stream("127.0.0.1", port_of(server)) as stream:
@@ -155,7 +157,7 @@ async def test_server_sends_anthropic_error_shapes() -> None:
     with trio.fail_after(GUARD_S):
         async with open_messages_api_server([ApiReply.error(429, "slow down", retry_after_s=1.5)]) as server:
             async with await trio.open_tcp_stream("127.0.0.1", port_of(server)) as stream:
-                status, headers, reply = await http_exchange(stream, "POST", "/v1/messages", b"{}", close=True)
+                status, headers, reply = await http_exchange(stream, "POST", "/v1/messages", _VALID, close=True)
     assert status == 429
     assert reply == {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
     assert headers["retry-after-ms"] == "1500"
@@ -180,7 +182,7 @@ async def test_server_answers_400_once_the_script_runs_out() -> None:
     with trio.fail_after(GUARD_S):
         async with open_messages_api_server([]) as server:
             async with await trio.open_tcp_stream("127.0.0.1", port_of(server)) as stream:
-                status, _headers, reply = await http_exchange(stream, "POST", "/v1/messages", b"{}")
+                status, _headers, reply = await http_exchange(stream, "POST", "/v1/messages", _VALID)
     assert status == 400
     assert reply["error"]["message"] == "messages script exhausted after 0 replies"
 
@@ -190,7 +192,7 @@ async def test_server_script_function_sees_each_request_body() -> None:
     with trio.fail_after(GUARD_S):
         async with open_messages_api_server(lambda body: ApiReply.text(body["model"])) as server:
             async with anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test", max_retries=0) as client:
-                message = await client.messages.create(model="echo-me", max_tokens=5, messages=[])
+                message = await client.messages.create(model="echo-me", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert message.content[0].text == "echo-me"  # type: ignore[union-attr]
 
 
@@ -199,7 +201,7 @@ async def test_server_stops_promptly_with_a_slow_reply_pending() -> None:
     with trio.fail_after(GUARD_S):
         async with open_messages_api_server([ApiReply.text("never").after(3600)]) as server:
             stream = await trio.open_tcp_stream("127.0.0.1", port_of(server))
-            await stream.send_all(b"POST /v1/messages HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}")
+            await stream.send_all(b"POST /v1/messages HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(_VALID), _VALID))
             while not server.requests:
                 await trio.sleep(0.01)
         assert await stream.receive_some(1) == b""  # the server closed its side
@@ -221,7 +223,7 @@ async def test_server_can_be_started_in_a_nursery(nursery: trio.Nursery) -> None
     assert server.base_url.startswith("http://127.0.0.1:")
     with trio.fail_after(GUARD_S):
         async with anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test", max_retries=0) as client:
-            message = await client.messages.create(model="m", max_tokens=5, messages=[])
+            message = await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert message.content[0].text == "hi"  # type: ignore[union-attr]
 
 
@@ -264,5 +266,5 @@ async def test_real_sdk_raises_its_own_error_classes_for_scripted_errors(status:
         async with open_messages_api_server([ApiReply.error(status, "scripted")]) as server:
             async with anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test", max_retries=0) as client:
                 with pytest.raises(error_class) as caught:
-                    await client.messages.create(model="m", max_tokens=5, messages=[])
+                    await client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert caught.value.status_code == status

@@ -550,8 +550,9 @@ class AutobiographicalStrategy(Strategy):
             middle.append((summary.first_sequence, [
                 # The header names its summary only; the answer carries the coverage (P6).
                 Entry(MANAGER, (Text(f"[Recall {summary.id}]"),), (), "derived", (summary.id,)),
+                # P9: a breakpoint at each summary seam, so a new summary invalidates only what follows it.
                 Entry(self.config.summary_participant, (Text(summary.content),), self._leaves(summary), "derived",
-                      (summary.id,)),
+                      (summary.id,), cache_marker=True),
             ]))
         uncovered = [m for m in middle_messages if m.id not in covered]
         kept: list[tuple[int, list[Entry]]] = []

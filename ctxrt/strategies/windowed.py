@@ -1,7 +1,7 @@
 """WindowedPassthrough: a persisted anchor; re-anchors coarsely only on overflow (T2).
 
 Between overflows the anchor never moves, so the prompt is a byte-stable prefix plus appends,
-which keeps a provider's prompt cache warm.
+which keeps a provider's prompt cache warm; the anchor message carries a cache breakpoint (P9).
 """
 
 from __future__ import annotations
@@ -68,7 +68,11 @@ class WindowedPassthroughStrategy(Strategy):
             if not options.dry_run:
                 self._persist(options.context, messages[start].sequence)
             shaped = [shape(message, cap) for message in messages[start:]]
-        return [Entry(m.participant, m.content, (m.id,), "copy") for m, _ in shaped]
+        # P9: the anchor (the window's first message) carries a cache breakpoint, so the prefix
+        # up to it is byte-stable, and cached, from one re-anchor to the next.
+        return [
+            Entry(m.participant, m.content, (m.id,), "copy", cache_marker=i == 0) for i, (m, _) in enumerate(shaped)
+        ]
 
     def _persist(self, ctx: StrategyContext | None, anchor: int) -> None:
         if ctx is not None:

@@ -568,7 +568,10 @@ class PrivacyMachine(RuleBasedStateMachine):
     def check_leaks(self, handle: Handle, result: ctxrt.CompileResult) -> None:
         """No audience field, no marker the reader was never named for; raw blocks visible now."""
         reader = handle.reader
-        assert '"audience"' not in json.dumps(result.to_anthropic(assistant="Claude"))
+        try:
+            assert '"audience"' not in json.dumps(result.to_anthropic(assistant="Claude", strict=True))
+        except ctxrt.EmptyRequestError:  # P8: a reader who sees nothing has nothing to send
+            assert not any(b for m in result.messages for b in m.content if getattr(b, "text", "x").strip())
         current = {number: audience for m in self.stored(handle) for b in m.content
                    for number, audience in [(markers_in(b.text)[0], b.audience)]}  # type: ignore[union-attr]
         for message, sources in zip(result.messages, result.provenance.messages):
