@@ -147,10 +147,11 @@ class Provenance:
 class CompileResult:
     """A compile's messages, system injections and provenance.
 
-    ``stable_prefix_tokens`` (P9): the estimated tokens of the longest prefix, ending at one of
-    this compile's cache breakpoints, that is byte-identical to a prefix the previous compile of
-    the same namespace actor and reader view ended a breakpoint at (what a provider's prompt cache
-    can serve). 0 for a first compile or when nothing before a breakpoint stayed the same.
+    ``stable_prefix_tokens`` (P9): the estimated tokens of the longest prefix of this compile's
+    messages that is byte-identical (participants and blocks; the breakpoints themselves aside) to
+    a prefix of the previous compile of the same namespace actor and reader view ending at one of
+    that compile's cache breakpoints: what the prompt cache the previous request wrote can serve.
+    0 for a first compile or when nothing up to a previous breakpoint stayed the same.
     """
 
     messages: list[CompiledMessage]
@@ -542,31 +543,43 @@ class CompileMemo:
         self._digests: dict[int, tuple[CompiledMessage, bytes, int]] = {}
 
     def digest(self, message: CompiledMessage) -> tuple[bytes, int]:
-        """A digest of ``message`` as sent (participant, blocks, breakpoint) and its token estimate."""
+        """A digest of ``message``'s bytes as sent (participant and blocks) and its token estimate.
+
+        The breakpoint itself is left out: a provider matches a cached prefix on its content, and
+        the ``cache_control`` marker moves on from one request's tail to the next one's.
+        """
         found = self._digests.get(id(message))
         if found is None or found[0] is not message:
-            encoded = repr((message.participant, message.cache_breakpoint, to_jsonable(list(message.content))))
+            encoded = repr((message.participant, to_jsonable(list(message.content))))
             found = (message, hashlib.blake2b(encoded.encode("utf-8", "surrogatepass"), digest_size=16).digest(),
                      estimate_blocks(message.content))
             self._digests[id(message)] = found
         return found[1], found[2]
 
     def stable_prefix(self, messages: Sequence[CompiledMessage], system_blocks: Sequence[Block]) -> int:
-        """P9: tokens of the longest breakpoint-ended prefix the last compile also ended a breakpoint at."""
+        """P9: tokens of the longest prefix of ``messages`` byte-identical to a prefix of the last
+        compile's that ended at one of its breakpoints (what the cache that request wrote can serve).
+        Remembers this compile's breakpoint-ended prefixes for the next one."""
         running = hashlib.blake2b(repr(to_jsonable(list(system_blocks))).encode("utf-8", "surrogatepass"),
                                   digest_size=16)
         tokens = 0
         stable = 0
+        previous = self.prefixes
         seen: set[bytes] = set()
+        matching = bool(previous)
+        matched = 0
         for message in messages:
             digest, cost = self.digest(message)
             running.update(digest)
             tokens += cost
-            if message.cache_breakpoint:
+            if matching or message.cache_breakpoint:
                 fingerprint = running.digest()
-                seen.add(fingerprint)
-                if fingerprint in self.prefixes:
+                if message.cache_breakpoint:
+                    seen.add(fingerprint)
+                if matching and fingerprint in previous:
                     stable = tokens
+                    matched += 1
+                    matching = matched < len(previous)  # each previous prefix matches once at most
         self.prefixes = frozenset(seen)
         if len(self._digests) > 2 * len(messages) + 1024:
             live = {id(m) for m in messages}
@@ -581,8 +594,12 @@ class CompileMemo:
         if len(entries) >= len(previous) and entries[: len(previous)] == previous:
             shared = len(previous)  # the usual warm compile: the last entries, then new ones (C-speed check)
         else:
+            # Up to the first entry that differs (a moved tail breakpoint, a new summary): equal
+            # entries carry equal parts, so only what follows is prepared again.
             same = list(map(operator.is_, entries, previous))
             shared = same.index(False) if False in same else len(same)
+            while shared < len(same) and entries[shared] == previous[shared]:
+                shared += 1
         end = self._ends[shared - 1] if shared else 0
         messages, tools, owners = self._messages[:end], self._tools[:end], self._owners[:end]
         ends = self._ends[:shared]

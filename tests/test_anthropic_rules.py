@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import ctxrt
 from ctxrt.anthropic_rules import violations
 from ctxrt.testing import ApiReply, ScriptedModel, open_messages_api_server
+from ctxrt.tokens import estimate_blocks
 
 GUARD_S = 60
 USER = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
@@ -314,20 +315,41 @@ async def test_bodies_from_every_strategy_are_accepted_by_the_local_server_throu
 # -- P9: cache breakpoints keep the prefix -------------------------------------------------------
 
 
-async def test_windowed_marks_its_anchor_and_keeps_the_prefix_stable_between_re_anchors(
+async def test_windowed_marks_its_anchor_and_tail_and_keeps_the_prefix_stable_between_re_anchors(
     runtime: ctxrt.Runtime,
 ) -> None:
-    """P9: the anchor carries the breakpoint; appends keep it, so stable_prefix_tokens is the anchor's."""
+    """P9: the anchor and the tail carry breakpoints; an append keeps everything up to the
+    previous tail, so stable_prefix_tokens is the previous compile's whole request."""
     m = await runtime.open("w", strategy=ctxrt.WindowedPassthrough())
     for n in range(3):
         await m.add_message("user" if n % 2 == 0 else "Claude", f"message {n}")
     first = await m.compile(ctxrt.Budget(max_tokens=10_000, reserve_for_response=0))
-    assert [c.cache_breakpoint for c in first.messages] == [True, False, False]
-    assert first.stable_prefix_tokens == 0  # nothing before it
+    assert [c.cache_breakpoint for c in first.messages] == [True, False, True]
+    assert first.stable_prefix_tokens == 0  # no previous compile
     await m.add_message("Claude", "message 3")
     second = await m.compile(ctxrt.Budget(max_tokens=10_000, reserve_for_response=0))
-    assert second.messages[0].cache_breakpoint and second.stable_prefix_tokens > 0
-    assert second.to_anthropic(assistant="Claude")["messages"][0]["content"][-1]["cache_control"] == EPHEMERAL
+    assert [c.cache_breakpoint for c in second.messages] == [True, False, False, True]
+    assert second.stable_prefix_tokens == sum(estimate_blocks(c.content) for c in first.messages)
+    sent = second.to_anthropic(assistant="Claude")["messages"]
+    assert sent[0]["content"][-1]["cache_control"] == EPHEMERAL
+    assert sent[-1]["content"][-1]["cache_control"] == EPHEMERAL
+    again = await m.compile(ctxrt.Budget(max_tokens=10_000, reserve_for_response=0))
+    assert again.stable_prefix_tokens == sum(estimate_blocks(c.content) for c in second.messages)
+
+
+async def test_windowed_re_anchor_keeps_no_prefix(runtime: ctxrt.Runtime) -> None:
+    """P9: a re-anchor drops the previous anchor, so nothing up to a previous breakpoint stays."""
+    m = await runtime.open("w", strategy=ctxrt.WindowedPassthrough(re_anchor_fraction=0.5))
+    budget = ctxrt.Budget(max_tokens=400, reserve_for_response=0)
+    for n in range(10):
+        await m.add_message("user" if n % 2 == 0 else "Claude", "word " * 7)  # ~10 tokens each
+    first = await m.compile(budget)
+    assert len(first.messages) == 10
+    assert first.messages[0].cache_breakpoint and first.messages[-1].cache_breakpoint
+    await m.add_message("user", "word " * 200)  # overflow: re-anchor
+    second = await m.compile(budget)
+    assert first.provenance.messages[0] not in second.provenance.messages
+    assert second.stable_prefix_tokens == 0
 
 
 async def test_autobiographical_marks_head_and_summary_seams_and_reports_the_stable_prefix(
@@ -345,5 +367,7 @@ async def test_autobiographical_marks_head_and_summary_seams_and_reports_the_sta
     assert marked and any(
         any(s.kind == "summary" for s in first.provenance.messages[i]) for i in marked
     )
-    again = await m.compile(budget)
-    assert again.stable_prefix_tokens > 0
+    assert first.messages[-1].cache_breakpoint  # the tail, beside the head's end and the latest seam
+    assert len(marked) <= 3
+    again = await m.compile(budget)  # nothing changed: the whole request is served from cache
+    assert again.stable_prefix_tokens == sum(estimate_blocks(c.content) for c in first.messages)

@@ -196,7 +196,7 @@ def compiled_tokens(result: ctxrt.CompileResult) -> int:
 
 async def test_head_window_is_verbatim_with_a_cache_marker_on_its_last_entry(tmp_path: Path) -> None:
     """The head window's messages are compiled as stored, and only its last carries the cache marker; past it
-    only summary seams do (T3, P5, P9)."""
+    only summary seams and the tail do (T3, P5, P9)."""
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
             m = await rt.open(NS, strategy=autobio(head_window_tokens=30, recent_window_tokens=20))
@@ -207,9 +207,11 @@ async def test_head_window_is_verbatim_with_a_cache_marker_on_its_last_entry(tmp
             head = result.messages[:3]
             assert [(c.participant, c.content) for c in head] == [(s.participant, s.content) for s in stored]
             assert [c.cache_breakpoint for c in head] == [False, False, True]
-            # After the head, only summary seams carry a breakpoint (P9), and no more than P5 allows.
-            seams = [i for i, c in enumerate(result.messages) if c.cache_breakpoint and i >= 3]
-            assert all(
+            # After the head, only summary seams and the tail carry a breakpoint (P9), and no more
+            # than P5 allows: the head's end, the latest seam, the tail.
+            assert result.messages[-1].cache_breakpoint
+            seams = [i for i, c in enumerate(result.messages[:-1]) if c.cache_breakpoint and i >= 3]
+            assert seams and all(
                 any(s.kind == "summary" for s in result.provenance.messages[i]) for i in seams
             )
             assert sum(c.cache_breakpoint for c in result.messages) <= 3

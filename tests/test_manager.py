@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import anthropic
 import pytest
 import trio
@@ -557,6 +558,15 @@ async def test_passthrough_takes_the_longest_suffix_and_never_a_gap(runtime: Run
 # -- T2: windowed passthrough ---------------------------------------------------------------------
 
 
+def unmarked(messages: list[Any]) -> list[Any]:
+    return [attrs.evolve(m, cache_breakpoint=False) for m in messages]
+
+
+def unmarked_body(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**turn, "content": [{k: v for k, v in block.items() if k != "cache_control"} for block in turn["content"]]}
+            for turn in turns]
+
+
 async def test_windowed_prompt_is_a_byte_stable_prefix_between_overflows(runtime: Runtime) -> None:
     """T2: the anchor moves only on overflow, so each compile extends the previous one until the next overflow."""
     with trio.fail_after(GUARD_S):
@@ -571,10 +581,12 @@ async def test_windowed_prompt_is_a_byte_stable_prefix_between_overflows(runtime
         for i in range(5):
             ids += await add_many(m, 1, start=20 + i)
             current = await m.compile(budget(100))
-            assert current.messages[: len(previous.messages)] == previous.messages
-            body_before = json.dumps(previous.to_anthropic(assistant="Claude")["messages"])
-            body_now = json.dumps(current.to_anthropic(assistant="Claude")["messages"])
-            assert body_now.startswith(body_before[: -len("}]}]")])  # the request bytes only grow
+            # P9: the tail's breakpoint moves on to the new tail; all else before it is unchanged.
+            assert unmarked(current.messages[: len(previous.messages)]) == unmarked(previous.messages)
+            assert current.messages[0].cache_breakpoint and current.messages[-1].cache_breakpoint
+            body_before = json.dumps(unmarked_body(previous.to_anthropic(assistant="Claude")["messages"]))
+            body_now = json.dumps(unmarked_body(current.to_anthropic(assistant="Claude")["messages"]))
+            assert body_now.startswith(body_before[: -len("}]}]")])  # the request bytes only grow, markers aside
             previous = current
         assert source_ids(previous) == ids[-10:]
         ids += await add_many(m, 1, start=30)  # overflow again

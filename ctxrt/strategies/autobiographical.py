@@ -567,6 +567,11 @@ class AutobiographicalStrategy(Strategy):
         middle += kept
         middle.sort(key=lambda item: item[0])
         entries = entries_head + [entry for _, group in middle for entry in group] + recent
+        if entries and not entries[-1].cache_marker:
+            # P9: the tail carries a breakpoint too, so the next compile reads everything up to
+            # this one's newest message from the provider's cache. P5's cap of 3 keeps the head
+            # window's end (the first), the latest summary seam and this tail (the last two).
+            entries[-1] = attrs.evolve(entries[-1], cache_marker=True)
         middle_tokens = spent - head_tokens - tail_tokens
         return entries, head_tokens, middle_tokens, tail_tokens, spent
 

@@ -1,7 +1,7 @@
 """WindowedPassthrough: a persisted anchor; re-anchors coarsely only on overflow (T2).
 
 Between overflows the anchor never moves, so the prompt is a byte-stable prefix plus appends,
-which keeps a provider's prompt cache warm; the anchor message carries a cache breakpoint (P9).
+which keeps a provider's prompt cache warm; the anchor message and the tail carry cache breakpoints (P9).
 """
 
 from __future__ import annotations
@@ -69,9 +69,13 @@ class WindowedPassthroughStrategy(Strategy):
                 self._persist(options.context, messages[start].sequence)
             shaped = [shape(message, cap) for message in messages[start:]]
         # P9: the anchor (the window's first message) carries a cache breakpoint, so the prefix
-        # up to it is byte-stable, and cached, from one re-anchor to the next.
+        # up to it is byte-stable, and cached, from one re-anchor to the next; so does the tail
+        # (the newest message), so the next compile reads everything up to this one's tail from
+        # the provider's cache: between re-anchors a compile only appends.
+        last = len(shaped) - 1
         return [
-            Entry(m.participant, m.content, (m.id,), "copy", cache_marker=i == 0) for i, (m, _) in enumerate(shaped)
+            Entry(m.participant, m.content, (m.id,), "copy", cache_marker=i == 0 or i == last)
+            for i, (m, _) in enumerate(shaped)
         ]
 
     def _persist(self, ctx: StrategyContext | None, anchor: int) -> None:
