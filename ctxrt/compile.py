@@ -537,53 +537,45 @@ class CompileMemo:
         self._owners: list[_Prepared] = []
         self._ends: list[int] = []  # _ends[i]: messages made from entries[:i + 1]
         self.marked = False  # whether any part made so far carries a cache breakpoint
-        # P9: the fingerprints of the last compile's prefixes ending at its breakpoints, and a
-        # digest per compiled message (kept with the message, so an id is never reused).
-        self.prefixes: frozenset[bytes] = frozenset()
-        self._digests: dict[int, tuple[CompiledMessage, bytes, int]] = {}
-
-    def digest(self, message: CompiledMessage) -> tuple[bytes, int]:
-        """A digest of ``message``'s bytes as sent (participant and blocks) and its token estimate.
-
-        The breakpoint itself is left out: a provider matches a cached prefix on its content, and
-        the ``cache_control`` marker moves on from one request's tail to the next one's.
-        """
-        found = self._digests.get(id(message))
-        if found is None or found[0] is not message:
-            encoded = repr((message.participant, to_jsonable(list(message.content))))
-            found = (message, hashlib.blake2b(encoded.encode("utf-8", "surrogatepass"), digest_size=16).digest(),
-                     estimate_blocks(message.content))
-            self._digests[id(message)] = found
-        return found[1], found[2]
+        # P9: a chained fingerprint per compiled message (of the system blocks and every message up
+        # to it), reused where a compile's messages are the last one's objects, and the last
+        # compile's breakpoint positions; so a warm compile pays for what changed, not the slot.
+        self._system: bytes = b""
+        self._chained: list[CompiledMessage] = []
+        self._chain: list[bytes] = []
+        self._totals: list[int] = []  # _totals[i]: estimated tokens of messages[:i + 1]
+        self._breaks: list[int] = []
 
     def stable_prefix(self, messages: Sequence[CompiledMessage], system_blocks: Sequence[Block]) -> int:
-        """P9: tokens of the longest prefix of ``messages`` byte-identical to a prefix of the last
-        compile's that ended at one of its breakpoints (what the cache that request wrote can serve).
-        Remembers this compile's breakpoint-ended prefixes for the next one."""
-        running = hashlib.blake2b(repr(to_jsonable(list(system_blocks))).encode("utf-8", "surrogatepass"),
-                                  digest_size=16)
-        tokens = 0
-        stable = 0
-        previous = self.prefixes
-        seen: set[bytes] = set()
-        matching = bool(previous)
-        matched = 0
-        for message in messages:
-            digest, cost = self.digest(message)
-            running.update(digest)
-            tokens += cost
-            if matching or message.cache_breakpoint:
-                fingerprint = running.digest()
-                if message.cache_breakpoint:
-                    seen.add(fingerprint)
-                if matching and fingerprint in previous:
-                    stable = tokens
-                    matched += 1
-                    matching = matched < len(previous)  # each previous prefix matches once at most
-        self.prefixes = frozenset(seen)
-        if len(self._digests) > 2 * len(messages) + 1024:
-            live = {id(m) for m in messages}
-            self._digests = {k: v for k, v in self._digests.items() if k in live}
+        """P9: tokens of the longest prefix of ``messages`` identical (markers aside) to a prefix of
+        the last compile's that ended at one of its breakpoints (what the cache that request wrote
+        can serve). Remembers this compile's for the next one."""
+        if not self.marked and not self._breaks:
+            return 0  # no breakpoint now nor last time: nothing was or will be cached
+        system = hashlib.blake2b(repr(to_jsonable(list(system_blocks))).encode("utf-8", "surrogatepass"),
+                                 digest_size=16).digest()
+        old_chain, old_breaks = self._chain, self._breaks
+        if system != self._system:
+            start = 0
+        else:
+            same = list(map(operator.is_, messages, self._chained))  # C speed: the unchanged stretch
+            start = same.index(False) if False in same else len(same)
+        chain, totals = old_chain[:start], self._totals[:start]
+        fingerprint, total = (chain[-1], totals[-1]) if start else (system, 0)
+        breaks = [i for i in old_breaks if i < start]
+        for index in range(start, len(messages)):
+            message = messages[index]
+            content = repr((message.participant, to_jsonable(list(message.content)))).encode("utf-8", "surrogatepass")
+            fingerprint = hashlib.blake2b(fingerprint + content, digest_size=16).digest()
+            total += estimate_blocks(message.content)
+            chain.append(fingerprint)
+            totals.append(total)
+            if message.cache_breakpoint:
+                breaks.append(index)
+        stable = max((totals[i] for i in old_breaks if i < len(chain) and i < len(old_chain)
+                      and chain[i] == old_chain[i]), default=0)
+        self._system, self._chained, self._chain, self._totals, self._breaks = (
+            system, list(messages), chain, totals, breaks)
         return stable
 
     def parts(
