@@ -174,8 +174,8 @@ class CompileResult:
                 ``ctxrt.anthropic_rules`` (a bug in ctxrt: every body should satisfy P8).
         """
         body: dict[str, Any] = {}
-        texts = [system] if system else []
-        texts += [b.text for b in self.system_injections if isinstance(b, Text) and b.text]
+        texts = [system] if system and system.strip() else []  # the API refuses a blank system
+        texts += [b.text for b in self.system_injections if isinstance(b, Text) and b.text.strip()]
         if texts:
             body["system"] = "\n\n".join(texts)
         body["messages"] = to_anthropic_messages(self.messages, assistant)
@@ -352,12 +352,25 @@ def _injection_blocks(
                     raise MalformedContentError(
                         f"injections[{i}].content[{j}]", f"a system injection may hold only text blocks, not {block.type}"
                     )
+        _refuse_tool_blocks(blocks, f"injections[{i}]")
         placed.append(blocks)
     messages = []
     for i, message_injection in enumerate(message_injections):
         validate_participant(message_injection.participant, path=f"message_injections[{i}].participant")
-        messages.append(blocks_from_content(message_injection.content, path=f"message_injections[{i}].content"))
+        blocks = blocks_from_content(message_injection.content, path=f"message_injections[{i}].content")
+        _refuse_tool_blocks(blocks, f"message_injections[{i}]")
+        messages.append(blocks)
     return placed, messages
+
+
+def _refuse_tool_blocks(blocks: Sequence[Block], place: str) -> None:
+    """P8: an injection is placed after tool pairs are repaired, so a call or result in it could
+    never be answered or answer anything: refused, naming the block."""
+    for j, block in enumerate(blocks):
+        if type(block) is ToolUse or type(block) is ToolResult:
+            raise MalformedContentError(
+                f"{place}.content[{j}]", f"an injection may not carry a {block.type} block: nothing could pair it"
+            )
 
 
 def validate_injections(injections: Sequence[Injection], message_injections: Sequence[MessageInjection]) -> None:

@@ -120,6 +120,10 @@ def _api_block(block: Block, participant: str, role: str, foreign: dict[str, str
         call = f"{participant} called {block.name}"
         foreign[block.id] = call
         return {"type": "text", "text": f"[{call} with {_compact(block.input)}]"}
+    if type(block) is ToolUse:
+        # The assistant's own call: a result with this id answers it from now on, even if another
+        # resident used the same id before (agents number their calls alike: call_1, call_2...).
+        foreign.pop(block.id, None)
     if type(block) is ToolResult and block.tool_use_id in foreign:
         body = block.content if isinstance(block.content, str) else " ".join(
             getattr(b, "text", f"[{b.type}]") for b in block.content

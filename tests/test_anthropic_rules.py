@@ -371,3 +371,46 @@ async def test_autobiographical_marks_head_and_summary_seams_and_reports_the_sta
     assert len(marked) <= 3
     again = await m.compile(budget)  # nothing changed: the whole request is served from cache
     assert again.stable_prefix_tokens == sum(estimate_blocks(c.content) for c in first.messages)
+
+
+# -- from a host-style attack ---------------------------------------------------------------------
+
+
+async def test_a_tool_id_another_resident_used_first_still_pairs_the_assistants_own_call(tmp_path: Path) -> None:
+    """P8: agents number their calls alike (call_1...): bob's call_1 is shown as text, and Claude's own
+    call_1 keeps its tool_result as a result, not as text about bob's call."""
+    async with ctxrt.open_runtime(tmp_path / "s") as rt:
+        m = await rt.open("a")
+        await m.add_message("user", "go")
+        await m.add_message("bob", [ctxrt.ToolUse("call_1", "search", {})])
+        await m.add_message("user", [ctxrt.ToolResult("call_1", "bob's")])
+        await m.add_message("Claude", [ctxrt.ToolUse("call_1", "search", {})])
+        await m.add_message("user", [ctxrt.ToolResult("call_1", "mine")])
+        body = (await m.compile()).to_anthropic(assistant="Claude")
+    assert violations(body) == []
+    assert body["messages"][-1]["content"][0] == {"type": "tool_result", "tool_use_id": "call_1", "content": "mine"}
+
+
+@pytest.mark.parametrize("position", ["injections", "message_injections"])
+async def test_an_injection_carrying_a_tool_block_is_refused_naming_it(tmp_path: Path, position: str) -> None:
+    """P8, B4: an injection is placed after tool pairs are repaired, so a tool_use or tool_result in it
+    could never pair: refused before the strategy runs, naming the block."""
+    async with ctxrt.open_runtime(tmp_path / "s") as rt:
+        m = await rt.open("a")
+        await m.add_message("user", "go")
+        block = [ctxrt.ToolUse("t9", "look", {})]
+        kwargs: dict[str, Any] = (
+            {"injections": [ctxrt.Injection("n", "after_user", block)]} if position == "injections"
+            else {"message_injections": [ctxrt.MessageInjection("Claude", block)]}
+        )
+        with pytest.raises(ctxrt.MalformedContentError) as caught:
+            await m.compile(**kwargs)
+    assert caught.value.path == f"{position}[0].content[0]"
+
+
+def test_a_blank_system_prompt_is_left_out_of_the_body() -> None:
+    """P8: the API refuses a whitespace-only system; a blank one (the host's or an injection's) is dropped."""
+    result = ctxrt.CompileResult([ctxrt.CompiledMessage("user", (ctxrt.Text("hi"),))], (ctxrt.Text("  "),),
+                                 provenance=None)  # type: ignore[arg-type]
+    body = result.to_anthropic(assistant="Claude", system="   ")
+    assert "system" not in body and violations(body) == []
