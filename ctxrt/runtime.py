@@ -227,12 +227,7 @@ class Runtime:
         if not isinstance(name, str):
             raise TypeError(f"name must be a string, not {type(name).__name__}")
         checks.name(from_branch, "from_branch")
-        if at_sequence is not None:
-            checks.integer(at_sequence, "at_sequence")
-            if not 0 <= at_sequence <= self.engine.last_sequence:
-                raise MalformedContentError(
-                    "at_sequence", f"must be an integer in [0, {self.engine.last_sequence}] (the store's sequence), "
-                                   f"not {at_sequence!r}")
+        checks.optional_integer(at_sequence, "at_sequence")  # its range is the store's to judge, at commit
         row = await self.store.ask(CreateBranch(name=name, from_branch=from_branch, at_sequence=at_sequence))
         return next(info for info in describe_branches(self.engine) if info.id == row.id)
 

@@ -88,7 +88,7 @@ def test_an_edit_that_hides_nothing_widens_or_deletes_goes_through_for_anyone() 
     """D1: widening, unchanged blocks and deleted blocks are never narrowings, whatever the floor."""
     old = message(5, Text("a", audience=("ann",)), Text("b"))
     for new in [(Text("a"), Text("b")), (Text("a", audience=("ann", "bob")),), (Text("x", audience=("ann",)), Text("y"))]:
-        judge_edit(old, new, reader=None, floor=100, others=(), place=HERE)
+        judge_edit(old, new, reader=None, floor=lambda: 100, others=lambda: (), place=HERE)
 
 
 def test_a_narrowing_is_judged_against_the_reader_the_floor_and_the_other_namespaces() -> None:
@@ -98,19 +98,19 @@ def test_a_narrowing_is_judged_against_the_reader_the_floor_and_the_other_namesp
     from_bob = (Text("a", audience=("ann",)),)
     from_ann = (Text("a", audience=("bob",)),)
     with pytest.raises(NarrowingRefusedError, match="no reader"):
-        judge_edit(old, from_bob, reader=None, floor=0, others=(), place=HERE)
+        judge_edit(old, from_bob, reader=None, floor=lambda: 0, others=lambda: (), place=HERE)
     with pytest.raises(NarrowingRefusedError, match="'bob', other readers than 'ann'"):
-        judge_edit(old, from_bob, reader="ann", floor=0, others=(), place=HERE)
-    judge_edit(old, from_ann, reader="ann", floor=4, others=("carl", None), place=HERE)
+        judge_edit(old, from_bob, reader="ann", floor=lambda: 0, others=lambda: (), place=HERE)
+    judge_edit(old, from_ann, reader="ann", floor=lambda: 4, others=lambda: ("carl", None), place=HERE)
     with pytest.raises(NarrowingRefusedError, match="narrowing floor 5"):
-        judge_edit(old, from_ann, reader="ann", floor=5, others=(), place=HERE)
+        judge_edit(old, from_ann, reader="ann", floor=lambda: 5, others=lambda: (), place=HERE)
     with pytest.raises(NarrowingRefusedError, match="can't be read"):
-        judge_edit(old, from_ann, reader="ann", floor=None, others=(), place=HERE)
+        judge_edit(old, from_ann, reader="ann", floor=lambda: None, others=lambda: (), place=HERE)
     for other in ("ann", CorruptRecord(3)):
         with pytest.raises(NarrowingRefusedError, match="another namespace"):
-            judge_edit(old, from_ann, reader="ann", floor=0, others=(other,), place=HERE)
+            judge_edit(old, from_ann, reader="ann", floor=lambda: 0, others=lambda: (other,), place=HERE)
     with pytest.raises(NarrowingRefusedError, match="readers it doesn't name"):
-        judge_edit(message(5, Text("a")), (Text("a", audience=("ann",)),), reader="ann", floor=0, others=(),
+        judge_edit(message(5, Text("a")), (Text("a", audience=("ann",)),), reader="ann", floor=lambda: 0, others=lambda: (),
                    place=HERE)
 
 

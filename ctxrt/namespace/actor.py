@@ -139,7 +139,6 @@ class _InFlight:
     epoch: int
     reply: Reply | None
     scope: trio.CancelScope
-    reset: ResetHeadWindow | None = None
 
 
 class _Actor:
@@ -241,6 +240,11 @@ class _Actor:
     def _stored_floor(self) -> int | None:
         return floor_from_value(self.services.engine.read_value(states.floor_state(self.place.namespace),
                                                                 self.branch_id))
+
+    def _edit_floor(self) -> int | None:
+        """The floor an edit is judged against: the stored one (None if unreadable), never below ours."""
+        stored = self._stored_floor()
+        return None if stored is None else max(stored, self.floor)
 
     def _other_records(self) -> list[Record]:
         engine, own = self.services.engine, states.reader_state(self.place.namespace)
@@ -642,10 +646,8 @@ class _Actor:
         if current is None:
             raise MessageNotFoundError(f"no message {command.message_id!r} in slot {self.config.slot!r} on "
                                        f"branch {self.place.branch!r}")
-        stored_floor = self._stored_floor()
-        judge_edit(current, command.content, reader=self.reader,
-                   floor=None if stored_floor is None else max(stored_floor, self.floor),
-                   others=self._other_records(), place=self.place)
+        judge_edit(current, command.content, reader=self.reader, floor=self._edit_floor, others=self._other_records,
+                   place=self.place)  # the floor and the other records are read only for a narrowing
         data = codec.message_to_json(current.participant, command.stored, current.metadata, current.timestamp_ms,
                                      current.caused_by)
         appended = Appended(current.participant, command.content, current.metadata, current.timestamp_ms,
@@ -763,7 +765,7 @@ class _Actor:
             return False
         unit = strategy.transition_unit(self.ctx)
         await self._commit(unit.reaches)  # before the transition summary reads the head window (D2, D4)
-        self._call(unit, self.strategy.request_for(unit, self.ctx), "reset", reply, reset=command)
+        self._call(unit, self.strategy.request_for(unit, self.ctx), "reset", reply)
         return True
 
     async def _transition(self, content: list[dict[str, Any]]) -> str:
@@ -779,9 +781,9 @@ class _Actor:
         await self._commit()
         return message_id
 
-    def _call(self, unit: Unit, request: Any, kind: str, reply: Reply | None, *, reset: Any = None) -> None:
+    def _call(self, unit: Unit, request: Any, kind: str, reply: Reply | None) -> None:
         scope = trio.CancelScope()
-        self.in_flight = _InFlight(kind, unit, self.epoch, reply, scope, reset)
+        self.in_flight = _InFlight(kind, unit, self.epoch, reply, scope)
         self.ref.in_flight = 1
         self.children.start_soon(_complete, self.ref, self.model, request, unit, self.epoch, self.model_timeout_s,
                                  scope)
@@ -800,7 +802,7 @@ class _Actor:
         try:
             if flight.kind == "reset":
                 strategy = self.strategy
-                assert isinstance(strategy, HeadWindowReset) and flight.reset is not None
+                assert isinstance(strategy, HeadWindowReset)
                 result: Any = await self._transition(strategy.transition_content(self.ctx, None, done.outcome))
             else:
                 result = self.strategy.apply_unit(flight.unit, done.outcome, self.ctx)

@@ -7,7 +7,7 @@ verdict or the store commands to send (docs/architecture.md, Namespace actors). 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -111,13 +111,14 @@ _WHY = "nothing takes a block out of a summary already written or a request alre
 
 
 def judge_edit(
-    message: Message, new_content: Sequence[Block], *, reader: str | None, floor: int | None,
-    others: Iterable[Record], place: Place,
+    message: Message, new_content: Sequence[Block], *, reader: str | None, floor: Callable[[], int | None],
+    others: Callable[[], Iterable[Record]], place: Place,
 ) -> None:
     """The narrowing verdict (D1-D5): return if the edit may go through, else raise.
 
-    ``floor`` is the namespace's narrowing floor (None when it can't be read); ``others`` are
-    the records of the branch's other namespaces.
+    ``floor()`` gives the namespace's narrowing floor (None when it can't be read); ``others()``
+    the records of the branch's other namespaces. Both are called only for a narrowing that
+    hides a block from the manager's own reader: most edits hide nothing and read nothing.
     """
     names, unnamed = hidden_by_edit(message.content, new_content)
     if not names and not unnamed:
@@ -134,17 +135,18 @@ def judge_edit(
             f"refused: the edit would hide a block of {where} from {', '.join(map(repr, hidden))}, other readers "
             f"than {reader!r}, whose compression this manager can't see ({_WHY})"
         )
-    if floor is None:
+    floor_now = floor()
+    if floor_now is None:
         raise NarrowingRefusedError(
             f"refused: the edit would hide a block of {where} from reader {reader!r}, and the namespace's record "
             f"of what compression has read can't be read"
         )
-    if message.sequence <= floor:
+    if message.sequence <= floor_now:
         raise NarrowingRefusedError(
             f"refused: the edit would hide a block of {where} from reader {reader!r}, and compression may already "
-            f"have read it (narrowing floor {floor}; {_WHY})"
+            f"have read it (narrowing floor {floor_now}; {_WHY})"
         )
-    for other in others:
+    for other in others():
         if other == reader or isinstance(other, CorruptRecord):
             shown = other if isinstance(other, CorruptRecord) else repr(other)
             raise NarrowingRefusedError(

@@ -261,15 +261,14 @@ class ActorRetired(Exception):
 
 
 class Reply:
-    """The slot a command's answer goes into; ``abandoned`` once its caller stopped waiting."""
+    """The slot a command's answer goes into."""
 
-    __slots__ = ("event", "ok", "value", "abandoned")
+    __slots__ = ("event", "ok", "value")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.ok = False
         self.value: Any = None
-        self.abandoned = False
 
     def resolve(self, ok: bool, value: Any) -> None:
         if not self.event.is_set():
@@ -331,11 +330,7 @@ class NamespaceRef:
             self._send.send_nowait((command, reply))
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise self.refusal(command) from None
-        try:
-            await reply.event.wait()
-        except BaseException:
-            reply.abandoned = True
-            raise
+        await reply.event.wait()  # cancelled here, the command is still handled whole; its answer is dropped
         if reply.ok:
             return reply.value
         raise reply.value

@@ -1048,6 +1048,12 @@ class Batch:
             validate_branch_name(name)
         except ValueError as exc:
             raise MalformedContentError("name", str(exc)) from None
+        # The arguments' own faults first, whatever the store holds; then what the store says.
+        fork = self.sequence if at_sequence is None else at_sequence
+        if not isinstance(fork, int) or isinstance(fork, bool) or not 0 <= fork <= self.sequence:
+            raise MalformedContentError(
+                "at_sequence", f"must be an integer in [0, {self.sequence}] (the store's sequence), not {fork!r}"
+            )
         try:
             self.branch(name)
         except BranchNotFoundError:
@@ -1055,11 +1061,6 @@ class Batch:
         else:
             raise BranchExistsError(f"a branch named {name!r} already exists")
         parent = self.branch(from_branch)
-        fork = self.sequence if at_sequence is None else at_sequence
-        if not isinstance(fork, int) or isinstance(fork, bool) or not 0 <= fork <= self.sequence:
-            raise MalformedContentError(
-                "at_sequence", f"must be an integer in [0, {self.sequence}] (the store's sequence), not {fork!r}"
-            )
         meta = self.dbs[keys.DB_META]
         branch_id = keys.decode_u32(self.txn.get(keys.META_NEXT_BRANCH, db=meta))  # type: ignore[arg-type]  # written when the store is made
         self.txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(branch_id + 1), db=meta)
