@@ -175,7 +175,7 @@ class ContextManager:
         )
         operation = await self._registry.store_ref().ask(
             AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
-                       attachment=appended)
+                       attachment=appended, flagged=appended.audience)
         )
         return str(operation.sequence)
 
@@ -251,7 +251,7 @@ class ContextManager:
         """
         slot = self._slot()
         await trio.lowlevel.checkpoint()
-        return len(slot.current())
+        return slot.count()
 
     async def get_message_window(self, offset: int, limit: int) -> MessageWindow:
         """``limit`` messages from ``offset`` (negative counts from the end), as stored.
@@ -263,10 +263,9 @@ class ContextManager:
         checks.integer(offset, "offset")
         checks.integer(limit, "limit", minimum=0)
         await trio.lowlevel.checkpoint()
-        messages = slot.current()
-        total = len(messages)
+        total = slot.count()
         start = max(0, total + offset) if offset < 0 else min(offset, total)
-        return MessageWindow(tuple(messages[start : start + max(0, limit)]), start, total)
+        return MessageWindow(tuple(slot.window(start, start + limit)), start, total)
 
     async def query_messages(
         self, *, participant: str | None = None, metadata: Mapping[str, Any] | None = None,

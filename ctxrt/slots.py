@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
@@ -21,10 +22,17 @@ import attrs
 from . import checks, codec
 from .content import Block, Message, ToolResult, has_audience
 from .errors import MalformedContentError
-from .store.engine import Engine, ItemAppended, ItemEdited, ItemsRemoved, LogHead, Operation
+from .store.engine import (
+    Engine,
+    ItemAppended,
+    ItemEdited,
+    ItemsRemoved,
+    LogHead,
+    Operation,
+)
 
 logger = logging.getLogger("ctxrt.slots")
-
+FULL = sys.maxsize  # a count that asks for every message
 
 
 def _diagnostics() -> bool:
@@ -52,6 +60,11 @@ class Appended:
     caused_by: tuple[str, ...]
     origin: Any = None  # the namespace actor that wrote it, for its holds
     hold: bool | float = False
+    # Written with the item as its store flag, so a cache knows without reading every message
+    # whether a reader's view must be projected (LogHead.flagged).
+    audience: bool = attrs.field(
+        init=False, default=attrs.Factory(lambda self: holds_audience(self.content), takes_self=True)
+    )
 
 
 def prepare_append(
@@ -85,12 +98,18 @@ def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:
 
 
 
-class SlotCache:
-    """One (branch, slot)'s messages, in slot order (which is sequence order).
+MIN_LOAD = 64  # the fewest older messages one load decodes
 
-    ``messages`` grows in place on appends and is replaced by a new list on any other change;
-    ``rewrites`` counts those replacements, so a derived listing can tell "only appended since"
-    from "rewritten since" in O(1).
+
+class SlotCache:
+    """One (branch, slot)'s messages, in slot order (which is sequence order), decoded from the
+    newest back only as far as something has asked (docs/behaviours.md L7).
+
+    ``messages`` holds the newest ``len(messages)`` of the slot's ``length`` messages: it grows in
+    place on appends and is replaced by a new list when older messages are decoded or on any other
+    change; ``rewrites`` counts the changes other than appends and older loads, so a derived
+    listing can tell "only appended since" from "rewritten since" in O(1). Older messages are read
+    as of ``revision`` (a snapshot: nothing below the held suffix changes without a rewrite).
     """
 
     def __init__(
@@ -102,6 +121,7 @@ class SlotCache:
         self.branch_id = branch_id
         self.live = live  # kept current by commit events (a writing runtime's cache)
         self.messages: list[Message] = []
+        self.length = 0
         self.rewrites = 0
         self.revision = 0
         self.rewrite_revision = 0
@@ -111,13 +131,21 @@ class SlotCache:
         self.stale = False  # a commit event failed to apply: reload at the next read, ignore events till then
         self.reloads = 0
         self.tail_fills = 0
+        self.decoded = 0  # messages decoded from the store so far (L7 is measured with it)
         if seed is None:
             self._reload("first read")
         else:
             # A new branch's slot as its parent's cache holds it up to the fork: no decode at all.
             self.messages, head, self.may_hold_audience = seed
+            self.length = head.length
             self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
+            self.may_hold_audience = self.may_hold_audience or head.flagged is not False
             self.rewrites = 1
+
+    @property
+    def complete(self) -> bool:
+        """Whether every message of the slot is decoded."""
+        return len(self.messages) == self.length
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -126,6 +154,7 @@ class SlotCache:
         resolved = codec.resolve_blobs(message.content, lambda sha: self.engine.get_blob(txn, sha))
         if resolved is not message.content:
             message = attrs.evolve(message, content=resolved)
+        self.decoded += 1
         return message
 
     def _decode_committed(self, data: bytes, sequence: int) -> Message:
@@ -134,26 +163,71 @@ class SlotCache:
             return self._decode(data, sequence, txn)
 
     def _reload(self, reason: str) -> None:
+        """Start over from the slot's head: nothing is decoded until a read asks for it."""
         branch = self.engine.branch_by_id(self.branch_id)
         with self.engine.reader() as txn:
             head = self.engine.log_head(txn, self.state, branch)
-            items = self.engine.log_items(txn, self.state, branch, head=head)
-            self.messages = [self._decode(item.data, item.sequence, txn) for item in items]
+        self.messages = []
+        self.length = head.length
         self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
-        self.may_hold_audience = self.may_hold_audience or any(holds_audience(m.content) for m in self.messages)
+        # The head says whether any item was written holding an audience (unknown for a head an
+        # older ctxrt wrote: then assume one may).
+        self.may_hold_audience = self.may_hold_audience or head.flagged is not False
         self.rewrites += 1
         self.reloads += 1
         if _diagnostics():
-            logger.info("reload %s on branch %d: %s (%d messages)", self.state, self.branch_id, reason, len(self.messages))
+            logger.info("reload %s on branch %d: %s (%d messages)", self.state, self.branch_id, reason, self.length)
 
-    def current(self) -> list[Message]:
-        """The messages now; a read-only cache first revalidates against the slot's head (S3)."""
+    def _load_older(self, count: int) -> None:
+        """Decode up to ``count`` messages older than the held ones, as of ``revision``."""
+        stop = self.length - len(self.messages)
+        start = max(0, stop - count)
+        branch = self.engine.branch_by_id(self.branch_id)
+        with self.engine.reader() as txn:
+            items = self.engine.log_items(txn, self.state, branch, at=self.revision, start=start, stop=stop)
+            older = [self._decode(item.data, item.sequence, txn) for item in items]
+        if not self.may_hold_audience and holds_audience([b for m in older for b in m.content]):
+            # An item stored without its flag (written below the slot layer): project from now on.
+            self.may_hold_audience = True
+            self.rewrites += 1
+        self.messages = older + self.messages
+
+    def _fresh(self) -> None:
+        """Before a read: a stale cache reloads; a read-only one revalidates against the head (S3)."""
         if self.stale:
             self._reload("a commit event failed to apply")
             self.stale = False
         elif not self.live:
             self._revalidate()
+
+    def suffix(self, count: int) -> list[Message]:
+        """At least the newest ``count`` messages (all of them if the slot holds fewer), oldest
+        first: a list the cache owns, immutable by contract. Decodes what isn't held yet, at least
+        doubling what is, so reading back through a slot costs each message once."""
+        self._fresh()
+        missing = min(count, self.length) - len(self.messages)
+        if missing > 0:
+            self._load_older(max(missing, len(self.messages), MIN_LOAD))
         return self.messages
+
+    def current(self) -> list[Message]:
+        """Every message now (decoding whatever isn't held yet)."""
+        return self.suffix(FULL)
+
+    def count(self) -> int:
+        """How many messages the slot holds, decoding none."""
+        self._fresh()
+        return self.length
+
+    def window(self, start: int, stop: int) -> list[Message]:
+        """Messages ``[start, stop)`` by slot index, decoding back to ``start`` only."""
+        self._fresh()
+        start, stop = max(0, start), min(stop, self.length)
+        if start >= stop:
+            return []
+        messages = self.suffix(self.length - start)
+        offset = self.length - len(messages)
+        return messages[start - offset : stop - offset]
 
     def _revalidate(self) -> None:
         branch = self.engine.branch_by_id(self.branch_id)
@@ -163,13 +237,14 @@ class SlotCache:
                 return
             if head.rewrite_revision != self.rewrite_revision:
                 reason = "rewritten since"
-            elif head.length < len(self.messages):
+            elif head.length < self.length:
                 reason = "length mismatch"
             else:
                 # Only appends since: read just the new tail (one range scan).
-                items = self.engine.log_items(txn, self.state, branch, start=len(self.messages), head=head)
+                items = self.engine.log_items(txn, self.state, branch, start=self.length, head=head)
                 for item in items:
-                    self._push(self._decode(item.data, item.sequence, txn))
+                    message = self._decode(item.data, item.sequence, txn)
+                    self._push(message, holds_audience(message.content))
                 self.revision = head.revision
                 self.tail_fills += 1
                 if _diagnostics():
@@ -179,9 +254,10 @@ class SlotCache:
 
     # -- events (writing runtime) -----------------------------------------------------------
 
-    def _push(self, message: Message) -> None:
+    def _push(self, message: Message, audience: bool) -> None:
         self.messages.append(message)
-        if not self.may_hold_audience and holds_audience(message.content):
+        self.length += 1
+        if audience:
             self.may_hold_audience = True
 
     def apply(self, operation: Operation) -> None:
@@ -204,12 +280,14 @@ class SlotCache:
             appended: Appended | None = operation.attachment
             if appended is None:
                 message = self._decode_committed(operation.data, operation.sequence)
+                audience = holds_audience(message.content)
             else:
                 message = Message(
                     str(operation.sequence), operation.sequence, appended.participant, appended.content,
                     appended.metadata, appended.timestamp_ms, appended.caused_by,
                 )
-            self._push(message)
+                audience = appended.audience
+            self._push(message, audience)
             self.revision = operation.sequence
             for notify in self.subscribers:
                 try:
@@ -218,46 +296,59 @@ class SlotCache:
                     logger.exception("a subscriber of slot %s on branch %d failed on message %d",
                                      self.state, self.branch_id, operation.sequence)
         elif isinstance(operation, ItemEdited):
-            index = self.index_of(operation.item_sequence)
             self.revision = self.rewrite_revision = operation.sequence
-            if index is None:
-                self._reload("edited an item the cache doesn't hold")
-                return
-            old = self.messages[index]
             appended = operation.attachment
             content = appended.content if appended is not None else self._decode_committed(
                 operation.data, operation.item_sequence
             ).content
-            messages = list(self.messages)
-            messages[index] = attrs.evolve(old, content=content)
-            self.messages = messages
+            index = self._held(operation.item_sequence)
+            if index is not None:
+                messages = list(self.messages)
+                messages[index] = attrs.evolve(messages[index], content=content)
+                self.messages = messages
+            elif self.complete or operation.item_sequence >= self.messages[0].sequence:
+                self._reload("edited an item the cache doesn't hold")
+                return
+            # else older than the held suffix: it is read, edited, as of the new revision
             self.may_hold_audience = self.may_hold_audience or holds_audience(content)
             self.rewrites += 1
         elif isinstance(operation, ItemsRemoved):
-            first = self.index_of(operation.from_sequence)
-            last = self.index_of(operation.to_sequence)
             self.revision = self.rewrite_revision = operation.sequence
-            if first is None or last is None:
-                self._reload("removed items the cache doesn't hold")
+            low, high = operation.from_sequence, operation.to_sequence
+            self.messages = [m for m in self.messages if not low <= m.sequence <= high]
+            self.length -= operation.count
+            if self.length < len(self.messages):
+                self._reload("removed more than the slot held")
                 return
-            self.messages = self.messages[:first] + self.messages[last + 1 :]
             self.rewrites += 1
 
     # -- reads ------------------------------------------------------------------------------
 
-    def index_of(self, sequence: int) -> int | None:
-        messages = self.current()
+    def _held(self, sequence: int) -> int | None:
+        """The index in ``messages`` of the message appended at ``sequence``, if held."""
+        messages = self.messages
         index = bisect_left(messages, sequence, key=_sequence)
         if index < len(messages) and messages[index].sequence == sequence:
             return index
         return None
 
     def get(self, message_id: str) -> Message | None:
+        """The message, as stored, or None: read from the store, not decoded into the cache, when
+        it is older than what the cache holds."""
         sequence = parse_id(message_id)
         if sequence is None:
             return None
-        index = self.index_of(sequence)
-        return None if index is None else self.messages[index]
+        self._fresh()
+        if self.complete or (self.messages and sequence >= self.messages[0].sequence):
+            index = self._held(sequence)
+            return None if index is None else self.messages[index]
+        branch = self.engine.branch_by_id(self.branch_id)
+        with self.engine.reader() as txn:
+            found = self.engine.find_index(txn, self.state, branch, sequence, at=self.revision)
+            if found is None:
+                return None
+            item = self.engine.log_item(txn, self.state, branch, found[0], at=self.revision)
+            return None if item is None else self._decode(item.data, item.sequence, txn)
 
 
 def _sequence(message: Message) -> int:
@@ -307,7 +398,7 @@ class SlotRegistry:
             del self._caches[(cache.state, cache.branch_id)]
 
     def _seed(self, state: str, branch_id: int) -> tuple[list[Message], LogHead, bool] | None:
-        """The parent's cached messages up to the fork, when they are exactly this branch's."""
+        """What the parent's cache holds up to the fork, when it is exactly this branch's newest."""
         if not self.live:
             return None
         row = self.engine.branch_by_id(branch_id)
@@ -320,10 +411,11 @@ class SlotRegistry:
             head = self.engine.log_head(txn, state, row)
         if head.revision > row.fork_sequence:
             return None  # the branch wrote its own since
-        messages = parent.messages[: bisect_right(parent.messages, row.fork_sequence, key=_sequence)]
-        if len(messages) != head.length:
+        held = bisect_right(parent.messages, row.fork_sequence, key=_sequence)
+        before = parent.length - len(parent.messages)  # messages older than the parent holds
+        if before + held != head.length:
             return None
-        return messages, head, parent.may_hold_audience
+        return parent.messages[:held], head, parent.may_hold_audience
 
     def drop_branch(self, branch_id: int) -> None:
         """A deleted branch's caches go (their actors were retired; a later branch of the name is another)."""

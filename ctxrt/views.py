@@ -1,10 +1,12 @@
 """What a strategy reads: listings over slot caches, merged, filtered and projected for a reader.
 
-A *listing* is a list of messages in sequence order plus a ``rewrites`` stamp that changes
-whenever the list changed other than by appending. Each derived listing (merge, filter, reader
-projection) memoises its own list and, while its source only appended, extends it with just
-the new tail, so a compile at 20,000 messages doesn't re-filter 20,000 messages (docs/behaviours.md
-F3). ``MessageView`` is the read interface strategies get (docs/api.md, Writing a strategy).
+A *listing* gives a ``Window``: its newest messages in sequence order, as many as asked for,
+plus a stamp that changes whenever the listing changed other than by appending. A slot's
+listing decodes older messages only when a window reaches them, so a compile reads what its
+budget holds, not the whole history (docs/behaviours.md L7). Each derived listing (merge,
+filter, reader projection) memoises its own list and, while its source only appended, extends
+it with just the new tail, so a compile at 20,000 messages doesn't re-filter 20,000 messages
+(F3). ``MessageView`` is the read interface strategies get (docs/api.md, Writing a strategy).
 """
 
 from __future__ import annotations
@@ -12,18 +14,32 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import attrs
 
 from .content import Message, content_for_reader
-from .slots import SlotCache, _sequence, parse_id
+from .slots import FULL, MIN_LOAD, SlotCache, _sequence, parse_id
 from .tokens import estimate_message
 
 
+class Window(NamedTuple):
+    """The newest messages of a listing, oldest first.
+
+    ``messages`` is the listing's own list: immutable by contract, extended in place by appends and
+    replaced when older messages are added or the listing changes. ``complete``: they are all of
+    it. ``stamp`` changes whenever the listing changed other than by appending (or by holding more
+    of its older messages).
+    """
+
+    messages: list[Message]
+    complete: bool
+    stamp: object
+
+
 class Listing(Protocol):
-    def listing(self) -> tuple[list[Message], int]:
-        """(messages in sequence order, rewrites stamp)."""
+    def window(self, count: int) -> Window:
+        """At least the newest ``count`` messages (all of them if there are fewer)."""
         ...
 
     def may_hold_audience(self) -> bool: ...
@@ -35,9 +51,10 @@ class SlotListing:
     def __init__(self, cache: SlotCache) -> None:
         self.cache = cache
 
-    def listing(self) -> tuple[list[Message], int]:
-        messages = self.cache.current()
-        return messages, self.cache.rewrites
+    def window(self, count: int) -> Window:
+        cache = self.cache
+        messages = cache.suffix(count)
+        return Window(messages, cache.complete, cache.rewrites)
 
     def may_hold_audience(self) -> bool:
         return self.cache.may_hold_audience
@@ -50,40 +67,63 @@ class StaticListing:
     def __init__(self, messages: list[Message]) -> None:
         self.messages = messages
 
-    def listing(self) -> tuple[list[Message], int]:
-        return self.messages, id(self.messages)
+    def window(self, count: int) -> Window:
+        return Window(self.messages, True, id(self.messages))
 
     def may_hold_audience(self) -> bool:
         return True  # project every message: exact for any content, and the cost is a test's
 
 
 class _Derived:
-    """A memoised listing derived from ``source`` that can extend itself on appends."""
+    """A memoised listing derived message by message from ``source``, held for the newest source
+    messages asked for so far: it extends itself with the source's appends and reads further
+    back only when a window asks for more than it holds."""
 
     def __init__(self, source: Listing) -> None:
         self.source = source
+        self._stamp: object = None
         self._messages: list[Message] = []
-        self._source_stamp: object = None
-        self._seen = 0
+        self._oldest: int | None = None  # sequence of the oldest source message taken
+        self._newest = -1  # and of the newest
+        self._taken = 0  # how many source messages were taken
+        self._complete = False
         self._rewrites = 0
         self.projected = 0  # messages transformed so far (F3 is measured with it)
 
     def _transform(self, messages: Sequence[Message]) -> list[Message]:
         raise NotImplementedError
 
-    def listing(self) -> tuple[list[Message], int]:
-        source, stamp = self.source.listing()
-        if stamp != self._source_stamp or len(source) < self._seen:
-            self._messages = self._transform(source)
-            self._source_stamp = stamp
+    def window(self, count: int) -> Window:
+        source = self.source.window(1)
+        if source.stamp != self._stamp:
+            self._stamp, self._messages, self._oldest, self._newest, self._taken = source.stamp, [], None, -1, 0
+            self._complete = False
             self._rewrites += 1
-            self.projected += len(source)
-        elif len(source) > self._seen:
-            tail = source[self._seen :]
+        elif source.messages and source.messages[-1].sequence > self._newest:
+            tail = source.messages[bisect_right(source.messages, self._newest, key=_sequence) :]
             self._messages.extend(self._transform(tail))
-            self.projected += len(tail)
-        self._seen = len(source)
-        return self._messages, self._rewrites
+            self._take(tail, self._complete)
+        while (self._oldest is None or len(self._messages) < count) and not self._complete:
+            if self._oldest is not None:
+                source = self.source.window(max(2 * self._taken, count, 2 * MIN_LOAD))
+                if source.stamp != self._stamp:
+                    return self.window(count)  # the source changed as it read back: start over
+            cut = len(source.messages) if self._oldest is None else bisect_left(
+                source.messages, self._oldest, key=_sequence)
+            older = source.messages[:cut]
+            self._messages = self._transform(older) + self._messages
+            self._take(older, source.complete)
+        return Window(self._messages, self._complete, self._rewrites)
+
+    def _take(self, messages: Sequence[Message], complete: bool) -> None:
+        if messages:
+            self._oldest = messages[0].sequence if self._oldest is None else min(self._oldest, messages[0].sequence)
+            self._newest = max(self._newest, messages[-1].sequence)
+        elif self._oldest is None:
+            self._oldest = self._newest + 1
+        self._taken += len(messages)
+        self.projected += len(messages)
+        self._complete = complete
 
     def may_hold_audience(self) -> bool:
         return self.source.may_hold_audience()
@@ -92,27 +132,46 @@ class _Derived:
 class MergedListing:
     """Several slots merged by sequence (M3). Messages appended after a merge always carry
     higher sequences than everything merged before (the sequence is global), so appends
-    extend the merge with the sorted new tails."""
+    extend the merge with the sorted new tails. Held back to the newest sequence below which
+    some source isn't held yet."""
 
     def __init__(self, sources: Sequence[Listing]) -> None:
         self.sources = list(sources)
         self._messages: list[Message] = []
-        self._stamps: list[int] = []
-        self._seen: list[int] = []
+        self._stamps: list[object] = []
+        self._newest: list[int] = []
+        self._complete = False
         self._rewrites = 0
 
-    def listing(self) -> tuple[list[Message], int]:
-        current = [source.listing() for source in self.sources]
-        stamps = [stamp for _, stamp in current]
-        lengths = [len(messages) for messages, _ in current]
-        if stamps != self._stamps or any(n < seen for n, seen in zip(lengths, self._seen)):
-            self._messages = list(heapq.merge(*(messages for messages, _ in current), key=_sequence))
+    def window(self, count: int) -> Window:
+        current = [source.window(1) for source in self.sources]
+        stamps = [window.stamp for window in current]
+        if stamps == self._stamps:
+            tails = [w.messages[bisect_right(w.messages, newest, key=_sequence) :]
+                     for w, newest in zip(current, self._newest)]
+            if any(tails):
+                self._messages.extend(heapq.merge(*tails, key=_sequence))
+                self._newest = [w.messages[-1].sequence if w.messages else -1 for w in current]
+            if len(self._messages) >= count or self._complete:
+                return Window(self._messages, self._complete, self._rewrites)
+        else:
             self._rewrites += 1
-        elif lengths != self._seen:
-            tails = [messages[seen:] for (messages, _), seen in zip(current, self._seen)]
-            self._messages.extend(heapq.merge(*tails, key=_sequence))
-        self._stamps, self._seen = stamps, lengths
-        return self._messages, self._rewrites
+        wanted = max(count, 2 * len(self._messages)) if stamps == self._stamps else count
+        while True:
+            current = [source.window(wanted) for source in self.sources]
+            # Below the oldest message a source holds, it may hold more not read yet: merged, the
+            # held stretch starts at the newest such floor.
+            floor = max((w.messages[0].sequence for w in current if not w.complete and w.messages), default=None)
+            parts = [w.messages if floor is None else w.messages[bisect_left(w.messages, floor, key=_sequence) :]
+                     for w in current]
+            merged = list(heapq.merge(*parts, key=_sequence))
+            if floor is None or len(merged) >= count:
+                break
+            wanted *= 2
+        self._messages, self._complete = merged, floor is None
+        self._stamps = [window.stamp for window in current]
+        self._newest = [w.messages[-1].sequence if w.messages else -1 for w in current]
+        return Window(self._messages, self._complete, self._rewrites)
 
     def may_hold_audience(self) -> bool:
         return any(source.may_hold_audience() for source in self.sources)
@@ -146,10 +205,12 @@ class ReaderListing(_Derived):
         super().__init__(source)
         self.reader = reader
 
-    def listing(self) -> tuple[list[Message], int]:
+    def window(self, count: int) -> Window:
         if not self.source.may_hold_audience():
-            return self.source.listing()
-        return super().listing()
+            window = self.source.window(count)
+            if not self.source.may_hold_audience():  # reading back may have found an audience
+                return window
+        return super().window(count)
 
     def _transform(self, messages: Sequence[Message]) -> list[Message]:
         reader = self.reader
@@ -159,33 +220,46 @@ class ReaderListing(_Derived):
 class MessageView:
     """The read interface a strategy gets. ``guard`` runs before every read (docs/behaviours.md C8).
 
-    Returned lists are shared caches: immutable by contract.
+    Returned lists are shared caches: immutable by contract. ``window``, ``get_tail``, ``get`` and
+    ``after`` read back from the newest message only as far as they need (L7); ``get_all``,
+    ``length``, ``get_from`` and ``index_of`` need the whole view and decode all of it.
     """
 
     def __init__(self, listing: Listing, guard: Callable[[], None] | None = None) -> None:
         self._listing = listing
         self._guard = guard
 
-    def _messages(self) -> list[Message]:
+    def window(self, count: int) -> Window:
+        """At least the newest ``count`` messages of the view, with whether they are all of it and a
+        stamp that changes when the view changed other than by appending."""
         if self._guard is not None:
             self._guard()
-        return self._listing.listing()[0]
+        return self._listing.window(count)
+
+    def _reaching(self, sequence: int) -> list[Message]:
+        """The newest messages, back to the one at ``sequence`` or older (or all of them)."""
+        window = self.window(1)
+        while not window.complete and window.messages[0].sequence > sequence:
+            window = self.window(2 * len(window.messages))
+        return window.messages
 
     def get_all(self) -> Sequence[Message]:
-        return self._messages()
+        return self.window(FULL).messages
 
     def length(self) -> int:
-        return len(self._messages())
+        return len(self.get_all())
 
     def get_from(self, index: int) -> Sequence[Message]:
-        return self._messages()[index:]
+        return self.get_all()[index:]
 
     def get_tail(self, count: int) -> Sequence[Message]:
-        messages = self._messages()
-        return messages[max(0, len(messages) - count) :] if count > 0 else []
+        if count <= 0:
+            return []
+        messages = self.window(count).messages
+        return messages[max(0, len(messages) - count) :]
 
     def index_of(self, message_id: str) -> int | None:
-        messages = self._messages()
+        messages = self.get_all()
         sequence = parse_id(message_id)
         if sequence is None:
             return None
@@ -193,10 +267,10 @@ class MessageView:
         return index if index < len(messages) and messages[index].sequence == sequence else None
 
     def get(self, message_id: str) -> Message | None:
-        messages = self._messages()
         sequence = parse_id(message_id)
         if sequence is None:
             return None
+        messages = self._reaching(sequence)
         index = bisect_left(messages, sequence, key=_sequence)
         return messages[index] if index < len(messages) and messages[index].sequence == sequence else None
 
@@ -206,7 +280,7 @@ class MessageView:
 
     def after(self, sequence: int) -> Sequence[Message]:
         """Messages with a sequence above ``sequence``."""
-        messages = self._messages()
+        messages = self._reaching(sequence)
         return messages[bisect_right(messages, sequence, key=_sequence) :]
 
     def estimate_tokens(self, message: Message) -> int:

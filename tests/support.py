@@ -1,11 +1,14 @@
 """Helpers shared by test modules (fixtures live in conftest.py)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 import trio
 
+from ctxrt.content import Message
 from ctxrt.runtime import Runtime
 from ctxrt.store import keys
+from ctxrt.views import Window
 
 
 def dump(rt: Runtime) -> dict[str, Any]:
@@ -38,3 +41,33 @@ class LineReader:
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
         return line.decode()
+
+
+class FakeSlot:
+    """A slot cache's listing without LMDB: appends grow it; anything else replaces the list and
+    moves the stamp. Like a slot cache, it holds only the newest messages some window asked for
+    (docs/behaviours.md L7), so derived listings are exercised reading back as they go."""
+
+    def __init__(self, messages: Sequence[Message] = (), *, audience: bool = False) -> None:
+        self.messages = list(messages)
+        self.rewrites = 1
+        self.audience = audience
+        self.held_from = len(self.messages)  # messages[held_from:] are held
+
+    def window(self, count: int) -> Window:
+        self.held_from = max(0, min(self.held_from, len(self.messages) - count))
+        return Window(self.messages[self.held_from :], self.held_from == 0, self.rewrites)
+
+    def may_hold_audience(self) -> bool:
+        return self.audience
+
+    def append(self, *messages: Message) -> None:
+        self.messages.extend(messages)
+
+    def rewrite(self, messages: list[Message]) -> None:
+        self.messages, self.held_from = messages, len(messages)
+        self.rewrites += 1
+
+    def replace(self, index: int, new: Message) -> None:
+        self.rewrite([new if i == index else m for i, m in enumerate(self.messages)])
+

@@ -10,8 +10,17 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support import FakeSlot
 
-from ctxrt.content import Message, Text, Thinking, ToolUse, content_for_reader, hidden_by_edit
+from ctxrt.content import (
+    Message,
+    Text,
+    Thinking,
+    ToolUse,
+    content_for_reader,
+    hidden_by_edit,
+)
+from ctxrt.slots import FULL
 from ctxrt.views import FilteredListing, MergedListing, ReaderListing
 
 READERS = ("ann", "bob", "cy")
@@ -76,21 +85,6 @@ def test_an_edit_narrows_for_a_reader_exactly_when_that_reader_loses_a_block_in_
 # -- listings: incremental equals from scratch (F3) -----------------------------------------------
 
 
-class FakeSlot:
-    """A slot listing: grows in place on appends, replaced (rewrites + 1) on anything else."""
-
-    def __init__(self) -> None:
-        self.messages: list[Message] = []
-        self.rewrites = 0
-        self.audience = False
-
-    def listing(self) -> tuple[list[Message], int]:
-        return self.messages, self.rewrites
-
-    def may_hold_audience(self) -> bool:
-        return self.audience
-
-
 def keep(message: Message) -> bool:
     return message.participant != "filtered"
 
@@ -108,7 +102,7 @@ class ListingMachine(RuleBasedStateMachine):
     def append(self, slot: int, participant: str, content: list[Text]) -> None:
         self.sequence += 1
         target = self.slots[slot]
-        target.messages.append(Message(str(self.sequence), self.sequence, participant, tuple(content)))
+        target.append(Message(str(self.sequence), self.sequence, participant, tuple(content)))
         target.audience = target.audience or any(b.audience is not None for b in content)
 
     @precondition(lambda self: any(s.messages for s in self.slots))
@@ -122,20 +116,33 @@ class ListingMachine(RuleBasedStateMachine):
         else:
             messages[index] = attrs.evolve(messages[index], content=(Text("edited", audience=("bob",)),))
             target.audience = True
-        target.messages, target.rewrites = messages, target.rewrites + 1
+        target.rewrite(messages)
+
+    @rule(reader=st.sampled_from(["ann", "bob", None]), count=st.integers(1, 8))
+    def read_back(self, reader: str | None, count: int) -> None:
+        """A window holds at least ``count`` of the newest messages, or all of them, and is a
+        suffix of the whole listing."""
+        window = self.views[reader].window(count)
+        expected = self.expected(reader)
+        assert window.messages == expected[len(expected) - len(window.messages) :]
+        assert len(window.messages) >= min(count, len(expected))
+        assert not window.complete or window.messages == expected
+
+    def expected(self, reader: str | None) -> list[Message]:
+        everything = sorted((m for s in self.slots for m in s.messages), key=lambda m: m.sequence)
+        expected = []
+        for message in everything:
+            if not keep(message):
+                continue
+            content = content_for_reader(message.content, reader)
+            if content:
+                expected.append(message if content == message.content else attrs.evolve(message, content=content))
+        return expected
 
     @invariant()
     def incremental_views_equal_fresh_ones(self) -> None:
-        everything = sorted((m for s in self.slots for m in s.messages), key=lambda m: m.sequence)
         for reader, view in self.views.items():
-            expected = []
-            for message in everything:
-                if not keep(message):
-                    continue
-                content = content_for_reader(message.content, reader)
-                if content:
-                    expected.append(message if content == message.content else attrs.evolve(message, content=content))
-            assert view.listing()[0] == expected
+            assert view.window(FULL).messages == self.expected(reader)
 
 
 ListingMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)

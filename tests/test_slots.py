@@ -204,7 +204,7 @@ async def test_a_cache_is_never_extended_with_another_branchs_records(runtime: R
         assert main_cache is not side_cache
         on_main = await main.add_message("user", "main only")
         on_side = await forked.add_message("user", "side only")
-        assert len(main_cache.messages) == len(side_cache.messages) == 4
+        assert main_cache.count() == side_cache.count() == 4
         assert texts(await main.get_all_messages()) == ["m0", "m1", "m2", "main only"]
         assert texts(await forked.get_all_messages()) == ["m0", "m1", "m2", "side only"]
         assert await main.get_message(on_side) is None
@@ -213,7 +213,7 @@ async def test_a_cache_is_never_extended_with_another_branchs_records(runtime: R
         async with ctxrt.open_runtime(store_path, readonly=True) as reader:
             for branch in ("main", "side"):
                 fresh = shared_cache(reader, branch)
-                assert fresh.messages == shared_cache(runtime, branch).messages
+                assert fresh.current() == shared_cache(runtime, branch).current()
 
 
 async def test_an_isolated_slots_appends_never_reach_the_shared_cache(runtime: Runtime) -> None:
@@ -405,9 +405,9 @@ async def test_a_forks_slot_cache_starts_from_its_parents_without_decoding(runti
         assert child_cache.branch_id == runtime.engine.branch(branch).id
         assert child_cache.reloads == 0  # seeded
         fresh = SlotCache(runtime.engine, "messages", child_cache.branch_id, live=False)
-        assert child_cache.messages == fresh.messages
+        assert child_cache.current() == fresh.current()
         await writer.add_message("user", "on the fork")
-        assert [m.content[0].text for m in child_cache.messages][-2:] == ["m19", "on the fork"]
+        assert [m.content[0].text for m in child_cache.current()][-2:] == ["m19", "on the fork"]
 
 
 async def test_the_last_actor_on_a_branch_leaving_drops_its_slot_cache(runtime: Runtime) -> None:

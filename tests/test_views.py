@@ -12,10 +12,12 @@ from collections.abc import Sequence
 
 import pytest
 import trio
+from support import FakeSlot
 
 import ctxrt
 from ctxrt import Message, Text
 from ctxrt.runtime import Runtime
+from ctxrt.slots import FULL
 from ctxrt.views import FilteredListing, MergedListing, MessageView, ReaderListing
 
 GUARD_S = 20
@@ -24,28 +26,6 @@ GUARD_S = 20
 def message(sequence: int, *blocks: Text | str, participant: str = "user") -> Message:
     content = tuple(Text(b) if isinstance(b, str) else b for b in blocks) or (Text(f"m{sequence}"),)
     return Message(str(sequence), sequence, participant, content)
-
-
-class FakeSlot:
-    """A slot cache's listing: append in place; anything else replaces the list and bumps the stamp."""
-
-    def __init__(self, messages: Sequence[Message] = (), *, audience: bool = False) -> None:
-        self.messages = list(messages)
-        self.rewrites = 1
-        self.audience = audience
-
-    def listing(self) -> tuple[list[Message], int]:
-        return self.messages, self.rewrites
-
-    def may_hold_audience(self) -> bool:
-        return self.audience
-
-    def append(self, *messages: Message) -> None:
-        self.messages.extend(messages)
-
-    def replace(self, index: int, new: Message) -> None:
-        self.messages = [new if i == index else m for i, m in enumerate(self.messages)]
-        self.rewrites += 1
 
 
 def sequences(messages: Sequence[Message]) -> list[int]:
@@ -65,16 +45,16 @@ class TestMergedListing:
         other = FakeSlot([message(2), message(3), message(7)])
         third = FakeSlot([message(5)])
         merged = MergedListing([own, other, third])
-        assert sequences(merged.listing()[0]) == [1, 2, 3, 4, 5, 6, 7]
+        assert sequences(merged.window(FULL).messages) == [1, 2, 3, 4, 5, 6, 7]
 
     def test_appends_extend_the_merge_in_sequence_order(self) -> None:
         """M3: appends to any slot extend the merge with the new tails, still in sequence order, without a re-merge."""
         own, other = FakeSlot([message(1)]), FakeSlot([message(2)])
         merged = MergedListing([own, other])
-        first, stamp = merged.listing()
+        first, _, stamp = merged.window(FULL)
         own.append(message(4))
         other.append(message(3), message(5))
-        after, same_stamp = merged.listing()
+        after, _, same_stamp = merged.window(FULL)
         assert sequences(after) == [1, 2, 3, 4, 5]
         assert after is first and same_stamp == stamp
 
@@ -82,9 +62,9 @@ class TestMergedListing:
         """M3: an edit in one slot is seen in the merge, and the merge's stamp moves."""
         own, other = FakeSlot([message(1), message(3)]), FakeSlot([message(2)])
         merged = MergedListing([own, other])
-        _, stamp = merged.listing()
+        _, _, stamp = merged.window(FULL)
         other.replace(0, message(2, "edited"))
-        after, new_stamp = merged.listing()
+        after, _, new_stamp = merged.window(FULL)
         assert texts(after) == ["m1", "edited", "m3"]
         assert new_stamp != stamp
 
@@ -103,7 +83,7 @@ class TestFilteredListing:
 
         filtered = FilteredListing(FakeSlot([stored], audience=True), keep)
         reader = ReaderListing(filtered, "bob")
-        assert texts(reader.listing()[0]) == ["for all"]
+        assert texts(reader.window(FULL).messages) == ["for all"]
         assert seen == [stored]
 
     def test_the_filter_applies_before_the_reader_view(self) -> None:
@@ -113,18 +93,18 @@ class TestFilteredListing:
         filtered = FilteredListing(
             FakeSlot([for_alice, plain], audience=True), lambda m: any(b.audience for b in m.content)
         )
-        assert texts(ReaderListing(filtered, "bob").listing()[0]) == ["visible"]
-        assert texts(ReaderListing(filtered, "alice").listing()[0]) == ["secret", "visible"]
+        assert texts(ReaderListing(filtered, "bob").window(FULL).messages) == ["visible"]
+        assert texts(ReaderListing(filtered, "alice").window(FULL).messages) == ["secret", "visible"]
 
     def test_appends_are_filtered_incrementally(self) -> None:
         """F3: after appends the filter runs on the new tail only."""
         calls: list[int] = []
         slot = FakeSlot([message(i) for i in range(1, 11)])
         filtered = FilteredListing(slot, lambda m: calls.append(m.sequence) is None and m.sequence % 2 == 0)
-        assert sequences(filtered.listing()[0]) == [2, 4, 6, 8, 10]
+        assert sequences(filtered.window(FULL).messages) == [2, 4, 6, 8, 10]
         calls.clear()
         slot.append(message(11), message(12))
-        assert sequences(filtered.listing()[0]) == [2, 4, 6, 8, 10, 12]
+        assert sequences(filtered.window(FULL).messages) == [2, 4, 6, 8, 10, 12]
         assert calls == [11, 12]
 
 
@@ -136,36 +116,36 @@ class TestReaderListing:
         slot = FakeSlot(
             [message(1, Text("alice only", audience=("alice",))), message(2, "both")], audience=True
         )
-        assert sequences(ReaderListing(slot, "bob").listing()[0]) == [2]
-        assert texts(ReaderListing(slot, "alice").listing()[0]) == ["alice only", "both"]
-        assert all(b.audience is None for m in ReaderListing(slot, "alice").listing()[0] for b in m.content)
+        assert sequences(ReaderListing(slot, "bob").window(FULL).messages) == [2]
+        assert texts(ReaderListing(slot, "alice").window(FULL).messages) == ["alice only", "both"]
+        assert all(b.audience is None for m in ReaderListing(slot, "alice").window(FULL).messages for b in m.content)
 
     def test_without_audience_blocks_it_is_the_source_at_no_cost(self) -> None:
         """F3: while no block has an audience, the reader view is the plain listing and projects nothing."""
         slot = FakeSlot([message(i) for i in range(1, 6)])
         reader = ReaderListing(slot, "bob")
-        assert reader.listing()[0] is slot.messages
+        assert reader.window(FULL).messages == slot.messages
         assert reader.projected == 0
 
     def test_appends_extend_the_projection_incrementally(self) -> None:
         """F3: the projected counter grows by the number appended, not by the slot's size."""
         slot = FakeSlot([message(i) for i in range(1, 101)], audience=True)
         reader = ReaderListing(slot, "bob")
-        assert len(reader.listing()[0]) == 100
+        assert len(reader.window(FULL).messages) == 100
         assert reader.projected == 100
         slot.append(message(101), message(102, Text("not bob's", audience=("alice",))), message(103))
-        assert sequences(reader.listing()[0])[-2:] == [101, 103]
+        assert sequences(reader.window(FULL).messages)[-2:] == [101, 103]
         assert reader.projected == 103
-        reader.listing()
+        reader.window(FULL)
         assert reader.projected == 103  # nothing new, nothing projected
 
     def test_a_rewrite_reprojects_everything_once(self) -> None:
         """F3: an edit changes the source's stamp, so the projection is rebuilt (and then extends again)."""
         slot = FakeSlot([message(i) for i in range(1, 11)], audience=True)
         reader = ReaderListing(slot, "bob")
-        reader.listing()
+        reader.window(FULL)
         slot.replace(4, message(5, "edited"))
-        assert texts(reader.listing()[0])[4] == "edited"
+        assert texts(reader.window(FULL).messages)[4] == "edited"
         assert reader.projected == 20
 
 

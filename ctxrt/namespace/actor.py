@@ -653,7 +653,7 @@ class _Actor:
         appended = Appended(current.participant, command.content, current.metadata, current.timestamp_ms,
                             current.caused_by)
         edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
-                        blobs=command.blobs, attachment=appended)
+                        blobs=command.blobs, attachment=appended, flagged=appended.audience)
         propagation = edit_propagation(self._context_entries(), current.id, command.content, reader=self.reader,
                                        context_state=states.context_state(self.place.namespace), branch=self.branch_id)
         await self._store().ask(Atomically(commands=(edit, *propagation)))  # M5, L3: one commit
@@ -774,7 +774,7 @@ class _Actor:
         data, blobs, appended = prepare_append(strategy.transition_participant, content, origin=self.ref)
         operation = await self._store().ask(
             AppendItem(state=self.config.slot, branch=self.branch_id, data=data, blobs=tuple(blobs),
-                       attachment=appended)
+                       attachment=appended, flagged=appended.audience)
         )
         message_id = str(operation.sequence)
         strategy.start_head_window(self.ctx, message_id)

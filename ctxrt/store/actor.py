@@ -166,10 +166,12 @@ def execute(batch: Batch, command: Any) -> Any:
     """Apply one command to ``batch``: the dispatch from protocol to engine."""
     match command:
         case AppendItem():
-            return batch.append(command.state, command.branch, command.data, command.blobs, command.attachment)
+            return batch.append(command.state, command.branch, command.data, command.blobs, command.attachment,
+                                command.flagged)
         case EditItem():
             return batch.edit(
-                command.state, command.branch, command.item_sequence, command.data, command.blobs, command.attachment
+                command.state, command.branch, command.item_sequence, command.data, command.blobs, command.attachment,
+                command.flagged,
             )
         case RemoveItems():
             return batch.remove(command.state, command.branch, command.from_sequence, command.to_sequence)

@@ -54,6 +54,8 @@ _DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError
 
 _LOG_HEAD = struct.Struct(">QQQQI")  # length, next ordinal, revision, rewrite revision, #removed
 _INTERVAL = struct.Struct(">QQ")
+# A head's optional last byte (heads written before it existed have none: their flag is unknown).
+_UNFLAGGED, _FLAGGED = b"\x01", b"\x02"
 
 
 @attrs.frozen
@@ -117,17 +119,28 @@ class LogHead:
     removed: tuple[tuple[int, int], ...] = ()
     revision: int = 0  # sequence of the last write to the state on this branch
     rewrite_revision: int = 0  # sequence of the last write that was not an append
+    # Whether an item written with ``flagged=True`` was ever part of this log on this lineage (so a
+    # reader must look at every item to know which hold one); None for a head an older ctxrt wrote,
+    # which recorded no flag: unknown, so a reader assumes some may.
+    flagged: bool | None = False
 
     def encode(self) -> bytes:
         parts = [_LOG_HEAD.pack(self.length, self.next_ordinal, self.revision, self.rewrite_revision, len(self.removed))]
         parts.extend(_INTERVAL.pack(start, stop) for start, stop in self.removed)
+        if self.flagged is not None:
+            parts.append(_FLAGGED if self.flagged else _UNFLAGGED)
         return b"".join(parts)
 
     @classmethod
     def decode(cls, data: bytes) -> LogHead:
         length, next_ordinal, revision, rewrite, count = _LOG_HEAD.unpack_from(data)
+        end = _LOG_HEAD.size + count * _INTERVAL.size
         removed = tuple(_INTERVAL.unpack_from(data, _LOG_HEAD.size + i * _INTERVAL.size) for i in range(count))
-        return cls(length, next_ordinal, removed, revision, rewrite)
+        marker = bytes(data[end : end + 1])
+        if marker not in (b"", _FLAGGED, _UNFLAGGED):
+            raise struct.error(f"unknown head marker {marker!r}")
+        flagged = None if not marker else marker == _FLAGGED
+        return cls(length, next_ordinal, removed, revision, rewrite, flagged)
 
     def index_to_ordinal(self, index: int) -> int:
         ordinal = index
@@ -539,7 +552,9 @@ class Engine:
         if not appended:
             return base
         last = self._first_version(cursor, state, branch, low - 1)  # the newest append within the limit
-        return LogHead(base.length + appended, low, base.removed, max(base.revision, last), base.rewrite_revision)
+        # The flag only ever rises (a removal leaves it), so the current one covers any past view.
+        return LogHead(base.length + appended, low, base.removed, max(base.revision, last), base.rewrite_revision,
+                       current.flagged)
 
     @staticmethod
     def _first_version(cursor: lmdb.Cursor[bytes], state: int, branch: int, ordinal: int) -> int:
@@ -962,7 +977,8 @@ class Batch:
         return info
 
     def append(
-        self, state: str, branch: str | int, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None
+        self, state: str, branch: str | int, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None,
+        flagged: bool = False,
     ) -> ItemAppended:
         info, row, head = self._log_target(state, branch)
         for sha256, blob, media_type in blobs:
@@ -975,7 +991,8 @@ class Batch:
             db=self.dbs[keys.DB_ITEMS],
             append=False,
         )
-        new_head = LogHead(head.length + 1, ordinal + 1, head.removed, sequence, head.rewrite_revision)
+        new_head = LogHead(head.length + 1, ordinal + 1, head.removed, sequence, head.rewrite_revision,
+                           True if flagged else head.flagged)
         self._put_head(info, row, sequence, new_head, rewrite=False)
         operation = ItemAppended(state, row.id, sequence, ordinal, data, attachment)
         self.operations.append(operation)
@@ -989,7 +1006,7 @@ class Batch:
 
     def edit(
         self, state: str, branch: str | int, item_sequence: int, data: bytes,
-        blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None,
+        blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None, flagged: bool = False,
     ) -> ItemEdited:
         info, row, head = self._log_target(state, branch)
         _, ordinal, head = self._locate(info, row, item_sequence)
@@ -1001,7 +1018,8 @@ class Batch:
             keys.encode_u64(item_sequence) + data,
             db=self.dbs[keys.DB_ITEMS],
         )
-        new_head = attrs.evolve(head, revision=sequence, rewrite_revision=sequence)
+        new_head = attrs.evolve(head, revision=sequence, rewrite_revision=sequence,
+                                flagged=True if flagged else head.flagged)
         self._put_head(info, row, sequence, new_head, rewrite=True)
         operation = ItemEdited(state, row.id, sequence, item_sequence, data, attachment)
         self.operations.append(operation)

@@ -30,6 +30,7 @@ class AppendItem:
     data: bytes
     blobs: tuple[Blob, ...] = ()
     attachment: Any = attrs.field(default=None, eq=False)
+    flagged: bool = False  # the slot layer flags an item that holds an audience block (LogHead.flagged)
 
 
 @attrs.frozen(kw_only=True)
@@ -40,6 +41,7 @@ class EditItem:
     data: bytes
     blobs: tuple[Blob, ...] = ()
     attachment: Any = attrs.field(default=None, eq=False)
+    flagged: bool = False  # the slot layer flags an item that holds an audience block (LogHead.flagged)
 
 
 @attrs.frozen(kw_only=True)

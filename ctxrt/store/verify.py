@@ -28,7 +28,6 @@ import hashlib
 import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -41,8 +40,6 @@ import lmdb
 from ..errors import CtxrtError, StoreCorruptError, StoreFormatError
 from . import files, keys
 from .engine import LogHead
-
-HEAD_SIZE, INTERVAL_SIZE = struct.calcsize(">QQQQI"), struct.calcsize(">QQ")  # engine's head encoding
 
 MAX_DAMAGE = 1000
 Status = Literal["sound", "damaged", "not checked"]
@@ -352,7 +349,7 @@ class _Walk:
 
     def check_head(self, value: bytes, place: str) -> None:
         head = LogHead.decode(value)
-        if len(value) != HEAD_SIZE + INTERVAL_SIZE * len(head.removed):
+        if head.encode() != bytes(value):  # trailing bytes, or a length that fits no layout
             self.found.damaged(place, f"the head is {len(value)} bytes for {len(head.removed)} removed intervals")
         previous = -1
         for start, stop in head.removed:

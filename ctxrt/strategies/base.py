@@ -10,8 +10,9 @@ code, testable without trio or a store (``ctxrt.testing.PlainContext``).
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping, Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
@@ -200,27 +201,76 @@ class HeadWindowReset(Protocol):
 
 
 class RawEntries:
-    """``copy`` entries and cumulative token counts for a view's messages, kept across compiles.
+    """``copy`` entries and cumulative token counts for the newest messages of a view, kept across
+    compiles and read back only as far as a budget needs (docs/behaviours.md L7).
 
-    Listings grow in place on appends and are replaced on any other change, so the list's
-    identity and length say what is new: a warm compile extends these instead of rebuilding
-    20,000 entries (and hands back the same ``Entry`` objects, which compile's memo keys on).
+    A warm compile extends them with what was appended (handing back the same ``Entry`` objects,
+    which compile's memo keys on); a view rewritten since starts them over.
     """
 
     def __init__(self) -> None:
-        self._source: Sequence[Message] | None = None
+        self._stamp: object = None
         self.entries: list[Entry] = []
-        self.totals: list[int] = [0]  # totals[i] = tokens of messages[:i]
+        self.totals: list[int] = [0]  # totals[i] = tokens of entries[:i]
+        self.complete = False  # the entries are the whole view
+        self._newest = -1  # sequence of the newest message taken
 
-    def update(self, messages: Sequence[Message], estimate: Callable[[Message], int]) -> None:
-        if messages is not self._source or len(messages) < len(self.entries):
-            self._source, self.entries, self.totals = messages, [], [0]
-        total = self.totals[-1]
-        for message in messages[len(self.entries):]:
-            self.entries.append(Entry(message.participant, message.content, (message.id,), "copy"))
-            total += estimate(message)
-            self.totals.append(total)
+    def cover(self, view: MessageView, tokens: int) -> None:
+        """Hold entries for the newest messages until they cost more than ``tokens`` or are all of
+        the view. Decodes older messages only when the newest held fit in ``tokens``."""
+        window = view.window(1)
+        if window.stamp != self._stamp:
+            self._stamp, self.entries, self.totals, self.complete, self._newest = window.stamp, [], [0], False, -1
+            self._prepend(window.messages, window.complete, view)
+        elif window.messages and window.messages[-1].sequence > self._newest:
+            messages = window.messages
+            total = self.totals[-1]
+            for message in messages[bisect_right(messages, self._newest, key=_sequence) :]:
+                self.entries.append(_copy(message))
+                total += view.estimate_tokens(message)
+                self.totals.append(total)
+            self._newest = messages[-1].sequence
+        while self.totals[-1] <= tokens and not self.complete:
+            window = view.window(2 * len(self.entries) + 64)
+            if window.stamp != self._stamp:
+                return self.cover(view, tokens)  # rewritten as it read back: start over
+            messages = window.messages
+            oldest = self._oldest()
+            self._prepend(messages[: bisect_left(messages, oldest, key=_sequence)] if oldest is not None else messages,
+                          window.complete, view)
+        self._trim(tokens)
+
+    def _oldest(self) -> int | None:
+        return int(self.entries[0].source_ids[0]) if self.entries else None
+
+    def _prepend(self, messages: Sequence[Message], complete: bool, view: MessageView) -> None:
+        entries = [_copy(message) for message in messages] + self.entries
+        costs = [view.estimate_tokens(message) for message in messages]
+        costs += [b - a for a, b in zip(self.totals, self.totals[1:])]
+        self.entries, self.totals = entries, [0, *accumulate(costs)]
+        if messages:
+            self._newest = max(self._newest, messages[-1].sequence)
+        self.complete = complete
+
+    def _trim(self, tokens: int) -> None:
+        """Drop entries far older than ``tokens`` reaches, once they are most of what is held (a long
+        session appends to these for as long as the actor lives)."""
+        start = self.suffix_start(tokens)
+        if start > 4096 and start > 2 * (len(self.entries) - start):
+            keep = max(0, start - 64)
+            self.entries = self.entries[keep:]
+            base = self.totals[keep]
+            self.totals = [total - base for total in self.totals[keep:]]
+            self.complete = False
 
     def suffix_start(self, usable: int) -> int:
-        """The start of the longest suffix whose tokens fit ``usable``."""
+        """The start of the longest suffix of ``entries`` whose tokens fit ``usable``."""
         return bisect_left(self.totals, self.totals[-1] - usable)
+
+
+def _copy(message: Message) -> Entry:
+    return Entry(message.participant, message.content, (message.id,), "copy")
+
+
+def _sequence(message: Message) -> int:
+    return message.sequence

@@ -22,16 +22,16 @@ class PassthroughStrategy(Strategy):
         self._raw = RawEntries()
 
     def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
-        self._raw.update(view.get_all(), view.estimate_tokens)
+        self._raw.cover(view, budget.usable)  # the newest messages, back to where the budget ends
         return self._raw.entries[self._raw.suffix_start(budget.usable):]
 
     def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
         raw = self._raw
-        raw.update(view.get_all(), view.estimate_tokens)
+        raw.cover(view, budget.usable)
         total = raw.totals[-1]
         kept = total - raw.totals[raw.suffix_start(budget.usable)]
         return PreviewResult(
-            fits=total <= budget.usable, final_tokens=kept, budget_tokens=budget.usable, head_tokens=0,
+            fits=raw.complete and total <= budget.usable, final_tokens=kept, budget_tokens=budget.usable, head_tokens=0,
             tail_tokens=kept, middle_tokens=0,
         )
 

@@ -23,6 +23,13 @@ if TYPE_CHECKING:
     from ..views import MessageView
 
 
+MIN_WINDOW = 64  # messages read back at first
+
+
+def _sequence(message: Message) -> int:
+    return message.sequence
+
+
 def _fraction(_: object, __: object, value: float) -> None:
     if not (isinstance(value, (int, float)) and 0 < value <= 1):
         raise ValueError(f"re_anchor_fraction must be in (0, 1], got {value!r}")
@@ -44,19 +51,16 @@ class WindowedPassthroughStrategy(Strategy):
         return anchor if isinstance(anchor, int) and not isinstance(anchor, bool) else 0
 
     def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
-        messages = view.get_all()
-        if not messages:
-            return []
         # The stored anchor is the truth: a compile cancelled around its write, or a dry run, never
         # leaves a window in memory that a restart wouldn't reproduce.
         anchor = self._stored_anchor(options.context)
-        if anchor > messages[-1].sequence:
-            anchor = 0  # a persisted anchor past the head (another branch's) starts over
         usable = budget.usable
         cap = self.config.max_message_tokens
-        start = bisect_left(messages, anchor, key=lambda message: message.sequence)
+        messages, start, overflow = self._from_anchor(view, anchor, usable, cap)
+        if not messages:
+            return []
         shaped = [shape(message, cap) for message in messages[start:]]
-        if sum(cost for _, cost in shaped) > usable:
+        if overflow or sum(cost for _, cost in shaped) > usable:
             newest = shape(messages[-1], cap)[1]
             if newest > usable and not options.dry_run:
                 raise OverBudgetError(
@@ -77,6 +81,25 @@ class WindowedPassthroughStrategy(Strategy):
             Entry(m.participant, m.content, (m.id,), "copy", cache_marker=i == 0 or i == last)
             for i, (m, _) in enumerate(shaped)
         ]
+
+    @staticmethod
+    def _from_anchor(view: MessageView, anchor: int, usable: int, cap: int) -> tuple[Sequence[Message], int, bool]:
+        """The newest messages back to the anchor, its index among them, and whether they overflow
+        the budget before reaching it: read back from the newest only until one of those is known
+        (L7), so a first compile of a long slot decodes what the budget holds, not the slot."""
+        window = view.window(MIN_WINDOW)
+        while True:
+            messages = window.messages
+            if not messages:
+                return messages, 0, False
+            if anchor > messages[-1].sequence:
+                anchor = 0  # a persisted anchor past the head (another branch's) starts over
+            start = bisect_left(messages, anchor, key=_sequence)
+            if start > 0 or window.complete:
+                return messages, start, False
+            if sum(shape(message, cap)[1] for message in messages) > usable:
+                return messages, 0, True
+            window = view.window(2 * len(messages))
 
     def _persist(self, ctx: StrategyContext | None, anchor: int) -> None:
         if ctx is not None:

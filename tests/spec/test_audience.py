@@ -49,6 +49,7 @@ from ctxrt import codec
 from ctxrt.compile import to_anthropic_messages
 from ctxrt.content import hidden_by_edit
 from ctxrt.runtime import Runtime
+from ctxrt.slots import FULL
 from ctxrt.store.protocol import AppendItem, Atomically, RegisterState, SetValue
 from ctxrt.testing import ScriptedModel
 
@@ -1364,7 +1365,7 @@ async def test_a_view_is_the_plain_view_until_an_audience_block_is_stored_in_its
     await ann.compile(BIG)
     listing = (await ann.inspect()).reader_listing
     assert listing.projected == 0
-    assert listing.listing()[0] is cache.current()
+    assert listing.window(FULL).messages is cache.current()
     await ann.add_message("user", [block("bob's", "bob"), block("plain 10")])
     assert cache.may_hold_audience is True
     result = await ann.compile(BIG)
@@ -1442,7 +1443,7 @@ async def test_with_no_reader_and_no_audience_compiles_and_requests_are_byte_ide
     """E3: with no reader and no audience, every compile and model request is byte-identical to a run with the feature off, and to the recorded hash."""
     on = await e3_run(tmp_path / "on")
     with monkeypatch.context() as off:
-        off.setattr(ctxrt.views.ReaderListing, "listing", lambda self: self.source.listing())
+        off.setattr(ctxrt.views.ReaderListing, "window", lambda self, count: self.source.window(count))
         off.setattr(ctxrt.views, "content_for_reader", lambda blocks, reader: tuple(blocks))
         off.setattr(ctxrt.namespace.core, "content_for_reader", lambda blocks, reader: tuple(blocks))
         switched_off = await e3_run(tmp_path / "off")

@@ -1,0 +1,176 @@
+"""Costs that grow with the budget, not the history (docs/behaviours.md L7).
+
+A slot cache decodes from the newest message back only as far as a read asks; these tests count
+what it decoded (``SlotCache.decoded``, reached through the documented ``inspect()``) and check
+that what the lazy paths return equals what a full read of the store gives. Real LMDB stores in
+temp dirs; the ratio itself (200,000 vs 2,000 messages) is measured in ``bench/costs.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+import ctxrt
+from ctxrt import Budget, Passthrough, WindowedPassthrough, codec
+from ctxrt.content import Text
+from ctxrt.slots import SlotCache
+from ctxrt.store.engine import LogHead
+from ctxrt.store.protocol import AppendItem
+
+GUARD_S = 60
+HISTORY = 3_000
+SMALL = Budget(max_tokens=1_400, reserve_for_response=400)  # about 60 of the messages below
+
+
+async def write_history(path: Path, count: int = HISTORY, *, audience_every: int = 0) -> None:
+    """``count`` messages, group-committed; every ``audience_every``-th holds a block for "bob" only."""
+    async with ctxrt.open_runtime(path, durability="os") as rt:
+        writer = await rt.open("writer")
+
+        async def add(start: int) -> None:
+            for i in range(start, min(start + 100, count)):
+                content: list[Text] = [Text(f"message {i} " + "word " * 8)]
+                if audience_every and i % audience_every == 0:
+                    content.append(Text(f"for bob {i}", audience=("bob",)))
+                await writer.add_message("user" if i % 2 else "assistant", content)
+
+        for batch in range(0, count, 1_000):
+            async with trio.open_nursery() as nursery:
+                for start in range(batch, min(batch + 1_000, count), 100):
+                    nursery.start_soon(add, start)
+        await writer.aclose()
+
+
+async def cache_of(manager: ctxrt.ContextManager) -> SlotCache:
+    return (await manager.inspect()).caches[0]
+
+
+def texts(messages: object) -> list[str]:
+    return [block.text for message in messages for block in message.content]  # type: ignore[attr-defined]
+
+
+async def test_a_cold_passthrough_compile_decodes_what_its_budget_holds_not_the_slot(tmp_path: Path) -> None:
+    """L7: a cold open plus first compile decodes about what the budget holds; the compile equals
+    the newest messages of a full read."""
+    await write_history(tmp_path)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            manager = await rt.open("reader", strategy=Passthrough())
+            cache = await cache_of(manager)
+            assert cache.decoded == 0  # opening reads the head, no message
+            assert await manager.message_count() == HISTORY and cache.decoded == 0
+            result = await manager.compile(SMALL)
+            assert 20 < len(result.messages) < 200
+            assert cache.decoded <= 2 * len(result.messages) + 64
+            newest = (await manager.get_all_messages())[-len(result.messages) :]
+            assert [m.content for m in result.messages] == [m.content for m in newest]
+            assert cache.decoded == HISTORY  # get_all_messages needed them all
+
+
+async def test_a_cold_windowed_compile_reads_back_to_its_anchor_or_the_budget_only(tmp_path: Path) -> None:
+    """L7, T2: a first windowed compile of a long slot re-anchors from the tail without decoding the
+    slot; a cold runtime later reads back to the stored anchor only."""
+    await write_history(tmp_path)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            manager = await rt.open("windowed", strategy=WindowedPassthrough())
+            first = await manager.compile(SMALL)
+            decoded = (await cache_of(manager)).decoded
+            assert decoded <= 4 * len(first.messages) + 128
+            for i in range(3):
+                await manager.add_message("user", f"after {i}")
+            again = await manager.compile(SMALL)
+            assert texts(again.messages)[: len(first.messages)] == texts(first.messages)  # same anchor
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            manager = await rt.open("windowed", strategy=WindowedPassthrough())
+            cold = await manager.compile(SMALL)
+            assert texts(cold.messages) == texts(again.messages)
+            assert (await cache_of(manager)).decoded <= 2 * len(cold.messages) + 64
+
+
+async def test_a_readers_cold_compile_projects_only_what_it_reads_and_hides_anothers_blocks(tmp_path: Path) -> None:
+    """L7, A3: with audience blocks in the slot, a reader's cold compile still decodes about what its
+    budget holds, and no compiled message holds another reader's block."""
+    await write_history(tmp_path, audience_every=7)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            ann = await rt.open("ann", view_reader="ann", strategy=Passthrough())
+            cache = await cache_of(ann)
+            assert cache.may_hold_audience  # from the head's flag, before any message is decoded
+            result = await ann.compile(SMALL)
+            assert cache.decoded <= 2 * len(result.messages) + 64
+            assert not any("for bob" in text for text in texts(result.messages))
+            bob = await rt.open("bob", view_reader="bob", strategy=Passthrough())
+            seen = texts((await bob.compile(SMALL)).messages)
+            assert any("for bob" in text for text in seen)
+
+
+async def test_a_read_only_runtime_and_a_fork_compile_without_decoding_the_slot(tmp_path: Path) -> None:
+    """L7: a read-only runtime is useful at once, and a fork's first compile reuses what its parent
+    holds: neither decodes the history."""
+    await write_history(tmp_path)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as writer_rt:
+            writer = await writer_rt.open("writer")
+            parent = await writer.compile(SMALL)
+            async with ctxrt.open_runtime(tmp_path, readonly=True) as reader_rt:
+                reader = await reader_rt.open("writer")
+                assert texts((await reader.compile(SMALL)).messages) == texts(parent.messages)
+                assert (await cache_of(reader)).decoded <= 2 * len(parent.messages) + 64
+            parent_cache = await cache_of(writer)
+            before = parent_cache.decoded
+            branch = await writer.fork("side")
+            side = await writer_rt.open("writer", branch=branch)
+            assert texts((await side.compile(SMALL)).messages) == texts(parent.messages)
+            assert (await cache_of(side)).decoded == 0
+            assert parent_cache.decoded == before
+
+
+async def test_an_old_message_is_read_without_decoding_the_messages_after_it(tmp_path: Path) -> None:
+    """L7: get_message of an old message and a window near the head read what they name only."""
+    await write_history(tmp_path)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            manager = await rt.open("reader")
+            cache = await cache_of(manager)
+            window = await manager.get_message_window(-5, 5)
+            assert window.total_count == HISTORY and len(window.messages) == 5
+            assert cache.decoded <= 64
+            first = (await manager.get_message_window(0, 1)).messages[0]
+            assert cache.decoded == HISTORY  # offset 0 reads back to the first message
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            manager = await rt.open("reader")
+            cache = await cache_of(manager)
+            assert await manager.get_message(first.id) == first
+            assert cache.decoded == 1
+
+
+async def test_an_audience_written_below_the_slot_layer_is_found_as_it_is_read_back(tmp_path: Path) -> None:
+    """L7, A3: an item stored without its audience flag (through the store's own protocol) is
+    projected once reading back meets it: no compile holds another reader's block."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path, durability="os") as rt:
+            writer = await rt.open("writer")
+            data = codec.message_to_json("user", (Text("secret", audience=("bob",)), Text("open")), None, 0, ())
+            await rt.store.ask(AppendItem(state="messages", branch="main", data=data))  # no flag
+            for i in range(300):
+                await writer.add_message("user", f"plain {i}")
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            ann = await rt.open("ann", view_reader="ann")
+            cache = await cache_of(ann)
+            assert not cache.may_hold_audience
+            result = await ann.compile(Budget(max_tokens=200_000))
+            assert "secret" not in texts(result.messages) and "open" in texts(result.messages)
+            assert cache.may_hold_audience
+
+
+@pytest.mark.parametrize("flagged", [None, False, True])
+def test_a_head_keeps_its_flag_and_a_head_without_one_reads_as_unknown(flagged: bool | None) -> None:
+    """L7: the audience flag round-trips; a head an older ctxrt wrote (no flag byte) reads as None."""
+    head = LogHead(3, 4, ((1, 2),), 9, 7, flagged)
+    assert LogHead.decode(head.encode()) == head
+    if flagged is None:
+        assert head.encode() == LogHead(3, 4, ((1, 2),), 9, 7, False).encode()[:-1]
