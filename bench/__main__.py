@@ -36,9 +36,9 @@ from .harness import figure
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results.md"
-MODULES = ("store", "context", "compression", "audience", "peers", "actors", "prefix")
+MODULES = ("store", "context", "compression", "audience", "peers", "actors", "prefix", "costs")
 TITLES = {"store": "Store", "context": "Context", "compression": "Compression", "audience": "Audience",
-          "peers": "Peers", "actors": "Actors", "prefix": "Prefix"}
+          "peers": "Peers", "actors": "Actors", "prefix": "Prefix", "costs": "Costs"}
 
 
 class Outcome:
