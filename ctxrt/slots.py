@@ -132,6 +132,9 @@ class SlotCache:
         self.reloads = 0
         self.tail_fills = 0
         self.decoded = 0  # messages decoded from the store so far (L7 is measured with it)
+        # What layers above derive from this slot alone, shared by every reader of it (a reader's
+        # projection, in views.py), kept as long as the cache is.
+        self.derived: dict[object, Any] = {}
         if seed is None:
             self._reload("first read")
         else:

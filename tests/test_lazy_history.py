@@ -174,3 +174,24 @@ def test_a_head_keeps_its_flag_and_a_head_without_one_reads_as_unknown(flagged: 
     assert LogHead.decode(head.encode()) == head
     if flagged is None:
         assert head.encode() == LogHead(3, 4, ((1, 2),), 9, 7, False).encode()[:-1]
+
+
+async def test_namespaces_reading_one_slot_as_one_reader_share_its_projection(tmp_path: Path) -> None:
+    """L7, A3: each message is projected once per slot and reader view, not once per namespace;
+    another reader's view is another projection, and a filtered view is its own."""
+    await write_history(tmp_path, count=200, audience_every=5)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            first = await rt.open("ann/one", view_reader="ann")
+            second = await rt.open("ann/two", view_reader="ann")
+            bob = await rt.open("bob/one", view_reader="bob")
+            filtered = await rt.open("ann/filtered", view_reader="ann", view_filter=lambda m: True)
+            for manager in (first, second, bob, filtered):
+                await manager.compile(Budget(max_tokens=200_000))
+            shared = (await first.inspect()).reader_listing
+            assert (await second.inspect()).reader_listing is shared
+            assert shared.projected == 200  # once, for both namespaces
+            assert (await bob.inspect()).reader_listing is not shared
+            assert (await filtered.inspect()).reader_listing is not shared
+            assert texts((await first.compile(Budget(max_tokens=200_000))).messages) == texts(
+                (await second.compile(Budget(max_tokens=200_000))).messages)

@@ -37,7 +37,15 @@ from ..store.engine import Engine, StateKind
 from ..store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
 from ..strategies import catalog
 from ..strategies.base import HeadWindowReset, SelectOptions, Strategy, SummaryReader, Unit
-from ..views import FilteredListing, MergedListing, MessageView, ReaderListing, SlotListing, reader_view_of
+from ..views import (
+    FilteredListing,
+    MergedListing,
+    MessageView,
+    ReaderListing,
+    SlotListing,
+    reader_view_of,
+    shared_reader_listing,
+)
 from . import states
 from .context import ActorContext, Settings
 from .core import (
@@ -274,7 +282,10 @@ class _Actor:
         merged = listings[0] if len(listings) == 1 else MergedListing(listings)
         view_filter = self.config.view_filter
         filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
-        self.reader_listing = ReaderListing(filtered, self.reader)
+        if filtered is listings[0]:  # one slot as it is: its reader's projection is shared
+            self.reader_listing = shared_reader_listing(self.caches[0], self.reader)
+        else:
+            self.reader_listing = ReaderListing(filtered, self.reader)
         # Raw bodies are judged in the reader's view of the messages as stored, filter or not: with
         # a filter, one message at a time (compile's memo keeps each), not a second projection.
         if view_filter is None:
