@@ -16,6 +16,7 @@ The rules (P8):
 - at most 4 ``cache_control`` markers in the whole request (system blocks, tools and blocks
   nested in tool_result content counted); none on thinking, redacted thinking or empty text;
 - a final assistant turn does not end in whitespace;
+- at most 100 images in a request, and no base64 image over 5 MB (5,242,880 bytes of data);
 - no field the API doesn't know (``audience``, ``raw``, ...).
 """
 
@@ -26,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 MAX_CACHE_CONTROLS = 4
+MAX_IMAGES = 100
+MAX_IMAGE_DATA_BYTES = 5 * 1024 * 1024  # a base64 image's data, as the API counts it
 TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+\Z")
 TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
 
@@ -56,6 +59,7 @@ class _Checker:
     def __init__(self) -> None:
         self.found: list[str] = []
         self.cache_controls = 0
+        self.images = 0
 
     def add(self, where: str, what: str) -> None:
         self.found.append(f"{where}: {what}")
@@ -107,6 +111,12 @@ class _Checker:
                 for key in source:
                     if key not in _SOURCE_FIELDS:
                         self.add(f"{where}.source.{key}", "unknown field for a source")
+                data = source.get("data")
+                if kind == "image" and isinstance(data, str) and len(data) > MAX_IMAGE_DATA_BYTES:
+                    self.add(f"{where}.source.data", f"image exceeds 5 MB maximum: {len(data):,} bytes > "
+                                                     f"{MAX_IMAGE_DATA_BYTES:,} bytes")
+            if kind == "image":
+                self.images += 1
 
     def check(self, body: Any) -> list[str]:
         if not isinstance(body, Mapping):
@@ -125,6 +135,8 @@ class _Checker:
                     if "type" not in tool and (not isinstance(name, str) or not TOOL_NAME.match(name)):
                         self.add(f"tools[{i}].name", f"tool name {name!r} does not match ^[a-zA-Z0-9_-]{{1,64}}$")
         self.messages(body.get("messages"))
+        if self.images > MAX_IMAGES:
+            self.add("messages", f"too many images: at most {MAX_IMAGES} per request, found {self.images}")
         if self.cache_controls > MAX_CACHE_CONTROLS:
             self.add("body", f"a maximum of {MAX_CACHE_CONTROLS} blocks with cache_control may be provided; "
                              f"found {self.cache_controls}")

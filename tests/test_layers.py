@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.wire",),
     ("ctxrt.compile",),
     ("ctxrt.model",),
-    ("ctxrt.strategies.base", "ctxrt.strategies.shaping"),
+    ("ctxrt.strategies.base", "ctxrt.strategies.shaping", "ctxrt.strategies.live"),
     ("ctxrt.strategies.passthrough", "ctxrt.strategies.windowed", "ctxrt.strategies.autobiographical"),
     ("ctxrt.strategies.knowledge",),
     ("ctxrt.strategies.catalog",),

@@ -26,6 +26,7 @@ from ..errors import ModelError
 from ..model import ModelRequest, ModelResponse
 from ..tokens import estimate_text
 from .base import SelectOptions, Strategy, StrategyContext, Unit
+from .live import MIB, apply_live_policy, count, optional_count
 from .shaping import shape
 
 if TYPE_CHECKING:
@@ -573,7 +574,7 @@ class AutobiographicalStrategy(Strategy):
             # window's end (the first), the latest summary seam and this tail (the last two).
             entries[-1] = attrs.evolve(entries[-1], cache_marker=True)
         middle_tokens = spent - head_tokens - tail_tokens
-        return entries, head_tokens, middle_tokens, tail_tokens, spent
+        return apply_live_policy(entries, self.config), head_tokens, middle_tokens, tail_tokens, spent
 
     def _leaves(self, summary: Summary) -> tuple[str, ...]:
         """The message ids ``summary`` covers (memoised: a summary's coverage never changes)."""
@@ -680,6 +681,12 @@ class Autobiographical:
     summary_participant: str = "Claude"
     max_message_tokens: int = 0
     l1_holdback_chunks: int = 1
+    # What stays live (strategies/live.py), as WindowedPassthrough's.
+    max_live_images: int = attrs.field(default=6, validator=count)
+    max_live_image_bytes: int = attrs.field(default=20 * MIB, validator=count)
+    image_strip_depth_tokens: int = attrs.field(default=30_000, validator=count)
+    tool_result_max_last_n: int | None = attrs.field(default=None, validator=optional_count)
+    tool_use_input_max_tokens: int = attrs.field(default=0, validator=count)
 
     def create(self) -> AutobiographicalStrategy:
         return AutobiographicalStrategy(self)

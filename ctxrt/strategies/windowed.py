@@ -16,6 +16,7 @@ from ..content import Message, ToolResult, ToolUse, has_block
 from ..compile import Entry
 from ..errors import OverBudgetError
 from .base import SelectOptions, Strategy, StrategyContext
+from .live import MIB, apply_live_policy, count, optional_count
 from .shaping import shape
 
 if TYPE_CHECKING:
@@ -77,10 +78,10 @@ class WindowedPassthroughStrategy(Strategy):
         # (the newest message), so the next compile reads everything up to this one's tail from
         # the provider's cache: between re-anchors a compile only appends.
         last = len(shaped) - 1
-        return [
+        return apply_live_policy([
             Entry(m.participant, m.content, (m.id,), "copy", cache_marker=i == 0 or i == last)
             for i, (m, _) in enumerate(shaped)
-        ]
+        ], self.config)
 
     @staticmethod
     def _from_anchor(view: MessageView, anchor: int, usable: int, cap: int) -> tuple[Sequence[Message], int, bool]:
@@ -129,6 +130,13 @@ class WindowedPassthrough:
 
     re_anchor_fraction: float = attrs.field(default=0.5, validator=_fraction)
     max_message_tokens: int = 0
+    # What stays live (strategies/live.py): the newest images within the count, bytes and depth,
+    # the newest tool results, tool inputs up to a size; the rest become short text.
+    max_live_images: int = attrs.field(default=6, validator=count)
+    max_live_image_bytes: int = attrs.field(default=20 * MIB, validator=count)
+    image_strip_depth_tokens: int = attrs.field(default=30_000, validator=count)
+    tool_result_max_last_n: int | None = attrs.field(default=None, validator=optional_count)
+    tool_use_input_max_tokens: int = attrs.field(default=0, validator=count)
 
     def create(self) -> WindowedPassthroughStrategy:
         return WindowedPassthroughStrategy(self)
