@@ -50,6 +50,7 @@ from .namespace.protocol import (
     Tick,
 )
 from .namespace.registry import NamespaceRegistry, new_token
+from .queries import MessageQuery
 from .slots import SlotCache, prepare_append
 from .store.engine import BranchRow
 from .store.protocol import AppendItem, BranchInfo, CreateBranch, describe_branches
@@ -269,31 +270,39 @@ class ContextManager:
 
     async def query_messages(
         self, *, participant: str | None = None, metadata: Mapping[str, Any] | None = None,
+        since_ms: int | None = None, until_ms: int | None = None, external_id: str | None = None,
         limit: int | None = None, reverse: bool = False,
     ) -> list[Message]:
-        """Messages matching ``participant`` and every dotted ``metadata`` path by equality, as stored.
+        """Messages of this manager's slot matching every condition given, as stored, oldest first
+        (newest first with ``reverse``), at most ``limit``.
+
+        ``participant`` exactly; each dotted ``metadata`` path (``"task.id"``) by equality;
+        ``timestamp_ms`` within ``since_ms``..``until_ms`` inclusive; ``external_id`` against
+        ``metadata["external"]["id"]``. Served from the slot cache; a ``reverse`` query with a
+        ``limit`` reads back only as far as it finds its matches (L7).
 
         Raises:
+            TypeError, ValueError: an argument of the wrong type or out of range, naming it.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         slot = self._slot()
         checks.optional_text(participant, "participant")
         checks.mapping_with_names(metadata, "metadata")
+        checks.optional_integer(since_ms, "since_ms", minimum=0)
+        checks.optional_integer(until_ms, "until_ms", minimum=0)
+        checks.optional_text(external_id, "external_id")
         checks.optional_integer(limit, "limit", minimum=0)
         checks.flag(reverse, "reverse")
+        query = MessageQuery(participant, metadata, since_ms, until_ms, external_id)
         await trio.lowlevel.checkpoint()
-        messages = list(slot.current())
-        if reverse:
-            messages.reverse()
-        found = []
-        for message in messages:
-            if participant is not None and message.participant != participant:
-                continue
-            if metadata and not all(_dotted(message.metadata, path) == value for path, value in metadata.items()):
-                continue
-            found.append(message)
-            if limit is not None and len(found) >= limit:
-                break
+        found: list[Message] = []
+        if limit == 0:
+            return found
+        for message in slot.newest_first() if reverse else slot.current():
+            if query.matches(message):
+                found.append(message)
+                if limit is not None and len(found) >= limit:
+                    break
         return found
 
     # -- compiling --------------------------------------------------------------------------
@@ -654,13 +663,3 @@ class ContextManager:
         await self.aclose()
 
 
-def _dotted(metadata: Mapping[str, Any] | None, path: str) -> Any:
-    value: Any = metadata
-    for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
-
-
-_MISSING = object()

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import attrs
@@ -216,6 +216,21 @@ class SlotCache:
     def current(self) -> list[Message]:
         """Every message now (decoding whatever isn't held yet)."""
         return self.suffix(FULL)
+
+    def newest_first(self) -> Iterator[Message]:
+        """Every message, newest first, decoding older ones only as the walk reaches them. Read it
+        without awaiting in between: the walk follows the cache as it was when it started."""
+        self._fresh()
+        messages, index = self.messages, len(self.messages) - 1
+        while True:
+            while index >= 0:
+                yield messages[index]
+                index -= 1
+            if len(messages) >= self.length:
+                return
+            held = len(messages)
+            messages = self.suffix(held + 1)
+            index = len(messages) - held - 1
 
     def count(self) -> int:
         """How many messages the slot holds, decoding none."""

@@ -19,7 +19,7 @@ PACKAGE = Path(ctxrt.__file__).parent
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.errors", "ctxrt.content", "ctxrt.store.keys", "ctxrt.store.files", "ctxrt.anthropic_rules"),
-    ("ctxrt.checks",),
+    ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.codec", "ctxrt.tokens"),
     ("ctxrt.store.engine", "ctxrt.store.protocol", "ctxrt.store.environment", "ctxrt.store.actor",
      "ctxrt.store.verify"),
