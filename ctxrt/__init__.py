@@ -75,7 +75,9 @@ from .strategies.autobiographical import (
     SummaryMatch as SummaryMatch,
 )
 from .strategies.base import (
+    Backlog as Backlog,
     HeadWindowReset as HeadWindowReset,
+    RenderStats as RenderStats,
     SelectOptions as SelectOptions,
     Strategy as Strategy,
     StrategyConfig as StrategyConfig,
@@ -87,3 +89,4 @@ from .strategies.knowledge import Knowledge as Knowledge
 from .strategies.passthrough import Passthrough as Passthrough
 from .strategies.windowed import WindowedPassthrough as WindowedPassthrough
 from .views import MessageView as MessageView
+from .views import Window as Window

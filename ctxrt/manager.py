@@ -41,6 +41,7 @@ from .namespace.protocol import (
     Release,
     Remove,
     ReportHealth,
+    RetryQuarantined,
     ResetHeadWindow,
     SearchSummaries,
     SetStrategy,
@@ -54,7 +55,7 @@ from .queries import MessageQuery
 from .slots import SlotCache, prepare_append
 from .store.engine import BranchRow
 from .store.protocol import AppendItem, BranchInfo, CreateBranch, describe_branches
-from .strategies.base import Strategy, StrategyConfig
+from .strategies.base import RenderStats, Strategy, StrategyConfig
 
 if TYPE_CHECKING:
     from .strategies.autobiographical import Summary, SummaryMatch
@@ -309,15 +310,19 @@ class ContextManager:
 
     async def compile(
         self, budget: Budget | None = None, *, injections: Sequence[Injection] = (),
-        message_injections: Sequence[MessageInjection] = (), dry_run: bool = False,
+        message_injections: Sequence[MessageInjection] = (), dry_run: bool = False, strict: bool = False,
     ) -> CompileResult:
         """Compile this manager's context in its reader's view. Never waits for compression (P1).
+
+        What it showed and left out is ``render_stats()`` afterwards (not after a dry run). With
+        ``strict``, a compile that would leave out history no shown summary covers is refused.
 
         Raises:
             ReaderConflictError: the namespace records a reader this manager doesn't compile for (C8).
             MalformedContentError: an injection carries an audience or is malformed (B4).
             StrategyRefusedError: the strategy failed to start.
-            OverBudgetError: even the newest message doesn't fit (windowed strategies).
+            OverBudgetError: even the newest message doesn't fit (windowed strategies), or with
+                ``strict``, uncovered history doesn't fit (Autobiographical; the message says what).
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         ref = self._live()
@@ -325,6 +330,7 @@ class ContextManager:
             self._reader, checks.optional_instance(budget, "budget", Budget) or Budget(),
             checks.instances(injections, "injections", Injection),
             checks.instances(message_injections, "message_injections", MessageInjection), checks.flag(dry_run, "dry_run"),
+            checks.flag(strict, "strict"),
         )
         result: CompileResult = await ref.ask(command)
         return result
@@ -380,13 +386,35 @@ class ContextManager:
 
     async def health(self) -> NamespaceHealth:
         """The namespace actor's state: reader, managers, mailbox depth, model calls out, readiness,
-        quarantined units, narrowing floor. Answered in mailbox order.
+        quarantined units, narrowing floor, pending compression units and the tokens they cover,
+        the last compile's duration. Answered in mailbox order.
 
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         health: NamespaceHealth = await self._live().ask(ReportHealth())
         return health
+
+    def render_stats(self) -> RenderStats | None:
+        """What this namespace's last compile (by any of its managers, not a dry run) showed and
+        left out: tokens per zone, summaries per level, pending units, and the messages left out
+        that no summary covers with why. None before the first compile or for a strategy that
+        doesn't report.
+
+        Raises:
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        return self._live().render_stats
+
+    async def retry_quarantined(self) -> list[str]:
+        """Put the strategy's quarantined compression units back in its queue (their failure counts
+        reset) and start the drain; the keys retried ([] if none or the strategy keeps none).
+
+        Raises:
+            ReaderConflictError, StrategyRefusedError, BranchNotFoundError, ManagerClosedError: as ``tick``.
+        """
+        keys: list[str] = await self._live().ask(RetryQuarantined(self._reader))
+        return keys
 
     async def inspect(self) -> NamespaceSnapshot:
         """For tests and debugging: the namespace actor's state at one turn (its strategy, record,

@@ -1452,3 +1452,65 @@ async def test_a_long_run_fits_its_budgets_keeps_tool_pairs_and_drops_nothing_un
             assert 3 in levels
             assert len((await strategy(m)).chunks) > 100
             assert len(model.requests) == len(await m.search_summaries(include_merged=True, limit=100_000))
+
+
+# -- host controls: retry, render stats, strict, health (issue 13 items 4, 6) --------------------
+
+
+async def test_retry_quarantined_puts_a_quarantined_chunk_back_and_it_compresses(tmp_path: Path) -> None:
+    """Item 4: a quarantined unit is retried on demand; its failure count is reset in the store."""
+    failing = [True]
+
+    def flaky(request: ModelRequest) -> str:
+        if failing[0] and "<m00000>" in text_of(request.messages[-1]):
+            raise ctxrt.ModelError("model-x: HTTP 400 invalid_request_error", retryable=False)
+        return remember(request)
+
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(flaky), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            ids = await add_all(m, 8)
+            await m.wait_ready()
+            assert (await m.health()).quarantined == ("c-0",)
+            assert await m.retry_quarantined() == ["c-0"]  # still failing: it quarantines again
+            await m.wait_ready()
+            assert (await m.health()).quarantined == ("c-0",)
+            failing[0] = False
+            assert await m.retry_quarantined() == ["c-0"]
+            await m.wait_ready()
+            assert (await m.health()).quarantined == ()
+            covered = {i for s in await m.search_summaries() for i in s.summary.source_ids}
+            assert covered == set(ids)
+            assert await m.retry_quarantined() == []
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(flaky), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            assert (await m.health()).quarantined == ()  # the reset count was stored
+
+
+async def test_render_stats_say_what_was_left_out_uncovered_and_strict_refuses_it(tmp_path: Path) -> None:
+    """Item 6: history no summary covers that doesn't fit is reported, never silently dropped; a
+    strict compile refuses it; once compression catches up, nothing is left out."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            assert m.render_stats() is None
+            ids = await add_all(m, 16)
+            result = await m.compile(budget(60))
+            stats = m.render_stats()
+            assert stats is not None and stats.dropped_ids
+            assert set(stats.dropped_ids) == set(ids) - raw_sources(result)
+            assert "no summary covers" in (stats.dropped_reason or "")
+            assert stats.total_tokens <= 60 and stats.pending_units > 0
+            health = await m.health()
+            assert health.pending_units > 0 and health.compression_debt_tokens >= 40
+            assert health.last_compile_ms is not None and health.last_compile_ms >= 0
+            with pytest.raises(ctxrt.OverBudgetError, match="strict compile refused"):
+                await m.compile(budget(60), strict=True)
+            await m.compile(budget(60), dry_run=True)
+            assert m.render_stats() == stats  # a dry run leaves the last compile's stats
+            await m.wait_ready()
+            await m.compile(budget(200), strict=True)
+            stats = m.render_stats()
+            assert stats is not None and stats.dropped_ids == () and stats.dropped_reason is None
+            assert sum(count for _, count in stats.summaries) >= 1 and stats.summary_tokens > 0
+            assert (await m.health()).pending_units == 0

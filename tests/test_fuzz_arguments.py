@@ -649,6 +649,7 @@ TARGETS = [
         "injections": injection_param(Injection),
         "message_injections": injection_param(MessageInjection),
         "dry_run": Param(values(False, True), o_flag),
+        "strict": Param(values(False, True), o_flag),
     }, COMPILES, positional=("budget",), required=()),
     method("preview_context", {
         "budget": Param(budgets, o_instance(Budget)),

@@ -19,6 +19,7 @@ from ctxrt.content import Text
 from ctxrt.slots import SlotCache
 from ctxrt.store.engine import LogHead
 from ctxrt.store.protocol import AppendItem
+from ctxrt.tokens import estimate_message
 
 GUARD_S = 60
 HISTORY = 3_000
@@ -67,6 +68,9 @@ async def test_a_cold_passthrough_compile_decodes_what_its_budget_holds_not_the_
             assert cache.decoded <= 2 * len(result.messages) + 64
             newest = (await manager.get_all_messages())[-len(result.messages) :]
             assert [m.content for m in result.messages] == [m.content for m in newest]
+            stats = manager.render_stats()  # Passthrough's older history is out by design: not a drop
+            assert stats is not None and stats.dropped_ids == () and stats.head_tokens == 0
+            assert stats.tail_tokens == sum(estimate_message(m) for m in newest) <= SMALL.usable
             assert cache.decoded == HISTORY  # get_all_messages needed them all
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +37,7 @@ from ..store.actor import StoreRef
 from ..store.engine import Engine, StateKind
 from ..store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
 from ..strategies import catalog
-from ..strategies.base import HeadWindowReset, SelectOptions, Strategy, SummaryReader, Unit
+from ..strategies.base import Backlog, HeadWindowReset, SelectOptions, Strategy, SummaryReader, Unit
 from ..views import (
     FilteredListing,
     MergedListing,
@@ -83,6 +84,7 @@ from .protocol import (
     Release,
     Remove,
     ReportHealth,
+    RetryQuarantined,
     ResetHeadWindow,
     SearchSummaries,
     SetStrategy,
@@ -178,6 +180,7 @@ class _Actor:
         self.unit_waiters: deque[tuple[Tick | ResetHeadWindow, Reply]] = deque()
         self.in_flight: _InFlight | None = None
         self.drain_wanted = False
+        self.last_compile_ms: float | None = None
         self._streak = 0
         self.stop_error: Callable[[], BaseException] | None = None
 
@@ -504,6 +507,14 @@ class _Actor:
                 return None
             case ReportHealth():
                 return self._health()
+            case RetryQuarantined():
+                check_reader(self.record, command.reader, self.place)
+                self._require_strategy()
+                keys = self.strategy.retry_quarantined(self.ctx)
+                await self._commit()
+                self.drain_wanted = True
+                await self._pump()
+                return keys
             case Inspect():
                 return NamespaceSnapshot(self.strategy, self.record, self.floor, self.epoch, tuple(self.caches),
                                          self.reader_listing, self.model_timeout_s)
@@ -596,6 +607,7 @@ class _Actor:
         await self._record_config()
 
     def _health(self) -> NamespaceHealth:
+        backlog = self.strategy.backlog(self.ctx) if self.strategy_error is None else Backlog()
         return NamespaceHealth(
             namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
             managers=len(self.managers), mailbox_depth=self.ref.mailbox_depth,
@@ -603,6 +615,7 @@ class _Actor:
             ready=self.strategy_error is None and self.strategy.is_ready(),
             quarantined=tuple(self.strategy.quarantined()), narrowing_floor=self.floor,
             strategy_error=None if self.strategy_error is None else repr(self.strategy_error),
+            pending_units=backlog.units, compression_debt_tokens=backlog.tokens, last_compile_ms=self.last_compile_ms,
         )
 
     # -- compile ----------------------------------------------------------------------------
@@ -612,8 +625,11 @@ class _Actor:
         self._require_strategy()
         validate_injections(command.injections, command.message_injections)  # B4: before the strategy runs
         self._flush_new()
-        options = SelectOptions(dry_run=command.dry_run, context=self.ctx)
+        started = time.perf_counter()
+        options = SelectOptions(dry_run=command.dry_run, context=self.ctx, strict=command.strict)
         entries = self.strategy.select(self.view, command.budget, options)
+        if not command.dry_run:
+            self.ref.render_stats = self.strategy.render_stats()
         if command.dry_run:
             self.ctx.take()
         else:
@@ -623,11 +639,13 @@ class _Actor:
                 # The strategy's bookkeeping (chunks closing, an anchor) waits; the compile goes on (P1, D4).
                 logger.warning("%s: what the strategy wrote during a compile could not commit", self.place,
                                exc_info=True)
-        return build_compile_result(
+        result = build_compile_result(
             entries, namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
             strategy_name=self.strategy.name, lookup=self.raw_body, injections=command.injections,
             message_injections=command.message_injections, memo=self.compile_memo,
         )
+        self.last_compile_ms = (time.perf_counter() - started) * 1000
+        return result
 
     def _query(self, command: QuerySummaries) -> Any:
         check_reader(self.record, command.reader, self.place)  # C10

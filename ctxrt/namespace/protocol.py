@@ -22,7 +22,7 @@ from ..store.protocol import Blob
 
 if TYPE_CHECKING:
     from ..model import Model
-    from ..strategies.base import Strategy, StrategyConfig
+    from ..strategies.base import RenderStats, Strategy, StrategyConfig
 
 MAILBOX_CAPACITY = 256  # asks queued or in service at once; a further ask waits for a place
 
@@ -67,6 +67,7 @@ class Compile:
     injections: tuple[Injection, ...]
     message_injections: tuple[MessageInjection, ...]
     dry_run: bool
+    strict: bool = False
 
 
 @attrs.frozen
@@ -194,6 +195,11 @@ class ReportHealth:
 
 
 @attrs.frozen
+class RetryQuarantined:
+    reader: str | None
+
+
+@attrs.frozen
 class Inspect:
     """For tests and debugging (``ContextManager.inspect``): a snapshot of the actor's state."""
 
@@ -237,6 +243,9 @@ class NamespaceHealth:
     quarantined: tuple[str, ...]
     narrowing_floor: int
     strategy_error: str | None
+    pending_units: int = 0  # compression work queued
+    compression_debt_tokens: int = 0  # tokens of the messages that work covers
+    last_compile_ms: float | None = None  # how long the actor's last compile took
 
 
 @attrs.frozen
@@ -301,6 +310,7 @@ class NamespaceRef:
         self.strategy_config: StrategyConfig | Strategy = config.strategy
         self.wants_appends = False  # the strategy drains in the background: wake on every append
         self.in_flight = 0
+        self.render_stats: RenderStats | None = None  # what the last compile showed and left out
 
     @property
     def namespace(self) -> str:

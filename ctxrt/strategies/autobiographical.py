@@ -22,10 +22,10 @@ import attrs
 
 from ..compile import Entry, PreviewResult
 from ..content import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse, has_block
-from ..errors import ModelError
+from ..errors import ModelError, OverBudgetError
 from ..model import ModelRequest, ModelResponse
 from ..tokens import estimate_text
-from .base import SelectOptions, Strategy, StrategyContext, Unit
+from .base import Backlog, RenderStats, SelectOptions, Strategy, StrategyContext, Unit
 from .live import MIB, apply_live_policy, count, optional_count
 from .shaping import shape
 
@@ -137,6 +137,7 @@ class AutobiographicalStrategy(Strategy):
         self._backoff_until = 0.0
         self._built_holds: int | None = None  # the hold floor the chunks were last rebuilt under
         self._ctx: StrategyContext | None = None
+        self._stats: RenderStats | None = None  # what the last compile showed and left out
 
     # -- state ------------------------------------------------------------------------------
 
@@ -343,6 +344,31 @@ class AutobiographicalStrategy(Strategy):
     def quarantined(self) -> list[str]:
         return [key for key, count in self.attempts.items() if count >= MAX_ATTEMPTS]
 
+    def retry_quarantined(self, ctx: StrategyContext) -> list[str]:
+        keys = self.quarantined()
+        if not keys:
+            return []
+        for key in keys:
+            del self.attempts[key]
+        by_id = {chunk.id: chunk for chunk in self.chunks}
+        for key in keys:
+            if key in by_id and key not in self._compressed:
+                self._pending[key] = by_id[key]
+        self._pending = dict(sorted(self._pending.items(), key=lambda item: item[1].first_sequence))
+        ctx.set_value("attempts", self.attempts)
+        logger.warning("retrying %d quarantined unit(s) in namespace %r: %s", len(keys), ctx.namespace, keys)
+        return keys
+
+    def backlog(self, ctx: StrategyContext) -> Backlog:
+        queue = self._l1_queue()
+        group = self._merge_queue()
+        tokens = 0
+        for chunk in queue:
+            for message_id in chunk.message_ids:
+                message = ctx.view.get(message_id)
+                tokens += 0 if message is None else ctx.view.estimate_tokens(message)
+        return Backlog(len(queue) + (group is not None), tokens)
+
     # -- compression ------------------------------------------------------------------------
 
     def next_unit(self, ctx: StrategyContext) -> Unit | None:
@@ -497,13 +523,22 @@ class AutobiographicalStrategy(Strategy):
     def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
         if not options.dry_run and options.context is not None and self._stale(options.context):
             self._rebuild(options.context)  # bookkeeping: if it can't commit, the compile goes on (P1, D4)
-        return self._plan(view, budget)[0]
+        entries, *_, stats = self._plan(view, budget)
+        if options.strict and stats.dropped_ids:
+            raise OverBudgetError(f"strict compile refused: {stats.dropped_reason}", budget=budget.usable,
+                                  actual=stats.total_tokens)
+        if not options.dry_run:
+            self._stats = stats
+        return entries
 
     def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
-        _, head, middle, tail, total = self._plan(view, budget)
+        _, head, middle, tail, total, _ = self._plan(view, budget)
         return PreviewResult(total <= budget.usable, total, budget.usable, head, tail, middle)
 
-    def _plan(self, view: MessageView, budget: Budget) -> tuple[list[Entry], int, int, int, int]:
+    def render_stats(self) -> RenderStats | None:
+        return self._stats
+
+    def _plan(self, view: MessageView, budget: Budget) -> tuple[list[Entry], int, int, int, int, RenderStats]:
         messages = view.get_all()
         usable = budget.usable
         cap = self.config.max_message_tokens
@@ -555,6 +590,7 @@ class AutobiographicalStrategy(Strategy):
                 Entry(self.config.summary_participant, (Text(summary.content),), self._leaves(summary), "derived",
                       (summary.id,), cache_marker=True),
             ]))
+        summary_tokens = spent - head_tokens - tail_tokens
         uncovered = [m for m in middle_messages if m.id not in covered]
         kept: list[tuple[int, list[Entry]]] = []
         for message in reversed(uncovered):  # compression debt: keep the newest raw that fit
@@ -565,6 +601,20 @@ class AutobiographicalStrategy(Strategy):
                 break
             kept.append((message.sequence, [_raw(shaped)]))
             spent += cost
+        dropped = tuple(m.id for m in uncovered[: len(uncovered) - len(kept)])
+        levels: dict[int, int] = {}
+        for summary in shown:
+            levels[summary.level] = levels.get(summary.level, 0) + 1
+        stats = RenderStats(
+            head_tokens=head_tokens, summary_tokens=summary_tokens,
+            middle_raw_tokens=spent - head_tokens - tail_tokens - summary_tokens, tail_tokens=tail_tokens,
+            summaries=tuple(sorted(levels.items())),
+            pending_units=len(self._l1_queue()) + (self._merge_queue() is not None),
+            dropped_ids=dropped,
+            dropped_reason=(f"{len(dropped)} middle message(s) no summary covers yet didn't fit the budget "
+                            f"({usable:,} tokens): compression hasn't caught up (tick or wait_ready), or raise "
+                            f"the budget") if dropped else None,
+        )
         middle += kept
         middle.sort(key=lambda item: item[0])
         entries = entries_head + [entry for _, group in middle for entry in group] + recent
@@ -574,7 +624,7 @@ class AutobiographicalStrategy(Strategy):
             # window's end (the first), the latest summary seam and this tail (the last two).
             entries[-1] = attrs.evolve(entries[-1], cache_marker=True)
         middle_tokens = spent - head_tokens - tail_tokens
-        return apply_live_policy(entries, self.config), head_tokens, middle_tokens, tail_tokens, spent
+        return apply_live_policy(entries, self.config), head_tokens, middle_tokens, tail_tokens, spent, stats
 
     def _leaves(self, summary: Summary) -> tuple[str, ...]:
         """The message ids ``summary`` covers (memoised: a summary's coverage never changes)."""

@@ -85,6 +85,8 @@ class SelectOptions:
 
     dry_run: bool = False
     context: StrategyContext | None = None
+    # Refuse (OverBudgetError) rather than leave out history no shown summary covers.
+    strict: bool = False
 
 
 @attrs.frozen
@@ -99,6 +101,37 @@ class Unit:
     key: str
     reaches: int
     work: Any = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class RenderStats:
+    """What a strategy's last compile showed and left out (tokens are estimates; docs/api.md, Host controls).
+
+    ``dropped_ids``: messages the compile left out that no summary it shows covers (compression
+    debt that didn't fit), with ``dropped_reason``; a windowing strategy's older history, left out
+    by design, is not counted. ``pending_units``: compression work queued when it compiled.
+    """
+
+    head_tokens: int = 0
+    summary_tokens: int = 0
+    middle_raw_tokens: int = 0
+    tail_tokens: int = 0
+    summaries: tuple[tuple[int, int], ...] = ()  # (level, how many shown)
+    pending_units: int = 0
+    dropped_ids: tuple[str, ...] = ()
+    dropped_reason: str | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.head_tokens + self.summary_tokens + self.middle_raw_tokens + self.tail_tokens
+
+
+@attrs.frozen
+class Backlog:
+    """Compression work a strategy has queued: units, and the tokens of the messages they cover."""
+
+    units: int = 0
+    tokens: int = 0
 
 
 class Strategy:
@@ -150,6 +183,18 @@ class Strategy:
     def quarantined(self) -> list[str]:
         """Keys of units that failed too often to be tried again without ``retry_quarantined``."""
         return []
+
+    def retry_quarantined(self, ctx: StrategyContext) -> list[str]:
+        """Put the quarantined units back in the queue (their failure counts reset); their keys."""
+        return []
+
+    def render_stats(self) -> RenderStats | None:
+        """What the last ``select`` that wasn't a dry run showed and left out, or None."""
+        return None
+
+    def backlog(self, ctx: StrategyContext) -> Backlog:
+        """The compression work queued now."""
+        return Backlog()
 
 
 class StrategyConfig(Protocol):

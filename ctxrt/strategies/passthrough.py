@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..compile import Entry, PreviewResult
-from .base import RawEntries, SelectOptions, Strategy
+from .base import RawEntries, RenderStats, SelectOptions, Strategy
 
 if TYPE_CHECKING:
     from ..compile import Budget
@@ -20,10 +20,18 @@ class PassthroughStrategy(Strategy):
 
     def __init__(self) -> None:
         self._raw = RawEntries()
+        self._stats: RenderStats | None = None
 
     def select(self, view: MessageView, budget: Budget, options: SelectOptions) -> list[Entry]:
-        self._raw.cover(view, budget.usable)  # the newest messages, back to where the budget ends
-        return self._raw.entries[self._raw.suffix_start(budget.usable):]
+        raw = self._raw
+        raw.cover(view, budget.usable)  # the newest messages, back to where the budget ends
+        start = raw.suffix_start(budget.usable)
+        if not options.dry_run:
+            self._stats = RenderStats(tail_tokens=raw.totals[-1] - raw.totals[start])
+        return raw.entries[start:]
+
+    def render_stats(self) -> RenderStats | None:
+        return self._stats
 
     def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
         raw = self._raw

@@ -15,7 +15,7 @@ import attrs
 from ..content import Message, ToolResult, ToolUse, has_block
 from ..compile import Entry
 from ..errors import OverBudgetError
-from .base import SelectOptions, Strategy, StrategyContext
+from .base import RenderStats, SelectOptions, Strategy, StrategyContext
 from .live import MIB, apply_live_policy, count, optional_count
 from .shaping import shape
 
@@ -43,6 +43,10 @@ class WindowedPassthroughStrategy(Strategy):
     def __init__(self, config: WindowedPassthrough) -> None:
         self.config = config
         self.anchor = 0
+        self._stats: RenderStats | None = None
+
+    def render_stats(self) -> RenderStats | None:
+        return self._stats
 
     def initialize(self, ctx: StrategyContext) -> None:
         self.anchor = self._stored_anchor(ctx)
@@ -77,6 +81,8 @@ class WindowedPassthroughStrategy(Strategy):
         # up to it is byte-stable, and cached, from one re-anchor to the next; so does the tail
         # (the newest message), so the next compile reads everything up to this one's tail from
         # the provider's cache: between re-anchors a compile only appends.
+        if not options.dry_run:
+            self._stats = RenderStats(tail_tokens=sum(cost for _, cost in shaped))
         last = len(shaped) - 1
         return apply_live_policy([
             Entry(m.participant, m.content, (m.id,), "copy", cache_marker=i == 0 or i == last)
