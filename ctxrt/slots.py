@@ -324,7 +324,7 @@ class SlotCache:
                 messages = list(self.messages)
                 messages[index] = attrs.evolve(messages[index], content=content)
                 self.messages = messages
-            elif self.complete or operation.item_sequence >= self.messages[0].sequence:
+            elif self.complete or (self.messages and operation.item_sequence >= self.messages[0].sequence):
                 self._reload("edited an item the cache doesn't hold")
                 return
             # else older than the held suffix: it is read, edited, as of the new revision

@@ -34,7 +34,7 @@ class Window(NamedTuple):
 
     messages: list[Message]
     complete: bool
-    stamp: object
+    stamp: object  # names its listing too: two listings' stamps never compare equal
 
 
 class Listing(Protocol):
@@ -54,7 +54,7 @@ class SlotListing:
     def window(self, count: int) -> Window:
         cache = self.cache
         messages = cache.suffix(count)
-        return Window(messages, cache.complete, cache.rewrites)
+        return Window(messages, cache.complete, (cache, cache.rewrites))
 
     def may_hold_audience(self) -> bool:
         return self.cache.may_hold_audience
@@ -68,7 +68,7 @@ class StaticListing:
         self.messages = messages
 
     def window(self, count: int) -> Window:
-        return Window(self.messages, True, id(self.messages))
+        return Window(self.messages, True, (self, id(self.messages)))
 
     def may_hold_audience(self) -> bool:
         return True  # project every message: exact for any content, and the cost is a test's
@@ -113,7 +113,7 @@ class _Derived:
             older = source.messages[:cut]
             self._messages = self._transform(older) + self._messages
             self._take(older, source.complete)
-        return Window(self._messages, self._complete, self._rewrites)
+        return Window(self._messages, self._complete, (self, self._rewrites))
 
     def _take(self, messages: Sequence[Message], complete: bool) -> None:
         if messages:
@@ -153,9 +153,7 @@ class MergedListing:
                 self._messages.extend(heapq.merge(*tails, key=_sequence))
                 self._newest = [w.messages[-1].sequence if w.messages else -1 for w in current]
             if len(self._messages) >= count or self._complete:
-                return Window(self._messages, self._complete, self._rewrites)
-        else:
-            self._rewrites += 1
+                return Window(self._messages, self._complete, (self, self._rewrites))
         wanted = max(count, 2 * len(self._messages)) if stamps == self._stamps else count
         while True:
             current = [source.window(wanted) for source in self.sources]
@@ -169,9 +167,12 @@ class MergedListing:
                 break
             wanted *= 2
         self._messages, self._complete = merged, floor is None
-        self._stamps = [window.stamp for window in current]
+        stamps = [window.stamp for window in current]
+        if stamps != self._stamps:  # rewritten before or while it read back: a new stamp
+            self._rewrites += 1
+        self._stamps = stamps
         self._newest = [w.messages[-1].sequence if w.messages else -1 for w in current]
-        return Window(self._messages, self._complete, self._rewrites)
+        return Window(self._messages, self._complete, (self, self._rewrites))
 
     def may_hold_audience(self) -> bool:
         return any(source.may_hold_audience() for source in self.sources)

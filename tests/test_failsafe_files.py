@@ -33,6 +33,7 @@ from ctxrt.errors import StoreCorruptError, StoreFormatError
 from ctxrt.runtime import open_runtime
 from ctxrt.slots import prepare_append
 from ctxrt.store import files, keys
+from ctxrt.store.engine import FORMAT_VERSION
 from ctxrt.store.environment import _REGISTRY
 from ctxrt.store.protocol import AppendItem, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
 from ctxrt.store.verify import verify_in_child, verify_store
@@ -253,7 +254,7 @@ async def test_a_writer_opening_a_sound_store_without_a_marker_adds_it(tmp_path:
             assert not (store / files.MARKER_NAME).exists(), "a read-only runtime wrote the marker"
         async with open_runtime(store):
             pass
-    assert (store / files.MARKER_NAME).read_text() == "ctxrt store format 1\n"
+    assert (store / files.MARKER_NAME).read_text() == f"ctxrt store format {FORMAT_VERSION}\n"
 
 
 # -- zeroed pages -------------------------------------------------------------------------------------

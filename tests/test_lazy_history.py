@@ -8,6 +8,7 @@ temp dirs; the ratio itself (200,000 vs 2,000 messages) is measured in ``bench/c
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,64 @@ async def test_namespaces_reading_one_slot_as_one_reader_share_its_projection(tm
             assert (await filtered.inspect()).reader_listing is not shared
             assert texts((await first.compile(Budget(max_tokens=200_000))).messages) == texts(
                 (await second.compile(Budget(max_tokens=200_000))).messages)
+
+
+@pytest.mark.parametrize("change", ["edit", "remove"])
+async def test_a_rewrite_that_brings_the_first_audience_block_is_seen_by_the_next_compile(
+    tmp_path: Path, change: str,
+) -> None:
+    """L7, A3 (from a host-style attack): a listing's stamp names the listing, so a reader view that
+    switches from passing its slot through to projecting it is never taken as 'only appended'."""
+    big = Budget(max_tokens=100_000)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            bob = await rt.open("bob", view_reader="bob")
+            ann = await rt.open("ann", view_reader="ann")
+            ids = [await ann.add_message("user", f"msg {i}") for i in range(10)]
+            await bob.compile(big)
+            if change == "edit":
+                await ann.edit_message(ids[0], [Text("msg 0 EDITED"), Text("for ann", audience=("ann",))])
+            else:
+                await ann.remove_message(ids[0])
+                await ann.add_message("user", [Text("tail"), Text("for ann", audience=("ann",))])
+            warm = texts((await bob.compile(big)).messages)
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            cold = texts((await (await rt.open("bob", view_reader="bob")).compile(big)).messages)
+    assert warm == cold and "for ann" not in warm
+    assert ("msg 0 EDITED" in warm) if change == "edit" else ("msg 0" not in warm)
+
+
+async def test_a_namespace_claimed_after_compiling_for_no_reader_compiles_its_readers_view(tmp_path: Path) -> None:
+    """L7, C5 (from a host-style attack): the claim gives the actor another view, whose stamps are
+    never the old view's, so the kept strategy starts over."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            writer = await rt.open("w")
+            await writer.add_message("user", "hello")
+            await writer.add_message("user", [Text("for ann only", audience=("ann",))])
+            await writer.add_message("user", [Text("public"), Text("ann's note", audience=("ann",))])
+            assert texts((await (await rt.open("x")).compile()).messages) == ["hello", "public"]
+            warm = texts((await (await rt.open("x", view_reader="ann")).compile()).messages)
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            cold = texts((await (await rt.open("x", view_reader="ann")).compile()).messages)
+    assert warm == cold == ["hello", "for ann only", "public", "ann's note"]
+
+
+async def test_an_edit_of_a_message_no_read_has_reached_is_applied_without_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """L7 (from a host-style attack): an edit older than everything the cache holds, even when it
+    holds nothing yet, is read edited later; nothing is logged as a failure."""
+    await write_history(tmp_path, count=300)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            old_id = (await (await rt.open("reader")).get_message_window(0, 1)).messages[0].id
+        async with ctxrt.open_runtime(tmp_path) as rt:
+            manager = await rt.open("reader")
+            cache = await cache_of(manager)
+            caplog.set_level(logging.WARNING, logger="ctxrt")
+            await manager.edit_message(old_id, "rewritten")
+            assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+            assert cache.decoded == 1  # only the edited message, for the edit's check
+            assert texts([await manager.get_message(old_id)]) == ["rewritten"]
+            assert texts((await manager.get_message_window(0, 1)).messages) == ["rewritten"]

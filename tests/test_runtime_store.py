@@ -214,7 +214,7 @@ async def test_an_unknown_store_format_is_refused_naming_it(
         async with open_runtime(store_path) as rt:
             await seed(rt)
         write_format(store_path, raw)
-        message = rf"^{store_path}/? records store format {shown}; this ctxrt reads format 1 only$"
+        message = rf"^{store_path}/? records store format {shown}; this ctxrt reads formats 1, 2$"
         for _ in range(2):  # the refusal releases the lock and the environment: a retry is refused the same way
             with pytest.raises(StoreFormatError, match=message):
                 async with open_runtime(store_path, readonly=readonly):
@@ -224,6 +224,31 @@ async def test_an_unknown_store_format_is_refused_naming_it(
         write_format(store_path, struct.pack(">I", 1))
         async with open_runtime(store_path, readonly=readonly) as rt:
             assert read_data(rt) == [b"one", b"two", b"three"]
+
+
+def read_format(store_path: Path) -> bytes:
+    env = lmdb.open(str(store_path), max_dbs=16, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            return bytes(txn.get(keys.META_FORMAT, db=env.open_db(keys.DB_META, txn=txn, create=False)))
+    finally:
+        env.close()
+
+
+async def test_a_format_1_store_is_read_and_its_first_writer_moves_it_to_format_2(store_path: Path) -> None:
+    """K5: format 2 (log heads may carry the audience flag byte) reads format 1 as is; a reader
+    leaves the record alone, a writer moves it to 2 so an older ctxrt refuses it by its format."""
+    with trio.fail_after(10):
+        async with open_runtime(store_path) as rt:
+            await seed(rt)
+        assert read_format(store_path) == struct.pack(">I", 2)
+        write_format(store_path, struct.pack(">I", 1))
+        async with open_runtime(store_path, readonly=True) as rt:
+            assert read_data(rt) == [b"one", b"two", b"three"]
+        assert read_format(store_path) == struct.pack(">I", 1)
+        async with open_runtime(store_path) as rt:
+            assert read_data(rt) == [b"one", b"two", b"three"]
+        assert read_format(store_path) == struct.pack(">I", 2)
 
 
 async def test_an_lmdb_store_that_is_not_ctxrt_is_refused_read_only(store_path: Path) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import logging
 import os
 import struct
 import time
@@ -40,7 +41,13 @@ from ..errors import (
 )
 from . import files, keys
 
-FORMAT_VERSION = 1
+# 2: log heads may end in the flag byte (LogHead.flagged). A writer moves a format-1 store to 2
+# when it opens it (the records are the same otherwise), so an older ctxrt refuses it by its
+# format rather than reading a flagged head as damage.
+logger = logging.getLogger("ctxrt.store")
+
+FORMAT_VERSION = 2
+READABLE_FORMATS = (1, 2)
 MAIN_BRANCH = "main"
 MAX_NAME_BYTES = 200
 
@@ -397,11 +404,16 @@ class Engine:
             raise self._damaged(f"its meta table can't be read: {exc}") from None
         if raw is None:
             raise StoreFormatError(f"{self.env.path()} is not a ctxrt store (no format record)")
-        if len(raw) != 4 or keys.decode_u32(raw) != FORMAT_VERSION:
+        if len(raw) != 4 or keys.decode_u32(raw) not in READABLE_FORMATS:
             found = keys.decode_u32(raw) if len(raw) == 4 else raw
             raise StoreFormatError(
-                f"{self.env.path()} records store format {found!r}; this ctxrt reads format {FORMAT_VERSION} only"
+                f"{self.env.path()} records store format {found!r}; this ctxrt reads formats "
+                f"{', '.join(map(str, READABLE_FORMATS))}"
             )
+        if keys.decode_u32(raw) != FORMAT_VERSION and not self.readonly:
+            with self.env.begin(write=True) as txn:  # an open that can't write fails here, as a first open does
+                txn.put(keys.META_FORMAT, keys.encode_u32(FORMAT_VERSION), db=self.dbs[keys.DB_META])
+            logger.info("%s: store format %d -> %d", self.env.path(), keys.decode_u32(raw), FORMAT_VERSION)
 
     def reload(self) -> None:
         """Re-read the branch and state tables and the sequence (after another process wrote)."""
