@@ -1514,3 +1514,36 @@ async def test_render_stats_say_what_was_left_out_uncovered_and_strict_refuses_i
             assert stats is not None and stats.dropped_ids == () and stats.dropped_reason is None
             assert sum(count for _, count in stats.summaries) >= 1 and stats.summary_tokens > 0
             assert (await m.health()).pending_units == 0
+
+
+async def test_chunks_before_a_resident_joined_are_remembered_in_the_witnessed_voice(tmp_path: Path) -> None:
+    """Item 8: with witnessed_before_sequence, a chunk wholly before it is asked for in the
+    witnessed voice and its summary says so; later chunks in the resident's own voice; the
+    identity reminder ends every compression instruction."""
+    with trio.fail_after(GUARD_S):
+        model = ScriptedModel(remember)
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())  # claims the namespace's config; reopened below
+            ids = await add_all(m, 4)
+            joined = int(ids[-1]) + 1
+            await m.set_strategy(autobio(witnessed_before_sequence=joined, identity_reminder="You are Ada."))
+            await add_all(m, 4, start=4)
+            await m.wait_ready()
+            instructions = [text_of(r.messages[-1]) for r in l1_requests(model)]
+            assert len(instructions) == 2
+            assert "before you joined" in instructions[0] and "before you joined" not in instructions[1]
+            assert all(text.endswith("You are Ada.") for text in instructions)
+            summaries = sorted((s.summary for s in await m.search_summaries()), key=lambda s: s.first_sequence)
+            assert [s.witnessed for s in summaries] == [True, False]
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(witnessed_before_sequence=joined, identity_reminder="You are Ada."))
+            reloaded = sorted((s.summary for s in await m.search_summaries()), key=lambda s: s.first_sequence)
+            assert [s.witnessed for s in reloaded] == [True, False]  # stored with the summary
+
+
+def test_voice_options_of_the_wrong_type_are_refused_naming_them() -> None:
+    """Bad input is refused where the config is made, naming the field."""
+    with pytest.raises(ValueError, match="witnessed_before_sequence"):
+        autobio(witnessed_before_sequence=-1)
+    with pytest.raises(ValueError, match="identity_reminder"):
+        autobio(identity_reminder=3)

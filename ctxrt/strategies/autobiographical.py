@@ -21,12 +21,31 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..compile import Entry, PreviewResult
-from ..content import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse, has_block
+from ..content import (
+    CompiledMessage,
+    Document,
+    Image,
+    Message,
+    Text,
+    ToolResult,
+    ToolUse,
+    has_block,
+)
 from ..errors import ModelError, OverBudgetError
 from ..model import ModelRequest, ModelResponse
 from ..tokens import estimate_text
-from .base import Backlog, RenderStats, SelectOptions, Strategy, StrategyContext, Unit
-from .live import MIB, apply_live_policy, count, optional_count
+from .base import (
+    Backlog,
+    RenderStats,
+    SelectOptions,
+    Strategy,
+    StrategyContext,
+    Unit,
+    count,
+    optional_count,
+    optional_text,
+)
+from .live import MIB, apply_live_policy
 from .shaping import shape
 
 if TYPE_CHECKING:
@@ -39,6 +58,11 @@ MANAGER = "Context Manager"
 TRANSITION_PREFIX = "[Topic Transition]"
 SYSTEM = "You are forming autobiographical memories of a conversation."
 MIN_CHUNK_MESSAGES = 4
+WITNESSED_INSTRUCTION = (
+    "These events happened before you joined this conversation: you did not take part in them. Remember "
+    "them as a record you have read, in the first person as the reader (\"I read that ...\"), never as your "
+    "own actions or words."
+)
 MAX_ATTEMPTS = 3  # refusals and failures a unit may have before it is quarantined
 RETRYABLE_STREAK_LIMIT = 12  # consecutive retryable failures that count as one attempt
 BACKOFF_S = 0.5  # the drain's first wait after a retryable failure, doubling
@@ -63,6 +87,7 @@ class Summary:
     created_ms: int
     parent_id: str | None = None
     phase: str | None = None  # Knowledge's dominant phase of an L1's chunk
+    witnessed: bool = False  # written in the witnessed voice: its events came before the resident
 
 
 @attrs.frozen
@@ -153,7 +178,7 @@ class AutobiographicalStrategy(Strategy):
             Summary(
                 item["id"], item["level"], item["content"], item["tokens"], tuple(item["source_ids"]),
                 item["first_sequence"], item["last_sequence"], item["first_id"], item["last_id"], item["created_ms"],
-                children.get(item["id"]), item.get("phase"),
+                children.get(item["id"]), item.get("phase"), item.get("witnessed") is True,
             )
             for item in raw
         ]
@@ -280,11 +305,23 @@ class AutobiographicalStrategy(Strategy):
         return tokens >= self.config.target_chunk_tokens and len(pending) >= MIN_CHUNK_MESSAGES
 
     def _instruction(self, chunk_messages: Sequence[Message]) -> str:
-        return (
+        if self._witnessed(chunk_messages):
+            voice = self.config.witnessed_instruction or WITNESSED_INSTRUCTION
+            return self._remind(f"{voice} Aim for about {self.config.summary_target_tokens} tokens.")
+        return self._remind(
             f"Starting from my last message, please describe everything that has happened. Aim for about "
             f"{self.config.summary_target_tokens} tokens. Describe it as you would to yourself, as if you are "
             f"remembering what has happened."
         )
+
+    def _witnessed(self, chunk_messages: Sequence[Message]) -> bool:
+        """Whether a chunk's events all came before ``witnessed_before_sequence`` (before the resident)."""
+        before = self.config.witnessed_before_sequence
+        return before is not None and bool(chunk_messages) and chunk_messages[-1].sequence < before
+
+    def _remind(self, instruction: str) -> str:
+        reminder = self.config.identity_reminder
+        return f"{instruction}\n\n{reminder}" if reminder else instruction
 
     def _phase_for(self, chunk_messages: Sequence[Message]) -> str | None:
         return None
@@ -484,7 +521,7 @@ class AutobiographicalStrategy(Strategy):
             f"L1-{len(self.summaries)}", 1, text, estimate_text(text), chunk.message_ids, chunk.first_sequence,
             chunk.last_sequence, first.id if first else chunk.message_ids[0],
             last.id if last else chunk.message_ids[-1], int(time.time() * 1000), None,
-            self._phase_for(chunk_messages),
+            self._phase_for(chunk_messages), self._witnessed(chunk_messages),
         )
         self._store(ctx, summary)
         self._compressed.add(chunk.id)
@@ -492,10 +529,10 @@ class AutobiographicalStrategy(Strategy):
 
     def _merge_request(self, group: Sequence[Summary]) -> list[CompiledMessage]:
         request = [CompiledMessage(self.config.summary_participant, (Text(s.content),)) for s in group]
-        request.append(CompiledMessage(MANAGER, (Text(
+        request.append(CompiledMessage(MANAGER, (Text(self._remind(
             f"[{MANAGER}] Please consolidate the memories since my last message into a single cohesive memory. "
             f"Aim for about {self.config.summary_target_tokens} tokens. Write as you would to yourself — this is "
-            f"your autobiography, capturing the arc of what happened."),)))
+            f"your autobiography, capturing the arc of what happened.")),)))
         return request
 
     def _apply_merge(self, ctx: StrategyContext, group: list[Summary], text: str) -> None:
@@ -503,7 +540,7 @@ class AutobiographicalStrategy(Strategy):
         summary = Summary(
             f"L{level}-{len(self.summaries)}", level, text, estimate_text(text), tuple(s.id for s in group),
             group[0].first_sequence, group[-1].last_sequence, group[0].first_id, group[-1].last_id,
-            int(time.time() * 1000),
+            int(time.time() * 1000), witnessed=all(s.witnessed for s in group),
         )
         self._store(ctx, summary)
         members = {s.id for s in group}
@@ -737,6 +774,12 @@ class Autobiographical:
     image_strip_depth_tokens: int = attrs.field(default=30_000, validator=count)
     tool_result_max_last_n: int | None = attrs.field(default=None, validator=optional_count)
     tool_use_input_max_tokens: int = attrs.field(default=0, validator=count)
+    # Voice (multi-resident): chunks wholly before this sequence happened before the resident
+    # joined and are remembered in the witnessed voice; a reminder of who it is ends every
+    # compression instruction.
+    witnessed_before_sequence: int | None = attrs.field(default=None, validator=optional_count)
+    witnessed_instruction: str | None = attrs.field(default=None, validator=optional_text)
+    identity_reminder: str | None = attrs.field(default=None, validator=optional_text)
 
     def create(self) -> AutobiographicalStrategy:
         return AutobiographicalStrategy(self)

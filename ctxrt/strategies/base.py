@@ -197,6 +197,28 @@ class Strategy:
         return Backlog()
 
 
+# Validators of the bundled configs' fields: a bad value is refused where the config is made,
+# naming the field.
+
+
+def count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """An attrs validator: a non-negative int (not a bool), named in the error."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
+
+
+def optional_text(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """An attrs validator: None or a string."""
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{attribute.name} must be None or a string, got {value!r}")
+
+
+def optional_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """An attrs validator: None or a non-negative int."""
+    if value is not None:
+        count(_, attribute, value)
+
+
 class StrategyConfig(Protocol):
     """What ``Runtime.open(strategy=...)``, ``derive`` and ``set_strategy`` take: a config whose
     ``create()`` makes the strategy (the bundled ones are frozen attrs classes, docs/api.md,

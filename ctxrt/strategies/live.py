@@ -42,18 +42,6 @@ class LiveOptions(Protocol):
     def tool_use_input_max_tokens(self) -> int: ...
 
 
-def count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """An attrs validator: a non-negative int (not a bool), named in the error."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
-
-
-def optional_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """An attrs validator: None or a non-negative int."""
-    if value is not None:
-        count(_, attribute, value)
-
-
 def image_bytes(image: Image) -> int:
     """The size of a base64 image's data in the request (a URL image's bytes aren't in it: 0)."""
     data = image.source.get("data") if image.source.get("type") == "base64" else None

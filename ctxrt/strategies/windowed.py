@@ -12,11 +12,18 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..content import Message, ToolResult, ToolUse, has_block
 from ..compile import Entry
+from ..content import Message, ToolResult, ToolUse, has_block
 from ..errors import OverBudgetError
-from .base import RenderStats, SelectOptions, Strategy, StrategyContext
-from .live import MIB, apply_live_policy, count, optional_count
+from .base import (
+    RenderStats,
+    SelectOptions,
+    Strategy,
+    StrategyContext,
+    count,
+    optional_count,
+)
+from .live import MIB, apply_live_policy
 from .shaping import shape
 
 if TYPE_CHECKING:
