@@ -5,84 +5,206 @@ This module re-exports the public names (docs/api.md) and defines nothing.
 
 from .compile import (
     Budget as Budget,
+)
+from .compile import (
     CompileResult as CompileResult,
+)
+from .compile import (
     Entry as Entry,
+)
+from .compile import (
     Injection as Injection,
+)
+from .compile import (
     MessageInjection as MessageInjection,
+)
+from .compile import (
     PreviewResult as PreviewResult,
+)
+from .compile import (
     Provenance as Provenance,
+)
+from .compile import (
     Source as Source,
 )
 from .content import (
     CompiledMessage as CompiledMessage,
+)
+from .content import (
     Document as Document,
+)
+from .content import (
     Image as Image,
+)
+from .content import (
     Message as Message,
+)
+from .content import (
     RedactedThinking as RedactedThinking,
+)
+from .content import (
     Text as Text,
+)
+from .content import (
     Thinking as Thinking,
+)
+from .content import (
     ToolResult as ToolResult,
+)
+from .content import (
     ToolUse as ToolUse,
+)
+from .content import (
     content_for_reader as content_for_reader,
 )
 from .errors import (
     BranchExistsError as BranchExistsError,
+)
+from .errors import (
     BranchNotFoundError as BranchNotFoundError,
+)
+from .errors import (
     ConfigConflictError as ConfigConflictError,
+)
+from .errors import (
     CtxrtError as CtxrtError,
+)
+from .errors import (
     EmptyRequestError as EmptyRequestError,
+)
+from .errors import (
     InvalidRequestError as InvalidRequestError,
+)
+from .errors import (
     MalformedContentError as MalformedContentError,
+)
+from .errors import (
     ManagerClosedError as ManagerClosedError,
+)
+from .errors import (
     MessageNotFoundError as MessageNotFoundError,
+)
+from .errors import (
     ModelError as ModelError,
+)
+from .errors import (
     NarrowingRefusedError as NarrowingRefusedError,
+)
+from .errors import (
     NotTrioError as NotTrioError,
+)
+from .errors import (
     OverBudgetError as OverBudgetError,
+)
+from .errors import (
     ReaderConflictError as ReaderConflictError,
+)
+from .errors import (
     ReadOnlyStoreError as ReadOnlyStoreError,
+)
+from .errors import (
     RuntimeClosedError as RuntimeClosedError,
+)
+from .errors import (
     StateKindError as StateKindError,
+)
+from .errors import (
     StoreCorruptError as StoreCorruptError,
+)
+from .errors import (
     StoreFormatError as StoreFormatError,
+)
+from .errors import (
     StoreFullError as StoreFullError,
+)
+from .errors import (
     StoreLockedError as StoreLockedError,
+)
+from .errors import (
     StorePermissionError as StorePermissionError,
+)
+from .errors import (
     StrategyRefusedError as StrategyRefusedError,
+)
+from .errors import (
     UnknownStateError as UnknownStateError,
 )
-from .manager import ContextManager as ContextManager, Derivation as Derivation, MessageWindow as MessageWindow
+from .manager import ContextManager as ContextManager
+from .manager import Derivation as Derivation
+from .manager import MessageWindow as MessageWindow
 from .model import (
     AnthropicModel as AnthropicModel,
+)
+from .model import (
     Model as Model,
+)
+from .model import (
     ModelRequest as ModelRequest,
+)
+from .model import (
     ModelResponse as ModelResponse,
+)
+from .model import (
     OfflineModel as OfflineModel,
+)
+from .model import (
     Usage as Usage,
 )
 from .namespace.protocol import NamespaceHealth as NamespaceHealth
 from .namespace.registry import NamespaceStatistics as NamespaceStatistics
 from .runtime import (
     NamespaceInfo as NamespaceInfo,
+)
+from .runtime import (
     Runtime as Runtime,
+)
+from .runtime import (
     RuntimeStatistics as RuntimeStatistics,
+)
+from .runtime import (
     open_runtime as open_runtime,
 )
 from .store.protocol import BranchInfo as BranchInfo
 from .strategies.autobiographical import (
     Autobiographical as Autobiographical,
+)
+from .strategies.autobiographical import (
     Summary as Summary,
+)
+from .strategies.autobiographical import (
     SummaryMatch as SummaryMatch,
 )
 from .strategies.base import (
     Backlog as Backlog,
+)
+from .strategies.base import (
     HeadWindowReset as HeadWindowReset,
+)
+from .strategies.base import (
+    Pin as Pin,
+)
+from .strategies.base import (
+    Pinning as Pinning,
+)
+from .strategies.base import (
     RenderStats as RenderStats,
+)
+from .strategies.base import (
     SelectOptions as SelectOptions,
+)
+from .strategies.base import (
     Strategy as Strategy,
+)
+from .strategies.base import (
     StrategyConfig as StrategyConfig,
+)
+from .strategies.base import (
     StrategyContext as StrategyContext,
+)
+from .strategies.base import (
     SummaryReader as SummaryReader,
+)
+from .strategies.base import (
     Unit as Unit,
 )
 from .strategies.knowledge import Knowledge as Knowledge

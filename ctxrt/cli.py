@@ -35,13 +35,20 @@ import lmdb
 import trio
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from . import codec
-from .namespace import states
 from .compile import Budget
 from .errors import BranchNotFoundError, CtxrtError
+from .namespace import states
 from .runtime import Runtime, open_runtime
 
 TRACEBACK_VARIABLE = "CTXRT_TRACEBACK"

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, TypeAlias, Union
 
 import attrs
 
+
 @attrs.frozen
 class Text:
     text: str

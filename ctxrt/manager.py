@@ -33,29 +33,32 @@ from .namespace.protocol import (
     GetSummary,
     Hold,
     Inspect,
+    ListPins,
     NamespaceHealth,
     NamespaceRef,
     NamespaceSnapshot,
+    PinRange,
     Preview,
     QuerySummaries,
     Release,
     Remove,
     ReportHealth,
-    RetryQuarantined,
     ResetHeadWindow,
+    RetryQuarantined,
     SearchSummaries,
     SetStrategy,
     SetSystemPrompt,
     SetTools,
     SummariesInRange,
     Tick,
+    Unpin,
 )
 from .namespace.registry import NamespaceRegistry, new_token
 from .queries import MessageQuery
 from .slots import SlotCache, prepare_append
 from .store.engine import BranchRow
 from .store.protocol import AppendItem, BranchInfo, CreateBranch, describe_branches
-from .strategies.base import RenderStats, Strategy, StrategyConfig
+from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
 
 if TYPE_CHECKING:
     from .strategies.autobiographical import Summary, SummaryMatch
@@ -405,6 +408,42 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         return self._live().render_stats
+
+    async def pin_range(
+        self, first_id: str, last_id: str, *, name: str | None = None, level: int | None = None
+    ) -> Pin:
+        """Keep ``first_id``..``last_id`` raw (``level`` None) or shown at summary level ``level`` at
+        most, whatever the budget pressure; stored with the namespace (Autobiographical, Knowledge).
+
+        Raises:
+            StrategyRefusedError: the strategy keeps no pins.
+            MessageNotFoundError: an id names no message in this manager's view.
+            ValueError: ``first_id`` comes after ``last_id``, or ``level`` isn't None or an int >= 1.
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+        """
+        ref = self._live()
+        command = PinRange(self._reader, checks.text(first_id, "first_id"), checks.text(last_id, "last_id"),
+                           checks.optional_text(name, "name"), checks.optional_integer(level, "level", minimum=1))
+        pin: Pin = await ref.ask(command)
+        return pin
+
+    async def unpin(self, pin_id: str) -> bool:
+        """Remove pin ``pin_id``; False if there is none of that id.
+
+        Raises:
+            StrategyRefusedError, ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``pin_range``.
+        """
+        removed: bool = await self._live().ask(Unpin(self._reader, checks.text(pin_id, "pin_id")))
+        return removed
+
+    async def list_pins(self) -> list[Pin]:
+        """The namespace's pins, oldest first ([] for a strategy that keeps none).
+
+        Raises:
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+        """
+        pins: list[Pin] = await self._live().ask(ListPins(self._reader))
+        return pins
 
     async def retry_quarantined(self) -> list[str]:
         """Put the strategy's quarantined compression units back in its queue (their failure counts

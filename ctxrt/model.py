@@ -17,9 +17,9 @@ import attrs
 import trio
 
 from .codec import blocks_from_api
-from .wire import to_anthropic_messages
 from .content import Block, CompiledMessage, Document, Text, ToolResult
 from .errors import ModelError
+from .wire import to_anthropic_messages
 
 if TYPE_CHECKING:
     import anthropic

@@ -12,10 +12,10 @@ import attrs
 import trio
 
 from . import checks
-from .errors import MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
 from .content import Message
-from .model import Model
+from .errors import MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
 from .manager import ContextManager
+from .model import Model
 from .namespace import states
 from .namespace.actor import MODEL_TIMEOUT_S, build_strategy
 from .namespace.protocol import NamespaceConfig

@@ -16,7 +16,14 @@ import http
 import inspect
 import itertools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, TypeAlias

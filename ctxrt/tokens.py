@@ -13,7 +13,17 @@ import math
 import re
 from collections.abc import Iterable
 
-from .content import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from .content import (
+    Block,
+    Document,
+    Image,
+    Message,
+    RedactedThinking,
+    Text,
+    Thinking,
+    ToolResult,
+    ToolUse,
+)
 
 PROSE_CHARS_PER_TOKEN = 2.9
 DENSE_CHARS_PER_TOKEN = 2.3

@@ -13,7 +13,15 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from .codec import block_to_api
-from .content import Block, CompiledMessage, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from .content import (
+    Block,
+    CompiledMessage,
+    RedactedThinking,
+    Text,
+    Thinking,
+    ToolResult,
+    ToolUse,
+)
 
 MAX_REQUEST_CACHE_CONTROLS = 4  # the provider's limit per request
 CONTINUED_TEXT = "(continued)"

@@ -1547,3 +1547,80 @@ def test_voice_options_of_the_wrong_type_are_refused_naming_them() -> None:
         autobio(witnessed_before_sequence=-1)
     with pytest.raises(ValueError, match="identity_reminder"):
         autobio(identity_reminder=3)
+
+
+# -- pins (issue 13 item 3) ----------------------------------------------------------------------
+
+
+def compiled_text(result: ctxrt.CompileResult) -> str:
+    return "\n".join(b.text for m in result.messages for b in m.content if isinstance(b, Text))
+
+
+async def test_a_pinned_range_stays_raw_in_place_whatever_the_budget_and_survives_a_restart(tmp_path: Path) -> None:
+    """Item 3: after compression covers a range, a raw pin still shows its messages verbatim in
+    place; a summary covering only pinned messages isn't shown twice; unpin gives it back."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(hierarchical=False))
+            ids = await add_all(m, 16)
+            await m.wait_ready()
+            before = await m.compile(budget(400))
+            assert not set(ids[4:8]) & raw_sources(before)  # summarised: not raw
+            pin = await m.pin_range(ids[4], ids[7], name="the plan")
+            assert (pin.first_id, pin.last_id, pin.name, pin.level) == (ids[4], ids[7], "the plan", None)
+            pinned = await m.compile(budget(400))
+            assert set(ids[4:8]) <= raw_sources(pinned)
+            order = [s.id for sources in pinned.provenance.messages for s in sources if s.id in ids]
+            assert order == sorted(order, key=int)  # in place
+            shown = {s.id for sources in pinned.provenance.messages for s in sources if s.kind == "summary"}
+            assert "L1-1" not in shown  # it covers only the pinned messages
+            assert await m.list_pins() == [pin]
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(hierarchical=False))
+            assert await m.list_pins() == [pin]
+            assert set(ids[4:8]) <= raw_sources(await m.compile(budget(400)))
+            assert await m.unpin(pin.id) is True and await m.unpin(pin.id) is False
+            assert not set(ids[4:8]) & raw_sources(await m.compile(budget(400)))
+            second = await m.pin_range(ids[0], ids[0])
+            assert second.id != pin.id  # ids are never reused
+
+
+async def test_a_level_pin_shows_its_range_at_that_level_at_most(tmp_path: Path) -> None:
+    """Item 3: where a higher summary covers a range pinned at level 1, the level-1 summaries of the
+    range show instead (the rest of the history stays as merged as it was)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(merge_threshold=2))
+            ids = await add_all(m, 16)
+            await m.wait_ready()
+            summaries = {s.summary.id: s.summary for s in await m.search_summaries(include_merged=True)}
+
+            def over_pin(result: ctxrt.CompileResult) -> list[int]:
+                """Levels of the shown summaries that cover any of ids[0..3]."""
+                shown = {s.id for sources in result.provenance.messages for s in sources if s.kind == "summary"}
+                return sorted(summaries[i].level for i in shown if summaries[i].first_sequence <= int(ids[3]))
+
+            assert max(over_pin(await m.compile(budget(2_000)))) > 1
+            await m.pin_range(ids[0], ids[3], level=1)
+            assert over_pin(await m.compile(budget(2_000))) == [1]
+            assert (await m.list_pins())[0].level == 1
+
+
+async def test_pins_are_refused_by_a_strategy_without_them_and_bad_ranges_are_named(tmp_path: Path) -> None:
+    """Item 3: clear errors naming the place; nothing is stored by a refusal."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            plain = await rt.open("plain")
+            first = await plain.add_message("user", "a")
+            with pytest.raises(ctxrt.StrategyRefusedError, match="does not support pins"):
+                await plain.pin_range(first, first)
+            assert await plain.list_pins() == []
+            m = await rt.open(NS, strategy=autobio())
+            ids = await add_all(m, 4)
+            with pytest.raises(ValueError, match="comes after"):
+                await m.pin_range(ids[3], ids[0])
+            with pytest.raises(ctxrt.MessageNotFoundError, match="'999999'"):
+                await m.pin_range(ids[0], "999999")
+            with pytest.raises(ValueError, match="level"):
+                await m.pin_range(ids[0], ids[1], level=0)
+            assert await m.list_pins() == []

@@ -35,9 +35,25 @@ from ..errors import (
 from ..slots import Appended, SlotRegistry, parse_id, prepare_append
 from ..store.actor import StoreRef
 from ..store.engine import Engine, StateKind
-from ..store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
+from ..store.protocol import (
+    AppendItem,
+    Atomically,
+    CreateBranch,
+    EditItem,
+    RegisterState,
+    RemoveItems,
+    SetValue,
+)
 from ..strategies import catalog
-from ..strategies.base import Backlog, HeadWindowReset, SelectOptions, Strategy, SummaryReader, Unit
+from ..strategies.base import (
+    Backlog,
+    HeadWindowReset,
+    Pinning,
+    SelectOptions,
+    Strategy,
+    SummaryReader,
+    Unit,
+)
 from ..views import (
     FilteredListing,
     MergedListing,
@@ -76,16 +92,19 @@ from .protocol import (
     GetSummary,
     Hold,
     Inspect,
+    ListPins,
     NamespaceHealth,
     NamespaceRef,
     NamespaceSnapshot,
+    PinRange,
     Preview,
     QuerySummaries,
     Release,
     Remove,
+    Reply,
     ReportHealth,
-    RetryQuarantined,
     ResetHeadWindow,
+    RetryQuarantined,
     SearchSummaries,
     SetStrategy,
     SetSystemPrompt,
@@ -93,8 +112,8 @@ from .protocol import (
     SummariesInRange,
     Tick,
     UnitDone,
+    Unpin,
     Wake,
-    Reply,
 )
 
 logger = logging.getLogger("ctxrt.namespace")
@@ -507,6 +526,8 @@ class _Actor:
                 return None
             case ReportHealth():
                 return self._health()
+            case PinRange() | Unpin() | ListPins():
+                return await self._pins(command)
             case RetryQuarantined():
                 check_reader(self.record, command.reader, self.place)
                 self._require_strategy()
@@ -605,6 +626,25 @@ class _Actor:
         self._build_views()
         self._start_strategy()
         await self._record_config()
+
+    async def _pins(self, command: PinRange | Unpin | ListPins) -> Any:
+        check_reader(self.record, command.reader, self.place)
+        self._require_strategy()
+        self._flush_new()
+        strategy = self.strategy
+        if not isinstance(strategy, Pinning):
+            if isinstance(command, ListPins):
+                return []
+            raise StrategyRefusedError(f"strategy {strategy.name!r} does not support pins")
+        if isinstance(command, ListPins):
+            return strategy.list_pins()
+        if isinstance(command, PinRange):
+            found: Any = strategy.pin_range(self.ctx, command.first_id, command.last_id, name=command.name,
+                                            level=command.level)
+        else:
+            found = strategy.unpin(self.ctx, command.pin_id)
+        await self._commit()
+        return found
 
     def _health(self) -> NamespaceHealth:
         backlog = self.strategy.backlog(self.ctx) if self.strategy_error is None else Backlog()

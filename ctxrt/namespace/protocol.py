@@ -200,6 +200,26 @@ class RetryQuarantined:
 
 
 @attrs.frozen
+class PinRange:
+    reader: str | None
+    first_id: str
+    last_id: str
+    name: str | None
+    level: int | None
+
+
+@attrs.frozen
+class Unpin:
+    reader: str | None
+    pin_id: str
+
+
+@attrs.frozen
+class ListPins:
+    reader: str | None
+
+
+@attrs.frozen
 class Inspect:
     """For tests and debugging (``ContextManager.inspect``): a snapshot of the actor's state."""
 

@@ -13,7 +13,12 @@ from typing import Any
 import attrs
 import trio
 
-from ..errors import BranchNotFoundError, ManagerClosedError, ReadOnlyStoreError, RuntimeClosedError
+from ..errors import (
+    BranchNotFoundError,
+    ManagerClosedError,
+    ReadOnlyStoreError,
+    RuntimeClosedError,
+)
 from ..slots import SlotRegistry
 from ..store.actor import StoreRef
 from ..store.engine import BranchRow, Engine

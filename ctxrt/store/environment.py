@@ -28,7 +28,13 @@ from typing import Literal
 import attrs
 import lmdb
 
-from ..errors import StoreCorruptError, StoreFormatError, StoreFullError, StoreLockedError, StorePermissionError
+from ..errors import (
+    StoreCorruptError,
+    StoreFormatError,
+    StoreFullError,
+    StoreLockedError,
+    StorePermissionError,
+)
 from . import files, keys
 from .engine import FORMAT_VERSION, Engine
 

@@ -31,11 +31,12 @@ from ..content import (
     ToolUse,
     has_block,
 )
-from ..errors import ModelError, OverBudgetError
+from ..errors import MessageNotFoundError, ModelError, OverBudgetError
 from ..model import ModelRequest, ModelResponse
 from ..tokens import estimate_text
 from .base import (
     Backlog,
+    Pin,
     RenderStats,
     SelectOptions,
     Strategy,
@@ -163,6 +164,8 @@ class AutobiographicalStrategy(Strategy):
         self._built_holds: int | None = None  # the hold floor the chunks were last rebuilt under
         self._ctx: StrategyContext | None = None
         self._stats: RenderStats | None = None  # what the last compile showed and left out
+        self.pins: list[Pin] = []
+        self._next_pin = 0
 
     # -- state ------------------------------------------------------------------------------
 
@@ -194,6 +197,7 @@ class AutobiographicalStrategy(Strategy):
             if summary.parent_id is None:
                 self._unmerged.setdefault(summary.level, []).append(summary)
         self.head_start_id = ctx.get_value("head_start")
+        self.pins, self._next_pin = _pins_from(ctx.get_value("pins"))
         # initialize writes nothing (the actor drops what it buffers): chunks that can close now
         # close, with their records and the floor, at the next next_unit or select.
         self._built_holds = ctx.hold_floor()
@@ -592,6 +596,23 @@ class AutobiographicalStrategy(Strategy):
         if entries_head:
             entries_head[-1] = attrs.evolve(entries_head[-1], cache_marker=True)
         head_tokens = spent
+        middle_messages = [*messages[:head_start], *messages[head_end:recent_start]]  # T6: before a reset head
+        # Pinned raw ranges in the middle come next, whatever the pressure, oldest first.
+        raw_pins = [(pin.first_sequence, pin.last_sequence) for pin in self.pins if pin.level is None]
+
+        def pinned(sequence: int) -> bool:
+            return any(first <= sequence <= last for first, last in raw_pins)
+
+        pinned_entries: list[tuple[int, list[Entry]]] = []
+        unfit_pins: list[str] = []
+        for message in (m for m in middle_messages if raw_pins and pinned(m.sequence)):
+            shaped, cost = shape(message, cap)
+            if spent + cost > usable:
+                unfit_pins.append(message.id)
+                continue
+            pinned_entries.append((message.sequence, [_raw(shaped)]))
+            spent += cost
+        pinned_tokens = spent - head_tokens
         # Recent window: evicted newest-first within budget, emitted chronologically.
         recent: list[Entry] = []
         for message in reversed(messages[recent_start:]):
@@ -601,16 +622,17 @@ class AutobiographicalStrategy(Strategy):
             recent.append(_raw(shaped))
             spent += cost
         recent.reverse()
-        tail_tokens = spent - head_tokens
+        tail_tokens = spent - head_tokens - pinned_tokens
         # The middle: shown summaries (anti-redundant: the frontier) and uncovered raw messages.
-        middle_messages = [*messages[:head_start], *messages[head_end:recent_start]]  # T6: before a reset head
+        frontier = [s for s in self._frontier_under_pins()
+                    if not raw_pins or not all(pinned(int(leaf)) for leaf in self._leaves(s))]
         covered: set[str] = set()
         shown: list[Summary] = []
         budgets = {3: LEVEL_BUDGET_TOKENS, 2: LEVEL_BUDGET_TOKENS, 1: LEVEL_BUDGET_TOKENS}
         carry = 0
         for level in (3, 2, 1):
             allowance = min(budgets[level] + carry, usable - spent)
-            candidates = sorted((s for s in self._frontier() if s.level == level), key=lambda s: s.first_sequence)
+            candidates = sorted((s for s in frontier if s.level == level), key=lambda s: s.first_sequence)
             chosen = self._choose_l1(candidates, allowance) if level == 1 else self._choose(candidates, allowance)
             cost = sum(summary.tokens + 20 for summary in chosen)
             shown += chosen
@@ -627,8 +649,8 @@ class AutobiographicalStrategy(Strategy):
                 Entry(self.config.summary_participant, (Text(summary.content),), self._leaves(summary), "derived",
                       (summary.id,), cache_marker=True),
             ]))
-        summary_tokens = spent - head_tokens - tail_tokens
-        uncovered = [m for m in middle_messages if m.id not in covered]
+        summary_tokens = spent - head_tokens - tail_tokens - pinned_tokens
+        uncovered = [m for m in middle_messages if m.id not in covered and not (raw_pins and pinned(m.sequence))]
         kept: list[tuple[int, list[Entry]]] = []
         for message in reversed(uncovered):  # compression debt: keep the newest raw that fit
             shaped, cost = shape(message, cap)
@@ -638,7 +660,7 @@ class AutobiographicalStrategy(Strategy):
                 break
             kept.append((message.sequence, [_raw(shaped)]))
             spent += cost
-        dropped = tuple(m.id for m in uncovered[: len(uncovered) - len(kept)])
+        dropped = tuple(m.id for m in uncovered[: len(uncovered) - len(kept)]) + tuple(unfit_pins)
         levels: dict[int, int] = {}
         for summary in shown:
             levels[summary.level] = levels.get(summary.level, 0) + 1
@@ -648,11 +670,11 @@ class AutobiographicalStrategy(Strategy):
             summaries=tuple(sorted(levels.items())),
             pending_units=len(self._l1_queue()) + (self._merge_queue() is not None),
             dropped_ids=dropped,
-            dropped_reason=(f"{len(dropped)} middle message(s) no summary covers yet didn't fit the budget "
-                            f"({usable:,} tokens): compression hasn't caught up (tick or wait_ready), or raise "
-                            f"the budget") if dropped else None,
+            dropped_reason=(f"{len(dropped)} middle message(s) no summary covers yet, or pinned raw, didn't fit "
+                            f"the budget ({usable:,} tokens): compression hasn't caught up (tick or wait_ready), "
+                            f"or raise the budget") if dropped else None,
         )
-        middle += kept
+        middle += kept + pinned_entries
         middle.sort(key=lambda item: item[0])
         entries = entries_head + [entry for _, group in middle for entry in group] + recent
         if entries and not entries[-1].cache_marker:
@@ -662,6 +684,62 @@ class AutobiographicalStrategy(Strategy):
             entries[-1] = attrs.evolve(entries[-1], cache_marker=True)
         middle_tokens = spent - head_tokens - tail_tokens
         return apply_live_policy(entries, self.config), head_tokens, middle_tokens, tail_tokens, spent, stats
+
+    def _frontier_under_pins(self) -> list[Summary]:
+        """The frontier, with any summary above a level pin it overlaps opened into its children."""
+        frontier = self._frontier()
+        level_pins = [pin for pin in self.pins if pin.level is not None]
+        if not level_pins:
+            return frontier
+        children: dict[str, list[Summary]] = {}
+        for summary in self.summaries:
+            if summary.parent_id is not None:
+                children.setdefault(summary.parent_id, []).append(summary)
+        out: list[Summary] = []
+        stack = list(frontier)
+        while stack:
+            summary = stack.pop()
+            too_deep = any(pin.level is not None and summary.level > pin.level and summary.first_sequence
+                           <= pin.last_sequence and pin.first_sequence <= summary.last_sequence for pin in level_pins)
+            if too_deep and children.get(summary.id):
+                stack.extend(children[summary.id])
+            else:
+                out.append(summary)
+        return out
+
+    # -- pins (docs/api.md, Host controls) ---------------------------------------------------
+
+    def pin_range(
+        self, ctx: StrategyContext, first_id: str, last_id: str, *, name: str | None, level: int | None
+    ) -> Pin:
+        view = ctx.view
+        first, last = view.get(first_id), view.get(last_id)
+        for given, found in ((first_id, first), (last_id, last)):
+            if found is None:
+                raise MessageNotFoundError(f"no message {given!r} in the view of {ctx.namespace!r} to pin")
+        assert first is not None and last is not None
+        if first.sequence > last.sequence:
+            raise ValueError(f"first_id {first_id!r} comes after last_id {last_id!r}")
+        pin = Pin(f"pin-{self._next_pin}", first.id, last.id, first.sequence, last.sequence, name, level,
+                  int(time.time() * 1000))
+        self.pins.append(pin)
+        self._next_pin += 1
+        self._store_pins(ctx)
+        return pin
+
+    def unpin(self, ctx: StrategyContext, pin_id: str) -> bool:
+        kept = [pin for pin in self.pins if pin.id != pin_id]
+        if len(kept) == len(self.pins):
+            return False
+        self.pins = kept
+        self._store_pins(ctx)
+        return True
+
+    def list_pins(self) -> list[Pin]:
+        return list(self.pins)
+
+    def _store_pins(self, ctx: StrategyContext) -> None:
+        ctx.set_value("pins", {"next": self._next_pin, "pins": [attrs.asdict(pin) for pin in self.pins]})
 
     def _leaves(self, summary: Summary) -> tuple[str, ...]:
         """The message ids ``summary`` covers (memoised: a summary's coverage never changes)."""
@@ -747,6 +825,18 @@ class AutobiographicalStrategy(Strategy):
     def start_head_window(self, ctx: StrategyContext, message_id: str) -> None:
         ctx.set_value("head_start", message_id)
         self.head_start_id = message_id
+
+
+def _pins_from(stored: Any) -> tuple[list[Pin], int]:
+    """Pins as ``_store_pins`` wrote them; a record this version can't read is logged and ignored."""
+    if stored is None:
+        return [], 0
+    try:
+        pins = [Pin(**record) for record in stored["pins"]]
+        return pins, int(stored["next"])
+    except (KeyError, TypeError, ValueError):
+        logger.error("the stored pins %r can't be read; starting with none", stored)
+        return [], 0
 
 
 def _raw(message: Message) -> Entry:

@@ -219,6 +219,37 @@ def optional_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         count(_, attribute, value)
 
 
+@attrs.frozen
+class Pin:
+    """A range of messages kept raw (``level`` None) or shown at summary level ``level`` at most,
+    whatever the budget pressure (docs/api.md, Host controls)."""
+
+    id: str
+    first_id: str
+    last_id: str
+    first_sequence: int
+    last_sequence: int
+    name: str | None = None
+    level: int | None = None
+    created_ms: int = 0
+
+
+@runtime_checkable
+class Pinning(Protocol):
+    """A strategy that keeps pins (``ContextManager.pin_range``, ``unpin``, ``list_pins``)."""
+
+    def pin_range(
+        self, ctx: StrategyContext, first_id: str, last_id: str, *, name: str | None, level: int | None
+    ) -> Pin:
+        """Pin ``first_id``..``last_id``; raises ``MessageNotFoundError`` naming an id not in the
+        view, ``ValueError`` when ``first_id`` comes after ``last_id``."""
+        ...
+
+    def unpin(self, ctx: StrategyContext, pin_id: str) -> bool: ...
+
+    def list_pins(self) -> list[Pin]: ...
+
+
 class StrategyConfig(Protocol):
     """What ``Runtime.open(strategy=...)``, ``derive`` and ``set_strategy`` take: a config whose
     ``create()`` makes the strategy (the bundled ones are frozen attrs classes, docs/api.md,
