@@ -210,5 +210,7 @@ from .strategies.base import (
 from .strategies.knowledge import Knowledge as Knowledge
 from .strategies.passthrough import Passthrough as Passthrough
 from .strategies.windowed import WindowedPassthrough as WindowedPassthrough
+from .tokens import CalibratedEstimator as CalibratedEstimator
+from .tokens import TokenEstimator as TokenEstimator
 from .views import MessageView as MessageView
 from .views import Window as Window

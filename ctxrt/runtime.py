@@ -28,6 +28,7 @@ from .store.files import check_pages as check_store_pages
 from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, describe_branches
 from .strategies.base import Strategy, StrategyConfig
 from .strategies.passthrough import Passthrough
+from .tokens import TokenEstimator
 from .trio_guard import require_trio
 
 if TYPE_CHECKING:
@@ -100,12 +101,15 @@ class Runtime:
         view_reader: str | None = None, branch: str = "main", isolate: bool = False,
         view_filter: Callable[[Message], bool] | None = None,
         auxiliary_views: Sequence[str | None] = (), model: Model | None = None,
+        token_estimator: TokenEstimator | None = None,
     ) -> ContextManager:
         """Open a manager on ``namespace`` (None, "" and "default" are one) on ``branch``.
 
         The first open of a (branch, namespace) starts its namespace actor with this strategy
-        (default ``Passthrough()``), view filter and model; a later open while it runs must pass
-        None or equal settings. An open with a ``view_reader`` claims an unclaimed namespace;
+        (default ``Passthrough()``), view filter, model and token estimator (default the plain
+        estimate; ``CalibratedEstimator()`` learns from the usage its compression requests
+        report, stored with the namespace); a later open while it runs must pass None or equal
+        settings. An open with a ``view_reader`` claims an unclaimed namespace;
         one without compiles for the reader the namespace records (spec/audience.md C1, C6).
 
         Raises:
@@ -131,6 +135,9 @@ class Runtime:
         own = states.slot_state(name, checks.flag(isolate, "isolate"))
         checks.callable_or_none(view_filter, "view_filter")
         _check_model(model)
+        if token_estimator is not None and not isinstance(token_estimator, TokenEstimator):
+            raise TypeError(f"token_estimator must have estimate(message) and observe(model, estimated, actual), "
+                            f"not {type(token_estimator).__name__}")
         auxiliary: list[str] = []
         for index, aux in enumerate(checks.sequence(auxiliary_views, "auxiliary_views")):
             if aux is not None:
@@ -147,7 +154,7 @@ class Runtime:
             raise RuntimeClosedError(f"the runtime on {self.path} is closed")
         row = self.engine.branch(branch)
         config = NamespaceConfig(name, own, tuple(auxiliary), view_filter,
-                                 strategy if strategy is not None else Passthrough(), model)
+                                 strategy if strategy is not None else Passthrough(), model, token_estimator)
         token = new_token()
         ref, reader = await self._namespaces.attach(row, config, view_reader, token,
                                                     explicit_strategy=strategy is not None)

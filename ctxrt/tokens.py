@@ -12,6 +12,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
 
 from .content import (
     Block,
@@ -98,3 +99,71 @@ def estimate_message(msg: Message) -> int:
         tokens = estimate_blocks(msg.content)
         object.__setattr__(msg, "_tokens", tokens)  # a memo, not part of the frozen message's identity
     return tokens
+
+
+@runtime_checkable
+class TokenEstimator(Protocol):
+    """What a namespace prices messages with (``Runtime.open(token_estimator=...)``).
+
+    ``estimate`` must be cheap and stable between ``observe`` calls; ``observe`` hears, after each
+    compression request the namespace's model answered, the model's name, the plain estimate of
+    the request and the ``input_tokens`` the model reported.
+    """
+
+    def estimate(self, message: Message) -> int: ...
+
+    def observe(self, model: str, estimated: int, actual: int) -> None: ...
+
+
+MIN_FACTOR, MAX_FACTOR = 0.25, 4.0  # a calibration outside this says the report is wrong, not the estimate
+CALIBRATION_WEIGHT = 0.3  # each observation moves the factor this far toward what it saw
+
+
+class CalibratedEstimator:
+    """The plain estimate times a factor learnt from the usage the model reports, per model.
+
+    Each observation moves the model's factor ``CALIBRATION_WEIGHT`` of the way toward
+    ``actual / estimated`` (clamped to [0.25, 4]); ``estimate`` uses the factor of ``model`` if
+    given, else of the model observed last. A namespace actor stores ``to_json()`` with the
+    namespace after each observation and restores it when it starts.
+    """
+
+    def __init__(self, model: str | None = None) -> None:
+        if model is not None and not isinstance(model, str):
+            raise TypeError(f"model must be a model name or None, not {type(model).__name__}")
+        self.model = model
+        self.factors: dict[str, float] = {}
+        self._last: str | None = None
+
+    @property
+    def factor(self) -> float:
+        name = self.model if self.model is not None else self._last
+        return self.factors.get(name, 1.0) if name is not None else 1.0
+
+    def estimate(self, message: Message) -> int:
+        return round(estimate_message(message) * self.factor)
+
+    def observe(self, model: str, estimated: int, actual: int) -> None:
+        if estimated <= 0 or actual <= 0:
+            return
+        ratio = min(MAX_FACTOR, max(MIN_FACTOR, actual / estimated))
+        old = self.factors.get(model, 1.0)
+        self.factors[model] = old + CALIBRATION_WEIGHT * (ratio - old)
+        self._last = model
+
+    def to_json(self) -> dict[str, Any]:
+        return {"factors": dict(self.factors), "last": self._last}
+
+    def restore(self, data: Any) -> None:
+        """Take what ``to_json`` gave; anything else (damage, another version's) leaves it as is."""
+        if not isinstance(data, dict) or not isinstance(data.get("factors"), dict):
+            return
+        factors = {name: float(value) for name, value in data["factors"].items()
+                   if isinstance(name, str) and isinstance(value, (int, float)) and not isinstance(value, bool)
+                   and MIN_FACTOR <= value <= MAX_FACTOR}
+        self.factors = factors
+        last = data.get("last")
+        self._last = last if isinstance(last, str) else None
+
+    def __repr__(self) -> str:
+        return f"CalibratedEstimator(model={self.model!r}, factors={self.factors!r})"

@@ -236,9 +236,14 @@ class MessageView:
     ``length``, ``get_from`` and ``index_of`` need the whole view and decode all of it.
     """
 
-    def __init__(self, listing: Listing, guard: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, listing: Listing, guard: Callable[[], None] | None = None,
+        estimate: Callable[[Message], int] = estimate_message,
+    ) -> None:
         self._listing = listing
         self._guard = guard
+        self._estimate = estimate
+        self.pricing = 0  # bumped whenever estimates change (a calibration): priced caches start over
 
     def window(self, count: int) -> Window:
         """At least the newest ``count`` messages of the view, with whether they are all of it and a
@@ -295,4 +300,4 @@ class MessageView:
         return messages[bisect_right(messages, sequence, key=_sequence) :]
 
     def estimate_tokens(self, message: Message) -> int:
-        return estimate_message(message)
+        return self._estimate(message)

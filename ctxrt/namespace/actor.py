@@ -32,6 +32,7 @@ from ..errors import (
     ReadOnlyStoreError,
     StrategyRefusedError,
 )
+from ..model import ModelRequest, ModelResponse
 from ..slots import Appended, SlotRegistry, parse_id, prepare_append
 from ..store.actor import StoreRef
 from ..store.engine import Engine, StateKind
@@ -53,6 +54,12 @@ from ..strategies.base import (
     Strategy,
     SummaryReader,
     Unit,
+)
+from ..tokens import (
+    CalibratedEstimator,
+    estimate_blocks,
+    estimate_message,
+    estimate_text,
 )
 from ..views import (
     FilteredListing,
@@ -168,6 +175,7 @@ class _InFlight:
     epoch: int
     reply: Reply | None
     scope: trio.CancelScope
+    request: Any  # the ModelRequest, for calibration from the usage its reply reports
 
 
 class _Actor:
@@ -217,11 +225,15 @@ class _Actor:
             commands += [RegisterState(name=states.reader_state(ns), kind="value"),
                          RegisterState(name=states.floor_state(ns), kind="value"),
                          RegisterState(name=states.config_state(ns), kind="value")]
+            if isinstance(self.config.token_estimator, CalibratedEstimator):
+                commands.append(RegisterState(name=states.calibration_state(ns), kind="value"))
             missing = tuple(c for c in commands if not engine.has_state(c.name))
             if missing:
                 await self._store().ask(Atomically(commands=missing))
         self.record = self._stored_record()
         self.floor = self._stored_floor() or 0
+        if isinstance(self.config.token_estimator, CalibratedEstimator):  # the calibration so far
+            self.config.token_estimator.restore(engine.read_value(states.calibration_state(ns), self.branch_id))
         for name in slots:
             self.caches.append(self.services.slots.acquire(name, self.branch_id))
         self.caches[0].subscribers.append(self.subscriber)
@@ -319,7 +331,9 @@ class _Actor:
             )
         epoch = self.epoch
         self.compile_memo = CompileMemo()  # entries of another view are never reused
-        self.view = MessageView(self.reader_listing, guard=lambda: self._guard(epoch))
+        estimator = self.config.token_estimator
+        self.view = MessageView(self.reader_listing, guard=lambda: self._guard(epoch),
+                                estimate=estimate_message if estimator is None else estimator.estimate)
         self.ctx = self._new_context()
 
     def _new_context(self) -> ActorContext:
@@ -585,6 +599,8 @@ class _Actor:
             )
         if wanted.view_filter is not None and wanted.view_filter is not running.view_filter:
             raise ConfigConflictError(f"{self.place} runs with another view_filter")
+        if wanted.token_estimator is not None and wanted.token_estimator is not running.token_estimator:
+            raise ConfigConflictError(f"{self.place} runs with another token_estimator")
         if (wanted.slot, *wanted.auxiliary) != (running.slot, *running.auxiliary):
             raise ConfigConflictError(
                 f"{self.place} reads slots {(running.slot, *running.auxiliary)}; this open asked for "
@@ -852,7 +868,7 @@ class _Actor:
 
     def _call(self, unit: Unit, request: Any, kind: str, reply: Reply | None) -> None:
         scope = trio.CancelScope()
-        self.in_flight = _InFlight(kind, unit, self.epoch, reply, scope)
+        self.in_flight = _InFlight(kind, unit, self.epoch, reply, scope, request)
         self.ref.in_flight = 1
         self.children.start_soon(_complete, self.ref, self.model, request, unit, self.epoch, self.model_timeout_s,
                                  scope)
@@ -876,6 +892,7 @@ class _Actor:
             else:
                 result = self.strategy.apply_unit(flight.unit, done.outcome, self.ctx)
                 await self._commit()
+            await self._calibrate(flight.request, done.outcome)
         except Exception as exc:
             if flight.reply is not None:
                 flight.reply.resolve(False, exc)
@@ -887,6 +904,27 @@ class _Actor:
             flight.reply.resolve(True, result)
         if flight.kind == "drain" and not result:
             self.drain_wanted = False
+
+    async def _calibrate(self, request: Any, outcome: Any) -> None:
+        """Tell the estimator what the model reported for a request against its plain estimate;
+        store a bundled estimator's calibration with the namespace. A failure here costs only the
+        calibration, never the unit."""
+        estimator = self.config.token_estimator
+        if estimator is None or not isinstance(outcome, ModelResponse) or not isinstance(request, ModelRequest):
+            return
+        estimated = estimate_text(request.system or "") + sum(estimate_blocks(m.content) for m in request.messages)
+        try:
+            estimator.observe(request.model, estimated, outcome.usage.input_tokens)
+        except Exception:
+            logger.exception("%s: the token estimator failed to observe a reply's usage", self.place)
+            return
+        self.view.pricing += 1
+        if isinstance(estimator, CalibratedEstimator) and not self.readonly:
+            try:
+                await self._store().ask(SetValue(state=states.calibration_state(self.place.namespace),
+                                                 branch=self.branch_id, value=estimator.to_json()))
+            except Exception:
+                logger.warning("%s: the token calibration could not be stored", self.place, exc_info=True)
 
     def _moved_error(self) -> BaseException:
         return StrategyRefusedError(f"the strategy or reader of {self.place} changed while this request ran; retry it")

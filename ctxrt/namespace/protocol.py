@@ -23,6 +23,7 @@ from ..store.protocol import Blob
 if TYPE_CHECKING:
     from ..model import Model
     from ..strategies.base import RenderStats, Strategy, StrategyConfig
+    from ..tokens import TokenEstimator
 
 MAILBOX_CAPACITY = 256  # asks queued or in service at once; a further ask waits for a place
 
@@ -37,6 +38,7 @@ class NamespaceConfig:
     view_filter: Callable[[Message], bool] | None
     strategy: StrategyConfig | Strategy
     model: Model | None
+    token_estimator: TokenEstimator | None = None  # None: the plain estimate (tokens.estimate_message)
 
 
 # -- commands from managers ----------------------------------------------------------------

@@ -56,6 +56,10 @@ def config_state(namespace: str) -> str:
     return f"{namespace}/strategy"
 
 
+def calibration_state(namespace: str) -> str:
+    return f"{namespace}/token-calibration"
+
+
 def strategy_state(namespace: str, strategy: str, name: str) -> str:
     return f"{namespace}/{strategy}:{name}"
 

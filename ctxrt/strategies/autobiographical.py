@@ -588,7 +588,7 @@ class AutobiographicalStrategy(Strategy):
         entries_head: list[Entry] = []
         spent = 0
         for message in messages[head_start:head_end]:
-            shaped, cost = shape(message, cap)
+            shaped, cost = shape(message, cap, view.estimate_tokens)
             if spent + cost > usable:
                 break
             entries_head.append(_raw(shaped))
@@ -606,7 +606,7 @@ class AutobiographicalStrategy(Strategy):
         pinned_entries: list[tuple[int, list[Entry]]] = []
         unfit_pins: list[str] = []
         for message in (m for m in middle_messages if raw_pins and pinned(m.sequence)):
-            shaped, cost = shape(message, cap)
+            shaped, cost = shape(message, cap, view.estimate_tokens)
             if spent + cost > usable:
                 unfit_pins.append(message.id)
                 continue
@@ -616,7 +616,7 @@ class AutobiographicalStrategy(Strategy):
         # Recent window: evicted newest-first within budget, emitted chronologically.
         recent: list[Entry] = []
         for message in reversed(messages[recent_start:]):
-            shaped, cost = shape(message, cap)
+            shaped, cost = shape(message, cap, view.estimate_tokens)
             if spent + cost > usable:
                 break
             recent.append(_raw(shaped))
@@ -653,7 +653,7 @@ class AutobiographicalStrategy(Strategy):
         uncovered = [m for m in middle_messages if m.id not in covered and not (raw_pins and pinned(m.sequence))]
         kept: list[tuple[int, list[Entry]]] = []
         for message in reversed(uncovered):  # compression debt: keep the newest raw that fit
-            shaped, cost = shape(message, cap)
+            shaped, cost = shape(message, cap, view.estimate_tokens)
             if spent + cost > usable:
                 logger.info("compression debt: %d uncovered middle message(s) left out of the compile",
                             len(uncovered) - len(kept))

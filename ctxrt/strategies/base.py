@@ -312,13 +312,15 @@ class RawEntries:
         self.totals: list[int] = [0]  # totals[i] = tokens of entries[:i]
         self.complete = False  # the entries are the whole view
         self._newest = -1  # sequence of the newest message taken
+        self._pricing = 0  # the view's pricing the totals were made with
 
     def cover(self, view: MessageView, tokens: int) -> None:
         """Hold entries for the newest messages until they cost more than ``tokens`` or are all of
         the view. Decodes older messages only when the newest held fit in ``tokens``."""
         window = view.window(1)
-        if window.stamp != self._stamp:
+        if window.stamp != self._stamp or view.pricing != self._pricing:
             self._stamp, self.entries, self.totals, self.complete, self._newest = window.stamp, [], [0], False, -1
+            self._pricing = view.pricing
             self._prepend(window.messages, window.complete, view)
         elif window.messages and window.messages[-1].sequence > self._newest:
             messages = window.messages

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from ..content import Message, Text, ToolResult
@@ -22,10 +24,10 @@ def _cut(text: str, limit: int, tokens: int) -> str:
     return f"{cut}\n\n[truncated — original was {tokens} tokens]"
 
 
-def shape(message: Message, cap: int) -> tuple[Message, int]:
+def shape(message: Message, cap: int, estimate: Callable[[Message], int] = estimate_message) -> tuple[Message, int]:
     """``message`` truncated to about ``cap`` tokens (text and string tool results; a tool
     result is cut or emptied, never removed), and what it costs as sent."""
-    tokens = estimate_message(message)
+    tokens = estimate(message)
     if cap <= 0 or tokens <= cap:
         return message, tokens
     limit = max(0, int((cap - MARKER_TOKENS) * CHARS_PER_CAPPED_TOKEN))
@@ -37,4 +39,4 @@ def shape(message: Message, cap: int) -> tuple[Message, int]:
             block = attrs.evolve(block, content=_cut(block.content, limit, tokens) if limit > 200 else OMITTED)
         blocks.append(block)
     shaped = attrs.evolve(message, content=tuple(blocks))
-    return shaped, estimate_message(shaped)
+    return shaped, estimate(shaped)

@@ -7,7 +7,7 @@ which keeps a provider's prompt cache warm; the anchor message and the tail carr
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
@@ -68,22 +68,23 @@ class WindowedPassthroughStrategy(Strategy):
         anchor = self._stored_anchor(options.context)
         usable = budget.usable
         cap = self.config.max_message_tokens
+        price = view.estimate_tokens
         messages, start, overflow = self._from_anchor(view, anchor, usable, cap)
         if not messages:
             return []
-        shaped = [shape(message, cap) for message in messages[start:]]
+        shaped = [shape(message, cap, price) for message in messages[start:]]
         if overflow or sum(cost for _, cost in shaped) > usable:
-            newest = shape(messages[-1], cap)[1]
+            newest = shape(messages[-1], cap, price)[1]
             if newest > usable and not options.dry_run:
                 raise OverBudgetError(
                     f"Windowed passthrough: the newest message alone but {newest} tokens still exceed hard "
                     f"budget {usable}",
                     budget=usable, actual=newest,
                 )
-            start = self._re_anchor(messages, usable, cap)
+            start = self._re_anchor(messages, usable, cap, price)
             if not options.dry_run:
                 self._persist(options.context, messages[start].sequence)
-            shaped = [shape(message, cap) for message in messages[start:]]
+            shaped = [shape(message, cap, price) for message in messages[start:]]
         # P9: the anchor (the window's first message) carries a cache breakpoint, so the prefix
         # up to it is byte-stable, and cached, from one re-anchor to the next; so does the tail
         # (the newest message), so the next compile reads everything up to this one's tail from
@@ -111,7 +112,7 @@ class WindowedPassthroughStrategy(Strategy):
             start = bisect_left(messages, anchor, key=_sequence)
             if start > 0 or window.complete:
                 return messages, start, False
-            if sum(shape(message, cap)[1] for message in messages) > usable:
+            if sum(shape(message, cap, view.estimate_tokens)[1] for message in messages) > usable:
                 return messages, 0, True
             window = view.window(2 * len(messages))
 
@@ -120,19 +121,21 @@ class WindowedPassthroughStrategy(Strategy):
             ctx.set_value("anchor", anchor)
         self.anchor = anchor
 
-    def _re_anchor(self, messages: Sequence[Message], usable: int, cap: int) -> int:
+    def _re_anchor(
+        self, messages: Sequence[Message], usable: int, cap: int, price: Callable[[Message], int]
+    ) -> int:
         target = self.config.re_anchor_fraction * usable
         total = 0
         start = len(messages) - 1
         for index in range(len(messages) - 1, -1, -1):
-            cost = shape(messages[index], cap)[1]
+            cost = shape(messages[index], cap, price)[1]
             if total + cost > target and index < len(messages) - 1:
                 break
             total += cost
             start = index
         # Retreat one message rather than cut a tool pair at the window's edge (P4).
         if start > 0 and has_block(messages[start], ToolResult) and has_block(messages[start - 1], ToolUse):
-            if total + shape(messages[start - 1], cap)[1] <= usable:
+            if total + shape(messages[start - 1], cap, price)[1] <= usable:
                 start -= 1
         return start
 
