@@ -129,6 +129,10 @@ from .errors import (
 from .errors import (
     UnknownStateError as UnknownStateError,
 )
+from .events import Added as Added
+from .events import Edited as Edited
+from .events import MessageEvent as MessageEvent
+from .events import Removed as Removed
 from .manager import ContextManager as ContextManager
 from .manager import Derivation as Derivation
 from .manager import MessageWindow as MessageWindow

@@ -10,9 +10,11 @@ the namespace actor, in its mailbox order. Once its branch is deleted, every cal
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -22,6 +24,7 @@ from . import checks, codec
 from .compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
 from .content import ContentLike, Message
 from .errors import ManagerClosedError, MessageNotFoundError
+from .events import Added, MessageEvent, diff
 from .model import Model
 from .namespace.protocol import (
     CheckReady,
@@ -65,6 +68,7 @@ if TYPE_CHECKING:
 
 
 CLOSE_WAIT_S = 10.0  # how long aclose waits for its namespace actor to take the detach
+POLL_INTERVAL_S = 0.05  # how often a read-only runtime's subscription looks at the slot's head
 
 
 @attrs.frozen
@@ -386,6 +390,40 @@ class ContextManager:
         while not await self.is_ready():
             if not await self.tick():
                 return
+
+    @asynccontextmanager
+    async def subscribe(
+        self, *, poll_interval_s: float = POLL_INTERVAL_S,
+    ) -> AsyncIterator[trio.MemoryReceiveChannel[MessageEvent]]:
+        """Every change to this manager's slot from now on, each once, in order: ``Added(message)``,
+        ``Edited(message, previous)``, ``Removed(ids)``, as stored (A7), writes of other managers
+        included. In a writing runtime they come from each commit; a read-only runtime looks at the
+        slot's head every ``poll_interval_s`` and reports what changed since (another process's
+        appends in order; a rewrite as its removals, edits and appends). The channel buffers without
+        bound (a slow reader costs memory, never an event) and closes when the block exits.
+
+        Raises:
+            ValueError: ``poll_interval_s`` not a positive finite number of seconds.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        slot = self._slot()
+        interval = checks.timeout(poll_interval_s, "poll_interval_s")
+        send, receive = trio.open_memory_channel[MessageEvent](math.inf)
+        if slot.live:
+            unwatch = self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait)
+            try:
+                with send, receive:
+                    yield receive
+            finally:
+                unwatch()
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_poll, slot, send, interval)
+            try:
+                with receive:
+                    yield receive
+            finally:
+                nursery.cancel_scope.cancel()
 
     async def health(self) -> NamespaceHealth:
         """The namespace actor's state: reader, managers, mailbox depth, model calls out, readiness,
@@ -729,4 +767,31 @@ class ContextManager:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+
+
+async def _poll(slot: SlotCache, send: trio.MemorySendChannel[MessageEvent], interval: float) -> None:
+    """A read-only runtime's subscription: look at the head, report what changed since the last look."""
+    with send:
+        slot.count()  # revalidates (S3)
+        revision, rewrite = slot.revision, slot.rewrite_revision
+        newest = next(slot.newest_first(), None)
+        last = newest.sequence if newest is not None else 0
+        while True:
+            await trio.sleep(interval)
+            slot.count()
+            if slot.revision == revision:
+                continue
+            if slot.rewrite_revision == rewrite:  # appends only: the new tail, oldest first
+                appended: list[Message] = []
+                for message in slot.newest_first():
+                    if message.sequence <= last:
+                        break
+                    appended.append(message)
+                events: list[MessageEvent] = [Added(message) for message in reversed(appended)]
+            else:
+                events = diff(slot.as_of(revision), slot.current())
+            for event in events:
+                send.send_nowait(event)
+            newest = next(slot.newest_first(), None)
+            revision, rewrite, last = slot.revision, slot.rewrite_revision, newest.sequence if newest else 0
 

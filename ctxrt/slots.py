@@ -22,6 +22,7 @@ import attrs
 from . import checks, codec
 from .content import Block, Message, ToolResult, has_audience
 from .errors import MalformedContentError
+from .events import Added, Edited, MessageEvent, Removed
 from .store.engine import (
     Engine,
     ItemAppended,
@@ -153,17 +154,25 @@ class SlotCache:
     # -- loading ----------------------------------------------------------------------------
 
     def _decode(self, data: bytes, sequence: int, txn: Any) -> Message:
-        message = codec.message_from_json(data, sequence=sequence)
-        resolved = codec.resolve_blobs(message.content, lambda sha: self.engine.get_blob(txn, sha))
-        if resolved is not message.content:
-            message = attrs.evolve(message, content=resolved)
         self.decoded += 1
-        return message
+        return _decode(self.engine, data, sequence, txn)
 
     def _decode_committed(self, data: bytes, sequence: int) -> Message:
         """An event's stored form decoded with its blobs put back (they committed with it)."""
+        self.decoded += 1
+        return decode_committed(self.engine, data, sequence)
+
+    def held(self, sequence: int) -> Message | None:
+        """The message appended at ``sequence`` if this cache holds it decoded (no store read)."""
+        index = self._held(sequence)
+        return None if index is None else self.messages[index]
+
+    def as_of(self, revision: int) -> list[Message]:
+        """Every message of the slot as of ``revision`` (decoded afresh, not kept)."""
+        branch = self.engine.branch_by_id(self.branch_id)
         with self.engine.reader() as txn:
-            return self._decode(data, sequence, txn)
+            items = self.engine.log_items(txn, self.state, branch, at=revision)
+            return [_decode(self.engine, item.data, item.sequence, txn) for item in items]
 
     def _reload(self, reason: str) -> None:
         """Start over from the slot's head: nothing is decoded until a read asks for it."""
@@ -369,6 +378,19 @@ class SlotCache:
             return None if item is None else self._decode(item.data, item.sequence, txn)
 
 
+def _decode(engine: Engine, data: bytes, sequence: int, txn: Any) -> Message:
+    """A stored message decoded with its blobs put back."""
+    message = codec.message_from_json(data, sequence=sequence)
+    resolved = codec.resolve_blobs(message.content, lambda sha: engine.get_blob(txn, sha))
+    return message if resolved is message.content else attrs.evolve(message, content=resolved)
+
+
+def decode_committed(engine: Engine, data: bytes, sequence: int) -> Message:
+    """A commit event's stored form decoded, its blobs put back (they committed with it)."""
+    with engine.reader() as txn:
+        return _decode(engine, data, sequence, txn)
+
+
 def _sequence(message: Message) -> int:
     return message.sequence
 
@@ -387,6 +409,7 @@ class SlotRegistry:
         self.engine = engine
         self.live = live
         self._caches: dict[tuple[str, int], SlotCache] = {}
+        self._watchers: dict[tuple[str, int], list[Callable[[MessageEvent], None]]] = {}
 
     def __len__(self) -> int:
         return len(self._caches)
@@ -445,6 +468,60 @@ class SlotRegistry:
             state = getattr(operation, "state", None)
             if state is None:
                 continue
-            cache = self._caches.get((state, operation.branch))  # type: ignore[union-attr]  # an operation with a state has a branch
+            key = (state, operation.branch)  # type: ignore[union-attr]  # an operation with a state has a branch
+            cache = self._caches.get(key)
+            watchers = self._watchers.get(key)
+            if not watchers:
+                if cache is not None:
+                    cache.apply(operation)
+                continue
+            try:
+                event = self._event(operation, cache)  # before the cache applies it: it knows the previous
+            except Exception:
+                logger.exception("couldn't describe commit %r to the subscribers of %s", operation, key)
+                event = None
             if cache is not None:
                 cache.apply(operation)
+            if event is None:
+                continue
+            for deliver in list(watchers):
+                try:
+                    deliver(event)
+                except Exception:  # one subscriber's failure is its own
+                    logger.exception("a subscriber of %s failed", key)
+
+    def watch(self, state: str, branch_id: int, deliver: Callable[[MessageEvent], None]) -> Callable[[], None]:
+        """Call ``deliver`` with every change committed to (state, branch) from now on, in commit
+        order, from the store actor's publish step (a writing runtime); returns the unwatch."""
+        watchers = self._watchers.setdefault((state, branch_id), [])
+        watchers.append(deliver)
+
+        def unwatch() -> None:
+            if deliver in watchers:
+                watchers.remove(deliver)
+
+        return unwatch
+
+    def _event(self, operation: Operation, cache: SlotCache | None) -> MessageEvent | None:
+        engine = self.engine
+        if isinstance(operation, ItemAppended):
+            appended: Appended | None = operation.attachment
+            if appended is not None:
+                return Added(Message(str(operation.sequence), operation.sequence, appended.participant,
+                                     appended.content, appended.metadata, appended.timestamp_ms, appended.caused_by))
+            return Added(decode_committed(engine, operation.data, operation.sequence))
+        if isinstance(operation, ItemEdited):
+            previous = cache.held(operation.item_sequence) if cache is not None else None
+            return Edited(decode_committed(engine, operation.data, operation.item_sequence), previous)
+        if isinstance(operation, ItemsRemoved):
+            # The ids removed: the visible items in the range just before the removal.
+            branch = engine.branch_by_id(operation.branch)
+            before = operation.sequence - 1
+            with engine.reader() as txn:
+                first = engine.find_index(txn, operation.state, branch, operation.from_sequence, at=before)
+                last = engine.find_index(txn, operation.state, branch, operation.to_sequence, at=before)
+                if first is None or last is None:
+                    return None
+                items = engine.log_items(txn, operation.state, branch, at=before, start=first[0], stop=last[0] + 1)
+            return Removed(tuple(str(item.sequence) for item in items))
+        return None

@@ -1,0 +1,106 @@
+"""Events (issue 13 item 5; docs/api.md, Host controls): ``subscribe()`` gives each added, edited
+and removed message once, in sequence order, writes from other managers included, and for a
+read-only runtime the writes of another runtime. Real LMDB stores; ``diff`` by property."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ctxrt
+from ctxrt import Added, Edited, Removed
+from ctxrt.content import Message, Text
+from ctxrt.events import MessageEvent, diff
+
+GUARD_S = 30
+
+
+def apply(old: list[Message], events: list[MessageEvent]) -> list[Message]:
+    by_sequence = {m.sequence: m for m in old}
+    for event in events:
+        if isinstance(event, Removed):
+            for message_id in event.ids:
+                del by_sequence[int(message_id)]
+        elif isinstance(event, Edited):
+            assert event.previous == by_sequence[event.message.sequence]
+            by_sequence[event.message.sequence] = event.message
+        else:
+            assert event.message.sequence not in by_sequence
+            by_sequence[event.message.sequence] = event.message
+    return [by_sequence[s] for s in sorted(by_sequence)]
+
+
+slots = st.lists(st.tuples(st.integers(1, 40), st.sampled_from(["a", "b"])), unique_by=lambda t: t[0]).map(
+    lambda pairs: [Message(str(s), s, "user", (Text(t),)) for s, t in sorted(pairs)])
+
+
+@given(slots, st.data())
+def test_the_diff_of_two_looks_at_a_slot_turns_the_first_into_the_second(old: list[Message], data: st.DataObject) -> None:
+    """Item 5: what a read-only runtime reports between two looks accounts for every change."""
+    kept = [m for m in old if data.draw(st.booleans())]
+    edited = [Message(m.id, m.sequence, m.participant, (Text("edited"),)) if data.draw(st.booleans()) else m
+              for m in kept]
+    top = max((m.sequence for m in old), default=0)
+    new = edited + [Message(str(s), s, "user", (Text("new"),)) for s in range(top + 1, top + data.draw(st.integers(0, 3)) + 1)]
+    assert apply(old, diff(old, new)) == new
+
+
+async def collect(receive: trio.MemoryReceiveChannel[MessageEvent], count: int) -> list[MessageEvent]:
+    return [await receive.receive() for _ in range(count)]
+
+
+async def test_every_append_of_100_concurrent_writers_arrives_once_in_order_then_edits_and_removals(tmp_path: Path) -> None:
+    """Item 5: 100 writers on other managers; each Added once, in sequence order; an edit brings the
+    message and what it was; a removal the ids it took."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "store", durability="os") as rt:
+            watcher = await rt.open("watcher")
+            writers = [await rt.open(f"writer-{i}") for i in range(100)]
+            async with watcher.subscribe() as events:
+                async with trio.open_nursery() as nursery:
+                    for i, writer in enumerate(writers):
+                        async def write(writer: ctxrt.ContextManager = writer, i: int = i) -> None:
+                            for j in range(5):
+                                await writer.add_message("user", f"w{i}-{j}")
+                        nursery.start_soon(write)
+                added = await collect(events, 500)
+                assert all(isinstance(e, Added) for e in added)
+                sequences = [e.message.sequence for e in added]  # type: ignore[union-attr]
+                assert sequences == sorted(set(sequences)) and len(sequences) == 500
+                assert sequences == [m.sequence for m in await watcher.get_all_messages()]
+                first, second, third = (str(s) for s in sequences[:3])
+                await writers[0].edit_message(first, "changed")
+                await writers[1].remove_messages(second, third)
+                edited, removed = await collect(events, 2)
+                assert isinstance(edited, Edited) and edited.message.content == (Text("changed"),)
+                assert edited.previous is not None and edited.previous.id == first
+                assert removed == Removed((second, third))
+                with trio.move_on_after(0.1):
+                    extra = await events.receive()
+                    raise AssertionError(f"an event nobody made: {extra!r}")
+
+
+async def test_a_read_only_runtime_reports_another_runtimes_writes(tmp_path: Path) -> None:
+    """Item 5: a read-only runtime sees the writer's appends in order, and its rewrites."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "store", durability="os") as rt:
+            writer = await rt.open("writer")
+            before = await writer.add_message("user", "before")
+            async with ctxrt.open_runtime(tmp_path / "store", readonly=True) as reader_rt:
+                reader = await reader_rt.open("writer")
+                async with reader.subscribe(poll_interval_s=0.01) as events:
+                    await trio.sleep(0.05)
+                    ids = [await writer.add_message("user", f"m{i}") for i in range(5)]
+                    added = await collect(events, 5)
+                    assert [e.message.id for e in added] == ids  # type: ignore[union-attr]
+                    await writer.edit_message(before, "after")
+                    await writer.remove_message(ids[0])
+                    # Seen in one look or two (a rewrite between looks is reported as removals, then edits).
+                    changes = {type(event): event for event in await collect(events, 2)}
+                    assert changes[Removed] == Removed((ids[0],))
+                    edited = changes[Edited]
+                    assert isinstance(edited, Edited) and edited.message.content == (Text("after"),)
+                    assert edited.previous is not None and edited.previous.content == (Text("before"),)
