@@ -126,7 +126,12 @@ class SlotCache:
         self.revision = 0
         self.rewrite_revision = 0
         self.may_hold_audience = False
+        # Who hears of appends (after the commit): ``subscribers`` hear every one (a namespace
+        # whose strategy drains in the background); ``holders``, keyed by ``id(origin)``, hear only
+        # the appends their own origin wrote with a hold. So an append costs O(1) plus the
+        # background drainers, however many namespaces read the slot.
         self.subscribers: list[Callable[[Message, Appended | None], None]] = []
+        self.holders: dict[int, Callable[[Message, Appended | None], None]] = {}
         self.users = 0  # namespace actors reading it; the registry drops it at zero
         self.stale = False  # a commit event failed to apply: reload at the next read, ignore events till then
         self.reloads = 0
@@ -289,12 +294,14 @@ class SlotCache:
                 audience = appended.audience
             self._push(message, audience)
             self.revision = operation.sequence
+            origin = None
+            if appended is not None and appended.hold is not False and self.holders:
+                origin = self.holders.get(id(appended.origin))
+                if origin is not None:
+                    self._notify(origin, message, appended)
             for notify in self.subscribers:
-                try:
-                    notify(message, appended)
-                except Exception:  # one subscriber's failure is its own: the commit stands, the others hear of it
-                    logger.exception("a subscriber of slot %s on branch %d failed on message %d",
-                                     self.state, self.branch_id, operation.sequence)
+                if notify is not origin:
+                    self._notify(notify, message, appended)
         elif isinstance(operation, ItemEdited):
             self.revision = self.rewrite_revision = operation.sequence
             appended = operation.attachment
@@ -321,6 +328,14 @@ class SlotCache:
                 self._reload("removed more than the slot held")
                 return
             self.rewrites += 1
+
+    def _notify(self, notify: Callable[[Message, Appended | None], None], message: Message,
+                appended: Appended | None) -> None:
+        try:
+            notify(message, appended)
+        except Exception:  # one subscriber's failure is its own: the commit stands, the others hear of it
+            logger.exception("a subscriber of slot %s on branch %d failed on message %d",
+                             self.state, self.branch_id, message.sequence)
 
     # -- reads ------------------------------------------------------------------------------
 
