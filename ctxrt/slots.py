@@ -77,10 +77,10 @@ def prepare_append(
     """
     participant = codec.validate_participant(participant)
     blocks = codec.blocks_from_content(content)
-    metadata = codec.validate_metadata(metadata)
-    causes = _validate_caused_by(caused_by)
+    metadata = None if metadata is None else codec.validate_metadata(metadata)
+    causes = () if type(caused_by) is tuple and not caused_by else _validate_caused_by(caused_by)
     timestamp = int(time.time() * 1000) if timestamp_ms is None else codec.validate_timestamp_ms(timestamp_ms)
-    if not isinstance(hold, bool):
+    if hold is not False and hold is not True:
         hold = checks.timeout(hold, "hold_compression")  # True, False, or a bounded timeout in seconds
     stored_blocks, blobs = codec.extract_blobs(blocks)
     data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)

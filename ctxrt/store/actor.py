@@ -90,7 +90,9 @@ class StoreRef:
     Idle fast path: when a caller is the only one in ``ask`` and nothing is queued, it runs
     the actor's commit step itself instead of waking the actor: the same synchronous critical
     section (one write transaction, publish, answer), in the same order, minus a task hop.
-    As soon as two callers overlap, everything goes through the mailbox and commits in groups.
+    As soon as two callers overlap, everything goes through the mailbox and commits in groups;
+    a caller that finds others in flight sends at once, without a schedule point of its own
+    before the send (its wait for the reply is one), so an append costs one task switch there.
     """
 
     def __init__(
@@ -112,9 +114,15 @@ class StoreRef:
         ``RuntimeClosedError`` if the actor has stopped. If cancelled after sending, the command
         may still commit; its result is dropped.
         """
+        alone = self._in_ask == 0 and self._queued == 0
         self._in_ask += 1
         try:
-            await trio.lowlevel.checkpoint()  # let callers that are ready arrive, so they can share a commit
+            if alone:
+                await trio.lowlevel.checkpoint()  # let callers that are ready arrive, so they can share a commit
+            else:
+                # Others are in flight: join the next batch at once. Waiting for the reply is this
+                # call's schedule point; a caller cancelled already sends nothing.
+                await trio.lowlevel.checkpoint_if_cancelled()
             if self._closed:
                 raise RuntimeClosedError("the store actor has stopped")
             if self._in_ask == 1 and self._queued == 0:
@@ -255,6 +263,9 @@ async def serve_store(
         try:
             async for first in inbox:
                 pending = [first]
+                # One schedule point first, so the callers woken with the first one's sender join
+                # its batch (a caller that finds others in flight sends without yielding first).
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 size = _size(first[0])
                 while len(pending) < MAX_BATCH_COMMANDS and size < MAX_BATCH_BYTES:
                     try:
