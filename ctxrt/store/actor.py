@@ -297,6 +297,11 @@ async def serve_store(
             nursery.cancel_scope.cancel()
 
 
+def _unnested(command: Any) -> bool:
+    """An append checks all it can be refused for before it writes: it needs no nested transaction."""
+    return type(command) is AppendItem
+
+
 def _apply_growing(engine: Engine, commands: list[Any]) -> tuple[list[tuple[bool, Any]], list[Operation]]:
     """Apply a batch, growing the map and retrying when it is full (between batches: no txn open).
 
@@ -305,7 +310,7 @@ def _apply_growing(engine: Engine, commands: list[Any]) -> tuple[list[tuple[bool
     """
     while True:
         try:
-            return engine.apply(commands, execute)
+            return engine.apply(commands, execute, _unnested)
         except lmdb.MapFullError:
             _grow_map(engine)
 
