@@ -52,6 +52,8 @@ _BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
 _LMDB_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError)
 _DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError)
 
+_U64_PACK = keys.U64.pack
+_ITEM_KEY_PACK = keys.ITEM_KEY.pack
 _LOG_HEAD = struct.Struct(">QQQQI")  # length, next ordinal, revision, rewrite revision, #removed
 _INTERVAL = struct.Struct(">QQ")
 # A head's optional last byte (heads written before it existed have none: their flag is unknown).
@@ -902,7 +904,8 @@ class Engine:
     def _committed(self, batch: Batch) -> None:
         self.last_sequence = batch.sequence
         self._heads.update(batch.heads)
-        self._states.update(batch.new_states)
+        if batch.new_states:
+            self._states.update(batch.new_states)
         for row in batch.branches.values():
             self._branches[row.id] = row
             if row.deleted:
@@ -931,11 +934,12 @@ class Batch:
         self.branches: dict[int, BranchRow] = {}  # rows this batch created or changed
         self.heads: dict[tuple[int, int], LogHead] = {}  # log heads this batch wrote
         self.operations: list[Operation] = []
-        # Unnested appends (Engine.apply): their heads are written by flush_heads; ``wrote`` says
-        # the running append has begun writing (a failure then can't be its alone).
-        self.defer_heads = False
-        self.wrote = False
         self._unwritten: dict[tuple[int, int], None] = {}
+
+    # Unnested appends (Engine.apply): their heads are written by flush_heads; ``wrote`` says the
+    # running append has begun writing (a failure then can't be its alone).
+    defer_heads = False
+    wrote = False
 
     def savepoint(self) -> tuple[Any, ...]:
         return self.sequence, dict(self.new_states), dict(self.branches), dict(self.heads), len(self.operations)
@@ -1005,9 +1009,7 @@ class Batch:
             self._unwritten = {}
 
     def _log_target(self, state: str, branch: str | int) -> tuple[StateInfo, BranchRow, LogHead]:
-        info = self.state(state)
-        if info.kind != "log":
-            raise StateKindError(f"state {state!r} holds a value, not an append log")
+        info = self._log_state(state)
         row = self.branch(branch)
         return info, row, self._log_head(info, row)
 
@@ -1034,23 +1036,43 @@ class Batch:
         self, state: str, branch: str | int, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None,
         flagged: bool = False,
     ) -> ItemAppended:
-        info, row, head = self._log_target(state, branch)
         # Everything it can be refused for is checked before the first write (Engine.apply).
-        media = [self._blob_row(sha256, blob, media_type) for sha256, blob, media_type in blobs]
-        value = keys.encode_u64(self.sequence + 1) + data
+        info = self.new_states.get(state) or self.engine._states.get(state)
+        if info is None or info.kind != "log":
+            info = self._log_state(state)  # raises what refuses it
+        row = self.branches.get(branch) or self.engine._branches.get(branch) if type(branch) is int else None
+        if row is None or row.deleted:
+            row = self.branch(branch)  # by name, or raises what refuses it
+        key = (info.number, row.id)
+        head = self.heads.get(key) or self.engine._heads.get(key) or self._log_head(info, row)
+        media = [self._blob_row(sha256, blob, media_type) for sha256, blob, media_type in blobs] if blobs else ()
+        sequence = self.sequence + 1
+        value = _U64_PACK(sequence) + data
         self.wrote = True
         txn = self.txn
-        for key, row_bytes in media:
-            txn.put(key, row_bytes, db=self.dbs[keys.DB_BLOBS], overwrite=False)
-        sequence = self._next_sequence()
+        for blob_key, blob_row in media:
+            txn.put(blob_key, blob_row, db=self.dbs[keys.DB_BLOBS], overwrite=False)
+        self.sequence = sequence
         ordinal = head.next_ordinal
-        txn.put(keys.item_key(info.number, row.id, ordinal, sequence), value, db=self.dbs[keys.DB_ITEMS])
+        txn.put(_ITEM_KEY_PACK(info.number, row.id, ordinal, sequence), value, db=self.dbs[keys.DB_ITEMS])
         new_head = LogHead(head.length + 1, ordinal + 1, head.removed, sequence, head.rewrite_revision,
                            True if flagged else head.flagged)
-        self._put_head(info, row, sequence, new_head, rewrite=False)
+        self.heads[key] = new_head
+        if self.defer_heads:
+            self._unwritten[key] = None  # written once by flush_heads, however many appends move it
+        else:
+            self._unwritten.pop(key, None)
+            txn.put(_ITEM_KEY_PACK(info.number, row.id, keys.HEAD_ORDINAL, keys.MAX_U64), new_head.encode(),
+                    db=self.dbs[keys.DB_ITEMS])
         operation = ItemAppended(state, row.id, sequence, ordinal, data, attachment)
         self.operations.append(operation)
         return operation
+
+    def _log_state(self, name: str) -> StateInfo:
+        info = self.state(name)
+        if info.kind != "log":
+            raise StateKindError(f"state {name!r} holds a value, not an append log")
+        return info
 
     def _locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead]:
         located = self.engine._locate(self.txn, info, row.levels(), item_sequence)
