@@ -82,7 +82,8 @@ def prepare_append(
     timestamp = int(time.time() * 1000) if timestamp_ms is None else codec.validate_timestamp_ms(timestamp_ms)
     if hold is not False and hold is not True:
         hold = checks.timeout(hold, "hold_compression")  # True, False, or a bounded timeout in seconds
-    stored_blocks, blobs = codec.extract_blobs(blocks)
+    # A string is one text block: no media to take out.
+    stored_blocks, blobs = (blocks, []) if type(content) is str else codec.extract_blobs(blocks)
     data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
     return data, blobs, Appended(participant, blocks, metadata, timestamp, causes, origin, hold)
 

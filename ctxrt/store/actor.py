@@ -63,16 +63,34 @@ class StoreStatistics:
 
 
 class _Reply:
-    __slots__ = ("event", "ok", "value")
+    """One caller's answer: its task parks on it (no Event, no parking lot) until the actor resolves it."""
+
+    __slots__ = ("task", "done", "ok", "value")
 
     def __init__(self) -> None:
-        self.event = trio.Event()
+        self.task: trio.lowlevel.Task | None = None
+        self.done = False
         self.ok = False
         self.value: Any = None
 
     def resolve(self, ok: bool, value: Any) -> None:
-        self.ok, self.value = ok, value
-        self.event.set()
+        self.ok, self.value, self.done = ok, value, True
+        task = self.task
+        if task is not None:
+            self.task = None
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Until resolved; a schedule point and a cancel point either way. Cancelled, the answer is dropped."""
+        if self.done:
+            await trio.lowlevel.checkpoint()
+            return
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: Any) -> trio.lowlevel.Abort:
+        self.task = None  # resolve won't wake a task that has gone
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 @attrs.define(eq=False)
@@ -140,7 +158,7 @@ class StoreRef:
                     if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
                         raise RuntimeClosedError("the store actor has stopped") from None
                     raise
-                await reply.event.wait()
+                await reply.wait()
                 ok, value = reply.ok, reply.value
         finally:
             self._in_ask -= 1
@@ -167,7 +185,8 @@ class StoreRef:
 
 def _size(command: Any) -> int:
     data = getattr(command, "data", b"")
-    return len(data) + sum(len(blob[1]) for blob in getattr(command, "blobs", ()))
+    blobs = getattr(command, "blobs", ())
+    return len(data) + sum([len(blob[1]) for blob in blobs]) if blobs else len(data)
 
 
 def execute(batch: Batch, command: Any) -> Any:
@@ -282,7 +301,7 @@ async def serve_store(
         finally:
             closed = RuntimeClosedError("the store actor stopped before answering")
             for _, reply in pending:
-                if not reply.event.is_set():
+                if not reply.done:
                     ref._queued -= 1
                     reply.resolve(False, closed)
             # Closing drops what is still queued; answer it first, or its callers wait forever.
