@@ -2,9 +2,10 @@
 
 ``serve_store`` blocks for one envelope, drains whatever else is queued (up to a cap), applies
 the whole batch in ONE LMDB write transaction on the trio thread (measured:
-inline beats ``to_thread``, whose GIL convoy collapses under load), commits, publishes the
-committed operations to subscribers, then answers every caller with its own result or error.
-The transaction never spans an ``await``.
+inline beats ``to_thread``, whose GIL convoy collapses under load; and callers answered by one
+commit can't prepare their next append during it anyway), commits, publishes the committed
+operations to subscribers, then answers every caller with its own result or error. Appends run
+unnested in a batch (``Engine.apply``'s ``unnested``). The transaction never spans an ``await``.
 
 Failures are answered, not fatal (L6). A batch the disk or the map can't take answers each of
 its callers ``StoreFullError`` (nothing of it was written) and the actor serves the next one.
