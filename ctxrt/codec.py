@@ -70,6 +70,8 @@ def _tool_id(value: object, path: str) -> str:
         )
     return tool_id
 _JSON_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+# The string escaper that encoder uses (ensure_ascii=False): the C one, where there is one.
+_ENCODE_STRING: Callable[[str], str] = json.encoder.encode_basestring
 # The C scanner called directly: json.loads adds encoding detection and a whitespace regex that
 # stored data (written by _JSON_DUMPS) never needs; about 40% of a typical message's decode.
 _SCAN_ONCE = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set by __init__; typeshed omits it
@@ -525,15 +527,38 @@ def message_to_json(
     timestamp_ms: int,
     caused_by: Sequence[str],
 ) -> bytes:
-    """A message's storage form (its id and sequence are the store's, not part of it)."""
-    d: dict[str, Any] = {"participant": participant, "content": [_enc_block(b) for b in content]}
+    """A message's storage form (its id and sequence are the store's, not part of it).
+
+    Written piece by piece, byte for byte what ``_JSON_DUMPS`` makes of the whole message (the
+    same key order, separators and string escapes): a plain text block and the plain strings and
+    ints around it go straight through the C string escaper, anything else through
+    ``_JSON_DUMPS`` (so its errors are the encoder's). About 4x faster than encoding a dict.
+    """
+    parts = ['{"participant":', _json_str(participant), ',"content":[']
+    first = True
+    for block in content:
+        if not first:
+            parts.append(",")
+        first = False
+        if (type(block) is Text and type(block.text) is str and block.audience is None
+                and block.cache_control is None and block.raw is None):
+            parts += ('{"type":"text","text":', _ENCODE_STRING(block.text), "}")
+        else:
+            parts.append(_JSON_DUMPS(_enc_block(block)))
+    parts.append("]")
     if metadata is not None:
-        d["metadata"] = metadata
+        parts += (',"metadata":', _JSON_DUMPS(metadata))
     if timestamp_ms:
-        d["timestamp_ms"] = timestamp_ms
+        parts += (',"timestamp_ms":', int.__repr__(timestamp_ms) if type(timestamp_ms) is int
+                  else _JSON_DUMPS(timestamp_ms))
     if caused_by:
-        d["caused_by"] = list(caused_by)
-    return _JSON_DUMPS(d).encode("utf-8")
+        parts += (',"caused_by":', _JSON_DUMPS(list(caused_by)))
+    parts.append("}")
+    return "".join(parts).encode("utf-8")
+
+
+def _json_str(value: Any) -> str:
+    return _ENCODE_STRING(value) if type(value) is str else _JSON_DUMPS(value)
 
 
 def message_from_json(data: bytes | memoryview, *, sequence: int) -> Message:
@@ -561,7 +586,11 @@ def message_from_json(data: bytes | memoryview, *, sequence: int) -> Message:
 
 
 def _has_media(blocks: Sequence[Block]) -> bool:
-    return any(type(b) in (Image, Document, ToolResult) for b in blocks)
+    for block in blocks:
+        kind = type(block)
+        if kind is Image or kind is Document or kind is ToolResult:
+            return True
+    return False
 
 
 def extract_blobs(

@@ -78,12 +78,13 @@ def prepare_append(
     """
     participant = codec.validate_participant(participant)
     blocks = codec.blocks_from_content(content)
-    metadata = codec.validate_metadata(metadata)
-    causes = _validate_caused_by(caused_by)
+    metadata = None if metadata is None else codec.validate_metadata(metadata)
+    causes = () if type(caused_by) is tuple and not caused_by else _validate_caused_by(caused_by)
     timestamp = int(time.time() * 1000) if timestamp_ms is None else codec.validate_timestamp_ms(timestamp_ms)
-    if not isinstance(hold, bool):
+    if hold is not False and hold is not True:
         hold = checks.timeout(hold, "hold_compression")  # True, False, or a bounded timeout in seconds
-    stored_blocks, blobs = codec.extract_blobs(blocks)
+    # A string is one text block: no media to take out.
+    stored_blocks, blobs = (blocks, []) if type(content) is str else codec.extract_blobs(blocks)
     data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
     return data, blobs, Appended(participant, blocks, metadata, timestamp, causes, origin, hold)
 
@@ -127,7 +128,12 @@ class SlotCache:
         self.revision = 0
         self.rewrite_revision = 0
         self.may_hold_audience = False
+        # Who hears of appends (after the commit): ``subscribers`` hear every one (a namespace
+        # whose strategy drains in the background); ``holders``, keyed by ``id(origin)``, hear only
+        # the appends their own origin wrote with a hold. So an append costs O(1) plus the
+        # background drainers, however many namespaces read the slot.
         self.subscribers: list[Callable[[Message, Appended | None], None]] = []
+        self.holders: dict[int, Callable[[Message, Appended | None], None]] = {}
         self.users = 0  # namespace actors reading it; the registry drops it at zero
         self.stale = False  # a commit event failed to apply: reload at the next read, ignore events till then
         self.reloads = 0
@@ -316,12 +322,14 @@ class SlotCache:
                 audience = appended.audience
             self._push(message, audience)
             self.revision = operation.sequence
+            origin = None
+            if appended is not None and appended.hold is not False and self.holders:
+                origin = self.holders.get(id(appended.origin))
+                if origin is not None:
+                    self._notify(origin, message, appended)
             for notify in self.subscribers:
-                try:
-                    notify(message, appended)
-                except Exception:  # one subscriber's failure is its own: the commit stands, the others hear of it
-                    logger.exception("a subscriber of slot %s on branch %d failed on message %d",
-                                     self.state, self.branch_id, operation.sequence)
+                if notify is not origin:
+                    self._notify(notify, message, appended)
         elif isinstance(operation, ItemEdited):
             self.revision = self.rewrite_revision = operation.sequence
             appended = operation.attachment
@@ -348,6 +356,14 @@ class SlotCache:
                 self._reload("removed more than the slot held")
                 return
             self.rewrites += 1
+
+    def _notify(self, notify: Callable[[Message, Appended | None], None], message: Message,
+                appended: Appended | None) -> None:
+        try:
+            notify(message, appended)
+        except Exception:  # one subscriber's failure is its own: the commit stands, the others hear of it
+            logger.exception("a subscriber of slot %s on branch %d failed on message %d",
+                             self.state, self.branch_id, message.sequence)
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -416,6 +416,35 @@ def test_storage_form_round_trips_any_valid_message(participant, content, metada
     assert decoded == Message(str(sequence), sequence, participant, content, metadata, timestamp_ms, caused_by)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    participant=names,
+    content=stored_blocks | st.lists(st.builds(Text, st.text()), min_size=1, max_size=3).map(tuple),
+    metadata=st.none() | json_objects,
+    timestamp_ms=st.integers(0, 2**53),
+    caused_by=st.lists(st.integers(0, 10**9).map(str), max_size=3).map(tuple),
+)
+def test_storage_form_is_the_compact_json_of_the_whole_message(participant, content, metadata, timestamp_ms, caused_by):
+    """The storage form, written piece by piece, is byte for byte the compact JSON (ensure_ascii off)
+    of the message as one object: what every store written before holds."""
+    whole: dict[str, object] = {"participant": participant, "content": [codec._enc_block(b) for b in content]}
+    if metadata is not None:
+        whole["metadata"] = metadata
+    if timestamp_ms:
+        whole["timestamp_ms"] = timestamp_ms
+    if caused_by:
+        whole["caused_by"] = list(caused_by)
+    expected = json.dumps(whole, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    assert message_to_json(participant, content, metadata, timestamp_ms, caused_by) == expected
+
+
+def test_storage_form_refuses_what_json_cant_hold_as_the_encoder_does():
+    with pytest.raises(ValueError, match="Out of range float"):
+        message_to_json("a", (Text("x"),), {"n": float("nan")}, 0, ())
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        message_to_json("a", (ToolUse("t", "n", {"s": {1}}),), None, 0, ())
+
+
 @settings(max_examples=200, deadline=None)
 @given(content=stored_blocks)
 def test_valid_blocks_pass_ingress_unchanged(content):

@@ -8,6 +8,8 @@ import json
 import shutil
 import tempfile
 
+import attrs
+import hypothesis
 import hypothesis.strategies as st
 import lmdb
 import pytest
@@ -23,7 +25,7 @@ from ctxrt.errors import (
     UnknownStateError,
 )
 from ctxrt.store.actor import execute
-from ctxrt.store.engine import Engine
+from ctxrt.store.engine import BranchRow, Engine
 from ctxrt.store.protocol import (
     AppendItem,
     CreateBranch,
@@ -278,4 +280,90 @@ def test_a_reopened_engine_reads_what_was_committed(tmp_path):
     assert [row.name for row in engine.list_branches()] == ["main", "side"]
     with engine.reader() as txn:
         assert [json.loads(i.data) for i in engine.log_items(txn, "messages", engine.branch("side"))] == [{"n": 1}]
+    env.close()
+
+
+# -- unnested appends (Engine.apply's ``unnested``): the same outcome as nesting every command ----
+
+
+def _dump(env):
+    """Every row, a branch row without its creation time."""
+    with env.begin() as txn:
+        rows = {name: list(txn.cursor(db=env.open_db(name, txn=txn, create=False)))
+                for name in (b"meta", b"branches", b"branch_names", b"states", b"items", b"blobs")}
+    rows[b"branches"] = [(key, {**json.loads(value), "created_ms": 0}) for key, value in rows[b"branches"]]
+    return rows
+
+
+def _outcome(results):
+    def same(value):
+        return attrs.evolve(value, created_ms=0) if isinstance(value, BranchRow) else value
+    return [(ok, same(value) if ok else (type(value), str(value))) for ok, value in results]
+
+
+_batch_commands = st.lists(
+    st.one_of(
+        st.builds(AppendItem, state=st.sampled_from(("messages", "ns/context", "ghost", "ns/reader")),
+                  branch=st.sampled_from(("main", "side", "nowhere")), data=st.binary(max_size=40),
+                  flagged=st.booleans()),
+        st.builds(EditItem, state=st.sampled_from(LOGS), branch=st.sampled_from(("main", "side")),
+                  item_sequence=st.integers(1, 5), data=st.binary(max_size=20)),
+        st.builds(RemoveItems, state=st.sampled_from(LOGS), branch=st.sampled_from(("main", "side")),
+                  from_sequence=st.integers(1, 5), to_sequence=st.integers(1, 6)),
+        st.builds(SetValue, state=st.sampled_from(VALUES), branch=st.just("main"), value=st.integers()),
+        st.builds(CreateBranch, name=st.sampled_from(("side", "twig")), from_branch=st.just("main")),
+    ),
+    min_size=2, max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@hypothesis.given(first=_batch_commands, second=_batch_commands)
+def test_unnested_appends_commit_what_nested_ones_do(first, second):
+    """A batch whose appends run unnested, their heads written once, answers every command and stores
+    every row exactly as the same batch with every command nested (K6)."""
+    from ctxrt.store.actor import _unnested
+
+    outcomes = []
+    for unnested in (None, _unnested):
+        with tempfile.TemporaryDirectory() as path:
+            env, engine = open_engine(path)
+            run(engine, *[RegisterState(name=name, kind="log") for name in LOGS])
+            run(engine, RegisterState(name=VALUES[0], kind="value"))
+            run(engine, AppendItem(state="messages", branch="main", data=b"seed"))
+            run(engine, CreateBranch(name="side", from_branch="main"))
+            batches = [_outcome(engine.apply(batch, execute, unnested)[0]) for batch in (first, second)]
+            with engine.reader() as txn:
+                logs = {(state, name): [(i.sequence, i.data) for i in engine.log_items(txn, state, engine.branch(name))]
+                        for state in LOGS for name in ("main", "side") if name in engine._branch_ids}
+            outcomes.append((batches, logs, _dump(env), engine.last_sequence))
+            env.close()
+    assert outcomes[0] == outcomes[1]
+
+
+def test_an_unnested_command_that_fails_after_writing_fails_alone(tmp_path):
+    """Should an unnested command raise after it began writing, the batch is run again nested: that
+    command alone is refused and leaves nothing, the others commit (K6)."""
+    from ctxrt.store.actor import _unnested
+
+    env, engine = open_engine(str(tmp_path))
+    run(engine, RegisterState(name="messages", kind="log"))
+    calls = []
+
+    def breaking(batch, command):
+        calls.append(command.data)
+        value = execute(batch, command)
+        if command.data == b"breaks":
+            raise ValueError("broke after writing")
+        return value
+
+    commands = [AppendItem(state="messages", branch="main", data=data) for data in (b"a", b"breaks", b"c")]
+    results, operations = engine.apply(commands, breaking, _unnested)
+    assert calls == [b"a", b"breaks", b"a", b"breaks", b"c"]  # begun again, nested, from the start
+    assert [ok for ok, _ in results] == [True, False, True]
+    assert str(results[1][1]) == "broke after writing"
+    with engine.reader() as txn:
+        assert [i.data for i in engine.log_items(txn, "messages", engine.branch("main"))] == [b"a", b"c"]
+        assert engine.log_head(txn, "messages", engine.branch("main")).length == 2
+    assert [op.sequence for op in operations] == [1, 2]
     env.close()

@@ -236,7 +236,7 @@ class _Actor:
             self.config.token_estimator.restore(engine.read_value(states.calibration_state(ns), self.branch_id))
         for name in slots:
             self.caches.append(self.services.slots.acquire(name, self.branch_id))
-        self.caches[0].subscribers.append(self.subscriber)
+        self.caches[0].holders[id(self.ref)] = self.subscriber  # its own appends with a hold
         self.ref.slot = self.caches[0]
         self.seen = engine.last_sequence
         self._build_views()
@@ -270,6 +270,8 @@ class _Actor:
         for cache in self.caches:
             if self.subscriber in cache.subscribers:
                 cache.subscribers.remove(self.subscriber)
+            if cache.holders.get(id(self.ref)) is self.subscriber:
+                del cache.holders[id(self.ref)]
             self.services.slots.release(cache)
         self.caches = []
 
@@ -353,6 +355,7 @@ class _Actor:
         self.ctx = self._new_context()
         self.strategy_started = True
         self.ref.wants_appends = self.strategy.auto_tick and not self.readonly
+        _subscribe_every_append(self.caches[0], self.subscriber, self.ref.wants_appends)
         self.ref.strategy_config = self.strategy_config
         try:
             self.strategy.initialize(self.ctx)
@@ -930,9 +933,21 @@ class _Actor:
         return StrategyRefusedError(f"the strategy or reader of {self.place} changed while this request ran; retry it")
 
 
+def _subscribe_every_append(cache: Any, subscriber: Callable[[Message, Appended | None], None], wants: bool) -> None:
+    """Hear of every append of the own slot only while the strategy drains in the background
+    (``ref.wants_appends``); otherwise the cache calls ``subscriber`` only for this namespace's
+    own appends with a hold (``cache.holders``), so an append never visits idle namespaces."""
+    if wants and subscriber not in cache.subscribers:
+        cache.subscribers.append(subscriber)
+    elif not wants and subscriber in cache.subscribers:
+        cache.subscribers.remove(subscriber)
+
+
 def _subscriber(ref: NamespaceRef) -> Callable[[Message, Appended | None], None]:
     """What a slot cache calls after a commit: a note of this namespace's own appends (for their
-    holds), and a wake-up on every append while its strategy drains in the background."""
+    holds), and a wake-up on every append while its strategy drains in the background. The cache
+    calls it for the first only when it is the append's origin (``SlotCache.holders``), for the
+    second only while it is subscribed to every append (``_subscribe_every_append``)."""
 
     def appended(message: Message, attachment: Appended | None) -> None:
         if attachment is not None and attachment.origin is ref and attachment.hold is not False:

@@ -2,9 +2,10 @@
 
 ``serve_store`` blocks for one envelope, drains whatever else is queued (up to a cap), applies
 the whole batch in ONE LMDB write transaction on the trio thread (measured:
-inline beats ``to_thread``, whose GIL convoy collapses under load), commits, publishes the
-committed operations to subscribers, then answers every caller with its own result or error.
-The transaction never spans an ``await``.
+inline beats ``to_thread``, whose GIL convoy collapses under load; and callers answered by one
+commit can't prepare their next append during it anyway), commits, publishes the committed
+operations to subscribers, then answers every caller with its own result or error. Appends run
+unnested in a batch (``Engine.apply``'s ``unnested``). The transaction never spans an ``await``.
 
 Failures are answered, not fatal (L6). A batch the disk or the map can't take answers each of
 its callers ``StoreFullError`` (nothing of it was written) and the actor serves the next one.
@@ -63,16 +64,34 @@ class StoreStatistics:
 
 
 class _Reply:
-    __slots__ = ("event", "ok", "value")
+    """One caller's answer: its task parks on it (no Event, no parking lot) until the actor resolves it."""
+
+    __slots__ = ("task", "done", "ok", "value")
 
     def __init__(self) -> None:
-        self.event = trio.Event()
+        self.task: trio.lowlevel.Task | None = None
+        self.done = False
         self.ok = False
         self.value: Any = None
 
     def resolve(self, ok: bool, value: Any) -> None:
-        self.ok, self.value = ok, value
-        self.event.set()
+        self.ok, self.value, self.done = ok, value, True
+        task = self.task
+        if task is not None:
+            self.task = None
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Until resolved; a schedule point and a cancel point either way. Cancelled, the answer is dropped."""
+        if self.done:
+            await trio.lowlevel.checkpoint()
+            return
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: Any) -> trio.lowlevel.Abort:
+        self.task = None  # resolve won't wake a task that has gone
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 @attrs.define(eq=False)
@@ -90,7 +109,9 @@ class StoreRef:
     Idle fast path: when a caller is the only one in ``ask`` and nothing is queued, it runs
     the actor's commit step itself instead of waking the actor: the same synchronous critical
     section (one write transaction, publish, answer), in the same order, minus a task hop.
-    As soon as two callers overlap, everything goes through the mailbox and commits in groups.
+    As soon as two callers overlap, everything goes through the mailbox and commits in groups;
+    a caller that finds others in flight sends at once, without a schedule point of its own
+    before the send (its wait for the reply is one), so an append costs one task switch there.
     """
 
     def __init__(
@@ -112,9 +133,15 @@ class StoreRef:
         ``RuntimeClosedError`` if the actor has stopped. If cancelled after sending, the command
         may still commit; its result is dropped.
         """
+        alone = self._in_ask == 0 and self._queued == 0
         self._in_ask += 1
         try:
-            await trio.lowlevel.checkpoint()  # let callers that are ready arrive, so they can share a commit
+            if alone:
+                await trio.lowlevel.checkpoint()  # let callers that are ready arrive, so they can share a commit
+            else:
+                # Others are in flight: join the next batch at once. Waiting for the reply is this
+                # call's schedule point; a caller cancelled already sends nothing.
+                await trio.lowlevel.checkpoint_if_cancelled()
             if self._closed:
                 raise RuntimeClosedError("the store actor has stopped")
             if self._in_ask == 1 and self._queued == 0:
@@ -132,7 +159,7 @@ class StoreRef:
                     if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
                         raise RuntimeClosedError("the store actor has stopped") from None
                     raise
-                await reply.event.wait()
+                await reply.wait()
                 ok, value = reply.ok, reply.value
         finally:
             self._in_ask -= 1
@@ -159,7 +186,8 @@ class StoreRef:
 
 def _size(command: Any) -> int:
     data = getattr(command, "data", b"")
-    return len(data) + sum(len(blob[1]) for blob in getattr(command, "blobs", ()))
+    blobs = getattr(command, "blobs", ())
+    return len(data) + sum([len(blob[1]) for blob in blobs]) if blobs else len(data)
 
 
 def execute(batch: Batch, command: Any) -> Any:
@@ -255,6 +283,9 @@ async def serve_store(
         try:
             async for first in inbox:
                 pending = [first]
+                # One schedule point first, so the callers woken with the first one's sender join
+                # its batch (a caller that finds others in flight sends without yielding first).
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 size = _size(first[0])
                 while len(pending) < MAX_BATCH_COMMANDS and size < MAX_BATCH_BYTES:
                     try:
@@ -271,7 +302,7 @@ async def serve_store(
         finally:
             closed = RuntimeClosedError("the store actor stopped before answering")
             for _, reply in pending:
-                if not reply.event.is_set():
+                if not reply.done:
                     ref._queued -= 1
                     reply.resolve(False, closed)
             # Closing drops what is still queued; answer it first, or its callers wait forever.
@@ -286,6 +317,11 @@ async def serve_store(
             nursery.cancel_scope.cancel()
 
 
+def _unnested(command: Any) -> bool:
+    """An append checks all it can be refused for before it writes: it needs no nested transaction."""
+    return type(command) is AppendItem
+
+
 def _apply_growing(engine: Engine, commands: list[Any]) -> tuple[list[tuple[bool, Any]], list[Operation]]:
     """Apply a batch, growing the map and retrying when it is full (between batches: no txn open).
 
@@ -294,7 +330,7 @@ def _apply_growing(engine: Engine, commands: list[Any]) -> tuple[list[tuple[bool
     """
     while True:
         try:
-            return engine.apply(commands, execute)
+            return engine.apply(commands, execute, _unnested)
         except lmdb.MapFullError:
             _grow_map(engine)
 

@@ -59,6 +59,8 @@ _BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
 _LMDB_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError)
 _DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError)
 
+_U64_PACK = keys.U64.pack
+_ITEM_KEY_PACK = keys.ITEM_KEY.pack
 _LOG_HEAD = struct.Struct(">QQQQI")  # length, next ordinal, revision, rewrite revision, #removed
 _INTERVAL = struct.Struct(">QQ")
 # A head's optional last byte (heads written before it existed have none: their flag is unknown).
@@ -132,6 +134,9 @@ class LogHead:
     flagged: bool | None = False
 
     def encode(self) -> bytes:
+        if not self.removed:  # the common case: one pack
+            packed = _LOG_HEAD.pack(self.length, self.next_ordinal, self.revision, self.rewrite_revision, 0)
+            return packed if self.flagged is None else packed + (_FLAGGED if self.flagged else _UNFLAGGED)
         parts = [_LOG_HEAD.pack(self.length, self.next_ordinal, self.revision, self.rewrite_revision, len(self.removed))]
         parts.extend(_INTERVAL.pack(start, stop) for start, stop in self.removed)
         if self.flagged is not None:
@@ -788,9 +793,16 @@ class Engine:
     # -- writes -----------------------------------------------------------------------------
 
     def apply(
-        self, commands: Sequence[Any], execute: Callable[[Batch, Any], Any]
+        self, commands: Sequence[Any], execute: Callable[[Batch, Any], Any],
+        unnested: Callable[[Any], bool] | None = None,
     ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
         """Run ``execute(batch, command)`` for each command in ONE write transaction and commit.
+
+        ``unnested(command)`` True marks a command that checks everything it can be refused for
+        before it writes (an append): in a batch it runs without a nested transaction of its own,
+        and the log heads its appends move are written once, before the next nested command and
+        before the commit. Should one raise after it started writing, the whole batch is begun
+        again with every command nested, so the outcome is the same either way.
 
         Returns each command's ``(ok, result or error)`` and the committed operations. A command
         raising ``CtxrtError``, ``TypeError`` or ``ValueError`` is rolled back alone (nested
@@ -804,7 +816,10 @@ class Engine:
             if len(commands) == 1:
                 results, batch = self._apply_one(commands[0], execute)
             else:
-                results, batch = self._apply_many(commands, execute)
+                try:
+                    results, batch = self._apply_many(commands, execute, unnested)
+                except _Unsafe:  # nothing of that attempt was committed
+                    results, batch = self._apply_many(commands, execute, None)
         except lmdb.MapFullError:
             raise
         except lmdb.Error as exc:
@@ -832,12 +847,26 @@ class Engine:
         return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
 
     def _apply_many(
-        self, commands: Sequence[Any], execute: Callable[[Batch, Any], Any]
+        self, commands: Sequence[Any], execute: Callable[[Batch, Any], Any], unnested: Callable[[Any], bool] | None
     ) -> tuple[list[tuple[bool, Any]], Batch]:
         with self.env.begin(write=True) as txn:
             batch = Batch(self, txn)
             results: list[tuple[bool, Any]] = []
             for command in commands:
+                if unnested is not None and unnested(command):
+                    batch.defer_heads = True
+                    try:
+                        value = execute(batch, command)
+                    except _REFUSALS as exc:
+                        if batch.wrote:
+                            raise _Unsafe from exc  # aborts this attempt; apply runs the batch nested
+                        results.append((False, self._refused_command(command, exc) if isinstance(exc, _DAMAGE) else exc))
+                    else:
+                        results.append((True, value))
+                    finally:
+                        batch.defer_heads = batch.wrote = False
+                    continue
+                batch.flush_heads()  # a nested command reads heads from the transaction
                 saved = batch.savepoint()
                 child = self.env.begin(write=True, parent=txn)
                 batch.txn = child
@@ -861,6 +890,7 @@ class Engine:
                     results.append((True, value))
                 finally:
                     batch.txn = txn
+            batch.flush_heads()
         return results, batch
 
     def _apply_one(
@@ -886,13 +916,22 @@ class Engine:
     def _committed(self, batch: Batch) -> None:
         self.last_sequence = batch.sequence
         self._heads.update(batch.heads)
-        self._states.update(batch.new_states)
+        if batch.new_states:
+            self._states.update(batch.new_states)
         for row in batch.branches.values():
             self._branches[row.id] = row
             if row.deleted:
                 self._branch_ids.pop(row.name, None)
             else:
                 self._branch_ids[row.name] = row.id
+
+
+class _Unsafe(Exception):
+    """An unnested command failed after it had written: the batch is begun again, nested."""
+
+
+# What refuses one command of a batch (the others commit): the caller's mistake, or a damaged record.
+_REFUSALS = (*_DAMAGE, CtxrtError, TypeError, ValueError)
 
 
 class Batch:
@@ -907,6 +946,12 @@ class Batch:
         self.branches: dict[int, BranchRow] = {}  # rows this batch created or changed
         self.heads: dict[tuple[int, int], LogHead] = {}  # log heads this batch wrote
         self.operations: list[Operation] = []
+        self._unwritten: dict[tuple[int, int], None] = {}
+
+    # Unnested appends (Engine.apply): their heads are written by flush_heads; ``wrote`` says the
+    # running append has begun writing (a failure then can't be its alone).
+    defer_heads = False
+    wrote = False
 
     def savepoint(self) -> tuple[Any, ...]:
         return self.sequence, dict(self.new_states), dict(self.branches), dict(self.heads), len(self.operations)
@@ -955,17 +1000,28 @@ class Batch:
         return head
 
     def _put_head(self, info: StateInfo, row: BranchRow, sequence: int, head: LogHead, *, rewrite: bool) -> None:
+        key = (info.number, row.id)
+        self.heads[key] = head
+        if self.defer_heads and not rewrite:
+            self._unwritten[key] = None  # written once by flush_heads, however many appends move it
+            return
+        self._unwritten.pop(key, None)
         encoded = head.encode()
         items = self.dbs[keys.DB_ITEMS]
         self.txn.put(keys.head_key(info.number, row.id, keys.MAX_U64), encoded, db=items)
         if rewrite:  # an edit or removal keeps a version, for views of the past
             self.txn.put(keys.head_key(info.number, row.id, sequence), encoded, db=items)
-        self.heads[(info.number, row.id)] = head
+
+    def flush_heads(self) -> None:
+        """Write the current heads the unnested appends left unwritten (in the batch's own transaction)."""
+        if self._unwritten:
+            items = self.dbs[keys.DB_ITEMS]
+            for state, branch in self._unwritten:
+                self.txn.put(keys.head_key(state, branch, keys.MAX_U64), self.heads[(state, branch)].encode(), db=items)
+            self._unwritten = {}
 
     def _log_target(self, state: str, branch: str | int) -> tuple[StateInfo, BranchRow, LogHead]:
-        info = self.state(state)
-        if info.kind != "log":
-            raise StateKindError(f"state {state!r} holds a value, not an append log")
+        info = self._log_state(state)
         row = self.branch(branch)
         return info, row, self._log_head(info, row)
 
@@ -992,23 +1048,43 @@ class Batch:
         self, state: str, branch: str | int, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None,
         flagged: bool = False,
     ) -> ItemAppended:
-        info, row, head = self._log_target(state, branch)
-        for sha256, blob, media_type in blobs:
-            self.put_blob(sha256, blob, media_type)
-        sequence = self._next_sequence()
+        # Everything it can be refused for is checked before the first write (Engine.apply).
+        info = self.new_states.get(state) or self.engine._states.get(state)
+        if info is None or info.kind != "log":
+            info = self._log_state(state)  # raises what refuses it
+        row = self.branches.get(branch) or self.engine._branches.get(branch) if type(branch) is int else None
+        if row is None or row.deleted:
+            row = self.branch(branch)  # by name, or raises what refuses it
+        key = (info.number, row.id)
+        head = self.heads.get(key) or self.engine._heads.get(key) or self._log_head(info, row)
+        media = [self._blob_row(sha256, blob, media_type) for sha256, blob, media_type in blobs] if blobs else ()
+        sequence = self.sequence + 1
+        value = _U64_PACK(sequence) + data
+        self.wrote = True
+        txn = self.txn
+        for blob_key, blob_row in media:
+            txn.put(blob_key, blob_row, db=self.dbs[keys.DB_BLOBS], overwrite=False)
+        self.sequence = sequence
         ordinal = head.next_ordinal
-        self.txn.put(
-            keys.item_key(info.number, row.id, ordinal, sequence),
-            keys.encode_u64(sequence) + data,
-            db=self.dbs[keys.DB_ITEMS],
-            append=False,
-        )
+        txn.put(_ITEM_KEY_PACK(info.number, row.id, ordinal, sequence), value, db=self.dbs[keys.DB_ITEMS])
         new_head = LogHead(head.length + 1, ordinal + 1, head.removed, sequence, head.rewrite_revision,
                            True if flagged else head.flagged)
-        self._put_head(info, row, sequence, new_head, rewrite=False)
+        self.heads[key] = new_head
+        if self.defer_heads:
+            self._unwritten[key] = None  # written once by flush_heads, however many appends move it
+        else:
+            self._unwritten.pop(key, None)
+            txn.put(_ITEM_KEY_PACK(info.number, row.id, keys.HEAD_ORDINAL, keys.MAX_U64), new_head.encode(),
+                    db=self.dbs[keys.DB_ITEMS])
         operation = ItemAppended(state, row.id, sequence, ordinal, data, attachment)
         self.operations.append(operation)
         return operation
+
+    def _log_state(self, name: str) -> StateInfo:
+        info = self.state(name)
+        if info.kind != "log":
+            raise StateKindError(f"state {name!r} holds a value, not an append log")
+        return info
 
     def _locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead]:
         located = self.engine._locate(self.txn, info, row.levels(), item_sequence)
@@ -1114,8 +1190,14 @@ class Batch:
         return row
 
     def put_blob(self, sha256: str, data: bytes, media_type: str) -> None:
+        key, row = self._blob_row(sha256, data, media_type)
+        self.txn.put(key, row, db=self.dbs[keys.DB_BLOBS], overwrite=False)
+
+    @staticmethod
+    def _blob_row(sha256: str, data: bytes, media_type: str) -> tuple[bytes, bytes]:
+        """A blob's key and row, refused (MalformedContentError) if the bytes don't hash to ``sha256``."""
         key = bytes.fromhex(sha256)
         if hashlib.sha256(data).digest() != key:
             raise MalformedContentError("blob", f"bytes don't hash to {sha256}")
-        self.txn.put(key, media_type.encode() + b"\x00" + data, db=self.dbs[keys.DB_BLOBS], overwrite=False)
+        return key, media_type.encode() + b"\x00" + data
 
