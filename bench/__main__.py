@@ -1,6 +1,7 @@
 """Every benchmark in one run: ``make bench`` / ``python -m bench [--quick] [--only NAME ...]``.
 
-Runs each bench module present, in order (store, context, compression, audience, peers, actors, prefix),
+Runs each bench module present, in order (store, context, compression, audience, peers, actors, prefix,
+costs, controls),
 each imported only when its turn comes. A module that is missing, fails to import or raises is
 reported as one line, and the run goes on. Then writes ``bench/results.md``: a header (date,
 machine), a summary table of every figure with its comparison, ratio, target and pass/fail, and
@@ -36,9 +37,10 @@ from .harness import figure
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results.md"
-MODULES = ("store", "context", "compression", "audience", "peers", "actors", "prefix", "costs")
+MODULES = ("store", "context", "compression", "audience", "peers", "actors", "prefix", "costs", "controls")
 TITLES = {"store": "Store", "context": "Context", "compression": "Compression", "audience": "Audience",
-          "peers": "Peers", "actors": "Actors", "prefix": "Prefix", "costs": "Costs"}
+          "peers": "Peers", "actors": "Actors", "prefix": "Prefix", "costs": "Costs",
+          "controls": "Controls"}
 
 
 class Outcome:
