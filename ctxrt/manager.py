@@ -400,7 +400,8 @@ class ContextManager:
         included. In a writing runtime they come from each commit; a read-only runtime looks at the
         slot's head every ``poll_interval_s`` and reports what changed since (another process's
         appends in order; a rewrite as its removals, edits and appends). The channel buffers without
-        bound (a slow reader costs memory, never an event) and closes when the block exits.
+        bound (a slow reader costs memory, never an event) and closes when the block exits or the
+        branch is deleted (a read-only runtime notices at its next look).
 
         Raises:
             ValueError: ``poll_interval_s`` not a positive finite number of seconds.
@@ -410,7 +411,7 @@ class ContextManager:
         interval = checks.timeout(poll_interval_s, "poll_interval_s")
         send, receive = trio.open_memory_channel[MessageEvent](math.inf)
         if slot.live:
-            unwatch = self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait)
+            unwatch = self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait, send.close)
             try:
                 with send, receive:
                     yield receive
@@ -455,6 +456,7 @@ class ContextManager:
 
         Raises:
             StrategyRefusedError: the strategy keeps no pins.
+            ReadOnlyStoreError: the runtime is read-only (nothing changes).
             MessageNotFoundError: an id names no message in this manager's view.
             ValueError: ``first_id`` comes after ``last_id``, or ``level`` isn't None or an int >= 1.
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
@@ -488,6 +490,7 @@ class ContextManager:
         reset) and start the drain; the keys retried ([] if none or the strategy keeps none).
 
         Raises:
+            ReadOnlyStoreError: the runtime is read-only (nothing changes).
             ReaderConflictError, StrategyRefusedError, BranchNotFoundError, ManagerClosedError: as ``tick``.
         """
         keys: list[str] = await self._live().ask(RetryQuarantined(self._reader))
@@ -770,28 +773,22 @@ class ContextManager:
 
 
 async def _poll(slot: SlotCache, send: trio.MemorySendChannel[MessageEvent], interval: float) -> None:
-    """A read-only runtime's subscription: look at the head, report what changed since the last look."""
+    """A read-only runtime's subscription: at each look, one head read, then what changed between
+    the last look's revision and this one's, each read as of its revision (a write landing while
+    it looks waits for the next look)."""
     with send:
-        slot.count()  # revalidates (S3)
-        revision, rewrite = slot.revision, slot.rewrite_revision
-        newest = next(slot.newest_first(), None)
-        last = newest.sequence if newest is not None else 0
+        head = slot.head_now()
         while True:
             await trio.sleep(interval)
-            slot.count()
-            if slot.revision == revision:
+            if slot.engine.branch_deleted(slot.branch_id):
+                return  # the branch is gone: the subscription ends
+            now = slot.head_now()
+            if now.revision == head.revision:
                 continue
-            if slot.rewrite_revision == rewrite:  # appends only: the new tail, oldest first
-                appended: list[Message] = []
-                for message in slot.newest_first():
-                    if message.sequence <= last:
-                        break
-                    appended.append(message)
-                events: list[MessageEvent] = [Added(message) for message in reversed(appended)]
+            if now.rewrite_revision == head.rewrite_revision:  # appends only: the new tail, oldest first
+                events: list[MessageEvent] = [Added(m) for m in slot.as_of(now.revision, start=head.length)]
             else:
-                events = diff(slot.as_of(revision), slot.current())
+                events = diff(slot.as_of(head.revision), slot.as_of(now.revision))
             for event in events:
                 send.send_nowait(event)
-            newest = next(slot.newest_first(), None)
-            revision, rewrite, last = slot.revision, slot.rewrite_revision, newest.sequence if newest else 0
-
+            head = now

@@ -22,6 +22,11 @@ def dotted(metadata: Mapping[str, Any] | None, path: str) -> Any:
     return value
 
 
+def _same(stored: Any, wanted: Any) -> bool:
+    """JSON equality: true and 1 are different values (Python's == says they are equal)."""
+    return stored == wanted and isinstance(stored, bool) == isinstance(wanted, bool)
+
+
 @attrs.frozen
 class MessageQuery:
     """A conjunction of conditions on a stored message; an unset condition matches everything.
@@ -46,4 +51,4 @@ class MessageQuery:
             return False
         if self.external_id is not None and dotted(message.metadata, "external.id") != self.external_id:
             return False
-        return not self.metadata or all(dotted(message.metadata, path) == value for path, value in self.metadata.items())
+        return not self.metadata or all(_same(dotted(message.metadata, path), value) for path, value in self.metadata.items())

@@ -173,12 +173,18 @@ class SlotCache:
         index = self._held(sequence)
         return None if index is None else self.messages[index]
 
-    def as_of(self, revision: int) -> list[Message]:
-        """Every message of the slot as of ``revision`` (decoded afresh, not kept)."""
+    def as_of(self, revision: int, start: int = 0) -> list[Message]:
+        """The slot's messages from index ``start`` as of ``revision`` (decoded afresh, not kept)."""
         branch = self.engine.branch_by_id(self.branch_id)
         with self.engine.reader() as txn:
-            items = self.engine.log_items(txn, self.state, branch, at=revision)
+            items = self.engine.log_items(txn, self.state, branch, at=revision, start=start)
             return [_decode(self.engine, item.data, item.sequence, txn) for item in items]
+
+    def head_now(self) -> LogHead:
+        """The slot's head as the store has it now (the cache is left as it is)."""
+        branch = self.engine.branch_by_id(self.branch_id)
+        with self.engine.reader() as txn:
+            return self.engine.log_head(txn, self.state, branch)
 
     def _reload(self, reason: str) -> None:
         """Start over from the slot's head: nothing is decoded until a read asks for it."""
@@ -426,6 +432,7 @@ class SlotRegistry:
         self.live = live
         self._caches: dict[tuple[str, int], SlotCache] = {}
         self._watchers: dict[tuple[str, int], list[Callable[[MessageEvent], None]]] = {}
+        self._ends: dict[Callable[[MessageEvent], None], Callable[[], None]] = {}
 
     def __len__(self) -> int:
         return len(self._caches)
@@ -478,6 +485,11 @@ class SlotRegistry:
         """A deleted branch's caches go (their actors were retired; a later branch of the name is another)."""
         for key in [key for key in self._caches if key[1] == branch_id]:
             del self._caches[key]
+        for key in [key for key in self._watchers if key[1] == branch_id]:  # their subscriptions end
+            for deliver in self._watchers.pop(key):
+                end = self._ends.pop(deliver, None)
+                if end is not None:
+                    end()
 
     def publish(self, operations: Sequence[Operation]) -> None:
         for operation in operations:
@@ -506,15 +518,20 @@ class SlotRegistry:
                 except Exception:  # one subscriber's failure is its own
                     logger.exception("a subscriber of %s failed", key)
 
-    def watch(self, state: str, branch_id: int, deliver: Callable[[MessageEvent], None]) -> Callable[[], None]:
+    def watch(
+        self, state: str, branch_id: int, deliver: Callable[[MessageEvent], None], end: Callable[[], None],
+    ) -> Callable[[], None]:
         """Call ``deliver`` with every change committed to (state, branch) from now on, in commit
-        order, from the store actor's publish step (a writing runtime); returns the unwatch."""
+        order, from the store actor's publish step (a writing runtime), and ``end`` if the branch
+        is deleted; returns the unwatch."""
         watchers = self._watchers.setdefault((state, branch_id), [])
         watchers.append(deliver)
+        self._ends[deliver] = end
 
         def unwatch() -> None:
             if deliver in watchers:
                 watchers.remove(deliver)
+            self._ends.pop(deliver, None)
 
         return unwatch
 

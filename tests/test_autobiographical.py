@@ -1499,7 +1499,7 @@ async def test_render_stats_say_what_was_left_out_uncovered_and_strict_refuses_i
             stats = m.render_stats()
             assert stats is not None and stats.dropped_ids
             assert set(stats.dropped_ids) == set(ids) - raw_sources(result)
-            assert "no summary covers" in (stats.dropped_reason or "")
+            assert "no shown summary covers" in (stats.dropped_reason or "") and "not compressed yet" in (stats.dropped_reason or "")
             assert stats.total_tokens <= 60 and stats.pending_units > 0
             health = await m.health()
             assert health.pending_units > 0 and health.compression_debt_tokens >= 40
@@ -1624,3 +1624,51 @@ async def test_pins_are_refused_by_a_strategy_without_them_and_bad_ranges_are_na
             with pytest.raises(ValueError, match="level"):
                 await m.pin_range(ids[0], ids[1], level=0)
             assert await m.list_pins() == []
+
+
+async def test_every_message_left_out_is_reported_wherever_it_was_in_the_view(tmp_path: Path) -> None:
+    """Item 6 (from a host-style attack): recent-window and head-window messages that don't fit
+    are reported too, and strict refuses; the summaries shown are the newest that fit, so what
+    goes is the oldest history; a raw pin inside the recent window is kept."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(recent_window_tokens=100_000))
+            ids = await add_all(m, 40)
+            result = await m.compile(budget(100))  # the recent window holds 400 tokens: 10 messages fit
+            stats = m.render_stats()
+            assert stats is not None and len(stats.dropped_ids) == 30
+            assert set(stats.dropped_ids) == set(ids) - raw_sources(result)
+            with pytest.raises(ctxrt.OverBudgetError):
+                await m.compile(budget(100), strict=True)
+            pin = await m.pin_range(ids[30], ids[30])
+            pinned = await m.compile(budget(100))
+            assert ids[30] in raw_sources(pinned) and ids[-1] in raw_sources(pinned)
+            order = [s.id for sources in pinned.provenance.messages for s in sources]
+            assert order == sorted(order, key=int)
+            await m.unpin(pin.id)
+        async with ctxrt.open_runtime(tmp_path / "head", model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(head_window_tokens=100_000))
+            ids = await add_all(m, 40)
+            result = await m.compile(budget(100))
+            stats = m.render_stats()
+            assert stats is not None and set(stats.dropped_ids) == set(ids) - raw_sources(result)
+            assert ids[-1] in stats.dropped_ids  # the head kept the oldest: reported, not silent
+
+
+async def test_summaries_that_dont_all_fit_leave_out_the_oldest_history(tmp_path: Path) -> None:
+    """Item 6 (from the controls benchmark): with more summaries than the budget holds, the newest
+    are shown and the oldest history is what is reported left out."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(hierarchical=False))
+            ids = await add_all(m, 40)
+            await m.wait_ready()
+            result = await m.compile(budget(80))
+            stats = m.render_stats()
+            assert stats is not None and stats.dropped_ids
+            summaries = {s.summary.id: s.summary for s in await m.search_summaries(include_merged=True)}
+            shown = raw_sources(result) | {leaf for sources in result.provenance.messages for x in sources
+                                           if x.kind == "summary" for leaf in summaries[x.id].source_ids}
+            assert set(stats.dropped_ids) | shown == set(ids)
+            assert max(map(int, stats.dropped_ids)) < min(map(int, shown))  # the oldest went
+            assert "didn't fit" in (stats.dropped_reason or "") and result.messages

@@ -104,3 +104,18 @@ async def test_a_read_only_runtime_reports_another_runtimes_writes(tmp_path: Pat
                     edited = changes[Edited]
                     assert isinstance(edited, Edited) and edited.message.content == (Text("after"),)
                     assert edited.previous is not None and edited.previous.content == (Text("before"),)
+
+
+async def test_a_subscription_ends_when_its_branch_is_deleted(tmp_path: Path) -> None:
+    """Item 5 (from a host-style attack): the channel closes, so a host's loop over it ends."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "store", durability="os") as rt:
+            main = await rt.open("writer")
+            await main.add_message("user", "first")
+            branch = await main.fork("side")
+            side = await rt.open("watcher", branch=branch)
+            async with side.subscribe() as events:
+                await side.add_message("user", "on the side")
+                await rt.delete_branch(branch)
+                seen = [event async for event in events]
+            assert [type(e) for e in seen] == [Added]

@@ -548,6 +548,7 @@ class _Actor:
             case RetryQuarantined():
                 check_reader(self.record, command.reader, self.place)
                 self._require_strategy()
+                self._store()  # ReadOnlyStoreError before anything changes
                 keys = self.strategy.retry_quarantined(self.ctx)
                 await self._commit()
                 self.drain_wanted = True
@@ -657,6 +658,7 @@ class _Actor:
             raise StrategyRefusedError(f"strategy {strategy.name!r} does not support pins")
         if isinstance(command, ListPins):
             return strategy.list_pins()
+        self._store()  # ReadOnlyStoreError before anything changes
         if isinstance(command, PinRange):
             found: Any = strategy.pin_range(self.ctx, command.first_id, command.last_id, name=command.name,
                                             level=command.level)

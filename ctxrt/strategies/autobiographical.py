@@ -15,7 +15,7 @@ import logging
 import re
 import time
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -64,6 +64,7 @@ WITNESSED_INSTRUCTION = (
     "them as a record you have read, in the first person as the reader (\"I read that ...\"), never as your "
     "own actions or words."
 )
+SUMMARY_HEADER_TOKENS = 20  # what a shown summary's recall header and turn cost besides its text
 MAX_ATTEMPTS = 3  # refusals and failures a unit may have before it is quarantined
 RETRYABLE_STREAK_LIMIT = 12  # consecutive retryable failures that count as one attempt
 BACKOFF_S = 0.5  # the drain's first wait after a retryable failure, doubling
@@ -166,6 +167,9 @@ class AutobiographicalStrategy(Strategy):
         self._stats: RenderStats | None = None  # what the last compile showed and left out
         self.pins: list[Pin] = []
         self._next_pin = 0
+        self._prices: dict[str, int] = {}  # summary id -> what showing it costs, at one pricing
+        self._priced_at = -1
+        self._price: Callable[[Summary], int] = lambda summary: summary.tokens + SUMMARY_HEADER_TOKENS
 
     # -- state ------------------------------------------------------------------------------
 
@@ -334,15 +338,33 @@ class AutobiographicalStrategy(Strategy):
         """Which frontier L1 summaries to show within ``allowance`` tokens (a subclass hook)."""
         return self._choose(candidates, allowance)
 
-    @staticmethod
-    def _choose(candidates: list[Summary], allowance: int) -> list[Summary]:
-        """Summaries to show within ``allowance`` tokens, oldest first."""
+    def _choose(self, candidates: list[Summary], allowance: int) -> list[Summary]:
+        """Summaries to show within ``allowance`` tokens, the newest first (what doesn't fit is the
+        oldest history), returned oldest first."""
         chosen = []
-        for summary in candidates:
-            if summary.tokens + 20 <= allowance:
+        for summary in reversed(candidates):
+            if self._price(summary) <= allowance:
                 chosen.append(summary)
-                allowance -= summary.tokens + 20
-        return chosen
+                allowance -= self._price(summary)
+        return chosen[::-1]
+
+    def _pricer(self, view: MessageView) -> Callable[[Summary], int]:
+        """What a shown summary costs (its recall header and its text) as ``view`` prices text:
+        the plain ``tokens + 20`` unless the namespace's estimator is calibrated."""
+        if view.pricing != self._priced_at:
+            self._prices, self._priced_at = {}, view.pricing
+        prices = self._prices
+
+        def price(summary: Summary) -> int:
+            found = prices.get(summary.id)
+            if found is None:
+                priced = view.estimate_tokens(Message(summary.id, 0, self.config.summary_participant,
+                                                      (Text(summary.content),)))
+                ratio = priced / summary.tokens if summary.tokens else 1.0
+                found = prices[summary.id] = priced + round(SUMMARY_HEADER_TOKENS * ratio)
+            return found
+
+        return price
 
     def on_new_message(self, message: Message, ctx: StrategyContext) -> None:
         # Chunks close at the next tick or compile: one frontier walk per batch of new messages.
@@ -597,32 +619,34 @@ class AutobiographicalStrategy(Strategy):
             entries_head[-1] = attrs.evolve(entries_head[-1], cache_marker=True)
         head_tokens = spent
         middle_messages = [*messages[:head_start], *messages[head_end:recent_start]]  # T6: before a reset head
-        # Pinned raw ranges in the middle come next, whatever the pressure, oldest first.
+        in_head = {entry.source_ids[0] for entry in entries_head}
+        # Pinned raw ranges outside the head come next, whatever the pressure, oldest first.
         raw_pins = [(pin.first_sequence, pin.last_sequence) for pin in self.pins if pin.level is None]
 
         def pinned(sequence: int) -> bool:
             return any(first <= sequence <= last for first, last in raw_pins)
 
         pinned_entries: list[tuple[int, list[Entry]]] = []
-        unfit_pins: list[str] = []
-        for message in (m for m in middle_messages if raw_pins and pinned(m.sequence)):
+        pinned_ids: set[str] = set()
+        for message in (m for m in messages if raw_pins and m.id not in in_head and pinned(m.sequence)):
+            pinned_ids.add(message.id)
             shaped, cost = shape(message, cap, view.estimate_tokens)
-            if spent + cost > usable:
-                unfit_pins.append(message.id)
-                continue
-            pinned_entries.append((message.sequence, [_raw(shaped)]))
-            spent += cost
+            if spent + cost <= usable:
+                pinned_entries.append((message.sequence, [_raw(shaped)]))
+                spent += cost
         pinned_tokens = spent - head_tokens
         # Recent window: evicted newest-first within budget, emitted chronologically.
-        recent: list[Entry] = []
+        recent: list[tuple[int, list[Entry]]] = []
         for message in reversed(messages[recent_start:]):
+            if message.id in pinned_ids:
+                continue  # placed with the pins
             shaped, cost = shape(message, cap, view.estimate_tokens)
             if spent + cost > usable:
                 break
-            recent.append(_raw(shaped))
+            recent.append((message.sequence, [_raw(shaped)]))
             spent += cost
-        recent.reverse()
         tail_tokens = spent - head_tokens - pinned_tokens
+        self._price = self._pricer(view)
         # The middle: shown summaries (anti-redundant: the frontier) and uncovered raw messages.
         frontier = [s for s in self._frontier_under_pins()
                     if not raw_pins or not all(pinned(int(leaf)) for leaf in self._leaves(s))]
@@ -634,7 +658,7 @@ class AutobiographicalStrategy(Strategy):
             allowance = min(budgets[level] + carry, usable - spent)
             candidates = sorted((s for s in frontier if s.level == level), key=lambda s: s.first_sequence)
             chosen = self._choose_l1(candidates, allowance) if level == 1 else self._choose(candidates, allowance)
-            cost = sum(summary.tokens + 20 for summary in chosen)
+            cost = sum(self._price(summary) for summary in chosen)
             shown += chosen
             spent += cost
             carry = max(0, allowance - cost)
@@ -650,7 +674,7 @@ class AutobiographicalStrategy(Strategy):
                       (summary.id,), cache_marker=True),
             ]))
         summary_tokens = spent - head_tokens - tail_tokens - pinned_tokens
-        uncovered = [m for m in middle_messages if m.id not in covered and not (raw_pins and pinned(m.sequence))]
+        uncovered = [m for m in middle_messages if m.id not in covered and m.id not in pinned_ids]
         kept: list[tuple[int, list[Entry]]] = []
         for message in reversed(uncovered):  # compression debt: keep the newest raw that fit
             shaped, cost = shape(message, cap, view.estimate_tokens)
@@ -660,7 +684,12 @@ class AutobiographicalStrategy(Strategy):
                 break
             kept.append((message.sequence, [_raw(shaped)]))
             spent += cost
-        dropped = tuple(m.id for m in uncovered[: len(uncovered) - len(kept)]) + tuple(unfit_pins)
+        # No silent drops: every message of the view is shown raw or covered by a shown summary,
+        # or it is reported, with why.
+        shown_raw = in_head | {e.source_ids[0] for _, group in (*pinned_entries, *recent, *kept) for e in group}
+        dropped = tuple(m.id for m in messages if m.id not in shown_raw and m.id not in covered)
+        summarised = {leaf for summary in frontier for leaf in self._leaves(summary)}
+        debt = sum(1 for message_id in dropped if message_id not in summarised)
         levels: dict[int, int] = {}
         for summary in shown:
             levels[summary.level] = levels.get(summary.level, 0) + 1
@@ -670,13 +699,14 @@ class AutobiographicalStrategy(Strategy):
             summaries=tuple(sorted(levels.items())),
             pending_units=len(self._l1_queue()) + (self._merge_queue() is not None),
             dropped_ids=dropped,
-            dropped_reason=(f"{len(dropped)} middle message(s) no summary covers yet, or pinned raw, didn't fit "
-                            f"the budget ({usable:,} tokens): compression hasn't caught up (tick or wait_ready), "
-                            f"or raise the budget") if dropped else None,
+            dropped_reason=(f"{len(dropped)} message(s) left out that no shown summary covers, within the budget "
+                            f"({usable:,} tokens): {debt} not compressed yet (tick or wait_ready), "
+                            f"{len(dropped) - debt} whose summaries, pins or recent window didn't fit (raise the "
+                            f"budget, or lower recent_window_tokens)") if dropped else None,
         )
-        middle += kept + pinned_entries
+        middle += kept + pinned_entries + recent
         middle.sort(key=lambda item: item[0])
-        entries = entries_head + [entry for _, group in middle for entry in group] + recent
+        entries = entries_head + [entry for _, group in middle for entry in group]
         if entries and not entries[-1].cache_marker:
             # P9: the tail carries a breakpoint too, so the next compile reads everything up to
             # this one's newest message from the provider's cache. P5's cap of 3 keeps the head

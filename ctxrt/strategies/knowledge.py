@@ -82,10 +82,11 @@ class KnowledgeStrategy(AutobiographicalStrategy):
         for phase in ("synthesis", "lesson", "subagent", "research"):
             budget = min(left, int(allowance * caps[phase]))
             for summary in reversed(by_phase.get(phase, [])):  # the newest of a phase first
-                if summary.tokens + 20 <= budget:
+                cost = self._price(summary)
+                if cost <= budget:
                     chosen.append(summary)
-                    budget -= summary.tokens + 20
-                    left -= summary.tokens + 20
+                    budget -= cost
+                    left -= cost
         return sorted(chosen, key=lambda s: s.first_sequence)
 
     def _phase_for(self, chunk_messages: Sequence[Message]) -> str | None:

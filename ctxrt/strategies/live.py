@@ -7,6 +7,8 @@ would fail every request that held it) with a short text naming them; tool resul
 ``tool_result_max_last_n`` with a line saying what was pruned; and tool_use inputs over
 ``tool_use_input_max_tokens`` with a note. Blocks are replaced, never dropped, so tool pairs
 and the message structure stay; an entry it doesn't change is handed back as the same object.
+A replacement never costs more than what it replaces (a pass only lowers a compile's tokens),
+and never more than the API's 100 images stay live, whatever ``max_live_images`` says.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..anthropic_rules import MAX_IMAGE_DATA_BYTES
+from ..anthropic_rules import MAX_IMAGE_DATA_BYTES, MAX_IMAGES
 from ..compile import Entry
 from ..content import Block, Image, Text, ToolResult, ToolUse
 from ..tokens import estimate_block, estimate_blocks
@@ -68,7 +70,7 @@ class _Walk:
         size = image_bytes(image)
         if size > MAX_IMAGE_DATA_BYTES:
             return Text(IMAGE_DROPPED.format(what=_describe(image, where) + ", over the API's 5 MB limit"))
-        live = (self.images < self.options.max_live_images
+        live = (self.images < min(self.options.max_live_images, MAX_IMAGES)
                 and self.image_bytes + size <= self.options.max_live_image_bytes
                 and self.depth <= self.options.image_strip_depth_tokens)
         if live:
@@ -82,7 +84,9 @@ class _Walk:
         self.results += 1
         if last_n is not None and self.results > last_n:
             tokens = estimate_block(block)
-            return attrs.evolve(block, content=TOOL_RESULT_PRUNED.format(tokens=tokens))
+            pruned = attrs.evolve(block, content=TOOL_RESULT_PRUNED.format(tokens=tokens))
+            if estimate_block(pruned) < tokens:  # a note never costs more than what it replaces
+                return pruned
         if isinstance(block.content, str):
             return block
         nested = tuple(self.image(b, where) if type(b) is Image else b for b in reversed(block.content))[::-1]
@@ -95,7 +99,8 @@ class _Walk:
         tokens = estimate_block(block)
         if tokens <= cap:
             return block
-        return attrs.evolve(block, input={"pruned": TOOL_INPUT_PRUNED.format(tokens=tokens)})
+        pruned = attrs.evolve(block, input={"pruned": TOOL_INPUT_PRUNED.format(tokens=tokens)})
+        return pruned if estimate_block(pruned) < tokens else block
 
 
 _KINDS = (Image, ToolResult, ToolUse)
