@@ -68,14 +68,39 @@ def live_images(entries: list[Entry]) -> list[int]:
 
 
 def test_the_newest_images_stay_and_older_ones_become_text_naming_them() -> None:
-    """Item 1: past the newest max_live_images, an image becomes a placeholder naming its message."""
-    entries = [copy(i, Text(f"shot {i}"), image(i)) for i in range(10)]
+    """Item 1: past the newest max_live_images, an image becomes a placeholder naming its message;
+    the line moves in steps of half the limit (here 3), so between 4 and 6 stay."""
+    entries = [copy(i, Text(f"shot {i}"), image(i)) for i in range(9)]
     out = apply_live_policy(entries, WindowedPassthrough(max_live_images=6))
-    assert live_images(out) == [4, 5, 6, 7, 8, 9]
+    assert live_images(out) == [3, 4, 5, 6, 7, 8]
     placeholder = out[0].content[1]
     assert type(placeholder) is Text and "image dropped from live context" in placeholder.text
     assert "message 0" in placeholder.text and "image/png" in placeholder.text
-    assert all(out[i] is entries[i] for i in range(4, 10))  # untouched entries are the same objects
+    assert all(out[i] is entries[i] for i in range(3, 9))  # untouched entries are the same objects
+    more = apply_live_policy([*entries, copy(9, image(9))], WindowedPassthrough(max_live_images=6))
+    assert live_images(more) == [6, 7, 8, 9]  # the next step: 4 stay
+
+
+def test_the_live_line_moves_in_steps_so_a_growing_loops_prefix_stays_the_same() -> None:
+    """Item 1, P9 (from the controls benchmark): with one screenshot and one tool result per turn,
+    what is dropped changes once every few turns, not every turn, so the prefix a provider cached
+    stays byte-identical between steps; and a memo hands back the same entry objects."""
+    options = WindowedPassthrough(max_live_images=6, tool_result_max_last_n=10)
+    memo: dict[Any, Any] = {}
+    turns: list[Entry] = []
+    changes = 0
+    previous: list[Entry] | None = None
+    for i in range(60):
+        turns.append(copy(2 * i, ToolUse(f"t{i}", "shot", {}), participant="Claude"))
+        turns.append(copy(2 * i + 1, ToolResult(f"t{i}", (Text("x " * 300), image(i % 5)))))
+        out = apply_live_policy(turns, options, memo)
+        if previous is not None:
+            same = sum(1 for a, b in zip(out, previous) if a is b)
+            changes += same < len(previous)
+        previous = out
+        assert len(live_images(out)) <= 6
+    # Once per step of 3 images and once per step of 5 tool results at most (every turn, 59, before).
+    assert changes <= 60 // 3 + 60 // 5 + 1
 
 
 def test_the_byte_wall_and_the_depth_leave_out_older_images() -> None:

@@ -46,7 +46,7 @@ from .base import (
     optional_count,
     optional_text,
 )
-from .live import MIB, apply_live_policy
+from .live import MIB, LiveMemo, apply_live_policy
 from .shaping import shape
 
 if TYPE_CHECKING:
@@ -169,6 +169,7 @@ class AutobiographicalStrategy(Strategy):
         self._next_pin = 0
         self._prices: dict[str, int] = {}  # summary id -> what showing it costs, at one pricing
         self._priced_at = -1
+        self._live_memo: LiveMemo = {}
         self._price: Callable[[Summary], int] = lambda summary: summary.tokens + SUMMARY_HEADER_TOKENS
 
     # -- state ------------------------------------------------------------------------------
@@ -713,7 +714,7 @@ class AutobiographicalStrategy(Strategy):
             # window's end (the first), the latest summary seam and this tail (the last two).
             entries[-1] = attrs.evolve(entries[-1], cache_marker=True)
         middle_tokens = spent - head_tokens - tail_tokens
-        return apply_live_policy(entries, self.config), head_tokens, middle_tokens, tail_tokens, spent, stats
+        return apply_live_policy(entries, self.config, self._live_memo), head_tokens, middle_tokens, tail_tokens, spent, stats
 
     def _frontier_under_pins(self) -> list[Summary]:
         """The frontier, with any summary above a level pin it overlaps opened into its children."""

@@ -56,66 +56,107 @@ def _describe(image: Image, where: str) -> str:
     return f"{media}, {size // 1024:,} KiB, {where}" if size else f"{media}, {where}"
 
 
+def live_count(total: int, limit: int) -> int:
+    """How many of ``total`` (newest first) stay live under ``limit``: the line between live and
+    dropped moves in steps of half the limit, so it stays put for several new ones and the prefix
+    a provider cached stays byte-stable between steps (P9); at most ``limit``, and more than half
+    of it whenever there are that many."""
+    if total <= limit:
+        return total
+    step = max(1, limit // 2)
+    over = total - limit
+    return total - -(-over // step) * step
+
+
 @attrs.define
 class _Walk:
-    """What the newest-first walk has counted so far."""
+    """What the newest-first walk has counted so far; ``live_images`` and ``live_results`` are how
+    many of each stay (``live_count``)."""
 
     options: LiveOptions
+    live_images: int
+    live_results: int | None
     images: int = 0
     image_bytes: int = 0
     depth: int = 0  # tokens of the entries after the current one (counted while it matters)
     results: int = 0
 
-    def image(self, image: Image, where: str) -> Block:
+    def image(self, image: Image, where: str) -> tuple[Block, object]:
         size = image_bytes(image)
         if size > MAX_IMAGE_DATA_BYTES:
-            return Text(IMAGE_DROPPED.format(what=_describe(image, where) + ", over the API's 5 MB limit"))
-        live = (self.images < min(self.options.max_live_images, MAX_IMAGES)
+            return Text(IMAGE_DROPPED.format(what=_describe(image, where) + ", over the API's 5 MB limit")), "big"
+        live = (self.images < self.live_images
                 and self.image_bytes + size <= self.options.max_live_image_bytes
                 and self.depth <= self.options.image_strip_depth_tokens)
         if live:
             self.images += 1
             self.image_bytes += size
-            return image
-        return Text(IMAGE_DROPPED.format(what=_describe(image, where)))
+            return image, None
+        return Text(IMAGE_DROPPED.format(what=_describe(image, where))), "dropped"
 
-    def tool_result(self, block: ToolResult, where: str) -> Block:
-        last_n = self.options.tool_result_max_last_n
+    def tool_result(self, block: ToolResult, where: str) -> tuple[Block, object]:
         self.results += 1
-        if last_n is not None and self.results > last_n:
+        if self.live_results is not None and self.results > self.live_results:
             tokens = estimate_block(block)
             pruned = attrs.evolve(block, content=TOOL_RESULT_PRUNED.format(tokens=tokens))
             if estimate_block(pruned) < tokens:  # a note never costs more than what it replaces
-                return pruned
+                return pruned, "pruned"
         if isinstance(block.content, str):
-            return block
-        nested = tuple(self.image(b, where) if type(b) is Image else b for b in reversed(block.content))[::-1]
-        return block if all(a is b for a, b in zip(nested, block.content)) else attrs.evolve(block, content=nested)
+            return block, None
+        nested = [self.image(b, where) if type(b) is Image else (b, None) for b in reversed(block.content)][::-1]
+        tags = tuple(tag for _, tag in nested)
+        if not any(tags):
+            return block, None
+        return attrs.evolve(block, content=tuple(b for b, _ in nested)), tags
 
-    def tool_use(self, block: ToolUse) -> Block:
+    def tool_use(self, block: ToolUse) -> tuple[Block, object]:
         cap = self.options.tool_use_input_max_tokens
         if cap <= 0:
-            return block
+            return block, None
         tokens = estimate_block(block)
         if tokens <= cap:
-            return block
+            return block, None
         pruned = attrs.evolve(block, input={"pruned": TOOL_INPUT_PRUNED.format(tokens=tokens)})
-        return pruned if estimate_block(pruned) < tokens else block
+        return (pruned, "pruned") if estimate_block(pruned) < tokens else (block, None)
 
 
 _KINDS = (Image, ToolResult, ToolUse)
+LiveMemo = dict[tuple[Any, ...], tuple[tuple[Block, ...], Entry]]
 
 
-def apply_live_policy(entries: Sequence[Entry], options: LiveOptions) -> list[Entry]:
-    """``entries`` with the images, tool results and tool inputs the options leave out replaced."""
-    walk = _Walk(options)
+def _count(entries: Sequence[Entry]) -> tuple[int, int]:
+    """(images that could be sent, tool results) among ``entries``."""
+    images = results = 0
+    for entry in entries:
+        for block in entry.content:
+            if type(block) is Image:
+                images += image_bytes(block) <= MAX_IMAGE_DATA_BYTES
+            elif type(block) is ToolResult:
+                results += 1
+                if not isinstance(block.content, str):
+                    images += sum(1 for b in block.content if type(b) is Image and image_bytes(b) <= MAX_IMAGE_DATA_BYTES)
+    return images, results
+
+
+def apply_live_policy(entries: Sequence[Entry], options: LiveOptions, memo: LiveMemo | None = None) -> list[Entry]:
+    """``entries`` with the images, tool results and tool inputs the options leave out replaced.
+
+    With a ``memo`` (a strategy keeps one), an entry changed the same way as at an earlier call
+    is handed back as the same object, so compile's own memo reuses what it prepared for it.
+    """
+    images, results = _count(entries)
+    last_n = options.tool_result_max_last_n
+    walk = _Walk(options, live_count(images, min(options.max_live_images, MAX_IMAGES)),
+                 None if last_n is None else live_count(results, last_n))
     out = list(entries)
+    if memo is not None and len(memo) > 4 * len(out) + 256:
+        memo.clear()
     for index in range(len(out) - 1, -1, -1):
         entry = out[index]
         content = entry.content
         if any(type(block) in _KINDS for block in content):
             where = f"message {entry.source_ids[0]}" if entry.source_ids else "a summary"
-            changed: list[Any] = []
+            changed: list[tuple[Block, object]] = []
             for block in reversed(content):
                 kind = type(block)
                 if kind is Image:
@@ -125,10 +166,18 @@ def apply_live_policy(entries: Sequence[Entry], options: LiveOptions) -> list[En
                 elif kind is ToolUse:
                     changed.append(walk.tool_use(block))  # type: ignore[arg-type]
                 else:
-                    changed.append(block)
+                    changed.append((block, None))
             changed.reverse()
-            if any(a is not b for a, b in zip(changed, content)):
-                out[index] = attrs.evolve(entry, content=tuple(changed))
+            tags = tuple(tag for _, tag in changed)
+            if any(tags):
+                key = (id(content), entry.participant, entry.source_ids, entry.cache_marker, tags)
+                found = memo.get(key) if memo is not None else None
+                if found is not None and found[0] is content:
+                    out[index] = found[1]
+                else:
+                    out[index] = attrs.evolve(entry, content=tuple(block for block, _ in changed))
+                    if memo is not None:
+                        memo[key] = (content, out[index])
         if walk.depth <= options.image_strip_depth_tokens:  # deeper, every image is out: stop counting
             walk.depth += estimate_blocks(content)
     return out

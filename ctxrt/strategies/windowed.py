@@ -23,7 +23,7 @@ from .base import (
     count,
     optional_count,
 )
-from .live import MIB, apply_live_policy
+from .live import MIB, LiveMemo, apply_live_policy
 from .shaping import shape
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ class WindowedPassthroughStrategy(Strategy):
         self.config = config
         self.anchor = 0
         self._stats: RenderStats | None = None
+        self._live_memo: LiveMemo = {}
 
     def render_stats(self) -> RenderStats | None:
         return self._stats
@@ -95,7 +96,7 @@ class WindowedPassthroughStrategy(Strategy):
         return apply_live_policy([
             Entry(m.participant, m.content, (m.id,), "copy", cache_marker=i == 0 or i == last)
             for i, (m, _) in enumerate(shaped)
-        ], self.config)
+        ], self.config, self._live_memo)
 
     @staticmethod
     def _from_anchor(view: MessageView, anchor: int, usable: int, cap: int) -> tuple[Sequence[Message], int, bool]:
