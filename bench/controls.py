@@ -467,31 +467,28 @@ def _notes(rows: list[dict[str, Any]]) -> list[str]:
     notes = []
     w5, w6, w3 = by["(w5)"], by["(w6)"], by["(w3)"]
     notes.append(
-        f"- With the controls ON, WindowedPassthrough's request is no longer a byte-stable prefix plus appends "
-        f"(T2, P9): each new tool result moves the 11th-newest into pruning, and each new screenshot the oldest "
-        f"live one out (or, with the image defaults alone, the 7th-newest), rewriting a block in the middle of "
-        f"what the last request cached. The median `stable_prefix_tokens` falls from "
-        f"{w5['comparison']['median']:,.0f} to {w5['ctxrt']['median']:,.0f} (the anchor message alone), so a "
-        f"request that is {by['(w4)']['ctxrt']['median'] / by['(w4)']['comparison']['median']:.0%} the size is "
-        f"billed {w6['ratio']:.1f}× as much input at Anthropic's cache prices (the shares of stale output were "
-        f"what the controls remove; the cache is what they cost).")
+        f"- With the controls ON, WindowedPassthrough's requests keep most of their cached prefix: the count "
+        f"lines (images, tool results) move in steps of half their limit, so what is dropped changes once every "
+        f"few turns. The median `stable_prefix_tokens` is {w5['ctxrt']['median']:,.0f} against "
+        f"{w5['comparison']['median']:,.0f} with the controls OFF, on a request "
+        f"{by['(w4)']['ctxrt']['median'] / by['(w4)']['comparison']['median']:.0%} the size, so the input billed "
+        f"at Anthropic's cache prices is {w6['ratio']:.2f}× as much. (Before the steps, it was 3.0×: every turn "
+        f"rewrote a block in the middle of what the last request cached.)")
     notes.append(
         f"- Images per request never pass {w3['ctxrt']['max']:.0f} with the controls ON: `tool_result_max_last_n=10` "
         f"prunes a screenshot's whole tool result before `max_live_images=6` binds (3 screenshots in 10 turns), "
         f"so the image count limit never acts here; without controls, up to {w3['comparison']['max']:.0f} "
         f"(the estimator prices every image at 1,600 tokens, whatever its pixels, so the budget caps them).")
     notes.append(
-        f"- The compile itself costs {by['(w7)']['ratio']:.1f}× with the controls ON for WindowedPassthrough: the "
-        f"live pass hands back new entries for every pruned message each compile, so the compile memo and the "
-        f"P9 fingerprint chain (both kept by object identity) redo them every time.")
+        f"- The compile costs {by['(w7)']['ratio']:.2f}× with the controls ON for WindowedPassthrough (the live "
+        f"pass walks the window each compile; entries it changes the same way are handed back as the same "
+        f"objects, so compile's memo reuses them: it was 2.2× before that).")
     a1 = by["(a1)"]["detail"]
     notes.append(
-        f"- Autobiographical (controls ON and OFF alike) reports dropped history on {a1['dropped_on']:,} of "
-        f"{by['(a1)']['rounds']:,} compiles although `wait_ready()` ran before each: once its summaries fill "
-        f"what the recent window leaves, the planner shows the oldest summaries first (levels 3, 2, 1, each "
-        f"oldest first) and leaves out the newest middle history (up to {a1['dropped_max_on']:,} messages in one "
-        f"compile), with a reason that says compression hasn't caught up while `health()` reports nothing "
-        f"pending; `compile(strict=True)` refuses those compiles. Not a control's doing.")
+        f"- Autobiographical reports left-out history on {a1['dropped_on']:,} of {by['(a1)']['rounds']:,} compiles "
+        f"with the controls ON (up to {a1['dropped_max_on']:,} messages in one compile): its level-3 summaries "
+        f"outgrow the budget in a 2,000-turn loop; it shows the newest summaries that fit, so what is left out "
+        f"is the oldest history, and `render_stats()` says so (`compile(strict=True)` refuses those compiles).")
     return notes
 
 

@@ -328,6 +328,8 @@ class ContextManager:
             ReaderConflictError: the namespace records a reader this manager doesn't compile for (C8).
             MalformedContentError: an injection carries an audience or is malformed (B4).
             StrategyRefusedError: the strategy failed to start.
+            TypeError: the namespace's ``token_estimator`` estimated a message at something other than a
+                non-negative int (named).
             OverBudgetError: even the newest message doesn't fit (windowed strategies), or with
                 ``strict``, uncovered history doesn't fit (Autobiographical; the message says what).
             BranchNotFoundError, ManagerClosedError: as ``add_message``.

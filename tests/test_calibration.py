@@ -106,3 +106,28 @@ async def test_a_namespace_calibrates_from_compression_usage_and_keeps_it_across
         with pytest.raises(TypeError, match="token_estimator"):
             async with ctxrt.open_runtime(tmp_path / "store") as rt:
                 await rt.open("other", token_estimator=object())  # type: ignore[arg-type]
+
+
+class Broken:
+    """An estimator whose answers aren't token counts."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def estimate(self, message: Message) -> Any:
+        return self.answer
+
+    def observe(self, model: str, estimated: int, actual: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize("answer", [-1, 2.5, None, True])
+async def test_an_estimate_that_is_not_a_token_count_is_refused_naming_the_estimator(tmp_path: Path, answer: Any) -> None:
+    """Bad input gets a clear error (from a host-style attack: a negative estimate let everything 'fit')."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "store", durability="os") as rt:
+            m = await rt.open("n", token_estimator=Broken(answer))
+            await m.add_message("user", "hello")
+            with pytest.raises(TypeError, match="non-negative int"):
+                await m.compile()
+            assert await m.message_count() == 1  # the namespace goes on

@@ -57,6 +57,7 @@ from ..strategies.base import (
 )
 from ..tokens import (
     CalibratedEstimator,
+    TokenEstimator,
     estimate_blocks,
     estimate_message,
     estimate_text,
@@ -335,7 +336,7 @@ class _Actor:
         self.compile_memo = CompileMemo()  # entries of another view are never reused
         estimator = self.config.token_estimator
         self.view = MessageView(self.reader_listing, guard=lambda: self._guard(epoch),
-                                estimate=estimate_message if estimator is None else estimator.estimate)
+                                estimate=estimate_message if estimator is None else _checked(estimator))
         self.ctx = self._new_context()
 
     def _new_context(self) -> ActorContext:
@@ -943,6 +944,21 @@ def _subscribe_every_append(cache: Any, subscriber: Callable[[Message, Appended 
         cache.subscribers.append(subscriber)
     elif not wants and subscriber in cache.subscribers:
         cache.subscribers.remove(subscriber)
+
+
+def _checked(estimator: TokenEstimator) -> Callable[[Message], int]:
+    """A host's estimator, its answers checked: a negative or non-int estimate would let any
+    compile 'fit' (or fail deep inside a strategy), so it is refused where it was given."""
+    estimate = estimator.estimate
+
+    def checked(message: Message) -> int:
+        tokens = estimate(message)
+        if type(tokens) is not int or tokens < 0:
+            raise TypeError(f"token_estimator {estimator!r} estimated message {message.id} at {tokens!r}: "
+                            f"an estimate must be a non-negative int")
+        return tokens
+
+    return checked
 
 
 def _subscriber(ref: NamespaceRef) -> Callable[[Message, Appended | None], None]:
