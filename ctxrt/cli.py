@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
-import lmdb
 import trio
 from rich.console import Console
 from rich.markup import escape
@@ -50,6 +49,7 @@ from .compile import Budget
 from .errors import BranchNotFoundError, CtxrtError
 from .namespace import states
 from .runtime import Runtime, open_runtime
+from .store.engine import BACKEND_ERRORS
 
 TRACEBACK_VARIABLE = "CTXRT_TRACEBACK"
 LOG_LEVEL_VARIABLE = "CTXRT_LOG_LEVEL"
@@ -294,16 +294,15 @@ async def _messages(args: argparse.Namespace) -> int:
         slots = sorted(state.name for state in engine.list_states() if state.kind == "log" and states.is_slot(state.name))
         if args.slot not in slots:
             raise NotFoundError(f"no slot {args.slot!r} in {args.store}; its slots: {', '.join(slots) or 'none'}")
-        row = engine.branch(args.branch)
-        with engine.reader() as txn:
-            head = engine.log_head(txn, args.slot, row)
-            if args.tail is not None:
-                start, stop = max(0, head.length - args.tail), head.length
-            else:
-                start = args.offset or 0
-                stop = start + (args.limit if args.limit is not None else DEFAULT_LIMIT)
-            items = engine.log_items(txn, args.slot, row, start=start, stop=stop, head=head)
-            messages = [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
+        branch_id = engine.branch(args.branch).id
+        head = engine.read_head(args.slot, branch_id)
+        if args.tail is not None:
+            start, stop = max(0, head.length - args.tail), head.length
+        else:
+            start = args.offset or 0
+            stop = start + (args.limit if args.limit is not None else DEFAULT_LIMIT)
+        items = engine.read_items(args.slot, branch_id, at=head.revision, start=start, stop=stop)
+        messages = [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
     if args.json:
         _emit({"total": head.length, "start": start, "messages": [
             {"id": m.id, "participant": m.participant, "timestamp_ms": m.timestamp_ms,
@@ -778,8 +777,8 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     """An error's type name and a one-line message saying what failed."""
     leaves = list(_leaves(exc))
     first = leaves[0]
-    if isinstance(first, lmdb.Error):
-        kind = f"lmdb.{type(first).__name__}"
+    if isinstance(first, BACKEND_ERRORS):
+        kind = type(first).__name__
         message = f"the store can't be read (damaged, or not a ctxrt store): {first}"
     elif isinstance(first, (CtxrtError, OSError)):
         kind, message = type(first).__name__, str(first)

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import lmdb
 import trio
 
 from .compile import Budget
@@ -34,6 +33,7 @@ from .content import CompiledMessage, Text
 from .errors import CtxrtError, ModelError, StoreLockedError
 from .model import AnthropicModel, ModelRequest, ModelResponse, OfflineModel
 from .runtime import open_runtime
+from .store.engine import BACKEND_ERRORS
 from .strategies.autobiographical import Autobiographical
 
 RESIDENTS = ("ann", "bob", "cy")
@@ -204,7 +204,7 @@ async def _replace_own_store(store: Path, made: set[str]) -> None:
     except StoreLockedError as exc:
         raise StoreLockedError(exc.path, "the demo replaces its old store only when no runtime holds it; "
                                          "nothing was deleted") from None
-    except (CtxrtError, lmdb.Error):
+    except (CtxrtError, *BACKEND_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
         pass
     for name in sorted(made):
         (store / name).unlink(missing_ok=True)

@@ -143,8 +143,7 @@ async def run_load_test(
             progress(time.perf_counter() - started, sum(operations.values()))
         claims = {info.namespace: info.reader for info in await runtime.list_namespaces()}
         engine = runtime.engine
-        with engine.reader() as txn:
-            stored = engine.log_head(txn, "messages", engine.branch("main")).length
+        stored = engine.read_head("messages", engine.branch("main").id).length
         actors_left = runtime.statistics().namespace_actors
     conflicts = [
         f"{namespace}: opened for {sorted(readers_seen)} but records {claims.get(namespace)!r}"

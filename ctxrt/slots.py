@@ -159,14 +159,9 @@ class SlotCache:
 
     # -- loading ----------------------------------------------------------------------------
 
-    def _decode(self, data: bytes, sequence: int, txn: Any) -> Message:
+    def _decode(self, data: bytes, sequence: int) -> Message:
         self.decoded += 1
-        return _decode(self.engine, data, sequence, txn)
-
-    def _decode_committed(self, data: bytes, sequence: int) -> Message:
-        """An event's stored form decoded with its blobs put back (they committed with it)."""
-        self.decoded += 1
-        return decode_committed(self.engine, data, sequence)
+        return decode_stored(self.engine, data, sequence)
 
     def held(self, sequence: int) -> Message | None:
         """The message appended at ``sequence`` if this cache holds it decoded (no store read)."""
@@ -175,22 +170,16 @@ class SlotCache:
 
     def as_of(self, revision: int, start: int = 0) -> list[Message]:
         """The slot's messages from index ``start`` as of ``revision`` (decoded afresh, not kept)."""
-        branch = self.engine.branch_by_id(self.branch_id)
-        with self.engine.reader() as txn:
-            items = self.engine.log_items(txn, self.state, branch, at=revision, start=start)
-            return [_decode(self.engine, item.data, item.sequence, txn) for item in items]
+        items = self.engine.read_items(self.state, self.branch_id, at=revision, start=start)
+        return [decode_stored(self.engine, item.data, item.sequence) for item in items]
 
     def head_now(self) -> LogHead:
         """The slot's head as the store has it now (the cache is left as it is)."""
-        branch = self.engine.branch_by_id(self.branch_id)
-        with self.engine.reader() as txn:
-            return self.engine.log_head(txn, self.state, branch)
+        return self.engine.read_head(self.state, self.branch_id)
 
     def _reload(self, reason: str) -> None:
         """Start over from the slot's head: nothing is decoded until a read asks for it."""
-        branch = self.engine.branch_by_id(self.branch_id)
-        with self.engine.reader() as txn:
-            head = self.engine.log_head(txn, self.state, branch)
+        head = self.engine.read_head(self.state, self.branch_id)
         self.messages = []
         self.length = head.length
         self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
@@ -206,10 +195,8 @@ class SlotCache:
         """Decode up to ``count`` messages older than the held ones, as of ``revision``."""
         stop = self.length - len(self.messages)
         start = max(0, stop - count)
-        branch = self.engine.branch_by_id(self.branch_id)
-        with self.engine.reader() as txn:
-            items = self.engine.log_items(txn, self.state, branch, at=self.revision, start=start, stop=stop)
-            older = [self._decode(item.data, item.sequence, txn) for item in items]
+        items = self.engine.read_items(self.state, self.branch_id, at=self.revision, start=start, stop=stop)
+        older = [self._decode(item.data, item.sequence) for item in items]
         if not self.may_hold_audience and holds_audience([b for m in older for b in m.content]):
             # An item stored without its flag (written below the slot layer): project from now on.
             self.may_hold_audience = True
@@ -269,26 +256,24 @@ class SlotCache:
         return messages[start - offset : stop - offset]
 
     def _revalidate(self) -> None:
-        branch = self.engine.branch_by_id(self.branch_id)
-        with self.engine.reader() as txn:
-            head = self.engine.log_head(txn, self.state, branch)
-            if head.revision == self.revision:
-                return
-            if head.rewrite_revision != self.rewrite_revision:
-                reason = "rewritten since"
-            elif head.length < self.length:
-                reason = "length mismatch"
-            else:
-                # Only appends since: read just the new tail (one range scan).
-                items = self.engine.log_items(txn, self.state, branch, start=self.length, head=head)
-                for item in items:
-                    message = self._decode(item.data, item.sequence, txn)
-                    self._push(message, holds_audience(message.content))
-                self.revision = head.revision
-                self.tail_fills += 1
-                if _diagnostics():
-                    logger.info("tail fill %s on branch %d: %d appended", self.state, self.branch_id, len(items))
-                return
+        head = self.engine.read_head(self.state, self.branch_id)
+        if head.revision == self.revision:
+            return
+        if head.rewrite_revision != self.rewrite_revision:
+            reason = "rewritten since"
+        elif head.length < self.length:
+            reason = "length mismatch"
+        else:
+            # Only appends since: read just the new tail (one range scan), as of the head just read.
+            items = self.engine.read_items(self.state, self.branch_id, at=head.revision, start=self.length)
+            for item in items:
+                message = self._decode(item.data, item.sequence)
+                self._push(message, holds_audience(message.content))
+            self.revision = head.revision
+            self.tail_fills += 1
+            if _diagnostics():
+                logger.info("tail fill %s on branch %d: %d appended", self.state, self.branch_id, len(items))
+            return
         self._reload(reason)
 
     # -- events (writing runtime) -----------------------------------------------------------
@@ -318,7 +303,7 @@ class SlotCache:
         if isinstance(operation, ItemAppended):
             appended: Appended | None = operation.attachment
             if appended is None:
-                message = self._decode_committed(operation.data, operation.sequence)
+                message = self._decode(operation.data, operation.sequence)
                 audience = holds_audience(message.content)
             else:
                 message = Message(
@@ -339,7 +324,7 @@ class SlotCache:
         elif isinstance(operation, ItemEdited):
             self.revision = self.rewrite_revision = operation.sequence
             appended = operation.attachment
-            content = appended.content if appended is not None else self._decode_committed(
+            content = appended.content if appended is not None else self._decode(
                 operation.data, operation.item_sequence
             ).content
             index = self._held(operation.item_sequence)
@@ -391,26 +376,16 @@ class SlotCache:
         if self.complete or (self.messages and sequence >= self.messages[0].sequence):
             index = self._held(sequence)
             return None if index is None else self.messages[index]
-        branch = self.engine.branch_by_id(self.branch_id)
-        with self.engine.reader() as txn:
-            found = self.engine.find_index(txn, self.state, branch, sequence, at=self.revision)
-            if found is None:
-                return None
-            item = self.engine.log_item(txn, self.state, branch, found[0], at=self.revision)
-            return None if item is None else self._decode(item.data, item.sequence, txn)
+        item = self.engine.read_item(self.state, self.branch_id, sequence, at=self.revision)
+        return None if item is None else self._decode(item.data, item.sequence)
 
 
-def _decode(engine: Engine, data: bytes, sequence: int, txn: Any) -> Message:
-    """A stored message decoded with its blobs put back."""
+def decode_stored(engine: Engine, data: bytes, sequence: int) -> Message:
+    """A stored message decoded with its blobs put back (blobs are content-addressed and never
+    change, so they are read apart from the item)."""
     message = codec.message_from_json(data, sequence=sequence)
-    resolved = codec.resolve_blobs(message.content, lambda sha: engine.get_blob(txn, sha))
+    resolved = codec.resolve_blobs(message.content, engine.read_blob)
     return message if resolved is message.content else attrs.evolve(message, content=resolved)
-
-
-def decode_committed(engine: Engine, data: bytes, sequence: int) -> Message:
-    """A commit event's stored form decoded, its blobs put back (they committed with it)."""
-    with engine.reader() as txn:
-        return _decode(engine, data, sequence, txn)
 
 
 def _sequence(message: Message) -> int:
@@ -471,8 +446,7 @@ class SlotRegistry:
         parent = self._caches.get((state, row.parent))
         if parent is None or parent.stale or parent.rewrite_revision > row.fork_sequence:
             return None  # rewritten since the fork: what it holds is not what the child saw
-        with self.engine.reader() as txn:
-            head = self.engine.log_head(txn, state, row)
+        head = self.engine.read_head(state, branch_id)
         if head.revision > row.fork_sequence:
             return None  # the branch wrote its own since
         held = bisect_right(parent.messages, row.fork_sequence, key=_sequence)
@@ -542,19 +516,13 @@ class SlotRegistry:
             if appended is not None:
                 return Added(Message(str(operation.sequence), operation.sequence, appended.participant,
                                      appended.content, appended.metadata, appended.timestamp_ms, appended.caused_by))
-            return Added(decode_committed(engine, operation.data, operation.sequence))
+            return Added(decode_stored(engine, operation.data, operation.sequence))
         if isinstance(operation, ItemEdited):
             previous = cache.held(operation.item_sequence) if cache is not None else None
-            return Edited(decode_committed(engine, operation.data, operation.item_sequence), previous)
+            return Edited(decode_stored(engine, operation.data, operation.item_sequence), previous)
         if isinstance(operation, ItemsRemoved):
             # The ids removed: the visible items in the range just before the removal.
-            branch = engine.branch_by_id(operation.branch)
-            before = operation.sequence - 1
-            with engine.reader() as txn:
-                first = engine.find_index(txn, operation.state, branch, operation.from_sequence, at=before)
-                last = engine.find_index(txn, operation.state, branch, operation.to_sequence, at=before)
-                if first is None or last is None:
-                    return None
-                items = engine.log_items(txn, operation.state, branch, at=before, start=first[0], stop=last[0] + 1)
-            return Removed(tuple(str(item.sequence) for item in items))
+            items = engine.read_items_appended(operation.state, operation.branch, operation.from_sequence,
+                                               operation.to_sequence, at=operation.sequence - 1)
+            return Removed(tuple(str(item.sequence) for item in items)) if items else None
         return None

@@ -129,3 +129,22 @@ def test_the_checker_sees_an_upward_import() -> None:
     layers = layer_of()
     assert layers["ctxrt.runtime"] > layers["ctxrt.manager"]
     assert "ctxrt.namespace.protocol" in imports_of(all_modules()["ctxrt.manager"])
+
+
+def test_only_the_store_package_touches_lmdb_or_a_raw_transaction() -> None:
+    """The engine read API (docs/architecture.md): no module outside ctxrt/store imports lmdb or
+    opens an engine transaction, so another engine can stand behind the same calls."""
+    offenders = []
+    for name, path in all_modules().items():
+        if name.startswith("ctxrt.store"):
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import) and any(alias.name.split(".")[0] == "lmdb" for alias in node.names):
+                offenders.append(f"{name} imports lmdb")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lmdb":
+                offenders.append(f"{name} imports from lmdb")
+            elif (isinstance(node, ast.Attribute) and node.attr in ("reader", "log_items", "log_head", "log_item")
+                  and ast.unparse(node.value).split(".")[-1].endswith("engine")):
+                offenders.append(f"{name} calls engine.{node.attr} (line {node.lineno})")
+    assert offenders == []

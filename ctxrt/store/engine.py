@@ -57,6 +57,8 @@ _BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
 
 # What reading damaged bytes raises: LMDB's own findings, and the decoders' (K7).
 _LMDB_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError)
+# What the backend itself raises, for callers that report errors by kind (the CLI).
+BACKEND_ERRORS: tuple[type[BaseException], ...] = (lmdb.Error,)
 _DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError)
 
 _U64_PACK = keys.U64.pack
@@ -738,6 +740,41 @@ class Engine:
             return []
         with self.reader() as txn:
             return self.log_items(txn, state, self._branches[branch_id])
+
+    def read_head(self, state: str, branch_id: int, at: int | None = None) -> LogHead:
+        """The head of log ``state`` on branch ``branch_id`` (as of sequence ``at``, or now)."""
+        with self.reader() as txn:
+            return self.log_head(txn, state, self._branches[branch_id], at)
+
+    def read_items(
+        self, state: str, branch_id: int, *, at: int | None = None, start: int = 0, stop: int | None = None,
+    ) -> list[Item]:
+        """Items ``[start, stop)`` of log ``state`` on branch ``branch_id``, as of ``at`` (or now)."""
+        with self.reader() as txn:
+            return self.log_items(txn, state, self._branches[branch_id], at=at, start=start, stop=stop)
+
+    def read_item(self, state: str, branch_id: int, sequence: int, *, at: int | None = None) -> Item | None:
+        """The visible item appended at ``sequence``, as of ``at`` (or now), or None."""
+        row = self._branches[branch_id]
+        with self.reader() as txn:
+            found = self.find_index(txn, state, row, sequence, at)
+            return None if found is None else self.log_item(txn, state, row, found[0], at)
+
+    def read_items_appended(
+        self, state: str, branch_id: int, first: int, last: int, *, at: int | None = None,
+    ) -> list[Item]:
+        """The visible items appended at sequences ``first`` through ``last`` (both present), as of ``at``."""
+        row = self._branches[branch_id]
+        with self.reader() as txn:
+            low, high = self.find_index(txn, state, row, first, at), self.find_index(txn, state, row, last, at)
+            if low is None or high is None:
+                return []
+            return self.log_items(txn, state, row, at=at, start=low[0], stop=high[0] + 1)
+
+    def read_blob(self, sha256: str) -> tuple[bytes, str] | None:
+        """A blob's bytes and media type, or None."""
+        with self.reader() as txn:
+            return self.get_blob(txn, sha256)
 
     def branch_deleted(self, branch_id: int) -> bool:
         """Whether branch ``branch_id`` was deleted. A read-only engine reads the row afresh: the
