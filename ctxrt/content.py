@@ -95,6 +95,11 @@ class Message:
     _tokens: int = attrs.field(default=-1, init=False, eq=False, repr=False)
 
 
+def sequence_key(message: Message) -> int:
+    """A message's sequence: the key its lists are sorted and bisected by."""
+    return message.sequence
+
+
 def has_audience(block: object) -> bool:
     """Whether ``block`` declares an audience (any value but None)."""
     return getattr(block, "audience", None) is not None

@@ -59,7 +59,7 @@ from .namespace.protocol import (
 from .namespace.registry import NamespaceRegistry, new_token
 from .queries import MessageQuery
 from .slots import SlotCache, prepare_append
-from .store.engine import BranchRow
+from .store.engine import BranchRow, LogHead
 from .store.protocol import AppendItem, BranchInfo, CreateBranch, describe_branches
 from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
 
@@ -272,9 +272,8 @@ class ContextManager:
         checks.integer(offset, "offset")
         checks.integer(limit, "limit", minimum=0)
         await trio.lowlevel.checkpoint()
-        total = slot.count()
-        start = max(0, total + offset) if offset < 0 else min(offset, total)
-        return MessageWindow(tuple(slot.window(start, start + limit)), start, total)
+        messages, start, total = slot.window(offset, limit)
+        return MessageWindow(tuple(messages), start, total)
 
     async def query_messages(
         self, *, participant: str | None = None, metadata: Mapping[str, Any] | None = None,
@@ -406,7 +405,7 @@ class ContextManager:
         branch is deleted (a read-only runtime notices at its next look).
 
         Raises:
-            ValueError: ``poll_interval_s`` not a positive finite number of seconds.
+            TypeError, ValueError: ``poll_interval_s`` not a positive finite number of seconds.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         slot = self._slot()
@@ -420,8 +419,9 @@ class ContextManager:
             finally:
                 unwatch()
             return
+        head = slot.head_now()  # from here on: a change before the poller's first look is reported too
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_poll, slot, send, interval)
+            nursery.start_soon(_poll, slot, head, send, interval)
             try:
                 with receive:
                     yield receive
@@ -473,7 +473,8 @@ class ContextManager:
         """Remove pin ``pin_id``; False if there is none of that id.
 
         Raises:
-            StrategyRefusedError, ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``pin_range``.
+            StrategyRefusedError, ReadOnlyStoreError, ReaderConflictError, BranchNotFoundError,
+                ManagerClosedError: as ``pin_range``.
         """
         removed: bool = await self._live().ask(Unpin(self._reader, checks.text(pin_id, "pin_id")))
         return removed
@@ -482,7 +483,7 @@ class ContextManager:
         """The namespace's pins, oldest first ([] for a strategy that keeps none).
 
         Raises:
-            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+            StrategyRefusedError, ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
         pins: list[Pin] = await self._live().ask(ListPins(self._reader))
         return pins
@@ -774,12 +775,13 @@ class ContextManager:
 
 
 
-async def _poll(slot: SlotCache, send: trio.MemorySendChannel[MessageEvent], interval: float) -> None:
+async def _poll(
+    slot: SlotCache, head: LogHead, send: trio.MemorySendChannel[MessageEvent], interval: float,
+) -> None:
     """A read-only runtime's subscription: at each look, one head read, then what changed between
     the last look's revision and this one's, each read as of its revision (a write landing while
     it looks waits for the next look)."""
     with send:
-        head = slot.head_now()
         while True:
             await trio.sleep(interval)
             if slot.engine.branch_deleted(slot.branch_id):

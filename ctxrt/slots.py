@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from . import checks, codec
-from .content import Block, Message, ToolResult, has_audience
+from .content import Block, Message, ToolResult, has_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
 from .store.engine import (
@@ -216,6 +216,10 @@ class SlotCache:
         first: a list the cache owns, immutable by contract. Decodes what isn't held yet, at least
         doubling what is, so reading back through a slot costs each message once."""
         self._fresh()
+        return self._hold(count)
+
+    def _hold(self, count: int) -> list[Message]:
+        """``suffix`` without looking at the head again (one look per public read)."""
         missing = min(count, self.length) - len(self.messages)
         if missing > 0:
             self._load_older(max(missing, len(self.messages), MIN_LOAD))
@@ -228,7 +232,7 @@ class SlotCache:
     def newest_first(self) -> Iterator[Message]:
         """Every message, newest first, decoding older ones only as the walk reaches them. Read it
         without awaiting in between: the walk follows the cache as it was when it started."""
-        self._fresh()
+        self._fresh()  # once: later steps read back as of the same revision, so nothing repeats
         messages, index = self.messages, len(self.messages) - 1
         while True:
             while index >= 0:
@@ -237,7 +241,7 @@ class SlotCache:
             if len(messages) >= self.length:
                 return
             held = len(messages)
-            messages = self.suffix(held + 1)
+            messages = self._hold(held + 1)
             index = len(messages) - held - 1
 
     def count(self) -> int:
@@ -245,15 +249,18 @@ class SlotCache:
         self._fresh()
         return self.length
 
-    def window(self, start: int, stop: int) -> list[Message]:
-        """Messages ``[start, stop)`` by slot index, decoding back to ``start`` only."""
+    def window(self, offset: int, limit: int) -> tuple[list[Message], int, int]:
+        """(``limit`` messages from index ``offset`` (negative counts from the end), that start
+        index, the slot's length), from one look at the head, decoding back to the start only."""
         self._fresh()
-        start, stop = max(0, start), min(stop, self.length)
+        total = self.length
+        start = max(0, total + offset) if offset < 0 else min(offset, total)
+        stop = min(total, start + max(0, limit))
         if start >= stop:
-            return []
-        messages = self.suffix(self.length - start)
-        offset = self.length - len(messages)
-        return messages[start - offset : stop - offset]
+            return [], start, total
+        messages = self._hold(total - start)
+        held_from = total - len(messages)
+        return messages[start - held_from : stop - held_from], start, total
 
     def _revalidate(self) -> None:
         head = self.engine.read_head(self.state, self.branch_id)
@@ -333,7 +340,7 @@ class SlotCache:
                 messages[index] = attrs.evolve(messages[index], content=content)
                 self.messages = messages
             elif self.complete or (self.messages and operation.item_sequence >= self.messages[0].sequence):
-                self._reload("edited an item the cache doesn't hold")
+                self.stale = True  # reloaded at the next read, after the whole batch is published
                 return
             # else older than the held suffix: it is read, edited, as of the new revision
             self.may_hold_audience = self.may_hold_audience or holds_audience(content)
@@ -344,7 +351,7 @@ class SlotCache:
             self.messages = [m for m in self.messages if not low <= m.sequence <= high]
             self.length -= operation.count
             if self.length < len(self.messages):
-                self._reload("removed more than the slot held")
+                self.stale = True  # reloaded at the next read, after the whole batch is published
                 return
             self.rewrites += 1
 
@@ -361,7 +368,7 @@ class SlotCache:
     def _held(self, sequence: int) -> int | None:
         """The index in ``messages`` of the message appended at ``sequence``, if held."""
         messages = self.messages
-        index = bisect_left(messages, sequence, key=_sequence)
+        index = bisect_left(messages, sequence, key=sequence_key)
         if index < len(messages) and messages[index].sequence == sequence:
             return index
         return None
@@ -387,9 +394,6 @@ def decode_stored(engine: Engine, data: bytes, sequence: int) -> Message:
     resolved = codec.resolve_blobs(message.content, engine.read_blob)
     return message if resolved is message.content else attrs.evolve(message, content=resolved)
 
-
-def _sequence(message: Message) -> int:
-    return message.sequence
 
 
 def parse_id(message_id: object) -> int | None:
@@ -449,7 +453,7 @@ class SlotRegistry:
         head = self.engine.read_head(state, branch_id)
         if head.revision > row.fork_sequence:
             return None  # the branch wrote its own since
-        held = bisect_right(parent.messages, row.fork_sequence, key=_sequence)
+        held = bisect_right(parent.messages, row.fork_sequence, key=sequence_key)
         before = parent.length - len(parent.messages)  # messages older than the parent holds
         if before + held != head.length:
             return None

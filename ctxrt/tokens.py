@@ -134,6 +134,7 @@ class CalibratedEstimator:
         self.model = model
         self.factors: dict[str, float] = {}
         self._last: str | None = None
+        self.version = 0  # rises whenever its estimates may change, for anyone keeping priced counts
 
     @property
     def factor(self) -> float:
@@ -150,6 +151,7 @@ class CalibratedEstimator:
         old = self.factors.get(model, 1.0)
         self.factors[model] = old + CALIBRATION_WEIGHT * (ratio - old)
         self._last = model
+        self.version += 1
 
     def to_json(self) -> dict[str, Any]:
         return {"factors": dict(self.factors), "last": self._last}
@@ -164,6 +166,7 @@ class CalibratedEstimator:
         self.factors = factors
         last = data.get("last")
         self._last = last if isinstance(last, str) else None
+        self.version += 1
 
     def __repr__(self) -> str:
         return f"CalibratedEstimator(model={self.model!r}, factors={self.factors!r})"

@@ -18,8 +18,8 @@ from typing import NamedTuple, Protocol
 
 import attrs
 
-from .content import Message, content_for_reader
-from .slots import FULL, MIN_LOAD, SlotCache, _sequence, parse_id
+from .content import Message, content_for_reader, sequence_key
+from .slots import FULL, MIN_LOAD, SlotCache, parse_id
 from .tokens import estimate_message
 
 
@@ -100,7 +100,7 @@ class _Derived:
             self._complete = False
             self._rewrites += 1
         elif source.messages and source.messages[-1].sequence > self._newest:
-            tail = source.messages[bisect_right(source.messages, self._newest, key=_sequence) :]
+            tail = source.messages[bisect_right(source.messages, self._newest, key=sequence_key) :]
             self._messages.extend(self._transform(tail))
             self._take(tail, self._complete)
         while (self._oldest is None or len(self._messages) < count) and not self._complete:
@@ -109,7 +109,7 @@ class _Derived:
                 if source.stamp != self._stamp:
                     return self.window(count)  # the source changed as it read back: start over
             cut = len(source.messages) if self._oldest is None else bisect_left(
-                source.messages, self._oldest, key=_sequence)
+                source.messages, self._oldest, key=sequence_key)
             older = source.messages[:cut]
             self._messages = self._transform(older) + self._messages
             self._take(older, source.complete)
@@ -147,10 +147,10 @@ class MergedListing:
         current = [source.window(1) for source in self.sources]
         stamps = [window.stamp for window in current]
         if stamps == self._stamps:
-            tails = [w.messages[bisect_right(w.messages, newest, key=_sequence) :]
+            tails = [w.messages[bisect_right(w.messages, newest, key=sequence_key) :]
                      for w, newest in zip(current, self._newest)]
             if any(tails):
-                self._messages.extend(heapq.merge(*tails, key=_sequence))
+                self._messages.extend(heapq.merge(*tails, key=sequence_key))
                 self._newest = [w.messages[-1].sequence if w.messages else -1 for w in current]
             if len(self._messages) >= count or self._complete:
                 return Window(self._messages, self._complete, (self, self._rewrites))
@@ -160,9 +160,9 @@ class MergedListing:
             # Below the oldest message a source holds, it may hold more not read yet: merged, the
             # held stretch starts at the newest such floor.
             floor = max((w.messages[0].sequence for w in current if not w.complete and w.messages), default=None)
-            parts = [w.messages if floor is None else w.messages[bisect_left(w.messages, floor, key=_sequence) :]
+            parts = [w.messages if floor is None else w.messages[bisect_left(w.messages, floor, key=sequence_key) :]
                      for w in current]
-            merged = list(heapq.merge(*parts, key=_sequence))
+            merged = list(heapq.merge(*parts, key=sequence_key))
             if floor is None or len(merged) >= count:
                 break
             wanted *= 2
@@ -238,12 +238,18 @@ class MessageView:
 
     def __init__(
         self, listing: Listing, guard: Callable[[], None] | None = None,
-        estimate: Callable[[Message], int] = estimate_message,
+        estimate: Callable[[Message], int] = estimate_message, pricing: Callable[[], object] = lambda: 0,
     ) -> None:
         self._listing = listing
         self._guard = guard
         self._estimate = estimate
-        self.pricing = 0  # bumped whenever estimates change (a calibration): priced caches start over
+        self._pricing = pricing
+
+    @property
+    def pricing(self) -> object:
+        """Changes whenever ``estimate_tokens`` may price a message differently (a calibration):
+        a strategy that keeps token counts across compiles starts them over when it changes."""
+        return self._pricing()
 
     def window(self, count: int) -> Window:
         """At least the newest ``count`` messages of the view, with whether they are all of it and a
@@ -279,7 +285,7 @@ class MessageView:
         sequence = parse_id(message_id)
         if sequence is None:
             return None
-        index = bisect_left(messages, sequence, key=_sequence)
+        index = bisect_left(messages, sequence, key=sequence_key)
         return index if index < len(messages) and messages[index].sequence == sequence else None
 
     def get(self, message_id: str) -> Message | None:
@@ -287,7 +293,7 @@ class MessageView:
         if sequence is None:
             return None
         messages = self._reaching(sequence)
-        index = bisect_left(messages, sequence, key=_sequence)
+        index = bisect_left(messages, sequence, key=sequence_key)
         return messages[index] if index < len(messages) and messages[index].sequence == sequence else None
 
     def sequence_of(self, message_id: str) -> int | None:
@@ -297,7 +303,7 @@ class MessageView:
     def after(self, sequence: int) -> Sequence[Message]:
         """Messages with a sequence above ``sequence``."""
         messages = self._reaching(sequence)
-        return messages[bisect_right(messages, sequence, key=_sequence) :]
+        return messages[bisect_right(messages, sequence, key=sequence_key) :]
 
     def estimate_tokens(self, message: Message) -> int:
         return self._estimate(message)

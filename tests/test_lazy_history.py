@@ -261,3 +261,21 @@ async def test_an_edit_of_a_message_no_read_has_reached_is_applied_without_an_er
             assert cache.decoded == 1  # only the edited message, for the edit's check
             assert texts([await manager.get_message(old_id)]) == ["rewritten"]
             assert texts((await manager.get_message_window(0, 1)).messages) == ["rewritten"]
+
+
+async def test_a_read_only_walk_newest_first_never_repeats_a_message_while_the_writer_appends(tmp_path: Path) -> None:
+    """L7 (from a review): query_messages(reverse=True) in a read-only runtime reads back as of the
+    head it looked at first, so appends landing during the walk neither repeat nor reorder it."""
+    await write_history(tmp_path, count=300)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path) as writer_rt:
+            writer = await writer_rt.open("writer")
+            async with ctxrt.open_runtime(tmp_path, readonly=True) as reader_rt:
+                cache = await cache_of(await reader_rt.open("writer"))
+                walk = cache.newest_first()
+                seen = [next(walk) for _ in range(70)]
+                for i in range(3):
+                    await writer.add_message("user", f"late {i}")
+                seen += list(walk)
+    sequences = [m.sequence for m in seen]
+    assert len(sequences) == 300 and sequences == sorted(set(sequences), reverse=True)

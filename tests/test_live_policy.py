@@ -203,3 +203,12 @@ async def test_autobiographical_prunes_old_tool_output_in_its_recent_window(tmp_
             stored = await manager.get_all_messages()
             assert all("output" in b.content for m in stored for b in m.content if type(b) is ToolResult)
             assert violations(result.to_anthropic(assistant="Claude")) == []
+
+
+def test_images_in_pruned_tool_results_dont_count_against_the_live_limit() -> None:
+    """Item 1 (from a review): the limit counts what could stay live, not images a pruned tool
+    result takes with it."""
+    entries = [copy(i, image(i)) for i in range(6)]
+    entries += [copy(10 + i, ToolResult(f"t{i}", (Text("shot"), image(10 + i)))) for i in range(2)]
+    out = apply_live_policy(entries, WindowedPassthrough(max_live_images=6, tool_result_max_last_n=0))
+    assert live_images(out) == [0, 1, 2, 3, 4, 5]

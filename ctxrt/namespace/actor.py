@@ -209,6 +209,7 @@ class _Actor:
         self.in_flight: _InFlight | None = None
         self.drain_wanted = False
         self.last_compile_ms: float | None = None
+        self.observed = 0  # usage reports the token estimator has heard (its pricing, for a host's own)
         self._streak = 0
         self.stop_error: Callable[[], BaseException] | None = None
 
@@ -336,7 +337,8 @@ class _Actor:
         self.compile_memo = CompileMemo()  # entries of another view are never reused
         estimator = self.config.token_estimator
         self.view = MessageView(self.reader_listing, guard=lambda: self._guard(epoch),
-                                estimate=estimate_message if estimator is None else _checked(estimator))
+                                estimate=estimate_message if estimator is None else _checked(estimator),
+                                pricing=self._pricing)
         self.ctx = self._new_context()
 
     def _new_context(self) -> ActorContext:
@@ -924,13 +926,19 @@ class _Actor:
         except Exception:
             logger.exception("%s: the token estimator failed to observe a reply's usage", self.place)
             return
-        self.view.pricing += 1
+        self.observed += 1
         if isinstance(estimator, CalibratedEstimator) and not self.readonly:
             try:
                 await self._store().ask(SetValue(state=states.calibration_state(self.place.namespace),
                                                  branch=self.branch_id, value=estimator.to_json()))
             except Exception:
                 logger.warning("%s: the token calibration could not be stored", self.place, exc_info=True)
+
+    def _pricing(self) -> object:
+        """What the view's ``pricing`` reports: the bundled estimator's own version (it may be shared
+        by several namespaces), else how many reports this actor's estimator has heard."""
+        estimator = self.config.token_estimator
+        return estimator.version if isinstance(estimator, CalibratedEstimator) else self.observed
 
     def _moved_error(self) -> BaseException:
         return StrategyRefusedError(f"the strategy or reader of {self.place} changed while this request ran; retry it")

@@ -30,6 +30,7 @@ from ..content import (
     ToolResult,
     ToolUse,
     has_block,
+    sequence_key,
 )
 from ..errors import MessageNotFoundError, ModelError, OverBudgetError
 from ..model import ModelRequest, ModelResponse
@@ -45,6 +46,7 @@ from .base import (
     count,
     optional_count,
     optional_text,
+    raw_entry,
 )
 from .live import MIB, LiveMemo, apply_live_policy
 from .shaping import shape
@@ -138,9 +140,6 @@ def render_transcript(messages: Sequence[Message]) -> str:
 _TRANSIENT = object()  # a retryable model failure: the unit stays queued, uncounted, and the drain backs off
 
 
-def _sequence(message: Message) -> int:
-    return message.sequence
-
 
 class AutobiographicalStrategy(Strategy):
     name = "autobio"
@@ -168,7 +167,7 @@ class AutobiographicalStrategy(Strategy):
         self.pins: list[Pin] = []
         self._next_pin = 0
         self._prices: dict[str, int] = {}  # summary id -> what showing it costs, at one pricing
-        self._priced_at = -1
+        self._priced_at: object = None
         self._live_memo: LiveMemo = {}
         self._price: Callable[[Summary], int] = lambda summary: summary.tokens + SUMMARY_HEADER_TOKENS
 
@@ -244,7 +243,7 @@ class AutobiographicalStrategy(Strategy):
         end = self._recent_start(messages, view, head_end)
         held = ctx.hold_floor()
         if held is not None:
-            end = min(end, bisect_left(messages, held, key=_sequence))
+            end = min(end, bisect_left(messages, held, key=sequence_key))
         return end
 
     def _rebuild(self, ctx: StrategyContext) -> None:
@@ -273,12 +272,12 @@ class AutobiographicalStrategy(Strategy):
         head_start, head_end = self._head(messages, view)
         end = self._compressible_end(messages, ctx)
         last = self.chunks[-1].last_sequence if self.chunks else 0
-        start = bisect_left(messages, last + 1, key=_sequence)
+        start = bisect_left(messages, last + 1, key=sequence_key)
         closing: list[Chunk] = []
         if start < head_start < head_end and end >= head_start:
             closing += self._walk(ctx, messages[start:head_start], seam=True, number=len(self.chunks))
             if closing:
-                start = bisect_left(messages, closing[-1].last_sequence + 1, key=_sequence)
+                start = bisect_left(messages, closing[-1].last_sequence + 1, key=sequence_key)
         if start >= head_start:
             start = max(start, head_end)
         closing += self._walk(ctx, messages[start:end], seam=False, number=len(self.chunks) + len(closing))
@@ -344,9 +343,10 @@ class AutobiographicalStrategy(Strategy):
         oldest history), returned oldest first."""
         chosen = []
         for summary in reversed(candidates):
-            if self._price(summary) <= allowance:
-                chosen.append(summary)
-                allowance -= self._price(summary)
+            if self._price(summary) > allowance:
+                break  # older ones may be smaller, but showing them would leave a newer gap
+            chosen.append(summary)
+            allowance -= self._price(summary)
         return chosen[::-1]
 
     def _pricer(self, view: MessageView) -> Callable[[Summary], int]:
@@ -614,7 +614,7 @@ class AutobiographicalStrategy(Strategy):
             shaped, cost = shape(message, cap, view.estimate_tokens)
             if spent + cost > usable:
                 break
-            entries_head.append(_raw(shaped))
+            entries_head.append(raw_entry(shaped))
             spent += cost
         if entries_head:
             entries_head[-1] = attrs.evolve(entries_head[-1], cache_marker=True)
@@ -633,7 +633,7 @@ class AutobiographicalStrategy(Strategy):
             pinned_ids.add(message.id)
             shaped, cost = shape(message, cap, view.estimate_tokens)
             if spent + cost <= usable:
-                pinned_entries.append((message.sequence, [_raw(shaped)]))
+                pinned_entries.append((message.sequence, [raw_entry(shaped)]))
                 spent += cost
         pinned_tokens = spent - head_tokens
         # Recent window: evicted newest-first within budget, emitted chronologically.
@@ -644,7 +644,7 @@ class AutobiographicalStrategy(Strategy):
             shaped, cost = shape(message, cap, view.estimate_tokens)
             if spent + cost > usable:
                 break
-            recent.append((message.sequence, [_raw(shaped)]))
+            recent.append((message.sequence, [raw_entry(shaped)]))
             spent += cost
         tail_tokens = spent - head_tokens - pinned_tokens
         self._price = self._pricer(view)
@@ -655,7 +655,7 @@ class AutobiographicalStrategy(Strategy):
         shown: list[Summary] = []
         budgets = {3: LEVEL_BUDGET_TOKENS, 2: LEVEL_BUDGET_TOKENS, 1: LEVEL_BUDGET_TOKENS}
         carry = 0
-        for level in (3, 2, 1):
+        for level in (1, 2, 3):  # the newest history first: under pressure the oldest summaries go
             allowance = min(budgets[level] + carry, usable - spent)
             candidates = sorted((s for s in frontier if s.level == level), key=lambda s: s.first_sequence)
             chosen = self._choose_l1(candidates, allowance) if level == 1 else self._choose(candidates, allowance)
@@ -683,14 +683,14 @@ class AutobiographicalStrategy(Strategy):
                 logger.info("compression debt: %d uncovered middle message(s) left out of the compile",
                             len(uncovered) - len(kept))
                 break
-            kept.append((message.sequence, [_raw(shaped)]))
+            kept.append((message.sequence, [raw_entry(shaped)]))
             spent += cost
         # No silent drops: every message of the view is shown raw or covered by a shown summary,
         # or it is reported, with why.
         shown_raw = in_head | {e.source_ids[0] for _, group in (*pinned_entries, *recent, *kept) for e in group}
         dropped = tuple(m.id for m in messages if m.id not in shown_raw and m.id not in covered)
         summarised = {leaf for summary in frontier for leaf in self._leaves(summary)}
-        debt = sum(1 for message_id in dropped if message_id not in summarised)
+        debt = sum(1 for message_id in dropped if message_id not in summarised and message_id not in pinned_ids)
         levels: dict[int, int] = {}
         for summary in shown:
             levels[summary.level] = levels.get(summary.level, 0) + 1
@@ -869,9 +869,6 @@ def _pins_from(stored: Any) -> tuple[list[Pin], int]:
         logger.error("the stored pins %r can't be read; starting with none", stored)
         return [], 0
 
-
-def _raw(message: Message) -> Entry:
-    return Entry(message.participant, message.content, (message.id,), "copy")
 
 
 @attrs.frozen

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import attrs
 
 from ..compile import Entry
-from ..content import Message
+from ..content import Message, sequence_key
 
 if TYPE_CHECKING:
     from ..compile import Budget, PreviewResult
@@ -312,7 +312,7 @@ class RawEntries:
         self.totals: list[int] = [0]  # totals[i] = tokens of entries[:i]
         self.complete = False  # the entries are the whole view
         self._newest = -1  # sequence of the newest message taken
-        self._pricing = 0  # the view's pricing the totals were made with
+        self._pricing: object = None  # the view's pricing the totals were made with
 
     def cover(self, view: MessageView, tokens: int) -> None:
         """Hold entries for the newest messages until they cost more than ``tokens`` or are all of
@@ -325,8 +325,8 @@ class RawEntries:
         elif window.messages and window.messages[-1].sequence > self._newest:
             messages = window.messages
             total = self.totals[-1]
-            for message in messages[bisect_right(messages, self._newest, key=_sequence) :]:
-                self.entries.append(_copy(message))
+            for message in messages[bisect_right(messages, self._newest, key=sequence_key) :]:
+                self.entries.append(raw_entry(message))
                 total += view.estimate_tokens(message)
                 self.totals.append(total)
             self._newest = messages[-1].sequence
@@ -336,7 +336,7 @@ class RawEntries:
                 return self.cover(view, tokens)  # rewritten as it read back: start over
             messages = window.messages
             oldest = self._oldest()
-            self._prepend(messages[: bisect_left(messages, oldest, key=_sequence)] if oldest is not None else messages,
+            self._prepend(messages[: bisect_left(messages, oldest, key=sequence_key)] if oldest is not None else messages,
                           window.complete, view)
         self._trim(tokens)
 
@@ -344,7 +344,7 @@ class RawEntries:
         return int(self.entries[0].source_ids[0]) if self.entries else None
 
     def _prepend(self, messages: Sequence[Message], complete: bool, view: MessageView) -> None:
-        entries = [_copy(message) for message in messages] + self.entries
+        entries = [raw_entry(message) for message in messages] + self.entries
         costs = [view.estimate_tokens(message) for message in messages]
         costs += [b - a for a, b in zip(self.totals, self.totals[1:])]
         self.entries, self.totals = entries, [0, *accumulate(costs)]
@@ -368,9 +368,8 @@ class RawEntries:
         return bisect_left(self.totals, self.totals[-1] - usable)
 
 
-def _copy(message: Message) -> Entry:
+def raw_entry(message: Message) -> Entry:
+    """A ``copy`` entry carrying ``message`` as it is in the view."""
     return Entry(message.participant, message.content, (message.id,), "copy")
 
 
-def _sequence(message: Message) -> int:
-    return message.sequence

@@ -124,18 +124,21 @@ _KINDS = (Image, ToolResult, ToolUse)
 LiveMemo = dict[tuple[Any, ...], tuple[tuple[Block, ...], Entry]]
 
 
-def _count(entries: Sequence[Entry]) -> tuple[int, int]:
-    """(images that could be sent, tool results) among ``entries``."""
-    images = results = 0
-    for entry in entries:
-        for block in entry.content:
+def _count(entries: Sequence[Entry], last_n: int | None) -> tuple[int, int | None]:
+    """(images that could stay live, tool results that stay) among ``entries``: images inside
+    tool results the pruning takes don't count."""
+    results = sum(1 for entry in entries for block in entry.content if type(block) is ToolResult)
+    live_results = None if last_n is None else live_count(results, last_n)
+    images = seen = 0
+    for entry in reversed(entries):
+        for block in reversed(entry.content):
             if type(block) is Image:
                 images += image_bytes(block) <= MAX_IMAGE_DATA_BYTES
             elif type(block) is ToolResult:
-                results += 1
-                if not isinstance(block.content, str):
+                seen += 1
+                if (live_results is None or seen <= live_results) and not isinstance(block.content, str):
                     images += sum(1 for b in block.content if type(b) is Image and image_bytes(b) <= MAX_IMAGE_DATA_BYTES)
-    return images, results
+    return images, live_results
 
 
 def apply_live_policy(entries: Sequence[Entry], options: LiveOptions, memo: LiveMemo | None = None) -> list[Entry]:
@@ -144,10 +147,8 @@ def apply_live_policy(entries: Sequence[Entry], options: LiveOptions, memo: Live
     With a ``memo`` (a strategy keeps one), an entry changed the same way as at an earlier call
     is handed back as the same object, so compile's own memo reuses what it prepared for it.
     """
-    images, results = _count(entries)
-    last_n = options.tool_result_max_last_n
-    walk = _Walk(options, live_count(images, min(options.max_live_images, MAX_IMAGES)),
-                 None if last_n is None else live_count(results, last_n))
+    images, live_results = _count(entries, options.tool_result_max_last_n)
+    walk = _Walk(options, live_count(images, min(options.max_live_images, MAX_IMAGES)), live_results)
     out = list(entries)
     if memo is not None and len(memo) > 4 * len(out) + 256:
         memo.clear()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..compile import Entry
-from ..content import Message, ToolResult, ToolUse, has_block
+from ..content import Message, ToolResult, ToolUse, has_block, sequence_key
 from ..errors import OverBudgetError
 from .base import (
     RenderStats,
@@ -33,9 +33,6 @@ if TYPE_CHECKING:
 
 MIN_WINDOW = 64  # messages read back at first
 
-
-def _sequence(message: Message) -> int:
-    return message.sequence
 
 
 def _fraction(_: object, __: object, value: float) -> None:
@@ -110,7 +107,7 @@ class WindowedPassthroughStrategy(Strategy):
                 return messages, 0, False
             if anchor > messages[-1].sequence:
                 anchor = 0  # a persisted anchor past the head (another branch's) starts over
-            start = bisect_left(messages, anchor, key=_sequence)
+            start = bisect_left(messages, anchor, key=sequence_key)
             if start > 0 or window.complete:
                 return messages, start, False
             if sum(shape(message, cap, view.estimate_tokens)[1] for message in messages) > usable:
