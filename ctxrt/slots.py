@@ -263,7 +263,7 @@ class SlotCache:
         return messages[start - held_from : stop - held_from], start, total
 
     def _revalidate(self) -> None:
-        head = self.engine.read_head(self.state, self.branch_id)
+        head, items = self.engine.read_tail(self.state, self.branch_id, self.length)  # one snapshot
         if head.revision == self.revision:
             return
         if head.rewrite_revision != self.rewrite_revision:
@@ -271,8 +271,7 @@ class SlotCache:
         elif head.length < self.length:
             reason = "length mismatch"
         else:
-            # Only appends since: read just the new tail (one range scan), as of the head just read.
-            items = self.engine.read_items(self.state, self.branch_id, at=head.revision, start=self.length)
+            # Only appends since: the new tail, read with the head (one range scan).
             for item in items:
                 message = self._decode(item.data, item.sequence)
                 self._push(message, holds_audience(message.content))

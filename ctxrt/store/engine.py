@@ -753,6 +753,14 @@ class Engine:
         with self.reader() as txn:
             return self.log_items(txn, state, self._branches[branch_id], at=at, start=start, stop=stop)
 
+    def read_tail(self, state: str, branch_id: int, start: int) -> tuple[LogHead, list[Item]]:
+        """The head now and the items from index ``start`` to it, in one snapshot (a read-only
+        cache's revalidation: usually no item at all)."""
+        with self.reader() as txn:
+            row = self._branches[branch_id]
+            head = self.log_head(txn, state, row)
+            return head, (self.log_items(txn, state, row, start=start, head=head) if start < head.length else [])
+
     def read_item(self, state: str, branch_id: int, sequence: int, *, at: int | None = None) -> Item | None:
         """The visible item appended at ``sequence``, as of ``at`` (or now), or None."""
         row = self._branches[branch_id]
