@@ -696,6 +696,13 @@ TARGETS = [
     method("get_summary", {"summary_id": Param(values("", "999", "L1-0", "L1-1", "L2-0"), o_text, values("\ud800",))},
            READER,
            positional=("summary_id",)),
+    method("pin_range", {
+        "first_id": P_TEXT_ID, "last_id": P_TEXT_ID,
+        "name": Param(values(None, "", "the plan"), optional(o_text), values("\ud800",)),
+        "level": Param(values(None, 1, 3, 10**400), optional(o_int(1))),
+    }, (StrategyRefusedError, MessageNotFoundError, ReaderConflictError), positional=("first_id", "last_id")),
+    method("unpin", {"pin_id": Param(values("pin-0", "", "x"), o_text, values("\ud800",))},
+           (StrategyRefusedError, ReaderConflictError), positional=("pin_id",)),
     method("reset_head_window", {"transition_text": Param(values(None, "", "new topic"), optional(o_text),
                                                           values("\ud800",))},
            (StrategyRefusedError, ModelError, ReaderConflictError), positional=("transition_text",), required=()),
@@ -976,6 +983,7 @@ MESSAGE_TARGETS = [TARGET_BY_NAME[n] for n in ("add_message", "edit_message", "r
                                                 "hold_compression", "release_compression")]
 COMPILE_TARGETS = [TARGET_BY_NAME[n] for n in ("compile", "preview_context", "search_summaries",
                                                 "get_summaries_in_range", "get_summary", "reset_head_window",
+                                                "pin_range", "unpin",
                                                 "set_tool_definitions", "set_system_prompt", "set_strategy")]
 BRANCH_TARGETS = [TARGET_BY_NAME[n] for n in ("switch_branch", "fork", "branch_at", "derive")]
 assert {t.name for t in (*RUNTIME_TARGETS, *MESSAGE_TARGETS, *COMPILE_TARGETS, *BRANCH_TARGETS)} == set(TARGET_BY_NAME)
