@@ -31,7 +31,6 @@ skipped row saying why. Results are printed and written to ``bench/results-actor
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import random
@@ -263,9 +262,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 # -- markdown --------------------------------------------------------------------------------------
 
 # Each number at its median's precision: no decimals from 100 up, one from 1, else three.
-PRECISION: harness.Precision = ((100, ",.0f"), (1, ",.1f"), (0, ",.3f"))
-
-_figure = functools.partial(harness.figure, precision=PRECISION, shared=True)
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -289,12 +285,12 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         *TABLE_HEAD,
     ]
     for row in rows:
-        comparison = f"{row['comparison_label']}: {_figure(row['comparison'], row['unit'])}"
+        comparison = f"{row['comparison_label']}: {harness.median_figure(row['comparison'], row['unit'])}"
         ratio = f"{row['ratio']:.2f} (current / previous); difference {row['difference']:+,.1f} {row['unit']}"
         target = "" if row["target"] is None else row["target"] if isinstance(row["target"], str) \
             else f"{row['op']} {row['target']:g}"
         verdict = "" if row["passed"] is None else "pass" if row["passed"] else "**fail**"
-        lines.append(f"| {row['measure']} | {_figure(row['ctxrt'], row['unit'])} | {comparison} | {ratio} | "
+        lines.append(f"| {row['measure']} | {harness.median_figure(row['ctxrt'], row['unit'])} | {comparison} | {ratio} | "
                      f"{target} | {verdict} |")
     lines += [
         "",

@@ -256,7 +256,7 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
              comparison_label=f"at {small:,}", ratio_limit=1.2,
              note=f"chunks: {chunks_big:,} vs {chunks_small:,}; the seed grew {seed_growth:.0f}x from 5,000 to "
                   f"20,000 ({SEED_WRITE_MS[5_000]} -> {SEED_WRITE_MS[20_000]} ms)"),
-        _row(f"(a) the same with durability \"os\" (no fsync: the strategy's and the actors' CPU)", "ms/add",
+        _row("(a) the same with durability \"os\" (no fsync: the strategy's and the actors' CPU)", "ms/add",
              writes["big os"], comparison=writes["small os"], comparison_label=f"at {small:,}", ratio_limit=1.2),
         _row(f"(b) warm compile at {compile_at:,} messages, summaries in place, unchanged since the last", "ms",
              compiles["unchanged"], comparison=SEED_COMPILE_MS[0], comparison_label=seed_label, value_limit=20.0,

@@ -347,11 +347,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     return harness.run_trio(_run, quick)
 
 
-# Every number of a figure at its median's precision: no decimals from 100 up, one from 1, else three.
-PRECISION: harness.Precision = ((100, ",.0f"), (1, ",.1f"), (0, ",.3f"))
-
-
-_figure = functools.partial(harness.figure, precision=PRECISION, shared=True)
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -374,7 +369,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         target = "" if row["target"] is None else f"{row['op']} {row['target']:g}"
         verdict = "" if row["passed"] is None else "pass" if row["passed"] else "**fail**"
         lines.append(
-            f"| {row['measure']} | {_figure(row['ctxrt'], row['unit'])} | {row['comparison']} | {ratio} "
+            f"| {row['measure']} | {harness.median_figure(row['ctxrt'], row['unit'])} | {row['comparison']} | {ratio} "
             f"| {target} | {verdict} |"
         )
     return "\n".join(lines) + "\n"

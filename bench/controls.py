@@ -52,7 +52,6 @@ where the store lives.
 from __future__ import annotations
 
 import base64
-import functools
 import random
 import statistics
 import struct
@@ -381,8 +380,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 # -- markdown --------------------------------------------------------------------------------------
 
-PRECISION: harness.Precision = ((100, ",.0f"), (1, ",.1f"), (0, ",.3f"))
-_figure = functools.partial(harness.figure, precision=PRECISION, shared=True)
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -422,14 +419,14 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         unit = row["unit"]
         comparison = row.get("comparison")
-        comparison = f"{row['comparison_label']}: {_figure(comparison, unit)}" if comparison is not None else ""
+        comparison = f"{row['comparison_label']}: {harness.median_figure(comparison, unit)}" if comparison is not None else ""
         ours = row["ctxrt"]
         if row["measure"].endswith("every turn"):
             ours, comparison = f"{ours:,} of {row['rounds']:,}", f"controls OFF: {row['comparison']:,} of {row['rounds']:,}"
         ratio = "" if row.get("ratio") is None else f"{row['ratio']:,.2f} ({row['ratio_means']})"
         target = "" if row["target"] is None else f"{row['op']} {row['target']:g}"
         verdict = "" if row["passed"] is None else "pass" if row["passed"] else "**fail**"
-        lines.append(f"| {row['measure']} | {_figure(ours, unit)} | {comparison} | {ratio} | {target} | {verdict} |")
+        lines.append(f"| {row['measure']} | {harness.median_figure(ours, unit)} | {comparison} | {ratio} | {target} | {verdict} |")
     lines += ["", harness.paired_line(rows), "", "Beside the table:", ""]
     for row in rows:
         if "detail" in row:
@@ -444,12 +441,12 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         if "budget_share" in row:
             b, big = row["budget_share"], row["large_input"]
             lines.append(f"- {row['measure'].split(':')[0]}: stale tokens as a share of the usable budget: ON "
-                         f"{_figure(b['on'], '%')}, OFF {_figure(b['off'], '%')}; tool inputs over 500 tokens as a "
-                         f"share of the request: ON {_figure(big['on'], '%')}, OFF {_figure(big['off'], '%')}.")
+                         f"{harness.median_figure(b['on'], '%')}, OFF {harness.median_figure(b['off'], '%')}; tool inputs over 500 tokens as a "
+                         f"share of the request: ON {harness.median_figure(big['on'], '%')}, OFF {harness.median_figure(big['off'], '%')}.")
         if "uncached" in row:
             u = row["uncached"]
             lines.append(f"- {row['measure'].split(':')[0]}: tokens per request not served from that cache: ON "
-                         f"{_figure(u['on'], 'tokens')}, OFF {_figure(u['off'], 'tokens')}.")
+                         f"{harness.median_figure(u['on'], 'tokens')}, OFF {harness.median_figure(u['off'], 'tokens')}.")
         if "billed_total" in row:
             t = row["billed_total"]
             lines.append(f"- {row['measure'].split(':')[0]}: over the whole run: ON {t['on']:,.0f}, OFF "
@@ -457,7 +454,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         if "body_kib" in row:
             k = row["body_kib"]
             lines.append(f"- {row['measure'].split(':')[0]}: request body size (the messages, as Python text): "
-                         f"ON {_figure(k['on'], 'KiB')}, OFF {_figure(k['off'], 'KiB')}.")
+                         f"ON {harness.median_figure(k['on'], 'KiB')}, OFF {harness.median_figure(k['off'], 'KiB')}.")
     lines += ["", "What the figures say:", "", *_notes(rows)]
     return "\n".join(lines) + "\n"
 

@@ -56,7 +56,6 @@ A profile of one cold open + first compile at the large size (not part of the ru
 
 from __future__ import annotations
 
-import functools
 import gc
 import json
 import os
@@ -474,7 +473,7 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def _split(samples: list[dict[str, Any]], first: dict[str, Any]) -> str:
     def part(key: str) -> str:
-        return _figure(harness.summary(s[key] for s in samples), "ms")
+        return harness.median_figure(harness.summary(s[key] for s in samples), "ms")
 
     return (f"open_runtime {part('open_runtime')}, rt.open {part('open')}, first compile {part('compile')}, "
             f"second compile {part('second')}; peak RSS "
@@ -505,19 +504,19 @@ def _rows(settings: dict[str, Any], cold: dict[tuple[str, str], list[dict[str, A
         [f["total"] for f in big_fork], [f["total"] for f in small_fork], f"at {SMALL:,}", target=2, op="<=",
         ratio_means=f"{large // 1000}k / 2k",
         split="; ".join(
-            f"at {label}: create_branch {_figure(harness.summary(f['create'] for f in samples), 'ms')}, rt.open "
-            f"{_figure(harness.summary(f['open'] for f in samples), 'ms')}, first compile "
-            f"{_figure(harness.summary(f['compile'] for f in samples), 'ms')}"
+            f"at {label}: create_branch {harness.median_figure(harness.summary(f['create'] for f in samples), 'ms')}, rt.open "
+            f"{harness.median_figure(harness.summary(f['open'] for f in samples), 'ms')}, first compile "
+            f"{harness.median_figure(harness.summary(f['compile'] for f in samples), 'ms')}"
             for label, samples in ((f"{large:,}", big_fork), (f"{SMALL:,}", small_fork))) + ".",
     ))
     first = info["first_namespace"]
     rows.append(harness.row(
         f"(c) heap held per further namespace compiling the shared slot at {large:,} messages (tracemalloc, "
         f"{settings['further']} namespaces a round)", "MiB", [m["heap"] for m in memory], target=5, op="<=",
-        comparison=f"RSS growth per further namespace: {_figure(harness.summary(m['rss'] for m in memory), 'MiB')}; "
+        comparison=f"RSS growth per further namespace: {harness.median_figure(harness.summary(m['rss'] for m in memory), 'MiB')}; "
                    f"the first namespace (it loads the slot): {first['rss_mib']:,.0f} MiB RSS, {first['ms']:,.0f} ms; "
                    f"a further open + compile under tracing: "
-                   f"{_figure(harness.summary(m['ms'] for m in memory), 'ms')}",
+                   f"{harness.median_figure(harness.summary(m['ms'] for m in memory), 'ms')}",
         comparison_label=None, ratio=None,
     ))
     rows.append(harness.versus(
@@ -554,10 +553,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 # -- markdown --------------------------------------------------------------------------------------
 
-# Every number of a figure at its median's precision: no decimals from 100 up, one from 1, else three.
-PRECISION: harness.Precision = ((100, ",.0f"), (1, ",.1f"), (0, ",.3f"))
-
-_figure = functools.partial(harness.figure, precision=PRECISION, shared=True)
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -593,11 +588,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         unit = row["unit"]
         comparison = row.get("comparison")
         if isinstance(comparison, dict):
-            comparison = f"{row['comparison_label']}: {_figure(comparison, unit)}"
+            comparison = f"{row['comparison_label']}: {harness.median_figure(comparison, unit)}"
         ratio = "" if row.get("ratio") is None else f"{row['ratio']:,.2f} ({row['ratio_means']})"
         target = "" if row["target"] is None else f"{row['op']} {row['target']:g}"
         verdict = "" if row["passed"] is None else "pass" if row["passed"] else "**fail**"
-        lines.append(f"| {row['measure']} | {_figure(row['ctxrt'], unit)} | {comparison or ''} | {ratio} "
+        lines.append(f"| {row['measure']} | {harness.median_figure(row['ctxrt'], unit)} | {comparison or ''} | {ratio} "
                      f"| {target} | {verdict} |")
     lines += ["", harness.paired_line(rows), "", "Where the time goes (medians, min–max):", ""]
     lines += [f"- {row['measure']}: {row['split']}" for row in rows if row.get("split")]

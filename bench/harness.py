@@ -158,6 +158,8 @@ Precision = tuple[tuple[float, str], ...]
 spec; the last step takes whatever the others don't (NaN too)."""
 
 GENERAL: Precision = ((100, ",.0f"), (1, ".1f"), (0.01, ".3f"), (0, ".3g"))
+# Every number of a figure at its median's precision: no decimals from 100 up, one from 1, else three.
+MEDIANS: Precision = ((100, ",.0f"), (1, ",.1f"), (0, ",.3f"))
 
 
 def _spec(value: float, precision: Precision) -> str:
@@ -190,6 +192,11 @@ def figure(value: Any, unit: str, precision: Precision = GENERAL, *, shared: boo
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{number(value, precision)}{unit}"
     return none if value is None else str(value)
+
+
+def median_figure(value: Any, unit: str) -> str:
+    """``figure`` with every number at the median's ``MEDIANS`` precision (the modules' tables)."""
+    return figure(value, unit, MEDIANS, shared=True)
 
 
 TABLE_HEAD = ["| measure | ctxrt | comparison | ratio | target | pass/fail |", "|---|---|---|---|---|---|"]

@@ -60,7 +60,8 @@ class Entry:
     cache_marker: bool = False
 
 
-def _non_negative_int(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+def non_negative_int(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """An attrs validator: a non-negative int (not a bool), the field named in the error."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
 
@@ -117,7 +118,7 @@ class MessageInjection:
 
     participant: str
     content: ContentLike
-    depth: int = attrs.field(default=0, validator=_non_negative_int)
+    depth: int = attrs.field(default=0, validator=non_negative_int)
 
 
 @attrs.frozen

@@ -61,6 +61,11 @@ class Appended:
     caused_by: tuple[str, ...]
     origin: Any = None  # the namespace actor that wrote it, for its holds
     hold: bool | float = False
+    def message(self, sequence: int) -> Message:
+        """The message this append made, committed at ``sequence`` (its id)."""
+        return Message(str(sequence), sequence, self.participant, self.content, self.metadata, self.timestamp_ms,
+                       self.caused_by)
+
     # Written with the item as its store flag, so a cache knows without reading every message
     # whether a reader's view must be projected (LogHead.flagged).
     audience: bool = attrs.field(
@@ -312,10 +317,7 @@ class SlotCache:
                 message = self._decode(operation.data, operation.sequence)
                 audience = holds_audience(message.content)
             else:
-                message = Message(
-                    str(operation.sequence), operation.sequence, appended.participant, appended.content,
-                    appended.metadata, appended.timestamp_ms, appended.caused_by,
-                )
+                message = appended.message(operation.sequence)
                 audience = appended.audience
             self._push(message, audience)
             self.revision = operation.sequence
@@ -480,13 +482,16 @@ class SlotRegistry:
                 if cache is not None:
                     cache.apply(operation)
                 continue
+            # What an edit replaced is known only before the cache applies it; the rest after, so the
+            # event carries the very message the cache holds (decoded once).
+            previous = cache.held(operation.item_sequence) if isinstance(operation, ItemEdited) and cache else None
+            if cache is not None:
+                cache.apply(operation)
             try:
-                event = self._event(operation, cache)  # before the cache applies it: it knows the previous
+                event = self._event(operation, cache, previous)
             except Exception:
                 logger.exception("couldn't describe commit %r to the subscribers of %s", operation, key)
                 event = None
-            if cache is not None:
-                cache.apply(operation)
             if event is None:
                 continue
             for deliver in list(watchers):
@@ -512,17 +517,16 @@ class SlotRegistry:
 
         return unwatch
 
-    def _event(self, operation: Operation, cache: SlotCache | None) -> MessageEvent | None:
+    def _event(self, operation: Operation, cache: SlotCache | None, previous: Message | None) -> MessageEvent | None:
         engine = self.engine
-        if isinstance(operation, ItemAppended):
-            appended: Appended | None = operation.attachment
-            if appended is not None:
-                return Added(Message(str(operation.sequence), operation.sequence, appended.participant,
-                                     appended.content, appended.metadata, appended.timestamp_ms, appended.caused_by))
-            return Added(decode_stored(engine, operation.data, operation.sequence))
-        if isinstance(operation, ItemEdited):
-            previous = cache.held(operation.item_sequence) if cache is not None else None
-            return Edited(decode_stored(engine, operation.data, operation.item_sequence), previous)
+        if isinstance(operation, ItemAppended | ItemEdited):
+            sequence = operation.sequence if isinstance(operation, ItemAppended) else operation.item_sequence
+            message = cache.held(sequence) if cache is not None and not cache.stale else None
+            if message is None:
+                appended: Appended | None = operation.attachment
+                message = (appended.message(sequence) if isinstance(operation, ItemAppended) and appended is not None
+                           else decode_stored(engine, operation.data, sequence))
+            return Added(message) if isinstance(operation, ItemAppended) else Edited(message, previous)
         if isinstance(operation, ItemsRemoved):
             # The ids removed: the visible items in the range just before the removal.
             items = engine.read_items_appended(operation.state, operation.branch, operation.from_sequence,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..compile import Entry, PreviewResult
+from ..compile import Entry, PreviewResult, non_negative_int
 from ..content import (
     CompiledMessage,
     Document,
@@ -43,7 +43,6 @@ from .base import (
     Strategy,
     StrategyContext,
     Unit,
-    count,
     optional_count,
     optional_text,
     raw_entry,
@@ -169,7 +168,6 @@ class AutobiographicalStrategy(Strategy):
         self._prices: dict[str, int] = {}  # summary id -> what showing it costs, at one pricing
         self._priced_at: object = None
         self._live_memo: LiveMemo = {}
-        self._price: Callable[[Summary], int] = lambda summary: summary.tokens + SUMMARY_HEADER_TOKENS
 
     # -- state ------------------------------------------------------------------------------
 
@@ -334,19 +332,19 @@ class AutobiographicalStrategy(Strategy):
     def _phase_for(self, chunk_messages: Sequence[Message]) -> str | None:
         return None
 
-    def _choose_l1(self, candidates: list[Summary], allowance: int) -> list[Summary]:
+    def _choose_l1(self, candidates: list[Summary], allowance: int, price: Callable[[Summary], int]) -> list[Summary]:
         """Which frontier L1 summaries to show within ``allowance`` tokens (a subclass hook)."""
-        return self._choose(candidates, allowance)
+        return self._choose(candidates, allowance, price)
 
-    def _choose(self, candidates: list[Summary], allowance: int) -> list[Summary]:
-        """Summaries to show within ``allowance`` tokens, the newest first (what doesn't fit is the
-        oldest history), returned oldest first."""
+    def _choose(self, candidates: list[Summary], allowance: int, price: Callable[[Summary], int]) -> list[Summary]:
+        """Summaries to show within ``allowance`` tokens at ``price``, the newest first (what doesn't
+        fit is the oldest history), returned oldest first."""
         chosen = []
         for summary in reversed(candidates):
-            if self._price(summary) > allowance:
+            if price(summary) > allowance:
                 break  # older ones may be smaller, but showing them would leave a newer gap
             chosen.append(summary)
-            allowance -= self._price(summary)
+            allowance -= price(summary)
         return chosen[::-1]
 
     def _pricer(self, view: MessageView) -> Callable[[Summary], int]:
@@ -629,7 +627,7 @@ class AutobiographicalStrategy(Strategy):
 
         pinned_entries: list[tuple[int, list[Entry]]] = []
         pinned_ids: set[str] = set()
-        for message in (m for m in messages if raw_pins and m.id not in in_head and pinned(m.sequence)):
+        for message in (m for m in messages if m.id not in in_head and pinned(m.sequence)) if raw_pins else ():
             pinned_ids.add(message.id)
             shaped, cost = shape(message, cap, view.estimate_tokens)
             if spent + cost <= usable:
@@ -647,7 +645,7 @@ class AutobiographicalStrategy(Strategy):
             recent.append((message.sequence, [raw_entry(shaped)]))
             spent += cost
         tail_tokens = spent - head_tokens - pinned_tokens
-        self._price = self._pricer(view)
+        price = self._pricer(view)
         # The middle: shown summaries (anti-redundant: the frontier) and uncovered raw messages.
         frontier = [s for s in self._frontier_under_pins()
                     if not raw_pins or not all(pinned(int(leaf)) for leaf in self._leaves(s))]
@@ -658,8 +656,9 @@ class AutobiographicalStrategy(Strategy):
         for level in (1, 2, 3):  # the newest history first: under pressure the oldest summaries go
             allowance = min(budgets[level] + carry, usable - spent)
             candidates = sorted((s for s in frontier if s.level == level), key=lambda s: s.first_sequence)
-            chosen = self._choose_l1(candidates, allowance) if level == 1 else self._choose(candidates, allowance)
-            cost = sum(self._price(summary) for summary in chosen)
+            chosen = (self._choose_l1(candidates, allowance, price) if level == 1
+                      else self._choose(candidates, allowance, price))
+            cost = sum(price(summary) for summary in chosen)
             shown += chosen
             spent += cost
             carry = max(0, allowance - cost)
@@ -689,8 +688,10 @@ class AutobiographicalStrategy(Strategy):
         # or it is reported, with why.
         shown_raw = in_head | {e.source_ids[0] for _, group in (*pinned_entries, *recent, *kept) for e in group}
         dropped = tuple(m.id for m in messages if m.id not in shown_raw and m.id not in covered)
-        summarised = {leaf for summary in frontier for leaf in self._leaves(summary)}
-        debt = sum(1 for message_id in dropped if message_id not in summarised and message_id not in pinned_ids)
+        debt = 0
+        if dropped:
+            summarised = {leaf for summary in frontier for leaf in self._leaves(summary)}
+            debt = sum(1 for message_id in dropped if message_id not in summarised and message_id not in pinned_ids)
         levels: dict[int, int] = {}
         for summary in shown:
             levels[summary.level] = levels.get(summary.level, 0) + 1
@@ -887,11 +888,11 @@ class Autobiographical:
     max_message_tokens: int = 0
     l1_holdback_chunks: int = 1
     # What stays live (strategies/live.py), as WindowedPassthrough's.
-    max_live_images: int = attrs.field(default=6, validator=count)
-    max_live_image_bytes: int = attrs.field(default=20 * MIB, validator=count)
-    image_strip_depth_tokens: int = attrs.field(default=30_000, validator=count)
+    max_live_images: int = attrs.field(default=6, validator=non_negative_int)
+    max_live_image_bytes: int = attrs.field(default=20 * MIB, validator=non_negative_int)
+    image_strip_depth_tokens: int = attrs.field(default=30_000, validator=non_negative_int)
     tool_result_max_last_n: int | None = attrs.field(default=None, validator=optional_count)
-    tool_use_input_max_tokens: int = attrs.field(default=0, validator=count)
+    tool_use_input_max_tokens: int = attrs.field(default=0, validator=non_negative_int)
     # Voice (multi-resident): chunks wholly before this sequence happened before the resident
     # joined and are remembered in the witnessed voice; a reminder of who it is ends every
     # compression instruction.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..compile import Entry
+from ..compile import Entry, non_negative_int
 from ..content import Message, sequence_key
 
 if TYPE_CHECKING:
@@ -201,12 +201,6 @@ class Strategy:
 # naming the field.
 
 
-def count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """An attrs validator: a non-negative int (not a bool), named in the error."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
-
-
 def optional_text(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """An attrs validator: None or a string."""
     if value is not None and not isinstance(value, str):
@@ -216,7 +210,7 @@ def optional_text(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 def optional_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """An attrs validator: None or a non-negative int."""
     if value is not None:
-        count(_, attribute, value)
+        non_negative_int(_, attribute, value)
 
 
 @attrs.frozen

@@ -8,7 +8,7 @@ A chunk closes at a phase change (with at least 2 messages) or at its phase's to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -70,7 +70,7 @@ class KnowledgeStrategy(AutobiographicalStrategy):
         details = " ".join(INSTRUCTIONS[phase] for phase in mix)
         return f"{super()._instruction(chunk_messages)} This stretch was {', '.join(mix)}. {details} {LEAD_NOTE}"
 
-    def _choose_l1(self, candidates: list[Summary], allowance: int) -> list[Summary]:
+    def _choose_l1(self, candidates: list[Summary], allowance: int, price: Callable[[Summary], int]) -> list[Summary]:
         """Asymmetric L1 budget: synthesis first (floor 0.4, cap 0.7), then lessons, then
         subagent and the rest, research capped at 0.3 of the allowance."""
         by_phase: dict[str, list[Summary]] = {}
@@ -82,7 +82,7 @@ class KnowledgeStrategy(AutobiographicalStrategy):
         for phase in ("synthesis", "lesson", "subagent", "research"):
             budget = min(left, int(allowance * caps[phase]))
             for summary in reversed(by_phase.get(phase, [])):  # the newest of a phase first
-                cost = self._price(summary)
+                cost = price(summary)
                 if cost <= budget:
                     chosen.append(summary)
                     budget -= cost

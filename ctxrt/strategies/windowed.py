@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..compile import Entry
+from ..compile import Entry, non_negative_int
 from ..content import Message, ToolResult, ToolUse, has_block, sequence_key
 from ..errors import OverBudgetError
 from .base import (
@@ -20,7 +20,6 @@ from .base import (
     SelectOptions,
     Strategy,
     StrategyContext,
-    count,
     optional_count,
 )
 from .live import MIB, LiveMemo, apply_live_policy
@@ -146,11 +145,11 @@ class WindowedPassthrough:
     max_message_tokens: int = 0
     # What stays live (strategies/live.py): the newest images within the count, bytes and depth,
     # the newest tool results, tool inputs up to a size; the rest become short text.
-    max_live_images: int = attrs.field(default=6, validator=count)
-    max_live_image_bytes: int = attrs.field(default=20 * MIB, validator=count)
-    image_strip_depth_tokens: int = attrs.field(default=30_000, validator=count)
+    max_live_images: int = attrs.field(default=6, validator=non_negative_int)
+    max_live_image_bytes: int = attrs.field(default=20 * MIB, validator=non_negative_int)
+    image_strip_depth_tokens: int = attrs.field(default=30_000, validator=non_negative_int)
     tool_result_max_last_n: int | None = attrs.field(default=None, validator=optional_count)
-    tool_use_input_max_tokens: int = attrs.field(default=0, validator=count)
+    tool_use_input_max_tokens: int = attrs.field(default=0, validator=non_negative_int)
 
     def create(self) -> WindowedPassthroughStrategy:
         return WindowedPassthroughStrategy(self)
