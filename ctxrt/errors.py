@@ -27,6 +27,15 @@ class ReaderConflictError(CtxrtError):
     """A namespace records another reader (or a reader where the manager compiles for none)."""
 
 
+class ValueConflictError(CtxrtError):
+    """A conditional store write found another value stored (another process wrote it first)."""
+
+    def __init__(self, state: str, stored: object) -> None:
+        self.state = state
+        self.stored = stored
+        super().__init__(f"state {state!r} holds {stored!r}, not the value this write expected")
+
+
 class NarrowingRefusedError(CtxrtError):
     """An edit would hide a block that compression may already have read."""
 
@@ -104,6 +113,17 @@ class StoreFullError(CtxrtError):
         self.path = path
         self.reason = reason
         super().__init__(f"the store at {path} can't take the write: {reason}; nothing was written")
+
+
+class StoreUnavailableError(CtxrtError):
+    """The store's database can't be reached or dropped the connection; ``url`` names it without
+    credentials. A write it answers wasn't written, unless ``reason`` says the connection was lost
+    while committing (then its outcome is unknown)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"store database {url} is unavailable: {reason}")
 
 
 class StorePermissionError(CtxrtError, PermissionError):

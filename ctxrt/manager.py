@@ -59,8 +59,8 @@ from .namespace.protocol import (
 from .namespace.registry import NamespaceRegistry, new_token
 from .queries import MessageQuery
 from .slots import SlotCache, prepare_append
-from .store.engine import BranchRow, LogHead
 from .store.protocol import AppendItem, BranchInfo, CreateBranch, describe_branches
+from .store.records import BranchRow, LogHead
 from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
 
 if TYPE_CHECKING:

@@ -22,10 +22,11 @@ from .namespace.protocol import NamespaceConfig
 from .namespace.registry import NamespaceRegistry, NamespaceStatistics, new_token
 from .slots import SlotRegistry
 from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_store
-from .store.engine import BranchDeleted, Engine, Operation
+from .store.engine import Engine
 from .store.environment import Durability, StoreHandle, close_store, open_store
 from .store.files import check_pages as check_store_pages
 from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, describe_branches
+from .store.records import BranchDeleted, Operation
 from .strategies.base import Strategy, StrategyConfig
 from .strategies.passthrough import Passthrough
 from .tokens import TokenEstimator

@@ -23,14 +23,8 @@ from . import checks, codec
 from .content import Block, Message, ToolResult, has_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
-from .store.engine import (
-    Engine,
-    ItemAppended,
-    ItemEdited,
-    ItemsRemoved,
-    LogHead,
-    Operation,
-)
+from .store.engine import Engine
+from .store.records import ItemAppended, ItemEdited, ItemsRemoved, LogHead, Operation
 
 logger = logging.getLogger("ctxrt.slots")
 FULL = sys.maxsize  # a count that asks for every message
@@ -311,6 +305,10 @@ class SlotCache:
                              self.state, self.branch_id)
 
     def _apply(self, operation: Operation) -> None:
+        prior = getattr(operation, "prior", None)
+        if prior is not None and prior != self.revision:
+            self.stale = True  # it missed a write (another process's, on a shared store): reload at the next read
+            return
         if isinstance(operation, ItemAppended):
             appended: Appended | None = operation.attachment
             if appended is None:

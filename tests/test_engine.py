@@ -7,14 +7,23 @@ failing run to its shortest program.
 import json
 import shutil
 import tempfile
+import uuid
 
 import attrs
 import hypothesis
 import hypothesis.strategies as st
 import lmdb
+import psycopg
 import pytest
 from hypothesis import settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from ctxrt.errors import (
     BranchExistsError,
@@ -25,7 +34,8 @@ from ctxrt.errors import (
     UnknownStateError,
 )
 from ctxrt.store.actor import execute
-from ctxrt.store.engine import BranchRow, Engine
+from ctxrt.store.engine import Engine
+from ctxrt.store.postgres import PostgresEngine
 from ctxrt.store.protocol import (
     AppendItem,
     CreateBranch,
@@ -34,6 +44,7 @@ from ctxrt.store.protocol import (
     RemoveItems,
     SetValue,
 )
+from ctxrt.store.records import BranchRow
 
 LOGS = ("messages", "ns/context")
 VALUES = ("ns/reader",)
@@ -103,10 +114,19 @@ json_values = st.recursive(
 
 
 class EngineMachine(RuleBasedStateMachine):
-    @initialize()
-    def open(self):
+    """The LMDB engine against the model (``PostgresEngineMachine`` runs the same rules on PostgreSQL)."""
+
+    def make_engine(self):
         self.directory = tempfile.mkdtemp(prefix="ctxrt-engine-")
         self.env, self.engine = open_engine(self.directory)
+
+    def close_engine(self):
+        self.env.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    @initialize()
+    def open(self):
+        self.make_engine()
         for name in LOGS:
             run(self.engine, RegisterState(name=name, kind="log"))
         for name in VALUES:
@@ -114,8 +134,8 @@ class EngineMachine(RuleBasedStateMachine):
         self.model = Model()
 
     def teardown(self):
-        self.env.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if hasattr(self, "engine"):
+            self.close_engine()
 
     def branch_names(self):
         return sorted(self.model.branches)
@@ -179,16 +199,17 @@ class EngineMachine(RuleBasedStateMachine):
         branch = data.draw(st.sampled_from(self.branch_names()))
         at = data.draw(st.integers(0, self.model.sequence))
         row = self.engine.branch(branch)
-        with self.engine.reader() as txn:
-            for state in LOGS:
-                expected = self.model.log(state, branch, at)
-                got = [(i.sequence, bytes(i.data)) for i in self.engine.log_items(txn, state, row, at=at)]
-                assert got == expected
-                if expected:
-                    index = data.draw(st.integers(-len(expected), len(expected) - 1))
-                    item = self.engine.log_item(txn, state, row, index, at=at)
-                    assert (item.sequence, item.data) == expected[index]
-            assert self.engine.get_value(txn, VALUES[0], row, at=at)[0] == self.model.value(VALUES[0], branch, at)
+        for state in LOGS:
+            expected = self.model.log(state, branch, at)
+            got = [(i.sequence, bytes(i.data)) for i in self.engine.read_items(state, row.id, at=at)]
+            assert got == expected
+            if expected:
+                index = data.draw(st.integers(0, len(expected) - 1))
+                [item] = self.engine.read_items(state, row.id, at=at, start=index, stop=index + 1)
+                assert (item.sequence, item.data) == expected[index]
+                found = self.engine.read_item(state, row.id, expected[index][0], at=at)
+                assert (found.sequence, found.data) == expected[index]
+        assert self.engine.read_value(VALUES[0], row.id, at=at) == self.model.value(VALUES[0], branch, at)
 
     @rule(data=st.data())
     def refuse_bad_writes_and_change_nothing(self, data):
@@ -216,15 +237,14 @@ class EngineMachine(RuleBasedStateMachine):
     def heads_agree_with_the_model(self):
         if not hasattr(self, "model"):
             return
-        with self.engine.reader() as txn:
-            for branch in self.model.branches:
-                row = self.engine.branch(branch)
-                for state in LOGS:
-                    expected = self.model.log(state, branch)
-                    head = self.engine.log_head(txn, state, row)
-                    assert head.length == len(expected)
-                    for index, (sequence, _) in enumerate(expected[:3]):
-                        assert self.engine.find_index(txn, state, row, sequence)[0] == index
+        for branch in self.model.branches:
+            row = self.engine.branch(branch)
+            for state in LOGS:
+                expected = self.model.log(state, branch)
+                assert self.engine.read_head(state, row.id).length == len(expected)
+                for sequence, payload in expected[:3]:
+                    found = self.engine.read_item(state, row.id, sequence)
+                    assert (found.sequence, found.data) == (sequence, payload)
 
 
 EngineMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
@@ -367,3 +387,33 @@ def test_an_unnested_command_that_fails_after_writing_fails_alone(tmp_path):
         assert engine.log_head(txn, "messages", engine.branch("main")).length == 2
     assert [op.sequence for op in operations] == [1, 2]
     env.close()
+
+
+class PostgresEngineMachine(EngineMachine):
+    """The same rules on the PostgreSQL engine: each example in a schema of its own."""
+
+    def __init__(self, url):
+        super().__init__()
+        self.url = url
+
+    def make_engine(self):
+        self.schema = f"m{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {self.schema}")
+        self.engine = PostgresEngine(with_search_path(self.url, self.schema))
+
+    def close_engine(self):
+        self.engine.close()
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {self.schema} CASCADE")
+
+
+def with_search_path(url, schema):
+    """``url`` with its connections' search path set to ``schema`` (libpq's ``options``)."""
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+
+
+def test_the_postgres_engine_matches_the_model(pg_url):
+    """K1, K2 on PostgreSQL: the engine model test, run against the second engine."""
+    run_state_machine_as_test(lambda: PostgresEngineMachine(pg_url),
+                              settings=settings(max_examples=25, stateful_step_count=30, deadline=None))

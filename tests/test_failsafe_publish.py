@@ -21,9 +21,9 @@ from ctxrt.content import Message
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.slots import Appended, prepare_append
 from ctxrt.store.actor import open_store_actor, serve_store
-from ctxrt.store.engine import ItemAppended, Operation
 from ctxrt.store.environment import close_store, open_store
 from ctxrt.store.protocol import AppendItem, RegisterState
+from ctxrt.store.records import ItemAppended, Operation
 
 WRITERS = 20
 

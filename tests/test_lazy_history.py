@@ -18,8 +18,8 @@ import ctxrt
 from ctxrt import Budget, Passthrough, WindowedPassthrough, codec
 from ctxrt.content import Text
 from ctxrt.slots import SlotCache
-from ctxrt.store.engine import LogHead
 from ctxrt.store.protocol import AppendItem
+from ctxrt.store.records import LogHead
 from ctxrt.tokens import estimate_message
 
 GUARD_S = 60

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import trio
+from support import dump
 
 from ctxrt.errors import (
     BranchExistsError,
@@ -29,7 +30,6 @@ from ctxrt.errors import (
 )
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.store import keys
-from ctxrt.store.engine import ItemAppended, ValueSet
 from ctxrt.store.protocol import (
     AppendItem,
     Atomically,
@@ -40,7 +40,7 @@ from ctxrt.store.protocol import (
     RemoveItems,
     SetValue,
 )
-from support import dump
+from ctxrt.store.records import ItemAppended, ValueSet
 
 # -- helpers ---------------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from ..errors import (
 from ..model import ModelRequest, ModelResponse
 from ..slots import Appended, SlotRegistry, parse_id, prepare_append
 from ..store.actor import StoreRef
-from ..store.engine import Engine, StateKind
+from ..store.engine import Engine
 from ..store.protocol import (
     AppendItem,
     Atomically,
@@ -45,6 +45,7 @@ from ..store.protocol import (
     RemoveItems,
     SetValue,
 )
+from ..store.records import StateKind
 from ..strategies import catalog
 from ..strategies.base import (
     Backlog,

@@ -15,8 +15,9 @@ import attrs
 from .. import codec
 from ..compile import Entry
 from ..errors import MalformedContentError
-from ..store.engine import Engine, encode_json
+from ..store.engine import Engine
 from ..store.protocol import AppendItem, SetValue
+from ..store.records import encode_json
 from ..views import MessageView
 from . import states
 from .core import Holds, Place

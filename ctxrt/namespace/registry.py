@@ -21,7 +21,8 @@ from ..errors import (
 )
 from ..slots import SlotRegistry
 from ..store.actor import StoreRef
-from ..store.engine import BranchRow, Engine
+from ..store.engine import Engine
+from ..store.records import BranchRow
 from . import states
 from .actor import Services, build_strategy, serve_namespace
 from .core import Place, check_attach, record_from_value, require_marking

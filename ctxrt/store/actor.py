@@ -28,7 +28,8 @@ import lmdb
 import trio
 
 from ..errors import RuntimeClosedError, StoreCorruptError, StoreFullError
-from .engine import Batch, Engine, Operation
+from .batch import Batch
+from .engine import Engine
 from .protocol import (
     AppendItem,
     Atomically,
@@ -39,6 +40,7 @@ from .protocol import (
     RemoveItems,
     SetValue,
 )
+from .records import Operation
 
 logger = logging.getLogger("ctxrt.store")
 
@@ -204,7 +206,7 @@ def execute(batch: Batch, command: Any) -> Any:
         case RemoveItems():
             return batch.remove(command.state, command.branch, command.from_sequence, command.to_sequence)
         case SetValue():
-            return batch.set_value(command.state, command.branch, command.value)
+            return batch.set_value(command.state, command.branch, command.value, command.expect, command.rising)
         case RegisterState():
             return batch.register_state(command.name, command.kind)
         case CreateBranch():

@@ -15,24 +15,19 @@ refused command leaves the others of its batch intact.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import os
 import struct
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Any
 
-import attrs
 import lmdb
 
 from ..errors import (
-    BranchExistsError,
     BranchNotFoundError,
     CtxrtError,
-    MalformedContentError,
-    MessageNotFoundError,
     StateKindError,
     StoreCorruptError,
     StoreFormatError,
@@ -40,6 +35,16 @@ from ..errors import (
     UnknownStateError,
 )
 from . import files, keys
+from .batch import Batch
+from .records import (
+    MAIN_BRANCH,
+    BranchRow,
+    Item,
+    LogHead,
+    Operation,
+    StateInfo,
+    StateKind,
+)
 
 # 2: log heads may end in the flag byte (LogHead.flagged). A writer moves a format-1 store to 2
 # when it opens it (the records are the same otherwise), so an older ctxrt refuses it by its
@@ -48,10 +53,7 @@ logger = logging.getLogger("ctxrt.store")
 
 FORMAT_VERSION = 2
 READABLE_FORMATS = (1, 2)
-MAIN_BRANCH = "main"
-MAX_NAME_BYTES = 200
 
-StateKind = Literal["log", "value"]
 _KIND_BYTES: dict[str, bytes] = {"log": b"L", "value": b"V"}
 _BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
 
@@ -63,204 +65,6 @@ _DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError
 
 _U64_PACK = keys.U64.pack
 _ITEM_KEY_PACK = keys.ITEM_KEY.pack
-_LOG_HEAD = struct.Struct(">QQQQI")  # length, next ordinal, revision, rewrite revision, #removed
-_INTERVAL = struct.Struct(">QQ")
-# A head's optional last byte (heads written before it existed have none: their flag is unknown).
-_UNFLAGGED, _FLAGGED = b"\x01", b"\x02"
-
-
-@attrs.frozen
-class StateInfo:
-    number: int
-    name: str
-    kind: StateKind
-
-
-@attrs.frozen
-class BranchRow:
-    id: int
-    name: str
-    parent: int | None
-    fork_sequence: int | None
-    # Ancestor levels, nearest first: (branch id, the last sequence of it this branch sees).
-    lineage: tuple[tuple[int, int], ...]
-    created_ms: int
-    deleted: bool = False
-
-    def levels(self, at: int | None = None) -> list[tuple[int, int]]:
-        """The (branch, limit) levels a view of this branch at ``at`` reads, leaf first."""
-        limit = keys.MAX_U64 if at is None else at
-        return [(self.id, limit)] + [(branch, min(limit, bound)) for branch, bound in self.lineage]
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "id": self.id,
-                "name": self.name,
-                "parent": self.parent,
-                "fork": self.fork_sequence,
-                "lineage": [list(level) for level in self.lineage],
-                "created_ms": self.created_ms,
-                "deleted": self.deleted,
-            },
-            separators=(",", ":"),
-        ).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> BranchRow:
-        raw = json.loads(data)
-        return cls(
-            id=raw["id"],
-            name=raw["name"],
-            parent=raw["parent"],
-            fork_sequence=raw["fork"],
-            lineage=tuple((level[0], level[1]) for level in raw["lineage"]),
-            created_ms=raw["created_ms"],
-            deleted=raw["deleted"],
-        )
-
-
-@attrs.frozen
-class LogHead:
-    """The head of an append-log state on one branch, as of one sequence."""
-
-    length: int = 0
-    next_ordinal: int = 0
-    # Sorted, disjoint, merged [start, stop) ordinal intervals removed on this lineage.
-    removed: tuple[tuple[int, int], ...] = ()
-    revision: int = 0  # sequence of the last write to the state on this branch
-    rewrite_revision: int = 0  # sequence of the last write that was not an append
-    # Whether an item written with ``flagged=True`` was ever part of this log on this lineage (so a
-    # reader must look at every item to know which hold one); None for a head an older ctxrt wrote,
-    # which recorded no flag: unknown, so a reader assumes some may.
-    flagged: bool | None = False
-
-    def encode(self) -> bytes:
-        if not self.removed:  # the common case: one pack
-            packed = _LOG_HEAD.pack(self.length, self.next_ordinal, self.revision, self.rewrite_revision, 0)
-            return packed if self.flagged is None else packed + (_FLAGGED if self.flagged else _UNFLAGGED)
-        parts = [_LOG_HEAD.pack(self.length, self.next_ordinal, self.revision, self.rewrite_revision, len(self.removed))]
-        parts.extend(_INTERVAL.pack(start, stop) for start, stop in self.removed)
-        if self.flagged is not None:
-            parts.append(_FLAGGED if self.flagged else _UNFLAGGED)
-        return b"".join(parts)
-
-    @classmethod
-    def decode(cls, data: bytes) -> LogHead:
-        length, next_ordinal, revision, rewrite, count = _LOG_HEAD.unpack_from(data)
-        end = _LOG_HEAD.size + count * _INTERVAL.size
-        removed = tuple(_INTERVAL.unpack_from(data, _LOG_HEAD.size + i * _INTERVAL.size) for i in range(count))
-        marker = bytes(data[end : end + 1])
-        if marker not in (b"", _FLAGGED, _UNFLAGGED):
-            raise struct.error(f"unknown head marker {marker!r}")
-        flagged = None if not marker else marker == _FLAGGED
-        return cls(length, next_ordinal, removed, revision, rewrite, flagged)
-
-    def index_to_ordinal(self, index: int) -> int:
-        ordinal = index
-        for start, stop in self.removed:
-            if start <= ordinal:
-                ordinal += stop - start
-            else:
-                break
-        return ordinal
-
-    def ordinal_to_index(self, ordinal: int) -> int | None:
-        """The index of a visible ordinal, or None if it was removed."""
-        below = 0
-        for start, stop in self.removed:
-            if ordinal < start:
-                break
-            if ordinal < stop:
-                return None
-            below += stop - start
-        return ordinal - below
-
-    def visible_ordinals(self, first: int, last: int) -> Iterator[int]:
-        """Visible ordinals in [first, last], ascending."""
-        ordinal = first
-        for start, stop in self.removed:
-            if stop <= ordinal:
-                continue
-            if start > last:
-                break
-            yield from range(ordinal, min(start, last + 1))
-            ordinal = max(ordinal, stop)
-        yield from range(ordinal, last + 1)
-
-
-@attrs.frozen
-class Item:
-    """One item of an append-log state as a view sees it."""
-
-    sequence: int  # the sequence of its append (its identity)
-    ordinal: int
-    version: int  # the sequence of the write that produced this version
-    data: bytes
-
-
-# Committed operations, published to subscribers after the commit (past tense: it happened).
-
-
-@attrs.frozen
-class ItemAppended:
-    state: str
-    branch: int
-    sequence: int
-    ordinal: int
-    data: bytes
-    attachment: Any = None  # the caller's decoded form, so subscribers need not decode
-
-
-@attrs.frozen
-class ItemEdited:
-    state: str
-    branch: int
-    sequence: int  # the edit's own sequence
-    item_sequence: int
-    data: bytes
-    attachment: Any = None
-
-
-@attrs.frozen
-class ItemsRemoved:
-    state: str
-    branch: int
-    sequence: int
-    from_sequence: int
-    to_sequence: int
-    count: int
-
-
-@attrs.frozen
-class ValueSet:
-    state: str
-    branch: int
-    sequence: int
-    value: Any
-
-
-@attrs.frozen
-class BranchCreated:
-    row: BranchRow
-
-
-@attrs.frozen
-class BranchDeleted:
-    row: BranchRow
-
-
-Operation = ItemAppended | ItemEdited | ItemsRemoved | ValueSet | BranchCreated | BranchDeleted
-
-
-def encode_json(value: Any, *, path: str = "value") -> bytes:
-    """Compact JSON bytes, refusing what JSON can't hold (MalformedContentError naming ``path``)."""
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
-    except UnicodeEncodeError as exc:  # a ValueError too: catch it first to say what it is
-        raise MalformedContentError(path, f"not valid UTF-8 text: {exc.reason}") from None
-    except (TypeError, ValueError) as exc:
-        raise MalformedContentError(path, f"not JSON-serialisable: {exc}") from None
 
 
 def _seek_le(cursor: lmdb.Cursor[bytes], key: bytes, prefix: bytes) -> bool:
@@ -274,25 +78,6 @@ def _seek_le(cursor: lmdb.Cursor[bytes], key: bytes, prefix: bytes) -> bool:
         return False
     return cursor.key()[: len(prefix)] == prefix
 
-
-def validate_branch_name(name: object) -> str:
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"a branch name must be a non-empty string, not {name!r}")
-    if "\x00" in name or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
-        raise ValueError(f"branch name {name!r} holds NUL or is longer than {MAX_NAME_BYTES} bytes")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"branch name {name!r} holds a lone surrogate, which can't be stored") from None
-    return name
-
-
-def validate_state_name(name: object) -> str:
-    if not isinstance(name, str) or not name or "\x00" in name:
-        raise MalformedContentError("state", f"a state name must be a non-empty string without NUL, not {name!r}")
-    if len(name.encode("utf-8", "surrogatepass")) > 400:
-        raise MalformedContentError("state", f"state name {name[:40]!r}... is longer than 400 bytes")
-    return name
 
 
 class Engine:
@@ -725,13 +510,13 @@ class Engine:
 
     # Reads without a transaction in hand, for the layers above the store (each is one read txn).
 
-    def read_value(self, state: str, branch_id: int, default: Any = None) -> Any:
-        """The value ``state`` holds on branch ``branch_id``, or ``default`` if it was never set or
-        the state isn't registered."""
+    def read_value(self, state: str, branch_id: int, default: Any = None, *, at: int | None = None) -> Any:
+        """The value ``state`` holds on branch ``branch_id`` (as of ``at``, or now), or ``default``
+        if it was never set or the state isn't registered."""
         if not self.has_state(state):
             return default
         with self.reader() as txn:
-            value, sequence = self.get_value(txn, state, self._branches[branch_id])
+            value, sequence = self.get_value(txn, state, self._branches[branch_id], at)
         return default if sequence == 0 else value
 
     def read_log(self, state: str, branch_id: int) -> list[Item]:
@@ -838,7 +623,7 @@ class Engine:
     # -- writes -----------------------------------------------------------------------------
 
     def apply(
-        self, commands: Sequence[Any], execute: Callable[[Batch, Any], Any],
+        self, commands: Sequence[Any], execute: Callable[[LmdbBatch, Any], Any],
         unnested: Callable[[Any], bool] | None = None,
     ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
         """Run ``execute(batch, command)`` for each command in ONE write transaction and commit.
@@ -892,10 +677,10 @@ class Engine:
         return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
 
     def _apply_many(
-        self, commands: Sequence[Any], execute: Callable[[Batch, Any], Any], unnested: Callable[[Any], bool] | None
-    ) -> tuple[list[tuple[bool, Any]], Batch]:
+        self, commands: Sequence[Any], execute: Callable[[LmdbBatch, Any], Any], unnested: Callable[[Any], bool] | None
+    ) -> tuple[list[tuple[bool, Any]], LmdbBatch]:
         with self.env.begin(write=True) as txn:
-            batch = Batch(self, txn)
+            batch = LmdbBatch(self, txn)
             results: list[tuple[bool, Any]] = []
             for command in commands:
                 if unnested is not None and unnested(command):
@@ -939,11 +724,11 @@ class Engine:
         return results, batch
 
     def _apply_one(
-        self, command: Any, execute: Callable[[Batch, Any], Any]
-    ) -> tuple[list[tuple[bool, Any]], Batch | None]:
+        self, command: Any, execute: Callable[[LmdbBatch, Any], Any]
+    ) -> tuple[list[tuple[bool, Any]], LmdbBatch | None]:
         # A batch of one needs no nested transaction: refusing it is aborting the whole.
         txn = self.env.begin(write=True)
-        batch = Batch(self, txn)
+        batch = LmdbBatch(self, txn)
         try:
             value = execute(batch, command)
         except _DAMAGE as exc:
@@ -958,7 +743,7 @@ class Engine:
         txn.commit()
         return [(True, value)], batch
 
-    def _committed(self, batch: Batch) -> None:
+    def _committed(self, batch: LmdbBatch) -> None:
         self.last_sequence = batch.sequence
         self._heads.update(batch.heads)
         if batch.new_states:
@@ -979,270 +764,54 @@ class _Unsafe(Exception):
 _REFUSALS = (*_DAMAGE, CtxrtError, TypeError, ValueError)
 
 
-class Batch:
-    """The write side of one transaction; every write method is one store operation."""
+class LmdbBatch(Batch):
+    """A batch's rows in one LMDB write transaction (``txn``: a nested one while a command runs nested)."""
 
     def __init__(self, engine: Engine, txn: lmdb.Transaction[bytes]) -> None:
-        self.engine = engine
+        super().__init__(engine, engine.last_sequence)
+        self.lmdb = engine
         self.txn = txn
         self.dbs = engine.dbs
-        self.sequence = engine.last_sequence
-        self.new_states: dict[str, StateInfo] = {}
-        self.branches: dict[int, BranchRow] = {}  # rows this batch created or changed
-        self.heads: dict[tuple[int, int], LogHead] = {}  # log heads this batch wrote
-        self.operations: list[Operation] = []
-        self._unwritten: dict[tuple[int, int], None] = {}
+        self._items = engine.dbs[keys.DB_ITEMS]
 
-    # Unnested appends (Engine.apply): their heads are written by flush_heads; ``wrote`` says the
-    # running append has begun writing (a failure then can't be its alone).
-    defer_heads = False
-    wrote = False
+    def read_head(self, info: StateInfo, row: BranchRow) -> LogHead:
+        return self.lmdb._log_head_at(self.txn, info.number, row.levels())
 
-    def savepoint(self) -> tuple[Any, ...]:
-        return self.sequence, dict(self.new_states), dict(self.branches), dict(self.heads), len(self.operations)
+    def locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead] | None:
+        return self.lmdb._locate(self.txn, info, row.levels(), item_sequence)
 
-    def restore(self, saved: tuple[Any, ...]) -> None:
-        self.sequence, self.new_states, self.branches, self.heads, count = saved
-        del self.operations[count:]
+    def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
+        return self.lmdb.get_value(self.txn, info.name, row)
 
-
-    def _next_sequence(self) -> int:
-        self.sequence += 1
-        return self.sequence
-
-    # lookups that see this batch's own changes
-
-    def state(self, name: str) -> StateInfo:
-        info = self.new_states.get(name) or self.engine._states.get(name)
-        if info is None:
-            raise UnknownStateError(f"state {name!r} is not registered; register it before writing")
-        return info
-
-    def branch(self, name: str | int) -> BranchRow:
-        """The live branch ``name``, or the branch with that id (an incarnation: refused once deleted)."""
-        if isinstance(name, int):
-            row = self.branches.get(name) or self.engine._branches.get(name)
-            if row is None or row.deleted:
-                what = f"branch {row.name!r} (id {name}) was deleted" if row is not None else f"no branch has id {name}"
-                raise BranchNotFoundError(what)
-            return row
-        # A name deleted and recreated in this batch has a deleted row and a live one: take the live.
-        for row in self.branches.values():
-            if row.name == name and not row.deleted:
-                return row
-        branch_id = self.engine._branch_ids.get(name)
-        if branch_id is not None:
-            row = self.branches.get(branch_id) or self.engine._branches[branch_id]
-            if not row.deleted:
-                return row
-        raise BranchNotFoundError(f"no branch named {name!r}")
-
-    def _log_head(self, info: StateInfo, row: BranchRow) -> LogHead:
-        key = (info.number, row.id)
-        head = self.heads.get(key) or self.engine._heads.get(key)
-        if head is None:
-            head = self.engine._log_head_at(self.txn, info.number, row.levels())
-        return head
-
-    def _put_head(self, info: StateInfo, row: BranchRow, sequence: int, head: LogHead, *, rewrite: bool) -> None:
-        key = (info.number, row.id)
-        self.heads[key] = head
-        if self.defer_heads and not rewrite:
-            self._unwritten[key] = None  # written once by flush_heads, however many appends move it
-            return
-        self._unwritten.pop(key, None)
-        encoded = head.encode()
-        items = self.dbs[keys.DB_ITEMS]
-        self.txn.put(keys.head_key(info.number, row.id, keys.MAX_U64), encoded, db=items)
-        if rewrite:  # an edit or removal keeps a version, for views of the past
-            self.txn.put(keys.head_key(info.number, row.id, sequence), encoded, db=items)
-
-    def flush_heads(self) -> None:
-        """Write the current heads the unnested appends left unwritten (in the batch's own transaction)."""
-        if self._unwritten:
-            items = self.dbs[keys.DB_ITEMS]
-            for state, branch in self._unwritten:
-                self.txn.put(keys.head_key(state, branch, keys.MAX_U64), self.heads[(state, branch)].encode(), db=items)
-            self._unwritten = {}
-
-    def _log_target(self, state: str, branch: str | int) -> tuple[StateInfo, BranchRow, LogHead]:
-        info = self._log_state(state)
-        row = self.branch(branch)
-        return info, row, self._log_head(info, row)
-
-    # operations
-
-    def register_state(self, name: str, kind: StateKind) -> StateInfo:
-        validate_state_name(name)
-        if kind not in _KIND_BYTES:
-            raise StateKindError(f"state kind must be 'log' or 'value', not {kind!r}")
-        existing = self.new_states.get(name) or self.engine._states.get(name)
-        if existing is not None:
-            if existing.kind != kind:
-                raise StateKindError(f"state {name!r} is registered as {existing.kind!r}, not {kind!r}")
-            return existing
+    def next_number(self, counter: str) -> int:
+        key = keys.META_NEXT_STATE if counter == "state" else keys.META_NEXT_BRANCH
         meta = self.dbs[keys.DB_META]
-        number = keys.decode_u32(self.txn.get(keys.META_NEXT_STATE, db=meta))  # type: ignore[arg-type]  # written when the store is made
-        self.txn.put(keys.META_NEXT_STATE, keys.encode_u32(number + 1), db=meta)
-        self.txn.put(name.encode(), keys.encode_u32(number) + _KIND_BYTES[kind], db=self.dbs[keys.DB_STATES])
-        info = StateInfo(number, name, kind)
-        self.new_states[name] = info
-        return info
+        number = keys.decode_u32(self.txn.get(key, db=meta))  # type: ignore[arg-type]  # written when the store is made
+        self.txn.put(key, keys.encode_u32(number + 1), db=meta)
+        return number
 
-    def append(
-        self, state: str, branch: str | int, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None,
-        flagged: bool = False,
-    ) -> ItemAppended:
-        # Everything it can be refused for is checked before the first write (Engine.apply).
-        info = self.new_states.get(state) or self.engine._states.get(state)
-        if info is None or info.kind != "log":
-            info = self._log_state(state)  # raises what refuses it
-        row = self.branches.get(branch) or self.engine._branches.get(branch) if type(branch) is int else None
-        if row is None or row.deleted:
-            row = self.branch(branch)  # by name, or raises what refuses it
-        key = (info.number, row.id)
-        head = self.heads.get(key) or self.engine._heads.get(key) or self._log_head(info, row)
-        media = [self._blob_row(sha256, blob, media_type) for sha256, blob, media_type in blobs] if blobs else ()
-        sequence = self.sequence + 1
-        value = _U64_PACK(sequence) + data
-        self.wrote = True
-        txn = self.txn
-        for blob_key, blob_row in media:
-            txn.put(blob_key, blob_row, db=self.dbs[keys.DB_BLOBS], overwrite=False)
-        self.sequence = sequence
-        ordinal = head.next_ordinal
-        txn.put(_ITEM_KEY_PACK(info.number, row.id, ordinal, sequence), value, db=self.dbs[keys.DB_ITEMS])
-        new_head = LogHead(head.length + 1, ordinal + 1, head.removed, sequence, head.rewrite_revision,
-                           True if flagged else head.flagged)
-        self.heads[key] = new_head
-        if self.defer_heads:
-            self._unwritten[key] = None  # written once by flush_heads, however many appends move it
-        else:
-            self._unwritten.pop(key, None)
-            txn.put(_ITEM_KEY_PACK(info.number, row.id, keys.HEAD_ORDINAL, keys.MAX_U64), new_head.encode(),
-                    db=self.dbs[keys.DB_ITEMS])
-        operation = ItemAppended(state, row.id, sequence, ordinal, data, attachment)
-        self.operations.append(operation)
-        return operation
+    def put_state(self, info: StateInfo) -> None:
+        self.txn.put(info.name.encode(), keys.encode_u32(info.number) + _KIND_BYTES[info.kind], db=self.dbs[keys.DB_STATES])
 
-    def _log_state(self, name: str) -> StateInfo:
-        info = self.state(name)
-        if info.kind != "log":
-            raise StateKindError(f"state {name!r} holds a value, not an append log")
-        return info
+    def put_item(self, info: StateInfo, row: BranchRow, ordinal: int, version: int, item_sequence: int,
+                 data: bytes) -> None:
+        self.txn.put(_ITEM_KEY_PACK(info.number, row.id, ordinal, version), _U64_PACK(item_sequence) + data,
+                     db=self._items)
 
-    def _locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead]:
-        located = self.engine._locate(self.txn, info, row.levels(), item_sequence)
-        if located is None:
-            raise MessageNotFoundError(f"no item {item_sequence} in {info.name!r} on branch {row.name!r}")
-        return located
+    def put_head(self, info: StateInfo, row: BranchRow, head: LogHead, version: int | None) -> None:
+        self.txn.put(_ITEM_KEY_PACK(info.number, row.id, keys.HEAD_ORDINAL, keys.MAX_U64 if version is None else version),
+                     head.encode(), db=self._items)
 
-    def edit(
-        self, state: str, branch: str | int, item_sequence: int, data: bytes,
-        blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None, flagged: bool = False,
-    ) -> ItemEdited:
-        info, row, head = self._log_target(state, branch)
-        _, ordinal, head = self._locate(info, row, item_sequence)
-        for sha256, blob, media_type in blobs:
-            self.put_blob(sha256, blob, media_type)
-        sequence = self._next_sequence()
-        self.txn.put(
-            keys.item_key(info.number, row.id, ordinal, sequence),
-            keys.encode_u64(item_sequence) + data,
-            db=self.dbs[keys.DB_ITEMS],
-        )
-        new_head = attrs.evolve(head, revision=sequence, rewrite_revision=sequence,
-                                flagged=True if flagged else head.flagged)
-        self._put_head(info, row, sequence, new_head, rewrite=True)
-        operation = ItemEdited(state, row.id, sequence, item_sequence, data, attachment)
-        self.operations.append(operation)
-        return operation
+    def put_value(self, info: StateInfo, row: BranchRow, version: int, data: bytes) -> None:
+        self.txn.put(keys.head_key(info.number, row.id, version), data, db=self._items)
 
-    def remove(self, state: str, branch: str | int, from_sequence: int, to_sequence: int) -> ItemsRemoved:
-        """Remove the items appended at ``from_sequence`` through ``to_sequence``, inclusive."""
-        info, row, head = self._log_target(state, branch)
-        if from_sequence > to_sequence:
-            raise MalformedContentError("from_id", f"{from_sequence} is after to_id {to_sequence}")
-        first_index, first, head = self._locate(info, row, from_sequence)
-        last_index, last, head = self._locate(info, row, to_sequence)
-        count = last_index - first_index + 1
-        sequence = self._next_sequence()
-        intervals = sorted(head.removed + ((first, last + 1),))
-        merged: list[tuple[int, int]] = []
-        for start, stop in intervals:
-            if merged and start <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
-            else:
-                merged.append((start, stop))
-        new_head = attrs.evolve(
-            head, length=head.length - count, removed=tuple(merged), revision=sequence, rewrite_revision=sequence
-        )
-        self._put_head(info, row, sequence, new_head, rewrite=True)
-        operation = ItemsRemoved(state, row.id, sequence, from_sequence, to_sequence, count)
-        self.operations.append(operation)
-        return operation
-
-    def set_value(self, state: str, branch: str | int, value: Any) -> ValueSet:
-        info = self.state(state)
-        if info.kind != "value":
-            raise StateKindError(f"state {state!r} is an append log, not a value")
-        row = self.branch(branch)
-        data = encode_json(value, path=f"{state}")
-        sequence = self._next_sequence()
-        self.txn.put(keys.head_key(info.number, row.id, sequence), data, db=self.dbs[keys.DB_ITEMS])
-        operation = ValueSet(state, row.id, sequence, value)
-        self.operations.append(operation)
-        return operation
-
-    def create_branch(self, name: str, from_branch: str | int, at_sequence: int | None) -> BranchRow:
-        try:
-            validate_branch_name(name)
-        except ValueError as exc:
-            raise MalformedContentError("name", str(exc)) from None
-        # The arguments' own faults first, whatever the store holds; then what the store says.
-        fork = self.sequence if at_sequence is None else at_sequence
-        if not isinstance(fork, int) or isinstance(fork, bool) or not 0 <= fork <= self.sequence:
-            raise MalformedContentError(
-                "at_sequence", f"must be an integer in [0, {self.sequence}] (the store's sequence), not {fork!r}"
-            )
-        try:
-            self.branch(name)
-        except BranchNotFoundError:
-            pass
-        else:
-            raise BranchExistsError(f"a branch named {name!r} already exists")
-        parent = self.branch(from_branch)
-        meta = self.dbs[keys.DB_META]
-        branch_id = keys.decode_u32(self.txn.get(keys.META_NEXT_BRANCH, db=meta))  # type: ignore[arg-type]  # written when the store is made
-        self.txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(branch_id + 1), db=meta)
-        lineage = ((parent.id, fork),) + tuple((ancestor, min(fork, bound)) for ancestor, bound in parent.lineage)
-        row = BranchRow(branch_id, name, parent.id, fork, lineage, int(time.time() * 1000))
-        self.txn.put(keys.encode_u32(branch_id), row.to_json(), db=self.dbs[keys.DB_BRANCHES])
-        self.txn.put(name.encode(), keys.encode_u32(branch_id), db=self.dbs[keys.DB_BRANCH_NAMES])
-        self.branches[branch_id] = row
-        self.operations.append(BranchCreated(row))
-        return row
-
-    def delete_branch(self, name: str) -> BranchRow:
-        if name == MAIN_BRANCH:
-            raise MalformedContentError("name", "the main branch can't be deleted")
-        row = attrs.evolve(self.branch(name), deleted=True)
-        # Rows stay: descendants' lineages still read them. Only the name is freed.
-        self.txn.delete(name.encode(), db=self.dbs[keys.DB_BRANCH_NAMES])
+    def put_branch(self, row: BranchRow, *, created: bool) -> None:
+        if created:
+            self.txn.put(row.name.encode(), keys.encode_u32(row.id), db=self.dbs[keys.DB_BRANCH_NAMES])
+        elif row.deleted:
+            self.txn.delete(row.name.encode(), db=self.dbs[keys.DB_BRANCH_NAMES])
         self.txn.put(keys.encode_u32(row.id), row.to_json(), db=self.dbs[keys.DB_BRANCHES])
-        self.branches[row.id] = row
-        self.operations.append(BranchDeleted(row))
-        return row
 
-    def put_blob(self, sha256: str, data: bytes, media_type: str) -> None:
-        key, row = self._blob_row(sha256, data, media_type)
-        self.txn.put(key, row, db=self.dbs[keys.DB_BLOBS], overwrite=False)
-
-    @staticmethod
-    def _blob_row(sha256: str, data: bytes, media_type: str) -> tuple[bytes, bytes]:
-        """A blob's key and row, refused (MalformedContentError) if the bytes don't hash to ``sha256``."""
-        key = bytes.fromhex(sha256)
-        if hashlib.sha256(data).digest() != key:
-            raise MalformedContentError("blob", f"bytes don't hash to {sha256}")
-        return key, media_type.encode() + b"\x00" + data
-
+    def put_blob_row(self, sha256: str, data: bytes, media_type: str) -> None:
+        self.txn.put(bytes.fromhex(sha256), media_type.encode() + b"\x00" + data, db=self.dbs[keys.DB_BLOBS],
+                     overwrite=False)

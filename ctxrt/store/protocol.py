@@ -12,7 +12,9 @@ from typing import Any
 
 import attrs
 
-from .engine import BranchRow, Engine, StateKind
+from .batch import ANY
+from .engine import Engine
+from .records import BranchRow, StateKind
 
 Blob = tuple[str, bytes, str]  # (sha-256 hex, bytes, media type)
 
@@ -54,9 +56,15 @@ class RemoveItems:
 
 @attrs.frozen(kw_only=True)
 class SetValue:
+    """Set a value state; ``expect`` makes it conditional (``ValueConflictError`` unless the stored
+    value equals it, None meaning never set), ``rising`` keeps a higher stored integer. Both are
+    decided in the write transaction, so they hold across processes sharing a store."""
+
     state: str
     branch: str | int
     value: Any
+    expect: Any = attrs.field(default=ANY, repr=False)
+    rising: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -39,7 +39,7 @@ import lmdb
 
 from ..errors import CtxrtError, StoreCorruptError, StoreFormatError
 from . import files, keys
-from .engine import LogHead
+from .records import LogHead
 
 MAX_DAMAGE = 1000
 Status = Literal["sound", "damaged", "not checked"]

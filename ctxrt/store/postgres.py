@@ -1,0 +1,680 @@
+"""The sync PostgreSQL engine: the LMDB engine's model (global sequence, lineage branches,
+versioned items and heads, blobs by SHA-256) in tables, for a store many processes write.
+
+Design (docs/architecture.md, Beyond one machine):
+
+- One global sequence, kept in the ``ctxrt_meta`` row ``sequence``. A write transaction begins
+  by locking that row (``SELECT ... FOR UPDATE``): writers of every process commit one after
+  another, in sequence order, exactly as LMDB's one writer does. So "as of sequence T" is a
+  consistent snapshot for any T a reader has seen committed, and reads need no transaction of
+  their own: each read asks for rows as of a sequence.
+- A batch is one transaction (each process's store actor still group-commits); each command
+  that isn't an append runs under a savepoint, so a refused one leaves the others intact (what
+  LMDB's nested transactions give). Rows are buffered and sent with ``executemany`` (pipelined)
+  before the next read and at the commit.
+- Whatever other processes did is found at the start of each batch: a sequence other than the
+  last this process committed means the branch and state tables are read again and cached
+  heads forgotten. Conditional writes (a namespace's claim) and rising floors are decided inside
+  the transaction (``Batch.set_value``), so the audience rules hold across processes.
+- Reads run on the caller's thread, one statement each on a connection of their own; batches
+  run on a worker thread (the store actor's ``to_thread``) on the writing connection.
+
+Driver: psycopg 3 (its C implementation, ``psycopg[binary]``): the maintained libpq binding,
+with pipelined ``executemany``, binary ``bytea`` and server-side prepared statements.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+import psycopg.errors
+
+from ..errors import (
+    BranchNotFoundError,
+    CtxrtError,
+    MalformedContentError,
+    StateKindError,
+    StoreCorruptError,
+    StoreFormatError,
+    StoreFullError,
+    StoreUnavailableError,
+    UnknownStateError,
+)
+from .batch import Batch
+from .records import MAIN_BRANCH, BranchRow, Item, LogHead, Operation, StateInfo, StateKind
+
+logger = logging.getLogger("ctxrt.store")
+
+SCHEMA_VERSION = 1
+READABLE_SCHEMAS = (1,)
+CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
+_DAMAGE = (struct.error, UnicodeDecodeError, json.JSONDecodeError, ValueError, KeyError, TypeError, IndexError)
+
+_SCHEMA = """
+CREATE TABLE ctxrt_meta (key text PRIMARY KEY, value bigint NOT NULL);
+CREATE TABLE ctxrt_branches (id integer PRIMARY KEY, name text NOT NULL, deleted boolean NOT NULL, row bytea NOT NULL);
+CREATE UNIQUE INDEX ctxrt_branch_names ON ctxrt_branches (name) WHERE NOT deleted;
+CREATE TABLE ctxrt_states (name text PRIMARY KEY, number integer NOT NULL UNIQUE, kind text NOT NULL);
+CREATE TABLE ctxrt_items (
+    state integer NOT NULL, branch integer NOT NULL, ordinal bigint NOT NULL, version bigint NOT NULL,
+    sequence bigint NOT NULL, data bytea NOT NULL, PRIMARY KEY (state, branch, ordinal, version));
+CREATE INDEX ctxrt_items_appended ON ctxrt_items (state, sequence) WHERE version = sequence;
+CREATE TABLE ctxrt_heads (
+    state integer NOT NULL, branch integer NOT NULL, version bigint NOT NULL, revision bigint NOT NULL,
+    head bytea NOT NULL, PRIMARY KEY (state, branch, version));
+CREATE TABLE ctxrt_values (
+    state integer NOT NULL, branch integer NOT NULL, version bigint NOT NULL, data bytea NOT NULL,
+    PRIMARY KEY (state, branch, version));
+CREATE INDEX ctxrt_values_by_branch ON ctxrt_values (branch, version);
+CREATE TABLE ctxrt_blobs (sha256 bytea PRIMARY KEY, media_type text NOT NULL, data bytea NOT NULL);
+"""
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (errors and logs never hold credentials)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "postgresql://(an address that doesn't parse)"
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}@{host}"
+    query = "&".join(p for p in parts.query.split("&") if not p.lower().startswith("password="))
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def is_postgres_url(path: object) -> bool:
+    return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
+
+
+class PostgresEngine:
+    """One PostgreSQL database's ctxrt data. Reads from the trio thread; writes only through ``apply``
+    (on one thread at a time)."""
+
+    readonly = False
+    shared = True  # other processes write it too: caches check the head before a read
+    commits_on_thread = True  # a commit waits on the server: the store actor runs it off the loop
+
+    def __init__(self, url: str, *, synchronous: bool = True) -> None:
+        self.url = url
+        self.data_path = redact(url)
+        self._synchronous = synchronous
+        self._lock = threading.Lock()  # the read connection is used by one thread at a time
+        self._reader = self._connect()
+        self._writer = self._connect()
+        if not synchronous:  # durability="os": the server acknowledges before its WAL is flushed
+            self._writer.execute("SET synchronous_commit = off")
+        self._branches: dict[int, BranchRow] = {}
+        self._branch_ids: dict[str, int] = {}
+        self._states: dict[str, StateInfo] = {}
+        self._heads: dict[tuple[int, int], LogHead] = {}  # the writer's, valid while nobody else wrote
+        self._committed_sequence = 0
+        self._ensure_schema()
+        self.reload()
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+
+    def close(self) -> None:
+        for conn in (self._reader, self._writer):
+            conn.close()
+
+    def _ensure_schema(self) -> None:
+        """Create the tables and the format row in one transaction on first open (K5); refuse a
+        database that holds another schema version, or tables of ours without a format row."""
+        try:
+            with self._writer.transaction():
+                found = self._format()
+                if found is None:
+                    self._writer.execute("LOCK TABLE pg_catalog.pg_namespace IN SHARE ROW EXCLUSIVE MODE")
+                    found = self._format()  # another process may have made it while we waited
+                if found is None:
+                    self._create()
+                    return
+        except psycopg.errors.DuplicateTable:  # made by another process at the same moment
+            found = self._format()
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+        if found not in READABLE_SCHEMAS:
+            raise StoreFormatError(
+                f"{self.data_path} records ctxrt schema {found!r}; this ctxrt reads schemas "
+                f"{', '.join(map(str, READABLE_SCHEMAS))}"
+            )
+
+    def _format(self) -> int | None:
+        exists = self._writer.execute("SELECT to_regclass('ctxrt_meta') IS NOT NULL").fetchone()
+        if not exists or not exists[0]:
+            return None
+        row = self._writer.execute("SELECT value FROM ctxrt_meta WHERE key = 'format'").fetchone()
+        if row is None:
+            raise StoreFormatError(f"{self.data_path} holds ctxrt's tables but records no format")
+        return int(row[0])
+
+    def _create(self) -> None:
+        conn = self._writer
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.cursor().executemany(
+            "INSERT INTO ctxrt_meta (key, value) VALUES (%s, %s)",
+            [("format", SCHEMA_VERSION), ("sequence", 0), ("next_branch", 2), ("next_state", 1)],
+        )
+        main = BranchRow(1, MAIN_BRANCH, None, None, (), int(time.time() * 1000))
+        conn.execute("INSERT INTO ctxrt_branches (id, name, deleted, row) VALUES (1, %s, false, %s)",
+                     (MAIN_BRANCH, main.to_json()))
+
+    def _damaged(self, what: str) -> StoreCorruptError:
+        return StoreCorruptError(self.data_path, what)
+
+    def reload(self) -> None:
+        """Re-read the branch and state tables and the sequence (after another process wrote)."""
+        with self._lock:
+            self._load(self._reader)
+
+    def _load(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            branch_rows = conn.execute("SELECT id, row FROM ctxrt_branches").fetchall()
+            state_rows = conn.execute("SELECT name, number, kind FROM ctxrt_states").fetchall()
+            sequence = conn.execute("SELECT value FROM ctxrt_meta WHERE key = 'sequence'").fetchone()
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+        branches = {}
+        for branch_id, raw in branch_rows:
+            try:
+                row = BranchRow.from_json(bytes(raw))
+                if row.id != branch_id:
+                    raise ValueError(f"the row says id {row.id}")
+            except _DAMAGE as exc:
+                raise self._damaged(f"the row of branch {branch_id} doesn't decode ({exc!r})") from None
+            branches[row.id] = row
+        states = {}
+        for name, number, kind in state_rows:
+            if kind not in ("log", "value"):
+                raise self._damaged(f"state {name!r} has kind {kind!r}")
+            states[name] = StateInfo(number, name, kind)
+        # Copy-on-write: readers on another thread see the old dicts or the new, never half of one.
+        self._branches = branches
+        self._branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
+        self._states = states
+        self._heads = {}
+        self._committed_sequence = int(sequence[0]) if sequence else 0
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    @property
+    def last_sequence(self) -> int:
+        """The store's sequence now (one read: other processes write too)."""
+        row = self._fetchone("SELECT value FROM ctxrt_meta WHERE key = 'sequence'", ())
+        return int(row[0]) if row else 0
+
+    def branch(self, name: str) -> BranchRow:
+        branch_id = self._branch_ids.get(name)
+        if branch_id is None:
+            self.reload()  # another process may have made it
+            branch_id = self._branch_ids.get(name)
+        if branch_id is None:
+            raise BranchNotFoundError(f"no branch named {name!r}")
+        return self._branches[branch_id]
+
+    def branch_by_id(self, branch_id: int) -> BranchRow:
+        row = self._branches.get(branch_id)
+        if row is None:
+            self.reload()
+            row = self._branches[branch_id]
+        return row
+
+    def list_branches(self) -> list[BranchRow]:
+        self.reload()
+        return sorted((row for row in self._branches.values() if not row.deleted), key=lambda row: row.id)
+
+    def state(self, name: str) -> StateInfo:
+        info = self._states.get(name)
+        if info is None:
+            self.reload()
+            info = self._states.get(name)
+        if info is None:
+            raise UnknownStateError(f"state {name!r} is not registered")
+        return info
+
+    def has_state(self, name: str) -> bool:
+        if name not in self._states:
+            self.reload()  # another process may have registered it since
+        return name in self._states
+
+    def list_states(self) -> list[StateInfo]:
+        self.reload()
+        return sorted(self._states.values(), key=lambda info: info.name)
+
+    def _log_state(self, name: str) -> StateInfo:
+        info = self.state(name)
+        if info.kind != "log":
+            raise StateKindError(f"state {name!r} holds a value, not an append log")
+        return info
+
+    def head_sequence(self, branch: BranchRow) -> int:
+        """The sequence of the branch's newest write (its fork point if it wrote nothing)."""
+        row = self._fetchone(
+            "SELECT greatest((SELECT max(revision) FROM ctxrt_heads WHERE branch = %s AND version = %s),"
+            " (SELECT max(version) FROM ctxrt_values WHERE branch = %s))",
+            (branch.id, CURRENT, branch.id),
+        )
+        own = int(row[0]) if row and row[0] is not None else 0
+        return max(own, branch.fork_sequence or 0)
+
+    def branch_deleted(self, branch_id: int) -> bool:
+        """Whether branch ``branch_id`` was deleted (read afresh: another process may have)."""
+        row = self._fetchone("SELECT deleted FROM ctxrt_branches WHERE id = %s", (branch_id,))
+        return row is None or bool(row[0])
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _fetchone(self, query: str, params: Sequence[Any]) -> Any:
+        with self._lock:
+            try:
+                return self._reader.execute(query, params).fetchone()
+            except psycopg.OperationalError as exc:
+                self._reader = self._reconnect(self._reader, exc)
+                return self._reader.execute(query, params).fetchone()
+
+    def _fetchall(self, query: str, params: Sequence[Any]) -> list[Any]:
+        with self._lock:
+            try:
+                return self._reader.execute(query, params).fetchall()
+            except psycopg.OperationalError as exc:
+                self._reader = self._reconnect(self._reader, exc)
+                return self._reader.execute(query, params).fetchall()
+
+    def _reconnect(self, conn: psycopg.Connection[Any], exc: BaseException) -> psycopg.Connection[Any]:
+        """A connection the server dropped is made again once; a second failure is the caller's."""
+        if not conn.closed and not conn.broken:
+            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+        logger.warning("%s: connection lost (%s); reconnecting", self.data_path, _reason(exc))
+        return self._connect()
+
+    def _head_at(self, fetch: _Fetch, state: int, levels: Sequence[tuple[int, int]]) -> LogHead:
+        """A log state's head as a view (its levels and limits) sees it (as the LMDB engine's)."""
+        for i, (branch, limit) in enumerate(levels):
+            row = fetch("SELECT head FROM ctxrt_heads WHERE state = %s AND branch = %s AND version = %s",
+                        (state, branch, CURRENT))
+            if not row:
+                continue  # nothing written here: inherited
+            current = LogHead.decode(bytes(row[0][0]))
+            if current.revision <= limit:
+                return current
+            row = fetch("SELECT head FROM ctxrt_heads WHERE state = %s AND branch = %s AND version <= %s"
+                        " ORDER BY version DESC LIMIT 1", (state, branch, limit))
+            base = LogHead.decode(bytes(row[0][0])) if row else self._head_at(fetch, state, levels[i + 1 :])
+            # Ordinals appended on this level after the base, in sequence order: those within the limit.
+            row = fetch("SELECT count(*), max(version) FROM ctxrt_items WHERE state = %s AND branch = %s"
+                        " AND ordinal >= %s AND ordinal < %s AND version = sequence AND version <= %s",
+                        (state, branch, base.next_ordinal, current.next_ordinal, limit))
+            appended, last = int(row[0][0]), row[0][1]
+            if not appended:
+                return base
+            return LogHead(base.length + appended, base.next_ordinal + appended, base.removed,
+                           max(base.revision, int(last)), base.rewrite_revision, current.flagged)
+        return LogHead()
+
+    def _items(
+        self, fetch: _Fetch, info: StateInfo, levels: Sequence[tuple[int, int]], start: int, stop: int | None,
+        head: LogHead,
+    ) -> list[Item]:
+        stop = head.length if stop is None else min(stop, head.length)
+        start = max(0, start)
+        if start >= stop:
+            return []
+        first, last = head.index_to_ordinal(start), head.index_to_ordinal(stop - 1)
+        rows = fetch(
+            "SELECT DISTINCT ON (i.ordinal) i.ordinal, i.version, i.sequence, i.data"
+            " FROM unnest(%s::integer[], %s::bigint[], %s::integer[]) AS l(branch, lim, depth)"
+            " JOIN ctxrt_items i ON i.state = %s AND i.branch = l.branch AND i.ordinal BETWEEN %s AND %s"
+            " AND i.version <= l.lim ORDER BY i.ordinal, l.depth, i.version DESC",
+            ([b for b, _ in levels], [_limit(lim) for _, lim in levels], list(range(len(levels))),
+             info.number, first, last),
+        )
+        found = {ordinal: (version, sequence, data) for ordinal, version, sequence, data in rows}
+        items = []
+        for ordinal in head.visible_ordinals(first, last):
+            row = found.get(ordinal)
+            if row is None:
+                raise self._damaged(f"{info.name!r} has no row for its visible ordinal {ordinal} (levels {levels})")
+            version, sequence, data = row
+            items.append(Item(int(sequence), ordinal, int(version), bytes(data)))
+        return items
+
+    def _locate(
+        self, fetch: _Fetch, info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int
+    ) -> tuple[int, int, LogHead] | None:
+        head = self._head_at(fetch, info.number, levels)
+        limits = dict(levels)
+        for branch, ordinal in fetch(
+            "SELECT branch, ordinal FROM ctxrt_items WHERE state = %s AND sequence = %s AND version = sequence",
+            (info.number, sequence),
+        ):
+            if branch in limits and sequence <= limits[branch] and ordinal < head.next_ordinal:
+                index = head.ordinal_to_index(ordinal)
+                return None if index is None else (index, ordinal, head)
+        return None
+
+    def _value(self, fetch: _Fetch, info: StateInfo, levels: Sequence[tuple[int, int]]) -> tuple[Any, int]:
+        rows = fetch(
+            "SELECT v.data, v.version FROM unnest(%s::integer[], %s::bigint[], %s::integer[]) AS l(branch, lim, depth)"
+            " CROSS JOIN LATERAL (SELECT data, version FROM ctxrt_values WHERE state = %s AND branch = l.branch"
+            " AND version <= l.lim ORDER BY version DESC LIMIT 1) v ORDER BY l.depth LIMIT 1",
+            ([b for b, _ in levels], [_limit(lim) for _, lim in levels], list(range(len(levels))), info.number),
+        )
+        if not rows:
+            return None, 0
+        return json.loads(bytes(rows[0][0])), int(rows[0][1])
+
+    def _guarded(self, what: str, branch: BranchRow, read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except _DAMAGE as exc:
+            raise self._damaged(f"{what} on branch {branch.name!r} can't be read: {exc!r}") from None
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+
+    def read_value(self, state: str, branch_id: int, default: Any = None, *, at: int | None = None) -> Any:
+        """The value ``state`` holds on branch ``branch_id`` (as of ``at``, or now), or ``default``
+        if it was never set or the state isn't registered."""
+        if not self.has_state(state):
+            return default
+        info, row = self.state(state), self.branch_by_id(branch_id)
+        if info.kind != "value":
+            raise StateKindError(f"state {state!r} is an append log, not a value")
+        value, sequence = self._guarded(f"the value of {state!r}", row,
+                                        lambda: self._value(self._fetchall, info, row.levels(at)))
+        return default if sequence == 0 else value
+
+    def read_head(self, state: str, branch_id: int, at: int | None = None) -> LogHead:
+        info, row = self._log_state(state), self.branch_by_id(branch_id)
+        return self._guarded(f"the head of {state!r}", row,
+                             lambda: self._head_at(self._fetchall, info.number, row.levels(at)))
+
+    def read_items(
+        self, state: str, branch_id: int, *, at: int | None = None, start: int = 0, stop: int | None = None,
+    ) -> list[Item]:
+        info, row = self._log_state(state), self.branch_by_id(branch_id)
+
+        def read() -> list[Item]:
+            head = self._head_at(self._fetchall, info.number, row.levels(at))
+            # Items as of the head's revision: what the head describes, whatever commits meanwhile.
+            return self._items(self._fetchall, info, row.levels(head.revision if at is None else at),
+                               start, stop, head)
+
+        return self._guarded(f"the items of {state!r}", row, read)
+
+    def read_log(self, state: str, branch_id: int) -> list[Item]:
+        """Every item of log ``state`` on branch ``branch_id`` ([] if the state isn't registered)."""
+        if not self.has_state(state):
+            return []
+        return self.read_items(state, branch_id)
+
+    def read_tail(self, state: str, branch_id: int, start: int) -> tuple[LogHead, list[Item]]:
+        """The head now and the items from index ``start`` to it, as of the head's revision."""
+        info, row = self._log_state(state), self.branch_by_id(branch_id)
+
+        def read() -> tuple[LogHead, list[Item]]:
+            head = self._head_at(self._fetchall, info.number, row.levels())
+            if start >= head.length:
+                return head, []
+            return head, self._items(self._fetchall, info, row.levels(head.revision), start, None, head)
+
+        return self._guarded(f"the items of {state!r}", row, read)
+
+    def read_item(self, state: str, branch_id: int, sequence: int, *, at: int | None = None) -> Item | None:
+        info, row = self._log_state(state), self.branch_by_id(branch_id)
+
+        def read() -> Item | None:
+            head = self._head_at(self._fetchall, info.number, row.levels(at))
+            levels = row.levels(head.revision if at is None else at)
+            found = self._locate(self._fetchall, info, levels, sequence)
+            if found is None:
+                return None
+            items = self._items(self._fetchall, info, levels, found[0], found[0] + 1, found[2])
+            return items[0] if items else None
+
+        return self._guarded(f"item {sequence} of {state!r}", row, read)
+
+    def read_items_appended(
+        self, state: str, branch_id: int, first: int, last: int, *, at: int | None = None,
+    ) -> list[Item]:
+        info, row = self._log_state(state), self.branch_by_id(branch_id)
+
+        def read() -> list[Item]:
+            head = self._head_at(self._fetchall, info.number, row.levels(at))
+            levels = row.levels(head.revision if at is None else at)
+            low, high = self._locate(self._fetchall, info, levels, first), self._locate(self._fetchall, info, levels, last)
+            if low is None or high is None:
+                return []
+            return self._items(self._fetchall, info, levels, low[0], high[0] + 1, low[2])
+
+        return self._guarded(f"the items of {state!r}", row, read)
+
+    def read_blob(self, sha256: str) -> tuple[bytes, str] | None:
+        try:
+            digest = bytes.fromhex(sha256)
+        except ValueError:
+            return None
+        row = self._fetchone("SELECT data, media_type FROM ctxrt_blobs WHERE sha256 = %s", (digest,))
+        return None if row is None else (bytes(row[0]), str(row[1]))
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def apply(
+        self, commands: Sequence[Any], execute: Callable[[Any, Any], Any],
+        unnested: Callable[[Any], bool] | None = None,
+    ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
+        """Run ``execute(batch, command)`` for each command in ONE transaction and commit (as
+        ``Engine.apply``: a refused command is rolled back alone under its savepoint).
+
+        Raises ``StoreUnavailableError`` when the server can't be reached or drops the connection
+        (nothing of the batch was written, unless the connection dropped during the commit itself:
+        then the message says the outcome is unknown), ``StoreFullError`` when the server's disk is
+        full, ``StoreCorruptError`` when a stored row doesn't decode during the batch.
+        """
+        try:
+            try:
+                results, batch = self._apply(commands, execute, unnested)
+            except _Unsafe:
+                results, batch = self._apply(commands, execute, None)
+        except psycopg.errors.DiskFull as exc:
+            raise StoreFullError(self.data_path, f"the server's disk is full ({_reason(exc)})") from None
+        except psycopg.Error as exc:
+            if self._writer.broken or self._writer.closed:
+                self._writer = self._connect()
+            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+        self._committed(batch)
+        return results, batch.operations
+
+    def _apply(
+        self, commands: Sequence[Any], execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool] | None,
+    ) -> tuple[list[tuple[bool, Any]], PgBatch]:
+        conn = self._writer
+        with conn.transaction():
+            cursor = conn.cursor()
+            row = cursor.execute("SELECT value FROM ctxrt_meta WHERE key = 'sequence' FOR UPDATE").fetchone()
+            sequence = int(row[0]) if row else 0
+            if sequence != self._committed_sequence or not self._states:
+                self._load(conn)  # another process wrote since: what this one knew may be out of date
+            batch = PgBatch(self, cursor, sequence)
+            results: list[tuple[bool, Any]] = []
+            for number, command in enumerate(commands):
+                if unnested is not None and unnested(command):
+                    batch.defer_heads = True
+                    try:
+                        value = execute(batch, command)
+                    except _REFUSALS as exc:
+                        if batch.wrote:
+                            raise _Unsafe from exc
+                        results.append((False, self._refusal(command, exc)))
+                    else:
+                        results.append((True, value))
+                    finally:
+                        batch.defer_heads = batch.wrote = False
+                    continue
+                batch.flush_heads()
+                batch.flush()
+                savepoint = f"c{number}"
+                cursor.execute(f"SAVEPOINT {savepoint}")
+                saved = batch.savepoint()
+                try:
+                    value = execute(batch, command)
+                    batch.flush_heads()
+                    batch.flush()  # a row this command can't write refuses the command, not the batch
+                except (*_REFUSALS, psycopg.errors.IntegrityError, psycopg.errors.DataError) as exc:
+                    batch.discard()
+                    cursor.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                    batch.restore(saved)
+                    results.append((False, self._refusal(command, exc)))
+                else:
+                    cursor.execute(f"RELEASE SAVEPOINT {savepoint}")
+                    results.append((True, value))
+            batch.flush_heads()
+            batch.flush()
+            if batch.sequence != sequence:
+                cursor.execute("UPDATE ctxrt_meta SET value = %s WHERE key = 'sequence'", (batch.sequence,))
+        return results, batch
+
+    def _refusal(self, command: Any, exc: BaseException) -> BaseException:
+        if isinstance(exc, _DAMAGE_ONLY):
+            return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
+        if isinstance(exc, psycopg.Error):  # a value the database can't hold (text with NUL, say)
+            return MalformedContentError(type(command).__name__, f"the database refused it: {_reason(exc)}")
+        return exc
+
+    def _committed(self, batch: PgBatch) -> None:
+        self._committed_sequence = batch.sequence
+        heads = dict(self._heads)
+        heads.update(batch.heads)
+        self._heads = heads
+        if batch.new_states:
+            self._states = {**self._states, **batch.new_states}
+        if batch.branches:
+            branches, names = dict(self._branches), dict(self._branch_ids)
+            for row in batch.branches.values():
+                branches[row.id] = row
+                if row.deleted:
+                    names.pop(row.name, None)
+                else:
+                    names[row.name] = row.id
+            self._branches, self._branch_ids = branches, names
+
+
+_Fetch = Callable[[str, Sequence[Any]], list[Any]]
+
+
+class _Unsafe(Exception):
+    """An unnested command failed after it had written: the batch is begun again, nested."""
+
+
+# Decoding errors that are damage, never the caller's mistake (JSONDecodeError and
+# UnicodeDecodeError are ValueErrors too).
+_DAMAGE_ONLY = (struct.error, UnicodeDecodeError, json.JSONDecodeError)
+_REFUSALS = (*_DAMAGE_ONLY, CtxrtError, TypeError, ValueError)
+
+
+class PgBatch(Batch):
+    """A batch's rows in one PostgreSQL transaction, buffered until the next read or the commit."""
+
+    def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], sequence: int) -> None:
+        super().__init__(engine, sequence)
+        self.pg = engine
+        self.cursor = cursor
+        self._rows: dict[str, list[tuple[Any, ...]]] = {}
+        self._current: dict[tuple[int, int], tuple[Any, ...]] = {}  # current heads, one row each
+
+    def _fetch(self, query: str, params: Sequence[Any]) -> list[Any]:
+        self.flush()
+        return self.cursor.execute(query, params).fetchall()
+
+    def flush(self) -> None:
+        """Send the buffered rows (pipelined)."""
+        rows, self._rows = self._rows, {}
+        for statement, values in rows.items():
+            self.cursor.executemany(statement, values)
+        if self._current:
+            current, self._current = self._current, {}
+            self.cursor.executemany(_UPSERT_HEAD, list(current.values()))
+
+    def discard(self) -> None:
+        self._rows, self._current = {}, {}
+
+    def _buffer(self, statement: str, row: tuple[Any, ...]) -> None:
+        self._rows.setdefault(statement, []).append(row)
+
+    def read_head(self, info: StateInfo, row: BranchRow) -> LogHead:
+        return self.pg._head_at(self._fetch, info.number, row.levels())
+
+    def locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead] | None:
+        return self.pg._locate(self._fetch, info, row.levels(), item_sequence)
+
+    def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
+        return self.pg._value(self._fetch, info, row.levels())
+
+    def next_number(self, counter: str) -> int:
+        key = "next_state" if counter == "state" else "next_branch"
+        found = self._fetch("UPDATE ctxrt_meta SET value = value + 1 WHERE key = %s RETURNING value - 1", (key,))
+        return int(found[0][0])
+
+    def put_state(self, info: StateInfo) -> None:
+        self._buffer("INSERT INTO ctxrt_states (name, number, kind) VALUES (%s, %s, %s)",
+                     (info.name, info.number, info.kind))
+
+    def put_item(self, info: StateInfo, row: BranchRow, ordinal: int, version: int, item_sequence: int,
+                 data: bytes) -> None:
+        self._buffer(_INSERT_ITEM, (info.number, row.id, ordinal, version, item_sequence, data))
+
+    def put_head(self, info: StateInfo, row: BranchRow, head: LogHead, version: int | None) -> None:
+        if version is None:
+            self._current[(info.number, row.id)] = (info.number, row.id, CURRENT, head.revision, head.encode())
+        else:
+            self._buffer("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)",
+                         (info.number, row.id, version, head.revision, head.encode()))
+
+    def put_value(self, info: StateInfo, row: BranchRow, version: int, data: bytes) -> None:
+        self._buffer("INSERT INTO ctxrt_values (state, branch, version, data) VALUES (%s, %s, %s, %s)",
+                     (info.number, row.id, version, data))
+
+    def put_branch(self, row: BranchRow, *, created: bool) -> None:
+        if created:
+            self._buffer("INSERT INTO ctxrt_branches (id, name, deleted, row) VALUES (%s, %s, %s, %s)",
+                         (row.id, row.name, row.deleted, row.to_json()))
+        else:
+            self._buffer("UPDATE ctxrt_branches SET deleted = %s, row = %s WHERE id = %s",
+                         (row.deleted, row.to_json(), row.id))
+
+    def put_blob_row(self, sha256: str, data: bytes, media_type: str) -> None:
+        self._buffer("INSERT INTO ctxrt_blobs (sha256, media_type, data) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                     (bytes.fromhex(sha256), media_type, data))
+
+
+_INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, sequence, data)"
+                " VALUES (%s, %s, %s, %s, %s, %s)")
+_UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)"
+                " ON CONFLICT (state, branch, version) DO UPDATE SET revision = EXCLUDED.revision, head = EXCLUDED.head")
+
+
+def _limit(limit: int) -> int:
+    return min(limit, CURRENT)
+
+
+def _reason(exc: BaseException) -> str:
+    """What the driver said, on one line, without the connection string."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:500]
