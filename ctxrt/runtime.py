@@ -22,9 +22,15 @@ from .namespace.protocol import NamespaceConfig
 from .namespace.registry import NamespaceRegistry, NamespaceStatistics, new_token
 from .slots import SlotRegistry
 from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_store
-from .store.engine import Engine
-from .store.environment import Durability, StoreHandle, close_store, open_store
+from .store.environment import (
+    Durability,
+    StoreHandle,
+    close_store,
+    is_postgres_url,
+    open_store,
+)
 from .store.files import check_pages as check_store_pages
+from .store.interface import StoreEngine
 from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, describe_branches
 from .store.records import BranchDeleted, Operation
 from .strategies.base import Strategy, StrategyConfig
@@ -57,7 +63,7 @@ class Runtime:
     """One open store and everything running over it. Made by ``open_runtime``."""
 
     def __init__(self, handle: StoreHandle, nursery: trio.Nursery, model: Model | None, model_timeout_s: float) -> None:
-        self.path: Path = handle.path
+        self.path: Path | str = handle.path  # a directory, or a database URL without its password
         self.readonly = handle.readonly
         self.model: Model | None = model
         self._handle = handle
@@ -71,7 +77,7 @@ class Runtime:
                                              model_timeout_s=model_timeout_s)
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> StoreEngine:
         return self._handle.engine
 
     @property
@@ -279,9 +285,11 @@ def _check_open_arguments(
     checks.text(text, "path")
     if "\x00" in text:
         raise MalformedContentError("path", "must not contain NUL")
-    if any(len(part.encode("utf-8")) > 255 for part in Path(text).parts):
+    if is_postgres_url(text):
+        pass  # a database: libpq checks the rest of the URL when it connects
+    elif any(len(part.encode("utf-8")) > 255 for part in Path(text).parts):
         raise MalformedContentError("path", "has a name longer than 255 bytes, which no filesystem here takes")
-    if Path(text).exists() and not Path(text).is_dir():
+    elif Path(text).exists() and not Path(text).is_dir():
         raise MalformedContentError("path", f"{text!r} is a file; a store is a directory")
     checks.flag(readonly, "readonly")
     if durability not in ("sync", "os"):
@@ -353,7 +361,7 @@ async def open_runtime(
     """
     require_trio("ctxrt.open_runtime")
     _check_open_arguments(path, model, readonly, durability, map_size, model_timeout_s)
-    if checks.flag(check_pages, "check_pages"):
+    if checks.flag(check_pages, "check_pages") and not is_postgres_url(path):
         check_store_pages(Path(os.fspath(path)))
     handle = open_store(path, readonly=readonly, durability=durability, map_size=map_size)
     try:

@@ -23,7 +23,7 @@ from . import checks, codec
 from .content import Block, Message, ToolResult, has_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
-from .store.engine import Engine
+from .store.interface import StoreEngine
 from .store.records import ItemAppended, ItemEdited, ItemsRemoved, LogHead, Operation
 
 logger = logging.getLogger("ctxrt.slots")
@@ -114,7 +114,7 @@ class SlotCache:
     """
 
     def __init__(
-        self, engine: Engine, state: str, branch_id: int, *, live: bool,
+        self, engine: StoreEngine, state: str, branch_id: int, *, live: bool,
         seed: tuple[list[Message], LogHead, bool] | None = None,
     ) -> None:
         self.engine = engine
@@ -207,7 +207,7 @@ class SlotCache:
         if self.stale:
             self._reload("a commit event failed to apply")
             self.stale = False
-        elif not self.live:
+        elif not self.live or self.engine.shared:  # no events, or not every write's: ask the head
             self._revalidate()
 
     def suffix(self, count: int) -> list[Message]:
@@ -386,7 +386,7 @@ class SlotCache:
         return None if item is None else self._decode(item.data, item.sequence)
 
 
-def decode_stored(engine: Engine, data: bytes, sequence: int) -> Message:
+def decode_stored(engine: StoreEngine, data: bytes, sequence: int) -> Message:
     """A stored message decoded with its blobs put back (blobs are content-addressed and never
     change, so they are read apart from the item)."""
     message = codec.message_from_json(data, sequence=sequence)
@@ -405,7 +405,7 @@ def parse_id(message_id: object) -> int | None:
 class SlotRegistry:
     """Every slot cache of one runtime, keyed by (state, branch id), fed by commit events."""
 
-    def __init__(self, engine: Engine, *, live: bool) -> None:
+    def __init__(self, engine: StoreEngine, *, live: bool) -> None:
         self.engine = engine
         self.live = live
         self._caches: dict[tuple[str, int], SlotCache] = {}

@@ -61,14 +61,13 @@ def record(line: str, acks: Acks, context: str) -> None:
     acks[sequence] = (round_, task, counter)
 
 
-async def check_store(store_path: Path, acks: Acks, probes: dict[int, bytes], round_: int, context: str) -> None:
+async def check_store(store_path: Path | str, acks: Acks, probes: dict[int, bytes], round_: int, context: str) -> None:
     """Open the store after the kill, check every acknowledged write and the log's shape, then append."""
     async with open_runtime(store_path) as rt:  # opens cleanly: the owner lock is free again
         engine = rt.engine
-        with engine.reader() as txn:
-            main = engine.branch("main")
-            head = engine.log_head(txn, writer.STATE, main)
-            items = engine.log_items(txn, writer.STATE, main)
+        main = engine.branch("main")
+        head = engine.read_head(writer.STATE, main.id)
+        items = engine.read_items(writer.STATE, main.id, at=head.revision)
         stored = {item.sequence: item.data for item in items}
         assert head.length == len(items), context
         sequences = [item.sequence for item in items]
@@ -105,10 +104,18 @@ async def check_store(store_path: Path, acks: Acks, probes: dict[int, bytes], ro
         probes[result.sequence] = data
 
 
+@pytest.fixture(params=["lmdb", "postgres"])
+def crash_store(request: pytest.FixtureRequest, store_path: Path) -> Path | str:
+    """An LMDB store's directory, or a PostgreSQL store's URL (a database of the test cluster)."""
+    return store_path if request.param == "lmdb" else request.getfixturevalue("pg_url")
+
+
 async def test_every_acknowledged_append_survives_kill_9(
-    store_path: Path, soak_scale: Callable[[int, int], int]
+    crash_store: Path | str, soak_scale: Callable[[int, int], int]
 ) -> None:
-    """A writer killed with SIGKILL at random moments loses no acknowledged append and leaves a store that opens (K3)."""
+    """A writer killed with SIGKILL at random moments loses no acknowledged append and leaves a store
+    that opens, on either engine (K3; issue 15: writer processes killed on a PostgreSQL store)."""
+    store_path = crash_store
     rounds = soak_scale(10, 200)
     seed = int(os.environ.get("CTXRT_CRASH_SEED") or random.randrange(1 << 32))
     rng = random.Random(seed)

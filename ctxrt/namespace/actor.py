@@ -31,11 +31,12 @@ from ..errors import (
     ReaderConflictError,
     ReadOnlyStoreError,
     StrategyRefusedError,
+    ValueConflictError,
 )
 from ..model import ModelRequest, ModelResponse
 from ..slots import Appended, SlotRegistry, parse_id, prepare_append
 from ..store.actor import StoreRef
-from ..store.engine import Engine
+from ..store.interface import StoreEngine
 from ..store.protocol import (
     AppendItem,
     Atomically,
@@ -137,7 +138,7 @@ FAIRNESS_STREAK = 32  # commands taken without waiting before the actor yields o
 class Services:
     """What every namespace actor of one runtime shares."""
 
-    engine: Engine
+    engine: StoreEngine
     store: StoreRef | None  # None in a read-only runtime
     slots: SlotRegistry
     model: Any  # the runtime's default model
@@ -241,7 +242,7 @@ class _Actor:
             self.caches.append(self.services.slots.acquire(name, self.branch_id))
         self.caches[0].holders[id(self.ref)] = self.subscriber  # its own appends with a hold
         self.ref.slot = self.caches[0]
-        self.seen = engine.last_sequence
+        self.seen = self._seen_now()
         self._build_views()
 
     def stop(self, error: Callable[[], BaseException]) -> None:
@@ -370,7 +371,15 @@ class _Actor:
         mark, writes = self.ctx.take()
         if mark or writes:  # initialize only reads: writes belong in next_unit or select
             logger.warning("strategy %r of %s wrote during initialize; not committed", self.strategy.name, self.place)
-        self.seen = self.services.engine.last_sequence
+        self.seen = self._seen_now()
+
+    def _seen_now(self) -> int:
+        """The sequence up to which the strategy has been handed the view. On a shared store other
+        processes append at any time: what the caches held when it read them, not the store's now."""
+        engine = self.services.engine
+        if engine.shared:
+            return max((cache.revision for cache in self.caches), default=0)
+        return engine.last_sequence
 
     def _require_strategy(self) -> None:
         if self.strategy_error is not None:
@@ -411,7 +420,8 @@ class _Actor:
         commands: list[Any] = []
         raise_floor = self.reader is not None and mark > self.floor  # D7: no reader, no floor
         if raise_floor:
-            commands.append(SetValue(state=states.floor_state(self.place.namespace), branch=self.branch_id, value=mark))
+            commands.append(SetValue(state=states.floor_state(self.place.namespace), branch=self.branch_id, value=mark,
+                                     rising=True))  # never lowers a floor another process's actor raised
         commands += writes
         if not commands:
             return False
@@ -577,8 +587,12 @@ class _Actor:
         self._check_config(command)
         require_marking(self.strategy.marks_compression_reads, self.strategy.name, resolved, self.place.namespace)
         if resolved is not None and self.record is None and not self.readonly:
-            await self._store().ask(SetValue(state=states.reader_state(self.place.namespace), branch=self.branch_id,
-                                             value=resolved))
+            try:  # decided in the store: on a shared store, another process's actor may claim it first
+                await self._store().ask(SetValue(state=states.reader_state(self.place.namespace), branch=self.branch_id,
+                                                 value=resolved, expect=None))
+            except ValueConflictError:
+                check_attach(self._stored_record(), command.reader, compiles_for_none=command.compiles_for_none,
+                             place=self.place)  # ReaderConflictError, unless it claimed it for the same reader
             self.record = resolved
             self.epoch += 1  # work begun for the unclaimed view writes nothing (C9)
             self._build_views()

@@ -15,7 +15,7 @@ import attrs
 from .. import codec
 from ..compile import Entry
 from ..errors import MalformedContentError
-from ..store.engine import Engine
+from ..store.interface import StoreEngine
 from ..store.protocol import AppendItem, SetValue
 from ..store.records import encode_json
 from ..views import MessageView
@@ -35,7 +35,7 @@ class ActorContext:
     """One view epoch's handle on a namespace, for its strategy. Used only in the actor's task."""
 
     def __init__(
-        self, *, place: Place, branch_id: int, reader: str | None, view: MessageView, engine: Engine,
+        self, *, place: Place, branch_id: int, reader: str | None, view: MessageView, engine: StoreEngine,
         strategy_name: str, writes: bool, holds: Holds, settings: Settings, clock: Callable[[], float],
     ) -> None:
         self._place = place

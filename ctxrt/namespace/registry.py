@@ -21,7 +21,7 @@ from ..errors import (
 )
 from ..slots import SlotRegistry
 from ..store.actor import StoreRef
-from ..store.engine import Engine
+from ..store.interface import StoreEngine
 from ..store.records import BranchRow
 from . import states
 from .actor import Services, build_strategy, serve_namespace
@@ -50,7 +50,7 @@ class NamespaceRegistry:
     """Every live namespace actor of one runtime."""
 
     def __init__(
-        self, engine: Engine, store: StoreRef | None, slots: SlotRegistry, model: Any, nursery: trio.Nursery,
+        self, engine: StoreEngine, store: StoreRef | None, slots: SlotRegistry, model: Any, nursery: trio.Nursery,
         *, model_timeout_s: float,
     ) -> None:
         self.engine = engine

@@ -27,9 +27,10 @@ import attrs
 import lmdb
 import trio
 
-from ..errors import RuntimeClosedError, StoreCorruptError, StoreFullError
+from ..errors import RuntimeClosedError, StoreCorruptError, StoreFullError, StoreUnavailableError
 from .batch import Batch
 from .engine import Engine
+from .interface import StoreEngine
 from .protocol import (
     AppendItem,
     Atomically,
@@ -117,7 +118,7 @@ class StoreRef:
     """
 
     def __init__(
-        self, send: trio.MemorySendChannel[tuple[Any, _Reply]], counters: _Counters, engine: Engine,
+        self, send: trio.MemorySendChannel[tuple[Any, _Reply]], counters: _Counters, engine: StoreEngine,
         publish: Callable[[Sequence[Operation]], None],
     ) -> None:
         self._send = send
@@ -146,7 +147,7 @@ class StoreRef:
                 await trio.lowlevel.checkpoint_if_cancelled()
             if self._closed:
                 raise RuntimeClosedError("the store actor has stopped")
-            if self._in_ask == 1 and self._queued == 0:
+            if self._in_ask == 1 and self._queued == 0 and not self._engine.commits_on_thread:
                 ok, value = commit_batch(self._engine, [command], self._publish, self._counters)[0]
             else:
                 reply = _Reply()
@@ -219,43 +220,59 @@ def execute(batch: Batch, command: Any) -> Any:
 
 
 def open_store_actor(
-    engine: Engine, publish: Callable[[Sequence[Operation]], None]
+    engine: StoreEngine, publish: Callable[[Sequence[Operation]], None]
 ) -> tuple[StoreRef, trio.MemoryReceiveChannel[tuple[Any, _Reply]]]:
     send, receive = trio.open_memory_channel[tuple[Any, _Reply]](MAILBOX_CAPACITY)
     return StoreRef(send, _Counters(), engine, publish), receive
 
 
 def commit_batch(
-    engine: Engine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters
+    engine: StoreEngine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters
 ) -> list[tuple[bool, Any]]:
     """The actor's commit step: one write transaction, then publish what committed. Synchronous.
 
     Returns each command's ``(ok, result or error)``. A batch the disk or the map refuses gives
-    every command its own ``StoreFullError`` (or ``StoreCorruptError``); a failure while
-    publishing is logged and never changes a committed command's result (L6).
+    every command its own ``StoreFullError`` (or ``StoreCorruptError``, ``StoreUnavailableError``);
+    a failure while publishing is logged and never changes a committed command's result (L6).
     """
+    results, operations = apply_batch(engine, commands, counters)
+    publish_committed(publish, operations)
+    return results
+
+
+def apply_batch(
+    engine: StoreEngine, commands: list[Any], counters: _Counters
+) -> tuple[list[tuple[bool, Any]], list[Operation]]:
+    """The write transaction of the commit step (safe on a worker thread: it touches no cache)."""
     started = time.perf_counter()
     try:
         results, operations = _apply_growing(engine, commands)
-    except (StoreFullError, StoreCorruptError) as refused:
+    except (StoreFullError, StoreCorruptError, StoreUnavailableError) as refused:
         logger.warning("store batch of %d commands refused: %s", len(commands), refused)
-        return [(False, _copy_refusal(refused)) for _ in commands]
+        return [(False, _copy_refusal(refused)) for _ in commands], []
     counters.last_commit_ms = (time.perf_counter() - started) * 1000
     counters.last_batch_size = len(commands)
     counters.batches += 1
     counters.commands += len(commands)
     counters.largest_batch = max(counters.largest_batch, len(commands))
+    return results, operations
+
+
+def publish_committed(publish: Callable[[Sequence[Operation]], None], operations: list[Operation]) -> None:
+    if not operations:
+        return
     try:
         publish(operations)
     except Exception:  # the write landed: its callers get their results whatever a subscriber did
         logger.exception("publishing %d committed operations failed; the commit stands", len(operations))
-    return results
 
 
-def _copy_refusal(refused: StoreFullError | StoreCorruptError) -> BaseException:
+def _copy_refusal(refused: StoreFullError | StoreCorruptError | StoreUnavailableError) -> BaseException:
     """One exception object per caller: callers raise theirs concurrently, each with its own traceback."""
     if isinstance(refused, StoreFullError):
         copy: BaseException = StoreFullError(refused.path, refused.reason)
+    elif isinstance(refused, StoreUnavailableError):
+        copy = StoreUnavailableError(refused.url, refused.reason)
     else:
         copy = StoreCorruptError(refused.path, refused.what)
     copy.__cause__ = refused.__cause__
@@ -263,7 +280,7 @@ def _copy_refusal(refused: StoreFullError | StoreCorruptError) -> BaseException:
 
 
 async def serve_store(
-    engine: Engine,
+    engine: StoreEngine,
     ref: StoreRef,
     inbox: trio.MemoryReceiveChannel[tuple[Any, _Reply]],
     *,
@@ -296,7 +313,12 @@ async def serve_store(
                         break
                     pending.append(envelope)
                     size += _size(envelope[0])
-                results = commit_batch(engine, [command for command, _ in pending], ref._publish, counters)
+                commands = [command for command, _ in pending]
+                if engine.commits_on_thread:  # the loop runs on while the server commits
+                    results, operations = await trio.to_thread.run_sync(apply_batch, engine, commands, counters)
+                    publish_committed(ref._publish, operations)
+                else:
+                    results = commit_batch(engine, commands, ref._publish, counters)
                 ref._queued -= len(pending)
                 for (_, reply), (ok, value) in zip(pending, results):
                     reply.resolve(ok, value)
@@ -324,7 +346,7 @@ def _unnested(command: Any) -> bool:
     return type(command) is AppendItem
 
 
-def _apply_growing(engine: Engine, commands: list[Any]) -> tuple[list[tuple[bool, Any]], list[Operation]]:
+def _apply_growing(engine: StoreEngine, commands: list[Any]) -> tuple[list[tuple[bool, Any]], list[Operation]]:
     """Apply a batch, growing the map and retrying when it is full (between batches: no txn open).
 
     Raises ``StoreFullError`` when the map can't grow (the disk can't hold more, or this
@@ -334,6 +356,7 @@ def _apply_growing(engine: Engine, commands: list[Any]) -> tuple[list[tuple[bool
         try:
             return engine.apply(commands, execute, _unnested)
         except lmdb.MapFullError:
+            assert isinstance(engine, Engine)  # only LMDB has a map
             _grow_map(engine)
 
 
@@ -370,11 +393,11 @@ def _can_map(size: int) -> bool:
     return True
 
 
-async def _sync_periodically(engine: Engine) -> None:
+async def _sync_periodically(engine: StoreEngine) -> None:
     # durability="os": commits are not flushed; flush them at least this often.
     while True:
         await trio.sleep(OS_SYNC_INTERVAL_S)
         try:
-            engine.env.sync(True)
+            engine.sync()
         except lmdb.Error as exc:  # a full or failing disk: the next flush tries again
             logger.warning("flushing the store failed: %s", exc)

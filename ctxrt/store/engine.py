@@ -87,6 +87,9 @@ class Engine:
     raises ``StoreCorruptError`` naming the data file and the record (K7).
     """
 
+    shared = False  # one writing process: its commit events tell its caches everything
+    commits_on_thread = False  # measured: inline beats a worker thread (store/actor.py)
+
     def __init__(self, env: lmdb.Environment, *, readonly: bool) -> None:
         self.env = env
         self.readonly = readonly
@@ -100,6 +103,10 @@ class Engine:
         self.dbs = self._open_tables_read_only() if readonly else self._open_tables_for_writing()
         self._check_format()
         self.reload()
+
+    def sync(self) -> None:
+        """Flush what was committed to the disk (durability="os" commits don't wait for it)."""
+        self.env.sync(True)
 
     def become_writer(self, env: lmdb.Environment) -> None:
         """Serve a writer from ``env`` (reopened writable) instead of the read-only environment."""

@@ -37,6 +37,7 @@ from ..errors import (
 )
 from . import files, keys
 from .engine import FORMAT_VERSION, Engine
+from .interface import StoreEngine
 
 LOCK_NAME = files.OWNER_LOCK_NAME
 FIRST_OPEN_WAIT_S = 5.0
@@ -66,8 +67,8 @@ class _Shared:
 class StoreHandle:
     """One runtime's hold on a store: the shared engine, plus the owner lock if it writes."""
 
-    path: Path
-    engine: Engine
+    path: Path | str  # a directory, or a database URL without its password
+    engine: StoreEngine
     readonly: bool
     durability: Durability
     _key: str
@@ -93,9 +94,13 @@ def open_store(
         StoreFullError: the disk has no room for LMDB's files.
         FileNotFoundError: ``readonly`` and nothing is there.
         ValueError: an unknown ``durability``.
+        StoreUnavailableError: a ``postgresql://`` store's server refused the connection, or has
+            no such database (named by its URL, never with its password).
     """
     if durability not in ("sync", "os"):
         raise ValueError(f"durability must be 'sync' or 'os', not {durability!r}")
+    if is_postgres_url(path):
+        return _open_postgres(str(path), readonly, durability)
     directory = Path(path)
     if readonly:
         return _open_reader(directory, durability, map_size)
@@ -107,6 +112,9 @@ def close_store(handle: StoreHandle) -> None:
     if handle.closed:
         return
     handle.closed = True
+    if not isinstance(handle.engine, Engine):  # PostgreSQL: its own connections; every acknowledged write committed
+        handle.engine.close()  # type: ignore[attr-defined]  # PostgresEngine.close, imported only when used
+        return
     shared = _REGISTRY[handle._key]
     shared.users -= 1
     try:
@@ -123,6 +131,22 @@ def close_store(handle: StoreHandle) -> None:
     finally:
         if handle._lock_fd is not None:
             os.close(handle._lock_fd)
+
+
+def is_postgres_url(path: object) -> bool:
+    """Whether ``path`` names a PostgreSQL database (a libpq URL) rather than a directory."""
+    return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
+
+
+def _open_postgres(url: str, readonly: bool, durability: Durability) -> StoreHandle:
+    """A store in a PostgreSQL database: each runtime has its own engine and connections, and
+    any number of processes write it (no owner lock: the database orders the writers)."""
+    try:
+        from .postgres import PostgresEngine  # psycopg is an optional dependency (ctxrt[postgres])
+    except ImportError as exc:
+        raise ImportError(f"a postgresql:// store needs psycopg: pip install 'ctxrt[postgres]' ({exc})") from None
+    engine = PostgresEngine(url, synchronous=durability == "sync")
+    return StoreHandle(engine.data_path, engine, readonly, durability, engine.data_path, None)
 
 
 # -- writers ------------------------------------------------------------------------------------

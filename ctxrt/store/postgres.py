@@ -92,10 +92,6 @@ def redact(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
-def is_postgres_url(path: object) -> bool:
-    return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
-
-
 class PostgresEngine:
     """One PostgreSQL database's ctxrt data. Reads from the trio thread; writes only through ``apply``
     (on one thread at a time)."""
@@ -132,6 +128,9 @@ class PostgresEngine:
     def close(self) -> None:
         for conn in (self._reader, self._writer):
             conn.close()
+
+    def sync(self) -> None:
+        """Nothing to do: the server flushes its log itself (``synchronous_commit=off`` within 3 × wal_writer_delay)."""
 
     def _ensure_schema(self) -> None:
         """Create the tables and the format row in one transaction on first open (K5); refuse a

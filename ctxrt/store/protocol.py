@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from .batch import ANY
-from .engine import Engine
+from .interface import StoreEngine
 from .records import BranchRow, StateKind
 
 Blob = tuple[str, bytes, str]  # (sha-256 hex, bytes, media type)
@@ -104,7 +104,7 @@ def branch_info(row: BranchRow, parent_name: str | None, head_sequence: int) -> 
     return BranchInfo(row.name, row.id, parent_name, row.fork_sequence, head_sequence)
 
 
-def describe_branches(engine: Engine) -> list[BranchInfo]:
+def describe_branches(engine: StoreEngine) -> list[BranchInfo]:
     """Every live branch, oldest first, as the public API shows them."""
     infos = []
     for row in engine.list_branches():
