@@ -1,14 +1,18 @@
-"""Shared fixtures. Every fixture is function-scoped (pytest-trio requires it for trio fixtures)."""
+"""Shared fixtures. Every trio fixture is function-scoped (pytest-trio requires it); the one
+session-scoped fixture, ``pg_cluster``, is sync."""
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
+from ctxrt.pgcluster import Cluster, temporary_cluster
 from ctxrt.runtime import Runtime, open_runtime
 
 SOAK_ENV = "CTXRT_SOAK"
@@ -48,3 +52,21 @@ def store_path(tmp_path: Path) -> Path:
 async def runtime(store_path: Path) -> AsyncIterator[Runtime]:
     async with open_runtime(store_path) as rt:
         yield rt
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """One throwaway PostgreSQL cluster for the whole session (socket only, no TCP), stopped and
+    removed at the end. No server binaries is an error, never a skip: ``make`` installs them."""
+    with temporary_cluster() as cluster:
+        yield cluster
+
+
+_pg_databases = itertools.count(1)
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster, request: pytest.FixtureRequest) -> str:
+    """The libpq URL of a fresh, empty database of ``pg_cluster`` for this test alone."""
+    test = re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower())
+    return pg_cluster.create_database(f"t{next(_pg_databases)}_{test}"[:63])
