@@ -119,6 +119,7 @@ from .errors import (
 )
 from .errors import (
     StoreLockedError as StoreLockedError,
+    StoreUnavailableError as StoreUnavailableError,
 )
 from .errors import (
     StorePermissionError as StorePermissionError,
