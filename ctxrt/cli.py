@@ -538,9 +538,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from .store.environment import is_postgres_url
     from .store.verify import verify_in_child
 
-    report = verify_in_child(args.store, timeout=args.timeout)
+    if is_postgres_url(args.store):
+        from .store.verify_postgres import verify_postgres
+
+        report = verify_postgres(args.store)
+    else:
+        report = verify_in_child(args.store, timeout=args.timeout)
     if args.json:
         _emit(attrs.asdict(report) | {"exit_code": report.exit_code})
         return report.exit_code

@@ -145,7 +145,7 @@ def _open_postgres(url: str, readonly: bool, durability: Durability) -> StoreHan
         from .postgres import PostgresEngine  # psycopg is an optional dependency (ctxrt[postgres])
     except ImportError as exc:
         raise ImportError(f"a postgresql:// store needs psycopg: pip install 'ctxrt[postgres]' ({exc})") from None
-    engine = PostgresEngine(url, synchronous=durability == "sync")
+    engine = PostgresEngine(url, synchronous=durability == "sync", create=not readonly)
     return StoreHandle(engine.data_path, engine, readonly, durability, engine.data_path, None)
 
 

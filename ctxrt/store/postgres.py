@@ -100,7 +100,7 @@ class PostgresEngine:
     shared = True  # other processes write it too: caches check the head before a read
     commits_on_thread = True  # a commit waits on the server: the store actor runs it off the loop
 
-    def __init__(self, url: str, *, synchronous: bool = True) -> None:
+    def __init__(self, url: str, *, synchronous: bool = True, create: bool = True) -> None:
         self.url = url
         self.data_path = redact(url)
         self._synchronous = synchronous
@@ -114,7 +114,7 @@ class PostgresEngine:
         self._states: dict[str, StateInfo] = {}
         self._heads: dict[tuple[int, int], LogHead] = {}  # the writer's, valid while nobody else wrote
         self._committed_sequence = 0
-        self._ensure_schema()
+        self._ensure_schema(create)
         self.reload()
 
     # -- set-up -----------------------------------------------------------------------------
@@ -132,12 +132,15 @@ class PostgresEngine:
     def sync(self) -> None:
         """Nothing to do: the server flushes its log itself (``synchronous_commit=off`` within 3 × wal_writer_delay)."""
 
-    def _ensure_schema(self) -> None:
-        """Create the tables and the format row in one transaction on first open (K5); refuse a
+    def _ensure_schema(self, create: bool) -> None:
+        """Create the tables and the format row in one transaction on first open (K5) unless
+        ``create`` is False (a read-only runtime, ``verify``: then StoreFormatError); refuse a
         database that holds another schema version, or tables of ours without a format row."""
         try:
             with self._writer.transaction():
                 found = self._format()
+                if found is None and not create:
+                    raise StoreFormatError(f"{self.data_path} holds no ctxrt store (no ctxrt_meta table)")
                 if found is None:
                     self._writer.execute("LOCK TABLE pg_catalog.pg_namespace IN SHARE ROW EXCLUSIVE MODE")
                     found = self._format()  # another process may have made it while we waited
@@ -296,6 +299,10 @@ class PostgresEngine:
             except psycopg.OperationalError as exc:
                 self._reader = self._reconnect(self._reader, exc)
                 return self._reader.execute(query, params).fetchall()
+
+    def rows(self, query: str) -> list[Any]:
+        """Every row ``query`` returns (for ``verify``'s walk of the tables)."""
+        return self._fetchall(query, ())
 
     def _reconnect(self, conn: psycopg.Connection[Any], exc: BaseException) -> psycopg.Connection[Any]:
         """A connection the server dropped is made again once; a second failure is the caller's."""

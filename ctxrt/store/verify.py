@@ -39,6 +39,7 @@ import lmdb
 
 from ..errors import CtxrtError, StoreCorruptError, StoreFormatError
 from . import files, keys
+from .interface import StoreEngine
 from .records import LogHead
 
 MAX_DAMAGE = 1000
@@ -341,27 +342,14 @@ class _Walk:
                     origin = keys.decode_u64(value[:8])
                     if origin > sequence:
                         self.found.damaged(place, f"its origin sequence {origin} is after its own {sequence}")
-                    elif _holds_messages(info.name):
+                    elif holds_messages(info.name):
                         message = codec.message_from_json(value[8:], sequence=origin)
                         codec.resolve_blobs(message.content, lambda sha: self.note_blob(sha, place))
             except Exception as exc:  # noqa: BLE001 - a checker reports whatever a record does, and goes on
                 self.found.damaged(place, f"doesn't decode: {exc!r}")
 
     def check_head(self, value: bytes, place: str) -> None:
-        head = LogHead.decode(value)
-        if head.encode() != bytes(value):  # trailing bytes, or a length that fits no layout
-            self.found.damaged(place, f"the head is {len(value)} bytes for {len(head.removed)} removed intervals")
-        previous = -1
-        for start, stop in head.removed:
-            if not previous < start < stop <= head.next_ordinal:
-                self.found.damaged(place, f"removed interval [{start}, {stop}) is out of order or past next ordinal "
-                                          f"{head.next_ordinal}")
-                break
-            previous = stop
-        visible = head.next_ordinal - sum(stop - start for start, stop in head.removed)
-        if head.length != visible or head.rewrite_revision > head.revision:
-            self.found.damaged(place, f"the head is inconsistent (length {head.length}, {visible} visible, "
-                                      f"revision {head.revision}, rewrite revision {head.rewrite_revision})")
+        check_head(value, place, self.found)
 
     def note_blob(self, sha256: str, place: str) -> None:
         self.blob_refs.setdefault(sha256, place)
@@ -381,33 +369,53 @@ class _Walk:
                 self.found.damaged(place, f"refers to blob {sha256}, which is not stored")
 
     def through_engine(self) -> None:
-        """Read every log state of every live branch whole, and every value, as the runtime would."""
-        engine = self.engine
-        try:
-            branches = engine.list_branches()
-            states = engine.list_states()
-        except CtxrtError as exc:
-            self.found.damaged("branch and state tables", str(exc))
-            return
-        for branch in branches:
-            for info in states:
-                place = f"state {info.name!r} on branch {branch.name!r}"
-                try:
-                    with engine.reader() as txn:
-                        if info.kind == "log":
-                            head = engine.log_head(txn, info.name, branch)
-                            items = engine.log_items(txn, info.name, branch, head=head)
-                            if len(items) != head.length:
-                                self.found.damaged(place, f"{len(items)} items read for a head of {head.length}")
-                        else:
-                            engine.get_value(txn, info.name, branch)
-                except StoreCorruptError as exc:
-                    self.found.damaged(place, exc.what)
-                except Exception as exc:  # noqa: BLE001 - as above
-                    self.found.damaged(place, f"can't be read: {exc!r}")
+        read_through_engine(self.engine, self.found)
 
 
-def _holds_messages(state: str) -> bool:
+def check_head(value: bytes, place: str, found: _Findings) -> None:
+    """A log head's bytes decode to a head whose fields agree with each other."""
+    head = LogHead.decode(value)
+    if head.encode() != bytes(value):  # trailing bytes, or a length that fits no layout
+        found.damaged(place, f"the head is {len(value)} bytes for {len(head.removed)} removed intervals")
+    previous = -1
+    for start, stop in head.removed:
+        if not previous < start < stop <= head.next_ordinal:
+            found.damaged(place, f"removed interval [{start}, {stop}) is out of order or past next ordinal "
+                                 f"{head.next_ordinal}")
+            break
+        previous = stop
+    visible = head.next_ordinal - sum(stop - start for start, stop in head.removed)
+    if head.length != visible or head.rewrite_revision > head.revision:
+        found.damaged(place, f"the head is inconsistent (length {head.length}, {visible} visible, "
+                             f"revision {head.revision}, rewrite revision {head.rewrite_revision})")
+
+
+def read_through_engine(engine: StoreEngine, found: _Findings) -> None:
+    """Read every log state of every live branch whole, and every value, as the runtime would."""
+    try:
+        branches = engine.list_branches()
+        states = engine.list_states()
+    except CtxrtError as exc:
+        found.damaged("branch and state tables", str(exc))
+        return
+    for branch in branches:
+        for info in states:
+            place = f"state {info.name!r} on branch {branch.name!r}"
+            try:
+                if info.kind == "log":
+                    head = engine.read_head(info.name, branch.id)
+                    items = engine.read_items(info.name, branch.id, at=head.revision)
+                    if len(items) != head.length:
+                        found.damaged(place, f"{len(items)} items read for a head of {head.length}")
+                else:
+                    engine.read_value(info.name, branch.id)
+            except StoreCorruptError as exc:
+                found.damaged(place, exc.what)
+            except Exception as exc:  # noqa: BLE001 - a checker reports whatever a record does, and goes on
+                found.damaged(place, f"can't be read: {exc!r}")
+
+
+def holds_messages(state: str) -> bool:
     return state == "messages" or state.endswith("/messages")
 
 

@@ -64,9 +64,15 @@ E3_HASH_FILE = Path(__file__).resolve().parent.parent / "data" / "e3-compile-has
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["lmdb", "postgres"])
+def audience_store(request: pytest.FixtureRequest, store_path: Path) -> Path | str:
+    """Every rule here holds on both engines: an LMDB directory, or a PostgreSQL database's URL."""
+    return store_path if request.param == "lmdb" else request.getfixturevalue("pg_url")
+
+
 @pytest.fixture
-async def rt(store_path: Path) -> AsyncIterator[Runtime]:
-    async with ctxrt.open_runtime(store_path, durability="os") as runtime:
+async def rt(audience_store: Path | str) -> AsyncIterator[Runtime]:
+    async with ctxrt.open_runtime(audience_store, durability="os") as runtime:
         yield runtime
 
 
@@ -146,13 +152,9 @@ def compiled_texts(result: ctxrt.CompileResult) -> list[str]:
     return [block_text(b) for m in result.messages for b in m.content]
 
 
-def value_of(rt: Runtime, state: str, branch: str = "main") -> tuple[Any, int]:
-    """A value state's (value, setting sequence) on ``branch``; (None, 0) if unset or unregistered."""
-    engine = rt.engine
-    if not engine.has_state(state):
-        return None, 0
-    with engine.reader() as txn:
-        return engine.get_value(txn, state, engine.branch(branch))
+def value_of(rt: Runtime, state: str, branch: str = "main") -> Any:
+    """A value state's value on ``branch``; None if unset or unregistered."""
+    return rt.engine.read_value(state, rt.engine.branch(branch).id)
 
 
 def snapshot(rt: Runtime) -> tuple[int, list[str], list[str]]:
@@ -167,8 +169,7 @@ def snapshot(rt: Runtime) -> tuple[int, list[str], list[str]]:
 
 def context_log(rt: Runtime, namespace: str, branch: str = "main") -> list[ctxrt.Message]:
     engine = rt.engine
-    with engine.reader() as txn:
-        items = engine.log_items(txn, f"{namespace}/context", engine.branch(branch))
+    items = engine.read_log(f"{namespace}/context", engine.branch(branch).id)
     return [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
 
 
@@ -566,7 +567,7 @@ async def test_the_first_reader_is_recorded_per_branch_and_another_is_refused_na
     """C1: the first view_reader is recorded in <ns>/reader per branch; another reader's open or switch is refused, naming both and why."""
     await rt.create_branch("b")  # before any claim: the namespace is unclaimed there
     ann = await rt.open("agents/x", view_reader="ann")
-    assert value_of(rt, "agents/x/reader")[0] == "ann"
+    assert value_of(rt, "agents/x/reader") == "ann"
     with pytest.raises(ctxrt.ReaderConflictError) as refused:
         await rt.open("agents/x", view_reader="bob")
     text = str(refused.value)
@@ -574,8 +575,8 @@ async def test_the_first_reader_is_recorded_per_branch_and_another_is_refused_na
     assert "summaries and context log" in text and "namespace of its own" in text
     await ann.aclose()
     bob = await rt.open("agents/x", view_reader="bob", branch="b")  # the record is per branch
-    assert value_of(rt, "agents/x/reader", "b")[0] == "bob"
-    assert value_of(rt, "agents/x/reader", "main")[0] == "ann"
+    assert value_of(rt, "agents/x/reader", "b") == "bob"
+    assert value_of(rt, "agents/x/reader", "main") == "ann"
     await bob.aclose()
     ann = await rt.open("agents/x", view_reader="ann")
     with pytest.raises(ctxrt.ReaderConflictError) as refused:
@@ -617,7 +618,7 @@ async def test_a_second_reader_opening_while_the_first_ones_claim_is_committing_
             gate.set()
     assert isinstance(opened["ann"], ctxrt.ContextManager) and opened["ann"].view_reader == "ann"
     assert isinstance(opened["bob"], ctxrt.ReaderConflictError)
-    assert value_of(rt, "agents/x/reader")[0] == "ann"
+    assert value_of(rt, "agents/x/reader") == "ann"
     assert ("initialize", "main") in config.log
 
 
@@ -710,7 +711,7 @@ async def test_a_claim_stands_when_the_strategy_then_fails_to_start(rt: Runtime)
     with StrategyRefusedError naming it) and recovers by switching away.
     """
     failed = await rt.open("agents/o", view_reader="ann", strategy=Probe(fail_on=""))
-    assert value_of(rt, "agents/o/reader")[0] == "ann"
+    assert value_of(rt, "agents/o/reader") == "ann"
     await refused_for_its_failed_strategy(failed)
 
     config = Probe(fail_on="bad")
@@ -718,13 +719,13 @@ async def test_a_claim_stands_when_the_strategy_then_fails_to_start(rt: Runtime)
     await ann.add_message("user", "hello")
     await rt.create_branch("bad-switch")
     await ann.switch_branch("bad-switch")
-    assert value_of(rt, "agents/s/reader", "bad-switch")[0] == "ann"
+    assert value_of(rt, "agents/s/reader", "bad-switch") == "ann"
     assert ann.branch == "bad-switch"
     await refused_for_its_failed_strategy(ann)
     await ann.switch_branch("main")
     assert compiled_texts(await ann.compile(BIG)) == ["hello"]
     await ann.fork("bad-fork")
-    assert value_of(rt, "agents/s/reader", "bad-fork")[0] == "ann"
+    assert value_of(rt, "agents/s/reader", "bad-fork") == "ann"
     await refused_for_its_failed_strategy(ann)
 
 
@@ -895,7 +896,7 @@ async def test_derive_records_the_parents_reader_on_the_child_which_compiles_for
     ann = await rt.open("agents/x", view_reader="ann")
     await ann.add_message("user", [block("plain"), block("ann's", "ann")])
     child = await ann.derive(branch="child")
-    assert value_of(rt, "agents/x/reader", "child")[0] == "ann"
+    assert value_of(rt, "agents/x/reader", "child") == "ann"
     assert child.view_reader == "ann" and child.derivation is not None and child.derivation.reader == "ann"
     assert compiled_texts(await child.compile(BIG)) == ["plain", "ann's"]
     derivation = ctxrt.Derivation(**json.loads(json.dumps(attrs.asdict(child.derivation))))
@@ -910,14 +911,14 @@ async def test_a_child_of_a_manager_for_no_reader_records_what_the_head_records(
     free = await rt.open("agents/free")
     await free.add_message("user", "hello")
     free_child = await free.derive(branch="free-child")
-    assert free_child.view_reader is None and value_of(rt, "agents/free/reader", "free-child")[0] is None
+    assert free_child.view_reader is None and value_of(rt, "agents/free/reader", "free-child") is None
 
     stale = await rt.open("agents/x")  # opened before the claim: compiles for no reader
     early = rt.engine.last_sequence
     ann = await rt.open("agents/x", view_reader="ann")
     await ann.add_message("user", [block("plain"), block("ann's", "ann")])
     child = await stale.derive(branch="inspection", at_sequence=early)  # from before the first record
-    assert value_of(rt, "agents/x/reader", "inspection")[0] == "ann"
+    assert value_of(rt, "agents/x/reader", "inspection") == "ann"
     assert child.view_reader == "ann"
     resolved = await rt.open("agents/x")  # opened with no reader after the claim: compiles for ann
     resolved_child = await resolved.derive(branch="resolved-child")
@@ -949,7 +950,7 @@ async def test_derive_after_close_or_a_failed_strategy_start_is_refused_writing_
     with pytest.raises(ctxrt.StrategyRefusedError):
         await fenced.derive(branch="fenced-derive", strategy=Passthrough())
     assert snapshot(rt) == before
-    assert value_of(rt, "agents/x/reader", "main")[0] == "ann"
+    assert value_of(rt, "agents/x/reader", "main") == "ann"
 
 
 async def test_racing_opens_for_five_readers_record_exactly_one_claim_and_refuse_the_rest(rt: Runtime) -> None:
@@ -1021,7 +1022,7 @@ async def test_widening_a_text_edit_and_removals_go_through_after_compression(rt
     ann = await rt.open("agents/ann", view_reader="ann", strategy=memory(), model=ScriptedModel(echo_markers))
     ids = [await ann.add_message("user", [block("ann's", "ann"), words(i)]) for i in range(20)]
     await ann.wait_ready()
-    floor = value_of(rt, "agents/ann/narrowing-floor")[0]
+    floor = value_of(rt, "agents/ann/narrowing-floor")
     assert floor >= int(ids[7]), "the premise: compression has read the first messages"
     await ann.edit_message(ids[0], [block("ann's", "ann", "bob"), words(0)])
     await ann.edit_message(ids[1], [block("ann's"), words(1)])
@@ -1044,9 +1045,9 @@ async def test_the_floor_rises_as_chunks_close_before_any_request_and_never_lowe
     model = ScriptedModel(echo_markers)
     ann = await rt.open("agents/ann", view_reader="ann", strategy=memory(), model=model)
     ids = [await ann.add_message("user", [words(i)]) for i in range(12)]
-    assert value_of(rt, "agents/ann/narrowing-floor")[0] is None
+    assert value_of(rt, "agents/ann/narrowing-floor") is None
     await ann.compile(BIG)  # chunks close as the strategy sees the messages; nothing is asked yet
-    floor, _ = value_of(rt, "agents/ann/narrowing-floor")
+    floor = value_of(rt, "agents/ann/narrowing-floor")
     assert model.requests == []
     assert floor is not None and int(ids[3]) <= floor <= int(ids[-1])
     assert [n.narrowing_floor for n in await rt.list_namespaces() if n.namespace == "agents/ann"] == [floor]
@@ -1054,7 +1055,7 @@ async def test_the_floor_rises_as_chunks_close_before_any_request_and_never_lowe
     marks = Probe(mark_on_select=(40, 7))
     probe = await rt.open("agents/p", view_reader="ann", strategy=marks)
     await probe.compile(BIG)
-    assert value_of(rt, "agents/p/narrowing-floor")[0] == 40
+    assert value_of(rt, "agents/p/narrowing-floor") == 40
 
 
 async def test_every_compression_request_is_covered_by_the_floor_when_it_is_sent(rt: Runtime) -> None:
@@ -1063,7 +1064,7 @@ async def test_every_compression_request_is_covered_by_the_floor_when_it_is_sent
     uncovered: list[str] = []
 
     def responder(request: ctxrt.ModelRequest) -> str:
-        floor = value_of(rt, "agents/ann/narrowing-floor")[0] or 0
+        floor = value_of(rt, "agents/ann/narrowing-floor") or 0
         read = [sequence_of[i] for i in re.findall(r"Message (\d+)\.", request_text(request)) if i in sequence_of]
         if read and max(read) > floor:
             uncovered.append(f"floor {floor} < {max(read)}")
@@ -1079,7 +1080,7 @@ async def test_every_compression_request_is_covered_by_the_floor_when_it_is_sent
         sequence_of[str(i)] = int(await ann.add_message("user", [words(i)]))
     await ann.reset_head_window()
     assert len(model.requests) > 5 and uncovered == []
-    assert value_of(rt, "agents/ann/narrowing-floor")[0] >= sequence_of["45"]
+    assert value_of(rt, "agents/ann/narrowing-floor") >= sequence_of["45"]
 
 
 async def test_narrowing_away_from_the_reader_is_refused_once_compression_may_have_read_it(rt: Runtime) -> None:
@@ -1089,7 +1090,7 @@ async def test_narrowing_away_from_the_reader_is_refused_once_compression_may_ha
     ids = [await ann.add_message("user", [words(i), block(f"ANN-ONLY-{i}", "ann")]) for i in range(12)]
     await ann.compile(BIG)
     assert model.requests == [], "the premise: only chunks closed"
-    floor = value_of(rt, "agents/ann/narrowing-floor")[0]
+    floor = value_of(rt, "agents/ann/narrowing-floor")
     assert floor is not None and floor >= int(ids[3])
     before = await ann.get_message(ids[0])
     with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
@@ -1205,7 +1206,7 @@ async def test_while_a_floor_raise_fails_no_request_goes_out_and_chunks_wait(
     failing[0] = False
     await ann.wait_ready()
     assert model.requests, "once a raise succeeds, requests go out"
-    assert value_of(rt, "agents/ann/narrowing-floor")[0] is not None
+    assert value_of(rt, "agents/ann/narrowing-floor") is not None
 
 
 def chunk_records(rt: Runtime, namespace: str) -> list[Any]:
@@ -1214,8 +1215,7 @@ def chunk_records(rt: Runtime, namespace: str) -> list[Any]:
     state = f"{namespace}/autobio:chunks"
     if not engine.has_state(state):
         return []
-    with engine.reader() as txn:
-        return list(engine.log_items(txn, state, engine.branch("main")))
+    return engine.read_log(state, engine.branch("main").id)
 
 
 async def test_a_transition_summary_whose_read_cannot_be_recorded_makes_no_request(
@@ -1327,7 +1327,8 @@ async def test_a_manager_for_no_reader_writes_no_floor(rt: Runtime) -> None:
         await nobody.add_message("user", [words(i)])
     await nobody.wait_ready()
     assert model.requests
-    assert value_of(rt, "agents/s/narrowing-floor") == (None, 0)
+    never = object()
+    assert rt.engine.read_value("agents/s/narrowing-floor", rt.engine.branch("main").id, never) is never
     assert [n.narrowing_floor for n in await rt.list_namespaces()] == [0]
 
 

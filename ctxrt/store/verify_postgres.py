@@ -1,0 +1,94 @@
+"""``ctxrt verify`` for a store in PostgreSQL: every row of ctxrt's tables read and checked, then
+every log and value read as the runtime reads them. Never writes. (A damaged row can't crash the
+process that reads it, as a damaged LMDB page can, so the walk runs in this process.)"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from ..errors import CtxrtError
+from .postgres import PostgresEngine, redact
+from .verify import VerifyReport, _Findings, check_head, holds_messages, read_through_engine
+
+
+def verify_postgres(url: str, *, emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
+    """Walk the store in the database at ``url`` and report what is damaged (a report, never raised)."""
+    found = _Findings(redact(url), emit)
+    try:
+        engine = PostgresEngine(url, create=False)
+    except CtxrtError as exc:
+        found.refused = str(exc)
+        return found.report()
+    try:
+        _walk_rows(engine, found)
+        read_through_engine(engine, found)
+    finally:
+        engine.close()
+    return found.report()
+
+
+def _walk_rows(engine: PostgresEngine, found: _Findings) -> None:
+    from .. import codec
+
+    rows = engine.rows
+    branches = {row_id for (row_id,) in rows("SELECT id FROM ctxrt_branches")}  # deleted ones too: lineages read them
+    for row in engine.list_branches():
+        for level, _ in ((row.parent, None), *row.lineage):
+            if level is not None and level not in branches:
+                found.damaged(f"branch {row.id} ({row.name!r})", f"descends from branch {level}, which has no row")
+    states = {info.number: info for info in engine.list_states()}
+    blob_refs: dict[str, str] = {}
+    for state, branch, version, head in rows("SELECT state, branch, version, head FROM ctxrt_heads"):
+        found.records += 1
+        place = f"state {states[state].name if state in states else state!r} branch {branch} head @{version}"
+        if state not in states or branch not in branches:
+            found.damaged(place, "belongs to a state or branch that has no row")
+            continue
+        try:
+            check_head(bytes(head), place, found)
+        except Exception as exc:  # noqa: BLE001 - a checker reports whatever a record does, and goes on
+            found.damaged(place, f"doesn't decode: {exc!r}")
+    for state, branch, ordinal, version, sequence, data in rows(
+        "SELECT state, branch, ordinal, version, sequence, data FROM ctxrt_items"
+    ):
+        found.records += 1
+        info = states.get(state)
+        place = f"state {info.name if info else state!r} branch {branch} item {ordinal} @{version}"
+        if info is None or branch not in branches:
+            found.damaged(place, "belongs to a state or branch that has no row")
+        elif info.kind != "log":
+            found.damaged(place, "an item row in a value state")
+        elif sequence > version:
+            found.damaged(place, f"its origin sequence {sequence} is after its own {version}")
+        elif holds_messages(info.name):
+            try:
+                message = codec.message_from_json(bytes(data), sequence=sequence)
+                codec.resolve_blobs(message.content, partial(_note, blob_refs, place))
+            except Exception as exc:  # noqa: BLE001 - as above
+                found.damaged(place, f"doesn't decode: {exc!r}")
+    for state, branch, version, data in rows("SELECT state, branch, version, data FROM ctxrt_values"):
+        found.records += 1
+        place = f"value state {states[state].name if state in states else state!r} branch {branch} @{version}"
+        try:
+            json.loads(bytes(data))
+        except ValueError as exc:
+            found.damaged(place, f"doesn't decode: {exc!r}")
+    stored = set()
+    for sha256, data in rows("SELECT sha256, data FROM ctxrt_blobs"):
+        found.records += 1
+        key = bytes(sha256)
+        if hashlib.sha256(bytes(data)).digest() != key:
+            found.damaged(f"blob {key.hex()}", f"its {len(data)} bytes don't hash to its key")
+        stored.add(key.hex())
+    for sha256, place in blob_refs.items():
+        if sha256 not in stored:
+            found.damaged(place, f"refers to blob {sha256}, which is not stored")
+
+
+def _note(refs: dict[str, str], place: str, sha256: str) -> None:
+    """Remember where a blob was referenced first; the blob itself is checked with the blob table."""
+    refs.setdefault(sha256, place)
