@@ -398,8 +398,9 @@ class ContextManager:
     ) -> AsyncIterator[trio.MemoryReceiveChannel[MessageEvent]]:
         """Every change to this manager's slot from now on, each once, in order: ``Added(message)``,
         ``Edited(message, previous)``, ``Removed(ids)``, as stored (A7), writes of other managers
-        included. In a writing runtime they come from each commit; a read-only runtime looks at the
-        slot's head every ``poll_interval_s`` and reports what changed since (another process's
+        included. In a writing runtime on LMDB they come from each commit; a read-only runtime, or
+        any runtime on a PostgreSQL store (other processes write it), looks at the slot's head every
+        ``poll_interval_s`` and reports what changed since (another process's
         appends in order; a rewrite as its removals, edits and appends). The channel buffers without
         bound (a slow reader costs memory, never an event) and closes when the block exits or the
         branch is deleted (a read-only runtime notices at its next look).
@@ -411,7 +412,7 @@ class ContextManager:
         slot = self._slot()
         interval = checks.timeout(poll_interval_s, "poll_interval_s")
         send, receive = trio.open_memory_channel[MessageEvent](math.inf)
-        if slot.live:
+        if slot.live and not slot.engine.shared:  # every write is this process's: its commits say all
             unwatch = self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait, send.close)
             try:
                 with send, receive:

@@ -1,0 +1,105 @@
+"""The PostgreSQL engine through the public API: runtimes sharing one store, errors, verify (issue 15)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import psycopg
+import pytest
+import trio
+
+import ctxrt
+from ctxrt import Text
+
+
+async def test_two_runtimes_on_one_store_see_each_others_writes_in_order(pg_url: str) -> None:
+    """Two runtimes (as two processes would) append in turns; each compile holds every message in
+    id order, including the other's latest (a cache that missed a write reloads, S3)."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        a, b = await first.open("a"), await second.open("b")
+        ids = []
+        for turn in range(6):
+            writer = a if turn % 2 == 0 else b
+            ids.append(await writer.add_message("user", f"turn {turn}"))
+            for reader in (a, b):
+                assert await reader.message_count() == turn + 1
+                compiled = await reader.compile()
+                assert [m.content[0].text for m in compiled.messages] == [f"turn {t}" for t in range(turn + 1)]
+        assert ids == sorted(ids, key=int)
+
+
+async def test_a_claim_made_by_another_runtime_refuses_another_reader(pg_url: str) -> None:
+    """C1 across processes: the claim is a conditional write; the loser gets ReaderConflictError,
+    an open for the same reader goes on, and the store records one reader."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        await second.open("agents/x")  # the second runtime's actor starts unclaimed
+        await first.open("agents/x", view_reader="ann")
+        with pytest.raises(ctxrt.ReaderConflictError):
+            await second.open("agents/x", view_reader="bob")
+        same = await second.open("agents/x", view_reader="ann")
+        assert same.view_reader == "ann"
+        [info] = [n for n in await first.list_namespaces() if n.namespace == "agents/x"]
+        assert info.reader == "ann"
+
+
+async def test_an_audience_line_never_reaches_another_runtimes_reader(pg_url: str) -> None:
+    """A1 across processes: bob's compile in another runtime never holds ann's line."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        ann = await first.open("ann", view_reader="ann")
+        bob = await second.open("bob", view_reader="bob")
+        await ann.add_message("user", [Text("for everyone"), Text("ANN-ONLY", audience=("ann",))])
+        bob_texts = [b.text for m in (await bob.compile()).messages for b in m.content]
+        ann_texts = [b.text for m in (await ann.compile()).messages for b in m.content]
+        assert bob_texts == ["for everyone"] and ann_texts == ["for everyone", "ANN-ONLY"]
+
+
+async def test_errors_name_the_database_without_its_password(pg_url: str) -> None:
+    """A missing database is StoreUnavailableError naming the URL; the password never appears."""
+    missing = pg_url.replace("ctxrt@", "ctxrt:s3cret-pw@").replace("/t", "/no_such_db_t", 1)
+    with pytest.raises(ctxrt.StoreUnavailableError) as refused:
+        async with ctxrt.open_runtime(missing):
+            pass
+    assert "no_such_db" in str(refused.value) and "s3cret-pw" not in str(refused.value)
+    assert "s3cret-pw" not in refused.value.url
+
+
+async def test_a_store_of_an_unknown_schema_version_is_refused(pg_url: str) -> None:
+    """K5: a schema version this ctxrt doesn't read is refused with StoreFormatError; nothing written."""
+    async with ctxrt.open_runtime(pg_url):
+        pass
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE ctxrt_meta SET value = 99 WHERE key = 'format'")
+    with pytest.raises(ctxrt.StoreFormatError, match="schema 99"):
+        async with ctxrt.open_runtime(pg_url):
+            pass
+
+
+async def test_a_read_only_runtime_on_an_empty_database_creates_nothing(pg_url: str) -> None:
+    """A read-only open of a database without a store refuses it and leaves no table behind."""
+    with pytest.raises(ctxrt.StoreFormatError, match="no ctxrt store"):
+        async with ctxrt.open_runtime(pg_url, readonly=True):
+            pass
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT to_regclass('ctxrt_meta')").fetchone() == (None,)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ctxrt", *args], capture_output=True, text=True, timeout=120)
+
+
+async def test_verify_and_the_read_only_commands_work_on_a_url(pg_url: str) -> None:
+    """ctxrt verify reports a sound store sound and a damaged head damaged, naming it; inspect and
+    messages read a URL."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        manager = await rt.open("ann")
+        for n in range(3):
+            await manager.add_message("user", f"line {n}")
+    sound = await trio.to_thread.run_sync(cli, "verify", pg_url)
+    assert sound.returncode == 0 and ": sound" in sound.stdout, sound.stdout + sound.stderr
+    listed = await trio.to_thread.run_sync(cli, "messages", pg_url)
+    assert listed.returncode == 0 and "line 2" in listed.stdout, listed.stderr
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE ctxrt_heads SET head = '\\x00'::bytea")
+    damaged = await trio.to_thread.run_sync(cli, "verify", pg_url)
+    assert damaged.returncode == 1 and "head" in damaged.stdout, damaged.stdout + damaged.stderr
