@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -584,7 +585,9 @@ class ContextManager:
         when ``name`` is taken.
         """
         ref = self._live()
-        name = checks.optional_name(name, "name") or f"fork-{_now_ms()}-{self._registry.engine.last_sequence}"
+        # The random part: concurrent forks (of other managers, or processes) in one millisecond differ.
+        name = checks.optional_name(name, "name") or (f"fork-{_now_ms()}-{self._registry.engine.last_sequence}-"
+                                                     f"{secrets.token_hex(3)}")
         row = await ref.ask(Fork(self._reader, name))
         await self._move_to(row)
         return name

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import struct
 import threading
 import time
@@ -55,6 +56,8 @@ logger = logging.getLogger("ctxrt.store")
 
 SCHEMA_VERSION = 1
 READABLE_SCHEMAS = (1,)
+CONNECT_TIMEOUT_S = 10
+STATEMENT_TIMEOUT_MS = 30_000  # per statement, and per wait for a lock (another process's write)
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (struct.error, UnicodeDecodeError, json.JSONDecodeError, ValueError, KeyError, TypeError, IndexError)
 
@@ -66,7 +69,7 @@ CREATE TABLE ctxrt_states (name text PRIMARY KEY, number integer NOT NULL UNIQUE
 CREATE TABLE ctxrt_items (
     state integer NOT NULL, branch integer NOT NULL, ordinal bigint NOT NULL, version bigint NOT NULL,
     sequence bigint NOT NULL, data bytea NOT NULL, PRIMARY KEY (state, branch, ordinal, version));
-CREATE INDEX ctxrt_items_appended ON ctxrt_items (state, sequence) WHERE version = sequence;
+CREATE UNIQUE INDEX ctxrt_items_appended ON ctxrt_items (state, sequence) WHERE version = sequence;
 CREATE TABLE ctxrt_heads (
     state integer NOT NULL, branch integer NOT NULL, version bigint NOT NULL, revision bigint NOT NULL,
     head bytea NOT NULL, PRIMARY KEY (state, branch, version));
@@ -88,7 +91,8 @@ def redact(url: str) -> str:
     if "@" in netloc:
         user, _, host = netloc.rpartition("@")
         netloc = f"{user.partition(':')[0]}@{host}"
-    query = "&".join(p for p in parts.query.split("&") if not p.lower().startswith("password="))
+    query = "&".join(p for p in parts.query.split("&")
+                     if urllib.parse.unquote(p.partition("=")[0]).lower() != "password")
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
@@ -121,7 +125,10 @@ class PostgresEngine:
 
     def _connect(self) -> psycopg.Connection[Any]:
         try:
-            return psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            # Bounds, so a stalled server or a peer holding the write lock is an error, not a hang.
+            conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}")
+            return conn
         except psycopg.Error as exc:
             raise StoreUnavailableError(self.data_path, _reason(exc)) from None
 
@@ -185,7 +192,11 @@ class PostgresEngine:
     def reload(self) -> None:
         """Re-read the branch and state tables and the sequence (after another process wrote)."""
         with self._lock:
-            self._load(self._reader)
+            try:
+                self._load(self._reader)
+            except StoreUnavailableError as exc:
+                self._reader = self._reconnect(self._reader, exc)
+                self._load(self._reader)
 
     def _load(self, conn: psycopg.Connection[Any]) -> None:
         try:
@@ -501,6 +512,9 @@ class PostgresEngine:
                 results, batch = self._apply(commands, execute, None)
         except psycopg.errors.DiskFull as exc:
             raise StoreFullError(self.data_path, f"the server's disk is full ({_reason(exc)})") from None
+        except psycopg.errors.UniqueViolation as exc:  # a sequence handed out twice: the sequence row went back
+            raise self._damaged(f"a write reused a stored sequence; ctxrt_meta's 'sequence' row is behind the "
+                                f"stored rows ({_reason(exc)})") from None
         except psycopg.Error as exc:
             if self._writer.broken or self._writer.closed:
                 self._writer = self._connect()
@@ -515,7 +529,9 @@ class PostgresEngine:
         with conn.transaction():
             cursor = conn.cursor()
             row = cursor.execute("SELECT value FROM ctxrt_meta WHERE key = 'sequence' FOR UPDATE").fetchone()
-            sequence = int(row[0]) if row else 0
+            if row is None:
+                raise self._damaged("ctxrt_meta has no 'sequence' row")
+            sequence = int(row[0])
             if sequence != self._committed_sequence or not self._states:
                 self._load(conn)  # another process wrote since: what this one knew may be out of date
             batch = PgBatch(self, cursor, sequence)
@@ -636,6 +652,8 @@ class PgBatch(Batch):
     def next_number(self, counter: str) -> int:
         key = "next_state" if counter == "state" else "next_branch"
         found = self._fetch("UPDATE ctxrt_meta SET value = value + 1 WHERE key = %s RETURNING value - 1", (key,))
+        if not found:
+            raise self.pg._damaged(f"ctxrt_meta has no {key!r} row")
         return int(found[0][0])
 
     def put_state(self, info: StateInfo) -> None:
@@ -681,6 +699,8 @@ def _limit(limit: int) -> int:
 
 
 def _reason(exc: BaseException) -> str:
-    """What the driver said, on one line, without the connection string."""
+    """What the driver said, on one line, with any password it quoted taken out."""
     text = " ".join(str(exc).split()) or type(exc).__name__
+    text = re.sub(r"(\w+://[^:/@\s]*):[^@\s]*@", r"\1@", text)  # user:password@ in a quoted URL
+    text = re.sub(r"(?i)(password|%70assword)=[^&\s'\"]*", r"\1=(hidden)", text)
     return text[:500]
