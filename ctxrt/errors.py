@@ -99,7 +99,8 @@ class StoreCorruptError(CtxrtError):
     def __init__(self, path: str, what: str) -> None:
         self.path = path
         self.what = what
-        super().__init__(f"store file {path} is damaged: {what}")
+        where = "store" if "://" in path else "store file"  # a database URL, or LMDB's data file
+        super().__init__(f"{where} {path} is damaged: {what}")
 
 
 class StoreFullError(CtxrtError):
@@ -117,8 +118,8 @@ class StoreFullError(CtxrtError):
 
 class StoreUnavailableError(CtxrtError):
     """The store's database can't be reached or dropped the connection; ``url`` names it without
-    credentials. A write it answers wasn't written, unless ``reason`` says the connection was lost
-    while committing (then its outcome is unknown)."""
+    credentials. A write it answers was not acknowledged: if the connection dropped while the
+    server was committing it, it may have landed (as with any database client)."""
 
     def __init__(self, url: str, reason: str) -> None:
         self.url = url

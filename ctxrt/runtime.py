@@ -59,6 +59,20 @@ class RuntimeStatistics(StoreStatistics):
     namespaces: tuple[NamespaceStatistics, ...] = ()
 
 
+class _TaskSteps(trio.abc.Instrument):
+    """Counts the loop's task steps. A step runs without an await, so reads within one see one
+    snapshot; a slot cache of a shared store asks for the head at the first read of each step."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.count += 1
+
+    def counted(self) -> int:
+        return self.count
+
+
 class Runtime:
     """One open store and everything running over it. Made by ``open_runtime``."""
 
@@ -72,7 +86,10 @@ class Runtime:
         if not handle.readonly:
             self._store, self._store_inbox = open_store_actor(handle.engine, self._publish)
         self._closed = False
-        self.slots = SlotRegistry(handle.engine, live=not handle.readonly)
+        # Other processes write a shared store: its caches ask for the slot's head once per task step.
+        self._steps = _TaskSteps() if handle.engine.shared else None
+        self.slots = SlotRegistry(handle.engine, live=not handle.readonly,
+                                  steps=None if self._steps is None else self._steps.counted)
         self._namespaces = NamespaceRegistry(handle.engine, self._store, self.slots, model, nursery,
                                              model_timeout_s=model_timeout_s)
 
@@ -374,9 +391,13 @@ async def open_runtime(
                         handle.engine, ref, inbox, durability=durability, task_status=task_status
                     )
                 )
+            if runtime._steps is not None:
+                trio.lowlevel.add_instrument(runtime._steps)
             try:
                 yield runtime
             finally:
+                if runtime._steps is not None:
+                    trio.lowlevel.remove_instrument(runtime._steps)
                 runtime._closed = True
                 runtime._namespaces.close()
                 if runtime._store is not None:

@@ -115,12 +115,16 @@ class SlotCache:
 
     def __init__(
         self, engine: StoreEngine, state: str, branch_id: int, *, live: bool,
-        seed: tuple[list[Message], LogHead, bool] | None = None,
+        seed: tuple[list[Message], LogHead, bool] | None = None, steps: Callable[[], int] | None = None,
     ) -> None:
         self.engine = engine
         self.state = state
         self.branch_id = branch_id
         self.live = live  # kept current by commit events (a writing runtime's cache)
+        # On a shared store: how many task steps the loop has run. Reads within one step (no await
+        # between them: a whole compile) are one snapshot, so the head is asked once per step.
+        self._steps = steps
+        self._looked_at = -1
         self.messages: list[Message] = []
         self.length = 0
         self.rewrites = 0
@@ -137,6 +141,7 @@ class SlotCache:
         self.stale = False  # a commit event failed to apply: reload at the next read, ignore events till then
         self.reloads = 0
         self.tail_fills = 0
+        self.looks = 0  # head reads before a read (a read-only runtime's, a shared store's)
         self.decoded = 0  # messages decoded from the store so far (L7 is measured with it)
         # What layers above derive from this slot alone, shared by every reader of it (a reader's
         # projection, in views.py), kept as long as the cache is.
@@ -207,8 +212,13 @@ class SlotCache:
         if self.stale:
             self._reload("a commit event failed to apply")
             self.stale = False
-        elif not self.live or self.engine.shared:  # no events, or not every write's: ask the head
+        elif not self.live:  # no events: ask the head
             self._revalidate()
+        elif self.engine.shared:  # not every write's events: ask the head, once per task step
+            step = self._steps() if self._steps is not None else self._looked_at - 1
+            if step != self._looked_at:
+                self._looked_at = step
+                self._revalidate()
 
     def suffix(self, count: int) -> list[Message]:
         """At least the newest ``count`` messages (all of them if the slot holds fewer), oldest
@@ -262,6 +272,7 @@ class SlotCache:
         return messages[start - held_from : stop - held_from], start, total
 
     def _revalidate(self) -> None:
+        self.looks += 1
         head, items = self.engine.read_tail(self.state, self.branch_id, self.length)  # one snapshot
         if head.revision == self.revision:
             return
@@ -405,9 +416,10 @@ def parse_id(message_id: object) -> int | None:
 class SlotRegistry:
     """Every slot cache of one runtime, keyed by (state, branch id), fed by commit events."""
 
-    def __init__(self, engine: StoreEngine, *, live: bool) -> None:
+    def __init__(self, engine: StoreEngine, *, live: bool, steps: Callable[[], int] | None = None) -> None:
         self.engine = engine
         self.live = live
+        self.steps = steps  # the loop's task-step count, for caches of a shared store (SlotCache)
         self._caches: dict[tuple[str, int], SlotCache] = {}
         self._watchers: dict[tuple[str, int], list[Callable[[MessageEvent], None]]] = {}
         self._ends: dict[Callable[[MessageEvent], None], Callable[[], None]] = {}
@@ -424,7 +436,8 @@ class SlotRegistry:
         cache = self._caches.get(key)
         if cache is None:
             seed = self._seed(state, branch_id)
-            cache = self._caches[key] = SlotCache(self.engine, state, branch_id, live=self.live, seed=seed)
+            cache = self._caches[key] = SlotCache(self.engine, state, branch_id, live=self.live, seed=seed,
+                                                  steps=self.steps)
         return cache
 
     def acquire(self, state: str, branch_id: int) -> SlotCache:

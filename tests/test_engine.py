@@ -417,3 +417,43 @@ def test_the_postgres_engine_matches_the_model(pg_url):
     """K1, K2 on PostgreSQL: the engine model test, run against the second engine."""
     run_state_machine_as_test(lambda: PostgresEngineMachine(pg_url),
                               settings=settings(max_examples=25, stateful_step_count=30, deadline=None))
+
+
+def _logs(engine):
+    names = [row.name for row in engine.list_branches()]
+    return {(state, name): [(i.sequence, bytes(i.data)) for i in engine.read_log(state, engine.branch(name).id)]
+            for state in LOGS for name in names}
+
+
+def test_the_postgres_engine_answers_batches_as_lmdb_does(pg_url):
+    """The same random batches (refusals among them, appends unnested) give the same answers, the
+    same operations and the same logs on both engines (K1, K6: a refused command fails alone)."""
+    from ctxrt.store.actor import _unnested
+
+    @settings(max_examples=30, deadline=None)
+    @hypothesis.given(first=_batch_commands, second=_batch_commands)
+    def same_on_both(first, second):
+        machine = PostgresEngineMachine(pg_url)
+        machine.make_engine()
+        postgres = machine.engine
+        outcomes = []
+        with tempfile.TemporaryDirectory() as path:
+            env, lmdb_engine = open_engine(path)
+            for engine in (lmdb_engine, postgres):
+                run(engine, *[RegisterState(name=name, kind="log") for name in LOGS])
+                run(engine, RegisterState(name=VALUES[0], kind="value"))
+                run(engine, AppendItem(state="messages", branch="main", data=b"seed"))
+                run(engine, CreateBranch(name="side", from_branch="main"))
+                answers, operations = [], []
+                for batch in (first, second):
+                    results, ops = engine.apply(batch, execute, _unnested)
+                    answers.append(_outcome(results))
+                    operations.append([attrs.evolve(op, row=attrs.evolve(op.row, created_ms=0)) if hasattr(op, "row")
+                                       else op for op in ops])
+                outcomes.append((answers, operations, _logs(engine), engine.last_sequence,
+                                 engine.read_value(VALUES[0], 1)))
+            env.close()
+        machine.close_engine()
+        assert outcomes[0] == outcomes[1]
+
+    same_on_both()

@@ -103,3 +103,53 @@ async def test_verify_and_the_read_only_commands_work_on_a_url(pg_url: str) -> N
         conn.execute("UPDATE ctxrt_heads SET head = '\\x00'::bytea")
     damaged = await trio.to_thread.run_sync(cli, "verify", pg_url)
     assert damaged.returncode == 1 and "head" in damaged.stdout, damaged.stdout + damaged.stderr
+
+
+async def test_a_compile_on_a_shared_store_asks_for_each_head_once(pg_url: str) -> None:
+    """S3 on a shared store: a cold compile of a long slot, and a second namespace's, read the slot's
+    head once each (reads without an await between them are one snapshot), not once per message."""
+    async with ctxrt.open_runtime(pg_url, durability="os") as rt:
+        writer = await rt.open("writer")
+        async with trio.open_nursery() as nursery:
+            for n in range(300):
+                nursery.start_soon(writer.add_message, "user", f"line {n}")
+    async with ctxrt.open_runtime(pg_url) as rt:
+        for namespace in ("first", "second"):
+            manager = await rt.open(namespace)
+            cache = (await manager.inspect()).caches[0]
+            before = cache.looks
+            compiled = await manager.compile()
+            assert len(compiled.messages) == 300
+            assert cache.looks - before <= 3, cache.looks - before
+
+
+@pytest.mark.parametrize("foreign", [
+    "CREATE TABLE ctxrt_items (id integer)",
+    "CREATE TABLE ctxrt_meta (name text)",
+    "CREATE TABLE ctxrt_meta (key text, value bigint); INSERT INTO ctxrt_meta VALUES ('format', 1)",
+])
+async def test_a_database_with_foreign_ctxrt_tables_is_refused_as_not_a_store(pg_url: str, foreign: str) -> None:
+    """K7 on PostgreSQL: tables named like ctxrt's that aren't a ctxrt store are StoreFormatError,
+    not a connection problem; nothing is added to them."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(foreign)
+        before = conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'ctxrt_%'").fetchone()
+    with pytest.raises(ctxrt.StoreFormatError):
+        async with ctxrt.open_runtime(pg_url):
+            pass
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'ctxrt_%'").fetchone() == before
+
+
+async def test_a_write_after_the_server_dropped_idle_connections_succeeds(pg_url: str) -> None:
+    """A connection the server dropped while idle (a restart, an administrator) is made again: the
+    next write and read succeed, and nothing is lost."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        manager = await rt.open("ann")
+        first = await manager.add_message("user", "before")
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            dropped = conn.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                                   " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()
+        assert dropped is not None and dropped[0] >= 2  # the runtime's reading and writing connections
+        second = await manager.add_message("user", "after")
+        assert await manager.message_count() == 2 and int(second) > int(first)

@@ -118,6 +118,7 @@ class PostgresEngine:
         self._states: dict[str, StateInfo] = {}
         self._heads: dict[tuple[int, int], LogHead] = {}  # the writer's, valid while nobody else wrote
         self._committed_sequence = 0
+        self._began = False  # the running batch's lock was granted (a retry would no longer be safe)
         self._ensure_schema(create)
         self.reload()
 
@@ -154,8 +155,14 @@ class PostgresEngine:
                 if found is None:
                     self._create()
                     return
-        except psycopg.errors.DuplicateTable:  # made by another process at the same moment
+        except psycopg.errors.DuplicateTable:  # made by another process at the same moment, or foreign
             found = self._format()
+            if found is None:
+                raise StoreFormatError(f"{self.data_path} holds tables named ctxrt_* that aren't a ctxrt store "
+                                       f"(no ctxrt_meta table)") from None
+        except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable, psycopg.errors.DataError) as exc:
+            raise StoreFormatError(f"{self.data_path} holds a ctxrt_meta table that isn't ctxrt's "
+                                   f"({_reason(exc)})") from None
         except psycopg.Error as exc:
             raise StoreUnavailableError(self.data_path, _reason(exc)) from None
         if found not in READABLE_SCHEMAS:
@@ -203,6 +210,9 @@ class PostgresEngine:
             branch_rows = conn.execute("SELECT id, row FROM ctxrt_branches").fetchall()
             state_rows = conn.execute("SELECT name, number, kind FROM ctxrt_states").fetchall()
             sequence = conn.execute("SELECT value FROM ctxrt_meta WHERE key = 'sequence'").fetchone()
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+            raise StoreFormatError(f"{self.data_path} records a ctxrt schema but lacks its tables "
+                                   f"({_reason(exc)})") from None
         except psycopg.Error as exc:
             raise StoreUnavailableError(self.data_path, _reason(exc)) from None
         branches = {}
@@ -507,7 +517,7 @@ class PostgresEngine:
         """
         try:
             try:
-                results, batch = self._apply(commands, execute, unnested)
+                results, batch = self._apply_reconnecting(commands, execute, unnested)
             except _Unsafe:
                 results, batch = self._apply(commands, execute, None)
         except psycopg.errors.DiskFull as exc:
@@ -522,13 +532,30 @@ class PostgresEngine:
         self._committed(batch)
         return results, batch.operations
 
+    def _apply_reconnecting(
+        self, commands: Sequence[Any], execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool] | None,
+    ) -> tuple[list[tuple[bool, Any]], PgBatch]:
+        """``_apply``, again on a new connection if the server had dropped the old one before the
+        batch could begin (an idle connection killed by a restart: nothing was sent, nothing written)."""
+        self._began = False
+        try:
+            return self._apply(commands, execute, unnested)
+        except psycopg.OperationalError:
+            if self._began or not (self._writer.broken or self._writer.closed):
+                raise
+            self._writer = self._connect()
+            return self._apply(commands, execute, unnested)
+
     def _apply(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool] | None,
     ) -> tuple[list[tuple[bool, Any]], PgBatch]:
         conn = self._writer
-        with conn.transaction():
+        # Pipelined: statements are sent without waiting for each answer; a read (the lock's, a
+        # head's) waits. An append batch is two round trips: the lock, then its rows and the commit.
+        with conn.pipeline(), conn.transaction():
             cursor = conn.cursor()
             row = cursor.execute("SELECT value FROM ctxrt_meta WHERE key = 'sequence' FOR UPDATE").fetchone()
+            self._began = True  # the server answered: from here a failure may follow writes
             if row is None:
                 raise self._damaged("ctxrt_meta has no 'sequence' row")
             sequence = int(row[0])
