@@ -30,8 +30,10 @@ from ctxrt.errors import (
     BranchNotFoundError,
     MalformedContentError,
     MessageNotFoundError,
+    NarrowingRefusedError,
     StateKindError,
     UnknownStateError,
+    ValueConflictError,
 )
 from ctxrt.store.actor import execute
 from ctxrt.store.engine import Engine
@@ -457,3 +459,51 @@ def test_the_postgres_engine_answers_batches_as_lmdb_does(pg_url):
         assert outcomes[0] == outcomes[1]
 
     same_on_both()
+
+
+@pytest.fixture(params=["lmdb", "postgres"])
+def any_engine(request, tmp_path):
+    """An empty engine of either kind."""
+    if request.param == "lmdb":
+        env, engine = open_engine(str(tmp_path))
+        yield engine
+        env.close()
+        return
+    machine = PostgresEngineMachine(request.getfixturevalue("pg_url"))
+    machine.make_engine()
+    yield machine.engine
+    machine.close_engine()
+
+
+def test_a_narrowing_edit_is_refused_in_its_transaction_once_the_floor_reaches_the_item(any_engine):
+    """D2 decided in the write: an edit naming the floor state is refused if that floor has reached
+    the item (another process's actor may have raised it after the edit was checked), and changes
+    nothing; below the floor, or with no floor yet, it goes through."""
+    engine = any_engine
+    run(engine, RegisterState(name="messages", kind="log"), RegisterState(name="ns/floor", kind="value"))
+    first = run(engine, AppendItem(state="messages", branch="main", data=b"one")).sequence
+    second = run(engine, AppendItem(state="messages", branch="main", data=b"two")).sequence
+    guarded = dict(state="messages", branch="main", floor_state="ns/floor")
+    run(engine, EditItem(item_sequence=first, data=b"one, narrowed", **guarded))  # no floor yet
+    run(engine, SetValue(state="ns/floor", branch="main", value=first))
+    before = engine.last_sequence
+    with pytest.raises(NarrowingRefusedError, match="narrowing floor"):
+        run(engine, EditItem(item_sequence=first, data=b"again", **guarded))
+    assert engine.last_sequence == before
+    run(engine, EditItem(item_sequence=second, data=b"two, narrowed", **guarded))  # past the floor
+    assert [i.data for i in engine.read_log("messages", 1)] == [b"one, narrowed", b"two, narrowed"]
+
+
+def test_a_conditional_value_write_and_a_rising_floor_are_decided_in_the_transaction(any_engine):
+    """C1, D4 decided in the write: SetValue(expect=) refuses when another value is stored
+    (ValueConflictError, nothing written); SetValue(rising=True) never lowers a stored integer."""
+    engine = any_engine
+    run(engine, RegisterState(name="ns/reader", kind="value"), RegisterState(name="ns/floor", kind="value"))
+    run(engine, SetValue(state="ns/reader", branch="main", value="ann", expect=None))
+    before = engine.last_sequence
+    with pytest.raises(ValueConflictError):
+        run(engine, SetValue(state="ns/reader", branch="main", value="bob", expect=None))
+    assert engine.last_sequence == before and engine.read_value("ns/reader", 1) == "ann"
+    run(engine, SetValue(state="ns/floor", branch="main", value=40, rising=True))
+    run(engine, SetValue(state="ns/floor", branch="main", value=12, rising=True))
+    assert engine.read_value("ns/floor", 1) == 40

@@ -153,3 +153,46 @@ async def test_a_write_after_the_server_dropped_idle_connections_succeeds(pg_url
         assert dropped is not None and dropped[0] >= 2  # the runtime's reading and writing connections
         second = await manager.add_message("user", "after")
         assert await manager.message_count() == 2 and int(second) > int(first)
+
+
+async def test_a_namespace_whose_strategy_keeps_memory_is_served_by_one_process_at_a_time(pg_url: str) -> None:
+    """Autobiographical keeps its summaries in its actor: while one runtime serves the namespace with
+    it, another runtime's open with it is ConfigConflictError (nothing changes); once the first one
+    closes the namespace, the other may serve it. A strategy that keeps nothing opens anywhere."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        holder = await first.open("agents/a", strategy=ctxrt.Autobiographical("claude-haiku-4-5"))
+        with pytest.raises(ctxrt.ConfigConflictError, match="another process"):
+            await second.open("agents/a", strategy=ctxrt.Autobiographical("claude-haiku-4-5"))
+        await second.open("agents/b", strategy=ctxrt.Autobiographical("claude-haiku-4-5"))  # another namespace: its own lease
+        passthrough = await second.open("agents/a")  # keeps no memory: served here too
+        await passthrough.aclose()
+        await holder.aclose()  # the first runtime's actor stops and gives the lease back
+        taken = await second.open("agents/a", strategy=ctxrt.Autobiographical("claude-haiku-4-5"))
+        assert (await taken.compile()).messages == []
+
+
+async def test_reads_on_a_branch_another_runtime_deleted_raise_branch_not_found(pg_url: str) -> None:
+    """L5 across processes: once another runtime deletes the branch, this runtime's managers on it
+    raise BranchNotFoundError for reads too, not answers from what they last read."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        await first.create_branch("side")
+        manager = await second.open("ann", branch="side")
+        await manager.add_message("user", "on the side")
+        assert await manager.message_count() == 1
+        await first.delete_branch("side")
+        with pytest.raises(ctxrt.BranchNotFoundError):
+            await manager.message_count()
+        with pytest.raises(ctxrt.BranchNotFoundError):
+            await manager.compile()
+
+
+async def test_a_claim_by_another_runtime_refuses_this_runtimes_managers_for_no_reader(pg_url: str) -> None:
+    """C8 across processes: a manager opened for no reader before another runtime claims the
+    namespace is refused at its next call (it would compile what the reader's namespace holds)."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        unclaimed = await second.open("agents/x")
+        await unclaimed.add_message("user", "hello")
+        assert len((await unclaimed.compile()).messages) == 1
+        await first.open("agents/x", view_reader="ann")
+        with pytest.raises(ctxrt.ReaderConflictError):
+            await unclaimed.compile()

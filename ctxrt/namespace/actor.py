@@ -22,7 +22,7 @@ import trio
 
 from .. import codec
 from ..compile import CompileMemo, build_compile_result, validate_injections
-from ..content import Message
+from ..content import Message, hidden_by_edit
 from ..errors import (
     ConfigConflictError,
     ManagerClosedError,
@@ -214,6 +214,7 @@ class _Actor:
         self.observed = 0  # usage reports the token estimator has heard (its pricing, for a host's own)
         self._streak = 0
         self.stop_error: Callable[[], BaseException] | None = None
+        self.leased = False  # this process holds the namespace's lease (Strategy.keeps_memory)
 
     # -- start and stop ---------------------------------------------------------------------
 
@@ -244,6 +245,36 @@ class _Actor:
         self.ref.slot = self.caches[0]
         self.seen = self._seen_now()
         self._build_views()
+        self._lease(self.strategy)
+
+    def _adopt_claim(self) -> None:
+        """On a shared store another process's actor may claim this namespace: before a command of
+        an unclaimed one, read the record, and take a claim found as if it were made here (C8:
+        managers for no reader are then refused; work begun for no reader writes nothing)."""
+        stored = self._stored_record()
+        if stored is not None:
+            self.record = stored
+            self.epoch += 1
+            self._build_views()
+            self._start_strategy()
+
+    def _lease(self, strategy: Strategy) -> None:
+        """Hold the namespace's lease while ``strategy`` keeps its memory here (a shared store's other
+        processes then can't serve it); give it back otherwise. ConfigConflictError if another
+        process holds it: nothing changed."""
+        wanted = strategy.keeps_memory and not self.readonly
+        engine, name = self.services.engine, states.context_state(self.place.namespace)
+        if wanted and not self.leased:
+            if not engine.hold(self.branch_id, name):
+                raise ConfigConflictError(
+                    f"{self.place} is served by another process with a strategy that keeps its memory there "
+                    f"({strategy.name!r} here): one process at a time serves such a namespace; open it in that "
+                    f"process, or with a strategy that keeps none"
+                )
+            self.leased = True
+        elif not wanted and self.leased:
+            engine.release(self.branch_id, name)
+            self.leased = False
 
     def stop(self, error: Callable[[], BaseException]) -> None:
         """Stop taking commands (later asks raise ``error()``, or what the ref was closed with);
@@ -278,6 +309,12 @@ class _Actor:
                 del cache.holders[id(self.ref)]
             self.services.slots.release(cache)
         self.caches = []
+        if self.leased:
+            self.leased = False
+            try:
+                self.services.engine.release(self.branch_id, states.context_state(self.place.namespace))
+            except Exception:  # the connection is gone: so is the lease
+                logger.warning("couldn't give back the lease of %s", self.place, exc_info=True)
 
     # -- reads of what is stored ------------------------------------------------------------
 
@@ -505,6 +542,8 @@ class _Actor:
         return deadline
 
     async def handle(self, command: Any, reply: Reply | None) -> Any:
+        if self.record is None and self.services.engine.shared and not isinstance(command, UnitDone | Wake):
+            self._adopt_claim()
         match command:
             case Compile():
                 return await self._compile(command)
@@ -659,6 +698,7 @@ class _Actor:
         check_reader(self.record, command.reader, self.place)
         strategy = build_strategy(command.config)
         require_marking(strategy.marks_compression_reads, strategy.name, self.reader, self.place.namespace)
+        self._lease(strategy)
         self.strategy, self.strategy_config = strategy, command.config
         self.epoch += 1  # a unit of the old strategy writes nothing
         self._build_views()
@@ -760,8 +800,11 @@ class _Actor:
                                      current.caused_by)
         appended = Appended(current.participant, command.content, current.metadata, current.timestamp_ms,
                             current.caused_by)
+        narrows = any(hidden_by_edit(current.content, command.content))
         edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
-                        blobs=command.blobs, attachment=appended, flagged=appended.audience)
+                        blobs=command.blobs, attachment=appended, flagged=appended.audience,
+                        # checked again in the write: another process's actor may raise the floor meanwhile
+                        floor_state=states.floor_state(self.place.namespace) if narrows else None)
         propagation = edit_propagation(self._context_entries(), current.id, command.content, reader=self.reader,
                                        context_state=states.context_state(self.place.namespace), branch=self.branch_id)
         await self._store().ask(Atomically(commands=(edit, *propagation)))  # M5, L3: one commit
@@ -1026,18 +1069,22 @@ async def serve_namespace(
 ) -> None:
     """Serve one namespace actor until it stops: its last manager leaves, its branch is deleted,
     or the runtime closes. Raises from ``task_status.started`` what its start raised."""
+    refused: BaseException | None = None
     async with trio.open_nursery() as children:
         actor = _Actor(services, ref, children)
         try:
             await actor.start()
-        except BaseException:
+        except BaseException as exc:
             actor.stop(_retired(actor.place))
             actor.release()
-            raise
-        task_status.started()
-        try:
-            await actor.serve()
-        finally:
-            actor.stop(actor.stop_error or _runtime_closed(actor.place))
-            actor.release()
-            children.cancel_scope.cancel()
+            refused = exc  # raised once out of the nursery, so the opener gets it as itself, not in a group
+        else:
+            task_status.started()
+            try:
+                await actor.serve()
+            finally:
+                actor.stop(actor.stop_error or _runtime_closed(actor.place))
+                actor.release()
+                children.cancel_scope.cancel()
+    if refused is not None:
+        raise refused

@@ -17,6 +17,7 @@ from ..errors import (
     BranchNotFoundError,
     MalformedContentError,
     MessageNotFoundError,
+    NarrowingRefusedError,
     StateKindError,
     UnknownStateError,
     ValueConflictError,
@@ -238,9 +239,18 @@ class Batch:
     def edit(
         self, state: str, branch: str | int, item_sequence: int, data: bytes,
         blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None, flagged: bool = False,
+        floor_state: str | None = None,
     ) -> ItemEdited:
         info, row, head = self._log_target(state, branch)
         _, ordinal, head = self._locate(info, row, item_sequence)
+        if floor_state is not None:  # a narrowing: compression must not have read the item yet (D2)
+            floor, written = self.read_value(self.state(floor_state), row)
+            floor = 0 if not written else floor  # never raised: nothing read yet
+            if not isinstance(floor, int) or isinstance(floor, bool) or floor >= item_sequence:
+                raise NarrowingRefusedError(
+                    f"refused: the edit would hide a block of message {item_sequence}, and compression may already "
+                    f"have read it (narrowing floor {floor!r}, recorded since the edit was checked)"
+                )
         for blob in blobs:
             self.put_blob_row(*_checked_blob(*blob))
         sequence = self._next_sequence()

@@ -108,6 +108,13 @@ class Engine:
         """Flush what was committed to the disk (durability="os" commits don't wait for it)."""
         self.env.sync(True)
 
+    def hold(self, branch_id: int, name: str) -> bool:
+        """Always granted: one process writes an LMDB store (its owner lock)."""
+        return True
+
+    def release(self, branch_id: int, name: str) -> None:
+        """Nothing to give back (``hold``)."""
+
     def become_writer(self, env: lmdb.Environment) -> None:
         """Serve a writer from ``env`` (reopened writable) instead of the read-only environment."""
         self.env = env

@@ -53,5 +53,13 @@ class StoreEngine(Protocol):
         unnested: Callable[[Any], bool] | None = None,
     ) -> tuple[list[tuple[bool, Any]], list[Operation]]: ...
 
+    def hold(self, branch_id: int, name: str) -> bool:
+        """Take this process's lease on ``name`` on a branch (a namespace that keeps its strategy's
+        memory); False while another process holds it. Released by ``release`` or when this
+        process's connection ends (it died)."""
+
+    def release(self, branch_id: int, name: str) -> None:
+        """Give a lease ``hold`` took back."""
+
     def sync(self) -> None:
         """Flush what was committed without waiting for the disk (durability="os")."""

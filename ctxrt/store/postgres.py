@@ -111,6 +111,7 @@ class PostgresEngine:
         self._lock = threading.Lock()  # the read connection is used by one thread at a time
         self._reader = self._connect()
         self._writer = self._connect()
+        self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         if not synchronous:  # durability="os": the server acknowledges before its WAL is flushed
             self._writer.execute("SET synchronous_commit = off")
         self._branches: dict[int, BranchRow] = {}
@@ -134,8 +135,24 @@ class PostgresEngine:
             raise StoreUnavailableError(self.data_path, _reason(exc)) from None
 
     def close(self) -> None:
-        for conn in (self._reader, self._writer):
-            conn.close()
+        for conn in (self._reader, self._writer, self._leases):
+            if conn is not None:
+                conn.close()
+
+    def hold(self, branch_id: int, name: str) -> bool:
+        """A session advisory lock on (branch, hash of ``name``), on a connection of its own: the
+        server releases it when this process's connection ends, so a killed process holds nothing.
+        (Two names whose 32-bit hashes collide share a lease: a rare, safe refusal.)"""
+        with self._lock:
+            if self._leases is None or self._leases.closed or self._leases.broken:
+                self._leases = self._connect()  # a lost connection lost its leases: take them anew
+            row = self._leases.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (branch_id, name)).fetchone()
+        return bool(row and row[0])
+
+    def release(self, branch_id: int, name: str) -> None:
+        with self._lock:
+            if self._leases is not None and not self._leases.closed and not self._leases.broken:
+                self._leases.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (branch_id, name))
 
     def sync(self) -> None:
         """Nothing to do: the server flushes its log itself (``synchronous_commit=off`` within 3 × wal_writer_delay)."""
@@ -411,6 +428,8 @@ class PostgresEngine:
     def _guarded(self, what: str, branch: BranchRow, read: Callable[[], Any]) -> Any:
         try:
             return read()
+        except CtxrtError:
+            raise  # said already (a deleted branch; a KeyError too, not damage)
         except _DAMAGE as exc:
             raise self._damaged(f"{what} on branch {branch.name!r} can't be read: {exc!r}") from None
         except psycopg.Error as exc:
@@ -453,11 +472,20 @@ class PostgresEngine:
         return self.read_items(state, branch_id)
 
     def read_tail(self, state: str, branch_id: int, start: int) -> tuple[LogHead, list[Item]]:
-        """The head now and the items from index ``start`` to it, as of the head's revision."""
+        """The head now and the items from index ``start`` to it, as of the head's revision (a
+        cache's look before a read). ``BranchNotFoundError`` once another process deleted the branch:
+        the same statement reads the branch's row and its own head."""
         info, row = self._log_state(state), self.branch_by_id(branch_id)
 
         def read() -> tuple[LogHead, list[Item]]:
-            head = self._head_at(self._fetchall, info.number, row.levels())
+            found = self._fetchall(
+                "SELECT b.deleted, h.head FROM ctxrt_branches b LEFT JOIN ctxrt_heads h ON h.state = %s"
+                " AND h.branch = b.id AND h.version = %s WHERE b.id = %s", (info.number, CURRENT, branch_id))
+            if not found or found[0][0]:
+                raise BranchNotFoundError(f"branch {row.name!r} (id {branch_id}) was deleted")
+            own = found[0][1]
+            head = (LogHead.decode(bytes(own)) if own is not None
+                    else self._head_at(self._fetchall, info.number, row.levels()))  # inherited: read the lineage
             if start >= head.length:
                 return head, []
             return head, self._items(self._fetchall, info, row.levels(head.revision), start, None, head)

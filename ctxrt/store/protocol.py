@@ -44,6 +44,9 @@ class EditItem:
     blobs: tuple[Blob, ...] = ()
     attachment: Any = attrs.field(default=None, eq=False)
     flagged: bool = False  # the slot layer flags an item that holds an audience block (LogHead.flagged)
+    # A narrowing names its namespace's floor state: refused (NarrowingRefusedError) in the write
+    # transaction if that floor has reached the item, whichever process raised it.
+    floor_state: str | None = None
 
 
 @attrs.frozen(kw_only=True)

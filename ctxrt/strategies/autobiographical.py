@@ -143,6 +143,7 @@ _TRANSIENT = object()  # a retryable model failure: the unit stays queued, uncou
 class AutobiographicalStrategy(Strategy):
     name = "autobio"
     marks_compression_reads = True
+    keeps_memory = True  # its summaries and chunks (one process serves it on a shared store)
     transition_participant = MANAGER
 
     def __init__(self, config: Any) -> None:

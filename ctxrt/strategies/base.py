@@ -142,11 +142,15 @@ class Strategy:
     (through ``mark_compression_read`` or a unit's ``reaches``) before reading it, or makes no
     such read. A manager with a reader refuses a strategy that doesn't (docs/behaviours.md D6).
     ``auto_tick``: the actor drains its units in the background as messages arrive (T8).
+    ``keeps_memory``: it keeps what its compression built (summaries, chunks) in the actor's
+    memory, so on a store other processes write (PostgreSQL) one process at a time serves the
+    namespace: an open in another process raises ``ConfigConflictError`` while it does.
     """
 
     name: str = "strategy"
     marks_compression_reads: bool = False
     auto_tick: bool = False
+    keeps_memory: bool = False
 
     def initialize(self, ctx: StrategyContext) -> None:
         """Load persisted state for ``ctx``'s branch; called at start, after a view change, and
