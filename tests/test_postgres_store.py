@@ -85,7 +85,8 @@ async def test_a_read_only_runtime_on_an_empty_database_creates_nothing(pg_url: 
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ctxrt", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "ctxrt", *args], capture_output=True, text=True, timeout=120,
+                          check=False)
 
 
 async def test_verify_and_the_read_only_commands_work_on_a_url(pg_url: str) -> None:

@@ -27,7 +27,12 @@ import attrs
 import lmdb
 import trio
 
-from ..errors import RuntimeClosedError, StoreCorruptError, StoreFullError, StoreUnavailableError
+from ..errors import (
+    RuntimeClosedError,
+    StoreCorruptError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 from .batch import Batch
 from .engine import Engine
 from .interface import StoreEngine

@@ -142,7 +142,9 @@ def _open_postgres(url: str, readonly: bool, durability: Durability) -> StoreHan
     """A store in a PostgreSQL database: each runtime has its own engine and connections, and
     any number of processes write it (no owner lock: the database orders the writers)."""
     try:
-        from .postgres import PostgresEngine  # psycopg is an optional dependency (ctxrt[postgres])
+        from .postgres import (
+            PostgresEngine,  # psycopg is an optional dependency (ctxrt[postgres])
+        )
     except ImportError as exc:
         raise ImportError(f"a postgresql:// store needs psycopg: pip install 'ctxrt[postgres]' ({exc})") from None
     engine = PostgresEngine(url, synchronous=durability == "sync", create=not readonly)

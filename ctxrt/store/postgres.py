@@ -50,7 +50,14 @@ from ..errors import (
     UnknownStateError,
 )
 from .batch import Batch
-from .records import MAIN_BRANCH, BranchRow, Item, LogHead, Operation, StateInfo, StateKind
+from .records import (
+    MAIN_BRANCH,
+    BranchRow,
+    Item,
+    LogHead,
+    Operation,
+    StateInfo,
+)
 
 logger = logging.getLogger("ctxrt.store")
 

@@ -12,7 +12,13 @@ from typing import Any
 
 from ..errors import CtxrtError
 from .postgres import PostgresEngine, redact
-from .verify import VerifyReport, _Findings, check_head, holds_messages, read_through_engine
+from .verify import (
+    VerifyReport,
+    _Findings,
+    check_head,
+    holds_messages,
+    read_through_engine,
+)
 
 
 def verify_postgres(url: str, *, emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
