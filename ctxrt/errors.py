@@ -118,8 +118,8 @@ class StoreFullError(CtxrtError):
 
 class StoreUnavailableError(CtxrtError):
     """The store's database can't be reached or dropped the connection; ``url`` names it without
-    credentials. A write it answers was not acknowledged: if the connection dropped while the
-    server was committing it, it may have landed (as with any database client)."""
+    credentials. A write it answers was not acknowledged; when ``reason`` says the connection was
+    lost during the batch, whether it committed is unknown (as with any database client)."""
 
     def __init__(self, url: str, reason: str) -> None:
         self.url = url

@@ -197,3 +197,70 @@ async def test_a_claim_by_another_runtime_refuses_this_runtimes_managers_for_no_
         await first.open("agents/x", view_reader="ann")
         with pytest.raises(ctxrt.ReaderConflictError):
             await unclaimed.compile()
+
+
+async def test_a_write_to_a_branch_another_runtime_deleted_is_refused_not_lost(pg_url: str) -> None:
+    """L5 across processes: after another runtime deletes the branch (which moves no sequence), an
+    append to it raises BranchNotFoundError; nothing is acknowledged and then lost."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        await first.create_branch("x")
+        manager = await second.open("ann", branch="x")
+        await manager.add_message("user", "kept")
+        await first.delete_branch("x")
+        with pytest.raises(ctxrt.BranchNotFoundError):
+            await manager.add_message("user", "must not be acknowledged")
+
+
+async def test_branches_and_states_another_runtime_made_are_seen_by_the_next_write(pg_url: str) -> None:
+    """A branch another runtime created is BranchExistsError here (not a collision in the database
+    failing other writes), and two runtimes opening one new namespace at once both succeed."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        await second.open("warm")  # second's engine has read the tables once
+        await first.create_branch("x")
+        with pytest.raises(ctxrt.BranchExistsError):
+            await second.create_branch("x")
+        opened = []
+
+        async def open_in(rt: ctxrt.Runtime) -> None:
+            opened.append(await rt.open("agents/new"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(open_in, first)
+            nursery.start_soon(open_in, second)
+        assert len(opened) == 2
+        await opened[0].add_message("user", "hi")
+        assert await opened[1].message_count() == 1
+
+
+async def test_a_lease_lost_with_its_connection_stops_the_namespace_here(pg_url: str) -> None:
+    """The server drops a process's leases with their connection; if another process then takes the
+    namespace, this process's next write for it raises ConfigConflictError instead of compressing
+    beside the other (two servers of one remembering namespace)."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        holder = await first.open("agents/a", strategy=ctxrt.Autobiographical("claude-haiku-4-5"))
+        ids = [await holder.add_message("user", f"line {n}") for n in range(3)]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+        taker = await second.open("agents/a", strategy=ctxrt.Autobiographical("claude-haiku-4-5"))
+        with pytest.raises(ctxrt.ConfigConflictError, match="lost its lease"):
+            await holder.pin_range(ids[0], ids[1])
+        await taker.pin_range(ids[0], ids[1])  # the one process serving it now
+
+
+@pytest.mark.parametrize("damage, finding", [
+    ("UPDATE ctxrt_meta SET value = 1 WHERE key = 'sequence'", "'sequence'"),
+    ("DELETE FROM ctxrt_meta WHERE key = 'next_branch'", "next_branch"),
+    ("UPDATE ctxrt_states SET kind = 'x' WHERE number = 1", "kind"),
+    ("DROP TABLE ctxrt_blobs", "ctxrt's tables"),
+])
+async def test_verify_reports_damage_that_breaks_writes(pg_url: str, damage: str, finding: str) -> None:
+    """ctxrt verify names what would break the next writes (counters behind the rows, a missing
+    counter, a state row the engine can't load, a dropped table): damaged, exit 1, nothing written."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        manager = await rt.open("ann")
+        for n in range(3):
+            await manager.add_message("user", f"line {n}")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(damage)
+    report = await trio.to_thread.run_sync(cli, "verify", pg_url)
+    assert report.returncode == 1 and finding in report.stdout, report.stdout + report.stderr

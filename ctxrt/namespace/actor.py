@@ -463,6 +463,14 @@ class _Actor:
         if not commands:
             return False
         engine = self.services.engine
+        if self.leased and not engine.holds(self.branch_id, states.context_state(self.place.namespace)):
+            # Its lease went with a lost connection, and another process serves the namespace now.
+            def lost() -> ConfigConflictError:
+                return ConfigConflictError(f"{self.place} lost its lease to another process; its managers here "
+                                           f"are closed: reopen it where it is served")
+            self.leased = False
+            self.stop(lost)
+            raise lost()
         kinds: dict[str, StateKind] = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
         registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()
                      if not engine.has_state(name)]

@@ -112,6 +112,9 @@ class Engine:
         """Always granted: one process writes an LMDB store (its owner lock)."""
         return True
 
+    def holds(self, branch_id: int, name: str) -> bool:
+        return True
+
     def release(self, branch_id: int, name: str) -> None:
         """Nothing to give back (``hold``)."""
 

@@ -58,6 +58,10 @@ class StoreEngine(Protocol):
         memory); False while another process holds it. Released by ``release`` or when this
         process's connection ends (it died)."""
 
+    def holds(self, branch_id: int, name: str) -> bool:
+        """Whether this process still holds a lease ``hold`` took (it takes it again if its connection
+        was lost and no other process took it meanwhile)."""
+
     def release(self, branch_id: int, name: str) -> None:
         """Give a lease ``hold`` took back."""
 

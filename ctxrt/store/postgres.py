@@ -119,13 +119,17 @@ class PostgresEngine:
         self._reader = self._connect()
         self._writer = self._connect()
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
+        self._held: set[tuple[int, str]] = set()  # the leases this engine took
         if not synchronous:  # durability="os": the server acknowledges before its WAL is flushed
             self._writer.execute("SET synchronous_commit = off")
         self._branches: dict[int, BranchRow] = {}
         self._branch_ids: dict[str, int] = {}
         self._states: dict[str, StateInfo] = {}
         self._heads: dict[tuple[int, int], LogHead] = {}  # the writer's, valid while nobody else wrote
-        self._committed_sequence = 0
+        # (sequence, catalog) as of what this process last read or committed: a batch that finds
+        # others reads the branch and state tables again (another process wrote, made or deleted
+        # a branch, or registered a state: those move the catalog, not the sequence).
+        self._committed = (0, 0)
         self._began = False  # the running batch's lock was granted (a retry would no longer be safe)
         self._ensure_schema(create)
         self.reload()
@@ -152,12 +156,43 @@ class PostgresEngine:
         (Two names whose 32-bit hashes collide share a lease: a rare, safe refusal.)"""
         with self._lock:
             if self._leases is None or self._leases.closed or self._leases.broken:
-                self._leases = self._connect()  # a lost connection lost its leases: take them anew
+                self._retake()  # a lost connection lost its leases: take them anew
+            assert self._leases is not None
             row = self._leases.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (branch_id, name)).fetchone()
-        return bool(row and row[0])
+        if row and row[0]:
+            self._held.add((branch_id, name))
+            return True
+        return False
+
+    def holds(self, branch_id: int, name: str) -> bool:
+        """Whether this process still holds the lease (its connection may have been dropped, and the
+        server dropped its leases with it: then each is taken again unless another process has)."""
+        with self._lock:
+            try:
+                if self._leases is not None and not self._leases.closed and not self._leases.broken:
+                    self._leases.execute("SELECT 1").fetchone()
+                    return (branch_id, name) in self._held
+            except psycopg.OperationalError:
+                pass
+            self._retake()
+            return (branch_id, name) in self._held
+
+    def _retake(self) -> None:
+        """A new lease connection, and each lease this engine held taken again where no other
+        process took it meanwhile (the server dropped them with the old connection)."""
+        if self._held:
+            logger.warning("%s: the connection holding leases was lost; taking them again", self.data_path)
+        self._leases = self._connect()
+        regained = set()
+        for key in self._held:
+            row = self._leases.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
+            if row and row[0]:
+                regained.add(key)
+        self._held = regained
 
     def release(self, branch_id: int, name: str) -> None:
         with self._lock:
+            self._held.discard((branch_id, name))
             if self._leases is not None and not self._leases.closed and not self._leases.broken:
                 self._leases.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (branch_id, name))
 
@@ -231,9 +266,11 @@ class PostgresEngine:
 
     def _load(self, conn: psycopg.Connection[Any]) -> None:
         try:
+            # The counters first: the tables read after them are at least as new as they say, so a
+            # batch that finds the same counters needs no reload.
+            counters = dict(conn.execute(_COUNTERS).fetchall())
             branch_rows = conn.execute("SELECT id, row FROM ctxrt_branches").fetchall()
             state_rows = conn.execute("SELECT name, number, kind FROM ctxrt_states").fetchall()
-            sequence = conn.execute("SELECT value FROM ctxrt_meta WHERE key = 'sequence'").fetchone()
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             raise StoreFormatError(f"{self.data_path} records a ctxrt schema but lacks its tables "
                                    f"({_reason(exc)})") from None
@@ -258,7 +295,7 @@ class PostgresEngine:
         self._branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
         self._states = states
         self._heads = {}
-        self._committed_sequence = int(sequence[0]) if sequence else 0
+        self._committed = (int(counters.get("sequence", 0)), int(counters.get("catalog", 0)))
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -546,9 +583,10 @@ class PostgresEngine:
         ``Engine.apply``: a refused command is rolled back alone under its savepoint).
 
         Raises ``StoreUnavailableError`` when the server can't be reached or drops the connection
-        (nothing of the batch was written, unless the connection dropped during the commit itself:
-        then the message says the outcome is unknown), ``StoreFullError`` when the server's disk is
-        full, ``StoreCorruptError`` when a stored row doesn't decode during the batch.
+        (before the batch began: nothing was written; once it began, the rows and the COMMIT went
+        out together, so the message says whether it committed is unknown), ``StoreFullError`` when
+        the server's disk is full, ``StoreCorruptError`` when a stored row doesn't decode or the
+        sequence row is behind the stored rows.
         """
         try:
             try:
@@ -557,14 +595,22 @@ class PostgresEngine:
                 results, batch = self._apply(commands, execute, None)
         except psycopg.errors.DiskFull as exc:
             raise StoreFullError(self.data_path, f"the server's disk is full ({_reason(exc)})") from None
-        except psycopg.errors.UniqueViolation as exc:  # a sequence handed out twice: the sequence row went back
+        except psycopg.errors.UniqueViolation as exc:
+            if exc.diag.constraint_name != "ctxrt_items_appended":
+                raise StoreUnavailableError(self.data_path, f"a write collided with another process's: "
+                                                            f"{_reason(exc)}; nothing was written") from None
+            # A sequence handed out twice: the sequence row went back.
             raise self._damaged(f"a write reused a stored sequence; ctxrt_meta's 'sequence' row is behind the "
                                 f"stored rows ({_reason(exc)})") from None
         except psycopg.Error as exc:
-            if self._writer.broken or self._writer.closed:
+            lost = self._writer.broken or self._writer.closed
+            if lost:
                 self._writer = self._connect()
-            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
-        self._committed(batch)
+            reason = _reason(exc)
+            if lost and self._began:  # the rows and the COMMIT go out together: it may have landed
+                reason = f"the connection was lost during the batch; whether it committed is unknown ({reason})"
+            raise StoreUnavailableError(self.data_path, reason) from None
+        self._committed_batch(batch)
         return results, batch.operations
 
     def _apply_reconnecting(
@@ -587,16 +633,18 @@ class PostgresEngine:
         conn = self._writer
         # Pipelined: statements are sent without waiting for each answer; a read (the lock's, a
         # head's) waits. An append batch is two round trips: the lock, then its rows and the commit.
-        with conn.pipeline(), conn.transaction():
+        with conn.pipeline() as pipeline, conn.transaction():
             cursor = conn.cursor()
-            row = cursor.execute("SELECT value FROM ctxrt_meta WHERE key = 'sequence' FOR UPDATE").fetchone()
+            cursor.execute("SELECT value FROM ctxrt_meta WHERE key = 'sequence' FOR UPDATE")
+            # Read after the lock is granted (a statement of its own: its snapshot is taken then).
+            counters = dict(conn.execute(_COUNTERS).fetchall())
             self._began = True  # the server answered: from here a failure may follow writes
-            if row is None:
+            if "sequence" not in counters:
                 raise self._damaged("ctxrt_meta has no 'sequence' row")
-            sequence = int(row[0])
-            if sequence != self._committed_sequence or not self._states:
+            sequence, catalog = int(counters["sequence"]), int(counters.get("catalog", 0))
+            if (sequence, catalog) != self._committed or not self._states:
                 self._load(conn)  # another process wrote since: what this one knew may be out of date
-            batch = PgBatch(self, cursor, sequence)
+            batch = PgBatch(self, cursor, sequence, catalog)
             results: list[tuple[bool, Any]] = []
             for number, command in enumerate(commands):
                 if unnested is not None and unnested(command):
@@ -620,7 +668,8 @@ class PostgresEngine:
                 try:
                     value = execute(batch, command)
                     batch.flush_heads()
-                    batch.flush()  # a row this command can't write refuses the command, not the batch
+                    batch.flush()
+                    pipeline.sync()  # a row this command can't write refuses the command, not the batch
                 except (*_REFUSALS, psycopg.errors.IntegrityError, psycopg.errors.DataError) as exc:
                     batch.discard()
                     cursor.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
@@ -633,6 +682,9 @@ class PostgresEngine:
             batch.flush()
             if batch.sequence != sequence:
                 cursor.execute("UPDATE ctxrt_meta SET value = %s WHERE key = 'sequence'", (batch.sequence,))
+            if batch.catalog != catalog:
+                cursor.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('catalog', %s)"
+                               " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (batch.catalog,))
         return results, batch
 
     def _refusal(self, command: Any, exc: BaseException) -> BaseException:
@@ -642,8 +694,8 @@ class PostgresEngine:
             return MalformedContentError(type(command).__name__, f"the database refused it: {_reason(exc)}")
         return exc
 
-    def _committed(self, batch: PgBatch) -> None:
-        self._committed_sequence = batch.sequence
+    def _committed_batch(self, batch: PgBatch) -> None:
+        self._committed = (batch.sequence, batch.catalog)
         heads = dict(self._heads)
         heads.update(batch.heads)
         self._heads = heads
@@ -676,8 +728,9 @@ _REFUSALS = (*_DAMAGE_ONLY, CtxrtError, TypeError, ValueError)
 class PgBatch(Batch):
     """A batch's rows in one PostgreSQL transaction, buffered until the next read or the commit."""
 
-    def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], sequence: int) -> None:
+    def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], sequence: int, catalog: int) -> None:
         super().__init__(engine, sequence)
+        self.catalog = catalog  # moved by every branch or state row this batch writes
         self.pg = engine
         self.cursor = cursor
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
@@ -718,7 +771,15 @@ class PgBatch(Batch):
             raise self.pg._damaged(f"ctxrt_meta has no {key!r} row")
         return int(found[0][0])
 
+    def savepoint(self) -> tuple[Any, ...]:
+        return (*super().savepoint(), self.catalog)
+
+    def restore(self, saved: tuple[Any, ...]) -> None:
+        super().restore(saved[:-1])
+        self.catalog = saved[-1]
+
     def put_state(self, info: StateInfo) -> None:
+        self.catalog += 1
         self._buffer("INSERT INTO ctxrt_states (name, number, kind) VALUES (%s, %s, %s)",
                      (info.name, info.number, info.kind))
 
@@ -738,6 +799,7 @@ class PgBatch(Batch):
                      (info.number, row.id, version, data))
 
     def put_branch(self, row: BranchRow, *, created: bool) -> None:
+        self.catalog += 1
         if created:
             self._buffer("INSERT INTO ctxrt_branches (id, name, deleted, row) VALUES (%s, %s, %s, %s)",
                          (row.id, row.name, row.deleted, row.to_json()))
@@ -750,6 +812,7 @@ class PgBatch(Batch):
                      (bytes.fromhex(sha256), media_type, data))
 
 
+_COUNTERS = "SELECT key, value FROM ctxrt_meta WHERE key IN ('sequence', 'catalog')"
 _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, sequence, data)"
                 " VALUES (%s, %s, %s, %s, %s, %s)")
 _UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)"

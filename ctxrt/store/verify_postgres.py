@@ -10,7 +10,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..errors import CtxrtError
+from ..errors import CtxrtError, StoreCorruptError
 from .postgres import PostgresEngine, redact
 from .verify import (
     VerifyReport,
@@ -26,15 +26,41 @@ def verify_postgres(url: str, *, emit: Callable[[dict[str, Any]], None] | None =
     found = _Findings(redact(url), emit)
     try:
         engine = PostgresEngine(url, create=False)
+    except StoreCorruptError as exc:  # a branch or state row the engine can't even load
+        found.damaged("branch and state tables", exc.what)
+        found.note("the walk stopped there: the store can't be opened until that row is repaired")
+        return found.report()
     except CtxrtError as exc:
         found.refused = str(exc)
         return found.report()
     try:
+        _check_meta(engine, found)
         _walk_rows(engine, found)
         read_through_engine(engine, found)
+    except Exception as exc:  # noqa: BLE001 - a table that can't be read (dropped, altered) is a finding
+        found.damaged("ctxrt's tables", f"can't be walked: {exc!r}")
     finally:
         engine.close()
     return found.report()
+
+
+def _check_meta(engine: PostgresEngine, found: _Findings) -> None:
+    """The counters a write relies on: present, and past every stored row (or writes reuse them)."""
+    meta = {key: int(value) for key, value in engine.rows("SELECT key, value FROM ctxrt_meta")}
+    for key in ("format", "sequence", "next_branch", "next_state"):
+        if key not in meta:
+            found.damaged("ctxrt_meta", f"has no {key!r} row (every write needs it)")
+    [(top, branch, state)] = engine.rows(
+        "SELECT greatest((SELECT max(version) FROM ctxrt_items), (SELECT max(version) FROM ctxrt_values),"
+        " (SELECT max(revision) FROM ctxrt_heads)), (SELECT max(id) FROM ctxrt_branches),"
+        " (SELECT max(number) FROM ctxrt_states)")
+    for key, stored, what in (("sequence", top, "sequence"), ("next_branch", branch, "branch id"),
+                              ("next_state", state, "state number")):
+        if key in meta and stored is not None:
+            limit = meta[key] if key == "sequence" else meta[key] - 1
+            if stored > limit:
+                found.damaged(f"ctxrt_meta {key!r}", f"{meta[key]} is behind the stored rows (a {what} up to "
+                                                     f"{stored}): new writes would reuse it")
 
 
 def _walk_rows(engine: PostgresEngine, found: _Findings) -> None:
