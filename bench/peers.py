@@ -203,14 +203,14 @@ def _lg_checkpoint(
     return checkpoint, {"source": "loop", "step": step, "parents": {}}, {"messages": version}
 
 
-class LangGraphTurns:
-    """A ``SqliteSaver`` on its own connection; one thread holds the conversation."""
+class CheckpointerTurns:
+    """A LangGraph checkpointer holding one conversation in one thread: the turn both LangGraph
+    peers take (``LangGraphTurns`` on SQLite here, ``PostgresSaverTurns`` in bench.postgres)."""
 
-    def __init__(self, path: Path) -> None:
-        from langgraph.checkpoint.sqlite import SqliteSaver
+    label = "LangGraph"
 
-        self.connection = sqlite3.connect(str(path), check_same_thread=False)
-        self.saver = SqliteSaver(self.connection)
+    def start(self, saver: Any) -> None:
+        self.saver = saver
         self.saver.setup()
         self.config = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
         self.count = 0
@@ -236,8 +236,18 @@ class LangGraphTurns:
         listed = time.perf_counter()
         history = loaded.checkpoint["channel_values"]["messages"]
         if len(history) != self.count or len(messages) != self.count:
-            raise AssertionError(f"LangGraph: {len(history)} messages, not {self.count}")
-        return {"append": put - read, "turn": put - started, "load": listed - put}
+            raise AssertionError(f"{self.label}: {len(history)} messages, not {self.count}")
+        return {"get_tuple": read - started, "append": put - read, "turn": put - started, "load": listed - put}
+
+
+class LangGraphTurns(CheckpointerTurns):
+    """A ``SqliteSaver`` on its own connection; one thread holds the conversation."""
+
+    def __init__(self, path: Path) -> None:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        self.connection = sqlite3.connect(str(path), check_same_thread=False)
+        self.start(SqliteSaver(self.connection))
 
     def pragmas(self) -> dict[str, Any]:
         return _pragmas(self.connection)

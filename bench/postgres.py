@@ -85,7 +85,7 @@ from ctxrt.pgcluster import Cluster, find_binaries, temporary_cluster
 
 from . import harness
 from .harness import fill, interleave, scratch, summary, versus
-from .peers import EVERYTHING, CtxrtTurns, _item, _lg_checkpoint, _text, ctxrt_build
+from .peers import EVERYTHING, CheckpointerTurns, CtxrtTurns, _text, ctxrt_build
 from .postgres_writer import text as _marked
 
 HERE = Path(__file__).resolve().parent
@@ -130,40 +130,15 @@ def _texts(message: Any) -> str:
 # -- (1) LangGraph's PostgresSaver ---------------------------------------------------------------
 
 
-class PostgresSaverTurns:
+class PostgresSaverTurns(CheckpointerTurns):
     """``PostgresSaver.from_conn_string(url)`` after ``setup()``; one thread holds the conversation."""
+
+    label = "PostgresSaver"
 
     def __init__(self, url: str, stack: contextlib.ExitStack) -> None:
         from langgraph.checkpoint.postgres import PostgresSaver
 
-        self.saver = stack.enter_context(PostgresSaver.from_conn_string(url))
-        self.saver.setup()
-        self.config = {"configurable": {"thread_id": "chat", "checkpoint_ns": ""}}
-        self.count = 0
-        self.step = 0
-
-    def build(self, count: int) -> None:
-        checkpoint, metadata, versions = _lg_checkpoint(None, [_item(n) for n in range(count)], 0)
-        self.saver.put(self.config, checkpoint, metadata, versions)
-        self.count = count
-
-    def turn(self) -> dict[str, float]:
-        saver = self.saver
-        self.count += 1
-        self.step += 1
-        started = time.perf_counter()
-        found = saver.get_tuple(self.config)
-        read = time.perf_counter()
-        messages = [*found.checkpoint["channel_values"]["messages"], _item(self.count)]
-        checkpoint, metadata, versions = _lg_checkpoint(found.checkpoint, messages, self.step)
-        saver.put(found.config, checkpoint, metadata, versions)
-        put = time.perf_counter()
-        loaded = saver.get_tuple(self.config)
-        listed = time.perf_counter()
-        history = loaded.checkpoint["channel_values"]["messages"]
-        if len(history) != self.count:
-            raise AssertionError(f"PostgresSaver: {len(history)} messages, not {self.count}")
-        return {"get_tuple": read - started, "append": put - read, "turn": put - started, "load": listed - put}
+        self.start(stack.enter_context(PostgresSaver.from_conn_string(url)))
 
 
 # -- (4) raw psycopg -----------------------------------------------------------------------------

@@ -367,12 +367,8 @@ class PostgresEngine:
     # -- reads ------------------------------------------------------------------------------
 
     def _fetchone(self, query: str, params: Sequence[Any]) -> Any:
-        with self._lock:
-            try:
-                return self._reader.execute(query, params).fetchone()
-            except psycopg.OperationalError as exc:
-                self._reader = self._reconnect(self._reader, exc)
-                return self._reader.execute(query, params).fetchone()
+        found = self._fetchall(query, params)
+        return found[0] if found else None
 
     def _fetchall(self, query: str, params: Sequence[Any]) -> list[Any]:
         with self._lock:
