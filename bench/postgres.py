@@ -63,7 +63,6 @@ not tmpfs); the cluster lives in a fresh ``/tmp/ctxrt-pg-*`` directory.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import importlib.metadata
 import importlib.util
@@ -85,7 +84,7 @@ from ctxrt.pgcluster import Cluster, find_binaries, temporary_cluster
 
 from . import harness
 from .harness import fill, interleave, scratch, summary, versus
-from .peers import EVERYTHING, CheckpointerTurns, CtxrtTurns, _text, ctxrt_build
+from .peers import EVERYTHING, CheckpointerTurns, CtxrtTurns, _figure, _text, ctxrt_build
 from .postgres_writer import text as _marked
 
 HERE = Path(__file__).resolve().parent
@@ -563,10 +562,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 
 # -- report -------------------------------------------------------------------------------------------
-
-PRECISION: harness.Precision = ((100, ",.0f"), (1, ".1f"), (0.01, ".3f"), (0, ".4f"))
-_figure = functools.partial(harness.figure, precision=PRECISION)
-
 
 def to_markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) -> str:
     info = info if info is not None else _LAST_INFO
