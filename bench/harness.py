@@ -102,6 +102,24 @@ async def fill(directory: Path, count: int, content: Callable[[int], Any], *, co
 OPS: dict[str, Callable[[Any, Any], bool]] = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
 
+async def take_turn(turn: Callable[[], Any]) -> dict[str, float]:
+    """One turn of a system whose turn method is sync or async, then a schedule point."""
+    import trio
+
+    result = turn()
+    if not isinstance(result, dict):
+        result = await result
+    await trio.lowlevel.checkpoint()
+    return result
+
+
+async def warm_up(turners: dict[Any, Callable[[], Any]], turns: int = 2) -> None:
+    """Uncounted turns of every system, so the first counted one finds caches and connections warm."""
+    for turn in turners.values():
+        for _ in range(turns):
+            await take_turn(turn)
+
+
 def summary(values: Iterable[float]) -> dict[str, float]:
     """``{"median", "min", "max"}`` of a figure's values (one per round)."""
     values = list(values)

@@ -441,19 +441,10 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                         else:
                             turners[name, size] = peer.turn
 
-                async def one_turn(key: tuple[str, int]) -> dict[str, float]:
-                    result = turners[key]()
-                    if not isinstance(result, dict):
-                        result = await result
-                    await trio.lowlevel.checkpoint()
-                    return result
-
-                for key in turners:  # warm-up: two turns each, not counted
-                    for _ in range(2):
-                        await one_turn(key)
+                await harness.warm_up(turners)  # two turns each, not counted
 
                 async def turns_round(key: tuple[str, int]) -> dict[str, float]:
-                    batch = [await one_turn(key) for _ in range(TURNS_PER_ROUND)]
+                    batch = [await harness.take_turn(turners[key]) for _ in range(TURNS_PER_ROUND)]
                     # the round's figure for each part: the median of its turns in this round
                     return {part: statistics.median(f[part] for f in batch) for part in batch[0]}
 

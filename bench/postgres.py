@@ -237,16 +237,7 @@ async def _in_trio(cluster: Cluster, root: Path, quick: bool, rng: random.Random
             raw = RawPostgres(cluster.create_database("raw"))
             sync_stack.callback(raw.close)
 
-            async def one_turn(key: tuple[str, int]) -> dict[str, float]:
-                result = turners[key]()
-                if not isinstance(result, dict):
-                    result = await result
-                await trio.lowlevel.checkpoint()
-                return result
-
-            for key in turners:  # warm-up: two turns each, not counted
-                for _ in range(2):
-                    await one_turn(key)
+            await harness.warm_up(turners)  # two turns each, not counted
             raws = {"raw INSERT commit": raw.insert, "raw SELECT 1": raw.select_one,
                     "raw append-shaped transaction": raw.transaction}
             for op in raws.values():
@@ -254,7 +245,7 @@ async def _in_trio(cluster: Cluster, root: Path, quick: bool, rng: random.Random
                     op()
 
             async def turns_round(key: tuple[str, int]) -> dict[str, float]:
-                batch = [await one_turn(key) for _ in range(TURNS_PER_ROUND)]
+                batch = [await harness.take_turn(turners[key]) for _ in range(TURNS_PER_ROUND)]
                 return {part: statistics.median(f[part] for f in batch) for part in batch[0]}
 
             async def raw_round(op: Callable[[], float]) -> dict[str, float]:
