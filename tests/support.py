@@ -71,3 +71,24 @@ class FakeSlot:
     def replace(self, index: int, new: Message) -> None:
         self.rewrite([new if i == index else m for i, m in enumerate(self.messages)])
 
+
+class PostgresSchema:
+    """A schema of its own in a test database, for one example of a stateful test: ``url`` points
+    the runtime's connections at it (libpq's ``options``); ``drop`` removes it and all it holds."""
+
+    def __init__(self, database_url: str) -> None:
+        import uuid
+
+        import psycopg
+
+        self.database_url = database_url
+        self.name = f"s{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {self.name}")
+        self.url = f"{database_url}{'&' if '?' in database_url else '?'}options=-csearch_path%3D{self.name}"
+
+    def drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.database_url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {self.name} CASCADE")

@@ -7,13 +7,11 @@ failing run to its shortest program.
 import json
 import shutil
 import tempfile
-import uuid
 
 import attrs
 import hypothesis
 import hypothesis.strategies as st
 import lmdb
-import psycopg
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import (
@@ -24,6 +22,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from support import PostgresSchema
 
 from ctxrt.errors import (
     BranchExistsError,
@@ -399,20 +398,12 @@ class PostgresEngineMachine(EngineMachine):
         self.url = url
 
     def make_engine(self):
-        self.schema = f"m{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {self.schema}")
-        self.engine = PostgresEngine(with_search_path(self.url, self.schema))
+        self.schema = PostgresSchema(self.url)
+        self.engine = PostgresEngine(self.schema.url)
 
     def close_engine(self):
         self.engine.close()
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {self.schema} CASCADE")
-
-
-def with_search_path(url, schema):
-    """``url`` with its connections' search path set to ``schema`` (libpq's ``options``)."""
-    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+        self.schema.drop()
 
 
 def test_the_postgres_engine_matches_the_model(pg_url):

@@ -49,7 +49,15 @@ import pytest
 import trio
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from support import PostgresSchema
 
 import ctxrt
 from ctxrt import Autobiographical, Budget, Text, ToolResult, codec
@@ -193,7 +201,7 @@ class PrivacyMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.directory = tempfile.mkdtemp(prefix="ctxrt-privacy-")
-        self.loop = TrioLoop(os.path.join(self.directory, "store"))
+        self.loop = TrioLoop(self.location())
         self.models = {reader: ScriptedModel(echo_markers) for reader in (*READERS, None)}
         self.checked = {reader: 0 for reader in self.models}  # requests already checked, per model
         self.handles: list[Handle] = []
@@ -222,6 +230,10 @@ class PrivacyMachine(RuleBasedStateMachine):
             self.handles.append(Handle(manager, reader, "main"))
         for index, blocks in enumerate(seed):
             self.add(index, [blocks], "user" if index % 2 else "Claude")
+
+    def location(self) -> str:
+        """Where the runtime's store is: a directory (``PostgresPrivacyMachine``: a database)."""
+        return os.path.join(self.directory, "store")
 
     def teardown(self) -> None:
         try:
@@ -647,3 +659,26 @@ PrivacyMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestPrivacy = pytest.mark.soak(PrivacyMachine.TestCase)
+
+
+class PostgresPrivacyMachine(PrivacyMachine):
+    """The same rules with the store in PostgreSQL: each example in a schema of its own."""
+
+    def __init__(self, database_url: str) -> None:
+        self.schema = PostgresSchema(database_url)
+        super().__init__()
+
+    def location(self) -> str:
+        return self.schema.url
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            self.schema.drop()
+
+
+@pytest.mark.soak
+def test_privacy_holds_with_the_store_in_postgres(pg_url: str) -> None:
+    """A1-A7, C1-C12, D1-D7 on the PostgreSQL engine: the stateful privacy machine, run on it."""
+    run_state_machine_as_test(lambda: PostgresPrivacyMachine(pg_url), settings=PrivacyMachine.TestCase.settings)
