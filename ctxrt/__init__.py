@@ -119,10 +119,12 @@ from .errors import (
 )
 from .errors import (
     StoreLockedError as StoreLockedError,
-    StoreUnavailableError as StoreUnavailableError,
 )
 from .errors import (
     StorePermissionError as StorePermissionError,
+)
+from .errors import (
+    StoreUnavailableError as StoreUnavailableError,
 )
 from .errors import (
     StrategyRefusedError as StrategyRefusedError,

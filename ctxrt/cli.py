@@ -46,10 +46,12 @@ from rich.table import Table
 
 from . import codec
 from .compile import Budget
-from .errors import BranchNotFoundError, CtxrtError
+from .errors import BranchNotFoundError, CtxrtError, StoreFormatError
 from .namespace import states
 from .runtime import Runtime, open_runtime
 from .store.engine import BACKEND_ERRORS
+from .store.environment import close_store, open_store
+from .store.urls import is_postgres_url, redact
 
 TRACEBACK_VARIABLE = "CTXRT_TRACEBACK"
 LOG_LEVEL_VARIABLE = "CTXRT_LOG_LEVEL"
@@ -394,7 +396,17 @@ async def _summaries(args: argparse.Namespace) -> int:
 async def _load_test(args: argparse.Namespace) -> int:
     from .loadtest import report_json, run_load_test
 
-    if args.store:
+    store: Path | str
+    if args.store and is_postgres_url(args.store):
+        store, scratch = args.store, None
+        try:
+            close_store(open_store(store, readonly=True))
+        except StoreFormatError:
+            pass  # no ctxrt store in that database yet: the run makes one
+        else:
+            raise LoadTestStoreError(f"load-test store {redact(args.store)} already holds a ctxrt store; the load test "
+                                     f"needs a fresh one")
+    elif args.store:
         store, scratch = Path(args.store), None
         if store.exists() and (not store.is_dir() or any(store.iterdir())):
             # The checks compare what was acknowledged with what the slot holds: it must start empty.
@@ -538,7 +550,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .store.environment import is_postgres_url
     from .store.verify import verify_in_child
 
     if is_postgres_url(args.store):
@@ -684,9 +695,10 @@ def parser() -> _Parser:
                    "Managers open namespaces as readers and add, compile and tick concurrently, then the run "
                    "checks: no lost message, one claim per namespace, no leaked actor, no deadlock. Exits 1 if a "
                    "check fails.")
-    load.add_argument("--store", metavar="PATH",
-                      help="a new or empty directory for the store, kept afterwards (default: a temporary store, "
-                           "removed afterwards unless --keep)")
+    load.add_argument("--store", metavar="PATH|URL",
+                      help="a new or empty directory for the store, or a postgresql:// URL of a database without "
+                           "a ctxrt store, kept afterwards (default: a temporary store, removed afterwards unless "
+                           "--keep)")
     load.add_argument("--keep", action="store_true", help="keep the temporary store and print where it is")
     load.add_argument("--namespaces", type=_whole(1), default=50, metavar="N",
                       help="namespaces (default: %(default)s)")

@@ -60,7 +60,7 @@ PROGRESS_EVERY_S = 0.25
 
 
 async def run_load_test(
-    store: Path, *, namespaces: int = 50, managers: int = 200, readers: int = 5, duration_s: float = 10.0,
+    store: Path | str, *, namespaces: int = 50, managers: int = 200, readers: int = 5, duration_s: float = 10.0,
     seed: int = 1, guard_s: float = 300.0, progress: Callable[[float, int], None] | None = None,
 ) -> LoadReport:
     """Run the load; ``guard_s`` bounds the whole run (a deadlock is reported, not hung on).

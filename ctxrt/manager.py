@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
 import re
+import secrets
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager

@@ -22,17 +22,12 @@ from .namespace.protocol import NamespaceConfig
 from .namespace.registry import NamespaceRegistry, NamespaceStatistics, new_token
 from .slots import SlotRegistry
 from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_store
-from .store.environment import (
-    Durability,
-    StoreHandle,
-    close_store,
-    is_postgres_url,
-    open_store,
-)
+from .store.environment import Durability, StoreHandle, close_store, open_store
 from .store.files import check_pages as check_store_pages
 from .store.interface import StoreEngine
 from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, describe_branches
 from .store.records import BranchDeleted, Operation
+from .store.urls import is_postgres_url
 from .strategies.base import Strategy, StrategyConfig
 from .strategies.passthrough import Passthrough
 from .tokens import TokenEstimator

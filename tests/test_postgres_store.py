@@ -264,3 +264,13 @@ async def test_verify_reports_damage_that_breaks_writes(pg_url: str, damage: str
         conn.execute(damage)
     report = await trio.to_thread.run_sync(cli, "verify", pg_url)
     assert report.returncode == 1 and finding in report.stdout, report.stdout + report.stderr
+
+
+async def test_the_load_test_runs_on_a_postgres_store_and_refuses_a_used_one(pg_url: str) -> None:
+    """ctxrt load-test --store URL: concurrent opens, claims, adds, compiles and ticks on a database
+    pass their checks (no lost message, one claim per namespace); a database holding a store is refused."""
+    first = await trio.to_thread.run_sync(cli, "load-test", "--store", pg_url, "--duration", "1", "--managers", "40",
+                                          "--namespaces", "10")
+    assert first.returncode == 0 and "checks passed" in first.stdout, first.stdout + first.stderr
+    second = await trio.to_thread.run_sync(cli, "load-test", "--store", pg_url, "--duration", "1")
+    assert second.returncode != 0 and "already holds a ctxrt store" in second.stderr

@@ -38,6 +38,7 @@ from ..errors import (
 from . import files, keys
 from .engine import FORMAT_VERSION, Engine
 from .interface import StoreEngine
+from .urls import is_postgres_url
 
 LOCK_NAME = files.OWNER_LOCK_NAME
 FIRST_OPEN_WAIT_S = 5.0
@@ -131,11 +132,6 @@ def close_store(handle: StoreHandle) -> None:
     finally:
         if handle._lock_fd is not None:
             os.close(handle._lock_fd)
-
-
-def is_postgres_url(path: object) -> bool:
-    """Whether ``path`` names a PostgreSQL database (a libpq URL) rather than a directory."""
-    return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
 
 
 def _open_postgres(url: str, readonly: bool, durability: Durability) -> StoreHandle:

@@ -31,7 +31,6 @@ import re
 import struct
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,6 +57,7 @@ from .records import (
     Operation,
     StateInfo,
 )
+from .urls import redact
 
 logger = logging.getLogger("ctxrt.store")
 
@@ -86,21 +86,6 @@ CREATE TABLE ctxrt_values (
 CREATE INDEX ctxrt_values_by_branch ON ctxrt_values (branch, version);
 CREATE TABLE ctxrt_blobs (sha256 bytea PRIMARY KEY, media_type text NOT NULL, data bytea NOT NULL);
 """
-
-
-def redact(url: str) -> str:
-    """``url`` without its password (errors and logs never hold credentials)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "postgresql://(an address that doesn't parse)"
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, _, host = netloc.rpartition("@")
-        netloc = f"{user.partition(':')[0]}@{host}"
-    query = "&".join(p for p in parts.query.split("&")
-                     if urllib.parse.unquote(p.partition("=")[0]).lower() != "password")
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 class PostgresEngine:

@@ -11,7 +11,8 @@ from functools import partial
 from typing import Any
 
 from ..errors import CtxrtError, StoreCorruptError
-from .postgres import PostgresEngine, redact
+from .postgres import PostgresEngine
+from .urls import redact
 from .verify import (
     VerifyReport,
     _Findings,
