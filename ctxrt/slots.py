@@ -217,8 +217,8 @@ class SlotCache:
         elif self.engine.shared:  # not every write's events: ask the head, once per task step
             step = self._steps() if self._steps is not None else self._looked_at - 1
             if step != self._looked_at:
-                self._looked_at = step
                 self._revalidate()
+                self._looked_at = step  # after the look succeeded: a failed one is tried again
 
     def suffix(self, count: int) -> list[Message]:
         """At least the newest ``count`` messages (all of them if the slot holds fewer), oldest
@@ -454,7 +454,7 @@ class SlotRegistry:
 
     def _seed(self, state: str, branch_id: int) -> tuple[list[Message], LogHead, bool] | None:
         """What the parent's cache holds up to the fork, when it is exactly this branch's newest."""
-        if not self.live:
+        if not self.live or self.engine.shared:  # on a shared store the parent's cache may be behind
             return None
         row = self.engine.branch_by_id(branch_id)
         if row.parent is None or row.fork_sequence is None:

@@ -45,7 +45,7 @@ from ctxrt.store.protocol import (
     RemoveItems,
     SetValue,
 )
-from ctxrt.store.records import BranchRow
+from ctxrt.store.records import BranchRow, StateInfo
 
 LOGS = ("messages", "ns/context")
 VALUES = ("ns/reader",)
@@ -498,3 +498,27 @@ def test_a_conditional_value_write_and_a_rising_floor_are_decided_in_the_transac
     run(engine, SetValue(state="ns/floor", branch="main", value=40, rising=True))
     run(engine, SetValue(state="ns/floor", branch="main", value=12, rising=True))
     assert engine.read_value("ns/floor", 1) == 40
+
+
+def test_a_command_whose_row_fails_before_a_later_read_fails_alone(pg_url):
+    """A command whose row the database refuses, seen only at a read later in the same command (a
+    pipelined error), is refused alone; the batch's other commands commit (K6)."""
+    machine = PostgresEngineMachine(pg_url)
+    machine.make_engine()
+    engine = machine.engine
+    try:
+        run(engine, RegisterState(name="messages", kind="log"))
+
+        def breaking(batch, command):
+            if command == "duplicate state":
+                batch.put_state(StateInfo(99, "messages", "log"))  # a name taken: refused by the table
+                batch.next_number("branch")  # a read: the refusal surfaces here, mid-command
+                return "unreachable"
+            return execute(batch, command)
+
+        results, _ = engine.apply([AppendItem(state="messages", branch="main", data=b"a"), "duplicate state",
+                                   AppendItem(state="messages", branch="main", data=b"b")], breaking, None)
+        assert [ok for ok, _ in results] == [True, False, True]
+        assert [i.data for i in engine.read_log("messages", 1)] == [b"a", b"b"]
+    finally:
+        machine.close_engine()

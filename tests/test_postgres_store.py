@@ -274,3 +274,41 @@ async def test_the_load_test_runs_on_a_postgres_store_and_refuses_a_used_one(pg_
     assert first.returncode == 0 and "checks passed" in first.stdout, first.stdout + first.stderr
     second = await trio.to_thread.run_sync(cli, "load-test", "--store", pg_url, "--duration", "1")
     assert second.returncode != 0 and "already holds a ctxrt store" in second.stderr
+
+
+async def test_a_fork_shows_what_another_runtime_edited_before_it(pg_url: str) -> None:
+    """K2 on a shared store: a fork made after another runtime's edit holds the edited message (the
+    fork's cache is not seeded from this runtime's parent cache, which may be behind)."""
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        mine = await first.open("ann")
+        first_id = await mine.add_message("user", "original")
+        assert len((await mine.compile()).messages) == 1  # this runtime's cache holds the message
+        theirs = await second.open("bob")
+        await theirs.edit_message(first_id, "EDITED")
+        await mine.fork()  # the manager moves to the new branch
+        texts = [b.text for m in (await mine.compile()).messages for b in m.content]
+        assert texts == ["EDITED"]
+
+
+async def test_a_role_that_is_not_a_superuser_can_make_and_use_a_store(pg_cluster, pg_url: str) -> None:
+    """Hosted PostgreSQL users aren't superusers: a role that may create tables in the database
+    makes the store on first open, writes and reads it."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE app LOGIN")
+        conn.execute("GRANT CREATE ON SCHEMA public TO app")
+    app_url = pg_url.replace("ctxrt@", "app@")
+    async with ctxrt.open_runtime(app_url) as rt:
+        manager = await rt.open("ann", view_reader="ann")
+        await manager.add_message("user", "hello")
+        assert await manager.message_count() == 1
+
+
+async def test_a_password_is_never_quoted_back_in_an_error() -> None:
+    """libpq quotes a malformed URL's bad token word for word; the error says neither form of the
+    password (as written, percent-decoded)."""
+    for url in ("postgresql://app:pa%zzs3cret@/db?host=/nowhere", "postgresql://app:s3cret%20pw@[::1/db",
+                "postgresql://app@/db?host=/nowhere&password=s3cret"):
+        with pytest.raises(ctxrt.StoreUnavailableError) as refused:
+            async with ctxrt.open_runtime(url):
+                pass
+        assert "s3cret" not in str(refused.value), str(refused.value)

@@ -253,6 +253,8 @@ class _Actor:
         managers for no reader are then refused; work begun for no reader writes nothing)."""
         stored = self._stored_record()
         if stored is not None:
+            if isinstance(stored, str):  # D6: a reader's namespace compresses only with a marking strategy
+                require_marking(self.strategy.marks_compression_reads, self.strategy.name, stored, self.place.namespace)
             self.record = stored
             self.epoch += 1
             self._build_views()
@@ -415,6 +417,8 @@ class _Actor:
         processes append at any time: what the caches held when it read them, not the store's now."""
         engine = self.services.engine
         if engine.shared:
+            for cache in self.caches:  # each looked at in this step (no await since the strategy read them)
+                cache.count()
             return max((cache.revision for cache in self.caches), default=0)
         return engine.last_sequence
 

@@ -31,6 +31,7 @@ import re
 import struct
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -101,12 +102,12 @@ class PostgresEngine:
         self.data_path = redact(url)
         self._synchronous = synchronous
         self._lock = threading.Lock()  # the read connection is used by one thread at a time
+        self._install = threading.Lock()  # the cached tables and counters change together
+        self._secrets = _passwords(url)
         self._reader = self._connect()
-        self._writer = self._connect()
+        self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         self._held: set[tuple[int, str]] = set()  # the leases this engine took
-        if not synchronous:  # durability="os": the server acknowledges before its WAL is flushed
-            self._writer.execute("SET synchronous_commit = off")
         self._branches: dict[int, BranchRow] = {}
         self._branch_ids: dict[str, int] = {}
         self._states: dict[str, StateInfo] = {}
@@ -121,14 +122,28 @@ class PostgresEngine:
 
     # -- set-up -----------------------------------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _connect(self, old: psycopg.Connection[Any] | None = None, *, writer: bool = False) -> psycopg.Connection[Any]:
+        """A connection (replacing ``old``, closed): every statement and lock wait bounded, and for the
+        writer, ``synchronous_commit=off`` under durability "os"."""
+        if old is not None:
+            old.close()
+        settings = f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}"
+        if writer and not self._synchronous:  # the server acknowledges before its WAL is flushed
+            settings += "; SET synchronous_commit = off"
         try:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
             # Bounds, so a stalled server or a peer holding the write lock is an error, not a hang.
-            conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}")
+            conn.execute(settings)
             return conn
         except psycopg.Error as exc:
-            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+
+    def _reason(self, exc: BaseException) -> str:
+        """What the driver said, on one line, without this URL's password (libpq may quote it)."""
+        text = _reason(exc)
+        for secret in self._secrets:
+            text = text.replace(secret, "(hidden)")
+        return text
 
     def close(self) -> None:
         for conn in (self._reader, self._writer, self._leases):
@@ -143,7 +158,11 @@ class PostgresEngine:
             if self._leases is None or self._leases.closed or self._leases.broken:
                 self._retake()  # a lost connection lost its leases: take them anew
             assert self._leases is not None
-            row = self._leases.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (branch_id, name)).fetchone()
+            try:
+                row = self._leases.execute(_TRY_LEASE, (branch_id, name)).fetchone()
+            except psycopg.OperationalError:  # the connection died while idle: its leases went with it
+                self._retake()
+                row = self._leases.execute(_TRY_LEASE, (branch_id, name)).fetchone()
         if row and row[0]:
             self._held.add((branch_id, name))
             return True
@@ -167,10 +186,10 @@ class PostgresEngine:
         process took it meanwhile (the server dropped them with the old connection)."""
         if self._held:
             logger.warning("%s: the connection holding leases was lost; taking them again", self.data_path)
-        self._leases = self._connect()
+        self._leases = self._connect(self._leases)
         regained = set()
         for key in self._held:
-            row = self._leases.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", key).fetchone()
+            row = self._leases.execute(_TRY_LEASE, key).fetchone()
             if row and row[0]:
                 regained.add(key)
         self._held = regained
@@ -179,7 +198,11 @@ class PostgresEngine:
         with self._lock:
             self._held.discard((branch_id, name))
             if self._leases is not None and not self._leases.closed and not self._leases.broken:
-                self._leases.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (branch_id, name))
+                try:
+                    self._leases.execute("SELECT pg_advisory_unlock(%s, hashtext(current_schema() || '/' || %s))",
+                                         (branch_id, name))
+                except psycopg.OperationalError:
+                    pass  # the connection is gone, and the lease with it
 
     def sync(self) -> None:
         """Nothing to do: the server flushes its log itself (``synchronous_commit=off`` within 3 × wal_writer_delay)."""
@@ -194,7 +217,8 @@ class PostgresEngine:
                 if found is None and not create:
                     raise StoreFormatError(f"{self.data_path} holds no ctxrt store (no ctxrt_meta table)")
                 if found is None:
-                    self._writer.execute("LOCK TABLE pg_catalog.pg_namespace IN SHARE ROW EXCLUSIVE MODE")
+                    # One creator at a time (any role that may create tables may take this lock).
+                    self._writer.execute("SELECT pg_advisory_xact_lock(hashtext('ctxrt schema'))")
                     found = self._format()  # another process may have made it while we waited
                 if found is None:
                     self._create()
@@ -206,9 +230,9 @@ class PostgresEngine:
                                        f"(no ctxrt_meta table)") from None
         except (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedTable, psycopg.errors.DataError) as exc:
             raise StoreFormatError(f"{self.data_path} holds a ctxrt_meta table that isn't ctxrt's "
-                                   f"({_reason(exc)})") from None
+                                   f"({self._reason(exc)})") from None
         except psycopg.Error as exc:
-            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
         if found not in READABLE_SCHEMAS:
             raise StoreFormatError(
                 f"{self.data_path} records ctxrt schema {found!r}; this ctxrt reads schemas "
@@ -258,9 +282,9 @@ class PostgresEngine:
             state_rows = conn.execute("SELECT name, number, kind FROM ctxrt_states").fetchall()
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             raise StoreFormatError(f"{self.data_path} records a ctxrt schema but lacks its tables "
-                                   f"({_reason(exc)})") from None
+                                   f"({self._reason(exc)})") from None
         except psycopg.Error as exc:
-            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
         branches = {}
         for branch_id, raw in branch_rows:
             try:
@@ -275,12 +299,18 @@ class PostgresEngine:
             if kind not in ("log", "value"):
                 raise self._damaged(f"state {name!r} has kind {kind!r}")
             states[name] = StateInfo(number, name, kind)
-        # Copy-on-write: readers on another thread see the old dicts or the new, never half of one.
-        self._branches = branches
-        self._branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
-        self._states = states
-        self._heads = {}
-        self._committed = (int(counters.get("sequence", 0)), int(counters.get("catalog", 0)))
+        read = (int(counters.get("sequence", 0)), int(counters.get("catalog", 0)))
+        with self._install:
+            # A reload on the loop's thread can race a batch's commit on the worker: never install
+            # tables older than what is installed (the counters say which is newer).
+            if read[0] < self._committed[0] or read[1] < self._committed[1]:
+                return
+            # Copy-on-write: readers on another thread see the old dicts or the new, never half of one.
+            self._branches = branches
+            self._branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
+            self._states = states
+            self._heads = {}
+            self._committed = read
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -370,9 +400,9 @@ class PostgresEngine:
     def _reconnect(self, conn: psycopg.Connection[Any], exc: BaseException) -> psycopg.Connection[Any]:
         """A connection the server dropped is made again once; a second failure is the caller's."""
         if not conn.closed and not conn.broken:
-            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
-        logger.warning("%s: connection lost (%s); reconnecting", self.data_path, _reason(exc))
-        return self._connect()
+            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+        logger.warning("%s: connection lost (%s); reconnecting", self.data_path, self._reason(exc))
+        return self._connect(conn)
 
     def _head_at(self, fetch: _Fetch, state: int, levels: Sequence[tuple[int, int]]) -> LogHead:
         """A log state's head as a view (its levels and limits) sees it (as the LMDB engine's)."""
@@ -458,7 +488,7 @@ class PostgresEngine:
         except _DAMAGE as exc:
             raise self._damaged(f"{what} on branch {branch.name!r} can't be read: {exc!r}") from None
         except psycopg.Error as exc:
-            raise StoreUnavailableError(self.data_path, _reason(exc)) from None
+            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
 
     def read_value(self, state: str, branch_id: int, default: Any = None, *, at: int | None = None) -> Any:
         """The value ``state`` holds on branch ``branch_id`` (as of ``at``, or now), or ``default``
@@ -575,19 +605,19 @@ class PostgresEngine:
             except _Unsafe:
                 results, batch = self._apply(commands, execute, None)
         except psycopg.errors.DiskFull as exc:
-            raise StoreFullError(self.data_path, f"the server's disk is full ({_reason(exc)})") from None
+            raise StoreFullError(self.data_path, f"the server's disk is full ({self._reason(exc)})") from None
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "ctxrt_items_appended":
                 raise StoreUnavailableError(self.data_path, f"a write collided with another process's: "
-                                                            f"{_reason(exc)}; nothing was written") from None
+                                                            f"{self._reason(exc)}; nothing was written") from None
             # A sequence handed out twice: the sequence row went back.
             raise self._damaged(f"a write reused a stored sequence; ctxrt_meta's 'sequence' row is behind the "
-                                f"stored rows ({_reason(exc)})") from None
+                                f"stored rows ({self._reason(exc)})") from None
         except psycopg.Error as exc:
             lost = self._writer.broken or self._writer.closed
             if lost:
-                self._writer = self._connect()
-            reason = _reason(exc)
+                self._writer = self._connect(self._writer, writer=True)
+            reason = self._reason(exc)
             if lost and self._began:  # the rows and the COMMIT go out together: it may have landed
                 reason = f"the connection was lost during the batch; whether it committed is unknown ({reason})"
             raise StoreUnavailableError(self.data_path, reason) from None
@@ -605,7 +635,7 @@ class PostgresEngine:
         except psycopg.OperationalError:
             if self._began or not (self._writer.broken or self._writer.closed):
                 raise
-            self._writer = self._connect()
+            self._writer = self._connect(self._writer, writer=True)
             return self._apply(commands, execute, unnested)
 
     def _apply(
@@ -651,8 +681,17 @@ class PostgresEngine:
                     batch.flush_heads()
                     batch.flush()
                     pipeline.sync()  # a row this command can't write refuses the command, not the batch
-                except (*_REFUSALS, psycopg.errors.IntegrityError, psycopg.errors.DataError) as exc:
+                except (*_REFUSALS, psycopg.errors.IntegrityError, psycopg.errors.DataError,
+                        psycopg.errors.PipelineAborted) as exc:
                     batch.discard()
+                    # After an error the server skips what was sent until the next sync: sync first (the
+                    # failing row's own error may come only then), then roll back to the savepoint.
+                    try:
+                        pipeline.sync()
+                    except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as cause:
+                        exc = cause if isinstance(exc, psycopg.errors.PipelineAborted) else exc
+                    except psycopg.errors.PipelineAborted:
+                        pass
                     cursor.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
                     batch.restore(saved)
                     results.append((False, self._refusal(command, exc)))
@@ -672,10 +711,14 @@ class PostgresEngine:
         if isinstance(exc, _DAMAGE_ONLY):
             return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
         if isinstance(exc, psycopg.Error):  # a value the database can't hold (text with NUL, say)
-            return MalformedContentError(type(command).__name__, f"the database refused it: {_reason(exc)}")
+            return MalformedContentError(type(command).__name__, f"the database refused it: {self._reason(exc)}")
         return exc
 
     def _committed_batch(self, batch: PgBatch) -> None:
+        with self._install:
+            self._install_batch(batch)
+
+    def _install_batch(self, batch: PgBatch) -> None:
         self._committed = (batch.sequence, batch.catalog)
         heads = dict(self._heads)
         heads.update(batch.heads)
@@ -793,6 +836,9 @@ class PgBatch(Batch):
                      (bytes.fromhex(sha256), media_type, data))
 
 
+# A lease key: the branch, and the name within this store's schema (stores in other schemas of the
+# database don't share leases).
+_TRY_LEASE = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema() || '/' || %s))"
 _COUNTERS = "SELECT key, value FROM ctxrt_meta WHERE key IN ('sequence', 'catalog')"
 _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, sequence, data)"
                 " VALUES (%s, %s, %s, %s, %s, %s)")
@@ -802,6 +848,13 @@ _UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head
 
 def _limit(limit: int) -> int:
     return min(limit, CURRENT)
+
+
+def _passwords(url: str) -> set[str]:
+    """The password a URL holds, as written and decoded (libpq quotes either in its messages)."""
+    found = set(re.findall(r"://[^:/@\s]*:([^@\s]*)@", url))
+    found |= {m for m in re.findall(r"(?i)(?:password|%70assword)=([^&#\s]*)", url)}
+    return {form for secret in found if secret for form in (secret, urllib.parse.unquote(secret)) if len(form) > 1}
 
 
 def _reason(exc: BaseException) -> str:
