@@ -316,7 +316,7 @@ class SlotCache:
                              self.state, self.branch_id)
 
     def _apply(self, operation: Operation) -> None:
-        prior = getattr(operation, "prior", None)
+        prior = operation.prior if isinstance(operation, ItemAppended | ItemEdited | ItemsRemoved) else None
         if prior is not None and prior != self.revision:
             self.stale = True  # it missed a write (another process's, on a shared store): reload at the next read
             return

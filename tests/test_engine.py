@@ -356,7 +356,7 @@ def test_unnested_appends_commit_what_nested_ones_do(first, second):
             batches = [_outcome(engine.apply(batch, execute, unnested)[0]) for batch in (first, second)]
             with engine.reader() as txn:
                 logs = {(state, name): [(i.sequence, i.data) for i in engine.log_items(txn, state, engine.branch(name))]
-                        for state in LOGS for name in ("main", "side") if name in engine._branch_ids}
+                        for state in LOGS for name in ("main", "side") if name in engine.known_branch_ids}
             outcomes.append((batches, logs, _dump(env), engine.last_sequence))
             env.close()
     assert outcomes[0] == outcomes[1]

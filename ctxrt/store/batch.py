@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 
@@ -41,15 +41,21 @@ from .records import (
 )
 
 ANY = object()  # SetValue's ``expect`` when it expects nothing (an unconditional write)
+Counter = Literal["state", "branch"]
+
+
+class Unsafe(Exception):
+    """An unnested command failed after it had written: the engine begins the batch again, nested."""
 
 
 class EngineCaches(Protocol):
-    """What a batch reads of its engine: what the engine knew at the batch's start."""
+    """What a batch reads of its engine: what the engine knew at the batch's start (the engine's
+    caches of its state, branch and head rows; a batch's own changes are kept apart until commit)."""
 
-    _states: dict[str, StateInfo]
-    _branches: dict[int, BranchRow]
-    _branch_ids: dict[str, int]
-    _heads: dict[tuple[int, int], LogHead]
+    known_states: dict[str, StateInfo]
+    known_branches: dict[int, BranchRow]
+    known_branch_ids: dict[str, int]
+    known_heads: dict[tuple[int, int], LogHead]
 
 
 class Batch:
@@ -90,7 +96,7 @@ class Batch:
         """The value state's current value on ``row`` and the sequence that set it ((None, 0) if never)."""
         raise NotImplementedError
 
-    def next_number(self, counter: str) -> int:
+    def next_number(self, counter: Counter) -> int:
         """The next state number (``counter="state"``) or branch id (``"branch"``), taken."""
         raise NotImplementedError
 
@@ -123,7 +129,7 @@ class Batch:
         return self.sequence
 
     def state(self, name: str) -> StateInfo:
-        info = self.new_states.get(name) or self.engine._states.get(name)
+        info = self.new_states.get(name) or self.engine.known_states.get(name)
         if info is None:
             raise UnknownStateError(f"state {name!r} is not registered; register it before writing")
         return info
@@ -131,7 +137,7 @@ class Batch:
     def branch(self, name: str | int) -> BranchRow:
         """The live branch ``name``, or the branch with that id (an incarnation: refused once deleted)."""
         if isinstance(name, int):
-            row = self.branches.get(name) or self.engine._branches.get(name)
+            row = self.branches.get(name) or self.engine.known_branches.get(name)
             if row is None or row.deleted:
                 what = f"branch {row.name!r} (id {name}) was deleted" if row is not None else f"no branch has id {name}"
                 raise BranchNotFoundError(what)
@@ -140,9 +146,9 @@ class Batch:
         for row in self.branches.values():
             if row.name == name and not row.deleted:
                 return row
-        branch_id = self.engine._branch_ids.get(name)
+        branch_id = self.engine.known_branch_ids.get(name)
         if branch_id is not None:
-            row = self.branches.get(branch_id) or self.engine._branches[branch_id]
+            row = self.branches.get(branch_id) or self.engine.known_branches[branch_id]
             if not row.deleted:
                 return row
         raise BranchNotFoundError(f"no branch named {name!r}")
@@ -155,7 +161,7 @@ class Batch:
 
     def _log_head(self, info: StateInfo, row: BranchRow) -> LogHead:
         key = (info.number, row.id)
-        head = self.heads.get(key) or self.engine._heads.get(key)
+        head = self.heads.get(key) or self.engine.known_heads.get(key)
         return self.read_head(info, row) if head is None else head
 
     def _set_head(self, info: StateInfo, row: BranchRow, sequence: int, head: LogHead, *, rewrite: bool) -> None:
@@ -193,7 +199,7 @@ class Batch:
         validate_state_name(name)
         if kind not in ("log", "value"):
             raise StateKindError(f"state kind must be 'log' or 'value', not {kind!r}")
-        existing = self.new_states.get(name) or self.engine._states.get(name)
+        existing = self.new_states.get(name) or self.engine.known_states.get(name)
         if existing is not None:
             if existing.kind != kind:
                 raise StateKindError(f"state {name!r} is registered as {existing.kind!r}, not {kind!r}")
@@ -208,14 +214,14 @@ class Batch:
         flagged: bool = False,
     ) -> ItemAppended:
         # Everything it can be refused for is checked before the first write (Engine.apply).
-        info = self.new_states.get(state) or self.engine._states.get(state)
+        info = self.new_states.get(state) or self.engine.known_states.get(state)
         if info is None or info.kind != "log":
             info = self._log_state(state)  # raises what refuses it
-        row = self.branches.get(branch) or self.engine._branches.get(branch) if type(branch) is int else None
+        row = self.branches.get(branch) or self.engine.known_branches.get(branch) if type(branch) is int else None
         if row is None or row.deleted:
             row = self.branch(branch)  # by name, or raises what refuses it
         key = (info.number, row.id)
-        head = self.heads.get(key) or self.engine._heads.get(key) or self.read_head(info, row)
+        head = self.heads.get(key) or self.engine.known_heads.get(key) or self.read_head(info, row)
         checked = [_checked_blob(*blob) for blob in blobs] if blobs else ()
         sequence = self.sequence + 1
         self.wrote = True

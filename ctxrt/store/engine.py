@@ -35,7 +35,7 @@ from ..errors import (
     UnknownStateError,
 )
 from . import files, keys
-from .batch import Batch
+from .batch import Batch, Counter, Unsafe
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -94,11 +94,11 @@ class Engine:
         self.env = env
         self.readonly = readonly
         self.data_path = os.path.join(env.path(), "data.mdb")
-        self._branches: dict[int, BranchRow] = {}
-        self._branch_ids: dict[str, int] = {}
-        self._states: dict[str, StateInfo] = {}
+        self.known_branches: dict[int, BranchRow] = {}
+        self.known_branch_ids: dict[str, int] = {}
+        self.known_states: dict[str, StateInfo] = {}
         # The writer's current log heads, (state number, branch id) -> head; set only by commits.
-        self._heads: dict[tuple[int, int], LogHead] = {}
+        self.known_heads: dict[tuple[int, int], LogHead] = {}
         self.last_sequence = 0
         self.dbs = self._open_tables_read_only() if readonly else self._open_tables_for_writing()
         self._check_format()
@@ -107,6 +107,9 @@ class Engine:
     def sync(self) -> None:
         """Flush what was committed to the disk (durability="os" commits don't wait for it)."""
         self.env.sync(True)
+
+    def close(self) -> None:
+        """Nothing of its own: ``environment.close_store`` closes the LMDB environment it shares."""
 
     def hold(self, branch_id: int, name: str) -> bool:
         """Always granted: one process writes an LMDB store (its owner lock)."""
@@ -129,7 +132,7 @@ class Engine:
     def become_reader(self) -> None:
         """The writer left while read-only runtimes stay: re-read the tables at each call again."""
         self.readonly = True
-        self._heads = {}
+        self.known_heads = {}
 
     # -- set-up -----------------------------------------------------------------------------
 
@@ -249,10 +252,10 @@ class Engine:
                 if level is not None and level not in branches:
                     raise self._damaged(f"branch {row.id} ({row.name!r}) descends from branch {level}, which has no row")
         self.last_sequence = last_sequence
-        self._branches = branches
-        self._branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
-        self._states = states
-        self._heads = {}
+        self.known_branches = branches
+        self.known_branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
+        self.known_states = states
+        self.known_heads = {}
 
     def decode_branch_row(self, key: bytes, value: bytes) -> BranchRow:
         """A row of the branches table; ``StoreCorruptError`` naming it if it doesn't decode."""
@@ -295,40 +298,40 @@ class Engine:
             return self.env.begin()
 
     def branch(self, name: str) -> BranchRow:
-        branch_id = self._branch_ids.get(name)
+        branch_id = self.known_branch_ids.get(name)
         if branch_id is None and self.readonly:
             self.reload()
-            branch_id = self._branch_ids.get(name)
+            branch_id = self.known_branch_ids.get(name)
         if branch_id is None:
             raise BranchNotFoundError(f"no branch named {name!r}")
-        return self._branches[branch_id]
+        return self.known_branches[branch_id]
 
     def branch_by_id(self, branch_id: int) -> BranchRow:
-        return self._branches[branch_id]
+        return self.known_branches[branch_id]
 
     def list_branches(self) -> list[BranchRow]:
         if self.readonly:
             self.reload()
-        return sorted((row for row in self._branches.values() if not row.deleted), key=lambda row: row.id)
+        return sorted((row for row in self.known_branches.values() if not row.deleted), key=lambda row: row.id)
 
     def state(self, name: str) -> StateInfo:
-        info = self._states.get(name)
+        info = self.known_states.get(name)
         if info is None and self.readonly:
             self.reload()
-            info = self._states.get(name)
+            info = self.known_states.get(name)
         if info is None:
             raise UnknownStateError(f"state {name!r} is not registered")
         return info
 
     def has_state(self, name: str) -> bool:
-        if name not in self._states and self.readonly:
+        if name not in self.known_states and self.readonly:
             self.reload()  # another process may have registered it since
-        return name in self._states
+        return name in self.known_states
 
     def list_states(self) -> list[StateInfo]:
         if self.readonly:
             self.reload()
-        return sorted(self._states.values(), key=lambda info: info.name)
+        return sorted(self.known_states.values(), key=lambda info: info.name)
 
     def _log_state(self, name: str) -> StateInfo:
         info = self.state(name)
@@ -406,7 +409,7 @@ class Engine:
         try:
             with self.reader() as txn:
                 cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
-                own = max((self._last_head(cursor, info.number, branch.id) for info in self._states.values()), default=0)
+                own = max((self._last_head(cursor, info.number, branch.id) for info in self.known_states.values()), default=0)
         except _DAMAGE as exc:
             raise self._unreadable(exc, "the heads", branch) from None
         return max(own, branch.fork_sequence or 0)
@@ -417,7 +420,7 @@ class Engine:
     def log_head(self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, at: int | None = None) -> LogHead:
         info = self._log_state(state)
         if at is None and not self.readonly:
-            cached = self._heads.get((info.number, branch.id))
+            cached = self.known_heads.get((info.number, branch.id))
             if cached is not None:
                 return cached
         try:
@@ -533,7 +536,7 @@ class Engine:
         if not self.has_state(state):
             return default
         with self.reader() as txn:
-            value, sequence = self.get_value(txn, state, self._branches[branch_id], at)
+            value, sequence = self.get_value(txn, state, self.known_branches[branch_id], at)
         return default if sequence == 0 else value
 
     def read_log(self, state: str, branch_id: int) -> list[Item]:
@@ -541,31 +544,31 @@ class Engine:
         if not self.has_state(state):
             return []
         with self.reader() as txn:
-            return self.log_items(txn, state, self._branches[branch_id])
+            return self.log_items(txn, state, self.known_branches[branch_id])
 
     def read_head(self, state: str, branch_id: int, at: int | None = None) -> LogHead:
         """The head of log ``state`` on branch ``branch_id`` (as of sequence ``at``, or now)."""
         with self.reader() as txn:
-            return self.log_head(txn, state, self._branches[branch_id], at)
+            return self.log_head(txn, state, self.known_branches[branch_id], at)
 
     def read_items(
         self, state: str, branch_id: int, *, at: int | None = None, start: int = 0, stop: int | None = None,
     ) -> list[Item]:
         """Items ``[start, stop)`` of log ``state`` on branch ``branch_id``, as of ``at`` (or now)."""
         with self.reader() as txn:
-            return self.log_items(txn, state, self._branches[branch_id], at=at, start=start, stop=stop)
+            return self.log_items(txn, state, self.known_branches[branch_id], at=at, start=start, stop=stop)
 
     def read_tail(self, state: str, branch_id: int, start: int) -> tuple[LogHead, list[Item]]:
         """The head now and the items from index ``start`` to it, in one snapshot (a read-only
         cache's revalidation: usually no item at all)."""
         with self.reader() as txn:
-            row = self._branches[branch_id]
+            row = self.known_branches[branch_id]
             head = self.log_head(txn, state, row)
             return head, (self.log_items(txn, state, row, start=start, head=head) if start < head.length else [])
 
     def read_item(self, state: str, branch_id: int, sequence: int, *, at: int | None = None) -> Item | None:
         """The visible item appended at ``sequence``, as of ``at`` (or now), or None."""
-        row = self._branches[branch_id]
+        row = self.known_branches[branch_id]
         with self.reader() as txn:
             found = self.find_index(txn, state, row, sequence, at)
             return None if found is None else self.log_item(txn, state, row, found[0], at)
@@ -574,7 +577,7 @@ class Engine:
         self, state: str, branch_id: int, first: int, last: int, *, at: int | None = None,
     ) -> list[Item]:
         """The visible items appended at sequences ``first`` through ``last`` (both present), as of ``at``."""
-        row = self._branches[branch_id]
+        row = self.known_branches[branch_id]
         with self.reader() as txn:
             low, high = self.find_index(txn, state, row, first, at), self.find_index(txn, state, row, last, at)
             if low is None or high is None:
@@ -590,7 +593,7 @@ class Engine:
         """Whether branch ``branch_id`` was deleted. A read-only engine reads the row afresh: the
         writer that deleted it may be another process."""
         if not self.readonly:
-            return self._branches[branch_id].deleted
+            return self.known_branches[branch_id].deleted
         key = keys.encode_u32(branch_id)
         with self.reader() as txn:
             raw = txn.get(key, db=self.dbs[keys.DB_BRANCHES])
@@ -665,7 +668,7 @@ class Engine:
             else:
                 try:
                     results, batch = self._apply_many(commands, execute, unnested)
-                except _Unsafe:  # nothing of that attempt was committed
+                except Unsafe:  # nothing of that attempt was committed
                     results, batch = self._apply_many(commands, execute, None)
         except lmdb.MapFullError:
             raise
@@ -706,7 +709,7 @@ class Engine:
                         value = execute(batch, command)
                     except _REFUSALS as exc:
                         if batch.wrote:
-                            raise _Unsafe from exc  # aborts this attempt; apply runs the batch nested
+                            raise Unsafe from exc  # aborts this attempt; apply runs the batch nested
                         results.append((False, self._refused_command(command, exc) if isinstance(exc, _DAMAGE) else exc))
                     else:
                         results.append((True, value))
@@ -762,19 +765,15 @@ class Engine:
 
     def _committed(self, batch: LmdbBatch) -> None:
         self.last_sequence = batch.sequence
-        self._heads.update(batch.heads)
+        self.known_heads.update(batch.heads)
         if batch.new_states:
-            self._states.update(batch.new_states)
+            self.known_states.update(batch.new_states)
         for row in batch.branches.values():
-            self._branches[row.id] = row
+            self.known_branches[row.id] = row
             if row.deleted:
-                self._branch_ids.pop(row.name, None)
+                self.known_branch_ids.pop(row.name, None)
             else:
-                self._branch_ids[row.name] = row.id
-
-
-class _Unsafe(Exception):
-    """An unnested command failed after it had written: the batch is begun again, nested."""
+                self.known_branch_ids[row.name] = row.id
 
 
 # What refuses one command of a batch (the others commit): the caller's mistake, or a damaged record.
@@ -800,7 +799,7 @@ class LmdbBatch(Batch):
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
         return self.lmdb.get_value(self.txn, info.name, row)
 
-    def next_number(self, counter: str) -> int:
+    def next_number(self, counter: Counter) -> int:
         key = keys.META_NEXT_STATE if counter == "state" else keys.META_NEXT_BRANCH
         meta = self.dbs[keys.DB_META]
         number = keys.decode_u32(self.txn.get(key, db=meta))  # type: ignore[arg-type]  # written when the store is made

@@ -114,7 +114,7 @@ def close_store(handle: StoreHandle) -> None:
         return
     handle.closed = True
     if not isinstance(handle.engine, Engine):  # PostgreSQL: its own connections; every acknowledged write committed
-        handle.engine.close()  # type: ignore[attr-defined]  # PostgresEngine.close, imported only when used
+        handle.engine.close()
         return
     shared = _REGISTRY[handle._key]
     shared.users -= 1

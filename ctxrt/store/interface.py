@@ -67,3 +67,6 @@ class StoreEngine(Protocol):
 
     def sync(self) -> None:
         """Flush what was committed without waiting for the disk (durability="os")."""
+
+    def close(self) -> None:
+        """Let go of what the engine holds itself (connections); the store stays as committed."""

@@ -49,7 +49,7 @@ from ..errors import (
     StoreUnavailableError,
     UnknownStateError,
 )
-from .batch import Batch
+from .batch import Batch, Counter, Unsafe
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -108,10 +108,10 @@ class PostgresEngine:
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         self._held: set[tuple[int, str]] = set()  # the leases this engine took
-        self._branches: dict[int, BranchRow] = {}
-        self._branch_ids: dict[str, int] = {}
-        self._states: dict[str, StateInfo] = {}
-        self._heads: dict[tuple[int, int], LogHead] = {}  # the writer's, valid while nobody else wrote
+        self.known_branches: dict[int, BranchRow] = {}
+        self.known_branch_ids: dict[str, int] = {}
+        self.known_states: dict[str, StateInfo] = {}
+        self.known_heads: dict[tuple[int, int], LogHead] = {}  # the writer's, valid while nobody else wrote
         # (sequence, catalog) as of what this process last read or committed: a batch that finds
         # others reads the branch and state tables again (another process wrote, made or deleted
         # a branch, or registered a state: those move the catalog, not the sequence).
@@ -306,10 +306,10 @@ class PostgresEngine:
             if read[0] < self._committed[0] or read[1] < self._committed[1]:
                 return
             # Copy-on-write: readers on another thread see the old dicts or the new, never half of one.
-            self._branches = branches
-            self._branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
-            self._states = states
-            self._heads = {}
+            self.known_branches = branches
+            self.known_branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
+            self.known_states = states
+            self.known_heads = {}
             self._committed = read
 
     # -- lookups ----------------------------------------------------------------------------
@@ -321,42 +321,42 @@ class PostgresEngine:
         return int(row[0]) if row else 0
 
     def branch(self, name: str) -> BranchRow:
-        branch_id = self._branch_ids.get(name)
+        branch_id = self.known_branch_ids.get(name)
         if branch_id is None:
             self.reload()  # another process may have made it
-            branch_id = self._branch_ids.get(name)
+            branch_id = self.known_branch_ids.get(name)
         if branch_id is None:
             raise BranchNotFoundError(f"no branch named {name!r}")
-        return self._branches[branch_id]
+        return self.known_branches[branch_id]
 
     def branch_by_id(self, branch_id: int) -> BranchRow:
-        row = self._branches.get(branch_id)
+        row = self.known_branches.get(branch_id)
         if row is None:
             self.reload()
-            row = self._branches[branch_id]
+            row = self.known_branches[branch_id]
         return row
 
     def list_branches(self) -> list[BranchRow]:
         self.reload()
-        return sorted((row for row in self._branches.values() if not row.deleted), key=lambda row: row.id)
+        return sorted((row for row in self.known_branches.values() if not row.deleted), key=lambda row: row.id)
 
     def state(self, name: str) -> StateInfo:
-        info = self._states.get(name)
+        info = self.known_states.get(name)
         if info is None:
             self.reload()
-            info = self._states.get(name)
+            info = self.known_states.get(name)
         if info is None:
             raise UnknownStateError(f"state {name!r} is not registered")
         return info
 
     def has_state(self, name: str) -> bool:
-        if name not in self._states:
+        if name not in self.known_states:
             self.reload()  # another process may have registered it since
-        return name in self._states
+        return name in self.known_states
 
     def list_states(self) -> list[StateInfo]:
         self.reload()
-        return sorted(self._states.values(), key=lambda info: info.name)
+        return sorted(self.known_states.values(), key=lambda info: info.name)
 
     def _log_state(self, name: str) -> StateInfo:
         info = self.state(name)
@@ -602,7 +602,7 @@ class PostgresEngine:
         try:
             try:
                 results, batch = self._apply_reconnecting(commands, execute, unnested)
-            except _Unsafe:
+            except Unsafe:
                 results, batch = self._apply(commands, execute, None)
         except psycopg.errors.DiskFull as exc:
             raise StoreFullError(self.data_path, f"the server's disk is full ({self._reason(exc)})") from None
@@ -653,7 +653,7 @@ class PostgresEngine:
             if "sequence" not in counters:
                 raise self._damaged("ctxrt_meta has no 'sequence' row")
             sequence, catalog = int(counters["sequence"]), int(counters.get("catalog", 0))
-            if (sequence, catalog) != self._committed or not self._states:
+            if (sequence, catalog) != self._committed or not self.known_states:
                 self._load(conn)  # another process wrote since: what this one knew may be out of date
             batch = PgBatch(self, cursor, sequence, catalog)
             results: list[tuple[bool, Any]] = []
@@ -664,7 +664,7 @@ class PostgresEngine:
                         value = execute(batch, command)
                     except _REFUSALS as exc:
                         if batch.wrote:
-                            raise _Unsafe from exc
+                            raise Unsafe from exc
                         results.append((False, self._refusal(command, exc)))
                     else:
                         results.append((True, value))
@@ -720,27 +720,23 @@ class PostgresEngine:
 
     def _install_batch(self, batch: PgBatch) -> None:
         self._committed = (batch.sequence, batch.catalog)
-        heads = dict(self._heads)
+        heads = dict(self.known_heads)
         heads.update(batch.heads)
-        self._heads = heads
+        self.known_heads = heads
         if batch.new_states:
-            self._states = {**self._states, **batch.new_states}
+            self.known_states = {**self.known_states, **batch.new_states}
         if batch.branches:
-            branches, names = dict(self._branches), dict(self._branch_ids)
+            branches, names = dict(self.known_branches), dict(self.known_branch_ids)
             for row in batch.branches.values():
                 branches[row.id] = row
                 if row.deleted:
                     names.pop(row.name, None)
                 else:
                     names[row.name] = row.id
-            self._branches, self._branch_ids = branches, names
+            self.known_branches, self.known_branch_ids = branches, names
 
 
 _Fetch = Callable[[str, Sequence[Any]], list[Any]]
-
-
-class _Unsafe(Exception):
-    """An unnested command failed after it had written: the batch is begun again, nested."""
 
 
 # Decoding errors that are damage, never the caller's mistake (JSONDecodeError and
@@ -788,7 +784,7 @@ class PgBatch(Batch):
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
         return self.pg._value(self._fetch, info, row.levels())
 
-    def next_number(self, counter: str) -> int:
+    def next_number(self, counter: Counter) -> int:
         key = "next_state" if counter == "state" else "next_branch"
         found = self._fetch("UPDATE ctxrt_meta SET value = value + 1 WHERE key = %s RETURNING value - 1", (key,))
         if not found:

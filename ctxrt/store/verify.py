@@ -86,7 +86,7 @@ class VerifyReport:
         }
 
 
-class _Findings:
+class Findings:
     """What a walk has found so far; ``emit`` streams each finding as it is made."""
 
     def __init__(self, path: str, emit: Callable[[dict[str, Any]], None] | None) -> None:
@@ -128,7 +128,7 @@ def verify_store(path: str | os.PathLike[str], *, emit: Callable[[dict[str, Any]
     ``verify_in_child`` unless this process is expendable. Never writes to the store.
     """
     directory = Path(path)
-    found = _Findings(str(directory), emit)
+    found = Findings(str(directory), emit)
     meta = _check_files(directory, found)
     if meta is None:
         return found.report()
@@ -143,7 +143,7 @@ def verify_store(path: str | os.PathLike[str], *, emit: Callable[[dict[str, Any]
     return found.report()
 
 
-def _check_files(directory: Path, found: _Findings) -> files.Meta | None:
+def _check_files(directory: Path, found: Findings) -> files.Meta | None:
     data = files.data_path(directory)
     try:
         size = data.stat().st_size
@@ -181,7 +181,7 @@ def _check_files(directory: Path, found: _Findings) -> files.Meta | None:
     return meta
 
 
-def _walk_pages(directory: Path, meta: files.Meta, found: _Findings) -> bool:
+def _walk_pages(directory: Path, meta: files.Meta, found: Findings) -> bool:
     """Check every page's structure without LMDB; True if all are sound."""
     try:
         problems = files.page_problems(directory)
@@ -200,7 +200,7 @@ def _walk_pages(directory: Path, meta: files.Meta, found: _Findings) -> bool:
 # -- the record walk ----------------------------------------------------------------------------
 
 
-def _walk_records(directory: Path, found: _Findings) -> None:
+def _walk_records(directory: Path, found: Findings) -> None:
     from .environment import close_store, open_store
 
     try:
@@ -218,7 +218,7 @@ def _walk_records(directory: Path, found: _Findings) -> None:
 
 
 class _Walk:
-    def __init__(self, engine: Any, found: _Findings) -> None:
+    def __init__(self, engine: Any, found: Findings) -> None:
         self.engine = engine
         self.found = found
         self.branch_ids: set[int] = set()
@@ -372,7 +372,7 @@ class _Walk:
         read_through_engine(self.engine, self.found)
 
 
-def check_head(value: bytes, place: str, found: _Findings) -> None:
+def check_head(value: bytes, place: str, found: Findings) -> None:
     """A log head's bytes decode to a head whose fields agree with each other."""
     head = LogHead.decode(value)
     if head.encode() != bytes(value):  # trailing bytes, or a length that fits no layout
@@ -390,7 +390,7 @@ def check_head(value: bytes, place: str, found: _Findings) -> None:
                              f"revision {head.revision}, rewrite revision {head.rewrite_revision})")
 
 
-def read_through_engine(engine: StoreEngine, found: _Findings) -> None:
+def read_through_engine(engine: StoreEngine, found: Findings) -> None:
     """Read every log state of every live branch whole, and every value, as the runtime would."""
     try:
         branches = engine.list_branches()

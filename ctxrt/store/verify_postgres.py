@@ -14,8 +14,8 @@ from ..errors import CtxrtError, StoreCorruptError
 from .postgres import PostgresEngine
 from .urls import redact
 from .verify import (
+    Findings,
     VerifyReport,
-    _Findings,
     check_head,
     holds_messages,
     read_through_engine,
@@ -24,7 +24,7 @@ from .verify import (
 
 def verify_postgres(url: str, *, emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
     """Walk the store in the database at ``url`` and report what is damaged (a report, never raised)."""
-    found = _Findings(redact(url), emit)
+    found = Findings(redact(url), emit)
     try:
         engine = PostgresEngine(url, create=False)
     except StoreCorruptError as exc:  # a branch or state row the engine can't even load
@@ -45,7 +45,7 @@ def verify_postgres(url: str, *, emit: Callable[[dict[str, Any]], None] | None =
     return found.report()
 
 
-def _check_meta(engine: PostgresEngine, found: _Findings) -> None:
+def _check_meta(engine: PostgresEngine, found: Findings) -> None:
     """The counters a write relies on: present, and past every stored row (or writes reuse them)."""
     meta = {key: int(value) for key, value in engine.rows("SELECT key, value FROM ctxrt_meta")}
     for key in ("format", "sequence", "next_branch", "next_state"):
@@ -64,7 +64,7 @@ def _check_meta(engine: PostgresEngine, found: _Findings) -> None:
                                                      f"{stored}): new writes would reuse it")
 
 
-def _walk_rows(engine: PostgresEngine, found: _Findings) -> None:
+def _walk_rows(engine: PostgresEngine, found: Findings) -> None:
     from .. import codec
 
     rows = engine.rows
