@@ -25,7 +25,7 @@ from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_stor
 from .store.environment import Durability, StoreHandle, close_store, open_store
 from .store.files import check_pages as check_store_pages
 from .store.interface import StoreEngine
-from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, describe_branches
+from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, branch_info, describe_branches
 from .store.records import BranchDeleted, Operation
 from .store.urls import is_postgres_url
 from .strategies.base import Strategy, StrategyConfig
@@ -255,7 +255,9 @@ class Runtime:
         checks.name(from_branch, "from_branch")
         checks.optional_integer(at_sequence, "at_sequence")  # its range is the store's to judge, at commit
         row = await self.store.ask(CreateBranch(name=name, from_branch=from_branch, at_sequence=at_sequence))
-        return next(info for info in describe_branches(self.engine) if info.id == row.id)
+        # From the row the commit made: on a shared store another process may delete it at once.
+        parent = None if row.parent is None else self.engine.branch_by_id(row.parent).name
+        return branch_info(row, parent, row.fork_sequence or 0)
 
     async def delete_branch(self, name: str) -> None:
         """Delete branch ``name``: its name is freed; descendants keep reading its rows. Every

@@ -76,3 +76,19 @@ def test_four_processes_of_residents_share_one_store(pg_url: str, soak_scale) ->
         assert result["leaks"] == []
         assert result["own_secrets_seen"] == len(result["counts"]), "each reader sees its own lines (the check can see)"
         assert all(count == len(acknowledged) for count in result["counts"].values()), result["counts"]
+
+
+@pytest.mark.soak
+def test_processes_racing_to_make_and_delete_branches_fail_only_their_own_commands(pg_url: str, soak_scale) -> None:
+    """3 processes race to create and delete branches of shared names while appending, editing and
+    forking: each gets only BranchExistsError / BranchNotFoundError for its lost races, never an
+    error that fails other callers' commands in the same group commit (K6 across processes)."""
+    seconds = str(soak_scale(3, 30))
+    racer = Path(__file__).with_name("pg_branch_racer.py")
+    processes = [subprocess.Popen([sys.executable, str(racer), pg_url, str(number), seconds],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for number in range(3)]
+    outputs = [process.communicate(timeout=float(seconds) + 120) for process in processes]
+    assert all(process.returncode == 0 for process in processes), [err[-2000:] for _, err in outputs]
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert all(report["unexpected"] == [] for report in reports), reports
+    assert all(report["acknowledged"] > 0 for report in reports)

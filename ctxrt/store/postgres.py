@@ -20,7 +20,7 @@ Design (docs/architecture.md, Beyond one machine):
   run on a worker thread (the store actor's ``to_thread``) on the writing connection.
 
 Driver: psycopg 3 (its C implementation, ``psycopg[binary]``): the maintained libpq binding,
-with pipelined ``executemany``, binary ``bytea`` and server-side prepared statements.
+with pipelined ``executemany``, binary ``bytea`` and server-side prepared statements (for reads).
 """
 
 from __future__ import annotations
@@ -134,6 +134,11 @@ class PostgresEngine:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
             # Bounds, so a stalled server or a peer holding the write lock is an error, not a hang.
             conn.execute(settings)
+            if writer:
+                # No server-side prepared statements on the writer: psycopg forgets them at every
+                # ROLLBACK (a refused command's ROLLBACK TO SAVEPOINT too), and in pipeline mode that
+                # fell out of step with statements already sent ("prepared statement does not exist").
+                conn.prepare_threshold = None
             return conn
         except psycopg.Error as exc:
             raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
