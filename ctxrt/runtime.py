@@ -25,7 +25,13 @@ from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_stor
 from .store.environment import Durability, StoreHandle, close_store, open_store
 from .store.files import check_pages as check_store_pages
 from .store.interface import StoreEngine
-from .store.protocol import BranchInfo, CreateBranch, DeleteBranch, branch_info, describe_branches
+from .store.protocol import (
+    BranchInfo,
+    CreateBranch,
+    DeleteBranch,
+    branch_info,
+    describe_branches,
+)
 from .store.records import BranchDeleted, Operation
 from .store.urls import is_postgres_url
 from .strategies.base import Strategy, StrategyConfig
