@@ -413,7 +413,7 @@ class ContextManager:
         slot = self._slot()
         interval = checks.timeout(poll_interval_s, "poll_interval_s")
         send, receive = trio.open_memory_channel[MessageEvent](math.inf)
-        if slot.live and not slot.engine.shared:  # every write is this process's: its commits say all
+        if slot.hears_every_write:
             unwatch = self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait, send.close)
             try:
                 with send, receive:

@@ -161,6 +161,12 @@ class SlotCache:
         """Whether every message of the slot is decoded."""
         return len(self.messages) == self.length
 
+    @property
+    def hears_every_write(self) -> bool:
+        """Whether this process's commit events are every write to the slot (a writing runtime on a
+        store no other process writes); else readers look at the head."""
+        return self.live and not self.engine.shared
+
     # -- loading ----------------------------------------------------------------------------
 
     def _decode(self, data: bytes, sequence: int) -> Message:
@@ -214,11 +220,11 @@ class SlotCache:
             self.stale = False
         elif not self.live:  # no events: ask the head
             self._revalidate()
-        elif self.engine.shared:  # not every write's events: ask the head, once per task step
-            step = self._steps() if self._steps is not None else self._looked_at - 1
-            if step != self._looked_at:
+        elif not self.hears_every_write:  # events, but not every write's: ask the head once per task step
+            step = None if self._steps is None else self._steps()
+            if step is None or step != self._looked_at:
                 self._revalidate()
-                self._looked_at = step  # after the look succeeded: a failed one is tried again
+                self._looked_at = -1 if step is None else step  # after it succeeded: a failed look is retried
 
     def suffix(self, count: int) -> list[Message]:
         """At least the newest ``count`` messages (all of them if the slot holds fewer), oldest

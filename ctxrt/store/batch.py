@@ -88,8 +88,11 @@ class Batch:
         """The log's current head on ``row`` as this transaction sees it."""
         raise NotImplementedError
 
-    def locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead] | None:
-        """(index, ordinal, head) of the visible item appended at ``item_sequence``, or None."""
+    def locate(
+        self, info: StateInfo, row: BranchRow, item_sequence: int, head: LogHead,
+    ) -> tuple[int, int, LogHead] | None:
+        """(index, ordinal, head) of the visible item appended at ``item_sequence`` under ``head`` (the
+        log's current head in this transaction), or None."""
         raise NotImplementedError
 
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
@@ -187,8 +190,8 @@ class Batch:
         row = self.branch(branch)
         return info, row, self._log_head(info, row)
 
-    def _locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead]:
-        located = self.locate(info, row, item_sequence)
+    def _locate(self, info: StateInfo, row: BranchRow, item_sequence: int, head: LogHead) -> tuple[int, int, LogHead]:
+        located = self.locate(info, row, item_sequence, head)
         if located is None:
             raise MessageNotFoundError(f"no item {item_sequence} in {info.name!r} on branch {row.name!r}")
         return located
@@ -248,7 +251,7 @@ class Batch:
         floor_state: str | None = None,
     ) -> ItemEdited:
         info, row, head = self._log_target(state, branch)
-        _, ordinal, head = self._locate(info, row, item_sequence)
+        _, ordinal, head = self._locate(info, row, item_sequence, head)
         if floor_state is not None:  # a narrowing: compression must not have read the item yet (D2)
             floor, written = self.read_value(self.state(floor_state), row)
             floor = 0 if not written else floor  # never raised: nothing read yet
@@ -273,8 +276,8 @@ class Batch:
         info, row, head = self._log_target(state, branch)
         if from_sequence > to_sequence:
             raise MalformedContentError("from_id", f"{from_sequence} is after to_id {to_sequence}")
-        first_index, first, head = self._locate(info, row, from_sequence)
-        last_index, last, head = self._locate(info, row, to_sequence)
+        first_index, first, head = self._locate(info, row, from_sequence, head)
+        last_index, last, head = self._locate(info, row, to_sequence, head)
         count = last_index - first_index + 1
         sequence = self._next_sequence()
         intervals = sorted(head.removed + ((first, last + 1),))

@@ -610,9 +610,13 @@ class Engine:
             raise self._unreadable(exc, f"the items of {state!r}", branch) from None
 
     def _locate(
-        self, txn: lmdb.Transaction[bytes], info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int
+        self, txn: lmdb.Transaction[bytes], info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int,
+        head: LogHead | None = None,
     ) -> tuple[int, int, LogHead] | None:
-        head = self._log_head_at(txn, info.number, levels)
+        """(index, ordinal, head) of the visible item appended at ``sequence``; ``head`` is the view's
+        head when the caller has it already."""
+        if head is None:
+            head = self._log_head_at(txn, info.number, levels)
         cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
         low, high = 0, head.next_ordinal - 1
         # Ordinals along a lineage were appended in sequence order, so a binary search finds it.
@@ -793,8 +797,10 @@ class LmdbBatch(Batch):
     def read_head(self, info: StateInfo, row: BranchRow) -> LogHead:
         return self.lmdb._log_head_at(self.txn, info.number, row.levels())
 
-    def locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead] | None:
-        return self.lmdb._locate(self.txn, info, row.levels(), item_sequence)
+    def locate(
+        self, info: StateInfo, row: BranchRow, item_sequence: int, head: LogHead,
+    ) -> tuple[int, int, LogHead] | None:
+        return self.lmdb._locate(self.txn, info, row.levels(), item_sequence, head)
 
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
         return self.lmdb.get_value(self.txn, info.name, row)

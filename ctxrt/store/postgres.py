@@ -93,7 +93,6 @@ class PostgresEngine:
     """One PostgreSQL database's ctxrt data. Reads from the trio thread; writes only through ``apply``
     (on one thread at a time)."""
 
-    readonly = False
     shared = True  # other processes write it too: caches check the head before a read
     commits_on_thread = True  # a commit waits on the server: the store actor runs it off the loop
 
@@ -160,35 +159,36 @@ class PostgresEngine:
         server releases it when this process's connection ends, so a killed process holds nothing.
         (Two names whose 32-bit hashes collide share a lease: a rare, safe refusal.)"""
         with self._lock:
-            if self._leases is None or self._leases.closed or self._leases.broken:
-                self._retake()  # a lost connection lost its leases: take them anew
-            assert self._leases is not None
-            try:
-                row = self._leases.execute(_TRY_LEASE, (branch_id, name)).fetchone()
-            except psycopg.OperationalError:  # the connection died while idle: its leases went with it
-                self._retake()
-                row = self._leases.execute(_TRY_LEASE, (branch_id, name)).fetchone()
-        if row and row[0]:
-            self._held.add((branch_id, name))
-            return True
-        return False
+            row = self._on_leases(_TRY_LEASE, (branch_id, name))
+            if row and row[0]:
+                self._held.add((branch_id, name))
+                return True
+            return False
 
     def holds(self, branch_id: int, name: str) -> bool:
         """Whether this process still holds the lease (its connection may have been dropped, and the
         server dropped its leases with it: then each is taken again unless another process has)."""
         with self._lock:
-            try:
-                if self._leases is not None and not self._leases.closed and not self._leases.broken:
-                    self._leases.execute("SELECT 1").fetchone()
-                    return (branch_id, name) in self._held
-            except psycopg.OperationalError:
-                pass
-            self._retake()
+            self._on_leases("SELECT 1", ())
             return (branch_id, name) in self._held
 
-    def _retake(self) -> None:
-        """A new lease connection, and each lease this engine held taken again where no other
-        process took it meanwhile (the server dropped them with the old connection)."""
+    def release(self, branch_id: int, name: str) -> None:
+        with self._lock:
+            self._held.discard((branch_id, name))
+            if self._leases is not None and not self._leases.closed and not self._leases.broken:
+                try:
+                    self._leases.execute(_UNLEASE, (branch_id, name))
+                except psycopg.OperationalError:
+                    pass  # the connection is gone, and the lease with it
+
+    def _on_leases(self, query: str, params: Sequence[Any]) -> Any:
+        """One statement on the lease connection; a connection found lost (its leases went with it)
+        is made again and the held leases taken again first. Call with ``_lock`` held."""
+        if self._leases is not None and not self._leases.closed and not self._leases.broken:
+            try:
+                return self._leases.execute(query, params).fetchone()
+            except psycopg.OperationalError:  # it died while idle
+                pass
         if self._held:
             logger.warning("%s: the connection holding leases was lost; taking them again", self.data_path)
         self._leases = self._connect(self._leases)
@@ -198,16 +198,7 @@ class PostgresEngine:
             if row and row[0]:
                 regained.add(key)
         self._held = regained
-
-    def release(self, branch_id: int, name: str) -> None:
-        with self._lock:
-            self._held.discard((branch_id, name))
-            if self._leases is not None and not self._leases.closed and not self._leases.broken:
-                try:
-                    self._leases.execute("SELECT pg_advisory_unlock(%s, hashtext(current_schema() || '/' || %s))",
-                                         (branch_id, name))
-                except psycopg.OperationalError:
-                    pass  # the connection is gone, and the lease with it
+        return self._leases.execute(query, params).fetchone()
 
     def sync(self) -> None:
         """Nothing to do: the server flushes its log itself (``synchronous_commit=off`` within 3 × wal_writer_delay)."""
@@ -461,9 +452,9 @@ class PostgresEngine:
         return items
 
     def _locate(
-        self, fetch: _Fetch, info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int
+        self, fetch: _Fetch, info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int, head: LogHead,
     ) -> tuple[int, int, LogHead] | None:
-        head = self._head_at(fetch, info.number, levels)
+        """(index, ordinal, head) of the visible item appended at ``sequence`` under the view's ``head``."""
         limits = dict(levels)
         for branch, ordinal in fetch(
             "SELECT branch, ordinal FROM ctxrt_items WHERE state = %s AND sequence = %s AND version = sequence",
@@ -484,6 +475,12 @@ class PostgresEngine:
         if not rows:
             return None, 0
         return json.loads(bytes(rows[0][0])), int(rows[0][1])
+
+    def _as_of(self, info: StateInfo, row: BranchRow, at: int | None) -> tuple[LogHead, list[tuple[int, int]]]:
+        """The log's head as of ``at`` (or now), and the levels that read items as of that head: what
+        it describes, whatever commits meanwhile."""
+        head = self._head_at(self._fetchall, info.number, row.levels(at))
+        return head, row.levels(head.revision if at is None else at)
 
     def _guarded(self, what: str, branch: BranchRow, read: Callable[[], Any]) -> Any:
         try:
@@ -518,10 +515,8 @@ class PostgresEngine:
         info, row = self._log_state(state), self.branch_by_id(branch_id)
 
         def read() -> list[Item]:
-            head = self._head_at(self._fetchall, info.number, row.levels(at))
-            # Items as of the head's revision: what the head describes, whatever commits meanwhile.
-            return self._items(self._fetchall, info, row.levels(head.revision if at is None else at),
-                               start, stop, head)
+            head, levels = self._as_of(info, row, at)
+            return self._items(self._fetchall, info, levels, start, stop, head)
 
         return self._guarded(f"the items of {state!r}", row, read)
 
@@ -556,9 +551,8 @@ class PostgresEngine:
         info, row = self._log_state(state), self.branch_by_id(branch_id)
 
         def read() -> Item | None:
-            head = self._head_at(self._fetchall, info.number, row.levels(at))
-            levels = row.levels(head.revision if at is None else at)
-            found = self._locate(self._fetchall, info, levels, sequence)
+            head, levels = self._as_of(info, row, at)
+            found = self._locate(self._fetchall, info, levels, sequence, head)
             if found is None:
                 return None
             items = self._items(self._fetchall, info, levels, found[0], found[0] + 1, found[2])
@@ -572,9 +566,9 @@ class PostgresEngine:
         info, row = self._log_state(state), self.branch_by_id(branch_id)
 
         def read() -> list[Item]:
-            head = self._head_at(self._fetchall, info.number, row.levels(at))
-            levels = row.levels(head.revision if at is None else at)
-            low, high = self._locate(self._fetchall, info, levels, first), self._locate(self._fetchall, info, levels, last)
+            head, levels = self._as_of(info, row, at)
+            low = self._locate(self._fetchall, info, levels, first, head)
+            high = self._locate(self._fetchall, info, levels, last, head)
             if low is None or high is None:
                 return []
             return self._items(self._fetchall, info, levels, low[0], high[0] + 1, low[2])
@@ -783,8 +777,10 @@ class PgBatch(Batch):
     def read_head(self, info: StateInfo, row: BranchRow) -> LogHead:
         return self.pg._head_at(self._fetch, info.number, row.levels())
 
-    def locate(self, info: StateInfo, row: BranchRow, item_sequence: int) -> tuple[int, int, LogHead] | None:
-        return self.pg._locate(self._fetch, info, row.levels(), item_sequence)
+    def locate(
+        self, info: StateInfo, row: BranchRow, item_sequence: int, head: LogHead,
+    ) -> tuple[int, int, LogHead] | None:
+        return self.pg._locate(self._fetch, info, row.levels(), item_sequence, head)
 
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
         return self.pg._value(self._fetch, info, row.levels())
@@ -840,6 +836,7 @@ class PgBatch(Batch):
 # A lease key: the branch, and the name within this store's schema (stores in other schemas of the
 # database don't share leases).
 _TRY_LEASE = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema() || '/' || %s))"
+_UNLEASE = "SELECT pg_advisory_unlock(%s, hashtext(current_schema() || '/' || %s))"
 _COUNTERS = "SELECT key, value FROM ctxrt_meta WHERE key IN ('sequence', 'catalog')"
 _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, sequence, data)"
                 " VALUES (%s, %s, %s, %s, %s, %s)")
