@@ -45,6 +45,9 @@ References for (d) and (e), not ctxrt, in the same rounds: the raw loop of (d) w
     gets above this loop), and a minimal trio group commit (callers park, one committer task puts
     what has queued in one durable transaction and wakes them; no validation, encoding or caches)
     with 100 callers against 1. They bound what the targets of (d) and (e) can reach on the machine.
+    Beside them: a few µs of plain Python timed right after a durable raw commit and warm; a thread that
+    slept in fdatasync runs the Python after it slower, so every µs an append spends in Python costs
+    more than a µs in a durable loop.
 (f) For reference, no target: a warm Passthrough compile at 20,000 messages (the 20,000-token
     budget, and a budget that holds them all), and a sibling's ``await message_count()`` after one
     append (a runtime with durability "os", as bench/context.py measures it).
@@ -350,6 +353,30 @@ class Raw:
         self.env.close()
 
 
+def python_work(n: int) -> int:
+    """Reference work, not ctxrt: a few µs of ordinary Python (a message built, checked and encoded)."""
+    body = {"participant": participant(n), "content": [{"type": "text", "text": text(n)}], "timestamp_ms": n}
+    for key, value in body.items():
+        if not isinstance(key, str) or value is None:
+            raise AssertionError(key)
+    return len(json.dumps(body, separators=(",", ":")))
+
+
+async def after_commit(raw: Raw, counter: Appends, count: int, *, commit: bool) -> float:
+    """µs of ``python_work`` run right after a durable raw commit (``commit``) or with none before it
+    (warm). The ratio shows what a thread's sleep in fdatasync costs the Python that runs next."""
+    payloads = raw.payloads(counter, count)
+    times = []
+    for k, data in enumerate(payloads):
+        if commit:
+            raw.put(data)
+        started = time.perf_counter_ns()
+        python_work(k)
+        times.append(time.perf_counter_ns() - started)
+    await trio.lowlevel.checkpoint()
+    return statistics.median(times) / 1000
+
+
 class RawGroup:
     """Reference, not ctxrt: the least a trio group commit costs. Callers park on the loop and a
     committer task puts whatever has queued in ONE durable py-lmdb transaction, then wakes them:
@@ -474,6 +501,8 @@ async def append_rates(root: Path, settings: dict[str, Any], rng: random.Random)
                         "shared": lambda _: concurrent([shared], counter, settings["each"]),
                         "group_one": lambda _: group.run(counter, 1, settings["sequential"]),
                         "group_many": lambda _: group.run(counter, APPENDERS, settings["each"]),
+                        "work_warm": lambda _: after_commit(raw, counter, settings["sequential"], commit=False),
+                        "work_after_commit": lambda _: after_commit(raw, counter, settings["sequential"], commit=True),
                     },
                     rng,
                 )
@@ -629,6 +658,11 @@ def _rows(settings: dict[str, Any], cold: dict[tuple[str, str], list[dict[str, A
         "(d) durable add_message vs that raw + checkpoint loop", "appends/s",
         appends["ctxrt"], appends["raw_checkpoint"], "raw + checkpoint", target=None, op=None,
         ratio_means="ctxrt / raw + checkpoint",
+    ))
+    rows.append(harness.versus(
+        "(d) reference, not ctxrt: the same few µs of plain Python run right after a durable raw commit vs warm",
+        "µs", appends["work_after_commit"], appends["work_warm"], "warm", target=None, op=None,
+        ratio_means="after a commit / warm",
     ))
     rows.append(harness.versus(
         f"(e) reference, not ctxrt: a minimal trio group commit over raw py-lmdb puts, {APPENDERS} callers vs 1",
