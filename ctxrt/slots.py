@@ -100,6 +100,9 @@ def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:
 
 
 MIN_LOAD = 64  # the fewest older messages one load decodes
+# The operations that move a log's head (they carry the revision they followed). A tuple: an
+# ``X | Y`` union is a new object at every isinstance, on the path of every append.
+_LOG_WRITES = (ItemAppended, ItemEdited, ItemsRemoved)
 
 
 class SlotCache:
@@ -322,7 +325,7 @@ class SlotCache:
                              self.state, self.branch_id)
 
     def _apply(self, operation: Operation) -> None:
-        prior = operation.prior if isinstance(operation, ItemAppended | ItemEdited | ItemsRemoved) else None
+        prior = operation.prior if isinstance(operation, _LOG_WRITES) else None
         if prior is not None and prior != self.revision:
             self.stale = True  # it missed a write (another process's, on a shared store): reload at the next read
             return
