@@ -14,7 +14,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -120,6 +120,7 @@ class ContextManager:
         self.derivation = derivation
         self._closed = False
         self._moving = trio.Lock()  # one move (switch, fork) of this manager at a time
+        self._subscriptions: set[Callable[[], None]] = set()  # each open subscription's end
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -403,8 +404,10 @@ class ContextManager:
         any runtime on a PostgreSQL store (other processes write it), looks at the slot's head every
         ``poll_interval_s`` and reports what changed since (another process's
         appends in order; a rewrite as its removals, edits and appends). The channel buffers without
-        bound (a slow reader costs memory, never an event) and closes when the block exits or the
-        branch is deleted (a read-only runtime notices at its next look).
+        bound (a slow reader costs memory, never an event) and closes (a reader's ``async for``
+        ends, after the events already sent) when the block exits, when this manager or its
+        runtime closes, or when the branch is deleted (a read-only runtime notices that at its
+        next look).
 
         Raises:
             TypeError, ValueError: ``poll_interval_s`` not a positive finite number of seconds.
@@ -413,22 +416,29 @@ class ContextManager:
         slot = self._slot()
         interval = checks.timeout(poll_interval_s, "poll_interval_s")
         send, receive = trio.open_memory_channel[MessageEvent](math.inf)
-        if slot.hears_every_write:
-            unwatch = self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait, send.close)
-            try:
-                with send, receive:
-                    yield receive
-            finally:
-                unwatch()
-            return
-        head = slot.head_now()  # from here on: a change before the poller's first look is reported too
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_poll, slot, head, send, interval)
-            try:
-                with receive:
-                    yield receive
-            finally:
-                nursery.cancel_scope.cancel()
+        # Closing the manager or the runtime ends the channel: its reader's loop ends, not hangs.
+        self._subscriptions.add(send.close)
+        forget = self._registry.on_close(send.close)
+        try:
+            if slot.hears_every_write:
+                unwatch = self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait, send.close)
+                try:
+                    with send, receive:
+                        yield receive
+                finally:
+                    unwatch()
+                return
+            head = slot.head_now()  # from here on: a change before the poller's first look is reported too
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_poll, slot, head, send, interval)
+                try:
+                    with receive:
+                        yield receive
+                finally:
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._subscriptions.discard(send.close)
+            forget()
 
     async def health(self) -> NamespaceHealth:
         """The namespace actor's state: reader, managers, mailbox depth, model calls out, readiness,
@@ -763,6 +773,8 @@ class ContextManager:
             await trio.lowlevel.checkpoint()
             return
         self._closed = True
+        for end in list(self._subscriptions):
+            end()
         # Shielded, so a cancelled close still detaches; bounded, so a close never hangs its host: past
         # the bound the detach stays queued and the actor takes it after what it is doing.
         with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_WAIT_S):
@@ -797,6 +809,9 @@ async def _poll(
                 events: list[MessageEvent] = [Added(m) for m in slot.as_of(now.revision, start=head.length)]
             else:
                 events = diff(slot.as_of(head.revision), slot.as_of(now.revision))
-            for event in events:
-                send.send_nowait(event)
+            try:
+                for event in events:
+                    send.send_nowait(event)
+            except trio.ClosedResourceError:
+                return  # its manager or runtime closed the channel
             head = now

@@ -119,3 +119,60 @@ async def test_a_subscription_ends_when_its_branch_is_deleted(tmp_path: Path) ->
                 await rt.delete_branch(branch)
                 seen = [event async for event in events]
             assert [type(e) for e in seen] == [Added]
+
+
+async def test_a_subscription_ends_when_its_manager_closes(tmp_path: Path) -> None:
+    """Item 5 (from a host-style attack): a host's reader task loops over the events in a task of
+    its own; closing the manager ends that loop after the events already sent, instead of leaving
+    the task blocked forever."""
+    seen: list[MessageEvent] = []
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "store", durability="os") as rt:
+            manager = await rt.open("watcher")
+            other = await rt.open("watcher")
+            subscribed = trio.Event()
+
+            async def read() -> None:
+                async with manager.subscribe() as events:
+                    subscribed.set()
+                    seen.extend([event async for event in events])
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read)
+                await subscribed.wait()
+                await manager.add_message("user", "before the close")
+                await manager.aclose()
+                await other.add_message("user", "after the close")  # not for a closed manager's reader
+            assert [(type(e), e.message.content) for e in seen if isinstance(e, Added)] == [
+                (Added, (Text("before the close"),))]
+
+
+async def test_subscriptions_end_when_the_runtime_closes(tmp_path: Path) -> None:
+    """Item 5: leaving ``open_runtime`` ends every subscription's loop, in a writing runtime (events
+    from the publish step) and in a read-only one (events from its looks)."""
+    ended: list[str] = []
+
+    async def read(manager: ctxrt.ContextManager, label: str, ready: trio.Event) -> None:
+        async with manager.subscribe(poll_interval_s=0.01) as events:
+            ready.set()
+            async for _ in events:
+                pass
+        ended.append(label)
+
+    with trio.fail_after(GUARD_S):
+        async with trio.open_nursery() as nursery:
+            async with ctxrt.open_runtime(tmp_path / "store", durability="os") as rt:
+                writer = await rt.open("writer")
+                await writer.add_message("user", "first")
+                async with ctxrt.open_runtime(tmp_path / "store", readonly=True) as reader_rt:
+                    reader = await reader_rt.open("writer")
+                    ready = [trio.Event(), trio.Event()]
+                    nursery.start_soon(read, reader, "read-only", ready[0])
+                    nursery.start_soon(read, writer, "writing", ready[1])
+                    for event in ready:
+                        await event.wait()
+                    await writer.add_message("user", "second")
+                while "read-only" not in ended:  # the read-only runtime closed; the guard bounds the wait
+                    await trio.sleep(0.001)
+                assert ended == ["read-only"]  # the writing runtime's subscription lives on
+        assert ended == ["read-only", "writing"]  # the nursery waited for the writing runtime's reader

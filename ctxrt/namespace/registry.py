@@ -7,7 +7,7 @@ stops, and retires every actor of a branch when that branch is deleted (docs/beh
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -59,6 +59,7 @@ class NamespaceRegistry:
         self._nursery = nursery
         self._services = Services(engine, store, slots, model, self._forget, model_timeout_s)
         self._refs: dict[tuple[int, str], NamespaceRef] = {}
+        self._on_close: set[Callable[[], None]] = set()
         self.closed = False
 
     def __len__(self) -> int:
@@ -137,9 +138,18 @@ class NamespaceRegistry:
                 del self._refs[key]
                 ref.close(error)
 
+    def on_close(self, end: Callable[[], None]) -> Callable[[], None]:
+        """Call ``end`` when the runtime closes (a subscription's channel ends then); returns the cancel."""
+        self._on_close.add(end)
+        return lambda: self._on_close.discard(end)
+
     def close(self) -> None:
-        """The runtime is closing: stop every actor; their managers raise ``ManagerClosedError``."""
+        """The runtime is closing: stop every actor; their managers raise ``ManagerClosedError``;
+        every ``on_close`` callback runs."""
         self.closed = True
+        ends, self._on_close = self._on_close, set()
+        for end in ends:
+            end()
         for ref in list(self._refs.values()):
             ref.close(lambda ref=ref: ManagerClosedError(  # type: ignore[misc]  # mypy infers no type for a lambda default
                 f"the runtime closed; the manager of namespace {ref.namespace!r} on branch {ref.branch_name!r} "
