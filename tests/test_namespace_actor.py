@@ -85,6 +85,8 @@ async def cancelled_after(checkpoints: int, call: Callable[[], Awaitable[Any]]) 
                 await call()
             except ctxrt.CtxrtError:
                 pass  # a refusal that won the race against the cancel is an answer too
+            except BaseExceptionGroup as group:  # a host's ``except trio.Cancelled`` would miss it
+                raise AssertionError(f"the cancelled call raised a group, not Cancelled: {group!r}") from group
         nursery.cancel_scope.cancel()
     return scope.cancelled_caught
 
@@ -213,8 +215,9 @@ async def test_a_call_cancelled_at_any_checkpoint_leaves_the_actor_agreeing_with
     tmp_path: Path, method: str
 ) -> None:
     """L4, L3, C1, C8, C13: each method, cancelled after k checkpoints for k = 0..24 with the store busy:
-    the record in the store is the one the actor enforces, other readers stay refused, and the runtime
-    keeps serving ann's manager and a fresh one."""
+    the record in the store is the one the actor enforces, other readers stay refused, the runtime
+    keeps serving ann's manager and a fresh one, and a call cut short raises ``trio.Cancelled`` itself,
+    never inside an exception group."""
     model = ScriptedModel(echo_markers)
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(tmp_path / "s", model=model, durability="os") as rt, busy_store(rt):

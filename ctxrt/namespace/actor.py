@@ -1094,6 +1094,11 @@ async def serve_namespace(
             task_status.started()
             try:
                 await actor.serve()
+            except trio.Cancelled as exc:
+                # Raised as itself, not in a group. When the opener was cancelled as the actor started,
+                # trio leaves the actor in the opener's scope, and the opener gets this (a host's
+                # ``except trio.Cancelled`` must see it).
+                refused = exc
             finally:
                 actor.stop(actor.stop_error or _runtime_closed(actor.place))
                 actor.release()
