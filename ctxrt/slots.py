@@ -416,8 +416,10 @@ def decode_stored(engine: StoreEngine, data: bytes, sequence: int) -> Message:
 
 
 def parse_id(message_id: object) -> int | None:
-    """A message id's sequence, or None if it isn't one (ids are decimal sequences)."""
-    if isinstance(message_id, str) and message_id.isdigit() and message_id.isascii() and len(message_id) <= 20:
+    """A message id's sequence, or None if it isn't one: an id is its sequence in decimal, with no
+    leading zero ("002" names nothing, or it would be a second name of "2")."""
+    if (isinstance(message_id, str) and message_id.isdigit() and message_id.isascii() and len(message_id) <= 20
+            and message_id[0] != "0"):
         return int(message_id)  # a sequence is at most 20 digits (a u64); a longer "id" names nothing
     return None
 

@@ -228,6 +228,26 @@ async def test_a_bad_edit_changes_nothing(runtime: Runtime) -> None:
         assert runtime.engine.last_sequence == last
 
 
+async def test_an_id_with_a_leading_zero_names_no_message(runtime: Runtime) -> None:
+    """M1: an id is the sequence in decimal; "0" + an id is no second name for that message (from a
+    host-style attack: "002" read, edited and removed message 2). Refused lookups change nothing."""
+    with trio.fail_after(GUARD_S):
+        m = await runtime.open("a")
+        mid = await m.add_message("user", "original")
+        alias = "00" + mid
+        last = runtime.engine.last_sequence
+        assert await m.get_message(alias) is None
+        with pytest.raises(ctxrt.MessageNotFoundError):
+            await m.edit_message(alias, "edited through an alias")
+        with pytest.raises(ctxrt.MessageNotFoundError):
+            await m.remove_messages(alias, alias)
+        with pytest.raises(ctxrt.MessageNotFoundError):
+            await m.branch_at(alias)
+        assert runtime.engine.last_sequence == last
+        assert [message.content for message in await m.get_all_messages()] == [(Text("original"),)]
+        assert (await m.get_message(mid)).content == (Text("original"),)
+
+
 # -- M2, M3: namespaces and slots ---------------------------------------------------------------
 
 
