@@ -52,6 +52,9 @@ DOCUMENT_MEDIA_TYPES = frozenset({"application/pdf"})
 # Deeper JSON is refused at the edge so no later walk (encode, estimate, compare) can hit the
 # interpreter's recursion limit on stored data.
 MAX_JSON_DEPTH = 200
+# Larger integers are refused at the edge: Python's default int_max_str_digits (4,300) would keep
+# any process from writing them as JSON, or (when a host lifted it) from reading them back.
+MAX_INT_BITS = 14_000
 
 _BLOCK_BY_TAG: dict[str, type[Block]] = {cls.type: cls for cls in BLOCK_TYPES}
 _NESTED_TAGS = ("text", "image", "document")  # what the API lets a tool_result hold
@@ -112,7 +115,12 @@ def _json_value(value: object, path: str, depth: int = 0) -> Any:
     kind = type(value)
     if kind is str:
         return _string(value, path)
-    if value is None or kind is bool or kind is int:
+    if value is None or kind is bool:
+        return value
+    if kind is int and isinstance(value, int):
+        if value.bit_length() > MAX_INT_BITS:
+            raise MalformedContentError(path, f"an integer of {value.bit_length():,} bits is too large to store "
+                                        f"(at most {MAX_INT_BITS:,} bits, about 4,200 digits)")
         return value
     if type(value) is float:
         if not math.isfinite(value):
@@ -135,7 +143,7 @@ def _json_value(value: object, path: str, depth: int = 0) -> Any:
     if isinstance(value, str):
         return _string(value, path)
     if isinstance(value, int):  # int subclasses (bool was handled above), e.g. IntEnum
-        return int(value)
+        return _json_value(int(value), path, depth)
     if isinstance(value, float):
         return _json_value(float(value), path, depth)
     raise MalformedContentError(path, f"is not JSON-serialisable ({_type_name(value)})")

@@ -196,7 +196,21 @@ BAD_INPUTS: dict[str, tuple[dict[str, Any], str]] = {
     "metadata NaN": ({"metadata": {"x": float("nan")}}, "metadata"),
     "metadata not an object": ({"metadata": [1, 2]}, "metadata"),
     "caused_by a string": ({"caused_by": "1"}, "caused_by"),
+    "metadata integer too large to store": ({"metadata": {"a": 10**5000}}, "metadata.a"),
+    "tool input integer too large to store": (
+        {"content": [{"type": "tool_use", "id": "t1", "name": "n", "input": {"x": [-(10**5000)]}}]}, "content[0].input.x[0]"),
 }
+
+
+async def test_a_large_integer_within_the_bound_is_stored_exactly(runtime: Runtime) -> None:
+    """M1, M6: integers up to the bound (here 400 digits, and a u64) are kept exactly, not rounded."""
+    with trio.fail_after(GUARD_S):
+        m = await runtime.open("a")
+        mid = await m.add_message("user", "big numbers", metadata={"big": 10**400, "u64": 2**64 - 1})
+        assert (await m.get_message(mid)).metadata == {"big": 10**400, "u64": 2**64 - 1}
+        async with ctxrt.open_runtime(runtime.path, readonly=True) as reader:  # decoded from the store
+            stored = await (await reader.open("a")).get_message(mid)
+            assert stored is not None and stored.metadata == {"big": 10**400, "u64": 2**64 - 1}
 
 
 @pytest.mark.parametrize(("kwargs", "path"), list(BAD_INPUTS.values()), ids=list(BAD_INPUTS))
