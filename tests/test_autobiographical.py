@@ -482,6 +482,23 @@ async def test_only_a_complete_end_turn_with_text_becomes_a_summary(tmp_path: Pa
             assert len(model.requests) == 2 and await m.is_ready()
 
 
+async def test_closing_the_runtime_while_compression_drains_logs_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """L3, L5 (from a host-style attack): leaving ``open_runtime`` while an auto-ticking namespace plans
+    and commits compression stops it quietly; its store actor having stopped is not an error to log
+    (it was, with a traceback, in most of these five rounds)."""
+    caplog.set_level(logging.DEBUG, logger="ctxrt")
+    with trio.fail_after(GUARD_S):
+        for round_ in range(5):
+            async with ctxrt.open_runtime(tmp_path / f"s{round_}", model=ctxrt.OfflineModel()) as rt:
+                m = await rt.open(NS, view_reader="ann", strategy=ctxrt.Autobiographical(
+                    "x", auto_tick=True, target_chunk_tokens=50, recent_window_tokens=50, l1_holdback_chunks=0))
+                for _ in range(40):
+                    await m.add_message("user", "words here. " * 30)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 async def test_a_failed_compression_is_retried_then_quarantined_and_stays_raw(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -24,12 +24,14 @@ from .. import codec
 from ..compile import CompileMemo, build_compile_result, validate_injections
 from ..content import Message, hidden_by_edit
 from ..errors import (
+    BranchNotFoundError,
     ConfigConflictError,
     ManagerClosedError,
     MessageNotFoundError,
     ModelError,
     ReaderConflictError,
     ReadOnlyStoreError,
+    RuntimeClosedError,
     StrategyRefusedError,
     ValueConflictError,
 )
@@ -510,7 +512,7 @@ class _Actor:
                     if reply is not None:
                         reply.resolve(False, exc)
                     else:
-                        logger.exception("%s: %s failed", self.place, type(command).__name__)
+                        _report(exc, "%s: %s failed", self.place, type(command).__name__)
                 else:
                     if reply is not None and result is not _LATER:
                         reply.resolve(True, result)
@@ -870,8 +872,8 @@ class _Actor:
                     return
                 try:
                     started = await self._begin(None, None)
-                except Exception:
-                    logger.exception("compression drain of %s failed to plan a unit", self.place)
+                except Exception as exc:
+                    _report(exc, "compression drain of %s failed to plan a unit", self.place)
                     started = False
                 if not started:
                     self.drain_wanted = False
@@ -975,7 +977,7 @@ class _Actor:
             if flight.reply is not None:
                 flight.reply.resolve(False, exc)
             else:
-                logger.exception("compression drain of %s failed to apply %s", self.place, flight.unit.key)
+                _report(exc, "compression drain of %s failed to apply %s", self.place, flight.unit.key)
             self.drain_wanted = False
             return
         if flight.reply is not None:
@@ -1074,6 +1076,15 @@ async def _complete(
                 logger.exception("model call for %s in %r failed", unit.key, ref.namespace)
                 outcome = ModelError(f"the model raised {exc!r}", retryable=False)
         ref.tell(UnitDone(epoch, unit, outcome))
+
+
+def _report(exc: BaseException, message: str, *args: Any) -> None:
+    """Log a failure no caller hears of. One that only says the actor is going away (its runtime
+    closing, its branch deleted) is expected then, and logged at debug level without a traceback."""
+    if isinstance(exc, (RuntimeClosedError, BranchNotFoundError)):
+        logger.debug(message + " (the actor is stopping: %s)", *args, exc)
+    else:
+        logger.error(message, *args, exc_info=exc)
 
 
 async def serve_namespace(
