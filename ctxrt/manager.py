@@ -9,7 +9,6 @@ the namespace actor, in its mailbox order. Once its branch is deleted, every cal
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import secrets
@@ -744,19 +743,25 @@ class ContextManager:
     # -- live settings ----------------------------------------------------------------------
 
     def set_tool_definitions(self, tools: Sequence[Mapping[str, Any]]) -> None:
-        """Tool definitions the namespace's compression requests carry (in mailbox order)."""
+        """Tool definitions the namespace's compression requests carry (in mailbox order).
+
+        Raises:
+            TypeError: ``tools`` not a sequence of mappings.
+            MalformedContentError: a definition that isn't JSON a model request can carry (a key
+                that isn't a string, NaN, an object that isn't JSON), naming the place.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
         ref = self._live()
         tools = checks.sequence(tools, "tools")
+        checked = []
         for index, tool in enumerate(tools):
             if not isinstance(tool, Mapping):
                 raise TypeError(f"tools[{index}] must be a mapping (a Messages API tool definition), not "
                                 f"{type(tool).__name__}")
-            try:
-                json.dumps(tool, allow_nan=False)  # it goes into model requests as JSON
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"tools[{index}] is not JSON a model request can carry: {exc}") from None
-        if tools:
-            ref.tell(SetTools(tools))
+            # A JSON-native copy: it goes into model requests as JSON, and the host may change its own.
+            checked.append(codec.validate_metadata(tool, path=f"tools[{index}]"))
+        if checked:
+            ref.tell(SetTools(tuple(checked)))
 
     def set_system_prompt(self, text: str | None) -> None:
         """The system prompt of the namespace's compression requests (in mailbox order)."""

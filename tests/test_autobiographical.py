@@ -482,6 +482,25 @@ async def test_only_a_complete_end_turn_with_text_becomes_a_summary(tmp_path: Pa
             assert len(model.requests) == 2 and await m.is_ready()
 
 
+async def test_compression_requests_carry_a_copy_of_the_tool_definitions_and_refuse_non_json(tmp_path: Path) -> None:
+    """M6 (from a host-style attack): ``set_tool_definitions`` refuses a definition that isn't JSON
+    (a key that isn't a string, which JSON would have turned into "1"), naming the place; an accepted
+    one reaches the next compression request as it was when set, whatever the host changes later."""
+    model = ScriptedModel(remember)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            with pytest.raises(ctxrt.MalformedContentError) as refused:
+                m.set_tool_definitions([{"name": "ok"}, {"name": "t", 1: 2}])
+            assert refused.value.path == "tools[1][1]"
+            tool = {"name": "lookup", "input_schema": {"type": "object", "properties": {}}}
+            m.set_tool_definitions([tool])
+            tool["name"] = "changed after it was set"
+            await add_all(m, 8)
+            assert await m.tick()
+            assert model.requests[-1].tools == ({"name": "lookup", "input_schema": {"type": "object", "properties": {}}},)
+
+
 async def test_closing_the_runtime_while_compression_drains_logs_no_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
