@@ -753,13 +753,15 @@ class ContextManager:
         """
         ref = self._live()
         tools = checks.sequence(tools, "tools")
-        checked = []
+        checked: list[Mapping[str, Any]] = []
         for index, tool in enumerate(tools):
             if not isinstance(tool, Mapping):
                 raise TypeError(f"tools[{index}] must be a mapping (a Messages API tool definition), not "
                                 f"{type(tool).__name__}")
             # A JSON-native copy: it goes into model requests as JSON, and the host may change its own.
-            checked.append(codec.validate_metadata(tool, path=f"tools[{index}]"))
+            copy = codec.validate_metadata(tool, path=f"tools[{index}]")
+            assert copy is not None  # the copy of a mapping
+            checked.append(copy)
         if checked:
             ref.tell(SetTools(tuple(checked)))
 
