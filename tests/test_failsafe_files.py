@@ -2,11 +2,12 @@
 
 Determinism rules: one store is built per test through the runtime (messages with media
 blobs and overflow-sized text, values, a fork, an edit and a removal), then damaged on a copy
-with plain file writes: truncated, emptied, deleted, a page zeroed. Every open of a damaged
-copy runs in a forked child of ``failsafe_child.py``'s fork server, so a SIGBUS or an abort
-would kill only the child; the server reports how each child ended. The damaged offsets are
-fixed lists (every page under ``CTXRT_SOAK=1``), never random. A ``trio.fail_after`` guard
-bounds every test.
+with plain file writes: truncated, emptied, deleted, a page zeroed, a bit of a meta page's txnid
+flipped. Every open of a damaged copy runs in a forked child of ``failsafe_child.py``'s fork
+server, so a SIGBUS or an abort would kill only the child; the server reports how each child
+ended. The damaged offsets are fixed lists (every page under ``CTXRT_SOAK=1``), never random;
+the txnid-flip property draws its bits through Hypothesis, derandomized in ``make test``. A
+``trio.fail_after`` guard bounds every test.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -409,3 +412,233 @@ async def test_verify_refuses_a_foreign_environment_without_calling_it_damaged(t
     report = verify_store(store)
     assert report.status == "not checked" and report.exit_code == 2
     assert "is not a ctxrt store" in report.notes[-1]
+
+
+# -- the meta pages' transaction ids ---------------------------------------------------------------------
+
+TXNID_AT = 16 + 128  # mm_txnid: after the 16-byte page header and 128 bytes of MDB_meta
+
+
+def meta_txnids(store: Path) -> tuple[int, int]:
+    data = (store / files.DATA_NAME).read_bytes()[: PAGE + TXNID_AT + 8]
+    return (int.from_bytes(data[TXNID_AT : TXNID_AT + 8], sys.byteorder),
+            int.from_bytes(data[PAGE + TXNID_AT : PAGE + TXNID_AT + 8], sys.byteorder))
+
+
+def flip_txnid_bit(page: int, bit: int) -> Callable[[Path], None]:
+    """Flip one bit of meta page ``page``'s txnid, on disk."""
+    def damage(data: Path) -> None:
+        at = page * PAGE + TXNID_AT + (bit // 8 if sys.byteorder == "little" else 7 - bit // 8)
+        with open(data, "r+b") as file:
+            file.seek(at)
+            byte = file.read(1)[0]
+            file.seek(at)
+            file.write(bytes([byte ^ 1 << bit % 8]))
+    return damage
+
+
+async def two_messages(store: Path) -> None:
+    async with open_runtime(store) as rt:
+        manager = await rt.open("a")
+        await manager.add_message("user", "first")
+        await manager.add_message("user", "the last acknowledged write")
+    assert not _REGISTRY
+
+
+async def messages_read(store: Path, **options: bool) -> list[str]:
+    async with open_runtime(store, **options) as rt:
+        manager = await rt.open("a")
+        return [message.content[0].text for message in await manager.get_all_messages()]  # type: ignore[union-attr]
+
+
+TXNIDS_APART = (r"meta page 0 records transaction \d+ and meta page 1 transaction \d+, but LMDB writes them "
+                r"alternately, one commit apart: one meta page is damaged, so which commit is the last can't be told")
+
+
+@pytest.mark.parametrize("which", ["older made newer", "newer made older"])
+async def test_a_flipped_bit_in_a_meta_pages_txnid_is_refused_never_serving_an_older_commit(
+    tmp_path: Path, which: str
+) -> None:
+    """One flipped txnid bit would make LMDB serve the commit before the last, silently dropping an
+    acknowledged write (K3); writers, read-only opens that check every page and verify all refuse
+    or report it, naming both txnids, and nothing is written to the file (K7)."""
+    store = tmp_path / "store"
+    await two_messages(store)
+    txnids = meta_txnids(store)
+    newer = txnids.index(max(txnids))
+    # The older page gains 65536; the newer one loses its highest set bit (5 -> 1, 7 -> 3, ...).
+    page, bit = (1 - newer, 16) if which == "older made newer" else (newer, txnids[newer].bit_length() - 1)
+    flip_txnid_bit(page, bit)(store / files.DATA_NAME)
+    flipped = meta_txnids(store)
+    assert max(flipped) == flipped[1 - newer] and abs(flipped[0] - flipped[1]) > 1  # LMDB would pick the older commit
+    before = tree_bytes(store)
+    expected = (f"store file {store / files.DATA_NAME} is damaged: meta page 0 records transaction {flipped[0]} and "
+                f"meta page 1 transaction {flipped[1]}, but LMDB writes them alternately, one commit apart: one meta "
+                f"page is damaged, so which commit is the last can't be told")
+    with trio.fail_after(60):
+        async with fork_server() as children:
+            for mode in ("ro", "rw"):
+                answer = await children.open(store, mode)
+                assert answer == f"error ctxrt.errors.StoreCorruptError {expected}", f"{mode}: {answer}"
+        with pytest.raises(StoreCorruptError) as refused:
+            await messages_read(store, readonly=True, check_pages=True)
+        assert str(refused.value) == expected and refused.value.path == str(store / files.DATA_NAME)
+        report = verify_in_child(store)
+        result = await trio.run_process([sys.executable, "-m", "ctxrt", "verify", str(store)], capture_stdout=True,
+                                        capture_stderr=True, check=False)
+    assert report.status == "damaged" and report.exit_code == 1, report.lines()
+    assert [(item.place, item.what) for item in report.damage] == [(files.DATA_NAME, expected.split(": ", 1)[1])]
+    out = result.stdout.decode()
+    assert result.returncode == 1 and f"damaged: data.mdb: {expected.split(': ', 1)[1]}" in out, out
+    assert tree_bytes(store) == before, "a refused open wrote to the store"
+    flip_txnid_bit(page, bit)(store / files.DATA_NAME)  # undone: the store is whole again
+    assert await messages_read(store) == ["first", "the last acknowledged write"]
+
+
+async def test_stores_lmdb_wrote_have_meta_txnids_one_commit_apart_and_open(tmp_path: Path) -> None:
+    """No store LMDB wrote is refused by the txnid check: one never committed (both 0), a ctxrt store
+    after its first commit and after many, and copies made by mdb_env_copy, plain and compacting (K7)."""
+    raw = tmp_path / "raw"
+    lmdb.open(str(raw), max_dbs=2).close()
+    assert meta_txnids(raw) == (0, 0) and files.read_meta(raw).is_empty
+    store = tmp_path / "store"
+    with trio.fail_after(60):
+        async with open_runtime(store):
+            pass
+        first = meta_txnids(store)
+        assert sorted(first) == [0, 1]
+        async with open_runtime(store, durability="os") as rt:
+            manager = await rt.open("a")
+            for i in range(40):
+                await manager.add_message("user", f"m{i} " + "word " * (i * 30))
+        many = meta_txnids(store)
+        assert abs(many[0] - many[1]) == 1 and max(many) > 40
+        env = lmdb.open(str(store), max_dbs=len(keys.ALL_DBS) + 2, readonly=True)
+        try:
+            for compact in (False, True):
+                (tmp_path / f"copy-{compact}").mkdir()
+                env.copy(str(tmp_path / f"copy-{compact}"), compact=compact)
+        finally:
+            env.close()
+        assert meta_txnids(tmp_path / "copy-False") == many
+        assert meta_txnids(tmp_path / "copy-True") == (0, 1)
+        expected = [f"m{i} " + "word " * (i * 30) for i in range(40)]
+        for copy in (store, tmp_path / "copy-False", tmp_path / "copy-True"):
+            files.read_meta(copy)
+            assert await messages_read(copy, readonly=True, check_pages=True) == expected
+            assert await messages_read(copy) == expected
+
+
+WRITER_SCRIPT = """
+import sys, lmdb
+env = lmdb.open(sys.argv[1], sync=False, metasync=False, max_dbs=2)
+table = env.open_db(b"x")
+print("ready", flush=True)
+i = 0
+while True:
+    with env.begin(write=True) as txn:
+        txn.put(b"k%d" % (i % 300), b"v" * (i % 700), db=table)
+    i += 1
+"""
+
+
+def test_reading_the_meta_pages_while_another_process_commits_never_refuses(tmp_path: Path) -> None:
+    """A reader reads the meta pages while a writer in another process commits as fast as LMDB can
+    (no fsync): the txnid check never refuses that sound store (K7).
+
+    Reading the two pages at two moments could show txnids commits apart; they are read in one
+    pread, and read again before refusing.
+    """
+    env_path = tmp_path / "raw"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(env_path)], stdout=subprocess.PIPE)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == b"ready\n"
+        fd = os.open(env_path / files.DATA_NAME, os.O_RDONLY)
+        try:
+            start = files._committed_metas(env_path, fd, 0)[0].txnid
+            reads = 0
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                first, second = files._committed_metas(env_path, fd, 0)
+                assert files.one_commit_apart(first.txnid, second.txnid)
+                reads += 1
+            end = files._committed_metas(env_path, fd, 0)[0].txnid
+        finally:
+            os.close(fd)
+    finally:
+        writer.kill()
+        writer.wait()
+    assert end - start > 1000, (reads, start, end)  # the writer kept committing all along
+
+
+def test_a_torn_read_of_the_meta_pages_is_read_again_before_refusing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Meta pages read as txnids commits apart once, then one apart, are a writer's commit seen mid-way:
+    accepted; read the same way twice in a row, they are refused (K7)."""
+    env_path = tmp_path / "raw"
+    env = lmdb.open(str(env_path), max_dbs=2)
+    for i in range(5):
+        with env.begin(write=True) as txn:
+            txn.put(b"k", b"%d" % i)
+    env.close()
+    real_read = files._read
+    torn = {"left": 0}
+
+    def read(fd: int, offset: int, length: int) -> bytes:
+        data = bytearray(real_read(fd, offset, length))
+        if offset == 0 and length > PAGE and torn["left"]:
+            torn["left"] -= 1
+            at = PAGE + TXNID_AT
+            data[at : at + 8] = (int.from_bytes(data[at : at + 8], sys.byteorder) + 4).to_bytes(8, sys.byteorder)
+        return bytes(data)
+
+    monkeypatch.setattr(files, "_read", read)
+    torn["left"] = 1
+    assert files.read_meta(env_path).txnid == 5 and torn["left"] == 0
+    torn["left"] = 2
+    with pytest.raises(StoreCorruptError, match=r"meta page 0 records transaction 4 and meta page 1 transaction 9, "):
+        files.read_meta(env_path)
+
+
+def test_any_flipped_txnid_bit_is_refused_or_read_as_the_last_commit_but_for_bit_1(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """After any number of commits, a flip of any one txnid bit of either meta page is refused, or the
+    store reads as its last commit (K7, K3): the only flips the txnid check can't see are of bit 1
+    (a txnid moved by 2 past its neighbour's looks like a sound pair), and those read as the last or
+    the previous commit. Opened in this process: a flipped txnid leaves both commits' pages whole, so
+    LMDB reading either can't crash.
+    """
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    root = tmp_path_factory.mktemp("txnid-flips")
+    built: dict[int, Path] = {}
+
+    async def build(store: Path, count: int) -> None:
+        async with open_runtime(store, durability="os") as rt:
+            manager = await rt.open("a")
+            for i in range(count):
+                await manager.add_message("user", f"m{i}")
+
+    @settings(max_examples=80)
+    @given(count=st.integers(1, 6), page=st.integers(0, 1), bit=st.integers(0, 63))
+    def flip(count: int, page: int, bit: int) -> None:
+        if count not in built:
+            built[count] = root / f"built-{count}"
+            trio.run(build, built[count], count)
+        copy = damaged_copy(built[count], root / "copy", flip_txnid_bit(page, bit))
+        txnids = meta_txnids(copy)
+        try:
+            read = trio.run(partial(messages_read, copy, readonly=True))
+        except StoreCorruptError as exc:
+            assert not files.one_commit_apart(*txnids) or "no tables" in exc.what, exc.what
+            if not files.one_commit_apart(*txnids):
+                assert re.fullmatch(TXNIDS_APART, exc.what), exc.what
+            return
+        finally:
+            assert not _REGISTRY
+        assert files.one_commit_apart(*txnids), f"{txnids} were not refused"
+        last = [f"m{i}" for i in range(count)]
+        assert read == last or (bit == 1 and read == last[:-1]), (txnids, read)
+
+    flip()

@@ -21,6 +21,13 @@ and the main table, 48 bytes each: ``md_pad u32, md_flags u16, md_depth u16, md_
 md_leaf_pages, md_overflow_pages, md_entries, md_root``, all u64 after the first three), then
 ``mm_last_pg u64, mm_txnid u64``. The committed meta is the one with the higher txnid; the page
 size is the free table's ``md_pad``.
+
+LMDB writes commit N's meta into page N % 2, so once a store has committed its meta pages hold
+consecutive txnids (both are 0 only before the first commit; ``mdb_env_copy`` writes a copied
+pair, a compacting one 0 and 1). Txnids further apart, or equal and not 0, mean one meta page
+is damaged: LMDB would serve whichever says it is newer, perhaps an older commit, so the open
+refuses the file. A reader may read the pages while a writer commits; it reads them again
+before it refuses.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import time
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
@@ -47,6 +55,8 @@ PAGE_HEADER = 16
 META_SIZE = 136
 NO_PAGE = (1 << 64) - 1  # P_INVALID: an empty table's root
 MAX_DEPTH = 32  # LMDB's cursor stack
+MAX_PAGE_SIZE = 65536
+META_READS = 6  # reads of the meta pages before txnids that aren't one commit apart are refused
 
 P_BRANCH, P_LEAF, P_OVERFLOW, P_META, P_LEAF2 = 0x01, 0x02, 0x04, 0x08, 0x20
 F_BIGDATA, F_SUBDATA = 0x01, 0x02
@@ -168,16 +178,17 @@ def _read(fd: int, offset: int, length: int) -> bytes:
     return os.pread(fd, length, offset)
 
 
-def _meta_at(fd: int, offset: int) -> tuple[int, int, Meta | None, int]:
-    """(magic, version, meta or None if the magic or version is wrong, page-size field) at ``offset``."""
-    raw = _read(fd, offset, PAGE_HEADER + META_SIZE)
-    if len(raw) < PAGE_HEADER + META_SIZE:
+def _meta_at(raw: bytes, offset: int) -> tuple[int, int, Meta | None, int]:
+    """(magic, version, meta or None if the magic or version is wrong, page-size field) of the
+    meta page at ``offset`` in ``raw`` (the start of the file)."""
+    if len(raw) < offset + PAGE_HEADER + META_SIZE:
         raise _NotLMDB("too short to hold a meta page")
-    magic, version, _address, map_size = _META_HEAD.unpack_from(raw, PAGE_HEADER)
-    free = Table.unpack(raw, PAGE_HEADER + _META_HEAD.size)
-    page_size = _DB.unpack_from(raw, PAGE_HEADER + _META_HEAD.size)[0]
-    main = Table.unpack(raw, PAGE_HEADER + _META_HEAD.size + _DB.size)
-    last_page, txnid = struct.unpack_from(_E + "QQ", raw, PAGE_HEADER + _META_HEAD.size + 2 * _DB.size)
+    at = offset + PAGE_HEADER
+    magic, version, _address, map_size = _META_HEAD.unpack_from(raw, at)
+    free = Table.unpack(raw, at + _META_HEAD.size)
+    page_size = _DB.unpack_from(raw, at + _META_HEAD.size)[0]
+    main = Table.unpack(raw, at + _META_HEAD.size + _DB.size)
+    last_page, txnid = struct.unpack_from(_E + "QQ", raw, at + _META_HEAD.size + 2 * _DB.size)
     if magic != MAGIC or version != DATA_VERSION:
         return magic, version, None, page_size
     return magic, version, Meta(page_size, map_size, last_page, txnid, free, main), page_size
@@ -187,8 +198,8 @@ def read_meta(directory: Path) -> Meta:
     """Check the data file's meta pages, its size and its tables' root pages; the committed meta.
 
     Raises:
-        StoreCorruptError: damaged meta pages, a file shorter than the pages in use, a root
-            page that isn't a tree page.
+        StoreCorruptError: damaged meta pages (txnids not one commit apart among them), a file
+            shorter than the pages in use, a root page that isn't a tree page.
         StoreFormatError: not an LMDB data file (and nothing shows a ctxrt store was here), or
             an LMDB data version this build doesn't read.
         FileNotFoundError: no data file.
@@ -206,9 +217,61 @@ def _corrupt(directory: Path, what: str) -> StoreCorruptError:
 
 
 def _check(directory: Path, fd: int, size: int) -> Meta:
+    first, second = _committed_metas(directory, fd, size)
+    meta = second if first.txnid < second.txnid else first
+    if meta.last_page < 1:
+        raise _corrupt(directory, f"the committed meta page records last page {meta.last_page}")
+    if size < meta.used_bytes:
+        _check_free_tail(directory, fd, size, meta)
+    for name, table in (("the free-page table", meta.free), ("the main table", meta.main)):
+        _check_root(directory, fd, size, meta, name, table)
+    if meta.main.root != NO_PAGE:
+        for name, table in _named_tables(directory, fd, meta):
+            _check_root(directory, fd, size, meta, f"table {name!r}", table)
+    return meta
+
+
+def one_commit_apart(first: int, second: int) -> bool:
+    """Whether two meta pages' txnids are ones LMDB writes: consecutive, or both 0 (no commit yet)."""
+    return abs(first - second) == 1 or first == second == 0
+
+
+def _committed_metas(directory: Path, fd: int, size: int) -> tuple[Meta, Meta]:
+    """Both meta pages, whose txnids are one commit apart.
+
+    A writer in another process may write a meta page between (or during) the reads of the two,
+    which can show txnids commits apart; so txnids that aren't one apart are read again, and
+    refused once two reads in a row show the same ones (or after ``META_READS`` reads).
+    """
+    seen = None
+    for attempt in range(META_READS):
+        first, second = _metas(directory, fd, size)
+        txnids = (first.txnid, second.txnid)
+        if one_commit_apart(*txnids):
+            return first, second
+        if txnids == seen:
+            break
+        seen = txnids
+        if attempt + 1 < META_READS:
+            time.sleep(0.001 * 2**attempt)
+    raise _corrupt(
+        directory,
+        f"meta page 0 records transaction {first.txnid} and meta page 1 transaction {second.txnid}, but LMDB "
+        f"writes them alternately, one commit apart: one meta page is damaged, so which commit is the last "
+        f"can't be told",
+    )
+
+
+def _metas(directory: Path, fd: int, size: int) -> tuple[Meta, Meta]:
+    """The two meta pages, each checked on its own and against the other's page size.
+
+    Both are read in one ``pread`` (as far as the largest page size reaches), so a writer
+    committing in another process has the least time to write one between them.
+    """
     path = data_path(directory)
+    start = _read(fd, 0, MAX_PAGE_SIZE + PAGE_HEADER + META_SIZE)
     try:
-        magic, version, first, page_size = _meta_at(fd, 0)
+        magic, version, first, page_size = _meta_at(start, 0)
         if first is None and magic != MAGIC:
             raise _NotLMDB(f"no LMDB magic number at the start (found 0x{magic:08x})")
     except _NotLMDB as exc:
@@ -221,27 +284,17 @@ def _check(directory: Path, fd: int, size: int) -> Meta:
         raise StoreFormatError(
             f"{path} is LMDB data version {version}; this build of LMDB reads version {DATA_VERSION} only"
         )
-    if page_size < 512 or page_size > 65536 or page_size & (page_size - 1):
+    if page_size < 512 or page_size > MAX_PAGE_SIZE or page_size & (page_size - 1):
         raise _corrupt(directory, f"meta page 0 records an impossible page size {page_size}")
     try:
-        magic, version, second, _ = _meta_at(fd, page_size)
+        magic, version, second, _ = _meta_at(start, page_size)
     except _NotLMDB:
         raise _corrupt(directory, f"it is {size} bytes, too short to hold its second meta page") from None
     if second is None:
         raise _corrupt(directory, f"meta page 1 is damaged (magic 0x{magic:08x}, version {version})")
     if second.page_size != page_size:
         raise _corrupt(directory, f"the meta pages disagree on the page size ({page_size} vs {second.page_size})")
-    meta = second if first.txnid < second.txnid else first
-    if meta.last_page < 1:
-        raise _corrupt(directory, f"the committed meta page records last page {meta.last_page}")
-    if size < meta.used_bytes:
-        _check_free_tail(directory, fd, size, meta)
-    for name, table in (("the free-page table", meta.free), ("the main table", meta.main)):
-        _check_root(directory, fd, size, meta, name, table)
-    if meta.main.root != NO_PAGE:
-        for name, table in _named_tables(directory, fd, meta):
-            _check_root(directory, fd, size, meta, f"table {name!r}", table)
-    return meta
+    return first, second
 
 
 def _page(directory: Path, fd: int, size: int, meta: Meta, number: int, what: str) -> bytes:
