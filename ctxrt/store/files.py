@@ -207,9 +207,28 @@ def read_meta(directory: Path) -> Meta:
     path = data_path(directory)
     fd = os.open(path, os.O_RDONLY)
     try:
-        return _check(directory, fd, os.fstat(fd).st_size)
+        for attempt in range(META_READS):
+            before = _txnids(directory, fd)
+            try:
+                return _check(directory, fd, os.fstat(fd).st_size)
+            except StoreCorruptError:
+                # A writer in another process may reuse a page between this read of the meta pages
+                # and of the roots they name: a commit since is worth another look, while the same
+                # finding with no commit between is damage.
+                if before is None or _txnids(directory, fd) == before or attempt + 1 == META_READS:
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
     finally:
         os.close(fd)
+
+
+def _txnids(directory: Path, fd: int) -> tuple[int, int] | None:
+    """The two meta pages' txnids as they are now; None if they can't be read."""
+    try:
+        first, second = _metas(directory, fd, os.fstat(fd).st_size)
+    except (StoreCorruptError, StoreFormatError, OSError, struct.error):
+        return None
+    return first.txnid, second.txnid
 
 
 def _corrupt(directory: Path, what: str) -> StoreCorruptError:
