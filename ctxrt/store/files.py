@@ -208,14 +208,17 @@ def read_meta(directory: Path) -> Meta:
     fd = os.open(path, os.O_RDONLY)
     try:
         for attempt in range(META_READS):
-            before = _txnids(directory, fd)
+            size = os.fstat(fd).st_size
+            first, second = _committed_metas(directory, fd, size)
             try:
-                return _check(directory, fd, os.fstat(fd).st_size)
+                return _check_metas(directory, fd, size, first, second)
             except StoreCorruptError:
-                # A writer in another process may reuse a page between this read of the meta pages
-                # and of the roots they name: a commit since is worth another look, while the same
-                # finding with no commit between is damage.
-                if before is None or _txnids(directory, fd) == before or attempt + 1 == META_READS:
+                # A writer in another process may grow the file after its size was read, or reuse a
+                # page between this read of the meta pages and of the roots they name: a commit (or
+                # growth) since is worth another look; the same finding with none between is damage.
+                now = _txnids(directory, fd)
+                if now is None or (now, os.fstat(fd).st_size) == ((first.txnid, second.txnid), size) \
+                        or attempt + 1 == META_READS:
                     raise
         raise AssertionError("unreachable: the last attempt returns or raises")
     finally:
@@ -236,7 +239,10 @@ def _corrupt(directory: Path, what: str) -> StoreCorruptError:
 
 
 def _check(directory: Path, fd: int, size: int) -> Meta:
-    first, second = _committed_metas(directory, fd, size)
+    return _check_metas(directory, fd, size, *_committed_metas(directory, fd, size))
+
+
+def _check_metas(directory: Path, fd: int, size: int, first: Meta, second: Meta) -> Meta:
     meta = second if first.txnid < second.txnid else first
     if meta.last_page < 1:
         raise _corrupt(directory, f"the committed meta page records last page {meta.last_page}")
