@@ -508,7 +508,7 @@ class _Actor:
                 command, reply = envelope
                 try:
                     result = await self.handle(command, reply)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported by _report
                     if reply is not None:
                         reply.resolve(False, exc)
                     else:
@@ -872,7 +872,7 @@ class _Actor:
                     return
                 try:
                     started = await self._begin(None, None)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported by _report
                     _report(exc, "compression drain of %s failed to plan a unit", self.place)
                     started = False
                 if not started:
@@ -973,7 +973,7 @@ class _Actor:
                 result = self.strategy.apply_unit(flight.unit, done.outcome, self.ctx)
                 await self._commit()
             await self._calibrate(flight.request, done.outcome)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported by _report
             if flight.reply is not None:
                 flight.reply.resolve(False, exc)
             else:
