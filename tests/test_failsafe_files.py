@@ -544,7 +544,7 @@ while True:
 
 def test_checking_a_store_while_another_process_commits_never_refuses_it(tmp_path: Path) -> None:
     """The open's checks run while a writer in another process commits as fast as LMDB can (no
-    fsync): they never refuse that sound store (K7).
+    fsync): they never refuse that sound store (K7), nor take it for another LMDB environment (K5).
 
     Reading the two meta pages at two moments could show txnids commits apart, and a root page a
     meta page names may be reused by the time it is read: the meta pages are read in one pread,
@@ -559,6 +559,7 @@ def test_checking_a_store_while_another_process_commits_never_refuses_it(tmp_pat
         deadline = time.monotonic() + 2
         while time.monotonic() < deadline:
             files.read_meta(env_path)
+            assert files.foreign_entries(env_path, [b"x"]) == []  # never someone else's environment
             reads += 1
         end = files.read_meta(env_path).txnid
     finally:

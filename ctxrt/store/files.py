@@ -36,8 +36,9 @@ import os
 import struct
 import sys
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 
@@ -194,6 +195,9 @@ def _meta_at(raw: bytes, offset: int) -> tuple[int, int, Meta | None, int]:
     return magic, version, Meta(page_size, map_size, last_page, txnid, free, main), page_size
 
 
+T = TypeVar("T")
+
+
 def read_meta(directory: Path) -> Meta:
     """Check the data file's meta pages, its size and its tables' root pages; the committed meta.
 
@@ -207,31 +211,40 @@ def read_meta(directory: Path) -> Meta:
     path = data_path(directory)
     fd = os.open(path, os.O_RDONLY)
     try:
-        for attempt in range(META_READS):
-            size = os.fstat(fd).st_size
-            first, second = _committed_metas(directory, fd, size)
-            try:
-                return _check_metas(directory, fd, size, first, second)
-            except StoreCorruptError:
-                # A writer in another process may grow the file after its size was read, or reuse a
-                # page between this read of the meta pages and of the roots they name: a commit (or
-                # growth) since is worth another look; the same finding with none between is damage.
-                now = _txnids(directory, fd)
-                if now is None or (now, os.fstat(fd).st_size) == ((first.txnid, second.txnid), size) \
-                        or attempt + 1 == META_READS:
-                    raise
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return _steady(directory, fd, lambda size, first, second: _check_metas(directory, fd, size, first, second))
     finally:
         os.close(fd)
 
 
-def _txnids(directory: Path, fd: int) -> tuple[int, int] | None:
-    """The two meta pages' txnids as they are now; None if they can't be read."""
+def _steady(directory: Path, fd: int, look: Callable[[int, Meta, Meta], T], doubtful: Callable[[T], bool] = bool,
+            ) -> T:
+    """``look(size, first, second)`` at the file's size and committed meta pages, looked at again
+    when it finds damage (or a ``doubtful`` result) while a writer in another process committed or
+    grew the file: the writer may have reused a page the look read after the meta pages, or grown
+    the file after its size was read. The same finding with no commit between is the answer."""
+    for attempt in range(META_READS):
+        first, second = _committed_metas(directory, fd, os.fstat(fd).st_size)
+        size = os.fstat(fd).st_size  # after the meta pages: a commit they show has grown the file by now
+        seen = ((first.txnid, second.txnid), size)
+        try:
+            result = look(size, first, second)
+        except StoreCorruptError:
+            if _moved(directory, fd, seen) and attempt + 1 < META_READS:
+                continue
+            raise
+        if not doubtful(result) or not _moved(directory, fd, seen) or attempt + 1 == META_READS:
+            return result
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _moved(directory: Path, fd: int, seen: tuple[tuple[int, int], int]) -> bool:
+    """Whether the meta pages' txnids or the file's size differ from ``seen``. Meta pages that
+    don't read (a write seen half done, or damage the next look reports) count as a change."""
     try:
         first, second = _metas(directory, fd, os.fstat(fd).st_size)
+        return ((first.txnid, second.txnid), os.fstat(fd).st_size) != seen
     except (StoreCorruptError, StoreFormatError, OSError, struct.error):
-        return None
-    return first.txnid, second.txnid
+        return True
 
 
 def _corrupt(directory: Path, what: str) -> StoreCorruptError:
@@ -243,6 +256,13 @@ def _check(directory: Path, fd: int, size: int) -> Meta:
 
 
 def _check_metas(directory: Path, fd: int, size: int, first: Meta, second: Meta) -> Meta:
+    try:
+        return _check_tables(directory, fd, size, first, second)
+    except struct.error as exc:  # a page that doesn't parse
+        raise _corrupt(directory, f"a table's page can't be read: {exc}") from None
+
+
+def _check_tables(directory: Path, fd: int, size: int, first: Meta, second: Meta) -> Meta:
     meta = second if first.txnid < second.txnid else first
     if meta.last_page < 1:
         raise _corrupt(directory, f"the committed meta page records last page {meta.last_page}")
@@ -407,11 +427,18 @@ def foreign_entries(directory: Path, tables: Collection[bytes]) -> list[bytes]:
         fd = os.open(data_path(directory), os.O_RDONLY)
     except OSError:
         return []
-    try:
-        meta = _check(directory, fd, os.fstat(fd).st_size)
+    def look(size: int, first: Meta, second: Meta) -> list[bytes]:
+        meta = _check_metas(directory, fd, size, first, second)
         if meta.main.root != NO_PAGE and meta.main.depth != 1:
             return [b"... (more entries than a ctxrt store's few tables)"]
-        return [key for key, table in _main_entries(directory, fd, meta) if table is None or key not in tables]
+        try:
+            return [key for key, table in _main_entries(directory, fd, meta) if table is None or key not in tables]
+        except struct.error as exc:  # a page that doesn't parse
+            raise _corrupt(directory, f"the main table can't be read: {exc}") from None
+
+    try:
+        # A sound store read while its writer commits can show someone else's keys: look again then.
+        return _steady(directory, fd, look, doubtful=bool)
     except (OSError, StoreCorruptError, StoreFormatError, struct.error):
         return []
     finally:
