@@ -415,28 +415,34 @@ class ContextManager:
         slot = self._slot()
         interval = checks.timeout(poll_interval_s, "poll_interval_s")
         send, receive = trio.open_memory_channel[MessageEvent](math.inf)
-        # Closing the manager or the runtime ends the channel: its reader's loop ends, not hangs.
-        self._subscriptions.add(send.close)
-        forget = self._registry.on_close(send.close)
+        # Closing the manager or the runtime ends the subscription at once: the channel closes (its
+        # reader's loop ends, not hangs), commits stop reaching it, and a poller stops looking.
+        poller = trio.CancelScope()
+        stops: list[Callable[[], None]] = [send.close, poller.cancel]
+
+        def end() -> None:
+            for stop in stops:
+                stop()
+
+        self._subscriptions.add(end)
+        forget = self._registry.on_close(end)
         try:
             if slot.hears_every_write:
-                unwatch = self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait, send.close)
-                try:
-                    with send, receive:
-                        yield receive
-                finally:
-                    unwatch()
+                stops.append(self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait, send.close))
+                with receive:
+                    yield receive
                 return
             head = slot.head_now()  # from here on: a change before the poller's first look is reported too
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_poll, slot, head, send, interval)
+                nursery.start_soon(_poll, slot, head, send, interval, poller)
                 try:
                     with receive:
                         yield receive
                 finally:
-                    nursery.cancel_scope.cancel()
+                    end()
         finally:
-            self._subscriptions.discard(send.close)
+            end()
+            self._subscriptions.discard(end)
             forget()
 
     async def health(self) -> NamespaceHealth:
@@ -800,11 +806,12 @@ class ContextManager:
 
 async def _poll(
     slot: SlotCache, head: LogHead, send: trio.MemorySendChannel[MessageEvent], interval: float,
+    scope: trio.CancelScope,
 ) -> None:
     """A read-only runtime's subscription: at each look, one head read, then what changed between
     the last look's revision and this one's, each read as of its revision (a write landing while
-    it looks waits for the next look)."""
-    with send:
+    it looks waits for the next look). Cancelling ``scope`` stops it (the subscription ended)."""
+    with scope, send:
         while True:
             await trio.sleep(interval)
             if slot.engine.branch_deleted(slot.branch_id):
@@ -816,9 +823,6 @@ async def _poll(
                 events: list[MessageEvent] = [Added(m) for m in slot.as_of(now.revision, start=head.length)]
             else:
                 events = diff(slot.as_of(head.revision), slot.as_of(now.revision))
-            try:
-                for event in events:
-                    send.send_nowait(event)
-            except trio.ClosedResourceError:
-                return  # its manager or runtime closed the channel
+            for event in events:
+                send.send_nowait(event)
             head = now

@@ -4,8 +4,10 @@ read-only runtime the writes of another runtime. Real LMDB stores; ``diff`` by p
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
@@ -176,3 +178,44 @@ async def test_subscriptions_end_when_the_runtime_closes(tmp_path: Path) -> None
                     await trio.sleep(0.001)
                 assert ended == ["read-only"]  # the writing runtime's subscription lives on
         assert ended == ["read-only", "writing"]  # the nursery waited for the writing runtime's reader
+
+
+async def test_an_ended_subscription_hears_no_more_commits(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Item 5 (second attack round): once its manager closed, a subscription whose block is still
+    open takes no more events, so other managers' commits log no failure of it."""
+    caplog.set_level(logging.WARNING, logger="ctxrt")
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "store", durability="os") as rt:
+            closing = await rt.open("watcher")
+            other = await rt.open("watcher")
+            async with closing.subscribe() as events:
+                await closing.aclose()
+                for i in range(3):
+                    await other.add_message("user", f"after the close {i}")
+                assert [event async for event in events] == []
+    assert [r.getMessage() for r in caplog.records] == []
+
+
+async def test_a_read_only_subscription_stops_looking_when_its_runtime_closes(tmp_path: Path) -> None:
+    """Item 5 (second attack round): a read-only runtime's poller stops when the runtime closes, so
+    a host task that stays in its subscribe block after the loop ended exits it cleanly instead of
+    raising from the closed store."""
+    async with ctxrt.open_runtime(tmp_path / "store", durability="os") as rt:
+        await (await rt.open("writer")).add_message("user", "first")
+    outcome: list[str] = []
+
+    async def read(manager: ctxrt.ContextManager, subscribed: trio.Event) -> None:
+        async with manager.subscribe(poll_interval_s=0.001) as events:
+            subscribed.set()
+            assert [event async for event in events] == []
+            outcome.append("ended")
+            await trio.sleep(0.05)  # many poll intervals after the runtime closed
+        outcome.append("left the block")
+
+    with trio.fail_after(GUARD_S):
+        async with trio.open_nursery() as nursery:
+            async with ctxrt.open_runtime(tmp_path / "store", readonly=True) as reader_rt:
+                subscribed = trio.Event()
+                nursery.start_soon(read, await reader_rt.open("writer"), subscribed)
+                await subscribed.wait()
+    assert outcome == ["ended", "left the block"]
