@@ -482,6 +482,32 @@ async def test_only_a_complete_end_turn_with_text_becomes_a_summary(tmp_path: Pa
             assert len(model.requests) == 2 and await m.is_ready()
 
 
+@pytest.mark.parametrize("error", [ValueError("a strategy bug"), ctxrt.RuntimeClosedError("a strategy's own error"),
+                                   ctxrt.BranchNotFoundError("a strategy's own lookup")], ids=type)
+async def test_a_drain_failure_while_the_actor_lives_is_logged_as_an_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    """L2 (second attack round): a strategy whose planning raises while its runtime and branch live
+    is logged at error level, whatever the exception's type; only an actor that is stopping logs
+    the store or branch gone at debug level."""
+
+    class Failing(autobiographical.AutobiographicalStrategy):
+        def next_unit(self, ctx: Any) -> Unit | None:
+            raise error
+
+    caplog.set_level(logging.DEBUG, logger="ctxrt")
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ctxrt.OfflineModel(), durability="os") as rt:
+            m = await rt.open(NS, strategy=Failing(autobio(auto_tick=True)))
+            for i in range(8):
+                await m.add_message("user", say(i))
+            while not any("failed to plan a unit" in r.getMessage() for r in caplog.records):
+                await trio.sleep(0.01)
+            planning = [r for r in caplog.records if "failed to plan a unit" in r.getMessage()]
+            assert {r.levelno for r in planning} == {logging.ERROR}
+            assert all(r.exc_info and r.exc_info[1] is error for r in planning)
+
+
 async def test_compression_requests_carry_a_copy_of_the_tool_definitions_and_refuse_non_json(tmp_path: Path) -> None:
     """M6 (from a host-style attack): ``set_tool_definitions`` refuses a definition that isn't JSON
     (a key that isn't a string, which JSON would have turned into "1"), naming the place; an accepted

@@ -508,15 +508,23 @@ class _Actor:
                 command, reply = envelope
                 try:
                     result = await self.handle(command, reply)
-                except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported by _report
+                except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
                     if reply is not None:
                         reply.resolve(False, exc)
                     else:
-                        _report(exc, "%s: %s failed", self.place, type(command).__name__)
+                        self._report(exc, "%s: %s failed", self.place, type(command).__name__)
                 else:
                     if reply is not None and result is not _LATER:
                         reply.resolve(True, result)
             await self._pump()
+
+    def _report(self, exc: BaseException, message: str, *args: Any) -> None:
+        """Log a failure no caller hears of. The store or branch gone while this actor is stopping
+        (its runtime closing, its branch deleted) is expected then: debug level, no traceback."""
+        if self.ref.retired is not None and isinstance(exc, (RuntimeClosedError, BranchNotFoundError)):
+            logger.debug(message + " (the actor is stopping: %s)", *args, exc)
+        else:
+            logger.error(message, *args, exc_info=exc)
 
     async def _next(self) -> Any:
         """The next envelope; None when a deadline (a hold lapsing, a backoff ending) came first."""
@@ -872,8 +880,8 @@ class _Actor:
                     return
                 try:
                     started = await self._begin(None, None)
-                except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported by _report
-                    _report(exc, "compression drain of %s failed to plan a unit", self.place)
+                except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
+                    self._report(exc, "compression drain of %s failed to plan a unit", self.place)
                     started = False
                 if not started:
                     self.drain_wanted = False
@@ -973,11 +981,11 @@ class _Actor:
                 result = self.strategy.apply_unit(flight.unit, done.outcome, self.ctx)
                 await self._commit()
             await self._calibrate(flight.request, done.outcome)
-        except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported by _report
+        except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
             if flight.reply is not None:
                 flight.reply.resolve(False, exc)
             else:
-                _report(exc, "compression drain of %s failed to apply %s", self.place, flight.unit.key)
+                self._report(exc, "compression drain of %s failed to apply %s", self.place, flight.unit.key)
             self.drain_wanted = False
             return
         if flight.reply is not None:
@@ -1076,15 +1084,6 @@ async def _complete(
                 logger.exception("model call for %s in %r failed", unit.key, ref.namespace)
                 outcome = ModelError(f"the model raised {exc!r}", retryable=False)
         ref.tell(UnitDone(epoch, unit, outcome))
-
-
-def _report(exc: BaseException, message: str, *args: Any) -> None:
-    """Log a failure no caller hears of. One that only says the actor is going away (its runtime
-    closing, its branch deleted) is expected then, and logged at debug level without a traceback."""
-    if isinstance(exc, (RuntimeClosedError, BranchNotFoundError)):
-        logger.debug(message + " (the actor is stopping: %s)", *args, exc)
-    else:
-        logger.error(message, *args, exc_info=exc)
 
 
 async def serve_namespace(
