@@ -57,11 +57,19 @@ def flag(value: Any, parameter: str) -> bool:
     return value
 
 
+def shown(value: Any) -> str:
+    """``repr(value)`` for an error message; an integer too long to print (Python refuses past
+    4,300 digits) is shown by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of {value.bit_length():,} bits"
+    return repr(value)
+
+
 def integer(value: Any, parameter: str, *, minimum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{parameter} must be an integer, not {_kind(value)}")
     if minimum is not None and value < minimum:
-        raise ValueError(f"{parameter} must be at least {minimum}, not {value}")
+        raise ValueError(f"{parameter} must be at least {minimum}, not {shown(value)}")
     return value
 
 
@@ -78,7 +86,7 @@ def timeout(value: Any, parameter: str) -> float:
     except OverflowError:
         seconds = math.inf
     if not 0 < seconds <= MAX_TIMEOUT_S:
-        raise ValueError(f"{parameter} must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, not {value!r}")
+        raise ValueError(f"{parameter} must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, not {shown(value)}")
     return seconds
 
 

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
+from . import checks
 from .content import (
     BLOCK_TYPES,
     Block,
@@ -397,7 +398,7 @@ def validate_timestamp_ms(value: object, *, path: str = "timestamp_ms") -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise MalformedContentError(path, f"must be an integer epoch millisecond, got {_type_name(value)}")
     if not 0 <= value <= 2**53:
-        raise MalformedContentError(path, f"must be an epoch millisecond in 0..2**53, got {value}")
+        raise MalformedContentError(path, f"must be an epoch millisecond in 0..2**53, got {checks.shown(value)}")
     return int(value)
 
 

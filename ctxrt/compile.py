@@ -16,6 +16,7 @@ from typing import Any, Literal, Union
 
 import attrs
 
+from . import checks
 from .anthropic_rules import violations
 from .codec import blocks_from_content, find_audience, to_jsonable, validate_participant
 from .content import (
@@ -63,7 +64,7 @@ class Entry:
 def non_negative_int(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """An attrs validator: a non-negative int (not a bool), the field named in the error."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
+        raise ValueError(f"{attribute.name} must be a non-negative integer, got {checks.shown(value)}")
 
 
 def _token_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -72,7 +73,7 @@ def _token_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise ValueError(f"Budget {attribute.name} must be an int (a number of tokens), "
                          f"not {type(value).__name__} {value!r}")
     if value < 0:
-        raise ValueError(f"Budget {attribute.name} must not be negative, got {value}")
+        raise ValueError(f"Budget {attribute.name} must not be negative, got {checks.shown(value)}")
 
 
 @attrs.frozen
@@ -506,7 +507,7 @@ def coverage_complete(rendered_blocks: Sequence[Block], stored_blocks: Sequence[
 class _Prepared:
     """One entry made ready to compile: its parts, their tool ids, its sources and raw bodies."""
 
-    __slots__ = ("entry", "parts", "tools", "sources", "bodies")
+    __slots__ = ("bodies", "entry", "parts", "sources", "tools")
 
     def __init__(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> None:
         raw = entry.relation == "copy"

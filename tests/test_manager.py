@@ -202,6 +202,36 @@ BAD_INPUTS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
+HUGE = 10**5000  # past Python's 4,300-digit limit for printing an int
+
+
+async def test_a_huge_integer_argument_is_refused_naming_its_parameter(runtime: Runtime) -> None:
+    """M6 (second attack round): an integer too long to print, given to a numeric parameter, gets
+    the parameter's own error naming it (not Python's ValueError from printing the number), and
+    nothing is stored."""
+    with trio.fail_after(GUARD_S):
+        m = await runtime.open("a")
+        await m.add_message("user", "kept")
+        last = runtime.engine.last_sequence
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {
+            "timestamp_ms": lambda: m.add_message("user", "x", timestamp_ms=HUGE),
+            "hold_compression": lambda: m.add_message("user", "x", hold_compression=HUGE),
+            "at_sequence": lambda: m.derive(branch="d", at_sequence=HUGE),
+            "limit": lambda: m.get_message_window(0, -HUGE),
+        }
+        for parameter, call in calls.items():
+            with pytest.raises(ValueError, match=rf"^{parameter}:? .*an integer of 16,610 bits"):
+                await call()
+        with pytest.raises(ValueError, match=r"^at_sequence: .*an integer of 16,610 bits"):
+            await runtime.create_branch("c", at_sequence=HUGE)
+        with pytest.raises(ValueError, match=r"reserve_for_response .*an integer of 16,610 bits"):
+            Budget(max_tokens=10, reserve_for_response=-HUGE)
+        with pytest.raises(ValueError, match=r"^depth .*an integer of 16,610 bits"):
+            MessageInjection("user", "x", depth=-HUGE)
+        assert runtime.engine.last_sequence == last
+        assert [b.name for b in await runtime.list_branches()] == ["main"]
+
+
 async def test_a_large_integer_within_the_bound_is_stored_exactly(runtime: Runtime) -> None:
     """M1, M6: integers up to the bound (here 400 digits, and a u64) are kept exactly, not rounded."""
     with trio.fail_after(GUARD_S):

@@ -12,6 +12,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
+from .. import checks
 from ..errors import (
     BranchExistsError,
     BranchNotFoundError,
@@ -326,7 +327,7 @@ class Batch:
         fork = self.sequence if at_sequence is None else at_sequence
         if not isinstance(fork, int) or isinstance(fork, bool) or not 0 <= fork <= self.sequence:
             raise MalformedContentError(
-                "at_sequence", f"must be an integer in [0, {self.sequence}] (the store's sequence), not {fork!r}"
+                "at_sequence", f"must be an integer in [0, {self.sequence}] (the store's sequence), not {checks.shown(fork)}"
             )
         try:
             self.branch(name)
