@@ -35,7 +35,6 @@ from __future__ import annotations
 import os
 import struct
 import sys
-import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -57,7 +56,7 @@ META_SIZE = 136
 NO_PAGE = (1 << 64) - 1  # P_INVALID: an empty table's root
 MAX_DEPTH = 32  # LMDB's cursor stack
 MAX_PAGE_SIZE = 65536
-META_READS = 6  # reads of the meta pages before txnids that aren't one commit apart are refused
+META_READS = 6  # looks at a file a writer keeps changing before a finding stands
 
 P_BRANCH, P_LEAF, P_OVERFLOW, P_META, P_LEAF2 = 0x01, 0x02, 0x04, 0x08, 0x20
 F_BIGDATA, F_SUBDATA = 0x01, 0x02
@@ -216,23 +215,35 @@ def read_meta(directory: Path) -> Meta:
         os.close(fd)
 
 
-def _steady(directory: Path, fd: int, look: Callable[[int, Meta, Meta], T], doubtful: Callable[[T], bool] = bool,
-            ) -> T:
-    """``look(size, first, second)`` at the file's size and committed meta pages, looked at again
-    when it finds damage (or a ``doubtful`` result) while a writer in another process committed or
-    grew the file: the writer may have reused a page the look read after the meta pages, or grown
-    the file after its size was read. The same finding with no commit between is the answer."""
+def _steady(directory: Path, fd: int, look: Callable[[int, Meta, Meta], T],
+            doubtful: Callable[[T], bool] | None = None) -> T:
+    """``look(size, first, second)`` at the file's size and its two meta pages, once they are one
+    commit apart. Damage found (txnids not one commit apart included), or a ``doubtful`` result,
+    is looked at again if a writer in another process committed or grew the file meanwhile: it
+    may have written a meta page during their read, reused a page the look read after them, or
+    grown the file after its size was read. The same finding with no change between is the answer
+    (after ``META_READS`` looks at most)."""
     for attempt in range(META_READS):
-        first, second = _committed_metas(directory, fd, os.fstat(fd).st_size)
+        first, second = _metas(directory, fd, os.fstat(fd).st_size)
         size = os.fstat(fd).st_size  # after the meta pages: a commit they show has grown the file by now
         seen = ((first.txnid, second.txnid), size)
+        last = attempt + 1 == META_READS
         try:
+            if not one_commit_apart(first.txnid, second.txnid):
+                raise _corrupt(
+                    directory,
+                    f"meta page 0 records transaction {first.txnid} and meta page 1 transaction {second.txnid}, "
+                    f"but LMDB writes them alternately, one commit apart: one meta page is damaged, so which "
+                    f"commit is the last can't be told",
+                )
             result = look(size, first, second)
-        except StoreCorruptError:
-            if _moved(directory, fd, seen) and attempt + 1 < META_READS:
+        except (StoreCorruptError, struct.error) as exc:
+            if not last and _moved(directory, fd, seen):
                 continue
+            if isinstance(exc, struct.error):  # a page that doesn't parse
+                raise _corrupt(directory, f"a table's page can't be read: {exc}") from None
             raise
-        if not doubtful(result) or not _moved(directory, fd, seen) or attempt + 1 == META_READS:
+        if last or doubtful is None or not doubtful(result) or not _moved(directory, fd, seen):
             return result
     raise AssertionError("unreachable: the last attempt returns or raises")
 
@@ -241,28 +252,18 @@ def _moved(directory: Path, fd: int, seen: tuple[tuple[int, int], int]) -> bool:
     """Whether the meta pages' txnids or the file's size differ from ``seen``. Meta pages that
     don't read (a write seen half done, or damage the next look reports) count as a change."""
     try:
-        first, second = _metas(directory, fd, os.fstat(fd).st_size)
-        return ((first.txnid, second.txnid), os.fstat(fd).st_size) != seen
+        size = os.fstat(fd).st_size
+        first, second = _metas(directory, fd, size)
     except (StoreCorruptError, StoreFormatError, OSError, struct.error):
         return True
+    return ((first.txnid, second.txnid), size) != seen
 
 
 def _corrupt(directory: Path, what: str) -> StoreCorruptError:
     return StoreCorruptError(str(data_path(directory)), what)
 
 
-def _check(directory: Path, fd: int, size: int) -> Meta:
-    return _check_metas(directory, fd, size, *_committed_metas(directory, fd, size))
-
-
 def _check_metas(directory: Path, fd: int, size: int, first: Meta, second: Meta) -> Meta:
-    try:
-        return _check_tables(directory, fd, size, first, second)
-    except struct.error as exc:  # a page that doesn't parse
-        raise _corrupt(directory, f"a table's page can't be read: {exc}") from None
-
-
-def _check_tables(directory: Path, fd: int, size: int, first: Meta, second: Meta) -> Meta:
     meta = second if first.txnid < second.txnid else first
     if meta.last_page < 1:
         raise _corrupt(directory, f"the committed meta page records last page {meta.last_page}")
@@ -279,32 +280,6 @@ def _check_tables(directory: Path, fd: int, size: int, first: Meta, second: Meta
 def one_commit_apart(first: int, second: int) -> bool:
     """Whether two meta pages' txnids are ones LMDB writes: consecutive, or both 0 (no commit yet)."""
     return abs(first - second) == 1 or first == second == 0
-
-
-def _committed_metas(directory: Path, fd: int, size: int) -> tuple[Meta, Meta]:
-    """Both meta pages, whose txnids are one commit apart.
-
-    A writer in another process may write a meta page between (or during) the reads of the two,
-    which can show txnids commits apart; so txnids that aren't one apart are read again, and
-    refused once two reads in a row show the same ones (or after ``META_READS`` reads).
-    """
-    seen = None
-    for attempt in range(META_READS):
-        first, second = _metas(directory, fd, size)
-        txnids = (first.txnid, second.txnid)
-        if one_commit_apart(*txnids):
-            return first, second
-        if txnids == seen:
-            break
-        seen = txnids
-        if attempt + 1 < META_READS:
-            time.sleep(0.001 * 2**attempt)
-    raise _corrupt(
-        directory,
-        f"meta page 0 records transaction {first.txnid} and meta page 1 transaction {second.txnid}, but LMDB "
-        f"writes them alternately, one commit apart: one meta page is damaged, so which commit is the last "
-        f"can't be told",
-    )
 
 
 def _metas(directory: Path, fd: int, size: int) -> tuple[Meta, Meta]:
@@ -431,10 +406,7 @@ def foreign_entries(directory: Path, tables: Collection[bytes]) -> list[bytes]:
         meta = _check_metas(directory, fd, size, first, second)
         if meta.main.root != NO_PAGE and meta.main.depth != 1:
             return [b"... (more entries than a ctxrt store's few tables)"]
-        try:
-            return [key for key, table in _main_entries(directory, fd, meta) if table is None or key not in tables]
-        except struct.error as exc:  # a page that doesn't parse
-            raise _corrupt(directory, f"the main table can't be read: {exc}") from None
+        return [key for key, table in _main_entries(directory, fd, meta) if table is None or key not in tables]
 
     try:
         # A sound store read while its writer commits can show someone else's keys: look again then.
