@@ -215,6 +215,7 @@ class _Actor:
         self.last_compile_ms: float | None = None
         self.observed = 0  # usage reports the token estimator has heard (its pricing, for a host's own)
         self._streak = 0
+        self.serving: tuple[Any, Reply | None] | None = None  # the command whose handler runs now
         self.stop_error: Callable[[], BaseException] | None = None
         self.leased = False  # this process holds the namespace's lease (Strategy.keeps_memory)
 
@@ -293,11 +294,13 @@ class _Actor:
 
     def release(self) -> None:
         """Answer everything still queued or waiting, and let go of the slot caches."""
-        waiting = [reply for _, reply in self.unit_waiters]
+        waiting = list(self.unit_waiters)
+        if self.serving is not None and self.serving[1] is not None:  # its handler was cut short
+            waiting.append(self.serving)
         if self.in_flight is not None and self.in_flight.reply is not None:
-            waiting.append(self.in_flight.reply)
-        for waiter in waiting:
-            waiter.resolve(False, self.ref.refusal(None))
+            waiting.append((None, self.in_flight.reply))
+        for command, waiter in waiting:
+            waiter.resolve(False, self.ref.refusal(command))
         self.unit_waiters.clear()
         while True:
             try:
@@ -506,6 +509,7 @@ class _Actor:
                 self.drain_wanted = self.strategy.auto_tick
             else:
                 command, reply = envelope
+                self.serving = envelope
                 try:
                     result = await self.handle(command, reply)
                 except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
@@ -516,6 +520,7 @@ class _Actor:
                 else:
                     if reply is not None and result is not _LATER:
                         reply.resolve(True, result)
+                self.serving = None
             await self._pump()
 
     def _report(self, exc: BaseException, message: str, *args: Any) -> None:
@@ -1086,32 +1091,33 @@ async def _complete(
         ref.tell(UnitDone(epoch, unit, outcome))
 
 
-async def serve_namespace(
-    services: Services, ref: NamespaceRef, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> None:
+async def serve_namespace(services: Services, ref: NamespaceRef, started: Reply) -> None:
     """Serve one namespace actor until it stops: its last manager leaves, its branch is deleted,
-    or the runtime closes. Raises from ``task_status.started`` what its start raised."""
-    refused: BaseException | None = None
+    or the runtime closes. Its start's outcome goes to ``started`` (None, or what the start raised).
+
+    It runs in the runtime's nursery, never in an opener's scope: trio leaves a task started
+    with ``nursery.start`` in the opener's scope when the opener is cancelled as it starts, and
+    an actor cancelled with its opener strands every other caller's request (L3, L4)."""
+    failed: BaseException | None = None
     async with trio.open_nursery() as children:
         actor = _Actor(services, ref, children)
         try:
-            await actor.start()
-        except BaseException as exc:
-            actor.stop(_retired(actor.place))
-            actor.release()
-            refused = exc  # raised once out of the nursery, so the opener gets it as itself, not in a group
-        else:
-            task_status.started()
             try:
-                await actor.serve()
-            except trio.Cancelled as exc:
-                # Raised as itself, not in a group. When the opener was cancelled as the actor started,
-                # trio leaves the actor in the opener's scope, and the opener gets this (a host's
-                # ``except trio.Cancelled`` must see it).
-                refused = exc
-            finally:
-                actor.stop(actor.stop_error or _runtime_closed(actor.place))
-                actor.release()
-                children.cancel_scope.cancel()
-    if refused is not None:
-        raise refused
+                await actor.start()
+            except Exception as exc:
+                actor.stop(_retired(actor.place))  # opens queued meanwhile retry on a fresh actor
+                started.resolve(False, exc)
+                return
+            started.resolve(True, None)
+            await actor.serve()
+        except BaseException as exc:
+            # The runtime closing (Cancelled) or an interrupt: raised once out of the nursery as
+            # itself, not in a group, so the runtime's scope and a host's ``except`` see it.
+            failed = exc
+        finally:
+            actor.stop(actor.stop_error or _runtime_closed(actor.place))
+            started.resolve(False, actor.ref.refusal(None))  # the runtime closed during the start
+            actor.release()
+            children.cancel_scope.cancel()
+    if failed is not None:
+        raise failed

@@ -26,7 +26,7 @@ from ..store.records import BranchRow
 from . import states
 from .actor import Services, build_strategy, serve_namespace
 from .core import Place, check_attach, record_from_value, require_marking
-from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef
+from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef, Reply
 
 _tokens = itertools.count(1)
 
@@ -112,22 +112,31 @@ class NamespaceRegistry:
                 require_marking(strategy.marks_compression_reads, strategy.name, resolved, config.namespace)
                 ref = NamespaceRef(config, branch.id, branch.name)
                 self._refs[key] = ref
+                started = Reply()
+                self._nursery.start_soon(serve_namespace, self._services, ref, started)
                 try:
-                    await self._nursery.start(self._serve, ref)
+                    await started.event.wait()  # cancelled here, the actor starts all the same
                 except BaseException:
-                    self._forget(ref)
+                    ref.tell(Detach(token))  # it stops at once unless another open attached first
                     raise
+                if not started.ok:
+                    raise self._refusal(started.value)
             try:
                 attached = await ref.ask(Attach(token, reader, config, explicit_strategy, compiles_for_none))
             except ActorRetired:
                 continue  # its last manager left while this waited: start a fresh one
+            except ManagerClosedError as exc:
+                raise self._refusal(exc) from None
             except BaseException:
                 ref.tell(Detach(token))  # undoes the attach if it was handled before the cancel came
                 raise
             return ref, attached.reader
 
-    async def _serve(self, ref: NamespaceRef, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await serve_namespace(self._services, ref, task_status=task_status)
+    def _refusal(self, error: BaseException) -> BaseException:
+        """An open refused because the runtime closed meanwhile says so (``RuntimeClosedError``)."""
+        if self.closed and isinstance(error, ManagerClosedError):
+            return RuntimeClosedError("the runtime is closed")
+        return error
 
     def retire_branch(self, branch_id: int, name: str) -> None:
         """Branch ``name`` (id ``branch_id``) was deleted: stop its actors at once; their managers
