@@ -294,13 +294,14 @@ class _Actor:
 
     def release(self) -> None:
         """Answer everything still queued or waiting, and let go of the slot caches."""
-        waiting = list(self.unit_waiters)
-        if self.serving is not None and self.serving[1] is not None:  # its handler was cut short
+        waiting: list[tuple[Any, Reply | None]] = [*self.unit_waiters]
+        if self.serving is not None:  # its handler was cut short
             waiting.append(self.serving)
-        if self.in_flight is not None and self.in_flight.reply is not None:
+        if self.in_flight is not None:
             waiting.append((None, self.in_flight.reply))
         for command, waiter in waiting:
-            waiter.resolve(False, self.ref.refusal(command))
+            if waiter is not None:
+                waiter.resolve(False, self.ref.refusal(command))
         self.unit_waiters.clear()
         while True:
             try:
