@@ -370,6 +370,8 @@ class ContextManager:
             The store's error if the unit's bookkeeping (the narrowing floor, chunk records) can't commit (D4).
 
         If cancelled, the unit still runs to its end in the namespace actor; only the answer is lost.
+        If this manager moves (``switch_branch``, ``fork``) while the tick waits, the unit finishes on
+        the branch the tick was sent on and the tick answers as it would have.
         """
         progress: bool = await self._live().ask(Tick(self._reader))
         return progress

@@ -459,6 +459,49 @@ async def test_a_unit_out_when_its_branch_is_deleted_writes_nothing(tmp_path: Pa
             assert not any(rt.engine.read_log(summaries, row.id) for row in rt.engine.list_branches())
 
 
+@pytest.mark.parametrize("move", ["switch_branch", "fork"])
+async def test_a_tick_pending_when_its_manager_moves_finishes_on_the_branch_it_was_sent_on(
+    tmp_path: Path, move: str
+) -> None:
+    """L4, R1, T8: a manager's tick is waiting on its model when the manager moves (its last manager
+    leaves main's actor): the tick isn't refused as if the manager had closed; its unit finishes on
+    main, where its summary is stored, and the tick returns True; the manager then compiles on the
+    branch it moved to, and main's actor stops once it owes nothing."""
+    entered, release = trio.Event(), trio.Event()
+
+    async def slow(request: ctxrt.ModelRequest) -> str:
+        entered.set()
+        await release.wait()
+        return "a summary " * 30
+
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(slow)) as rt:
+            m = await rt.open("agents", view_reader="ann", strategy=memory())
+            for i in range(10):
+                await m.add_message("user", [block(f"line {i} " + "filler " * 40)])
+            await rt.create_branch("side")
+            outcome: list[bool] = []
+
+            async def tick() -> None:
+                outcome.append(await m.tick())
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(tick)
+                await entered.wait()
+                if move == "fork":
+                    await m.fork("forked")
+                else:
+                    await m.switch_branch("side")
+                assert m.branch != "main"
+                release.set()
+            assert outcome == [True]
+            summaries = states.strategy_state("agents", "autobio", "summaries")
+            assert rt.engine.read_log(summaries, rt.engine.branch("main").id)  # stored where it was sent
+            assert (await m.compile(BIG)).messages
+            await trio.testing.wait_all_tasks_blocked()
+            assert [(s.namespace, s.branch) for s in rt.statistics().namespaces] == [("agents", m.branch)]
+
+
 # -- the mailbox ------------------------------------------------------------------------------------
 
 

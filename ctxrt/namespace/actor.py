@@ -206,6 +206,7 @@ class _Actor:
         self.holds = Holds()
         self.settings = Settings()
         self.managers: set[int] = set()
+        self.orphaned = False  # its last manager left; it stops once it owes no caller an answer
         self.caches: list[Any] = []
         self.subscriber = _subscriber(ref)
         self.seen = 0
@@ -522,6 +523,11 @@ class _Actor:
                     if reply is not None and result is not _LATER:
                         reply.resolve(True, result)
                 self.serving = None
+            if self.orphaned and not self.unit_waiters and (self.in_flight is None or self.in_flight.reply is None):
+                # The last manager left and every call it made is answered: a tick sent before its
+                # manager moved (switch_branch, fork) finishes here first.
+                self.stop(_retired(self.place))
+                continue
             await self._pump()
 
     def _report(self, exc: BaseException, message: str, *args: Any) -> None:
@@ -595,8 +601,7 @@ class _Actor:
                 return await self._attach(command)
             case Detach():
                 self.managers.discard(command.token)
-                if not self.managers:
-                    self.stop(_retired(self.place))
+                self.orphaned = not self.managers  # it stops once it owes no caller an answer
                 return None
             case SetStrategy():
                 return await self._set_strategy(command)
@@ -668,6 +673,7 @@ class _Actor:
             self._start_strategy()
         await self._record_config()
         self.managers.add(command.token)
+        self.orphaned = False
         return Attached(resolved)
 
     async def _record_config(self) -> None:
@@ -879,7 +885,8 @@ class _Actor:
                     await self._begin(command, reply)
                 except Exception as exc:
                     reply.resolve(False, exc)
-            elif self.drain_wanted and self.strategy.auto_tick and not self.readonly and self.strategy_error is None:
+            elif (self.drain_wanted and self.strategy.auto_tick and not self.readonly and self.strategy_error is None
+                  and not self.orphaned):
                 wake = self._wake_at()
                 if wake is not None and wake > trio.current_time():
                     self.drain_wanted = False  # the loop's deadline wakes it when the backoff ends
