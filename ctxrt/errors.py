@@ -30,10 +30,10 @@ class ReaderConflictError(CtxrtError):
 class ValueConflictError(CtxrtError):
     """A conditional store write found another value stored (another process wrote it first)."""
 
-    def __init__(self, state: str, stored: object) -> None:
+    def __init__(self, state: str, stored: object, message: str | None = None) -> None:
         self.state = state
         self.stored = stored
-        super().__init__(f"state {state!r} holds {stored!r}, not the value this write expected")
+        super().__init__(message or f"state {state!r} holds {stored!r}, not the value this write expected")
 
 
 class NarrowingRefusedError(CtxrtError):

@@ -500,6 +500,34 @@ def test_a_conditional_value_write_and_a_rising_floor_are_decided_in_the_transac
     assert engine.read_value("ns/floor", 1) == 40
 
 
+def test_an_edit_judged_against_an_older_version_is_refused_in_its_transaction(any_engine):
+    """D1, D5 decided in the write: EditItem(expect_version=) goes through only onto the version it
+    names (the item's append, or its latest edit, in the same batch too, on a child branch too), and a
+    stale one is refused (ValueConflictError) with nothing written."""
+    engine = any_engine
+    run(engine, RegisterState(name="messages", kind="log"))
+    first = run(engine, AppendItem(state="messages", branch="main", data=b"one")).sequence
+    edited = run(engine, EditItem(state="messages", branch="main", item_sequence=first, data=b"one, edited",
+                                  expect_version=first)).sequence
+    before = engine.last_sequence
+    with pytest.raises(ValueConflictError, match=f"was edited \\(at sequence {edited}\\)"):
+        run(engine, EditItem(state="messages", branch="main", item_sequence=first, data=b"stale", expect_version=first))
+    assert engine.last_sequence == before
+    # Two edits in one batch: the second sees the first's version.
+    results, _ = engine.apply([
+        EditItem(state="messages", branch="main", item_sequence=first, data=b"again", expect_version=edited),
+        EditItem(state="messages", branch="main", item_sequence=first, data=b"stale too", expect_version=edited),
+    ], execute)
+    assert results[0][0] and not results[1][0] and isinstance(results[1][1], ValueConflictError)
+    again = results[0][1].sequence
+    run(engine, CreateBranch(name="child", from_branch="main"))
+    child = engine.branch("child").id
+    run(engine, EditItem(state="messages", branch="child", item_sequence=first, data=b"on the child",
+                         expect_version=again))  # the version it inherited
+    assert [i.data for i in engine.read_log("messages", 1)] == [b"again"]
+    assert [i.data for i in engine.read_log("messages", child)] == [b"on the child"]
+
+
 def test_a_command_whose_row_fails_before_a_later_read_fails_alone(pg_url):
     """A command whose row the database refuses, seen only at a read later in the same command (a
     pipelined error), is refused alone; the batch's other commands commit (K6)."""

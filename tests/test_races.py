@@ -6,9 +6,11 @@ together in every round of a loop and asserts what must hold in every order.
 Determinism of outcome: real LMDB in a temp dir, the real clock under ``trio.fail_after``.
 """
 
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 
 import ctxrt
@@ -42,6 +44,48 @@ async def test_an_edit_is_judged_against_the_message_as_it_is_when_its_turn_come
                 assert stored is not None and stored.content[0].audience is None  # widened, in every order
                 assert outcomes["widen"] is None
                 assert outcomes["keep"] is None or isinstance(outcomes["keep"], ctxrt.NarrowingRefusedError)
+
+
+@pytest.mark.parametrize("where", ["lmdb", "postgres, one runtime", "postgres, two runtimes"])
+async def test_concurrent_edits_from_two_namespaces_are_each_judged_against_the_other(
+    tmp_path: Path, request: pytest.FixtureRequest, where: str
+) -> None:
+    """D1, D5, K4: ann's and bob's namespaces share the slot; message M is [x]. ann edits M to [x, y]
+    while bob edits it to [x, y for bob]. Whichever lands first, the second is judged against the
+    message the first left: bob's narrowing after ann's is refused, so y never hides from ann
+    without a verdict; on PostgreSQL also when the two editors are two runtimes (processes)."""
+    x = {"type": "text", "text": "x"}
+    y, y_bob = {"type": "text", "text": "y"}, {"type": "text", "text": "y", "audience": ["bob"]}
+    location = tmp_path / "s" if where == "lmdb" else request.getfixturevalue("pg_url")
+    with trio.fail_after(GUARD_S * 2):
+        async with AsyncExitStack() as stack:
+            first = await stack.enter_async_context(ctxrt.open_runtime(location, durability="os"))
+            second = (await stack.enter_async_context(ctxrt.open_runtime(location, durability="os"))
+                      if where == "postgres, two runtimes" else first)
+            ann = await first.open("ann", view_reader="ann")
+            bob = await second.open("bob", view_reader="bob")
+            orders = set()
+            for _ in range(ROUNDS * 2):
+                target = await ann.add_message("user", [x])
+                outcomes: dict[str, str] = {}
+
+                async def edit(name: str, manager: ctxrt.ContextManager, content: list[dict[str, Any]]) -> None:
+                    try:
+                        await manager.edit_message(target, content)  # noqa: B023 - this round's
+                        outcomes[name] = "edited"  # noqa: B023 - this round's
+                    except ctxrt.NarrowingRefusedError:
+                        outcomes[name] = "refused"  # noqa: B023 - this round's
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(edit, "ann", ann, [x, y])
+                    nursery.start_soon(edit, "bob", bob, [x, y_bob])
+                stored = await ann.get_message(target)
+                assert stored is not None
+                assert [(b.text, b.audience) for b in stored.content] == [("x", None), ("y", None)], outcomes
+                assert outcomes["ann"] == "edited"
+                orders.add(outcomes["bob"])
+            # Both orders happened: bob's edit first (then widened by ann's), and bob's refused after ann's.
+            assert orders == {"edited", "refused"}, orders
 
 
 class Recording(Strategy):

@@ -36,7 +36,7 @@ from ..errors import (
     ValueConflictError,
 )
 from ..model import ModelRequest, ModelResponse
-from ..slots import Appended, SlotRegistry, parse_id, prepare_append
+from ..slots import Appended, SlotRegistry, decode_stored, parse_id, prepare_append
 from ..store.actor import StoreRef
 from ..store.interface import StoreEngine
 from ..store.protocol import (
@@ -822,26 +822,36 @@ class _Actor:
 
     async def _edit(self, command: Edit) -> None:
         check_reader(self.record, command.reader, self.place)
-        # Judged against the message as it is now: another edit may have landed while this one
-        # waited its turn (D1-D5 compare with what readers saw last).
-        current = self.caches[0].get(command.message_id)
-        if current is None:
-            raise MessageNotFoundError(f"no message {command.message_id!r} in slot {self.config.slot!r} on "
-                                       f"branch {self.place.branch!r}")
-        judge_edit(current, command.content, reader=self.reader, floor=self._edit_floor, others=self._other_records,
-                   place=self.place)  # the floor and the other records are read only for a narrowing
-        data = codec.message_to_json(current.participant, command.stored, current.metadata, current.timestamp_ms,
-                                     current.caused_by)
-        appended = Appended(current.participant, command.content, current.metadata, current.timestamp_ms,
-                            current.caused_by)
-        narrows = any(hidden_by_edit(current.content, command.content))
-        edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
-                        blobs=command.blobs, attachment=appended, flagged=appended.audience,
-                        # checked again in the write: another process's actor may raise the floor meanwhile
-                        floor_state=states.floor_state(self.place.namespace) if narrows else None)
-        propagation = edit_propagation(self._context_entries(), current.id, command.content, reader=self.reader,
-                                       context_state=states.context_state(self.place.namespace), branch=self.branch_id)
-        await self._store().ask(Atomically(commands=(edit, *propagation)))  # M5, L3: one commit
+        engine, sequence = self.services.engine, parse_id(command.message_id)
+        while True:
+            # Judged against the message as it is now (D1-D5 compare with what readers saw last), and
+            # written only onto that version: another edit, maybe another namespace's or process's,
+            # that lands first makes the store refuse this one, and it is judged again.
+            item = None if sequence is None else engine.read_item(self.config.slot, self.branch_id, sequence)
+            if item is None:
+                raise MessageNotFoundError(f"no message {command.message_id!r} in slot {self.config.slot!r} on "
+                                           f"branch {self.place.branch!r}")
+            current = decode_stored(engine, item.data, item.sequence)
+            judge_edit(current, command.content, reader=self.reader, floor=self._edit_floor,
+                       others=self._other_records, place=self.place)  # floor and records read only for a narrowing
+            data = codec.message_to_json(current.participant, command.stored, current.metadata, current.timestamp_ms,
+                                         current.caused_by)
+            appended = Appended(current.participant, command.content, current.metadata, current.timestamp_ms,
+                                current.caused_by)
+            narrows = any(hidden_by_edit(current.content, command.content))
+            edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
+                            blobs=command.blobs, attachment=appended, flagged=appended.audience,
+                            expect_version=item.version,
+                            # checked again in the write: another process's actor may raise the floor meanwhile
+                            floor_state=states.floor_state(self.place.namespace) if narrows else None)
+            propagation = edit_propagation(self._context_entries(), current.id, command.content, reader=self.reader,
+                                           context_state=states.context_state(self.place.namespace),
+                                           branch=self.branch_id)
+            try:
+                await self._store().ask(Atomically(commands=(edit, *propagation)))  # M5, L3: one commit
+            except ValueConflictError:
+                continue
+            return
 
     async def _remove(self, command: Remove) -> None:
         cache = self.caches[0]

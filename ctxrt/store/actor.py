@@ -207,7 +207,7 @@ def execute(batch: Batch, command: Any) -> Any:
         case EditItem():
             return batch.edit(
                 command.state, command.branch, command.item_sequence, command.data, command.blobs, command.attachment,
-                command.flagged, command.floor_state,
+                command.flagged, command.floor_state, command.expect_version,
             )
         case RemoveItems():
             return batch.remove(command.state, command.branch, command.from_sequence, command.to_sequence)

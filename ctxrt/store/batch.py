@@ -100,6 +100,10 @@ class Batch:
         """The value state's current value on ``row`` and the sequence that set it ((None, 0) if never)."""
         raise NotImplementedError
 
+    def item_version(self, info: StateInfo, row: BranchRow, located: tuple[int, int, LogHead]) -> int:
+        """The current version of the item ``locate`` found (the sequence of its latest write)."""
+        raise NotImplementedError
+
     def next_number(self, counter: Counter) -> int:
         """The next state number (``counter="state"``) or branch id (``"branch"``), taken."""
         raise NotImplementedError
@@ -249,10 +253,16 @@ class Batch:
     def edit(
         self, state: str, branch: str | int, item_sequence: int, data: bytes,
         blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None, flagged: bool = False,
-        floor_state: str | None = None,
+        floor_state: str | None = None, expect_version: int | None = None,
     ) -> ItemEdited:
         info, row, head = self._log_target(state, branch)
-        _, ordinal, head = self._locate(info, row, item_sequence, head)
+        located = self._locate(info, row, item_sequence, head)
+        _, ordinal, head = located
+        if expect_version is not None and (version := self.item_version(info, row, located)) != expect_version:
+            raise ValueConflictError(
+                state, version, f"item {item_sequence} of {state!r} was edited (at sequence {version}) since this edit was judged against "
+                f"its version {expect_version}"
+            )
         if floor_state is not None:  # a narrowing: compression must not have read the item yet (D2)
             floor, written = self.read_value(self.state(floor_state), row)
             floor = 0 if not written else floor  # never raised: nothing read yet

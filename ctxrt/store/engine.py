@@ -805,6 +805,11 @@ class LmdbBatch(Batch):
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
         return self.lmdb.get_value(self.txn, info.name, row)
 
+    def item_version(self, info: StateInfo, row: BranchRow, located: tuple[int, int, LogHead]) -> int:
+        item = self.lmdb._read_ordinal(self.txn.cursor(db=self._items), info.number, row.levels(), located[1])
+        assert item is not None  # located in this transaction
+        return item.version
+
     def next_number(self, counter: Counter) -> int:
         key = keys.META_NEXT_STATE if counter == "state" else keys.META_NEXT_BRANCH
         meta = self.dbs[keys.DB_META]

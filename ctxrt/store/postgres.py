@@ -785,6 +785,10 @@ class PgBatch(Batch):
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
         return self.pg._value(self._fetch, info, row.levels())
 
+    def item_version(self, info: StateInfo, row: BranchRow, located: tuple[int, int, LogHead]) -> int:
+        index, _, head = located
+        return self.pg._items(self._fetch, info, row.levels(), index, index + 1, head)[0].version
+
     def next_number(self, counter: Counter) -> int:
         key = "next_state" if counter == "state" else "next_branch"
         found = self._fetch("UPDATE ctxrt_meta SET value = value + 1 WHERE key = %s RETURNING value - 1", (key,))

@@ -47,6 +47,9 @@ class EditItem:
     # A narrowing names its namespace's floor state: refused (NarrowingRefusedError) in the write
     # transaction if that floor has reached the item, whichever process raised it.
     floor_state: str | None = None
+    # The version (the sequence of the write) the edit was judged against: refused
+    # (ValueConflictError) if another edit landed since, whichever process made it.
+    expect_version: int | None = None
 
 
 @attrs.frozen(kw_only=True)
