@@ -720,12 +720,12 @@ class _Actor:
         config = command.strategy if command.strategy is not None else self.strategy_config
         strategy = build_strategy(config)
         require_marking(strategy.marks_compression_reads, strategy.name, child_reader, self.place.namespace)
-        commands: list[Any] = [CreateBranch(name=command.name, from_branch=self.branch_id,
-                                            at_sequence=command.at_sequence)]
-        if child_reader is not None:
-            commands.append(SetValue(state=states.reader_state(self.place.namespace), branch=command.name,
-                                     value=child_reader))
-        created = await self._store().ask(Atomically(commands=tuple(commands)))
+        # Written even when None: a child made at an earlier sequence would otherwise keep what that
+        # checkpoint recorded, not what the head records (C11, a cleared record included).
+        created = await self._store().ask(Atomically(commands=(
+            CreateBranch(name=command.name, from_branch=self.branch_id, at_sequence=command.at_sequence),
+            SetValue(state=states.reader_state(self.place.namespace), branch=command.name, value=child_reader),
+        )))
         return created[0], child_reader
 
     async def _set_strategy(self, command: SetStrategy) -> None:

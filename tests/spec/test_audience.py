@@ -929,6 +929,27 @@ async def test_a_child_of_a_manager_for_no_reader_records_what_the_head_records(
     assert reopened.view_reader == "ann"
 
 
+async def test_a_child_made_at_a_checkpoint_that_recorded_a_reader_records_the_heads_cleared_record(
+    rt: Runtime,
+) -> None:
+    """C11 (seed 000: "records on a child what the namespace records at the parent's head, a cleared
+    record included"): the head records no reader any more, the checkpoint recorded ann; the child
+    records none, so it compiles for no reader and another reader may claim it."""
+    ann = await rt.open("agents/x", view_reader="ann")
+    await ann.add_message("user", "plain")
+    checkpoint = rt.engine.last_sequence
+    await ann.aclose()
+    await rt.store.ask(SetValue(state="agents/x/reader", branch="main", value=None))  # the head's record cleared
+    free = await rt.open("agents/x")
+    assert free.view_reader is None
+    child = await free.derive(branch="from-the-checkpoint", at_sequence=checkpoint)
+    assert value_of(rt, "agents/x/reader", "from-the-checkpoint") is None
+    assert child.view_reader is None
+    await child.aclose()
+    bob = await rt.open("agents/x", view_reader="bob", branch="from-the-checkpoint")
+    assert compiled_texts(await bob.compile(BIG)) == ["plain"]
+
+
 async def test_derive_after_close_or_a_failed_strategy_start_is_refused_writing_nothing(rt: Runtime) -> None:
     """C12 (the seed's probe): derive and fork after aclose() or a failed strategy start are refused, writing nothing."""
     owner = await rt.open("agents/owner")
