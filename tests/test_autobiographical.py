@@ -1578,6 +1578,30 @@ async def test_render_stats_say_what_was_left_out_uncovered_and_strict_refuses_i
             assert (await m.health()).pending_units == 0
 
 
+@pytest.mark.parametrize("holdback", [0, 2])
+async def test_health_before_the_first_compile_says_what_the_compile_would_leave(tmp_path: Path, holdback: int) -> None:
+    """T3, T8, P1: sixty messages wait for compression and nothing has compiled; health() agrees with
+    is_ready() and counts the units and debt the chunks would make, as the first compile leaves them
+    (with and without a holdback), and writes nothing (no chunk record, no floor)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            writer = await rt.open("writer")
+            for i in range(60):
+                await writer.add_message("user", say(i))
+            m = await rt.open(NS, strategy=autobio(l1_holdback_chunks=holdback))
+            before = rt.engine.last_sequence
+            health = await m.health()
+            assert not await m.is_ready()
+            assert not health.ready and health.pending_units > 0 and health.compression_debt_tokens > 0
+            assert rt.engine.last_sequence == before and stored_log(rt, "chunks") == []
+            await m.compile(budget(10_000))
+            after = await m.health()
+            assert (after.ready, after.pending_units, after.compression_debt_tokens) == (
+                health.ready, health.pending_units, health.compression_debt_tokens)
+            await m.wait_ready()
+            assert (await m.health()).pending_units == 0
+
+
 async def test_chunks_before_a_resident_joined_are_remembered_in_the_witnessed_voice(tmp_path: Path) -> None:
     """Item 8: with witnessed_before_sequence, a chunk wholly before it is asked for in the
     witnessed voice and its summary says so; later chunks in the resident's own voice; the

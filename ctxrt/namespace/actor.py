@@ -760,6 +760,7 @@ class _Actor:
         return found
 
     def _health(self) -> NamespaceHealth:
+        self._flush_new()  # the strategy hears of new messages first, as a compile's would
         backlog = self.strategy.backlog(self.ctx) if self.strategy_error is None else Backlog()
         return NamespaceHealth(
             namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,

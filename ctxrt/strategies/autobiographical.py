@@ -372,11 +372,13 @@ class AutobiographicalStrategy(Strategy):
 
     # -- queues -----------------------------------------------------------------------------
 
-    def _l1_queue(self) -> list[Chunk]:
-        waiting = list(self._pending.values())
+    def _l1_queue(self, closing: Sequence[Chunk] = ()) -> list[Chunk]:
+        """The chunks waiting for an L1, oldest first; ``closing``: chunks about to close, counted too."""
+        waiting = [*self._pending.values(), *closing]
         holdback = self.config.l1_holdback_chunks
-        if holdback > 0 and self.chunks:
-            newest = {c.id for c in self.chunks[-holdback:]}
+        chunks = [*self.chunks, *closing]
+        if holdback > 0 and chunks:
+            newest = {c.id for c in chunks[-holdback:]}
             waiting = [c for c in waiting if c.id not in newest]
         return waiting
 
@@ -423,7 +425,8 @@ class AutobiographicalStrategy(Strategy):
         return keys
 
     def backlog(self, ctx: StrategyContext) -> Backlog:
-        queue = self._l1_queue()
+        # As the next compile or tick would leave it: the chunks that would close count, unclosed.
+        queue = self._l1_queue(self._closing(ctx) if self._stale(ctx) else ())
         group = self._merge_queue()
         tokens = 0
         for chunk in queue:

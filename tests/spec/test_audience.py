@@ -1128,6 +1128,24 @@ async def test_narrowing_away_from_the_reader_is_refused_once_compression_may_ha
         Text(words(99)["text"]), Text("ANN-ONLY-new", audience=("cy",)))
 
 
+async def test_chunks_close_at_the_first_compile_not_as_the_strategy_starts(rt: Runtime) -> None:
+    """D2, D3 (docs/audience.md, "When chunks close"): an Autobiographical namespace opened over
+    messages another namespace added writes no floor as its strategy starts, so a narrowing right
+    after the open goes through (no compression can have read the message); its first compile
+    closes the chunks and raises the floor, and the same narrowing is refused from then on."""
+    writer = await rt.open("agents/writer")
+    ids = [await writer.add_message("user", [words(i), block(f"ANN-ONLY-{i}", "ann")]) for i in range(12)]
+    ann = await rt.open("agents/ann", view_reader="ann", strategy=memory(), model=ScriptedModel(echo_markers))
+    assert value_of(rt, "agents/ann/narrowing-floor") is None
+    assert not await ann.is_ready()  # chunks wait to close
+    await ann.edit_message(ids[0], narrowed(0))
+    await ann.compile(BIG)
+    floor = value_of(rt, "agents/ann/narrowing-floor")
+    assert floor is not None and floor >= int(ids[3])
+    with pytest.raises(ctxrt.NarrowingRefusedError, match="compression may"):
+        await ann.edit_message(ids[1], narrowed(1))
+
+
 async def test_narrowing_is_refused_while_a_request_is_out_and_after_one_that_wrote_no_summary(rt: Runtime) -> None:
     """D3: narrowing is refused while a compression request that may carry the message is out, and after it wrote no summary, reopened too."""
     released = trio.Event()
