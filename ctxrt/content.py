@@ -112,20 +112,34 @@ def names_reader(audience: object, reader: str | None) -> bool:
     return reader in audience and all(isinstance(name, str) for name in audience)
 
 
+def holds_audience(blocks: Sequence[Block]) -> bool:
+    """Whether any block, top level or nested in a tool result, declares an audience."""
+    for block in blocks:
+        if has_audience(block):
+            return True
+        if type(block) is ToolResult and not isinstance(block.content, str) and holds_audience(block.content):
+            return True
+    return False
+
+
 def content_for_reader(blocks: Sequence[Block], reader: str | None) -> tuple[Block, ...]:
-    """The blocks ``reader`` may see, with the ``audience`` field removed (docs/behaviours.md A2, A5).
+    """The blocks ``reader`` may see, with the ``audience`` field removed (docs/behaviours.md A2, A5, A8).
 
     Keeps blocks with no audience and those whose audience names ``reader``; ``reader=None``
     keeps only blocks with no audience. A raw replay form shared with a hidden block is taken
-    off the blocks that remain, so replaying it can't carry the hidden block.
+    off the blocks that remain, so replaying it can't carry the hidden block. Blocks nested in a
+    tool result follow the same rule (a write refuses an audience there, B1, but a store written
+    before that check may hold one); the tool result itself stays, for its call's sake.
     """
-    if not any(has_audience(block) for block in blocks):
+    if not holds_audience(blocks):
         return tuple(blocks)
     kept: list[Block] = []
     hidden_raws: list[Any] = []
     for block in blocks:
         audience = getattr(block, "audience", None)
         if audience is None:
+            if type(block) is ToolResult and not isinstance(block.content, str) and holds_audience(block.content):
+                block = attrs.evolve(block, content=content_for_reader(block.content, reader), raw=None)
             kept.append(block)
         elif names_reader(audience, reader):
             kept.append(attrs.evolve(block, audience=None))  # type: ignore[arg-type]  # only Text and Thinking carry one

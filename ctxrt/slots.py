@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from . import checks, codec
-from .content import Block, Message, ToolResult, has_audience, sequence_key
+from .content import Block, Message, holds_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
 from .store.interface import StoreEngine
@@ -32,16 +32,6 @@ FULL = sys.maxsize  # a count that asks for every message
 
 def _diagnostics() -> bool:
     return os.environ.get("CTXRT_CACHE_DIAG") == "1"
-
-
-def holds_audience(blocks: Sequence[Block]) -> bool:
-    """Whether any block, top level or nested in a tool result, declares an audience."""
-    for block in blocks:
-        if has_audience(block):
-            return True
-        if type(block) is ToolResult and not isinstance(block.content, str) and holds_audience(block.content):
-            return True
-    return False
 
 
 @attrs.frozen

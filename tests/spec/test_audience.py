@@ -308,6 +308,31 @@ async def test_a_stored_audience_that_is_not_a_list_of_strings_names_no_one_and_
     assert_no_audience(result)
 
 
+async def test_an_audience_nested_in_a_stored_tool_result_follows_the_rule_and_never_leaves_compile(
+    rt: Runtime,
+) -> None:
+    """A2, A8, B1: a store written before the write check may hold an audience inside a tool result;
+    ann's compile keeps the nested block meant for her without its audience field, bob's and a no-reader
+    compile leave it out, the tool result stays paired with its call, and no audience field is in any
+    compiled block, raw body or request body."""
+    ann = await rt.open("agents/ann", view_reader="ann")
+    bob = await rt.open("agents/bob", view_reader="bob")
+    nobody = await rt.open("agents/free")
+    await ann.add_message("user", "look it up")
+    await ann.add_message("assistant", [{"type": "tool_use", "id": "t1", "name": "lookup", "input": {}}])
+    nested = (ToolResult("t1", (Text("for all"), Text("ANN-ONLY-1", audience=("ann",)))),)
+    data = codec.message_to_json("user", nested, None, 0, ())
+    await rt.store.ask(AppendItem(state="messages", branch="main", data=data))  # as an older version wrote it
+    for manager, expected in ((ann, ["for all", "ANN-ONLY-1"]), (bob, ["for all"]), (nobody, ["for all"])):
+        result = await manager.compile(BIG)
+        results = [b for m in result.messages for b in m.content if isinstance(b, ToolResult)]
+        assert len(results) == 1 and [block_text(b) for b in results[0].content] == expected
+        assert any(b.type == "tool_use" for m in result.messages for b in m.content)
+        assert_no_audience(result)
+        body = result.to_anthropic(assistant="assistant", strict=True)
+        assert "ANN-ONLY" not in json.dumps(body) or manager is ann
+
+
 async def test_view_filter_sees_stored_messages_and_a_message_left_empty_is_never_compiled(rt: Runtime) -> None:
     """A3: the view filter sees each message as stored before the reader view; a message all someone else's drops out."""
     seen: list[ctxrt.Message] = []
