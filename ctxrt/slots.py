@@ -90,6 +90,34 @@ def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:
 
 
 MIN_LOAD = 64  # the fewest older messages one load decodes
+Change = tuple[int, int]  # the sequences (first, last) whose messages an edit or removal changed
+
+
+class ChangeLog:
+    """What a listing's last rewrites changed, by rewrite number: a consumer holding what it read at
+    rewrite ``n`` asks for the changes since and patches just those, instead of starting over
+    (an edit of one message costs one message, not the history). A change that can't be named (a
+    reload) is None: the consumer starts over."""
+
+    KEPT = 32  # a consumer further behind starts over
+
+    def __init__(self, count: int = 0) -> None:
+        self.count = count  # rewrites so far
+        self._recent: list[Change | None] = []
+
+    def add(self, change: Change | None) -> None:
+        self.count += 1
+        self._recent.append(change)
+        if len(self._recent) > self.KEPT:
+            del self._recent[0]
+
+    def since(self, count: int) -> list[Change] | None:
+        """The changes after rewrite ``count``, oldest first; None if any is unknown."""
+        behind = self.count - count
+        if behind < 0 or behind > len(self._recent):
+            return None
+        changes = self._recent[len(self._recent) - behind:]
+        return None if None in changes else changes  # type: ignore[return-value]  # None was ruled out
 # The operations that move a log's head (they carry the revision they followed). A tuple: an
 # ``X | Y`` union is a new object at every isinstance, on the path of every append.
 _LOG_WRITES = (ItemAppended, ItemEdited, ItemsRemoved)
@@ -120,7 +148,7 @@ class SlotCache:
         self._looked_at = -1
         self.messages: list[Message] = []
         self.length = 0
-        self.rewrites = 0
+        self.changes = ChangeLog()
         self.revision = 0
         self.rewrite_revision = 0
         self.may_hold_audience = False
@@ -147,7 +175,12 @@ class SlotCache:
             self.length = head.length
             self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
             self.may_hold_audience = self.may_hold_audience or head.flagged is not False
-            self.rewrites = 1
+            self.changes = ChangeLog(1)
+
+    @property
+    def rewrites(self) -> int:
+        """How many times the slot changed other than by appends and older loads."""
+        return self.changes.count
 
     @property
     def complete(self) -> bool:
@@ -189,7 +222,7 @@ class SlotCache:
         # The head says whether any item was written holding an audience (unknown for a head an
         # older ctxrt wrote: then assume one may).
         self.may_hold_audience = self.may_hold_audience or head.flagged is not False
-        self.rewrites += 1
+        self.changes.add(None)
         self.reloads += 1
         if _diagnostics():
             logger.info("reload %s on branch %d: %s (%d messages)", self.state, self.branch_id, reason, self.length)
@@ -203,7 +236,7 @@ class SlotCache:
         if not self.may_hold_audience and holds_audience([b for m in older for b in m.content]):
             # An item stored without its flag (written below the slot layer): project from now on.
             self.may_hold_audience = True
-            self.rewrites += 1
+            self.changes.add(None)
         self.messages = older + self.messages
 
     def _fresh(self) -> None:
@@ -353,7 +386,7 @@ class SlotCache:
                 return
             # else older than the held suffix: it is read, edited, as of the new revision
             self.may_hold_audience = self.may_hold_audience or holds_audience(content)
-            self.rewrites += 1
+            self.changes.add((operation.item_sequence, operation.item_sequence))
         elif isinstance(operation, ItemsRemoved):
             self.revision = self.rewrite_revision = operation.sequence
             low, high = operation.from_sequence, operation.to_sequence
@@ -362,7 +395,7 @@ class SlotCache:
             if self.length < len(self.messages):
                 self.stale = True  # reloaded at the next read, after the whole batch is published
                 return
-            self.rewrites += 1
+            self.changes.add((low, high))
 
     def _notify(self, notify: Callable[[Message, Appended | None], None], message: Message,
                 appended: Appended | None) -> None:

@@ -19,7 +19,7 @@ from typing import NamedTuple, Protocol
 import attrs
 
 from .content import Message, content_for_reader, sequence_key
-from .slots import FULL, MIN_LOAD, SlotCache, parse_id
+from .slots import FULL, MIN_LOAD, Change, ChangeLog, SlotCache, parse_id
 from .tokens import estimate_message
 
 
@@ -42,6 +42,11 @@ class Listing(Protocol):
         """At least the newest ``count`` messages (all of them if there are fewer)."""
         ...
 
+    def changes(self, stamp: object) -> list[Change] | None:
+        """The sequences changed other than by appending since the window that carried ``stamp``,
+        oldest change first; None when they can't be named (start over)."""
+        ...
+
     def may_hold_audience(self) -> bool: ...
 
 
@@ -56,6 +61,10 @@ class SlotListing:
         messages = cache.suffix(count)
         return Window(messages, cache.complete, (cache, cache.rewrites))
 
+    def changes(self, stamp: object) -> list[Change] | None:
+        cache, count = stamp if isinstance(stamp, tuple) else (None, 0)
+        return self.cache.changes.since(count) if cache is self.cache else None
+
     def may_hold_audience(self) -> bool:
         return self.cache.may_hold_audience
 
@@ -69,6 +78,9 @@ class StaticListing:
 
     def window(self, count: int) -> Window:
         return Window(self.messages, True, (self, id(self.messages)))
+
+    def changes(self, stamp: object) -> list[Change] | None:
+        return None  # a replaced list names no change
 
     def may_hold_audience(self) -> bool:
         return True  # project every message: exact for any content, and the cost is a test's
@@ -87,7 +99,7 @@ class _Derived:
         self._newest = -1  # and of the newest
         self._taken = 0  # how many source messages were taken
         self._complete = False
-        self._rewrites = 0
+        self._log = ChangeLog()
         self.projected = 0  # messages transformed so far (F3 is measured with it)
 
     def _transform(self, messages: Sequence[Message]) -> list[Message]:
@@ -95,10 +107,10 @@ class _Derived:
 
     def window(self, count: int) -> Window:
         source = self.source.window(1)
-        if source.stamp != self._stamp:
+        if source.stamp != self._stamp and not self._patched(source):
             self._stamp, self._messages, self._oldest, self._newest, self._taken = source.stamp, [], None, -1, 0
             self._complete = False
-            self._rewrites += 1
+            self._log.add(None)
         elif source.messages and source.messages[-1].sequence > self._newest:
             tail = source.messages[bisect_right(source.messages, self._newest, key=sequence_key) :]
             self._messages.extend(self._transform(tail))
@@ -113,7 +125,33 @@ class _Derived:
             older = source.messages[:cut]
             self._messages = self._transform(older) + self._messages
             self._take(older, source.complete)
-        return Window(self._messages, self._complete, (self, self._rewrites))
+        return Window(self._messages, self._complete, (self, self._log.count))
+
+    def _patched(self, source: Window) -> bool:
+        """Bring what is held up to ``source`` by the source's changes since it was read; False if
+        they can't be named or the source no longer holds them (the caller starts over)."""
+        changes = None if self._oldest is None else self.source.changes(self._stamp)
+        if changes is None:
+            return False
+        held = source.messages
+        for low, high in changes:
+            low, high = max(low, self._oldest or 0), min(high, self._newest)  # appends not taken wait
+            if low > high:
+                continue  # older than anything held here
+            if not source.complete and (not held or held[0].sequence > low):
+                return False
+            fresh = held[bisect_left(held, low, key=sequence_key) : bisect_right(held, high, key=sequence_key)]
+            mine = self._messages
+            start, stop = bisect_left(mine, low, key=sequence_key), bisect_right(mine, high, key=sequence_key)
+            self._messages = [*mine[:start], *self._transform(fresh), *mine[stop:]]
+            self.projected += len(fresh)
+            self._log.add((low, high))
+        self._stamp = source.stamp
+        return True
+
+    def changes(self, stamp: object) -> list[Change] | None:
+        owner, count = stamp if isinstance(stamp, tuple) else (None, 0)
+        return self._log.since(count) if owner is self else None
 
     def _take(self, messages: Sequence[Message], complete: bool) -> None:
         if messages:
@@ -174,6 +212,9 @@ class MergedListing:
         self._newest = [w.messages[-1].sequence if w.messages else -1 for w in current]
         return Window(self._messages, self._complete, (self, self._rewrites))
 
+    def changes(self, stamp: object) -> list[Change] | None:
+        return None  # a consumer of merged slots starts over after a rewrite
+
     def may_hold_audience(self) -> bool:
         return any(source.may_hold_audience() for source in self.sources)
 
@@ -212,6 +253,12 @@ class ReaderListing(_Derived):
             if not self.source.may_hold_audience():  # reading back may have found an audience
                 return window
         return super().window(count)
+
+    def changes(self, stamp: object) -> list[Change] | None:
+        owner = stamp[0] if isinstance(stamp, tuple) else None
+        # A stamp it passed through from its source (no audience yet): unprojected messages were
+        # their own reader view, so the source's changes are the view's.
+        return super().changes(stamp) if owner is self else self.source.changes(stamp)
 
     def _transform(self, messages: Sequence[Message]) -> list[Message]:
         reader = self.reader
@@ -257,6 +304,11 @@ class MessageView:
         if self._guard is not None:
             self._guard()
         return self._listing.window(count)
+
+    def changes(self, stamp: object) -> list[Change] | None:
+        """The sequences changed other than by appending since the window that carried ``stamp``
+        (``Listing.changes``): a strategy holding what it read patches just those."""
+        return self._listing.changes(stamp)
 
     def _reaching(self, sequence: int) -> list[Message]:
         """The newest messages, back to the one at ``sequence`` or older (or all of them)."""

@@ -61,6 +61,9 @@ class FakeSlot:
     def may_hold_audience(self) -> bool:
         return self.audience
 
+    def changes(self, stamp: object) -> None:
+        return None  # names no change: derived listings start over after a rewrite
+
     def append(self, *messages: Message) -> None:
         self.messages.extend(messages)
 

@@ -9,9 +9,13 @@ The rest go through ``Runtime.open`` to show the namespace actor builds the same
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+import hypothesis.strategies as st
 import pytest
 import trio
+from hypothesis import given, settings
 from support import FakeSlot
 
 import ctxrt
@@ -276,3 +280,86 @@ async def test_the_reader_listing_extends_incrementally_on_appends(runtime: Runt
         assert listing.projected - before == 5
         assert len(result.messages) == 206
         assert result.messages[0].content == (Text("private"), Text("public"))
+
+
+async def test_a_compile_after_an_edit_patches_the_one_message_not_the_history(runtime: Runtime) -> None:
+    """F3, L7: another namespace edits one message of a 1,000-message slot; the next compile of a
+    reader's Passthrough namespace re-projects that message alone (the reader view is patched, not
+    rebuilt) and compiles the edited text."""
+    with trio.fail_after(GUARD_S):
+        writer = await runtime.open("writer")
+        await writer.add_message("user", [Text("for ann", audience=("ann",)), Text("for all")])
+        ids = [await writer.add_message("user", f"m{i}") for i in range(1000)]
+        ann = await runtime.open("ann-ns", view_reader="ann")
+        await ann.compile()
+        listing = (await ann.inspect()).reader_listing
+        before = listing.projected
+        await writer.edit_message(ids[-3], "edited")
+        result = await ann.compile()
+        assert listing.projected - before == 1
+        assert texts(result.messages)[-3:] == ["edited", "m998", "m999"]
+
+
+OPERATION = st.one_of(
+    st.tuples(st.just("append"), st.sampled_from([(), ("ann",), ("bob",)]), st.integers(1, 60)),
+    st.tuples(st.just("edit"), st.integers(0, 10**6), st.sampled_from([(), ("ann",), ("bob",)]), st.integers(1, 60)),
+    st.tuples(st.just("remove"), st.integers(0, 10**6), st.integers(0, 3)),
+)
+
+
+def _content(audience: tuple[str, ...], words: int, label: str) -> list[Text]:
+    return [Text(f"{label} " + "w " * words, audience=audience or None), Text(f"{label} for all")] if audience \
+        else [Text(f"{label} " + "w " * words)]
+
+
+@settings(max_examples=20)
+@given(initial=st.integers(0, 90), operations=st.lists(OPERATION, min_size=1, max_size=8), tokens=st.integers(40, 900))
+def test_compiles_kept_across_edits_and_removals_equal_compiles_made_afresh(
+    tmp_path_factory: pytest.TempPathFactory, initial: int, operations: list[Any], tokens: int
+) -> None:
+    """F3, L7, A2, A3, T1: live Passthrough namespaces (a reader's, one for no reader, a filtered one)
+    patch what they hold after another namespace's edits and removals; after every operation each
+    compiles exactly what a read-only runtime, reading the store afresh, compiles for the same view."""
+    path = tmp_path_factory.mktemp("views") / "s"
+    budget = ctxrt.Budget(max_tokens=tokens, reserve_for_response=0)
+
+    def keep(message: Message) -> bool:
+        return "skip" not in message.content[0].text  # type: ignore[union-attr]
+
+    views: dict[str, dict[str, Any]] = {"ann-ns": {"view_reader": "ann"}, "free-ns": {}, "filtered-ns": {"view_filter": keep}}
+
+    async def compiled(manager: ctxrt.ContextManager) -> list[tuple[tuple[str, ...], list[str]]]:
+        try:
+            result = await manager.compile(budget)
+        except ctxrt.OverBudgetError:
+            return []
+        return [(tuple(s.id for s in sources), [b.text for b in m.content])  # type: ignore[union-attr]
+                for sources, m in zip(result.provenance.messages, result.messages, strict=True)]
+
+    async def main() -> None:
+        async with ctxrt.open_runtime(path, durability="os") as rt:
+            writer = await rt.open("writer")
+            ids = [await writer.add_message("user", f"m{i}" + (" skip" if i % 5 == 0 else "")) for i in range(initial)]
+            live = {name: await rt.open(name, **options) for name, options in views.items()}
+            for manager in live.values():
+                await compiled(manager)  # warm: what later compiles patch
+            for step, operation in enumerate(operations):
+                if operation[0] == "append":
+                    ids.append(await writer.add_message("user", _content(operation[1], operation[2], f"a{step}")))
+                elif operation[0] == "edit" and ids:
+                    label = f"e{step}" + (" skip" if operation[3] % 4 == 0 else "")
+                    try:
+                        await writer.edit_message(ids[operation[1] % len(ids)], _content(operation[2], operation[3], label))
+                    except ctxrt.NarrowingRefusedError:
+                        continue  # the writer compiles for no reader: it may not hide a block (D5)
+                elif operation[0] == "remove" and ids:
+                    first = operation[1] % len(ids)
+                    last = min(len(ids) - 1, first + operation[2])
+                    await writer.remove_messages(ids[first], ids[last])
+                    del ids[first : last + 1]
+                async with ctxrt.open_runtime(path, readonly=True) as fresh:
+                    for name, options in views.items():
+                        expected = await compiled(await fresh.open(name, **options))
+                        assert await compiled(live[name]) == expected, (name, step, operation)
+
+    trio.run(main)

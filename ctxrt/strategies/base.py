@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..compile import Budget, PreviewResult
     from ..errors import ModelError
     from ..model import ModelRequest, ModelResponse
-    from ..views import MessageView
+    from ..views import MessageView, Window
 
 
 class StrategyContext(Protocol):
@@ -301,7 +301,8 @@ class RawEntries:
     compiles and read back only as far as a budget needs (docs/behaviours.md L7).
 
     A warm compile extends them with what was appended (handing back the same ``Entry`` objects,
-    which compile's memo keys on); a view rewritten since starts them over.
+    which compile's memo keys on); a view edited or cut since replaces just the entries of the
+    messages that changed (``MessageView.changes``), and starts over only when those can't be named.
     """
 
     def __init__(self) -> None:
@@ -316,7 +317,7 @@ class RawEntries:
         """Hold entries for the newest messages until they cost more than ``tokens`` or are all of
         the view. Decodes older messages only when the newest held fit in ``tokens``."""
         window = view.window(1)
-        if window.stamp != self._stamp or view.pricing != self._pricing:
+        if view.pricing != self._pricing or (window.stamp != self._stamp and not self._patched(view, window)):
             self._stamp, self.entries, self.totals, self.complete, self._newest = window.stamp, [], [0], False, -1
             self._pricing = view.pricing
             self._prepend(window.messages, window.complete, view)
@@ -341,6 +342,34 @@ class RawEntries:
     def _oldest(self) -> int | None:
         return int(self.entries[0].source_ids[0]) if self.entries else None
 
+    def _patched(self, view: MessageView, window: Window) -> bool:
+        """Replace the entries of the messages changed since they were taken; False if the changes
+        can't be named or ``window`` no longer holds them (the caller starts over)."""
+        oldest = self._oldest()
+        changes = None if oldest is None else view.changes(self._stamp)
+        if changes is None or oldest is None:
+            return False
+        held = window.messages
+        for low, high in changes:
+            low, high = max(low, oldest), min(high, self._newest)  # appends not taken yet come after
+            if low > high:
+                continue
+            if not window.complete and (not held or held[0].sequence > low):
+                return False
+            fresh = held[bisect_left(held, low, key=sequence_key) : bisect_right(held, high, key=sequence_key)]
+            start = bisect_left(self.entries, low, key=_entry_sequence)
+            stop = bisect_right(self.entries, high, key=_entry_sequence)
+            self.entries[start:stop] = [raw_entry(message) for message in fresh]
+            totals = self.totals
+            made = list(accumulate((view.estimate_tokens(message) for message in fresh), initial=totals[start]))
+            shift = made[-1] - totals[stop]
+            self.totals = [*totals[:start], *made, *(total + shift for total in totals[stop + 1 :])]
+            oldest = self._oldest()
+            if oldest is None:
+                return False
+        self._stamp = window.stamp
+        return True
+
     def _prepend(self, messages: Sequence[Message], complete: bool, view: MessageView) -> None:
         entries = [raw_entry(message) for message in messages] + self.entries
         costs = [view.estimate_tokens(message) for message in messages]
@@ -364,6 +393,10 @@ class RawEntries:
     def suffix_start(self, usable: int) -> int:
         """The start of the longest suffix of ``entries`` whose tokens fit ``usable``."""
         return bisect_left(self.totals, self.totals[-1] - usable)
+
+
+def _entry_sequence(entry: Entry) -> int:
+    return int(entry.source_ids[0])
 
 
 def raw_entry(message: Message) -> Entry:
