@@ -258,7 +258,7 @@ async def test_an_edit_of_a_message_no_read_has_reached_is_applied_without_an_er
             caplog.set_level(logging.WARNING, logger="ctxrt")
             await manager.edit_message(old_id, "rewritten")
             assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
-            assert cache.decoded == 1  # only the edited message, for the edit's check
+            assert cache.decoded == 0  # the edit judges the message read from the store (D5), not decoded into the cache
             assert texts([await manager.get_message(old_id)]) == ["rewritten"]
             assert texts((await manager.get_message_window(0, 1)).messages) == ["rewritten"]
 
