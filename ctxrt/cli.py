@@ -51,7 +51,7 @@ from .namespace import states
 from .runtime import Runtime, open_runtime
 from .store.engine import BACKEND_ERRORS
 from .store.environment import close_store, open_store
-from .store.urls import is_postgres_url, redact
+from .store.urls import driver_missing, is_postgres_url, redact
 
 TRACEBACK_VARIABLE = "CTXRT_TRACEBACK"
 LOG_LEVEL_VARIABLE = "CTXRT_LOG_LEVEL"
@@ -553,8 +553,10 @@ def _verify(args: argparse.Namespace) -> int:
     from .store.verify import verify_in_child
 
     if is_postgres_url(args.store):
-        from .store.verify_postgres import verify_postgres
-
+        try:
+            from .store.verify_postgres import verify_postgres
+        except ImportError as exc:
+            raise driver_missing(exc) from None
         report = verify_postgres(args.store)
     else:
         report = verify_in_child(args.store, timeout=args.timeout)

@@ -190,3 +190,29 @@ def _no_traceback_override(monkeypatch: pytest.MonkeyPatch) -> None:
     # The subprocesses inherit the environment: a developer's CTXRT_TRACEBACK=1 would change them.
     monkeypatch.delenv("CTXRT_TRACEBACK", raising=False)
     assert "CTXRT_TRACEBACK" not in os.environ
+
+
+async def test_a_database_url_without_psycopg_is_one_line_naming_the_extra() -> None:
+    """M7, K4: every command that takes a store, given a postgresql:// URL where psycopg isn't
+    installed, says in one line which extra to install; no traceback, exit status 1."""
+    block = "import sys, runpy; sys.modules['psycopg'] = None; sys.argv[0] = 'ctxrt'; runpy.run_module('ctxrt', run_name='__main__')"
+    url = "postgresql://someone@nowhere/db"
+    commands = [["verify", url], ["inspect", url], ["messages", url], ["summaries", url, "--namespace", "ns"],
+                ["compile", url, "--namespace", "ns"], ["load-test", "--store", url]]
+
+    async def run(args: list[str]) -> tuple[int, str, str]:
+        result = await trio.run_process([sys.executable, "-c", block, *args], capture_stdout=True,
+                                        capture_stderr=True, check=False)
+        return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+    outcomes: dict[str, tuple[int, str, str]] = {}
+
+    async def each(args: list[str]) -> None:
+        outcomes[args[0]] = await run(args)
+
+    async with trio.open_nursery() as nursery:
+        for args in commands:
+            nursery.start_soon(each, args)
+    for name, (code, out, err) in outcomes.items():
+        assert_one_error_line(code, out, err, status=1, starts="ctxrt: error: ImportError: a postgresql:// store needs psycopg")
+        assert "pip install 'ctxrt[postgres]'" in err, name

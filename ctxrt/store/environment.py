@@ -38,7 +38,7 @@ from ..errors import (
 from . import files, keys
 from .engine import FORMAT_VERSION, Engine
 from .interface import StoreEngine
-from .urls import is_postgres_url
+from .urls import driver_missing, is_postgres_url
 
 LOCK_NAME = files.OWNER_LOCK_NAME
 FIRST_OPEN_WAIT_S = 5.0
@@ -142,7 +142,7 @@ def _open_postgres(url: str, readonly: bool, durability: Durability) -> StoreHan
             PostgresEngine,  # psycopg is an optional dependency (ctxrt[postgres])
         )
     except ImportError as exc:
-        raise ImportError(f"a postgresql:// store needs psycopg: pip install 'ctxrt[postgres]' ({exc})") from None
+        raise driver_missing(exc) from None
     engine = PostgresEngine(url, synchronous=durability == "sync", create=not readonly)
     return StoreHandle(engine.data_path, engine, readonly, durability, engine.data_path, None)
 

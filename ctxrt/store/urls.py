@@ -23,3 +23,8 @@ def redact(url: str) -> str:
 def is_postgres_url(path: object) -> bool:
     """Whether ``path`` names a PostgreSQL database (a libpq URL) rather than a directory."""
     return isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
+
+
+def driver_missing(exc: ImportError) -> ImportError:
+    """What opening a database URL raises when psycopg, an optional dependency, isn't installed."""
+    return ImportError(f"a postgresql:// store needs psycopg: pip install 'ctxrt[postgres]' ({exc})")
