@@ -14,10 +14,16 @@ from typing import Any, ClassVar, TypeAlias, Union
 import attrs
 
 
+def _listed_audience(value: Any) -> Any:
+    """A list given as an audience is kept as a tuple, so the frozen block stays hashable; anything
+    else is kept as given (a stored audience that isn't a list of strings names no one, A2)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
 @attrs.frozen
 class Text:
     text: str
-    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True)
+    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
     cache_control: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
     # An opaque provider-native replay form; several blocks of one message may share it (A5).
     raw: Any = attrs.field(default=None, kw_only=True)
@@ -28,7 +34,7 @@ class Text:
 class Thinking:
     thinking: str
     signature: str | None = None
-    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True)
+    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
     raw: Any = attrs.field(default=None, kw_only=True)
     type: ClassVar[str] = "thinking"
 

@@ -40,6 +40,16 @@ def blocks(draw: Any) -> Any:
 readers = st.none() | st.sampled_from(READERS + ("dee",))
 
 
+@given(st.lists(st.sampled_from(READERS), max_size=3))
+def test_an_audience_given_as_a_list_is_kept_as_a_tuple_so_the_block_stays_hashable(names: list[str]) -> None:
+    """A2, M6: Text and Thinking made with audience=[...] hold a tuple, hash, and equal the tuple form."""
+    for cls in (Text, Thinking):
+        block = cls("x", audience=names)
+        assert block.audience == tuple(names) and isinstance(block.audience, tuple)
+        assert hash(block) == hash(cls("x", audience=tuple(names)))
+        assert {block} == {cls("x", audience=tuple(names))}
+
+
 @given(st.lists(blocks(), max_size=6), readers)
 def test_a_reader_keeps_exactly_the_blocks_addressed_to_it_without_the_field(content: list[Any], reader: Any) -> None:
     """A2, A8: kept = no audience or one naming the reader, in order, never carrying an audience field."""
