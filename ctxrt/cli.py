@@ -440,6 +440,8 @@ async def _load_test(args: argparse.Namespace) -> int:
 
 
 def _load_table(report: Any, args: argparse.Namespace) -> None:
+    from .loadtest import refusal_lines
+
     table = Table("operation", "count", "per second", "p50 ms", "p90 ms", "p99 ms", "max ms",
                   title=f"load test: {args.managers} managers, {args.namespaces} namespaces, {args.readers} readers, "
                         f"{report.seconds:.1f} s")
@@ -448,7 +450,8 @@ def _load_table(report: Any, args: argparse.Namespace) -> None:
         table.add_row(kind, str(count), f"{count / report.seconds:.0f}",
                       *(f"{lat.get(q, 0):.1f}" for q in ("p50", "p90", "p99", "max")))
     out.print(table)
-    out.print(f"refusals: {dict(report.refusals) or 'none'}", markup=False)
+    for line in refusal_lines(report.refusals) or ["no call was refused"]:
+        out.print(line, markup=False)
     out.print(f"messages acknowledged {report.messages_acknowledged}, stored {report.messages_stored}; "
               f"claim conflicts: {report.claim_conflicts or 'none'}; actors left: {report.actors_left}; "
               f"deadlock: {report.deadlocked}", markup=False)

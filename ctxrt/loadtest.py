@@ -20,6 +20,21 @@ from .runtime import open_runtime
 from .testing import ScriptedModel
 
 
+# Why a resident's call was refused, in words, for the refusals the load test expects.
+_WHY = {
+    "open: ReaderConflictError": "the namespace already records another reader (expected: each resident draws "
+                                 "a reader at random, and a namespace serves the first reader that claims it)",
+    "compile: OverBudgetError": "the newest message alone didn't fit the compile's budget",
+}
+
+
+def refusal_lines(refusals: Counter[str]) -> list[str]:
+    """What ``refusals`` (keyed "operation: ErrorName") says, one line each, most frequent first."""
+    return [f"{count} {key.partition(':')[0]} call{'s' if count != 1 else ''} refused with "
+            f"{key.partition(': ')[2]}: {_WHY.get(key, 'unexpected; see docs/api.md for what raises it')}"
+            for key, count in refusals.most_common()]
+
+
 @attrs.define
 class LoadReport:
     namespaces: int
@@ -101,7 +116,7 @@ async def run_load_test(
             try:
                 manager = await runtime.open(namespace, view_reader=reader, strategy=strategy)
             except CtxrtError as exc:
-                refusals[type(exc).__name__] += 1
+                refusals[f"open: {type(exc).__name__}"] += 1
                 return
             record("open", began)
             opened_for.setdefault(namespace, set()).add(reader)
@@ -110,6 +125,7 @@ async def run_load_test(
                 while time.perf_counter() < deadline:
                     roll = local.random()
                     began = time.perf_counter()
+                    operation = "add" if roll < 0.6 else "compile" if roll < 0.9 else "tick"
                     try:
                         if roll < 0.6:
                             await manager.add_message(local.choice(("user", reader)), f"{reader} says {local.random()}")
@@ -122,7 +138,7 @@ async def run_load_test(
                             await manager.tick()
                             record("tick", began)
                     except CtxrtError as exc:
-                        refusals[type(exc).__name__] += 1
+                        refusals[f"{operation}: {type(exc).__name__}"] += 1
             finally:
                 await manager.aclose()
 

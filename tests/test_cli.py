@@ -13,7 +13,7 @@ import trio
 
 import ctxrt
 from ctxrt.demo import run_demo
-from ctxrt.loadtest import run_load_test
+from ctxrt.loadtest import refusal_lines, run_load_test
 from ctxrt.model import OfflineModel
 
 GUARD_S = 120
@@ -114,7 +114,8 @@ async def test_the_bounded_load_test_loses_nothing_claims_once_and_leaks_nothing
     assert len(report.claims) == 50 and all(report.claims.values())
     assert report.actors_left == 0
     assert report.operations["compile"] > 0 and report.operations["open"] >= 50
-    assert set(report.refusals) <= {"ReaderConflictError"}
+    assert set(report.refusals) <= {"open: ReaderConflictError"}
+    assert all("unexpected" not in line for line in refusal_lines(report.refusals))
 
 
 async def test_compile_dry_runs_with_the_strategy_config_the_namespace_runs(tmp_path: Path) -> None:

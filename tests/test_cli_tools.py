@@ -60,6 +60,8 @@ async def test_load_test_keeps_its_temporary_store_with_keep_and_says_where(tmp_
     assert code == 0, err
     kept = out.splitlines()[-1].removeprefix("store kept at ")
     assert kept.startswith(str(tmp_path)) and (Path(kept) / "data.mdb").is_file()
+    # Refusals are explained in words, never printed as a Python dict.
+    assert "{" not in out and ("no call was refused" in out or "refused with ReaderConflictError: the namespace" in out)
 
 
 async def test_load_test_refuses_a_store_path_that_already_holds_something(tmp_path: Path) -> None:
