@@ -16,7 +16,9 @@ $(STAMP): pyproject.toml
 	         >$$log 2>&1 || { cat $$log; rm -f $$log; exit 1; }; rm -f $$log; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	# compat: a plain path entry (.pth) rather than setuptools' import hook, which type checkers
+	# can't follow, so mypy on a host's script outside the checkout finds ctxrt's types.
+	$(BIN)/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -30,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/python -m ctxrt demo
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	$(BIN)/python -m pip install -q -e '.[test,bench]' --config-settings editable_mode=compat
 	$(BIN)/python -m bench
 
 clean:
