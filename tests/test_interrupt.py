@@ -25,6 +25,7 @@ import pytest
 import trio
 
 from ctxrt import Autobiographical
+from ctxrt.demo import STORE_MARKER
 from ctxrt.errors import RuntimeClosedError
 from ctxrt.model import ModelRequest, ModelResponse
 from ctxrt.runtime import open_runtime
@@ -203,3 +204,61 @@ async def test_a_cancel_from_the_hosts_own_scope_leaves_as_cancelled(
                     scope.cancel()
             assert scope.cancelled_caught, context
             await check_store(store, acks, context)
+
+
+# -- the demo ----------------------------------------------------------------------------------
+
+
+def demo_environment() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items()
+            if key not in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "CTXRT_TRACEBACK", "CTXRT_LOG_LEVEL")}
+
+
+def marked(store: Path) -> tuple[int, int] | None:
+    """When and where the demo last wrote its store marker, or None."""
+    try:
+        status = (store / STORE_MARKER).stat()
+    except FileNotFoundError:
+        return None
+    return status.st_ino, status.st_mtime_ns
+
+
+async def interrupt_demo(store: Path, delay: float, tmp_path: Path) -> tuple[int, str, str]:
+    """Run the demo, SIGINT it ``delay`` s after it marks its store; its status, stdout and stderr."""
+    before = marked(store)
+    out, err = tmp_path / "demo.out", tmp_path / "demo.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(partial(
+                trio.run_process, [sys.executable, "-m", "ctxrt", "demo", "--store", str(store), "--messages",
+                                   DEMO_MESSAGES], stdout=stdout, stderr=stderr, check=False,
+                env=demo_environment()))
+            while process.returncode is None and marked(store) == before:
+                await trio.sleep(0.005)
+            await trio.sleep(delay)
+            if process.returncode is None:
+                process.send_signal(signal.SIGINT)
+    assert process.returncode is not None
+    return process.returncode, out.read_text(), err.read_text()
+
+
+@pytest.mark.soak
+async def test_ctrl_c_into_the_demo_exits_130_in_one_line_and_the_next_run_works(
+    tmp_path: Path, soak_scale: Callable[[int, int], int]
+) -> None:
+    """SIGINT at random moments into `ctxrt demo`, again and again on one store: each run exits 130
+    with one line on stderr, and the next run accepts the store the interrupted one left (L8)."""
+    seed, rng = seeded()
+    store = tmp_path / "demo"
+    rounds = soak_scale(2, 40)
+    with trio.fail_after(GUARD_S + rounds * 20):
+        for round_ in range(rounds):
+            delay = rng.uniform(0, 0.5)
+            context = f"round {round_}, {delay:.3f} s after the demo marked its store (seed {seed})"
+            code, out, err = await interrupt_demo(store, delay, tmp_path)
+            finished = code == 0 and "privacy check passed" in out  # the run ended before the signal
+            assert finished or (code, err) == (130, "ctxrt: interrupted\n"), f"{context}: exit {code}\n{err[-3000:]}"
+        result = await trio.run_process([sys.executable, "-m", "ctxrt", "demo", "--store", str(store), "--messages",
+                                         "300"], capture_stdout=True, capture_stderr=True, check=False,
+                                        env=demo_environment())
+    assert result.returncode == 0, f"seed {seed}: {result.stderr.decode()[-3000:]}"
