@@ -766,13 +766,15 @@ def main(argv: list[str] | None = None) -> int:
             return _bench(args)
         if args.command == "verify":
             return _verify(args)
-        return trio.run(HANDLERS[args.command], args)
+        # Ctrl-C is raised in the command's own task at an await, never inside an actor's step.
+        return trio.run(HANDLERS[args.command], args, restrict_keyboard_interrupt_to_checkpoints=True)
     except UsageError as exc:
         if not as_json:
             sys.stderr.write(exc.usage)
         _report("UsageError", f"{exc.prog}: error: {exc}" if not as_json else str(exc), as_json)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C: one line, whatever was running (the runtime raises it as itself, L8)
+        _report("KeyboardInterrupt", "interrupted" if as_json else "ctxrt: interrupted", as_json)
         return 130
     except Exception as exc:  # the edge: one line for anything, unless asked for the traceback
         if all(isinstance(leaf, BrokenPipeError) for leaf in _leaves(exc)):

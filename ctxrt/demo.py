@@ -11,7 +11,9 @@ machine, longer with a real model. Offline by default (``OfflineModel``); with
 
 The demo deletes only what it made: it writes a marker file into a store directory it creates
 (or finds empty), and on a later run replaces only a marked directory's store files, after
-checking that no other runtime holds the store.
+checking that no other runtime holds the store. The marker names every file a store makes
+before the runtime makes any, and stays while they are deleted, so a run stopped anywhere
+leaves a store the next run replaces.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .errors import CtxrtError, ModelError, StoreLockedError
 from .model import AnthropicModel, ModelRequest, ModelResponse, OfflineModel
 from .runtime import open_runtime
 from .store.engine import BACKEND_ERRORS
+from .store.files import STORE_FILE_NAMES
 from .strategies.autobiographical import Autobiographical
 
 RESIDENTS = ("ann", "bob", "cy")
@@ -41,7 +44,6 @@ MARKER = re.compile(r"\[for (ann|bob|cy) #\d+\]")
 TOPICS = ("the migration plan", "the flaky test", "the release notes", "the cache budget", "the on-call rota",
           "the schema change", "the latency regression", "the onboarding doc")
 STORE_MARKER = ".ctxrt-demo"  # written into a store directory the demo made; nothing else is deleted
-STORE_FILES = ("data.mdb", "lock.mdb", "owner.lock")  # what a runtime makes in a store directory
 
 
 class DemoStoreError(CtxrtError):
@@ -181,7 +183,7 @@ def _made_by_demo(store: Path) -> set[str]:
         recorded = json.loads(marker.read_text())["files"]
     except (ValueError, KeyError, TypeError, OSError):
         recorded = []
-    made = {STORE_MARKER, *STORE_FILES, *(name for name in recorded if isinstance(name, str))}
+    made = {STORE_MARKER, *STORE_FILE_NAMES, *(name for name in recorded if isinstance(name, str))}
     foreign = sorted(present - made)
     if foreign or any((store / name).is_dir() for name in present):
         shown = ", ".join(foreign[:5]) or "a directory"
@@ -206,7 +208,7 @@ async def _replace_own_store(store: Path, made: set[str]) -> None:
                                          "nothing was deleted") from None
     except (CtxrtError, *BACKEND_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
         pass
-    for name in sorted(made):
+    for name in sorted(made - {STORE_MARKER}):  # the marker stays, so a run interrupted here leaves the demo's store
         (store / name).unlink(missing_ok=True)
 
 
@@ -252,12 +254,12 @@ async def run_demo(
         await _check_model(model, model_name)
         if made:
             await _replace_own_store(store, made)
-        _mark(store, list(STORE_FILES))  # before the runtime makes anything: a crashed run stays the demo's
+        _mark(store, list(STORE_FILE_NAMES))  # before the runtime makes anything: a crashed run stays the demo's
         report = await _run(store, messages, rng, progress, model, model_name)
     finally:
         if isinstance(model, AnthropicModel):
             await model.aclose()  # handed to the namespaces, not to the runtime, so closed here
-    _mark(store, sorted({*STORE_FILES, *(entry.name for entry in store.iterdir())} - {STORE_MARKER}))
+    _mark(store, sorted({*STORE_FILE_NAMES, *(entry.name for entry in store.iterdir())} - {STORE_MARKER}))
     return report
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ import trio
 
 from . import checks
 from .content import Message
-from .errors import MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
+from .errors import ManagerClosedError, MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
 from .manager import ContextManager
 from .model import Model
 from .namespace import states
@@ -41,6 +42,8 @@ from .trio_guard import require_trio
 
 if TYPE_CHECKING:
     from .manager import Derivation
+
+logger = logging.getLogger("ctxrt.runtime")
 
 
 @attrs.frozen
@@ -326,12 +329,36 @@ def _check_model(model: object) -> None:
         raise TypeError(f"model must be a Model (with an async complete(request)) or None, not {type(model).__name__}")
 
 
+# What the runtime's close does to code still running as it stops (cancelled, its calls answered
+# as closed): the consequence of an interrupt, not a failure beside it.
+_CLOSING = (trio.Cancelled, RuntimeClosedError, ManagerClosedError)
+
+
+def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup):
+        inner = inner.exceptions[0]
+    return inner
+
+
 @asynccontextmanager
-async def _unwrapped() -> AsyncIterator[None]:
-    """Re-raise a lone exception from the runtime's nursery as itself, not as a group of one."""
+async def _unwrapped(path: object) -> AsyncIterator[None]:
+    """Re-raise a lone exception from the runtime's nursery as itself, not as a group of one, and a
+    KeyboardInterrupt from any of its tasks as itself, whatever else the group holds (L8)."""
     try:
         yield
     except BaseExceptionGroup as group:
+        interrupts, others = group.split(KeyboardInterrupt)
+        if interrupts is not None:
+            # trio raises Ctrl-C in whichever task is running, an actor's perhaps, and the others
+            # stop with it; a host (and the CLI) catches a KeyboardInterrupt, never a group. A
+            # real failure beside it is logged, as it can't be raised too.
+            failures = None if others is None else others.subgroup(
+                lambda exc: not isinstance(exc, (BaseExceptionGroup, *_CLOSING)))
+            if failures is not None:
+                logger.error("the runtime on %s was interrupted; beside the KeyboardInterrupt it raised:", path,
+                             exc_info=failures)
+            raise _first_leaf(interrupts) from None
         inner: BaseException = group
         while isinstance(inner, BaseExceptionGroup) and len(inner.exceptions) == 1:
             inner = inner.exceptions[0]
@@ -377,7 +404,9 @@ async def open_runtime(
         NotTrioError: awaited under asyncio (or any library but trio); nothing is opened.
 
     An error raised in the block comes out as itself; only several at once (an actor crashing
-    beside the block's own error) come out as an ``ExceptionGroup``.
+    beside the block's own error) come out as an ``ExceptionGroup``. Ctrl-C comes out as a bare
+    ``KeyboardInterrupt``, whichever task trio raised it in; another error raised beside it is
+    logged, not raised (L8). A cancel from the host's scope comes out as ``trio.Cancelled`` (L9).
     """
     require_trio("ctxrt.open_runtime")
     _check_open_arguments(path, model, readonly, durability, map_size, model_timeout_s)
@@ -385,7 +414,7 @@ async def open_runtime(
         check_store_pages(Path(os.fspath(path)))
     handle = open_store(path, readonly=readonly, durability=durability, map_size=map_size)
     try:
-        async with _unwrapped(), trio.open_nursery() as nursery:
+        async with _unwrapped(handle.path), trio.open_nursery() as nursery:
             runtime = Runtime(handle, nursery, model, model_timeout_s)
             if runtime._store is not None:
                 ref, inbox = runtime._store, runtime._store_inbox

@@ -191,14 +191,17 @@ async def test_cancelled_caller_leaves_the_actor_serving_and_the_store_consisten
 
 
 async def test_callers_queued_when_the_runtime_is_cancelled_are_answered_not_stranded(store_path: Path) -> None:
-    """Requests still in the mailbox when the runtime is cancelled get RuntimeClosedError, never a hang (L3)."""
+    """Requests still in the mailbox when the runtime is cancelled get RuntimeClosedError, never a hang,
+    each caller an error of its own: callers raising one object at once pile their tracebacks on it (L3)."""
     outcomes: list[str] = []
+    errors: list[RuntimeClosedError] = []
 
     async def caller(rt: Runtime) -> None:
         try:
             await rt.store.ask(append(b"x"))
-        except RuntimeClosedError:
+        except RuntimeClosedError as exc:
             outcomes.append("closed")
+            errors.append(exc)
         else:
             outcomes.append("committed")
 
@@ -213,6 +216,7 @@ async def test_callers_queued_when_the_runtime_is_cancelled_are_answered_not_str
                     scope.cancel()
                     await trio.sleep_forever()
     assert len(outcomes) == 600
+    assert len(errors) > 1 and len({id(error) for error in errors}) == len(errors)
     async with open_runtime(store_path) as rt:
         assert len(assert_log_consistent(rt)) == outcomes.count("committed")
 

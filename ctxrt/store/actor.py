@@ -231,6 +231,7 @@ def open_store_actor(
     return StoreRef(send, _Counters(), engine, publish), receive
 
 
+@trio.lowlevel.enable_ki_protection  # Ctrl-C waits for the commit step's end: never between commit and answer
 def commit_batch(
     engine: StoreEngine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters
 ) -> list[tuple[bool, Any]]:
@@ -284,6 +285,7 @@ def _copy_refusal(refused: StoreFullError | StoreCorruptError | StoreUnavailable
     return copy
 
 
+@trio.lowlevel.enable_ki_protection  # Ctrl-C goes to the host's main task, and the actor stops as cancelled
 async def serve_store(
     engine: StoreEngine,
     ref: StoreRef,
@@ -329,11 +331,12 @@ async def serve_store(
                     reply.resolve(ok, value)
                 pending = []
         finally:
-            closed = RuntimeClosedError("the store actor stopped before answering")
+            # One error per caller: callers raise theirs at once, each with its own traceback.
+            closed = lambda: RuntimeClosedError("the store actor stopped before answering")  # noqa: E731
             for _, reply in pending:
                 if not reply.done:
                     ref._queued -= 1
-                    reply.resolve(False, closed)
+                    reply.resolve(False, closed())
             # Closing drops what is still queued; answer it first, or its callers wait forever.
             while True:
                 try:
@@ -341,7 +344,7 @@ async def serve_store(
                 except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                     break
                 ref._queued -= 1
-                reply.resolve(False, closed)
+                reply.resolve(False, closed())
             inbox.close()
             nursery.cancel_scope.cancel()
 
@@ -398,6 +401,7 @@ def _can_map(size: int) -> bool:
     return True
 
 
+@trio.lowlevel.enable_ki_protection  # a task of its own: not covered by serve_store's protection
 async def _sync_periodically(engine: StoreEngine) -> None:
     # durability="os": commits are not flushed; flush them at least this often.
     while True:

@@ -47,6 +47,8 @@ DATA_NAME = "data.mdb"
 LMDB_LOCK_NAME = "lock.mdb"
 OWNER_LOCK_NAME = "owner.lock"
 MARKER_NAME = "ctxrt.format"
+MARKER_TEMPORARY_NAME = MARKER_NAME + ".tmp"  # the marker as it is written, until it is renamed
+STORE_FILE_NAMES = (DATA_NAME, LMDB_LOCK_NAME, OWNER_LOCK_NAME, MARKER_NAME, MARKER_TEMPORARY_NAME)  # all a store makes
 MARKER_TEXT = "ctxrt store format {version}\n"
 
 MAGIC = 0xBEEFC0DE
@@ -135,7 +137,7 @@ def store_evidence(directory: Path) -> str | None:
 def write_marker(directory: Path, version: int) -> None:
     """Record, durably, that a ctxrt store lives here (after its first commit)."""
     target = directory / MARKER_NAME
-    temporary = directory / (MARKER_NAME + ".tmp")
+    temporary = directory / MARKER_TEMPORARY_NAME
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, MARKER_TEXT.format(version=version).encode())
