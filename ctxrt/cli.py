@@ -183,7 +183,7 @@ async def _demo(args: argparse.Namespace) -> int:
 
 
 def _demo_table(report: Any, hint: str) -> None:
-    table = Table(title=f"What each reader's compile holds ({report.messages:,} messages written, "
+    table = Table(title=f"What each reader's compile holds ({report.messages:,} turns written, "
                         f"model: {escape(report.model)})")
     for column in ("reader", "branch", "msgs stored", "msgs sent raw", "summaries stored", "summaries sent",
                    "head", "middle", "recent", "own", "leaks"):
@@ -201,14 +201,35 @@ def _demo_table(report: Any, hint: str) -> None:
               "its tokens in the head window, the summarised middle and the recent window", markup=False)
     out.print("own: audience lines for this reader in its compile; leaks: lines for another reader (none expected)",
               markup=False)
+    out.print(f"msgs stored on main ({report.written:,}) is more than the {report.messages:,} turns: each of the "
+              f"{report.tool_cycles} tool cycles is two messages, a call and its result; the fork and the derived "
+              f"branch each add one line of their own", markup=False)
     out.print(f"compression requests: {report.model_requests} ({report.model_failures} failed); "
               f"fork: {report.fork}; derived: {report.derived}", markup=False)
+    if report.sample is not None:
+        _demo_sample(report.sample)
     if report.private:
         out.print("[bold green]privacy check passed[/]: no compile, summary or model request held another "
                   "reader's lines")
     else:
         out.print("[bold red]privacy check FAILED[/]")
     out.print(f"store left at {report.store}; look inside with: {hint}", markup=False)
+
+
+def _demo_sample(sample: Any) -> None:
+    """One turn as two readers' requests carry it, side by side, and a summary one of them sends."""
+    table = Table(title=f"Message {sample.message_id} in one turn's request", show_lines=True)
+    table.add_column(f"as {sample.reader}'s request carries it", overflow="fold")
+    table.add_column(f"as {sample.other}'s request carries it", overflow="fold")
+    table.add_row(escape("\n".join(sample.as_reader)), escape("\n".join(sample.as_other)))
+    out.print(table)
+    out.print(f"the line meant for {sample.reader} alone is in {sample.reader}'s request and not in "
+              f"{sample.other}'s", markup=False)
+    if sample.summary_id is not None:
+        opening = " ".join(sample.summary_text.split())
+        opening = opening if len(opening) <= 300 else opening[:300] + " ..."
+        out.print(f"a summary {sample.reader}'s request sends instead of older messages ({sample.summary_id}, "
+                  f"{sample.summary_covers}): {opening}", markup=False)
 
 
 # -- read-only commands -----------------------------------------------------------------------

@@ -76,9 +76,23 @@ class ReaderReport:
 
 
 @attrs.define
+class Sample:
+    """One turn's message as two readers' requests carry it, and a summary one reader's sends."""
+
+    message_id: str  # a message holding a line meant for ``reader`` alone
+    reader: str
+    other: str
+    as_reader: list[str]  # its text blocks in ``reader``'s compiled request
+    as_other: list[str]  # and in ``other``'s
+    summary_id: str | None  # a summary ``reader``'s compile sends, what it covers, its opening
+    summary_covers: str | None
+    summary_text: str | None
+
+
+@attrs.define
 class DemoReport:
     store: Path
-    messages: int
+    messages: int  # turns written: a tool cycle is one turn of two messages, a call and its result
     model: str
     readers: list[ReaderReport]
     fork: str
@@ -87,6 +101,9 @@ class DemoReport:
     model_failures: int
     last_model_error: str | None
     leaks: list[str]
+    written: int = 0  # messages written on main: the turns plus one result per tool cycle
+    tool_cycles: int = 0
+    sample: Sample | None = None
 
     @property
     def private(self) -> bool:
@@ -275,6 +292,7 @@ async def _run(store: Path, messages: int, rng: random.Random, progress: Callabl
                                              model=recordings[name])
                     for name in RESIDENTS}
         writer = managers["ann"]
+        tool_cycles = 0
         for index in range(messages):
             speaker = rng.choice(("user", *RESIDENTS))
             participant = "user" if speaker == "user" else speaker
@@ -287,6 +305,7 @@ async def _run(store: Path, messages: int, rng: random.Random, progress: Callabl
                 await writer.add_message("user", [
                     {"type": "tool_result", "tool_use_id": call_id, "content": f"result {index}: 3 matches"},
                 ])
+                tool_cycles += 1
                 continue
             content: list[dict[str, Any]] = [{"type": "text", "text": _line(rng, index, speaker)}]
             if index % 7 == 0:
@@ -300,6 +319,7 @@ async def _run(store: Path, messages: int, rng: random.Random, progress: Callabl
                 await trio.sleep(0)  # let the drains run between bursts
         for manager in managers.values():
             await manager.wait_ready()
+        sample = await _sample(managers["ann"], managers["bob"])
         fork = await managers["bob"].fork("demo-fork")
         await managers["bob"].add_message("bob", "A line only on the fork.")
         child = await managers["cy"].derive(branch="demo-derived")
@@ -313,11 +333,38 @@ async def _run(store: Path, messages: int, rng: random.Random, progress: Callabl
     return DemoReport(store, messages, model_name, reports, fork, "demo-derived",
                       sum(r.requests for r in recordings.values()), sum(r.failures for r in recordings.values()),
                       next((r.last_error for r in recordings.values() if r.last_error), None),
-                      [leak for r in recordings.values() for leak in r.leaks])
+                      [leak for r in recordings.values() for leak in r.leaks],
+                      messages + tool_cycles, tool_cycles, sample)
+
+
+DEMO_BUDGET = Budget(max_tokens=12000, reserve_for_response=1000)
+
+
+async def _sample(reader: Any, other: Any) -> Sample | None:
+    """The newest message holding a line for ``reader`` alone, as each one's request carries it."""
+    name = reader.view_reader
+    mine, theirs = await reader.compile(DEMO_BUDGET), await other.compile(DEMO_BUDGET)
+    stored = {m.id: m for m in await reader.get_all_messages()}
+
+    def blocks(result: Any, message_id: str) -> list[str]:
+        return [getattr(b, "text", f"[{b.type}]") for m, sources in zip(result.messages, result.provenance.messages)
+                if any(s.id == message_id for s in sources) for b in m.content]
+
+    sampled = next((message_id for sources in reversed(mine.provenance.messages) for s in sources
+                    if s.kind == "message" and (message_id := s.id) in stored
+                    and any(getattr(b, "audience", None) == (name,) for b in stored[message_id].content)
+                    and blocks(theirs, message_id)), None)
+    if sampled is None:
+        return None
+    summary = next((s for sources in mine.provenance.messages for s in sources if s.kind == "summary"), None)
+    found = await reader.get_summary(summary.id) if summary is not None else None
+    return Sample(sampled, name, other.view_reader, blocks(mine, sampled), blocks(theirs, sampled),
+                  found.id if found else None, f"messages {found.first_id} to {found.last_id}" if found else None,
+                  found.content if found else None)
 
 
 async def _reader_report(name: str, manager: Any) -> ReaderReport:
-    budget = Budget(max_tokens=12000, reserve_for_response=1000)
+    budget = DEMO_BUDGET
     result = await manager.compile(budget)
     preview = await manager.preview_context(budget)
     text = " ".join(getattr(b, "text", "") for m in result.messages for b in m.content)

@@ -61,6 +61,28 @@ async def test_the_demos_stored_messages_and_summaries_are_what_inspect_counts(t
         assert {str(level): count for level, count in row.summaries_per_level.items()} == \
             namespace["summaries_per_level"]
         assert 0 < row.raw_messages < row.stored_messages and 0 < row.summaries_used <= row.summaries
+    # More messages are stored than turns written, and the report says by how many and why.
+    assert report.written == report.messages + report.tool_cycles == branches["main"]["slots"]["messages"]
+    assert report.tool_cycles > 0
+
+
+async def test_the_demo_shows_one_turn_as_two_readers_requests_carry_it_and_a_summary(tmp_path: Path) -> None:
+    """A2, A8: the demo ends with one message as ann's request carries it beside bob's (the line for ann
+    in one, not the other) and a summary ann's request sends; the printed output shows the same."""
+    with trio.fail_after(GUARD_S):
+        report = await run_demo(tmp_path / "demo", messages=300, model=OfflineModel(), model_name="offline")
+        code, out, err = await ctxrt_cli("demo", "--store", str(tmp_path / "printed"), "--messages", "300",
+                                         env=environment(COLUMNS="240"))
+    sample = report.sample
+    assert sample is not None and (sample.reader, sample.other) == ("ann", "bob")
+    private = [text for text in sample.as_reader if text.startswith("[for ann #")]
+    assert len(private) == 1 and private[0] not in sample.as_other
+    assert [text for text in sample.as_reader if text not in private] == sample.as_other  # the rest alike
+    assert sample.summary_id is not None and sample.summary_text and sample.summary_covers
+    assert code == 0, err
+    assert "as ann's request carries it" in out and "as bob's request carries it" in out
+    assert "a note only ann should see" in out and "a summary ann's request sends instead of older messages" in out
+    assert "each of the" in out and "tool cycles is two messages, a call and its result" in out
 
 
 async def test_the_demo_prints_an_inspect_command_that_runs_as_printed(tmp_path: Path) -> None:
