@@ -127,6 +127,9 @@ from .errors import (
     StoreUnavailableError as StoreUnavailableError,
 )
 from .errors import (
+    StoreUnsupportedError as StoreUnsupportedError,
+)
+from .errors import (
     StrategyRefusedError as StrategyRefusedError,
 )
 from .errors import (

@@ -127,6 +127,17 @@ class StoreUnavailableError(CtxrtError):
         super().__init__(f"store database {url} is unavailable: {reason}")
 
 
+class StoreUnsupportedError(CtxrtError):
+    """The database's server lacks something a ctxrt store relies on (a server that speaks
+    PostgreSQL's protocol but whose session advisory locks exclude no one, as CockroachDB's);
+    ``url`` names it without credentials, ``reason`` says what is missing. Nothing was written."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"store database {url} can't hold a ctxrt store: {reason}")
+
+
 class StorePermissionError(CtxrtError, PermissionError):
     """The store's directory or files can't be opened as asked (permissions, a read-only filesystem).
 

@@ -5,7 +5,8 @@ whose data directory, Unix socket and log all live in one directory. It listens 
 address at all (``listen_addresses = ''``), so it can't collide with a system cluster (Debian's
 package starts one on port 5432) or be reached from the network; clients connect over the socket
 with ``Cluster.url(dbname)``, a libpq URL. ``Cluster.create_database(name)`` gives each test a
-fresh database in a few milliseconds.
+fresh database in a few milliseconds. ``with cluster.down():`` is an outage: the server stopped
+(its clients' connections dropped) with its data kept, and started again on leaving the block.
 
 Authentication is ``trust`` and the bootstrap superuser is named ``ctxrt`` (``initdb -U``), so any
 OS user that can reach the socket connects as ``ctxrt``: the cluster is for this machine's tests
@@ -311,7 +312,16 @@ class Cluster:
             conf.write("\n# ctxrt.pgcluster: a throwaway cluster\n")
             for key, value in self.settings.items():
                 conf.write(f"{key} = {_quote_setting(value)}\n")
+        self._launch()
+        self.start_seconds = time.perf_counter() - began
 
+    def _launch(self) -> None:
+        """Start the server on its data directory and wait until it is ready."""
+        runner = self._runner
+        try:  # a restart's log already holds the last run's lines (its FATALs too)
+            logged = self.log_path.stat().st_size
+        except OSError:
+            logged = 0
         self._start_watchdog()
         with _LIVE_LOCK:
             _LIVE.add(self)
@@ -321,8 +331,7 @@ class Cluster:
         done = runner.run(start, cwd=self.directory, timeout=START_TIMEOUT)
         if done.returncode != 0:
             self._fail_start("pg_ctl start failed", start, done.returncode, done.stdout + done.stderr)
-        self._wait_ready(start)
-        self.start_seconds = time.perf_counter() - began
+        self._wait_ready(start, logged)
 
     def _fail_start(self, message: str, command: Sequence[str], returncode: int | None, output: str) -> None:
         log = self._log_tail()
@@ -331,9 +340,12 @@ class Cluster:
         raise ClusterError(message, command=command, returncode=returncode,
                            log_tail="\n".join(filter(None, [_tail(output), log])))
 
-    def _log_tail(self) -> str:
+    def _log_tail(self, since: int = 0) -> str:
+        """The log's last lines, of what it got after byte ``since``."""
         try:
-            return _tail(self.log_path.read_text(errors="replace"))
+            with self.log_path.open("rb") as log:
+                log.seek(since)
+                return _tail(log.read().decode(errors="replace"))
         except OSError:
             return ""
 
@@ -346,7 +358,7 @@ class Cluster:
         pid = int(lines[0]) if lines and lines[0].strip().isdigit() else None
         return pid, lines[7].strip() if len(lines) > 7 else ""
 
-    def _wait_ready(self, command: Sequence[str]) -> None:
+    def _wait_ready(self, command: Sequence[str], logged: int) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         polls = 0
         while time.monotonic() < deadline:
@@ -357,7 +369,7 @@ class Cluster:
                 break
             # Before postmaster.pid exists only the log tells of a failed start (a bad setting).
             polls += 1
-            if pid is None and polls % 25 == 0 and "FATAL" in self._log_tail():
+            if pid is None and polls % 25 == 0 and "FATAL" in self._log_tail(logged):
                 break
             time.sleep(0.002)
         else:
@@ -391,27 +403,47 @@ class Cluster:
             if not self._running:
                 return
             began = time.perf_counter()
-            if self._admin is not None:
-                with contextlib.suppress(Exception):
-                    self._admin.close()
-                self._admin = None
             try:
-                _stop_server(self.data_dir, self._stop_command("fast"), self._runner.run, cwd=self.directory)
+                self._halt()
             finally:
-                self._running = False
-                with _LIVE_LOCK:
-                    _LIVE.discard(self)
-                if self._watchdog is not None:
-                    with contextlib.suppress(OSError):
-                        assert self._watchdog.stdin is not None
-                        self._watchdog.stdin.write(b"stopped\n")
-                        self._watchdog.stdin.close()
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        self._watchdog.wait(timeout=10)
-                    self._watchdog = None
                 if self._remove_directory:
                     shutil.rmtree(self.directory, ignore_errors=True)
             self.stop_seconds = time.perf_counter() - began
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """An outage: the server stops (fast shutdown: every client's connection is dropped, and a
+        new one is refused) with its data kept, and starts again when the block exits, on the same
+        socket and port. For tests of clients that must survive a restart."""
+        with self._lock:
+            if not self._running:
+                raise ClusterError("the cluster is not running")
+            self._halt()
+        try:
+            yield
+        finally:
+            self._launch()  # unlocked: a failed start stops the cluster (``stop`` takes the lock)
+
+    def _halt(self) -> None:
+        """Stop the server and its watchdog, keeping the data directory. Call with ``_lock`` held."""
+        if self._admin is not None:
+            with contextlib.suppress(Exception):
+                self._admin.close()
+            self._admin = None
+        try:
+            _stop_server(self.data_dir, self._stop_command("fast"), self._runner.run, cwd=self.directory)
+        finally:
+            self._running = False
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            if self._watchdog is not None:
+                with contextlib.suppress(OSError):
+                    assert self._watchdog.stdin is not None
+                    self._watchdog.stdin.write(b"stopped\n")
+                    self._watchdog.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._watchdog.wait(timeout=10)
+                self._watchdog = None
 
     @property
     def running(self) -> bool:

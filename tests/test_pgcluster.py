@@ -167,3 +167,25 @@ def test_missing_binaries_are_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp
     with pytest.raises(ClusterError, match=r"(?s)initdb.*PG_BINDIR.*apt-get install postgresql"), \
             temporary_cluster():
         pass
+
+
+def test_a_cluster_down_refuses_connections_and_comes_back_with_its_data(pg_cluster: Cluster, pg_url: str) -> None:
+    """Spec issue 21 (real parts): ``down()`` stops the server (connections dropped, new ones
+    refused) and starts it again with its data, on the same socket, even though its log holds
+    the last run's FATAL lines (a client's refused connection)."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE kept (n int)")
+        conn.execute("INSERT INTO kept VALUES (7)")
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(pg_url.replace("/t", "/no_such_database_t", 1))  # FATAL in the server's log
+    idle = psycopg.connect(pg_url, autocommit=True)
+    with pg_cluster.down():
+        assert not pg_cluster.running
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(pg_url, connect_timeout=5)
+    assert pg_cluster.running
+    with pytest.raises(psycopg.OperationalError):
+        idle.execute("SELECT 1")  # dropped with the server
+    idle.close()
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT n FROM kept").fetchall() == [(7,)]

@@ -11,6 +11,7 @@ import trio
 
 import ctxrt
 from ctxrt import Text
+from ctxrt.store.postgres import advisory_locks_exclude
 
 
 async def test_two_runtimes_on_one_store_see_each_others_writes_in_order(pg_url: str) -> None:
@@ -312,3 +313,49 @@ async def test_a_password_is_never_quoted_back_in_an_error() -> None:
             async with ctxrt.open_runtime(url):
                 pass
         assert "s3cret" not in str(refused.value), str(refused.value)
+
+
+# A server that speaks PostgreSQL's protocol but whose advisory locks are no-ops (CockroachDB's
+# answer true and lock nothing): this database's sessions find the shim's functions first.
+NO_OP_LOCKS = """
+CREATE SCHEMA shim;
+CREATE FUNCTION shim.pg_try_advisory_lock(integer, integer) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION shim.pg_advisory_unlock(integer, integer) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+"""
+
+
+def without_advisory_locks(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in NO_OP_LOCKS.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        name = conn.execute("SELECT current_database()").fetchone()
+        assert name is not None
+        conn.execute(psycopg.sql.SQL("ALTER DATABASE {} SET search_path = shim, pg_catalog").format(
+            psycopg.sql.Identifier(name[0])))
+
+
+def test_the_lease_probe_tells_locks_that_exclude_from_locks_that_do_not(pg_url: str) -> None:
+    """K8: on PostgreSQL a lock one session holds keeps another out; one session taking its own lock
+    again, or two sessions of a server whose locks are no-ops, prove nothing is kept out. The probe
+    leaves no lock behind."""
+    with psycopg.connect(pg_url, autocommit=True) as first, psycopg.connect(pg_url, autocommit=True) as second:
+        assert advisory_locks_exclude(first, second)
+        assert not advisory_locks_exclude(first, first)
+        assert second.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone() == (0,)
+    without_advisory_locks(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as first, psycopg.connect(pg_url, autocommit=True) as second:
+        assert not advisory_locks_exclude(first, second)
+
+
+async def test_a_server_whose_advisory_locks_exclude_no_one_is_refused_at_open(pg_url: str) -> None:
+    """K8: a writer's open of a database whose advisory locks are no-ops (two processes would both
+    hold one namespace's lease) raises StoreUnsupportedError naming the server, and writes nothing."""
+    without_advisory_locks(pg_url)
+    with pytest.raises(ctxrt.StoreUnsupportedError, match="advisory locks don't exclude") as refused:
+        async with ctxrt.open_runtime(pg_url):
+            pass
+    assert "PostgreSQL" in refused.value.reason  # the server's version(), as it names itself
+    assert refused.value.url == pg_url  # it holds no password to hide
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'ctxrt_%'").fetchone() == (0,)

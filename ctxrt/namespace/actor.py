@@ -32,6 +32,7 @@ from ..errors import (
     ReaderConflictError,
     ReadOnlyStoreError,
     RuntimeClosedError,
+    StoreUnavailableError,
     StrategyRefusedError,
     ValueConflictError,
 )
@@ -134,6 +135,10 @@ MODEL_TIMEOUT_S = 300.0
 _LATER = object()  # a handler that answers later (when its unit comes back)
 _END = object()  # the mailbox closed
 FAIRNESS_STREAK = 32  # commands taken without waiting before the actor yields once
+# While the store is unreachable, an auto-ticking namespace tries its strategy's start again after
+# this many seconds, doubling up to the maximum (a command tries at once).
+STORE_RETRY_S = 0.25
+STORE_RETRY_MAX_S = 5.0
 
 
 @attrs.frozen
@@ -203,6 +208,12 @@ class _Actor:
         self.strategy: Strategy = build_strategy(self.config.strategy)
         self.strategy_started = False
         self.strategy_error: BaseException | None = None
+        # The store was unreachable when the strategy started or its memory last changed: that
+        # memory is not known to match the store, so the strategy starts again (from what is
+        # stored) before its next use. Not a failed start (C5): it ends by itself.
+        self.waiting: StoreUnavailableError | None = None
+        self.retry_at = 0.0  # when the drain tries the start again (the trio clock)
+        self.retry_delay = STORE_RETRY_S
         self.holds = Holds()
         self.settings = Settings()
         self.managers: set[int] = set()
@@ -402,22 +413,47 @@ class _Actor:
             raise ReaderConflictError(f"{self.place} changed its view since this view was made")
 
     def _start_strategy(self) -> None:
-        """Initialise the strategy for the current view (C5: a failure leaves a claim standing)."""
+        """Initialise the strategy for the current view (C5: a failure leaves a claim standing; an
+        unreachable store is no failure: the start is tried again, see ``_await_store``)."""
         self.ctx = self._new_context()
         self.strategy_started = True
         self.ref.wants_appends = self.strategy.auto_tick and not self.readonly
         _subscribe_every_append(self.caches[0], self.subscriber, self.ref.wants_appends)
         self.ref.strategy_config = self.strategy_config
+        self.strategy_error = None
         try:
             self.strategy.initialize(self.ctx)
-            self.strategy_error = None
+            self.seen = self._seen_now()
+        except StoreUnavailableError as exc:
+            self._await_store(exc)
         except Exception as exc:
             self.strategy_error = exc
             logger.warning("strategy %r of %s failed to start: %r", self.strategy.name, self.place, exc)
+        else:
+            if self.waiting is not None:
+                logger.warning("%s: the store answers again; strategy %r started from what it holds", self.place,
+                               self.strategy.name)
+                self.waiting = None
+                self.drain_wanted = self.strategy.auto_tick  # work the outage held up
         mark, writes = self.ctx.take()
         if mark or writes:  # initialize only reads: writes belong in next_unit or select
             logger.warning("strategy %r of %s wrote during initialize; not committed", self.strategy.name, self.place)
-        self.seen = self._seen_now()
+
+    def _await_store(self, exc: StoreUnavailableError) -> None:
+        """The store was unreachable while the strategy started, or while its memory changed (a
+        commit, a unit): that memory may be ahead of the store or half made, so it starts again
+        from the store before its next use (a command tries at once, an auto-ticking drain after a
+        back-off). Work begun on the old memory writes nothing (C9)."""
+        if self.waiting is None:
+            logger.warning("%s: the store is unreachable (%s); strategy %r starts again once it answers", self.place,
+                           exc.reason, self.strategy.name)
+            self.retry_delay = STORE_RETRY_S
+            self.epoch += 1  # a unit out now was planned on the memory being dropped
+            self._build_views()
+        else:
+            self.retry_delay = min(self.retry_delay * 2, STORE_RETRY_MAX_S)
+        self.waiting = exc
+        self.retry_at = trio.current_time() + self.retry_delay
 
     def _seen_now(self) -> int:
         """The sequence up to which the strategy has been handed the view. On a shared store other
@@ -430,6 +466,12 @@ class _Actor:
         return engine.last_sequence
 
     def _require_strategy(self) -> None:
+        """The strategy, started: one waiting for the store starts now or raises
+        ``StoreUnavailableError``; one that failed to start raises ``StrategyRefusedError``."""
+        if self.waiting is not None:
+            self._start_strategy()
+            if self.waiting is not None:
+                raise StoreUnavailableError(self.waiting.url, self.waiting.reason)
         if self.strategy_error is not None:
             raise StrategyRefusedError(
                 f"the strategy of {self.place} failed to start: {self.strategy_error!r}; recover with set_strategy() "
@@ -447,7 +489,7 @@ class _Actor:
     def _flush_new(self) -> None:
         """Take the notes lane, then hand the strategy each message it hasn't seen, in the reader's view (A4)."""
         self._take_notes()
-        if self.strategy_error is not None:
+        if self.strategy_error is not None or self.waiting is not None:
             return
         pending = self.view.after(self.seen)
         for message in pending:
@@ -459,7 +501,7 @@ class _Actor:
         """Commit what the strategy buffered, the floor first, in one transaction; True if anything was.
 
         On failure the strategy is reloaded from what is stored (its memory may be ahead of it),
-        and the error raised.
+        and the error raised; with the store unreachable, once it answers again (``_await_store``).
         """
         mark, writes = self.ctx.take()
         mark = max(mark, reaches)
@@ -474,23 +516,30 @@ class _Actor:
         if not commands:
             return False
         engine = self.services.engine
-        if self.leased and not engine.holds(self.branch_id, states.context_state(self.place.namespace)):
-            # Its lease went with a lost connection, and another process serves the namespace now.
-            def lost() -> ConfigConflictError:
-                return ConfigConflictError(f"{self.place} lost its lease to another process; its managers here "
-                                           f"are closed: reopen it where it is served")
-            self.leased = False
-            self.stop(lost)
-            raise lost()
-        kinds: dict[str, StateKind] = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
-        registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()
-                     if not engine.has_state(name)]
         try:
-            await self._store().ask(Atomically(commands=(*registers, *commands)))
+            # Its lease may have gone with a lost connection, and another process serve the namespace now.
+            lost = self.leased and not engine.holds(self.branch_id, states.context_state(self.place.namespace))
+            if not lost:
+                kinds: dict[str, StateKind] = {c.state: ("value" if isinstance(c, SetValue) else "log")
+                                               for c in writes}
+                registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()
+                             if not engine.has_state(name)]
+                await self._store().ask(Atomically(commands=(*registers, *commands)))
+        except StoreUnavailableError as exc:
+            if writes:
+                self._await_store(exc)
+            raise
         except Exception:
             if writes:
                 self._start_strategy()
             raise
+        if lost:
+            def refusal() -> ConfigConflictError:
+                return ConfigConflictError(f"{self.place} lost its lease to another process; its managers here "
+                                           f"are closed: reopen it where it is served")
+            self.leased = False
+            self.stop(refusal)
+            raise refusal()
         if raise_floor:
             self.floor = max(self.floor, mark)
         return True
@@ -576,7 +625,8 @@ class _Actor:
         return deadline
 
     async def handle(self, command: Any, reply: Reply | None) -> Any:
-        if self.record is None and self.services.engine.shared and not isinstance(command, UnitDone | Wake):
+        if (self.record is None and self.services.engine.shared
+                and not isinstance(command, UnitDone | Wake | ReportHealth)):  # _health adopts its own
             self._adopt_claim()
         match command:
             case Compile():
@@ -760,16 +810,30 @@ class _Actor:
         return found
 
     def _health(self) -> NamespaceHealth:
-        self._flush_new()  # the strategy hears of new messages first, as a compile's would
-        backlog = self.strategy.backlog(self.ctx) if self.strategy_error is None else Backlog()
+        """Answered with the store unreachable too: then ``waiting_for`` says so. A strategy waiting
+        for the store tries its start first; the slot's head is looked at (one read on a shared store)."""
+        backlog, ready = Backlog(), False
+        if self.waiting is not None:
+            self._start_strategy()
+        outage = self.waiting
+        if outage is None:
+            try:
+                if self.record is None and self.services.engine.shared:
+                    self._adopt_claim()
+                self.caches[0].count()
+                self._flush_new()  # the strategy hears of new messages first, as a compile's would
+                if self.strategy_error is None:
+                    backlog, ready = self.strategy.backlog(self.ctx), self.strategy.is_ready()
+            except StoreUnavailableError as exc:
+                outage = exc
         return NamespaceHealth(
             namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
             managers=len(self.managers), mailbox_depth=self.ref.mailbox_depth,
-            in_flight_model_calls=0 if self.in_flight is None else 1,
-            ready=self.strategy_error is None and self.strategy.is_ready(),
+            in_flight_model_calls=0 if self.in_flight is None else 1, ready=ready,
             quarantined=tuple(self.strategy.quarantined()), narrowing_floor=self.floor,
             strategy_error=None if self.strategy_error is None else repr(self.strategy_error),
             pending_units=backlog.units, compression_debt_tokens=backlog.tokens, last_compile_ms=self.last_compile_ms,
+            waiting_for=None if outage is None else f"the store: {outage}",
         )
 
     # -- compile ----------------------------------------------------------------------------
@@ -904,6 +968,10 @@ class _Actor:
                     return
                 try:
                     started = await self._begin(None, None)
+                except StoreUnavailableError as exc:
+                    if self.waiting is None:  # else its failed start said so already
+                        self._await_store(exc)  # tried again after the back-off (_wake_at)
+                    started = False
                 except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
                     self._report(exc, "compression drain of %s failed to plan a unit", self.place)
                     started = False
@@ -913,8 +981,11 @@ class _Actor:
                 return
 
     def _wake_at(self) -> float | None:
-        """The strategy's backoff, if it names a usable time: a host strategy's mistake here is
-        logged and ignored, never the end of the actor."""
+        """When the drain may run again: after the store's back-off while waiting for the store,
+        else the strategy's, if it names a usable time (a host strategy's mistake here is logged
+        and ignored, never the end of the actor)."""
+        if self.waiting is not None:
+            return self.retry_at
         try:
             wake = self.strategy.wake_at()
             if wake is None:
@@ -933,7 +1004,8 @@ class _Actor:
         """
         if command is not None:
             check_reader(self.record, command.reader, self.place)
-            self._require_strategy()
+        self._require_strategy()  # the drain's too: a start waiting for the store is tried here
+        if command is not None:
             self._require_capability(command)  # the strategy may have been replaced while it waited
         if self.readonly:
             if reply is not None:
@@ -1006,9 +1078,11 @@ class _Actor:
                 await self._commit()
             await self._calibrate(flight.request, done.outcome)
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
+            if isinstance(exc, StoreUnavailableError) and self.waiting is None:
+                self._await_store(exc)  # the unit may be half applied: done again once the store answers
             if flight.reply is not None:
                 flight.reply.resolve(False, exc)
-            else:
+            elif not isinstance(exc, StoreUnavailableError):
                 self._report(exc, "compression drain of %s failed to apply %s", self.place, flight.unit.key)
             self.drain_wanted = False
             return

@@ -268,6 +268,7 @@ class NamespaceHealth:
     pending_units: int = 0  # compression work queued
     compression_debt_tokens: int = 0  # tokens of the messages that work covers
     last_compile_ms: float | None = None  # how long the actor's last compile took
+    waiting_for: str | None = None  # the store, while unreachable: its error (the strategy starts again after)
 
 
 @attrs.frozen

@@ -47,6 +47,7 @@ from ..errors import (
     StoreFormatError,
     StoreFullError,
     StoreUnavailableError,
+    StoreUnsupportedError,
     UnknownStateError,
 )
 from .batch import Batch, Counter, Unsafe
@@ -116,6 +117,8 @@ class PostgresEngine:
         # a branch, or registered a state: those move the catalog, not the sequence).
         self._committed = (0, 0)
         self._began = False  # the running batch's lock was granted (a retry would no longer be safe)
+        if create:  # a writer, which may take leases (and the schema's creation lock)
+            self._require_leases()
         self._ensure_schema(create)
         self.reload()
 
@@ -141,6 +144,25 @@ class PostgresEngine:
             return conn
         except psycopg.Error as exc:
             raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+
+    def _require_leases(self) -> None:
+        """Refuse a server whose advisory locks don't keep a second session out (CockroachDB's are
+        no-ops that answer true): two processes would both hold one namespace's lease. Proved on
+        this engine's two connections, before anything is written."""
+        try:
+            if advisory_locks_exclude(self._writer, self._reader):
+                return
+            version = str((self._reader.execute("SELECT version()").fetchone() or ("unknown",))[0])
+        except psycopg.Error as exc:
+            self.close()
+            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+        self.close()
+        raise StoreUnsupportedError(
+            self.data_path,
+            f"its advisory locks don't exclude another session (a second session took a lock the first held), so "
+            f"two processes could both serve a namespace that keeps its memory; ctxrt needs PostgreSQL's session "
+            f"advisory locks (CockroachDB's, for one, are no-ops; server: {' '.join(version.split())[:200]})",
+        )
 
     def _reason(self, exc: BaseException) -> str:
         """What the driver said, on one line, without this URL's password (libpq may quote it)."""
@@ -736,6 +758,32 @@ class PostgresEngine:
 
 
 _Fetch = Callable[[str, Sequence[Any]], list[Any]]
+
+
+def advisory_locks_exclude(first: psycopg.Connection[Any], second: psycopg.Connection[Any]) -> bool:
+    """Whether a session advisory lock ``first`` holds keeps ``second`` from taking it, tried with
+    the statements leases use. Sessions are what counts: ``first`` and ``second`` as one session
+    (which may take its own lock again) answer False, as a server whose locks are no-ops does.
+
+    The key is branch 0 (no branch has it) and a name holding ``first``'s backend pid, so probes
+    of processes opening at once don't meet; a key someone else holds answers True (it excluded ``first``).
+    Raises ``psycopg.Error``.
+    """
+    key = (0, f"lease probe {first.info.backend_pid}")
+    if not _granted(first, _TRY_LEASE, key):
+        return True
+    try:
+        if not _granted(second, _TRY_LEASE, key):
+            return True
+        _granted(second, _UNLEASE, key)
+        return False
+    finally:
+        _granted(first, _UNLEASE, key)
+
+
+def _granted(conn: psycopg.Connection[Any], query: str, key: tuple[int, str]) -> bool:
+    row = conn.execute(query, key).fetchone()
+    return bool(row and row[0])
 
 
 # Decoding errors that are damage, never the caller's mistake (JSONDecodeError and
