@@ -28,7 +28,13 @@ from .compile import (
     Source as Source,
 )
 from .content import (
+    Block as Block,
+)
+from .content import (
     CompiledMessage as CompiledMessage,
+)
+from .content import (
+    ContentLike as ContentLike,
 )
 from .content import (
     Document as Document,
@@ -161,6 +167,7 @@ from .model import (
     Usage as Usage,
 )
 from .namespace.protocol import NamespaceHealth as NamespaceHealth
+from .namespace.protocol import NamespaceSnapshot as NamespaceSnapshot
 from .namespace.registry import NamespaceStatistics as NamespaceStatistics
 from .runtime import (
     NamespaceInfo as NamespaceInfo,
