@@ -158,6 +158,8 @@ from .model import (
     Usage as Usage,
 )
 from .namespace.protocol import NamespaceHealth as NamespaceHealth
+from .openai_model import OpenAIModel as OpenAIModel
+from .openai_wire import OpenAIBody as OpenAIBody
 from .namespace.registry import NamespaceStatistics as NamespaceStatistics
 from .runtime import (
     NamespaceInfo as NamespaceInfo,

@@ -103,6 +103,7 @@ class ApiReply:
     error_type: str = ""
     error_message: str = ""
     error_code: str | None = None
+    usage: tuple[int, int] | None = None
     delay_s: float = 0.0
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
@@ -137,6 +138,10 @@ class ApiReply:
     def after(self, delay_s: float) -> ApiReply:
         """This reply, sent ``delay_s`` seconds after the request arrives."""
         return attrs.evolve(self, delay_s=delay_s)
+
+    def with_usage(self, input_tokens: int, output_tokens: int) -> ApiReply:
+        """This reply, reporting this usage (else a quarter of the request's and the reply's bytes)."""
+        return attrs.evolve(self, usage=(input_tokens, output_tokens))
 
 
 # Either a function of the request's JSON body, or replies used in order.
@@ -296,7 +301,7 @@ class _LoopbackApi(abc.ABC):
         if reply.status != 200:
             return reply.status, self._error(reply.error_type, reply.error_message, reply.error_code), headers
         output_chars = sum(len(json.dumps(block)) for block in reply.content)
-        usage = ((len(request.body) + 3) // 4, (output_chars + 3) // 4)
+        usage = reply.usage or ((len(request.body) + 3) // 4, (output_chars + 3) // 4)
         return 200, self._reply(path, number, body, reply, usage), headers
 
 
