@@ -85,11 +85,12 @@ class _CallIds:
 
 
 def _data_url(source: Mapping[str, Any]) -> str | None:
+    """The URL a form sends media by: a data URL for base64; an http(s) URL as is. None for what
+    the forms don't fetch (another scheme), missing stored media and text documents."""
     if source.get("type") == "base64":
         return f"data:{source.get('media_type')};base64,{source.get('data')}"
-    if source.get("type") == "url":
-        return str(source.get("url"))
-    return None  # stored media that is missing, or a text document
+    url = str(source.get("url")) if source.get("type") == "url" else ""
+    return url if url.startswith(("http://", "https://")) else None
 
 
 def _note(block: Image | Document) -> str:

@@ -469,3 +469,16 @@ async def test_images_and_files_reach_the_server_through_the_sdk(tmp_path: Path)
     with trio.fail_after(GUARD_S):
         await send_through_the_sdk(bodies)
     assert PNG in json.dumps(bodies)
+
+
+def test_media_at_a_url_the_forms_dont_fetch_becomes_a_note_naming_it() -> None:
+    """P10, P11: a stored image at s3://... is no image_url the API takes; it is sent as a note with its URL."""
+    result = compiled(message("user", ctxrt.Text("see"), ctxrt.Image({"type": "url", "url": "s3://bucket/a.png"}),
+                              ctxrt.Image({"type": "url", "url": "https://x.test/b.png"})))
+    chat_body, responses_body = both(result)
+    assert chat_body["messages"][0]["content"] == [
+        {"type": "text", "text": "see"}, {"type": "text", "text": "[image: s3://bucket/a.png]"},
+        {"type": "image_url", "image_url": {"url": "https://x.test/b.png"}}]
+    assert responses_body["input"][0]["content"][2] == {"type": "input_image", "image_url": "https://x.test/b.png",
+                                                        "detail": "auto"}
+    assert chat_body.as_text == responses_body.as_text == {"image": 1}
