@@ -193,14 +193,16 @@ class CompileResult:
 
     def to_openai_chat(
         self, *, assistant: str | Collection[str], system: str | None = None,
-        system_role: SystemRole = "system", strict: bool = False,
+        system_role: SystemRole = "system", alternate_roles: bool = False, strict: bool = False,
     ) -> OpenAIBody:
         """``{"messages"}`` for ``openai.AsyncOpenAI().chat.completions.create(**body, model=...)`` (P10, P11).
 
         Participants in ``assistant`` speak as the assistant (their tool calls as ``tool_calls``),
         everyone else as the user (with ``name``, but for "user"). ``system`` and system
-        injections lead as one ``system_role`` message ("system" or "developer"). What the form
-        can't carry is counted in the body's ``left_out`` and ``as_text`` (docs/api.md).
+        injections lead as one ``system_role`` message ("system" or "developer"). With
+        ``alternate_roles``, runs of one role merge and the first turn is the user's, for servers
+        whose chat templates demand it. What the form can't carry is counted in the body's
+        ``left_out`` and ``as_text`` (docs/api.md).
 
         Raises:
             EmptyRequestError: no message is left to send but the system one (P10), as for
@@ -208,10 +210,9 @@ class CompileResult:
             InvalidRequestError: with ``strict=True``, the body breaks a rule of
                 ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11).
         """
-        if system_role not in ("system", "developer"):
-            raise ValueError(f"system_role must be 'system' or 'developer', not {system_role!r}")
         text = self._system_text(system)
-        messages, left_out, as_text = to_chat_messages(self.messages, assistant, system=text, system_role=system_role)
+        messages, left_out, as_text = to_chat_messages(self.messages, assistant, system=text, system_role=system_role,
+                                                       alternate_roles=alternate_roles)
         if len(messages) == (1 if text else 0):
             self._refuse_empty("Chat Completions", "blank text or thinking only")
         return self._checked(OpenAIBody({"messages": messages}, left_out, as_text), strict, "chat")

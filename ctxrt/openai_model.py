@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .content import Block, Text, ToolUse
 from .errors import ModelError
 from .model import ModelRequest, ModelResponse, SdkClientModel, Usage, retryable_status
-from .openai_wire import SystemRole, chat_tools, to_chat_messages
+from .openai_wire import SystemRole, chat_tools, check_system_role, to_chat_messages
 from .wire import api_tool_name
 
 if TYPE_CHECKING:
@@ -93,7 +93,8 @@ class OpenAIModel(SdkClientModel):
     ``max_retries`` and ``timeout_s`` are as ``AnthropicModel``'s. ``system_role`` is the role
     the request's system prompt is sent with ("developer" for OpenAI's reasoning models);
     ``max_tokens_field`` names the reply limit ("max_tokens" for a server that doesn't know
-    ``max_completion_tokens``).
+    ``max_completion_tokens``); ``alternate_roles`` merges runs of one role and opens with a user
+    turn, for servers whose chat templates refuse anything else (``to_openai_chat``'s option).
     """
 
     def __init__(
@@ -106,11 +107,12 @@ class OpenAIModel(SdkClientModel):
         timeout_s: float = 120.0,
         system_role: SystemRole = "system",
         max_tokens_field: MaxTokensField = "max_completion_tokens",
+        alternate_roles: bool = False,
     ) -> None:
-        if system_role not in ("system", "developer"):
-            raise ValueError(f"system_role must be 'system' or 'developer', not {system_role!r}")
+        check_system_role(system_role)
         if max_tokens_field not in ("max_completion_tokens", "max_tokens"):
-            raise ValueError(f"max_tokens_field must be 'max_completion_tokens' or 'max_tokens', not {max_tokens_field!r}")
+            raise ValueError("max_tokens_field must be 'max_completion_tokens' or 'max_tokens', "
+                             f"not {max_tokens_field!r}")
         openai = _openai()
         self._owns_client = client is None
         if client is None:
@@ -130,6 +132,7 @@ class OpenAIModel(SdkClientModel):
         self.max_retries = max_retries
         self.system_role: SystemRole = system_role
         self.max_tokens_field: MaxTokensField = max_tokens_field
+        self.alternate_roles = alternate_roles
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Send ``request`` as a Chat Completions request; any finish reason comes back as a response,
@@ -153,7 +156,7 @@ class OpenAIModel(SdkClientModel):
         if self._closed:
             raise ModelError(f"model {request.model!r}: this OpenAIModel was closed")
         messages, _, _ = to_chat_messages(request.messages, request.assistant, system=request.system,
-                                          system_role=self.system_role)
+                                          system_role=self.system_role, alternate_roles=self.alternate_roles)
         params: dict[str, Any] = {"model": request.model, "messages": messages,
                                   self.max_tokens_field: request.max_tokens}
         if request.temperature is not None:

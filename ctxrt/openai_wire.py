@@ -32,7 +32,7 @@ from .content import (
     ToolUse,
 )
 from .openai_rules import CHAT_CALL_ID_MAX, RESPONSES_CALL_ID_MAX
-from .wire import ForeignCalls, api_tool_name, compact_json
+from .wire import CONTINUED_TEXT, ForeignCalls, api_tool_name, compact_json
 
 NO_OUTPUT = "(no output)"  # a tool result with nothing to show, so no tool message is empty
 ERROR_PREFIX = "Error: "  # neither form has an is_error flag: an error result says so in its text
@@ -264,12 +264,19 @@ def _speaker_name(participant: str) -> str | None:
     return None if participant.lower() == "user" else api_tool_name(participant)
 
 
+def check_system_role(system_role: object) -> None:
+    """Raise ``ValueError`` unless ``system_role`` is one the form has for a system prompt."""
+    if system_role not in ("system", "developer"):
+        raise ValueError(f"system_role must be 'system' or 'developer', not {system_role!r}")
+
+
 def to_chat_messages(
     messages: Sequence[CompiledMessage],
     assistant: str | Collection[str],
     *,
     system: str | None = None,
     system_role: SystemRole = "system",
+    alternate_roles: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, int]]:
     """Chat Completions ``messages`` for compiled messages, with ``left_out`` and ``as_text`` (P10).
 
@@ -277,12 +284,11 @@ def to_chat_messages(
     speak as the assistant (their tool calls as ``tool_calls``), everyone else as the user, with
     ``name`` unless the participant is "user". A result of the assistant's own call is a ``tool``
     message right after the call, before the rest of its message; one message per compiled
-    message, never an empty one.
+    message, never an empty one. ``alternate_roles``: see ``_alternated``.
     """
+    check_system_role(system_role)
     walk = _Walk(_CHAT)
     out: list[dict[str, Any]] = []
-    if system and system.strip():
-        out.append({"role": system_role, "content": system})
     for message, speaks_as_assistant, turn in walk.turns(messages, assistant):
         for call_id, parts in turn.outputs:
             out.append({"role": "tool", "tool_call_id": call_id, "content": _joined(parts)})
@@ -303,7 +309,44 @@ def to_chat_messages(
             if name is not None:
                 said["name"] = name
             out.append(said)
+    if alternate_roles and out:
+        out = _alternated(out)
+    if system and system.strip():
+        out.insert(0, {"role": system_role, "content": system})
     return out, walk.left_out, walk.as_text
+
+
+def _parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def _alternated(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """For servers whose chat templates want user and assistant turns to alternate (Mistral's and
+    Gemma's, for one): a run of user messages, or of assistant ones, becomes one message (a
+    ``name`` kept only if the whole run shares it), and an opening assistant message follows a
+    "(continued)" user one, as in the Messages API form."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        last = out[-1] if out else None
+        if last is None or last["role"] != message["role"] or message["role"] == "tool":
+            out.append(dict(message))
+            continue
+        merged = dict(last)
+        if "content" in message:
+            if "content" not in last:
+                merged["content"] = message["content"]
+            elif isinstance(last["content"], str) and isinstance(message["content"], str):
+                merged["content"] = last["content"] + JOIN + message["content"]
+            else:
+                merged["content"] = _parts(last["content"]) + _parts(message["content"])
+        if "tool_calls" in message:
+            merged["tool_calls"] = last.get("tool_calls", []) + message["tool_calls"]
+        if merged.get("name") != message.get("name"):
+            merged.pop("name", None)
+        out[-1] = merged
+    if out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": CONTINUED_TEXT})
+    return out
 
 
 def to_responses_input(

@@ -94,6 +94,15 @@ async def test_a_server_that_wants_max_tokens_and_a_developer_role_gets_them() -
     assert body["messages"][0] == {"role": "developer", "content": "You summarise."}
 
 
+async def test_alternate_roles_sends_a_merge_request_as_alternating_turns() -> None:
+    """P12: a merge request's run of assistant summaries goes as one assistant turn after a user one, for
+    servers whose chat templates refuse two assistant turns in a row."""
+    messages = (said("Claude", "first memory"), said("Claude", "second memory"), said("Context Manager", "merge"))
+    _, [body] = await complete_via_server([ApiReply.text("ok")], request(messages=messages), alternate_roles=True)
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
+    assert body["messages"][2]["content"] == "first memory\n\nsecond memory"
+
+
 async def test_tools_go_as_function_tools_and_a_call_comes_back_under_the_tools_own_name() -> None:
     """P12: a Messages API tool named mcpl:search is sent as mcpl_search; the model's call of it comes back
     as a ToolUse named mcpl:search with its arguments, stop reason tool_use."""

@@ -15,6 +15,7 @@ import copy
 import json
 import tempfile
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -384,7 +385,9 @@ async def compile_both_forms(turns: list[tuple[str, list[dict[str, Any]]]], path
                         result = await m.compile(budget, **INJECTIONS)  # type: ignore[arg-type]
                     except ctxrt.OverBudgetError:
                         continue
-                    for api, render in (("chat", result.to_openai_chat), ("responses", result.to_openai_responses)):
+                    renders = (("chat", result.to_openai_chat), ("responses", result.to_openai_responses),
+                               ("chat", partial(result.to_openai_chat, alternate_roles=True)))
+                    for api, render in renders:
                         try:
                             body = render(assistant=("Claude",), system="You help.")
                         except ctxrt.EmptyRequestError:
@@ -419,9 +422,11 @@ def test_every_compile_in_both_openai_forms_is_refused_or_passes_the_rules_and_t
 ) -> None:
     """P10, P11: random residents, tool cycles, thinking, media, lines for ann or bob, injections, tiny and
     large budgets, under Passthrough, Windowed, Autobiographical and Knowledge, compiled for ann: a ctxrt
-    refusal, or Chat Completions and Responses bodies with zero violations, no audience and nothing meant
-    only for bob; a sample of each run goes through the real openai client to the local server."""
+    refusal, or Chat Completions (roles alternating or not) and Responses bodies with zero violations,
+    no audience and nothing meant only for bob; a sample of each example's bodies goes through the real
+    openai client to the local server."""
     total = [0]
+    sample: list[tuple[str, dict[str, Any]]] = []
 
     @settings(max_examples=soak_scale(40, 1500), deadline=None)
     @given(conversations_with_audiences())
@@ -431,13 +436,19 @@ def test_every_compile_in_both_openai_forms_is_refused_or_passes_the_rules_and_t
         async def main(path: Path) -> None:
             with trio.fail_after(GUARD_S):
                 total[0] += await compile_both_forms(turns, path, lambda api, body: bodies.append((api, body)))
-                await send_through_the_sdk(bodies[::11] + bodies[-2:])
 
         with tempfile.TemporaryDirectory() as tmp:
             trio.run(main, Path(tmp) / "store")
+        sample.extend(bodies[::13][:3] + bodies[-1:])  # one client and server for the run, below
 
     run()
     assert total[0] >= 200
+
+    async def send_sample() -> None:
+        with trio.fail_after(GUARD_S):
+            await send_through_the_sdk(sample)
+
+    trio.run(send_sample)
 
 
 async def test_bodies_the_server_refuses_come_back_as_the_sdks_bad_request(tmp_path: Path) -> None:
@@ -482,3 +493,30 @@ def test_media_at_a_url_the_forms_dont_fetch_becomes_a_note_naming_it() -> None:
     assert responses_body["input"][0]["content"][2] == {"type": "input_image", "image_url": "https://x.test/b.png",
                                                         "detail": "auto"}
     assert chat_body.as_text == responses_body.as_text == {"image": 1}
+
+
+def test_alternate_roles_merges_runs_and_opens_with_a_user_turn() -> None:
+    """P10: for chat templates that want user and assistant to alternate, runs of one role become one
+    message (a name kept only where the whole run shares it), tool messages stay apart, and an opening
+    assistant message follows "(continued)"."""
+    result = compiled(
+        message("Claude", ctxrt.Text("where were we")),
+        message("Claude", ctxrt.ToolUse("t1", "look", {})),
+        message("user", ctxrt.ToolResult("t1", "here"), ctxrt.Text("ann says hi")),
+        message("bob", ctxrt.Text("bob too"), ctxrt.Image(PNG_SOURCE)),
+        message("bob", ctxrt.Text("and again")),
+    )
+    body = result.to_openai_chat(assistant="Claude", system="sys", alternate_roles=True, strict=True)
+    assert body["messages"] == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "(continued)"},
+        {"role": "assistant", "content": "where were we", "tool_calls": [
+            {"id": "t1", "type": "function", "function": {"name": "look", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "t1", "content": "here"},
+        {"role": "user", "content": [
+            {"type": "text", "text": "ann says hi"}, {"type": "text", "text": "bob too"},
+            {"type": "image_url", "image_url": {"url": PNG}}, {"type": "text", "text": "and again"}]},
+    ]
+    bobs = compiled(message("bob", ctxrt.Text("one")), message("bob", ctxrt.Text("two")))
+    assert bobs.to_openai_chat(assistant="Claude", alternate_roles=True)["messages"] == [
+        {"role": "user", "content": "one\n\ntwo", "name": "bob"}]
