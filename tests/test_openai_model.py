@@ -225,6 +225,20 @@ def test_a_model_without_credentials_is_refused(monkeypatch: pytest.MonkeyPatch)
         OpenAIModel(api_key="x", max_tokens_field="tokens")  # type: ignore[arg-type]
 
 
+async def test_the_local_server_answers_responses_calls_and_unknown_paths_as_openai_does() -> None:
+    """P11: the server speaks the Responses form too (a scripted tool_use is a function_call item the SDK
+    parses) and answers a path it doesn't serve with a 404 the SDK raises as NotFoundError."""
+    with trio.fail_after(GUARD_S):
+        async with open_openai_api_server([ApiReply.tool_use("look", {"q": 1}, id="call_9")]) as server:
+            async with openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0) as client:
+                response = await client.responses.create(model="m", input="hi")
+                with pytest.raises(openai.NotFoundError):
+                    await client.models.list()
+    [item] = response.output
+    assert (item.type, item.call_id, item.name, item.arguments) == ("function_call", "call_9", "look", '{"q": 1}')  # type: ignore[union-attr]
+    assert server.requests == [{"model": "m", "input": "hi"}]
+
+
 # --- through the runtime -----------------------------------------------------------------------------
 
 
