@@ -168,6 +168,8 @@ from .model import (
 )
 from .namespace.protocol import NamespaceHealth as NamespaceHealth
 from .namespace.protocol import NamespaceSnapshot as NamespaceSnapshot
+from .openai_model import OpenAIModel as OpenAIModel
+from .openai_wire import OpenAIBody as OpenAIBody
 from .namespace.registry import NamespaceStatistics as NamespaceStatistics
 from .runtime import (
     NamespaceInfo as NamespaceInfo,

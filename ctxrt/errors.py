@@ -181,21 +181,24 @@ class OverBudgetError(CtxrtError):
 
 
 class EmptyRequestError(CtxrtError):
-    """A compile holds no message the Messages API could take (P8): the slot is empty in the
-    reader's view, or nothing fits the budget. ``to_anthropic`` raises it rather than return
-    ``messages: []``, which the API refuses."""
+    """A compile holds no message the API could take (P8, P10): the slot is empty in the
+    reader's view, or nothing fits the budget. ``to_anthropic``, ``to_openai_chat`` and
+    ``to_openai_responses`` raise it rather than return an empty message list, which the APIs refuse."""
 
 
 class InvalidRequestError(CtxrtError, ValueError):
-    """``to_anthropic(strict=True)`` made a body the Messages API would refuse (P8).
+    """``to_anthropic(strict=True)`` made a body the Messages API would refuse (P8), or
+    ``to_openai_chat``/``to_openai_responses`` one that breaks an OpenAI rule (P11).
 
-    ``violations`` lists each broken rule with its place (``messages[3].content[0]: ...``).
+    ``violations`` lists each broken rule with its place (``messages[3].content[0]: ...``);
+    ``api`` names whose rules they are.
     """
 
-    def __init__(self, violations: list[str]) -> None:
+    def __init__(self, violations: list[str], *, api: str = "Messages API") -> None:
         self.violations = tuple(violations)
+        self.api = api
         shown = "; ".join(violations[:10]) + (f"; and {len(violations) - 10} more" if len(violations) > 10 else "")
-        super().__init__(f"the request body breaks {len(violations)} Messages API rule(s): {shown}")
+        super().__init__(f"the request body breaks {len(violations)} {api} rule(s): {shown}")
 
 
 class ModelError(CtxrtError):

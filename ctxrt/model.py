@@ -1,7 +1,8 @@
 """Models: the ``Model`` protocol, ``AnthropicModel`` and the offline ``OfflineModel`` (DESIGN.md §9).
 
-This is the only module that imports ``anthropic``. SDK errors are translated here, once, into
-``ModelError`` with ``retryable`` set; nothing else in ctxrt sees an SDK type.
+This is the only module that imports ``anthropic`` (``openai_model`` the only one that imports
+``openai``). SDK errors are translated here, once, into ``ModelError`` with ``retryable`` set;
+nothing else in ctxrt sees an SDK type.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 import attrs
 import trio
@@ -139,6 +140,12 @@ def _anthropic() -> Any:
     return anthropic
 
 
+def retryable_status(status: int) -> bool:
+    """Whether trying again may help an HTTP error: the SDKs' own retry policy (request timeout,
+    lock conflict, rate limit, any 5xx, 529 overloaded among them)."""
+    return status in (408, 409, 429) or status >= 500
+
+
 def _model_error(model: str, exc: anthropic.APIError, timeout_s: float) -> ModelError:
     anthropic = _anthropic()
 
@@ -150,13 +157,35 @@ def _model_error(model: str, exc: anthropic.APIError, timeout_s: float) -> Model
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
         error_type, detail = _status_error_detail(exc.body)
-        # The SDK's own retry policy: request timeout, lock conflict, rate limit, any 5xx (529 overloaded).
-        retryable = status in (408, 409, 429) or status >= 500
-        return ModelError(f"model {model!r}: HTTP {status} {error_type}: {detail}", retryable=retryable)
+        return ModelError(f"model {model!r}: HTTP {status} {error_type}: {detail}", retryable=retryable_status(status))
     return ModelError(f"model {model!r}: unusable response (no HTTP status): {exc}", retryable=False)
 
 
-class AnthropicModel:
+class SdkClientModel:
+    """What a model over a provider's SDK client shares: closing the client if it made it.
+
+    A subclass sets ``_client`` (with an async ``close()``), ``_owns_client`` and ``_closed``.
+    """
+
+    _client: Any
+    _owns_client: bool
+    _closed: bool
+
+    async def aclose(self) -> None:
+        """Close the client if this model built it. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            if self._owns_client:
+                await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class AnthropicModel(SdkClientModel):
     """A ``Model`` over ``anthropic.AsyncAnthropic`` (the Messages API, non-streaming).
 
     ``client`` None builds one from the environment (``ANTHROPIC_API_KEY``; ``ModelError`` if no
@@ -221,19 +250,6 @@ class AnthropicModel:
         content = blocks_from_api(reply.content)  # block types ctxrt doesn't keep are skipped
         usage = Usage(reply.usage.input_tokens, reply.usage.output_tokens)
         return ModelResponse(content, reply.stop_reason or "unknown", usage)
-
-    async def aclose(self) -> None:
-        """Close the client if this model built it. Idempotent."""
-        if not self._closed:
-            self._closed = True
-            if self._owns_client:
-                await self._client.close()
-
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 # --- OfflineModel --------------------------------------------------------------------------

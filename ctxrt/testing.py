@@ -1,16 +1,20 @@
-"""Public test helpers: a scripted ``Model``, a local Messages API server, and a plain
-``StrategyContext`` for testing a strategy's planning as synchronous code.
+"""Public test helpers: a scripted ``Model``, local Messages API and OpenAI API servers, and a
+plain ``StrategyContext`` for testing a strategy's planning as synchronous code.
 
-``ScriptedModel`` stands in for a model inside the runtime. The server speaks enough of
-``POST /v1/messages`` (non-streaming) over loopback HTTP/1.1 for the real
+``ScriptedModel`` stands in for a model inside the runtime. The Messages API server speaks
+enough of ``POST /v1/messages`` (non-streaming) over loopback HTTP/1.1 for the real
 ``anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test")`` to talk to it, so
 ``AnthropicModel`` is tested through the real SDK with no network and no mocks. It applies the
 request rules of ``ctxrt.anthropic_rules`` (P8) and answers a body that breaks any with 400
-``invalid_request_error`` listing them, before consulting its script.
+``invalid_request_error`` listing them, before consulting its script. The OpenAI server does
+the same for ``POST /v1/chat/completions`` and ``POST /v1/responses`` with the rules of
+``ctxrt.openai_rules`` (P11), for ``openai.AsyncOpenAI(base_url=server.base_url, api_key="test")``
+and ``OpenAIModel``. Both take the same scripts of ``ApiReply``.
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import http
 import inspect
@@ -31,6 +35,7 @@ from typing import Any, TypeAlias
 import attrs
 import trio
 
+from . import openai_rules
 from .anthropic_rules import violations
 from .compile import Entry
 from .content import Message, Text
@@ -85,8 +90,11 @@ class ApiReply:
     """One scripted answer of the local Messages API server; build it with the class methods.
 
     A 200 reply carries ``content`` (Messages API block dicts) and ``stop_reason``; any other
-    status carries the Anthropic error shape ``{"type": "error", "error": {"type", "message"}}``.
-    The server waits ``delay_s`` before answering (to test timeouts).
+    status carries the API's error shape (the Messages API's ``{"type": "error", "error": {"type",
+    "message"}}``; OpenAI's ``{"error": {"message", "type", "param", "code"}}``, with
+    ``error_code``). The OpenAI server sends the same reply in its own form (text as the
+    message's content, tool_use as a tool call, a stop reason in OpenAI's words). The server
+    waits ``delay_s`` before answering (to test timeouts).
     """
 
     status: int = 200
@@ -94,6 +102,8 @@ class ApiReply:
     stop_reason: str = "end_turn"
     error_type: str = ""
     error_message: str = ""
+    error_code: str | None = None
+    usage: tuple[int, int] | None = None
     delay_s: float = 0.0
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
@@ -115,15 +125,23 @@ class ApiReply:
         return cls(content=content, stop_reason="tool_use")
 
     @classmethod
-    def error(cls, status: int, message: str | None = None, *, retry_after_s: float | None = None) -> ApiReply:
-        """An error reply; ``retry_after_s`` sends ``retry-after-ms`` so SDK retries wait that long."""
+    def error(
+        cls, status: int, message: str | None = None, *, retry_after_s: float | None = None, code: str | None = None
+    ) -> ApiReply:
+        """An error reply; ``retry_after_s`` sends ``retry-after-ms`` so SDK retries wait that long;
+        ``code`` is OpenAI's error code (``"insufficient_quota"``, say; the Messages API has none)."""
         error_type = _ERROR_TYPES.get(status, "api_error")
         headers = {} if retry_after_s is None else {"retry-after-ms": str(int(retry_after_s * 1000))}
-        return cls(status=status, error_type=error_type, error_message=message or error_type, headers=headers)
+        return cls(status=status, error_type=error_type, error_message=message or error_type, headers=headers,
+                   error_code=code)
 
     def after(self, delay_s: float) -> ApiReply:
         """This reply, sent ``delay_s`` seconds after the request arrives."""
         return attrs.evolve(self, delay_s=delay_s)
+
+    def with_usage(self, input_tokens: int, output_tokens: int) -> ApiReply:
+        """This reply, reporting this usage (else a quarter of the request's and the reply's bytes)."""
+        return attrs.evolve(self, usage=(input_tokens, output_tokens))
 
 
 # Either a function of the request's JSON body, or replies used in order.
@@ -200,12 +218,16 @@ def _error_body(error_type: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type, "message": message}}
 
 
-class MessagesApiServer:
-    """A loopback Messages API server; see ``serve_messages_api`` and ``open_messages_api_server``.
+class _LoopbackApi(abc.ABC):
+    """What both local API servers share: HTTP/1.1 connections, the script, request ids; a
+    subclass says which paths it serves, the rules it applies and the shape of its replies.
 
-    ``requests`` holds the JSON bodies of ``POST /v1/messages`` received, in order;
-    ``connections`` counts the TCP connections accepted (keep-alive reuses one).
+    ``requests`` holds the JSON bodies of the API's POSTs received, in order; ``connections``
+    counts the TCP connections accepted (keep-alive reuses one).
     """
+
+    script_name = "api"
+    request_id_header = "request-id"
 
     def __init__(self, script: MessagesScript) -> None:
         self.base_url = ""
@@ -224,7 +246,21 @@ class MessagesApiServer:
         except StopIteration:
             # 400, not 500: a test that ran out of script should fail, not retry.
             count = len(self.requests) - 1
-            return ApiReply.error(400, f"messages script exhausted after {count} replies")
+            return ApiReply.error(400, f"{self.script_name} script exhausted after {count} replies")
+
+    @abc.abstractmethod
+    def _error(self, error_type: str, message: str, code: str | None = None) -> dict[str, Any]: ...
+
+    @abc.abstractmethod
+    def _paths(self) -> tuple[str, ...]: ...
+
+    @abc.abstractmethod
+    def _violations(self, path: str, body: dict[str, Any]) -> list[str]: ...
+
+    @abc.abstractmethod
+    def _reply(
+        self, path: str, number: int, body: dict[str, Any], reply: ApiReply, usage: tuple[int, int]
+    ) -> dict[str, Any]: ...
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
         self.connections += 1
@@ -240,31 +276,58 @@ class MessagesApiServer:
                         if close:
                             return
                 except _BadRequest as exc:
-                    error = _error_body("invalid_request_error", str(exc))
+                    error = self._error("invalid_request_error", str(exc))
                     await stream.send_all(_encode_response(400, error, {}, close=True))
 
     async def _answer(self, request: _HttpRequest) -> tuple[int, dict[str, Any], Mapping[str, str]]:
         number = next(self._ids)
-        headers = {"request-id": f"req_test_{number}"}
-        if (request.method, request.target.split("?")[0]) != ("POST", "/v1/messages"):
-            return 404, _error_body("not_found_error", f"{request.method} {request.target} is not served here"), headers
+        headers = {self.request_id_header: f"req_test_{number}"}
+        path = request.target.split("?")[0]
+        if request.method != "POST" or path not in self._paths():
+            return 404, self._error("not_found_error", f"{request.method} {request.target} is not served here"), headers
         try:
             body = json.loads(request.body)
         except ValueError as exc:
-            return 400, _error_body("invalid_request_error", f"body is not JSON: {exc}"), headers
+            return 400, self._error("invalid_request_error", f"body is not JSON: {exc}"), headers
         if not isinstance(body, dict):
-            return 400, _error_body("invalid_request_error", "body is not a JSON object"), headers
+            return 400, self._error("invalid_request_error", "body is not a JSON object"), headers
         self.requests.append(body)
-        broken = violations(body)
-        if broken:  # refused as the API refuses it (P8), before the script is asked
-            return 400, _error_body("invalid_request_error", "; ".join(broken)), headers
+        broken = self._violations(path, body)
+        if broken:  # refused as the API refuses it, before the script is asked
+            return 400, self._error("invalid_request_error", "; ".join(broken)), headers
         reply = self._respond(body)
         await trio.sleep(reply.delay_s)
         headers.update(reply.headers)
         if reply.status != 200:
-            return reply.status, _error_body(reply.error_type, reply.error_message), headers
+            return reply.status, self._error(reply.error_type, reply.error_message, reply.error_code), headers
         output_chars = sum(len(json.dumps(block)) for block in reply.content)
-        message = {
+        usage = reply.usage or ((len(request.body) + 3) // 4, (output_chars + 3) // 4)
+        return 200, self._reply(path, number, body, reply, usage), headers
+
+
+
+class MessagesApiServer(_LoopbackApi):
+    """A loopback Messages API server; see ``serve_messages_api`` and ``open_messages_api_server``.
+
+    ``requests`` holds the JSON bodies of ``POST /v1/messages`` received, in order;
+    ``connections`` counts the TCP connections accepted (keep-alive reuses one).
+    """
+
+    script_name = "messages"
+
+    def _error(self, error_type: str, message: str, code: str | None = None) -> dict[str, Any]:
+        return _error_body(error_type, message)
+
+    def _paths(self) -> tuple[str, ...]:
+        return ("/v1/messages",)
+
+    def _violations(self, path: str, body: dict[str, Any]) -> list[str]:
+        return violations(body)
+
+    def _reply(
+        self, path: str, number: int, body: dict[str, Any], reply: ApiReply, usage: tuple[int, int]
+    ) -> dict[str, Any]:
+        return {
             "id": f"msg_test_{number}",
             "type": "message",
             "role": "assistant",
@@ -272,9 +335,93 @@ class MessagesApiServer:
             "content": [dict(block) for block in reply.content],
             "stop_reason": reply.stop_reason,
             "stop_sequence": None,
-            "usage": {"input_tokens": (len(request.body) + 3) // 4, "output_tokens": (output_chars + 3) // 4},
+            "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
         }
-        return 200, message, headers
+
+
+CHAT_PATH = "/v1/chat/completions"
+RESPONSES_PATH = "/v1/responses"
+# A scripted stop reason in Chat Completions' words (any other is sent as written).
+_FINISH_REASONS = {"end_turn": "stop", "tool_use": "tool_calls", "max_tokens": "length", "refusal": "stop"}
+
+
+class OpenAIApiServer(_LoopbackApi):
+    """A loopback OpenAI API server (Chat Completions and Responses, non-streaming); see
+    ``serve_openai_api`` and ``open_openai_api_server``. ``base_url`` ends in ``/v1``, as the
+    ``openai`` SDK expects.
+
+    ``requests`` holds the JSON bodies of ``POST /v1/chat/completions`` and ``POST /v1/responses``
+    received, in order; ``connections`` counts the TCP connections accepted.
+    """
+
+    script_name = "openai"
+    request_id_header = "x-request-id"
+
+    def _error(self, error_type: str, message: str, code: str | None = None) -> dict[str, Any]:
+        return {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+
+    def _paths(self) -> tuple[str, ...]:
+        return (CHAT_PATH, RESPONSES_PATH)
+
+    def _violations(self, path: str, body: dict[str, Any]) -> list[str]:
+        return openai_rules.violations(body, api="chat" if path == CHAT_PATH else "responses")
+
+    def _reply(
+        self, path: str, number: int, body: dict[str, Any], reply: ApiReply, usage: tuple[int, int]
+    ) -> dict[str, Any]:
+        texts = [str(block.get("text", "")) for block in reply.content if block.get("type") == "text"]
+        calls = [block for block in reply.content if block.get("type") == "tool_use"]
+        model = body.get("model", "unknown")
+        if path == CHAT_PATH:
+            message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None, "refusal": None}
+            if reply.stop_reason == "refusal":
+                message.update(content=None, refusal="".join(texts) or "I can't help with that.")
+            if calls:
+                message["tool_calls"] = [
+                    {"id": call["id"], "type": "function",
+                     "function": {"name": call["name"], "arguments": json.dumps(call["input"])}}
+                    for call in calls
+                ]
+            return {
+                "id": f"chatcmpl-test-{number}", "object": "chat.completion", "created": 0, "model": model,
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": _FINISH_REASONS.get(reply.stop_reason, reply.stop_reason)}],
+                "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+            }
+        output: list[dict[str, Any]] = []
+        parts: list[dict[str, Any]]
+        if reply.stop_reason == "refusal":
+            parts = [{"type": "refusal", "refusal": "".join(texts) or "I can't help with that."}]
+        else:
+            parts = [{"type": "output_text", "text": text, "annotations": []} for text in texts]
+        if parts:
+            output.append({"type": "message", "id": f"msg_test_{number}", "status": "completed",
+                           "role": "assistant", "content": parts})
+        output += [{"type": "function_call", "id": f"fc_test_{number}_{k}", "call_id": call["id"],
+                    "name": call["name"], "arguments": json.dumps(call["input"]), "status": "completed"}
+                   for k, call in enumerate(calls)]
+        incomplete = reply.stop_reason == "max_tokens"
+        response: dict[str, Any] = {
+            "id": f"resp_test_{number}", "object": "response", "created_at": 0, "model": model,
+            "status": "incomplete" if incomplete else "completed",
+            "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+            "error": None, "instructions": body.get("instructions"), "output": output,
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "usage": {"input_tokens": usage[0], "output_tokens": usage[1], "total_tokens": sum(usage),
+                      "input_tokens_details": {"cached_tokens": 0},
+                      "output_tokens_details": {"reasoning_tokens": 0}},
+        }
+        return response
+
+
+async def _serve(
+    server: _LoopbackApi, host: str, port: int, path: str, task_status: trio.TaskStatus[Any]
+) -> None:
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, server._handle_connection, port, host=host))
+        bound_port = listeners[0].socket.getsockname()[1]
+        server.base_url = f"http://{host}:{bound_port}{path}"
+        task_status.started(server)
 
 
 async def serve_messages_api(
@@ -290,24 +437,27 @@ async def serve_messages_api(
     the ``MessagesApiServer`` with its ``base_url`` set. Cancelling stops it, slow replies
     included. A script function that raises crashes the server (it is a bug in the test).
     """
-    server = MessagesApiServer(script)
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, server._handle_connection, port, host=host))
-        bound_port = listeners[0].socket.getsockname()[1]
-        server.base_url = f"http://{host}:{bound_port}"
-        task_status.started(server)
+    await _serve(MessagesApiServer(script), host, port, "", task_status)
+
+
+async def serve_openai_api(
+    script: MessagesScript,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    task_status: trio.TaskStatus[OpenAIApiServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve Chat Completions and Responses on ``host:port`` until cancelled, as ``serve_messages_api``
+    serves the Messages API; the started value is the ``OpenAIApiServer``."""
+    await _serve(OpenAIApiServer(script), host, port, "/v1", task_status)
 
 
 @asynccontextmanager
-async def open_messages_api_server(script: MessagesScript) -> AsyncIterator[MessagesApiServer]:
-    """A loopback Messages API server running for the duration of the ``async with`` block.
-
-    An error raised in the block comes out as itself, not wrapped in an exception group.
-    """
+async def _running(serve: Callable[..., Awaitable[None]], script: MessagesScript) -> AsyncIterator[Any]:
     error: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
-            server = await nursery.start(serve_messages_api, script)
+            server = await nursery.start(serve, script)
             try:
                 yield server
             finally:
@@ -318,6 +468,24 @@ async def open_messages_api_server(script: MessagesScript) -> AsyncIterator[Mess
         error = group.exceptions[0]
     if error is not None:
         raise error  # outside the except clause, so the group doesn't become its __context__
+
+
+@asynccontextmanager
+async def open_messages_api_server(script: MessagesScript) -> AsyncIterator[MessagesApiServer]:
+    """A loopback Messages API server running for the duration of the ``async with`` block.
+
+    An error raised in the block comes out as itself, not wrapped in an exception group.
+    """
+    async with _running(serve_messages_api, script) as server:
+        yield server
+
+
+@asynccontextmanager
+async def open_openai_api_server(script: MessagesScript) -> AsyncIterator[OpenAIApiServer]:
+    """A loopback OpenAI API server (Chat Completions and Responses) for the duration of the
+    ``async with`` block; errors in the block come out unwrapped, as ``open_messages_api_server``'s."""
+    async with _running(serve_openai_api, script) as server:
+        yield server
 
 
 class PlainContext:

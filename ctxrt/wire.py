@@ -118,26 +118,49 @@ def _strip_final_assistant(turns: list[dict[str, Any]]) -> None:
             turns.pop()
 
 
-def _api_block(block: Block, participant: str, role: str, foreign: dict[str, str]) -> dict[str, Any]:
-    """One block in API form; another participant's tool call (and its result) becomes text.
+class ForeignCalls:
+    """Tool calls made by participants who don't speak as the assistant, and their results, as text.
 
-    The API accepts tool_use only in the assistant's turns, so a call another resident made is
-    shown as what happened rather than as a call this assistant made.
+    A request form lets only the assistant call tools, so a call another resident made is shown
+    as what happened rather than as a call this assistant made. One instance walks one request's
+    messages in order (every request form uses it, so the wording is the same in each).
     """
-    if type(block) is ToolUse and role == "user":
+
+    def __init__(self) -> None:
+        self._calls: dict[str, str] = {}  # tool_use id -> "who called what"
+
+    def call_text(self, participant: str, block: ToolUse) -> str:
         call = f"{participant} called {block.name}"
-        foreign[block.id] = call
-        return {"type": "text", "text": f"[{call} with {_compact(block.input)}]"}
-    if type(block) is ToolUse:
-        # The assistant's own call: a result with this id answers it from now on, even if another
-        # resident used the same id before (agents number their calls alike: call_1, call_2...).
-        foreign.pop(block.id, None)
-    if type(block) is ToolResult and block.tool_use_id in foreign:
+        self._calls[block.id] = call
+        return f"[{call} with {compact_json(block.input)}]"
+
+    def own(self, block: ToolUse) -> None:
+        """The assistant's own call: a result with this id answers it from now on, even if another
+        resident used the same id before (agents number their calls alike: call_1, call_2...)."""
+        self._calls.pop(block.id, None)
+
+    def result_text(self, block: ToolResult) -> str | None:
+        """The text a result of another participant's call becomes; None for the assistant's own."""
+        call = self._calls.get(block.tool_use_id)
+        if call is None:
+            return None
         body = block.content if isinstance(block.content, str) else " ".join(
             getattr(b, "text", f"[{b.type}]") for b in block.content
         )
         failed = " (an error)" if block.is_error else ""
-        return {"type": "text", "text": f"[result of {foreign[block.tool_use_id]}{failed}: {body}]"}
+        return f"[result of {call}{failed}: {body}]"
+
+
+def _api_block(block: Block, participant: str, role: str, foreign: ForeignCalls) -> dict[str, Any]:
+    """One block in API form; another participant's tool call (and its result) becomes text."""
+    if type(block) is ToolUse and role == "user":
+        return {"type": "text", "text": foreign.call_text(participant, block)}
+    if type(block) is ToolUse:
+        foreign.own(block)
+    if type(block) is ToolResult:
+        shown = foreign.result_text(block)
+        if shown is not None:
+            return {"type": "text", "text": shown}
     api = block_to_api(block)
     if type(block) is ToolUse:
         api["id"], api["name"] = api_tool_id(block.id), api_tool_name(block.name)
@@ -154,7 +177,8 @@ def _api_block(block: Block, participant: str, role: str, foreign: dict[str, str
     return api
 
 
-def _compact(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """``value`` as compact JSON text, the same bytes every time (P9)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
@@ -172,7 +196,7 @@ def to_anthropic_messages(messages: Sequence[CompiledMessage], assistant: str | 
     speakers = {assistant} if isinstance(assistant, str) else assistant
     out: list[dict[str, Any]] = []
     ours: list[dict[str, Any]] = []
-    foreign: dict[str, str] = {}  # tool_use id -> "who called what", for calls not the assistant's own
+    foreign = ForeignCalls()
     for message in messages:
         role = "assistant" if message.participant in speakers else "user"
         content = [_api_block(b, message.participant, role, foreign) for b in message.content if _sendable(b, role)]

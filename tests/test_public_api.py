@@ -10,7 +10,7 @@ API_NAMES = """
 open_runtime Runtime ContextManager Message Text Thinking RedactedThinking Image Document ToolUse ToolResult
 content_for_reader CompiledMessage Budget Injection MessageInjection CompileResult PreviewResult Provenance
 Passthrough WindowedPassthrough Autobiographical Knowledge Strategy StrategyContext Model ModelRequest ModelResponse
-Usage AnthropicModel OfflineModel BranchInfo Derivation
+Usage AnthropicModel OpenAIModel OpenAIBody OfflineModel BranchInfo Derivation
 CtxrtError MalformedContentError ReaderConflictError NarrowingRefusedError StrategyRefusedError ConfigConflictError
 MessageNotFoundError BranchNotFoundError BranchExistsError ManagerClosedError StoreLockedError ReadOnlyStoreError
 OverBudgetError ModelError
@@ -22,6 +22,7 @@ def test_every_name_api_md_promises_is_importable_from_ctxrt() -> None:
     missing = [name for name in API_NAMES if not hasattr(ctxrt, name)]
     assert missing == []
     assert callable(ctxrt.testing.ScriptedModel)
+    assert callable(ctxrt.testing.open_openai_api_server)
 
 
 def test_the_facade_defines_nothing_of_its_own() -> None:
