@@ -11,10 +11,11 @@ The walk, in order, stopping where going on could crash:
 2. every page, with py-lmdb's pure-Python structural verifier (``lmdb.verify``), which reads
    the file with plain reads and never hands it to LMDB; skipped while a writer holds the
    store (its pages move under the walk), and the record walk is skipped if a page is damaged;
-3. every record of every table, read-only through LMDB in one read transaction: the meta
-   rows, branch rows and names, state rows, every head and item row (messages decoded as
-   messages, their blob references looked up), every blob against its hash; then every log
-   state of every live branch read whole through the engine, and every value state.
+3. every record of every table, read-only through LMDB in one read transaction: each record's
+   seal (its checksum, format 3), then the meta rows, branch rows and names, state rows, every
+   head and item row (messages decoded as messages, their blob references looked up), every
+   blob against its hash; then every log state of every live branch read whole through the
+   engine, and every value state.
 
 The child prints one JSON object per line as it goes (``--stream``), so what it found before a
 crash survives it. Exit status of ``python -m ctxrt.store.verify``: 0 sound, 1 damaged, 2 not
@@ -38,7 +39,7 @@ import attrs
 import lmdb
 
 from ..errors import CtxrtError, StoreCorruptError, StoreFormatError
-from . import files, keys
+from . import files, keys, seals
 from .interface import StoreEngine
 from .records import LogHead
 
@@ -226,14 +227,19 @@ class _Walk:
         self.blob_refs: dict[str, str] = {}  # sha-256 -> where it was referenced first
 
     def table(self, txn: lmdb.Transaction[bytes], name: bytes) -> Any:
-        """Every (key, value) of a table; a page LMDB can't read ends the table with a finding."""
+        """Every (key, value without its seal) of a table. A record whose seal doesn't match is a
+        finding, and a page LMDB can't read ends the table with one."""
         cursor = txn.cursor(db=self.engine.dbs[name])
         last = None
         try:
             for key, value in cursor:
                 last = bytes(key)
                 self.found.records += 1
-                yield last, bytes(value)
+                if not seals.intact(last, value):
+                    self.found.damaged(self.engine.describe_row(name, last),
+                                       "fails its checksum: a bit of its key or value changed")
+                    continue
+                yield last, bytes(value[: -seals.SIZE])
         except lmdb.Error as exc:
             after = "its start" if last is None else f"key {last.hex()}"
             self.found.damaged(f"table {name.decode()}", f"can't be walked past {after}: {exc}")
