@@ -287,7 +287,8 @@ class Engine:
                 for key, value in txn.cursor(db=self.dbs[keys.DB_STATES]):
                     info = self.decode_state_row(key, self._unsealed(keys.DB_STATES, key, value))
                     states[info.name] = info
-                self.known_states = states  # names the rows a damaged head is found in
+                # Decoded and sound: named by them, a damaged head row below says whose it is.
+                self.known_branches, self.known_states = branches, states
                 # The sequence is the newest head any (state, branch) recorded: every write makes one.
                 cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
                 last_sequence = max(
