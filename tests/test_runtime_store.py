@@ -296,6 +296,57 @@ async def test_a_format_1_or_2_store_is_refused_read_only_and_its_first_writer_s
         assert verify_store(store_path).status == "sound"
 
 
+MOVE_AND_DIE = """
+import logging, os, signal, sys, trio
+import ctxrt
+from ctxrt.store import engine
+
+class DieAfterABatch(logging.Handler):
+    def emit(self, record):
+        if "sealed" in record.getMessage():
+            os.kill(os.getpid(), signal.SIGKILL)  # right after the first batch committed
+
+engine.MOVE_BATCH = 3
+logging.getLogger("ctxrt.store").addHandler(DieAfterABatch())
+logging.getLogger("ctxrt.store").setLevel(logging.INFO)
+
+async def main():
+    async with ctxrt.open_runtime(sys.argv[1]):
+        pass
+
+trio.run(main)
+"""
+
+
+async def test_a_move_to_format_3_that_stops_half_way_is_refused_read_only_and_finished_by_the_next_writer(
+    store_path: Path,
+) -> None:
+    """K5: a store moves to format 3 a batch of records per transaction. A writer killed after its
+    first batch leaves a store every read-only open refuses (its records aren't all sealed) and an
+    older ctxrt refuses by its format; the next writer's open seals the rest, exactly as this
+    version writes them."""
+    with trio.fail_after(20):
+        async with open_runtime(store_path) as rt:
+            await seed(rt)
+        sealed = raw_tables(store_path)
+        to_format(store_path, 2)
+        result = await trio.run_process([sys.executable, "-c", MOVE_AND_DIE, str(store_path)], check=False)
+        assert result.returncode == -9
+        half = raw_tables(store_path)
+        assert dict(half[keys.DB_META])[keys.META_FORMAT] == seals.seal(keys.META_FORMAT, struct.pack(">I", 3))
+        assert keys.META_MOVING in dict(half[keys.DB_META])
+        assert half != sealed
+        with pytest.raises(StoreFormatError, match=r"is being moved to format 3 \(by a writer now, or by one that "
+                                                   r"stopped\), its records not all sealed yet; this ctxrt reads "
+                                                   r"format 3\. Open it once with a writing runtime"):
+            async with open_runtime(store_path, readonly=True):
+                pytest.fail("a half-sealed store was read")
+        async with open_runtime(store_path) as rt:
+            assert read_data(rt) == [b"one", b"two", b"three"]
+        assert raw_tables(store_path) == sealed
+        assert verify_store(store_path).status == "sound"
+
+
 async def test_an_lmdb_store_that_is_not_ctxrt_is_refused_read_only(store_path: Path) -> None:
     """A read-only open of an LMDB environment without ctxrt's tables raises StoreFormatError (K5)."""
     env = lmdb.open(str(store_path), max_dbs=4)

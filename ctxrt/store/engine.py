@@ -55,7 +55,7 @@ logger = logging.getLogger("ctxrt.store")
 
 FORMAT_VERSION = 3
 MOVED_FORMATS = (1, 2)  # a writer seals them into format 3
-_MOVE_PROGRESS_ROWS = 100_000  # a line in the log this often while a store moves
+MOVE_BATCH = 20_000  # records sealed per write transaction while a store moves to format 3
 
 _KIND_BYTES: dict[str, bytes] = {"log": b"L", "value": b"V"}
 _BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
@@ -209,63 +209,66 @@ class Engine:
 
     def _check_format(self) -> None:
         """Refuse a store of a format this version doesn't read, and a damaged meta table; a writer
-        moves a format-1 or -2 store to format 3 (a read-only open refuses it)."""
+        moves a format-1 or -2 store to format 3, or finishes such a move (a read-only open refuses
+        both: their records aren't all sealed)."""
         try:
             with self.reader() as txn:
                 cursor = txn.cursor(db=self.dbs[keys.DB_META])
-                rows = [(bytes(key), bytes(value)) for key, value in itertools.islice(cursor, _META_ROWS)]
+                rows = dict((bytes(key), bytes(value)) for key, value in itertools.islice(cursor, _META_ROWS))
         except _LMDB_DAMAGE as exc:
             raise self._damaged(f"its meta table can't be read: {exc}") from None
-        raw = dict(rows).get(keys.META_FORMAT)
+        raw = rows.get(keys.META_FORMAT)
         found = keys.decode_u32(raw[:4]) if raw is not None and len(raw) in (4, 4 + _SEAL) else raw
         if raw is not None and len(raw) == 4 and found in MOVED_FORMATS:  # no seals to check yet
-            if self.readonly:
+            state, resume = f"records store format {found}, whose records carry no checksums", False
+            earlier = ", or read it with an earlier ctxrt"
+        else:
+            broken = [key for key, value in rows.items() if not _intact(key, value)]
+            if broken and (raw is None or len(raw) == 4 + _SEAL):  # a sealed store's damage, not another format
+                raise self._broken(keys.DB_META, broken[0])
+            if raw is None:
+                raise StoreFormatError(f"{self.env.path()} is not a ctxrt store (no format record)")
+            if found != FORMAT_VERSION or len(raw) != 4 + _SEAL:
                 raise StoreFormatError(
-                    f"{self.env.path()} records store format {found}, whose records carry no checksums; this "
-                    f"ctxrt reads format {FORMAT_VERSION}. Open it once with a writing runtime of this version, "
-                    f"which moves it to format {FORMAT_VERSION}, or read it with an earlier ctxrt"
+                    f"{self.env.path()} records store format {found!r}; this ctxrt reads format {FORMAT_VERSION} "
+                    f"(and a writer moves formats {', '.join(map(str, MOVED_FORMATS))} to it)"
                 )
-            self._move_to_current_format(found)
-            return
-        broken = [key for key, value in rows if not _intact(key, value)]
-        if broken and (raw is None or len(raw) == 4 + _SEAL):  # a sealed store's damage, not another format
-            raise self._broken(keys.DB_META, broken[0])
-        if raw is None:
-            raise StoreFormatError(f"{self.env.path()} is not a ctxrt store (no format record)")
-        if found != FORMAT_VERSION or len(raw) != 4 + _SEAL:
+            if keys.META_MOVING not in rows:
+                return
+            state, resume, earlier = (f"is being moved to format {FORMAT_VERSION} (by a writer now, or by one "
+                                      f"that stopped), its records not all sealed yet"), True, ""
+        if self.readonly:
             raise StoreFormatError(
-                f"{self.env.path()} records store format {found!r}; this ctxrt reads format {FORMAT_VERSION} "
-                f"(and a writer moves formats {', '.join(map(str, MOVED_FORMATS))} to it)"
+                f"{self.env.path()} {state}; this ctxrt reads format {FORMAT_VERSION}. Open it once with a "
+                f"writing runtime of this version, which moves it to format {FORMAT_VERSION}{earlier}"
             )
+        self._move_to_current_format(state, resume=resume)
 
-    def _move_to_current_format(self, old: int) -> None:
-        """Seal every record, moving a format-``old`` store to format 3, in ONE write transaction: a
-        reader, or the next open after a crash, sees the store before or after, never half sealed.
-        LMDB copies each page it rewrites, so the data file may grow by up to its size meanwhile."""
+    def _move_to_current_format(self, state: str, *, resume: bool) -> None:
+        """Seal every record not sealed yet: a format-1 or -2 store moves to format 3, or (``resume``)
+        a move a writer began is finished. ``state`` says which, for the log.
+
+        ``MOVE_BATCH`` records per write transaction, each recording how far the move got (the
+        meta table goes first, with format 3, so an older ctxrt refuses the store from the first
+        batch on). A move that stops (its writer died) resumes at the next writer's open; LMDB
+        reuses one batch's old pages in the batches after it, so the file grows by about two
+        batches, not by the store; readers of this version refuse the store until it is done.
+        """
         with self.reader() as txn:
             total = sum(txn.stat(self.dbs[table])["entries"] for table in keys.ALL_DBS)
-        logger.info("%s: moving the store from format %d to %d (sealing %d records)", self.env.path(), old,
-                    FORMAT_VERSION, total)
+            moving = self._get(txn, keys.DB_META, keys.META_MOVING) if resume else None
+        logger.info("%s: %s; sealing its %d records for format %d", self.env.path(), state, total, FORMAT_VERSION)
+        at: tuple[int, bytes] | None = (0, b"") if not moving else (moving[0], moving[1:])
         done = 0
         try:
-            with self.env.begin(write=True) as txn:  # an open that can't write fails here, as a first open does
-                for table in keys.ALL_DBS:
-                    cursor = txn.cursor(db=self.dbs[table])
-                    going = cursor.first()
-                    while going:
-                        key, value = cursor.item()
-                        if table == keys.DB_META and key == keys.META_FORMAT:
-                            value = keys.encode_u32(FORMAT_VERSION)
-                        cursor.put(key, _seal(key, value))
-                        done += 1
-                        if done % _MOVE_PROGRESS_ROWS == 0:
-                            logger.info("%s: sealed %d of %d records", self.env.path(), done, total)
-                        going = cursor.next()
+            while at is not None:
+                with self.env.begin(write=True) as txn:  # an open that can't write fails here, as a first open does
+                    at, sealed = self._seal_batch(txn, *at)
+                done += sealed
+                logger.info("%s: sealed %d of %d records", self.env.path(), done, total)
         except lmdb.MapFullError:
-            size = self.env.info()["map_size"]
-            raise StoreFullError(self.data_path, f"the map ({size} bytes) can't hold the move to format "
-                                 f"{FORMAT_VERSION}, which rewrites every record in one transaction: open it "
-                                 f"with a larger map_size") from None
+            raise StoreFullError(self.data_path, f"the map ({self.env.info()['map_size']} bytes) can't hold the "
+                                 f"move to format {FORMAT_VERSION}: open it with a larger map_size") from None
         except lmdb.Error as exc:
             code = getattr(exc, "code", 0)
             if isinstance(code, int) and code > 0:
@@ -273,7 +276,34 @@ class Engine:
             if isinstance(exc, _LMDB_DAMAGE):
                 raise self._damaged(f"moving it to format {FORMAT_VERSION} met a damaged page: {exc}") from exc
             raise
-        logger.info("%s: store format %d -> %d (%d records sealed)", self.env.path(), old, FORMAT_VERSION, done)
+
+    def _seal_batch(self, txn: lmdb.Transaction[bytes], table: int, after: bytes) -> tuple[
+            tuple[int, bytes] | None, int]:
+        """Seal up to ``MOVE_BATCH`` records from table number ``table`` on, past its key ``after``
+        (b"": from its start): (where the next batch starts, or None when all are sealed; how many)."""
+        meta = self.dbs[keys.DB_META]
+        sealed = 0
+        while table < len(keys.ALL_DBS):
+            name = keys.ALL_DBS[table]
+            cursor = txn.cursor(db=self.dbs[name])
+            going = cursor.set_range(after) if after else cursor.first()
+            if going and cursor.key() == after:
+                going = cursor.next()
+            while going:
+                if sealed == MOVE_BATCH:  # the rest is for the next batches: say where they start
+                    txn.put(keys.META_MOVING, _seal(keys.META_MOVING, bytes([table]) + after), db=meta)
+                    return (table, after), sealed
+                key, value = cursor.item()
+                if name != keys.DB_META or key != keys.META_MOVING:
+                    if name == keys.DB_META and key == keys.META_FORMAT:
+                        value = keys.encode_u32(FORMAT_VERSION)
+                    cursor.put(key, _seal(key, value))
+                    sealed += 1
+                after = key
+                going = cursor.next()
+            table, after = table + 1, b""
+        txn.delete(keys.META_MOVING, db=meta)
+        return None, sealed
 
     def reload(self) -> None:
         """Re-read the branch and state tables and the sequence (after another process wrote)."""
@@ -386,17 +416,20 @@ class Engine:
             self._unsealed(table, *cursor.item())
         return None
 
-    def _seek_le(self, cursor: lmdb.Cursor[bytes], key: bytes, prefix: bytes) -> tuple[bytes, bytes] | None:
+    def _seek_le(
+        self, cursor: lmdb.Cursor[bytes], key: bytes, prefix: bytes, checked: bool = True,
+    ) -> tuple[bytes, bytes] | None:
         """The (key, unsealed value) of the last items row whose key is <= ``key`` and starts with
         ``prefix``, the cursor on it; None if there is none.
 
-        Each row looked at is checked, the one the search lands on included. A changed bit in a key
-        leaves the row where it was, so LMDB's search for the row lands on it or on the row after
-        it: a changed key can't hide the row this looks for, nor let an older version stand in.
+        Each row looked at is checked (unless not ``checked``), the one the search lands on
+        included. A changed bit in a key leaves the row where it was, so LMDB's search for the row
+        lands on it or on the row after it: a changed key can't hide the row this looks for, nor
+        let an older version stand in.
         """
         if cursor.set_range(key):
             found, value = cursor.item()
-            if not _intact(found, value):
+            if checked and not _intact(found, value):
                 raise self._broken(keys.DB_ITEMS, found)
             if found == key:
                 return found, value[:-_SEAL]
@@ -405,7 +438,7 @@ class Engine:
         elif not cursor.last():
             return None
         found, value = cursor.item()
-        if not _intact(found, value):
+        if checked and not _intact(found, value):
             raise self._broken(keys.DB_ITEMS, found)
         return (found, value[:-_SEAL]) if found[: len(prefix)] == prefix else None
 
@@ -600,11 +633,12 @@ class Engine:
             raise self._unreadable(exc, f"the value of {state!r}", branch) from None
 
     def _read_ordinal(
-        self, cursor: lmdb.Cursor[bytes], state: int, levels: Sequence[tuple[int, int]], ordinal: int
+        self, cursor: lmdb.Cursor[bytes], state: int, levels: Sequence[tuple[int, int]], ordinal: int,
+        checked: bool = True,
     ) -> Item | None:
         for branch, limit in levels:
             found = self._seek_le(cursor, keys.item_key(state, branch, ordinal, limit),
-                                  keys.item_prefix(state, branch, ordinal))
+                                  keys.item_prefix(state, branch, ordinal), checked)
             if found is not None:
                 key, value = found
                 return Item(keys.decode_u64(value[:8]), ordinal, keys.decode_item_key(key)[3], value[8:])
@@ -775,20 +809,39 @@ class Engine:
         head: LogHead | None = None,
     ) -> tuple[int, int, LogHead] | None:
         """(index, ordinal, head) of the visible item appended at ``sequence``; ``head`` is the view's
-        head when the caller has it already."""
+        head when the caller has it already.
+
+        The search's probes skip their seals (about log2(n) rows, of which it reads an origin
+        each): the row it settles on is read again, checked, and a search that finds nothing, or
+        settles on a row that isn't the item, is made again checking every row it looks at. So a
+        changed bit can neither hide the item nor pass for it.
+        """
         if head is None:
             head = self._log_head_at(txn, info.number, levels)
         cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+        ordinal = self._search(cursor, info, levels, sequence, head, checked=False)
+        item = None if ordinal is None else self._read_ordinal(cursor, info.number, levels, ordinal)
+        if item is None or item.sequence != sequence:
+            ordinal = self._search(cursor, info, levels, sequence, head, checked=True)
+        index = None if ordinal is None else head.ordinal_to_index(ordinal)
+        return None if ordinal is None or index is None else (index, ordinal, head)
+
+    def _search(
+        self, cursor: lmdb.Cursor[bytes], info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int,
+        head: LogHead, *, checked: bool,
+    ) -> int | None:
+        """The ordinal of the item appended at ``sequence``, or None."""
         low, high = 0, head.next_ordinal - 1
         # Ordinals along a lineage were appended in sequence order, so a binary search finds it.
         while low <= high:
             middle = (low + high) // 2
-            item = self._read_ordinal(cursor, info.number, levels, middle)
+            item = self._read_ordinal(cursor, info.number, levels, middle, checked)
             if item is None:
+                if not checked:
+                    return None  # the checked search says what is wrong
                 raise self._damaged(f"{info.name!r} has no row for ordinal {middle} (levels {levels})")
             if item.sequence == sequence:
-                index = head.ordinal_to_index(middle)
-                return None if index is None else (index, middle, head)
+                return middle
             if item.sequence < sequence:
                 low = middle + 1
             else:

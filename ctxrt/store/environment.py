@@ -171,7 +171,7 @@ def _open_writer(directory: Path, durability: Durability, map_size: int) -> Stor
             raise StorePermissionError(str(directory), f"can't create the store's directory ({exc.strerror})",
                                        exc.errno) from None
         raise
-    lock_fd, left_open = _take_owner_lock(directory)
+    lock_fd, left_open = _take_owner_lock(directory, durability)
     try:
         key = os.path.realpath(directory)
         shared = _REGISTRY.get(key)
@@ -213,13 +213,15 @@ def _open_writer(directory: Path, durability: Durability, map_size: int) -> Stor
     return StoreHandle(directory, shared.engine, False, durability, key, lock_fd)
 
 
-def _take_owner_lock(directory: Path) -> tuple[int, bool]:
+def _take_owner_lock(directory: Path, durability: Durability) -> tuple[int, bool]:
     """Take the owner lock; its descriptor, and whether the store's last writer left it open.
 
-    A writer marks the lock file while it has the store open (on disk before it can commit) and
-    clears the mark when it closes the store cleanly: a mark found here was left by a writer that
-    died (killed, crashed, aborted on a damaged page) or lost its machine (power, OS crash), or
-    by a copy of the store taken while its writer ran.
+    A writer marks the lock file while it has the store open and clears the mark when it closes
+    the store cleanly: a mark found here was left by a writer that died (killed, crashed, aborted
+    on a damaged page) or lost its machine, or by a copy of the store taken while its writer ran.
+    Under durability "os" the mark is forced to disk before the writer can commit: LMDB's
+    unflushed pages are what a power loss can leave damaged. Under "sync" a power loss leaves
+    LMDB's file sound, so the mark needn't outlive one (a process's death keeps it anyway).
     """
     lock_path = directory / LOCK_NAME
     try:
@@ -240,7 +242,8 @@ def _take_owner_lock(directory: Path) -> tuple[int, bool]:
         left_open = os.pread(fd, len(_OPEN_MARK), 0) == _OPEN_MARK
         # In place, the same length each time: once written, the mark needs no new disk block.
         os.pwrite(fd, _OPEN_MARK, 0)
-        os.fsync(fd)
+        if durability == "os":
+            os.fsync(fd)
     except OSError as exc:  # a full or failing disk: the store opens, as it would without the mark
         logger.warning("couldn't mark %s open in its owner lock: %s", directory, exc)
     return fd, left_open
