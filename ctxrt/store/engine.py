@@ -49,8 +49,8 @@ from .records import (
 
 # 2: log heads may end in the flag byte (LogHead.flagged). 3: every record's value ends in its
 # seal (seals.py), so a changed bit is found when the record is read. A writer moves a format-1
-# or -2 store to 3 when it opens it, sealing every record in one transaction; a read-only open
-# refuses one (its records carry no seals to check), and an older ctxrt refuses format 3.
+# or -2 store to 3 when it opens it, sealing its records in batches; a read-only open refuses one
+# (its records carry no seals to check), and an older ctxrt refuses format 3.
 logger = logging.getLogger("ctxrt.store")
 
 FORMAT_VERSION = 3
