@@ -1,7 +1,7 @@
 """A flipped bit anywhere in a stored record is refused, never read back as other data (K7).
 
 Determinism rules: one small store is built through the public API (messages, one holding an
-image, so a blob; an edit and a removal; values written more than once; a fork with a message of
+image, so a blob, and one long enough for an overflow page; an edit and a removal; values written more than once; a fork with a message of
 its own and an edit of a message it inherited), closed, and its records located in the data file
 (``files.record_places``). Each case flips one bit of one record's key or value in place, as bit
 rot would (the record keeps its slot in its page), then reads through the public API in a
@@ -31,6 +31,7 @@ from ctxrt.store import files, keys
 from ctxrt.store.verify import verify_store
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+PAGE = 4096
 BROKEN = "fails its checksum: a bit of its key or value changed"
 Outcomes = dict[tuple[Any, ...], Any]
 
@@ -40,6 +41,7 @@ async def build(store: Path) -> list[str]:
     async with open_runtime(store) as rt:
         main = await rt.open("a", strategy=ctxrt.WindowedPassthrough())
         ids = [await main.add_message("user", f"message {i}{'3' if i == 1 else ''}") for i in range(4)]
+        ids.append(await main.add_message("user", "long " * 450))  # past half a page: an overflow page
         ids.append(await main.add_message("assistant", [
             {"type": "text", "text": "a picture"},
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
@@ -127,6 +129,7 @@ async def test_a_flipped_bit_in_any_record_is_refused_naming_it_or_reads_as_it_w
                      for place in files.record_places(store)}
         places = list(files.record_places(store))
         assert {place.table for place in places} == set(keys.ALL_DBS)
+        assert any(place.value_at // PAGE != place.key_at // PAGE for place in places)  # an overflow page
         refused = 0
         for place, part, offset, bit in cases(places, exhaustive=bool(soak_scale(0, 1))):
             flip(data, offset, bit)
