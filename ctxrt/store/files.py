@@ -431,10 +431,11 @@ def _records(directory: Path, fd: int, size: int, meta: Meta, name: bytes, root:
         return
     page = _page(directory, fd, size, meta, root, f"a page of table {name!r}")
     base = root * meta.page_size
+    branch = _HEADER.unpack_from(page)[2] & P_BRANCH
     for pointer in _nodes(directory, page, meta.page_size, f"page {root}"):
         data_size, flags, key_size = _node(page, pointer)
         key_at = pointer + _NODE.size
-        if _HEADER.unpack_from(page)[2] & P_BRANCH:
+        if branch:
             yield from _records(directory, fd, size, meta, name, data_size | flags << 32)  # a child page
             continue
         key = page[key_at : key_at + key_size]
