@@ -34,6 +34,7 @@ from ctxrt.errors import (
     UnknownStateError,
     ValueConflictError,
 )
+from ctxrt.store import seals
 from ctxrt.store.actor import execute
 from ctxrt.store.engine import Engine
 from ctxrt.store.postgres import PostgresEngine
@@ -312,7 +313,8 @@ def _dump(env):
     with env.begin() as txn:
         rows = {name: list(txn.cursor(db=env.open_db(name, txn=txn, create=False)))
                 for name in (b"meta", b"branches", b"branch_names", b"states", b"items", b"blobs")}
-    rows[b"branches"] = [(key, {**json.loads(value), "created_ms": 0}) for key, value in rows[b"branches"]]
+    assert all(seals.intact(key, value) for table in rows.values() for key, value in table)
+    rows[b"branches"] = [(key, {**json.loads(value[: -seals.SIZE]), "created_ms": 0}) for key, value in rows[b"branches"]]
     return rows
 
 

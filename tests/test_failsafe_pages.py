@@ -1,19 +1,25 @@
 """A page damaged deep inside a table passes the constant-cost open checks; ``check_pages=True``
-(what the CLI's read-only commands use) walks every page first, so such a store is refused with
-``StoreCorruptError`` and never reaches LMDB's assertions (K7).
+(what the CLI's read-only commands use) walks every page first, and so does a writer's open of a
+store its last writer left open, so such a store is refused with ``StoreCorruptError`` and never
+reaches LMDB's assertions (K7).
 
 Each damaged store is opened by a child process, so a crash would show as its exit status.
 """
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import trio
 
 import ctxrt
+from ctxrt.store import files
 from ctxrt.store.files import page_problems
+from support import LineReader
 
 GUARD_S = 120
 PAGE = 4096
@@ -81,3 +87,75 @@ async def test_the_cli_names_a_damaged_page_in_one_line_instead_of_aborting(tmp_
     assert result.returncode == 1
     lines = result.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "data.mdb is damaged" in lines[0]
+
+
+BUILD_AND_WAIT = """
+import sys, trio, ctxrt
+async def main():
+    async with ctxrt.open_runtime(sys.argv[1], durability="os") as rt:
+        manager = await rt.open("a")
+        for i in range(1_500):
+            await manager.add_message("user", f"message {i} " + "words " * 20)
+        print("built", flush=True)
+        await trio.sleep_forever()
+trio.run(main)
+"""
+WRITE_AND_READ = """
+import sys, trio, ctxrt
+async def main():
+    try:
+        async with ctxrt.open_runtime(sys.argv[1]) as rt:
+            manager = await rt.open("a")
+            await manager.get_all_messages()
+            await manager.compile()
+            await manager.add_message("user", "one more")
+        print("read")
+    except ctxrt.StoreCorruptError as exc:
+        print("refused", exc.path)
+trio.run(main)
+"""
+P_LEAF = 0x02
+FLAGS_AT = 10  # a page header's flags (u16, after its page number and pad)
+
+
+async def test_a_writer_opening_a_store_left_open_refuses_a_damaged_leaf_page_instead_of_aborting(
+    tmp_path: Path,
+) -> None:
+    """K7: a writer killed with the store open leaves the owner lock marked, so the next writer's
+    open walks every page before LMDB reads one: a leaf page whose flags say it isn't a leaf (what
+    made LMDB's IS_LEAF assertion abort a writer that read it) is refused with StoreCorruptError
+    naming the data file, never an abort. A clean close clears the mark."""
+    store = tmp_path / "store"
+    data = store / files.DATA_NAME
+    with trio.fail_after(GUARD_S):
+        async with trio.open_nursery() as nursery:
+            writer: trio.Process = await nursery.start(partial(
+                trio.run_process, [sys.executable, "-c", BUILD_AND_WAIT, str(store)], stdout=subprocess.PIPE,
+                check=False))
+            assert writer.stdout is not None
+            assert await LineReader(writer.stdout).next_line() == "built"
+            writer.kill()
+        assert (store / files.OWNER_LOCK_NAME).read_text() == "open  \n"
+        content = data.read_bytes()
+        leaves = [page for page in range(2, len(content) // PAGE)
+                  if content[page * PAGE + FLAGS_AT] == P_LEAF and content[page * PAGE : page * PAGE + 8] ==
+                  page.to_bytes(8, sys.byteorder)]
+        outcomes = []
+        for page in leaves[:: max(1, len(leaves) // 12)]:
+            copy = tmp_path / "copy"
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(store, copy)
+            with open(copy / files.DATA_NAME, "r+b") as file:
+                file.seek(page * PAGE + FLAGS_AT)
+                file.write(bytes([P_LEAF ^ 0x03]))  # a branch page's flags
+            result = await trio.run_process([sys.executable, "-c", WRITE_AND_READ, str(copy)], capture_stdout=True,
+                                            capture_stderr=True, check=False)
+            assert result.returncode == 0, (page, result.returncode, result.stderr.decode()[-300:])
+            outcome = result.stdout.decode().split()
+            assert outcome in (["read"], ["refused", str(copy / files.DATA_NAME)]), (page, outcome)
+            outcomes.append(outcome[0])
+        assert "refused" in outcomes
+        result = await trio.run_process([sys.executable, "-c", WRITE_AND_READ, str(store)], capture_stdout=True,
+                                        check=False)
+        assert result.stdout.decode().split() == ["read"]
+    assert (store / files.OWNER_LOCK_NAME).read_text() == "closed\n"

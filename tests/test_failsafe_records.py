@@ -1,11 +1,12 @@
 """A record that doesn't decode is StoreCorruptError naming it, on reads and writes alike (K7).
 
 Determinism rules: a small store is built through the runtime, closed, and one record is
-rewritten with raw py-lmdb (the pages stay sound; only ctxrt's bytes are wrong). Then the
-store is opened in this process: such damage can't crash LMDB, only ctxrt's decoding, which
-must say what is damaged instead of raising a raw JSONDecodeError, UnicodeDecodeError,
-KeyError or struct.error. ``verify_store`` must report the same record. A ``trio.fail_after``
-guard bounds every test.
+rewritten with raw py-lmdb and sealed (the pages and the record's checksum are sound; only
+ctxrt's bytes are wrong, as a bug would write them: a changed bit is the seal's to find, in
+test_failsafe_bits.py). Then the store is opened in this process: such damage can't crash LMDB,
+only ctxrt's decoding, which must say what is damaged instead of raising a raw JSONDecodeError,
+UnicodeDecodeError, KeyError or struct.error. ``verify_store`` must report the same record. A
+``trio.fail_after`` guard bounds every test.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import trio
 from ctxrt.errors import StoreCorruptError
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.slots import prepare_append
-from ctxrt.store import keys
+from ctxrt.store import keys, seals
 from ctxrt.store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, SetValue
 from ctxrt.store.verify import verify_store
 
@@ -42,10 +43,17 @@ async def build(store: Path) -> None:
 
 
 def patch(store: Path, change: Patch) -> None:
+    """Make ``change`` with raw py-lmdb, then seal each record it wrote (every record whose seal
+    doesn't match is taken whole as its unsealed value)."""
     env = lmdb.open(str(store), max_dbs=16)
     try:
         with env.begin(write=True) as txn:
-            change(txn, {name: env.open_db(name, txn=txn, create=False) for name in keys.ALL_DBS})
+            tables = {name: env.open_db(name, txn=txn, create=False) for name in keys.ALL_DBS}
+            change(txn, tables)
+            for table in tables.values():
+                for key, value in list(txn.cursor(db=table)):
+                    if not seals.intact(key, value):
+                        txn.put(key, seals.seal(key, value), db=table)
     finally:
         env.close()
 

@@ -9,6 +9,7 @@ order of events between the processes is fixed by the test, never by timing.
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -30,9 +31,10 @@ from ctxrt.errors import (
     StoreLockedError,
 )
 from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.store import keys
+from ctxrt.store import keys, seals
 from ctxrt.store.environment import _REGISTRY, LOCK_NAME
 from ctxrt.store.protocol import AppendItem, EditItem, RegisterState, RemoveItems, SetValue
+from ctxrt.store.verify import verify_store
 from support import LineReader, dump
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -203,8 +205,9 @@ async def test_a_reader_in_another_process_sees_committed_data_and_refuses_write
 # -- K5: format --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("raw", "shown"), [(struct.pack(">I", 99), "99"), (b"v2!!!", "b'v2!!!'")],
-                         ids=["format 99", "garbled record"])
+@pytest.mark.parametrize(("raw", "shown"), [
+    (struct.pack(">I", 99), "99"), (seals.seal(keys.META_FORMAT, struct.pack(">I", 4)), "4"), (b"v2!!!", "b'v2!!!'"),
+], ids=["format 99", "format 4 sealed", "garbled record"])
 @pytest.mark.parametrize("readonly", [False, True], ids=["writer", "reader"])
 async def test_an_unknown_store_format_is_refused_naming_it(
     store_path: Path, raw: bytes, shown: str, readonly: bool
@@ -214,14 +217,14 @@ async def test_an_unknown_store_format_is_refused_naming_it(
         async with open_runtime(store_path) as rt:
             await seed(rt)
         write_format(store_path, raw)
-        message = rf"^{store_path}/? records store format {shown}; this ctxrt reads formats 1, 2$"
+        message = rf"^{store_path}/? records store format {shown}; this ctxrt reads format 3 \(and a writer moves formats 1, 2 to it\)$"
         for _ in range(2):  # the refusal releases the lock and the environment: a retry is refused the same way
             with pytest.raises(StoreFormatError, match=message):
                 async with open_runtime(store_path, readonly=readonly):
                     pytest.fail("an unknown format was opened")
         assert not _REGISTRY
         # Nothing was rewritten: restoring the record makes the store readable again.
-        write_format(store_path, struct.pack(">I", 1))
+        write_format(store_path, seals.seal(keys.META_FORMAT, struct.pack(">I", 3)))
         async with open_runtime(store_path, readonly=readonly) as rt:
             assert read_data(rt) == [b"one", b"two", b"three"]
 
@@ -235,20 +238,113 @@ def read_format(store_path: Path) -> bytes:
         env.close()
 
 
-async def test_a_format_1_store_is_read_and_its_first_writer_moves_it_to_format_2(store_path: Path) -> None:
-    """K5: format 2 (log heads may carry the audience flag byte) reads format 1 as is; a reader
-    leaves the record alone, a writer moves it to 2 so an older ctxrt refuses it by its format."""
-    with trio.fail_after(10):
+def raw_tables(store_path: Path) -> dict[bytes, list[tuple[bytes, bytes]]]:
+    env = lmdb.open(str(store_path), max_dbs=16, readonly=True, lock=False)
+    try:
+        with env.begin() as txn:
+            return {name: [(bytes(k), bytes(v)) for k, v in txn.cursor(db=env.open_db(name, txn=txn, create=False))]
+                    for name in keys.ALL_DBS}
+    finally:
+        env.close()
+
+
+def to_format(store_path: Path, version: int) -> None:
+    """Make a format-3 store what format ``version`` (1 or 2) was: every record without its seal
+    (format 3 added the seals and nothing else; format 1's heads lacked format 2's flag byte,
+    which no move reads)."""
+    env = lmdb.open(str(store_path), max_dbs=16)
+    try:
+        with env.begin(write=True) as txn:
+            for name in keys.ALL_DBS:
+                table = env.open_db(name, txn=txn, create=False)
+                for key, value in list(txn.cursor(db=table)):
+                    assert seals.intact(key, value)
+                    txn.put(key, value[: -seals.SIZE], db=table)
+            txn.put(keys.META_FORMAT, struct.pack(">I", version), db=env.open_db(keys.DB_META, txn=txn))
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("old", [1, 2])
+async def test_a_format_1_or_2_store_is_refused_read_only_and_its_first_writer_seals_it_into_format_3(
+    store_path: Path, old: int
+) -> None:
+    """K5: format 3 ends every record in a checksum of its key and value. A read-only open refuses
+    an older store, saying how to move it, and leaves it alone (verify doesn't check it either); a
+    writer's open seals every record, in one transaction, exactly as this version writes them."""
+    with trio.fail_after(20):
         async with open_runtime(store_path) as rt:
             await seed(rt)
-        assert read_format(store_path) == struct.pack(">I", 2)
-        write_format(store_path, struct.pack(">I", 1))
-        async with open_runtime(store_path, readonly=True) as rt:
-            assert read_data(rt) == [b"one", b"two", b"three"]
-        assert read_format(store_path) == struct.pack(">I", 1)
+        assert read_format(store_path) == seals.seal(keys.META_FORMAT, struct.pack(">I", 3))
+        sealed = raw_tables(store_path)
+        to_format(store_path, old)
+        unsealed = raw_tables(store_path)
+        refusal = (rf"records store format {old}, whose records carry no checksums; this ctxrt reads format 3\. "
+                   rf"Open it once with a writing runtime of this version, which moves it to format 3")
+        with pytest.raises(StoreFormatError, match=refusal):
+            async with open_runtime(store_path, readonly=True):
+                pytest.fail("a store without seals was read")
+        report = verify_store(store_path)
+        assert report.status == "not checked" and re.search(refusal, report.notes[-1]), report.lines()
+        assert raw_tables(store_path) == unsealed
         async with open_runtime(store_path) as rt:
             assert read_data(rt) == [b"one", b"two", b"three"]
-        assert read_format(store_path) == struct.pack(">I", 2)
+            assert rt.engine.read_value("prefs", rt.engine.branch("main").id) == {"theme": "dark"}
+        assert raw_tables(store_path) == sealed
+        async with open_runtime(store_path, readonly=True) as rt:
+            assert read_data(rt, "side") == [b"one", b"two", b"three"]
+        assert verify_store(store_path).status == "sound"
+
+
+MOVE_AND_DIE = """
+import logging, os, signal, sys, trio
+import ctxrt
+from ctxrt.store import engine
+
+class DieAfterABatch(logging.Handler):
+    def emit(self, record):
+        if "sealed" in record.getMessage():
+            os.kill(os.getpid(), signal.SIGKILL)  # right after the first batch committed
+
+engine.MOVE_BATCH = 3
+logging.getLogger("ctxrt.store").addHandler(DieAfterABatch())
+logging.getLogger("ctxrt.store").setLevel(logging.INFO)
+
+async def main():
+    async with ctxrt.open_runtime(sys.argv[1]):
+        pass
+
+trio.run(main)
+"""
+
+
+async def test_a_move_to_format_3_that_stops_half_way_is_refused_read_only_and_finished_by_the_next_writer(
+    store_path: Path,
+) -> None:
+    """K5: a store moves to format 3 a batch of records per transaction. A writer killed after its
+    first batch leaves a store every read-only open refuses (its records aren't all sealed) and an
+    older ctxrt refuses by its format; the next writer's open seals the rest, exactly as this
+    version writes them."""
+    with trio.fail_after(20):
+        async with open_runtime(store_path) as rt:
+            await seed(rt)
+        sealed = raw_tables(store_path)
+        to_format(store_path, 2)
+        result = await trio.run_process([sys.executable, "-c", MOVE_AND_DIE, str(store_path)], check=False)
+        assert result.returncode == -9
+        half = raw_tables(store_path)
+        assert dict(half[keys.DB_META])[keys.META_FORMAT] == seals.seal(keys.META_FORMAT, struct.pack(">I", 3))
+        assert keys.META_MOVING in dict(half[keys.DB_META])
+        assert half != sealed
+        with pytest.raises(StoreFormatError, match=r"is being moved to format 3 \(by a writer now, or by one that "
+                                                   r"stopped\), its records not all sealed yet; this ctxrt reads "
+                                                   r"format 3\. Open it once with a writing runtime"):
+            async with open_runtime(store_path, readonly=True):
+                pytest.fail("a half-sealed store was read")
+        async with open_runtime(store_path) as rt:
+            assert read_data(rt) == [b"one", b"two", b"three"]
+        assert raw_tables(store_path) == sealed
+        assert verify_store(store_path).status == "sound"
 
 
 async def test_an_lmdb_store_that_is_not_ctxrt_is_refused_read_only(store_path: Path) -> None:

@@ -15,6 +15,7 @@ refused command leaves the others of its batch intact.
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ from ..errors import (
     StoreFullError,
     UnknownStateError,
 )
-from . import files, keys
+from . import files, keys, seals
 from .batch import Batch, Counter, Unsafe
 from .records import (
     MAIN_BRANCH,
@@ -46,13 +47,15 @@ from .records import (
     StateKind,
 )
 
-# 2: log heads may end in the flag byte (LogHead.flagged). A writer moves a format-1 store to 2
-# when it opens it (the records are the same otherwise), so an older ctxrt refuses it by its
-# format rather than reading a flagged head as damage.
+# 2: log heads may end in the flag byte (LogHead.flagged). 3: every record's value ends in its
+# seal (seals.py), so a changed bit is found when the record is read. A writer moves a format-1
+# or -2 store to 3 when it opens it, sealing its records in batches; a read-only open refuses one
+# (its records carry no seals to check), and an older ctxrt refuses format 3.
 logger = logging.getLogger("ctxrt.store")
 
-FORMAT_VERSION = 2
-READABLE_FORMATS = (1, 2)
+FORMAT_VERSION = 3
+MOVED_FORMATS = (1, 2)  # a writer seals them into format 3
+MOVE_BATCH = 20_000  # records sealed per write transaction while a store moves to format 3
 
 _KIND_BYTES: dict[str, bytes] = {"log": b"L", "value": b"V"}
 _BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
@@ -65,18 +68,12 @@ _DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError
 
 _U64_PACK = keys.U64.pack
 _ITEM_KEY_PACK = keys.ITEM_KEY.pack
-
-
-def _seek_le(cursor: lmdb.Cursor[bytes], key: bytes, prefix: bytes) -> bool:
-    """Position ``cursor`` on the last key <= ``key`` that starts with ``prefix``."""
-    if cursor.set_range(key):
-        if cursor.key() == key:
-            return True
-        if not cursor.prev():
-            return False
-    elif not cursor.last():
-        return False
-    return cursor.key()[: len(prefix)] == prefix
+_intact = seals.intact
+_seal = seals.seal
+_SEAL = seals.SIZE
+_META_ROWS = 16  # more rows than ctxrt's meta table ever holds (3): enough to read it whole
+_TABLE_ROWS = {keys.DB_META: "meta record", keys.DB_BRANCHES: "branch row", keys.DB_BRANCH_NAMES: "branch name",
+               keys.DB_STATES: "state row", keys.DB_BLOBS: "blob"}
 
 
 
@@ -187,7 +184,7 @@ class Engine:
                 raise self._foreign(names) from None
             with self.reader() as txn:
                 meta = dbs.get(keys.DB_META)
-                formatted = meta is not None and txn.get(keys.META_FORMAT, db=meta) is not None
+                formatted = meta is not None and txn.stat(meta)["entries"] > 0  # _check_format reads it
                 holds_rows = any(txn.stat(db)["entries"] for db in dbs.values())
             if formatted and len(dbs) == len(keys.ALL_DBS):
                 return dbs
@@ -198,34 +195,115 @@ class Engine:
         with self.env.begin(write=True) as txn:
             dbs = {name: self.env.open_db(name, txn=txn, create=True) for name in keys.ALL_DBS}
             meta = dbs[keys.DB_META]
-            if txn.get(keys.META_FORMAT, db=meta) is None:
-                txn.put(keys.META_FORMAT, keys.encode_u32(FORMAT_VERSION), db=meta)
-                txn.put(keys.META_NEXT_BRANCH, keys.encode_u32(2), db=meta)
-                txn.put(keys.META_NEXT_STATE, keys.encode_u32(1), db=meta)
+            if not txn.stat(meta)["entries"]:
                 main = BranchRow(1, MAIN_BRANCH, None, None, (), int(time.time() * 1000))
-                txn.put(keys.encode_u32(1), main.to_json(), db=dbs[keys.DB_BRANCHES])
-                txn.put(MAIN_BRANCH.encode(), keys.encode_u32(1), db=dbs[keys.DB_BRANCH_NAMES])
+                for db, key, value in (
+                    (meta, keys.META_FORMAT, keys.encode_u32(FORMAT_VERSION)),
+                    (meta, keys.META_NEXT_BRANCH, keys.encode_u32(2)),
+                    (meta, keys.META_NEXT_STATE, keys.encode_u32(1)),
+                    (dbs[keys.DB_BRANCHES], keys.encode_u32(1), main.to_json()),
+                    (dbs[keys.DB_BRANCH_NAMES], MAIN_BRANCH.encode(), keys.encode_u32(1)),
+                ):
+                    txn.put(key, _seal(key, value), db=db)
         return dbs
 
     def _check_format(self) -> None:
+        """Refuse a store of a format this version doesn't read, and a damaged meta table; a writer
+        moves a format-1 or -2 store to format 3, or finishes such a move (a read-only open refuses
+        both: their records aren't all sealed)."""
         try:
             with self.reader() as txn:
-                raw = txn.get(keys.META_FORMAT, db=self.dbs[keys.DB_META])
-                raw = None if raw is None else bytes(raw)
+                cursor = txn.cursor(db=self.dbs[keys.DB_META])
+                rows = dict((bytes(key), bytes(value)) for key, value in itertools.islice(cursor, _META_ROWS))
         except _LMDB_DAMAGE as exc:
             raise self._damaged(f"its meta table can't be read: {exc}") from None
-        if raw is None:
-            raise StoreFormatError(f"{self.env.path()} is not a ctxrt store (no format record)")
-        if len(raw) != 4 or keys.decode_u32(raw) not in READABLE_FORMATS:
-            found = keys.decode_u32(raw) if len(raw) == 4 else raw
+        raw = rows.get(keys.META_FORMAT)
+        found = keys.decode_u32(raw[:4]) if raw is not None and len(raw) in (4, 4 + _SEAL) else raw
+        if raw is not None and len(raw) == 4 and found in MOVED_FORMATS:  # no seals to check yet
+            state, resume = f"records store format {found}, whose records carry no checksums", False
+            earlier = ", or read it with an earlier ctxrt"
+        else:
+            broken = [key for key, value in rows.items() if not _intact(key, value)]
+            if broken and (raw is None or len(raw) == 4 + _SEAL):  # a sealed store's damage, not another format
+                raise self._broken(keys.DB_META, broken[0])
+            if raw is None:
+                raise StoreFormatError(f"{self.env.path()} is not a ctxrt store (no format record)")
+            if found != FORMAT_VERSION or len(raw) != 4 + _SEAL:
+                raise StoreFormatError(
+                    f"{self.env.path()} records store format {found!r}; this ctxrt reads format {FORMAT_VERSION} "
+                    f"(and a writer moves formats {', '.join(map(str, MOVED_FORMATS))} to it)"
+                )
+            if keys.META_MOVING not in rows:
+                return
+            state, resume, earlier = (f"is being moved to format {FORMAT_VERSION} (by a writer now, or by one "
+                                      f"that stopped), its records not all sealed yet"), True, ""
+        if self.readonly:
             raise StoreFormatError(
-                f"{self.env.path()} records store format {found!r}; this ctxrt reads formats "
-                f"{', '.join(map(str, READABLE_FORMATS))}"
+                f"{self.env.path()} {state}; this ctxrt reads format {FORMAT_VERSION}. Open it once with a "
+                f"writing runtime of this version, which moves it to format {FORMAT_VERSION}{earlier}"
             )
-        if keys.decode_u32(raw) != FORMAT_VERSION and not self.readonly:
-            with self.env.begin(write=True) as txn:  # an open that can't write fails here, as a first open does
-                txn.put(keys.META_FORMAT, keys.encode_u32(FORMAT_VERSION), db=self.dbs[keys.DB_META])
-            logger.info("%s: store format %d -> %d", self.env.path(), keys.decode_u32(raw), FORMAT_VERSION)
+        self._move_to_current_format(state, resume=resume)
+
+    def _move_to_current_format(self, state: str, *, resume: bool) -> None:
+        """Seal every record not sealed yet: a format-1 or -2 store moves to format 3, or (``resume``)
+        a move a writer began is finished. ``state`` says which, for the log.
+
+        ``MOVE_BATCH`` records per write transaction, each recording how far the move got (the
+        meta table goes first, with format 3, so an older ctxrt refuses the store from the first
+        batch on). A move that stops (its writer died) resumes at the next writer's open; LMDB
+        reuses one batch's old pages in the batches after it, so the file grows by about two
+        batches, not by the store; readers of this version refuse the store until it is done.
+        """
+        with self.reader() as txn:
+            total = sum(txn.stat(self.dbs[table])["entries"] for table in keys.ALL_DBS)
+            moving = self._get(txn, keys.DB_META, keys.META_MOVING) if resume else None
+        logger.info("%s: %s; sealing its %d records for format %d", self.env.path(), state, total, FORMAT_VERSION)
+        at: tuple[int, bytes] | None = (0, b"") if not moving else (moving[0], moving[1:])
+        done = 0
+        try:
+            while at is not None:
+                with self.env.begin(write=True) as txn:  # an open that can't write fails here, as a first open does
+                    at, sealed = self._seal_batch(txn, *at)
+                done += sealed
+                logger.info("%s: sealed %d of %d records", self.env.path(), done, total)
+        except lmdb.MapFullError:
+            raise StoreFullError(self.data_path, f"the map ({self.env.info()['map_size']} bytes) can't hold the "
+                                 f"move to format {FORMAT_VERSION}: open it with a larger map_size") from None
+        except lmdb.Error as exc:
+            code = getattr(exc, "code", 0)
+            if isinstance(code, int) and code > 0:
+                raise self._refused_write(code) from exc
+            if isinstance(exc, _LMDB_DAMAGE):
+                raise self._damaged(f"moving it to format {FORMAT_VERSION} met a damaged page: {exc}") from exc
+            raise
+
+    def _seal_batch(self, txn: lmdb.Transaction[bytes], table: int, after: bytes) -> tuple[
+            tuple[int, bytes] | None, int]:
+        """Seal up to ``MOVE_BATCH`` records from table number ``table`` on, past its key ``after``
+        (b"": from its start): (where the next batch starts, or None when all are sealed; how many)."""
+        meta = self.dbs[keys.DB_META]
+        sealed = 0
+        while table < len(keys.ALL_DBS):
+            name = keys.ALL_DBS[table]
+            cursor = txn.cursor(db=self.dbs[name])
+            going = cursor.set_range(after) if after else cursor.first()
+            if going and cursor.key() == after:
+                going = cursor.next()
+            while going:
+                if sealed == MOVE_BATCH:  # the rest is for the next batches: say where they start
+                    txn.put(keys.META_MOVING, _seal(keys.META_MOVING, bytes([table]) + after), db=meta)
+                    return (table, after), sealed
+                key, value = cursor.item()
+                if name != keys.DB_META or key != keys.META_MOVING:
+                    if name == keys.DB_META and key == keys.META_FORMAT:
+                        value = keys.encode_u32(FORMAT_VERSION)
+                    cursor.put(key, _seal(key, value))
+                    sealed += 1
+                after = key
+                going = cursor.next()
+            table, after = table + 1, b""
+        txn.delete(keys.META_MOVING, db=meta)
+        return None, sealed
 
     def reload(self) -> None:
         """Re-read the branch and state tables and the sequence (after another process wrote)."""
@@ -233,12 +311,14 @@ class Engine:
             with self.reader() as txn:
                 branches = {}
                 for key, value in txn.cursor(db=self.dbs[keys.DB_BRANCHES]):
-                    row = self.decode_branch_row(bytes(key), bytes(value))
+                    row = self.decode_branch_row(key, self._unsealed(keys.DB_BRANCHES, key, value))
                     branches[row.id] = row
                 states = {}
                 for key, value in txn.cursor(db=self.dbs[keys.DB_STATES]):
-                    info = self.decode_state_row(bytes(key), bytes(value))
+                    info = self.decode_state_row(key, self._unsealed(keys.DB_STATES, key, value))
                     states[info.name] = info
+                # Decoded and sound: named by them, a damaged head row below says whose it is.
+                self.known_branches, self.known_states = branches, states
                 # The sequence is the newest head any (state, branch) recorded: every write makes one.
                 cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
                 last_sequence = max(
@@ -258,7 +338,8 @@ class Engine:
         self.known_heads = {}
 
     def decode_branch_row(self, key: bytes, value: bytes) -> BranchRow:
-        """A row of the branches table; ``StoreCorruptError`` naming it if it doesn't decode."""
+        """A row of the branches table (its value unsealed); ``StoreCorruptError`` naming it if it
+        doesn't decode."""
         try:
             row = BranchRow.from_json(value)
             ints = (row.id, row.created_ms, *(n for level in row.lineage for n in level))
@@ -273,7 +354,8 @@ class Engine:
         return row
 
     def decode_state_row(self, key: bytes, value: bytes) -> StateInfo:
-        """A row of the states table; ``StoreCorruptError`` naming it if it doesn't decode."""
+        """A row of the states table (its value unsealed); ``StoreCorruptError`` naming it if it
+        doesn't decode."""
         try:
             name = key.decode()
             kind = _BYTES_KIND.get(value[4:5])
@@ -282,6 +364,102 @@ class Engine:
         except ValueError as exc:
             raise self._damaged(f"the row of state {key!r} doesn't decode ({exc!r})") from None
         return StateInfo(keys.decode_u32(value[:4]), name, kind)
+
+    # -- seals (format 3) ---------------------------------------------------------------------
+
+    def describe_row(self, table: bytes, key: bytes) -> str:
+        """Which record ``key`` names in ``table``, in words (its state and branch by name if known)."""
+        if table != keys.DB_ITEMS or len(key) != keys.ITEM_KEY.size:
+            shown = key.hex() if table in (keys.DB_BRANCHES, keys.DB_BLOBS) else repr(key)
+            return f"the {_TABLE_ROWS.get(table, f'{table!r} row')} {shown}"
+        number, branch_id, ordinal, sequence = keys.decode_item_key(key)
+        if ordinal != keys.HEAD_ORDINAL:
+            return f"the row of item {ordinal} (version {sequence}) of {self._where(number, branch_id)}"
+        if sequence == keys.MAX_U64:
+            return f"the current head of {self._where(number, branch_id)}"
+        info = self._state_numbered(number)
+        kept = "value" if info is not None and info.kind == "value" else "head"
+        return f"the {kept} written at {sequence} of {self._where(number, branch_id)}"
+
+    def _state_numbered(self, number: int) -> StateInfo | None:
+        return next((info for info in self.known_states.values() if info.number == number), None)
+
+    def _where(self, number: int, branch_id: int) -> str:
+        """"state 'name' on branch 'name'", by number where a name isn't known (yet, or at all)."""
+        info = self._state_numbered(number)
+        row = self.known_branches.get(branch_id)
+        return (f"{f'state {info.name!r}' if info else f'state number {number}'} on "
+                f"{f'branch {row.name!r}' if row else f'branch {branch_id}'}")
+
+    def _broken(self, table: bytes, key: bytes) -> StoreCorruptError:
+        return self._damaged(f"{self.describe_row(table, bytes(key))} fails its checksum: a bit of its key or "
+                             f"value changed")
+
+    def _unsealed(self, table: bytes, key: bytes, value: bytes) -> bytes:
+        """``value`` without its seal; ``StoreCorruptError`` naming the row if the seal doesn't match."""
+        if not _intact(key, value):
+            raise self._broken(table, key)
+        return value[:-_SEAL]
+
+    def _get(self, txn: lmdb.Transaction[bytes], table: bytes, key: bytes) -> bytes | None:
+        """The unsealed value of ``key`` in ``table``, or None. The rows LMDB's search lands beside are
+        checked when the key isn't there, so a changed key can't make its record look absent."""
+        cursor = txn.cursor(db=self.dbs[table])
+        if cursor.set_range(key):
+            found, value = cursor.item()
+            value = self._unsealed(table, found, value)
+            if found == key:
+                return value
+            if cursor.prev():
+                self._unsealed(table, *cursor.item())
+        elif cursor.last():
+            self._unsealed(table, *cursor.item())
+        return None
+
+    def _seek_le(
+        self, cursor: lmdb.Cursor[bytes], key: bytes, prefix: bytes, checked: bool = True,
+    ) -> tuple[bytes, bytes] | None:
+        """The (key, unsealed value) of the last items row whose key is <= ``key`` and starts with
+        ``prefix``, the cursor on it; None if there is none.
+
+        Each row looked at is checked (unless not ``checked``), the one the search lands on
+        included. A changed bit in a key leaves the row where it was, so LMDB's search for the row
+        lands on it or on the row after it: a changed key can't hide the row this looks for, nor
+        let an older version stand in.
+        """
+        if cursor.set_range(key):
+            found, value = cursor.item()
+            if checked and not _intact(found, value):
+                raise self._broken(keys.DB_ITEMS, found)
+            if found == key:
+                return found, value[:-_SEAL]
+            if not cursor.prev():
+                return None
+        elif not cursor.last():
+            return None
+        found, value = cursor.item()
+        if checked and not _intact(found, value):
+            raise self._broken(keys.DB_ITEMS, found)
+        return (found, value[:-_SEAL]) if found[: len(prefix)] == prefix else None
+
+    def _scan_from(self, cursor: lmdb.Cursor[bytes], start: bytes) -> bool:
+        """Put ``cursor`` on the first items row at or after ``start`` (False: there is none), having
+        checked the row before it: the search lands right after a row whose key changed, and that
+        row may be the first one a scan from ``start`` needs."""
+        if cursor.set_range(start):
+            if cursor.prev():
+                found, value = cursor.item()
+                if not _intact(found, value):
+                    raise self._broken(keys.DB_ITEMS, found)
+                cursor.next()
+            else:  # it landed on the table's first row; a failed prev leaves the cursor nowhere
+                cursor.first()
+            return True
+        if cursor.last():
+            found, value = cursor.item()
+            if not _intact(found, value):
+                raise self._broken(keys.DB_ITEMS, found)
+        return False
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -353,14 +531,19 @@ class Engine:
         if i == len(levels):
             return LogHead()
         branch, limit = levels[i]
-        if not cursor.set_key(keys.head_key(state, branch, keys.MAX_U64)):
+        prefix = keys.head_prefix(state, branch)
+        found = self._seek_le(cursor, keys.head_key(state, branch, keys.MAX_U64), prefix)
+        if found is None:
             return self._level_head(cursor, state, levels, i + 1)  # nothing written here: inherited
-        current = LogHead.decode(cursor.value())
+        if found[0] != keys.head_key(state, branch, keys.MAX_U64):  # every write leaves a current head
+            raise self._damaged(f"the current head of {self._where(state, branch)} is missing, though its head "
+                                f"written at {keys.decode_head_key(found[0])[2]} is there")
+        current = LogHead.decode(found[1])
         if current.revision <= limit:
             return current
-        prefix = keys.head_prefix(state, branch)
-        if _seek_le(cursor, keys.head_key(state, branch, limit), prefix):
-            base = LogHead.decode(cursor.value())
+        found = self._seek_le(cursor, keys.head_key(state, branch, limit), prefix)
+        if found is not None:
+            base = LogHead.decode(found[1])
         else:
             base = self._level_head(cursor, state, levels, i + 1)
         # Ordinals [base.next_ordinal, current.next_ordinal) were appended on this level, in sequence
@@ -380,29 +563,35 @@ class Engine:
         return LogHead(base.length + appended, low, base.removed, max(base.revision, last), base.rewrite_revision,
                        current.flagged)
 
-    @staticmethod
-    def _first_version(cursor: lmdb.Cursor[bytes], state: int, branch: int, ordinal: int) -> int:
-        """The sequence of an ordinal's first version on ``branch``: when it was appended there."""
-        cursor.set_range(keys.item_key(state, branch, ordinal, 0))
-        return keys.decode_item_key(cursor.key())[3]
+    def _first_version(self, cursor: lmdb.Cursor[bytes], state: int, branch: int, ordinal: int) -> int:
+        """The sequence of an ordinal's first version on ``branch``: when it was appended there
+        (``MAX_U64`` if it wasn't: an ancestor's ordinal, below the ones appended on ``branch``)."""
+        if self._scan_from(cursor, keys.item_key(state, branch, ordinal, 0)):
+            found, value = cursor.item()
+            if not _intact(found, value):
+                raise self._broken(keys.DB_ITEMS, found)
+            if found[: keys.ITEM_PREFIX.size] == keys.item_prefix(state, branch, ordinal):
+                return keys.decode_item_key(found)[3]
+        return keys.MAX_U64
 
     def _find_head_with_sequence(
         self, txn: lmdb.Transaction[bytes], state: int, levels: Sequence[tuple[int, int]]
     ) -> tuple[bytes, int] | None:
         cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
         for branch, limit in levels:
-            if _seek_le(cursor, keys.head_key(state, branch, limit), keys.head_prefix(state, branch)):
-                return cursor.value(), keys.decode_head_key(cursor.key())[2]
+            found = self._seek_le(cursor, keys.head_key(state, branch, limit), keys.head_prefix(state, branch))
+            if found is not None:
+                return found[1], keys.decode_head_key(found[0])[2]
         return None
 
-    @staticmethod
-    def _last_head(cursor: lmdb.Cursor[bytes], state: int, branch: int) -> int:
+    def _last_head(self, cursor: lmdb.Cursor[bytes], state: int, branch: int) -> int:
         """The sequence of the newest write (state, branch) made itself, or 0."""
-        if _seek_le(cursor, keys.head_key(state, branch, keys.MAX_U64), keys.head_prefix(state, branch)):
-            sequence = keys.decode_head_key(cursor.key())[2]
-            # A log state's current-head row is keyed past every sequence; its revision says when.
-            return LogHead.decode(cursor.value()).revision if sequence == keys.MAX_U64 else sequence
-        return 0
+        found = self._seek_le(cursor, keys.head_key(state, branch, keys.MAX_U64), keys.head_prefix(state, branch))
+        if found is None:
+            return 0
+        sequence = keys.decode_head_key(found[0])[2]
+        # A log state's current-head row is keyed past every sequence; its revision says when.
+        return LogHead.decode(found[1]).revision if sequence == keys.MAX_U64 else sequence
 
     def head_sequence(self, branch: BranchRow) -> int:
         """The sequence of the branch's newest write (its fork point if it wrote nothing)."""
@@ -444,13 +633,15 @@ class Engine:
             raise self._unreadable(exc, f"the value of {state!r}", branch) from None
 
     def _read_ordinal(
-        self, cursor: lmdb.Cursor[bytes], state: int, levels: Sequence[tuple[int, int]], ordinal: int
+        self, cursor: lmdb.Cursor[bytes], state: int, levels: Sequence[tuple[int, int]], ordinal: int,
+        checked: bool = True,
     ) -> Item | None:
         for branch, limit in levels:
-            if _seek_le(cursor, keys.item_key(state, branch, ordinal, limit), keys.item_prefix(state, branch, ordinal)):
-                version = keys.decode_item_key(cursor.key())[3]
-                value = cursor.value()
-                return Item(keys.decode_u64(value[:8]), ordinal, version, bytes(value[8:]))
+            found = self._seek_le(cursor, keys.item_key(state, branch, ordinal, limit),
+                                  keys.item_prefix(state, branch, ordinal), checked)
+            if found is not None:
+                key, value = found
+                return Item(keys.decode_u64(value[:8]), ordinal, keys.decode_item_key(key)[3], value[8:])
         return None
 
     def log_item(
@@ -505,10 +696,14 @@ class Engine:
         unpack = keys.ITEM_KEY.unpack
         for branch_id, limit in levels:
             prefix = keys.state_branch_prefix(info.number, branch_id)
-            if not cursor.set_range(keys.item_key(info.number, branch_id, first, 0)):
+            if not self._scan_from(cursor, keys.item_key(info.number, branch_id, first, 0)):
                 continue
             level: dict[int, tuple[int, bytes]] = {}
             for key, value in cursor.iternext():
+                # Every row the scan passes is checked, the one it stops at included: a changed key
+                # moves no row, so one this scan needs is among them.
+                if not _intact(key, value):
+                    raise self._broken(keys.DB_ITEMS, key)
                 if key[:8] != prefix:
                     break
                 _, _, ordinal, seq = unpack(key)
@@ -525,7 +720,7 @@ class Engine:
             if row is None:
                 raise self._damaged(f"{info.name!r} has no row for its visible ordinal {ordinal} (levels {levels})")
             version, value = row
-            items.append(Item(keys.decode_u64(value[:8]), ordinal, version, value[8:]))
+            items.append(Item(keys.decode_u64(value[:8]), ordinal, version, value[8:-_SEAL]))
         return items
 
     # Reads without a transaction in hand, for the layers above the store (each is one read txn).
@@ -596,8 +791,8 @@ class Engine:
             return self.known_branches[branch_id].deleted
         key = keys.encode_u32(branch_id)
         with self.reader() as txn:
-            raw = txn.get(key, db=self.dbs[keys.DB_BRANCHES])
-        return raw is None or self.decode_branch_row(key, bytes(raw)).deleted
+            raw = self._get(txn, keys.DB_BRANCHES, key)
+        return raw is None or self.decode_branch_row(key, raw).deleted
 
     def find_index(
         self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, sequence: int, at: int | None = None
@@ -614,20 +809,39 @@ class Engine:
         head: LogHead | None = None,
     ) -> tuple[int, int, LogHead] | None:
         """(index, ordinal, head) of the visible item appended at ``sequence``; ``head`` is the view's
-        head when the caller has it already."""
+        head when the caller has it already.
+
+        The search's probes skip their seals (about log2(n) rows, of which it reads an origin
+        each): the row it settles on is read again, checked, and a search that finds nothing, or
+        settles on a row that isn't the item, is made again checking every row it looks at. So a
+        changed bit can neither hide the item nor pass for it.
+        """
         if head is None:
             head = self._log_head_at(txn, info.number, levels)
         cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
+        ordinal = self._search(cursor, info, levels, sequence, head, checked=False)
+        item = None if ordinal is None else self._read_ordinal(cursor, info.number, levels, ordinal)
+        if item is None or item.sequence != sequence:
+            ordinal = self._search(cursor, info, levels, sequence, head, checked=True)
+        index = None if ordinal is None else head.ordinal_to_index(ordinal)
+        return None if ordinal is None or index is None else (index, ordinal, head)
+
+    def _search(
+        self, cursor: lmdb.Cursor[bytes], info: StateInfo, levels: Sequence[tuple[int, int]], sequence: int,
+        head: LogHead, *, checked: bool,
+    ) -> int | None:
+        """The ordinal of the item appended at ``sequence``, or None."""
         low, high = 0, head.next_ordinal - 1
         # Ordinals along a lineage were appended in sequence order, so a binary search finds it.
         while low <= high:
             middle = (low + high) // 2
-            item = self._read_ordinal(cursor, info.number, levels, middle)
+            item = self._read_ordinal(cursor, info.number, levels, middle, checked)
             if item is None:
+                if not checked:
+                    return None  # the checked search says what is wrong
                 raise self._damaged(f"{info.name!r} has no row for ordinal {middle} (levels {levels})")
             if item.sequence == sequence:
-                index = head.ordinal_to_index(middle)
-                return None if index is None else (index, middle, head)
+                return middle
             if item.sequence < sequence:
                 low = middle + 1
             else:
@@ -636,10 +850,10 @@ class Engine:
 
     def get_blob(self, txn: lmdb.Transaction[bytes], sha256: str) -> tuple[bytes, str] | None:
         try:
-            raw = txn.get(bytes.fromhex(sha256), db=self.dbs[keys.DB_BLOBS])
+            raw = self._get(txn, keys.DB_BLOBS, bytes.fromhex(sha256))
             if raw is None:
                 return None
-            media_type, _, data = bytes(raw).partition(b"\x00")
+            media_type, _, data = raw.partition(b"\x00")
             return data, media_type.decode()
         except _DAMAGE as exc:
             raise self._damaged(f"blob {sha256} can't be read: {exc!r}") from None
@@ -812,33 +1026,40 @@ class LmdbBatch(Batch):
 
     def next_number(self, counter: Counter) -> int:
         key = keys.META_NEXT_STATE if counter == "state" else keys.META_NEXT_BRANCH
-        meta = self.dbs[keys.DB_META]
-        number = keys.decode_u32(self.txn.get(key, db=meta))  # type: ignore[arg-type]  # written when the store is made
-        self.txn.put(key, keys.encode_u32(number + 1), db=meta)
+        raw = self.lmdb._get(self.txn, keys.DB_META, key)
+        if raw is None or len(raw) != 4:
+            raise self.lmdb._damaged(f"the meta record {key!r} is {'missing' if raw is None else f'{len(raw)} bytes'}")
+        number = keys.decode_u32(raw)
+        self.txn.put(key, _seal(key, keys.encode_u32(number + 1)), db=self.dbs[keys.DB_META])
         return number
 
     def put_state(self, info: StateInfo) -> None:
-        self.txn.put(info.name.encode(), keys.encode_u32(info.number) + _KIND_BYTES[info.kind], db=self.dbs[keys.DB_STATES])
+        key = info.name.encode()
+        self.txn.put(key, _seal(key, keys.encode_u32(info.number) + _KIND_BYTES[info.kind]), db=self.dbs[keys.DB_STATES])
 
     def put_item(self, info: StateInfo, row: BranchRow, ordinal: int, version: int, item_sequence: int,
                  data: bytes) -> None:
-        self.txn.put(_ITEM_KEY_PACK(info.number, row.id, ordinal, version), _U64_PACK(item_sequence) + data,
-                     db=self._items)
+        key = _ITEM_KEY_PACK(info.number, row.id, ordinal, version)
+        self.txn.put(key, _seal(key, _U64_PACK(item_sequence) + data), db=self._items)
 
     def put_head(self, info: StateInfo, row: BranchRow, head: LogHead, version: int | None) -> None:
-        self.txn.put(_ITEM_KEY_PACK(info.number, row.id, keys.HEAD_ORDINAL, keys.MAX_U64 if version is None else version),
-                     head.encode(), db=self._items)
+        key = _ITEM_KEY_PACK(info.number, row.id, keys.HEAD_ORDINAL, keys.MAX_U64 if version is None else version)
+        self.txn.put(key, _seal(key, head.encode()), db=self._items)
 
     def put_value(self, info: StateInfo, row: BranchRow, version: int, data: bytes) -> None:
-        self.txn.put(keys.head_key(info.number, row.id, version), data, db=self._items)
+        key = keys.head_key(info.number, row.id, version)
+        self.txn.put(key, _seal(key, data), db=self._items)
 
     def put_branch(self, row: BranchRow, *, created: bool) -> None:
+        name = row.name.encode()
         if created:
-            self.txn.put(row.name.encode(), keys.encode_u32(row.id), db=self.dbs[keys.DB_BRANCH_NAMES])
+            self.txn.put(name, _seal(name, keys.encode_u32(row.id)), db=self.dbs[keys.DB_BRANCH_NAMES])
         elif row.deleted:
-            self.txn.delete(row.name.encode(), db=self.dbs[keys.DB_BRANCH_NAMES])
-        self.txn.put(keys.encode_u32(row.id), row.to_json(), db=self.dbs[keys.DB_BRANCHES])
+            self.txn.delete(name, db=self.dbs[keys.DB_BRANCH_NAMES])
+        key = keys.encode_u32(row.id)
+        self.txn.put(key, _seal(key, row.to_json()), db=self.dbs[keys.DB_BRANCHES])
 
     def put_blob_row(self, sha256: str, data: bytes, media_type: str) -> None:
-        self.txn.put(bytes.fromhex(sha256), media_type.encode() + b"\x00" + data, db=self.dbs[keys.DB_BLOBS],
+        key = bytes.fromhex(sha256)
+        self.txn.put(key, _seal(key, media_type.encode() + b"\x00" + data), db=self.dbs[keys.DB_BLOBS],
                      overwrite=False)

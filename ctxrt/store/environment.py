@@ -52,6 +52,8 @@ Durability = Literal["sync", "os"]
 logger = logging.getLogger("ctxrt.store")
 
 _PERMISSION_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS)
+# What a writer keeps in owner.lock: open while it has the store open (_take_owner_lock).
+_OPEN_MARK, _CLOSED_MARK = b"open  \n", b"closed\n"
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
 
 
@@ -124,6 +126,9 @@ def close_store(handle: StoreHandle) -> None:
                 shared.env.sync(True)
             except lmdb.Error as exc:  # a full or failing disk: every acknowledged write was already durable
                 logger.warning("flushing %s at close failed: %s", handle.path, exc)
+            else:
+                assert handle._lock_fd is not None  # a writer holds the owner lock
+                _clear_open_mark(handle._lock_fd)
             if shared.users > 0:
                 shared.engine.become_reader()  # another process may write it now
         if shared.users == 0:
@@ -166,12 +171,14 @@ def _open_writer(directory: Path, durability: Durability, map_size: int) -> Stor
             raise StorePermissionError(str(directory), f"can't create the store's directory ({exc.strerror})",
                                        exc.errno) from None
         raise
-    lock_fd = _take_owner_lock(directory)
+    lock_fd, left_open = _take_owner_lock(directory, durability)
     try:
         key = os.path.realpath(directory)
         shared = _REGISTRY.get(key)
         if shared is None:
             new = _check_files_for_writer(directory)
+            if left_open and not new:
+                _walk_pages_left_open(directory)
             created = {name for name in (files.DATA_NAME, files.LMDB_LOCK_NAME) if not (directory / name).exists()}
             try:
                 env = _open_env(directory, readonly=False, durability=durability, map_size=map_size)
@@ -187,14 +194,18 @@ def _open_writer(directory: Path, durability: Durability, map_size: int) -> Stor
             shared = _Shared(env, engine, writable=True, durability=durability)
             _REGISTRY[key] = shared
         elif not shared.writable or shared.durability != durability:
+            if left_open:
+                _walk_pages_left_open(directory)
             _reopen_for_writer(shared, directory, durability, map_size)
         else:
             shared.engine.become_writer(shared.env)
         shared.users += 1
     except BaseException:
+        if not left_open:  # the store is as this open found it: closed cleanly
+            _clear_open_mark(lock_fd)
         os.close(lock_fd)
         raise
-    if not files.has_marker(directory):
+    if files.marker_text(directory) != files.MARKER_TEXT.format(version=FORMAT_VERSION):
         try:
             files.write_marker(directory, FORMAT_VERSION)
         except OSError as exc:  # the store works without it; it only helps tell damage from a new store
@@ -202,7 +213,16 @@ def _open_writer(directory: Path, durability: Durability, map_size: int) -> Stor
     return StoreHandle(directory, shared.engine, False, durability, key, lock_fd)
 
 
-def _take_owner_lock(directory: Path) -> int:
+def _take_owner_lock(directory: Path, durability: Durability) -> tuple[int, bool]:
+    """Take the owner lock; its descriptor, and whether the store's last writer left it open.
+
+    A writer marks the lock file while it has the store open and clears the mark when it closes
+    the store cleanly: a mark found here was left by a writer that died (killed, crashed, aborted
+    on a damaged page) or lost its machine, or by a copy of the store taken while its writer ran.
+    Under durability "os" the mark is forced to disk before the writer can commit: LMDB's
+    unflushed pages are what a power loss can leave damaged. Under "sync" a power loss leaves
+    LMDB's file sound, so the mark needn't outlive one (a process's death keeps it anyway).
+    """
     lock_path = directory / LOCK_NAME
     try:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -218,7 +238,30 @@ def _take_owner_lock(directory: Path) -> int:
     except BlockingIOError:
         os.close(fd)
         raise StoreLockedError(str(lock_path)) from None
-    return fd
+    try:
+        left_open = os.pread(fd, len(_OPEN_MARK), 0) == _OPEN_MARK
+        # In place, the same length each time: once written, the mark needs no new disk block.
+        os.pwrite(fd, _OPEN_MARK, 0)
+        if durability == "os":
+            os.fsync(fd)
+    except OSError as exc:  # a full or failing disk: the store opens, as it would without the mark
+        logger.warning("couldn't mark %s open in its owner lock: %s", directory, exc)
+    return fd, left_open
+
+
+def _clear_open_mark(lock_fd: int) -> None:
+    """Say the store was left closed (not forced to disk: a mark that outlives a crash costs only a walk)."""
+    try:
+        os.pwrite(lock_fd, _CLOSED_MARK, 0)
+    except OSError as exc:
+        logger.warning("couldn't clear the owner lock's open mark: %s", exc)
+
+
+def _walk_pages_left_open(directory: Path) -> None:
+    """A store its last writer left open may hold pages a crash or a power loss damaged, which
+    LMDB would trust: walk every page first, and refuse it (``StoreCorruptError``) if one is."""
+    logger.warning("%s: its last writer didn't close it; checking every page before opening it", directory)
+    files.refuse_damaged_pages(directory)
 
 
 def _check_files_for_writer(directory: Path) -> bool:

@@ -120,6 +120,14 @@ def has_marker(directory: Path) -> bool:
     return (directory / MARKER_NAME).exists()
 
 
+def marker_text(directory: Path) -> str | None:
+    """What the format marker says, or None if it can't be read."""
+    try:
+        return (directory / MARKER_NAME).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
 def store_evidence(directory: Path) -> str | None:
     """The file that shows a store was opened here, or None: the format marker, or a lock file
     LMDB initialised (it does so in the same call that creates the data file; a lock file this
@@ -393,6 +401,53 @@ def _named_tables(directory: Path, fd: int, meta: Meta) -> Iterator[tuple[str, T
             yield key.decode("utf-8", "backslashreplace"), table
 
 
+@attrs.frozen
+class RecordPlace:
+    """Where one record of a named table lies in the data file: its key's first byte, and its
+    value's (in the value's overflow pages if it has them)."""
+
+    table: bytes
+    key: bytes
+    key_at: int
+    value_at: int
+    value_size: int
+
+
+def record_places(directory: Path) -> Iterator[RecordPlace]:
+    """Where each record of each named table lies in the data file, in key order, walked from the
+    committed meta page with plain reads (what a test flips bits in). The store must be sound, and
+    no writer may hold it (its pages move)."""
+    fd = os.open(data_path(directory), os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        meta = _check_metas(directory, fd, size, *_metas(directory, fd, size))
+        tables = [(name, table) for name, table in _main_entries(directory, fd, meta) if table is not None]
+        for name, table in tables:
+            yield from _records(directory, fd, size, meta, name, table.root)
+    finally:
+        os.close(fd)
+
+
+def _records(directory: Path, fd: int, size: int, meta: Meta, name: bytes, root: int) -> Iterator[RecordPlace]:
+    if root == NO_PAGE:
+        return
+    page = _page(directory, fd, size, meta, root, f"a page of table {name!r}")
+    base = root * meta.page_size
+    branch = _HEADER.unpack_from(page)[2] & P_BRANCH
+    for pointer in _nodes(directory, page, meta.page_size, f"page {root}"):
+        data_size, flags, key_size = _node(page, pointer)
+        key_at = pointer + _NODE.size
+        if branch:
+            yield from _records(directory, fd, size, meta, name, data_size | flags << 32)  # a child page
+            continue
+        key = page[key_at : key_at + key_size]
+        if flags & F_BIGDATA:
+            value_at = _U64.unpack_from(page, key_at + key_size)[0] * meta.page_size + PAGE_HEADER
+        else:
+            value_at = base + key_at + key_size
+        yield RecordPlace(name, key, base + key_at, value_at, data_size)
+
+
 def foreign_entries(directory: Path, tables: Collection[bytes]) -> list[bytes]:
     """The main table's keys that aren't among ``tables`` (or are plain values), read from the file.
 
@@ -502,6 +557,11 @@ def check_pages(directory: Path) -> None:
     soundly. A store not yet made has nothing to check."""
     if not (directory / DATA_NAME).exists() or writer_holds_lock(directory):
         return
+    refuse_damaged_pages(directory)
+
+
+def refuse_damaged_pages(directory: Path) -> None:
+    """Walk every page of a store no other process writes; ``StoreCorruptError`` if one is damaged."""
     problems = page_problems(directory)
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""

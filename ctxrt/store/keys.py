@@ -22,6 +22,7 @@ ALL_DBS = (DB_META, DB_BRANCHES, DB_BRANCH_NAMES, DB_STATES, DB_ITEMS, DB_BLOBS)
 META_FORMAT = b"format"
 META_NEXT_BRANCH = b"next_branch"
 META_NEXT_STATE = b"next_state"
+META_MOVING = b"moving"  # while a store moves to format 3: (table number u8, last key sealed)
 
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
