@@ -390,7 +390,8 @@ def validate_metadata(metadata: object, *, path: str = "metadata") -> Mapping[st
         return None
     if not isinstance(metadata, Mapping):
         raise MalformedContentError(path, f"metadata must be an object with string keys, got {_type_name(metadata)}")
-    return _json_value(metadata, path)
+    copied: Mapping[str, Any] = _json_value(metadata, path)
+    return copied
 
 
 def validate_timestamp_ms(value: object, *, path: str = "timestamp_ms") -> int:

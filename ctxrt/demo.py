@@ -152,7 +152,8 @@ class _Recording:
         self.leaks += [f"{self.reader} request saw a line for {other}" for other in MARKER.findall(text)
                        if other != self.reader]
         try:
-            return await self.model.complete(request)
+            response: ModelResponse = await self.model.complete(request)
+            return response
         except ModelError as exc:
             self.failures += 1
             self.last_error = str(exc)

@@ -69,7 +69,8 @@ def _mark_cache(content: list[dict[str, Any]]) -> dict[str, Any] | None:
     for block in reversed(content):
         if block["type"] not in ("thinking", "redacted_thinking"):  # thinking can't carry cache_control
             block["cache_control"] = {"type": "ephemeral"}
-            return block
+            marked: dict[str, Any] = block
+            return marked
     return None
 
 

@@ -332,7 +332,9 @@ async def serve_store(
                 pending = []
         finally:
             # One error per caller: callers raise theirs at once, each with its own traceback.
-            closed = lambda: RuntimeClosedError("the store actor stopped before answering")  # noqa: E731
+            def closed() -> RuntimeClosedError:
+                return RuntimeClosedError("the store actor stopped before answering")
+
             for _, reply in pending:
                 if not reply.done:
                     ref._queued -= 1

@@ -40,7 +40,8 @@ def encode_u32(value: int) -> bytes:
 
 
 def decode_u32(data: bytes) -> int:
-    return U32.unpack(data)[0]
+    value: int = U32.unpack(data)[0]
+    return value
 
 
 def encode_u64(value: int) -> bytes:
@@ -48,7 +49,8 @@ def encode_u64(value: int) -> bytes:
 
 
 def decode_u64(data: bytes) -> int:
-    return U64.unpack(data)[0]
+    value: int = U64.unpack(data)[0]
+    return value
 
 
 def state_branch_prefix(state: int, branch: int) -> bytes:

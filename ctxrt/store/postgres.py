@@ -33,7 +33,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -62,6 +62,7 @@ from .records import (
 from .urls import redact
 
 logger = logging.getLogger("ctxrt.store")
+_R = TypeVar("_R")
 
 SCHEMA_VERSION = 1
 READABLE_SCHEMAS = (1,)
@@ -504,7 +505,7 @@ class PostgresEngine:
         head = self._head_at(self._fetchall, info.number, row.levels(at))
         return head, row.levels(head.revision if at is None else at)
 
-    def _guarded(self, what: str, branch: BranchRow, read: Callable[[], Any]) -> Any:
+    def _guarded(self, what: str, branch: BranchRow, read: Callable[[], _R]) -> _R:
         try:
             return read()
         except CtxrtError:
