@@ -675,9 +675,17 @@ class CompileMemo:
         end = self._ends[shared - 1] if shared else 0
         messages, tools, owners = self._messages[:end], self._tools[:end], self._owners[:end]
         ends = self._ends[:shared]
+        old_ends = self._ends
         for i in range(shared, len(entries)):
             entry = entries[i]
-            if entry.content:
+            if i < len(previous) and (entry is previous[i] or entry == previous[i]):
+                # Past a changed entry (an edit inside the window) the rest is often as it was:
+                # equal entries carry equal parts, even where a strategy made them anew.
+                first, last = old_ends[i - 1] if i else 0, old_ends[i]
+                messages += self._messages[first:last]
+                tools += self._tools[first:last]
+                owners += self._owners[first:last]
+            elif entry.content:
                 prepared = self.prepare(entry, i, lookup)
                 messages += prepared.parts
                 tools += prepared.tools

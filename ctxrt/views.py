@@ -122,9 +122,13 @@ class _Derived:
                     return self.window(count)  # the source changed as it read back: start over
             cut = len(source.messages) if self._oldest is None else bisect_left(
                 source.messages, self._oldest, key=sequence_key)
-            older = source.messages[:cut]
+            # Only what is asked for (at least doubling what is held), though the source may hold
+            # far more (a slot cache holds every message appended in its process): what is held
+            # here is what a rewrite's patch copies.
+            first = max(0, cut - max(count - len(self._messages), self._taken, MIN_LOAD))
+            older = source.messages[first:cut]
             self._messages = self._transform(older) + self._messages
-            self._take(older, source.complete)
+            self._take(older, source.complete and first == 0)
         return Window(self._messages, self._complete, (self, self._log.count))
 
     def _patched(self, source: Window) -> bool:
@@ -141,9 +145,10 @@ class _Derived:
             if not source.complete and (not held or held[0].sequence > low):
                 return False
             fresh = held[bisect_left(held, low, key=sequence_key) : bisect_right(held, high, key=sequence_key)]
-            mine = self._messages
-            start, stop = bisect_left(mine, low, key=sequence_key), bisect_right(mine, high, key=sequence_key)
-            self._messages = [*mine[:start], *self._transform(fresh), *mine[stop:]]
+            patched = self._messages.copy()  # a new list: windows handed out before stay as they were
+            start, stop = bisect_left(patched, low, key=sequence_key), bisect_right(patched, high, key=sequence_key)
+            patched[start:stop] = self._transform(fresh)
+            self._messages = patched
             self.projected += len(fresh)
             self._log.add((low, high))
         self._stamp = source.stamp
