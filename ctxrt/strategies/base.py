@@ -351,9 +351,11 @@ class RawEntries:
             return False
         held = window.messages
         for low, high in changes:
-            low, high = max(low, oldest), min(high, self._newest)  # appends not taken yet come after
+            # Entries that are all of the view cover everything before them too: a message hidden
+            # from the reader until then may have just come into view there.
+            low, high = (low if self.complete else max(low, oldest)), min(high, self._newest)
             if low > high:
-                continue
+                continue  # appends not taken yet come after; an older change, outside what is held
             if not window.complete and (not held or held[0].sequence > low):
                 return False
             fresh = held[bisect_left(held, low, key=sequence_key) : bisect_right(held, high, key=sequence_key)]
