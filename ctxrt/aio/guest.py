@@ -169,6 +169,7 @@ class Guest:
         self.ready: asyncio.Future[None] = loop.create_future()
         self.finished: asyncio.Future[outcome.Outcome[Any]] = loop.create_future()
         self.keeper: asyncio.Task[None] | None = None
+        self._gate: asyncio.Future[None] = loop.create_future()  # the keeper's own wait, done with the run
         self._stop = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._hot = 0
@@ -207,17 +208,21 @@ class Guest:
         if not self.ready.done():
             self.ready.set_exception(RuntimeClosedError("ctxrt.aio's trio guest run stopped before it started"))
         self.finished.set_result(result)
+        if not self._gate.done():
+            self._gate.set_result(None)
         interrupt = _interrupt(result)
         if interrupt is not None:
-            raise interrupt  # out of the loop's run, to the host, as itself
-        if isinstance(result, outcome.Error):
+            # Out of the loop's run, to the host, as itself; from a callback queued behind the keeper's
+            # wake-up, so the keeper has ended by then (a loop closed at once destroys no pending task).
+            self.loop.call_soon(_raise, interrupt)
+        elif isinstance(result, outcome.Error):
             logger.error("ctxrt.aio's trio guest run failed", exc_info=result.error)
 
     async def _keep(self) -> None:
         """Stands for the run on the loop until it ends; cancelled (the loop shutting down), it
         stops the run, closing every runtime still open, and waits for the end."""
         try:
-            await asyncio.shield(self.finished)
+            await self._gate
         except asyncio.CancelledError:
             self.stop()
             await outlast_cancels(self.finished)
@@ -343,6 +348,10 @@ class Guest:
             held.settle(self.closed_error())
             raise
         held.settle(None)
+
+
+def _raise(error: BaseException) -> None:
+    raise error
 
 
 async def _discard(value: Any) -> None:
