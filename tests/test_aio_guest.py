@@ -190,6 +190,31 @@ def test_a_cancelled_asyncio_caller_cancels_its_trio_call_and_the_runtime_keeps_
     run(main)
 
 
+def test_a_caller_cancelled_as_its_call_ends_is_never_left_waiting(tmp_path: Path) -> None:
+    """Calls cancelled after every count of loop passes from 0 to 8, 40 times each: the cancel
+    lands before, during and just as the trio call ends, and each caller is done within the guard,
+    cancelled or answered (H3)."""
+
+    async def main() -> set[tuple[int, str]]:
+        seen = set()
+        async with ctxrt.aio.open_runtime(tmp_path / "store", durability="os") as rt:
+            manager = await rt.open("agents/ann")
+            await manager.add_message("user", "one")
+            for passes in range(9):
+                for _ in range(40):
+                    counting = asyncio.ensure_future(manager.message_count())
+                    for _ in range(passes):
+                        await asyncio.sleep(0)
+                    counting.cancel()
+                    async with asyncio.timeout(GUARD_S / 4):
+                        await asyncio.wait([counting])
+                    seen.add((passes, "cancelled" if counting.cancelled() else "answered"))
+        return seen
+
+    seen = run(main)
+    assert (0, "cancelled") in seen and (8, "answered") in seen
+
+
 def test_a_call_waiting_when_its_runtime_closes_is_answered_with_the_trio_error(tmp_path: Path) -> None:
     """A task awaiting ``tick()`` (its model holding the reply) while the runtime's block exits in
     another task is answered with the error a trio caller gets (a CtxrtError), not cancelled and not

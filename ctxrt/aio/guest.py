@@ -49,6 +49,8 @@ T = TypeVar("T")
 # How many scheduler passes trio stays runnable after a call answers: a caller's next call, made
 # within them, needs no wake-up through trio's I/O thread. Each pass costs the loop one callback.
 LINGER_TICKS = 3
+# Parked worker tasks kept for later calls, at most: as many as calls were out at once, up to this.
+MAX_IDLE_WORKERS = 256
 
 _GUESTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Guest] = weakref.WeakKeyDictionary()
 _NOTHING: Any = object()
@@ -105,14 +107,19 @@ def _settled(task: asyncio.Task[Any]) -> asyncio.Future[None]:
 
 
 class Call:
-    """One asyncio caller's call, run by a trio task: the caller's future, the trio task's cancel
-    scope, and (once the caller was cancelled) the future that says the trio task has ended."""
+    """One asyncio caller's call: what to await, the caller's future, the worker running it, and
+    (once the caller was cancelled) the future that says the call has ended in trio."""
 
-    __slots__ = ("future", "scope", "unwound")
+    __slots__ = ("function", "args", "kwargs", "future", "worker", "finished", "unwound")
 
-    def __init__(self, future: asyncio.Future[Any]) -> None:
+    def __init__(self, future: asyncio.Future[Any], function: Callable[..., Awaitable[Any]], args: Any,
+                 kwargs: Any) -> None:
+        self.function = function
+        self.args = args
+        self.kwargs = kwargs
         self.future = future
-        self.scope = trio.CancelScope()
+        self.worker: Worker | None = None
+        self.finished = False
         self.unwound: asyncio.Future[None] | None = None
 
     def answer(self, value: Any) -> bool:
@@ -126,8 +133,22 @@ class Call:
             self.future.set_exception(single(error))
 
     def ended(self) -> None:
+        self.finished = True
         if self.unwound is not None and not self.unwound.done():
             self.unwound.set_result(None)
+
+
+class Worker:
+    """A trio task that runs calls one after another, parked between them, inside a cancel scope
+    of its own: cancelling a call cancels that scope, and the worker ends after that call."""
+
+    __slots__ = ("scope", "call", "task")
+
+    def __init__(self, call: Call) -> None:
+        self.scope = trio.CancelScope()
+        self.call: Call | None = call
+        self.task: trio.lowlevel.Task | None = None
+        call.worker = self
 
 
 class Held(Generic[T]):
@@ -174,6 +195,7 @@ class Guest:
         self._nursery: trio.Nursery | None = None
         self._hot = 0
         self._parked: trio.Event | None = None
+        self._idle: list[Worker] = []
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -268,6 +290,8 @@ class Guest:
                 await self._parked.wait()
 
     def _linger(self) -> None:
+        if not LINGER_TICKS:
+            return
         self._hot = LINGER_TICKS
         parked, self._parked = self._parked, None
         if parked is not None:
@@ -279,35 +303,58 @@ class Guest:
         """``await function(*args, **kwargs)`` in a trio task of this run, from an asyncio task.
 
         The call's error is raised as itself (a group of one as its leaf). If the asyncio caller
-        is cancelled, the trio task is cancelled and the caller's ``CancelledError`` is raised once
-        that task has ended: the call is over, carried out whole or not at all as in trio (L4);
-        a manager it made for nobody is closed.
+        is cancelled, the trio call is cancelled and the caller's ``CancelledError`` is raised once
+        it has ended: the call is over, carried out whole or not at all as in trio (L4); a manager
+        it made for nobody is closed.
         """
-        call = Call(self.loop.create_future())
-        self._live().start_soon(self._serve, call, function, args, kwargs, name=getattr(function, "__qualname__", None))
+        nursery = self._live()
+        call = Call(self.loop.create_future(), function, args, kwargs)
+        if self._idle:  # a parked worker: no task to spawn, no cancel scope to make
+            worker = self._idle.pop()
+            worker.call = call
+            call.worker = worker
+            assert worker.task is not None
+            trio.lowlevel.reschedule(worker.task)
+        else:
+            nursery.start_soon(self._work, Worker(call), name="ctxrt.aio call")
         try:
             result: T = await call.future
             return result
         except asyncio.CancelledError:
             if call.future.cancelled():
-                call.unwound = self.loop.create_future()
-                call.scope.cancel()
-                await outlast_cancels(call.unwound)
+                if not call.finished:  # else it ended (answering no one) before this handler ran
+                    call.unwound = self.loop.create_future()
+                    assert call.worker is not None
+                    call.worker.scope.cancel()
+                    await outlast_cancels(call.unwound)
             elif call.future.exception() is None:  # answered as the cancel came: nobody will hold it
                 await outlast_cancels(asyncio.ensure_future(self._discard_later(call.future.result())))
             raise
 
-    async def _serve(self, call: Call, function: Callable[..., Awaitable[Any]], args: Any, kwargs: Any) -> None:
+    async def _work(self, worker: Worker) -> None:
+        worker.task = trio.lowlevel.current_task()
+        with worker.scope:
+            while worker.call is not None:
+                call, worker.call = worker.call, None
+                await self._run(call)
+                if worker.scope.cancel_called or len(self._idle) >= MAX_IDLE_WORKERS:
+                    return
+                self._idle.append(worker)
+
+                def abort(_: Any, worker: Worker = worker) -> trio.lowlevel.Abort:
+                    self._idle.remove(worker)  # the run is stopping
+                    return trio.lowlevel.Abort.SUCCEEDED
+
+                await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _run(self, call: Call) -> None:
         value = _NOTHING
         try:
-            with call.scope:
-                value = await function(*args, **kwargs)
+            value = await call.function(*call.args, **call.kwargs)
         except Exception as exc:  # the call's own error, the caller's to handle
             call.fail(exc)
-            call.ended()
-            return
-        except BaseException:  # the run stopping (the loop's shutdown, Ctrl-C): the call's runtime is closing
-            call.fail(self.closed_error())
+        except BaseException:  # cancelled (by its caller, or the run stopping), or Ctrl-C
+            call.fail(self.closed_error())  # unless its caller, cancelled, is gone
             call.ended()
             raise
         finally:
