@@ -38,7 +38,7 @@ def test_the_front_has_every_public_member_of_the_trio_class_with_its_signature_
     trio_class: type, front: type
 ) -> None:
     """Every public member of Runtime and ContextManager is on the front under the same name, of the
-    same kind (awaited, async context, plain, property), with the same signature and docstring."""
+    same kind (awaited, async context, plain, property), with the same signature and docstring (H1)."""
     assert sorted(public(front)) == sorted(public(trio_class))
     assert front.__doc__ == trio_class.__doc__
     for name, member in public(trio_class).items():
@@ -51,14 +51,14 @@ def test_the_front_has_every_public_member_of_the_trio_class_with_its_signature_
 
 def test_open_runtime_takes_the_trio_parameters_and_carries_the_trio_docstring() -> None:
     """ctxrt.aio.open_runtime has ctxrt.open_runtime's signature, and its docstring is the trio one
-    after a paragraph on what asyncio changes."""
+    after a paragraph on what asyncio changes (H1)."""
     assert inspect.signature(ctxrt.aio.open_runtime) == inspect.signature(ctxrt.open_runtime)
     assert ctxrt.open_runtime.__doc__ and ctxrt.open_runtime.__doc__ in (ctxrt.aio.open_runtime.__doc__ or "")
 
 
 def test_what_a_trio_object_sets_on_itself_reads_through_the_front(tmp_path: Path) -> None:
     """The runtime's path, readonly and model, and a derived manager's derivation, read the same
-    through the front; a manager opened or derived through the front is itself a front."""
+    through the front; a manager opened or derived through the front is itself a front (H1)."""
 
     async def main() -> None:
         async with ctxrt.aio.open_runtime(tmp_path / "store", model=ctxrt.OfflineModel()) as rt:

@@ -73,7 +73,7 @@ def test_no_compile_summary_or_model_request_holds_a_block_its_reader_is_not_nam
     """Random adds, audience edits, removals, ticks and compiles for ann (Autobiographical, so
     summaries), bob and a manager with no reader (Passthrough): nothing reaches a reader it isn't
     named for, and a Passthrough reader's compile holds every block it is named for (A2-A5), under
-    trio and asyncio alike (the smaller form of tests/spec/test_privacy_stateful.py)."""
+    trio and asyncio alike (the smaller form of tests/spec/test_privacy_stateful.py) (H5)."""
     runner = HOSTS[host_name]
     models = {reader: ScriptedModel(echo) for reader in READERS}
     numbers = iter(range(1, 10_000))
@@ -134,7 +134,7 @@ def test_a_cancelled_open_makes_no_manager_and_a_claim_that_landed_stands(host: 
     """An open with a reader, its caller cancelled after every count of loop passes from 0 to
     SWEEP (a cancel scope under trio, ``Task.cancel`` under asyncio): either it returned a
     manager, or no manager is attached afterwards; the namespace records the reader or nothing,
-    and another reader is refused exactly when it does; the runtime keeps serving (L4, C1)."""
+    and another reader is refused exactly when it does; the runtime keeps serving (L4, C1, H5)."""
     outcomes: list[str] = []
 
     async def body() -> None:
@@ -168,7 +168,7 @@ def test_a_cancelled_open_makes_no_manager_and_a_claim_that_landed_stands(host: 
 
 def test_a_subscription_delivers_every_change_once_in_order(host: Host, tmp_path: Path) -> None:
     """Concurrent appends by two managers, an edit and a removal reach a subscriber as Added,
-    Edited and Removed, each once, in commit order, with the messages as stored (A7)."""
+    Edited and Removed, each once, in commit order, with the messages as stored (A7, H5)."""
 
     async def body() -> None:
         async with host.open_runtime(tmp_path / "store", durability="os") as rt:
@@ -201,7 +201,7 @@ def test_a_subscription_delivers_every_change_once_in_order(host: Host, tmp_path
 
 def test_each_refusal_reaches_the_caller_as_its_own_class(host: Host, tmp_path: Path) -> None:
     """Bad calls raise the documented class itself, the same under both hosts, never a group:
-    nothing reaches an asyncio caller wrapped (api.md, Errors)."""
+    nothing reaches an asyncio caller wrapped (api.md, Errors) (H1, H5)."""
     found: dict[str, type[BaseException]] = {}
 
     async def body() -> None:
@@ -272,7 +272,7 @@ def test_a_writer_killed_with_sigkill_loses_no_acknowledged_message(
     """A writer process appending from 4 tasks through the public API, killed with SIGKILL after
     a random number of acknowledged appends, loses none of them and leaves no torn or extra write
     beyond one unacknowledged append per task, under trio and asyncio (K3). The seed is in every
-    failure message; ``CTXRT_CRASH_SEED`` replays a run."""
+    failure message; ``CTXRT_CRASH_SEED`` replays a run (H5)."""
     seed = int(os.environ.get("CTXRT_CRASH_SEED") or random.randrange(1 << 32))
     rng = random.Random(seed)
     store = tmp_path / "store"

@@ -62,7 +62,7 @@ async def stored_texts(path: Path) -> list[str]:
 
 def test_every_runtime_on_a_loop_shares_one_guest_run_that_ends_with_the_last(tmp_path: Path) -> None:
     """The first runtime opened on a loop starts the trio guest run, a second one joins it, and the
-    run ends when the last closes, before its block's exit returns."""
+    run ends when the last closes, before its block's exit returns (H2)."""
 
     async def main() -> list[bool]:
         running = [trio.lowlevel.in_trio_run()]
@@ -80,7 +80,7 @@ def test_every_runtime_on_a_loop_shares_one_guest_run_that_ends_with_the_last(tm
 
 def test_two_loops_in_two_threads_each_serve_their_own_runtime(tmp_path: Path) -> None:
     """Two asyncio loops in two threads, each with a runtime on its own store, write and compile at
-    the same time; each reads back exactly its own messages."""
+    the same time; each reads back exactly its own messages (H2)."""
     results: dict[str, list[str]] = {}
     failures: list[BaseException] = []
     both_open = threading.Barrier(2, timeout=GUARD_S)
@@ -112,7 +112,7 @@ def test_two_loops_in_two_threads_each_serve_their_own_runtime(tmp_path: Path) -
 def test_a_runtime_reopened_many_times_on_one_loop_leaks_no_thread_or_task(tmp_path: Path) -> None:
     """A runtime opened, used and closed 30 times on one loop (each a guest run of its own): the
     thread count stays what it was after the first, no asyncio task is left, and nothing is
-    abandoned or destroyed pending."""
+    abandoned or destroyed pending (H2)."""
 
     async def main() -> tuple[int, int, int]:
         counts = []
@@ -131,7 +131,7 @@ def test_a_runtime_reopened_many_times_on_one_loop_leaks_no_thread_or_task(tmp_p
 def test_the_loops_shutdown_closes_a_runtime_left_open_and_waits_for_the_guest_run(tmp_path: Path) -> None:
     """A runtime held open by a task that never finishes: when ``asyncio.run``'s main returns, the
     loop's shutdown cancels that task, the runtime closes, the guest run ends before the loop
-    does (no task destroyed pending, no run abandoned), and every acknowledged message is stored."""
+    does (no task destroyed pending, no run abandoned), and every acknowledged message is stored (H2)."""
     acknowledged: list[str] = []
 
     async def main() -> None:
@@ -154,11 +154,34 @@ def test_the_loops_shutdown_closes_a_runtime_left_open_and_waits_for_the_guest_r
     assert trio.run(stored_texts, tmp_path / "store") == acknowledged
 
 
+def test_the_hosts_signal_handlers_keep_working_while_a_runtime_is_open_and_after(tmp_path: Path) -> None:
+    """asyncio's ``add_signal_handler`` (which owns ``signal.set_wakeup_fd``, as uvloop does) still
+    delivers signals while a ctxrt.aio runtime is open and after its guest run ended: trio is told
+    the host owns the wake-up fd, so it neither takes it nor puts back a stale one (H2)."""
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        heard: asyncio.Queue[str] = asyncio.Queue()
+        loop.add_signal_handler(signal.SIGUSR1, heard.put_nowait, "usr1")
+        try:
+            async with ctxrt.aio.open_runtime(tmp_path / "store") as rt:
+                await (await rt.open("agents/ann")).add_message("user", "open")
+                os.kill(os.getpid(), signal.SIGUSR1)
+                during = await heard.get()
+            os.kill(os.getpid(), signal.SIGUSR1)
+            after = await heard.get()
+            return [during, after]
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
+
+    assert run(main) == ["usr1", "usr1"]
+
+
 def test_a_cancelled_asyncio_caller_cancels_its_trio_call_and_the_runtime_keeps_serving(tmp_path: Path) -> None:
     """An asyncio task awaiting ``tick()`` while the model's reply is held back is cancelled: its
     CancelledError arrives with the reply still held (the trio call was cancelled, not waited
     out), the runtime serves the next calls, and the unit still runs to its end once the model
-    answers (L4)."""
+    answers (L4, H3)."""
 
     async def main() -> None:
         release = trio.Event()
@@ -218,7 +241,7 @@ def test_a_caller_cancelled_as_its_call_ends_is_never_left_waiting(tmp_path: Pat
 def test_a_call_waiting_when_its_runtime_closes_is_answered_with_the_trio_error(tmp_path: Path) -> None:
     """A task awaiting ``tick()`` (its model holding the reply) while the runtime's block exits in
     another task is answered with the error a trio caller gets (a CtxrtError), not cancelled and not
-    left waiting."""
+    left waiting (H3)."""
 
     async def main() -> BaseException:
         held = trio.Event()
@@ -245,7 +268,7 @@ def test_a_call_waiting_when_its_runtime_closes_is_answered_with_the_trio_error(
 
 
 def test_ctxrt_aio_under_trio_names_the_trio_entry_point(tmp_path: Path) -> None:
-    """ctxrt.aio.open_runtime awaited from trio raises a RuntimeError pointing at ctxrt.open_runtime."""
+    """ctxrt.aio.open_runtime awaited from trio raises a RuntimeError pointing at ctxrt.open_runtime (H1)."""
 
     async def main() -> None:
         async with ctxrt.aio.open_runtime(tmp_path / "store"):
@@ -282,7 +305,7 @@ def test_ctrl_c_in_the_guest_run_reaches_the_asyncio_host_as_keyboard_interrupt(
     run as a bare KeyboardInterrupt: under ``asyncio.run`` through asyncio's own handler; under a
     loop run by hand, where trio's handler delivers it only into trio code, through the guest run's
     end, the guest's own task ended too. Every runtime is closed by then and each acknowledged
-    append stored."""
+    append stored (H4)."""
     acknowledged: list[str] = []
     heard: list[dict[str, Any]] = []
     with pytest.raises(KeyboardInterrupt) as raised:
@@ -310,7 +333,7 @@ def test_sigint_to_an_asyncio_host_process_ends_it_with_keyboard_interrupt_and_a
 ) -> None:
     """A real SIGINT to a child process whose asyncio tasks append through ctxrt.aio: the host's
     loop ends with KeyboardInterrupt, the store verifies sound, and every acknowledged append is
-    stored."""
+    stored (H4)."""
     store = tmp_path / "store"
     child = subprocess.Popen([sys.executable, str(HOST_SCRIPT), how, str(store)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)

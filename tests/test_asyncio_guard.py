@@ -17,7 +17,7 @@ from ctxrt import NotTrioError
 
 def test_open_runtime_under_asyncio_points_at_ctxrt_aio_and_opens_nothing(tmp_path: Path) -> None:
     """ctxrt.open_runtime awaited under asyncio raises NotTrioError (a RuntimeError) naming ctxrt.aio,
-    before it creates the store."""
+    before it creates the store (H1)."""
     store = tmp_path / "store"
 
     async def main() -> None:
@@ -34,7 +34,7 @@ def test_open_runtime_under_asyncio_points_at_ctxrt_aio_and_opens_nothing(tmp_pa
 
 
 def test_the_front_the_error_points_at_works_from_asyncio(tmp_path: Path) -> None:
-    """asyncio code that follows the error, ctxrt.aio.open_runtime, stores and reads back."""
+    """asyncio code that follows the error, ctxrt.aio.open_runtime, stores and reads back (H1)."""
 
     async def main() -> list[str]:
         async with ctxrt.aio.open_runtime(tmp_path / "store") as runtime:
