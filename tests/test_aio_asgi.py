@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import httpx2
+import pytest
 import trio
 
 import ctxrt
@@ -62,10 +63,12 @@ async def drive(base_url: str) -> tuple[dict[str, str], list[tuple[str, str]]]:
     return acknowledged, contexts
 
 
-def test_the_fastapi_example_serves_100_concurrent_clients_losing_and_leaking_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_the_fastapi_example_serves_100_concurrent_clients_losing_and_leaking_nothing(tmp_path: Path, loop: str) -> None:
     """Every message the app acknowledged is stored with its text; each resident's namespace
     records that resident as its one reader; no context a resident was sent holds a line meant for
-    another; a malformed name is a 422; and SIGINT stops the server cleanly, its store closed (H6)."""
+    another; a malformed name is a 422; and SIGINT stops the server cleanly, its store closed, on
+    asyncio's loop and on uvloop (H6)."""
     store = tmp_path / "store"
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -73,7 +76,7 @@ def test_the_fastapi_example_serves_100_concurrent_clients_losing_and_leaking_no
     port = listener.getsockname()[1]
     server = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "examples.asgi_residents:app", "--fd", str(listener.fileno()),
-         "--log-level", "warning", "--loop", "asyncio"],
+         "--log-level", "warning", "--loop", loop],
         cwd=ROOT, pass_fds=[listener.fileno()], env={**os.environ, "CTXRT_STORE": str(store)},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )

@@ -19,11 +19,13 @@ import subprocess
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import uvloop
 
 import ctxrt
 import ctxrt.aio
@@ -35,9 +37,13 @@ HOST_SCRIPT = Path(__file__).with_name("aio_interrupt_host.py")
 SMALL = ctxrt.Autobiographical("m", target_chunk_tokens=40, recent_window_tokens=40, head_window_tokens=0)
 
 
-def run(main: Any) -> Any:
-    """``asyncio.run`` with a guard, recording what the loop's exception handler heard (a task
-    destroyed pending, an exception never retrieved): the tests expect nothing."""
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop] | None] = {"asyncio": None, "uvloop": uvloop.new_event_loop}
+
+
+def run(main: Any, loop: str = "asyncio") -> Any:
+    """``asyncio.run`` (on uvloop if ``loop`` says so) with a guard, recording what the loop's
+    exception handler heard (a task destroyed pending, an exception never retrieved): the tests
+    expect nothing."""
     heard: list[dict[str, Any]] = []
 
     async def guarded() -> Any:
@@ -47,7 +53,8 @@ def run(main: Any) -> Any:
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # trio's "guest run got abandoned" among them
-        result = asyncio.run(guarded())
+        with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+            result = runner.run(guarded())
         gc.collect()
     assert heard == [], heard
     return result
@@ -60,7 +67,8 @@ async def stored_texts(path: Path) -> list[str]:
         return [message.content[0].text for message in await manager.get_all_messages()]
 
 
-def test_every_runtime_on_a_loop_shares_one_guest_run_that_ends_with_the_last(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_every_runtime_on_a_loop_shares_one_guest_run_that_ends_with_the_last(tmp_path: Path, loop: str) -> None:
     """The first runtime opened on a loop starts the trio guest run, a second one joins it, and the
     run ends when the last closes, before its block's exit returns (H2)."""
 
@@ -75,7 +83,7 @@ def test_every_runtime_on_a_loop_shares_one_guest_run_that_ends_with_the_last(tm
         running.append(trio.lowlevel.in_trio_run())
         return running
 
-    assert run(main) == [False, True, True, False]
+    assert run(main, loop) == [False, True, True, False]
 
 
 def test_two_loops_in_two_threads_each_serve_their_own_runtime(tmp_path: Path) -> None:
@@ -128,7 +136,8 @@ def test_a_runtime_reopened_many_times_on_one_loop_leaks_no_thread_or_task(tmp_p
     assert trio.run(stored_texts, tmp_path / "store") == [f"round {n}" for n in range(30)]
 
 
-def test_the_loops_shutdown_closes_a_runtime_left_open_and_waits_for_the_guest_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_the_loops_shutdown_closes_a_runtime_left_open_and_waits_for_the_guest_run(tmp_path: Path, loop: str) -> None:
     """A runtime held open by a task that never finishes: when ``asyncio.run``'s main returns, the
     loop's shutdown cancels that task, the runtime closes, the guest run ends before the loop
     does (no task destroyed pending, no run abandoned), and every acknowledged message is stored (H2)."""
@@ -149,12 +158,13 @@ def test_the_loops_shutdown_closes_a_runtime_left_open_and_waits_for_the_guest_r
         asyncio.get_running_loop().create_task(resident())
         await opened.wait()
 
-    run(main)
+    run(main, loop)
     assert not trio.lowlevel.in_trio_run()
     assert trio.run(stored_texts, tmp_path / "store") == acknowledged
 
 
-def test_the_hosts_signal_handlers_keep_working_while_a_runtime_is_open_and_after(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_the_hosts_signal_handlers_keep_working_while_a_runtime_is_open_and_after(tmp_path: Path, loop: str) -> None:
     """asyncio's ``add_signal_handler`` (which owns ``signal.set_wakeup_fd``, as uvloop does) still
     delivers signals while a ctxrt.aio runtime is open and after its guest run ended: trio is told
     the host owns the wake-up fd, so it neither takes it nor puts back a stale one (H2)."""
@@ -174,7 +184,7 @@ def test_the_hosts_signal_handlers_keep_working_while_a_runtime_is_open_and_afte
         finally:
             loop.remove_signal_handler(signal.SIGUSR1)
 
-    assert run(main) == ["usr1", "usr1"]
+    assert run(main, loop) == ["usr1", "usr1"]
 
 
 def test_a_cancelled_asyncio_caller_cancels_its_trio_call_and_the_runtime_keeps_serving(tmp_path: Path) -> None:
