@@ -88,16 +88,21 @@ def test_every_runtime_on_a_loop_shares_one_guest_run_that_ends_with_the_last(tm
 
 def test_two_loops_in_two_threads_each_serve_their_own_runtime(tmp_path: Path) -> None:
     """Two asyncio loops in two threads, each with a runtime on its own store, write and compile at
-    the same time; each reads back exactly its own messages (H2)."""
+    the same time; each reads back exactly its own messages, and a manager awaited from the other
+    loop is refused with a RuntimeError saying so (H2)."""
     results: dict[str, list[str]] = {}
     failures: list[BaseException] = []
     both_open = threading.Barrier(2, timeout=GUARD_S)
+    managers: dict[str, Any] = {}
 
     def thread(name: str) -> None:
         async def main() -> None:
             async with ctxrt.aio.open_runtime(tmp_path / name, durability="os") as rt:
-                manager = await rt.open("agents/ann", view_reader="ann")
+                manager = managers[name] = await rt.open("agents/ann", view_reader="ann")
                 await asyncio.to_thread(both_open.wait)
+                other = managers["right" if name == "left" else "left"]
+                with pytest.raises(RuntimeError, match="another event loop"):  # not through another loop's run
+                    await other.message_count()
                 for number in range(40):
                     await manager.add_message("user", f"{name} {number}")
                     await manager.compile(ctxrt.Budget(max_tokens=20_000))

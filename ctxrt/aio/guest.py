@@ -30,6 +30,7 @@ Pitfalls of guest mode, and what this module does about each:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -276,6 +277,9 @@ class Guest:
     def _live(self) -> trio.Nursery:
         if self._nursery is None or self.stopping:
             raise self.closed_error()
+        if asyncio.get_running_loop() is not self.loop:
+            raise RuntimeError("a ctxrt.aio runtime was awaited from another event loop than the one that opened it; "
+                               "open a runtime in each loop (each loop runs a trio guest run of its own)")
         return self._nursery
 
     # -- keeping trio awake between calls ---------------------------------------------------
@@ -365,7 +369,8 @@ class Guest:
 
     async def _discard_later(self, value: Any) -> None:
         if isinstance(value, ContextManager):
-            await self.call(value.aclose)
+            with contextlib.suppress(RuntimeClosedError):  # the run stopped: its managers are closed already
+                await self.call(value.aclose)
 
     # -- held contexts ----------------------------------------------------------------------
 
