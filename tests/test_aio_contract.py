@@ -87,7 +87,7 @@ def test_no_compile_summary_or_model_request_holds_a_block_its_reader_is_not_nam
             nobody = await rt.open("agents/nobody")
             managers = {"ann": ann, "bob": bob, None: nobody}
             current: dict[str, list[tuple[tuple[str, ...] | None, str]]] = {}  # id -> its blocks as stored
-            removed = False
+            edited: set[str] = set()
 
             for kind, *args in steps:
                 ids = sorted(current, key=int)
@@ -102,13 +102,13 @@ def test_no_compile_summary_or_model_request_holds_a_block_its_reader_is_not_nam
                     try:
                         await ann.edit_message(message_id, content)
                         current[message_id] = blocks
+                        edited.add(message_id)
                     except ctxrt.NarrowingRefusedError:
                         pass  # compression read it: refused, and the message is unchanged
                 elif kind == "remove" and ids:
                     message_id = ids[args[0] % len(ids)]
                     await bob.remove_message(message_id)
                     del current[message_id]
-                    removed = True
                 elif kind == "tick":
                     await ann.tick()
                 for reader, manager in managers.items():
@@ -116,11 +116,12 @@ def test_no_compile_summary_or_model_request_holds_a_block_its_reader_is_not_nam
                     assert all(getattr(b, "audience", None) is None for b in blocks)
                     text = repr(blocks)
                     assert not foreign(text, reader), (runner.name, reader, foreign(text, reader))
-                    # Passthrough: every block the reader is named for, raw. Not checked after a removal: a
-                    # reader's view that compiled before a removal misses a block an edit widened to it
-                    # afterwards, under trio as under asyncio (a fault of the views, reported, not the front's).
-                    if reader != "ann" and not removed:
-                        expected = {t for stored in current.values() for a, t in stored if a is None or reader in a}
+                    # Passthrough: every block the reader is named for, raw. Edited messages aside: a reader's
+                    # view that compiled while a block was hidden from it misses that block once an edit
+                    # widens it, under trio as under asyncio (a fault of the views, reported; not the front's).
+                    if reader != "ann":
+                        expected = {t for i, stored in current.items() if i not in edited
+                                    for a, t in stored if a is None or reader in a}
                         assert all(t in text for t in expected), (runner.name, reader)
             for reader, model in models.items():
                 for request in model.requests:
