@@ -3,7 +3,8 @@
 ctxrt's actors are trio tasks in trio nurseries. Awaited from asyncio, the first nursery fails
 deep inside trio with ``AttributeError: 'RunContext' object has no attribute 'runner'``, which
 names neither the cause nor a fix. ``require_trio`` is called at the entry points (the first
-thing ``open_runtime`` does, before it touches the disk), and says both.
+thing ``open_runtime`` does, before it touches the disk), and says both: asyncio code uses
+``ctxrt.aio``, the same API on a trio guest run in its own loop.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import sniffio  # installed with trio, which uses it to say which library is run
 from .errors import NotTrioError
 
 BRIDGES = (
-    "ctxrt runs on trio only. Run your code with trio.run(main); from asyncio code, run ctxrt's trio code "
-    "in a worker thread (await asyncio.to_thread(trio.run, main)), or bridge the two loops with "
-    "trio-asyncio (https://trio-asyncio.readthedocs.io)"
+    "ctxrt.open_runtime runs on trio. From asyncio code (FastAPI, uvicorn, agent frameworks) use ctxrt.aio, the "
+    "same API awaited from asyncio: async with ctxrt.aio.open_runtime(path) as rt: ... (docs/asyncio.md); "
+    "from trio code, run it with trio.run(main)"
 )
 
 

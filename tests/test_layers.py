@@ -42,6 +42,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.manager",),
     ("ctxrt.trio_guard",),
     ("ctxrt.runtime",),
+    ("ctxrt.aio.stream", "ctxrt.aio.guest"),  # the asyncio front: a shell over the public API above
+    ("ctxrt.aio.front",),
+    ("ctxrt.aio",),
     ("ctxrt.testing",),
     ("ctxrt.loadtest", "ctxrt.demo"),
     ("ctxrt.cli",),

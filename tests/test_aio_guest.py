@@ -1,0 +1,379 @@
+"""ctxrt.aio's trio guest run (issue 23, item 2-3): one per asyncio loop, shared, ended with the last
+runtime, waited for by the loop's shutdown; cancellation both ways; Ctrl-C reaching the host.
+
+Determinism rules: every test runs real ``asyncio`` loops (plain sync tests, outside pytest-trio's
+loop) over real LMDB stores in temp dirs; waits are on events and futures, bounded by
+``asyncio.timeout`` guards, never on the clock; the interrupted hosts are real child processes
+sent a real SIGINT once they have acknowledged appends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import uvloop
+
+import ctxrt
+import ctxrt.aio
+from ctxrt.store.verify import verify_store
+from ctxrt.testing import ScriptedModel
+
+GUARD_S = 60
+HOST_SCRIPT = Path(__file__).with_name("aio_interrupt_host.py")
+SMALL = ctxrt.Autobiographical("m", target_chunk_tokens=40, recent_window_tokens=40, head_window_tokens=0)
+
+
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop] | None] = {"asyncio": None, "uvloop": uvloop.new_event_loop}
+
+
+def run(main: Any, loop: str = "asyncio") -> Any:
+    """``asyncio.run`` (on uvloop if ``loop`` says so) with a guard, recording what the loop's
+    exception handler heard (a task destroyed pending, an exception never retrieved): the tests
+    expect nothing."""
+    heard: list[dict[str, Any]] = []
+
+    async def guarded() -> Any:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: heard.append(context))
+        async with asyncio.timeout(GUARD_S):
+            return await main()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # trio's "guest run got abandoned" among them
+        with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+            result = runner.run(guarded())
+        gc.collect()
+    assert heard == [], heard
+    return result
+
+
+async def stored_texts(path: Path) -> list[str]:
+    """The shared slot's texts, read by a trio runtime (which also shows the store's lock is free)."""
+    async with ctxrt.open_runtime(path) as runtime:
+        manager = await runtime.open("reader")
+        return [message.content[0].text for message in await manager.get_all_messages()]
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_every_runtime_on_a_loop_shares_one_guest_run_that_ends_with_the_last(tmp_path: Path, loop: str) -> None:
+    """The first runtime opened on a loop starts the trio guest run, a second one joins it, and the
+    run ends when the last closes, before its block's exit returns (H2)."""
+
+    async def main() -> list[bool]:
+        running = [trio.lowlevel.in_trio_run()]
+        async with ctxrt.aio.open_runtime(tmp_path / "one") as one:
+            running.append(trio.lowlevel.in_trio_run())
+            async with ctxrt.aio.open_runtime(tmp_path / "two") as two:
+                await one.open("a")
+                await two.open("b")
+            running.append(trio.lowlevel.in_trio_run())  # the first runtime still holds it
+        running.append(trio.lowlevel.in_trio_run())
+        return running
+
+    assert run(main, loop) == [False, True, True, False]
+
+
+def test_two_loops_in_two_threads_each_serve_their_own_runtime(tmp_path: Path) -> None:
+    """Two asyncio loops in two threads, each with a runtime on its own store, write and compile at
+    the same time; each reads back exactly its own messages, and a manager awaited from the other
+    loop is refused with a RuntimeError saying so (H2)."""
+    results: dict[str, list[str]] = {}
+    failures: list[BaseException] = []
+    both_open = threading.Barrier(2, timeout=GUARD_S)
+    managers: dict[str, Any] = {}
+
+    def thread(name: str) -> None:
+        async def main() -> None:
+            async with ctxrt.aio.open_runtime(tmp_path / name, durability="os") as rt:
+                manager = managers[name] = await rt.open("agents/ann", view_reader="ann")
+                await asyncio.to_thread(both_open.wait)
+                other = managers["right" if name == "left" else "left"]
+                with pytest.raises(RuntimeError, match="another event loop"):  # not through another loop's run
+                    await other.message_count()
+                for number in range(40):
+                    await manager.add_message("user", f"{name} {number}")
+                    await manager.compile(ctxrt.Budget(max_tokens=20_000))
+                results[name] = [m.content[0].text for m in await manager.get_all_messages()]
+
+        try:
+            run(main)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=thread, args=(name,)) for name in ("left", "right")]
+    for each in threads:
+        each.start()
+    for each in threads:
+        each.join(GUARD_S)
+    assert not failures, failures
+    assert results == {name: [f"{name} {n}" for n in range(40)] for name in ("left", "right")}
+
+
+def test_a_runtime_reopened_many_times_on_one_loop_leaks_no_thread_or_task(tmp_path: Path) -> None:
+    """A runtime opened, used and closed 30 times on one loop (each a guest run of its own): the
+    thread count stays what it was after the first, no asyncio task is left, and nothing is
+    abandoned or destroyed pending (H2)."""
+
+    async def main() -> tuple[int, int, int]:
+        counts = []
+        for round_ in range(30):
+            async with ctxrt.aio.open_runtime(tmp_path / "store", durability="os") as rt:
+                manager = await rt.open("agents/ann")
+                await manager.add_message("user", f"round {round_}")
+            counts.append(threading.active_count())
+        return counts[0], max(counts), len(asyncio.all_tasks())
+
+    first, most, tasks = run(main)
+    assert most <= first and tasks == 1
+    assert trio.run(stored_texts, tmp_path / "store") == [f"round {n}" for n in range(30)]
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_the_loops_shutdown_closes_a_runtime_left_open_and_waits_for_the_guest_run(tmp_path: Path, loop: str) -> None:
+    """A runtime held open by a task that never finishes: when ``asyncio.run``'s main returns, the
+    loop's shutdown cancels that task, the runtime closes, the guest run ends before the loop
+    does (no task destroyed pending, no run abandoned), and every acknowledged message is stored (H2)."""
+    acknowledged: list[str] = []
+
+    async def main() -> None:
+        opened = asyncio.Event()
+
+        async def resident() -> None:
+            async with ctxrt.aio.open_runtime(tmp_path / "store") as rt:
+                manager = await rt.open("agents/ann")
+                for number in range(5):
+                    await manager.add_message("user", f"left open {number}")
+                    acknowledged.append(f"left open {number}")
+                opened.set()
+                await asyncio.Event().wait()  # forever: only the loop's shutdown ends it
+
+        asyncio.get_running_loop().create_task(resident())
+        await opened.wait()
+
+    run(main, loop)
+    assert not trio.lowlevel.in_trio_run()
+    assert trio.run(stored_texts, tmp_path / "store") == acknowledged
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_the_hosts_signal_handlers_keep_working_while_a_runtime_is_open_and_after(tmp_path: Path, loop: str) -> None:
+    """asyncio's ``add_signal_handler`` (which owns ``signal.set_wakeup_fd``, as uvloop does) still
+    delivers signals while a ctxrt.aio runtime is open and after its guest run ended: trio is told
+    the host owns the wake-up fd, so it neither takes it nor puts back a stale one (H2)."""
+
+    async def main() -> list[str]:
+        loop = asyncio.get_running_loop()
+        heard: asyncio.Queue[str] = asyncio.Queue()
+        loop.add_signal_handler(signal.SIGUSR1, heard.put_nowait, "usr1")
+        try:
+            async with ctxrt.aio.open_runtime(tmp_path / "store") as rt:
+                await (await rt.open("agents/ann")).add_message("user", "open")
+                os.kill(os.getpid(), signal.SIGUSR1)
+                during = await heard.get()
+            os.kill(os.getpid(), signal.SIGUSR1)
+            after = await heard.get()
+            return [during, after]
+        finally:
+            loop.remove_signal_handler(signal.SIGUSR1)
+
+    assert run(main, loop) == ["usr1", "usr1"]
+
+
+def test_a_cancelled_asyncio_caller_cancels_its_trio_call_and_the_runtime_keeps_serving(tmp_path: Path) -> None:
+    """An asyncio task awaiting ``tick()`` while the model's reply is held back is cancelled: its
+    CancelledError arrives with the reply still held (the trio call was cancelled, not waited
+    out), the runtime serves the next calls, and the unit still runs to its end once the model
+    answers (L4, H3)."""
+
+    async def main() -> None:
+        release = trio.Event()
+
+        async def reply(request: ctxrt.ModelRequest) -> str:
+            await release.wait()
+            return "a summary"
+
+        model = ScriptedModel(reply)
+        async with ctxrt.aio.open_runtime(tmp_path / "store", durability="os") as rt:
+            ann = await rt.open("agents/ann", view_reader="ann", strategy=SMALL, model=model)
+            for number in range(12):
+                await ann.add_message("user", f"message {number} with some words to summarise later on")
+            ticking = asyncio.ensure_future(ann.tick())
+            while not model.requests:
+                await asyncio.sleep(0)
+            ticking.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await ticking
+            assert not release.is_set()
+            message_id = await ann.add_message("user", "served after the cancel")
+            compiled = await ann.compile(ctxrt.Budget(max_tokens=100_000))
+            assert message_id in {source.id for sources in compiled.provenance.messages for source in sources}
+            release.set()  # a trio Event, set from asyncio: the guest run shares the thread
+            await ann.wait_ready()
+            assert (await ann.health()).ready
+            assert any("a summary" in repr(m) for m in (await ann.compile(ctxrt.Budget(max_tokens=100_000))).messages)
+
+    run(main)
+
+
+def test_a_caller_cancelled_as_its_call_ends_is_never_left_waiting(tmp_path: Path) -> None:
+    """Calls cancelled after every count of loop passes from 0 to 8, 40 times each: the cancel
+    lands before, during and just as the trio call ends, and each caller is done within the guard,
+    cancelled or answered (H3)."""
+
+    async def main() -> set[tuple[int, str]]:
+        seen = set()
+        async with ctxrt.aio.open_runtime(tmp_path / "store", durability="os") as rt:
+            manager = await rt.open("agents/ann")
+            await manager.add_message("user", "one")
+            for passes in range(9):
+                for _ in range(40):
+                    counting = asyncio.ensure_future(manager.message_count())
+                    for _ in range(passes):
+                        await asyncio.sleep(0)
+                    counting.cancel()
+                    async with asyncio.timeout(GUARD_S / 4):
+                        await asyncio.wait([counting])
+                    seen.add((passes, "cancelled" if counting.cancelled() else "answered"))
+        return seen
+
+    seen = run(main)
+    assert (0, "cancelled") in seen and (8, "answered") in seen
+
+
+def test_a_call_waiting_when_its_runtime_closes_is_answered_with_the_trio_error(tmp_path: Path) -> None:
+    """A task awaiting ``tick()`` (its model holding the reply) while the runtime's block exits in
+    another task is answered with the error a trio caller gets (a CtxrtError), not cancelled and not
+    left waiting (H3)."""
+
+    async def main() -> BaseException:
+        held = trio.Event()
+
+        async def reply(request: ctxrt.ModelRequest) -> str:
+            await held.wait()
+            return "never"
+
+        model = ScriptedModel(reply)
+        async with ctxrt.aio.open_runtime(tmp_path / "store", durability="os") as rt:
+            ann = await rt.open("agents/ann", view_reader="ann", strategy=SMALL, model=model)
+            for number in range(12):
+                await ann.add_message("user", f"message {number} with some words to summarise later on")
+            ticking = asyncio.ensure_future(ann.tick())
+            while not model.requests:
+                await asyncio.sleep(0)
+        try:
+            await ticking
+        except ctxrt.CtxrtError as exc:
+            return exc
+        raise AssertionError("tick returned although its runtime closed")
+
+    assert isinstance(run(main), (ctxrt.ManagerClosedError, ctxrt.RuntimeClosedError))
+
+
+def test_ctxrt_aio_under_trio_names_the_trio_entry_point(tmp_path: Path) -> None:
+    """ctxrt.aio.open_runtime awaited from trio raises a RuntimeError pointing at ctxrt.open_runtime (H1)."""
+
+    async def main() -> None:
+        async with ctxrt.aio.open_runtime(tmp_path / "store"):
+            pass
+
+    with pytest.raises(RuntimeError, match=r"from trio, use ctxrt\.open_runtime"):
+        trio.run(main)
+    assert not (tmp_path / "store").exists()
+
+
+class Interrupting:
+    """A model that presses Ctrl-C on its own process from inside the trio guest run."""
+
+    async def complete(self, request: ctxrt.ModelRequest) -> ctxrt.ModelResponse:
+        os.kill(os.getpid(), signal.SIGINT)
+        await trio.sleep_forever()
+        raise AssertionError("not reached")
+
+
+async def _interrupted(path: Path, acknowledged: list[str], heard: list[dict[str, Any]]) -> None:
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: heard.append(context))
+    async with ctxrt.aio.open_runtime(path) as rt:
+        ann = await rt.open("agents/ann", view_reader="ann", strategy=SMALL, model=Interrupting())
+        for number in range(12):
+            text = f"message {number} with some words to summarise later on"
+            await ann.add_message("user", text)
+            acknowledged.append(text)
+        await ann.wait_ready()
+
+
+@pytest.mark.parametrize("how", ["asyncio.run", "run_until_complete"])
+def test_ctrl_c_in_the_guest_run_reaches_the_asyncio_host_as_keyboard_interrupt(tmp_path: Path, how: str) -> None:
+    """Ctrl-C pressed while trio code runs (a namespace actor's model call) comes out of the loop's
+    run as a bare KeyboardInterrupt: under ``asyncio.run`` through asyncio's own handler; under a
+    loop run by hand, where trio's handler delivers it only into trio code, through the guest run's
+    end, the guest's own task ended too. Every runtime is closed by then and each acknowledged
+    append stored (H4)."""
+    acknowledged: list[str] = []
+    heard: list[dict[str, Any]] = []
+    with pytest.raises(KeyboardInterrupt) as raised:
+        if how == "asyncio.run":
+            asyncio.run(_interrupted(tmp_path / "store", acknowledged, heard))
+        else:
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(_interrupted(tmp_path / "store", acknowledged, heard))
+            finally:
+                loop.close()  # at once: what is left pending now is destroyed pending
+    assert type(raised.value) is KeyboardInterrupt
+    del raised  # its traceback holds the loop's last frames
+    gc.collect()
+    ours = [context for context in heard if "ctxrt.aio" in repr(context.get("task"))]
+    assert ours == [], ours  # the guest's task had ended (the host's own is the host's to end)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert not trio.lowlevel.in_trio_run()
+    assert trio.run(stored_texts, tmp_path / "store") == acknowledged  # closed: its lock is free
+
+
+@pytest.mark.parametrize("how", ["asyncio.run", "run_until_complete"])
+def test_sigint_to_an_asyncio_host_process_ends_it_with_keyboard_interrupt_and_a_sound_store(
+    tmp_path: Path, how: str
+) -> None:
+    """A real SIGINT to a child process whose asyncio tasks append through ctxrt.aio: the host's
+    loop ends with KeyboardInterrupt, the store verifies sound, and every acknowledged append is
+    stored (H4)."""
+    store = tmp_path / "store"
+    child = subprocess.Popen([sys.executable, str(HOST_SCRIPT), how, str(store)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    lines: list[str] = []
+    try:
+        while sum(line.startswith("ack") for line in lines) < 40:
+            ready, _, _ = select.select([child.stdout], [], [], GUARD_S)
+            assert ready, "the host stopped acknowledging"
+            lines.append(child.stdout.readline().decode().strip())
+            assert lines[-1], child.stderr.read().decode()
+        child.send_signal(signal.SIGINT)
+        rest, errors = child.communicate(timeout=GUARD_S)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    output = "\n".join(lines) + "\n" + rest.decode()
+    assert "caught KeyboardInterrupt" in output, errors.decode()[-2000:]
+    assert child.returncode != 0
+    acknowledged = re.findall(r"^ack (\d+)$", output, re.MULTILINE)
+    assert verify_store(store).status == "sound"
+
+    async def ids() -> set[str]:
+        async with ctxrt.open_runtime(store) as runtime:
+            return {message.id for message in await (await runtime.open("reader")).get_all_messages()}
+
+    assert set(acknowledged) <= trio.run(ids)
