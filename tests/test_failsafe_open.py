@@ -157,3 +157,37 @@ trio.run(main, sys.argv[1])
                 assert items(reader) == [b"first"]
                 await process.stdin.send_all(b"done\n")
             assert items(reader) == [b"first"]
+
+
+async def test_a_second_writer_is_refused_even_after_the_owner_lock_file_is_deleted(tmp_path: Path) -> None:
+    """K3, K4 (from a host-style attack): an operator deletes owner.lock while its writer runs (a
+    "stale lock" habit); a writer in another process and one in this process are still refused
+    with StoreLockedError, and every write the first writer acknowledged is stored. (Before, the
+    other process wrote beside it and lost 49 of its 50 later acknowledged writes.)"""
+    store = tmp_path / "store"
+    second = """
+import sys, trio, ctxrt
+async def main(path):
+    try:
+        async with ctxrt.open_runtime(path) as rt:
+            await (await rt.open("b")).add_message("user", "second writer")
+            print("opened", flush=True)
+    except ctxrt.StoreLockedError:
+        print("refused", flush=True)
+trio.run(main, sys.argv[1])
+"""
+    with trio.fail_after(60):
+        async with open_runtime(store) as rt:
+            first = await rt.open("a")
+            written = [await first.add_message("user", f"first {i}") for i in range(5)]
+            (store / "owner.lock").unlink()
+            other = await trio.run_process([sys.executable, "-c", second, str(store)], capture_stdout=True)
+            assert other.stdout.decode().strip() == "refused"
+            with pytest.raises(StoreLockedError, match="data.mdb"):
+                async with open_runtime(store):
+                    pytest.fail("a second writer opened in this process")
+            written += [await first.add_message("user", f"first after {i}") for i in range(5)]
+        async with open_runtime(store, readonly=True) as reader:
+            stored = await (await reader.open("a")).get_all_messages()
+            assert [m.id for m in stored] == written
+    assert not _REGISTRY

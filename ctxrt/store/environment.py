@@ -76,6 +76,7 @@ class StoreHandle:
     durability: Durability
     _key: str
     _lock_fd: int | None
+    _data_fd: int | None = None  # a writer's lock on data.mdb itself (see _lock_data)
     closed: bool = False
 
 
@@ -135,8 +136,9 @@ def close_store(handle: StoreHandle) -> None:
             del _REGISTRY[handle._key]
             shared.env.close()
     finally:
-        if handle._lock_fd is not None:
-            os.close(handle._lock_fd)
+        for fd in (handle._lock_fd, handle._data_fd):
+            if fd is not None:
+                os.close(fd)
 
 
 def _open_postgres(url: str, readonly: bool, durability: Durability) -> StoreHandle:
@@ -172,7 +174,9 @@ def _open_writer(directory: Path, durability: Durability, map_size: int) -> Stor
                                        exc.errno) from None
         raise
     lock_fd, left_open = _take_owner_lock(directory, durability)
+    data_fd: int | None = None
     try:
+        data_fd = _lock_data(directory)  # None for a store not made yet: taken once LMDB made it
         key = os.path.realpath(directory)
         shared = _REGISTRY.get(key)
         if shared is None:
@@ -200,17 +204,50 @@ def _open_writer(directory: Path, durability: Durability, map_size: int) -> Stor
         else:
             shared.engine.become_writer(shared.env)
         shared.users += 1
+        if data_fd is None:  # a store this open made: another writer made it too, only in a race
+            try:
+                data_fd = _lock_data(directory)
+            except BaseException:
+                shared.users -= 1
+                if shared.users == 0:
+                    del _REGISTRY[key]
+                    shared.env.close()
+                raise
     except BaseException:
         if not left_open:  # the store is as this open found it: closed cleanly
             _clear_open_mark(lock_fd)
         os.close(lock_fd)
+        if data_fd is not None:
+            os.close(data_fd)
         raise
     if files.marker_text(directory) != files.MARKER_TEXT.format(version=FORMAT_VERSION):
         try:
             files.write_marker(directory, FORMAT_VERSION)
         except OSError as exc:  # the store works without it; it only helps tell damage from a new store
             logger.warning("couldn't write the format marker in %s: %s", directory, exc)
-    return StoreHandle(directory, shared.engine, False, durability, key, lock_fd)
+    return StoreHandle(directory, shared.engine, False, durability, key, lock_fd, data_fd)
+
+
+def _lock_data(directory: Path) -> int | None:
+    """Lock ``data.mdb`` itself for this writer (None if it doesn't exist yet).
+
+    The owner lock's file can be deleted while its writer runs (an operator clearing a "stale"
+    lock after a crash), and a second writer would then lock a new file of that name and write
+    beside the first, losing acknowledged writes; the data file can't be replaced under a live
+    writer, so its lock holds. A flock, not LMDB's own POSIX locks, which closing any descriptor
+    of the file would drop."""
+    path = directory / files.DATA_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StoreLockedError(str(directory / LOCK_NAME), f"another runtime writes {path}; its owner lock "
+                                                           f"was deleted or replaced under it") from None
+    return fd
 
 
 def _take_owner_lock(directory: Path, durability: Durability) -> tuple[int, bool]:
