@@ -1602,6 +1602,21 @@ async def test_health_before_the_first_compile_says_what_the_compile_would_leave
             assert (await m.health()).pending_units == 0
 
 
+async def test_new_messages_that_close_no_chunk_leave_the_namespace_ready(tmp_path: Path) -> None:
+    """T3, T8, P1 (from a host-style attack): after an append that closes no chunk (it stays in the
+    recent window), is_ready() and health().ready say True, as the tick that finds nothing to do
+    does; before, both said False until a compile."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(recent_window_tokens=300))
+            for i in range(2):
+                await m.add_message("user", say(i))
+                health = await m.health()
+                assert await m.is_ready() and health.ready and health.pending_units == 0
+            assert await m.tick() is False
+            assert (await m.health()).ready
+
+
 async def test_chunks_before_a_resident_joined_are_remembered_in_the_witnessed_voice(tmp_path: Path) -> None:
     """Item 8: with witnessed_before_sequence, a chunk wholly before it is asked for in the
     witnessed voice and its summary says so; later chunks in the resident's own voice; the

@@ -404,7 +404,10 @@ class AutobiographicalStrategy(Strategy):
         return self._backoff_until or None
 
     def is_ready(self) -> bool:
-        return not self._stale(self._ctx) and not self._l1_queue() and self._merge_queue() is None
+        # New messages are work only if they close a chunk (counted dry, as backlog counts them).
+        ctx = self._ctx
+        closing = self._closing(ctx) if ctx is not None and self._stale(ctx) else ()
+        return not self._l1_queue(closing) and self._merge_queue() is None
 
     def quarantined(self) -> list[str]:
         return [key for key, count in self.attempts.items() if count >= MAX_ATTEMPTS]
