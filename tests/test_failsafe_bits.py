@@ -25,6 +25,7 @@ import pytest
 import trio
 
 import ctxrt
+import ctxrt.testing
 from ctxrt.errors import StoreCorruptError
 from ctxrt.runtime import open_runtime
 from ctxrt.store import files, keys
@@ -153,3 +154,30 @@ async def test_a_flipped_bit_in_any_record_is_refused_naming_it_or_reads_as_it_w
             if part == "value":
                 assert any(f"{named[place.table, place.key]} {BROKEN}" in finding for finding in findings), (case, findings)
         assert refused, "no flip was refused: the premise failed"
+
+
+async def test_a_damaged_summary_record_is_store_corrupt_error_naming_it_not_a_refused_strategy(
+    tmp_path: Path,
+) -> None:
+    """K7 (from a host-style attack): a flipped bit in an Autobiographical summary record, which
+    the strategy reads as it starts, makes compile and search_summaries raise StoreCorruptError
+    naming the record (before: StrategyRefusedError, advising set_strategy(), which can't mend it)."""
+    store = tmp_path / "store"
+    strategy = ctxrt.Autobiographical("m", target_chunk_tokens=40, recent_window_tokens=0, l1_holdback_chunks=0)
+    with trio.fail_after(60):
+        async with open_runtime(store, model=ctxrt.testing.ScriptedModel(lambda r: "a summary " * 8)) as rt:
+            ann = await rt.open("ann", strategy=strategy)
+            for i in range(12):
+                await ann.add_message("user", f"line {i} " + "words " * 12)
+            await ann.wait_ready()
+            assert await ann.search_summaries()
+            places = list(files.record_places(store))
+            named = {(place.table, place.key): rt.engine.describe_row(place.table, place.key) for place in places}
+        summary = next(place for place in places if "summaries" in named[place.table, place.key])
+        flip(store / files.DATA_NAME, summary.value_at + 2, 3)
+        async with open_runtime(store, readonly=True) as rt:
+            manager = await rt.open("ann", strategy=strategy)
+            for call in (manager.compile, manager.search_summaries):
+                with pytest.raises(StoreCorruptError, match="summaries") as caught:
+                    await call()
+                assert "fails its checksum" in str(caught.value)

@@ -32,6 +32,7 @@ from ..errors import (
     ReaderConflictError,
     ReadOnlyStoreError,
     RuntimeClosedError,
+    StoreCorruptError,
     StoreUnavailableError,
     StrategyRefusedError,
     ValueConflictError,
@@ -467,11 +468,15 @@ class _Actor:
 
     def _require_strategy(self) -> None:
         """The strategy, started: one waiting for the store starts now or raises
-        ``StoreUnavailableError``; one that failed to start raises ``StrategyRefusedError``."""
+        ``StoreUnavailableError``; one that failed to start raises ``StrategyRefusedError``, or,
+        when what it read was damaged, the ``StoreCorruptError`` naming the record (another
+        strategy wouldn't mend it)."""
         if self.waiting is not None:
             self._start_strategy()
             if self.waiting is not None:
                 raise StoreUnavailableError(self.waiting.url, self.waiting.reason)
+        if isinstance(self.strategy_error, StoreCorruptError):
+            raise StoreCorruptError(self.strategy_error.path, self.strategy_error.what)
         if self.strategy_error is not None:
             raise StrategyRefusedError(
                 f"the strategy of {self.place} failed to start: {self.strategy_error!r}; recover with set_strategy() "
