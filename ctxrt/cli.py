@@ -325,7 +325,8 @@ async def _messages(args: argparse.Namespace) -> int:
             start = args.offset or 0
             stop = start + (args.limit if args.limit is not None else DEFAULT_LIMIT)
         items = engine.read_items(args.slot, branch_id, at=head.revision, start=start, stop=stop)
-        messages = [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
+        messages = [codec.message_from_json(item.data, sequence=item.sequence, store=engine.data_path)
+                    for item in items]
     if args.json:
         _emit({"total": head.length, "start": start, "messages": [
             {"id": m.id, "participant": m.participant, "timestamp_ms": m.timestamp_ms,

@@ -43,7 +43,7 @@ from .content import (
     ToolResult,
     ToolUse,
 )
-from .errors import MalformedContentError, StoreFormatError
+from .errors import MalformedContentError, StoreCorruptError, StoreFormatError
 
 T = TypeVar("T")
 
@@ -571,10 +571,18 @@ def _json_str(value: Any) -> str:
     return _ENCODE_STRING(value) if type(value) is str else _JSON_DUMPS(value)
 
 
-def message_from_json(data: bytes | memoryview, *, sequence: int) -> Message:
-    """Decode a stored message; trusts the data (it passed ingress validation when written)."""
+def message_from_json(data: bytes | memoryview, *, sequence: int, store: str) -> Message:
+    """Decode a stored message; trusts the data (it passed ingress validation when written).
+
+    Raises ``StoreCorruptError`` naming ``store`` (its data file or database) for bytes that aren't
+    JSON at all (damage sealed into the record, e.g. by a move of an older format), and
+    ``StoreFormatError`` for JSON this version doesn't read (a newer version's form).
+    """
     try:
         d = _SCAN_ONCE(str(data, "utf-8"), 0)[0]
+    except (StopIteration, ValueError) as exc:  # ValueError: bad UTF-8 or JSON
+        raise StoreCorruptError(store, f"stored message {sequence} doesn't decode: {exc!r}") from None
+    try:
         content = tuple([_DECODERS[b["type"]](b) for b in d["content"]])
         caused_by = d.get("caused_by")
         return Message(
@@ -586,7 +594,7 @@ def message_from_json(data: bytes | memoryview, *, sequence: int) -> Message:
             d.get("timestamp_ms", 0),
             () if caused_by is None else tuple(caused_by),
         )
-    except (KeyError, TypeError, StopIteration, ValueError) as exc:  # ValueError: bad UTF-8 or JSON
+    except (KeyError, TypeError, ValueError) as exc:
         raise StoreFormatError(f"stored message {sequence} is not in a form this version reads: {exc!r}") from None
 
 

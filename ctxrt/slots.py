@@ -432,7 +432,7 @@ class SlotCache:
 def decode_stored(engine: StoreEngine, data: bytes, sequence: int) -> Message:
     """A stored message decoded with its blobs put back (blobs are content-addressed and never
     change, so they are read apart from the item)."""
-    message = codec.message_from_json(data, sequence=sequence)
+    message = codec.message_from_json(data, sequence=sequence, store=engine.data_path)
     resolved = codec.resolve_blobs(message.content, engine.read_blob)
     return message if resolved is message.content else attrs.evolve(message, content=resolved)
 

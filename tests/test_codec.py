@@ -40,7 +40,7 @@ from ctxrt.content import (
     ToolUse,
     content_for_reader,
 )
-from ctxrt.errors import MalformedContentError, StoreFormatError
+from ctxrt.errors import MalformedContentError, StoreCorruptError, StoreFormatError
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nfake image bytes").decode()
 PDF = base64.b64encode(b"%PDF-1.4 fake").decode()
@@ -320,7 +320,7 @@ def test_storage_form_is_compact_and_omits_defaults():
 def test_stored_message_decodes_from_memoryview_with_id_from_sequence():
     """M1: a stored message decodes from an LMDB buffer; its id is its sequence in decimal text."""
     data = message_to_json("Bob", (Text("x", audience=("bob",)),), {"k": [1]}, 1700000000000, ("3",))
-    message = message_from_json(memoryview(data), sequence=42)
+    message = message_from_json(memoryview(data), sequence=42, store="test")
     assert message == Message("42", 42, "Bob", (Text("x", audience=("bob",)),), {"k": [1]}, 1700000000000, ("3",))
 
 
@@ -328,16 +328,24 @@ def test_stored_message_decodes_from_memoryview_with_id_from_sequence():
 def test_stored_audience_that_is_not_names_decodes_and_names_no_one(stored):
     """A2: a stored audience that is not a list of strings is read without raising and hides the block from everyone."""
     data = ('{"participant":"a","content":[{"type":"text","text":"secret","audience":%s},{"type":"text","text":"open"}]}' % stored).encode()
-    message = message_from_json(data, sequence=1)
+    message = message_from_json(data, sequence=1, store="test")
     assert message.content[0].audience is not None
     assert content_for_reader(message.content, "bob") == (Text("open"),)
 
 
-@pytest.mark.parametrize("data", [b"not json", b'{"content":[]}', b'{"participant":"a","content":[{"type":"video"}]}', b"\xff\xfe"])
-def test_undecodable_stored_message_raises_store_format_error(data):
-    """K5: a stored message this version can't read raises StoreFormatError, never a stray KeyError."""
+@pytest.mark.parametrize("data", [b'{"content":[]}', b'{"participant":"a","content":[{"type":"video"}]}'])
+def test_a_stored_message_in_a_form_this_version_does_not_read_raises_store_format_error(data):
+    """K5: JSON this version can't read (a newer version's form) raises StoreFormatError, never a stray KeyError."""
     with pytest.raises(StoreFormatError):
-        message_from_json(data, sequence=9)
+        message_from_json(data, sequence=9, store="the store")
+
+
+@pytest.mark.parametrize("data", [b"not json", b"\xff\xfe", b'{"participant": "user", "content": [{"type": "te'])
+def test_a_stored_message_that_is_not_json_raises_store_corrupt_error_naming_the_store(data):
+    """K7 (from a host-style attack): bytes that aren't JSON at all are damage (sealed into a record,
+    e.g. by a format move), not a newer form: StoreCorruptError naming the store and the message."""
+    with pytest.raises(StoreCorruptError, match=r"^store file /x/data.mdb is damaged: stored message 9 doesn't decode"):
+        message_from_json(data, sequence=9, store="/x/data.mdb")
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,7 +420,7 @@ stored_blocks = st.lists(block_strategy(with_audience=True, with_raw=True), min_
 def test_storage_form_round_trips_any_valid_message(participant, content, metadata, timestamp_ms, caused_by, sequence):
     """M1: a message written in storage form decodes equal to what was written (audiences, tool cycles, nested results, unicode)."""
     data = message_to_json(participant, content, metadata, timestamp_ms, caused_by)
-    decoded = message_from_json(data, sequence=sequence)
+    decoded = message_from_json(data, sequence=sequence, store="test")
     assert decoded == Message(str(sequence), sequence, participant, content, metadata, timestamp_ms, caused_by)
 
 

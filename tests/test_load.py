@@ -97,7 +97,7 @@ def context_copies(rt: Runtime, namespace: str, branch: str) -> dict[str, tuple[
     items = rt.engine.read_log(states.context_state(namespace), rt.engine.branch(branch).id)
     copies = {}
     for item in items:
-        entry = codec.message_from_json(item.data, sequence=item.sequence)
+        entry = codec.message_from_json(item.data, sequence=item.sequence, store="test")
         for source in entry.metadata["source_ids"]:
             copies[source] = entry.content
     return copies

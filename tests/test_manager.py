@@ -61,7 +61,7 @@ def context_log(rt: Runtime, namespace: str, branch: str = "main") -> list[ctxrt
     from ctxrt import codec
 
     items = rt.engine.read_log(states.context_state(namespace), rt.engine.branch(branch).id)
-    return [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
+    return [codec.message_from_json(item.data, sequence=item.sequence, store="test") for item in items]
 
 
 def blob_count(rt: Runtime) -> int:

@@ -362,7 +362,8 @@ class _Actor:
 
     def _context_entries(self) -> list[Message]:
         items = self.services.engine.read_log(states.context_state(self.place.namespace), self.branch_id)
-        return [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
+        engine = self.services.engine
+        return [codec.message_from_json(item.data, sequence=item.sequence, store=engine.data_path) for item in items]
 
     def _store(self) -> StoreRef:
         if self.services.store is None:

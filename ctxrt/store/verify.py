@@ -355,7 +355,7 @@ class _Walk:
                     if origin > sequence:
                         self.found.damaged(place, f"its origin sequence {origin} is after its own {sequence}")
                     elif holds_messages(info.name):
-                        message = codec.message_from_json(value[8:], sequence=origin)
+                        message = codec.message_from_json(value[8:], sequence=origin, store=str(place))
                         codec.resolve_blobs(message.content, lambda sha: self.note_blob(sha, place))
             except Exception as exc:  # noqa: BLE001 - a checker reports whatever a record does, and goes on
                 self.found.damaged(place, f"doesn't decode: {exc!r}")

@@ -99,7 +99,7 @@ def _walk_rows(engine: PostgresEngine, found: Findings) -> None:
             found.damaged(place, f"its origin sequence {sequence} is after its own {version}")
         elif holds_messages(info.name):
             try:
-                message = codec.message_from_json(bytes(data), sequence=sequence)
+                message = codec.message_from_json(bytes(data), sequence=sequence, store=str(place))
                 codec.resolve_blobs(message.content, partial(_note, blob_refs, place))
             except Exception as exc:  # noqa: BLE001 - as above
                 found.damaged(place, f"doesn't decode: {exc!r}")

@@ -170,7 +170,7 @@ def snapshot(rt: Runtime) -> tuple[int, list[str], list[str]]:
 def context_log(rt: Runtime, namespace: str, branch: str = "main") -> list[ctxrt.Message]:
     engine = rt.engine
     items = engine.read_log(f"{namespace}/context", engine.branch(branch).id)
-    return [codec.message_from_json(item.data, sequence=item.sequence) for item in items]
+    return [codec.message_from_json(item.data, sequence=item.sequence, store="test") for item in items]
 
 
 def writes_floor(command: Any) -> bool:
