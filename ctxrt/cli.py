@@ -22,6 +22,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -796,8 +797,11 @@ def main(argv: list[str] | None = None) -> int:
         _report("UsageError", f"{exc.prog}: error: {exc}" if not as_json else str(exc), as_json)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: one line, whatever was running (the runtime raises it as itself, L8)
-        _report("KeyboardInterrupt", "interrupted" if as_json else "ctxrt: interrupted", as_json)
-        return 130
+        return _interrupted(as_json)
+    except BaseExceptionGroup as group:
+        if any(isinstance(leaf, KeyboardInterrupt) for leaf in _leaves(group)):  # a second Ctrl-C as trio closed
+            return _interrupted(as_json)
+        raise
     except Exception as exc:  # the edge: one line for anything, unless asked for the traceback
         if all(isinstance(leaf, BrokenPipeError) for leaf in _leaves(exc)):
             # Piped into `head` and the like: the reader stopped, which is fine. Point stdout at
@@ -810,6 +814,14 @@ def main(argv: list[str] | None = None) -> int:
         kind, message = _describe(exc)
         _report(kind, message if as_json else f"ctxrt: error: {message}", as_json)
         return 1
+
+
+def _interrupted(as_json: bool) -> int:
+    """Ctrl-C: later ones are ignored (trio has put Python's handler back, and another would
+    kill the process before its one line), then the line and status 130."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _report("KeyboardInterrupt", "interrupted" if as_json else "ctxrt: interrupted", as_json)
+    return 130
 
 
 def _leaves(exc: BaseException) -> Iterator[BaseException]:

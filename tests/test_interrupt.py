@@ -223,8 +223,9 @@ def marked(store: Path) -> tuple[int, int] | None:
     return status.st_ino, status.st_mtime_ns
 
 
-async def interrupt_demo(store: Path, delay: float, tmp_path: Path) -> tuple[int, str, str]:
-    """Run the demo, SIGINT it ``delay`` s after it marks its store; its status, stdout and stderr."""
+async def interrupt_demo(store: Path, delay: float, tmp_path: Path, again: float | None = None) -> tuple[int, str, str]:
+    """Run the demo, SIGINT it ``delay`` s after it marks its store (and ``again`` s later once
+    more, as an impatient user does); its status, stdout and stderr."""
     before = marked(store)
     out, err = tmp_path / "demo.out", tmp_path / "demo.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
@@ -236,8 +237,10 @@ async def interrupt_demo(store: Path, delay: float, tmp_path: Path) -> tuple[int
             while process.returncode is None and marked(store) == before:
                 await trio.sleep(0.005)
             await trio.sleep(delay)
-            if process.returncode is None:
-                process.send_signal(signal.SIGINT)
+            for pause in (0.0,) if again is None else (0.0, again):
+                await trio.sleep(pause)
+                if process.returncode is None:
+                    process.send_signal(signal.SIGINT)
     assert process.returncode is not None
     return process.returncode, out.read_text(), err.read_text()
 
@@ -246,16 +249,18 @@ async def interrupt_demo(store: Path, delay: float, tmp_path: Path) -> tuple[int
 async def test_ctrl_c_into_the_demo_exits_130_in_one_line_and_the_next_run_works(
     tmp_path: Path, soak_scale: Callable[[int, int], int]
 ) -> None:
-    """SIGINT at random moments into `ctxrt demo`, again and again on one store: each run exits 130
-    with one line on stderr, and the next run accepts the store the interrupted one left (L8)."""
+    """SIGINT at random moments into `ctxrt demo`, again and again on one store, every other time
+    twice 0-30 ms apart: each run exits 130 with one line on stderr (a second Ctrl-C as the first
+    unwinds killed the process by its signal), and the next run accepts the store the interrupted
+    one left (L8)."""
     seed, rng = seeded()
     store = tmp_path / "demo"
-    rounds = soak_scale(2, 40)
+    rounds = soak_scale(3, 40)
     with trio.fail_after(GUARD_S + rounds * 20):
         for round_ in range(rounds):
-            delay = rng.uniform(0, 0.5)
-            context = f"round {round_}, {delay:.3f} s after the demo marked its store (seed {seed})"
-            code, out, err = await interrupt_demo(store, delay, tmp_path)
+            delay, again = rng.uniform(0, 0.5), (rng.uniform(0, 0.03) if round_ % 2 else None)
+            context = f"round {round_}, {delay:.3f} s after the demo marked its store, again {again} (seed {seed})"
+            code, out, err = await interrupt_demo(store, delay, tmp_path, again)
             finished = code == 0 and "privacy check passed" in out  # the run ended before the signal
             assert finished or (code, err) == (130, "ctxrt: interrupted\n"), f"{context}: exit {code}\n{err[-3000:]}"
         result = await trio.run_process([sys.executable, "-m", "ctxrt", "demo", "--store", str(store), "--messages",
