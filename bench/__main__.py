@@ -38,10 +38,11 @@ from .harness import figure
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results.md"
 MODULES = ("store", "context", "compression", "audience", "peers", "actors", "prefix", "costs", "controls",
-           "postgres", "aio")
+           "postgres", "aio", "edits")
 TITLES = {"store": "Store", "context": "Context", "compression": "Compression", "audience": "Audience",
           "peers": "Peers", "actors": "Actors", "prefix": "Prefix", "costs": "Costs",
-          "controls": "Controls", "postgres": "PostgreSQL", "aio": "From asyncio"}
+          "controls": "Controls", "postgres": "PostgreSQL", "aio": "From asyncio",
+          "edits": "Compiles after edits"}
 
 
 class Outcome:
