@@ -33,7 +33,7 @@ HTML_ANCHOR = re.compile(r"<a\s+(?:[^>]*\s)?(?:id|name)=\"([^\"]+)\"", re.IGNORE
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE_DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
 EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # https:, mailto:, ...
-BEHAVIOUR = re.compile(r"\b([ABCDEFKLMPRST][0-9]{1,2})\b")
+BEHAVIOUR = re.compile(r"\b([ABCDEFKLMPRSTVW][0-9]{1,2})\b")
 
 
 def markdown_files() -> list[Path]:

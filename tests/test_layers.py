@@ -19,7 +19,7 @@ PACKAGE = Path(ctxrt.__file__).parent
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.errors", "ctxrt.content", "ctxrt.events", "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.files",
-     "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster"),
+     "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.codec", "ctxrt.tokens"),
     ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.batch", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
