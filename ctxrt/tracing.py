@@ -218,10 +218,10 @@ def unit_shape(unit: Any) -> tuple[int | None, int | None, int | None]:
     items = work if isinstance(work, tuple) else (work,)
     firsts = [getattr(i, "first_sequence", getattr(i, "sequence", None)) for i in items]
     lasts = [getattr(i, "last_sequence", getattr(i, "sequence", None)) for i in items]
-    levels = [getattr(i, "level", None) for i in items]
+    levels = [v for v in (getattr(i, "level", None) for i in items) if isinstance(v, int)]
     level: int | None = None
-    if items and all(isinstance(v, int) for v in levels):
-        level = max(levels) + 1  # type: ignore[type-var]  # all ints, checked above
+    if items and len(levels) == len(items):
+        level = max(levels) + 1
     elif items and all(hasattr(i, "message_ids") for i in items):
         level = 1
     known_first = [v for v in firsts if isinstance(v, int)]

@@ -44,10 +44,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.runtime",),
     ("ctxrt.testing",),
     ("ctxrt.loadtest", "ctxrt.demo"),
+    ("ctxrt.inspector.pages", "ctxrt.inspector.app"),
     ("ctxrt.cli",),
     ("ctxrt", "ctxrt.__main__"),
 ]
-PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies"}  # empty __init__ files
+PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspector"}  # empty __init__ files
 
 
 def module_name(path: Path) -> str:
