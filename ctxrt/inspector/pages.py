@@ -189,16 +189,20 @@ def _slot_of(runtime: Runtime, row: BranchRow, slot: str) -> None:
 
 
 def timeline(runtime: Runtime, row: BranchRow, slot: str, page: int | None, at_sequence: int | None = None) -> Timeline:
-    """One page of a slot: page ``page`` counting from 0 (None: the last), or the page holding
-    the first message at or after ``at_sequence``. Reads the head and that page's items."""
+    """One page of a slot: page ``page`` counting from 0 (None: the newest ``PAGE`` messages), or
+    the page holding the first message at or after ``at_sequence``. Reads the head and that
+    page's items."""
     _slot_of(runtime, row, slot)
     engine = runtime.engine
     head = engine.read_head(slot, row.id)
     pages = max(1, -(-head.length // PAGE))
     if at_sequence is not None:
         page = index_at(runtime, row, slot, head.revision, head.length, at_sequence) // PAGE
-    page = pages - 1 if page is None else min(max(page, 0), pages - 1)
-    start = page * PAGE
+    if page is None:  # the newest: a whole page of the newest messages, not the last page's remainder
+        page, start = pages - 1, max(0, head.length - PAGE)
+    else:
+        page = min(max(page, 0), pages - 1)
+        start = page * PAGE
     items = engine.read_items(slot, row.id, at=head.revision, start=start, stop=start + PAGE)
     messages = tuple(codec.message_from_json(item.data, sequence=item.sequence) for item in items)
     return Timeline(slot, head.length, start, tuple(row_of(start + i, m) for i, m in enumerate(messages)), pages, page,
