@@ -4,8 +4,8 @@ Spans: ``ctxrt.compile`` per compile (namespace, reader, budget, tokens per zone
 summarised and dropped, ``stable_prefix_tokens``); ``ctxrt.compression_unit`` per compression
 unit (level, sequence range, outcome) wrapping the GenAI ``chat {model}`` span of its model call
 (``gen_ai.*`` attributes, usage with cache-read and cache-creation tokens); ``ctxrt.store.commit``
-per write transaction (engine, batch size, duration). Metrics: each ``health()`` answer sets the
-namespace's gauges; each commit records its duration and batch size.
+per write transaction (engine, batch size; its duration is the span's). Metrics: each
+``health()`` answer sets the namespace's gauges.
 
 Everything here is a no-op, at the cost of a function call, until a tracer or meter provider
 from an SDK is installed (``opentelemetry.trace.set_tracer_provider``, or ``configure``), and
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
 SCOPE = "ctxrt"
+LOOK_INTERVAL_S = 1.0  # how often the off path asks the API whether a global provider was installed
 CAPTURE_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 
 
@@ -56,10 +57,10 @@ class _Settings:
         self.tracer_provider: TracerProvider | None = None
         self.meter_provider: MeterProvider | None = None
         self.capture: bool | None = None  # None: the environment variable decides
-        self.seen_tracing: object = None  # the provider the cached tracer came from
         self.tracer: Tracer | None = None
-        self.seen_metrics: object = None
         self.instruments: _Instruments | None = None
+        self.next_look = 0.0  # when to ask the API for a global tracer provider again (time.monotonic)
+        self.next_meter_look = 0.0
 
 
 _settings = _Settings()
@@ -69,24 +70,31 @@ def configure(
     *, tracer_provider: TracerProvider | None = None, meter_provider: MeterProvider | None = None,
     capture_content: bool | None = None,
 ) -> None:
-    """Which providers ctxrt reports to (None: OpenTelemetry's global ones, set by the host or
-    its SDK's auto-configuration) and whether spans carry message content (None: as
-    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says; off unless it is ``true``).
-    Each call replaces all three settings."""
+    """Which providers ctxrt reports to (None: OpenTelemetry's global ones, set by the host or its
+    SDK's auto-configuration, looked for at most once a second until found) and whether spans carry
+    message content (None: as ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` says; off
+    unless it is ``true``). Each call replaces all three settings."""
     _settings.tracer_provider, _settings.meter_provider, _settings.capture = (
         tracer_provider, meter_provider, capture_content)
-    _settings.seen_tracing = _settings.seen_metrics = None
+    _settings.tracer = None if tracer_provider is None or otel_trace is None else tracer_provider.get_tracer(SCOPE)
+    _settings.instruments = None if meter_provider is None or otel_metrics is None else _Instruments(
+        meter_provider.get_meter(SCOPE))
+    _settings.next_look = _settings.next_meter_look = 0.0
 
 
 def _tracer() -> Tracer | None:
     """The tracer, or None while no SDK's provider is installed (the cheap test every hook makes)."""
-    if otel_trace is None:
+    if _settings.tracer_provider is not None:
+        return _settings.tracer
+    if _settings.tracer is not None or otel_trace is None:
+        return _settings.tracer  # a global provider, once set, is never replaced (the API refuses to)
+    now = time.monotonic()
+    if now < _settings.next_look:  # asking the API costs a microsecond (an environment lookup): once a second
         return None
-    provider = _settings.tracer_provider or otel_trace.get_tracer_provider()
-    if provider is not _settings.seen_tracing:
-        _settings.seen_tracing = provider
-        noop = isinstance(provider, (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider))
-        _settings.tracer = None if noop else provider.get_tracer(SCOPE)
+    _settings.next_look = now + LOOK_INTERVAL_S
+    provider = otel_trace.get_tracer_provider()
+    if not isinstance(provider, (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider)):
+        _settings.tracer = provider.get_tracer(SCOPE)
     return _settings.tracer
 
 
@@ -159,17 +167,8 @@ def compiled(span: Span | None, result: Any, strategy: Any) -> None:
     """What the compile made: messages, what they came from, tokens per zone, what was dropped."""
     if span is None or not span.is_recording():
         return
-    raw = summaries = 0
-    for sources in result.provenance.messages:
-        for source in sources:
-            if source.kind == "message":
-                raw += 1
-            elif source.kind == "summary":
-                summaries += 1
-    attributes: dict[str, Any] = {
-        "ctxrt.compile.messages": len(result.messages), "ctxrt.compile.message_sources": raw,
-        "ctxrt.compile.summary_sources": summaries, "ctxrt.compile.stable_prefix_tokens": result.stable_prefix_tokens,
-        "ctxrt.compile.breakpoints": sum(1 for m in result.messages if m.cache_breakpoint),
+    attributes: dict[str, Any] = {  # each known without a walk of the messages: a compile's cost stays its own
+        "ctxrt.compile.messages": len(result.messages), "ctxrt.compile.stable_prefix_tokens": result.stable_prefix_tokens,
     }
     stats = strategy.render_stats()  # the select this compile ran
     if stats is not None:
@@ -333,20 +332,26 @@ def committing(engine: Any, size: int, carried: Sequence[Any] = ()) -> Any:
             if span_context.is_valid:
                 links.append(otel_trace.Link(span_context))
     attributes = {"db.system.name": _engine_name(engine), "ctxrt.store.batch_size": size}
-    return _commit_span(tracer, parent, links, attributes, size)
+    return _CommitSpan(tracer.start_span("ctxrt.store.commit", context=parent, links=links, attributes=attributes))
 
 
-@contextmanager
-def _commit_span(tracer: Tracer, parent: Any, links: list[Any], attributes: dict[str, Any], size: int) -> Iterator[Span]:
-    started = time.perf_counter()
-    with tracer.start_as_current_span("ctxrt.store.commit", context=parent, links=links,
-                                      attributes=attributes) as span:
-        yield span
-    instruments = _instruments()
-    if instruments is not None:
-        labels = {"db.system.name": attributes["db.system.name"]}
-        instruments.commit_duration.record(time.perf_counter() - started, labels)
-        instruments.batch_size.record(size, labels)
+class _CommitSpan:
+    """A commit's span, neither made current (nothing nests in a commit) nor a generator: the
+    commit path is the one every durable append takes."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def __enter__(self) -> Span:
+        return self.span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: object) -> None:
+        if exc is not None:
+            self.span.record_exception(exc)
+            self.span.set_status(otel_trace.StatusCode.ERROR, str(exc)[:200])
+        self.span.end()
 
 
 def _engine_name(engine: Any) -> str:
@@ -358,10 +363,6 @@ def _engine_name(engine: Any) -> str:
 
 class _Instruments:
     def __init__(self, meter: Meter) -> None:
-        self.commit_duration = meter.create_histogram(
-            "ctxrt.store.commit.duration", unit="s", description="One write transaction of the store actor, committed")
-        self.batch_size = meter.create_histogram(
-            "ctxrt.store.commit.batch_size", unit="{command}", description="Commands one write transaction carried")
         gauge = meter.create_gauge
         self.health = {
             "mailbox_depth": gauge("ctxrt.namespace.mailbox_depth", unit="{command}",
@@ -383,14 +384,16 @@ class _Instruments:
 
 
 def _instruments() -> _Instruments | None:
-    if otel_metrics is None:
+    if _settings.meter_provider is not None or _settings.instruments is not None or otel_metrics is None:
+        return _settings.instruments
+    now = time.monotonic()
+    if now < _settings.next_meter_look:
         return None
-    provider = _settings.meter_provider or otel_metrics.get_meter_provider()
-    if provider is not _settings.seen_metrics:
-        _settings.seen_metrics = provider
-        # Until an SDK's provider is set the API hands out a proxy (a private class, known by name).
-        noop = isinstance(provider, otel_metrics.NoOpMeterProvider) or type(provider).__name__ == "_ProxyMeterProvider"
-        _settings.instruments = None if noop else _Instruments(provider.get_meter(SCOPE))
+    _settings.next_meter_look = now + LOOK_INTERVAL_S
+    provider = otel_metrics.get_meter_provider()
+    # Until an SDK's provider is set the API hands out a proxy (a private class, known by name).
+    if not isinstance(provider, otel_metrics.NoOpMeterProvider) and type(provider).__name__ != "_ProxyMeterProvider":
+        _settings.instruments = _Instruments(provider.get_meter(SCOPE))
     return _settings.instruments
 
 

@@ -106,7 +106,8 @@ async def test_a_compile_span_is_a_child_of_the_callers_span_and_says_what_was_k
     assert attributes["ctxrt.compile.tokens"] == stats.total_tokens
     assert attributes["ctxrt.compile.stable_prefix_tokens"] == result.stable_prefix_tokens > 0
     assert list(attributes["ctxrt.compile.summary_levels"]) == [level for level, _ in stats.summaries]
-    assert attributes["ctxrt.compile.summary_sources"] >= 1 and attributes["ctxrt.compile.dropped"] == 0
+    assert list(attributes["ctxrt.compile.summaries_per_level"]) == [count for _, count in stats.summaries]
+    assert attributes["ctxrt.compile.dropped"] == len(stats.dropped_ids) == 0
     assert "ctxrt.compile.request" not in attributes  # content capture is off by default (V4)
 
 
@@ -190,8 +191,7 @@ async def test_a_commit_span_is_a_child_of_a_lone_caller_and_links_callers_shari
     assert callers <= related  # every caller's append is traced to the commit that carried it
     batched = [s for s in commits if s.links]
     assert batched and all(dict(s.attributes or {})["ctxrt.store.batch_size"] == len(s.links) >= 2 for s in batched)
-    histogram = traces.gauges()["ctxrt.store.commit.batch_size"]
-    assert sum(point.count for point in histogram) == len(commits)
+    assert all(s.end_time is not None and s.start_time is not None and s.end_time >= s.start_time for s in commits)
 
 
 async def test_a_postgresql_commit_span_names_its_engine(traces: Traces, pg_url: str) -> None:
