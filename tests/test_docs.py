@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = ("architecture.md", "api.md", "guarantees.md", "audience.md", "behaviours.md", "cli.md")
+PAGES = ("architecture.md", "api.md", "guarantees.md", "audience.md", "behaviours.md", "cli.md", "inspector.md")
 
 # Built from parts so this file doesn't hold the strings it looks for.
 INTERNAL_REFERENCES = tuple(
