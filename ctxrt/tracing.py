@@ -331,7 +331,7 @@ def committing(engine: Any, size: int, carried: Sequence[Any] = ()) -> Any:
             span_context = otel_trace.get_current_span(found).get_span_context()
             if span_context.is_valid:
                 links.append(otel_trace.Link(span_context))
-    attributes = {"db.system.name": _engine_name(engine), "ctxrt.store.batch_size": size}
+    attributes: dict[str, Any] = {"db.system.name": _engine_name(engine), "ctxrt.store.batch_size": size}
     return _CommitSpan(tracer.start_span("ctxrt.store.commit", context=parent, links=links, attributes=attributes))
 
 
