@@ -22,6 +22,7 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import WebDriverWait
 
 import ctxrt
@@ -97,6 +98,13 @@ def text(driver: webdriver.Chrome, css: str = "main") -> str:
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
 
+def follow(driver: webdriver.Chrome, element: Any) -> None:
+    """Click a link or button and wait for the page it leads to (a click doesn't wait for it)."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, WAIT_S).until(staleness_of(page))
+
+
 def nothing_ran(driver: webdriver.Chrome) -> None:
     assert driver.execute_script("return window.pwned === undefined") is True
     assert driver.find_elements(By.ID, "pwned") == []
@@ -116,45 +124,47 @@ def test_clicking_through_each_view_of_the_demo_store(
     forks = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "#branches tbody tr") if "main" in row.text]
     assert len(forks) >= 2  # main, and the demo's fork of it with its fork point
     driver.save_screenshot(str(screenshots / "branches.png"))
-    driver.find_element(By.LINK_TEXT, "main").click()
+    follow(driver, driver.find_element(By.LINK_TEXT, "main"))
     namespaces = text(driver, "#namespaces")
     assert all(f"agents/{name}" in namespaces for name in ("ann", "bob", "cy"))
     driver.save_screenshot(str(screenshots / "branch.png"))
 
-    driver.find_element(By.LINK_TEXT, "as ann").click()
+    follow(driver, driver.find_element(By.LINK_TEXT, "as ann"))
     shown = text(driver)
     assert "As reader ann" in shown and "[for ann #" in shown
     assert "[for bob #" not in shown and "[for cy #" not in shown
     assert "cache breakpoint" in shown and "render_stats()" in shown
     driver.save_screenshot(str(screenshots / "reader-ann.png"))
-    driver.find_elements(By.CSS_SELECTOR, "a.covers")[0].click()  # the messages a summary stands in for
+    follow(driver, driver.find_elements(By.CSS_SELECTOR, "a.covers")[0])  # the messages a summary stands in for
     assert driver.find_elements(By.CSS_SELECTOR, "#timeline tr.marked")
     assert "for ann" in text(driver, "#timeline") or "for bob" in text(driver, "#timeline")  # audience badges
     driver.save_screenshot(str(screenshots / "covered.png"))
     driver.back()
-    driver.find_element(By.LINK_TEXT, "summary tree").click()
+    follow(driver, driver.find_element(By.LINK_TEXT, "summary tree"))
     assert driver.find_elements(By.CSS_SELECTOR, "#summaries li.level-1")
     assert "covers" in text(driver, "#summaries")
     driver.save_screenshot(str(screenshots / "summaries.png"))
 
-    driver.find_element(By.LINK_TEXT, "main").click()
-    driver.find_element(By.LINK_TEXT, "as bob").click()
+    follow(driver, driver.find_element(By.LINK_TEXT, "main"))
+    follow(driver, driver.find_element(By.LINK_TEXT, "as bob"))
     shown = text(driver)
     assert "As reader bob" in shown and "[for bob #" in shown and "[for ann #" not in shown
     driver.save_screenshot(str(screenshots / "reader-bob.png"))
 
-    driver.find_element(By.LINK_TEXT, "main").click()
+    follow(driver, driver.find_element(By.LINK_TEXT, "main"))
     Select(driver.find_element(By.NAME, "a")).select_by_value("agents/ann")
     Select(driver.find_element(By.NAME, "b")).select_by_value("agents/bob")
-    driver.find_element(By.CSS_SELECTOR, "#compare button").click()
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "#compare button"))
     assert "Two readers' views" in text(driver)
     only_ann, only_bob = [], []
     pages = len(driver.find_elements(By.CSS_SELECTOR, ".pager a")) + 1
-    for number in range(pages):  # every page of the diff, reached through its pager
+    for number in range(pages):  # pages of the diff, reached through its pager
         if number:
-            driver.find_element(By.CSS_SELECTOR, ".pager").find_element(By.LINK_TEXT, str(number)).click()
+            follow(driver, driver.find_element(By.CSS_SELECTOR, ".pager").find_element(By.LINK_TEXT, str(number)))
         only_ann += [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#diff td.only-a")]
         only_bob += [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#diff td.only-b")]
+        if any("[for ann #" in cell for cell in only_ann) and any("[for bob #" in cell for cell in only_bob):
+            break  # enough pages seen: each reader's own lines, each on its side
     assert any("[for ann #" in cell for cell in only_ann) and any("[for bob #" in cell for cell in only_bob)
     assert not any("[for ann #" in cell for cell in only_bob) and not any("[for bob #" in cell for cell in only_ann)
     driver.save_screenshot(str(screenshots / "diff.png"))
@@ -210,12 +220,12 @@ def test_hostile_strings_in_the_store_show_as_text_and_never_run(
     driver.get(hostile_url + "/")
     nothing_ran(driver)
     assert HOSTILE in text(driver, "#branches")
-    driver.find_element(By.PARTIAL_LINK_TEXT, "b-<script>").click()
+    follow(driver, driver.find_element(By.PARTIAL_LINK_TEXT, "b-<script>"))
     nothing_ran(driver)
     for link in ("timeline", f"as {HOSTILE}", "summary tree"):
         driver.get(hostile_url + "/branch?branch=main")
         assert HOSTILE in text(driver, "#namespaces")
-        driver.find_element(By.LINK_TEXT, link).click()
+        follow(driver, driver.find_element(By.LINK_TEXT, link))
         nothing_ran(driver)
         assert HOSTILE in text(driver)
     driver.save_screenshot(str(screenshots / "hostile.png"))
