@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from . import checks, codec
+from . import checks, codec, tracing
 from .compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
 from .content import ContentLike, Message
 from .errors import ManagerClosedError, MessageNotFoundError
@@ -456,6 +456,7 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         health: NamespaceHealth = await self._live().ask(ReportHealth())
+        tracing.record_health(health)  # the namespace's gauges, when a meter provider is installed
         return health
 
     def render_stats(self) -> RenderStats | None:

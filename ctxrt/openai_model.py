@@ -97,6 +97,8 @@ class OpenAIModel(SdkClientModel):
     turn, for servers whose chat templates refuse anything else (``to_openai_chat``'s option).
     """
 
+    provider = "openai"  # gen_ai.provider.name in traces (ctxrt/tracing.py)
+
     def __init__(
         self,
         client: openai.AsyncOpenAI | None = None,
@@ -187,5 +189,7 @@ class OpenAIModel(SdkClientModel):
                 name = call.function.name
                 content.append(ToolUse(call.id, names.get(name, name), _arguments(call.function.arguments)))
         stop_reason = "refusal" if message.refusal else STOP_REASONS.get(choice.finish_reason, choice.finish_reason)
-        usage = Usage(reply.usage.prompt_tokens, reply.usage.completion_tokens) if reply.usage else Usage(0, 0)
+        details = reply.usage.prompt_tokens_details if reply.usage else None
+        cached = (details.cached_tokens or 0) if details is not None else 0  # prompt_tokens counts them in
+        usage = Usage(reply.usage.prompt_tokens, reply.usage.completion_tokens, cached) if reply.usage else Usage(0, 0)
         return ModelResponse(content, stop_reason or "unknown", usage)

@@ -19,7 +19,7 @@ PACKAGE = Path(ctxrt.__file__).parent
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.errors", "ctxrt.content", "ctxrt.events", "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.files",
-     "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster"),
+     "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.codec", "ctxrt.tokens"),
     ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.batch", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
@@ -47,10 +47,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.aio",),
     ("ctxrt.testing",),
     ("ctxrt.loadtest", "ctxrt.demo"),
+    ("ctxrt.inspector.pages", "ctxrt.inspector.app"),
     ("ctxrt.cli",),
     ("ctxrt", "ctxrt.__main__"),
 ]
-PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies"}  # empty __init__ files
+PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspector"}  # empty __init__ files
 
 
 def module_name(path: Path) -> str:

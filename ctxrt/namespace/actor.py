@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import trio
 
-from .. import codec
+from .. import codec, tracing
 from ..compile import CompileMemo, build_compile_result, validate_injections
 from ..content import Message, hidden_by_edit
 from ..errors import (
@@ -187,6 +187,7 @@ class _InFlight:
     reply: Reply | None
     scope: trio.CancelScope
     request: Any  # the ModelRequest, for calibration from the usage its reply reports
+    span: Any = None  # its trace span (tracing.start_unit), ended when its reply is applied
 
 
 class _Actor:
@@ -304,6 +305,7 @@ class _Actor:
         self.services.forget(self.ref)
         if self.in_flight is not None:
             self.in_flight.scope.cancel()
+            tracing.end_unit(self.in_flight.span, "stopped")
 
     def release(self) -> None:
         """Answer everything still queued or waiting, and let go of the slot caches."""
@@ -568,7 +570,8 @@ class _Actor:
                 command, reply = envelope
                 self.serving = envelope
                 try:
-                    result = await self.handle(command, reply)
+                    with tracing.resumed(None if reply is None else reply.trace):
+                        result = await self.handle(command, reply)
                 except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
                     if reply is not None:
                         reply.resolve(False, exc)
@@ -636,7 +639,11 @@ class _Actor:
             self._adopt_claim()
         match command:
             case Compile():
-                return await self._compile(command)
+                with tracing.compiling(self.place.namespace, self.place.branch, self.reader, self.strategy.name,
+                                       command) as span:
+                    result = await self._compile(command)
+                    tracing.compiled(span, result, self.strategy)
+                    return result
             case Preview():
                 check_reader(self.record, command.reader, self.place)
                 self._require_strategy()
@@ -1058,10 +1065,12 @@ class _Actor:
 
     def _call(self, unit: Unit, request: Any, kind: str, reply: Reply | None) -> None:
         scope = trio.CancelScope()
-        self.in_flight = _InFlight(kind, unit, self.epoch, reply, scope, request)
+        span = tracing.start_unit(unit, kind, self.place.namespace, self.place.branch, self.reader,
+                                  None if reply is None else reply.trace)
+        self.in_flight = _InFlight(kind, unit, self.epoch, reply, scope, request, span)
         self.ref.in_flight = 1
         self.children.start_soon(_complete, self.ref, self.model, request, unit, self.epoch, self.model_timeout_s,
-                                 scope)
+                                 scope, span)
 
     async def _unit_done(self, done: UnitDone) -> None:
         flight, self.in_flight = self.in_flight, None
@@ -1071,6 +1080,7 @@ class _Actor:
         if done.epoch != self.epoch:
             logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
                            self.place, flight.unit.key)
+            tracing.end_unit(flight.span, "discarded")
             if flight.reply is not None:
                 flight.reply.resolve(*((True, False) if flight.kind == "tick" else (False, self._moved_error())))
             return
@@ -1084,6 +1094,7 @@ class _Actor:
                 await self._commit()
             await self._calibrate(flight.request, done.outcome)
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
+            tracing.end_unit(flight.span, "failed", exc)
             if isinstance(exc, StoreUnavailableError) and self.waiting is None:
                 self._await_store(exc)  # the unit may be half applied: done again once the store answers
             if flight.reply is not None:
@@ -1092,6 +1103,7 @@ class _Actor:
                 self._report(exc, "compression drain of %s failed to apply %s", self.place, flight.unit.key)
             self.drain_wanted = False
             return
+        tracing.end_unit(flight.span, "applied" if result else "nothing")
         if flight.reply is not None:
             flight.reply.resolve(True, result)
         if flight.kind == "drain" and not result:
@@ -1169,10 +1181,11 @@ def _subscriber(ref: NamespaceRef) -> Callable[[Message, Appended | None], None]
 
 
 async def _complete(
-    ref: NamespaceRef, model: Any, request: Any, unit: Unit, epoch: int, timeout_s: float, scope: trio.CancelScope
+    ref: NamespaceRef, model: Any, request: Any, unit: Unit, epoch: int, timeout_s: float, scope: trio.CancelScope,
+    span: Any = None,
 ) -> None:
     """The child task of one unit: the model call, outside the mailbox; its outcome goes back as UnitDone."""
-    with scope:
+    with scope, tracing.model_call(span, model, request) as call:
         outcome: Any
         if model is None:
             outcome = ModelError(f"namespace {ref.namespace!r} has no model for compression", retryable=False)
@@ -1187,6 +1200,7 @@ async def _complete(
             except Exception as exc:  # a host's model that breaks its protocol: the unit fails, the actor goes on
                 logger.exception("model call for %s in %r failed", unit.key, ref.namespace)
                 outcome = ModelError(f"the model raised {exc!r}", retryable=False)
+        tracing.answered(call, outcome)
         ref.tell(UnitDone(epoch, unit, outcome))
 
 

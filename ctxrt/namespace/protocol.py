@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from .. import tracing
 from ..compile import Budget, Injection, MessageInjection
 from ..content import Block, Message
 from ..errors import ManagerClosedError
@@ -293,14 +294,15 @@ class ActorRetired(Exception):
 
 
 class Reply:
-    """The slot a command's answer goes into."""
+    """The slot a command's answer goes into; it carries its sender's trace context to the actor."""
 
-    __slots__ = ("event", "ok", "value")
+    __slots__ = ("event", "ok", "trace", "value")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.ok = False
         self.value: Any = None
+        self.trace: Any = tracing.current()  # trio gives the actor's task its own context, not the sender's
 
     def resolve(self, ok: bool, value: Any) -> None:
         if not self.event.is_set():

@@ -27,6 +27,7 @@ import attrs
 import lmdb
 import trio
 
+from .. import tracing
 from ..errors import (
     RuntimeClosedError,
     StoreCorruptError,
@@ -74,13 +75,14 @@ class StoreStatistics:
 class _Reply:
     """One caller's answer: its task parks on it (no Event, no parking lot) until the actor resolves it."""
 
-    __slots__ = ("task", "done", "ok", "value")
+    __slots__ = ("task", "done", "ok", "trace", "value")
 
     def __init__(self) -> None:
         self.task: trio.lowlevel.Task | None = None
         self.done = False
         self.ok = False
         self.value: Any = None
+        self.trace: Any = tracing.current()  # the sender's trace context: the actor's task has its own
 
     def resolve(self, ok: bool, value: Any) -> None:
         self.ok, self.value, self.done = ok, value, True
@@ -233,7 +235,8 @@ def open_store_actor(
 
 @trio.lowlevel.enable_ki_protection  # Ctrl-C waits for the commit step's end: never between commit and answer
 def commit_batch(
-    engine: StoreEngine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters
+    engine: StoreEngine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters,
+    traces: Sequence[Any] = (),
 ) -> list[tuple[bool, Any]]:
     """The actor's commit step: one write transaction, then publish what committed. Synchronous.
 
@@ -241,18 +244,20 @@ def commit_batch(
     every command its own ``StoreFullError`` (or ``StoreCorruptError``, ``StoreUnavailableError``);
     a failure while publishing is logged and never changes a committed command's result (L6).
     """
-    results, operations = apply_batch(engine, commands, counters)
+    results, operations = apply_batch(engine, commands, counters, traces)
     publish_committed(publish, operations)
     return results
 
 
 def apply_batch(
-    engine: StoreEngine, commands: list[Any], counters: _Counters
+    engine: StoreEngine, commands: list[Any], counters: _Counters, traces: Sequence[Any] = (),
 ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
-    """The write transaction of the commit step (safe on a worker thread: it touches no cache)."""
+    """The write transaction of the commit step (safe on a worker thread: it touches no cache).
+    ``traces``: the trace contexts its callers sent (none when it runs in its caller's task)."""
     started = time.perf_counter()
     try:
-        results, operations = _apply_growing(engine, commands)
+        with tracing.committing(engine, len(commands), traces):
+            results, operations = _apply_growing(engine, commands)
     except (StoreFullError, StoreCorruptError, StoreUnavailableError) as refused:
         logger.warning("store batch of %d commands refused: %s", len(commands), refused)
         return [(False, _copy_refusal(refused)) for _ in commands], []
@@ -321,11 +326,13 @@ async def serve_store(
                     pending.append(envelope)
                     size += _size(envelope[0])
                 commands = [command for command, _ in pending]
+                traces = [reply.trace for _, reply in pending]
                 if engine.commits_on_thread:  # the loop runs on while the server commits
-                    results, operations = await trio.to_thread.run_sync(apply_batch, engine, commands, counters)
+                    results, operations = await trio.to_thread.run_sync(apply_batch, engine, commands, counters,
+                                                                        traces)
                     publish_committed(ref._publish, operations)
                 else:
-                    results = commit_batch(engine, commands, ref._publish, counters)
+                    results = commit_batch(engine, commands, ref._publish, counters, traces)
                 ref._queued -= len(pending)
                 for (_, reply), (ok, value) in zip(pending, results):
                     reply.resolve(ok, value)
