@@ -19,11 +19,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import ExtendedModelResponse, ModelCallResult, PrivateStateAttr
-from langchain_core.messages import AIMessage, BaseMessage, convert_to_messages, convert_to_openai_messages
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, convert_to_messages, convert_to_openai_messages
 from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import NotRequired
@@ -58,6 +58,11 @@ def _with_recorded(result: ModelCallResult[Any], count: int) -> ExtendedModelRes
         update.update(inner.update)
     update[RECORDED] = count
     return ExtendedModelResponse(model_response=response, command=Command(update=update))
+
+
+def _written_count(state: AgentState[Any]) -> int:
+    count = state.get(RECORDED, 0)
+    return count if isinstance(count, int) else 0
 
 
 class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
@@ -100,16 +105,16 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         for participant, content in planned:
             await self.manager.add_message(participant, content)
 
-    async def view(self) -> list[BaseMessage]:
+    async def view(self) -> list[AnyMessage]:
         """The agent's reader's compiled view, as LangChain messages."""
         result = await self.manager.compile(self.budget)
         # LangChain wants every dict to carry content; an assistant message of calls alone has none.
-        return convert_to_messages([{"content": "", **m} for m in blocks.chat_messages(result, self.agent)])
+        messages = convert_to_messages([{"content": "", **m} for m in blocks.chat_messages(result, self.agent)])
+        return cast("list[AnyMessage]", messages)  # each one of the AnyMessage kinds convert_to_messages makes
 
     async def _before(self, request: ModelRequest[Any]) -> tuple[ModelRequest[Any], int]:
-        state = request.state
-        messages = state["messages"]
-        await self.record(messages[state.get(RECORDED, 0):])
+        messages = request.state["messages"]
+        await self.record(messages[_written_count(request.state):])
         return request.override(messages=await self.view()), len(messages)
 
     async def awrap_model_call(
@@ -136,7 +141,7 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
 
     async def aafter_agent(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         messages = state["messages"]
-        done = state.get(RECORDED, 0)
+        done = _written_count(state)
         if done >= len(messages):
             return None
         await self.record(messages[done:])

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.items import TResponseInputItem
-from agents.memory import SessionSettings
 
 from .. import Budget, ContextManager, Image, MalformedContentError, Message, Text, ToolResult, ToolUse
 from . import blocks
+
+if TYPE_CHECKING:
+    from agents.memory import SessionSettings  # newer SDKs only: typed here, never imported
 
 METADATA_KEY = "agents_sdk_session"  # metadata naming the session that wrote a message
 _TEXT_PARTS = ("input_text", "output_text", "text")
@@ -63,8 +65,8 @@ def _message(item: Mapping[str, Any], agent: str, place: str) -> tuple[str, list
     if kind == "message":
         role = item.get("role")
         participant = agent if role == "assistant" else blocks.USER if role == "user" else str(role)
-        content = _parts(item.get("content"), f"{place}.content")
-        return (participant, content) if content else None
+        said = _parts(item.get("content"), f"{place}.content")
+        return (participant, said) if said else None
     if kind == "function_call":
         return agent, [blocks.tool_use(str(item["call_id"]), str(item["name"]), item.get("arguments"))]
     if kind == "function_call_output":

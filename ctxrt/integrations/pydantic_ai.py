@@ -86,11 +86,11 @@ def _written(message: ModelMessage, agent: str, place: str) -> list[tuple[str, l
     """What one Pydantic AI message writes to the slot, in order: (participant, blocks)."""
     if isinstance(message, ModelResponse):
         said: list[blocks.Block] = []
-        for part in message.parts:
-            if isinstance(part, TextPart) and part.content.strip():
-                said.append(blocks.text(part.content))
-            elif isinstance(part, ToolCallPart):
-                said.append(blocks.tool_use(part.tool_call_id, part.tool_name, part.args))
+        for piece in message.parts:
+            if isinstance(piece, TextPart) and piece.content.strip():
+                said.append(blocks.text(piece.content))
+            elif isinstance(piece, ToolCallPart):
+                said.append(blocks.tool_use(piece.tool_call_id, piece.tool_name, piece.args))
         return [(agent, said)] if said else []  # thinking and built-in tools' parts: nothing a view carries
     results: list[blocks.Block] = []
     prompts: list[blocks.Block] = []
