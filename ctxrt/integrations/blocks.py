@@ -55,7 +55,9 @@ def tool_use(call_id: str, name: str, args: str | Mapping[str, Any] | None) -> B
 
 
 def tool_result(call_id: str, content: str | Sequence[Block], *, is_error: bool = False) -> Block:
-    block: Block = {"type": "tool_result", "tool_use_id": call_id, "content": content if isinstance(content, str) else list(content)}
+    # A result with nothing to show is stored as empty text (an empty block list is no content).
+    body = content if isinstance(content, str) else (list(content) or "")
+    block: Block = {"type": "tool_result", "tool_use_id": call_id, "content": body}
     if is_error:
         block["is_error"] = True
     return block
@@ -95,7 +97,7 @@ def from_chat(messages: Sequence[Mapping[str, Any]], agent: str, place: str = "m
         if role == "tool":
             content = message.get("content")
             body = content if isinstance(content, str) else _chat_parts(content, f"{where}.content")
-            results.append(tool_result(str(message["tool_call_id"]), body or ""))
+            results.append(tool_result(str(message["tool_call_id"]), body))
             continue
         if results:
             out.append((TOOL, results))

@@ -10,7 +10,8 @@ opened with the agent's reader:
   items (``CompileResult.to_openai_responses``): summaries for the old stretch, the recent turns
   raw, tool calls and their outputs whole, nothing another resident's reader alone may see.
 - ``add_items(items)`` writes each item the runner saves as a message of the shared slot: a
-  user's message as ``"user"``, the agent's messages and function calls as the agent,
+  user's message as ``"user"`` (a system or developer one as that role), the agent's messages and
+  function calls as the agent,
   function outputs as ``"tool"``, each output right after its call. Items the view has no place
   for (reasoning, a hosted tool's call) are not kept.
 - ``pop_item()`` removes the newest message this session wrote and returns it as an item;
