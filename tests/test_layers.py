@@ -49,6 +49,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.loadtest", "ctxrt.demo"),
     ("ctxrt.cli",),
     ("ctxrt", "ctxrt.__main__"),
+    # The framework adapters: users of the public API (the facade), as a host is; nothing imports them.
+    ("ctxrt.integrations", "ctxrt.integrations.blocks"),
+    ("ctxrt.integrations.openai_agents", "ctxrt.integrations.langchain", "ctxrt.integrations.pydantic_ai",
+     "ctxrt.integrations.autogen"),
 ]
 PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies"}  # empty __init__ files
 
