@@ -50,6 +50,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.inspector.pages", "ctxrt.inspector.app"),
     ("ctxrt.cli",),
     ("ctxrt", "ctxrt.__main__"),
+    # The framework adapters: users of the public API (the facade), as a host is; nothing imports them.
+    ("ctxrt.integrations", "ctxrt.integrations.blocks"),
+    ("ctxrt.integrations.openai_agents", "ctxrt.integrations.langchain", "ctxrt.integrations.pydantic_ai",
+     "ctxrt.integrations.autogen"),
 ]
 PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspector"}  # empty __init__ files
 
