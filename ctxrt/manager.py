@@ -381,6 +381,9 @@ class ContextManager:
 
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+            StrategyRefusedError: the strategy failed to start (or the ``StoreCorruptError`` that
+                stopped it; ``StoreUnavailableError`` while a PostgreSQL store's server is away), as
+                ``tick`` raises.
         """
         ready: bool = await self._live().ask(CheckReady(self._reader))
         return ready

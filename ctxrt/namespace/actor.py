@@ -654,6 +654,7 @@ class _Actor:
                 return self._queue_unit(command, reply)
             case CheckReady():
                 check_reader(self.record, command.reader, self.place)
+                self._require_strategy()  # one that failed to start is never ready: it raises as tick() does
                 self._flush_new()
                 return self.strategy.is_ready()
             case Edit():
