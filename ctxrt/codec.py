@@ -374,7 +374,22 @@ def blocks_from_content(content: ContentLike, *, path: str = "content") -> tuple
         raise MalformedContentError(path, f"expected a string or a list of blocks, got {_type_name(content)}")
     if not content:
         raise MalformedContentError(path, "content is empty: give at least one block or some text")
-    return tuple(_validate_block(item, f"{path}[{i}]", False) for i, item in enumerate(content))
+    blocks = tuple(_validate_block(item, f"{path}[{i}]", False) for i, item in enumerate(content))
+    _refuse_repeated_tool_ids(blocks, path)
+    return blocks
+
+
+def _refuse_repeated_tool_ids(blocks: Sequence[Block], path: str) -> None:
+    """Two calls of one message with one id: no provider takes them, and no rendering could tell
+    which call a result answers (P4, P8). (A result repeated for one call is left to compile's
+    pairing, which keeps one.)"""
+    seen: dict[str, int] = {}
+    for i, block in enumerate(blocks):
+        if isinstance(block, ToolUse):
+            first = seen.setdefault(block.id, i)
+            if first != i:
+                raise MalformedContentError(f"{path}[{i}].id", f"{block.id!r} is also {path}[{first}]'s: each call "
+                                                               f"in a message needs an id of its own")
 
 
 def validate_participant(participant: object, *, path: str = "participant") -> str:

@@ -405,7 +405,9 @@ def block_strategy(*, with_audience: bool, with_raw: bool) -> st.SearchStrategy[
     )
 
 
-stored_blocks = st.lists(block_strategy(with_audience=True, with_raw=True), min_size=1, max_size=5).map(tuple)
+# A message's calls have ids of their own (ingress refuses a repeated one).
+stored_blocks = st.lists(block_strategy(with_audience=True, with_raw=True), min_size=1, max_size=5,
+                         unique_by=lambda b: b.id if isinstance(b, ToolUse) else object()).map(tuple)
 
 
 @settings(max_examples=300, deadline=None)
@@ -575,3 +577,12 @@ def test_converter_is_private():
     assert isinstance(codec._converter, cattrs.Converter)
     assert codec._converter is not cattrs.global_converter
     assert cattrs.global_converter.unstructure(Text("a")) != to_jsonable(Text("a"))
+
+
+def test_two_calls_of_one_message_with_one_id_are_refused_naming_the_second():
+    """M6, P4, P8 (from a host-style attack): a message may not hold two tool calls with one id
+    (no rendering could tell which call a result answers; OpenAI bodies broke their rules)."""
+    call = {"type": "tool_use", "id": "t1", "name": "calc", "input": {}}
+    with pytest.raises(MalformedContentError, match=r"^content\[1\]\.id: 't1' is also content\[0\]'s"):
+        blocks_from_content([call, {**call, "name": "search"}])
+    assert len(blocks_from_content([call, {**call, "id": "t2"}])) == 2
