@@ -793,6 +793,17 @@ def _configure_logging() -> None:
         logger.addHandler(logging.NullHandler())  # also keeps logging's last-resort handler quiet
 
 
+def run() -> NoReturn:
+    """The ``ctxrt`` command's process: ``main()``, then exit with its status. A Ctrl-C after the
+    command has done its work (while Python shuts down, when its default handler is back) would
+    kill the process by its signal, with no line said: it is ignored from then on."""
+    try:
+        status = main()
+    finally:  # argparse's --help and --version leave through SystemExit
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     as_json = "--json" in argv  # known even when parsing fails, so a usage error can be JSON too
