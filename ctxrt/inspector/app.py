@@ -29,7 +29,14 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..compile import Budget
-from ..errors import CtxrtError
+from ..errors import (
+    BranchNotFoundError,
+    CtxrtError,
+    StoreCorruptError,
+    StoreFormatError,
+    StorePermissionError,
+    StoreUnavailableError,
+)
 from ..manager import ContextManager
 from ..runtime import Runtime
 from ..store.records import BranchRow
@@ -53,6 +60,19 @@ SECURITY_HEADERS = {
 
 class BadRequest(Exception):
     """A query parameter that isn't what the page takes."""
+
+
+def status_of(error: CtxrtError) -> int:
+    """The HTTP status of the page saying ``error``: the store's own failure (damaged, of another
+    format, not readable) is the server's (500), a database not answering is 503, a branch deleted
+    while the page was made 404; any other is a refusal (a compile refused) 409."""
+    if isinstance(error, StoreUnavailableError):
+        return 503
+    if isinstance(error, StoreCorruptError | StoreFormatError | StorePermissionError):
+        return 500
+    if isinstance(error, BranchNotFoundError):
+        return 404
+    return 409
 
 
 class Managers:
@@ -139,8 +159,8 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
                 return render("error.html", 404, title="not found", message=str(exc))
             except BadRequest as exc:
                 return render("error.html", 400, title="bad request", message=str(exc))
-            except CtxrtError as exc:  # a refused compile, a deleted branch: said, not a 500
-                return render("error.html", 409, title=type(exc).__name__, message=str(exc))
+            except CtxrtError as exc:  # a damaged store, a refused compile, a deleted branch: said, never a bare 500
+                return render("error.html", status_of(exc), title=type(exc).__name__, message=str(exc))
         return endpoint
 
     def branch_of(request: Request) -> Any:
