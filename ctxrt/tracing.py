@@ -19,6 +19,12 @@ Message content stays out of spans unless ``configure(capture_content=True)`` or
 compiled request and a chat span the compression request and reply: both in the namespace's
 reader's view, so never a block another reader's audience keeps from it.
 
+Tracing never changes what ctxrt does: every call a hook makes into the API or an SDK (a span's
+start and end run the host's span processors, a gauge's set its metric readers) is guarded. One
+that raises leaves that span or gauge out, is logged once per kind (a WARNING on the
+``ctxrt.tracing`` logger with its traceback; later ones at DEBUG), and the call it traced
+answers as it would untraced.
+
 It sits in the lowest layer (the store actor calls it), so what it is handed from above
 (compile results, units, model requests, health) is typed ``Any`` and read by attribute.
 """
@@ -26,6 +32,7 @@ It sits in the lowest layer (the store actor calls it), so what it is handed fro
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -45,9 +52,16 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Meter, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
+logger = logging.getLogger("ctxrt.tracing")
+
 SCOPE = "ctxrt"
 LOOK_INTERVAL_S = 1.0  # how often the off path asks the API whether a global provider was installed
 CAPTURE_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+# The kinds a failing hook is logged once for.
+_PROVIDER, _CONTEXT = "the tracer provider", "the trace context"
+_COMPILE, _UNIT, _CHAT, _COMMIT = ("the ctxrt.compile span", "the ctxrt.compression_unit span", "the chat span",
+                                   "the ctxrt.store.commit span")
+_GAUGES = "the namespace gauges"
 
 
 class _Settings:
@@ -61,6 +75,7 @@ class _Settings:
         self.instruments: _Instruments | None = None
         self.next_look = 0.0  # when to ask the API for a global tracer provider again (time.monotonic)
         self.next_meter_look = 0.0
+        self.failed: set[str] = set()  # the kinds of hook whose failure was logged (once each)
 
 
 _settings = _Settings()
@@ -80,6 +95,18 @@ def configure(
     _settings.instruments = None if meter_provider is None or otel_metrics is None else _Instruments(
         meter_provider.get_meter(SCOPE))
     _settings.next_look = _settings.next_meter_look = 0.0
+    _settings.failed = set()
+
+
+def _failed(kind: str, exc: Exception) -> None:
+    """A call into the API or an SDK raised in a hook (``kind`` says which span, gauge or context):
+    logged once per kind, never passed on."""
+    if kind in _settings.failed:
+        logger.debug("tracing: %s failed again: %r", kind, exc)
+        return
+    _settings.failed.add(kind)
+    logger.warning("tracing: %s failed, left out; ctxrt goes on untraced there (logged once per kind)", kind,
+                   exc_info=exc)
 
 
 def _tracer() -> Tracer | None:
@@ -92,9 +119,12 @@ def _tracer() -> Tracer | None:
     if now < _settings.next_look:  # asking the API costs a microsecond (an environment lookup): once a second
         return None
     _settings.next_look = now + LOOK_INTERVAL_S
-    provider = otel_trace.get_tracer_provider()
-    if not isinstance(provider, (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider)):
-        _settings.tracer = provider.get_tracer(SCOPE)
+    try:
+        provider = otel_trace.get_tracer_provider()
+        if not isinstance(provider, (otel_trace.ProxyTracerProvider, otel_trace.NoOpTracerProvider)):
+            _settings.tracer = provider.get_tracer(SCOPE)
+    except Exception as exc:  # noqa: BLE001 - a host's provider that raises: untraced, asked again later
+        _failed(_PROVIDER, exc)
     return _settings.tracer
 
 
@@ -111,7 +141,11 @@ def current() -> Any:
     """The caller's context, to send with a command to an actor's task; None while tracing is off."""
     if _tracer() is None:
         return None
-    return otel_context.get_current()
+    try:
+        return otel_context.get_current()
+    except Exception as exc:  # noqa: BLE001 - a host's runtime context that raises: nothing carried
+        _failed(_CONTEXT, exc)
+        return None
 
 
 class _Nothing:
@@ -127,6 +161,54 @@ class _Nothing:
 _NOTHING = _Nothing()
 
 
+class _Current:
+    """A span current around a block, as ``start_as_current_span`` makes it, but with its start and
+    end guarded: a span that fails to start leaves the block untraced (yields None), one that fails
+    to end is logged; neither changes what the block does or raises."""
+
+    __slots__ = ("kind", "tracer", "name", "attributes", "parent", "span_kind", "records", "span", "token")
+
+    def __init__(self, kind: str, tracer: Tracer, name: str, attributes: dict[str, Any], parent: Any,
+                 span_kind: Any, records: bool) -> None:
+        self.kind, self.tracer, self.name, self.attributes = kind, tracer, name, attributes
+        self.parent, self.span_kind, self.records = parent, span_kind, records  # records: an exception leaving it
+        self.span: Span | None = None
+        self.token: Any = None
+
+    def __enter__(self) -> Span | None:
+        try:
+            self.span = self.tracer.start_span(self.name, context=self.parent, kind=self.span_kind,
+                                               attributes=self.attributes)
+            self.token = otel_context.attach(otel_trace.set_span_in_context(self.span))
+        except Exception as exc:  # noqa: BLE001 - the block runs untraced
+            _failed(self.kind, exc)
+            self._end()
+            self.span = None
+        return self.span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: object) -> None:
+        if self.token is not None:
+            otel_context.detach(self.token)  # the API logs a detach that fails; it never raises
+        span = self.span
+        if span is None:
+            return
+        try:
+            # As the API's use_span: an Exception is an error, a cancellation (a BaseException) isn't.
+            if self.records and isinstance(exc, Exception) and span.is_recording():
+                span.record_exception(exc)
+                span.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        except Exception as failure:  # noqa: BLE001 - the block's own exception goes on, unchanged
+            _failed(self.kind, failure)
+        self._end()
+
+    def _end(self) -> None:
+        try:
+            if self.span is not None:
+                self.span.end()
+        except Exception as exc:  # noqa: BLE001 - the span's end ran the host's processors: logged, not raised
+            _failed(self.kind, exc)
+
+
 def resumed(carried: Any) -> Any:
     """A context manager making a command's carried context current while an actor handles it."""
     if carried is None:
@@ -136,11 +218,16 @@ def resumed(carried: Any) -> Any:
 
 @contextmanager
 def _attached(carried: Any) -> Iterator[None]:
-    token = otel_context.attach(carried)
+    try:
+        token = otel_context.attach(carried)
+    except Exception as exc:  # noqa: BLE001 - the command is handled in the actor's own context
+        _failed(_CONTEXT, exc)
+        yield
+        return
     try:
         yield
     finally:
-        otel_context.detach(token)
+        otel_context.detach(token)  # the API logs a detach that fails; it never raises
 
 
 # -- compile ----------------------------------------------------------------------------------
@@ -160,13 +247,19 @@ def compiling(namespace: str, branch: str, reader: str | None, strategy: str, co
     }
     if reader is not None:
         attributes["ctxrt.reader"] = reader
-    return tracer.start_as_current_span("ctxrt.compile", attributes=attributes)
+    return _Current(_COMPILE, tracer, "ctxrt.compile", attributes, None, otel_trace.SpanKind.INTERNAL, True)
 
 
 def compiled(span: Span | None, result: Any, strategy: Any) -> None:
     """What the compile made: messages, what they came from, tokens per zone, what was dropped."""
-    if span is None or not span.is_recording():
-        return
+    try:
+        if span is not None and span.is_recording():
+            span.set_attributes(_compiled_attributes(result, strategy))
+    except Exception as exc:  # noqa: BLE001 - the compile's answer is its caller's whatever its span says
+        _failed(_COMPILE, exc)
+
+
+def _compiled_attributes(result: Any, strategy: Any) -> dict[str, Any]:
     attributes: dict[str, Any] = {  # each known without a walk of the messages: a compile's cost stays its own
         "ctxrt.compile.messages": len(result.messages), "ctxrt.compile.stable_prefix_tokens": result.stable_prefix_tokens,
     }
@@ -185,7 +278,7 @@ def compiled(span: Span | None, result: Any, strategy: Any) -> None:
     if capturing():  # the compile is in the reader's view: nothing another reader's audience keeps from it
         attributes["ctxrt.compile.request"] = json.dumps(
             [{"participant": m.participant, "parts": _parts(m.content)} for m in result.messages], ensure_ascii=False)
-    span.set_attributes(attributes)
+    return attributes
 
 
 # -- compression units and their model calls --------------------------------------------------
@@ -206,7 +299,11 @@ def start_unit(unit: Any, kind: str, namespace: str, branch: str, reader: str | 
         attributes["ctxrt.unit.level"] = level
     if first is not None and last is not None:
         attributes["ctxrt.unit.first_sequence"], attributes["ctxrt.unit.last_sequence"] = first, last
-    return tracer.start_span("ctxrt.compression_unit", context=carried, attributes=attributes)
+    try:
+        return tracer.start_span("ctxrt.compression_unit", context=carried, attributes=attributes)
+    except Exception as exc:  # noqa: BLE001 - the unit runs without a span (and its chat span with it)
+        _failed(_UNIT, exc)
+        return None
 
 
 def unit_shape(unit: Any) -> tuple[int | None, int | None, int | None]:
@@ -233,22 +330,23 @@ def end_unit(span: Span | None, outcome: str, error: BaseException | None = None
     it was out), failed, or stopped (the actor stopped first)."""
     if span is None:
         return
-    span.set_attribute("ctxrt.unit.outcome", outcome)
-    if error is not None:
-        span.record_exception(error)
-        span.set_attribute("error.type", type(error).__qualname__)
-        span.set_status(otel_trace.StatusCode.ERROR, str(error)[:200])
-    span.end()
+    try:
+        span.set_attribute("ctxrt.unit.outcome", outcome)
+        if error is not None:
+            span.record_exception(error)
+            span.set_attribute("error.type", type(error).__qualname__)
+            span.set_status(otel_trace.StatusCode.ERROR, str(error)[:200])
+        span.end()
+    except Exception as exc:  # noqa: BLE001 - the unit's reply is applied and answered whatever its span does
+        _failed(_UNIT, exc)
 
 
-@contextmanager
-def model_call(unit_span: Span | None, model: Any, request: Any) -> Iterator[Span | None]:
-    """The GenAI ``chat {model}`` span of a unit's model call, current in the task that makes it
-    (so an instrumented SDK's HTTP spans nest under it)."""
+def model_call(unit_span: Span | None, model: Any, request: Any) -> Any:
+    """A context manager around a unit's model call yielding its GenAI ``chat {model}`` span (or
+    None), current in the task that makes it (so an instrumented SDK's HTTP spans nest under it)."""
     tracer = _tracer()
     if tracer is None or unit_span is None:
-        yield None
-        return
+        return _NOTHING
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat", "gen_ai.provider.name": str(getattr(model, "provider", type(model).__name__)),
         "gen_ai.request.model": request.model, "gen_ai.request.max_tokens": request.max_tokens,
@@ -262,17 +360,21 @@ def model_call(unit_span: Span | None, model: Any, request: Any) -> Iterator[Spa
         attributes["gen_ai.input.messages"] = json.dumps(
             [{"role": "assistant" if m.participant in request.assistant else "user", "parts": _parts(m.content)}
              for m in request.messages], ensure_ascii=False)
-    parent = otel_trace.set_span_in_context(unit_span)
-    with tracer.start_as_current_span(f"chat {request.model}", context=parent, kind=otel_trace.SpanKind.CLIENT,
-                                      attributes=attributes, record_exception=False,
-                                      set_status_on_exception=False) as span:
-        yield span
+    # Its outcome is set by ``answered``: an exception leaving the block (a cancellation) isn't the model's.
+    return _Current(_CHAT, tracer, f"chat {request.model}", attributes, otel_trace.set_span_in_context(unit_span),
+                    otel_trace.SpanKind.CLIENT, False)
 
 
 def answered(span: Span | None, outcome: Any) -> None:
     """The model call's outcome on its chat span: usage and finish reason, or the error."""
-    if span is None or not span.is_recording():
-        return
+    try:
+        if span is not None and span.is_recording():
+            _answer_on(span, outcome)
+    except Exception as exc:  # noqa: BLE001 - the outcome goes back to the actor whatever its span does
+        _failed(_CHAT, exc)
+
+
+def _answer_on(span: Span, outcome: Any) -> None:
     usage = getattr(outcome, "usage", None)
     if usage is None:  # a ModelError (or what a host's model raised)
         span.set_attribute("error.type", type(outcome).__qualname__)
@@ -322,17 +424,21 @@ def committing(engine: Any, size: int, carried: Sequence[Any] = ()) -> Any:
     tracer = _tracer()
     if tracer is None:
         return _NOTHING
-    contexts = [c for c in carried if c is not None]
-    parent, links = None, []
-    if len({id(c) for c in contexts}) == 1:
-        parent = contexts[0]
-    else:
-        for found in contexts:
-            span_context = otel_trace.get_current_span(found).get_span_context()
-            if span_context.is_valid:
-                links.append(otel_trace.Link(span_context))
-    attributes: dict[str, Any] = {"db.system.name": _engine_name(engine), "ctxrt.store.batch_size": size}
-    return _CommitSpan(tracer.start_span("ctxrt.store.commit", context=parent, links=links, attributes=attributes))
+    try:
+        contexts = [c for c in carried if c is not None]
+        parent, links = None, []
+        if len({id(c) for c in contexts}) == 1:
+            parent = contexts[0]
+        else:
+            for found in contexts:
+                span_context = otel_trace.get_current_span(found).get_span_context()
+                if span_context.is_valid:
+                    links.append(otel_trace.Link(span_context))
+        attributes: dict[str, Any] = {"db.system.name": _engine_name(engine), "ctxrt.store.batch_size": size}
+        return _CommitSpan(tracer.start_span("ctxrt.store.commit", context=parent, links=links, attributes=attributes))
+    except Exception as exc:  # noqa: BLE001 - the write commits untraced
+        _failed(_COMMIT, exc)
+        return _NOTHING
 
 
 class _CommitSpan:
@@ -348,10 +454,13 @@ class _CommitSpan:
         return self.span
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: object) -> None:
-        if exc is not None:
-            self.span.record_exception(exc)
-            self.span.set_status(otel_trace.StatusCode.ERROR, str(exc)[:200])
-        self.span.end()
+        try:
+            if exc is not None:
+                self.span.record_exception(exc)
+                self.span.set_status(otel_trace.StatusCode.ERROR, str(exc)[:200])
+            self.span.end()
+        except Exception as failure:  # noqa: BLE001 - the write committed (or was refused) as it would untraced
+            _failed(_COMMIT, failure)
 
 
 def _engine_name(engine: Any) -> str:
@@ -399,6 +508,13 @@ def _instruments() -> _Instruments | None:
 
 def record_health(health: Any) -> None:
     """Set the namespace's gauges from one ``health()`` answer."""
+    try:
+        _set_gauges(health)
+    except Exception as exc:  # noqa: BLE001 - health() answers whatever a meter or its readers do
+        _failed(_GAUGES, exc)
+
+
+def _set_gauges(health: Any) -> None:
     instruments = _instruments()
     if instruments is None:
         return

@@ -20,7 +20,9 @@ import trio
 
 import ctxrt
 from ctxrt.inspector import app, pages
+from ctxrt.store import files
 from ctxrt.testing import ScriptedModel
+from support import damage, rename_items_table
 
 GUARD_S = 30
 HOSTILE = '<script>window.pwned=1</script><img id="pwned" src=x onerror="window.pwned=2">'
@@ -251,3 +253,42 @@ async def test_the_inspector_serves_a_postgresql_store_beside_its_writer(pg_url:
                 assert "a line from the writing process" in page
                 status, page = await get(url + "/reader?branch=main&namespace=agents/ann")
                 assert status == 200 and "ann only" in page
+
+
+async def test_a_branch_deleted_and_made_again_is_inspected_afresh(tmp_path: Path) -> None:
+    """A branch deleted and made again under the same name while the inspector runs: its reader
+    and diff pages show the new branch's messages, never the old one's and never a refusal (W7)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            await two_readers(writer, 5)
+            async with serving(tmp_path / "s") as url:
+                for line in ("the first feat's line", "the second feat's line"):
+                    await writer.create_branch("feat")
+                    async with await writer.open("agents/ann", branch="feat") as feat:
+                        await feat.add_message("user", line)
+                    status, reader = await get(url + "/reader?branch=feat&namespace=agents/ann")
+                    _, diff = await get(url + "/diff?branch=feat&a=agents/ann&b=agents/bob")
+                    assert status == 200 and line in texts(reader) and line in texts(diff), reader[-600:]
+                    await writer.delete_branch("feat")
+    assert "the first feat's line" not in texts(reader) + texts(diff)
+
+
+async def test_a_store_damaged_while_served_is_said_on_every_page(tmp_path: Path) -> None:
+    """A store whose file is damaged while the inspector serves it: every page answers 500 with a
+    page naming the damaged file (StoreCorruptError), never a bare 500 or a traceback, and the
+    inspector goes on serving (W8)."""
+    store = tmp_path / "s"
+    query = "?branch=main&namespace=agents/ann&a=agents/ann&b=agents/bob"
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store) as writer:
+            await two_readers(writer, 10)
+        async with serving(store) as url:
+            for route in ROUTES:
+                assert (await get(url + route + query))[0] == 200, route
+            damage(store, rename_items_table)
+            for _ in range(2):
+                for route in ROUTES:
+                    status, page = await get(url + route + query)
+                    shown = texts(page)
+                    assert status == 500 and "StoreCorruptError" in shown, (route, page[:300])
+                    assert str(files.data_path(store)) in shown and "Traceback" not in page

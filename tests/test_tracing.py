@@ -4,6 +4,7 @@ metric reader: the real SDK, real stores, the real Anthropic SDK against the loc
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,15 +12,17 @@ from typing import Any
 import anthropic
 import pytest
 import trio
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import ExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import ctxrt
 from ctxrt import tracing
 from ctxrt.testing import ApiReply, ScriptedModel, open_messages_api_server
+from opentelemetry.util.types import Attributes
 
 GUARD_S = 20
 SECRET = "ann-only: the vault code is 4417"
@@ -283,3 +286,89 @@ async def test_without_a_provider_nothing_is_traced_and_nothing_is_carried(tmp_p
         await m.add_message("user", "hello")
         with tracing.compiling("ns", "main", None, "passthrough", None) as span:  # type: ignore[arg-type]
             assert span is None
+
+
+class RaisingProcessor(SpanProcessor):
+    """A host's span processor that raises at the start or the end of each span whose name starts
+    with ``prefix``."""
+
+    def __init__(self, prefix: str, when: str) -> None:
+        self.prefix, self.when, self.raised = prefix, when, 0
+
+    def _maybe_raise(self, name: str, now: str) -> None:
+        if now == self.when and name.startswith(self.prefix):
+            self.raised += 1
+            raise RuntimeError(f"the host's processor failed at the {now} of {name}")
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self._maybe_raise(span.name, "start")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._maybe_raise(span.name, "end")
+
+
+async def answers_of_a_session(path: Path) -> list[Any]:
+    """What a session's calls answer: the open's commits, appends, a tick (a unit and its model
+    call), a compile and health; then what a fresh runtime reads back from the store."""
+    answers: list[Any] = []
+    async with ctxrt.open_runtime(path, model=ScriptedModel(memory), durability="os") as rt:
+        m = await rt.open("agents/ann", view_reader="ann", strategy=autobio(auto_tick=False))
+        for i in range(12):
+            answers.append(await m.add_message("user", say(i)))
+        answers.append(await m.tick())
+        result = await m.compile(ctxrt.Budget(10_000, 1_000))
+        answers.append([(message.participant, message.content) for message in result.messages])
+        health = await m.health()
+        answers.append((health.ready, health.pending_units, health.narrowing_floor, health.quarantined))
+    async with ctxrt.open_runtime(path, readonly=True) as rt:
+        m = await rt.open("agents/ann", view_reader="ann", strategy=autobio(auto_tick=False))
+        answers.append([(message.id, message.content) for message in await m.get_all_messages()])
+        result = await m.compile(ctxrt.Budget(10_000, 1_000))  # the summary the tick stored, read back
+        answers.append([(message.participant, message.content) for message in result.messages])
+    return answers
+
+
+@pytest.mark.parametrize("when", ["start", "end"])
+@pytest.mark.parametrize("prefix", ["ctxrt.store.commit", "ctxrt.compile", "ctxrt.compression_unit", "chat"])
+async def test_a_span_processor_that_raises_changes_nothing_ctxrt_does(
+    prefix: str, when: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A host's span processor that raises at a span's start or end leaves that span out: every
+    call answers as it would untraced, nothing hangs, nothing is lost, and the failure is logged
+    once, however many spans of its kind failed (V7)."""
+    with trio.fail_after(GUARD_S):
+        untraced = await answers_of_a_session(tmp_path / "untraced")
+    processor = RaisingProcessor(prefix, when)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    tracing.configure(tracer_provider=provider)
+    try:
+        with caplog.at_level(logging.WARNING, logger="ctxrt.tracing"), trio.fail_after(GUARD_S):
+            traced = await answers_of_a_session(tmp_path / "traced")
+    finally:
+        tracing.configure()
+    assert processor.raised >= 1
+    assert traced == untraced
+    assert len([r for r in caplog.records if r.name == "ctxrt.tracing"]) == 1
+
+
+class RaisingExemplarFilter(ExemplarFilter):
+    """A host's metrics pipeline that raises on every measurement."""
+
+    def should_sample(self, value: float, time_unix_nano: int, attributes: Attributes, context: Context) -> bool:
+        raise RuntimeError("the host's exemplar filter failed")
+
+
+async def test_a_meter_that_raises_leaves_health_answered(tmp_path: Path) -> None:
+    """A meter whose measurements raise leaves the gauges out and health() answered (V7)."""
+    tracing.configure(meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()],
+                                                   exemplar_filter=RaisingExemplarFilter()))
+    try:
+        with trio.fail_after(GUARD_S):
+            async with ctxrt.open_runtime(tmp_path / "s") as rt:
+                m = await rt.open("agents/ann")
+                await m.add_message("user", "hello")
+                health = await m.health()
+    finally:
+        tracing.configure()
+    assert health.namespace == "agents/ann" and health.ready

@@ -29,9 +29,17 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..compile import Budget
-from ..errors import CtxrtError
+from ..errors import (
+    BranchNotFoundError,
+    CtxrtError,
+    StoreCorruptError,
+    StoreFormatError,
+    StorePermissionError,
+    StoreUnavailableError,
+)
 from ..manager import ContextManager
 from ..runtime import Runtime
+from ..store.records import BranchRow
 from . import pages
 
 logger = logging.getLogger("ctxrt.inspector")
@@ -54,34 +62,54 @@ class BadRequest(Exception):
     """A query parameter that isn't what the page takes."""
 
 
+def status_of(error: CtxrtError) -> int:
+    """The HTTP status of the page saying ``error``: the store's own failure (damaged, of another
+    format, not readable) is the server's (500), a database not answering is 503, a branch deleted
+    while the page was made 404; any other is a refusal (a compile refused) 409."""
+    if isinstance(error, StoreUnavailableError):
+        return 503
+    if isinstance(error, StoreCorruptError | StoreFormatError | StorePermissionError):
+        return 500
+    if isinstance(error, BranchNotFoundError):
+        return 404
+    return 409
+
+
 class Managers:
     """Managers the breakdowns compile with, one per (branch, namespace), kept open so the next look
     compiles warm (and ``stable_prefix_tokens`` compares with the last look); at most
-    ``OPEN_MANAGERS``, the least recently used closed first."""
+    ``OPEN_MANAGERS``, the least recently used closed first.
+
+    Each is kept with the id of the branch it was opened on: a branch deleted and made again under
+    its name is another branch (a new id), and the manager of the deleted one (retired with it) is
+    closed and a new one opened."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self._open: OrderedDict[tuple[str, str], ContextManager] = OrderedDict()
+        self._open: OrderedDict[tuple[str, str], tuple[int, ContextManager]] = OrderedDict()
         self._lock = trio.Lock()
 
-    async def get(self, branch: str, namespace: str) -> ContextManager:
+    async def get(self, branch: BranchRow, namespace: str) -> ContextManager:
         async with self._lock:  # two requests for one namespace open one manager
-            key = (branch, namespace)
-            manager = self._open.get(key)
-            if manager is not None:
+            key = (branch.name, namespace)
+            found = self._open.get(key)
+            if found is not None and found[0] == branch.id:
                 self._open.move_to_end(key)
-                return manager
-            strategy = pages.recorded_strategy(self.runtime, namespace, branch, DEFAULT_BUDGET)
-            manager = await self.runtime.open(namespace, branch=branch, strategy=strategy)
-            self._open[key] = manager
+                return found[1]
+            if found is not None:
+                del self._open[key]
+                await found[1].aclose()
+            strategy = pages.recorded_strategy(self.runtime, namespace, branch.name, DEFAULT_BUDGET)
+            manager = await self.runtime.open(namespace, branch=branch.name, strategy=strategy)
+            self._open[key] = (branch.id, manager)
             while len(self._open) > OPEN_MANAGERS:
-                _, oldest = self._open.popitem(last=False)
+                _, (_, oldest) = self._open.popitem(last=False)
                 await oldest.aclose()
             return manager
 
     async def aclose(self) -> None:
         while self._open:
-            _, manager = self._open.popitem()
+            _, (_, manager) = self._open.popitem()
             await manager.aclose()
 
 
@@ -131,8 +159,8 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
                 return render("error.html", 404, title="not found", message=str(exc))
             except BadRequest as exc:
                 return render("error.html", 400, title="bad request", message=str(exc))
-            except CtxrtError as exc:  # a refused compile, a deleted branch: said, not a 500
-                return render("error.html", 409, title=type(exc).__name__, message=str(exc))
+            except CtxrtError as exc:  # a damaged store, a refused compile, a deleted branch: said, never a bare 500
+                return render("error.html", status_of(exc), title=type(exc).__name__, message=str(exc))
         return endpoint
 
     def branch_of(request: Request) -> Any:
@@ -160,7 +188,7 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
         row = branch_of(request)
         namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
         budget = _budget(request)
-        manager = await managers.get(row.name, namespace)
+        manager = await managers.get(row, namespace)
         return render("reader.html", branch=row.name, view=await pages.breakdown(manager, budget))
 
     async def summaries(request: Request) -> HTMLResponse:
@@ -175,7 +203,7 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
         b = await pages.require_namespace(runtime, row, request.query_params.get("b", ""))
         slot = request.query_params.get("slot", "messages")
         shown = await pages.diff(runtime, row, slot, _query_int(request, "page", None),
-                                 await managers.get(row.name, a), await managers.get(row.name, b), _budget(request))
+                                 await managers.get(row, a), await managers.get(row, b), _budget(request))
         return render("diff.html", branch=row.name, diff=shown)
 
     routes: list[BaseRoute] = [

@@ -65,6 +65,14 @@ _LMDB_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError)
 # What the backend itself raises, for callers that report errors by kind (the CLI).
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (lmdb.Error,)
 _DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError)
+# What else LMDB raises in a read transaction that meets a page damaged after the open (a read-only
+# runtime's file damaged while it serves): a table's entry in the main table lost its name
+# (MDB_BAD_DBI) or its flags (MDB_INCOMPATIBLE), or the transaction already failed on a damaged page
+# (MDB_BAD_TXN: LMDB drops the error of the search a cursor makes when it opens). Reads only: a
+# write's failures keep ``apply``'s handling.
+_LMDB_FAILED_READ = (lmdb.BadDbiError, lmdb.IncompatibleError, lmdb.BadTxnError)
+_LMDB_READ_DAMAGE = (*_LMDB_DAMAGE, *_LMDB_FAILED_READ)
+_READ_DAMAGE = (*_DAMAGE, *_LMDB_FAILED_READ)
 
 _U64_PACK = keys.U64.pack
 _ITEM_KEY_PACK = keys.ITEM_KEY.pack
@@ -147,7 +155,7 @@ class Engine:
                     if len(names) > 4 * len(keys.ALL_DBS):
                         break
                 return names
-        except _LMDB_DAMAGE as exc:
+        except _LMDB_READ_DAMAGE as exc:
             raise self._damaged(f"its main table can't be read: {exc}") from None
 
     def _foreign(self, names: Sequence[bytes]) -> StoreFormatError:
@@ -215,7 +223,7 @@ class Engine:
             with self.reader() as txn:
                 cursor = txn.cursor(db=self.dbs[keys.DB_META])
                 rows = dict((bytes(key), bytes(value)) for key, value in itertools.islice(cursor, _META_ROWS))
-        except _LMDB_DAMAGE as exc:
+        except _LMDB_READ_DAMAGE as exc:
             raise self._damaged(f"its meta table can't be read: {exc}") from None
         raw = rows.get(keys.META_FORMAT)
         found = keys.decode_u32(raw[:4]) if raw is not None and len(raw) in (4, 4 + _SEAL) else raw
@@ -325,7 +333,7 @@ class Engine:
                     (self._last_head(cursor, info.number, branch) for info in states.values() for branch in branches),
                     default=0,
                 )
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._damaged(f"its branch, state or head rows can't be read: {exc!r}") from None
         for row in branches.values():
             for level, _ in ((row.parent, None), *row.lineage):
@@ -599,7 +607,7 @@ class Engine:
             with self.reader() as txn:
                 cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
                 own = max((self._last_head(cursor, info.number, branch.id) for info in self.known_states.values()), default=0)
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, "the heads", branch) from None
         return max(own, branch.fork_sequence or 0)
 
@@ -614,7 +622,7 @@ class Engine:
                 return cached
         try:
             return self._log_head_at(txn, info.number, branch.levels(at))
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"the head of {state!r}", branch) from None
 
     def get_value(
@@ -629,7 +637,7 @@ class Engine:
             if found is None:
                 return None, 0
             return json.loads(found[0]), found[1]
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"the value of {state!r}", branch) from None
 
     def _read_ordinal(
@@ -658,7 +666,7 @@ class Engine:
                 return None
             cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
             return self._read_ordinal(cursor, info.number, levels, head.index_to_ordinal(index))
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"item {index} of {state!r}", branch) from None
 
     def log_items(
@@ -677,7 +685,7 @@ class Engine:
             head = self.log_head(txn, state, branch, at)
         try:
             return self._log_items(txn, info, branch.levels(at), start, stop, head)
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"the items of {state!r}", branch) from None
 
     def _log_items(
@@ -790,8 +798,11 @@ class Engine:
         if not self.readonly:
             return self.known_branches[branch_id].deleted
         key = keys.encode_u32(branch_id)
-        with self.reader() as txn:
-            raw = self._get(txn, keys.DB_BRANCHES, key)
+        try:
+            with self.reader() as txn:
+                raw = self._get(txn, keys.DB_BRANCHES, key)
+        except _LMDB_READ_DAMAGE as exc:
+            raise self._damaged(f"the row of branch {branch_id} can't be read: {exc!r}") from None
         return raw is None or self.decode_branch_row(key, raw).deleted
 
     def find_index(
@@ -801,7 +812,7 @@ class Engine:
         info = self._log_state(state)
         try:
             return self._locate(txn, info, branch.levels(at), sequence)
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"the items of {state!r}", branch) from None
 
     def _locate(
@@ -855,7 +866,7 @@ class Engine:
                 return None
             media_type, _, data = raw.partition(b"\x00")
             return data, media_type.decode()
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._damaged(f"blob {sha256} can't be read: {exc!r}") from None
 
     # -- writes -----------------------------------------------------------------------------
