@@ -162,9 +162,9 @@ def test_pop_item_and_clear_session_remove_only_what_that_session_wrote(tmp_path
     run(body)
 
 
-def test_get_items_with_a_limit_never_starts_with_an_output_whose_call_was_cut(tmp_path: Path) -> None:
-    """``get_items(limit)`` is the newest ``limit`` items of the view, less a leading function
-    output whose call fell outside (the SDK's session_settings limit) (I4)."""
+def test_get_items_with_a_limit_never_holds_an_output_whose_call_was_cut(tmp_path: Path) -> None:
+    """``get_items(limit)`` is the newest ``limit`` items of the view, less any function output
+    whose call fell outside (the SDK's session_settings limit), parallel calls' included (I4)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -177,6 +177,12 @@ def test_get_items_with_a_limit_never_starts_with_an_output_whose_call_was_cut(t
             assert [i["type"] for i in await ann.get_items(limit=2)] == ["message"]
             assert [i["type"] for i in await ann.get_items(limit=3)] == ["function_call", "function_call_output", "message"]
             assert await CtxrtSession(team.bob).get_items() != []
+            await ann.add_items([{"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "c2", "output": "two"},
+                                 {"type": "function_call_output", "call_id": "c3", "output": "three"}])
+            assert [(i["type"], i["call_id"]) for i in await ann.get_items(limit=3)] == [
+                ("function_call", "c3"), ("function_call_output", "c3")]
 
     run(body)
 
