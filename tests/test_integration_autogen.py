@@ -141,7 +141,8 @@ def test_every_request_openaichatcompletionclient_sends_passes_openais_rules(tmp
 def test_messages_from_outside_the_team_each_reach_the_slot_once(tmp_path: Path) -> None:
     """An outside message handed to both members is written once; the same words sent again after
     the member looked at its view are a new message; a member's words handed to another agent's
-    context aren't written again; ``clear`` removes only what that context wrote (I4)."""
+    context aren't written again; ``clear`` removes only what that context wrote through its own
+    manager, not a line another namespace tagged with its name (I4)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -156,7 +157,41 @@ def test_messages_from_outside_the_team_each_reach_the_slot_once(tmp_path: Path)
             await bob.add_message(task)
             stored = [(m.participant, m.content[0].text) for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
             assert stored == [("user", "plan the week"), ("user", "plan the week")]
+            await team.bob.add_message("bob", "bob's note, tagged as ann's", metadata={"autogen_agent": "ann"})
             await ann.clear()
-            assert [m.metadata for m in await team.bob.get_all_messages()] == [{"autogen_agent": "bob"}]
+            assert [m.metadata for m in await team.bob.get_all_messages()] == [
+                {"autogen_agent": "bob", "ctxrt_writer": "agents/bob"}, {"autogen_agent": "ann"}]
+
+    run(body)
+
+
+def test_a_tool_call_and_its_result_stay_paired_whatever_another_agent_writes_meanwhile(tmp_path: Path) -> None:
+    """bob speaks in the slot while ann's tool runs: ann's reflection on the tool's result still
+    carries her call and its result, stored as one message, and bob's view shows both as text,
+    one right after the other (I5)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+
+            async def lookup_slowly(key: str) -> str:
+                """Looks a key up, taking long enough for bob to speak."""
+                await team.bob.add_message("bob", "bob speaks meanwhile")
+                return TOOL_SECRET
+
+            call = FunctionCall(id="call_1", arguments='{"key": "ann"}', name="lookup_slowly")
+            client = ReplayChatCompletionClient(
+                [CreateResult(finish_reason="function_calls", content=[call], usage=RequestUsage(0, 0), cached=False),
+                 "ann is done"], model_info=TOOLS)
+            ann = AssistantAgent("ann", model_client=client, tools=[lookup_slowly], reflect_on_tool_use=True,
+                                 model_context=CtxrtModelContext(team.ann, budget=BUDGET))
+            await ann.run(task="ann, look yourself up")
+            reflection = received(client)[1]
+            assert [type(m).__name__ for m in reflection[-2:]] == ["AssistantMessage", "FunctionExecutionResultMessage"]
+            assert holds(reflection[-1], TOOL_SECRET)
+            stored = [[b.type for b in m.content] for m in await team.ann.get_all_messages()]
+            assert stored == [["text"], ["text"], ["tool_use", "tool_result"], ["text"]]
+            bob_view = [m["content"] for m in (await team.bob.compile(BUDGET)).to_openai_chat(assistant="bob")["messages"]]
+            called = next(i for i, text in enumerate(bob_view) if "ann called lookup_slowly" in text)
+            assert TOOL_SECRET in bob_view[called + 1]
 
     run(body)

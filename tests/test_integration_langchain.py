@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -165,5 +166,94 @@ def test_a_checkpointed_thread_writes_each_message_once_and_a_sync_agent_works_f
                 assert "ainvoke" in str(error)
             else:
                 raise AssertionError("a blocking invoke on the runtime's loop")
+
+    run(body)
+
+
+def test_a_tool_call_and_its_result_stay_paired_whatever_another_agent_writes_meanwhile(tmp_path: Path) -> None:
+    """bob speaks in the slot while ann's tool runs: ann's next model call still carries her call
+    and its result as a pair, stored as one message, and bob's view shows both as text, one right
+    after the other (I5)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+
+            @tool
+            async def lookup_slowly(key: str) -> str:
+                """Looks a key up, taking long enough for bob to speak."""
+                await team.bob.add_message("bob", "bob speaks meanwhile")
+                return TOOL_SECRET
+
+            call = AIMessage("", tool_calls=[{"name": "lookup_slowly", "args": {"key": "ann"}, "id": "call_1"}])
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=iter([call, AIMessage("ann is done")])), tools=[lookup_slowly],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)])
+            await graph.ainvoke({"messages": [{"role": "user", "content": "ann, look yourself up"}]},
+                                config={"callbacks": [seen]})
+            assert [type(m).__name__ for m in seen.calls[1][-2:]] == ["AIMessage", "ToolMessage"]
+            assert holds(seen.calls[1][-1].content, TOOL_SECRET)
+            stored = [[b.type for b in m.content] for m in await team.ann.get_all_messages()]
+            assert stored == [["text"], ["text"], ["tool_use", "tool_result"], ["text"]]
+            bob_view = [m["content"] for m in (await team.bob.compile(BUDGET)).to_openai_chat(assistant="bob")["messages"]]
+            called = next(i for i, text in enumerate(bob_view) if "ann called lookup_slowly" in text)
+            assert TOOL_SECRET in bob_view[called + 1]
+
+    run(body)
+
+
+class FailingOnce:
+    """A fake chat model's replies, numbered; with ``how="error"`` the second call fails (a
+    provider's error)."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+        self.count = 0
+
+    def __iter__(self) -> FailingOnce:
+        return self
+
+    def __next__(self) -> AIMessage:
+        self.count += 1
+        if self.count == 2 and self.how == "error":
+            raise RuntimeError("the provider failed")
+        return AIMessage(f"reply {self.count}")
+
+
+class Starting(AsyncCallbackHandler):
+    """Marks a chat model call's start (LangChain's own callback, run inline), so a test can
+    cancel the call."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+        self.started.set()
+
+
+@pytest.mark.parametrize("how", ["error", "cancel"])
+def test_a_thread_resumed_after_a_failed_or_cancelled_model_call_writes_nothing_twice(tmp_path: Path, how: str) -> None:
+    """A checkpointed thread whose model call fails (or is cancelled) after the person's message
+    was written: the next turn on the thread writes that message no second time (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            starting = Starting()
+            graph = create_agent(ToolCallingFake(messages=FailingOnce(how)), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread: Any = {"configurable": {"thread_id": "t1"}}
+            await graph.ainvoke({"messages": [{"role": "user", "content": "hello"}]}, config=thread)
+            second = asyncio.ensure_future(graph.ainvoke({"messages": [{"role": "user", "content": "please answer"}]},
+                                                         config={**thread, "callbacks": [starting]}))
+            if how == "cancel":
+                await starting.started.wait()
+                second.cancel()
+            with pytest.raises((RuntimeError, asyncio.CancelledError)):
+                await second
+            await graph.ainvoke({"messages": [{"role": "user", "content": "resume"}]}, config=thread)
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored[:4] == ["hello", "reply 1", "please answer", "resume"]
+            assert len(stored) == 5 and stored[4].startswith("reply")
 
     run(body)

@@ -162,9 +162,9 @@ def test_pop_item_and_clear_session_remove_only_what_that_session_wrote(tmp_path
     run(body)
 
 
-def test_get_items_with_a_limit_never_starts_with_an_output_whose_call_was_cut(tmp_path: Path) -> None:
-    """``get_items(limit)`` is the newest ``limit`` items of the view, less a leading function
-    output whose call fell outside (the SDK's session_settings limit) (I4)."""
+def test_get_items_with_a_limit_never_holds_an_output_whose_call_was_cut(tmp_path: Path) -> None:
+    """``get_items(limit)`` is the newest ``limit`` items of the view, less any function output
+    whose call fell outside (the SDK's session_settings limit), parallel calls' included (I4)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -177,6 +177,12 @@ def test_get_items_with_a_limit_never_starts_with_an_output_whose_call_was_cut(t
             assert [i["type"] for i in await ann.get_items(limit=2)] == ["message"]
             assert [i["type"] for i in await ann.get_items(limit=3)] == ["function_call", "function_call_output", "message"]
             assert await CtxrtSession(team.bob).get_items() != []
+            await ann.add_items([{"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "c2", "output": "two"},
+                                 {"type": "function_call_output", "call_id": "c3", "output": "three"}])
+            assert [(i["type"], i["call_id"]) for i in await ann.get_items(limit=3)] == [
+                ("function_call", "c3"), ("function_call_output", "c3")]
 
     run(body)
 
@@ -203,5 +209,93 @@ def test_a_session_refuses_a_manager_without_a_reader_and_a_part_it_cannot_keep(
             else:
                 raise AssertionError("an input_file part was taken")
             assert await team.ann.message_count() == 0
+
+    run(body)
+
+
+def test_a_call_and_its_output_saved_apart_stay_one_message_whatever_another_agent_writes_meanwhile(tmp_path: Path) -> None:
+    """A tool that needs approval: the run saves ann's call, stops, bob speaks, and the approved
+    run saves the output in a later batch. The output joins its call's message, so ann's view
+    (her next run's history) holds the call and its output as a pair and bob's shows both as
+    text, one right after the other (I5)."""
+
+    @function_tool(needs_approval=True)
+    def approved_lookup(key: str) -> str:
+        """Looks a key up once a person approves."""
+        return TOOL_SECRET
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            steps = iter([[function_call("approved_lookup", {"key": "ann"}, call_id="call_1")],
+                          [assistant_message("ann is done")]])
+            model = ScriptedModel([{"responder": lambda call: next(steps)} for _ in range(2)])
+            ann = Agent(name="ann", model=model, tools=[approved_lookup])
+            session = CtxrtSession(team.ann, budget=BUDGET)
+            stopped = await Runner.run(ann, "ann, look yourself up", session=session)
+            await Runner.run(Agent(name="bob", model=scripted("bob", 1)), "bob, what's new?",
+                             session=CtxrtSession(team.bob, budget=BUDGET))
+            state = stopped.to_state()
+            for interruption in stopped.interruptions:
+                state.approve(interruption)
+            await Runner.run(ann, state, session=session)
+            items = await session.get_items()
+            assert [item.get("type") for item in items[1:3]] == ["function_call", "function_call_output"]
+            assert items[2]["output"] == TOOL_SECRET
+            stored = [[b.type for b in m.content] for m in await team.ann.get_all_messages()]
+            assert stored == [["text"], ["tool_use", "tool_result"], ["text"], ["text"], ["text"]]
+            bob_view = [i["content"] for i in await CtxrtSession(team.bob).get_items()]
+            called = next(i for i, text in enumerate(bob_view) if "ann called approved_lookup" in text)
+            assert TOOL_SECRET in bob_view[called + 1]
+
+    run(body)
+
+
+def test_add_items_maps_a_call_id_ctxrt_refuses_and_checks_the_whole_batch_before_writing(tmp_path: Path) -> None:
+    """A provider's call id such as ``functions.lookup:0`` is mapped alike in the call and its
+    output, so the pair reaches ann's view; an item ctxrt can't store (a lone surrogate in an
+    output) is refused naming it, and nothing of its batch is written (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann = CtxrtSession(team.ann)
+            await ann.add_items([{"role": "user", "content": "go"},
+                                 {"type": "function_call", "call_id": "functions.lookup:0", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "functions.lookup:0", "output": "found"}])
+            items = await ann.get_items()
+            assert [i.get("type") for i in items] == ["message", "function_call", "function_call_output"]
+            assert items[1]["call_id"] == items[2]["call_id"] and ":" not in items[1]["call_id"]
+            try:
+                await ann.add_items([{"role": "user", "content": "again"},
+                                     {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{}"},
+                                     {"type": "function_call_output", "call_id": "c2", "output": "bad \ud800 output"}])
+            except ctxrt.MalformedContentError as error:
+                assert error.path == "items[2].output" and "surrogate" in error.reason
+            else:
+                raise AssertionError("a lone surrogate was taken")
+            assert await team.ann.message_count() == 2
+
+    run(body)
+
+
+def test_pop_item_and_clear_session_never_touch_another_namespaces_lines_or_hand_back_a_hidden_one(tmp_path: Path) -> None:
+    """A line bob's manager tags with ann's session id, and one tagged in full as ann's but meant
+    for bob alone: ann's ``pop_item`` returns neither and ``clear_session`` leaves both; a call
+    and its output come off one item at a time (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann = CtxrtSession(team.ann)
+            await ann.add_items([{"role": "user", "content": "go"},
+                                 {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "c1", "output": "found"}])
+            await team.bob.add_message("bob", "bob's own line", metadata={"agents_sdk_session": "agents/ann"})
+            await team.bob.add_message("user", [{"type": "text", "text": "for bob alone", "audience": ["bob"]}],
+                                       metadata={"agents_sdk_session": "agents/ann", "ctxrt_writer": "agents/ann"})
+            assert await ann.pop_item() == {"type": "function_call_output", "call_id": "c1", "output": "found"}
+            assert await ann.pop_item() == {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"}
+            await ann.clear_session()
+            assert await ann.pop_item() is None
+            left = [getattr(b, "text", b.type) for m in await team.ann.get_all_messages() for b in m.content]
+            assert left == ["bob's own line", "for bob alone"]
 
     run(body)

@@ -6,6 +6,7 @@ any request that breaks OpenAI's rules."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -150,5 +151,43 @@ def test_history_passed_back_in_is_not_written_again_and_process_serves_as_a_pla
             assert [m.participant for m in await team.bob.get_all_messages()][-1] == "user"
             await plain.run("four", message_history=result.all_messages())
             assert [m.participant for m in await team.bob.get_all_messages()][-3:] == ["user", "bob", "user"]
+
+    run(body)
+
+
+class Asking:
+    """A FunctionModel's function that calls the tool on each run's first request and notes
+    whether the run's next request carried that call's return."""
+
+    def __init__(self, speaker: str) -> None:
+        self.speaker = speaker
+        self.pending: str | None = None
+        self.answered: list[bool] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if self.pending is None:
+            self.pending = f"{self.speaker}_{len(self.answered)}"
+            return ModelResponse(parts=[ToolCallPart("lookup", {"key": self.speaker}, tool_call_id=self.pending)])
+        returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
+        self.answered.append(any(p.tool_call_id == self.pending for p in returns))
+        self.pending = None
+        return ModelResponse(parts=[TextPart(f"{self.speaker} is done")])
+
+
+def test_agents_running_at_once_each_get_their_own_tool_call_and_its_return(tmp_path: Path) -> None:
+    """ann and bob run at once (asyncio.gather), each calling a tool in every run: each run's
+    request after the call carries that call and its return, whatever the other agent wrote
+    meanwhile, and each stored call is one message with its return (I5)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            scripts = {"ann": Asking("ann"), "bob": Asking("bob")}
+            agents = [agent(name, manager, FunctionModel(scripts[name]))
+                      for name, manager in (("ann", team.ann), ("bob", team.bob))]
+            for turn in range(3):
+                await asyncio.gather(*(a.run(f"turn {turn}") for a in agents))
+            assert scripts["ann"].answered == [True] * 3 and scripts["bob"].answered == [True] * 3
+            calls = [m for m in await team.ann.get_all_messages() if any(b.type == "tool_use" for b in m.content)]
+            assert len(calls) == 6 and all([b.type for b in m.content] == ["tool_use", "tool_result"] for m in calls)
 
     run(body)

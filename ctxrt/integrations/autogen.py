@@ -4,11 +4,13 @@ view of a shared ctxrt slot (docs/integrations.md#autogen).
     pip install 'ctxrt[autogen]'
 
 ``CtxrtModelContext(manager, team=team)`` goes in ``AssistantAgent(..., model_context=...)``. What
-the agent adds to its context is written to the shared slot: its own replies and tool calls as
-the agent, tool results as ``"tool"``, a message from outside the team (the task, a person) as
-its source, and a system message (what a ``Memory`` adds) as ``"system"`` with the agent's
-reader as its audience, so no other agent sees it. ``get_messages()`` compiles the manager's view
-under its budget (``CompileResult.to_openai_chat``) as AutoGen's LLM messages.
+the agent adds to its context is written to the shared slot: its own replies as the agent, its
+tool calls as the agent once their results are added, together with them as one message (so no
+other agent's message comes between a call and its results), a message from outside the team
+(the task, a person) as its source, and a system message (what a ``Memory`` adds) as
+``"system"`` with the agent's reader as its audience, so no other agent sees it.
+``get_messages()`` compiles the manager's view under its budget
+(``CompileResult.to_openai_chat``) as AutoGen's LLM messages.
 
 A group chat hands every agent every other agent's message: with the agents listed in one
 ``Team``, a context doesn't write what a member said (that member's own context wrote it), and
@@ -72,13 +74,13 @@ class Team:
 
 def _user_blocks(content: str | Sequence[str | Image], place: str) -> list[blocks.Block]:
     if isinstance(content, str):
-        return [blocks.text(content)] if content.strip() else []
+        return [blocks.text(content, place)] if content.strip() else []
     out = []
     for j, part in enumerate(content):
         if isinstance(part, Image):
             out.append(blocks.image(part.data_uri, f"{place}[{j}]"))
         elif part.strip():
-            out.append(blocks.text(part))
+            out.append(blocks.text(part, f"{place}[{j}]"))
     return out
 
 
@@ -86,19 +88,21 @@ def _written(message: LLMMessage, agent: str, reader: str) -> tuple[str, list[bl
     """What a message added to the context writes to the slot: (participant, blocks), or None."""
     if isinstance(message, AssistantMessage):
         if isinstance(message.content, str):
-            said = [blocks.text(message.content)] if message.content.strip() else []
+            said = [blocks.text(message.content, "message.content")] if message.content.strip() else []
         else:
-            said = [blocks.text(message.thought)] if message.thought and message.thought.strip() else []
-            said += [blocks.tool_use(call.id, call.name, call.arguments) for call in message.content]
+            said = [blocks.text(message.thought, "message.thought")] if message.thought and message.thought.strip() else []
+            said += [blocks.tool_use(call.id, call.name, call.arguments, f"message.content[{j}]")
+                     for j, call in enumerate(message.content)]
         return (agent, said) if said else None
     if isinstance(message, FunctionExecutionResultMessage):
-        results = [blocks.tool_result(r.call_id, r.content, is_error=bool(r.is_error)) for r in message.content]
+        results = [blocks.tool_result(r.call_id, r.content, f"message.content[{j}]", is_error=bool(r.is_error))
+                   for j, r in enumerate(message.content)]
         return (blocks.TOOL, results) if results else None
     if isinstance(message, UserMessage):
         content = _user_blocks(message.content, "message.content")
         return (message.source, content) if content else None
     if message.content.strip():  # a SystemMessage: this agent's alone
-        return "system", [{"type": "text", "text": message.content, "audience": [reader]}]
+        return "system", [blocks.checked({"type": "text", "text": message.content, "audience": [reader]}, "message.content")]
     return None
 
 
@@ -170,6 +174,12 @@ class CtxrtModelContext(ChatCompletionContext):
         self.budget = budget if budget is not None else Budget()
         self.agent = agent if agent is not None else manager.view_reader
         self.team = team if team is not None else Team([self.agent])
+        # The agent's tool calls, held until their results are added: written with them.
+        self._calls: tuple[str, list[blocks.Block]] | None = None
+
+    @property
+    def _metadata(self) -> dict[str, str]:
+        return {METADATA_KEY: self.agent, blocks.WRITER: self.manager.namespace}
 
     async def add_message(self, message: LLMMessage) -> None:
         """Writes what the agent added to the shared slot (see the module's doc)."""
@@ -180,11 +190,26 @@ class CtxrtModelContext(ChatCompletionContext):
             if self.team.is_copy(self.agent, key):
                 return
         written = _written(message, self.agent, str(self.manager.view_reader))
+        if isinstance(message, AssistantMessage) and isinstance(message.content, list):
+            await self._write_held()
+            self._calls = written
+            return
+        if isinstance(message, FunctionExecutionResultMessage) and self._calls is not None and written is not None:
+            joined = blocks.paired([self._calls, written])
+            if len(joined) == 1:
+                self._calls, written = None, joined[0]
+        await self._write_held()
         if written is None:
             return
-        await self.manager.add_message(written[0], written[1], metadata={METADATA_KEY: self.agent})
+        await self.manager.add_message(written[0], written[1], metadata=self._metadata)
         if isinstance(message, UserMessage):
             self.team.wrote(self.agent, key)
+
+    async def _write_held(self) -> None:
+        """Writes calls whose results never came (a compile leaves them out until answered)."""
+        held, self._calls = self._calls, None
+        if held is not None:
+            await self.manager.add_message(held[0], held[1], metadata=self._metadata)
 
     async def get_messages(self) -> list[LLMMessage]:
         """The agent's reader's compiled view, as AutoGen's LLM messages."""
@@ -193,9 +218,13 @@ class CtxrtModelContext(ChatCompletionContext):
         return _llm_messages(blocks.chat_messages(result, self.agent), self.agent)
 
     async def clear(self) -> None:
-        """Removes every message this agent's context wrote (an agent's or a team's reset)."""
-        for message in await self.manager.query_messages(metadata={METADATA_KEY: self.agent}):
-            await self.manager.remove_message(message.id)
+        """Removes every message this agent's context wrote through its manager (an agent's or a
+        team's reset), and any calls it holds; never a message holding a block its reader can't see."""
+        self._calls = None
+        reader = str(self.manager.view_reader)
+        for message in await self.manager.query_messages(metadata=self._metadata):
+            if blocks.seen_whole(message, reader):
+                await self.manager.remove_message(message.id)
 
     async def save_state(self) -> Mapping[str, Any]:
         return {"messages": []}  # the history is the slot's, kept by ctxrt

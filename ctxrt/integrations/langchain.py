@@ -3,15 +3,18 @@ a shared ctxrt slot (docs/integrations.md#langchain).
 
     pip install 'ctxrt[langchain]'
 
-``CtxrtMiddleware(manager)`` goes in ``create_agent(..., middleware=[...])``. At each model call
-(``awrap_model_call``; ``wrap_model_call`` from a thread other than the runtime's loop) it writes
-the agent state's messages it hasn't written yet to the shared slot (a human message as its
-``name`` or ``"user"``, the agent's messages and tool calls as the agent, tool messages as
-``"tool"``), hands the model the manager's compiled view under its budget in place of the state's
-messages (the system message stays the agent's), and writes the model's reply. How far the state
-is written is kept in the agent's state (``ctxrt_recorded``), so a checkpointer's thread resumes
-where it left off; without one each invocation's state is its own input and turn. What the state
-holds after the last model call (a tool that returns directly) is written when the agent ends.
+``CtxrtMiddleware(manager)`` goes in ``create_agent(..., middleware=[...])``. Before each model
+call (``abefore_model``) it writes the agent state's messages it hasn't written yet to the shared
+slot (a human message as its ``name`` or ``"user"``, the agent's messages and tool calls as the
+agent, tool messages joined to the calls they answer); at the call (``awrap_model_call``;
+``wrap_model_call`` from a thread other than the runtime's loop) it hands the model the manager's
+compiled view under its budget in place of the state's messages (the system message stays the
+agent's). How far the state is written is kept in the agent's state (``ctxrt_recorded``) by the
+same step that writes it, so a checkpointer's thread resumes where it left off, even after a
+model call failed or was cancelled; without one each invocation's state is its own input and
+turn. A reply with tool calls waits in the state until its results are there and is written with
+them as one message; what the state holds when the agent ends (the final reply, a tool that
+returns directly) is written then.
 """
 
 from __future__ import annotations
@@ -21,11 +24,10 @@ import concurrent.futures
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Annotated, Any, TypeVar, cast
 
-from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
-from langchain.agents.middleware.types import ExtendedModelResponse, ModelCallResult, PrivateStateAttr
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
+from langchain.agents.middleware.types import ModelCallResult, PrivateStateAttr
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, convert_to_messages, convert_to_openai_messages
 from langgraph.runtime import Runtime
-from langgraph.types import Command
 from typing_extensions import NotRequired
 
 from .. import Budget, ContextManager
@@ -39,30 +41,14 @@ class CtxrtState(AgentState[Any]):
     ctxrt_recorded: NotRequired[Annotated[int, PrivateStateAttr]]
 
 
-def _reply(result: ModelCallResult[Any]) -> tuple[list[BaseMessage], Command[Any] | None]:
-    """The messages a model call added to the state, and any command an inner middleware returned."""
-    if isinstance(result, AIMessage):
-        return [result], None
-    if isinstance(result, ExtendedModelResponse):
-        return list(result.model_response.result), result.command
-    return list(result.result), None
-
-
-def _with_recorded(result: ModelCallResult[Any], count: int) -> ExtendedModelResponse[Any]:
-    """``result`` with the state's written count set, beside any update an inner middleware made."""
-    messages, inner = _reply(result)
-    response = result.model_response if isinstance(result, ExtendedModelResponse) else (
-        ModelResponse(result=messages) if isinstance(result, AIMessage) else result)
-    update: dict[str, Any] = {}
-    if inner is not None and isinstance(inner.update, dict):
-        update.update(inner.update)
-    update[RECORDED] = count
-    return ExtendedModelResponse(model_response=response, command=Command(update=update))
-
-
 def _written_count(state: AgentState[Any]) -> int:
     count = state.get(RECORDED, 0)
     return count if isinstance(count, int) else 0
+
+
+def _awaiting_results(messages: Sequence[BaseMessage]) -> bool:
+    """Whether the state ends with the agent's tool calls, their results yet to come."""
+    return bool(messages) and isinstance(messages[-1], AIMessage) and bool(messages[-1].tool_calls)
 
 
 class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
@@ -97,11 +83,12 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
                 loop = None
         self.loop = loop
 
-    async def record(self, messages: Sequence[BaseMessage]) -> None:
-        """Writes LangChain messages to the slot, as the agent's turn would (see the module's doc)."""
+    async def record(self, messages: Sequence[BaseMessage], start: int = 0) -> None:
+        """Writes LangChain messages to the slot, as the agent's turn would (see the module's doc);
+        ``start``: the first one's index in the state, for the place an error names."""
         if not messages:
             return
-        planned = blocks.from_chat(convert_to_openai_messages(list(messages)), self.agent)
+        planned = blocks.from_chat(convert_to_openai_messages(list(messages)), self.agent, start)
         for participant, content in planned:
             await self.manager.add_message(participant, content)
 
@@ -112,43 +99,42 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         messages = convert_to_messages([{"content": "", **m} for m in blocks.chat_messages(result, self.agent)])
         return cast("list[AnyMessage]", messages)  # each one of the AnyMessage kinds convert_to_messages makes
 
-    async def _before(self, request: ModelRequest[Any]) -> tuple[ModelRequest[Any], int]:
-        messages = request.state["messages"]
-        await self.record(messages[_written_count(request.state):])
-        return request.override(messages=await self.view()), len(messages)
+    async def _write_state(self, state: CtxrtState, *, final: bool) -> dict[str, Any] | None:
+        """Writes the state's messages not yet written, but for tool calls still awaiting their
+        results (unless ``final``); the written count goes back as the step's state update."""
+        messages = state["messages"]
+        done = _written_count(state)
+        end = len(messages) - 1 if not final and _awaiting_results(messages) else len(messages)
+        if end <= done:
+            return None
+        await self.record(messages[done:end], done)
+        return {RECORDED: end}
+
+    async def abefore_model(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return await self._write_state(state, final=False)
+
+    def before_model(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self._on_loop(self._write_state(state, final=False))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelCallResult[Any]]],
-    ) -> ExtendedModelResponse[Any]:
-        viewed, count = await self._before(request)
-        result = await handler(viewed)
-        reply, _ = _reply(result)
-        await self.record(reply)
-        return _with_recorded(result, count + len(reply))
+    ) -> ModelCallResult[Any]:
+        return await handler(request.override(messages=await self.view()))
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelCallResult[Any]],
-    ) -> ExtendedModelResponse[Any]:
-        viewed, count = self._on_loop(self._before(request))
-        result = handler(viewed)
-        reply, _ = _reply(result)
-        self._on_loop(self.record(reply))
-        return _with_recorded(result, count + len(reply))
+    ) -> ModelCallResult[Any]:
+        return handler(request.override(messages=self._on_loop(self.view())))
 
     async def aafter_agent(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        messages = state["messages"]
-        done = _written_count(state)
-        if done >= len(messages):
-            return None
-        await self.record(messages[done:])
-        return {RECORDED: len(messages)}
+        return await self._write_state(state, final=True)
 
     def after_agent(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self._on_loop(self.aafter_agent(state, runtime))
+        return self._on_loop(self._write_state(state, final=True))
 
     def _on_loop(self, call: Coroutine[Any, Any, _T]) -> _T:
         """Runs a ctxrt call on the runtime's loop from a synchronous agent in another thread."""

@@ -9,19 +9,24 @@ opened with the agent's reader:
 - ``get_items()`` compiles the manager's view under its budget and returns it as Responses input
   items (``CompileResult.to_openai_responses``): summaries for the old stretch, the recent turns
   raw, tool calls and their outputs whole, nothing another resident's reader alone may see.
-- ``add_items(items)`` writes each item the runner saves as a message of the shared slot: a
-  user's message as ``"user"`` (a system or developer one as that role), the agent's messages and
-  function calls as the agent,
-  function outputs as ``"tool"``, each output right after its call. Items the view has no place
-  for (reasoning, a hosted tool's call) are not kept.
-- ``pop_item()`` removes the newest message this session wrote and returns it as an item;
-  ``clear_session()`` removes every message it wrote. Other residents' messages stay.
+- ``add_items(items)`` writes the items the runner saves to the shared slot: a user's message as
+  ``"user"`` (a system or developer one as that role), the agent's messages as the agent, and
+  each run of function calls together with the batch's outputs answering them as one message of
+  the agent's (compile splits it into the calls and their outputs, P4, and no other resident's
+  message can come between them). An output whose call came in an earlier batch (a run resumed
+  after a tool's approval) is added to the message of this session's that holds the call, or
+  else written as ``"tool"``. Items
+  the view has no place for (reasoning, a hosted tool's call) are not kept. Every item is
+  checked before anything is written.
+- ``pop_item()`` removes the newest item this session wrote through its manager and returns it;
+  ``clear_session()`` removes every message it wrote. Other residents' messages stay, and so
+  does any message holding a block this session's reader can't see.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.items import TResponseInputItem
@@ -43,16 +48,16 @@ def _as_dict(item: Any) -> Mapping[str, Any]:
 def _parts(content: Any, place: str) -> list[blocks.Block]:
     """A message's or an output's content (a string, or input/output parts) as blocks."""
     if isinstance(content, str):
-        return [blocks.text(content)] if content.strip() else []
+        return [blocks.text(content, place)] if content.strip() else []
     out: list[blocks.Block] = []
     for j, part in enumerate(content or ()):
         part = _as_dict(part)
         kind = part.get("type")
         if kind in _TEXT_PARTS:
             if str(part.get("text", "")).strip():
-                out.append(blocks.text(str(part["text"])))
+                out.append(blocks.text(str(part["text"]), f"{place}[{j}].text"))
         elif kind == "refusal":
-            out.append(blocks.text(str(part.get("refusal", ""))))
+            out.append(blocks.text(str(part.get("refusal", "")), f"{place}[{j}].refusal"))
         elif kind == "input_image" and part.get("image_url"):
             out.append(blocks.image(str(part["image_url"]), f"{place}[{j}].image_url"))
         else:
@@ -60,59 +65,78 @@ def _parts(content: Any, place: str) -> list[blocks.Block]:
     return out
 
 
+def _result(item: Mapping[str, Any], place: str) -> blocks.Block:
+    output = item.get("output")
+    content = output if isinstance(output, str) else _parts(output, f"{place}.output")
+    return blocks.tool_result(str(item["call_id"]), content, f"{place}.output")
+
+
 def _message(item: Mapping[str, Any], agent: str, place: str) -> tuple[str, list[blocks.Block]] | None:
-    """One item as (participant, blocks), or None for an item the view has no place for."""
+    """One item other than a function call as (participant, blocks), or None for an item the view
+    has no place for."""
     kind = item.get("type", "message")
     if kind == "message":
         role = item.get("role")
         participant = agent if role == "assistant" else blocks.USER if role == "user" else str(role)
         said = _parts(item.get("content"), f"{place}.content")
         return (participant, said) if said else None
-    if kind == "function_call":
-        return agent, [blocks.tool_use(str(item["call_id"]), str(item["name"]), item.get("arguments"))]
     if kind == "function_call_output":
-        output = item.get("output")
-        content = output if isinstance(output, str) else _parts(output, f"{place}.output")
-        return blocks.TOOL, [blocks.tool_result(str(item["call_id"]), content)]
+        return blocks.TOOL, [_result(item, place)]
     return None  # reasoning, hosted tools' calls: nothing a compiled view carries
 
 
-def _in_pair_order(items: Sequence[Mapping[str, Any]]) -> list[tuple[int, Mapping[str, Any]]]:
-    """The items with each function output moved right after its call, when both are here: a
-    compile keeps a call only if the next message answers it (P4)."""
-    outputs = {str(item["call_id"]): i for i, item in enumerate(items) if item.get("type") == "function_call_output"}
+def _planned(items: Sequence[Mapping[str, Any]], agent: str) -> list[tuple[str, list[blocks.Block]]]:
+    """The messages a batch writes, every item checked first: each run of function calls with the
+    batch's outputs answering them (in the batch's order) as one message of the agent's."""
+    answers = {str(item["call_id"]): i for i, item in enumerate(items) if item.get("type") == "function_call_output"}
     placed: set[int] = set()
-    ordered: list[tuple[int, Mapping[str, Any]]] = []
-    for i, item in enumerate(items):
-        if i in placed:
+    out: list[tuple[str, list[blocks.Block]]] = []
+    i = 0
+    while i < len(items):
+        if items[i].get("type") != "function_call":
+            message = _message(items[i], agent, f"items[{i}]") if i not in placed else None
+            if message is not None:
+                out.append(message)
+            i += 1
             continue
-        ordered.append((i, item))
-        answer = outputs.get(str(item.get("call_id"))) if item.get("type") == "function_call" else None
-        if answer is not None and answer > i:
-            ordered.append((answer, items[answer]))
-            placed.add(answer)
-    return ordered
+        calls: list[blocks.Block] = []
+        results: list[int] = []
+        while i < len(items) and items[i].get("type") == "function_call":
+            item = items[i]
+            calls.append(blocks.tool_use(str(item["call_id"]), str(item["name"]), item.get("arguments"), f"items[{i}]"))
+            answer = answers.get(str(item["call_id"]), -1)
+            if answer > i:
+                results.append(answer)
+            i += 1
+        placed.update(results)
+        out.append((agent, calls + [_result(items[k], f"items[{k}]") for k in sorted(results)]))
+    return out
 
 
-def _as_item(message: Message, agent: str) -> TResponseInputItem:
-    """A message this session wrote, as the item it was written from."""
-    block = message.content[0]
-    if isinstance(block, ToolUse):
-        return {"type": "function_call", "call_id": block.id, "name": block.name, "arguments": json.dumps(block.input)}
-    if isinstance(block, ToolResult):
-        output = block.content if isinstance(block.content, str) else "\n\n".join(
-            b.text for b in block.content if isinstance(b, Text))
-        return {"type": "function_call_output", "call_id": block.tool_use_id, "output": output}
+def _items(message: Message, agent: str) -> list[TResponseInputItem]:
+    """A message this session wrote, as the items it was written from: one per call and output,
+    or the message."""
+    tools: list[Any] = []
+    for block in message.content:
+        if isinstance(block, ToolUse):
+            tools.append({"type": "function_call", "call_id": block.id, "name": block.name,
+                          "arguments": json.dumps(block.input)})
+        elif isinstance(block, ToolResult):
+            output = block.content if isinstance(block.content, str) else "\n\n".join(
+                b.text for b in block.content if isinstance(b, Text))
+            tools.append({"type": "function_call_output", "call_id": block.tool_use_id, "output": output})
+    if tools:
+        return tools
     if message.participant == agent:
         text = "\n\n".join(b.text for b in message.content if isinstance(b, Text))
-        return {"type": "message", "role": "assistant", "content": text}
+        return [{"type": "message", "role": "assistant", "content": text}]
     parts: list[Any] = [
         {"type": "input_text", "text": b.text} if isinstance(b, Text)
         else {"type": "input_image", "image_url": _image_url(b), "detail": "auto"}
         for b in message.content if isinstance(b, (Text, Image))
     ]
     role = message.participant if message.participant in ("system", "developer") else "user"
-    return {"type": "message", "role": role, "content": parts}  # type: ignore[return-value, misc]
+    return [{"type": "message", "role": role, "content": parts}]  # type: ignore[list-item, misc]
 
 
 def _image_url(block: Image) -> str:
@@ -149,37 +173,76 @@ class CtxrtSession:
         self.session_settings = session_settings
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The reader's compiled view as Responses input items (the newest ``limit`` of them, with
-        no output whose call was cut off)."""
+        """The reader's compiled view as Responses input items (the newest ``limit`` of them, less
+        any output whose call was cut off)."""
         result = await self.manager.compile(self.budget)
         items: list[Any] = blocks.responses_items(result, self.agent)
         if limit is not None:
             items = items[-limit:] if limit > 0 else []
             calls = {item["call_id"] for item in items if item.get("type") == "function_call"}
-            while items and items[0].get("type") == "function_call_output" and items[0]["call_id"] not in calls:
-                items.pop(0)
+            items = [item for item in items if item.get("type") != "function_call_output" or item["call_id"] in calls]
         return items
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Writes each item as a message of the shared slot (see the module's doc)."""
-        given = [_as_dict(item) for item in items]
-        planned = []
-        for i, item in _in_pair_order(given):  # every item checked before anything is written
-            message = _message(item, self.agent, f"items[{i}]")
-            if message is not None:
-                planned.append(message)
+        """Writes the items to the shared slot (see the module's doc); ``MalformedContentError``
+        naming ``items[i]`` before anything is written."""
+        planned = _planned([_as_dict(item) for item in items], self.agent)
         for participant, content in planned:
-            await self.manager.add_message(participant, content, metadata={METADATA_KEY: self.session_id})
+            if participant == blocks.TOOL:
+                content = [result for result in content if not await self._answer(result)]
+            if content:
+                await self.manager.add_message(participant, content, metadata=self._metadata)
+
+    async def _answer(self, result: blocks.Block) -> bool:
+        """Adds an output to the message of this session's holding its call unanswered (written by
+        an earlier batch), so the two stay one message; False if there is none."""
+        call_id = result["tool_use_id"]
+
+        def asks(message: Message) -> bool:
+            return any(isinstance(b, ToolUse) and b.id == call_id for b in message.content) and not any(
+                isinstance(b, ToolResult) and b.tool_use_id == call_id for b in message.content)
+
+        message = await self._newest(asks)
+        if message is None:
+            return False
+        await self.manager.edit_message(message.id, [*message.content, result])
+        return True
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Removes the newest message this session wrote and returns it as an item (None if none)."""
-        newest = await self.manager.query_messages(metadata={METADATA_KEY: self.session_id}, reverse=True, limit=1)
-        if not newest:
+        """Removes the newest item this session wrote and returns it (None if none): a message's
+        last call or output is taken off it, the message goes with its only item."""
+        message = await self._newest()
+        if message is None:
             return None
-        await self.manager.remove_message(newest[0].id)
-        return _as_item(newest[0], self.agent)
+        items = _items(message, self.agent)
+        if len(items) > 1:
+            await self.manager.edit_message(message.id, list(message.content[:-1]))
+        else:
+            await self.manager.remove_message(message.id)
+        return items[-1]
 
     async def clear_session(self) -> None:
         """Removes every message this session wrote; the other residents' stay."""
-        for message in await self.manager.query_messages(metadata={METADATA_KEY: self.session_id}):
-            await self.manager.remove_message(message.id)
+        reader = str(self.manager.view_reader)
+        for message in await self.manager.query_messages(metadata=self._metadata):
+            if blocks.seen_whole(message, reader):
+                await self.manager.remove_message(message.id)
+
+    @property
+    def _metadata(self) -> dict[str, str]:
+        """What marks a message as this session's: its id, and the namespace it writes through."""
+        return {METADATA_KEY: self.session_id, blocks.WRITER: self.manager.namespace}
+
+    async def _newest(self, wanted: Callable[[Message], bool] = lambda message: True) -> Message | None:
+        """The newest ``wanted`` message this session wrote whose blocks its reader sees (read back
+        only as far as that, L7)."""
+        reader = str(self.manager.view_reader)
+        limit = 1
+        while True:
+            found = await self.manager.query_messages(metadata=self._metadata, reverse=True, limit=limit)
+            for message in found:
+                if blocks.seen_whole(message, reader) and wanted(message):
+                    return message
+            if len(found) < limit:
+                return None
+            limit *= 4

@@ -8,7 +8,8 @@ took history processors from ``Agent(history_processors=...)`` into capabilities
 (``ProcessHistory(processor)``), and this one does the processor's work in the same hook
 (``before_model_request``): ``history.process(messages)`` writes the run's messages it hasn't
 written yet to the shared slot (a user prompt as ``"user"``, the agent's replies and tool calls
-as the agent, tool returns and tool retry prompts as ``"tool"``) and returns the manager's
+as the agent, tool returns and tool retry prompts as ``"tool"``, joined to the calls they answer
+as one message, so no other agent's message comes between them) and returns the manager's
 compiled view under its budget as Pydantic AI messages, the run's system prompt first. The
 request sends that view; the run's own history is left as it was. When the run ends
 (``after_run``) the final reply is written too. ``process`` also serves as a plain history
@@ -63,12 +64,12 @@ def _mark(message: ModelMessage) -> None:
 
 def _user_blocks(content: str | Sequence[Any], place: str) -> list[blocks.Block]:
     if isinstance(content, str):
-        return [blocks.text(content)] if content.strip() else []
+        return [blocks.text(content, place)] if content.strip() else []
     out = []
     for j, part in enumerate(content):
         if isinstance(part, str):
             if part.strip():
-                out.append(blocks.text(part))
+                out.append(blocks.text(part, f"{place}[{j}]"))
         elif isinstance(part, ImageUrl):
             out.append(blocks.image(part.url, f"{place}[{j}]"))
         elif isinstance(part, BinaryContent) and part.is_image:
@@ -86,23 +87,24 @@ def _written(message: ModelMessage, agent: str, place: str) -> list[tuple[str, l
     """What one Pydantic AI message writes to the slot, in order: (participant, blocks)."""
     if isinstance(message, ModelResponse):
         said: list[blocks.Block] = []
-        for piece in message.parts:
+        for j, piece in enumerate(message.parts):
             if isinstance(piece, TextPart) and piece.content.strip():
-                said.append(blocks.text(piece.content))
+                said.append(blocks.text(piece.content, f"{place}.parts[{j}].content"))
             elif isinstance(piece, ToolCallPart):
-                said.append(blocks.tool_use(piece.tool_call_id, piece.tool_name, piece.args))
+                said.append(blocks.tool_use(piece.tool_call_id, piece.tool_name, piece.args, f"{place}.parts[{j}]"))
         return [(agent, said)] if said else []  # thinking and built-in tools' parts: nothing a view carries
     results: list[blocks.Block] = []
     prompts: list[blocks.Block] = []
     for j, part in enumerate(message.parts):
+        where = f"{place}.parts[{j}]"
         if isinstance(part, ToolReturnPart):
-            results.append(blocks.tool_result(part.tool_call_id, _tool_output(part.content)))
+            results.append(blocks.tool_result(part.tool_call_id, _tool_output(part.content), f"{where}.content"))
         elif isinstance(part, RetryPromptPart) and part.tool_name is not None:
-            results.append(blocks.tool_result(part.tool_call_id, part.model_response(), is_error=True))
+            results.append(blocks.tool_result(part.tool_call_id, part.model_response(), where, is_error=True))
         elif isinstance(part, RetryPromptPart):
-            prompts.append(blocks.text(part.model_response()))
+            prompts.append(blocks.text(part.model_response(), where))
         elif isinstance(part, UserPromptPart):
-            prompts += _user_blocks(part.content, f"{place}.parts[{j}].content")
+            prompts += _user_blocks(part.content, f"{where}.content")
     # A request's tool results answer the reply before it, so they come first (P4).
     return [(who, content) for who, content in ((blocks.TOOL, results), (blocks.USER, prompts)) if content]
 
@@ -171,13 +173,25 @@ class CtxrtHistory(AbstractCapability[Any]):
         return None  # made from a live manager, not from a spec
 
     async def record(self, messages: Sequence[ModelMessage]) -> None:
-        """Writes the messages not yet written to the slot, and marks them written."""
+        """Writes the messages not yet written to the slot, and marks them written: a reply's tool
+        calls and the request's results answering them as one message (``blocks.paired``)."""
         fresh = [(i, m) for i, m in enumerate(messages) if not _recorded(m)]
         planned = [(m, _written(m, self.agent, f"messages[{i}]")) for i, m in fresh]  # all checked first
+        writes: list[tuple[str, list[blocks.Block], list[ModelMessage]]] = []  # each with the messages it completes
         for message, written in planned:
-            for participant, content in written:
-                await self.manager.add_message(participant, content)
-            _mark(message)
+            if not written:
+                _mark(message)
+            for n, (participant, content) in enumerate(written):
+                completes = [message] if n == len(written) - 1 else []
+                joined = blocks.paired([writes[-1][:2], (participant, content)]) if writes and n == 0 else []
+                if len(joined) == 1:
+                    writes[-1] = (*joined[0], writes[-1][2] + completes)
+                else:
+                    writes.append((participant, content, completes))
+        for participant, content, completed in writes:
+            await self.manager.add_message(participant, content)
+            for message in completed:
+                _mark(message)
 
     async def process(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         """The history processor: writes what's new, returns the reader's compiled view."""
