@@ -1,0 +1,203 @@
+"""The writer thread: it begins and ends every top-level write transaction of a durable LMDB store.
+
+Why a thread of its own: a durable commit (LMDB's own: write the pages, ``fdatasync``, write the
+meta page through its ``O_DSYNC`` descriptor) would stop the trio thread for both flushes. An
+LMDB write transaction belongs to the thread that began it (the writer mutex, a robust pthread
+mutex, is taken at begin and released at commit or abort, by that thread only), so this thread
+begins each transaction and commits it, and the trio thread fills it in between (puts and nested
+transactions don't care which thread calls them, one at a time). The thread commits with the GIL
+released, exactly as LMDB commits anywhere, so the order LMDB relies on for a power loss (data,
+flush, meta, flush) is kept; only the thread that waits for it changed.
+
+The GIL convoy. A thread waking into a busy interpreter may wait a long time for the GIL: trio
+drops and retakes it at every ``epoll`` pass, which restarts CPython's switch-request timer, so
+the waiter almost never gets it (measured: seconds, with one busy task). So the thread never
+needs the GIL at a moment nobody gives it: its Python runs in short *turns* (taking a job up to
+the C call; after the commit, beginning the next transaction and saying so), each ending with a
+token on ``_turns``. The trio thread hands a turn over by blocking on that token (the GIL is
+free while it blocks): at once for the short jobs (``begin``, ``abort``, ``end``, ``stop``), and
+for a commit only when its thread wants the GIL (``wants_gil``: the job not taken yet, or LMDB's
+last transaction id moved past the one before the commit, which LMDB sets only after the meta
+page is written) and the loop is busy; an idle loop sleeps in ``epoll`` and the thread takes the
+GIL by itself. Standard library only: no trio here (store/actor.py does the waiting).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import lmdb
+
+logger = logging.getLogger("ctxrt.store")
+
+# A commit out this long gets its turns forced even before LMDB's transaction id moves: a commit
+# that failed moves nothing, and its caller should hear so without waiting for an idle loop.
+STALLED_S = 0.05
+
+Done = Callable[[BaseException | None], None]
+
+
+class WriterThread:
+    """The thread that owns ``env``'s write transactions; the loop fills them (see the module doc).
+
+    Every method is called from the loop's thread, one at a time. Between jobs the thread holds a
+    transaction begun for the next batch (``begin`` returns it), so a batch waits for no thread.
+    """
+
+    def __init__(self, env: lmdb.Environment) -> None:
+        self._env = env
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._turns: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._txn: lmdb.Transaction[bytes] | None = None
+        self._error: BaseException | None = None  # a short job's failure, raised in the loop
+        self._due = 0  # turns of the thread whose end the loop hasn't taken
+        self._last_txnid = 0  # LMDB's, when the commit out was handed over
+        self._handed_at = 0.0
+        self._thread = threading.Thread(target=self._serve, name="ctxrt-store-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- the transaction source Engine.prepare takes --------------------------------------------
+
+    def begin(self) -> lmdb.Transaction[bytes]:
+        """The write transaction for the next batch (begun now if the thread holds none)."""
+        if self._txn is None:
+            self._run(self._begin)
+        assert self._txn is not None
+        return self._txn
+
+    def abort(self, txn: lmdb.Transaction[bytes]) -> None:
+        """Abort the batch's transaction, and begin the next one, on the thread."""
+        assert txn is self._txn
+        self._run(self._abort_and_begin)
+
+    # -- the loop's other jobs ----------------------------------------------------------------
+
+    def end(self) -> None:
+        """Abort the transaction held (if any) and begin none: the map may be resized meanwhile."""
+        self._run(self._abort)
+
+    def stop(self) -> None:
+        """End the transaction held and the thread. Idempotent."""
+        if not self._thread.is_alive():
+            return
+        self._run(self._abort)
+        self._jobs.put(None)
+        self._thread.join()
+
+    def commit(self, done: Done) -> None:
+        """Hand the filled transaction over to be committed; returns at once.
+
+        The thread commits (both of LMDB's flushes), begins the next transaction if the commit
+        landed, then calls ``done(None)``, or ``done(error)`` with what ``commit`` raised (LMDB
+        aborted that transaction; the thread then holds none). ``done`` runs on the thread.
+        Before the next job the loop calls ``finish``; meanwhile it offers turns (``wants_gil``).
+        """
+        assert self._due == 0 and self._txn is not None
+        txn, self._txn = self._txn, None
+        self._last_txnid = self._env.info()["last_txnid"]
+        self._handed_at = time.monotonic()
+        self._due = 2  # taking the job up to the commit; beginning the next and saying so
+        self._jobs.put(lambda: self._commit(txn, done))
+
+    def wants_gil(self) -> bool:
+        """Whether the thread waits for the GIL to go on with the commit out (cheap; the loop's)."""
+        self._take_ended_turns()
+        if self._due == 0:
+            return False
+        if self._due == 2:  # hasn't taken the job yet
+            return True
+        return (self._env.info()["last_txnid"] != self._last_txnid
+                or time.monotonic() - self._handed_at > STALLED_S)
+
+    def give_turn(self) -> None:
+        """Block (the GIL released) until the thread's current turn ends."""
+        if self._due:
+            self._turns.get()
+            self._due -= 1
+
+    def finish(self) -> None:
+        """After ``done``: wait for the commit's last turn to end (it ends right after ``done``)."""
+        while self._due:
+            self.give_turn()
+
+    # -- the loop's side of a short job ---------------------------------------------------------
+
+    def _run(self, job: Callable[[], None]) -> None:
+        assert self._due == 0, "a commit is still out"
+        self._due = 1
+        self._jobs.put(job)
+        self.give_turn()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _take_ended_turns(self) -> None:
+        while self._due:
+            try:
+                self._turns.get_nowait()
+            except queue.Empty:
+                return
+            self._due -= 1
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                job()
+            except Exception:  # only ``done`` can raise here (its run ended): nobody waits for it
+                logger.exception("the store's writer thread couldn't report a commit")
+
+    def _begin(self) -> None:
+        try:
+            self._txn = self._env.begin(write=True)
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._turns.put(None)
+
+    def _abort(self) -> None:
+        try:
+            if self._txn is not None:
+                txn, self._txn = self._txn, None
+                txn.abort()
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._turns.put(None)
+
+    def _abort_and_begin(self) -> None:
+        try:
+            if self._txn is not None:
+                txn, self._txn = self._txn, None
+                txn.abort()
+            self._txn = self._env.begin(write=True)
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._turns.put(None)
+
+    def _commit(self, txn: lmdb.Transaction[bytes], done: Done) -> None:
+        error: BaseException | None = None
+        try:
+            self._turns.put(None)  # the first turn ends: the GIL is free from here to the commit's end
+            txn.commit()
+            try:
+                self._txn = self._env.begin(write=True)
+            except BaseException:  # the commit landed; the next ``begin`` tries again and says why
+                self._txn = None
+        except BaseException as exc:
+            error = exc
+        try:
+            done(error)
+        finally:
+            self._turns.put(None)
