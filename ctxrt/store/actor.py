@@ -66,6 +66,7 @@ OS_SYNC_INTERVAL_S = 1.0
 # A scheduler pass that will sleep in epoll at least this long lets the writer thread take the
 # GIL by itself; a shorter one hands it its turn (_GiveTurns).
 BUSY_WAIT_S = 0.001
+SPIN_S = 0.0005  # how long a commit is awaited awake (_await_commit)
 # The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
 # free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
 # without a map at all.
@@ -324,6 +325,8 @@ async def serve_store(
             nursery.start_soon(_sync_periodically, engine)
         if writer is not None:
             writer.start()
+            turns = _GiveTurns(writer)
+            trio.lowlevel.add_instrument(turns)
         task_status.started()
         try:
             async for first in inbox:
@@ -371,6 +374,7 @@ async def serve_store(
                 reply.resolve(False, closed())
             inbox.close()
             if writer is not None:
+                trio.lowlevel.remove_instrument(turns)
                 writer.stop()  # ends the transaction it held: the store can be closed now
             nursery.cancel_scope.cancel()
 
@@ -429,37 +433,38 @@ async def _commit_on_writer(
 
 
 async def _await_commit(writer: WriterThread) -> BaseException | None:
-    """Hand the filled transaction to the writer thread and wait for its commit: what it raised, or None."""
-    task = trio.lowlevel.current_task()
-    token = trio.lowlevel.current_trio_token()
-    outcome: list[BaseException | None] = []
+    """Hand the filled transaction to the writer thread and wait for its commit: what it raised, or None.
+    Not cancellable: the commit is underway, and its callers get what it did.
 
-    def landed(error: BaseException | None) -> None:  # on the trio thread
-        outcome.append(error)
-        trio.lowlevel.reschedule(task)
-
-    writer.commit(lambda error: token.run_sync_soon(landed, error))
-    turns = _GiveTurns(writer)
-    trio.lowlevel.add_instrument(turns)
-    try:
-        await trio.lowlevel.wait_task_rescheduled(lambda _: trio.lowlevel.Abort.FAILED)
-    finally:
-        trio.lowlevel.remove_instrument(turns)
-    writer.finish()
-    return outcome[0]
+    For up to ``SPIN_S`` it waits by yielding at every scheduler pass, so an otherwise idle loop
+    stays awake (its passes don't sleep, and ``_GiveTurns`` hands the thread its turns the moment
+    it wants them) instead of sleeping in ``epoll`` and paying a cold wake-up when the thread is
+    done (measured: some 50 µs on a 2-core VM, a fifth of a durable append). Other tasks run at
+    every pass as usual; past ``SPIN_S`` (a slow disk) it sleeps until the thread says so.
+    """
+    writer.commit()
+    with trio.CancelScope(shield=True):
+        until = time.perf_counter() + SPIN_S
+        while not writer.has_landed():
+            if time.perf_counter() > until:
+                await trio.lowlevel.wait_readable(writer.ready)
+                break
+            await trio.lowlevel.checkpoint()
+    return writer.landed()
 
 
 class _GiveTurns(trio.abc.Instrument):
     """While a commit is out: before a scheduler pass that won't sleep, if the writer thread waits
     for the GIL, hand it its turn (store/writer.py says why: otherwise the thread may wait for
-    seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway."""
+    seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway.
+    Installed for the store actor's life: between commits a pass costs it one attribute check."""
 
     def __init__(self, writer: WriterThread) -> None:
         self._writer = writer
 
     def before_io_wait(self, timeout: float) -> None:
-        if timeout < BUSY_WAIT_S and self._writer.wants_gil():
-            self._writer.give_turn()
+        if timeout < BUSY_WAIT_S:
+            self._writer.offer_turn()
 
 
 def _grow_map(engine: Engine) -> None:

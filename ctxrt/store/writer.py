@@ -24,7 +24,7 @@ GIL by itself. Standard library only: no trio here (store/actor.py does the wait
 
 from __future__ import annotations
 
-import logging
+import os
 import queue
 import threading
 import time
@@ -32,13 +32,10 @@ from collections.abc import Callable
 
 import lmdb
 
-logger = logging.getLogger("ctxrt.store")
-
-# A commit out this long gets its turns forced even before LMDB's transaction id moves: a commit
-# that failed moves nothing, and its caller should hear so without waiting for an idle loop.
-STALLED_S = 0.05
-
-Done = Callable[[BaseException | None], None]
+# A commit out this long is offered a turn every STALLED_S, PROBE_S long (offer_turn): one that
+# failed moves no transaction id, and its callers should hear so without waiting for an idle loop.
+STALLED_S = 0.02
+PROBE_S = 0.0002
 
 
 class WriterThread:
@@ -56,7 +53,8 @@ class WriterThread:
         self._error: BaseException | None = None  # a short job's failure, raised in the loop
         self._due = 0  # turns of the thread whose end the loop hasn't taken
         self._last_txnid = 0  # LMDB's, when the commit out was handed over
-        self._handed_at = 0.0
+        self._offered_at = 0.0
+        self._ready_read, self._ready_write = os.pipe()
         self._thread = threading.Thread(target=self._serve, name="ctxrt-store-writer", daemon=True)
 
     def start(self) -> None:
@@ -83,48 +81,77 @@ class WriterThread:
         self._run(self._abort)
 
     def stop(self) -> None:
-        """End the transaction held and the thread. Idempotent."""
-        if not self._thread.is_alive():
+        """End the transaction held and the thread, and close ``ready``. Idempotent."""
+        if self._ready_read < 0:
             return
-        self._run(self._abort)
-        self._jobs.put(None)
-        self._thread.join()
+        if self._thread.is_alive():
+            self._run(self._abort)
+            self._jobs.put(None)
+            self._thread.join()
+        os.close(self._ready_read)
+        os.close(self._ready_write)
+        self._ready_read = self._ready_write = -1
 
-    def commit(self, done: Done) -> None:
+    def commit(self) -> None:
         """Hand the filled transaction over to be committed; returns at once.
 
         The thread commits (both of LMDB's flushes), begins the next transaction if the commit
-        landed, then calls ``done(None)``, or ``done(error)`` with what ``commit`` raised (LMDB
-        aborted that transaction; the thread then holds none). ``done`` runs on the thread.
-        Before the next job the loop calls ``finish``; meanwhile it offers turns (``wants_gil``).
+        landed, then makes ``ready`` readable. Meanwhile the loop offers turns (``offer_turn``);
+        once ``ready`` is readable it calls ``landed``.
         """
         assert self._due == 0 and self._txn is not None
         txn, self._txn = self._txn, None
         self._last_txnid = self._env.info()["last_txnid"]
-        self._handed_at = time.monotonic()
+        self._offered_at = time.monotonic()
         self._due = 2  # taking the job up to the commit; beginning the next and saying so
-        self._jobs.put(lambda: self._commit(txn, done))
+        self._jobs.put(lambda: self._commit(txn))
 
-    def wants_gil(self) -> bool:
-        """Whether the thread waits for the GIL to go on with the commit out (cheap; the loop's)."""
+    @property
+    def ready(self) -> int:
+        """A descriptor that turns readable when a commit handed over has ended."""
+        return self._ready_read
+
+    def has_landed(self) -> bool:
+        """Whether the commit handed over has ended (``landed`` then doesn't wait)."""
         self._take_ended_turns()
-        if self._due == 0:
-            return False
-        if self._due == 2:  # hasn't taken the job yet
-            return True
-        return (self._env.info()["last_txnid"] != self._last_txnid
-                or time.monotonic() - self._handed_at > STALLED_S)
+        return self._due == 0
 
-    def give_turn(self) -> None:
-        """Block (the GIL released) until the thread's current turn ends."""
-        if self._due:
-            self._turns.get()
-            self._due -= 1
-
-    def finish(self) -> None:
-        """After ``done``: wait for the commit's last turn to end (it ends right after ``done``)."""
-        while self._due:
+    def landed(self) -> BaseException | None:
+        """After ``ready`` turned readable: what the commit raised (LMDB aborted that transaction,
+        and the thread holds none), or None."""
+        os.read(self._ready_read, 1)
+        while self._due:  # the last turn ended before ``ready`` was written: this doesn't block
             self.give_turn()
+        error, self._error = self._error, None
+        return error
+
+    def offer_turn(self) -> None:
+        """The loop is busy (it won't sleep in ``epoll`` now): if the thread waits for the GIL to go
+        on with the commit out, give it its turn (block, the GIL released, until the turn ends).
+
+        Cheap when it doesn't: the thread's state is known without it. It waits for the GIL when it
+        hasn't taken the job yet, or when LMDB's last transaction id moved (the commit ended: LMDB
+        sets it after the meta page is written). A commit that failed moves nothing, so a commit out
+        for ``STALLED_S`` gets a turn offered, for at most ``PROBE_S``, every ``STALLED_S``: one
+        still waiting for the disk doesn't take it, and the loop goes on.
+        """
+        if self._due == 0:
+            return
+        self._take_ended_turns()
+        if self._due == 2 or (self._due == 1 and self._env.info()["last_txnid"] != self._last_txnid):
+            self.give_turn()
+        elif self._due == 1 and time.monotonic() - self._offered_at > STALLED_S:
+            self.give_turn(PROBE_S)
+            self._offered_at = time.monotonic()
+
+    def give_turn(self, timeout: float | None = None) -> None:
+        """Block (the GIL released) until the thread's current turn ends, or for ``timeout``."""
+        if self._due:
+            try:
+                self._turns.get(timeout=timeout)
+            except queue.Empty:
+                return
+            self._due -= 1
 
     # -- the loop's side of a short job ---------------------------------------------------------
 
@@ -152,10 +179,7 @@ class WriterThread:
             job = self._jobs.get()
             if job is None:
                 return
-            try:
-                job()
-            except Exception:  # only ``done`` can raise here (its run ended): nobody waits for it
-                logger.exception("the store's writer thread couldn't report a commit")
+            job()
 
     def _begin(self) -> None:
         try:
@@ -186,8 +210,7 @@ class WriterThread:
         finally:
             self._turns.put(None)
 
-    def _commit(self, txn: lmdb.Transaction[bytes], done: Done) -> None:
-        error: BaseException | None = None
+    def _commit(self, txn: lmdb.Transaction[bytes]) -> None:
         try:
             self._turns.put(None)  # the first turn ends: the GIL is free from here to the commit's end
             txn.commit()
@@ -196,8 +219,6 @@ class WriterThread:
             except BaseException:  # the commit landed; the next ``begin`` tries again and says why
                 self._txn = None
         except BaseException as exc:
-            error = exc
-        try:
-            done(error)
-        finally:
-            self._turns.put(None)
+            self._error = exc
+        self._turns.put(None)
+        os.write(self._ready_write, b"\0")
