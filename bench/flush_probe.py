@@ -10,12 +10,13 @@ Set-up: a store at STORE_DIR whose isolated namespace "big" holds MESSAGES messa
 durability "os", 500 concurrent appends), reopened with durability "sync" (the default); isolated
 namespaces "w0".."w3" for the appenders and "one" for appends one at a time. Then it prints one
 JSON line ``{"ready": ..., "ctxrt": <path of the ctxrt it imported>}`` and answers each command
-line with one JSON line ``{"figures": [...]}``:
+line with one JSON line ``{"figures": [...]}`` (the first line also says ``"design"``: "current"
+if it has the writer thread, else "base"):
 
 - ``quiet N``: µs of each of N compiles of "big" (20,000-token budget), nothing else running;
 - ``loaded N K``: the same while K tasks each append durably in a loop to a namespace of its own;
 - ``timer N``: µs by which each of N ``trio.sleep(0.001)`` overshoots, while one task appends
-  durably in a loop;
+  durably in a loop; ``idle N``: the same with nothing else running;
 - ``add N``: µs of each of N durable ``add_message`` calls, one at a time;
 - ``group N C``: appends/s of each of N rounds of C concurrent durable ``add_message`` callers, a
   manager each (group commit);
@@ -27,6 +28,7 @@ Every command starts with a full ``gc.collect()``. Only this JSON goes to stdout
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import os
 import sys
@@ -93,11 +95,12 @@ class Probe:
             stop.set()
         return figures
 
-    async def timer(self, count: int) -> list[float]:
+    async def timer(self, count: int, appending: bool) -> list[float]:
         stop = trio.Event()
         figures = []
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._append_until, self.writers[0], stop)
+            if appending:
+                nursery.start_soon(self._append_until, self.writers[0], stop)
             await trio.sleep(0.01)
             for _ in range(count):
                 started = time.perf_counter_ns()
@@ -137,7 +140,8 @@ async def main(directory: str, count: int) -> None:
         probe = Probe(rt, big, one, writers)
         await probe.compiles(3)
         await probe.add(3)
-        _reply({"ready": True, "ctxrt": os.path.dirname(os.path.abspath(ctxrt.__file__))})
+        _reply({"ready": True, "ctxrt": os.path.dirname(os.path.abspath(ctxrt.__file__)),
+                "design": "current" if importlib.util.find_spec("ctxrt.store.writer") else "base"})
         while True:
             line = await trio.to_thread.run_sync(sys.stdin.readline)
             words = line.split()
@@ -149,8 +153,8 @@ async def main(directory: str, count: int) -> None:
                 figures = await probe.compiles(numbers[0])
             elif command == "loaded":
                 figures = await probe.loaded(numbers[0], numbers[1])
-            elif command == "timer":
-                figures = await probe.timer(numbers[0])
+            elif command in ("timer", "idle"):
+                figures = await probe.timer(numbers[0], command == "timer")
             elif command == "add":
                 figures = await probe.add(numbers[0])
             elif command == "group":

@@ -399,10 +399,11 @@ def _apply_growing(engine: StoreEngine, commands: list[Any]) -> tuple[list[tuple
 
 
 async def _commit_on_writer(
-    engine: Engine, writer: WriterThread, commands: list[Any], counters: _Counters
+    engine: StoreEngine, writer: WriterThread, commands: list[Any], counters: _Counters
 ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
     """``apply_batch`` with the commit on the writer thread: fill its transaction here, await its
     commit (not cancellable: the commit is underway, and its callers get what it did)."""
+    assert isinstance(engine, Engine)  # only LMDB has a writer thread
     started = time.perf_counter()
     try:
         while True:
