@@ -138,3 +138,28 @@ async def test_appenders_that_arrive_during_a_commit_share_the_next_one_and_all_
             assert rt.store.statistics().batches - batches == 2, "the appends that waited didn't share one commit"
             for n, manager in enumerate(managers):
                 assert (await manager.compile(EVERYTHING)).messages[-1].content[0].text == f"append {n}"
+
+
+async def test_closing_the_runtime_while_a_commit_waits_for_the_disk_waits_for_it(disk: Disk) -> None:
+    """A caller that gives up while its commit waits for the disk leaves the commit going; closing the
+    runtime waits for it, and the store reopens with the write in it (K3, K9)."""
+    store = disk.mount_point / "store"
+    with trio.fail_after(THAW_S * 4):
+        async with open_runtime(store) as rt:
+            appender = await rt.open("appender", isolate=True)
+            await appender.add_message("user", "warm")
+            timer = disk.freeze()
+            thaw = threading.Timer(0.5, disk.thaw)
+            try:
+                with trio.move_on_after(0.2) as gave_up:
+                    await appender.add_message("user", "sent before the caller gave up")
+                assert gave_up.cancelled_caught, "the append was answered while the disk was frozen"
+                thaw.start()  # the runtime's close below waits for the commit, which waits for this
+            finally:
+                timer.cancel()
+        thaw.join()
+        assert not disk.thawed_by_timer
+        async with open_runtime(store) as rt:
+            appender = await rt.open("appender", isolate=True)
+            texts = [m.content[0].text for m in (await appender.compile(EVERYTHING)).messages]
+    assert texts == ["warm", "sent before the caller gave up"]

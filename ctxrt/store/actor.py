@@ -12,7 +12,7 @@ next batch gathers in the mailbox. Its callers are answered only after the commi
 is after LMDB's meta page is on disk. Filling the transaction on the trio thread, not the whole
 transaction in ``to_thread``, because the thread's Python would meet the GIL convoy at every
 step (measured: appends of 130-500 ms under load); the thread needs the GIL only in two short
-turns per commit, which the loop hands it (``_GiveTurns``) when it is busy. Under durability
+turns per commit, which the loop hands it (``GiveTurns``) when it is busy. Under durability
 "os" a commit flushes nothing and runs inline, all in one synchronous step.
 
 Failures are answered, not fatal (L6). A batch the disk or the map can't take answers each of
@@ -64,9 +64,9 @@ MAX_BATCH_COMMANDS = 256
 MAX_BATCH_BYTES = 1 << 20  # ~1 MB keeps one durable commit to a few ms of loop time
 OS_SYNC_INTERVAL_S = 1.0
 # A scheduler pass that will sleep in epoll at least this long lets the writer thread take the
-# GIL by itself; a shorter one hands it its turn (_GiveTurns).
+# GIL by itself; a shorter one hands it its turn (GiveTurns).
 BUSY_WAIT_S = 0.001
-SPIN_S = 0.0005  # how long a commit is awaited awake (_await_commit)
+SPIN_S = 0.0005  # how long a commit is awaited awake (await_commit)
 # The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
 # free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
 # without a map at all.
@@ -325,7 +325,7 @@ async def serve_store(
             nursery.start_soon(_sync_periodically, engine)
         if writer is not None:
             writer.start()
-            turns = _GiveTurns(writer)
+            turns = GiveTurns(writer)
             trio.lowlevel.add_instrument(turns)
         task_status.started()
         try:
@@ -415,7 +415,7 @@ async def _commit_on_writer(
                 continue
             if prepared.txn is None:
                 break
-            error = await _await_commit(writer)
+            error = await await_commit(writer)
             if error is None:
                 break
             if isinstance(error, lmdb.MapFullError):  # the writer holds no transaction now
@@ -433,12 +433,12 @@ async def _commit_on_writer(
     return results, operations
 
 
-async def _await_commit(writer: WriterThread) -> BaseException | None:
+async def await_commit(writer: WriterThread) -> BaseException | None:
     """Hand the filled transaction to the writer thread and wait for its commit: what it raised, or None.
     Not cancellable: the commit is underway, and its callers get what it did.
 
     For up to ``SPIN_S`` it waits by yielding at every scheduler pass, so an otherwise idle loop
-    stays awake (its passes don't sleep, and ``_GiveTurns`` hands the thread its turns the moment
+    stays awake (its passes don't sleep, and ``GiveTurns`` hands the thread its turns the moment
     it wants them) instead of sleeping in ``epoll`` and paying a cold wake-up when the thread is
     done (measured: some 50 µs on a 2-core VM, a fifth of a durable append). Other tasks run at
     every pass as usual; past ``SPIN_S`` (a slow disk) it sleeps until the thread says so.
@@ -454,7 +454,7 @@ async def _await_commit(writer: WriterThread) -> BaseException | None:
     return writer.landed()
 
 
-class _GiveTurns(trio.abc.Instrument):
+class GiveTurns(trio.abc.Instrument):
     """While a commit is out: before a scheduler pass that won't sleep, if the writer thread waits
     for the GIL, hand it its turn (store/writer.py says why: otherwise the thread may wait for
     seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway.

@@ -36,6 +36,9 @@ import lmdb
 # failed moves no transaction id, and its callers should hear so without waiting for an idle loop.
 STALLED_S = 0.02
 PROBE_S = 0.0002
+# The longest the loop waits for a turn the thread certainly wants: its Python takes microseconds,
+# but on a host short of CPU the OS may not run the thread at once, and the loop mustn't wait for it.
+TURN_S = 0.0005
 
 
 class WriterThread:
@@ -131,15 +134,16 @@ class WriterThread:
 
         Cheap when it doesn't: the thread's state is known without it. It waits for the GIL when it
         hasn't taken the job yet, or when LMDB's last transaction id moved (the commit ended: LMDB
-        sets it after the meta page is written). A commit that failed moves nothing, so a commit out
-        for ``STALLED_S`` gets a turn offered, for at most ``PROBE_S``, every ``STALLED_S``: one
-        still waiting for the disk doesn't take it, and the loop goes on.
+        sets it after the meta page is written); the loop then waits up to ``TURN_S`` (a thread the
+        OS hasn't run yet gets the next busy pass's offer). A commit that failed moves nothing, so a
+        commit out for ``STALLED_S`` gets a turn offered, for at most ``PROBE_S``, every
+        ``STALLED_S``: one still waiting for the disk doesn't take it, and the loop goes on.
         """
         if self._due == 0:
             return
         self._take_ended_turns()
         if self._due == 2 or (self._due == 1 and self._env.info()["last_txnid"] != self._last_txnid):
-            self.give_turn()
+            self.give_turn(TURN_S)
         elif self._due == 1 and time.monotonic() - self._offered_at > STALLED_S:
             self.give_turn(PROBE_S)
             self._offered_at = time.monotonic()
