@@ -16,10 +16,10 @@ needs the GIL at a moment nobody gives it: its Python runs in short *turns* (tak
 the C call; after the commit, beginning the next transaction and saying so), each ending with a
 token on ``_turns``. The trio thread hands a turn over by blocking on that token (the GIL is
 free while it blocks): at once for the short jobs (``begin``, ``abort``, ``end``, ``stop``), and
-for a commit only when its thread wants the GIL (``wants_gil``: the job not taken yet, or LMDB's
-last transaction id moved past the one before the commit, which LMDB sets only after the meta
-page is written) and the loop is busy; an idle loop sleeps in ``epoll`` and the thread takes the
-GIL by itself. Standard library only: no trio here (store/actor.py does the waiting).
+for a commit only when the loop is busy and the thread wants the GIL (``offer_turn``: the job not
+taken yet, or LMDB's last transaction id moved past the one before the commit, which LMDB sets
+only after the meta page is written), for a bounded time; a loop that sleeps in ``epoll`` leaves
+the GIL free anyway. Standard library only: no trio here (store/actor.py does the waiting).
 """
 
 from __future__ import annotations
@@ -68,27 +68,27 @@ class WriterThread:
     def begin(self) -> lmdb.Transaction[bytes]:
         """The write transaction for the next batch (begun now if the thread holds none)."""
         if self._txn is None:
-            self._run(self._begin)
+            self._run(self._begin_txn)
         assert self._txn is not None
         return self._txn
 
     def abort(self, txn: lmdb.Transaction[bytes]) -> None:
         """Abort the batch's transaction, and begin the next one, on the thread."""
         assert txn is self._txn
-        self._run(self._abort_and_begin)
+        self._run(self._restart_txn)
 
     # -- the loop's other jobs ----------------------------------------------------------------
 
     def end(self) -> None:
         """Abort the transaction held (if any) and begin none: the map may be resized meanwhile."""
-        self._run(self._abort)
+        self._run(self._end_txn)
 
     def stop(self) -> None:
         """End the transaction held and the thread, and close ``ready``. Idempotent."""
         if self._ready_read < 0:
             return
         if self._thread.is_alive():
-            self._run(self._abort)
+            self._run(self._end_txn)
             self._jobs.put(None)
             self._thread.join()
         os.close(self._ready_read)
@@ -162,7 +162,7 @@ class WriterThread:
     def _run(self, job: Callable[[], None]) -> None:
         assert self._due == 0, "a commit is still out"
         self._due = 1
-        self._jobs.put(job)
+        self._jobs.put(lambda: self._short(job))
         self.give_turn()
         error, self._error = self._error, None
         if error is not None:
@@ -185,34 +185,25 @@ class WriterThread:
                 return
             job()
 
-    def _begin(self) -> None:
+    def _short(self, job: Callable[[], None]) -> None:
         try:
-            self._txn = self._env.begin(write=True)
+            job()
         except BaseException as exc:
             self._error = exc
         finally:
             self._turns.put(None)
 
-    def _abort(self) -> None:
-        try:
-            if self._txn is not None:
-                txn, self._txn = self._txn, None
-                txn.abort()
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            self._turns.put(None)
+    def _begin_txn(self) -> None:
+        self._txn = self._env.begin(write=True)
 
-    def _abort_and_begin(self) -> None:
-        try:
-            if self._txn is not None:
-                txn, self._txn = self._txn, None
-                txn.abort()
-            self._txn = self._env.begin(write=True)
-        except BaseException as exc:
-            self._error = exc
-        finally:
-            self._turns.put(None)
+    def _end_txn(self) -> None:
+        if self._txn is not None:
+            txn, self._txn = self._txn, None
+            txn.abort()
+
+    def _restart_txn(self) -> None:
+        self._end_txn()
+        self._begin_txn()
 
     def _commit(self, txn: lmdb.Transaction[bytes]) -> None:
         try:
