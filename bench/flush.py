@@ -21,7 +21,8 @@ versions in a random order for each), so drift on a busy host hits both alike. P
 (e) 100 concurrent durable ``add_message`` callers, a manager each: appends/s. Target: no worse
     than the base (ratio >= 0.95).
 
-Results are printed and written to ``bench/results-flush.md``. ``CTXRT_BENCH_DIR`` chooses where the
+Then the designs considered, on raw py-lmdb under trio (``bench/flush_candidates.py``), in a second
+table. Results are printed and written to ``bench/results-flush.md``. ``CTXRT_BENCH_DIR`` chooses where the
 stores live (a real disk: on tmpfs a flush costs nothing and there is nothing to measure).
 """
 
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import harness
+from . import flush_candidates, harness
 from .actors import Probe
 from .harness import TABLE_HEAD, measured, scratch, summary
 
@@ -159,7 +160,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         _median_row(f"(e) {CALLERS} concurrent durable add_message callers, a manager each", "appends/s", "group",
                     figures, 0.95, ">="),
     ]
+    pooled, candidate_rounds, appends = flush_candidates.run_candidates(quick)
     info = {
+        "candidates": flush_candidates.section(pooled, candidate_rounds, appends, quick),
         "quick": quick, "rounds_run": settings["rounds"], "settings": dict(settings),
         "setup_s": {design: probe.setup_s for design, probe in probes.items()},
         "seconds": time.perf_counter() - started, "python": sys.executable,
@@ -211,8 +214,10 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         "base's ratio in the same run, and the ratio column the one over the other.",
         "- (c0) is what a 1 ms timer overshoots on an idle loop here (the epoll timeout's millisecond "
         "rounding included): the floor under (c).",
+        "",
+        first["candidates"],
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 main = harness.entry("flush", __doc__, run, to_markdown, RESULTS_PATH, quick_help="fewer rounds and samples")

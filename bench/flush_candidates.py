@@ -205,6 +205,18 @@ def section(pooled: dict[str, dict[str, list[float]]], rounds: int, appends: int
         "",
         *table(pooled),
         "",
+        "- The busy task's step is what a commit costs everyone else on the loop: the inline candidates stop "
+        "it for their flushes (metasync off for one of the two, and it answers before its meta page is on "
+        "disk, so a power loss can take an acknowledged write).",
+        "- The busy-loop p99 of the candidates whose thread must win the GIL back by itself (a whole "
+        "transaction in `to_thread`, a flush in `to_thread`, the writer thread without turns) is the GIL "
+        "convoy: the thread waits behind a loop that drops and retakes the GIL at every pass.",
+        "- A commit without a flush on the loop, then `fdatasync` in a thread, writes the meta page before "
+        "the data pages it points at are flushed: a power loss during that flush can leave a store whose "
+        "newest meta page points at pages that never reached the disk.",
+        "- Chosen: the writer thread with turns: LMDB's own commit, its order kept, off the loop, and the "
+        "thread handed the GIL when the loop is busy.",
+        "",
     ]
     return "\n".join(lines)
 

@@ -89,8 +89,7 @@ class Engine:
 
     shared = False  # one writing process: its commit events tell its caches everything
     # A durable writer's commits wait for the disk: the store actor has its writer thread
-    # (store/writer.py) commit them. Under durability "os" a commit flushes nothing and runs
-    # inline (measured: inline beats handing it to a thread when nothing waits for a disk).
+    # (store/writer.py) commit them. Under durability "os" a commit flushes nothing and runs inline.
     commits_on_thread = False
 
     def __init__(self, env: lmdb.Environment, *, readonly: bool) -> None:
@@ -919,8 +918,6 @@ class Engine:
                 return self._prepare_many(commands, execute, unnested, txns)
             except Unsafe:  # nothing of that attempt is left
                 return self._prepare_many(commands, execute, None, txns)
-        except lmdb.MapFullError:
-            raise
         except lmdb.Error as exc:
             refusal = self.write_refusal(exc)
             if refusal is exc:
