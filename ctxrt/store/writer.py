@@ -108,6 +108,9 @@ class WriterThread:
         self._offered_at = time.monotonic()
         self._due = 2  # taking the job up to the commit; beginning the next and saying so
         self._jobs.put(lambda: self._commit(txn))
+        # Its first turn at once: the thread wakes straight into a free GIL (waiting for the loop's
+        # next pass, it would wake, wait for the GIL, and wake again), and is in the C call after.
+        self.give_turn(TURN_S)
 
     @property
     def ready(self) -> int:
@@ -120,10 +123,10 @@ class WriterThread:
         return self._due == 0
 
     def landed(self) -> BaseException | None:
-        """After ``ready`` turned readable: what the commit raised (LMDB aborted that transaction,
-        and the thread holds none), or None."""
+        """After ``ready`` turned readable (or ``has_landed``): what the commit raised (LMDB aborted
+        that transaction, and the thread holds none), or None."""
         os.read(self._ready_read, 1)
-        while self._due:  # the last turn ended before ``ready`` was written: this doesn't block
+        while self._due:  # its last turn ends right after ``ready`` is written
             self.give_turn()
         error, self._error = self._error, None
         return error
@@ -215,5 +218,5 @@ class WriterThread:
                 self._txn = None
         except BaseException as exc:
             self._error = exc
-        self._turns.put(None)
         os.write(self._ready_write, b"\0")
+        self._turns.put(None)  # last: the loop this wakes finds the GIL free (the thread is parking)
