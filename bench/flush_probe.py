@@ -14,7 +14,8 @@ line with one JSON line ``{"figures": [...]}`` (the first line also says ``"desi
 if it has the writer thread, else "base"):
 
 - ``quiet N``: µs of each of N compiles of "big" (20,000-token budget), nothing else running;
-- ``loaded N K``: the same while K tasks each append durably in a loop to a namespace of its own;
+- ``loaded N K``: the same while K tasks (at most 4) each append durably in a loop to a namespace
+  of its own;
 - ``timer N``: µs by which each of N ``trio.sleep(0.001)`` overshoots, while one task appends
   durably in a loop; ``idle N``: the same with nothing else running;
 - ``add N``: µs of each of N durable ``add_message`` calls, one at a time;

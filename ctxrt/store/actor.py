@@ -66,7 +66,6 @@ OS_SYNC_INTERVAL_S = 1.0
 # A scheduler pass that will sleep in epoll at least this long lets the writer thread take the
 # GIL by itself; a shorter one hands it its turn (GiveTurns).
 BUSY_WAIT_S = 0.001
-SPIN_S = 0.0005  # how long a commit is awaited awake (await_commit)
 # The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
 # free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
 # without a map at all.
@@ -435,22 +434,10 @@ async def _commit_on_writer(
 
 async def await_commit(writer: WriterThread) -> BaseException | None:
     """Hand the filled transaction to the writer thread and wait for its commit: what it raised, or None.
-    Not cancellable: the commit is underway, and its callers get what it did.
-
-    For up to ``SPIN_S`` it waits by yielding at every scheduler pass, so an otherwise idle loop
-    stays awake (its passes don't sleep, and ``GiveTurns`` hands the thread its turns the moment
-    it wants them) instead of sleeping in ``epoll`` and paying a cold wake-up when the thread is
-    done (measured: some 50 µs on a 2-core VM, a fifth of a durable append). Other tasks run at
-    every pass as usual; past ``SPIN_S`` (a slow disk) it sleeps until the thread says so.
-    """
+    Not cancellable: the commit is underway, and its callers get what it did."""
     writer.commit()
     with trio.CancelScope(shield=True):
-        until = time.perf_counter() + SPIN_S
-        while not writer.has_landed():
-            if time.perf_counter() > until:
-                await trio.lowlevel.wait_readable(writer.ready)
-                break
-            await trio.lowlevel.checkpoint()
+        await trio.lowlevel.wait_readable(writer.ready)
     return writer.landed()
 
 

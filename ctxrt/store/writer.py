@@ -117,14 +117,9 @@ class WriterThread:
         """A descriptor that turns readable when a commit handed over has ended."""
         return self._ready_read
 
-    def has_landed(self) -> bool:
-        """Whether the commit handed over has ended (``landed`` then doesn't wait)."""
-        self._take_ended_turns()
-        return self._due == 0
-
     def landed(self) -> BaseException | None:
-        """After ``ready`` turned readable (or ``has_landed``): what the commit raised (LMDB aborted
-        that transaction, and the thread holds none), or None."""
+        """After ``ready`` turned readable: what the commit raised (LMDB aborted that transaction,
+        and the thread holds none), or None."""
         os.read(self._ready_read, 1)
         while self._due:  # its last turn ends right after ``ready`` is written
             self.give_turn()
