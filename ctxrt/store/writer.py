@@ -34,11 +34,11 @@ import lmdb
 
 # A commit out this long is offered a turn every STALLED_S, PROBE_S long (offer_turn): one that
 # failed moves no transaction id, and its callers should hear so without waiting for an idle loop.
-STALLED_S = 0.02
+STALLED_S = 0.1
 PROBE_S = 0.0002
 # The longest the loop waits for a turn the thread certainly wants: its Python takes microseconds,
 # but on a host short of CPU the OS may not run the thread at once, and the loop mustn't wait for it.
-TURN_S = 0.0005
+TURN_S = 0.0002
 
 
 class WriterThread:
