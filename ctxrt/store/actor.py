@@ -180,6 +180,10 @@ class StoreRef:
                         raise RuntimeClosedError("the store actor has stopped") from None
                     raise
                 await reply.wait()
+                # Answered just as the caller was cancelled (its scope, or its runtime closing under
+                # it): it leaves cancelled, as a caller whose write is still out does, instead of
+                # going on into a runtime that is closing.
+                await trio.lowlevel.checkpoint_if_cancelled()
                 ok, value = reply.ok, reply.value
         finally:
             self._in_ask -= 1
