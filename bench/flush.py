@@ -13,9 +13,9 @@ versions in a random order for each), so drift on a busy host hits both alike. P
 (a), (b) A compile of "big" (20,000-token budget) while a task appends durably in a loop to a
     namespace of its own (the issue's "today 7x" was measured so), against the same compile on a
     quiet runtime: p50 and p99 of each round's samples (loaded / quiet), the median across rounds.
-    Targets: (a)
-    p50 <= 1.3, (b) p99 <= 2 for the current package. (a4), (b4): the same with 4 appending tasks,
-    each in a namespace of its own (no target: the appenders' own Python then keeps the loop busy).
+    Targets: (a) p50 <= 1.3, (b) p99 <= 2 for the current package. (a4), (b4): the same with 4
+    appending tasks, each in a namespace of its own (no target: the appenders' own Python then keeps
+    the loop busy).
 (c) How far a 1 ms ``trio.sleep`` overshoots while one task appends durably: p99 of each round,
     the median across rounds. Target <= 300 µs.
     (c0) the same with nothing else running, for scale (no target).
