@@ -225,11 +225,26 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         "- (a) and (b) judge the current package's own loaded / quiet ratio; the comparison column is the "
         "base's ratio in the same run, and the ratio column the one over the other.",
         "- (c0) is what a 1 ms timer overshoots on an idle loop here (the epoll timeout's millisecond "
-        "rounding included): the floor under (c).",
+        "rounding included): the floor under (c). " + _floor_note(rows),
+        "- (d): a durable append pays two thread hand-overs per commit (the job to the writer thread, whose "
+        "first turn the loop waits for; the commit's end back to the loop through trio's I/O wait: about 25 "
+        "and 30-45 µs on this VM, measured with timestamps in each thread) and the mailbox hop the inline "
+        "fast path saved (about 20 µs); the base's loop waited for the flush instead, and so did everyone "
+        "else on it.",
         "",
         first["candidates"],
     ]
     return "\n".join(lines)
+
+
+def _floor_note(rows: list[dict[str, Any]]) -> str:
+    by_name = {row["measure"].split(" ", 1)[0]: row for row in rows}
+    timer, idle = by_name.get("(c)"), by_name.get("(c0)")
+    if timer is None or idle is None:
+        return ""
+    ours = timer["comparison"] * timer["ratio"] / (idle["comparison"] * idle["ratio"])
+    return (f"In this run (c) / (c0) is {ours:.2f} (the base's {timer['comparison'] / idle['comparison']:.2f}): "
+            "what one appender adds to an idle loop's timer.")
 
 
 main = harness.entry("flush", __doc__, run, to_markdown, RESULTS_PATH, quick_help="fewer rounds and samples")
