@@ -21,8 +21,8 @@ p99 (computing plus waiting for the loop: what a commit that stops the trio thre
 - ``writer thread`` (chosen): ctxrt's writer thread with ``GiveTurns`` and ``await_commit``, as the
   store actor runs it.
 
-Rounds alternate the candidates in a shuffled order. Writes ``bench/results-flush-candidates.md``
-when run alone.
+Rounds alternate the candidates in a shuffled order. Run alone, it prints its table; ``bench/flush.py``
+puts it in ``bench/results-flush.md``.
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ from typing import Any
 from . import harness
 from .harness import scratch
 
-HERE = Path(__file__).resolve().parent
-RESULTS_PATH = HERE / "results-flush-candidates.md"
 VALUE = b"v" * 600
 BURST_S = 0.00015
 CANDIDATES = ("inline", "inline, metasync off", "whole txn in to_thread", "commit nosync + fdatasync in to_thread",
@@ -240,9 +238,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     quick = parser.parse_args().quick
     pooled, rounds, appends = run_candidates(quick)
-    text = section(pooled, rounds, appends, quick)
-    RESULTS_PATH.write_text(text)
-    print(text)
+    print(section(pooled, rounds, appends, quick))
     return 0
 
 
