@@ -2,9 +2,9 @@
 
 Determinism rules: every test uses a real LMDB store under ``tmp_path`` and the real clock,
 with a ``trio.fail_after`` hang guard (no autojump clock: a commit takes real time, on the
-store's writer thread). Concurrent callers are started in one nursery tick while the actor is idle, so trio delivers
-them to the actor as one batch; where a test relies on that, it asserts it from
-``statistics()`` rather than assuming it. "Unchanged" means an identical dump of every LMDB
+store's writer thread). Concurrent callers are started in one nursery tick while the actor is
+idle, so trio delivers them to the actor as one batch; where a test relies on that, it asserts
+it from ``statistics()`` rather than assuming it. "Unchanged" means an identical dump of every LMDB
 table plus the engine's cached branches, states and sequence.
 """
 
