@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.codec", "ctxrt.tokens"),
     ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.batch", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
-     "ctxrt.store.environment", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
+     "ctxrt.store.environment", "ctxrt.store.writer", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
      "ctxrt.store.verify"),
     ("ctxrt.slots",),
     ("ctxrt.views",),
