@@ -333,14 +333,21 @@ def test_stored_audience_that_is_not_names_decodes_and_names_no_one(stored):
     assert content_for_reader(message.content, "bob") == (Text("open"),)
 
 
-@pytest.mark.parametrize("data", [b'{"content":[]}', b'{"participant":"a","content":[{"type":"video"}]}'])
+@pytest.mark.parametrize("data", [
+    b'{"content":[]}', b'{"participant":"a","content":[{"type":"video"}]}',
+    b'{"participant":"a","content":[{"type":"text","text":5}]}', b'{"participant":null,"content":[]}',
+    b'{"participant":"a","content":[{"type":"image","source":null}]}',
+    b'{"participant":"a","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":[]}]}]}',
+    b'{"participant":"a","content":[],"metadata":[1]}',
+])
 def test_a_stored_message_in_a_form_this_version_does_not_read_raises_store_format_error(data):
     """K5: JSON this version can't read (a newer version's form) raises StoreFormatError, never a stray KeyError."""
     with pytest.raises(StoreFormatError):
         message_from_json(data, sequence=9, store="the store")
 
 
-@pytest.mark.parametrize("data", [b"not json", b"\xff\xfe", b'{"participant": "user", "content": [{"type": "te'])
+@pytest.mark.parametrize("data", [b"not json", b"\xff\xfe", b'{"participant": "user", "content": [{"type": "te',
+                                  b'{"participant":"a","content":[]}XYZ', b"[" * 100_000])
 def test_a_stored_message_that_is_not_json_raises_store_corrupt_error_naming_the_store(data):
     """K7 (from a host-style attack): bytes that aren't JSON at all are damage (sealed into a record,
     e.g. by a format move), not a newer form: StoreCorruptError naming the store and the message."""
