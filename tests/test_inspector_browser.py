@@ -11,14 +11,14 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
@@ -102,7 +102,23 @@ def follow(driver: webdriver.Chrome, element: Any) -> None:
     """Click a link or button and wait for the page it leads to (a click doesn't wait for it)."""
     page = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, WAIT_S).until(staleness_of(page))
+    WebDriverWait(driver, WAIT_S).until(gone(page))
+
+
+def gone(page: Any) -> Callable[[Any], bool]:
+    """``staleness_of``, also when chromedriver, asked mid-navigation, says the node left the
+    document in words of its own (a WebDriverException, not StaleElementReferenceException)."""
+    stale = staleness_of(page)
+
+    def check(driver: Any) -> bool:
+        try:
+            return bool(stale(driver))
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+
+    return check
 
 
 def nothing_ran(driver: webdriver.Chrome) -> None:
