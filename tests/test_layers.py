@@ -18,7 +18,7 @@ PACKAGE = Path(ctxrt.__file__).parent
 # Lowest first. The arrows of data flow: manager -> namespace actor -> strategy -> views -> slot
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
-    ("ctxrt.errors", "ctxrt.content", "ctxrt.events", "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.files",
+    ("ctxrt.errors", "ctxrt.mailbox", "ctxrt.content", "ctxrt.events", "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.files",
      "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster"),
     ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.codec", "ctxrt.tokens"),

@@ -37,6 +37,7 @@ from ..errors import (
     StrategyRefusedError,
     ValueConflictError,
 )
+from ..mailbox import Reply
 from ..model import ModelRequest, ModelResponse
 from ..slots import Appended, SlotRegistry, decode_stored, parse_id, prepare_append
 from ..store.actor import StoreRef
@@ -115,7 +116,6 @@ from .protocol import (
     QuerySummaries,
     Release,
     Remove,
-    Reply,
     ReportHealth,
     ResetHeadWindow,
     RetryQuarantined,
@@ -184,7 +184,7 @@ class _InFlight:
     kind: str  # "tick" (a manager's), "drain" (the actor's own) or "reset" (a transition summary)
     unit: Unit
     epoch: int
-    reply: Reply | None
+    reply: Reply[Any] | None
     scope: trio.CancelScope
     request: Any  # the ModelRequest, for calibration from the usage its reply reports
 
@@ -222,13 +222,13 @@ class _Actor:
         self.caches: list[Any] = []
         self.subscriber = _subscriber(ref)
         self.seen = 0
-        self.unit_waiters: deque[tuple[Tick | ResetHeadWindow, Reply]] = deque()
+        self.unit_waiters: deque[tuple[Tick | ResetHeadWindow, Reply[Any]]] = deque()
         self.in_flight: _InFlight | None = None
         self.drain_wanted = False
         self.last_compile_ms: float | None = None
         self.observed = 0  # usage reports the token estimator has heard (its pricing, for a host's own)
         self._streak = 0
-        self.serving: tuple[Any, Reply | None] | None = None  # the command whose handler runs now
+        self.serving: tuple[Any, Reply[Any] | None] | None = None  # the command whose handler runs now
         self.stop_error: Callable[[], BaseException] | None = None
         self.leased = False  # this process holds the namespace's lease (Strategy.keeps_memory)
 
@@ -307,7 +307,7 @@ class _Actor:
 
     def release(self) -> None:
         """Answer everything still queued or waiting, and let go of the slot caches."""
-        waiting: list[tuple[Any, Reply | None]] = [*self.unit_waiters]
+        waiting: list[tuple[Any, Reply[Any] | None]] = [*self.unit_waiters]
         if self.serving is not None:  # its handler was cut short
             waiting.append(self.serving)
         if self.in_flight is not None:
@@ -316,13 +316,7 @@ class _Actor:
             if waiter is not None:
                 waiter.resolve(False, self.ref.refusal(command))
         self.unit_waiters.clear()
-        while True:
-            try:
-                command, reply = self.ref.inbox.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                break
-            if reply is not None:
-                reply.resolve(False, self.ref.refusal(command))
+        self.ref.mailbox.drain()
         for cache in self.caches:
             if self.subscriber in cache.subscribers:
                 cache.subscribers.remove(self.subscriber)
@@ -595,7 +589,7 @@ class _Actor:
 
     async def _next(self) -> Any:
         """The next envelope; None when a deadline (a hold lapsing, a backoff ending) came first."""
-        inbox = self.ref.inbox
+        inbox = self.ref.mailbox
         try:
             envelope = inbox.receive_nowait()
         except trio.WouldBlock:
@@ -616,8 +610,6 @@ class _Actor:
             if self._streak >= FAIRNESS_STREAK:  # a long queue still lets the host's other tasks run
                 self._streak = 0
                 await trio.lowlevel.checkpoint()
-        if envelope is not None:
-            self.ref.received()
         return envelope
 
     def _deadline(self) -> float:
@@ -630,7 +622,7 @@ class _Actor:
                 deadline = min(deadline, wake)
         return deadline
 
-    async def handle(self, command: Any, reply: Reply | None) -> Any:
+    async def handle(self, command: Any, reply: Reply[Any] | None) -> Any:
         if (self.record is None and self.services.engine.shared
                 and not isinstance(command, UnitDone | Wake | ReportHealth)):  # _health adopts its own
             self._adopt_claim()
@@ -943,7 +935,7 @@ class _Actor:
 
     # -- units: ticks, the drain, transition summaries --------------------------------------
 
-    def _queue_unit(self, command: Tick | ResetHeadWindow, reply: Reply | None) -> Any:
+    def _queue_unit(self, command: Tick | ResetHeadWindow, reply: Reply[Any] | None) -> Any:
         # Checked now and again when its turn comes: a claim may land while it waits (C8).
         check_reader(self.record, command.reader, self.place)
         self._require_strategy()
@@ -1003,7 +995,7 @@ class _Actor:
             return None
         return wake if not math.isnan(wake) else None
 
-    async def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply | None) -> bool:
+    async def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply[Any] | None) -> bool:
         """Plan the next unit, raise the floor and start its model call; True if a call is out.
 
         A unit with nothing to call answers its caller at once.
@@ -1030,7 +1022,7 @@ class _Actor:
         self._call(unit, self.strategy.request_for(unit, self.ctx), "tick" if command else "drain", reply)
         return True
 
-    async def _begin_reset(self, command: ResetHeadWindow, reply: Reply | None) -> bool:
+    async def _begin_reset(self, command: ResetHeadWindow, reply: Reply[Any] | None) -> bool:
         strategy = self.strategy
         assert isinstance(strategy, HeadWindowReset)
         if command.text is not None:
@@ -1056,7 +1048,7 @@ class _Actor:
         await self._commit()
         return message_id
 
-    def _call(self, unit: Unit, request: Any, kind: str, reply: Reply | None) -> None:
+    def _call(self, unit: Unit, request: Any, kind: str, reply: Reply[Any] | None) -> None:
         scope = trio.CancelScope()
         self.in_flight = _InFlight(kind, unit, self.epoch, reply, scope, request)
         self.ref.in_flight = 1
@@ -1190,7 +1182,7 @@ async def _complete(
         ref.tell(UnitDone(epoch, unit, outcome))
 
 
-async def serve_namespace(services: Services, ref: NamespaceRef, started: Reply) -> None:
+async def serve_namespace(services: Services, ref: NamespaceRef, started: Reply[None]) -> None:
     """Serve one namespace actor until it stops: its last manager leaves, its branch is deleted,
     or the runtime closes. Its start's outcome goes to ``started`` (None, or what the start raised).
 

@@ -7,24 +7,25 @@ reader that manager compiles for, so the actor checks it in mailbox order (docs/
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
-import trio
 
-from ..compile import Budget, Injection, MessageInjection
+from ..compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
 from ..content import Block, Message
 from ..errors import ManagerClosedError
+from ..mailbox import Ask, Mailbox
 from ..slots import SlotCache
 from ..store.protocol import Blob
+from ..store.records import BranchRow
 
 if TYPE_CHECKING:
     from ..model import Model
-    from ..strategies.base import RenderStats, Strategy, StrategyConfig
+    from ..strategies.base import Pin, RenderStats, Strategy, StrategyConfig
     from ..tokens import TokenEstimator
 
+R = TypeVar("R")
 MAILBOX_CAPACITY = 256  # asks queued or in service at once; a further ask waits for a place
 
 
@@ -45,7 +46,7 @@ class NamespaceConfig:
 
 
 @attrs.frozen
-class Attach:
+class Attach(Ask["Attached"]):
     """Attach manager ``token``: claim an unclaimed namespace for ``reader`` (C1, C6, C13)."""
 
     token: int
@@ -56,14 +57,14 @@ class Attach:
 
 
 @attrs.frozen
-class Detach:
+class Detach(Ask[None]):
     """Manager ``token`` left (closed or moved); the actor stops with its last manager."""
 
     token: int
 
 
 @attrs.frozen
-class Compile:
+class Compile(Ask[CompileResult]):
     reader: str | None
     budget: Budget
     injections: tuple[Injection, ...]
@@ -73,26 +74,26 @@ class Compile:
 
 
 @attrs.frozen
-class Preview:
+class Preview(Ask[PreviewResult | None]):
     reader: str | None
     budget: Budget
     message_injections: tuple[MessageInjection, ...]
 
 
 @attrs.frozen
-class Tick:
+class Tick(Ask[bool]):
     """One unit of strategy work; answered True if it made progress."""
 
     reader: str | None
 
 
 @attrs.frozen
-class CheckReady:
+class CheckReady(Ask[bool]):
     reader: str | None
 
 
 @attrs.frozen
-class Edit:
+class Edit(Ask[None]):
     """Replace message ``message_id``'s content (validated by the manager), refusing a narrowing (D1-D5)."""
 
     reader: str | None
@@ -103,7 +104,7 @@ class Edit:
 
 
 @attrs.frozen
-class Remove:
+class Remove(Ask[None]):
     """Remove messages ``first_id`` through ``last_id`` with their context-log copies (D1: never refused)."""
 
     first_id: str
@@ -111,13 +112,13 @@ class Remove:
 
 
 @attrs.frozen
-class SetStrategy:
+class SetStrategy(Ask[None]):
     reader: str | None
     config: StrategyConfig | Strategy
 
 
 @attrs.frozen
-class Fork:
+class Fork(Ask[BranchRow]):
     """Check that manager ``reader`` may branch (C1, C3, C7, C12), then make branch ``name`` at the head."""
 
     reader: str | None
@@ -125,7 +126,7 @@ class Fork:
 
 
 @attrs.frozen
-class Derive:
+class Derive(Ask[tuple[BranchRow, str | None]]):
     """Check a derive (C11, C12, D6), then make branch ``name`` recording the child's reader (R2)."""
 
     reader: str | None
@@ -159,50 +160,50 @@ SummaryQuery = SearchSummaries | GetSummary | SummariesInRange
 
 
 @attrs.frozen
-class QuerySummaries:
+class QuerySummaries(Ask[Any]):
     reader: str | None
     query: SummaryQuery
 
 
 @attrs.frozen
-class ResetHeadWindow:
+class ResetHeadWindow(Ask[str]):
     reader: str | None
     text: str | None
 
 
 @attrs.frozen
-class Hold:
+class Hold(Ask[None]):
     message_ids: tuple[str, ...]
     timeout_s: float | None
 
 
 @attrs.frozen
-class Release:
+class Release(Ask[None]):
     message_ids: tuple[str, ...]
 
 
 @attrs.frozen
-class SetSystemPrompt:
+class SetSystemPrompt(Ask[None]):
     text: str
 
 
 @attrs.frozen
-class SetTools:
+class SetTools(Ask[None]):
     tools: tuple[Mapping[str, Any], ...]
 
 
 @attrs.frozen
-class ReportHealth:
+class ReportHealth(Ask["NamespaceHealth"]):
     pass
 
 
 @attrs.frozen
-class RetryQuarantined:
+class RetryQuarantined(Ask[list[str]]):
     reader: str | None
 
 
 @attrs.frozen
-class PinRange:
+class PinRange(Ask["Pin"]):
     reader: str | None
     first_id: str
     last_id: str
@@ -211,18 +212,18 @@ class PinRange:
 
 
 @attrs.frozen
-class Unpin:
+class Unpin(Ask[bool]):
     reader: str | None
     pin_id: str
 
 
 @attrs.frozen
-class ListPins:
+class ListPins(Ask[list["Pin"]]):
     reader: str | None
 
 
 @attrs.frozen
-class Inspect:
+class Inspect(Ask["NamespaceSnapshot"]):
     """For tests and debugging (``ContextManager.inspect``): a snapshot of the actor's state."""
 
 
@@ -230,7 +231,7 @@ class Inspect:
 
 
 @attrs.frozen
-class UnitDone:
+class UnitDone(Ask[None]):
     """A model call came back (a response or the error it raised), for the view epoch it began in."""
 
     epoch: int
@@ -239,7 +240,7 @@ class UnitDone:
 
 
 @attrs.frozen
-class Wake:
+class Wake(Ask[None]):
     """Look at the notes lane (new messages, holds) and the drain."""
 
 
@@ -292,39 +293,20 @@ class ActorRetired(Exception):
     starts a fresh one. Never reaches the public API."""
 
 
-class Reply:
-    """The slot a command's answer goes into."""
-
-    __slots__ = ("event", "ok", "value")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.ok = False
-        self.value: Any = None
-
-    def resolve(self, ok: bool, value: Any) -> None:
-        if not self.event.is_set():
-            self.ok, self.value = ok, value
-            self.event.set()
-
-
-Envelope = tuple[Any, "Reply | None"]
-
-
 class NamespaceRef:
     """The handle to one namespace actor: one (branch incarnation, namespace) in a runtime.
 
-    Two lanes: commands, in order (``ask`` waits while ``MAILBOX_CAPACITY`` are queued, so
-    callers feel backpressure), and notes (new messages and their holds, from the store actor's
-    publish step), which never block and which the actor reads before every command.
+    Two lanes: commands, in order, through its ``Mailbox`` (``ask`` waits while
+    ``MAILBOX_CAPACITY`` are queued, so callers feel backpressure), and notes (new messages and
+    their holds, from the store actor's publish step), which never block and which the actor
+    reads before every command.
     """
 
     def __init__(self, config: NamespaceConfig, branch_id: int, branch_name: str) -> None:
         self.config = config
         self.branch_id = branch_id
         self.branch_name = branch_name
-        self._send, self.inbox = trio.open_memory_channel[Envelope](math.inf)
-        self._room = trio.Event()  # set when the actor takes a command off a full mailbox
+        self.mailbox = Mailbox(MAILBOX_CAPACITY, self.refusal)
         self.notes: list[tuple[int, Any]] = []  # (sequence, hold) of appends; hold False: a wake-up only
         self._woken = False
         self._closed: Callable[[], BaseException] | None = None
@@ -344,29 +326,14 @@ class NamespaceRef:
         """When the actor has stopped, a factory of the error later requests raise; else None."""
         return self._closed
 
-    async def ask(self, command: Any) -> Any:
+    async def ask(self, command: Ask[R]) -> R:
         """Send ``command`` and wait for its answer.
 
         Raises what the handler raised, or the actor's stop error (``ActorRetired`` for an
         attach, else ``BranchNotFoundError`` or ``ManagerClosedError``) if it stopped first. If
         cancelled after sending, the command is still handled whole; only its answer is lost.
         """
-        if self._closed is not None:
-            await trio.lowlevel.checkpoint()
-            raise self.refusal(command)
-        while self.mailbox_depth >= MAILBOX_CAPACITY:  # backpressure: wait until the actor takes some
-            await self._room.wait()
-            if self._closed is not None:
-                raise self.refusal(command)
-        reply = Reply()
-        try:
-            self._send.send_nowait((command, reply))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise self.refusal(command) from None
-        await reply.event.wait()  # cancelled here, the command is still handled whole; its answer is dropped
-        if reply.ok:
-            return reply.value
-        raise reply.value
+        return await self.mailbox.ask(command)
 
     def refusal(self, command: Any) -> BaseException:
         """The error a command meets once the actor has stopped: an attach retries on a fresh
@@ -378,10 +345,7 @@ class NamespaceRef:
 
     def tell(self, command: Any) -> None:
         """Send ``command`` without waiting; dropped if the actor has stopped."""
-        try:
-            self._send.send_nowait((command, None))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        self.mailbox.tell(command)
 
     def note_appended(self, sequence: int, hold: Any) -> None:
         """From the publish step: a message this namespace's manager appended with a hold (True or
@@ -391,12 +355,6 @@ class NamespaceRef:
             self._woken = True
             self.tell(Wake())
 
-    def received(self) -> None:
-        """The actor took a command: wake callers waiting for room."""
-        if self.mailbox_depth < MAILBOX_CAPACITY and not self._room.is_set():
-            self._room.set()
-            self._room = trio.Event()
-
     def take_notes(self) -> list[tuple[int, Any]]:
         notes, self.notes, self._woken = self.notes, [], False
         return notes
@@ -405,12 +363,11 @@ class NamespaceRef:
         """Refuse new commands with ``error()``; the actor answers what is queued."""
         if self._closed is None:
             self._closed = error
-            self._send.close()
-            self._room.set()
+            self.mailbox.close()
 
     @property
     def mailbox_depth(self) -> int:
-        return self._send.statistics().current_buffer_used
+        return self.mailbox.depth
 
 
 def _stopped() -> BaseException:

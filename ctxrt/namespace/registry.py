@@ -26,7 +26,8 @@ from ..store.records import BranchRow
 from . import states
 from .actor import Services, build_strategy, serve_namespace
 from .core import Place, check_attach, record_from_value, require_marking
-from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef, Reply
+from ..mailbox import Reply
+from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef
 
 _tokens = itertools.count(1)
 
@@ -112,10 +113,10 @@ class NamespaceRegistry:
                 require_marking(strategy.marks_compression_reads, strategy.name, resolved, config.namespace)
                 ref = NamespaceRef(config, branch.id, branch.name)
                 self._refs[key] = ref
-                started = Reply()
+                started: Reply[None] = Reply()
                 self._nursery.start_soon(serve_namespace, self._services, ref, started)
                 try:
-                    await started.event.wait()  # cancelled here, the actor starts all the same
+                    await started.wait()  # cancelled here, the actor starts all the same
                 except BaseException:
                     ref.tell(Detach(token))  # it stops at once unless another open attached first
                     raise
