@@ -17,8 +17,8 @@ from ..content import Block, Message
 from ..errors import ManagerClosedError
 from ..mailbox import Ask, Mailbox
 from ..slots import SlotCache
-from ..store.protocol import Blob
-from ..store.records import BranchRow
+from ..store.protocol import AppendItem, Blob
+from ..store.records import BranchRow, ItemAppended
 
 if TYPE_CHECKING:
     from ..model import Model
@@ -172,6 +172,16 @@ class ResetHeadWindow(Ask[str]):
 
 
 @attrs.frozen
+class AppendAndHold(Ask[ItemAppended]):
+    """Append ``append`` (made and checked by the manager) and hold its message from compression
+    until released or ``timeout_s`` (T5). Held from before it is written: no unit planned while
+    it commits reads it."""
+
+    append: AppendItem
+    timeout_s: float | None
+
+
+@attrs.frozen
 class Hold(Ask[None]):
     message_ids: tuple[str, ...]
     timeout_s: float | None
@@ -231,6 +241,12 @@ class Inspect(Ask["NamespaceSnapshot"]):
 
 
 @attrs.frozen
+class Start(Ask[None]):
+    """The first message of every actor: register the namespace's states, load its record and
+    floor, read its slots (answered None, or with what the start raised)."""
+
+
+@attrs.frozen
 class UnitDone(Ask[None]):
     """A model call came back (a response or the error it raised), for the view epoch it began in."""
 
@@ -240,8 +256,18 @@ class UnitDone(Ask[None]):
 
 
 @attrs.frozen
-class Wake(Ask[None]):
-    """Look at the notes lane (new messages, holds) and the drain."""
+class SlotAppended:
+    """From the store actor's publish step, while the strategy drains in the background: a
+    message was appended to the own slot."""
+
+    sequence: int
+
+
+@attrs.frozen
+class Retire:
+    """Stop now (the branch was deleted, the runtime closes): what is queued is refused with ``error()``."""
+
+    error: Callable[[], BaseException]
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -285,6 +311,16 @@ class NamespaceSnapshot:
     model_timeout_s: float
 
 
+@attrs.frozen
+class NamespaceStatus:
+    """What the actor publishes for readers outside its turns, replaced whole, never changed."""
+
+    strategy_config: StrategyConfig | Strategy  # set_strategy's, once it ran
+    slot: SlotCache | None = None  # the own slot's cache, for reads of messages as stored
+    model_calls: int = 0  # model calls out
+    render_stats: RenderStats | None = None  # what the last compile showed and left out
+
+
 # -- the handle ------------------------------------------------------------------------------
 
 
@@ -296,10 +332,10 @@ class ActorRetired(Exception):
 class NamespaceRef:
     """The handle to one namespace actor: one (branch incarnation, namespace) in a runtime.
 
-    Two lanes: commands, in order, through its ``Mailbox`` (``ask`` waits while
-    ``MAILBOX_CAPACITY`` are queued, so callers feel backpressure), and notes (new messages and
-    their holds, from the store actor's publish step), which never block and which the actor
-    reads before every command.
+    Its ``Mailbox`` is the one way in: commands (``ask`` waits while ``MAILBOX_CAPACITY`` are
+    queued, so callers feel backpressure), and messages from the runtime (``SlotAppended``,
+    ``Retire``) and from the actor's own children (``UnitDone``, ``Committed``), which never
+    wait. ``status`` is the frozen snapshot the actor last published, replaced whole.
     """
 
     def __init__(self, config: NamespaceConfig, branch_id: int, branch_name: str) -> None:
@@ -307,15 +343,8 @@ class NamespaceRef:
         self.branch_id = branch_id
         self.branch_name = branch_name
         self.mailbox = Mailbox(MAILBOX_CAPACITY, self.refusal)
-        self.notes: list[tuple[int, Any]] = []  # (sequence, hold) of appends; hold False: a wake-up only
-        self._woken = False
         self._closed: Callable[[], BaseException] | None = None
-        # Published by the actor for readers outside it (plain values, never its state):
-        self.slot: SlotCache | None = None  # the own slot's cache, for reads of messages as stored
-        self.strategy_config: StrategyConfig | Strategy = config.strategy
-        self.wants_appends = False  # the strategy drains in the background: wake on every append
-        self.in_flight = 0
-        self.render_stats: RenderStats | None = None  # what the last compile showed and left out
+        self.status = NamespaceStatus(config.strategy)
 
     @property
     def namespace(self) -> str:
@@ -323,7 +352,7 @@ class NamespaceRef:
 
     @property
     def retired(self) -> Callable[[], BaseException] | None:
-        """When the actor has stopped, a factory of the error later requests raise; else None."""
+        """When the actor has stopped (or is told to), a factory of the error later requests raise; else None."""
         return self._closed
 
     async def ask(self, command: Ask[R]) -> R:
@@ -338,36 +367,31 @@ class NamespaceRef:
     def refusal(self, command: Any) -> BaseException:
         """The error a command meets once the actor has stopped: an attach retries on a fresh
         actor; anything else belonged to a manager the stop closed."""
-        error = (self._closed or _stopped)()
-        if isinstance(error, ActorRetired) and not isinstance(command, Attach):
-            return _stopped()
-        return error
+        return refusal_for(self._closed or _stopped, command)
 
     def tell(self, command: Any) -> None:
         """Send ``command`` without waiting; dropped if the actor has stopped."""
         self.mailbox.tell(command)
 
-    def note_appended(self, sequence: int, hold: Any) -> None:
-        """From the publish step: a message this namespace's manager appended with a hold (True or
-        a timeout), or (``hold`` False) a wake-up for a draining strategy."""
-        self.notes.append((sequence, hold))
-        if not self._woken:
-            self._woken = True
-            self.tell(Wake())
-
-    def take_notes(self) -> list[tuple[int, Any]]:
-        notes, self.notes, self._woken = self.notes, [], False
-        return notes
-
-    def close(self, error: Callable[[], BaseException]) -> None:
-        """Refuse new commands with ``error()``; the actor answers what is queued."""
+    def retire(self, error: Callable[[], BaseException]) -> None:
+        """Tell the actor to stop now: refuse new commands with ``error()``; the actor takes
+        ``Retire`` before anything queued and refuses that the same way."""
         if self._closed is None:
             self._closed = error
-            self.mailbox.close()
+            self.mailbox.close(notice=Retire(error))
 
     @property
     def mailbox_depth(self) -> int:
         return self.mailbox.depth
+
+
+def refusal_for(error: Callable[[], BaseException], command: Any) -> BaseException:
+    """The error ``command`` meets from an actor stopped with ``error``: an attach retries on a
+    fresh actor (``ActorRetired``); anything else belonged to a manager the stop closed."""
+    made = error()
+    if isinstance(made, ActorRetired) and not isinstance(command, Attach):
+        return _stopped()
+    return made
 
 
 def _stopped() -> BaseException:

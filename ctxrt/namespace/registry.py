@@ -24,7 +24,8 @@ from ..store.actor import StoreRef
 from ..store.interface import StoreEngine
 from ..store.records import BranchRow
 from . import states
-from .actor import Services, build_strategy, serve_namespace
+from .actor import Services, serve_namespace
+from .machine import build_strategy
 from .core import Place, check_attach, record_from_value, require_marking
 from ..mailbox import Reply
 from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef
@@ -146,7 +147,7 @@ class NamespaceRegistry:
         for key, ref in list(self._refs.items()):
             if key[0] == branch_id:
                 del self._refs[key]
-                ref.close(error)
+                ref.retire(error)
 
     def on_close(self, end: Callable[[], None]) -> Callable[[], None]:
         """Call ``end`` when the runtime closes (a subscription's channel ends then); returns the cancel."""
@@ -161,13 +162,13 @@ class NamespaceRegistry:
         for end in ends:
             end()
         for ref in list(self._refs.values()):
-            ref.close(lambda ref=ref: ManagerClosedError(  # type: ignore[misc]  # mypy infers no type for a lambda default
+            ref.retire(lambda ref=ref: ManagerClosedError(  # type: ignore[misc]  # mypy infers no type for a lambda default
                 f"the runtime closed; the manager of namespace {ref.namespace!r} on branch {ref.branch_name!r} "
                 f"is closed"))
         self._refs.clear()
 
     def statistics(self) -> tuple[NamespaceStatistics, ...]:
         return tuple(
-            NamespaceStatistics(ref.namespace, ref.branch_name, ref.mailbox_depth, ref.in_flight)
+            NamespaceStatistics(ref.namespace, ref.branch_name, ref.mailbox_depth, ref.status.model_calls)
             for ref in self._refs.values()
         )
