@@ -27,7 +27,7 @@ from ctxrt.content import Text
 from ctxrt.mailbox import Reply
 from ctxrt.model import ModelResponse, Usage
 from ctxrt.namespace import states
-from ctxrt.namespace.core import Place
+from ctxrt.namespace.core import Place, record_from_value
 from ctxrt.namespace.effects import (
     Acquire,
     Acquired,
@@ -58,7 +58,6 @@ from ctxrt.namespace.protocol import (
     SearchSummaries,
     SetStrategy,
     SlotAppended,
-    Start,
     Tick,
     UnitDone,
 )
@@ -130,8 +129,7 @@ class Driven:
         return reply
 
     def start(self, reader: str | None = None, **attach: Any) -> Reply[Any]:
-        assert self.ask(Start()).done is False  # its states are registered first
-        self.settle()
+        """The first attach: judged, then the namespace's states registered, its slots read."""
         return self.attach(reader, **attach)
 
     def attach(self, reader: str | None = None, **options: Any) -> Reply[Any]:
@@ -389,16 +387,19 @@ def test_claims_and_the_read_time_check(handle: StoreHandle) -> None:
 
 
 def test_a_corrupt_record_refuses_branching_and_strategy_changes(handle: StoreHandle) -> None:
-    """C3: a record that isn't a reader's name refuses attach, fork, derive and set_strategy, saying so."""
+    """C3: a record that isn't a reader's name refuses attach, fork, derive and set_strategy, saying so;
+    a first attach refused leaves an actor that stops at once, having written nothing (C2)."""
     ns = Driven(handle)
-    ns.apply(ctxrt.store.protocol.RegisterState(name=states.reader_state("ns"), kind="value"))
+    value(ns.start())
     ns.apply(SetValue(state=states.reader_state("ns"), branch=ns.branch_id, value=42))
-    ns.ask(Start())
-    ns.settle()
+    ns.machine.record = record_from_value(42)  # as a shared store's actor adopts another process's write
     refused(ns.attach("ann"), ctxrt.ReaderConflictError, "not a reader's name")
     for command in (Fork(None, "f"), Derive(None, "d", None, None), SetStrategy(None, ctxrt.Passthrough())):
         refused(ns.ask(command), ctxrt.ReaderConflictError, "not a reader's name")
     assert not ns.commits
+    fresh = Driven(handle)
+    refused(fresh.attach("ann"), ctxrt.ReaderConflictError, "not a reader's name")
+    assert not fresh.commits and fresh.stopped is not None
 
 
 def test_a_claim_stands_when_the_strategy_then_fails_to_start(handle: StoreHandle) -> None:
@@ -520,10 +521,10 @@ def test_a_stop_at_any_point_answers_every_caller_and_writes_no_more(handle: Sto
     effect, and nothing more is sent to the store or the model."""
     for cut in range(12):
         ns = Driven(handle, namespace=f"ns{cut}", strategy=memory())
-        replies = [ns.ask(Start())]
+        replies: list[Reply[Any]] = []
         steps: list[Callable[[], Any]] = [
-            lambda: ns.settle(),
             lambda: replies.append(ns.ask(Attach(1, "ann", ns.config))),
+            lambda: ns.settle(),
             lambda: ns.fill(6),
             lambda: replies.append(ns.ask(Tick("ann"))),
             lambda: replies.append(ns.ask(Compile("ann", BIG, (), (), False))),

@@ -44,7 +44,7 @@ from .effects import (
     TimerFired,
 )
 from .machine import NamespaceMachine
-from .protocol import NamespaceRef, Retire, SlotAppended, Start, UnitDone
+from .protocol import NamespaceRef, Retire, SlotAppended, UnitDone
 
 logger = logging.getLogger("ctxrt.namespace")
 
@@ -88,8 +88,7 @@ class _Loop:
         self.stopped: Callable[[], BaseException] | None = None
         self._streak = 0
 
-    async def run(self, started: Reply[None]) -> None:
-        await self.apply(self.machine.handle(Start(), trio.current_time(), started))
+    async def run(self) -> None:
         while self.stopped is None:
             envelope = await self._next()
             message, reply = (TimerFired(), None) if envelope is None else envelope
@@ -216,9 +215,9 @@ async def _complete(
         ref.tell(UnitDone(epoch, unit, outcome))
 
 
-async def serve_namespace(services: Services, ref: NamespaceRef, started: Reply[None]) -> None:
-    """Serve one namespace actor until it stops: its last manager leaves, its branch is deleted,
-    or the runtime closes. Its start's outcome goes to ``started`` (None, or what the start raised).
+async def serve_namespace(services: Services, ref: NamespaceRef) -> None:
+    """Serve one namespace actor until it stops: its last manager leaves (or its first attach is
+    refused), its branch is deleted, or the runtime closes.
 
     It runs in the runtime's nursery, never in an opener's scope: trio leaves a task started
     with ``nursery.start`` in the opener's scope when the opener is cancelled as it starts, and
@@ -227,7 +226,7 @@ async def serve_namespace(services: Services, ref: NamespaceRef, started: Reply[
     async with trio.open_nursery() as children:
         loop = _Loop(services, ref, children)
         try:
-            await loop.run(started)
+            await loop.run()
         except BaseException as exc:
             # The runtime closing (Cancelled) or an interrupt: raised once out of the nursery as
             # itself, not in a group, so the runtime's scope and a host's ``except`` see it.

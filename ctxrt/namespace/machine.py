@@ -20,7 +20,7 @@ go out through one lane, one commit at a time, in the order they were made. A co
   join the lane and it is answered once they are committed;
 - an *exclusive write* (edit, remove, fork, derive): handled when its turn in the lane comes, so
   it is judged against everything written before it; reads go on while its commit is out;
-- a *barrier* (start, attach, set_strategy): handled at its turn in the lane, and everything
+- a *barrier* (attach, set_strategy): handled at its turn in the lane, and everything
   that arrives after it waits until it is answered.
 
 Strategy writes in the lane were made from the strategy's memory: if a commit before them fails
@@ -158,7 +158,6 @@ from .protocol import (
     SetSystemPrompt,
     SetTools,
     SlotAppended,
-    Start,
     SummariesInRange,
     Tick,
     UnitDone,
@@ -194,7 +193,7 @@ Gen = Generator[Write | Acquire, Any, Any]
 
 _READ, _EXCLUSIVE, _BARRIER = 0, 1, 2
 _KINDS: dict[type, int] = {
-    Start: _BARRIER, Attach: _BARRIER, SetStrategy: _BARRIER,
+    Attach: _BARRIER, SetStrategy: _BARRIER,
     Edit: _EXCLUSIVE, Remove: _EXCLUSIVE, Fork: _EXCLUSIVE, Derive: _EXCLUSIVE,
 }
 
@@ -350,8 +349,9 @@ class NamespaceMachine:
         if self.barriers:
             self.held.append((message, reply))
             return
-        if isinstance(message, UnitDone):
-            task = self.unit_task = _Task(message, None, _READ, own=True)
+        if isinstance(message, UnitDone):  # its tick's reply rides with it: answered at a stop too
+            reply = None if self.in_flight is None else self.in_flight.reply
+            task = self.unit_task = _Task(message, reply, _READ, own=True)
             self.open[task] = None
             self._begin_task(task)
             return
@@ -430,8 +430,8 @@ class NamespaceMachine:
         """A task's first step: its handler runs until it yields a write or ends."""
         command = task.command
         try:
-            if (self.record is None and self.engine.shared and not task.own
-                    and not isinstance(command, Start | ReportHealth)):  # health adopts its own
+            if (self.record is None and self.engine.shared and self.caches and not task.own
+                    and not isinstance(command, ReportHealth)):  # health adopts its own
                 self._adopt_claim()
             result = self._dispatch(task)
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
@@ -475,14 +475,14 @@ class NamespaceMachine:
             self.unit_task = None
         if task.kind == _BARRIER:
             self.barriers -= 1
+        if isinstance(task.command, Attach) and not ok and not self.managers:
+            self.orphaned = True  # refused with no manager attached: it stops once it owes nothing
         if value is _LATER:
             return
         if task.reply is not None:
             self._answer(task.reply, ok, value)
         elif not ok:
             self._report(value, "%s: %s failed", self.place, type(task.command).__name__)
-        if isinstance(task.command, Start) and not ok:
-            self._stop(retired(self.place))  # opens queued meanwhile retry on a fresh actor
 
     def _answer(self, reply: Reply[Any], ok: bool, value: Any) -> None:
         self._effects.append(Answer(reply, ok, value))
@@ -564,14 +564,13 @@ class NamespaceMachine:
                                          self.reader_listing, self.model_timeout_s)
             case UnitDone():
                 return self._unit_done(command)
-            case Start():
-                return self._start()
         raise TypeError(f"not a namespace command: {command!r}")
 
     # -- start and stop ---------------------------------------------------------------------
 
-    def _start(self) -> Gen:
-        """Register the namespace's states, load its record and floor, read its slots."""
+    def _set_up(self) -> Gen:
+        """At the first attach, once it is judged: register the namespace's states, load its floor,
+        read its slots, take the lease."""
         engine, ns = self.engine, self.config.namespace
         slots = (self.config.slot, *self.config.auxiliary)
         if self.readonly:
@@ -587,15 +586,14 @@ class NamespaceMachine:
             missing = tuple(c for c in commands if not engine.has_state(c.name))
             if missing:
                 yield Write(Atomically(commands=missing))
-        self.record = self._stored_record()
         self.floor = self._stored_floor() or 0
         if isinstance(self.config.token_estimator, CalibratedEstimator):  # the calibration so far
             self.config.token_estimator.restore(engine.read_value(states.calibration_state(ns), self.branch_id))
+        self._lease(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
         caches = yield Acquire(tuple(slots))
         self.caches = list(caches)
         self.seen = self._seen_now()
         self._build_views()
-        self._lease(self.strategy)
         return None
 
     def _adopt_claim(self) -> None:
@@ -877,10 +875,14 @@ class NamespaceMachine:
     # -- managers ---------------------------------------------------------------------------
 
     def _attach(self, command: Attach) -> Gen:
+        if not self.caches:  # the first attach: judged from the store, before anything is written (C2)
+            self.record = self._stored_record()
         resolved = check_attach(self.record, command.reader, compiles_for_none=command.compiles_for_none,
                                 place=self.place)
         self._check_config(command)
         require_marking(self.strategy.marks_compression_reads, self.strategy.name, resolved, self.place.namespace)
+        if not self.caches:
+            yield from self._set_up()
         if resolved is not None and self.record is None and not self.readonly:
             try:  # decided in the store: on a shared store, another process's actor may claim it first
                 yield Write(SetValue(state=states.reader_state(self.place.namespace), branch=self.branch_id,
@@ -1310,15 +1312,16 @@ class NamespaceMachine:
         return message_id
 
     def _unit_done(self, done: UnitDone) -> Gen:
+        """Apply a unit's reply (its caller, if a tick, is answered here: the task returns ``_LATER``)."""
         flight, self.in_flight = self.in_flight, None
         if flight is None:
-            return None
+            return _LATER
         if done.epoch != self.epoch:
             logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
                            self.place, flight.unit.key)
             if flight.reply is not None:
                 self._answer(flight.reply, *((True, False) if flight.kind == "tick" else (False, self._moved_error())))
-            return None
+            return _LATER
         try:
             if flight.kind == "reset":
                 strategy = self.strategy
@@ -1336,12 +1339,12 @@ class NamespaceMachine:
             elif not isinstance(exc, StoreUnavailableError):
                 self._report(exc, "compression drain of %s failed to apply %s", self.place, flight.unit.key)
             self.drain_wanted = False
-            return None
+            return _LATER
         if flight.reply is not None:
             self._answer(flight.reply, True, result)
         if flight.kind == "drain" and not result:
             self.drain_wanted = False
-        return None
+        return _LATER
 
     def _calibrate(self, request: Any, outcome: Any) -> Gen:
         """Tell the estimator what the model reported for a request against its plain estimate;

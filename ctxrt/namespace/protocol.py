@@ -241,12 +241,6 @@ class Inspect(Ask["NamespaceSnapshot"]):
 
 
 @attrs.frozen
-class Start(Ask[None]):
-    """The first message of every actor: register the namespace's states, load its record and
-    floor, read its slots (answered None, or with what the start raised)."""
-
-
-@attrs.frozen
 class UnitDone(Ask[None]):
     """A model call came back (a response or the error it raised), for the view epoch it began in."""
 

@@ -23,11 +23,7 @@ from ..slots import SlotRegistry
 from ..store.actor import StoreRef
 from ..store.interface import StoreEngine
 from ..store.records import BranchRow
-from . import states
 from .actor import Services, serve_namespace
-from .machine import build_strategy
-from .core import Place, check_attach, record_from_value, require_marking
-from ..mailbox import Reply
 from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef
 
 _tokens = itertools.count(1)
@@ -93,36 +89,23 @@ class NamespaceRegistry:
         """Attach manager ``token`` to the actor of (``branch``, ``config.namespace``), starting it
         if none runs; returns its ref and the reader the manager compiles for.
 
-        Raises what the attach's checks raise (``ReaderConflictError``, ``StrategyRefusedError``,
-        ``ConfigConflictError``) before anything is written, and ``BranchNotFoundError`` for a
-        deleted branch. If cancelled, the manager is not attached (a claim that committed stands).
+        Raises what the actor's checks of the attach raise (``ReaderConflictError``,
+        ``StrategyRefusedError``, ``ConfigConflictError``) before anything is written, and
+        ``BranchNotFoundError`` for a deleted branch. If cancelled, the manager is not attached (a
+        claim that committed stands).
         """
         key = (branch.id, config.namespace)
-        place = Place(config.namespace, branch.name)
+        await trio.lowlevel.checkpoint()  # an open cancelled as it begins attaches nothing
         while True:
             if self.closed:
                 raise RuntimeClosedError("the runtime is closed")
             if branch.deleted or self.engine.branch_deleted(branch.id):
                 raise BranchNotFoundError(f"branch {branch.name!r} was deleted")
             ref = self._refs.get(key)
-            if ref is None:
-                # Refusals come before anything is registered or written (C2).
-                value = self.engine.read_value(states.reader_state(config.namespace), branch.id)
-                resolved = check_attach(record_from_value(value), reader, compiles_for_none=compiles_for_none,
-                                        place=place)
-                strategy = build_strategy(config.strategy)
-                require_marking(strategy.marks_compression_reads, strategy.name, resolved, config.namespace)
+            if ref is None:  # the actor judges the attach, before it registers or writes anything (C2)
                 ref = NamespaceRef(config, branch.id, branch.name)
                 self._refs[key] = ref
-                started: Reply[None] = Reply()
-                self._nursery.start_soon(serve_namespace, self._services, ref, started)
-                try:
-                    await started.wait()  # cancelled here, the actor starts all the same
-                except BaseException:
-                    ref.tell(Detach(token))  # it stops at once unless another open attached first
-                    raise
-                if not started.ok:
-                    raise self._refusal(started.value)
+                self._nursery.start_soon(serve_namespace, self._services, ref)
             try:
                 attached = await ref.ask(Attach(token, reader, config, explicit_strategy, compiles_for_none))
             except ActorRetired:
