@@ -117,12 +117,14 @@ class Mailbox:
     async def ask(self, command: Ask[R]) -> R:
         """Send ``command`` and wait for its answer.
 
-        Raises what the actor answered with, or the refusal once the mailbox is closed. If
-        cancelled after sending, the command is still handled; only its answer is lost.
+        Raises what the actor answered with, or the refusal once the mailbox is closed. A caller
+        cancelled already sends nothing; cancelled after sending, the command is still handled and
+        only its answer is lost.
         """
         if self._closed:
             await trio.lowlevel.checkpoint()
             raise self._refusal(command)
+        await trio.lowlevel.checkpoint_if_cancelled()
         reply: Reply[R] = await self.put(command)
         await reply.wait()  # cancelled here, the command is still handled; its answer is dropped
         return reply.unwrap()

@@ -105,15 +105,28 @@ async def test_close_refuses_later_sends_and_the_notice_comes_before_what_is_que
     assert queued == ["refused"]
 
 
-async def test_a_cancelled_ask_loses_only_its_answer() -> None:
-    """An ask cancelled while it waits leaves its command queued for the actor; the answer is dropped."""
+async def test_a_cancelled_ask_loses_only_its_answer_and_one_cancelled_already_sends_nothing() -> None:
+    """An ask cancelled while it waits leaves its command queued for the actor (its answer is dropped);
+    an ask whose caller is cancelled already sends nothing."""
     box = mailbox()
     seen: list[Any] = []
     with trio.fail_after(5):
-        with trio.move_on_after(0) as scope:
-            await box.ask(Double(5))
-        assert scope.cancelled_caught and box.depth == 1
+        with trio.CancelScope() as already:
+            already.cancel()
+            await box.ask(Double(1))
+        assert box.depth == 0
         async with trio.open_nursery() as nursery:
+            waiting = trio.CancelScope()
+
+            async def ask() -> None:
+                with waiting:
+                    await box.ask(Double(5))
+
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            waiting.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert waiting.cancelled_caught and box.depth == 1
             nursery.start_soon(serve, box, seen)
             await trio.testing.wait_all_tasks_blocked()
             box.close()

@@ -24,6 +24,7 @@ import pytest
 
 import ctxrt
 from ctxrt.content import Text
+from ctxrt.pgcluster import Cluster
 from ctxrt.mailbox import Reply
 from ctxrt.model import ModelResponse, Usage
 from ctxrt.namespace import states
@@ -200,7 +201,7 @@ def handle(store_path: Path) -> Iterator[StoreHandle]:
 
 
 def test_a_compile_is_answered_while_a_sibling_edit_commits_and_the_edit_after_it(handle: StoreHandle) -> None:
-    """L4, D5 (issue 25): a compile sent while an edit's commit is out is answered at once, from the
+    """P13, D5: a compile sent while an edit's commit is out is answered at once, from the
     message as it was; the edit is answered when its commit comes back, and a second edit sent
     meanwhile is judged only then, against the message as the first left it."""
     ns = Driven(handle)
@@ -596,6 +597,36 @@ def test_a_lease_lost_before_a_strategy_write_stops_the_machine_without_writing(
     finally:
         close_store(second)
         close_store(first)
+
+
+def test_a_store_gone_when_the_lease_is_looked_at_fails_that_write_and_the_machine_goes_on(
+    pg_cluster: Cluster, pg_url: str
+) -> None:
+    """L10, C5: the server goes down while a remembering namespace's pin write waits behind an edit; when
+    its turn comes the machine looks at its lease: the write fails as its commit would (StoreUnavailableError to its
+    caller, the strategy waiting for the store, health saying so); nothing escapes the machine, and
+    once the server is back the next call starts the strategy again. (The lease's look raised out of
+    the machine, and its actor died.)"""
+    handle = open_store(pg_url)
+    try:
+        ns = Driven(handle, strategy=memory())
+        value(ns.start("ann"))
+        ids = ns.fill(3)
+        edit = ns.ask(Edit("ann", ids[2], (Text("edited"),), (Text("edited"),), ()))
+        pin = ns.ask(ctxrt.namespace.protocol.PinRange("ann", ids[0], ids[1], None, None))  # queued behind it
+        with pg_cluster.down():
+            ns.commit(refuse=ctxrt.StoreUnavailableError(pg_url, "the server is down"))  # as the store answers
+            refused(edit, ctxrt.StoreUnavailableError)
+            refused(pin, ctxrt.StoreUnavailableError)
+            assert ns.stopped is None and not ns.commits
+            waiting = value(ns.ask(ctxrt.namespace.protocol.ReportHealth())).waiting_for
+            assert waiting is not None and waiting.startswith("the store: ")
+        pin = ns.ask(ctxrt.namespace.protocol.PinRange("ann", ids[0], ids[1], None, None))
+        ns.settle()
+        assert value(pin).first_id == ids[0]
+        assert value(ns.ask(ctxrt.namespace.protocol.ReportHealth())).waiting_for is None
+    finally:
+        close_store(handle)
 
 
 # -- strategies these tests use -----------------------------------------------------------------

@@ -6,7 +6,8 @@ this loop is the I/O around it. It takes each message off the mailbox, hands it 
 with the time, and carries out the effects it gets back (``namespace/effects.py``): answers
 callers, sends commits to the store actor, starts model calls in child tasks, keeps one timer,
 publishes the status, and stops. What the store and the model answer comes back to the machine
-as messages (``Committed``, ``UnitDone``), so a handler never holds the mailbox while it waits.
+as messages (``Committed``, ``UnitDone``) from child tasks, so the loop never waits for a commit or
+a model call: it goes on taking messages, and the machine decides what may run meanwhile.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class _Loop:
         while self.stopped is None:
             envelope = await self._next()
             message, reply = (TimerFired(), None) if envelope is None else envelope
-            await self.apply(self.machine.handle(message, trio.current_time(), reply))
+            self.apply(self.machine.handle(message, trio.current_time(), reply))
 
     async def _next(self) -> tuple[Any, Reply[Any] | None] | None:
         """The next envelope; None when the timer came first."""
@@ -117,60 +118,56 @@ class _Loop:
             await trio.lowlevel.checkpoint()
         return envelope
 
-    async def apply(self, effects: Iterable[Effect]) -> None:
-        """Carry out ``effects`` in order, and those of what they tell the machine back."""
+    def apply(self, effects: Iterable[Effect]) -> None:
+        """Carry out ``effects`` in order. None waits: a commit and a model call run in child tasks
+        and come back as messages."""
         queue = deque(effects)
         while queue:
             effect = queue.popleft()
             match effect:
+                case Answer():
+                    effect.reply.resolve(effect.ok, effect.value)
                 case Commit():
-                    ok, value = await self._commit(effect.command)
-                    if self.ref.retired is not None:  # told to stop while it waited: that comes first
-                        queue.extend(self.machine.handle(Retire(self.ref.retired), trio.current_time()))
-                    queue.extend(self.machine.handle(Committed(effect.token, ok, value), trio.current_time()))
+                    self.children.start_soon(self._commit, effect.token, effect.command)
+                case CallModel():
+                    scope = self.call_scope = trio.CancelScope()
+                    self.children.start_soon(_complete, self.ref, self.model, effect.request, effect.unit,
+                                             effect.epoch, self.services.model_timeout_s, scope)
+                case CancelModel():
+                    if self.call_scope is not None:
+                        self.call_scope.cancel()
                 case Acquire():
                     self._acquire(effect.slots)
                     queue.extend(self.machine.handle(Acquired(tuple(self.caches)), trio.current_time()))
-                case _:
-                    self._carry_out(effect)
+                case Listen():
+                    if effect.every:
+                        self.caches[0].listen(self.appended)
+                    else:
+                        self.caches[0].unlisten(self.appended)
+                case SetTimer():
+                    self.deadline = effect.at
+                case Publish():
+                    self.ref.status = effect.status
+                case Stop():
+                    self.stopped = effect.error
+                    self.ref.retire(effect.error)  # later asks are refused with it
+                    self.ref.mailbox.drain()  # what is queued, answered the same way
+                    self.services.forget(self.ref)
+                    if self.call_scope is not None:
+                        self.call_scope.cancel()
 
-    def _carry_out(self, effect: Effect) -> None:
-        """An effect that needs no await."""
-        match effect:
-            case Answer():
-                effect.reply.resolve(effect.ok, effect.value)
-            case CallModel():
-                scope = self.call_scope = trio.CancelScope()
-                self.children.start_soon(_complete, self.ref, self.model, effect.request, effect.unit, effect.epoch,
-                                         self.services.model_timeout_s, scope)
-            case CancelModel():
-                if self.call_scope is not None:
-                    self.call_scope.cancel()
-            case Listen():
-                if effect.every:
-                    self.caches[0].listen(self.appended)
-                else:
-                    self.caches[0].unlisten(self.appended)
-            case SetTimer():
-                self.deadline = effect.at
-            case Publish():
-                self.ref.status = effect.status
-            case Stop():
-                self.stopped = effect.error
-                self.ref.retire(effect.error)  # later asks are refused with it
-                self.ref.mailbox.drain()  # what is queued, answered the same way
-                self.services.forget(self.ref)
-                if self.call_scope is not None:
-                    self.call_scope.cancel()
-
-    async def _commit(self, command: Any) -> tuple[bool, Any]:
+    async def _commit(self, token: int, command: Any) -> None:
+        """A child task: one commit through the store actor; its outcome goes back as ``Committed``."""
         store = self.services.store
         if store is None:
-            return False, ReadOnlyStoreError(f"{self.place} is open in a read-only runtime; it refuses every write")
-        try:
-            return True, await store.ask(command)
-        except Exception as exc:  # noqa: BLE001 - the machine's to judge
-            return False, exc
+            outcome: tuple[bool, Any] = (False, ReadOnlyStoreError(
+                f"{self.place} is open in a read-only runtime; it refuses every write"))
+        else:
+            try:
+                outcome = (True, await store.ask(command))
+            except Exception as exc:  # noqa: BLE001 - the machine's to judge
+                outcome = (False, exc)
+        self.ref.tell(Committed(token, *outcome))
 
     def _acquire(self, slots: tuple[str, ...]) -> None:
         for name in slots:
@@ -184,9 +181,8 @@ class _Loop:
         """The loop ends, however it ends: the machine answers what it holds, the mailbox what is
         queued, and the slot caches are given back."""
         if self.stopped is None:  # the runtime closing (Cancelled) or an interrupt
-            for effect in self.machine.handle(Retire(self.ref.retired or _runtime_closed(self.place)),
-                                              trio.current_time()):
-                self._carry_out(effect)
+            self.apply(self.machine.handle(Retire(self.ref.retired or _runtime_closed(self.place)),
+                                           trio.current_time()))
         for cache in self.caches:
             cache.unlisten(self.appended)
             self.services.slots.release(cache)
@@ -215,9 +211,10 @@ async def _complete(
         ref.tell(UnitDone(epoch, unit, outcome))
 
 
-async def serve_namespace(services: Services, ref: NamespaceRef) -> None:
+async def serve_namespace(services: Services, ref: NamespaceRef, started: Reply[None]) -> None:
     """Serve one namespace actor until it stops: its last manager leaves (or its first attach is
-    refused), its branch is deleted, or the runtime closes.
+    refused), its branch is deleted, or the runtime closes. ``started`` is answered once it serves
+    (its opener waits for that before it sends its attach).
 
     It runs in the runtime's nursery, never in an opener's scope: trio leaves a task started
     with ``nursery.start`` in the opener's scope when the opener is cancelled as it starts, and
@@ -225,6 +222,7 @@ async def serve_namespace(services: Services, ref: NamespaceRef) -> None:
     failed: BaseException | None = None
     async with trio.open_nursery() as children:
         loop = _Loop(services, ref, children)
+        started.resolve(True, None)
         try:
             await loop.run()
         except BaseException as exc:

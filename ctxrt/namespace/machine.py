@@ -392,19 +392,13 @@ class NamespaceMachine:
             # Made from memory the strategy has since reloaded from the store: never committed alone.
             self._step(item.task, error=self._dropped())
             return
-        if write.strategy and self.leased and not self.engine.holds(self.branch_id, states.context_state(
-                self.place.namespace)):
-            # Its lease went with a lost connection, and another process serves the namespace now.
-            def refusal() -> ConfigConflictError:
-                return ConfigConflictError(f"{self.place} lost its lease to another process; its managers here "
-                                           f"are closed: reopen it where it is served")
-            self.leased = False
-            self._step(item.task, error=refusal())
-            self._stop(refusal)
-            return
         try:
+            if write.strategy and self.leased and not self.engine.holds(
+                    self.branch_id, states.context_state(self.place.namespace)):
+                self._lose_lease(item.task)
+                return
             command = write.command if write.build is None else write.build()
-        except Exception as exc:  # noqa: BLE001 - raised into its handler, as the store's refusal would be
+        except Exception as exc:  # noqa: BLE001 - the store unreachable to look: raised as its commit's refusal
             self._step(item.task, error=exc)
             return
         if command is None:
@@ -413,6 +407,16 @@ class NamespaceMachine:
         self.token += 1
         self.out = item
         self._effects.append(Commit(self.token, command))
+
+    def _lose_lease(self, task: _Task) -> None:
+        """The lease went with a lost connection, and another process serves the namespace now: the
+        write isn't sent, and the actor stops."""
+        def refusal() -> ConfigConflictError:
+            return ConfigConflictError(f"{self.place} lost its lease to another process; its managers here "
+                                       f"are closed: reopen it where it is served")
+        self.leased = False
+        self._step(task, error=refusal())
+        self._stop(refusal)
 
     def _committed(self, committed: Committed) -> None:
         item = self.out

@@ -19,6 +19,7 @@ from ..errors import (
     ReadOnlyStoreError,
     RuntimeClosedError,
 )
+from ..mailbox import Reply
 from ..slots import SlotRegistry
 from ..store.actor import StoreRef
 from ..store.interface import StoreEngine
@@ -95,7 +96,6 @@ class NamespaceRegistry:
         claim that committed stands).
         """
         key = (branch.id, config.namespace)
-        await trio.lowlevel.checkpoint()  # an open cancelled as it begins attaches nothing
         while True:
             if self.closed:
                 raise RuntimeClosedError("the runtime is closed")
@@ -105,7 +105,13 @@ class NamespaceRegistry:
             if ref is None:  # the actor judges the attach, before it registers or writes anything (C2)
                 ref = NamespaceRef(config, branch.id, branch.name)
                 self._refs[key] = ref
-                self._nursery.start_soon(serve_namespace, self._services, ref)
+                started: Reply[None] = Reply()
+                self._nursery.start_soon(serve_namespace, self._services, ref, started)
+                try:
+                    await started.wait()  # cancelled here, the actor starts all the same
+                except BaseException:
+                    ref.tell(Detach(token))  # it stops at once unless another open attached first
+                    raise
             try:
                 attached = await ref.ask(Attach(token, reader, config, explicit_strategy, compiles_for_none))
             except ActorRetired:
