@@ -37,7 +37,6 @@ import random
 import statistics
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 from typing import IO, Any
@@ -58,47 +57,20 @@ DESIGNS = ("previous", "current")
 # -- the previous design's tree ----------------------------------------------------------------
 
 
-def _git(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(ROOT), *arguments], capture_output=True, text=True, timeout=60,
-                          check=False)
-
-
 def previous_tree(directory: Path) -> Path | str:
     """Extract the previous design's ``ctxrt`` under ``directory``; its path, or why it can't be."""
-    try:
-        top = _git("rev-parse", "--show-toplevel")
-        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != ROOT:
-            return f"{ROOT} is not a git checkout of ctxrt (an installed copy?): no previous design to compare with"
-        if _git("cat-file", "-e", f"{PREVIOUS}^{{commit}}").returncode != 0:
-            return f"commit {PREVIOUS} (the previous design) is not in this checkout's history (a shallow clone?)"
-        archive = directory / "previous.tar"
-        with archive.open("wb") as out:
-            made = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS, "ctxrt"], stdout=out,
-                                  stderr=subprocess.PIPE, timeout=120, check=False)
-        if made.returncode != 0:
-            return f"git archive {PREVIOUS} ctxrt failed: {made.stderr.decode(errors='replace').strip()[:200]}"
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"git is not available to extract the previous design ({type(exc).__name__}: {exc})"
-    tree = directory / "previous-tree"
-    tree.mkdir()
-    with tarfile.open(archive) as tar:
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(tree, filter="data")
-        else:  # Python before 3.11.4: the archive is git's own, of a commit of this repository
-            tar.extractall(tree)
-    archive.unlink()
-    if not (tree / "ctxrt" / "__init__.py").exists():
-        return f"commit {PREVIOUS} holds no ctxrt package"
-    return tree
+    return harness.tree_at(ROOT, PREVIOUS, directory, "the previous design")
 
 
 # -- the probes ----------------------------------------------------------------------------------
 
 
 class Probe:
-    """One ``actors_probe.py`` subprocess: one design over its own store."""
+    """One probe subprocess (``actors_probe.py``, or ``script``): one design over its own store. The
+    probe's first line names the ctxrt it imported and its ``design``."""
 
-    def __init__(self, design: str, package_root: Path, store: Path, log: Path, messages: int) -> None:
+    def __init__(self, design: str, package_root: Path, store: Path, log: Path, messages: int,
+                 script: Path = PROBE) -> None:
         self.design = design
         self.package_root = package_root
         self.log_path = log
@@ -106,7 +78,7 @@ class Probe:
         env = dict(os.environ, PYTHONPATH=str(package_root), PYTHONDONTWRITEBYTECODE="1")
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
-            [sys.executable, str(PROBE), str(store), str(messages)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, str(script), str(store), str(messages)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self._log, env=env, cwd=str(store.parent), text=True, bufsize=1,
         )
         self.setup_s = 0.0

@@ -9,6 +9,7 @@
 - ``scratch``: a temporary directory for the stores, under ``CTXRT_BENCH_DIR`` if it is set;
   ``fill``: a store built fast through ``add_message``.
 - ``entry``: the ``main(argv)`` of ``python -m bench.<name> [--quick]``, for every module.
+- ``tree_at``: a past commit's ``ctxrt``, extracted to measure beside the current one.
 
 Standard library only at import (``fill`` and ``run_trio`` import ctxrt and trio when called), so
 ``bench/__main__.py`` can import it before any module's dependencies.
@@ -24,7 +25,9 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping
@@ -95,6 +98,42 @@ async def fill(directory: Path, count: int, content: Callable[[int], Any], *, co
                 for n in range(first, min(count, first + concurrency)):
                     nursery.start_soon(writer.add_message, "user", content(n))
     return time.perf_counter() - started
+
+
+def tree_at(root: Path, commit: str, directory: Path, what: str) -> Path | str:
+    """Extract commit ``commit``'s ``ctxrt`` of the git checkout ``root`` under ``directory`` (``what``
+    names it in messages); the directory that holds it, or why it can't be (an installed copy, a
+    shallow clone, no git)."""
+
+    def git(*arguments: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(root), *arguments], capture_output=True, text=True, timeout=60,
+                              check=False)
+
+    try:
+        top = git("rev-parse", "--show-toplevel")
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root:
+            return f"{root} is not a git checkout of ctxrt (an installed copy?): no {what} to compare with"
+        if git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+            return f"commit {commit} ({what}) is not in this checkout's history (a shallow clone?)"
+        archive = directory / f"{commit}.tar"
+        with archive.open("wb") as out:
+            made = subprocess.run(["git", "-C", str(root), "archive", commit, "ctxrt"], stdout=out,
+                                  stderr=subprocess.PIPE, timeout=120, check=False)
+        if made.returncode != 0:
+            return f"git archive {commit} ctxrt failed: {made.stderr.decode(errors='replace').strip()[:200]}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"git is not available to extract {what} ({type(exc).__name__}: {exc})"
+    tree = directory / f"{commit}-tree"
+    tree.mkdir()
+    with tarfile.open(archive) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(tree, filter="data")
+        else:  # Python before 3.11.4: the archive is git's own, of a commit of this repository
+            tar.extractall(tree)
+    archive.unlink()
+    if not (tree / "ctxrt" / "__init__.py").exists():
+        return f"commit {commit} holds no ctxrt package"
+    return tree
 
 
 # -- rows --------------------------------------------------------------------------------------
