@@ -524,8 +524,9 @@ class ContextManager:
         return keys
 
     async def inspect(self) -> NamespaceSnapshot:
-        """For tests and debugging: the namespace actor's state at one turn (its strategy, record,
-        floor, epoch, slot caches). Read it; never change it.
+        """For tests and debugging: copies of the namespace actor's state at one turn (its strategy,
+        record, floor, epoch, its slot caches' and reader listing's figures); changing them changes
+        nothing in the actor.
 
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.

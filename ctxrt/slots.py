@@ -119,6 +119,25 @@ class ChangeLog:
 _LOG_WRITES = (ItemAppended, ItemEdited, ItemsRemoved)
 
 
+@attrs.frozen
+class SlotFigures:
+    """A slot cache at one moment, as a copy (``SlotCache.figures``): which slot, how much of it is
+    held, and what reading it has cost so far."""
+
+    state: str
+    branch_id: int
+    length: int  # messages in the slot
+    held: int  # of them, decoded and held
+    revision: int
+    rewrites: int
+    may_hold_audience: bool
+    stale: bool
+    reloads: int
+    tail_fills: int
+    looks: int
+    decoded: int
+
+
 class SlotCache:
     """One (branch, slot)'s messages, in slot order (which is sequence order), decoded from the
     newest back only as far as something has asked (docs/behaviours.md L7).
@@ -170,6 +189,11 @@ class SlotCache:
             self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
             self.may_hold_audience = self.may_hold_audience or head.flagged is not False
             self.changes = ChangeLog(1)
+
+    def figures(self) -> SlotFigures:
+        """What the cache holds and has cost, now, as a frozen copy."""
+        return SlotFigures(self.state, self.branch_id, self.length, len(self.messages), self.revision, self.rewrites,
+                           self.may_hold_audience, self.stale, self.reloads, self.tail_fills, self.looks, self.decoded)
 
     @property
     def rewrites(self) -> int:

@@ -90,12 +90,12 @@ async def test_every_manager_and_view_on_a_slot_reads_one_cache(runtime: Runtime
         a = await runtime.open("a")
         b = await runtime.open("b")
         isolated = await runtime.open("c", isolate=True, auxiliary_views=[None])
-        cache = shared_cache(runtime)
-        assert (await a.inspect()).caches[0] is cache
-        assert (await b.inspect()).caches[0] is cache
-        assert (await isolated.inspect()).caches[1] is cache
-        assert (await isolated.inspect()).caches[0] is shared_cache(runtime, state="c/messages")
-        assert len(runtime.slots) == 2
+        figures = shared_cache(runtime).figures()
+        assert (await a.inspect()).caches[0] == figures
+        assert (await b.inspect()).caches[0] == figures
+        assert (await isolated.inspect()).caches[1] == figures
+        assert (await isolated.inspect()).caches[0] == shared_cache(runtime, state="c/messages").figures()
+        assert len(runtime.slots) == 2  # one cache per (branch, slot), whoever reads it
 
 
 async def test_a_siblings_read_after_an_append_costs_no_reload_and_no_store_read(
@@ -401,9 +401,10 @@ async def test_a_forks_slot_cache_starts_from_its_parents_without_decoding(runti
         writer = await runtime.open("a")
         await fill(writer, 20)
         branch = await writer.fork("child")
-        child_cache = (await writer.inspect()).caches[0]
-        assert child_cache.branch_id == runtime.engine.branch(branch).id
-        assert child_cache.reloads == 0  # seeded
+        figures = (await writer.inspect()).caches[0]
+        assert figures.branch_id == runtime.engine.branch(branch).id
+        assert figures.reloads == 0  # seeded
+        child_cache = shared_cache(runtime, branch)
         fresh = SlotCache(runtime.engine, "messages", child_cache.branch_id, live=False)
         assert child_cache.current() == fresh.current()
         await writer.add_message("user", "on the fork")

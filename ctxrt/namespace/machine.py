@@ -29,6 +29,7 @@ and the strategy is reloaded from the store, they are dropped, never committed o
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -139,6 +140,7 @@ from .protocol import (
     GetSummary,
     Hold,
     Inspect,
+    ListingFigures,
     ListPins,
     NamespaceConfig,
     NamespaceHealth,
@@ -564,8 +566,7 @@ class NamespaceMachine:
             case RetryQuarantined():
                 return self._retry_quarantined(command)
             case Inspect():
-                return NamespaceSnapshot(self.strategy, self.record, self.floor, self.epoch, tuple(self.caches),
-                                         self.reader_listing, self.model_timeout_s)
+                return self._snapshot()
             case UnitDone():
                 return self._unit_done(command)
         raise TypeError(f"not a namespace command: {command!r}")
@@ -710,7 +711,8 @@ class NamespaceMachine:
         merged = listings[0] if len(listings) == 1 else MergedListing(listings)
         view_filter = self.config.view_filter
         filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
-        if filtered is listings[0]:  # one slot as it is: its reader's projection is shared
+        self.listing_shared = filtered is listings[0]
+        if self.listing_shared:  # one slot as it is: its reader's projection is shared
             self.reader_listing: Any = shared_reader_listing(self.caches[0], self.reader)
         else:
             self.reader_listing = ReaderListing(filtered, self.reader)
@@ -1039,6 +1041,18 @@ class NamespaceMachine:
             pending_units=backlog.units, compression_debt_tokens=backlog.tokens, last_compile_ms=self.last_compile_ms,
             waiting_for=None if outage is None else f"the store: {outage}",
         )
+
+    def _snapshot(self) -> NamespaceSnapshot:
+        """Copies of what the actor holds: the strategy with each of its containers copied (what it
+        holds in them, frozen messages and records, is shared), the caches' and listing's figures."""
+        strategy = copy.copy(self.strategy)
+        for name, value in vars(strategy).items() if hasattr(strategy, "__dict__") else ():
+            if isinstance(value, (list, dict, set)):
+                setattr(strategy, name, copy.copy(value))
+        listing = self.reader_listing
+        figures = ListingFigures(self.reader, self.listing_shared, self.config.slot, listing.projected)
+        return NamespaceSnapshot(strategy, self.record, self.floor, self.epoch,
+                                 tuple(cache.figures() for cache in self.caches), figures, self.model_timeout_s)
 
     def _model_calls(self) -> int:
         return 1 if self.in_flight is not None and self.in_flight.request is not None else 0

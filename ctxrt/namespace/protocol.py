@@ -16,7 +16,7 @@ from ..compile import Budget, CompileResult, Injection, MessageInjection, Previe
 from ..content import Block, Message
 from ..errors import ManagerClosedError
 from ..mailbox import Ask, Mailbox
-from ..slots import SlotCache
+from ..slots import SlotCache, SlotFigures
 from ..store.protocol import AppendItem, Blob
 from ..store.records import BranchRow, ItemAppended
 
@@ -293,15 +293,28 @@ class NamespaceHealth:
 
 
 @attrs.frozen
+class ListingFigures:
+    """The reader listing a namespace's strategy reads, at one moment: its reader, whether it is the
+    projection of one slot shared by every namespace reading that slot as that reader, and how many
+    messages it has projected into the reader's view so far."""
+
+    reader: str | None
+    shared: bool
+    slot: str  # the own slot, whose shared projection it is when ``shared``
+    projected: int
+
+
+@attrs.frozen
 class NamespaceSnapshot:
-    """The actor's state at one turn, for tests. Read it; never change it."""
+    """The actor's state at one turn, for tests and debugging: copies, never the live objects (a
+    strategy copied with its containers, the slot caches' and the listing's figures)."""
 
     strategy: Strategy
     record: Any
     floor: int
     epoch: int
-    caches: tuple[SlotCache, ...]
-    reader_listing: Any
+    caches: tuple[SlotFigures, ...]
+    reader_listing: ListingFigures
     model_timeout_s: float
 
 
