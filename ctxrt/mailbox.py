@@ -8,7 +8,8 @@ names, and the actor takes what is queued (a closing ``notice`` first, if one is
 sees the end. Senders feel back-pressure: once ``capacity`` envelopes are queued, ``ask`` waits
 for room (``tell`` never waits: an actor's own children and the store's publish step must not).
 
-The receiving side is used only by the actor's own task.
+The receiving side is used only by the actor's own task. Like trio's channels, every step that
+moves an envelope or a wake-up runs with Ctrl-C deferred, so an interrupt never loses one half way.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Reply(Generic[R]):
     def done(self) -> bool:
         return self._done
 
+    @trio.lowlevel.enable_ki_protection
     def resolve(self, ok: bool, value: Any) -> None:
         if self._done:
             return
@@ -129,6 +131,7 @@ class Mailbox:
         await reply.wait()  # cancelled here, the command is still handled; its answer is dropped
         return reply.unwrap()
 
+    @trio.lowlevel.enable_ki_protection
     async def put(self, command: Any) -> Reply[Any]:
         """Queue ``command`` (waiting for room while the mailbox is full) and return its reply.
         No schedule point when there is room. Raises the refusal once the mailbox is closed."""
@@ -141,6 +144,7 @@ class Mailbox:
         self._append((command, reply))
         return reply
 
+    @trio.lowlevel.enable_ki_protection
     def tell(self, message: Any) -> None:
         """Send ``message`` without waiting, whatever the mailbox holds; dropped once it is closed."""
         if not self._closed:
@@ -156,6 +160,7 @@ class Mailbox:
             self._receiver = None
             trio.lowlevel.reschedule(task)
 
+    @trio.lowlevel.enable_ki_protection
     def close(self, refusal: Callable[[Any], BaseException] | None = None, notice: Any = None) -> None:
         """Refuse every later send (with ``refusal``, if given); the actor takes ``notice`` (if
         given) before what is queued, then what is queued, then sees the end. Idempotent: the
@@ -184,6 +189,7 @@ class Mailbox:
 
     # -- the actor --------------------------------------------------------------------------
 
+    @trio.lowlevel.enable_ki_protection
     def receive_nowait(self) -> Envelope:
         """The next envelope. Raises ``trio.WouldBlock`` when none is queued, ``trio.EndOfChannel``
         once the mailbox is closed and empty."""
@@ -197,6 +203,7 @@ class Mailbox:
             raise trio.EndOfChannel
         raise trio.WouldBlock
 
+    @trio.lowlevel.enable_ki_protection
     async def receive(self) -> Envelope:
         """The next envelope, waiting for one; ``trio.EndOfChannel`` once closed and empty. A
         schedule point either way, as a trio channel's receive is."""
@@ -229,6 +236,7 @@ class Mailbox:
         except trio.EndOfChannel:
             raise StopAsyncIteration from None
 
+    @trio.lowlevel.enable_ki_protection
     def drain(self, refusal: Callable[[Any], BaseException] | None = None) -> list[Envelope]:
         """Close the mailbox and take everything still queued; each ask among it is answered with
         ``refusal(command)`` (by default the mailbox's refusal). Returns the envelopes taken."""
