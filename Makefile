@@ -4,7 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # The tests start throwaway PostgreSQL clusters (ctxrt/pgcluster.py): they need the server's
-# binaries (initdb, pg_ctl, postgres), not only the psql client. apt-get as root, else via sudo.
+# binaries (initdb, pg_ctl, postgres), not only the psql client; the inspector's browser tests the
+# OS's headless Chromium and its chromedriver (Chromium can't download a build of its own here).
+# apt-get as root, else via sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: test soak demo bench clean
@@ -13,6 +15,10 @@ $(STAMP): pyproject.toml
 	@{ [ -n "$$PG_BINDIR" ] && [ -x "$$PG_BINDIR/initdb" ]; } || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	  || { echo "installing the PostgreSQL server (apt-get install postgresql)"; log=$$(mktemp); \
 	       { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
+	         >$$log 2>&1 || { cat $$log; rm -f $$log; exit 1; }; rm -f $$log; }
+	@{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } \
+	  || { echo "installing headless Chromium and its driver (apt-get install chromium chromium-driver)"; log=$$(mktemp); \
+	       { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; } \
 	         >$$log 2>&1 || { cat $$log; rm -f $$log; exit 1; }; rm -f $$log; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

@@ -28,6 +28,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -48,6 +49,7 @@ from rich.table import Table
 from . import codec
 from .compile import Budget
 from .errors import BranchNotFoundError, CtxrtError, StoreFormatError
+from .inspector.pages import quarantined, recorded_strategy
 from .namespace import states
 from .runtime import Runtime, open_runtime
 from .store.engine import BACKEND_ERRORS
@@ -105,6 +107,10 @@ class LoadTestStoreError(CtxrtError):
 
 class LoadTestFailed(CtxrtError):
     """The load test ran and a check failed: a lost message, a second claim, a leak or a deadlock."""
+
+
+class InspectorMissingError(CtxrtError):
+    """``serve`` without the inspector's packages (Starlette, Hypercorn, Jinja2) installed."""
 
 
 class BenchNotFoundError(CtxrtError):
@@ -173,11 +179,13 @@ async def _demo(args: argparse.Namespace) -> int:
             callback = lambda done, total: progress.update(task, completed=done)  # noqa: E731
         report = await run_demo(store, messages=args.messages, progress=callback)
     hint = f"{_invocation()} inspect {shlex.quote(str(store))}"
+    serve_hint = f"{_invocation()} serve {shlex.quote(str(store))}"
     if args.json:
         _emit({**_jsonable(report), "private": report.private, "ok": report.ok, "problems": report.problems,
-               "inspect_command": hint})
+               "inspect_command": hint, "serve_command": serve_hint})
     else:
         _demo_table(report, hint)
+        out.print(f"see what each resident saw, in a browser: {serve_hint}", markup=False)
     if report.problems:
         raise DemoFailed("; ".join(report.problems))
     return 0
@@ -256,7 +264,7 @@ async def _inspect(args: argparse.Namespace) -> int:
             namespaces = [
                 {"namespace": info.namespace, "reader": info.reader, "narrowing_floor": info.narrowing_floor,
                  "summaries_per_level": dict(sorted(summaries.get(info.namespace, Counter()).items())),
-                 "quarantined": _quarantined(engine, row, info.namespace)}
+                 "quarantined": quarantined(runtime, row, info.namespace)}
                 for info in await runtime.list_namespaces(branch.name)
             ]
             data["branches"].append({**_jsonable(branch), "slots": slots, "namespaces": namespaces})
@@ -276,18 +284,6 @@ async def _inspect(args: argparse.Namespace) -> int:
                           escape(", ".join(info["quarantined"])) or "-")
         out.print(table)
     return 0
-
-
-def _quarantined(engine: Any, row: Any, namespace: str) -> list[str]:
-    """Compression units a namespace gave up on (chunks, merge groups), from its attempts record."""
-    from .strategies.autobiographical import MAX_ATTEMPTS
-
-    found: list[str] = []
-    for name in ("autobio", "knowledge"):
-        attempts = engine.read_value(states.strategy_state(namespace, name, "attempts"), row.id)
-        if isinstance(attempts, dict):
-            found += [key for key, count in attempts.items() if isinstance(count, int) and count >= MAX_ATTEMPTS]
-    return found
 
 
 async def _require_branch(runtime: Runtime, args: argparse.Namespace) -> None:
@@ -373,24 +369,15 @@ def _stored_strategy(runtime: Runtime, namespace: str, args: argparse.Namespace)
     """The strategy config the namespace recorded on its branch (what its residents run); for a
     store from before configs were recorded, or a host's own strategy, Autobiographical if it keeps
     summaries, else Passthrough. ``--strategy`` overrides."""
-    from .strategies import catalog
     from .strategies.autobiographical import Autobiographical
     from .strategies.passthrough import Passthrough
 
     if args.strategy == "passthrough":
         return Passthrough()
-    recorded = catalog.restore(
-        runtime.engine.read_value(states.config_state(namespace), runtime.engine.branch(args.branch).id)
-    )
-    if args.strategy == "auto" and recorded is not None:
-        return recorded
-    if isinstance(recorded, Autobiographical):
-        return recorded
-    if args.strategy == "autobiographical" or runtime.engine.has_state(
-        states.strategy_state(namespace, "autobio", "summaries")
-    ):
-        return Autobiographical("inspection", recent_window_tokens=args.budget // 2)
-    return Passthrough()
+    found = recorded_strategy(runtime, namespace, args.branch, args.budget)
+    if args.strategy == "auto" or isinstance(found, Autobiographical):
+        return found
+    return Autobiographical("inspection", recent_window_tokens=args.budget // 2)
 
 
 async def _summaries(args: argparse.Namespace) -> int:
@@ -410,6 +397,25 @@ async def _summaries(args: argparse.Namespace) -> int:
     for summary in found:
         out.print(f"[bold]{escape(summary['id'])}[/] (L{summary['level']}, {summary['tokens']} tokens, messages "
                   f"{summary['first_id']}..{summary['last_id']}): {escape(summary['content'][:240])}")
+    return 0
+
+
+# -- serve ------------------------------------------------------------------------------------
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    try:
+        from .inspector.app import serve
+    except ImportError as exc:
+        raise InspectorMissingError(f"ctxrt serve needs the inspector extra: pip install 'ctxrt[inspector]' "
+                                    f"({exc})") from None
+    async with open_runtime(args.store, readonly=True, check_pages=True) as runtime:
+        label = redact(args.store) if is_postgres_url(args.store) else str(runtime.path)
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(partial(serve, runtime, label, port=args.port))
+            err.print(f"inspecting {label} (read-only) at {url}/ ; Ctrl-C stops", markup=False)
+            if args.json:
+                print(json.dumps({"url": url, "store": label}), flush=True)
     return 0
 
 
@@ -548,7 +554,7 @@ ctxrt: a context runtime for multi-agent LLM hosts. Run the demo, look inside
 a store, dry-run a compile, or run the load test and the benchmarks."""
 
 EPILOG = f"""\
-Read-only commands (inspect, messages, compile, summaries) work while a host writes the store.
+Read-only commands (inspect, messages, compile, summaries, serve) work while a host writes the store.
 
 output: results on stdout, errors and progress on stderr; no wrapping when piped.
   --json puts only JSON on stdout; an error is then one JSON object on stderr:
@@ -563,6 +569,7 @@ examples:
   ctxrt inspect demo-store
   ctxrt messages demo-store --tail 20
   ctxrt compile demo-store --namespace agents/ann --budget 20000 --json
+  ctxrt serve demo-store
 """
 
 
@@ -700,6 +707,16 @@ def parser() -> _Parser:
     summaries.add_argument("--namespace", required=True, help="the namespace (`inspect` lists them)")
     summaries.add_argument("--branch", default="main", help="the branch (default: %(default)s)")
 
+    serve = command("serve", "a read-only web inspector of a store, on 127.0.0.1",
+                    "Serve a read-only web inspector of the store on 127.0.0.1: branches and fork points, "
+                    "namespaces (reader, strategy, floor, health, quarantined units), a paged timeline with "
+                    "audience badges that follows the writer, each reader's request broken down, summary trees "
+                    "and two readers' views side by side. Works beside a live writer; writes nothing. Needs "
+                    "pip install 'ctxrt[inspector]'.")
+    serve.add_argument("store", metavar="STORE", help="the store's directory, or a postgresql:// URL")
+    serve.add_argument("--port", type=_whole(0), default=8765, metavar="PORT",
+                       help="the port on 127.0.0.1 (0: any free one; default: %(default)s)")
+
     verify = command("verify", "walk every page and record of a store and report damage",
                      "Check a store in a child process (a damaged file can crash whatever reads it; here only "
                      "the child): the files, every page, then every record. Exit status 0: sound; 1: damaged; "
@@ -755,7 +772,7 @@ def _check(top: _Parser, args: argparse.Namespace) -> None:
 
 
 HANDLERS = {"demo": _demo, "inspect": _inspect, "messages": _messages, "compile": _compile,
-            "summaries": _summaries, "load-test": _load_test}
+            "summaries": _summaries, "serve": _serve, "load-test": _load_test}
 
 
 def _configure_logging() -> None:
@@ -774,6 +791,17 @@ def _configure_logging() -> None:
         logger.setLevel(level)
     else:
         logger.addHandler(logging.NullHandler())  # also keeps logging's last-resort handler quiet
+
+
+def run() -> NoReturn:
+    """The ``ctxrt`` command's process: ``main()``, then exit with its status. A Ctrl-C after the
+    command has done its work (while Python shuts down, when its default handler is back) would
+    kill the process by its signal, with no line said: it is ignored from then on."""
+    try:
+        status = main()
+    finally:  # argparse's --help and --version leave through SystemExit
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -374,7 +374,22 @@ def blocks_from_content(content: ContentLike, *, path: str = "content") -> tuple
         raise MalformedContentError(path, f"expected a string or a list of blocks, got {_type_name(content)}")
     if not content:
         raise MalformedContentError(path, "content is empty: give at least one block or some text")
-    return tuple(_validate_block(item, f"{path}[{i}]", False) for i, item in enumerate(content))
+    blocks = tuple(_validate_block(item, f"{path}[{i}]", False) for i, item in enumerate(content))
+    _refuse_repeated_tool_ids(blocks, path)
+    return blocks
+
+
+def _refuse_repeated_tool_ids(blocks: Sequence[Block], path: str) -> None:
+    """Two calls of one message with one id: no provider takes them, and no rendering could tell
+    which call a result answers (P4, P8). (A result repeated for one call is left to compile's
+    pairing, which keeps one.)"""
+    seen: dict[str, int] = {}
+    for i, block in enumerate(blocks):
+        if isinstance(block, ToolUse):
+            first = seen.setdefault(block.id, i)
+            if first != i:
+                raise MalformedContentError(f"{path}[{i}].id", f"{block.id!r} is also {path}[{first}]'s: each call "
+                                                               f"in a message needs an id of its own")
 
 
 def validate_participant(participant: object, *, path: str = "participant") -> str:
@@ -572,20 +587,25 @@ def _json_str(value: Any) -> str:
 
 
 def message_from_json(data: bytes | memoryview, *, sequence: int, store: str) -> Message:
-    """Decode a stored message; trusts the data (it passed ingress validation when written).
+    """Decode a stored message (it passed ingress validation when written: its shape is checked,
+    not its values again).
 
     Raises ``StoreCorruptError`` naming ``store`` (its data file or database) for bytes that aren't
-    JSON at all (damage sealed into the record, e.g. by a move of an older format), and
-    ``StoreFormatError`` for JSON this version doesn't read (a newer version's form).
+    one JSON value (damage sealed into the record, e.g. by a move of an older format), and
+    ``StoreFormatError`` for JSON this version doesn't read (a newer version's form, or fields of
+    another type than this version writes).
     """
     try:
-        d = _SCAN_ONCE(str(data, "utf-8"), 0)[0]
-    except (StopIteration, ValueError) as exc:  # ValueError: bad UTF-8 or JSON
+        text = str(data, "utf-8")
+        d, end = _SCAN_ONCE(text, 0)
+        if text[end:].strip():
+            raise ValueError(f"{len(text) - end} bytes after the message")
+    except (StopIteration, ValueError, RecursionError) as exc:  # ValueError: bad UTF-8 or JSON
         raise StoreCorruptError(store, f"stored message {sequence} doesn't decode: {exc!r}") from None
     try:
         content = tuple([_DECODERS[b["type"]](b) for b in d["content"]])
         caused_by = d.get("caused_by")
-        return Message(
+        message = Message(
             str(sequence),
             sequence,
             d["participant"],
@@ -594,8 +614,40 @@ def message_from_json(data: bytes | memoryview, *, sequence: int, store: str) ->
             d.get("timestamp_ms", 0),
             () if caused_by is None else tuple(caused_by),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+        _check_stored(message)
+        return message
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise StoreFormatError(f"stored message {sequence} is not in a form this version reads: {exc!r}") from None
+
+
+def _check_stored(message: Message) -> None:
+    """``TypeError`` unless every field has the type this version writes (a record of another
+    shape would fail later, far from the store, in a compile or a request)."""
+    if (type(message.participant) is not str or type(message.timestamp_ms) is not int
+            or not (message.metadata is None or type(message.metadata) is dict)
+            or not all(type(cause) is str for cause in message.caused_by)):
+        raise TypeError("a message field of another type")
+    _check_blocks(message.content)
+
+
+_STORED_FIELDS: dict[type, tuple[tuple[str, tuple[type, ...]], ...]] = {
+    Text: (("text", (str,)), ("cache_control", (dict, type(None)))),
+    Thinking: (("thinking", (str,)), ("signature", (str, type(None)))),
+    RedactedThinking: (("data", (str,)),),
+    Image: (("source", (dict,)),),
+    Document: (("source", (dict,)), ("title", (str, type(None)))),
+    ToolUse: (("id", (str,)), ("name", (str,)), ("input", (dict,))),
+    ToolResult: (("tool_use_id", (str,)), ("content", (str, tuple)), ("is_error", (bool,))),
+}
+
+
+def _check_blocks(blocks: Sequence[Block]) -> None:
+    for block in blocks:
+        for field, types in _STORED_FIELDS[type(block)]:
+            if type(getattr(block, field)) not in types:
+                raise TypeError(f"a {block.type} block's {field} is {type(getattr(block, field)).__name__}")
+        if type(block) is ToolResult and type(block.content) is tuple:
+            _check_blocks(block.content)
 
 
 # --------------------------------------------------------------------------------------------

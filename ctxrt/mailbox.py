@@ -21,6 +21,8 @@ from typing import Any, Generic, TypeVar
 import attrs
 import trio
 
+from . import tracing
+
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 
@@ -33,15 +35,17 @@ class Ask(Generic[R_co]):
 
 class Reply(Generic[R]):
     """One command's answer. The actor resolves it once (later resolves are ignored); the caller
-    waits for it with ``wait`` and takes it with ``unwrap``."""
+    waits for it with ``wait`` and takes it with ``unwrap``. It carries its sender's trace
+    context (``trace``) to the actor: trio gives the actor's task its own context, not the sender's."""
 
-    __slots__ = ("_task", "_done", "ok", "value", "_mailbox")
+    __slots__ = ("_task", "_done", "ok", "value", "trace", "_mailbox")
 
     def __init__(self, mailbox: Mailbox | None = None) -> None:
         self._task: trio.lowlevel.Task | None = None
         self._done = False
         self.ok = False
         self.value: Any = None
+        self.trace: Any = tracing.current()  # made in the sender's task; None while tracing is off
         self._mailbox = mailbox  # counts it unanswered until resolved
 
     @property

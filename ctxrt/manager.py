@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from . import checks, codec
+from . import checks, codec, tracing
 from .compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
 from .content import ContentLike, Message
 from .errors import ManagerClosedError, MessageNotFoundError
@@ -386,6 +386,9 @@ class ContextManager:
 
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+            StrategyRefusedError: the strategy failed to start (or the ``StoreCorruptError`` that
+                stopped it; ``StoreUnavailableError`` while a PostgreSQL store's server is away), as
+                ``tick`` raises.
         """
         ready: bool = await self._live().ask(CheckReady(self._reader))
         return ready
@@ -461,6 +464,7 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         health: NamespaceHealth = await self._live().ask(ReportHealth())
+        tracing.record_health(health)  # the namespace's gauges, when a meter provider is installed
         return health
 
     def render_stats(self) -> RenderStats | None:

@@ -68,8 +68,14 @@ class ModelRequest:
 
 @attrs.frozen
 class Usage:
+    """What a model reported a call cost. ``input_tokens`` counts every input token, those the
+    provider's prompt cache served (``cache_read_input_tokens``) or wrote
+    (``cache_creation_input_tokens``) included, as the OpenTelemetry GenAI conventions count them."""
+
     input_tokens: int
     output_tokens: int
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
 
 
 @attrs.frozen
@@ -199,6 +205,8 @@ class AnthropicModel(SdkClientModel):
     used when a request sets none.
     """
 
+    provider = "anthropic"  # gen_ai.provider.name in traces (ctxrt/tracing.py)
+
     def __init__(
         self, client: anthropic.AsyncAnthropic | None = None, *, max_retries: int = 2, timeout_s: float = 120.0
     ) -> None:
@@ -248,7 +256,10 @@ class AnthropicModel(SdkClientModel):
         except _anthropic().AnthropicError as exc:
             raise ModelError(f"model {request.model!r}: refused before sending (no HTTP status): {exc}") from exc
         content = blocks_from_api(reply.content)  # block types ctxrt doesn't keep are skipped
-        usage = Usage(reply.usage.input_tokens, reply.usage.output_tokens)
+        # The Messages API counts cached input apart from input_tokens; Usage counts it in (GenAI conventions).
+        read = reply.usage.cache_read_input_tokens or 0
+        written = reply.usage.cache_creation_input_tokens or 0
+        usage = Usage(reply.usage.input_tokens + read + written, reply.usage.output_tokens, read, written)
         return ModelResponse(content, reply.stop_reason or "unknown", usage)
 
 
@@ -319,6 +330,8 @@ class OfflineModel:
     to about ``max_tokens`` tokens (4 characters each). Same request, same bytes; never empty
     text for input with any words. Always ``stop_reason="end_turn"``; usage counts characters.
     """
+
+    provider = "ctxrt.offline"  # gen_ai.provider.name in traces (ctxrt/tracing.py)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         await trio.lowlevel.checkpoint()  # every async call is a checkpoint

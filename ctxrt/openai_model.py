@@ -80,6 +80,37 @@ def _arguments(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _response(reply: ChatCompletion, request: ModelRequest) -> ModelResponse:
+    """The reply as a ``ModelResponse``; ``ModelError`` (not retryable) for one that holds no choice,
+    ``TypeError`` for fields of the wrong types."""
+    if not reply.choices:
+        raise ModelError(f"model {request.model!r}: unusable response (no HTTP status): the reply holds no choice")
+    choice = reply.choices[0]
+    message = choice.message
+    names = {api_tool_name(str(tool.get("name", ""))): str(tool.get("name", "")) for tool in request.tools}
+    content: list[Block] = []
+    for text in (message.content, message.refusal):
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"a message's content or refusal is {type(text).__name__}, not text")
+        if text:
+            content.append(Text(text))
+    for call in message.tool_calls or ():
+        if call.type == "function":
+            name, call_id = call.function.name, call.id
+            if not isinstance(name, str) or not isinstance(call_id, str):
+                raise TypeError("a tool call's id or name isn't text")
+            content.append(ToolUse(call_id, names.get(name, name), _arguments(call.function.arguments)))
+    stop_reason = "refusal" if message.refusal else STOP_REASONS.get(choice.finish_reason, choice.finish_reason)
+    usage = reply.usage
+    details = usage.prompt_tokens_details if usage else None
+    cached = (details.cached_tokens or 0) if details is not None else 0  # prompt_tokens counts them in
+    counts = (usage.prompt_tokens, usage.completion_tokens, cached) if usage else (0, 0, 0)
+    if not all(isinstance(count, int) and not isinstance(count, bool) for count in counts):
+        counts = (0, 0, 0)  # a server that reports no usable usage: calibration ignores (0, 0)
+    return ModelResponse(content, stop_reason if isinstance(stop_reason, str) and stop_reason else "unknown",
+                         Usage(*counts))
+
+
 class OpenAIModel(SdkClientModel):
     """A ``Model`` over ``openai.AsyncOpenAI``'s Chat Completions (non-streaming).
 
@@ -96,6 +127,8 @@ class OpenAIModel(SdkClientModel):
     ``max_completion_tokens``); ``alternate_roles`` merges runs of one role and opens with a user
     turn, for servers whose chat templates refuse anything else (``to_openai_chat``'s option).
     """
+
+    provider = "openai"  # gen_ai.provider.name in traces (ctxrt/tracing.py)
 
     def __init__(
         self,
@@ -172,20 +205,11 @@ class OpenAIModel(SdkClientModel):
             raise _model_error(request.model, exc, timeout_s) from exc
         except openai.OpenAIError as exc:
             raise ModelError(f"model {request.model!r}: refused before sending (no HTTP status): {exc}") from exc
-        if not reply.choices:
-            raise ModelError(f"model {request.model!r}: unusable response (no HTTP status): the reply holds no choice")
-        choice = reply.choices[0]
-        message = choice.message
-        names = {api_tool_name(str(tool.get("name", ""))): str(tool.get("name", "")) for tool in request.tools}
-        content: list[Block] = []
-        if message.content:
-            content.append(Text(message.content))
-        if message.refusal:
-            content.append(Text(message.refusal))
-        for call in message.tool_calls or ():
-            if call.type == "function":
-                name = call.function.name
-                content.append(ToolUse(call.id, names.get(name, name), _arguments(call.function.arguments)))
-        stop_reason = "refusal" if message.refusal else STOP_REASONS.get(choice.finish_reason, choice.finish_reason)
-        usage = Usage(reply.usage.prompt_tokens, reply.usage.completion_tokens) if reply.usage else Usage(0, 0)
-        return ModelResponse(content, stop_reason or "unknown", usage)
+        except ValueError as exc:  # a 200 whose body isn't JSON (a proxy's page, a cut reply): may pass
+            raise ModelError(f"model {request.model!r}: unusable response (no HTTP status): its body isn't JSON "
+                             f"({exc})", retryable=True) from exc
+        try:
+            return _response(reply, request)
+        except (AttributeError, TypeError, ValueError) as exc:  # the SDK builds replies without checking them
+            raise ModelError(f"model {request.model!r}: unusable response (no HTTP status): not a chat completion "
+                             f"({exc})") from exc

@@ -104,6 +104,7 @@ class ApiReply:
     error_message: str = ""
     error_code: str | None = None
     usage: tuple[int, int] | None = None
+    cached: tuple[int, int] = (0, 0)  # input tokens read from, and written to, the prompt cache
     delay_s: float = 0.0
     headers: Mapping[str, str] = attrs.field(factory=dict)
 
@@ -139,9 +140,13 @@ class ApiReply:
         """This reply, sent ``delay_s`` seconds after the request arrives."""
         return attrs.evolve(self, delay_s=delay_s)
 
-    def with_usage(self, input_tokens: int, output_tokens: int) -> ApiReply:
-        """This reply, reporting this usage (else a quarter of the request's and the reply's bytes)."""
-        return attrs.evolve(self, usage=(input_tokens, output_tokens))
+    def with_usage(
+        self, input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_creation: int = 0
+    ) -> ApiReply:
+        """This reply, reporting this usage (else a quarter of the request's and the reply's bytes);
+        ``cache_read`` and ``cache_creation`` input tokens as each API reports them (the Messages
+        API apart from ``input_tokens``, Chat Completions within ``prompt_tokens``)."""
+        return attrs.evolve(self, usage=(input_tokens, output_tokens), cached=(cache_read, cache_creation))
 
 
 # Either a function of the request's JSON body, or replies used in order.
@@ -335,7 +340,8 @@ class MessagesApiServer(_LoopbackApi):
             "content": [dict(block) for block in reply.content],
             "stop_reason": reply.stop_reason,
             "stop_sequence": None,
-            "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+            "usage": {"input_tokens": usage[0], "output_tokens": usage[1],
+                      "cache_read_input_tokens": reply.cached[0], "cache_creation_input_tokens": reply.cached[1]},
         }
 
 
@@ -386,7 +392,8 @@ class OpenAIApiServer(_LoopbackApi):
                 "id": f"chatcmpl-test-{number}", "object": "chat.completion", "created": 0, "model": model,
                 "choices": [{"index": 0, "message": message, "logprobs": None,
                              "finish_reason": _FINISH_REASONS.get(reply.stop_reason, reply.stop_reason)}],
-                "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+                "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage),
+                          "prompt_tokens_details": {"cached_tokens": reply.cached[0]}},
             }
         output: list[dict[str, Any]] = []
         parts: list[dict[str, Any]]

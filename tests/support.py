@@ -1,13 +1,15 @@
 """Helpers shared by test modules (fixtures live in conftest.py)."""
 
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import trio
 
 from ctxrt.content import Message
 from ctxrt.runtime import Runtime
-from ctxrt.store import keys
+from ctxrt.store import files, keys
 from ctxrt.views import Window
 
 
@@ -95,3 +97,38 @@ class PostgresSchema:
 
         with psycopg.connect(self.database_url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {self.name} CASCADE")
+
+
+# Damage to an LMDB store's main table, made while a read-only runtime has it open (K7).
+
+# md_root of the main table in a meta page: after the page header, magic, version, address, map
+# size and the free table's record (LMDB writes them in the host's byte order).
+MAIN_ROOT_AT = 16 + 24 + 48 + 40
+
+
+def rename_items_table(data: bytearray, meta: files.Meta) -> None:
+    """The items table's name in the main table changes: LMDB finds no such table (MDB_BAD_DBI)."""
+    at = data.index(b"items", meta.main.root * meta.page_size)
+    data[at + 4] = ord("z")
+
+
+def clear_items_table_flags(data: bytearray, meta: files.Meta) -> None:
+    """The items table's entry in the main table loses its flags (MDB_INCOMPATIBLE)."""
+    at = data.index(b"items", meta.main.root * meta.page_size)
+    data[at - 4] = 0  # the node's flags, before its key size and key
+
+
+def point_main_root_past_the_pages(data: bytearray, meta: files.Meta) -> None:
+    """Both meta pages name a main table root past the pages in use: the search a cursor makes as
+    it opens fails, and LMDB says so only at the cursor's first read (MDB_BAD_TXN)."""
+    for page in (0, 1):
+        struct.pack_into("=Q", data, page * meta.page_size + MAIN_ROOT_AT, meta.last_page + 1)
+
+
+def damage(store: Path, change: Callable[[bytearray, files.Meta], None]) -> None:
+    """Apply ``change`` to the store's data file in place (a reader's map sees it at once)."""
+    meta = files.read_meta(store)
+    path = files.data_path(store)
+    data = bytearray(path.read_bytes())
+    change(data, meta)
+    path.write_bytes(bytes(data))

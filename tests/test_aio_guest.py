@@ -253,6 +253,40 @@ def test_a_caller_cancelled_as_its_call_ends_is_never_left_waiting(tmp_path: Pat
     assert (0, "cancelled") in seen and (8, "answered") in seen
 
 
+def test_a_caller_cancelled_while_entering_a_runtime_or_a_subscription_is_never_left_waiting(tmp_path: Path) -> None:
+    """H2, H3 (from a host-style attack): a task cancelled after every count of loop passes from 0
+    to 20 while it enters ``open_runtime`` (then opens and writes), or enters ``subscribe()``, is done
+    within the guard; before, a cancel at one pass left it waiting for ever (and "Task was destroyed
+    but it is pending" at the loop's end)."""
+
+    async def enter_runtime(k: int) -> None:
+        async with ctxrt.aio.open_runtime(tmp_path / f"store-{k}", durability="os") as rt:
+            await (await rt.open("x")).add_message("user", "in the block")
+
+    async def main() -> set[str]:
+        seen = set()
+        async with ctxrt.aio.open_runtime(tmp_path / "subscribed", durability="os") as rt:
+            manager = await rt.open("agents/ann")
+
+            async def enter_subscription() -> None:
+                async with manager.subscribe() as events:
+                    await manager.add_message("user", "heard")
+                    await events.receive()
+
+            for passes in range(21):
+                for enter in (lambda: enter_runtime(passes), enter_subscription):  # noqa: B023 - this pass's
+                    task = asyncio.ensure_future(enter())
+                    for _ in range(passes):
+                        await asyncio.sleep(0)
+                    task.cancel()
+                    async with asyncio.timeout(GUARD_S / 4):
+                        await asyncio.wait([task])
+                    seen.add("cancelled" if task.cancelled() else "done")
+        return seen
+
+    assert "cancelled" in run(main)
+
+
 def test_a_call_waiting_when_its_runtime_closes_is_answered_with_the_trio_error(tmp_path: Path) -> None:
     """A task awaiting ``tick()`` (its model holding the reply) while the runtime's block exits in
     another task is answered with the error a trio caller gets (a CtxrtError), not cancelled and not

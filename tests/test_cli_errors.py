@@ -216,3 +216,20 @@ async def test_a_database_url_without_psycopg_is_one_line_naming_the_extra() -> 
     for name, (code, out, err) in outcomes.items():
         assert_one_error_line(code, out, err, status=1, starts="ctxrt: error: ImportError: a postgresql:// store needs psycopg")
         assert "pip install 'ctxrt[postgres]'" in err, name
+
+
+async def test_a_ctrl_c_after_the_command_has_done_its_work_changes_nothing(tmp_path: Path) -> None:
+    """cli.md's exit statuses (from a host-style attack): a SIGINT that lands while Python shuts down,
+    after the command printed its answer, neither kills the process by its signal with nothing said
+    nor changes the status (before: 10 of 23 `verify` runs died by SIGINT at that moment)."""
+    late_interrupt = (
+        "import atexit, os, signal, sys, time\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2)))\n"
+        "sys.argv = ['ctxrt', '--help']\n"
+        "from ctxrt.cli import run\n"
+        "run()\n"
+    )
+    result = await trio.run_process([sys.executable, "-c", late_interrupt], capture_stdout=True,
+                                    capture_stderr=True, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    assert b"usage: ctxrt" in result.stdout and result.stderr == b""

@@ -333,14 +333,21 @@ def test_stored_audience_that_is_not_names_decodes_and_names_no_one(stored):
     assert content_for_reader(message.content, "bob") == (Text("open"),)
 
 
-@pytest.mark.parametrize("data", [b'{"content":[]}', b'{"participant":"a","content":[{"type":"video"}]}'])
+@pytest.mark.parametrize("data", [
+    b'{"content":[]}', b'{"participant":"a","content":[{"type":"video"}]}',
+    b'{"participant":"a","content":[{"type":"text","text":5}]}', b'{"participant":null,"content":[]}',
+    b'{"participant":"a","content":[{"type":"image","source":null}]}',
+    b'{"participant":"a","content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":[]}]}]}',
+    b'{"participant":"a","content":[],"metadata":[1]}',
+])
 def test_a_stored_message_in_a_form_this_version_does_not_read_raises_store_format_error(data):
     """K5: JSON this version can't read (a newer version's form) raises StoreFormatError, never a stray KeyError."""
     with pytest.raises(StoreFormatError):
         message_from_json(data, sequence=9, store="the store")
 
 
-@pytest.mark.parametrize("data", [b"not json", b"\xff\xfe", b'{"participant": "user", "content": [{"type": "te'])
+@pytest.mark.parametrize("data", [b"not json", b"\xff\xfe", b'{"participant": "user", "content": [{"type": "te',
+                                  b'{"participant":"a","content":[]}XYZ', b"[" * 100_000])
 def test_a_stored_message_that_is_not_json_raises_store_corrupt_error_naming_the_store(data):
     """K7 (from a host-style attack): bytes that aren't JSON at all are damage (sealed into a record,
     e.g. by a format move), not a newer form: StoreCorruptError naming the store and the message."""
@@ -405,7 +412,9 @@ def block_strategy(*, with_audience: bool, with_raw: bool) -> st.SearchStrategy[
     )
 
 
-stored_blocks = st.lists(block_strategy(with_audience=True, with_raw=True), min_size=1, max_size=5).map(tuple)
+# A message's calls have ids of their own (ingress refuses a repeated one).
+stored_blocks = st.lists(block_strategy(with_audience=True, with_raw=True), min_size=1, max_size=5,
+                         unique_by=lambda b: b.id if isinstance(b, ToolUse) else object()).map(tuple)
 
 
 @settings(max_examples=300, deadline=None)
@@ -575,3 +584,12 @@ def test_converter_is_private():
     assert isinstance(codec._converter, cattrs.Converter)
     assert codec._converter is not cattrs.global_converter
     assert cattrs.global_converter.unstructure(Text("a")) != to_jsonable(Text("a"))
+
+
+def test_two_calls_of_one_message_with_one_id_are_refused_naming_the_second():
+    """M6, P4, P8 (from a host-style attack): a message may not hold two tool calls with one id
+    (no rendering could tell which call a result answers; OpenAI bodies broke their rules)."""
+    call = {"type": "tool_use", "id": "t1", "name": "calc", "input": {}}
+    with pytest.raises(MalformedContentError, match=r"^content\[1\]\.id: 't1' is also content\[0\]'s"):
+        blocks_from_content([call, {**call, "name": "search"}])
+    assert len(blocks_from_content([call, {**call, "id": "t2"}])) == 2

@@ -18,7 +18,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = ("architecture.md", "api.md", "guarantees.md", "audience.md", "behaviours.md", "cli.md", "asyncio.md")
+PAGES = ("architecture.md", "api.md", "guarantees.md", "audience.md", "behaviours.md", "cli.md", "asyncio.md",
+         "inspector.md", "integrations.md")
 
 # Built from parts so this file doesn't hold the strings it looks for.
 INTERNAL_REFERENCES = tuple(
@@ -33,7 +34,7 @@ HTML_ANCHOR = re.compile(r"<a\s+(?:[^>]*\s)?(?:id|name)=\"([^\"]+)\"", re.IGNORE
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE_DEFINITION = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
 EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # https:, mailto:, ...
-BEHAVIOUR = re.compile(r"\b([ABCDEFHKLMPRST][0-9]{1,2})\b")
+BEHAVIOUR = re.compile(r"\b([ABCDEFHIKLMPRSTVW][0-9]{1,2})\b")
 
 
 def markdown_files() -> list[Path]:

@@ -177,7 +177,7 @@ async def test_a_damaged_summary_record_is_store_corrupt_error_naming_it_not_a_r
         flip(store / files.DATA_NAME, summary.value_at + 2, 3)
         async with open_runtime(store, readonly=True) as rt:
             manager = await rt.open("ann", strategy=strategy)
-            for call in (manager.compile, manager.search_summaries):
+            for call in (manager.compile, manager.search_summaries, manager.is_ready, manager.wait_ready):
                 with pytest.raises(StoreCorruptError, match="summaries") as caught:
                     await call()
                 assert "fails its checksum" in str(caught.value)

@@ -191,3 +191,19 @@ trio.run(main, sys.argv[1])
             stored = await (await reader.open("a")).get_all_messages()
             assert [m.id for m in stored] == written
     assert not _REGISTRY
+
+
+async def test_a_writer_is_seen_by_its_data_lock_when_its_owner_lock_file_is_gone(tmp_path: Path) -> None:
+    """K4, K7 (from a host-style attack): with owner.lock deleted under a running writer, the
+    checks that must not walk pages a writer is moving (check_pages, verify) still see the writer
+    by its lock on data.mdb; before, verify and inspect called the sound store damaged 12 of 12
+    times."""
+    from ctxrt.store import files
+
+    store = tmp_path / "store"
+    with trio.fail_after(60):
+        async with open_runtime(store) as rt:
+            await (await rt.open("a")).add_message("user", "written")
+            (store / "owner.lock").unlink()
+            assert files.writer_holds_lock(store) is True
+        assert files.writer_holds_lock(store) is False

@@ -173,3 +173,16 @@ async def test_a_writer_that_may_not_write_the_data_file_is_refused_naming_it(re
     assert answer.startswith(f"error ctxrt.errors.StorePermissionError {store / files.DATA_NAME} | "), answer
     assert "a writer needs to write the store's files; readonly=True may still read it" in answer, answer
     assert reader == "ok one,two", reader
+
+
+async def test_a_data_file_no_one_may_read_is_refused_by_name_for_writers_and_readers(readable_store: Path) -> None:
+    """M7, K7 (from a host-style attack): data.mdb at mode 0 refuses a writer and a reader alike
+    with StorePermissionError naming it (before: a bare PermissionError with no path)."""
+    store = readable_store
+    with trio.fail_after(60):
+        await seed(store)
+        (store / files.DATA_NAME).chmod(0)
+        writer = await open_in_child(store, "rw")
+        reader = await open_in_child(store, "ro")
+    for answer in (writer, reader):
+        assert answer.startswith(f"error ctxrt.errors.StorePermissionError {store / files.DATA_NAME} | "), answer

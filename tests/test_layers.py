@@ -18,12 +18,12 @@ PACKAGE = Path(ctxrt.__file__).parent
 # Lowest first. The arrows of data flow: manager -> namespace actor -> strategy -> views -> slot
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
-    ("ctxrt.errors", "ctxrt.mailbox", "ctxrt.content", "ctxrt.events", "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.files",
-     "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster"),
+    ("ctxrt.errors", "ctxrt.mailbox", "ctxrt.content", "ctxrt.events", "ctxrt.store.keys", "ctxrt.store.seals",
+     "ctxrt.store.files", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.codec", "ctxrt.tokens"),
     ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.batch", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
-     "ctxrt.store.environment", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
+     "ctxrt.store.environment", "ctxrt.store.writer", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
      "ctxrt.store.verify"),
     ("ctxrt.slots",),
     ("ctxrt.views",),
@@ -48,10 +48,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.aio",),
     ("ctxrt.testing",),
     ("ctxrt.loadtest", "ctxrt.demo"),
+    ("ctxrt.inspector.pages", "ctxrt.inspector.app"),
     ("ctxrt.cli",),
     ("ctxrt", "ctxrt.__main__"),
+    # The framework adapters: users of the public API (the facade), as a host is; nothing imports them.
+    ("ctxrt.integrations", "ctxrt.integrations.blocks"),
+    ("ctxrt.integrations.openai_agents", "ctxrt.integrations.langchain", "ctxrt.integrations.pydantic_ai",
+     "ctxrt.integrations.autogen"),
 ]
-PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies"}  # empty __init__ files
+PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspector"}  # empty __init__ files
 
 
 def module_name(path: Path) -> str:

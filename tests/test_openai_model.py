@@ -7,6 +7,7 @@ and then the server asks for a 10 ms wait.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -265,3 +266,42 @@ async def test_an_autobiographical_namespace_compresses_through_openai_model_and
     assert any(source.kind == "summary" for sources in result.provenance.messages for source in sources)
     assert "They talked it over." in str(result.to_openai_chat(assistant="Claude"))
     assert estimator.factors["gpt-test"] == pytest.approx(4 - 3 * 0.7 ** len(server.requests))
+
+
+def _completion(message: Any = None, **over: Any) -> bytes:
+    choice = {"index": 0, "message": {"role": "assistant", "content": "a summary"} if message is None else message,
+              "finish_reason": "stop"}
+    return json.dumps({"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [choice],
+                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}, **over}).encode()
+
+
+@pytest.mark.parametrize(("body", "retryable"), [
+    (b'{"id": "c", "choices": [', True),  # cut short
+    (b"<html>a gateway page</html>", True),
+    (b"", True),
+    (b"[]", False),
+    (_completion({"role": "assistant", "content": 5}), False),
+    (_completion(None, choices=[{"index": 0, "message": None, "finish_reason": "stop"}]), False),
+], ids=["cut short", "html", "empty", "a list", "content a number", "message null"])
+async def test_a_200_reply_that_is_no_chat_completion_is_a_model_error(body: bytes, retryable: bool) -> None:
+    """P12 (from a host-style attack): a 200 whose body isn't JSON, or isn't a chat completion, raises
+    ModelError through the real SDK (retryable when the body isn't JSON at all: a proxy's page, a cut
+    reply), never the SDK's JSONDecodeError, AttributeError or a Text holding a number."""
+
+    async def answer(stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some(65536)
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        await stream.send_all(head.encode() + body)
+        await stream.aclose()
+
+    with trio.fail_after(GUARD_S):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(trio.serve_tcp, answer, 0)
+            port = listeners[0].socket.getsockname()[1]
+            async with OpenAIModel(base_url=f"http://127.0.0.1:{port}/v1", api_key="test", max_retries=0) as model:
+                with pytest.raises(ModelError, match=r"^model 'gpt-test': unusable response") as caught:
+                    await model.complete(request())
+            nursery.cancel_scope.cancel()
+    assert caught.value.retryable is retryable

@@ -145,7 +145,8 @@ async def test_server_keeps_the_connection_alive_between_requests() -> None:
         "content": [{"type": "text", "text": "a"}],
         "stop_reason": "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": reply_a["usage"]["input_tokens"], "output_tokens": 8},
+        "usage": {"input_tokens": reply_a["usage"]["input_tokens"], "output_tokens": 8,
+                  "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
     }
     assert reply_b["content"] == [{"type": "text", "text": "b"}]
     assert server.connections == 1

@@ -386,13 +386,14 @@ class Guest:
         try:
             with held.scope:
                 async with held.factory() as value:
-                    if held.entered.cancelled():
-                        return  # the asyncio side gave up entering: leave at once
-                    held.entered.set_result(value)
-                    if held.during is not None:
-                        with held.during_scope:
-                            await held.during(value)
-                    await held.release.wait()
+                    # The asyncio side may have given up entering meanwhile: then leave at once,
+                    # and still settle below (its caller waits for ``exited``).
+                    if not held.entered.cancelled():
+                        held.entered.set_result(value)
+                        if held.during is not None:
+                            with held.during_scope:
+                                await held.during(value)
+                        await held.release.wait()
         except Exception as exc:
             held.settle(single(exc))
             return

@@ -21,6 +21,7 @@ from typing import Any
 import attrs
 import trio
 
+from .. import tracing
 from ..content import Message
 from ..errors import ManagerClosedError, ModelError, ReadOnlyStoreError
 from ..mailbox import Reply
@@ -128,11 +129,11 @@ class _Loop:
                 case Answer():
                     effect.reply.resolve(effect.ok, effect.value)
                 case Commit():
-                    self.children.start_soon(self._commit, effect.token, effect.command)
+                    self.children.start_soon(self._commit, effect.token, effect.command, effect.trace)
                 case CallModel():
                     scope = self.call_scope = trio.CancelScope()
                     self.children.start_soon(_complete, self.ref, self.model, effect.request, effect.unit,
-                                             effect.epoch, self.services.model_timeout_s, scope)
+                                             effect.epoch, self.services.model_timeout_s, scope, effect.span)
                 case CancelModel():
                     if self.call_scope is not None:
                         self.call_scope.cancel()
@@ -156,15 +157,17 @@ class _Loop:
                     if self.call_scope is not None:
                         self.call_scope.cancel()
 
-    async def _commit(self, token: int, command: Any) -> None:
-        """A child task: one commit through the store actor; its outcome goes back as ``Committed``."""
+    async def _commit(self, token: int, command: Any, trace: Any) -> None:
+        """A child task: one commit through the store actor; its outcome goes back as ``Committed``.
+        It sends the command in ``trace``, the context of the command that made it."""
         store = self.services.store
         if store is None:
             outcome: tuple[bool, Any] = (False, ReadOnlyStoreError(
                 f"{self.place} is open in a read-only runtime; it refuses every write"))
         else:
             try:
-                outcome = (True, await store.ask(command))
+                with tracing.resumed(trace):
+                    outcome = (True, await store.ask(command))
             except Exception as exc:  # noqa: BLE001 - the machine's to judge
                 outcome = (False, exc)
         self.ref.tell(Committed(token, *outcome))
@@ -190,10 +193,12 @@ class _Loop:
 
 
 async def _complete(
-    ref: NamespaceRef, model: Any, request: Any, unit: Unit, epoch: int, timeout_s: float, scope: trio.CancelScope
+    ref: NamespaceRef, model: Any, request: Any, unit: Unit, epoch: int, timeout_s: float, scope: trio.CancelScope,
+    span: Any = None,
 ) -> None:
-    """The child task of one unit: the model call, outside the mailbox; its outcome goes back as UnitDone."""
-    with scope:
+    """The child task of one unit: the model call, outside the mailbox; its outcome goes back as
+    UnitDone. Its chat span (inside the unit's ``span``) is current while it calls."""
+    with scope, tracing.model_call(span, model, request) as call:
         outcome: Any
         if model is None:
             outcome = ModelError(f"namespace {ref.namespace!r} has no model for compression", retryable=False)
@@ -208,6 +213,7 @@ async def _complete(
             except Exception as exc:  # a host's model that breaks its protocol: the unit fails, the actor goes on
                 logger.exception("model call for %s in %r failed", unit.key, ref.namespace)
                 outcome = ModelError(f"the model raised {exc!r}", retryable=False)
+        tracing.answered(call, outcome)
         ref.tell(UnitDone(epoch, unit, outcome))
 
 

@@ -33,19 +33,23 @@ class Answer:
 
 @attrs.frozen
 class Commit:
-    """Send ``command`` to the store actor; its outcome comes back as ``Committed(token, ...)``."""
+    """Send ``command`` to the store actor; its outcome comes back as ``Committed(token, ...)``.
+    ``trace``: the trace context of the command that made it (its commit span's parent)."""
 
     token: int
     command: Any
+    trace: Any = None
 
 
 @attrs.frozen
 class CallModel:
-    """Start a unit's model call outside the mailbox; its outcome comes back as ``UnitDone``."""
+    """Start a unit's model call outside the mailbox; its outcome comes back as ``UnitDone``.
+    ``span``: the unit's trace span, which the call's chat span goes inside."""
 
     epoch: int
     unit: Unit
     request: Any
+    span: Any = None
 
 
 @attrs.frozen

@@ -40,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from .. import codec
+from .. import codec, tracing
 from ..compile import CompileMemo, build_compile_result, validate_injections
 from ..content import Message, hidden_by_edit
 from ..errors import (
@@ -203,7 +203,7 @@ _KINDS: dict[type, int] = {
 class _Task:
     """A command (or the machine's own work) being handled: its handler's generator, once it has one."""
 
-    __slots__ = ("command", "reply", "kind", "gen", "own")
+    __slots__ = ("command", "reply", "kind", "gen", "own", "trace")
 
     def __init__(self, command: Any, reply: Reply[Any] | None, kind: int, *, own: bool = False) -> None:
         self.command = command
@@ -211,6 +211,9 @@ class _Task:
         self.kind = kind
         self.gen: Gen | None = None
         self.own = own  # the machine's own work (a unit, the drain), not a caller's command
+        # The trace context its handler runs in and its commits carry: its sender's, from the
+        # reply (a compile's own span once it has one).
+        self.trace: Any = None if reply is None else reply.trace
 
 
 @attrs.define
@@ -229,6 +232,7 @@ class _InFlight:
     epoch: int
     reply: Reply[Any] | None
     request: Any = None  # the ModelRequest once its call is out, for calibration from its reply's usage
+    span: Any = None  # its trace span (tracing.start_unit) once its call is out, ended when its reply is applied
 
 
 def build_strategy(config: Any) -> Strategy:
@@ -408,7 +412,7 @@ class NamespaceMachine:
             return
         self.token += 1
         self.out = item
-        self._effects.append(Commit(self.token, command))
+        self._effects.append(Commit(self.token, command, item.task.trace))
 
     def _lose_lease(self, task: _Task) -> None:
         """The lease went with a lost connection, and another process serves the namespace now: the
@@ -439,7 +443,8 @@ class NamespaceMachine:
             if (self.record is None and self.engine.shared and self.caches and not task.own
                     and not isinstance(command, ReportHealth)):  # health adopts its own
                 self._adopt_claim()
-            result = self._dispatch(task)
+            with tracing.resumed(task.trace):  # trio gave the loop's task its own context, not the sender's
+                result = self._dispatch(task)
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
             self._finish(task, False, exc)
             return
@@ -454,7 +459,8 @@ class NamespaceMachine:
         gen = task.gen
         assert gen is not None
         try:
-            yielded = gen.send(value) if error is None else gen.throw(error)
+            with tracing.resumed(task.trace):
+                yielded = gen.send(value) if error is None else gen.throw(error)
         except StopIteration as stop:
             self._finish(task, True, stop.value)
             return
@@ -512,7 +518,7 @@ class NamespaceMachine:
         command, reply = task.command, task.reply
         match command:
             case Compile():
-                return self._compile(command)
+                return self._compile(command, task)
             case Preview():
                 check_reader(self.record, command.reader, self.place)
                 self._require_strategy()
@@ -523,6 +529,7 @@ class NamespaceMachine:
                 return self._queue_unit(command, reply)
             case CheckReady():
                 check_reader(self.record, command.reader, self.place)
+                self._require_strategy()  # one that failed to start is never ready: it raises as tick() does
                 self._flush_new()
                 return self.strategy.is_ready()
             case Edit():
@@ -644,6 +651,7 @@ class NamespaceMachine:
         if self.in_flight is not None:
             owed.append((None, self.in_flight.reply))
             self._effects.append(CancelModel())
+            tracing.end_unit(self.in_flight.span, "stopped")
         for command, reply in owed:
             if reply is not None:
                 self._answer(reply, False, refusal_for(error, command))
@@ -1059,7 +1067,25 @@ class NamespaceMachine:
 
     # -- compile ----------------------------------------------------------------------------
 
-    def _compile(self, command: Compile) -> Gen:
+    def _compile(self, command: Compile, task: _Task) -> Gen:
+        # Its span is current while it compiles (never across a yield: a context attached in a
+        # generator would leak into whatever the loop handles next); its commit carries it.
+        with tracing.compiling(self.place.namespace, self.place.branch, self.reader, self.strategy.name,
+                               command) as span:
+            result = self._build(command)
+            tracing.compiled(span, result, self.strategy)
+            task.trace = tracing.current()  # the commit it makes is its child
+        if not command.dry_run:
+            try:
+                yield from self._commit()
+            except Exception:
+                # The strategy's bookkeeping (chunks closing, an anchor) waits; the compile goes on (P1, D4).
+                logger.warning("%s: what the strategy wrote during a compile could not commit", self.place,
+                               exc_info=True)
+        return result
+
+    def _build(self, command: Compile) -> Any:
+        """The compile itself: the strategy's selection, built into a result."""
         check_reader(self.record, command.reader, self.place)
         self._require_strategy()
         validate_injections(command.injections, command.message_injections)  # B4: before the strategy runs
@@ -1078,13 +1104,6 @@ class NamespaceMachine:
             message_injections=command.message_injections, memo=self.compile_memo,
         )
         self.last_compile_ms = (time.perf_counter() - started) * 1000
-        if not command.dry_run:
-            try:
-                yield from self._commit()
-            except Exception:
-                # The strategy's bookkeeping (chunks closing, an anchor) waits; the compile goes on (P1, D4).
-                logger.warning("%s: what the strategy wrote during a compile could not commit", self.place,
-                               exc_info=True)
         return result
 
     def _query(self, command: QuerySummaries) -> Any:
@@ -1304,7 +1323,9 @@ class NamespaceMachine:
             self.in_flight = None
             raise
         flight.request = self.strategy.request_for(unit, self.ctx)
-        self._effects.append(CallModel(flight.epoch, unit, flight.request))
+        flight.span = tracing.start_unit(unit, kind, self.place.namespace, self.place.branch, self.reader,
+                                         None if reply is None else reply.trace)
+        self._effects.append(CallModel(flight.epoch, unit, flight.request, flight.span))
 
     def _begin_reset(self, command: ResetHeadWindow, reply: Reply[Any] | None) -> Gen:
         strategy = self.strategy
@@ -1337,6 +1358,7 @@ class NamespaceMachine:
         if done.epoch != self.epoch:
             logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
                            self.place, flight.unit.key)
+            tracing.end_unit(flight.span, "discarded")
             if flight.reply is not None:
                 self._answer(flight.reply, *((True, False) if flight.kind == "tick" else (False, self._moved_error())))
             return _LATER
@@ -1350,6 +1372,7 @@ class NamespaceMachine:
                 yield from self._commit()
             yield from self._calibrate(flight.request, done.outcome)
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
+            tracing.end_unit(flight.span, "failed", exc)
             if isinstance(exc, StoreUnavailableError) and self.waiting is None:
                 self._await_store(exc)  # the unit may be half applied: done again once the store answers
             if flight.reply is not None:
@@ -1358,6 +1381,7 @@ class NamespaceMachine:
                 self._report(exc, "compression drain of %s failed to apply %s", self.place, flight.unit.key)
             self.drain_wanted = False
             return _LATER
+        tracing.end_unit(flight.span, "applied" if result else "nothing")
         if flight.reply is not None:
             self._answer(flight.reply, True, result)
         if flight.kind == "drain" and not result:

@@ -1,11 +1,19 @@
 """The store actor: the only writer. One mailbox, group commit, replies, commit events.
 
 ``serve_store`` blocks for one envelope, drains whatever else is queued (up to a cap), applies
-the whole batch in ONE LMDB write transaction on the trio thread (measured:
-inline beats ``to_thread``, whose GIL convoy collapses under load; and callers answered by one
-commit can't prepare their next append during it anyway), commits, publishes the committed
-operations to subscribers, then answers every caller with its own result or error. Appends run
-unnested in a batch (``Engine.apply``'s ``unnested``). The transaction never spans an ``await``.
+the whole batch in ONE LMDB write transaction on the trio thread, commits, publishes the
+committed operations to subscribers, then answers every caller with its own result or error.
+Appends run unnested in a batch (``Engine.prepare``'s ``unnested``).
+
+A durable store's commit (both of LMDB's flushes) runs on its writer thread (store/writer.py):
+the thread begins each transaction, the trio thread fills it, the thread commits it, and the
+actor awaits the commit while the loop serves everything else (reads, compiles, timers) and the
+next batch gathers in the mailbox. Its callers are answered only after the commit returned, that
+is after LMDB's meta page is on disk. Filling the transaction on the trio thread, not the whole
+transaction in ``to_thread``, because the thread's Python would meet the GIL convoy at every
+step (measured: appends of 130-500 ms under load); the thread needs the GIL only in two short
+turns per commit, which the loop hands it (``GiveTurns``) when it is busy. Under durability
+"os" a commit flushes nothing and runs inline, all in one synchronous step.
 
 Failures are answered, not fatal (L6). A batch the disk or the map can't take answers each of
 its callers ``StoreFullError`` (nothing of it was written) and the actor serves the next one.
@@ -27,6 +35,7 @@ import attrs
 import lmdb
 import trio
 
+from .. import tracing
 from ..errors import (
     RuntimeClosedError,
     StoreCorruptError,
@@ -48,6 +57,7 @@ from .protocol import (
     SetValue,
 )
 from .records import Operation
+from .writer import WriterThread
 
 logger = logging.getLogger("ctxrt.store")
 R = TypeVar("R")
@@ -56,6 +66,9 @@ MAILBOX_CAPACITY = 1000
 MAX_BATCH_COMMANDS = 256
 MAX_BATCH_BYTES = 1 << 20  # ~1 MB keeps one durable commit to a few ms of loop time
 OS_SYNC_INTERVAL_S = 1.0
+# A scheduler pass that will sleep in epoll at least this long lets the writer thread take the
+# GIL by itself; a shorter one hands it its turn (GiveTurns).
+BUSY_WAIT_S = 0.001
 # The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
 # free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
 # without a map at all.
@@ -85,13 +98,14 @@ class _Counters:
 class StoreRef:
     """The handle to a running store actor; the only holder of its mailbox.
 
-    Idle fast path (``inline``): when a caller is the only one in ``ask`` and the actor owes no
-    answer, it runs the actor's commit step itself instead of waking the actor: the same
-    synchronous critical section (one write transaction, publish, answer), in the same order,
-    minus a task hop. As soon as two callers overlap, everything goes through the mailbox and
-    commits in groups; a caller that finds others in flight sends at once, without a schedule
-    point of its own before the send (its wait for the reply is one), so an append costs one task
-    switch there.
+    Idle fast path (``inline``): when a caller is the only one in ``ask``, the actor owes no
+    answer and the engine commits inline (durability "os"; never a durable LMDB commit, which
+    goes to the writer thread, nor PostgreSQL's), it runs the actor's commit step itself instead
+    of waking the actor: the same synchronous critical section (one write transaction, publish,
+    answer), in the same order, minus a task hop. As soon as two callers overlap, everything goes
+    through the mailbox and commits in groups; a caller that finds others in flight sends at once,
+    without a schedule point of its own before the send (its wait for the reply is one), so an
+    append costs one task switch there.
     """
 
     def __init__(
@@ -130,6 +144,10 @@ class StoreRef:
             else:
                 reply = await mailbox.put(command)  # waits for room while the mailbox is full
                 await reply.wait()
+                # Answered just as the caller was cancelled (its scope, or its runtime closing under
+                # it): it leaves cancelled, as a caller whose write is still out does, instead of
+                # going on into a runtime that is closing.
+                await trio.lowlevel.checkpoint_if_cancelled()
                 ok, value = reply.ok, reply.value
         finally:
             self._in_ask -= 1
@@ -194,7 +212,8 @@ def open_store_actor(
 
 @trio.lowlevel.enable_ki_protection  # Ctrl-C waits for the commit step's end: never between commit and answer
 def commit_batch(
-    engine: StoreEngine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters
+    engine: StoreEngine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters,
+    traces: Sequence[Any] = (),
 ) -> list[tuple[bool, Any]]:
     """The actor's commit step: one write transaction, then publish what committed. Synchronous.
 
@@ -202,27 +221,33 @@ def commit_batch(
     every command its own ``StoreFullError`` (or ``StoreCorruptError``, ``StoreUnavailableError``);
     a failure while publishing is logged and never changes a committed command's result (L6).
     """
-    results, operations = apply_batch(engine, commands, counters)
+    results, operations = apply_batch(engine, commands, counters, traces)
     publish_committed(publish, operations)
     return results
 
 
 def apply_batch(
-    engine: StoreEngine, commands: list[Any], counters: _Counters
+    engine: StoreEngine, commands: list[Any], counters: _Counters, traces: Sequence[Any] = (),
 ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
-    """The write transaction of the commit step (safe on a worker thread: it touches no cache)."""
+    """The write transaction of the commit step (safe on a worker thread: it touches no cache).
+    ``traces``: the trace contexts its callers sent (none when it runs in its caller's task)."""
     started = time.perf_counter()
     try:
-        results, operations = _apply_growing(engine, commands)
+        with tracing.committing(engine, len(commands), traces):
+            results, operations = _apply_growing(engine, commands)
     except (StoreFullError, StoreCorruptError, StoreUnavailableError) as refused:
         logger.warning("store batch of %d commands refused: %s", len(commands), refused)
         return [(False, _copy_refusal(refused)) for _ in commands], []
-    counters.last_commit_ms = (time.perf_counter() - started) * 1000
-    counters.last_batch_size = len(commands)
-    counters.batches += 1
-    counters.commands += len(commands)
-    counters.largest_batch = max(counters.largest_batch, len(commands))
+    _count(counters, len(commands), started)
     return results, operations
+
+
+def _count(counters: _Counters, commands: int, started: float) -> None:
+    counters.last_commit_ms = (time.perf_counter() - started) * 1000
+    counters.last_batch_size = commands
+    counters.batches += 1
+    counters.commands += commands
+    counters.largest_batch = max(counters.largest_batch, commands)
 
 
 def publish_committed(publish: Callable[[Sequence[Operation]], None], operations: list[Operation]) -> None:
@@ -263,9 +288,14 @@ async def serve_store(
     """
     counters = ref._counters
     pending: list[Envelope] = []
+    writer = WriterThread(engine.env) if isinstance(engine, Engine) and engine.commits_on_thread else None
     async with trio.open_nursery() as nursery:
         if durability == "os":
             nursery.start_soon(_sync_periodically, engine)
+        if writer is not None:
+            writer.start()
+            turns = GiveTurns(writer)
+            trio.lowlevel.add_instrument(turns)
         task_status.started()
         try:
             async for first in inbox:
@@ -282,11 +312,16 @@ async def serve_store(
                     pending.append(envelope)
                     size += _size(envelope[0])
                 commands = [command for command, _ in pending]
-                if engine.commits_on_thread:  # the loop runs on while the server commits
-                    results, operations = await trio.to_thread.run_sync(apply_batch, engine, commands, counters)
+                traces = [None if reply is None else reply.trace for _, reply in pending]
+                if writer is not None:  # the loop runs on while the writer thread commits
+                    results, operations = await _commit_on_writer(engine, writer, commands, counters, traces)
+                    publish_committed(ref._publish, operations)
+                elif engine.commits_on_thread:  # the loop runs on while the server commits
+                    results, operations = await trio.to_thread.run_sync(apply_batch, engine, commands, counters,
+                                                                        traces)
                     publish_committed(ref._publish, operations)
                 else:
-                    results = commit_batch(engine, commands, ref._publish, counters)
+                    results = commit_batch(engine, commands, ref._publish, counters, traces)
                 for (_, reply), (ok, value) in zip(pending, results):
                     if reply is not None:
                         reply.resolve(ok, value)
@@ -301,6 +336,9 @@ async def serve_store(
                     reply.resolve(False, closed())  # ignored by a reply already answered
             # Closing drops what is still queued; answer it first, or its callers wait forever.
             inbox.drain(lambda command: closed())
+            if writer is not None:
+                trio.lowlevel.remove_instrument(turns)
+                writer.stop()  # ends the transaction it held: the store can be closed now
             nursery.cancel_scope.cancel()
 
 
@@ -321,6 +359,71 @@ def _apply_growing(engine: StoreEngine, commands: list[Any]) -> tuple[list[tuple
         except lmdb.MapFullError:
             assert isinstance(engine, Engine)  # only LMDB has a map
             _grow_map(engine)
+
+
+async def _commit_on_writer(
+    engine: StoreEngine, writer: WriterThread, commands: list[Any], counters: _Counters, traces: Sequence[Any] = (),
+) -> tuple[list[tuple[bool, Any]], list[Operation]]:
+    """``apply_batch`` with the commit on the writer thread: fill its transaction here, await its
+    commit (not cancellable: the commit is underway, and its callers get what it did)."""
+    assert isinstance(engine, Engine)  # only LMDB has a writer thread
+    started = time.perf_counter()
+    try:
+        with tracing.committing(engine, len(commands), traces):
+            prepared = await _fill_and_commit(engine, writer, commands)
+    except (StoreFullError, StoreCorruptError) as refused:
+        logger.warning("store batch of %d commands refused: %s", len(commands), refused)
+        return [(False, _copy_refusal(refused)) for _ in commands], []
+    results, operations = engine.committed(prepared)
+    _count(counters, len(commands), started)
+    return results, operations
+
+
+async def _fill_and_commit(engine: Engine, writer: WriterThread, commands: list[Any]) -> Any:
+    """Fill the writer thread's transaction with ``commands`` and await its commit, growing the map
+    and trying again when it is full; what ``Engine.prepare`` made of them."""
+    while True:
+        try:
+            prepared = engine.prepare(commands, execute, _unnested, writer)
+        except lmdb.MapFullError:
+            writer.end()  # the map can't be resized under an open transaction
+            _grow_map(engine)
+            continue
+        if prepared.txn is None:
+            return prepared
+        error = await await_commit(writer)
+        if error is None:
+            return prepared
+        if isinstance(error, lmdb.MapFullError):  # the writer holds no transaction now
+            _grow_map(engine)
+            continue
+        refusal = engine.write_refusal(error) if isinstance(error, lmdb.Error) else error
+        if refusal is error:
+            raise error
+        raise refusal from error
+
+
+async def await_commit(writer: WriterThread) -> BaseException | None:
+    """Hand the filled transaction to the writer thread and wait for its commit: what it raised, or None.
+    Not cancellable: the commit is underway, and its callers get what it did."""
+    writer.commit()
+    with trio.CancelScope(shield=True):
+        await trio.lowlevel.wait_readable(writer.ready)
+    return writer.landed()
+
+
+class GiveTurns(trio.abc.Instrument):
+    """While a commit is out: before a scheduler pass that won't sleep, if the writer thread waits
+    for the GIL, hand it its turn (store/writer.py says why: otherwise the thread may wait for
+    seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway.
+    Installed for the store actor's life: between commits a pass costs it one attribute check."""
+
+    def __init__(self, writer: WriterThread) -> None:
+        self._writer = writer
+
+    def before_io_wait(self, timeout: float) -> None:
+        if timeout < BUSY_WAIT_S:
+            self._writer.offer_turn()
 
 
 def _grow_map(engine: Engine) -> None:

@@ -8,8 +8,10 @@ rows keyed ``(state, branch, ordinal, seq)`` and a versioned head per write; val
 one versioned row per write. Creating a branch writes one row: nothing is copied.
 
 Reads take a read transaction the caller opens (``engine.reader()``); writes happen only in
-``Engine.apply``, one write transaction per batch, each command in a nested transaction so a
-refused command leaves the others of its batch intact.
+``Engine.prepare`` (``apply`` is prepare + commit on one thread), one write transaction per batch,
+each command in a nested transaction so a refused command leaves the others of its batch intact.
+The top-level transaction may come from another thread (``WriteTransactions``): the store's
+writer thread begins and commits it, so its flushes don't stop the trio thread.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import os
 import struct
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
+import attrs
 import lmdb
 
 from ..errors import (
@@ -65,6 +68,14 @@ _LMDB_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError)
 # What the backend itself raises, for callers that report errors by kind (the CLI).
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (lmdb.Error,)
 _DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError)
+# What else LMDB raises in a read transaction that meets a page damaged after the open (a read-only
+# runtime's file damaged while it serves): a table's entry in the main table lost its name
+# (MDB_BAD_DBI) or its flags (MDB_INCOMPATIBLE), or the transaction already failed on a damaged page
+# (MDB_BAD_TXN: LMDB drops the error of the search a cursor makes when it opens). Reads only: a
+# write's failures keep ``apply``'s handling.
+_LMDB_FAILED_READ = (lmdb.BadDbiError, lmdb.IncompatibleError, lmdb.BadTxnError)
+_LMDB_READ_DAMAGE = (*_LMDB_DAMAGE, *_LMDB_FAILED_READ)
+_READ_DAMAGE = (*_DAMAGE, *_LMDB_FAILED_READ)
 
 _U64_PACK = keys.U64.pack
 _ITEM_KEY_PACK = keys.ITEM_KEY.pack
@@ -85,7 +96,9 @@ class Engine:
     """
 
     shared = False  # one writing process: its commit events tell its caches everything
-    commits_on_thread = False  # measured: inline beats a worker thread (store/actor.py)
+    # A durable writer's commits wait for the disk: the store actor has its writer thread
+    # (store/writer.py) commit them. Under durability "os" a commit flushes nothing and runs inline.
+    commits_on_thread = False
 
     def __init__(self, env: lmdb.Environment, *, readonly: bool) -> None:
         self.env = env
@@ -98,6 +111,7 @@ class Engine:
         self.known_heads: dict[tuple[int, int], LogHead] = {}
         self.last_sequence = 0
         self.dbs = self._open_tables_read_only() if readonly else self._open_tables_for_writing()
+        self.commits_on_thread = not readonly and env.flags()["sync"]
         self._check_format()
         self.reload()
 
@@ -123,12 +137,14 @@ class Engine:
         self.env = env
         self.readonly = False
         self.dbs = self._open_tables_for_writing()
+        self.commits_on_thread = env.flags()["sync"]
         self._check_format()
         self.reload()
 
     def become_reader(self) -> None:
         """The writer left while read-only runtimes stay: re-read the tables at each call again."""
         self.readonly = True
+        self.commits_on_thread = False
         self.known_heads = {}
 
     # -- set-up -----------------------------------------------------------------------------
@@ -147,7 +163,7 @@ class Engine:
                     if len(names) > 4 * len(keys.ALL_DBS):
                         break
                 return names
-        except _LMDB_DAMAGE as exc:
+        except _LMDB_READ_DAMAGE as exc:
             raise self._damaged(f"its main table can't be read: {exc}") from None
 
     def _foreign(self, names: Sequence[bytes]) -> StoreFormatError:
@@ -215,7 +231,7 @@ class Engine:
             with self.reader() as txn:
                 cursor = txn.cursor(db=self.dbs[keys.DB_META])
                 rows = dict((bytes(key), bytes(value)) for key, value in itertools.islice(cursor, _META_ROWS))
-        except _LMDB_DAMAGE as exc:
+        except _LMDB_READ_DAMAGE as exc:
             raise self._damaged(f"its meta table can't be read: {exc}") from None
         raw = rows.get(keys.META_FORMAT)
         found = keys.decode_u32(raw[:4]) if raw is not None and len(raw) in (4, 4 + _SEAL) else raw
@@ -325,7 +341,7 @@ class Engine:
                     (self._last_head(cursor, info.number, branch) for info in states.values() for branch in branches),
                     default=0,
                 )
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._damaged(f"its branch, state or head rows can't be read: {exc!r}") from None
         for row in branches.values():
             for level, _ in ((row.parent, None), *row.lineage):
@@ -599,7 +615,7 @@ class Engine:
             with self.reader() as txn:
                 cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
                 own = max((self._last_head(cursor, info.number, branch.id) for info in self.known_states.values()), default=0)
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, "the heads", branch) from None
         return max(own, branch.fork_sequence or 0)
 
@@ -614,7 +630,7 @@ class Engine:
                 return cached
         try:
             return self._log_head_at(txn, info.number, branch.levels(at))
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"the head of {state!r}", branch) from None
 
     def get_value(
@@ -629,7 +645,7 @@ class Engine:
             if found is None:
                 return None, 0
             return json.loads(found[0]), found[1]
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"the value of {state!r}", branch) from None
 
     def _read_ordinal(
@@ -658,7 +674,7 @@ class Engine:
                 return None
             cursor = txn.cursor(db=self.dbs[keys.DB_ITEMS])
             return self._read_ordinal(cursor, info.number, levels, head.index_to_ordinal(index))
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"item {index} of {state!r}", branch) from None
 
     def log_items(
@@ -677,7 +693,7 @@ class Engine:
             head = self.log_head(txn, state, branch, at)
         try:
             return self._log_items(txn, info, branch.levels(at), start, stop, head)
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"the items of {state!r}", branch) from None
 
     def _log_items(
@@ -790,8 +806,11 @@ class Engine:
         if not self.readonly:
             return self.known_branches[branch_id].deleted
         key = keys.encode_u32(branch_id)
-        with self.reader() as txn:
-            raw = self._get(txn, keys.DB_BRANCHES, key)
+        try:
+            with self.reader() as txn:
+                raw = self._get(txn, keys.DB_BRANCHES, key)
+        except _LMDB_READ_DAMAGE as exc:
+            raise self._damaged(f"the row of branch {branch_id} can't be read: {exc!r}") from None
         return raw is None or self.decode_branch_row(key, raw).deleted
 
     def find_index(
@@ -801,7 +820,7 @@ class Engine:
         info = self._log_state(state)
         try:
             return self._locate(txn, info, branch.levels(at), sequence)
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._unreadable(exc, f"the items of {state!r}", branch) from None
 
     def _locate(
@@ -855,7 +874,7 @@ class Engine:
                 return None
             media_type, _, data = raw.partition(b"\x00")
             return data, media_type.decode()
-        except _DAMAGE as exc:
+        except _READ_DAMAGE as exc:
             raise self._damaged(f"blob {sha256} can't be read: {exc!r}") from None
 
     # -- writes -----------------------------------------------------------------------------
@@ -864,7 +883,33 @@ class Engine:
         self, commands: Sequence[Any], execute: Callable[[LmdbBatch, Any], Any],
         unnested: Callable[[Any], bool] | None = None,
     ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
-        """Run ``execute(batch, command)`` for each command in ONE write transaction and commit.
+        """Run ``execute(batch, command)`` for each command in ONE write transaction and commit,
+        all on the calling thread: ``prepare``, then the commit, then ``committed``.
+
+        Returns each command's ``(ok, result or error)`` and the committed operations. A write the
+        disk refuses (full, or any I/O error) raises ``StoreFullError`` for the whole batch, and a
+        page LMDB finds corrupted raises ``StoreCorruptError``: nothing of the batch was written
+        either way (LMDB aborts the transaction). ``lmdb.MapFullError`` propagates, as does any
+        other exception that aborts the batch.
+        """
+        prepared = self.prepare(commands, execute, unnested)
+        if prepared.txn is not None:
+            try:
+                prepared.txn.commit()
+            except lmdb.Error as exc:
+                refusal = self.write_refusal(exc)
+                if refusal is exc:
+                    raise
+                raise refusal from exc
+        return self.committed(prepared)
+
+    def prepare(
+        self, commands: Sequence[Any], execute: Callable[[LmdbBatch, Any], Any],
+        unnested: Callable[[Any], bool] | None = None, txns: WriteTransactions | None = None,
+    ) -> Prepared:
+        """Run the batch in ONE write transaction from ``txns`` (default: begun and aborted on this
+        thread) and leave it uncommitted: the caller commits ``prepared.txn`` (None: nothing to
+        commit), then calls ``committed``. Nothing is visible to readers until that commit.
 
         ``unnested(command)`` True marks a command that checks everything it can be refused for
         before it writes (an append): in a batch it runs without a nested transaction of its own,
@@ -872,35 +917,44 @@ class Engine:
         before the commit. Should one raise after it started writing, the whole batch is begun
         again with every command nested, so the outcome is the same either way.
 
-        Returns each command's ``(ok, result or error)`` and the committed operations. A command
-        raising ``CtxrtError``, ``TypeError`` or ``ValueError`` is rolled back alone (nested
-        transaction), and so is one that meets a damaged record (``StoreCorruptError``). A
-        write the disk refuses (full, or any I/O error) raises ``StoreFullError`` for the whole
-        batch, and a page LMDB finds corrupted while committing raises ``StoreCorruptError``:
-        nothing of the batch was written either way (LMDB aborts the transaction). Any other
-        exception aborts the whole batch and propagates (``lmdb.MapFullError`` included).
+        A command raising ``CtxrtError``, ``TypeError`` or ``ValueError`` is rolled back alone
+        (nested transaction), and so is one that meets a damaged record (``StoreCorruptError``).
+        A write the disk or LMDB refuses raises as ``apply`` says, the transaction aborted.
         """
+        txns = txns or _LocalTransactions(self.env)
         try:
             if len(commands) == 1:
-                results, batch = self._apply_one(commands[0], execute)
-            else:
-                try:
-                    results, batch = self._apply_many(commands, execute, unnested)
-                except Unsafe:  # nothing of that attempt was committed
-                    results, batch = self._apply_many(commands, execute, None)
-        except lmdb.MapFullError:
-            raise
+                return self._prepare_one(commands[0], execute, txns)
+            try:
+                return self._prepare_many(commands, execute, unnested, txns)
+            except Unsafe:  # nothing of that attempt is left
+                return self._prepare_many(commands, execute, None, txns)
         except lmdb.Error as exc:
-            code = getattr(exc, "code", 0)
-            if isinstance(code, int) and code > 0:  # an errno: the OS refused a write or a sync
-                raise self._refused_write(code) from exc
-            if isinstance(exc, _LMDB_DAMAGE):
-                raise self._damaged(f"a write met a damaged page: {exc}") from exc
-            raise
-        if batch is None:
-            return results, []
-        self._committed(batch)
-        return results, batch.operations
+            refusal = self.write_refusal(exc)
+            if refusal is exc:
+                raise
+            raise refusal from exc
+
+    def write_refusal(self, exc: lmdb.Error) -> BaseException:
+        """What a batch's callers are told when LMDB refused its transaction with ``exc``: the
+        disk's refusal as ``StoreFullError``, a damaged page as ``StoreCorruptError``, anything
+        else (``MapFullError`` included) as itself."""
+        if isinstance(exc, lmdb.MapFullError):
+            return exc
+        code = getattr(exc, "code", 0)
+        if isinstance(code, int) and code > 0:  # an errno: the OS refused a write or a sync
+            return self._refused_write(code)
+        if isinstance(exc, _LMDB_DAMAGE):
+            return self._damaged(f"a write met a damaged page: {exc}")
+        return exc
+
+    def committed(self, prepared: Prepared) -> tuple[list[tuple[bool, Any]], list[Operation]]:
+        """After ``prepared.txn`` committed (or when there was nothing to commit): the engine's
+        caches take the batch; returns each command's result and the committed operations."""
+        if prepared.txn is None:
+            return prepared.results, []
+        self._committed(prepared.batch)
+        return prepared.results, prepared.batch.operations
 
     def _refused_write(self, code: int) -> StoreFullError:
         try:
@@ -914,10 +968,12 @@ class Engine:
     def _refused_command(self, command: Any, exc: BaseException) -> StoreCorruptError:
         return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
 
-    def _apply_many(
-        self, commands: Sequence[Any], execute: Callable[[LmdbBatch, Any], Any], unnested: Callable[[Any], bool] | None
-    ) -> tuple[list[tuple[bool, Any]], LmdbBatch]:
-        with self.env.begin(write=True) as txn:
+    def _prepare_many(
+        self, commands: Sequence[Any], execute: Callable[[LmdbBatch, Any], Any], unnested: Callable[[Any], bool] | None,
+        txns: WriteTransactions,
+    ) -> Prepared:
+        txn = txns.begin()
+        try:
             batch = LmdbBatch(self, txn)
             results: list[tuple[bool, Any]] = []
             for command in commands:
@@ -927,7 +983,7 @@ class Engine:
                         value = execute(batch, command)
                     except _REFUSALS as exc:
                         if batch.wrote:
-                            raise Unsafe from exc  # aborts this attempt; apply runs the batch nested
+                            raise Unsafe from exc  # aborts this attempt; prepare runs the batch nested
                         results.append((False, self._refused_command(command, exc) if isinstance(exc, _DAMAGE) else exc))
                     else:
                         results.append((True, value))
@@ -959,27 +1015,27 @@ class Engine:
                 finally:
                     batch.txn = txn
             batch.flush_heads()
-        return results, batch
+        except BaseException:
+            txns.abort(txn)
+            raise
+        return Prepared(results, batch, txn)
 
-    def _apply_one(
-        self, command: Any, execute: Callable[[LmdbBatch, Any], Any]
-    ) -> tuple[list[tuple[bool, Any]], LmdbBatch | None]:
+    def _prepare_one(self, command: Any, execute: Callable[[LmdbBatch, Any], Any], txns: WriteTransactions) -> Prepared:
         # A batch of one needs no nested transaction: refusing it is aborting the whole.
-        txn = self.env.begin(write=True)
+        txn = txns.begin()
         batch = LmdbBatch(self, txn)
         try:
             value = execute(batch, command)
         except _DAMAGE as exc:
-            txn.abort()
-            return [(False, self._refused_command(command, exc))], None
+            txns.abort(txn)
+            return Prepared([(False, self._refused_command(command, exc))], batch, None)
         except (CtxrtError, TypeError, ValueError) as exc:
-            txn.abort()
-            return [(False, exc)], None
+            txns.abort(txn)
+            return Prepared([(False, exc)], batch, None)
         except BaseException:
-            txn.abort()
+            txns.abort(txn)
             raise
-        txn.commit()
-        return [(True, value)], batch
+        return Prepared([(True, value)], batch, txn)
 
     def _committed(self, batch: LmdbBatch) -> None:
         self.last_sequence = batch.sequence
@@ -992,6 +1048,37 @@ class Engine:
                 self.known_branch_ids.pop(row.name, None)
             else:
                 self.known_branch_ids[row.name] = row.id
+
+
+class WriteTransactions(Protocol):
+    """Where ``Engine.prepare`` gets a batch's top-level write transaction, and ends one it won't
+    hand back (a refused command, an aborted attempt): the calling thread, or the store's writer
+    thread (store/writer.py), which must begin and end it itself."""
+
+    def begin(self) -> lmdb.Transaction[bytes]: ...
+    def abort(self, txn: lmdb.Transaction[bytes]) -> None: ...
+
+
+class _LocalTransactions:
+    """Begun and aborted on the calling thread."""
+
+    def __init__(self, env: lmdb.Environment) -> None:
+        self._env = env
+
+    def begin(self) -> lmdb.Transaction[bytes]:
+        return self._env.begin(write=True)
+
+    def abort(self, txn: lmdb.Transaction[bytes]) -> None:
+        txn.abort()
+
+
+@attrs.frozen
+class Prepared:
+    """A batch run in a write transaction not yet committed (``txn`` None: nothing to commit)."""
+
+    results: list[tuple[bool, Any]]
+    batch: LmdbBatch
+    txn: lmdb.Transaction[bytes] | None
 
 
 # What refuses one command of a batch (the others commit): the caller's mistake, or a damaged record.

@@ -241,6 +241,9 @@ def _lock_data(directory: Path) -> int | None:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
+    except PermissionError as exc:
+        raise StorePermissionError(str(path), f"can't read the store's data file to lock it for writing "
+                                              f"({exc.strerror})", exc.errno) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -41,7 +41,7 @@ from typing import TypeVar
 
 import attrs
 
-from ..errors import StoreCorruptError, StoreFormatError
+from ..errors import StoreCorruptError, StoreFormatError, StorePermissionError
 
 DATA_NAME = "data.mdb"
 LMDB_LOCK_NAME = "lock.mdb"
@@ -161,24 +161,30 @@ def write_marker(directory: Path, version: int) -> None:
 
 
 def writer_holds_lock(directory: Path) -> bool | None:
-    """Whether some process holds ``owner.lock`` (an open writer); None if this host can't tell.
+    """Whether some process holds a writer's lock on the store (an open writer); None if this host
+    can't tell.
 
-    Reads ``/proc/locks`` rather than trying the lock: even a shared ``flock`` taken for a
-    moment would refuse a writer opening at that moment.
+    A writer locks ``owner.lock`` and ``data.mdb`` both; either counts, since ``owner.lock`` can be
+    deleted or replaced under a running writer. Reads ``/proc/locks`` rather than trying a lock:
+    even a shared ``flock`` taken for a moment would refuse a writer opening at that moment.
     """
-    try:
-        status = os.stat(directory / OWNER_LOCK_NAME)
-    except FileNotFoundError:
+    wanted = set()
+    for name in (OWNER_LOCK_NAME, DATA_NAME):
+        try:
+            status = os.stat(directory / name)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+        wanted.add(f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}")
+    if not wanted:
         return False
-    except OSError:
-        return None
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as locks:
             table = locks.read()
     except OSError:
         return None
-    wanted = f"{os.major(status.st_dev):02x}:{os.minor(status.st_dev):02x}:{status.st_ino}"
-    return any("FLOCK" in line.split() and wanted in line.split() for line in table.splitlines())
+    return any("FLOCK" in fields and not wanted.isdisjoint(fields) for fields in map(str.split, table.splitlines()))
 
 
 # -- reading the data file -------------------------------------------------------------------
@@ -216,9 +222,13 @@ def read_meta(directory: Path) -> Meta:
         StoreFormatError: not an LMDB data file (and nothing shows a ctxrt store was here), or
             an LMDB data version this build doesn't read.
         FileNotFoundError: no data file.
+        StorePermissionError: this user may not read the data file.
     """
     path = data_path(directory)
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except PermissionError as exc:
+        raise StorePermissionError(str(path), f"can't read the store's data file ({exc.strerror})", exc.errno) from None
     try:
         return _steady(directory, fd, lambda size, first, second: _check_metas(directory, fd, size, first, second))
     finally:

@@ -2,7 +2,8 @@
 
 Two engines implement it: ``engine.Engine`` (LMDB, embedded, one writing process) and
 ``postgres.PostgresEngine`` (many writing processes). Reads are synchronous and run on the
-caller's thread; writes go only through ``apply``, which the store actor calls.
+caller's thread; writes go only through ``apply`` (LMDB: ``prepare`` and a commit on its writer
+thread), which the store actor calls.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ class StoreEngine(Protocol):
     # Other processes write it too: a slot cache checks the head before every read, and the
     # process's own commit events don't tell it everything.
     shared: bool
-    # A commit waits on another machine or process: the store actor runs it on a worker thread.
+    # A commit waits on something slow (a server, a durable flush): the store actor runs it off
+    # the trio thread (PostgreSQL: the whole batch in a worker thread; LMDB: the commit on its
+    # writer thread), and a caller never runs it inline.
     commits_on_thread: bool
 
     @property

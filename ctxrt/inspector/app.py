@@ -1,0 +1,244 @@
+"""The inspector's web app (Starlette) and its server (Hypercorn's trio worker, on 127.0.0.1).
+
+Every route answers GET (and HEAD) only: Starlette answers any other method 405, and nothing
+here writes (the runtime is read-only besides). Pages are rendered on the server by Jinja2 with
+autoescape on for every template, so each string the store holds reaches the page as text; the
+Content-Security-Policy allows no script at all, a second wall behind the escaping. Requests
+whose Host isn't this machine's loopback name are refused (DNS rebinding).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..compile import Budget
+from ..errors import (
+    BranchNotFoundError,
+    CtxrtError,
+    StoreCorruptError,
+    StoreFormatError,
+    StorePermissionError,
+    StoreUnavailableError,
+)
+from ..manager import ContextManager
+from ..runtime import Runtime
+from ..store.records import BranchRow
+from . import pages
+
+logger = logging.getLogger("ctxrt.inspector")
+
+HERE = Path(__file__).parent
+HOST = "127.0.0.1"
+OPEN_MANAGERS = 16  # managers kept open for breakdowns (warm compiles); the oldest is closed past this
+DEFAULT_BUDGET = 100_000
+DEFAULT_RESERVE = 4_000
+LIVE_REFRESH_S = 2
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+                               "base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+class BadRequest(Exception):
+    """A query parameter that isn't what the page takes."""
+
+
+def status_of(error: CtxrtError) -> int:
+    """The HTTP status of the page saying ``error``: the store's own failure (damaged, of another
+    format, not readable) is the server's (500), a database not answering is 503, a branch deleted
+    while the page was made 404; any other is a refusal (a compile refused) 409."""
+    if isinstance(error, StoreUnavailableError):
+        return 503
+    if isinstance(error, StoreCorruptError | StoreFormatError | StorePermissionError):
+        return 500
+    if isinstance(error, BranchNotFoundError):
+        return 404
+    return 409
+
+
+class Managers:
+    """Managers the breakdowns compile with, one per (branch, namespace), kept open so the next look
+    compiles warm (and ``stable_prefix_tokens`` compares with the last look); at most
+    ``OPEN_MANAGERS``, the least recently used closed first.
+
+    Each is kept with the id of the branch it was opened on: a branch deleted and made again under
+    its name is another branch (a new id), and the manager of the deleted one (retired with it) is
+    closed and a new one opened."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._open: OrderedDict[tuple[str, str], tuple[int, ContextManager]] = OrderedDict()
+        self._lock = trio.Lock()
+
+    async def get(self, branch: BranchRow, namespace: str) -> ContextManager:
+        async with self._lock:  # two requests for one namespace open one manager
+            key = (branch.name, namespace)
+            found = self._open.get(key)
+            if found is not None and found[0] == branch.id:
+                self._open.move_to_end(key)
+                return found[1]
+            if found is not None:
+                del self._open[key]
+                await found[1].aclose()
+            strategy = pages.recorded_strategy(self.runtime, namespace, branch.name, DEFAULT_BUDGET)
+            manager = await self.runtime.open(namespace, branch=branch.name, strategy=strategy)
+            self._open[key] = (branch.id, manager)
+            while len(self._open) > OPEN_MANAGERS:
+                _, (_, oldest) = self._open.popitem(last=False)
+                await oldest.aclose()
+            return manager
+
+    async def aclose(self) -> None:
+        while self._open:
+            _, (_, manager) = self._open.popitem()
+            await manager.aclose()
+
+
+def _query_int(request: Request, name: str, default: int | None, minimum: int = 0) -> int | None:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number, not {text!r}") from None
+    if value < minimum:
+        raise BadRequest(f"{name} must be {minimum} or more, not {value}")
+    return value
+
+
+def _budget(request: Request) -> Budget:
+    budget = _query_int(request, "budget", DEFAULT_BUDGET, 1)
+    reserve = _query_int(request, "reserve", DEFAULT_RESERVE, 0)
+    assert budget is not None and reserve is not None
+    try:
+        return Budget(budget, reserve)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
+    """The inspector of ``runtime``'s store (read-only), titled ``label``."""
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined,
+    )
+
+    def link(path: str, **query: Any) -> str:
+        return path + ("?" + urlencode({k: v for k, v in query.items() if v is not None}) if query else "")
+
+    environment.globals.update(link=link, label=label, page_numbers=pages.page_numbers)
+
+    def render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = environment.get_template(template).render(**context)
+        return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+    def page(handler: Callable[[Request], Awaitable[HTMLResponse]]) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except pages.NotFound as exc:
+                return render("error.html", 404, title="not found", message=str(exc))
+            except BadRequest as exc:
+                return render("error.html", 400, title="bad request", message=str(exc))
+            except CtxrtError as exc:  # a damaged store, a refused compile, a deleted branch: said, never a bare 500
+                return render("error.html", status_of(exc), title=type(exc).__name__, message=str(exc))
+        return endpoint
+
+    def branch_of(request: Request) -> Any:
+        return pages.branch_row(runtime, request.query_params.get("branch", "main"))
+
+    async def index(request: Request) -> HTMLResponse:
+        branches = await runtime.list_branches()
+        return render("index.html", branches=branches, sequence=runtime.engine.last_sequence)
+
+    async def branch(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        return render("branch.html", branch=row.name, slots=pages.slots(runtime, row),
+                      namespaces=await pages.namespaces(runtime, row))
+
+    async def timeline(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        slot = request.query_params.get("slot", "messages")
+        at = _query_int(request, "at", None, 0)
+        shown = pages.timeline(runtime, row, slot, _query_int(request, "page", None), at)
+        live = request.query_params.get("live") == "1" and shown.page == shown.pages - 1
+        return render("timeline.html", branch=row.name, timeline=shown, live=live, refresh=LIVE_REFRESH_S,
+                      marked=at)
+
+    async def reader(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
+        budget = _budget(request)
+        manager = await managers.get(row, namespace)
+        return render("reader.html", branch=row.name, view=await pages.breakdown(manager, budget))
+
+    async def summaries(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
+        shown = pages.summary_page(runtime, row, namespace, _query_int(request, "page", None))
+        return render("summaries.html", branch=row.name, summaries=shown)
+
+    async def diff(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        a = await pages.require_namespace(runtime, row, request.query_params.get("a", ""))
+        b = await pages.require_namespace(runtime, row, request.query_params.get("b", ""))
+        slot = request.query_params.get("slot", "messages")
+        shown = await pages.diff(runtime, row, slot, _query_int(request, "page", None),
+                                 await managers.get(row, a), await managers.get(row, b), _budget(request))
+        return render("diff.html", branch=row.name, diff=shown)
+
+    routes: list[BaseRoute] = [
+        Route(path, page(handler), methods=["GET"])
+        for path, handler in (("/", index), ("/branch", branch), ("/timeline", timeline), ("/reader", reader),
+                              ("/summaries", summaries), ("/diff", diff))
+    ]
+    routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
+    return Starlette(routes=routes, middleware=[
+        Middleware(TrustedHostMiddleware, allowed_hosts=[HOST, "localhost"]),
+    ])
+
+
+async def serve(
+    runtime: Runtime, label: str, *, port: int = 0,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Serve the inspector of ``runtime`` (opened read-only) on 127.0.0.1 until cancelled (or
+    ``shutdown_trigger`` returns); ``task_status.started`` gets its URL (``port`` 0: any free one)."""
+    config = Config()
+    config.bind = [f"{HOST}:{port}"]
+    config.accesslog = None
+    config.errorlog = logger
+    managers = Managers(runtime)
+    app = build_app(runtime, label, managers)
+    try:
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(_serve_app, app, config, shutdown_trigger)
+            task_status.started(binds[0])
+    finally:
+        with trio.CancelScope(shield=True):
+            await managers.aclose()
+
+
+async def _serve_app(app: Starlette, config: Config, shutdown_trigger: Callable[[], Awaitable[None]] | None,
+                     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+    await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)  # type: ignore[arg-type]

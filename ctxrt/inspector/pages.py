@@ -1,0 +1,440 @@
+"""What each inspector page shows, read from a read-only runtime; no HTML and no web framework here.
+
+Reads are the engine's read API the CLI uses (heads, ranges of items, values) and the public
+API (``list_branches``, ``list_namespaces``, a manager's ``compile``, ``render_stats``,
+``get_summary``, ``health``). A page reads what it shows: a timeline page reads its messages
+by index, a summary page its summaries, never a whole slot or log. A reader's breakdown is the
+compile that namespace's reader would get now, read from its ``CompileResult``, provenance and
+``render_stats()``, not computed again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from .. import codec
+from ..compile import Budget, CompileResult
+from ..content import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from ..manager import ContextManager
+from ..namespace import states
+from ..runtime import Runtime
+from ..store.records import BranchRow
+from ..strategies import catalog
+from ..strategies.autobiographical import MAX_ATTEMPTS, Autobiographical
+from ..strategies.live import IMAGE_DROPPED, TOOL_INPUT_PRUNED, TOOL_RESULT_PRUNED
+from ..strategies.passthrough import Passthrough
+from ..tokens import estimate_blocks
+from ..views import reader_view_of
+
+PAGE = 50  # messages (or summaries) on one page
+SUMMARY_STRATEGIES = ("autobio", "knowledge")  # the bundled strategies that keep summaries
+_LIVE_NOTES = tuple(template.split("{")[0] for template in (IMAGE_DROPPED, TOOL_RESULT_PRUNED, TOOL_INPUT_PRUNED))
+
+
+class NotFound(Exception):
+    """No branch, slot or namespace of that name: the page says which there are."""
+
+
+# -- blocks, as a page shows them ---------------------------------------------------------------
+
+
+@attrs.frozen
+class Shown:
+    """One block for a page: its type, the text to show (escaped by the template), its audience."""
+
+    type: str
+    text: str
+    audience: tuple[str, ...] | None = None
+
+
+def shown(block: Block) -> Shown:
+    audience = getattr(block, "audience", None)
+    audience = tuple(str(name) for name in audience) if isinstance(audience, tuple) else (
+        None if audience is None else (repr(audience),))
+    if isinstance(block, Text):
+        return Shown("text", block.text, audience)
+    if isinstance(block, Thinking):
+        return Shown("thinking", block.thinking, audience)
+    if isinstance(block, RedactedThinking):
+        return Shown("redacted_thinking", "(redacted)")
+    if isinstance(block, ToolUse):
+        return Shown("tool_use", f"{block.name}({json.dumps(block.input, ensure_ascii=False)[:2000]}) [{block.id}]")
+    if isinstance(block, ToolResult):
+        inner = block.content if isinstance(block.content, str) else " ".join(shown(b).text for b in block.content)
+        return Shown("tool_result", f"[{block.tool_use_id}]{' error' if block.is_error else ''} {inner}")
+    if isinstance(block, Image | Document):
+        return Shown(block.type, f"{block.source.get('media_type', block.source.get('type', ''))}")
+    return Shown(getattr(block, "type", "block"), "")
+
+
+@attrs.frozen
+class Row:
+    """A stored message on a timeline page."""
+
+    index: int
+    id: str
+    sequence: int
+    participant: str
+    timestamp_ms: int
+    blocks: tuple[Shown, ...]
+    metadata: str  # JSON, as stored
+
+
+def row_of(index: int, message: Message) -> Row:
+    return Row(index, message.id, message.sequence, message.participant, message.timestamp_ms,
+               tuple(shown(b) for b in message.content),
+               json.dumps(message.metadata, ensure_ascii=False, sort_keys=True) if message.metadata else "")
+
+
+# -- the store and its branches -------------------------------------------------------------------
+
+
+def recorded_strategy(runtime: Runtime, namespace: str, branch: str, budget_tokens: int) -> Any:
+    """The strategy config ``namespace`` recorded on ``branch`` (what its residents run); for a store
+    from before configs were recorded, or a host's own strategy, Autobiographical (a recent window
+    of half ``budget_tokens``) if it keeps summaries, else Passthrough."""
+    engine = runtime.engine
+    recorded = catalog.restore(engine.read_value(states.config_state(namespace), engine.branch(branch).id))
+    if recorded is not None:
+        return recorded
+    if engine.has_state(states.strategy_state(namespace, "autobio", "summaries")):
+        return Autobiographical("inspection", recent_window_tokens=budget_tokens // 2)
+    return Passthrough()
+
+
+def quarantined(runtime: Runtime, row: BranchRow, namespace: str) -> list[str]:
+    """Compression units a namespace gave up on (chunks, merge groups), from its attempts record."""
+    found: list[str] = []
+    for name in SUMMARY_STRATEGIES:
+        attempts = runtime.engine.read_value(states.strategy_state(namespace, name, "attempts"), row.id)
+        if isinstance(attempts, dict):
+            found += [key for key, count in attempts.items() if isinstance(count, int) and count >= MAX_ATTEMPTS]
+    return found
+
+
+def branch_row(runtime: Runtime, name: str) -> BranchRow:
+    known = [row.name for row in runtime.engine.list_branches()]
+    if name not in known:
+        raise NotFound(f"no branch {name!r}; the store's branches: {', '.join(known)}")
+    return runtime.engine.branch(name)
+
+
+def slots(runtime: Runtime, row: BranchRow) -> list[tuple[str, int]]:
+    """Each slot of the store and how many messages it holds on the branch (its head: one read)."""
+    engine = runtime.engine
+    return [(state.name, engine.read_head(state.name, row.id).length) for state in engine.list_states()
+            if state.kind == "log" and states.is_slot(state.name)]
+
+
+@attrs.frozen
+class NamespaceLine:
+    namespace: str
+    reader: str | None
+    narrowing_floor: int
+    strategy: str
+    summaries: int
+    quarantined: tuple[str, ...]
+
+
+async def namespaces(runtime: Runtime, row: BranchRow) -> list[NamespaceLine]:
+    engine, lines = runtime.engine, []
+    for info in await runtime.list_namespaces(row.name):
+        described = engine.read_value(states.config_state(info.namespace), row.id)
+        strategy = (", ".join(f"{k}={v}" for k, v in described.items() if k != "kind") if isinstance(described, dict)
+                    else "")
+        kind = described.get("kind", "?") if isinstance(described, dict) else "not recorded"
+        summaries = sum(engine.read_head(name, row.id).length for name in _summary_states(runtime, info.namespace))
+        lines.append(NamespaceLine(info.namespace, info.reader, info.narrowing_floor,
+                                   f"{kind}({strategy})" if strategy else str(kind), summaries,
+                                   tuple(quarantined(runtime, row, info.namespace))))
+    return lines
+
+
+def _summary_states(runtime: Runtime, namespace: str) -> list[str]:
+    return [name for name in (states.strategy_state(namespace, s, "summaries") for s in SUMMARY_STRATEGIES)
+            if runtime.engine.has_state(name)]
+
+
+async def require_namespace(runtime: Runtime, row: BranchRow, namespace: str) -> str:
+    namespace = namespace or "default"
+    known = sorted(info.namespace for info in await runtime.list_namespaces(row.name))
+    if namespace not in known:
+        raise NotFound(f"no namespace {namespace!r} on branch {row.name!r}; its namespaces: "
+                       f"{', '.join(known) or 'none yet'}")
+    return namespace
+
+
+# -- the timeline ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Timeline:
+    slot: str
+    total: int
+    start: int
+    rows: tuple[Row, ...]
+    pages: int
+    page: int
+    messages: tuple[Message, ...] = attrs.field(eq=False, repr=False)  # the page's messages, as stored
+
+
+def _slot_of(runtime: Runtime, row: BranchRow, slot: str) -> None:
+    known = [name for name, _ in slots(runtime, row)]
+    if slot not in known:
+        raise NotFound(f"no slot {slot!r}; the store's slots: {', '.join(known) or 'none'}")
+
+
+def timeline(runtime: Runtime, row: BranchRow, slot: str, page: int | None, at_sequence: int | None = None) -> Timeline:
+    """One page of a slot: page ``page`` counting from 0 (None: the newest ``PAGE`` messages), or
+    the page holding the first message at or after ``at_sequence``. Reads the head and that
+    page's items."""
+    _slot_of(runtime, row, slot)
+    engine = runtime.engine
+    head = engine.read_head(slot, row.id)
+    pages = max(1, -(-head.length // PAGE))
+    if at_sequence is not None:
+        page = index_at(runtime, row, slot, head.revision, head.length, at_sequence) // PAGE
+    if page is None:  # the newest: a whole page of the newest messages, not the last page's remainder
+        page, start = pages - 1, max(0, head.length - PAGE)
+    else:
+        page = min(max(page, 0), pages - 1)
+        start = page * PAGE
+    items = engine.read_items(slot, row.id, at=head.revision, start=start, stop=start + PAGE)
+    messages = tuple(codec.message_from_json(item.data, sequence=item.sequence, store=engine.data_path) for item in items)
+    return Timeline(slot, head.length, start, tuple(row_of(start + i, m) for i, m in enumerate(messages)), pages, page,
+                    messages)
+
+
+def index_at(runtime: Runtime, row: BranchRow, slot: str, revision: int, length: int, sequence: int) -> int:
+    """The index of the first message appended at or after ``sequence``: a binary search of
+    one-item reads, so finding a place costs log(slot) reads, never the slot."""
+    low, high = 0, length
+    while low < high:
+        middle = (low + high) // 2
+        [item] = runtime.engine.read_items(slot, row.id, at=revision, start=middle, stop=middle + 1)
+        if item.sequence < sequence:
+            low = middle + 1
+        else:
+            high = middle
+    return min(low, max(length - 1, 0))
+
+
+# -- as reader X: the breakdown of a compile --------------------------------------------------------
+
+
+@attrs.frozen
+class SummaryShown:
+    id: str
+    level: int
+    tokens: int
+    first_id: str
+    last_id: str
+    first_sequence: int
+    last_sequence: int
+    source_ids: tuple[str, ...]  # messages for L1, summaries above
+    text: str
+    parent_id: str | None = None
+
+
+def summary_shown(summary: Any) -> SummaryShown:
+    return SummaryShown(summary.id, summary.level, summary.tokens, summary.first_id, summary.last_id,
+                        summary.first_sequence, summary.last_sequence, tuple(summary.source_ids), summary.content,
+                        summary.parent_id)
+
+
+@attrs.frozen
+class Part:
+    """One message of the compiled request and where it stands in the breakdown."""
+
+    index: int
+    zone: str  # head, summary, middle, recent (raw after the last summary), injection
+    participant: str
+    blocks: tuple[Shown, ...]
+    tokens: int
+    message_ids: tuple[str, ...]
+    summaries: tuple[SummaryShown, ...]
+    breakpoint: bool
+    notes: tuple[str, ...]  # what the live policy replaced in it
+
+
+@attrs.frozen
+class Breakdown:
+    namespace: str
+    branch: str
+    reader: str | None
+    strategy: str
+    budget: Budget
+    parts: tuple[Part, ...]
+    zone_tokens: dict[str, int]  # from render_stats(): head, summary, middle_raw, tail
+    summaries_per_level: tuple[tuple[int, int], ...]
+    tokens: int  # the compiled messages' estimate
+    stable_prefix_tokens: int
+    cached_prefix_tokens: int  # up to the last cache breakpoint
+    breakpoints: int
+    dropped_ids: tuple[str, ...]
+    dropped_reason: str | None
+    pending_units: int
+    health: Any
+
+
+async def breakdown(manager: ContextManager, budget: Budget) -> Breakdown:
+    """The request ``manager``'s namespace would compile now for its reader, broken down."""
+    result = await manager.compile(budget)  # not a dry run: render_stats() reports this compile (a read-only
+    stats = manager.render_stats()  # runtime writes nothing either way)
+    parts = await _parts(manager, result)
+    tokens = sum(part.tokens for part in parts)
+    marked = [part.index for part in parts if part.breakpoint]
+    cached = sum(part.tokens for part in parts if marked and part.index <= marked[-1])
+    zones = {} if stats is None else {"head": stats.head_tokens, "summaries": stats.summary_tokens,
+                                      "middle (raw)": stats.middle_raw_tokens, "recent": stats.tail_tokens}
+    return Breakdown(
+        manager.namespace, manager.branch, manager.view_reader, result.provenance.strategy, budget, tuple(parts),
+        zones, () if stats is None else stats.summaries, tokens, result.stable_prefix_tokens, cached, len(marked),
+        () if stats is None else stats.dropped_ids, None if stats is None else stats.dropped_reason,
+        0 if stats is None else stats.pending_units, await manager.health(),
+    )
+
+
+async def _parts(manager: ContextManager, result: CompileResult) -> list[Part]:
+    sources = result.provenance.messages
+    summary_at = [i for i, found in enumerate(sources) if any(s.kind == "summary" for s in found)]
+    first, last = (summary_at[0], summary_at[-1]) if summary_at else (len(sources), -1)
+    parts = []
+    for index, (message, found) in enumerate(zip(result.messages, sources)):
+        summary_ids = [s.id for s in found if s.kind == "summary"]
+        summaries = []
+        for summary_id in summary_ids:
+            summary = await manager.get_summary(summary_id)
+            if summary is not None:
+                summaries.append(summary_shown(summary))
+        if any(s.kind == "injection" for s in found):
+            zone = "injection"
+        elif summary_ids:
+            zone = "summary"
+        elif index < first:
+            zone = "head" if summary_at else "recent"
+        elif index > last:
+            zone = "recent"
+        else:
+            zone = "middle"
+        notes = tuple(b.text for b in message.content if isinstance(b, Text) and b.text.startswith(_LIVE_NOTES)) if any(
+            s.complete is False for s in found) else ()
+        parts.append(Part(index, zone, message.participant, tuple(shown(b) for b in message.content),
+                          estimate_blocks(message.content),
+                          tuple(s.id for s in found if s.kind == "message" and s.complete is not None),
+                          tuple(summaries), message.cache_breakpoint, notes))
+    return parts
+
+
+# -- summaries --------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SummaryPage:
+    namespace: str
+    total: int
+    page: int
+    pages: int
+    summaries: tuple[SummaryShown, ...]
+    children: dict[str, tuple[str, ...]]
+
+
+def summary_page(runtime: Runtime, row: BranchRow, namespace: str, page: int | None) -> SummaryPage:
+    """One page of a namespace's summaries, newest first, each with its parent and children."""
+    engine = runtime.engine
+    names = _summary_states(runtime, namespace)
+    if not names:
+        return SummaryPage(namespace, 0, 0, 1, (), {})
+    state = names[0]
+    head = engine.read_head(state, row.id)
+    pages = max(1, -(-head.length // PAGE))
+    page = 0 if page is None else min(max(page, 0), pages - 1)
+    stop = head.length - page * PAGE  # newest first
+    items = engine.read_items(state, row.id, at=head.revision, start=max(0, stop - PAGE), stop=stop)
+    found = [_summary_from(json.loads(item.data)) for item in reversed(items)]
+    children = {s.id: s.source_ids for s in found if s.level > 1}
+    return SummaryPage(namespace, head.length, page, pages, tuple(found), children)
+
+
+def _summary_from(data: dict[str, Any]) -> SummaryShown:
+    return SummaryShown(str(data["id"]), int(data["level"]), int(data.get("tokens", 0)), str(data["first_id"]),
+                        str(data["last_id"]), int(data["first_sequence"]), int(data["last_sequence"]),
+                        tuple(str(i) for i in data.get("source_ids", ())), str(data.get("content", "")),
+                        data.get("parent_id"))
+
+
+# -- two readers' views of one stretch ----------------------------------------------------------------
+
+
+@attrs.frozen
+class DiffRow:
+    id: str
+    sequence: int
+    participant: str
+    both: tuple[Shown, ...]  # blocks each reader sees
+    only_a: tuple[Shown, ...]
+    only_b: tuple[Shown, ...]
+    carried_a: str  # how each reader's compile carries it: raw, in summary S (Ln), dropped, not sent
+    carried_b: str
+
+
+@attrs.frozen
+class Diff:
+    a: str
+    b: str
+    reader_a: str | None
+    reader_b: str | None
+    timeline: Timeline
+    rows: tuple[DiffRow, ...]
+
+
+async def diff(runtime: Runtime, row: BranchRow, slot: str, page: int | None, a: ContextManager,
+               b: ContextManager, budget: Budget) -> Diff:
+    """For one timeline page: what each reader sees of each message, and how its compile carries it."""
+    page_of = timeline(runtime, row, slot, page)
+    carried = [await _carriage(manager, budget) for manager in (a, b)]
+    rows = []
+    for message in page_of.messages:
+        views = [reader_view_of(message, manager.view_reader) for manager in (a, b)]
+        seen = [list(view.content) if view is not None else [] for view in views]
+        both = [block for block in seen[0] if block in seen[1]]
+        rows.append(DiffRow(
+            message.id, message.sequence, message.participant, tuple(shown(x) for x in both),
+            tuple(shown(x) for x in seen[0] if x not in both), tuple(shown(x) for x in seen[1] if x not in both),
+            *(how(message, views[i]) for i, how in enumerate(carried)),
+        ))
+    return Diff(a.namespace, b.namespace, a.view_reader, b.view_reader, page_of, tuple(rows))
+
+
+async def _carriage(manager: ContextManager, budget: Budget) -> Any:
+    result = await manager.compile(budget)
+    stats = manager.render_stats()
+    dropped = set(() if stats is None else stats.dropped_ids)
+    # A copy's sources say whether they came complete; a summary's name the messages it covers, without.
+    raw = {s.id for found in result.provenance.messages for s in found if s.kind == "message" and s.complete is not None}
+    covered: list[SummaryShown] = []
+    for summary_id in {s.id for found in result.provenance.messages for s in found if s.kind == "summary"}:
+        summary = await manager.get_summary(summary_id)
+        if summary is not None:
+            covered.append(summary_shown(summary))
+
+    def how(message: Message, view: Message | None) -> str:
+        if view is None:
+            return "sees nothing of it"
+        if message.id in raw:
+            return "raw"
+        for summary in covered:
+            if summary.first_sequence <= message.sequence <= summary.last_sequence:
+                return f"in summary {summary.id} (L{summary.level})"
+        return "dropped" if message.id in dropped else "not sent"
+
+    return how
+
+
+def page_numbers(pages: int, page: int, around: int = 3) -> Sequence[int]:
+    """The page links a pager shows: the first, the last, and a few around the current one."""
+    return sorted({0, pages - 1, *range(max(0, page - around), min(pages, page + around + 1))})

@@ -1,0 +1,233 @@
+"""A ChatCompletionContext for AutoGen (0.7) agents: ``get_messages`` is the agent's reader's compiled
+view of a shared ctxrt slot (docs/integrations.md#autogen).
+
+    pip install 'ctxrt[autogen]'
+
+``CtxrtModelContext(manager, team=team)`` goes in ``AssistantAgent(..., model_context=...)``. What
+the agent adds to its context is written to the shared slot: its own replies as the agent, its
+tool calls as the agent once their results are added, together with them as one message (so no
+other agent's message comes between a call and its results), a message from outside the team
+(the task, a person) as its source, and a system message (what a ``Memory`` adds) as
+``"system"`` with the agent's reader as its audience, so no other agent sees it.
+``get_messages()`` compiles the manager's view under its budget
+(``CompileResult.to_openai_chat``) as AutoGen's LLM messages.
+
+A group chat hands every agent every other agent's message: with the agents listed in one
+``Team``, a context doesn't write what a member said (that member's own context wrote it), and
+an outside message that every member receives (the task) is written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from autogen_core import FunctionCall, Image
+from autogen_core.model_context import ChatCompletionContext
+from autogen_core.models import (
+    AssistantMessage,
+    FunctionExecutionResult,
+    FunctionExecutionResultMessage,
+    LLMMessage,
+    SystemMessage,
+    UserMessage,
+)
+
+from .. import Budget, ContextManager
+from . import blocks
+
+METADATA_KEY = "autogen_agent"  # metadata naming the agent whose context wrote a message
+
+
+class Team:
+    """The agents of one AutoGen team whose contexts share one slot (``members``: their names).
+
+    Keeps the outside messages one member's context wrote until every other member has had its
+    copy, or has since looked at its view (a copy reaches an agent before its next model call):
+    the same message handed to each member is written once.
+    """
+
+    def __init__(self, members: Iterable[str]) -> None:
+        self.members = frozenset(members)
+        self._awaited: list[tuple[str, set[str]]] = []  # (an outside message, members yet to get it)
+
+    def is_copy(self, agent: str, key: str) -> bool:
+        """Whether another member's context wrote this outside message for ``agent`` too."""
+        for held, waiting in self._awaited:
+            if held == key and agent in waiting:
+                waiting.discard(agent)
+                self._awaited = [entry for entry in self._awaited if entry[1]]
+                return True
+        return False
+
+    def wrote(self, agent: str, key: str) -> None:
+        waiting = set(self.members - {agent})
+        if waiting:
+            self._awaited.append((key, waiting))
+
+    def viewed(self, agent: str) -> None:
+        """``agent``'s context compiled: no copy of an older message is still on its way to it."""
+        for _, waiting in self._awaited:
+            waiting.discard(agent)
+        self._awaited = [entry for entry in self._awaited if entry[1]]
+
+
+def _user_blocks(content: str | Sequence[str | Image], place: str) -> list[blocks.Block]:
+    if isinstance(content, str):
+        return [blocks.text(content, place)] if content.strip() else []
+    out = []
+    for j, part in enumerate(content):
+        if isinstance(part, Image):
+            out.append(blocks.image(part.data_uri, f"{place}[{j}]"))
+        elif part.strip():
+            out.append(blocks.text(part, f"{place}[{j}]"))
+    return out
+
+
+def _written(message: LLMMessage, agent: str, reader: str) -> tuple[str, list[blocks.Block]] | None:
+    """What a message added to the context writes to the slot: (participant, blocks), or None."""
+    if isinstance(message, AssistantMessage):
+        if isinstance(message.content, str):
+            said = [blocks.text(message.content, "message.content")] if message.content.strip() else []
+        else:
+            said = [blocks.text(message.thought, "message.thought")] if message.thought and message.thought.strip() else []
+            said += [blocks.tool_use(call.id, call.name, call.arguments, f"message.content[{j}]")
+                     for j, call in enumerate(message.content)]
+        return (agent, said) if said else None
+    if isinstance(message, FunctionExecutionResultMessage):
+        results = [blocks.tool_result(r.call_id, r.content, f"message.content[{j}]", is_error=bool(r.is_error))
+                   for j, r in enumerate(message.content)]
+        return (blocks.TOOL, results) if results else None
+    if isinstance(message, UserMessage):
+        content = _user_blocks(message.content, "message.content")
+        return (message.source, content) if content else None
+    if message.content.strip():  # a SystemMessage: this agent's alone
+        return "system", [blocks.checked({"type": "text", "text": message.content, "audience": [reader]}, "message.content")]
+    return None
+
+
+def _llm_messages(messages: Sequence[Mapping[str, Any]], agent: str) -> list[LLMMessage]:
+    """Chat Completions messages as AutoGen's LLM messages (a run of tool messages as one result message)."""
+    out: list[LLMMessage] = []
+    names: dict[str, str] = {}  # call id -> the function's name, which AutoGen's results carry
+    for message in messages:
+        role = message["role"]
+        content = message.get("content")
+        if role == "assistant":
+            calls = [FunctionCall(id=c["id"], arguments=c["function"]["arguments"], name=c["function"]["name"])
+                     for c in message.get("tool_calls") or ()]
+            names.update((call.id, call.name) for call in calls)
+            if calls:
+                out.append(AssistantMessage(content=calls, thought=content, source=agent))
+            else:
+                out.append(AssistantMessage(content=content or "", source=agent))
+        elif role == "tool":
+            call_id = message["tool_call_id"]
+            result = FunctionExecutionResult(content=content or "", name=names.get(call_id, ""), call_id=call_id)
+            if out and isinstance(out[-1], FunctionExecutionResultMessage):
+                out[-1].content.append(result)
+            else:
+                out.append(FunctionExecutionResultMessage(content=[result]))
+        elif role == "user":
+            out.append(UserMessage(content=_user_content(content), source=message.get("name") or blocks.USER))
+        else:
+            out.append(SystemMessage(content=content or ""))
+    return out
+
+
+def _user_content(content: Any) -> str | list[str | Image]:
+    if isinstance(content, str):
+        return content
+    parts: list[str | Image] = []
+    for part in content:
+        if part["type"] == "text":
+            parts.append(part["text"])
+        elif part["type"] == "image_url" and part["image_url"]["url"].startswith("data:image/"):
+            parts.append(Image.from_base64(part["image_url"]["url"].partition(",")[2]))
+        elif part["type"] == "image_url":
+            parts.append(f"[image: {part['image_url']['url']}]")  # AutoGen would fetch it; the view stays offline
+        else:
+            parts.append(f"[{part['type']} not shown]")
+    return parts
+
+
+class CtxrtModelContext(ChatCompletionContext):
+    """An AutoGen agent's model context in a ctxrt slot, seen through the agent's reader.
+
+    ``manager`` is a ``ctxrt.aio`` manager opened with the agent's ``view_reader``; ``agent`` is the
+    agent's name, the participant it speaks as (default: the reader); ``team`` lists the agents
+    whose contexts share the slot (see the module's doc); ``budget`` bounds every view.
+    """
+
+    def __init__(
+        self,
+        manager: ContextManager,
+        *,
+        budget: Budget | None = None,
+        agent: str | None = None,
+        team: Team | None = None,
+    ) -> None:
+        super().__init__()
+        if manager.view_reader is None:
+            raise ValueError("CtxrtModelContext needs a manager opened with view_reader=<the agent's reader>")
+        self.manager = manager
+        self.budget = budget if budget is not None else Budget()
+        self.agent = agent if agent is not None else manager.view_reader
+        self.team = team if team is not None else Team([self.agent])
+        # The agent's tool calls, held until their results are added: written with them.
+        self._calls: tuple[str, list[blocks.Block]] | None = None
+
+    @property
+    def _metadata(self) -> dict[str, str]:
+        return {METADATA_KEY: self.agent, blocks.WRITER: self.manager.namespace}
+
+    async def add_message(self, message: LLMMessage) -> None:
+        """Writes what the agent added to the shared slot (see the module's doc)."""
+        if isinstance(message, UserMessage):
+            if message.source in self.team.members:
+                return  # that member's own context wrote it
+            key = message.model_dump_json()
+            if self.team.is_copy(self.agent, key):
+                return
+        written = _written(message, self.agent, str(self.manager.view_reader))
+        if isinstance(message, AssistantMessage) and isinstance(message.content, list):
+            await self._write_held()
+            self._calls = written
+            return
+        if isinstance(message, FunctionExecutionResultMessage) and self._calls is not None and written is not None:
+            joined = blocks.paired([self._calls, written])
+            if len(joined) == 1:
+                self._calls, written = None, joined[0]
+        await self._write_held()
+        if written is None:
+            return
+        await self.manager.add_message(written[0], written[1], metadata=self._metadata)
+        if isinstance(message, UserMessage):
+            self.team.wrote(self.agent, key)
+
+    async def _write_held(self) -> None:
+        """Writes calls whose results never came (a compile leaves them out until answered)."""
+        held, self._calls = self._calls, None
+        if held is not None:
+            await self.manager.add_message(held[0], held[1], metadata=self._metadata)
+
+    async def get_messages(self) -> list[LLMMessage]:
+        """The agent's reader's compiled view, as AutoGen's LLM messages."""
+        result = await self.manager.compile(self.budget)
+        self.team.viewed(self.agent)
+        return _llm_messages(blocks.chat_messages(result, self.agent), self.agent)
+
+    async def clear(self) -> None:
+        """Removes every message this agent's context wrote through its manager (an agent's or a
+        team's reset), and any calls it holds; never a message holding a block its reader can't see."""
+        self._calls = None
+        reader = str(self.manager.view_reader)
+        for message in await self.manager.query_messages(metadata=self._metadata):
+            if blocks.seen_whole(message, reader):
+                await self.manager.remove_message(message.id)
+
+    async def save_state(self) -> Mapping[str, Any]:
+        return {"messages": []}  # the history is the slot's, kept by ctxrt
+
+    async def load_state(self, state: Mapping[str, Any]) -> None:
+        return None

@@ -1,0 +1,217 @@
+"""A history processor for Pydantic AI agents: each model request carries the agent's reader's
+compiled view of a shared ctxrt slot (docs/integrations.md#pydantic-ai).
+
+    pip install 'ctxrt[pydantic-ai]'
+
+``CtxrtHistory(manager)`` is a capability: ``Agent(..., capabilities=[history])``. Pydantic AI 2
+took history processors from ``Agent(history_processors=...)`` into capabilities
+(``ProcessHistory(processor)``), and this one does the processor's work in the same hook
+(``before_model_request``): ``history.process(messages)`` writes the run's messages it hasn't
+written yet to the shared slot (a user prompt as ``"user"``, the agent's replies and tool calls
+as the agent, tool returns and tool retry prompts as ``"tool"``, joined to the calls they answer
+as one message, so no other agent's message comes between them) and returns the manager's
+compiled view under its budget as Pydantic AI messages, the run's system prompt first. The
+request sends that view; the run's own history is left as it was. When the run ends
+(``after_run``) the final reply is written too. ``process`` also serves as a plain history
+processor: ``ProcessHistory(history.process)``, which then writes the final reply at the next
+request.
+
+A message written is marked in its ``metadata`` (``ctxrt_recorded``), so history passed back in
+(``message_history=result.all_messages()``) is not written twice. Pydantic AI's
+``ConversationStore`` (an entry log per conversation, forks and revisions, loaded whole) has no
+place for a view compiled per reader, and is not implemented.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    BinaryContent,
+    ImageUrl,
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    ModelResponsePart,
+    RetryPromptPart,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import RunContext
+
+from .. import Budget, ContextManager, MalformedContentError
+from . import blocks
+
+MARK = "ctxrt_recorded"  # the metadata key of a message this adapter wrote to the slot
+
+
+def _recorded(message: ModelMessage) -> bool:
+    return bool(message.metadata and message.metadata.get(MARK))
+
+
+def _mark(message: ModelMessage) -> None:
+    message.metadata = {**(message.metadata or {}), MARK: True}
+
+
+def _user_blocks(content: str | Sequence[Any], place: str) -> list[blocks.Block]:
+    if isinstance(content, str):
+        return [blocks.text(content, place)] if content.strip() else []
+    out = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            if part.strip():
+                out.append(blocks.text(part, f"{place}[{j}]"))
+        elif isinstance(part, ImageUrl):
+            out.append(blocks.image(part.url, f"{place}[{j}]"))
+        elif isinstance(part, BinaryContent) and part.is_image:
+            out.append(blocks.image(part.data_uri, f"{place}[{j}]"))
+        else:
+            raise MalformedContentError(f"{place}[{j}]", f"{type(part).__name__} has no place in a ctxrt message here")
+    return out
+
+
+def _tool_output(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content, default=str)
+
+
+def _written(message: ModelMessage, agent: str, place: str) -> list[tuple[str, list[blocks.Block]]]:
+    """What one Pydantic AI message writes to the slot, in order: (participant, blocks)."""
+    if isinstance(message, ModelResponse):
+        said: list[blocks.Block] = []
+        for j, piece in enumerate(message.parts):
+            if isinstance(piece, TextPart) and piece.content.strip():
+                said.append(blocks.text(piece.content, f"{place}.parts[{j}].content"))
+            elif isinstance(piece, ToolCallPart):
+                said.append(blocks.tool_use(piece.tool_call_id, piece.tool_name, piece.args, f"{place}.parts[{j}]"))
+        return [(agent, said)] if said else []  # thinking and built-in tools' parts: nothing a view carries
+    results: list[blocks.Block] = []
+    prompts: list[blocks.Block] = []
+    for j, part in enumerate(message.parts):
+        where = f"{place}.parts[{j}]"
+        if isinstance(part, ToolReturnPart):
+            results.append(blocks.tool_result(part.tool_call_id, _tool_output(part.content), f"{where}.content"))
+        elif isinstance(part, RetryPromptPart) and part.tool_name is not None:
+            results.append(blocks.tool_result(part.tool_call_id, part.model_response(), where, is_error=True))
+        elif isinstance(part, RetryPromptPart):
+            prompts.append(blocks.text(part.model_response(), where))
+        elif isinstance(part, UserPromptPart):
+            prompts += _user_blocks(part.content, f"{where}.content")
+    # A request's tool results answer the reply before it, so they come first (P4).
+    return [(who, content) for who, content in ((blocks.TOOL, results), (blocks.USER, prompts)) if content]
+
+
+def _user_content(content: Any) -> str | list[Any]:
+    if isinstance(content, str):
+        return content
+    parts: list[Any] = []
+    for part in content:
+        if part["type"] == "text":
+            parts.append(part["text"])
+        elif part["type"] == "image_url" and part["image_url"]["url"].startswith("data:"):
+            parts.append(BinaryContent.from_data_uri(part["image_url"]["url"]))
+        elif part["type"] == "image_url":
+            parts.append(ImageUrl(url=part["image_url"]["url"]))
+        else:
+            parts.append(f"[{part['type']} not shown]")
+    return parts
+
+
+def _model_messages(chat: Sequence[dict[str, Any]]) -> list[ModelMessage]:
+    """Chat Completions messages as Pydantic AI's: each run of user and tool messages one request."""
+    out: list[ModelMessage] = []
+    names: dict[str, str] = {}  # call id -> the tool's name, which a tool return carries
+    pending: list[ModelRequestPart] = []
+    for message in chat:
+        role = message["role"]
+        if role == "assistant":
+            if pending:
+                out.append(ModelRequest(parts=pending))
+                pending = []
+            parts: list[ModelResponsePart] = []
+            if message.get("content"):
+                parts.append(TextPart(content=message["content"]))
+            for call in message.get("tool_calls") or ():
+                names[call["id"]] = call["function"]["name"]
+                parts.append(ToolCallPart(tool_name=call["function"]["name"], args=call["function"]["arguments"],
+                                          tool_call_id=call["id"]))
+            out.append(ModelResponse(parts=parts))
+        elif role == "tool":
+            call_id = message["tool_call_id"]
+            pending.append(ToolReturnPart(tool_name=names.get(call_id, ""), content=message["content"], tool_call_id=call_id))
+        else:
+            pending.append(UserPromptPart(content=_user_content(message["content"])))
+    if pending:
+        out.append(ModelRequest(parts=pending))
+    return out
+
+
+class CtxrtHistory(AbstractCapability[Any]):
+    """A Pydantic AI agent's history in a ctxrt slot, seen through the agent's reader.
+
+    ``manager`` is a ``ctxrt.aio`` manager opened with the agent's ``view_reader``; ``agent`` is the
+    participant the agent speaks as (default: the reader); ``budget`` bounds every view.
+    """
+
+    def __init__(self, manager: ContextManager, *, budget: Budget | None = None, agent: str | None = None) -> None:
+        if manager.view_reader is None:
+            raise ValueError("CtxrtHistory needs a manager opened with view_reader=<the agent's reader>")
+        self.manager = manager
+        self.budget = budget if budget is not None else Budget()
+        self.agent = agent if agent is not None else manager.view_reader
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # made from a live manager, not from a spec
+
+    async def record(self, messages: Sequence[ModelMessage]) -> None:
+        """Writes the messages not yet written to the slot, and marks them written: a reply's tool
+        calls and the request's results answering them as one message (``blocks.paired``)."""
+        fresh = [(i, m) for i, m in enumerate(messages) if not _recorded(m)]
+        planned = [(m, _written(m, self.agent, f"messages[{i}]")) for i, m in fresh]  # all checked first
+        writes: list[tuple[str, list[blocks.Block], list[ModelMessage]]] = []  # each with the messages it completes
+        for message, written in planned:
+            if not written:
+                _mark(message)
+            for n, (participant, content) in enumerate(written):
+                completes = [message] if n == len(written) - 1 else []
+                joined = blocks.paired([writes[-1][:2], (participant, content)]) if writes and n == 0 else []
+                if len(joined) == 1:
+                    writes[-1] = (*joined[0], writes[-1][2] + completes)
+                else:
+                    writes.append((participant, content, completes))
+        for participant, content, completed in writes:
+            await self.manager.add_message(participant, content)
+            for message in completed:
+                _mark(message)
+
+    async def process(self, messages: list[ModelMessage]) -> list[ModelMessage]:
+        """The history processor: writes what's new, returns the reader's compiled view."""
+        await self.record(messages)
+        result = await self.manager.compile(self.budget)
+        view = _model_messages(blocks.chat_messages(result, self.agent))
+        for message in view:
+            _mark(message)
+        system = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, SystemPromptPart)]
+        if system:
+            if view and isinstance(view[0], ModelRequest):
+                view[0].parts = [*system, *view[0].parts]
+            else:
+                view.insert(0, ModelRequest(parts=system, metadata={MARK: True}))
+        return view
+
+    async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:
+        request_context.messages = await self.process(list(request_context.messages))
+        return request_context
+
+    async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
+        await self.record(result.all_messages())
+        return result

@@ -1,0 +1,217 @@
+"""The writer thread: it begins and ends every top-level write transaction of a durable LMDB store.
+
+Why a thread of its own: a durable commit (LMDB's own: write the pages, ``fdatasync``, write the
+meta page through its ``O_DSYNC`` descriptor) would stop the trio thread for both flushes. An
+LMDB write transaction belongs to the thread that began it (the writer mutex, a robust pthread
+mutex, is taken at begin and released at commit or abort, by that thread only), so this thread
+begins each transaction and commits it, and the trio thread fills it in between (puts and nested
+transactions don't care which thread calls them, one at a time). The thread commits with the GIL
+released, exactly as LMDB commits anywhere, so the order LMDB relies on for a power loss (data,
+flush, meta, flush) is kept; only the thread that waits for it changed.
+
+The GIL convoy. A thread waking into a busy interpreter may wait a long time for the GIL: trio
+drops and retakes it at every ``epoll`` pass, which restarts CPython's switch-request timer, so
+the waiter almost never gets it (measured: seconds, with one busy task). So the thread never
+needs the GIL at a moment nobody gives it: its Python runs in short *turns* (taking a job up to
+the C call; after the commit, beginning the next transaction and saying so), each ending with a
+token on ``_turns``. The trio thread hands a turn over by blocking on that token (the GIL is
+free while it blocks): at once for the short jobs (``begin``, ``abort``, ``end``, ``stop``), and
+for a commit only when the loop is busy and the thread wants the GIL (``offer_turn``: the job not
+taken yet, or LMDB's last transaction id moved past the one before the commit, which LMDB sets
+only after the meta page is written), for a bounded time; a loop that sleeps in ``epoll`` leaves
+the GIL free anyway. Standard library only: no trio here (store/actor.py does the waiting).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import lmdb
+
+# A commit out this long is offered a turn every STALLED_S, PROBE_S long (offer_turn): one that
+# failed moves no transaction id, and its callers should hear so without waiting for an idle loop.
+STALLED_S = 0.1
+PROBE_S = 0.0002
+# The longest the loop waits for a turn the thread certainly wants: its Python takes microseconds,
+# but on a host short of CPU the OS may not run the thread at once, and the loop mustn't wait for it.
+TURN_S = 0.0002
+
+
+class WriterThread:
+    """The thread that owns ``env``'s write transactions; the loop fills them (see the module doc).
+
+    Every method is called from the loop's thread, one at a time. Between jobs the thread holds a
+    transaction begun for the next batch (``begin`` returns it), so a batch waits for no thread.
+    """
+
+    def __init__(self, env: lmdb.Environment) -> None:
+        self._env = env
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._turns: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._txn: lmdb.Transaction[bytes] | None = None
+        self._error: BaseException | None = None  # a short job's failure, raised in the loop
+        self._due = 0  # turns of the thread whose end the loop hasn't taken
+        self._last_txnid = 0  # LMDB's, when the commit out was handed over
+        self._offered_at = 0.0
+        self._ready_read, self._ready_write = os.pipe()
+        self._thread = threading.Thread(target=self._serve, name="ctxrt-store-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- the transaction source Engine.prepare takes --------------------------------------------
+
+    def begin(self) -> lmdb.Transaction[bytes]:
+        """The write transaction for the next batch (begun now if the thread holds none)."""
+        if self._txn is None:
+            self._run(self._begin_txn)
+        assert self._txn is not None
+        return self._txn
+
+    def abort(self, txn: lmdb.Transaction[bytes]) -> None:
+        """Abort the batch's transaction, and begin the next one, on the thread."""
+        assert txn is self._txn
+        self._run(self._restart_txn)
+
+    # -- the loop's other jobs ----------------------------------------------------------------
+
+    def end(self) -> None:
+        """Abort the transaction held (if any) and begin none: the map may be resized meanwhile."""
+        self._run(self._end_txn)
+
+    def stop(self) -> None:
+        """End the transaction held and the thread, and close ``ready``. Idempotent."""
+        if self._ready_read < 0:
+            return
+        if self._thread.is_alive():
+            self._run(self._end_txn)
+            self._jobs.put(None)
+            self._thread.join()
+        os.close(self._ready_read)
+        os.close(self._ready_write)
+        self._ready_read = self._ready_write = -1
+
+    def commit(self) -> None:
+        """Hand the filled transaction over to be committed; returns at once.
+
+        The thread commits (both of LMDB's flushes), begins the next transaction if the commit
+        landed, then makes ``ready`` readable. Meanwhile the loop offers turns (``offer_turn``);
+        once ``ready`` is readable it calls ``landed``.
+        """
+        assert self._due == 0 and self._txn is not None
+        txn, self._txn = self._txn, None
+        self._last_txnid = self._env.info()["last_txnid"]
+        self._offered_at = time.monotonic()
+        self._due = 2  # taking the job up to the commit; beginning the next and saying so
+        self._jobs.put(lambda: self._commit(txn))
+        # Its first turn at once: the thread wakes straight into a free GIL (waiting for the loop's
+        # next pass, it would wake, wait for the GIL, and wake again), and is in the C call after.
+        self.give_turn(TURN_S)
+
+    @property
+    def ready(self) -> int:
+        """A descriptor that turns readable when a commit handed over has ended."""
+        return self._ready_read
+
+    def landed(self) -> BaseException | None:
+        """After ``ready`` turned readable: what the commit raised (LMDB aborted that transaction,
+        and the thread holds none), or None."""
+        os.read(self._ready_read, 1)
+        while self._due:  # its last turn ends right after ``ready`` is written
+            self.give_turn()
+        error, self._error = self._error, None
+        return error
+
+    def offer_turn(self) -> None:
+        """The loop is busy (it won't sleep in ``epoll`` now): if the thread waits for the GIL to go
+        on with the commit out, give it its turn (block, the GIL released, until the turn ends).
+
+        Cheap when it doesn't: the thread's state is known without it. It waits for the GIL when it
+        hasn't taken the job yet, or when LMDB's last transaction id moved (the commit ended: LMDB
+        sets it after the meta page is written); the loop then waits up to ``TURN_S`` (a thread the
+        OS hasn't run yet gets the next busy pass's offer). A commit that failed moves nothing, so a
+        commit out for ``STALLED_S`` gets a turn offered, for at most ``PROBE_S``, every
+        ``STALLED_S``: one still waiting for the disk doesn't take it, and the loop goes on.
+        """
+        if self._due == 0:
+            return
+        self._take_ended_turns()
+        if self._due == 2 or (self._due == 1 and self._env.info()["last_txnid"] != self._last_txnid):
+            self.give_turn(TURN_S)
+        elif self._due == 1 and time.monotonic() - self._offered_at > STALLED_S:
+            self.give_turn(PROBE_S)
+            self._offered_at = time.monotonic()
+
+    def give_turn(self, timeout: float | None = None) -> None:
+        """Block (the GIL released) until the thread's current turn ends, or for ``timeout``."""
+        if self._due:
+            try:
+                self._turns.get(timeout=timeout)
+            except queue.Empty:
+                return
+            self._due -= 1
+
+    # -- the loop's side of a short job ---------------------------------------------------------
+
+    def _run(self, job: Callable[[], None]) -> None:
+        assert self._due == 0, "a commit is still out"
+        self._due = 1
+        self._jobs.put(lambda: self._short(job))
+        self.give_turn()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _take_ended_turns(self) -> None:
+        while self._due:
+            try:
+                self._turns.get_nowait()
+            except queue.Empty:
+                return
+            self._due -= 1
+
+    # -- the thread ---------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()
+
+    def _short(self, job: Callable[[], None]) -> None:
+        try:
+            job()
+        except BaseException as exc:
+            self._error = exc
+        finally:
+            self._turns.put(None)
+
+    def _begin_txn(self) -> None:
+        self._txn = self._env.begin(write=True)
+
+    def _end_txn(self) -> None:
+        if self._txn is not None:
+            txn, self._txn = self._txn, None
+            txn.abort()
+
+    def _restart_txn(self) -> None:
+        self._end_txn()
+        self._begin_txn()
+
+    def _commit(self, txn: lmdb.Transaction[bytes]) -> None:
+        try:
+            self._turns.put(None)  # the first turn ends: the GIL is free from here to the commit's end
+            txn.commit()
+            try:
+                self._txn = self._env.begin(write=True)
+            except BaseException:  # the commit landed; the next ``begin`` tries again and says why
+                self._txn = None
+        except BaseException as exc:
+            self._error = exc
+        os.write(self._ready_write, b"\0")
+        self._turns.put(None)  # last: the loop this wakes finds the GIL free (the thread is parking)

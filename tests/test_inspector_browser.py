@@ -1,0 +1,231 @@
+"""The web inspector in a real browser: the OS's headless Chromium driven by Selenium through the
+OS's chromedriver (``make test`` installs both, as it installs PostgreSQL), against ``ctxrt serve``
+run as a process on a store the demo made. Screenshots go to ``$CTXRT_SCREENSHOTS`` (else a
+temporary directory pytest keeps)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.webdriver.support.ui import WebDriverWait
+
+import ctxrt
+from ctxrt.demo import run_demo
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+# What works here as root: no sandbox, no GPU, nothing fetched from the network behind our back.
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1200,900")
+HOSTILE = '<script>window.pwned=1</script><img id="pwned" src=x onerror="window.pwned=2">'
+WAIT_S = 15
+
+
+def serve(store: Path) -> Iterator[str]:
+    """``ctxrt serve STORE --port 0`` as a process; yields its URL, then stops it with Ctrl-C."""
+    process = subprocess.Popen([sys.executable, "-m", "ctxrt", "serve", str(store), "--port", "0", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line, process.stderr.read() if process.stderr else "no output"
+        yield json.loads(line)["url"]
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    store = tmp_path_factory.mktemp("demo") / "store"
+    report = trio.run(lambda: run_demo(store, messages=300))
+    assert report.ok, report.problems
+    return store
+
+
+@pytest.fixture(scope="module")
+def demo_url(demo_store: Path) -> Iterator[str]:
+    yield from serve(demo_store)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[webdriver.Chrome]:
+    for path in (CHROMIUM, CHROMEDRIVER):  # an error, never a skip: `make test` installs them
+        assert os.access(path, os.X_OK), f"{path} is missing: make test installs chromium and chromium-driver"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.TemporaryDirectory(prefix="ctxrt-chromium-")
+    options.add_argument(f"--user-data-dir={profile.name}")  # a new, empty profile each run
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        profile.cleanup()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = Path(os.environ.get("CTXRT_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def text(driver: webdriver.Chrome, css: str = "main") -> str:
+    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def follow(driver: webdriver.Chrome, element: Any) -> None:
+    """Click a link or button and wait for the page it leads to (a click doesn't wait for it)."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, WAIT_S).until(staleness_of(page))
+
+
+def nothing_ran(driver: webdriver.Chrome) -> None:
+    assert driver.execute_script("return window.pwned === undefined") is True
+    assert driver.find_elements(By.ID, "pwned") == []
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert.text  # noqa: B018 - reading it is the check
+
+
+def test_clicking_through_each_view_of_the_demo_store(
+    browser: webdriver.Chrome, demo_url: str, screenshots: Path
+) -> None:
+    """Branches, namespaces, as reader ann and bob (ann's lines only in ann's), a summary's covered
+    messages, the summary tree, the timeline's audience badges and the diff of two readers, each
+    reached by clicking (W1, W3, W4, W5)."""
+    driver = browser
+    driver.get(demo_url + "/")
+    assert "main" in text(driver, "#branches")
+    forks = [row.text for row in driver.find_elements(By.CSS_SELECTOR, "#branches tbody tr") if "main" in row.text]
+    assert len(forks) >= 2  # main, and the demo's fork of it with its fork point
+    driver.save_screenshot(str(screenshots / "branches.png"))
+    follow(driver, driver.find_element(By.LINK_TEXT, "main"))
+    namespaces = text(driver, "#namespaces")
+    assert all(f"agents/{name}" in namespaces for name in ("ann", "bob", "cy"))
+    driver.save_screenshot(str(screenshots / "branch.png"))
+
+    follow(driver, driver.find_element(By.LINK_TEXT, "as ann"))
+    shown = text(driver)
+    assert "As reader ann" in shown and "[for ann #" in shown
+    assert "[for bob #" not in shown and "[for cy #" not in shown
+    assert "cache breakpoint" in shown and "render_stats()" in shown
+    driver.save_screenshot(str(screenshots / "reader-ann.png"))
+    follow(driver, driver.find_elements(By.CSS_SELECTOR, "a.covers")[0])  # the messages a summary stands in for
+    assert driver.find_elements(By.CSS_SELECTOR, "#timeline tr.marked")
+    assert "for ann" in text(driver, "#timeline") or "for bob" in text(driver, "#timeline")  # audience badges
+    driver.save_screenshot(str(screenshots / "covered.png"))
+    driver.back()
+    follow(driver, driver.find_element(By.LINK_TEXT, "summary tree"))
+    assert driver.find_elements(By.CSS_SELECTOR, "#summaries li.level-1")
+    assert "covers" in text(driver, "#summaries")
+    driver.save_screenshot(str(screenshots / "summaries.png"))
+
+    follow(driver, driver.find_element(By.LINK_TEXT, "main"))
+    follow(driver, driver.find_element(By.LINK_TEXT, "as bob"))
+    shown = text(driver)
+    assert "As reader bob" in shown and "[for bob #" in shown and "[for ann #" not in shown
+    driver.save_screenshot(str(screenshots / "reader-bob.png"))
+
+    follow(driver, driver.find_element(By.LINK_TEXT, "main"))
+    Select(driver.find_element(By.NAME, "a")).select_by_value("agents/ann")
+    Select(driver.find_element(By.NAME, "b")).select_by_value("agents/bob")
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "#compare button"))
+    assert "Two readers' views" in text(driver)
+    only_ann, only_bob = [], []
+    pages = len(driver.find_elements(By.CSS_SELECTOR, ".pager a")) + 1
+    for number in range(pages):  # pages of the diff, reached through its pager
+        if number:
+            follow(driver, driver.find_element(By.CSS_SELECTOR, ".pager").find_element(By.LINK_TEXT, str(number)))
+        only_ann += [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#diff td.only-a")]
+        only_bob += [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#diff td.only-b")]
+        if any("[for ann #" in cell for cell in only_ann) and any("[for bob #" in cell for cell in only_bob):
+            break  # enough pages seen: each reader's own lines, each on its side
+    assert any("[for ann #" in cell for cell in only_ann) and any("[for bob #" in cell for cell in only_bob)
+    assert not any("[for ann #" in cell for cell in only_bob) and not any("[for bob #" in cell for cell in only_ann)
+    driver.save_screenshot(str(screenshots / "diff.png"))
+    nothing_ran(driver)
+
+
+def test_the_timeline_follows_a_live_writer(browser: webdriver.Chrome, demo_store: Path, demo_url: str) -> None:
+    """A timeline followed live shows a line a writer appends in another process while the page is
+    open, with its audience badge, without a click (W3)."""
+    driver = browser
+    driver.get(demo_url + "/timeline?branch=main&live=1")
+    assert "following the writer" in text(driver)
+
+    async def append() -> None:
+        async with ctxrt.open_runtime(demo_store) as writer:
+            manager = await writer.open("agents/ann")
+            await manager.add_message("ann", [{"type": "text", "text": "appended while the browser watches",
+                                               "audience": ["ann"]}])
+
+    trio.run(append)
+    WebDriverWait(driver, WAIT_S).until(lambda d: "appended while the browser watches" in text(d, "#timeline"))
+    row = driver.find_elements(By.CSS_SELECTOR, "#timeline tr.message")[-1]
+    assert "for ann" in row.text
+
+
+@pytest.fixture(scope="module")
+def hostile_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    store = tmp_path_factory.mktemp("hostile") / "store"
+
+    async def write() -> None:
+        async with ctxrt.open_runtime(store, model=ctxrt.OfflineModel()) as writer:
+            strategy = ctxrt.Autobiographical("offline", target_chunk_tokens=60, recent_window_tokens=60,
+                                              l1_holdback_chunks=0, head_window_tokens=20)
+            manager = await writer.open(f"ns/{HOSTILE}", view_reader=HOSTILE, strategy=strategy)
+            for i in range(30):
+                await manager.add_message(HOSTILE, [
+                    {"type": "text", "text": f"{i} {HOSTILE} and some words to summarise"},
+                    {"type": "text", "text": f"only for {HOSTILE}", "audience": [HOSTILE]},
+                ], metadata={HOSTILE: HOSTILE})
+            await manager.wait_ready()
+            await manager.fork(f"b-{HOSTILE}")
+
+    trio.run(write)
+    yield from serve(store)
+
+
+def test_hostile_strings_in_the_store_show_as_text_and_never_run(
+    browser: webdriver.Chrome, hostile_url: str, screenshots: Path
+) -> None:
+    """Script and markup written into messages, participants, metadata, namespace, reader and
+    branch names and summaries show as text on every page and run nowhere (W2)."""
+    driver = browser
+    driver.get(hostile_url + "/")
+    nothing_ran(driver)
+    assert HOSTILE in text(driver, "#branches")
+    follow(driver, driver.find_element(By.PARTIAL_LINK_TEXT, "b-<script>"))
+    nothing_ran(driver)
+    for link in ("timeline", f"as {HOSTILE}", "summary tree"):
+        driver.get(hostile_url + "/branch?branch=main")
+        assert HOSTILE in text(driver, "#namespaces")
+        follow(driver, driver.find_element(By.LINK_TEXT, link))
+        nothing_ran(driver)
+        assert HOSTILE in text(driver)
+    driver.save_screenshot(str(screenshots / "hostile.png"))

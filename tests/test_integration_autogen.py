@@ -1,0 +1,197 @@
+"""The AutoGen adapter (``ctxrt.integrations.autogen``), with real AutoGen 0.7 agents
+(``AssistantAgent``) in a real group chat (``RoundRobinGroupChat``): two agents with a
+``CtxrtModelContext`` each over one slot, on autogen_ext's own offline client
+(``ReplayChatCompletionClient``, whose ``create_calls`` hold what each call received), and on
+autogen_ext's ``OpenAIChatCompletionClient`` through the real ``openai`` client against the loopback
+server, which refuses any request that breaks OpenAI's rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core import FunctionCall
+from autogen_core.models import CreateResult, ModelFamily, ModelInfo, RequestUsage, SystemMessage, UserMessage
+from autogen_ext.models.openai import OpenAIChatCompletionClient
+from autogen_ext.models.replay import ReplayChatCompletionClient
+
+from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from ctxrt.integrations.autogen import CtxrtModelContext, Team
+from ctxrt.openai_rules import violations
+from ctxrt.testing import ApiReply
+from loopback_openai import serving_openai_api
+
+TOOLS = ModelInfo(vision=True, function_calling=True, json_output=False, family=ModelFamily.UNKNOWN,
+                  structured_output=False)
+MEMORY = "ann keeps her notes in the blue folder"
+
+
+def lookup(key: str) -> str:
+    """Looks a key up."""
+    return TOOL_SECRET if key == "ann" else "nothing"
+
+
+def replay(speaker: str, turns: int, *, call_first: bool = False) -> ReplayChatCompletionClient:
+    script: list[str | CreateResult] = [line(speaker, turn) for turn in range(turns)]
+    if call_first:
+        call = FunctionCall(id="call_1", arguments='{"key": "ann"}', name="lookup")
+        script.insert(0, CreateResult(finish_reason="function_calls", content=[call], usage=RequestUsage(0, 0), cached=False))
+    return ReplayChatCompletionClient(script, model_info=TOOLS)
+
+
+def received(client: ReplayChatCompletionClient) -> list[Any]:
+    return [call["messages"] for call in client.create_calls]
+
+
+def group(team: Any, ann_client: Any, bob_client: Any) -> tuple[RoundRobinGroupChat, CtxrtModelContext]:
+    """ann (with a tool) and bob taking turns, one reply each per run; and ann's context."""
+    members = Team(["ann", "bob"])
+    ann_context = CtxrtModelContext(team.ann, team=members, budget=BUDGET)
+    ann = AssistantAgent("ann", model_client=ann_client, tools=[lookup], reflect_on_tool_use=True,
+                         system_message="You are ann.", model_context=ann_context)
+    bob = AssistantAgent("bob", model_client=bob_client, system_message="You are bob.",
+                         model_context=CtxrtModelContext(team.bob, team=members, budget=BUDGET))
+    return RoundRobinGroupChat([ann, bob], termination_condition=MaxMessageTermination(3)), ann_context
+
+
+def test_an_audience_block_for_one_agent_never_reaches_the_other_agents_model(tmp_path: Path) -> None:
+    """A group chat: ann's model sees the line for her, her memory, the public line and her tool
+    pair; bob's sees the task, the public line and ann's call as text, never ann's line or
+    memory; the task every member is handed is written once, each reply once (I1, I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await team.write_for_ann()
+            ann_client, bob_client = replay("ann", 1, call_first=True), replay("bob", 1)
+            chat, ann_context = group(team, ann_client, bob_client)
+            await ann_context.add_message(SystemMessage(content=MEMORY))  # what an AutoGen Memory adds
+            await chat.run(task="what's new?")
+
+            ann_calls, bob_calls = received(ann_client), received(bob_client)
+            assert holds(ann_calls[0], SECRET) and holds(ann_calls[0], MEMORY) and holds(ann_calls[0], PUBLIC)
+            assert type(ann_calls[1][-1]).__name__ == "FunctionExecutionResultMessage"
+            assert holds(bob_calls, PUBLIC) and holds(bob_calls, "ann called lookup") and holds(bob_calls, TOOL_SECRET)
+            assert not holds(bob_calls, SECRET) and not holds(bob_calls, MEMORY)
+            texts = [getattr(b, "text", b.type) for m in await team.bob.get_all_messages() for b in m.content]
+            assert texts.count("what's new?") == 1 and texts.count(line("ann", 0)) == 1
+
+    run(body)
+
+
+def test_a_long_run_compresses_and_every_view_stays_under_budget(tmp_path: Path) -> None:
+    """A 40-message group chat with Autobiographical: each view fits the budget with nothing left
+    out, bob's late calls carry summaries instead of the old turns, and bob's summaries never
+    read ann's line (I2)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store", compress=True) as team:
+            await team.write_for_ann()
+            ann_client, bob_client = replay("ann", 20, call_first=True), replay("bob", 20)
+            chat, _ = group(team, ann_client, bob_client)
+            await chat.run(task="start")
+            for turn in range(19):
+                await team.settle()
+                assert team.within_budget(team.ann) and team.within_budget(team.bob), turn
+                await chat.run(task=f"turn {turn}, go on")
+            last = received(bob_client)[-1]
+            assert holds(last, "SUMMARY") and team.summaries_shown(team.bob) > 0
+            assert len(last) < await team.bob.message_count() / 2
+            assert not holds(received(bob_client), SECRET) and not summaries_hold(team.summarisers["bob"], SECRET)
+
+    run(body)
+
+
+def test_every_request_openaichatcompletionclient_sends_passes_openais_rules(tmp_path: Path) -> None:
+    """autogen_ext's OpenAIChatCompletionClient for both agents, through the real openai client to
+    the loopback server: audience, an image, a tool pair, the other agent's call as text and
+    summaries, 20 group-chat rounds, every request accepted and rule-clean, none of bob's holding
+    ann's line (I3)."""
+    called: list[bool] = []
+
+    def reply(body: dict[str, Any]) -> ApiReply:
+        if body.get("tools") and not called:
+            called.append(True)
+            return ApiReply.tool_use("lookup", {"key": "ann"}, id="call_1")
+        return ApiReply.text(line("agent", len(body["messages"])))
+
+    async def body() -> list[dict[str, Any]]:
+        with serving_openai_api(reply) as server:
+            client = OpenAIChatCompletionClient(model="gpt-test", base_url=server.base_url, api_key="test",
+                                                model_info=TOOLS, max_retries=0)
+            async with residents(tmp_path / "store", compress=True) as team:
+                await team.write_for_ann(image=True)
+                chat, _ = group(team, client, client)
+                for turn in range(20):
+                    await chat.run(task=f"turn {turn}")
+                    await team.settle()
+            await client.close()
+            return server.requests
+
+    requests = run(body)
+    assert len(requests) == 41 and holds(requests[-1], "SUMMARY") and holds(requests, "ann called lookup")
+    for request in requests:
+        assert violations(request, api="chat") == []
+    assert not holds([r for r in requests if r["messages"][0]["content"] == "You are bob."], SECRET)
+
+
+def test_messages_from_outside_the_team_each_reach_the_slot_once(tmp_path: Path) -> None:
+    """An outside message handed to both members is written once; the same words sent again after
+    the member looked at its view are a new message; a member's words handed to another agent's
+    context aren't written again; ``clear`` removes only what that context wrote through its own
+    manager, not a line another namespace tagged with its name (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            members = Team(["ann", "bob"])
+            ann = CtxrtModelContext(team.ann, team=members)
+            bob = CtxrtModelContext(team.bob, team=members)
+            task = UserMessage(content="plan the week", source="user")
+            await ann.add_message(task)
+            await bob.add_message(task)
+            await bob.add_message(UserMessage(content="ann's words", source="ann"))
+            await bob.get_messages()
+            await bob.add_message(task)
+            stored = [(m.participant, m.content[0].text) for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == [("user", "plan the week"), ("user", "plan the week")]
+            await team.bob.add_message("bob", "bob's note, tagged as ann's", metadata={"autogen_agent": "ann"})
+            await ann.clear()
+            assert [m.metadata for m in await team.bob.get_all_messages()] == [
+                {"autogen_agent": "bob", "ctxrt_writer": "agents/bob"}, {"autogen_agent": "ann"}]
+
+    run(body)
+
+
+def test_a_tool_call_and_its_result_stay_paired_whatever_another_agent_writes_meanwhile(tmp_path: Path) -> None:
+    """bob speaks in the slot while ann's tool runs: ann's reflection on the tool's result still
+    carries her call and its result, stored as one message, and bob's view shows both as text,
+    one right after the other (I5)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+
+            async def lookup_slowly(key: str) -> str:
+                """Looks a key up, taking long enough for bob to speak."""
+                await team.bob.add_message("bob", "bob speaks meanwhile")
+                return TOOL_SECRET
+
+            call = FunctionCall(id="call_1", arguments='{"key": "ann"}', name="lookup_slowly")
+            client = ReplayChatCompletionClient(
+                [CreateResult(finish_reason="function_calls", content=[call], usage=RequestUsage(0, 0), cached=False),
+                 "ann is done"], model_info=TOOLS)
+            ann = AssistantAgent("ann", model_client=client, tools=[lookup_slowly], reflect_on_tool_use=True,
+                                 model_context=CtxrtModelContext(team.ann, budget=BUDGET))
+            await ann.run(task="ann, look yourself up")
+            reflection = received(client)[1]
+            assert [type(m).__name__ for m in reflection[-2:]] == ["AssistantMessage", "FunctionExecutionResultMessage"]
+            assert holds(reflection[-1], TOOL_SECRET)
+            stored = [[b.type for b in m.content] for m in await team.ann.get_all_messages()]
+            assert stored == [["text"], ["text"], ["tool_use", "tool_result"], ["text"]]
+            bob_view = [m["content"] for m in (await team.bob.compile(BUDGET)).to_openai_chat(assistant="bob")["messages"]]
+            called = next(i for i, text in enumerate(bob_view) if "ann called lookup_slowly" in text)
+            assert TOOL_SECRET in bob_view[called + 1]
+
+    run(body)

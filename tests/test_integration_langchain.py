@@ -1,0 +1,259 @@
+"""The LangChain adapter (``ctxrt.integrations.langchain``), with real LangChain 1.x agents
+(``create_agent``): two agents with a ``CtxrtMiddleware`` each over one slot, on langchain_core's
+own offline chat model (``GenericFakeChatModel``; what each call received is taken from LangChain's
+own callbacks, ``on_chat_model_start``), and on langchain-openai's ``ChatOpenAI`` through the real
+``openai`` client against the loopback server, which refuses any request that breaks OpenAI's rules."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.callbacks import AsyncCallbackHandler
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+
+from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from ctxrt.integrations.langchain import CtxrtMiddleware
+from ctxrt.openai_rules import violations
+from ctxrt.testing import ApiReply
+from loopback_openai import serving_openai_api
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    """langchain_core's fake chat model, bound to tools as a provider's model is (it ignores them)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+class Received(AsyncCallbackHandler):
+    """What each chat model call was handed, by agent (LangChain's own callback)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[BaseMessage]] = []
+
+    async def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+        self.calls.append(messages[0])
+
+
+@tool
+def lookup(key: str) -> str:
+    """Looks a key up."""
+    return TOOL_SECRET if key == "ann" else "nothing"
+
+
+def replies(speaker: str, *, call_first: bool = False) -> Iterator[AIMessage]:
+    if call_first:
+        yield AIMessage("", tool_calls=[{"name": "lookup", "args": {"key": "ann"}, "id": "call_1"}])
+    for turn in range(1, 10_000):
+        yield AIMessage(line(speaker, turn))
+
+
+def agent(name: str, manager: Any, model: Any = None, **script: Any) -> Any:
+    chat = model if model is not None else ToolCallingFake(messages=replies(name, **script))
+    return create_agent(chat, tools=[lookup], system_prompt=f"You are {name}.",
+                        middleware=[CtxrtMiddleware(manager, budget=BUDGET)])
+
+
+def test_an_audience_block_for_one_agent_never_reaches_the_other_agents_model(tmp_path: Path) -> None:
+    """ann's model sees the line for her, the public line and her own tool call and result as a
+    pair; bob's sees the public line and ann's call as text, never ann's line (I1)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await team.write_for_ann(image=True)
+            ann_seen, bob_seen = Received(), Received()
+            ann = agent("ann", team.ann, call_first=True)
+            bob = agent("bob", team.bob)
+            await ann.ainvoke({"messages": [{"role": "user", "content": "ann, look yourself up"}]},
+                              config={"callbacks": [ann_seen]})
+            await bob.ainvoke({"messages": [{"role": "user", "content": "bob, what's new?"}]},
+                              config={"callbacks": [bob_seen]})
+            assert len(ann_seen.calls) == 2 and len(bob_seen.calls) == 1
+            assert holds(ann_seen.calls[0], SECRET) and holds(ann_seen.calls[0], PUBLIC)
+            assert [type(m).__name__ for m in ann_seen.calls[1][-2:]] == ["AIMessage", "ToolMessage"]
+            assert holds(bob_seen.calls, PUBLIC) and holds(bob_seen.calls, "ann called lookup")
+            assert holds(bob_seen.calls, TOOL_SECRET) and not holds(bob_seen.calls, SECRET)
+
+    run(body)
+
+
+def test_a_long_run_compresses_and_every_view_stays_under_budget(tmp_path: Path) -> None:
+    """40 turns of two agents with Autobiographical: each view fits the budget with nothing left
+    out, the late calls carry summaries instead of the old turns, and bob's summaries never read
+    ann's line (I2)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store", compress=True) as team:
+            await team.write_for_ann()
+            seen = {"ann": Received(), "bob": Received()}
+            agents = {"ann": (agent("ann", team.ann, call_first=True), team.ann), "bob": (agent("bob", team.bob), team.bob)}
+            for turn in range(40):
+                name = "ann" if turn % 2 == 0 else "bob"
+                graph, manager = agents[name]
+                await graph.ainvoke({"messages": [{"role": "user", "content": f"turn {turn}, go on"}]},
+                                    config={"callbacks": [seen[name]]})
+                await team.settle()
+                assert team.within_budget(manager), turn
+            last = seen["bob"].calls[-1]
+            assert holds(last, "SUMMARY") and team.summaries_shown(team.bob) > 0
+            assert len(last) < await team.bob.message_count() / 2
+            assert not holds(seen["bob"].calls, SECRET) and not summaries_hold(team.summarisers["bob"], SECRET)
+
+    run(body)
+
+
+def test_every_request_chatopenai_sends_through_the_middleware_passes_openais_rules(tmp_path: Path) -> None:
+    """langchain-openai's ChatOpenAI for both agents, through the real openai client to the
+    loopback server: audience, an image, a tool pair, the other agent's call as text and
+    summaries, 18 turns, every request accepted and rule-clean, none of bob's holding ann's line (I3)."""
+    called: list[bool] = []
+
+    def reply(body: dict[str, Any]) -> ApiReply:
+        if "look yourself up" in str(body["messages"][-1]) and not called:
+            called.append(True)
+            return ApiReply.tool_use("lookup", {"key": "ann"}, id="call_1")
+        return ApiReply.text(line("agent", len(body["messages"])))
+
+    async def body() -> list[dict[str, Any]]:
+        with serving_openai_api(reply) as server:
+            def chat() -> ChatOpenAI:
+                return ChatOpenAI(model="gpt-test", base_url=server.base_url, api_key="test", max_retries=0)
+
+            async with residents(tmp_path / "store", compress=True) as team:
+                await team.write_for_ann(image=True)
+                agents = {"ann": agent("ann", team.ann, chat()), "bob": agent("bob", team.bob, chat())}
+                await agents["ann"].ainvoke({"messages": [{"role": "user", "content": "ann, look yourself up"}]})
+                for turn in range(18):
+                    name = "bob" if turn % 2 == 0 else "ann"
+                    await agents[name].ainvoke({"messages": [{"role": "user", "content": f"turn {turn}"}]})
+                    await team.settle()
+            return server.requests
+
+    requests = run(body)
+    assert len(requests) == 20 and holds(requests[-1], "SUMMARY") and holds(requests, "ann called lookup")
+    for request in requests:
+        assert violations(request, api="chat") == []
+    assert not holds([r for r in requests if "You are bob." in str(r)], SECRET)
+
+
+def test_a_checkpointed_thread_writes_each_message_once_and_a_sync_agent_works_from_a_thread(tmp_path: Path) -> None:
+    """With a checkpointer the thread's state holds every earlier turn; the state's count of what
+    was written keeps them from being written again. ``invoke`` from a worker thread writes
+    through the runtime's loop; on the loop's own thread it is refused with a clear error (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread = {"configurable": {"thread_id": "t1"}}
+            for turn in range(3):
+                await graph.ainvoke({"messages": [{"role": "user", "content": f"turn {turn}"}]}, config=thread)
+            await asyncio.to_thread(graph.invoke, {"messages": [{"role": "user", "content": "from a thread"}]}, thread)
+            stored = [m.participant for m in await team.ann.get_all_messages()]
+            assert stored == ["user", "ann"] * 4
+            try:
+                graph.invoke({"messages": [{"role": "user", "content": "on the loop"}]}, thread)
+            except RuntimeError as error:
+                assert "ainvoke" in str(error)
+            else:
+                raise AssertionError("a blocking invoke on the runtime's loop")
+
+    run(body)
+
+
+def test_a_tool_call_and_its_result_stay_paired_whatever_another_agent_writes_meanwhile(tmp_path: Path) -> None:
+    """bob speaks in the slot while ann's tool runs: ann's next model call still carries her call
+    and its result as a pair, stored as one message, and bob's view shows both as text, one right
+    after the other (I5)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+
+            @tool
+            async def lookup_slowly(key: str) -> str:
+                """Looks a key up, taking long enough for bob to speak."""
+                await team.bob.add_message("bob", "bob speaks meanwhile")
+                return TOOL_SECRET
+
+            call = AIMessage("", tool_calls=[{"name": "lookup_slowly", "args": {"key": "ann"}, "id": "call_1"}])
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=iter([call, AIMessage("ann is done")])), tools=[lookup_slowly],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)])
+            await graph.ainvoke({"messages": [{"role": "user", "content": "ann, look yourself up"}]},
+                                config={"callbacks": [seen]})
+            assert [type(m).__name__ for m in seen.calls[1][-2:]] == ["AIMessage", "ToolMessage"]
+            assert holds(seen.calls[1][-1].content, TOOL_SECRET)
+            stored = [[b.type for b in m.content] for m in await team.ann.get_all_messages()]
+            assert stored == [["text"], ["text"], ["tool_use", "tool_result"], ["text"]]
+            bob_view = [m["content"] for m in (await team.bob.compile(BUDGET)).to_openai_chat(assistant="bob")["messages"]]
+            called = next(i for i, text in enumerate(bob_view) if "ann called lookup_slowly" in text)
+            assert TOOL_SECRET in bob_view[called + 1]
+
+    run(body)
+
+
+class FailingOnce:
+    """A fake chat model's replies, numbered; with ``how="error"`` the second call fails (a
+    provider's error)."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+        self.count = 0
+
+    def __iter__(self) -> FailingOnce:
+        return self
+
+    def __next__(self) -> AIMessage:
+        self.count += 1
+        if self.count == 2 and self.how == "error":
+            raise RuntimeError("the provider failed")
+        return AIMessage(f"reply {self.count}")
+
+
+class Starting(AsyncCallbackHandler):
+    """Marks a chat model call's start (LangChain's own callback, run inline), so a test can
+    cancel the call."""
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def on_chat_model_start(self, serialized: Any, messages: list[list[BaseMessage]], **kwargs: Any) -> None:
+        self.started.set()
+
+
+@pytest.mark.parametrize("how", ["error", "cancel"])
+def test_a_thread_resumed_after_a_failed_or_cancelled_model_call_writes_nothing_twice(tmp_path: Path, how: str) -> None:
+    """A checkpointed thread whose model call fails (or is cancelled) after the person's message
+    was written: the next turn on the thread writes that message no second time (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            starting = Starting()
+            graph = create_agent(ToolCallingFake(messages=FailingOnce(how)), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread: Any = {"configurable": {"thread_id": "t1"}}
+            await graph.ainvoke({"messages": [{"role": "user", "content": "hello"}]}, config=thread)
+            second = asyncio.ensure_future(graph.ainvoke({"messages": [{"role": "user", "content": "please answer"}]},
+                                                         config={**thread, "callbacks": [starting]}))
+            if how == "cancel":
+                await starting.started.wait()
+                second.cancel()
+            with pytest.raises((RuntimeError, asyncio.CancelledError)):
+                await second
+            await graph.ainvoke({"messages": [{"role": "user", "content": "resume"}]}, config=thread)
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored[:4] == ["hello", "reply 1", "please answer", "resume"]
+            assert len(stored) == 5 and stored[4].startswith("reply")
+
+    run(body)

@@ -1,0 +1,301 @@
+"""The OpenAI Agents SDK adapter (``ctxrt.integrations.openai_agents``), with the real SDK: two
+agents with a ``CtxrtSession`` each over one slot, driven by the SDK's own offline model
+(``agents.testing.ScriptedModel``), and by the SDK's real OpenAI models through the real ``openai``
+client against the loopback OpenAI server, which refuses any request that breaks OpenAI's rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents.testing import ModelCall, ScriptedModel, assistant_message, function_call
+from openai import AsyncOpenAI
+
+import ctxrt
+from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from ctxrt.integrations.openai_agents import CtxrtSession
+from ctxrt.openai_rules import violations
+from ctxrt.testing import ApiReply
+from loopback_openai import serving_openai_api
+
+set_tracing_disabled(True)  # the SDK would otherwise try to export traces over the network
+
+
+@function_tool
+def lookup(key: str) -> str:
+    """Looks a key up."""
+    return TOOL_SECRET if key == "ann" else "nothing"
+
+
+def replies(speaker: str) -> Any:
+    """The SDK's scripted model step: a tool call on the first turn, then a line per turn."""
+    turns = iter(range(1, 10_000))
+
+    def step(call: ModelCall) -> Any:
+        turn = next(turns)
+        if turn == 1 and speaker == "ann":
+            return [function_call("lookup", {"key": "ann"}, call_id="call_1")]
+        return [assistant_message(line(speaker, turn))]
+
+    return step
+
+
+def scripted(speaker: str, steps: int) -> ScriptedModel:
+    responder = replies(speaker)
+    return ScriptedModel([{"responder": responder} for _ in range(steps)])
+
+
+def test_an_audience_block_for_one_agent_never_reaches_the_other_agents_model(tmp_path: Path) -> None:
+    """ann's line, ann's tool result and the run's public lines: ann's model sees them all (her
+    own call and its output as a function_call pair), bob's sees the public ones and ann's call
+    as text, never the line meant for ann alone (I1)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await team.write_for_ann()
+            ann_model, bob_model = scripted("ann", 2), scripted("bob", 1)
+            ann = Agent(name="ann", instructions="You are ann.", model=ann_model, tools=[lookup])
+            bob = Agent(name="bob", instructions="You are bob.", model=bob_model)
+            await Runner.run(ann, "ann, look yourself up", session=CtxrtSession(team.ann, budget=BUDGET))
+            await Runner.run(bob, "bob, what's new?", session=CtxrtSession(team.bob, budget=BUDGET))
+
+            ann_inputs = [call.input for call in ann_model.calls]
+            bob_inputs = [call.input for call in bob_model.calls]
+            assert holds(ann_inputs[0], SECRET) and holds(ann_inputs[0], PUBLIC)
+            assert any(item.get("type") == "function_call_output" for item in ann_inputs[1])
+            assert holds(bob_inputs, PUBLIC) and holds(bob_inputs, "ann called lookup")
+            assert holds(bob_inputs, TOOL_SECRET)  # ann's tool output was said to everyone
+            assert not holds(bob_inputs, SECRET)
+            assert not any(item.get("type", "message") != "message" for item in bob_inputs[0])
+
+    run(body)
+
+
+def test_a_long_run_compresses_and_every_view_stays_under_budget(tmp_path: Path) -> None:
+    """40 turns through two sessions with Autobiographical: each turn's view fits the budget with
+    nothing left out, the late turns carry summaries instead of the old turns, and bob's
+    summaries never read ann's line (I2)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store", compress=True) as team:
+            await team.write_for_ann()
+            ann_model, bob_model = scripted("ann", 21), scripted("bob", 20)
+            agents = {
+                "ann": (Agent(name="ann", model=ann_model, tools=[lookup]), CtxrtSession(team.ann, budget=BUDGET)),
+                "bob": (Agent(name="bob", model=bob_model), CtxrtSession(team.bob, budget=BUDGET)),
+            }
+            for turn in range(40):
+                agent, session = agents["ann" if turn % 2 == 0 else "bob"]
+                await Runner.run(agent, f"turn {turn}, go on", session=session)
+                await team.settle()
+                assert team.within_budget(session.manager), (turn, session.manager.render_stats())
+            last = bob_model.calls[-1].input
+            assert holds(last, "SUMMARY") and team.summaries_shown(team.bob) > 0
+            assert len(last) < await team.bob.message_count() / 2
+            assert not holds([c.input for c in bob_model.calls], SECRET)
+            assert not summaries_hold(team.summarisers["bob"], SECRET)
+
+    run(body)
+
+
+def test_every_request_the_sdks_openai_models_send_passes_openais_rules(tmp_path: Path) -> None:
+    """The SDK's own OpenAIResponsesModel (ann, with a tool) and OpenAIChatCompletionsModel (bob),
+    through the real openai client to the loopback server: audience, an image, a tool pair, the
+    other agent's call as text and summaries, 18 turns, every request accepted and rule-clean (I3)."""
+
+    called: list[bool] = []
+
+    def reply(body: dict[str, Any]) -> ApiReply:
+        if body.get("tools") and not called:  # ann's first turn
+            called.append(True)
+            return ApiReply.tool_use("lookup", {"key": "ann"}, id="call_1")
+        return ApiReply.text(line("agent", len(json.dumps(body)) % 97))
+
+    async def body() -> list[dict[str, Any]]:
+        with serving_openai_api(reply) as server:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+            async with residents(tmp_path / "store", compress=True) as team:
+                await team.write_for_ann(image=True)
+                ann = Agent(name="ann", model=OpenAIResponsesModel("gpt-test", client), tools=[lookup])
+                bob = Agent(name="bob", model=OpenAIChatCompletionsModel("gpt-test", client))
+                sessions = {"ann": CtxrtSession(team.ann, budget=BUDGET), "bob": CtxrtSession(team.bob, budget=BUDGET)}
+                await Runner.run(ann, "ann, look yourself up", session=sessions["ann"])
+                for turn in range(18):
+                    name, agent = ("bob", bob) if turn % 2 == 0 else ("ann", ann)
+                    await Runner.run(agent, f"turn {turn}", session=sessions[name])
+                    await team.settle()
+            await client.close()
+            return server.requests
+
+    requests = run(body)
+    assert len(requests) == 20 and holds(requests[-1], "SUMMARY")
+    for request in requests:
+        api = "responses" if "input" in request else "chat"
+        assert violations(request, api=api) == []
+    bob_requests = [r for r in requests if "messages" in r]
+    assert bob_requests and not holds(bob_requests, SECRET)
+
+
+def test_pop_item_and_clear_session_remove_only_what_that_session_wrote(tmp_path: Path) -> None:
+    """``pop_item`` removes and returns the newest item the session wrote (not bob's line after
+    it); ``clear_session`` removes the rest of its items and leaves bob's and the host's (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann, bob = CtxrtSession(team.ann), CtxrtSession(team.bob)
+            await team.ann.add_message("user", PUBLIC)
+            await ann.add_items([{"role": "user", "content": "first"},
+                                 {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+                                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "said"}]},
+                                 {"type": "function_call_output", "call_id": "c1", "output": "found"}])
+            await bob.add_items([{"role": "user", "content": "bob's"}])
+            assert await ann.pop_item() == {"type": "message", "role": "assistant", "content": "said"}
+            texts = [getattr(b, "text", b.type) for m in await team.ann.get_all_messages() for b in m.content]
+            assert texts == [PUBLIC, "first", "tool_use", "tool_result", "bob's"]  # the output moved up to its call
+            await ann.clear_session()
+            assert [m.participant for m in await team.ann.get_all_messages()] == ["user", "user"]
+            assert await ann.pop_item() is None
+            assert [i["content"] for i in await bob.get_items()] == [PUBLIC, "bob's"]
+
+    run(body)
+
+
+def test_get_items_with_a_limit_never_holds_an_output_whose_call_was_cut(tmp_path: Path) -> None:
+    """``get_items(limit)`` is the newest ``limit`` items of the view, less any function output
+    whose call fell outside (the SDK's session_settings limit), parallel calls' included (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann = CtxrtSession(team.ann)
+            await ann.add_items([{"role": "user", "content": "go"},
+                                 {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "c1", "output": "found"},
+                                 {"type": "message", "role": "assistant", "content": "done"}])
+            assert [i["type"] for i in await ann.get_items()] == ["message", "function_call", "function_call_output", "message"]
+            assert [i["type"] for i in await ann.get_items(limit=2)] == ["message"]
+            assert [i["type"] for i in await ann.get_items(limit=3)] == ["function_call", "function_call_output", "message"]
+            assert await CtxrtSession(team.bob).get_items() != []
+            await ann.add_items([{"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "c2", "output": "two"},
+                                 {"type": "function_call_output", "call_id": "c3", "output": "three"}])
+            assert [(i["type"], i["call_id"]) for i in await ann.get_items(limit=3)] == [
+                ("function_call", "c3"), ("function_call_output", "c3")]
+
+    run(body)
+
+
+def test_a_session_refuses_a_manager_without_a_reader_and_a_part_it_cannot_keep(tmp_path: Path) -> None:
+    """A manager with no reader can't be an agent's view; an input part a ctxrt message can't hold
+    is refused naming its place, and nothing of that batch is written (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            plain = await team.runtime.open("host")
+            try:
+                CtxrtSession(plain)
+            except ValueError as error:
+                assert "view_reader" in str(error)
+            else:
+                raise AssertionError("a session over a manager with no reader")
+            ann = CtxrtSession(team.ann)
+            try:
+                await ann.add_items([{"role": "user", "content": "kept?"},
+                                     {"role": "user", "content": [{"type": "input_file", "file_id": "f1"}]}])
+            except ctxrt.MalformedContentError as error:
+                assert error.path == "items[1].content[0]"
+            else:
+                raise AssertionError("an input_file part was taken")
+            assert await team.ann.message_count() == 0
+
+    run(body)
+
+
+def test_a_call_and_its_output_saved_apart_stay_one_message_whatever_another_agent_writes_meanwhile(tmp_path: Path) -> None:
+    """A tool that needs approval: the run saves ann's call, stops, bob speaks, and the approved
+    run saves the output in a later batch. The output joins its call's message, so ann's view
+    (her next run's history) holds the call and its output as a pair and bob's shows both as
+    text, one right after the other (I5)."""
+
+    @function_tool(needs_approval=True)
+    def approved_lookup(key: str) -> str:
+        """Looks a key up once a person approves."""
+        return TOOL_SECRET
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            steps = iter([[function_call("approved_lookup", {"key": "ann"}, call_id="call_1")],
+                          [assistant_message("ann is done")]])
+            model = ScriptedModel([{"responder": lambda call: next(steps)} for _ in range(2)])
+            ann = Agent(name="ann", model=model, tools=[approved_lookup])
+            session = CtxrtSession(team.ann, budget=BUDGET)
+            stopped = await Runner.run(ann, "ann, look yourself up", session=session)
+            await Runner.run(Agent(name="bob", model=scripted("bob", 1)), "bob, what's new?",
+                             session=CtxrtSession(team.bob, budget=BUDGET))
+            state = stopped.to_state()
+            for interruption in stopped.interruptions:
+                state.approve(interruption)
+            await Runner.run(ann, state, session=session)
+            items = await session.get_items()
+            assert [item.get("type") for item in items[1:3]] == ["function_call", "function_call_output"]
+            assert items[2]["output"] == TOOL_SECRET
+            stored = [[b.type for b in m.content] for m in await team.ann.get_all_messages()]
+            assert stored == [["text"], ["tool_use", "tool_result"], ["text"], ["text"], ["text"]]
+            bob_view = [i["content"] for i in await CtxrtSession(team.bob).get_items()]
+            called = next(i for i, text in enumerate(bob_view) if "ann called approved_lookup" in text)
+            assert TOOL_SECRET in bob_view[called + 1]
+
+    run(body)
+
+
+def test_add_items_maps_a_call_id_ctxrt_refuses_and_checks_the_whole_batch_before_writing(tmp_path: Path) -> None:
+    """A provider's call id such as ``functions.lookup:0`` is mapped alike in the call and its
+    output, so the pair reaches ann's view; an item ctxrt can't store (a lone surrogate in an
+    output) is refused naming it, and nothing of its batch is written (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann = CtxrtSession(team.ann)
+            await ann.add_items([{"role": "user", "content": "go"},
+                                 {"type": "function_call", "call_id": "functions.lookup:0", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "functions.lookup:0", "output": "found"}])
+            items = await ann.get_items()
+            assert [i.get("type") for i in items] == ["message", "function_call", "function_call_output"]
+            assert items[1]["call_id"] == items[2]["call_id"] and ":" not in items[1]["call_id"]
+            try:
+                await ann.add_items([{"role": "user", "content": "again"},
+                                     {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{}"},
+                                     {"type": "function_call_output", "call_id": "c2", "output": "bad \ud800 output"}])
+            except ctxrt.MalformedContentError as error:
+                assert error.path == "items[2].output" and "surrogate" in error.reason
+            else:
+                raise AssertionError("a lone surrogate was taken")
+            assert await team.ann.message_count() == 2
+
+    run(body)
+
+
+def test_pop_item_and_clear_session_never_touch_another_namespaces_lines_or_hand_back_a_hidden_one(tmp_path: Path) -> None:
+    """A line bob's manager tags with ann's session id, and one tagged in full as ann's but meant
+    for bob alone: ann's ``pop_item`` returns neither and ``clear_session`` leaves both; a call
+    and its output come off one item at a time (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann = CtxrtSession(team.ann)
+            await ann.add_items([{"role": "user", "content": "go"},
+                                 {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+                                 {"type": "function_call_output", "call_id": "c1", "output": "found"}])
+            await team.bob.add_message("bob", "bob's own line", metadata={"agents_sdk_session": "agents/ann"})
+            await team.bob.add_message("user", [{"type": "text", "text": "for bob alone", "audience": ["bob"]}],
+                                       metadata={"agents_sdk_session": "agents/ann", "ctxrt_writer": "agents/ann"})
+            assert await ann.pop_item() == {"type": "function_call_output", "call_id": "c1", "output": "found"}
+            assert await ann.pop_item() == {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"}
+            await ann.clear_session()
+            assert await ann.pop_item() is None
+            left = [getattr(b, "text", b.type) for m in await team.ann.get_all_messages() for b in m.content]
+            assert left == ["bob's own line", "for bob alone"]
+
+    run(body)

@@ -1,0 +1,193 @@
+"""The Pydantic AI adapter (``ctxrt.integrations.pydantic_ai``), with real Pydantic AI agents: two
+agents with a ``CtxrtHistory`` each over one slot, on pydantic_ai's own offline model
+(``FunctionModel``, which is handed the messages of each request), and on pydantic_ai's
+``OpenAIChatModel`` through the real ``openai`` client against the loopback server, which refuses
+any request that breaks OpenAI's rules."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from openai import AsyncOpenAI
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from ctxrt.integrations.pydantic_ai import CtxrtHistory
+from ctxrt.openai_rules import violations
+from ctxrt.testing import ApiReply
+from loopback_openai import serving_openai_api
+
+
+def lookup(key: str) -> str:
+    """Looks a key up."""
+    return TOOL_SECRET if key == "ann" else "nothing"
+
+
+class Scripted:
+    """A FunctionModel's function: records what each request held; calls the tool once if asked."""
+
+    def __init__(self, speaker: str, *, call_first: bool = False) -> None:
+        self.speaker = speaker
+        self.call_first = call_first
+        self.calls: list[list[ModelMessage]] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.calls.append(messages)
+        if self.call_first:
+            self.call_first = False
+            return ModelResponse(parts=[ToolCallPart("lookup", {"key": "ann"}, tool_call_id="call_1")])
+        return ModelResponse(parts=[TextPart(line(self.speaker, len(self.calls)))])
+
+
+def agent(name: str, manager: Any, model: Any) -> Agent[None, str]:
+    return Agent(model, system_prompt=f"You are {name}.", tools=[lookup],
+                 capabilities=[CtxrtHistory(manager, budget=BUDGET)])
+
+
+def test_an_audience_block_for_one_agent_never_reaches_the_other_agents_model(tmp_path: Path) -> None:
+    """ann's model sees her system prompt, the line for her, the public line and her own tool
+    call and return; bob's sees his system prompt, the public line and ann's call as text, never
+    ann's line; ann's final reply reaches the slot when her run ends (I1)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await team.write_for_ann()
+            ann_model, bob_model = Scripted("ann", call_first=True), Scripted("bob")
+            await agent("ann", team.ann, FunctionModel(ann_model)).run("ann, look yourself up")
+            await agent("bob", team.bob, FunctionModel(bob_model)).run("bob, what's new?")
+            assert holds(ann_model.calls[0], "You are ann.") and holds(ann_model.calls[0], SECRET)
+            assert holds(ann_model.calls[0], PUBLIC)
+            assert isinstance(ann_model.calls[1][-1], ModelRequest)
+            assert isinstance(ann_model.calls[1][-1].parts[0], ToolReturnPart)
+            assert holds(bob_model.calls, "You are bob.") and holds(bob_model.calls, PUBLIC)
+            assert holds(bob_model.calls, "ann called lookup") and holds(bob_model.calls, TOOL_SECRET)
+            assert holds(bob_model.calls, line("ann", 2)) and not holds(bob_model.calls, SECRET)
+            assert not holds(bob_model.calls, "You are ann.")
+
+    run(body)
+
+
+def test_a_long_run_compresses_and_every_view_stays_under_budget(tmp_path: Path) -> None:
+    """40 runs of two agents with Autobiographical: each view fits the budget with nothing left
+    out, the late requests carry summaries instead of the old turns, and bob's summaries never
+    read ann's line (I2)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store", compress=True) as team:
+            await team.write_for_ann()
+            scripts = {"ann": Scripted("ann", call_first=True), "bob": Scripted("bob")}
+            agents = {"ann": (agent("ann", team.ann, FunctionModel(scripts["ann"])), team.ann),
+                      "bob": (agent("bob", team.bob, FunctionModel(scripts["bob"])), team.bob)}
+            for turn in range(40):
+                name = "ann" if turn % 2 == 0 else "bob"
+                runner, manager = agents[name]
+                await runner.run(f"turn {turn}, go on")
+                await team.settle()
+                assert team.within_budget(manager), turn
+            last = scripts["bob"].calls[-1]
+            assert holds(last, "SUMMARY") and team.summaries_shown(team.bob) > 0
+            parts = sum(len(m.parts) for m in last)
+            assert parts < await team.bob.message_count() / 2
+            assert not holds(scripts["bob"].calls, SECRET) and not summaries_hold(team.summarisers["bob"], SECRET)
+
+    run(body)
+
+
+def test_every_request_openaichatmodel_sends_passes_openais_rules(tmp_path: Path) -> None:
+    """pydantic_ai's OpenAIChatModel for both agents, through the real openai client to the
+    loopback server: audience, an image, a tool pair, the other agent's call as text and
+    summaries, 18 runs, every request accepted and rule-clean, none of bob's holding ann's line (I3)."""
+    called: list[bool] = []
+
+    def reply(body: dict[str, Any]) -> ApiReply:
+        if "look yourself up" in str(body["messages"][-1]) and not called:
+            called.append(True)
+            return ApiReply.tool_use("lookup", {"key": "ann"}, id="call_1")
+        return ApiReply.text(line("agent", len(body["messages"])))
+
+    async def body() -> list[dict[str, Any]]:
+        with serving_openai_api(reply) as server:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+            model = OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=client))
+            async with residents(tmp_path / "store", compress=True) as team:
+                await team.write_for_ann(image=True)
+                agents = {"ann": agent("ann", team.ann, model), "bob": agent("bob", team.bob, model)}
+                await agents["ann"].run("ann, look yourself up")
+                for turn in range(18):
+                    await agents["bob" if turn % 2 == 0 else "ann"].run(f"turn {turn}")
+                    await team.settle()
+            await client.close()
+            return server.requests
+
+    requests = run(body)
+    assert len(requests) == 20 and holds(requests[-1], "SUMMARY") and holds(requests, "ann called lookup")
+    for request in requests:
+        assert violations(request, api="chat") == []
+    assert not holds([r for r in requests if "You are bob." in str(r)], SECRET)
+
+
+def test_history_passed_back_in_is_not_written_again_and_process_serves_as_a_plain_processor(tmp_path: Path) -> None:
+    """``message_history=result.all_messages()`` brings back messages already written: they are
+    not written twice. ``ProcessHistory(history.process)`` hands the model the same view; the
+    final reply then reaches the slot at the next request (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            history = CtxrtHistory(team.ann)
+            first = await Agent(FunctionModel(Scripted("ann")), capabilities=[history]).run("one")
+            await Agent(FunctionModel(Scripted("ann")), capabilities=[history]).run("two", message_history=first.all_messages())
+            assert [m.participant for m in await team.ann.get_all_messages()] == ["user", "ann"] * 2
+            script = Scripted("bob")
+            plain = Agent(FunctionModel(script), capabilities=[ProcessHistory(CtxrtHistory(team.bob).process)])
+            result = await plain.run("three")
+            assert holds(script.calls[0], "one") and holds(script.calls[0], line("ann", 1))
+            assert [m.participant for m in await team.bob.get_all_messages()][-1] == "user"
+            await plain.run("four", message_history=result.all_messages())
+            assert [m.participant for m in await team.bob.get_all_messages()][-3:] == ["user", "bob", "user"]
+
+    run(body)
+
+
+class Asking:
+    """A FunctionModel's function that calls the tool on each run's first request and notes
+    whether the run's next request carried that call's return."""
+
+    def __init__(self, speaker: str) -> None:
+        self.speaker = speaker
+        self.pending: str | None = None
+        self.answered: list[bool] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if self.pending is None:
+            self.pending = f"{self.speaker}_{len(self.answered)}"
+            return ModelResponse(parts=[ToolCallPart("lookup", {"key": self.speaker}, tool_call_id=self.pending)])
+        returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
+        self.answered.append(any(p.tool_call_id == self.pending for p in returns))
+        self.pending = None
+        return ModelResponse(parts=[TextPart(f"{self.speaker} is done")])
+
+
+def test_agents_running_at_once_each_get_their_own_tool_call_and_its_return(tmp_path: Path) -> None:
+    """ann and bob run at once (asyncio.gather), each calling a tool in every run: each run's
+    request after the call carries that call and its return, whatever the other agent wrote
+    meanwhile, and each stored call is one message with its return (I5)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            scripts = {"ann": Asking("ann"), "bob": Asking("bob")}
+            agents = [agent(name, manager, FunctionModel(scripts[name]))
+                      for name, manager in (("ann", team.ann), ("bob", team.bob))]
+            for turn in range(3):
+                await asyncio.gather(*(a.run(f"turn {turn}") for a in agents))
+            assert scripts["ann"].answered == [True] * 3 and scripts["bob"].answered == [True] * 3
+            calls = [m for m in await team.ann.get_all_messages() if any(b.type == "tool_use" for b in m.content)]
+            assert len(calls) == 6 and all([b.type for b in m.content] == ["tool_use", "tool_result"] for m in calls)
+
+    run(body)
