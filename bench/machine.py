@@ -21,10 +21,11 @@ two designs in a random order for each), so drift on a busy host hits both alike
 (d) A durable ``add_message`` (durability "sync"), one at a time: median µs. Target: ratio <= 1.1.
 (e) 100 concurrent durable appenders: appends/s. Target: current / earlier >= 0.9.
 
-Both designs run on the same store actor, whose durable commit (fsync included) still runs on the
-trio thread here: while it flushes nothing else runs, a compile included, in either design. What
-the machine removes is the wait behind the edit's whole commit in the actor's mailbox; moving the
-flush itself off the loop is the store's part of the issue. Results are printed and written to
+The current package's store commits durably on its writer thread (the store's part of the issue),
+so a compile is served while a commit flushes; b1e9a4f's store flushes on the trio thread, where
+nothing else runs meanwhile, so (b) holds that wait as well as the wait behind the edit's whole
+commit in the actor's mailbox, and (d)-(e) compare the machine with the writer thread against
+neither (bench/results-flush.md measures the writer thread alone). Results are printed and written to
 ``bench/results-machine.md``. ``CTXRT_BENCH_DIR`` chooses where the stores live (a real disk).
 """
 
@@ -187,10 +188,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         "",
         harness.paired_line([row for row in rows if row.get("paired_ratio") is not None]),
         "",
-        "- (a)'s tail is the store's flush: the durable commit, fsync included, still runs on the trio thread in "
-        "both designs, so a compile that arrives while it flushes waits for it whichever actor serves it, and "
-        "(a)'s target needs the flush off the loop (the store's part of issue 25). What the machine removes is the "
-        "wait behind the sibling's whole edit in the namespace's mailbox: compare (a)'s p50 with (b)'s.",
+        "- The current package also commits durably on the store's writer thread (main's flush work, issue 25 "
+        f"item 1); {EARLIER} flushes on the trio thread. So (b)'s tail holds the flush as well as the wait behind "
+        "the sibling's whole edit in the namespace's mailbox, which the machine removes, and (d)-(e) compare the "
+        "machine with the writer thread against neither (bench/results-flush.md has the writer thread's own "
+        "figures).",
     ]
     return "\n".join(lines) + "\n"
 
