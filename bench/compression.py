@@ -41,7 +41,7 @@ import trio
 import ctxrt
 from ctxrt.strategies.base import SelectOptions
 from ctxrt.testing import ScriptedModel
-from ctxrt.views import MessageView
+from ctxrt.views import MessageView, shared_reader_listing
 
 from . import harness
 from .harness import TABLE_HEAD, interleave, paired_line, scratch, versus
@@ -126,12 +126,13 @@ async def compile_cost(m: ctxrt.ContextManager, count: int, *, add_first: bool, 
     return statistics.median(figures) * 1e3
 
 
-async def select_cost(m: ctxrt.ContextManager, count: int) -> float:
+async def select_cost(rt: ctxrt.Runtime, m: ctxrt.ContextManager, count: int) -> float:
     """Median milliseconds of the strategy's ``select`` alone (no provenance, no tool repair), an
-    internal path: the strategy and the reader listing its actor holds, through ``inspect()``; a dry
-    run, so nothing is buffered or written. ``select`` is synchronous: the actor waits meanwhile."""
+    internal path: a copy of the strategy (``inspect()``) over the reader listing its actor reads (the
+    slot's shared projection); a dry run, so nothing is buffered or written."""
     snapshot = await m.inspect()
-    strategy, view = snapshot.strategy, MessageView(snapshot.reader_listing)
+    cache = rt.slots.cache(snapshot.caches[0].state, snapshot.caches[0].branch_id)
+    strategy, view = snapshot.strategy, MessageView(shared_reader_listing(cache, snapshot.reader_listing.reader))
     budget = ctxrt.Budget()
     figures = []
     for _ in range(count):
@@ -207,7 +208,7 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 {
                     "unchanged": lambda _: compile_cost(m, per_round, add_first=False, counter=counter),
                     "after an add": lambda _: compile_cost(m, per_round, add_first=True, counter=counter),
-                    "select": lambda _: select_cost(m, per_round),
+                    "select": lambda _: select_cost(rt, m, per_round),
                 },
                 rng,
             )

@@ -27,6 +27,7 @@ from .errors import ManagerClosedError, MessageNotFoundError
 from .events import Added, MessageEvent, diff
 from .model import Model
 from .namespace.protocol import (
+    AppendAndHold,
     CheckReady,
     Compile,
     Derive,
@@ -141,7 +142,7 @@ class ContextManager:
     def strategy(self) -> StrategyConfig | Strategy:
         """The strategy config the namespace runs (``set_strategy`` by any of its managers changes it),
         or the ``Strategy`` instance it was given."""
-        return self._ref.strategy_config
+        return self._ref.status.strategy_config
 
     def _live(self) -> NamespaceRef:
         if self._closed or self._registry.closed:
@@ -156,7 +157,7 @@ class ContextManager:
         return ref
 
     def _slot(self) -> SlotCache:
-        slot = self._live().slot
+        slot = self._live().status.slot
         assert slot is not None  # set before the actor answered the attach that made this manager
         return slot
 
@@ -180,13 +181,17 @@ class ContextManager:
         If cancelled after sending, the message may still be stored; its id is lost.
         """
         ref = self._live()
-        stored, blobs, appended = prepare_append(
-            participant, content, metadata, caused_by, timestamp_ms, origin=ref, hold=hold_compression
-        )
-        operation = await self._registry.store_ref().ask(
-            AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
-                       attachment=appended, flagged=appended.audience)
-        )
+        stored, blobs, appended = prepare_append(participant, content, metadata, caused_by, timestamp_ms)
+        hold = hold_compression
+        if hold is not False and hold is not True:
+            hold = checks.timeout(hold, "hold_compression")  # True, False, or a bounded timeout in seconds
+        store = self._registry.store_ref()
+        append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
+                            attachment=appended, flagged=appended.audience)
+        if hold is False:
+            operation = await store.ask(append)
+        else:  # the hold rides the append through the namespace actor, in place before it commits
+            operation = await ref.ask(AppendAndHold(append, None if hold is True else hold))
         return str(operation.sequence)
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:
@@ -471,7 +476,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        return self._live().render_stats
+        return self._live().status.render_stats
 
     async def pin_range(
         self, first_id: str, last_id: str, *, name: str | None = None, level: int | None = None
@@ -523,8 +528,9 @@ class ContextManager:
         return keys
 
     async def inspect(self) -> NamespaceSnapshot:
-        """For tests and debugging: the namespace actor's state at one turn (its strategy, record,
-        floor, epoch, slot caches). Read it; never change it.
+        """For tests and debugging: copies of the namespace actor's state at one turn (its strategy,
+        record, floor, epoch, its slot caches' and reader listing's figures); changing them changes
+        nothing in the actor.
 
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
@@ -576,7 +582,7 @@ class ContextManager:
 
     async def _move_once(self, row: BranchRow) -> None:
         ref = self._live()
-        config = attrs.evolve(ref.config, strategy=ref.strategy_config)  # set_strategy's, if it ran
+        config = attrs.evolve(ref.config, strategy=ref.status.strategy_config)  # set_strategy's, if it ran
         token = new_token()
         new_ref, reader = await self._registry.attach(
             row, config, self._explicit_reader if self._explicit_reader is not None else self._reader, token,
@@ -653,7 +659,7 @@ class ContextManager:
             raise TypeError(f"model must be a Model or None, not {type(model).__name__}")
         row, child_reader = await ref.ask(Derive(self._reader, branch, strategy, at_sequence))
         config = attrs.evolve(
-            ref.config, strategy=strategy if strategy is not None else ref.strategy_config,
+            ref.config, strategy=strategy if strategy is not None else ref.status.strategy_config,
             model=model if model is not None else ref.config.model,
         )
         token = new_token()

@@ -18,7 +18,8 @@ from .errors import ManagerClosedError, MalformedContentError, ReadOnlyStoreErro
 from .manager import ContextManager
 from .model import Model
 from .namespace import states
-from .namespace.actor import MODEL_TIMEOUT_S, build_strategy
+from .namespace.actor import MODEL_TIMEOUT_S
+from .namespace.machine import build_strategy
 from .namespace.protocol import NamespaceConfig
 from .namespace.registry import NamespaceRegistry, NamespaceStatistics, new_token
 from .slots import SlotRegistry

@@ -43,8 +43,7 @@ class Appended:
     metadata: Any
     timestamp_ms: int
     caused_by: tuple[str, ...]
-    origin: Any = None  # the namespace actor that wrote it, for its holds
-    hold: bool | float = False
+
     def message(self, sequence: int) -> Message:
         """The message this append made, committed at ``sequence`` (its id)."""
         return Message(str(sequence), sequence, self.participant, self.content, self.metadata, self.timestamp_ms,
@@ -58,24 +57,21 @@ class Appended:
 
 
 def prepare_append(
-    participant: Any, content: Any, metadata: Any = None, caused_by: Any = (), timestamp_ms: Any = None, *,
-    origin: Any = None, hold: Any = False,
+    participant: Any, content: Any, metadata: Any = None, caused_by: Any = (), timestamp_ms: Any = None,
 ) -> tuple[bytes, list[tuple[str, bytes, str]], Appended]:
     """Validate a new message and make what its append carries: stored bytes, blobs, decoded form.
 
-    Raises ``MalformedContentError`` naming the place (M6, B1), or ``ValueError`` for a bad hold.
+    Raises ``MalformedContentError`` naming the place (M6, B1).
     """
     participant = codec.validate_participant(participant)
     blocks = codec.blocks_from_content(content)
     metadata = None if metadata is None else codec.validate_metadata(metadata)
     causes = () if type(caused_by) is tuple and not caused_by else _validate_caused_by(caused_by)
     timestamp = int(time.time() * 1000) if timestamp_ms is None else codec.validate_timestamp_ms(timestamp_ms)
-    if hold is not False and hold is not True:
-        hold = checks.timeout(hold, "hold_compression")  # True, False, or a bounded timeout in seconds
     # A string is one text block: no media to take out.
     stored_blocks, blobs = (blocks, []) if type(content) is str else codec.extract_blobs(blocks)
     data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
-    return data, blobs, Appended(participant, blocks, metadata, timestamp, causes, origin, hold)
+    return data, blobs, Appended(participant, blocks, metadata, timestamp, causes)
 
 
 def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:
@@ -123,6 +119,25 @@ class ChangeLog:
 _LOG_WRITES = (ItemAppended, ItemEdited, ItemsRemoved)
 
 
+@attrs.frozen
+class SlotFigures:
+    """A slot cache at one moment, as a copy (``SlotCache.figures``): which slot, how much of it is
+    held, and what reading it has cost so far."""
+
+    state: str
+    branch_id: int
+    length: int  # messages in the slot
+    held: int  # of them, decoded and held
+    revision: int
+    rewrites: int
+    may_hold_audience: bool
+    stale: bool
+    reloads: int
+    tail_fills: int
+    looks: int
+    decoded: int
+
+
 class SlotCache:
     """One (branch, slot)'s messages, in slot order (which is sequence order), decoded from the
     newest back only as far as something has asked (docs/behaviours.md L7).
@@ -152,12 +167,10 @@ class SlotCache:
         self.revision = 0
         self.rewrite_revision = 0
         self.may_hold_audience = False
-        # Who hears of appends (after the commit): ``subscribers`` hear every one (a namespace
-        # whose strategy drains in the background); ``holders``, keyed by ``id(origin)``, hear only
-        # the appends their own origin wrote with a hold. So an append costs O(1) plus the
-        # background drainers, however many namespaces read the slot.
-        self.subscribers: list[Callable[[Message, Appended | None], None]] = []
-        self.holders: dict[int, Callable[[Message, Appended | None], None]] = {}
+        # Who hears of every append, after the commit (``listen``): the namespaces whose strategy
+        # drains in the background. So an append costs O(1) plus those, however many namespaces
+        # read the slot.
+        self.listeners: list[Callable[[Message], None]] = []
         self.users = 0  # namespace actors reading it; the registry drops it at zero
         self.stale = False  # a commit event failed to apply: reload at the next read, ignore events till then
         self.reloads = 0
@@ -176,6 +189,11 @@ class SlotCache:
             self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
             self.may_hold_audience = self.may_hold_audience or head.flagged is not False
             self.changes = ChangeLog(1)
+
+    def figures(self) -> SlotFigures:
+        """What the cache holds and has cost, now, as a frozen copy."""
+        return SlotFigures(self.state, self.branch_id, self.length, len(self.messages), self.revision, self.rewrites,
+                           self.may_hold_audience, self.stale, self.reloads, self.tail_fills, self.looks, self.decoded)
 
     @property
     def rewrites(self) -> int:
@@ -362,14 +380,8 @@ class SlotCache:
                 audience = appended.audience
             self._push(message, audience)
             self.revision = operation.sequence
-            origin = None
-            if appended is not None and appended.hold is not False and self.holders:
-                origin = self.holders.get(id(appended.origin))
-                if origin is not None:
-                    self._notify(origin, message, appended)
-            for notify in self.subscribers:
-                if notify is not origin:
-                    self._notify(notify, message, appended)
+            for notify in self.listeners:
+                self._notify(notify, message)
         elif isinstance(operation, ItemEdited):
             self.revision = self.rewrite_revision = operation.sequence
             appended = operation.attachment
@@ -397,10 +409,19 @@ class SlotCache:
                 return
             self.changes.add((low, high))
 
-    def _notify(self, notify: Callable[[Message, Appended | None], None], message: Message,
-                appended: Appended | None) -> None:
+    def listen(self, notify: Callable[[Message], None]) -> None:
+        """Call ``notify`` with every message appended from now on, after its commit (once, however
+        often it is given)."""
+        if notify not in self.listeners:
+            self.listeners.append(notify)
+
+    def unlisten(self, notify: Callable[[Message], None]) -> None:
+        if notify in self.listeners:
+            self.listeners.remove(notify)
+
+    def _notify(self, notify: Callable[[Message], None], message: Message) -> None:
         try:
-            notify(message, appended)
+            notify(message)
         except Exception:  # one subscriber's failure is its own: the commit stands, the others hear of it
             logger.exception("a subscriber of slot %s on branch %d failed on message %d",
                              self.state, self.branch_id, message.sequence)

@@ -8,7 +8,7 @@ async test. Models are ``ScriptedModel`` or ``AnthropicModel`` over the real
 retries off: never the network. Ordering between a compression request and a host's call is
 forced with ``trio.Event``s held by the responder, never by sleeps; sleeps only wait out a hold's
 or a model's timeout, give a drain that must stay idle its chance to run, or poll for background
-work under the guard. The strategy's state is read through ``await m.inspect()`` (never written)
+work under the guard. The strategy's state is read through ``await m.inspect()``'s copy
 and persisted logs through the engine's read API; the only patches are a store that refuses the
 floor write and a smaller recall budget; the model timeout is ``open_runtime(model_timeout_s=...)``.
 Strategy planning (``next_unit``, ``request_for``, ``apply_unit``, ``select``) is also tested as
@@ -107,7 +107,7 @@ def l1_requests(model: ScriptedModel) -> list[ModelRequest]:
 
 
 async def strategy(m: ctxrt.ContextManager) -> Any:
-    """The namespace actor's strategy, through the documented ``inspect()`` hook: read, never written."""
+    """A copy of the namespace actor's strategy, through the documented ``inspect()`` hook."""
     return (await m.inspect()).strategy
 
 

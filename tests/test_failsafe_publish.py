@@ -2,8 +2,7 @@
 
 Determinism rules: a real LMDB store under ``tmp_path``, the real clock and a
 ``trio.fail_after`` guard. Concurrent writers are started in one nursery tick, so they share
-batches; subscribers raise on purpose (a plain exception, and the ``OverflowError`` a huge
-``hold_compression`` raised in a namespace actor's subscriber). Each test checks what every
+batches; a slot cache's listener raises on purpose. Each test checks what every
 caller was told against what the store holds, through the same runtime and after a reopen,
 and that the failure was logged.
 """
@@ -19,7 +18,7 @@ import trio
 
 from ctxrt.content import Message
 from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.slots import Appended, prepare_append
+from ctxrt.slots import prepare_append
 from ctxrt.store.actor import open_store_actor, serve_store
 from ctxrt.store.environment import close_store, open_store
 from ctxrt.store.protocol import AppendItem, RegisterState
@@ -81,8 +80,8 @@ async def messages_runtime(rt: Runtime) -> None:
     await rt.store.ask(RegisterState(name="messages", kind="log"))
 
 
-def new_message(text: str, **options: object) -> AppendItem:
-    data, blobs, appended = prepare_append("user", text, **options)  # type: ignore[arg-type]
+def new_message(text: str) -> AppendItem:
+    data, blobs, appended = prepare_append("user", text)
     return AppendItem(state="messages", branch="main", data=data, blobs=tuple(blobs), attachment=appended)
 
 
@@ -93,12 +92,10 @@ async def test_a_subscriber_that_raises_fails_alone_and_the_others_hear_every_me
     subscribers after it hear every message, the cache holds every message (L6)."""
     heard: list[int] = []
 
-    def broken(message: Message, appended: Appended | None) -> None:
-        timeout = appended.hold if appended is not None else 0
-        float(10**400) if timeout else None  # noqa: B018 - the OverflowError a huge hold raised
+    def broken(message: Message) -> None:
         raise RuntimeError(f"subscriber broke on {message.id}")
 
-    def listener(message: Message, appended: Appended | None) -> None:
+    def listener(message: Message) -> None:
         heard.append(message.sequence)
 
     acked: list[int] = []
@@ -106,11 +103,12 @@ async def test_a_subscriber_that_raises_fails_alone_and_the_others_hear_every_me
         async with open_runtime(store_path) as rt:
             await messages_runtime(rt)
             cache = rt.slots.acquire("messages", rt.engine.branch("main").id)
-            cache.subscribers += [broken, listener]
+            cache.listen(broken)
+            cache.listen(listener)
 
             async def writer(number: int) -> None:
                 for counter in range(3):
-                    result = await rt.store.ask(new_message(f"writer {number} says {counter}", hold=True))
+                    result = await rt.store.ask(new_message(f"writer {number} says {counter}"))
                     acked.append(result.sequence)
 
             async with trio.open_nursery() as nursery:

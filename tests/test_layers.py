@@ -18,8 +18,8 @@ PACKAGE = Path(ctxrt.__file__).parent
 # Lowest first. The arrows of data flow: manager -> namespace actor -> strategy -> views -> slot
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
-    ("ctxrt.errors", "ctxrt.content", "ctxrt.events", "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.files",
-     "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
+    ("ctxrt.errors", "ctxrt.mailbox", "ctxrt.content", "ctxrt.events", "ctxrt.store.keys", "ctxrt.store.seals",
+     "ctxrt.store.files", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.codec", "ctxrt.tokens"),
     ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.batch", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
@@ -36,7 +36,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.strategies.knowledge",),
     ("ctxrt.strategies.catalog",),
     ("ctxrt.namespace.states", "ctxrt.namespace.core"),
-    ("ctxrt.namespace.context", "ctxrt.namespace.protocol"),
+    ("ctxrt.namespace.context", "ctxrt.namespace.protocol", "ctxrt.namespace.effects"),
+    ("ctxrt.namespace.machine",),
     ("ctxrt.namespace.actor",),
     ("ctxrt.namespace.registry",),
     ("ctxrt.manager",),

@@ -1,7 +1,7 @@
 """Costs that grow with the budget, not the history (docs/behaviours.md L7).
 
 A slot cache decodes from the newest message back only as far as a read asks; these tests count
-what it decoded (``SlotCache.decoded``, reached through the documented ``inspect()``) and check
+what it decoded (``SlotCache.decoded``, on the cache ``inspect()`` names) and check
 that what the lazy paths return equals what a full read of the store gives. Real LMDB stores in
 temp dirs; the ratio itself (200,000 vs 2,000 messages) is measured in ``bench/costs.py``.
 """
@@ -17,6 +17,7 @@ import trio
 import ctxrt
 from ctxrt import Budget, Passthrough, WindowedPassthrough, codec
 from ctxrt.content import Text
+from ctxrt.runtime import Runtime
 from ctxrt.slots import SlotCache
 from ctxrt.store.protocol import AppendItem
 from ctxrt.store.records import LogHead
@@ -46,8 +47,10 @@ async def write_history(path: Path, count: int = HISTORY, *, audience_every: int
         await writer.aclose()
 
 
-async def cache_of(manager: ctxrt.ContextManager) -> SlotCache:
-    return (await manager.inspect()).caches[0]
+async def cache_of(rt: Runtime, manager: ctxrt.ContextManager) -> SlotCache:
+    """The slot cache ``manager``'s namespace reads: the runtime's own (``inspect()`` names it, as a copy)."""
+    figures = (await manager.inspect()).caches[0]
+    return rt.slots.cache(figures.state, figures.branch_id)
 
 
 def texts(messages: object) -> list[str]:
@@ -61,7 +64,7 @@ async def test_a_cold_passthrough_compile_decodes_what_its_budget_holds_not_the_
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(tmp_path) as rt:
             manager = await rt.open("reader", strategy=Passthrough())
-            cache = await cache_of(manager)
+            cache = await cache_of(rt, manager)
             assert cache.decoded == 0  # opening reads the head, no message
             assert await manager.message_count() == HISTORY and cache.decoded == 0
             result = await manager.compile(SMALL)
@@ -83,7 +86,7 @@ async def test_a_cold_windowed_compile_reads_back_to_its_anchor_or_the_budget_on
         async with ctxrt.open_runtime(tmp_path) as rt:
             manager = await rt.open("windowed", strategy=WindowedPassthrough())
             first = await manager.compile(SMALL)
-            decoded = (await cache_of(manager)).decoded
+            decoded = (await cache_of(rt, manager)).decoded
             assert decoded <= 4 * len(first.messages) + 128
             for i in range(3):
                 await manager.add_message("user", f"after {i}")
@@ -93,7 +96,7 @@ async def test_a_cold_windowed_compile_reads_back_to_its_anchor_or_the_budget_on
             manager = await rt.open("windowed", strategy=WindowedPassthrough())
             cold = await manager.compile(SMALL)
             assert texts(cold.messages) == texts(again.messages)
-            assert (await cache_of(manager)).decoded <= 2 * len(cold.messages) + 64
+            assert (await cache_of(rt, manager)).decoded <= 2 * len(cold.messages) + 64
 
 
 async def test_a_readers_cold_compile_projects_only_what_it_reads_and_hides_anothers_blocks(tmp_path: Path) -> None:
@@ -103,7 +106,7 @@ async def test_a_readers_cold_compile_projects_only_what_it_reads_and_hides_anot
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(tmp_path) as rt:
             ann = await rt.open("ann", view_reader="ann", strategy=Passthrough())
-            cache = await cache_of(ann)
+            cache = await cache_of(rt, ann)
             assert cache.may_hold_audience  # from the head's flag, before any message is decoded
             result = await ann.compile(SMALL)
             assert cache.decoded <= 2 * len(result.messages) + 64
@@ -124,13 +127,13 @@ async def test_a_read_only_runtime_and_a_fork_compile_without_decoding_the_slot(
             async with ctxrt.open_runtime(tmp_path, readonly=True) as reader_rt:
                 reader = await reader_rt.open("writer")
                 assert texts((await reader.compile(SMALL)).messages) == texts(parent.messages)
-                assert (await cache_of(reader)).decoded <= 2 * len(parent.messages) + 64
-            parent_cache = await cache_of(writer)
+                assert (await cache_of(reader_rt, reader)).decoded <= 2 * len(parent.messages) + 64
+            parent_cache = await cache_of(writer_rt, writer)
             before = parent_cache.decoded
             branch = await writer.fork("side")
             side = await writer_rt.open("writer", branch=branch)
             assert texts((await side.compile(SMALL)).messages) == texts(parent.messages)
-            assert (await cache_of(side)).decoded == 0
+            assert (await cache_of(writer_rt, side)).decoded == 0
             assert parent_cache.decoded == before
 
 
@@ -140,7 +143,7 @@ async def test_an_old_message_is_read_without_decoding_the_messages_after_it(tmp
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(tmp_path) as rt:
             manager = await rt.open("reader")
-            cache = await cache_of(manager)
+            cache = await cache_of(rt, manager)
             window = await manager.get_message_window(-5, 5)
             assert window.total_count == HISTORY and len(window.messages) == 5
             assert cache.decoded <= 64
@@ -148,7 +151,7 @@ async def test_an_old_message_is_read_without_decoding_the_messages_after_it(tmp
             assert cache.decoded == HISTORY  # offset 0 reads back to the first message
         async with ctxrt.open_runtime(tmp_path) as rt:
             manager = await rt.open("reader")
-            cache = await cache_of(manager)
+            cache = await cache_of(rt, manager)
             assert await manager.get_message(first.id) == first
             assert cache.decoded == 1
 
@@ -165,7 +168,7 @@ async def test_an_audience_written_below_the_slot_layer_is_found_as_it_is_read_b
                 await writer.add_message("user", f"plain {i}")
         async with ctxrt.open_runtime(tmp_path) as rt:
             ann = await rt.open("ann", view_reader="ann")
-            cache = await cache_of(ann)
+            cache = await cache_of(rt, ann)
             assert not cache.may_hold_audience
             result = await ann.compile(Budget(max_tokens=200_000))
             assert "secret" not in texts(result.messages) and "open" in texts(result.messages)
@@ -194,10 +197,10 @@ async def test_namespaces_reading_one_slot_as_one_reader_share_its_projection(tm
             for manager in (first, second, bob, filtered):
                 await manager.compile(Budget(max_tokens=200_000))
             shared = (await first.inspect()).reader_listing
-            assert (await second.inspect()).reader_listing is shared
+            assert shared.shared and (await second.inspect()).reader_listing == shared  # one projection
             assert shared.projected == 200  # once, for both namespaces
-            assert (await bob.inspect()).reader_listing is not shared
-            assert (await filtered.inspect()).reader_listing is not shared
+            assert (await bob.inspect()).reader_listing.reader == "bob"  # its own projection of the slot
+            assert not (await filtered.inspect()).reader_listing.shared
             assert texts((await first.compile(Budget(max_tokens=200_000))).messages) == texts(
                 (await second.compile(Budget(max_tokens=200_000))).messages)
 
@@ -254,7 +257,7 @@ async def test_an_edit_of_a_message_no_read_has_reached_is_applied_without_an_er
             old_id = (await (await rt.open("reader")).get_message_window(0, 1)).messages[0].id
         async with ctxrt.open_runtime(tmp_path) as rt:
             manager = await rt.open("reader")
-            cache = await cache_of(manager)
+            cache = await cache_of(rt, manager)
             caplog.set_level(logging.WARNING, logger="ctxrt")
             await manager.edit_message(old_id, "rewritten")
             assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -271,7 +274,7 @@ async def test_a_read_only_walk_newest_first_never_repeats_a_message_while_the_w
         async with ctxrt.open_runtime(tmp_path) as writer_rt:
             writer = await writer_rt.open("writer")
             async with ctxrt.open_runtime(tmp_path, readonly=True) as reader_rt:
-                cache = await cache_of(await reader_rt.open("writer"))
+                cache = await cache_of(reader_rt, await reader_rt.open("writer"))
                 walk = cache.newest_first()
                 seen = [next(walk) for _ in range(70)]
                 for i in range(3):

@@ -25,7 +25,7 @@ import ctxrt
 from ctxrt import Autobiographical, Budget
 from ctxrt.namespace import states
 from ctxrt.runtime import Runtime
-from ctxrt.store.protocol import SetValue
+from ctxrt.store.protocol import Atomically, EditItem, SetValue
 from ctxrt.testing import ScriptedModel
 
 GUARD_S = 60
@@ -70,8 +70,11 @@ async def _write_forever(manager: ctxrt.ContextManager) -> None:
 
 
 async def cancelled_after(checkpoints: int, call: Callable[[], Awaitable[Any]]) -> bool:
-    """Run ``call``, cancelled once a sibling has passed ``checkpoints`` checkpoints; True if it was cut short."""
+    """Run ``call``, cancelled once a sibling has passed ``checkpoints`` checkpoints (-1: cancelled as it
+    begins); True if it was cut short."""
     scope = trio.CancelScope()
+    if checkpoints < 0:
+        scope.cancel()
 
     async def cancel_later() -> None:
         for _ in range(checkpoints):
@@ -221,13 +224,13 @@ async def test_racing_opens_with_one_cancelled_at_any_checkpoint_each_end_with_a
 
 
 async def test_an_open_cancelled_while_its_actor_starts_claims_nothing_and_leaves_no_actor(tmp_path: Path) -> None:
-    """L3, L4, C1: an open of a fresh namespace cancelled at any checkpoint ends with a manager claiming
-    for its reader, or cut short with no actor left behind: before its claim nothing is recorded and
-    another reader's open gets the namespace; after it, the claim stands."""
+    """L3, L4, C1: an open of a fresh namespace cancelled as it begins or at any checkpoint ends with a
+    manager claiming for its reader, or cut short with no actor left behind: before its claim nothing
+    is recorded and another reader's open gets the namespace; after it, the claim stands."""
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(tmp_path / "s", durability="os") as rt:
             outcomes = set()
-            for k in range(12):
+            for k in range(-1, 30):
                 namespace = f"ns-{k}"
                 opened: list[ctxrt.ContextManager] = []
 
@@ -588,3 +591,36 @@ async def test_a_strategy_whose_backoff_breaks_never_stops_the_runtime(tmp_path:
                 await m.add_message("user", f"line {i}")
             assert len((await m.compile()).messages) == 3
             assert (await m.health()).managers == 1
+
+
+# -- the write lane: a compile waits for no flush it didn't ask for -------------------------------
+
+
+async def test_a_compile_is_answered_while_a_siblings_edit_is_still_committing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P13, L4: a sibling manager's edit is held at the store's door; a compile of the same
+    namespace sent meanwhile is answered at once, from the message as it was, and the edit is answered
+    once its commit lands. (The compile waited for the edit's commit before the lane.)"""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as rt:
+            editor, reader = await rt.open("ns"), await rt.open("ns")
+            target = await editor.add_message("user", "before")
+            entered, gate = trio.Event(), trio.Event()
+            ask = rt.store.ask
+
+            async def held(command: Any) -> Any:
+                if isinstance(command, Atomically) and any(isinstance(c, EditItem) for c in command.commands):
+                    entered.set()
+                    await gate.wait()
+                return await ask(command)
+
+            monkeypatch.setattr(rt.store, "ask", held)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(editor.edit_message, target, "after")
+                await entered.wait()
+                with trio.fail_after(5):  # before the lane: held until the gate opened, never
+                    compiled = await reader.compile()
+                assert [m.content[0].text for m in compiled.messages] == ["before"]
+                gate.set()
+            assert [m.content[0].text for m in (await reader.compile()).messages] == ["after"]

@@ -118,11 +118,11 @@ async def test_a_compile_on_a_shared_store_asks_for_each_head_once(pg_url: str) 
     async with ctxrt.open_runtime(pg_url) as rt:
         for namespace in ("first", "second"):
             manager = await rt.open(namespace)
-            cache = (await manager.inspect()).caches[0]
-            before = cache.looks
+            before = (await manager.inspect()).caches[0].looks
             compiled = await manager.compile()
             assert len(compiled.messages) == 300
-            assert cache.looks - before == 1, cache.looks - before
+            looks = (await manager.inspect()).caches[0].looks - before
+            assert looks == 1, looks
 
 
 @pytest.mark.parametrize("foreign", [

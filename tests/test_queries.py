@@ -57,10 +57,9 @@ async def test_queries_by_time_external_id_and_metadata_with_limits_and_order(tm
                                          timestamp_ms=1_000 + i)
         async with ctxrt.open_runtime(tmp_path / "store") as rt:
             manager = await rt.open("reader")
-            cache = (await manager.inspect()).caches[0]
             newest = await manager.query_messages(participant="user", reverse=True, limit=2)
             assert [m.content[0].text for m in newest] == ["m499", "m497"]  # type: ignore[union-attr]
-            assert cache.decoded <= 64
+            assert (await manager.inspect()).caches[0].decoded <= 64
             window = await manager.query_messages(since_ms=1_010, until_ms=1_014)
             assert [m.timestamp_ms for m in window] == [1_010, 1_011, 1_012, 1_013, 1_014]
             assert [m.content[0].text for m in await manager.query_messages(external_id="ext-7")] == ["m7"]  # type: ignore[union-attr]

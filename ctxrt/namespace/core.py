@@ -201,6 +201,8 @@ class Holds:
 
     def __init__(self) -> None:
         self._expires: dict[int, float] = {}  # message sequence -> lapse time (inf = until released)
+        # Holds of messages not yet written: each holds from a sequence every later append exceeds.
+        self._reserved: dict[object, int] = {}
 
     def __len__(self) -> int:
         return len(self._expires)
@@ -221,9 +223,19 @@ class Holds:
             del self._expires[sequence]
         return len(lapsed)
 
+    def reserve(self, key: object, sequence: int) -> None:
+        """Hold from ``sequence`` on until ``unreserve(key)``: for a message being written, whose
+        sequence is not known yet but can't be below it."""
+        self._reserved[key] = sequence
+
+    def unreserve(self, key: object) -> None:
+        self._reserved.pop(key, None)
+
     def floor(self) -> int | None:
         """The lowest held sequence (it and everything after stay raw), or None."""
-        return min(self._expires) if self._expires else None
+        if not self._reserved:
+            return min(self._expires) if self._expires else None
+        return min([*self._expires, *self._reserved.values()])
 
     def next_lapse(self, now: float) -> float:
         """When the next hold lapses (inf if none is timed)."""

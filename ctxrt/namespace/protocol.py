@@ -7,25 +7,25 @@ reader that manager compiles for, so the actor checks it in mailbox order (docs/
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
-import trio
 
-from .. import tracing
-from ..compile import Budget, Injection, MessageInjection
+from ..compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
 from ..content import Block, Message
 from ..errors import ManagerClosedError
-from ..slots import SlotCache
-from ..store.protocol import Blob
+from ..mailbox import Ask, Mailbox
+from ..slots import SlotCache, SlotFigures
+from ..store.protocol import AppendItem, Blob
+from ..store.records import BranchRow, ItemAppended
 
 if TYPE_CHECKING:
     from ..model import Model
-    from ..strategies.base import RenderStats, Strategy, StrategyConfig
+    from ..strategies.base import Pin, RenderStats, Strategy, StrategyConfig
     from ..tokens import TokenEstimator
 
+R = TypeVar("R")
 MAILBOX_CAPACITY = 256  # asks queued or in service at once; a further ask waits for a place
 
 
@@ -46,7 +46,7 @@ class NamespaceConfig:
 
 
 @attrs.frozen
-class Attach:
+class Attach(Ask["Attached"]):
     """Attach manager ``token``: claim an unclaimed namespace for ``reader`` (C1, C6, C13)."""
 
     token: int
@@ -57,14 +57,14 @@ class Attach:
 
 
 @attrs.frozen
-class Detach:
+class Detach(Ask[None]):
     """Manager ``token`` left (closed or moved); the actor stops with its last manager."""
 
     token: int
 
 
 @attrs.frozen
-class Compile:
+class Compile(Ask[CompileResult]):
     reader: str | None
     budget: Budget
     injections: tuple[Injection, ...]
@@ -74,26 +74,26 @@ class Compile:
 
 
 @attrs.frozen
-class Preview:
+class Preview(Ask[PreviewResult | None]):
     reader: str | None
     budget: Budget
     message_injections: tuple[MessageInjection, ...]
 
 
 @attrs.frozen
-class Tick:
+class Tick(Ask[bool]):
     """One unit of strategy work; answered True if it made progress."""
 
     reader: str | None
 
 
 @attrs.frozen
-class CheckReady:
+class CheckReady(Ask[bool]):
     reader: str | None
 
 
 @attrs.frozen
-class Edit:
+class Edit(Ask[None]):
     """Replace message ``message_id``'s content (validated by the manager), refusing a narrowing (D1-D5)."""
 
     reader: str | None
@@ -104,7 +104,7 @@ class Edit:
 
 
 @attrs.frozen
-class Remove:
+class Remove(Ask[None]):
     """Remove messages ``first_id`` through ``last_id`` with their context-log copies (D1: never refused)."""
 
     first_id: str
@@ -112,13 +112,13 @@ class Remove:
 
 
 @attrs.frozen
-class SetStrategy:
+class SetStrategy(Ask[None]):
     reader: str | None
     config: StrategyConfig | Strategy
 
 
 @attrs.frozen
-class Fork:
+class Fork(Ask[BranchRow]):
     """Check that manager ``reader`` may branch (C1, C3, C7, C12), then make branch ``name`` at the head."""
 
     reader: str | None
@@ -126,7 +126,7 @@ class Fork:
 
 
 @attrs.frozen
-class Derive:
+class Derive(Ask[tuple[BranchRow, str | None]]):
     """Check a derive (C11, C12, D6), then make branch ``name`` recording the child's reader (R2)."""
 
     reader: str | None
@@ -160,50 +160,60 @@ SummaryQuery = SearchSummaries | GetSummary | SummariesInRange
 
 
 @attrs.frozen
-class QuerySummaries:
+class QuerySummaries(Ask[Any]):
     reader: str | None
     query: SummaryQuery
 
 
 @attrs.frozen
-class ResetHeadWindow:
+class ResetHeadWindow(Ask[str]):
     reader: str | None
     text: str | None
 
 
 @attrs.frozen
-class Hold:
+class AppendAndHold(Ask[ItemAppended]):
+    """Append ``append`` (made and checked by the manager) and hold its message from compression
+    until released or ``timeout_s`` (T5). Held from before it is written: no unit planned while
+    it commits reads it."""
+
+    append: AppendItem
+    timeout_s: float | None
+
+
+@attrs.frozen
+class Hold(Ask[None]):
     message_ids: tuple[str, ...]
     timeout_s: float | None
 
 
 @attrs.frozen
-class Release:
+class Release(Ask[None]):
     message_ids: tuple[str, ...]
 
 
 @attrs.frozen
-class SetSystemPrompt:
+class SetSystemPrompt(Ask[None]):
     text: str
 
 
 @attrs.frozen
-class SetTools:
+class SetTools(Ask[None]):
     tools: tuple[Mapping[str, Any], ...]
 
 
 @attrs.frozen
-class ReportHealth:
+class ReportHealth(Ask["NamespaceHealth"]):
     pass
 
 
 @attrs.frozen
-class RetryQuarantined:
+class RetryQuarantined(Ask[list[str]]):
     reader: str | None
 
 
 @attrs.frozen
-class PinRange:
+class PinRange(Ask["Pin"]):
     reader: str | None
     first_id: str
     last_id: str
@@ -212,18 +222,18 @@ class PinRange:
 
 
 @attrs.frozen
-class Unpin:
+class Unpin(Ask[bool]):
     reader: str | None
     pin_id: str
 
 
 @attrs.frozen
-class ListPins:
+class ListPins(Ask[list["Pin"]]):
     reader: str | None
 
 
 @attrs.frozen
-class Inspect:
+class Inspect(Ask["NamespaceSnapshot"]):
     """For tests and debugging (``ContextManager.inspect``): a snapshot of the actor's state."""
 
 
@@ -231,7 +241,7 @@ class Inspect:
 
 
 @attrs.frozen
-class UnitDone:
+class UnitDone(Ask[None]):
     """A model call came back (a response or the error it raised), for the view epoch it began in."""
 
     epoch: int
@@ -240,8 +250,18 @@ class UnitDone:
 
 
 @attrs.frozen
-class Wake:
-    """Look at the notes lane (new messages, holds) and the drain."""
+class SlotAppended:
+    """From the store actor's publish step, while the strategy drains in the background: a
+    message was appended to the own slot."""
+
+    sequence: int
+
+
+@attrs.frozen
+class Retire:
+    """Stop now (the branch was deleted, the runtime closes): what is queued is refused with ``error()``."""
+
+    error: Callable[[], BaseException]
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -273,16 +293,39 @@ class NamespaceHealth:
 
 
 @attrs.frozen
+class ListingFigures:
+    """The reader listing a namespace's strategy reads, at one moment: its reader, whether it is the
+    projection of one slot shared by every namespace reading that slot as that reader, and how many
+    messages it has projected into the reader's view so far."""
+
+    reader: str | None
+    shared: bool
+    slot: str  # the own slot, whose shared projection it is when ``shared``
+    projected: int
+
+
+@attrs.frozen
 class NamespaceSnapshot:
-    """The actor's state at one turn, for tests. Read it; never change it."""
+    """The actor's state at one turn, for tests and debugging: copies, never the live objects (a
+    strategy copied with its containers, the slot caches' and the listing's figures)."""
 
     strategy: Strategy
     record: Any
     floor: int
     epoch: int
-    caches: tuple[SlotCache, ...]
-    reader_listing: Any
+    caches: tuple[SlotFigures, ...]
+    reader_listing: ListingFigures
     model_timeout_s: float
+
+
+@attrs.frozen
+class NamespaceStatus:
+    """What the actor publishes for readers outside its turns, replaced whole, never changed."""
+
+    strategy_config: StrategyConfig | Strategy  # set_strategy's, once it ran
+    slot: SlotCache | None = None  # the own slot's cache, for reads of messages as stored
+    model_calls: int = 0  # model calls out
+    render_stats: RenderStats | None = None  # what the last compile showed and left out
 
 
 # -- the handle ------------------------------------------------------------------------------
@@ -293,49 +336,22 @@ class ActorRetired(Exception):
     starts a fresh one. Never reaches the public API."""
 
 
-class Reply:
-    """The slot a command's answer goes into; it carries its sender's trace context to the actor."""
-
-    __slots__ = ("event", "ok", "trace", "value")
-
-    def __init__(self) -> None:
-        self.event = trio.Event()
-        self.ok = False
-        self.value: Any = None
-        self.trace: Any = tracing.current()  # trio gives the actor's task its own context, not the sender's
-
-    def resolve(self, ok: bool, value: Any) -> None:
-        if not self.event.is_set():
-            self.ok, self.value = ok, value
-            self.event.set()
-
-
-Envelope = tuple[Any, "Reply | None"]
-
-
 class NamespaceRef:
     """The handle to one namespace actor: one (branch incarnation, namespace) in a runtime.
 
-    Two lanes: commands, in order (``ask`` waits while ``MAILBOX_CAPACITY`` are queued, so
-    callers feel backpressure), and notes (new messages and their holds, from the store actor's
-    publish step), which never block and which the actor reads before every command.
+    Its ``Mailbox`` is the one way in: commands (``ask`` waits while ``MAILBOX_CAPACITY`` are
+    queued, so callers feel backpressure), and messages from the runtime (``SlotAppended``,
+    ``Retire``) and from the actor's own children (``UnitDone``, ``Committed``), which never
+    wait. ``status`` is the frozen snapshot the actor last published, replaced whole.
     """
 
     def __init__(self, config: NamespaceConfig, branch_id: int, branch_name: str) -> None:
         self.config = config
         self.branch_id = branch_id
         self.branch_name = branch_name
-        self._send, self.inbox = trio.open_memory_channel[Envelope](math.inf)
-        self._room = trio.Event()  # set when the actor takes a command off a full mailbox
-        self.notes: list[tuple[int, Any]] = []  # (sequence, hold) of appends; hold False: a wake-up only
-        self._woken = False
+        self.mailbox = Mailbox(MAILBOX_CAPACITY, self.refusal)
         self._closed: Callable[[], BaseException] | None = None
-        # Published by the actor for readers outside it (plain values, never its state):
-        self.slot: SlotCache | None = None  # the own slot's cache, for reads of messages as stored
-        self.strategy_config: StrategyConfig | Strategy = config.strategy
-        self.wants_appends = False  # the strategy drains in the background: wake on every append
-        self.in_flight = 0
-        self.render_stats: RenderStats | None = None  # what the last compile showed and left out
+        self.status = NamespaceStatus(config.strategy)
 
     @property
     def namespace(self) -> str:
@@ -343,76 +359,46 @@ class NamespaceRef:
 
     @property
     def retired(self) -> Callable[[], BaseException] | None:
-        """When the actor has stopped, a factory of the error later requests raise; else None."""
+        """When the actor has stopped (or is told to), a factory of the error later requests raise; else None."""
         return self._closed
 
-    async def ask(self, command: Any) -> Any:
+    async def ask(self, command: Ask[R]) -> R:
         """Send ``command`` and wait for its answer.
 
         Raises what the handler raised, or the actor's stop error (``ActorRetired`` for an
         attach, else ``BranchNotFoundError`` or ``ManagerClosedError``) if it stopped first. If
         cancelled after sending, the command is still handled whole; only its answer is lost.
         """
-        if self._closed is not None:
-            await trio.lowlevel.checkpoint()
-            raise self.refusal(command)
-        while self.mailbox_depth >= MAILBOX_CAPACITY:  # backpressure: wait until the actor takes some
-            await self._room.wait()
-            if self._closed is not None:
-                raise self.refusal(command)
-        reply = Reply()
-        try:
-            self._send.send_nowait((command, reply))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            raise self.refusal(command) from None
-        await reply.event.wait()  # cancelled here, the command is still handled whole; its answer is dropped
-        if reply.ok:
-            return reply.value
-        raise reply.value
+        return await self.mailbox.ask(command)
 
     def refusal(self, command: Any) -> BaseException:
         """The error a command meets once the actor has stopped: an attach retries on a fresh
         actor; anything else belonged to a manager the stop closed."""
-        error = (self._closed or _stopped)()
-        if isinstance(error, ActorRetired) and not isinstance(command, Attach):
-            return _stopped()
-        return error
+        return refusal_for(self._closed or _stopped, command)
 
     def tell(self, command: Any) -> None:
         """Send ``command`` without waiting; dropped if the actor has stopped."""
-        try:
-            self._send.send_nowait((command, None))
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            pass
+        self.mailbox.tell(command)
 
-    def note_appended(self, sequence: int, hold: Any) -> None:
-        """From the publish step: a message this namespace's manager appended with a hold (True or
-        a timeout), or (``hold`` False) a wake-up for a draining strategy."""
-        self.notes.append((sequence, hold))
-        if not self._woken:
-            self._woken = True
-            self.tell(Wake())
-
-    def received(self) -> None:
-        """The actor took a command: wake callers waiting for room."""
-        if self.mailbox_depth < MAILBOX_CAPACITY and not self._room.is_set():
-            self._room.set()
-            self._room = trio.Event()
-
-    def take_notes(self) -> list[tuple[int, Any]]:
-        notes, self.notes, self._woken = self.notes, [], False
-        return notes
-
-    def close(self, error: Callable[[], BaseException]) -> None:
-        """Refuse new commands with ``error()``; the actor answers what is queued."""
+    def retire(self, error: Callable[[], BaseException]) -> None:
+        """Tell the actor to stop now: refuse new commands with ``error()``; the actor takes
+        ``Retire`` before anything queued and refuses that the same way."""
         if self._closed is None:
             self._closed = error
-            self._send.close()
-            self._room.set()
+            self.mailbox.close(notice=Retire(error))
 
     @property
     def mailbox_depth(self) -> int:
-        return self._send.statistics().current_buffer_used
+        return self.mailbox.depth
+
+
+def refusal_for(error: Callable[[], BaseException], command: Any) -> BaseException:
+    """The error ``command`` meets from an actor stopped with ``error``: an attach retries on a
+    fresh actor (``ActorRetired``); anything else belonged to a manager the stop closed."""
+    made = error()
+    if isinstance(made, ActorRetired) and not isinstance(command, Attach):
+        return _stopped()
+    return made
 
 
 def _stopped() -> BaseException:

@@ -19,14 +19,13 @@ from ..errors import (
     ReadOnlyStoreError,
     RuntimeClosedError,
 )
+from ..mailbox import Reply
 from ..slots import SlotRegistry
 from ..store.actor import StoreRef
 from ..store.interface import StoreEngine
 from ..store.records import BranchRow
-from . import states
-from .actor import Services, build_strategy, serve_namespace
-from .core import Place, check_attach, record_from_value, require_marking
-from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef, Reply
+from .actor import Services, serve_namespace
+from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef
 
 _tokens = itertools.count(1)
 
@@ -91,36 +90,28 @@ class NamespaceRegistry:
         """Attach manager ``token`` to the actor of (``branch``, ``config.namespace``), starting it
         if none runs; returns its ref and the reader the manager compiles for.
 
-        Raises what the attach's checks raise (``ReaderConflictError``, ``StrategyRefusedError``,
-        ``ConfigConflictError``) before anything is written, and ``BranchNotFoundError`` for a
-        deleted branch. If cancelled, the manager is not attached (a claim that committed stands).
+        Raises what the actor's checks of the attach raise (``ReaderConflictError``,
+        ``StrategyRefusedError``, ``ConfigConflictError``) before anything is written, and
+        ``BranchNotFoundError`` for a deleted branch. If cancelled, the manager is not attached (a
+        claim that committed stands).
         """
         key = (branch.id, config.namespace)
-        place = Place(config.namespace, branch.name)
         while True:
             if self.closed:
                 raise RuntimeClosedError("the runtime is closed")
             if branch.deleted or self.engine.branch_deleted(branch.id):
                 raise BranchNotFoundError(f"branch {branch.name!r} was deleted")
             ref = self._refs.get(key)
-            if ref is None:
-                # Refusals come before anything is registered or written (C2).
-                value = self.engine.read_value(states.reader_state(config.namespace), branch.id)
-                resolved = check_attach(record_from_value(value), reader, compiles_for_none=compiles_for_none,
-                                        place=place)
-                strategy = build_strategy(config.strategy)
-                require_marking(strategy.marks_compression_reads, strategy.name, resolved, config.namespace)
+            if ref is None:  # the actor judges the attach, before it registers or writes anything (C2)
                 ref = NamespaceRef(config, branch.id, branch.name)
                 self._refs[key] = ref
-                started = Reply()
+                started: Reply[None] = Reply()
                 self._nursery.start_soon(serve_namespace, self._services, ref, started)
                 try:
-                    await started.event.wait()  # cancelled here, the actor starts all the same
+                    await started.wait()  # cancelled here, the actor starts all the same
                 except BaseException:
                     ref.tell(Detach(token))  # it stops at once unless another open attached first
                     raise
-                if not started.ok:
-                    raise self._refusal(started.value)
             try:
                 attached = await ref.ask(Attach(token, reader, config, explicit_strategy, compiles_for_none))
             except ActorRetired:
@@ -145,7 +136,7 @@ class NamespaceRegistry:
         for key, ref in list(self._refs.items()):
             if key[0] == branch_id:
                 del self._refs[key]
-                ref.close(error)
+                ref.retire(error)
 
     def on_close(self, end: Callable[[], None]) -> Callable[[], None]:
         """Call ``end`` when the runtime closes (a subscription's channel ends then); returns the cancel."""
@@ -160,13 +151,13 @@ class NamespaceRegistry:
         for end in ends:
             end()
         for ref in list(self._refs.values()):
-            ref.close(lambda ref=ref: ManagerClosedError(  # type: ignore[misc]  # mypy infers no type for a lambda default
+            ref.retire(lambda ref=ref: ManagerClosedError(  # type: ignore[misc]  # mypy infers no type for a lambda default
                 f"the runtime closed; the manager of namespace {ref.namespace!r} on branch {ref.branch_name!r} "
                 f"is closed"))
         self._refs.clear()
 
     def statistics(self) -> tuple[NamespaceStatistics, ...]:
         return tuple(
-            NamespaceStatistics(ref.namespace, ref.branch_name, ref.mailbox_depth, ref.in_flight)
+            NamespaceStatistics(ref.namespace, ref.branch_name, ref.mailbox_depth, ref.status.model_calls)
             for ref in self._refs.values()
         )

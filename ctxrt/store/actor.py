@@ -29,7 +29,7 @@ import mmap
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import lmdb
@@ -42,6 +42,7 @@ from ..errors import (
     StoreFullError,
     StoreUnavailableError,
 )
+from ..mailbox import Ask, Envelope, Mailbox
 from .batch import Batch
 from .engine import Engine
 from .interface import StoreEngine
@@ -59,6 +60,7 @@ from .records import Operation
 from .writer import WriterThread
 
 logger = logging.getLogger("ctxrt.store")
+R = TypeVar("R")
 
 MAILBOX_CAPACITY = 1000
 MAX_BATCH_COMMANDS = 256
@@ -84,38 +86,6 @@ class StoreStatistics:
     largest_batch: int
 
 
-class _Reply:
-    """One caller's answer: its task parks on it (no Event, no parking lot) until the actor resolves it."""
-
-    __slots__ = ("task", "done", "ok", "trace", "value")
-
-    def __init__(self) -> None:
-        self.task: trio.lowlevel.Task | None = None
-        self.done = False
-        self.ok = False
-        self.value: Any = None
-        self.trace: Any = tracing.current()  # the sender's trace context: the actor's task has its own
-
-    def resolve(self, ok: bool, value: Any) -> None:
-        self.ok, self.value, self.done = ok, value, True
-        task = self.task
-        if task is not None:
-            self.task = None
-            trio.lowlevel.reschedule(task)
-
-    async def wait(self) -> None:
-        """Until resolved; a schedule point and a cancel point either way. Cancelled, the answer is dropped."""
-        if self.done:
-            await trio.lowlevel.checkpoint()
-            return
-        self.task = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
-
-    def _abort(self, _: Any) -> trio.lowlevel.Abort:
-        self.task = None  # resolve won't wake a task that has gone
-        return trio.lowlevel.Abort.SUCCEEDED
-
-
 @attrs.define(eq=False)
 class _Counters:
     last_batch_size: int = 0
@@ -128,34 +98,36 @@ class _Counters:
 class StoreRef:
     """The handle to a running store actor; the only holder of its mailbox.
 
-    Idle fast path: when a caller is the only one in ``ask`` and nothing is queued, it runs
-    the actor's commit step itself instead of waking the actor: the same synchronous critical
-    section (one write transaction, publish, answer), in the same order, minus a task hop.
-    As soon as two callers overlap, everything goes through the mailbox and commits in groups;
-    a caller that finds others in flight sends at once, without a schedule point of its own
-    before the send (its wait for the reply is one), so an append costs one task switch there.
+    Idle fast path (``inline``): when a caller is the only one in ``ask``, the actor owes no
+    answer and the engine commits inline (durability "os"; never a durable LMDB commit, which
+    goes to the writer thread, nor PostgreSQL's), it runs the actor's commit step itself instead
+    of waking the actor: the same synchronous critical section (one write transaction, publish,
+    answer), in the same order, minus a task hop. As soon as two callers overlap, everything goes
+    through the mailbox and commits in groups; a caller that finds others in flight sends at once,
+    without a schedule point of its own before the send (its wait for the reply is one), so an
+    append costs one task switch there.
     """
 
     def __init__(
-        self, send: trio.MemorySendChannel[tuple[Any, _Reply]], counters: _Counters, engine: StoreEngine,
-        publish: Callable[[Sequence[Operation]], None],
+        self, mailbox: Mailbox, counters: _Counters, engine: StoreEngine,
+        publish: Callable[[Sequence[Operation]], None], *, inline: bool = True,
     ) -> None:
-        self._send = send
+        self._mailbox = mailbox
         self._counters = counters
         self._engine = engine
         self._publish = publish
+        self._inline = inline
         self._in_ask = 0  # callers inside ask()
-        self._queued = 0  # envelopes sent to the actor and not yet answered
-        self._closed = False
 
-    async def ask(self, command: Any) -> Any:
+    async def ask(self, command: Ask[R]) -> R:
         """Send ``command`` and wait for its committed result.
 
         Raises the error that refused the command (the store is then unchanged by it), or
         ``RuntimeClosedError`` if the actor has stopped. If cancelled after sending, the command
         may still commit; its result is dropped.
         """
-        alone = self._in_ask == 0 and self._queued == 0
+        mailbox = self._mailbox
+        alone = self._in_ask == 0 and mailbox.unanswered == 0
         self._in_ask += 1
         try:
             if alone:
@@ -164,23 +136,13 @@ class StoreRef:
                 # Others are in flight: join the next batch at once. Waiting for the reply is this
                 # call's schedule point; a caller cancelled already sends nothing.
                 await trio.lowlevel.checkpoint_if_cancelled()
-            if self._closed:
-                raise RuntimeClosedError("the store actor has stopped")
-            if self._in_ask == 1 and self._queued == 0 and not self._engine.commits_on_thread:
+            if mailbox.closed:
+                raise mailbox.refuse(command)
+            if (self._inline and self._in_ask == 1 and mailbox.unanswered == 0
+                    and not self._engine.commits_on_thread):
                 ok, value = commit_batch(self._engine, [command], self._publish, self._counters)[0]
             else:
-                reply = _Reply()
-                self._queued += 1
-                try:
-                    try:
-                        self._send.send_nowait((command, reply))
-                    except trio.WouldBlock:
-                        await self._send.send((command, reply))  # back-pressure: the mailbox is full
-                except BaseException as exc:  # not sent (closed, or cancelled while the mailbox was full)
-                    self._queued -= 1
-                    if isinstance(exc, (trio.BrokenResourceError, trio.ClosedResourceError)):
-                        raise RuntimeClosedError("the store actor has stopped") from None
-                    raise
+                reply = await mailbox.put(command)  # waits for room while the mailbox is full
                 await reply.wait()
                 # Answered just as the caller was cancelled (its scope, or its runtime closing under
                 # it): it leaves cancelled, as a caller whose write is still out does, instead of
@@ -190,18 +152,17 @@ class StoreRef:
         finally:
             self._in_ask -= 1
         if ok:
-            return value
+            return value  # type: ignore[no-any-return]  # an R by the command's type
         raise value
 
     def close(self) -> None:
         """Refuse new commands; the actor answers what is queued, then stops."""
-        self._closed = True
-        self._send.close()
+        self._mailbox.close()
 
     def statistics(self) -> StoreStatistics:
         counters = self._counters
         return StoreStatistics(
-            mailbox_depth=self._send.statistics().current_buffer_used,
+            mailbox_depth=self._mailbox.depth,
             last_batch_size=counters.last_batch_size,
             last_commit_ms=counters.last_commit_ms,
             batches=counters.batches,
@@ -243,10 +204,10 @@ def execute(batch: Batch, command: Any) -> Any:
 
 
 def open_store_actor(
-    engine: StoreEngine, publish: Callable[[Sequence[Operation]], None]
-) -> tuple[StoreRef, trio.MemoryReceiveChannel[tuple[Any, _Reply]]]:
-    send, receive = trio.open_memory_channel[tuple[Any, _Reply]](MAILBOX_CAPACITY)
-    return StoreRef(send, _Counters(), engine, publish), receive
+    engine: StoreEngine, publish: Callable[[Sequence[Operation]], None], *, inline: bool = True
+) -> tuple[StoreRef, Mailbox]:
+    mailbox = Mailbox(MAILBOX_CAPACITY, lambda command: RuntimeClosedError("the store actor has stopped"))
+    return StoreRef(mailbox, _Counters(), engine, publish, inline=inline), mailbox
 
 
 @trio.lowlevel.enable_ki_protection  # Ctrl-C waits for the commit step's end: never between commit and answer
@@ -314,7 +275,7 @@ def _copy_refusal(refused: StoreFullError | StoreCorruptError | StoreUnavailable
 async def serve_store(
     engine: StoreEngine,
     ref: StoreRef,
-    inbox: trio.MemoryReceiveChannel[tuple[Any, _Reply]],
+    inbox: Mailbox,
     *,
     durability: str = "sync",
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
@@ -326,7 +287,7 @@ async def serve_store(
     caches that already hold its write.
     """
     counters = ref._counters
-    pending: list[tuple[Any, _Reply]] = []
+    pending: list[Envelope] = []
     writer = WriterThread(engine.env) if isinstance(engine, Engine) and engine.commits_on_thread else None
     async with trio.open_nursery() as nursery:
         if durability == "os":
@@ -351,7 +312,7 @@ async def serve_store(
                     pending.append(envelope)
                     size += _size(envelope[0])
                 commands = [command for command, _ in pending]
-                traces = [reply.trace for _, reply in pending]
+                traces = [None if reply is None else reply.trace for _, reply in pending]
                 if writer is not None:  # the loop runs on while the writer thread commits
                     results, operations = await _commit_on_writer(engine, writer, commands, counters, traces)
                     publish_committed(ref._publish, operations)
@@ -361,9 +322,9 @@ async def serve_store(
                     publish_committed(ref._publish, operations)
                 else:
                     results = commit_batch(engine, commands, ref._publish, counters, traces)
-                ref._queued -= len(pending)
                 for (_, reply), (ok, value) in zip(pending, results):
-                    reply.resolve(ok, value)
+                    if reply is not None:
+                        reply.resolve(ok, value)
                 pending = []
         finally:
             # One error per caller: callers raise theirs at once, each with its own traceback.
@@ -371,18 +332,10 @@ async def serve_store(
                 return RuntimeClosedError("the store actor stopped before answering")
 
             for _, reply in pending:
-                if not reply.done:
-                    ref._queued -= 1
-                    reply.resolve(False, closed())
+                if reply is not None:
+                    reply.resolve(False, closed())  # ignored by a reply already answered
             # Closing drops what is still queued; answer it first, or its callers wait forever.
-            while True:
-                try:
-                    _, reply = inbox.receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-                ref._queued -= 1
-                reply.resolve(False, closed())
-            inbox.close()
+            inbox.drain(lambda command: closed())
             if writer is not None:
                 trio.lowlevel.remove_instrument(turns)
                 writer.stop()  # ends the transaction it held: the store can be closed now

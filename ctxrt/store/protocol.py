@@ -1,6 +1,6 @@
 """Store commands (frozen attrs, one per operation) and the public branch record.
 
-Commands are imperative; ``StoreRef.ask(command)`` returns the operation the engine committed
+Commands are imperative, each an ``Ask`` of what it is answered with; ``StoreRef.ask(command)`` returns the operation the engine committed
 (``ItemAppended``, ``ValueSet``...) or raises the error that refused it. A command's ``branch``
 is a branch's name or its id; an id names one incarnation, refused once that branch is deleted
 (a later branch of the same name has another id).
@@ -12,21 +12,22 @@ from typing import Any
 
 import attrs
 
+from ..mailbox import Ask
 from .batch import ANY
 from .interface import StoreEngine
-from .records import BranchRow, StateKind
+from .records import BranchRow, ItemAppended, ItemEdited, ItemsRemoved, StateInfo, StateKind, ValueSet
 
 Blob = tuple[str, bytes, str]  # (sha-256 hex, bytes, media type)
 
 
 @attrs.frozen(kw_only=True)
-class RegisterState:
+class RegisterState(Ask[StateInfo]):
     name: str
     kind: StateKind
 
 
 @attrs.frozen(kw_only=True)
-class AppendItem:
+class AppendItem(Ask[ItemAppended]):
     state: str
     branch: str | int
     data: bytes
@@ -36,7 +37,7 @@ class AppendItem:
 
 
 @attrs.frozen(kw_only=True)
-class EditItem:
+class EditItem(Ask[ItemEdited]):
     state: str
     branch: str | int
     item_sequence: int
@@ -53,7 +54,7 @@ class EditItem:
 
 
 @attrs.frozen(kw_only=True)
-class RemoveItems:
+class RemoveItems(Ask[ItemsRemoved]):
     state: str
     branch: str | int
     from_sequence: int
@@ -61,7 +62,7 @@ class RemoveItems:
 
 
 @attrs.frozen(kw_only=True)
-class SetValue:
+class SetValue(Ask[ValueSet]):
     """Set a value state; ``expect`` makes it conditional (``ValueConflictError`` unless the stored
     value equals it, None meaning never set), ``rising`` keeps a higher stored integer. Both are
     decided in the write transaction, so they hold across processes sharing a store."""
@@ -74,19 +75,19 @@ class SetValue:
 
 
 @attrs.frozen(kw_only=True)
-class CreateBranch:
+class CreateBranch(Ask[BranchRow]):
     name: str
     from_branch: str | int = "main"
     at_sequence: int | None = None
 
 
 @attrs.frozen(kw_only=True)
-class DeleteBranch:
+class DeleteBranch(Ask[BranchRow]):
     name: str
 
 
 @attrs.frozen(kw_only=True)
-class Atomically:
+class Atomically(Ask[tuple[Any, ...]]):
     """Several commands that commit together or not at all; the result is a tuple of theirs."""
 
     commands: tuple[Any, ...]

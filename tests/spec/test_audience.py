@@ -4,7 +4,7 @@ Every test names the behaviour and cites its number. They go through the public 
 (``import ctxrt``, ``rt.open(...)``); where a test must see what the store holds (a reader
 record, the narrowing floor, the context log), it reads through the runtime's engine in a read
 transaction, never around the actors, and what a namespace actor holds (its reader listing)
-only through the documented hook ``await manager.inspect()``. Strategies defined here are
+only through the documented hook ``await manager.inspect()`` (copies). Strategies defined here are
 synchronous, as every strategy is. Three tests act at the store's boundary and say so: two
 refuse writes of ``<ns>/narrowing-floor`` (as a full map would), one holds a claim's write.
 
@@ -52,6 +52,7 @@ from ctxrt.runtime import Runtime
 from ctxrt.slots import FULL
 from ctxrt.store.protocol import AppendItem, Atomically, RegisterState, SetValue
 from ctxrt.testing import ScriptedModel
+from ctxrt.views import shared_reader_listing
 
 GUARD_S = 30
 BIG = Budget(max_tokens=10_000_000, reserve_for_response=0)
@@ -1425,12 +1426,13 @@ async def test_a_view_is_the_plain_view_until_an_audience_block_is_stored_in_its
     for i in range(10):
         await ann.add_message("user", f"plain {i}")
     cache = rt.slots.cache("messages", rt.engine.branch("main").id)
-    assert (await ann.inspect()).caches[0] is cache
+    assert (await ann.inspect()).caches[0] == cache.figures()
     assert cache.may_hold_audience is False
     await ann.compile(BIG)
     listing = (await ann.inspect()).reader_listing
-    assert listing.projected == 0
-    assert listing.window(FULL).messages is cache.current()
+    assert listing.projected == 0 and listing.shared
+    # The shared projection ann's actor reads passes the cache's own list through.
+    assert shared_reader_listing(cache, "ann").window(FULL).messages is cache.current()
     await ann.add_message("user", [block("bob's", "bob"), block("plain 10")])
     assert cache.may_hold_audience is True
     result = await ann.compile(BIG)

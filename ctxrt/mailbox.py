@@ -1,0 +1,255 @@
+"""``Mailbox``: the one way into an actor, the same for the store actor and the namespace actors.
+
+A command is an ``Ask[R]``: ``ask(command)`` sends it and returns its ``R`` (or raises what
+refused it). Every answer goes through one ``Reply``; a caller parks on it with no Event and no
+parking lot, and a cancelled caller loses only its answer. ``tell`` sends a message no one waits
+for. ``close`` is the one way an actor stops taking commands: later sends raise the refusal it
+names, and the actor takes what is queued (a closing ``notice`` first, if one is given), then
+sees the end. Senders feel back-pressure: once ``capacity`` envelopes are queued, ``ask`` waits
+for room (``tell`` never waits: an actor's own children and the store's publish step must not).
+
+The receiving side is used only by the actor's own task. Like trio's channels, every step that
+moves an envelope or a wake-up runs with Ctrl-C deferred, so an interrupt never loses one half way.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+import attrs
+import trio
+
+from . import tracing
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+class Ask(Generic[R_co]):
+    """A command answered with an ``R``: ``Mailbox.ask`` returns what the actor answers it with."""
+
+    __slots__ = ()
+
+
+class Reply(Generic[R]):
+    """One command's answer. The actor resolves it once (later resolves are ignored); the caller
+    waits for it with ``wait`` and takes it with ``unwrap``. It carries its sender's trace
+    context (``trace``) to the actor: trio gives the actor's task its own context, not the sender's."""
+
+    __slots__ = ("_task", "_done", "ok", "value", "trace", "_mailbox")
+
+    def __init__(self, mailbox: Mailbox | None = None) -> None:
+        self._task: trio.lowlevel.Task | None = None
+        self._done = False
+        self.ok = False
+        self.value: Any = None
+        self.trace: Any = tracing.current()  # made in the sender's task; None while tracing is off
+        self._mailbox = mailbox  # counts it unanswered until resolved
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @trio.lowlevel.enable_ki_protection
+    def resolve(self, ok: bool, value: Any) -> None:
+        if self._done:
+            return
+        self.ok, self.value, self._done = ok, value, True
+        if self._mailbox is not None:
+            self._mailbox._unanswered -= 1
+        task = self._task
+        if task is not None:
+            self._task = None
+            trio.lowlevel.reschedule(task)
+
+    async def wait(self) -> None:
+        """Until resolved; a schedule point and a cancel point either way. Cancelled, the answer is dropped."""
+        if self._done:
+            await trio.lowlevel.checkpoint()
+            return
+        self._task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+
+    def _abort(self, _: Any) -> trio.lowlevel.Abort:
+        self._task = None  # resolve won't wake a task that has gone
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def unwrap(self) -> R:
+        """The answer, or the error the command was refused with, raised."""
+        if self.ok:
+            return self.value  # type: ignore[no-any-return]  # an R by the command's type
+        raise self.value
+
+
+Envelope = tuple[Any, "Reply[Any] | None"]
+
+
+@attrs.frozen
+class MailboxStatistics:
+    """One mailbox's figures, the same for every actor."""
+
+    depth: int  # envelopes queued, not yet taken by the actor
+    unanswered: int  # asks sent and not yet answered: queued or in service
+    received: int  # envelopes the actor has taken
+    capacity: int
+    senders_waiting: int  # asks waiting for room
+
+
+class Mailbox:
+    """An actor's mailbox. ``refusal(command)`` makes the error a send meets once it is closed."""
+
+    def __init__(self, capacity: int, refusal: Callable[[Any], BaseException]) -> None:
+        self.capacity = capacity
+        self._queue: deque[Envelope] = deque()
+        self._receiver: trio.lowlevel.Task | None = None
+        self._room = trio.lowlevel.ParkingLot()
+        self._refusal = refusal
+        self._closed = False
+        self._unanswered = 0
+        self._received = 0
+
+    # -- senders ----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def refuse(self, command: Any) -> BaseException:
+        """The error ``command`` meets now that the mailbox is closed."""
+        return self._refusal(command)
+
+    async def ask(self, command: Ask[R]) -> R:
+        """Send ``command`` and wait for its answer.
+
+        Raises what the actor answered with, or the refusal once the mailbox is closed. A caller
+        cancelled already sends nothing; cancelled after sending, the command is still handled and
+        only its answer is lost.
+        """
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            raise self._refusal(command)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        reply: Reply[R] = await self.put(command)
+        await reply.wait()  # cancelled here, the command is still handled; its answer is dropped
+        return reply.unwrap()
+
+    @trio.lowlevel.enable_ki_protection
+    async def put(self, command: Any) -> Reply[Any]:
+        """Queue ``command`` (waiting for room while the mailbox is full) and return its reply.
+        No schedule point when there is room. Raises the refusal once the mailbox is closed."""
+        while len(self._queue) >= self.capacity and not self._closed:
+            await self._room.park()
+        if self._closed:
+            raise self._refusal(command)
+        reply: Reply[Any] = Reply(self)
+        self._unanswered += 1
+        self._append((command, reply))
+        return reply
+
+    @trio.lowlevel.enable_ki_protection
+    def tell(self, message: Any) -> None:
+        """Send ``message`` without waiting, whatever the mailbox holds; dropped once it is closed."""
+        if not self._closed:
+            self._append((message, None))
+
+    def _append(self, envelope: Envelope) -> None:
+        self._queue.append(envelope)
+        self._wake()
+
+    def _wake(self) -> None:
+        task = self._receiver
+        if task is not None:
+            self._receiver = None
+            trio.lowlevel.reschedule(task)
+
+    @trio.lowlevel.enable_ki_protection
+    def close(self, refusal: Callable[[Any], BaseException] | None = None, notice: Any = None) -> None:
+        """Refuse every later send (with ``refusal``, if given); the actor takes ``notice`` (if
+        given) before what is queued, then what is queued, then sees the end. Idempotent: the
+        first close's refusal stands."""
+        if self._closed:
+            return
+        self._closed = True
+        if refusal is not None:
+            self._refusal = refusal
+        if notice is not None:
+            self._queue.appendleft((notice, None))
+        self._room.unpark_all()
+        self._wake()
+
+    def statistics(self) -> MailboxStatistics:
+        return MailboxStatistics(depth=len(self._queue), unanswered=self._unanswered, received=self._received,
+                                 capacity=self.capacity, senders_waiting=len(self._room))
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    @property
+    def unanswered(self) -> int:
+        return self._unanswered
+
+    # -- the actor --------------------------------------------------------------------------
+
+    @trio.lowlevel.enable_ki_protection
+    def receive_nowait(self) -> Envelope:
+        """The next envelope. Raises ``trio.WouldBlock`` when none is queued, ``trio.EndOfChannel``
+        once the mailbox is closed and empty."""
+        if self._queue:
+            envelope = self._queue.popleft()
+            self._received += 1
+            if len(self._queue) < self.capacity and self._room:
+                self._room.unpark()
+            return envelope
+        if self._closed:
+            raise trio.EndOfChannel
+        raise trio.WouldBlock
+
+    @trio.lowlevel.enable_ki_protection
+    async def receive(self) -> Envelope:
+        """The next envelope, waiting for one; ``trio.EndOfChannel`` once closed and empty. A
+        schedule point either way, as a trio channel's receive is."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            envelope = self.receive_nowait()
+        except trio.WouldBlock:
+            pass
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return envelope
+        while True:
+            self._receiver = trio.lowlevel.current_task()
+            await trio.lowlevel.wait_task_rescheduled(self._abort_receive)
+            try:
+                return self.receive_nowait()
+            except trio.WouldBlock:
+                continue
+
+    def _abort_receive(self, _: Any) -> trio.lowlevel.Abort:
+        self._receiver = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def __aiter__(self) -> Mailbox:
+        return self
+
+    async def __anext__(self) -> Envelope:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    @trio.lowlevel.enable_ki_protection
+    def drain(self, refusal: Callable[[Any], BaseException] | None = None) -> list[Envelope]:
+        """Close the mailbox and take everything still queued; each ask among it is answered with
+        ``refusal(command)`` (by default the mailbox's refusal). Returns the envelopes taken."""
+        self.close()
+        refuse = refusal or self._refusal
+        taken = list(self._queue)
+        self._queue.clear()
+        self._received += len(taken)
+        for command, reply in taken:
+            if reply is not None:
+                reply.resolve(False, refuse(command))
+        return taken

@@ -1,0 +1,121 @@
+"""What the namespace machine asks its loop to do (effects), and what the loop tells it back.
+
+``NamespaceMachine.handle(message, now)`` returns a list of these; the loop in
+``namespace/actor.py`` carries them out in order. They are plain data: the machine never awaits,
+sleeps, starts a task or writes; its tests read the effects and feed the outcomes back by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+if TYPE_CHECKING:
+    from ..mailbox import Reply
+    from ..slots import SlotCache
+    from ..strategies.base import Unit
+    from .protocol import NamespaceStatus
+
+
+# -- effects -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Answer:
+    """Resolve a caller's reply (a cancelled caller's answer is dropped there)."""
+
+    reply: Reply[Any]
+    ok: bool
+    value: Any
+
+
+@attrs.frozen
+class Commit:
+    """Send ``command`` to the store actor; its outcome comes back as ``Committed(token, ...)``.
+    ``trace``: the trace context of the command that made it (its commit span's parent)."""
+
+    token: int
+    command: Any
+    trace: Any = None
+
+
+@attrs.frozen
+class CallModel:
+    """Start a unit's model call outside the mailbox; its outcome comes back as ``UnitDone``.
+    ``span``: the unit's trace span, which the call's chat span goes inside."""
+
+    epoch: int
+    unit: Unit
+    request: Any
+    span: Any = None
+
+
+@attrs.frozen
+class CancelModel:
+    """Cancel the model call out (the actor stops)."""
+
+
+@attrs.frozen
+class Acquire:
+    """Acquire the slot caches of ``slots`` (the own slot first); they come back as ``Acquired``."""
+
+    slots: tuple[str, ...]
+
+
+@attrs.frozen
+class Listen:
+    """Hear of every append to the own slot (``every``), or stop hearing of them."""
+
+    every: bool
+
+
+@attrs.frozen
+class SetTimer:
+    """Send ``TimerFired`` at trio time ``at`` unless a message comes first (``inf``: no timer)."""
+
+    at: float
+
+
+@attrs.frozen
+class Publish:
+    """Put up a new status snapshot for the actor's managers to read."""
+
+    status: NamespaceStatus
+
+
+@attrs.frozen
+class Stop:
+    """The actor stops: refuse every later command with ``error()``, answer what is queued the same
+    way, give back the slot caches and end the loop. Every request the machine held is answered
+    by the effects before this one."""
+
+    error: Callable[[], BaseException]
+
+
+Effect = Answer | Commit | CallModel | CancelModel | Acquire | Listen | SetTimer | Publish | Stop
+
+
+# -- what the loop tells the machine back ------------------------------------------------------
+
+
+@attrs.frozen
+class Committed:
+    """The outcome of ``Commit(token, ...)``: ``ok`` and the store's result, or the error that refused it."""
+
+    token: int
+    ok: bool
+    value: Any
+
+
+@attrs.frozen
+class Acquired:
+    """The slot caches an ``Acquire`` asked for, in its order."""
+
+    caches: Sequence[SlotCache]
+
+
+@attrs.frozen
+class TimerFired:
+    """The last ``SetTimer``'s time came before any message."""

@@ -1,0 +1,1446 @@
+"""``NamespaceMachine``: a namespace actor's state and every decision it makes, with no I/O.
+
+h11's shape: the machine holds every piece of the actor's state (the reader record, the
+narrowing floor, the view epoch, the strategy, the unit out and the ticks waiting for one, the
+holds, the lease, the wait for an unreachable store, the write lane) and ``handle(message, now)``
+returns the effects the loop in ``namespace/actor.py`` carries out (``namespace/effects.py``):
+``Commit`` a store command, ``CallModel``, ``Answer`` a caller, ``SetTimer``, ``Publish`` a
+status. What the store and the model answer comes back as messages (``Committed``,
+``UnitDone``). Nothing here awaits or imports trio; it reads the store's committed state
+synchronously, as strategies do, and its tests drive it with real stores and no event loop.
+
+A handler that writes is a generator: it yields a ``Write`` and is resumed with the store's
+result (or has the store's error raised into it) when ``Committed`` comes back.
+
+Ordering (docs/architecture.md, Namespace actors). Messages are taken in arrival order. Writes
+go out through one lane, one commit at a time, in the order they were made. A command is one of:
+
+- a *read* (compile, preview, is_ready, health, summary queries, pins, holds, ticks queued, ...):
+  handled at once, even while the lane has a commit out; its own writes (a compile's bookkeeping)
+  join the lane and it is answered once they are committed;
+- an *exclusive write* (edit, remove, fork, derive): handled when its turn in the lane comes, so
+  it is judged against everything written before it; reads go on while its commit is out;
+- a *barrier* (attach, set_strategy): handled at its turn in the lane, and everything
+  that arrives after it waits until it is answered.
+
+Strategy writes in the lane were made from the strategy's memory: if a commit before them fails
+and the strategy is reloaded from the store, they are dropped, never committed on their own.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Generator
+from types import GeneratorType
+from typing import Any
+
+import attrs
+
+from .. import codec, tracing
+from ..compile import CompileMemo, build_compile_result, validate_injections
+from ..content import Message, hidden_by_edit
+from ..errors import (
+    BranchNotFoundError,
+    ConfigConflictError,
+    MessageNotFoundError,
+    ReaderConflictError,
+    ReadOnlyStoreError,
+    RuntimeClosedError,
+    StoreCorruptError,
+    StoreUnavailableError,
+    StrategyRefusedError,
+    ValueConflictError,
+)
+from ..mailbox import Reply
+from ..model import ModelRequest, ModelResponse
+from ..slots import Appended, SlotCache, decode_stored, parse_id, prepare_append
+from ..store.interface import StoreEngine
+from ..store.protocol import (
+    AppendItem,
+    Atomically,
+    CreateBranch,
+    EditItem,
+    RegisterState,
+    RemoveItems,
+    SetValue,
+)
+from ..store.records import StateKind
+from ..strategies import catalog
+from ..strategies.base import (
+    Backlog,
+    HeadWindowReset,
+    Pinning,
+    SelectOptions,
+    Strategy,
+    SummaryReader,
+    Unit,
+)
+from ..tokens import (
+    CalibratedEstimator,
+    TokenEstimator,
+    estimate_blocks,
+    estimate_message,
+    estimate_text,
+)
+from ..views import (
+    FilteredListing,
+    MergedListing,
+    MessageView,
+    ReaderListing,
+    SlotListing,
+    reader_view_of,
+    shared_reader_listing,
+)
+from . import states
+from .context import ActorContext, Settings
+from .core import (
+    Holds,
+    Place,
+    Record,
+    check_attach,
+    check_reader,
+    edit_propagation,
+    floor_from_value,
+    judge_edit,
+    record_from_value,
+    removal_propagation,
+    require_marking,
+    resolve_reader,
+)
+from .effects import (
+    Acquire,
+    Acquired,
+    Answer,
+    CallModel,
+    CancelModel,
+    Commit,
+    Committed,
+    Effect,
+    Listen,
+    Publish,
+    SetTimer,
+    Stop,
+    TimerFired,
+)
+from .protocol import (
+    ActorRetired,
+    AppendAndHold,
+    Attach,
+    Attached,
+    CheckReady,
+    Compile,
+    Derive,
+    Detach,
+    Edit,
+    Fork,
+    GetSummary,
+    Hold,
+    Inspect,
+    ListingFigures,
+    ListPins,
+    NamespaceConfig,
+    NamespaceHealth,
+    NamespaceSnapshot,
+    NamespaceStatus,
+    PinRange,
+    Preview,
+    QuerySummaries,
+    Release,
+    Remove,
+    ReportHealth,
+    ResetHeadWindow,
+    Retire,
+    RetryQuarantined,
+    SearchSummaries,
+    SetStrategy,
+    SetSystemPrompt,
+    SetTools,
+    SlotAppended,
+    SummariesInRange,
+    Tick,
+    UnitDone,
+    Unpin,
+    refusal_for,
+)
+
+logger = logging.getLogger("ctxrt.namespace")
+
+# While the store is unreachable, an auto-ticking namespace tries its strategy's start again after
+# this many seconds, doubling up to the maximum (a command tries at once).
+STORE_RETRY_S = 0.25
+STORE_RETRY_MAX_S = 5.0
+
+_LATER = object()  # a handler whose caller is answered by someone else (its unit)
+
+
+@attrs.frozen
+class Write:
+    """What a handler yields to commit: ``command``, or ``build()``'s (None: nothing to commit)
+    made when its turn in the lane comes. ``strategy``: made from the strategy's memory (dropped if
+    that memory is reloaded first). ``copies``: it appends to the context log. ``behind``: an
+    exclusive handler's write that goes to the back of the lane, behind what others queued."""
+
+    command: Any = None
+    build: Callable[[], Any] | None = None
+    strategy: bool = False
+    copies: bool = False
+    behind: bool = False
+
+
+Gen = Generator[Write | Acquire, Any, Any]
+
+_READ, _EXCLUSIVE, _BARRIER = 0, 1, 2
+_KINDS: dict[type, int] = {
+    Attach: _BARRIER, SetStrategy: _BARRIER,
+    Edit: _EXCLUSIVE, Remove: _EXCLUSIVE, Fork: _EXCLUSIVE, Derive: _EXCLUSIVE,
+}
+
+
+class _Task:
+    """A command (or the machine's own work) being handled: its handler's generator, once it has one."""
+
+    __slots__ = ("command", "reply", "kind", "gen", "own", "trace")
+
+    def __init__(self, command: Any, reply: Reply[Any] | None, kind: int, *, own: bool = False) -> None:
+        self.command = command
+        self.reply = reply
+        self.kind = kind
+        self.gen: Gen | None = None
+        self.own = own  # the machine's own work (a unit, the drain), not a caller's command
+        # The trace context its handler runs in and its commits carry: its sender's, from the
+        # reply (a compile's own span once it has one).
+        self.trace: Any = None if reply is None else reply.trace
+
+
+@attrs.define
+class _Item:
+    """A place in the write lane: an exclusive task waiting for its turn (``write`` None), or a write."""
+
+    task: _Task
+    write: Write | None
+    generation: int
+
+
+@attrs.define
+class _InFlight:
+    kind: str  # "tick" (a manager's), "drain" (the actor's own) or "reset" (a transition summary)
+    unit: Unit
+    epoch: int
+    reply: Reply[Any] | None
+    request: Any = None  # the ModelRequest once its call is out, for calibration from its reply's usage
+    span: Any = None  # its trace span (tracing.start_unit) once its call is out, ended when its reply is applied
+
+
+def build_strategy(config: Any) -> Strategy:
+    """A strategy instance from a config (``config.create()``) or a strategy given as is.
+
+    Raises ``TypeError`` for anything else.
+    """
+    if isinstance(config, Strategy):
+        return config
+    if isinstance(config, type):
+        raise TypeError(f"strategy must be a strategy config or Strategy instance (e.g. {config.__name__}(...)), "
+                        f"not the class {config.__name__}")
+    create = getattr(config, "create", None)
+    strategy = create() if callable(create) else None
+    if not isinstance(strategy, Strategy):
+        raise TypeError(f"strategy must be a strategy config (with create()) or a Strategy, not {config!r}")
+    return strategy
+
+
+def retired(place: Place) -> Callable[[], BaseException]:
+    return lambda: ActorRetired(str(place))
+
+
+class NamespaceMachine:
+    """One (branch incarnation, namespace)'s actor state. ``handle`` is its only way in."""
+
+    def __init__(
+        self, config: NamespaceConfig, place: Place, branch_id: int, engine: StoreEngine, *, writes: bool,
+        model_timeout_s: float, mailbox_depth: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self.config = config
+        self.place = place
+        self.branch_id = branch_id
+        self.engine = engine
+        self.readonly = not writes
+        self.model_timeout_s = model_timeout_s
+        self.mailbox_depth = mailbox_depth
+        self.now = 0.0
+        self.record: Record = None
+        self.floor = 0
+        self.epoch = 0
+        self.strategy_config: Any = config.strategy
+        self.strategy: Strategy = build_strategy(config.strategy)
+        self.strategy_started = False
+        self.strategy_error: BaseException | None = None
+        # The store was unreachable when the strategy started or its memory last changed: that
+        # memory is not known to match the store, so the strategy starts again (from what is
+        # stored) before its next use. Not a failed start (C5): it ends by itself.
+        self.waiting: StoreUnavailableError | None = None
+        self.retry_at = 0.0  # when the drain tries the start again
+        self.retry_delay = STORE_RETRY_S
+        self.holds = Holds()
+        self.settings = Settings()
+        self.managers: set[int] = set()
+        self.orphaned = False  # its last manager left; it stops once it owes no caller an answer
+        self.caches: list[SlotCache] = []
+        self.seen = 0
+        self.unit_waiters: deque[tuple[Tick | ResetHeadWindow, Reply[Any]]] = deque()
+        self.in_flight: _InFlight | None = None
+        self.unit_task: _Task | None = None  # the unit being planned or applied: one at a time
+        self.drain_wanted = False
+        self.last_compile_ms: float | None = None
+        self.render_stats: Any = None
+        self.observed = 0  # usage reports the token estimator has heard (its pricing, for a host's own)
+        self.leased = False  # this process holds the namespace's lease (Strategy.keeps_memory)
+        self.stopping: Callable[[], BaseException] | None = None
+        # The write lane and the order of handling.
+        self.lane: deque[_Item] = deque()
+        self.out: _Item | None = None  # the lane's head, sent, until its Committed
+        self.token = 0
+        self.holder: _Task | None = None  # the exclusive task that has the lane
+        self.barriers = 0  # barriers taken and not yet answered: later messages wait in ``held``
+        self.held: deque[tuple[Any, Reply[Any] | None]] = deque()
+        self.open: dict[_Task, None] = {}  # every task not yet finished, in order
+        self.generation = 0  # the strategy's memory: moves when it is reloaded (a new context)
+        self.acquiring: _Task | None = None
+        self.listening = False
+        self.timer = math.inf
+        self.published = NamespaceStatus(self.strategy_config)
+        self._effects: list[Effect] = []
+
+    # -- the way in -------------------------------------------------------------------------
+
+    def handle(self, message: Any, now: float, reply: Reply[Any] | None = None) -> list[Effect]:
+        """Take one message (a command with its ``reply``, or one of the loop's) at trio time
+        ``now``; return what the loop must do, in order."""
+        self.now = now
+        effects = self._effects = []
+        if self.stopping is not None:
+            if reply is not None:
+                self._answer(reply, False, refusal_for(self.stopping, message))
+            return effects
+        match message:
+            case Committed():
+                self._committed(message)
+            case Acquired():
+                task, self.acquiring = self.acquiring, None
+                if task is not None:
+                    self._step(task, message.caches)
+            case Retire():
+                self._stop(message.error)
+                return effects
+            case SlotAppended():
+                self.drain_wanted = self.drain_wanted or self.strategy.auto_tick
+            case TimerFired():
+                self.holds.lapse(now)
+                self.drain_wanted = self.strategy.auto_tick
+            case _:
+                self._take(message, reply)
+        self._advance()
+        if self.stopping is None:
+            self._check_stop()
+        if self.stopping is None:
+            self._set_timer()
+            self._publish()
+        return effects
+
+    def _take(self, message: Any, reply: Reply[Any] | None) -> None:
+        """A command or a unit's reply, in arrival order: it waits behind an unanswered barrier."""
+        if self.barriers:
+            self.held.append((message, reply))
+            return
+        if isinstance(message, UnitDone):  # its tick's reply rides with it: answered at a stop too
+            reply = None if self.in_flight is None else self.in_flight.reply
+            task = self.unit_task = _Task(message, reply, _READ, own=True)
+            self.open[task] = None
+            self._begin_task(task)
+            return
+        kind = _KINDS.get(type(message), _READ)
+        task = _Task(message, reply, kind)
+        self.open[task] = None
+        if kind == _READ:
+            self._begin_task(task)
+            return
+        if kind == _BARRIER:
+            self.barriers += 1
+        self.lane.append(_Item(task, None, self.generation))
+
+    def _advance(self) -> None:
+        """Run whatever may run now: held messages once no barrier is unanswered, the lane's head,
+        the next unit."""
+        while self.stopping is None:
+            if self.held and not self.barriers:
+                self._take(*self.held.popleft())
+                continue
+            if self.out is None and self.lane and self.acquiring is None and (
+                    self.holder is None or self.lane[0].task is self.holder):
+                item = self.lane.popleft()
+                if item.write is None:  # an exclusive task's turn
+                    self.holder = item.task
+                    self._begin_task(item.task)
+                else:
+                    self._send(item)
+                continue
+            if self._pump():
+                continue
+            return
+
+    def _send(self, item: _Item) -> None:
+        write = item.write
+        assert write is not None
+        if write.strategy and item.generation != self.generation:
+            # Made from memory the strategy has since reloaded from the store: never committed alone.
+            self._step(item.task, error=self._dropped())
+            return
+        try:
+            if write.strategy and self.leased and not self.engine.holds(
+                    self.branch_id, states.context_state(self.place.namespace)):
+                self._lose_lease(item.task)
+                return
+            command = write.command if write.build is None else write.build()
+        except Exception as exc:  # noqa: BLE001 - the store unreachable to look: raised as its commit's refusal
+            self._step(item.task, error=exc)
+            return
+        if command is None:
+            self._step(item.task, None)
+            return
+        self.token += 1
+        self.out = item
+        self._effects.append(Commit(self.token, command, item.task.trace))
+
+    def _lose_lease(self, task: _Task) -> None:
+        """The lease went with a lost connection, and another process serves the namespace now: the
+        write isn't sent, and the actor stops."""
+        def refusal() -> ConfigConflictError:
+            return ConfigConflictError(f"{self.place} lost its lease to another process; its managers here "
+                                       f"are closed: reopen it where it is served")
+        self.leased = False
+        self._step(task, error=refusal())
+        self._stop(refusal)
+
+    def _committed(self, committed: Committed) -> None:
+        item = self.out
+        if item is None or committed.token != self.token:
+            return
+        self.out = None
+        if committed.ok:
+            self._step(item.task, committed.value)
+        else:
+            self._step(item.task, error=committed.value)
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def _begin_task(self, task: _Task) -> None:
+        """A task's first step: its handler runs until it yields a write or ends."""
+        command = task.command
+        try:
+            if (self.record is None and self.engine.shared and self.caches and not task.own
+                    and not isinstance(command, ReportHealth)):  # health adopts its own
+                self._adopt_claim()
+            with tracing.resumed(task.trace):  # trio gave the loop's task its own context, not the sender's
+                result = self._dispatch(task)
+        except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
+            self._finish(task, False, exc)
+            return
+        if isinstance(result, GeneratorType):
+            task.gen = result
+            self._step(task, None)
+        else:
+            self._finish(task, True, result)
+
+    def _step(self, task: _Task, value: Any = None, error: BaseException | None = None) -> None:
+        """Resume ``task``'s handler with a write's result (or its error raised into it)."""
+        gen = task.gen
+        assert gen is not None
+        try:
+            with tracing.resumed(task.trace):
+                yielded = gen.send(value) if error is None else gen.throw(error)
+        except StopIteration as stop:
+            self._finish(task, True, stop.value)
+            return
+        except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
+            self._finish(task, False, exc)
+            return
+        if isinstance(yielded, Acquire):
+            self.acquiring = task
+            self._effects.append(yielded)
+            return
+        item = _Item(task, yielded, self.generation)
+        if task is self.holder and not yielded.behind:
+            self.lane.appendleft(item)  # an exclusive task keeps the lane until it ends
+        else:
+            if task is self.holder:
+                self.holder = None
+            self.lane.append(item)
+
+    def _finish(self, task: _Task, ok: bool, value: Any) -> None:
+        self.open.pop(task, None)
+        if task is self.holder:
+            self.holder = None
+        if task is self.unit_task:
+            self.unit_task = None
+        if task.kind == _BARRIER:
+            self.barriers -= 1
+        if isinstance(task.command, Attach) and not ok and not self.managers:
+            self.orphaned = True  # refused with no manager attached: it stops once it owes nothing
+        if value is _LATER:
+            return
+        if task.reply is not None:
+            self._answer(task.reply, ok, value)
+        elif not ok:
+            self._report(value, "%s: %s failed", self.place, type(task.command).__name__)
+
+    def _answer(self, reply: Reply[Any], ok: bool, value: Any) -> None:
+        self._effects.append(Answer(reply, ok, value))
+
+    def _dropped(self) -> BaseException:
+        """The error of a write dropped because the strategy's memory was reloaded before it went out."""
+        if self.waiting is not None:
+            return StoreUnavailableError(self.waiting.url, self.waiting.reason)
+        return StrategyRefusedError(f"the strategy of {self.place} was reloaded from the store while this request "
+                                    f"ran; retry it")
+
+    def _report(self, exc: BaseException, message: str, *args: Any) -> None:
+        """Log a failure no caller hears of. The store or branch gone while this actor is stopping
+        (its runtime closing, its branch deleted) is expected then: debug level, no traceback."""
+        if self.stopping is not None and isinstance(exc, (RuntimeClosedError, BranchNotFoundError)):
+            logger.debug(message + " (the actor is stopping: %s)", *args, exc)
+        else:
+            logger.error(message, *args, exc_info=exc)
+
+    def _dispatch(self, task: _Task) -> Any:
+        command, reply = task.command, task.reply
+        match command:
+            case Compile():
+                return self._compile(command, task)
+            case Preview():
+                check_reader(self.record, command.reader, self.place)
+                self._require_strategy()
+                validate_injections((), command.message_injections)
+                self._flush_new()
+                return self.strategy.preview(self.view, command.budget, SelectOptions(dry_run=True, context=self.ctx))
+            case Tick() | ResetHeadWindow():
+                return self._queue_unit(command, reply)
+            case CheckReady():
+                check_reader(self.record, command.reader, self.place)
+                self._require_strategy()  # one that failed to start is never ready: it raises as tick() does
+                self._flush_new()
+                return self.strategy.is_ready()
+            case Edit():
+                return self._edit(command)
+            case Remove():
+                return self._remove(command)
+            case Attach():
+                return self._attach(command)
+            case Detach():
+                self.managers.discard(command.token)
+                self.orphaned = not self.managers  # it stops once it owes no caller an answer
+                return None
+            case SetStrategy():
+                return self._set_strategy(command)
+            case Fork():
+                return self._fork(command)
+            case Derive():
+                return self._derive(command)
+            case QuerySummaries():
+                return self._query(command)
+            case AppendAndHold():
+                return self._append_and_hold(command)
+            case Hold():
+                found = (self.caches[0].get(i) for i in command.message_ids)
+                self.holds.place([m.sequence for m in found if m is not None], command.timeout_s, self.now)
+                return None
+            case Release():
+                self.holds.release([s for s in (parse_id(i) for i in command.message_ids) if s is not None])
+                self.drain_wanted = self.strategy.auto_tick
+                return None
+            case SetSystemPrompt():
+                self.settings.system_prompt = command.text
+                return None
+            case SetTools():
+                self.settings.tools = command.tools
+                return None
+            case ReportHealth():
+                return self._health()
+            case PinRange() | Unpin() | ListPins():
+                return self._pins(command)
+            case RetryQuarantined():
+                return self._retry_quarantined(command)
+            case Inspect():
+                return self._snapshot()
+            case UnitDone():
+                return self._unit_done(command)
+        raise TypeError(f"not a namespace command: {command!r}")
+
+    # -- start and stop ---------------------------------------------------------------------
+
+    def _set_up(self) -> Gen:
+        """At the first attach, once it is judged: register the namespace's states, load its floor,
+        read its slots, take the lease."""
+        engine, ns = self.engine, self.config.namespace
+        slots = (self.config.slot, *self.config.auxiliary)
+        if self.readonly:
+            for name in slots:
+                engine.state(name)  # UnknownStateError names a slot nobody wrote
+        else:
+            commands = [RegisterState(name=name, kind="log") for name in dict.fromkeys((*slots, states.context_state(ns)))]
+            commands += [RegisterState(name=states.reader_state(ns), kind="value"),
+                         RegisterState(name=states.floor_state(ns), kind="value"),
+                         RegisterState(name=states.config_state(ns), kind="value")]
+            if isinstance(self.config.token_estimator, CalibratedEstimator):
+                commands.append(RegisterState(name=states.calibration_state(ns), kind="value"))
+            missing = tuple(c for c in commands if not engine.has_state(c.name))
+            if missing:
+                yield Write(Atomically(commands=missing))
+        self.floor = self._stored_floor() or 0
+        if isinstance(self.config.token_estimator, CalibratedEstimator):  # the calibration so far
+            self.config.token_estimator.restore(engine.read_value(states.calibration_state(ns), self.branch_id))
+        self._lease(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
+        caches = yield Acquire(tuple(slots))
+        self.caches = list(caches)
+        self.seen = self._seen_now()
+        self._build_views()
+        return None
+
+    def _adopt_claim(self) -> None:
+        """On a shared store another process's actor may claim this namespace: before a command of
+        an unclaimed one, read the record, and take a claim found as if it were made here (C8:
+        managers for no reader are then refused; work begun for no reader writes nothing)."""
+        stored = self._stored_record()
+        if stored is not None:
+            if isinstance(stored, str):  # D6: a reader's namespace compresses only with a marking strategy
+                require_marking(self.strategy.marks_compression_reads, self.strategy.name, stored, self.place.namespace)
+            self.record = stored
+            self.epoch += 1
+            self._build_views()
+            self._start_strategy()
+
+    def _lease(self, strategy: Strategy) -> None:
+        """Hold the namespace's lease while ``strategy`` keeps its memory here (a shared store's other
+        processes then can't serve it); give it back otherwise. ConfigConflictError if another
+        process holds it: nothing changed."""
+        wanted = strategy.keeps_memory and not self.readonly
+        engine, name = self.engine, states.context_state(self.place.namespace)
+        if wanted and not self.leased:
+            if not engine.hold(self.branch_id, name):
+                raise ConfigConflictError(
+                    f"{self.place} is served by another process with a strategy that keeps its memory there "
+                    f"({strategy.name!r} here): one process at a time serves such a namespace; open it in that "
+                    f"process, or with a strategy that keeps none"
+                )
+            self.leased = True
+        elif not wanted and self.leased:
+            engine.release(self.branch_id, name)
+            self.leased = False
+
+    def _stop(self, error: Callable[[], BaseException]) -> None:
+        """Stop: answer every request held (``refusal_for(error, command)``), cancel the model call,
+        give back the lease; then the loop refuses what is queued and ends."""
+        if self.stopping is not None:
+            return
+        self.stopping = error
+        owed: list[tuple[Any, Reply[Any] | None]] = [(task.command, task.reply) for task in self.open]
+        owed += list(self.held)
+        owed += list(self.unit_waiters)
+        if self.in_flight is not None:
+            owed.append((None, self.in_flight.reply))
+            self._effects.append(CancelModel())
+            tracing.end_unit(self.in_flight.span, "stopped")
+        for command, reply in owed:
+            if reply is not None:
+                self._answer(reply, False, refusal_for(error, command))
+        self.open.clear()
+        self.held.clear()
+        self.unit_waiters.clear()
+        self.lane.clear()
+        if self.leased:
+            self.leased = False
+            try:
+                self.engine.release(self.branch_id, states.context_state(self.place.namespace))
+            except Exception:  # the connection is gone: so is the lease
+                logger.warning("couldn't give back the lease of %s", self.place, exc_info=True)
+        self._effects.append(Stop(error))
+
+    def _check_stop(self) -> None:
+        """The last manager left and every call it made is answered: stop. A tick sent before its
+        manager moved (switch_branch, fork) finishes here first; a write out comes back first."""
+        if not self.orphaned or self.unit_waiters or self.held or self.lane or self.out is not None:
+            return
+        if self.in_flight is not None and self.in_flight.reply is not None:
+            return
+        if any(task.reply is not None for task in self.open):
+            return
+        self._stop(retired(self.place))
+
+    # -- reads of what is stored ------------------------------------------------------------
+
+    def _stored_record(self) -> Record:
+        return record_from_value(self.engine.read_value(states.reader_state(self.place.namespace), self.branch_id))
+
+    def _stored_floor(self) -> int | None:
+        return floor_from_value(self.engine.read_value(states.floor_state(self.place.namespace), self.branch_id))
+
+    def _edit_floor(self) -> int | None:
+        """The floor an edit is judged against: the stored one (None if unreadable), never below ours."""
+        stored = self._stored_floor()
+        return None if stored is None else max(stored, self.floor)
+
+    def _other_records(self) -> list[Record]:
+        engine, own = self.engine, states.reader_state(self.place.namespace)
+        return [
+            record_from_value(engine.read_value(info.name, self.branch_id))
+            for info in engine.list_states()
+            if states.namespace_of_reader_state(info.name) is not None and info.name != own
+        ]
+
+    def _context_entries(self) -> list[Message]:
+        items = self.engine.read_log(states.context_state(self.place.namespace), self.branch_id)
+        return [codec.message_from_json(item.data, sequence=item.sequence, store=self.engine.data_path)
+                for item in items]
+
+    def _require_writes(self) -> None:
+        if self.readonly:
+            raise ReadOnlyStoreError(f"{self.place} is open in a read-only runtime; it refuses every write")
+
+    # -- views and the strategy -------------------------------------------------------------
+
+    @property
+    def reader(self) -> str | None:
+        return self.record if isinstance(self.record, str) else None
+
+    def _build_views(self) -> None:
+        listings = [SlotListing(cache) for cache in self.caches]
+        merged = listings[0] if len(listings) == 1 else MergedListing(listings)
+        view_filter = self.config.view_filter
+        filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
+        self.listing_shared = filtered is listings[0]
+        if self.listing_shared:  # one slot as it is: its reader's projection is shared
+            self.reader_listing: Any = shared_reader_listing(self.caches[0], self.reader)
+        else:
+            self.reader_listing = ReaderListing(filtered, self.reader)
+        # Raw bodies are judged in the reader's view of the messages as stored, filter or not: with
+        # a filter, one message at a time (compile's memo keeps each), not a second projection.
+        if view_filter is None:
+            self.raw_body: Callable[[str], Message | None] = MessageView(self.reader_listing).get
+        else:
+            stored, reader = MessageView(merged), self.reader
+            self.raw_body = lambda message_id: (
+                None if (found := stored.get(message_id)) is None else reader_view_of(found, reader)
+            )
+        epoch = self.epoch
+        self.compile_memo = CompileMemo()  # entries of another view are never reused
+        estimator = self.config.token_estimator
+        self.view = MessageView(self.reader_listing, guard=lambda: self._guard(epoch),
+                                estimate=estimate_message if estimator is None else _checked(estimator),
+                                pricing=self._pricing)
+        self.ctx = self._new_context()
+
+    def _new_context(self) -> ActorContext:
+        self.generation += 1  # strategy writes buffered before this were made from memory it replaces
+        return ActorContext(
+            place=self.place, branch_id=self.branch_id, reader=self.reader, view=self.view,
+            engine=self.engine, strategy_name=self.strategy.name, writes=not self.readonly,
+            holds=self.holds, settings=self.settings, clock=self._clock,
+        )
+
+    def _clock(self) -> float:
+        return self.now
+
+    def _guard(self, epoch: int) -> None:
+        """Before every read through the view a strategy holds (C8): a view of an older epoch is dead."""
+        if epoch != self.epoch:
+            raise ReaderConflictError(f"{self.place} changed its view since this view was made")
+
+    def _start_strategy(self) -> None:
+        """Initialise the strategy for the current view (C5: a failure leaves a claim standing; an
+        unreachable store is no failure: the start is tried again, see ``_await_store``)."""
+        self.ctx = self._new_context()
+        self.strategy_started = True
+        self._listen(self.strategy.auto_tick and not self.readonly)
+        self.strategy_error = None
+        try:
+            self.strategy.initialize(self.ctx)
+            self.seen = self._seen_now()
+        except StoreUnavailableError as exc:
+            self._await_store(exc)
+        except Exception as exc:
+            self.strategy_error = exc
+            logger.warning("strategy %r of %s failed to start: %r", self.strategy.name, self.place, exc)
+        else:
+            if self.waiting is not None:
+                logger.warning("%s: the store answers again; strategy %r started from what it holds", self.place,
+                               self.strategy.name)
+                self.waiting = None
+                self.drain_wanted = self.strategy.auto_tick  # work the outage held up
+        mark, writes = self.ctx.take()
+        if mark or writes:  # initialize only reads: writes belong in next_unit or select
+            logger.warning("strategy %r of %s wrote during initialize; not committed", self.strategy.name, self.place)
+
+    def _listen(self, every: bool) -> None:
+        """Hear of every append of the own slot only while the strategy drains in the background;
+        otherwise an append never visits this namespace."""
+        if every != self.listening:
+            self.listening = every
+            self._effects.append(Listen(every))
+
+    def _await_store(self, exc: StoreUnavailableError) -> None:
+        """The store was unreachable while the strategy started, or while its memory changed (a
+        commit, a unit): that memory may be ahead of the store or half made, so it starts again
+        from the store before its next use (a command tries at once, an auto-ticking drain after a
+        back-off). Work begun on the old memory writes nothing (C9)."""
+        if self.waiting is None:
+            logger.warning("%s: the store is unreachable (%s); strategy %r starts again once it answers", self.place,
+                           exc.reason, self.strategy.name)
+            self.retry_delay = STORE_RETRY_S
+            self.epoch += 1  # a unit out now was planned on the memory being dropped
+            self._build_views()
+        else:
+            self.retry_delay = min(self.retry_delay * 2, STORE_RETRY_MAX_S)
+        self.waiting = exc
+        self.retry_at = self.now + self.retry_delay
+
+    def _seen_now(self) -> int:
+        """The sequence up to which the strategy has been handed the view. On a shared store other
+        processes append at any time: what the caches held when it read them, not the store's now."""
+        engine = self.engine
+        if engine.shared:
+            for cache in self.caches:  # each looked at in this step (no await since the strategy read them)
+                cache.count()
+            return max((cache.revision for cache in self.caches), default=0)
+        return engine.last_sequence
+
+    def _require_strategy(self) -> None:
+        """The strategy, started: one waiting for the store starts now or raises
+        ``StoreUnavailableError``; one that failed to start raises ``StrategyRefusedError``, or,
+        when what it read was damaged, the ``StoreCorruptError`` naming the record (another
+        strategy wouldn't mend it)."""
+        if self.waiting is not None:
+            self._start_strategy()
+            if self.waiting is not None:
+                raise StoreUnavailableError(self.waiting.url, self.waiting.reason)
+        if isinstance(self.strategy_error, StoreCorruptError):
+            raise StoreCorruptError(self.strategy_error.path, self.strategy_error.what)
+        if self.strategy_error is not None:
+            raise StrategyRefusedError(
+                f"the strategy of {self.place} failed to start: {self.strategy_error!r}; recover with set_strategy() "
+                f"or switch_branch()"
+            )
+
+    def _flush_new(self) -> None:
+        """Hand the strategy each message it hasn't seen, in the reader's view (A4)."""
+        if self.strategy_error is not None or self.waiting is not None:
+            return
+        pending = self.view.after(self.seen)
+        for message in pending:
+            self.strategy.on_new_message(message, self.ctx)
+        if pending:
+            self.seen = max(self.seen, pending[-1].sequence)
+
+    def _commit(self, reaches: int = 0) -> Gen:
+        """Commit what the strategy buffered, the floor first, in one transaction; True if anything was.
+
+        On failure the strategy is reloaded from what is stored (its memory may be ahead of it),
+        and the error raised; with the store unreachable, once it answers again (``_await_store``).
+        """
+        mark, writes = self.ctx.take()
+        mark = max(mark, reaches)
+        if self.readonly:
+            return False
+        commands: list[Any] = []
+        raise_floor = self.reader is not None and mark > self.floor  # D7: no reader, no floor
+        if raise_floor:
+            commands.append(SetValue(state=states.floor_state(self.place.namespace), branch=self.branch_id, value=mark,
+                                     rising=True))  # never lowers a floor another process's actor raised
+        commands += writes
+        if not commands:
+            return False
+        engine = self.engine
+        context = states.context_state(self.place.namespace)
+
+        def build() -> Atomically:  # when its turn comes: states an earlier write registered aren't again
+            kinds: dict[str, StateKind] = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
+            registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()
+                         if not engine.has_state(name)]
+            return Atomically(commands=(*registers, *commands))
+
+        generation = self.generation
+        try:
+            yield Write(build=build, strategy=True,
+                        copies=any(isinstance(c, AppendItem) and c.state == context for c in writes))
+        except Exception as exc:
+            # Reloaded already if the write was dropped for an earlier one's failure (the generation
+            # moved); the lease lost stops the actor.
+            if writes and self.generation == generation and not isinstance(exc, ConfigConflictError):
+                if isinstance(exc, StoreUnavailableError):
+                    self._await_store(exc)
+                else:
+                    self._start_strategy()
+            raise
+        if raise_floor:
+            self.floor = max(self.floor, mark)
+        return True
+
+    # -- managers ---------------------------------------------------------------------------
+
+    def _attach(self, command: Attach) -> Gen:
+        if not self.caches:  # the first attach: judged from the store, before anything is written (C2)
+            self.record = self._stored_record()
+        resolved = check_attach(self.record, command.reader, compiles_for_none=command.compiles_for_none,
+                                place=self.place)
+        self._check_config(command)
+        require_marking(self.strategy.marks_compression_reads, self.strategy.name, resolved, self.place.namespace)
+        if not self.caches:
+            yield from self._set_up()
+        if resolved is not None and self.record is None and not self.readonly:
+            try:  # decided in the store: on a shared store, another process's actor may claim it first
+                yield Write(SetValue(state=states.reader_state(self.place.namespace), branch=self.branch_id,
+                                     value=resolved, expect=None))
+            except ValueConflictError:
+                check_attach(self._stored_record(), command.reader, compiles_for_none=command.compiles_for_none,
+                             place=self.place)  # ReaderConflictError, unless it claimed it for the same reader
+            self.record = resolved
+            self.epoch += 1  # work begun for the unclaimed view writes nothing (C9)
+            self._build_views()
+            self._start_strategy()  # a failure here leaves the claim standing (C5)
+        if not self.strategy_started:
+            self._start_strategy()
+        yield from self._record_config()
+        self.managers.add(command.token)
+        self.orphaned = False
+        return Attached(resolved)
+
+    def _record_config(self) -> Gen:
+        """Record the strategy config this namespace runs on its branch, so a reader (``ctxrt compile``)
+        compiles with exactly it. A host's own strategy is recorded as absent."""
+        if self.readonly:
+            return
+        state = states.config_state(self.place.namespace)
+        described = catalog.describe(self.strategy_config)
+        if self.engine.read_value(state, self.branch_id) != described:
+            yield Write(SetValue(state=state, branch=self.branch_id, value=described))
+
+    def _check_config(self, command: Attach) -> None:
+        wanted, running = command.config, self.config
+        if command.explicit_strategy and wanted.strategy != self.strategy_config:
+            raise ConfigConflictError(
+                f"{self.place} runs strategy {self.strategy_config!r}; this open asked for {wanted.strategy!r}"
+            )
+        if wanted.view_filter is not None and wanted.view_filter is not running.view_filter:
+            raise ConfigConflictError(f"{self.place} runs with another view_filter")
+        if wanted.token_estimator is not None and wanted.token_estimator is not running.token_estimator:
+            raise ConfigConflictError(f"{self.place} runs with another token_estimator")
+        if (wanted.slot, *wanted.auxiliary) != (running.slot, *running.auxiliary):
+            raise ConfigConflictError(
+                f"{self.place} reads slots {(running.slot, *running.auxiliary)}; this open asked for "
+                f"{(wanted.slot, *wanted.auxiliary)}"
+            )
+
+    def _check_branching(self, reader: str | None) -> None:
+        """C1, C3, C7, C12: whether a manager compiling for ``reader`` may fork or derive from here."""
+        resolve_reader(self.record, reader, self.place)
+        if reader is None and self.record is not None:
+            check_reader(self.record, None, self.place)
+        self._require_strategy()
+
+    def _fork(self, command: Fork) -> Gen:
+        self._check_branching(command.reader)
+        self._require_writes()
+        return (yield Write(CreateBranch(name=command.name, from_branch=self.branch_id)))
+
+    def _derive(self, command: Derive) -> Gen:
+        self._require_strategy()  # C12
+        # The head's record decides (C11): a no-reader parent's child takes what the head records.
+        child_reader = resolve_reader(self.record, command.reader, self.place)
+        config = command.strategy if command.strategy is not None else self.strategy_config
+        strategy = build_strategy(config)
+        require_marking(strategy.marks_compression_reads, strategy.name, child_reader, self.place.namespace)
+        self._require_writes()
+        # Written even when None: a child made at an earlier sequence would otherwise keep what that
+        # checkpoint recorded, not what the head records (C11, a cleared record included).
+        created = yield Write(Atomically(commands=(
+            CreateBranch(name=command.name, from_branch=self.branch_id, at_sequence=command.at_sequence),
+            SetValue(state=states.reader_state(self.place.namespace), branch=command.name, value=child_reader),
+        )))
+        return created[0], child_reader
+
+    def _set_strategy(self, command: SetStrategy) -> Gen:
+        check_reader(self.record, command.reader, self.place)
+        strategy = build_strategy(command.config)
+        require_marking(strategy.marks_compression_reads, strategy.name, self.reader, self.place.namespace)
+        self._lease(strategy)
+        self.strategy, self.strategy_config = strategy, command.config
+        self.epoch += 1  # a unit of the old strategy writes nothing
+        self._build_views()
+        self._start_strategy()
+        yield from self._record_config()
+
+    def _pins(self, command: PinRange | Unpin | ListPins) -> Any:
+        check_reader(self.record, command.reader, self.place)
+        self._require_strategy()
+        self._flush_new()
+        strategy = self.strategy
+        if not isinstance(strategy, Pinning):
+            if isinstance(command, ListPins):
+                return []
+            raise StrategyRefusedError(f"strategy {strategy.name!r} does not support pins")
+        if isinstance(command, ListPins):
+            return strategy.list_pins()
+        self._require_writes()  # ReadOnlyStoreError before anything changes
+        if isinstance(command, PinRange):
+            found: Any = strategy.pin_range(self.ctx, command.first_id, command.last_id, name=command.name,
+                                            level=command.level)
+        else:
+            found = strategy.unpin(self.ctx, command.pin_id)
+        return self._then(self._commit(), found)
+
+    def _then(self, gen: Gen, result: Any) -> Gen:
+        yield from gen
+        return result
+
+    def _append_and_hold(self, command: AppendAndHold) -> Gen:
+        self._require_writes()
+        key = object()
+        self.holds.reserve(key, self.engine.last_sequence + 1)  # every append from now on is above it
+        try:
+            operation = yield Write(command.append)
+        finally:
+            self.holds.unreserve(key)
+        self.holds.place([operation.sequence], command.timeout_s, self.now)
+        return operation
+
+    def _retry_quarantined(self, command: RetryQuarantined) -> Gen:
+        check_reader(self.record, command.reader, self.place)
+        self._require_strategy()
+        self._require_writes()  # ReadOnlyStoreError before anything changes
+        keys = self.strategy.retry_quarantined(self.ctx)
+        yield from self._commit()
+        self.drain_wanted = True
+        return keys
+
+    def _health(self) -> NamespaceHealth:
+        """Answered with the store unreachable too: then ``waiting_for`` says so. A strategy waiting
+        for the store tries its start first; the slot's head is looked at (one read on a shared store)."""
+        backlog, ready = Backlog(), False
+        if self.waiting is not None:
+            self._start_strategy()
+        outage = self.waiting
+        if outage is None:
+            try:
+                if self.record is None and self.engine.shared:
+                    self._adopt_claim()
+                self.caches[0].count()
+                self._flush_new()  # the strategy hears of new messages first, as a compile's would
+                if self.strategy_error is None:
+                    backlog, ready = self.strategy.backlog(self.ctx), self.strategy.is_ready()
+            except StoreUnavailableError as exc:
+                outage = exc
+        return NamespaceHealth(
+            namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
+            managers=len(self.managers), mailbox_depth=self.mailbox_depth(),
+            in_flight_model_calls=self._model_calls(), ready=ready,
+            quarantined=tuple(self.strategy.quarantined()), narrowing_floor=self.floor,
+            strategy_error=None if self.strategy_error is None else repr(self.strategy_error),
+            pending_units=backlog.units, compression_debt_tokens=backlog.tokens, last_compile_ms=self.last_compile_ms,
+            waiting_for=None if outage is None else f"the store: {outage}",
+        )
+
+    def _snapshot(self) -> NamespaceSnapshot:
+        """Copies of what the actor holds: the strategy with each of its containers copied (what it
+        holds in them, frozen messages and records, is shared), the caches' and listing's figures."""
+        strategy = copy.copy(self.strategy)
+        for name, value in vars(strategy).items() if hasattr(strategy, "__dict__") else ():
+            if isinstance(value, (list, dict, set)):
+                setattr(strategy, name, copy.copy(value))
+        listing = self.reader_listing
+        figures = ListingFigures(self.reader, self.listing_shared, self.config.slot, listing.projected)
+        return NamespaceSnapshot(strategy, self.record, self.floor, self.epoch,
+                                 tuple(cache.figures() for cache in self.caches), figures, self.model_timeout_s)
+
+    def _model_calls(self) -> int:
+        return 1 if self.in_flight is not None and self.in_flight.request is not None else 0
+
+    # -- compile ----------------------------------------------------------------------------
+
+    def _compile(self, command: Compile, task: _Task) -> Gen:
+        # Its span is current while it compiles (never across a yield: a context attached in a
+        # generator would leak into whatever the loop handles next); its commit carries it.
+        with tracing.compiling(self.place.namespace, self.place.branch, self.reader, self.strategy.name,
+                               command) as span:
+            result = self._build(command)
+            tracing.compiled(span, result, self.strategy)
+            task.trace = tracing.current()  # the commit it makes is its child
+        if not command.dry_run:
+            try:
+                yield from self._commit()
+            except Exception:
+                # The strategy's bookkeeping (chunks closing, an anchor) waits; the compile goes on (P1, D4).
+                logger.warning("%s: what the strategy wrote during a compile could not commit", self.place,
+                               exc_info=True)
+        return result
+
+    def _build(self, command: Compile) -> Any:
+        """The compile itself: the strategy's selection, built into a result."""
+        check_reader(self.record, command.reader, self.place)
+        self._require_strategy()
+        validate_injections(command.injections, command.message_injections)  # B4: before the strategy runs
+        self._flush_new()
+        started = time.perf_counter()
+        options = SelectOptions(dry_run=command.dry_run, context=self.ctx, strict=command.strict)
+        entries = self.strategy.select(self.view, command.budget, options)
+        if command.dry_run:
+            self.ctx.take()
+        else:
+            self.render_stats = self.strategy.render_stats()
+        # Built before the bookkeeping commits: one snapshot of the view, whatever lands meanwhile.
+        result = build_compile_result(
+            entries, namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
+            strategy_name=self.strategy.name, lookup=self.raw_body, injections=command.injections,
+            message_injections=command.message_injections, memo=self.compile_memo,
+        )
+        self.last_compile_ms = (time.perf_counter() - started) * 1000
+        return result
+
+    def _query(self, command: QuerySummaries) -> Any:
+        check_reader(self.record, command.reader, self.place)  # C10
+        self._require_strategy()
+        self._flush_new()
+        strategy, query = self.strategy, command.query
+        if not isinstance(strategy, SummaryReader):
+            return None
+        match query:
+            case SearchSummaries():
+                return strategy.search_summaries(self.ctx, text=query.text, regex=query.regex, levels=query.levels,
+                                                 limit=query.limit, include_merged=query.include_merged)
+            case GetSummary():
+                return strategy.get_summary(self.ctx, query.summary_id)
+            case SummariesInRange():
+                return strategy.get_summaries_in_range(self.ctx, from_ms=query.from_ms, to_ms=query.to_ms,
+                                                       level=query.level)
+        raise TypeError(f"not a summary query: {query!r}")
+
+    # -- edits and removals -----------------------------------------------------------------
+
+    def _edit(self, command: Edit) -> Gen:
+        check_reader(self.record, command.reader, self.place)
+        engine, sequence = self.engine, parse_id(command.message_id)
+        context = states.context_state(self.place.namespace)
+        while True:
+            # Judged against the message as it is now (D1-D5 compare with what readers saw last), and
+            # written only onto that version: another edit, maybe another namespace's or process's,
+            # that lands first makes the store refuse this one, and it is judged again.
+            item = None if sequence is None else engine.read_item(self.config.slot, self.branch_id, sequence)
+            if item is None:
+                raise MessageNotFoundError(f"no message {command.message_id!r} in slot {self.config.slot!r} on "
+                                           f"branch {self.place.branch!r}")
+            current = decode_stored(engine, item.data, item.sequence)
+            judge_edit(current, command.content, reader=self.reader, floor=self._edit_floor,
+                       others=self._other_records, place=self.place)  # floor and records read only for a narrowing
+            self._require_writes()
+            data = codec.message_to_json(current.participant, command.stored, current.metadata, current.timestamp_ms,
+                                         current.caused_by)
+            appended = Appended(current.participant, command.content, current.metadata, current.timestamp_ms,
+                                current.caused_by)
+            narrows = any(hidden_by_edit(current.content, command.content))
+            edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
+                            blobs=command.blobs, attachment=appended, flagged=appended.audience,
+                            expect_version=item.version,
+                            # checked again in the write: another process's actor may raise the floor meanwhile
+                            floor_state=states.floor_state(self.place.namespace) if narrows else None)
+            entries = self._context_entries()
+            propagation = edit_propagation(entries, current.id, command.content, reader=self.reader,
+                                           context_state=context, branch=self.branch_id)
+            try:
+                yield Write(Atomically(commands=(edit, *propagation)))  # M5, L3: one commit
+            except ValueConflictError:
+                continue
+            break
+        message_id, reader = current.id, self.reader
+        yield from self._propagate_again(entries, lambda later: edit_propagation(
+            later, message_id, command.content, reader=reader, context_state=context, branch=self.branch_id))
+
+    def _remove(self, command: Remove) -> Gen:
+        cache = self.caches[0]
+        first, last = cache.get(command.first_id), cache.get(command.last_id)
+        for given, found in ((command.first_id, first), (command.last_id, last)):
+            if found is None:
+                raise MessageNotFoundError(f"no message {given!r} in slot {self.config.slot!r} on branch "
+                                           f"{self.place.branch!r}")
+        assert first is not None and last is not None
+        if first.sequence > last.sequence:
+            raise ValueError(f"remove_messages: from_id {command.first_id!r} comes after to_id {command.last_id!r}")
+        self._require_writes()
+        removal = RemoveItems(state=self.config.slot, branch=self.branch_id, from_sequence=first.sequence,
+                              to_sequence=last.sequence)
+        context = states.context_state(self.place.namespace)
+        entries = self._context_entries()
+        propagation = removal_propagation(entries, first.sequence, last.sequence, context_state=context,
+                                          branch=self.branch_id)
+        yield Write(Atomically(commands=(removal, *propagation)))
+        yield from self._propagate_again(entries, lambda later: removal_propagation(
+            later, first.sequence, last.sequence, context_state=context, branch=self.branch_id))
+
+    def _propagate_again(self, seen: list[Message], propagate: Callable[[list[Message]], list[Any]]) -> Gen:
+        """An edit or removal landed while reads went on: a context-log copy one of them wrote (made
+        from the message as it was) is queued behind it. Once those are committed, carry the change
+        to the copies made since ``seen`` (M5), before the caller is answered."""
+        if not any(item.write is not None and item.write.copies for item in self.lane):
+            return
+        last = max((entry.sequence for entry in seen), default=0)
+
+        def build() -> Atomically | None:
+            commands = propagate([entry for entry in self._context_entries() if entry.sequence > last])
+            return Atomically(commands=tuple(commands)) if commands else None
+
+        yield Write(build=build, behind=True)
+
+    # -- units: ticks, the drain, transition summaries --------------------------------------
+
+    def _queue_unit(self, command: Tick | ResetHeadWindow, reply: Reply[Any] | None) -> Any:
+        # Checked now and again when its turn comes: a claim may land while it waits (C8).
+        check_reader(self.record, command.reader, self.place)
+        self._require_strategy()
+        self._require_capability(command)
+        if reply is None:
+            return None
+        self.unit_waiters.append((command, reply))
+        return _LATER
+
+    def _require_capability(self, command: Tick | ResetHeadWindow) -> None:
+        if isinstance(command, ResetHeadWindow) and not isinstance(self.strategy, HeadWindowReset):
+            raise StrategyRefusedError(f"strategy {self.strategy.name!r} does not support head window reset")
+
+    def _pump(self) -> bool:
+        """Start the next unit when none is being planned, out or applied: a manager's first, else
+        the drain's. True if it started one."""
+        if self.unit_task is not None or self.in_flight is not None or self.barriers:
+            return False
+        command: Tick | ResetHeadWindow | None = None
+        reply: Reply[Any] | None = None
+        if self.unit_waiters:
+            command, reply = self.unit_waiters.popleft()
+            gen: Gen = self._tick(command, reply)
+        elif (self.drain_wanted and self.strategy.auto_tick and not self.readonly and self.strategy_error is None
+              and not self.orphaned):
+            wake = self._wake_at()
+            if wake is not None and wake > self.now:
+                self.drain_wanted = False  # the timer wakes it when the backoff ends
+                return False
+            gen = self._drain()
+        else:
+            return False
+        task = self.unit_task = _Task(command, reply, _READ, own=True)  # the tick's reply: answered at a stop
+        task.gen = gen
+        self.open[task] = None
+        self._step(task, None)
+        return True
+
+    def _tick(self, command: Tick | ResetHeadWindow, reply: Reply[Any]) -> Gen:
+        try:
+            yield from self._begin(command, reply)
+        except Exception as exc:  # noqa: BLE001 - answered to its caller
+            self._answer(reply, False, exc)
+        return _LATER
+
+    def _drain(self) -> Gen:
+        try:
+            started = yield from self._begin(None, None)
+        except StoreUnavailableError as exc:
+            if self.waiting is None:  # else its failed start said so already
+                self._await_store(exc)  # tried again after the back-off (_wake_at)
+            started = False
+        except Exception as exc:  # noqa: BLE001 - reported
+            self._report(exc, "compression drain of %s failed to plan a unit", self.place)
+            started = False
+        if not started:
+            self.drain_wanted = False
+
+    def _wake_at(self) -> float | None:
+        """When the drain may run again: after the store's back-off while waiting for the store,
+        else the strategy's, if it names a usable time (a host strategy's mistake here is logged
+        and ignored, never the end of the actor)."""
+        if self.waiting is not None:
+            return self.retry_at
+        try:
+            wake = self.strategy.wake_at()
+            if wake is None:
+                return None
+            wake = float(wake)
+        except Exception:
+            logger.exception("strategy %r of %s: wake_at() failed; ignoring its backoff", self.strategy.name,
+                             self.place)
+            return None
+        return wake if not math.isnan(wake) else None
+
+    def _set_timer(self) -> None:
+        """When the loop should look again without a message: a hold lapsing, a backoff ending."""
+        deadline = self.holds.next_lapse(self.now)
+        if self.strategy.auto_tick and not self.readonly and self.in_flight is None:
+            wake = self._wake_at()
+            if wake is not None and wake > self.now:  # a backoff already over is no reason to wake again
+                deadline = min(deadline, wake)
+        if deadline != self.timer:
+            self.timer = deadline
+            self._effects.append(SetTimer(deadline))
+
+    def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply[Any] | None) -> Gen:
+        """Plan the next unit, raise the floor, then start its model call; True if a call is out.
+
+        A unit with nothing to call answers its caller at once.
+        """
+        if command is not None:
+            check_reader(self.record, command.reader, self.place)
+        self._require_strategy()  # the drain's too: a start waiting for the store is tried here
+        if command is not None:
+            self._require_capability(command)  # the strategy may have been replaced while it waited
+        if self.readonly:
+            if reply is not None:
+                self._answer(reply, True, False)
+            return False
+        self._flush_new()
+        if isinstance(command, ResetHeadWindow):
+            return (yield from self._begin_reset(command, reply))
+        unit = self.strategy.next_unit(self.ctx)
+        if unit is None:
+            wrote = yield from self._commit()
+            if reply is not None:
+                self._answer(reply, True, wrote)
+            return False
+        yield from self._raise_floor("tick" if command else "drain", unit, reply)
+        return True
+
+    def _raise_floor(self, kind: str, unit: Unit, reply: Reply[Any] | None) -> Gen:
+        """The floor covers the unit before its request exists (D2, D4); then its call goes out."""
+        flight = self.in_flight = _InFlight(kind, unit, self.epoch, reply)  # planned: no other unit meanwhile
+        try:
+            yield from self._commit(unit.reaches)
+        except BaseException:
+            self.in_flight = None
+            raise
+        flight.request = self.strategy.request_for(unit, self.ctx)
+        flight.span = tracing.start_unit(unit, kind, self.place.namespace, self.place.branch, self.reader,
+                                         None if reply is None else reply.trace)
+        self._effects.append(CallModel(flight.epoch, unit, flight.request, flight.span))
+
+    def _begin_reset(self, command: ResetHeadWindow, reply: Reply[Any] | None) -> Gen:
+        strategy = self.strategy
+        assert isinstance(strategy, HeadWindowReset)
+        if command.text is not None:
+            result = yield from self._transition(strategy.transition_content(self.ctx, command.text, None))
+            if reply is not None:
+                self._answer(reply, True, result)
+            return False
+        unit = strategy.transition_unit(self.ctx)
+        yield from self._raise_floor("reset", unit, reply)  # before the transition summary reads the head window
+        return True
+
+    def _transition(self, content: list[dict[str, Any]]) -> Gen:
+        strategy = self.strategy
+        assert isinstance(strategy, HeadWindowReset)
+        data, blobs, appended = prepare_append(strategy.transition_participant, content)
+        operation = yield Write(AppendItem(state=self.config.slot, branch=self.branch_id, data=data,
+                                           blobs=tuple(blobs), attachment=appended, flagged=appended.audience))
+        message_id = str(operation.sequence)
+        strategy.start_head_window(self.ctx, message_id)
+        yield from self._commit()
+        return message_id
+
+    def _unit_done(self, done: UnitDone) -> Gen:
+        """Apply a unit's reply (its caller, if a tick, is answered here: the task returns ``_LATER``)."""
+        flight, self.in_flight = self.in_flight, None
+        if flight is None:
+            return _LATER
+        if done.epoch != self.epoch:
+            logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
+                           self.place, flight.unit.key)
+            tracing.end_unit(flight.span, "discarded")
+            if flight.reply is not None:
+                self._answer(flight.reply, *((True, False) if flight.kind == "tick" else (False, self._moved_error())))
+            return _LATER
+        try:
+            if flight.kind == "reset":
+                strategy = self.strategy
+                assert isinstance(strategy, HeadWindowReset)
+                result: Any = yield from self._transition(strategy.transition_content(self.ctx, None, done.outcome))
+            else:
+                result = self.strategy.apply_unit(flight.unit, done.outcome, self.ctx)
+                yield from self._commit()
+            yield from self._calibrate(flight.request, done.outcome)
+        except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
+            tracing.end_unit(flight.span, "failed", exc)
+            if isinstance(exc, StoreUnavailableError) and self.waiting is None:
+                self._await_store(exc)  # the unit may be half applied: done again once the store answers
+            if flight.reply is not None:
+                self._answer(flight.reply, False, exc)
+            elif not isinstance(exc, StoreUnavailableError):
+                self._report(exc, "compression drain of %s failed to apply %s", self.place, flight.unit.key)
+            self.drain_wanted = False
+            return _LATER
+        tracing.end_unit(flight.span, "applied" if result else "nothing")
+        if flight.reply is not None:
+            self._answer(flight.reply, True, result)
+        if flight.kind == "drain" and not result:
+            self.drain_wanted = False
+        return _LATER
+
+    def _calibrate(self, request: Any, outcome: Any) -> Gen:
+        """Tell the estimator what the model reported for a request against its plain estimate;
+        store a bundled estimator's calibration with the namespace. A failure here costs only the
+        calibration, never the unit."""
+        estimator = self.config.token_estimator
+        if estimator is None or not isinstance(outcome, ModelResponse) or not isinstance(request, ModelRequest):
+            return
+        estimated = estimate_text(request.system or "") + sum(estimate_blocks(m.content) for m in request.messages)
+        try:
+            estimator.observe(request.model, estimated, outcome.usage.input_tokens)
+        except Exception:
+            logger.exception("%s: the token estimator failed to observe a reply's usage", self.place)
+            return
+        self.observed += 1
+        if isinstance(estimator, CalibratedEstimator) and not self.readonly:
+            try:
+                yield Write(SetValue(state=states.calibration_state(self.place.namespace), branch=self.branch_id,
+                                     value=estimator.to_json()))
+            except Exception:
+                logger.warning("%s: the token calibration could not be stored", self.place, exc_info=True)
+
+    def _pricing(self) -> object:
+        """What the view's ``pricing`` reports: the bundled estimator's own version (it may be shared
+        by several namespaces), else how many reports this actor's estimator has heard."""
+        estimator = self.config.token_estimator
+        return estimator.version if isinstance(estimator, CalibratedEstimator) else self.observed
+
+    def _moved_error(self) -> BaseException:
+        return StrategyRefusedError(f"the strategy or reader of {self.place} changed while this request ran; retry it")
+
+    # -- what managers read ---------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        """A new status snapshot when what managers read outside the mailbox changed."""
+        published, slot = self.published, self.caches[0] if self.caches else None
+        calls = self._model_calls()
+        if (published.strategy_config is self.strategy_config and published.slot is slot
+                and published.model_calls == calls and published.render_stats is self.render_stats):
+            return
+        self.published = NamespaceStatus(self.strategy_config, slot, calls, self.render_stats)
+        self._effects.append(Publish(self.published))
+
+
+def _checked(estimator: TokenEstimator) -> Callable[[Message], int]:
+    """A host's estimator, its answers checked: a negative or non-int estimate would let any
+    compile 'fit' (or fail deep inside a strategy), so it is refused where it was given."""
+    estimate = estimator.estimate
+
+    def checked(message: Message) -> int:
+        tokens = estimate(message)
+        if type(tokens) is not int or tokens < 0:
+            raise TypeError(f"token_estimator {estimator!r} estimated message {message.id} at {tokens!r}: "
+                            f"an estimate must be a non-negative int")
+        return tokens
+
+    return checked

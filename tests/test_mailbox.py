@@ -1,0 +1,133 @@
+"""The one mailbox both actors use: typed asks, one reply, back-pressure, one close path.
+
+Real trio tasks on a bare ``Mailbox``; the actors' own behaviour over it is tested in
+tests/test_store_actor.py and tests/test_namespace_actor.py. Determinism: no sleeps, only
+``wait_all_tasks_blocked`` and a ``fail_after`` guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from ctxrt.mailbox import Ask, Mailbox
+
+
+@attrs.frozen
+class Double(Ask[int]):
+    number: int
+
+
+class Closed(Exception):
+    pass
+
+
+def mailbox(capacity: int = 2) -> Mailbox:
+    return Mailbox(capacity, lambda command: Closed(f"closed before {command!r}"))
+
+
+async def serve(box: Mailbox, seen: list[Any]) -> None:
+    async for command, reply in box:
+        seen.append(command)
+        if reply is not None:
+            if isinstance(command, Double):
+                reply.resolve(True, command.number * 2)
+            else:
+                reply.resolve(False, ValueError(f"not a command: {command!r}"))
+
+
+async def test_an_ask_returns_what_the_actor_answers_or_raises_its_refusal() -> None:
+    """``ask(Double(n))`` returns the int the actor answered; an answer that is an error is raised."""
+    box = mailbox()
+    seen: list[Any] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, box, seen)
+            assert await box.ask(Double(21)) == 42
+            with pytest.raises(ValueError, match="not a command"):
+                await box.ask("nonsense")  # type: ignore[arg-type]
+            box.close()
+    assert seen == [Double(21), "nonsense"]
+    assert box.statistics().unanswered == 0 and box.statistics().received == 2
+
+
+async def test_asks_wait_for_room_and_tells_never_do() -> None:
+    """Once ``capacity`` envelopes are queued an ask waits until the actor takes one; a tell goes in at
+    once whatever the mailbox holds."""
+    box = mailbox(capacity=2)
+    answers: list[int] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            for n in range(3):
+                nursery.start_soon(_append, answers, box.ask(Double(n)))
+            await trio.testing.wait_all_tasks_blocked()
+            assert box.depth == 2 and box.statistics().senders_waiting == 1
+            box.tell("a tell")
+            assert box.depth == 3
+            seen: list[Any] = []
+            nursery.start_soon(serve, box, seen)
+            await trio.testing.wait_all_tasks_blocked()
+            assert sorted(answers) == [0, 2, 4] and len(seen) == 4
+            box.close()
+
+
+async def _append(answers: list[int], call: Awaitable[int]) -> None:
+    answers.append(await call)
+
+
+async def test_close_refuses_later_sends_and_the_notice_comes_before_what_is_queued() -> None:
+    """After ``close(refusal, notice)`` an ask raises the refusal and a tell is dropped; the actor takes
+    the notice first, then what was queued, then sees the end; ``drain`` answers what is left."""
+    box = mailbox()
+    queued: list[Any] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            async def ask_queued() -> None:
+                with pytest.raises(Closed, match="drained"):
+                    await box.ask(Double(1))
+                queued.append("refused")
+
+            nursery.start_soon(ask_queued)
+            await trio.testing.wait_all_tasks_blocked()
+            box.close(lambda command: Closed(f"retired: {command!r}"), notice="stop now")
+            with pytest.raises(Closed, match="retired: Double"):
+                await box.ask(Double(2))
+            box.tell("dropped")
+            assert box.receive_nowait() == ("stop now", None)
+            box.drain(lambda command: Closed("drained"))
+            with pytest.raises(trio.EndOfChannel):
+                await box.receive()
+    assert queued == ["refused"]
+
+
+async def test_a_cancelled_ask_loses_only_its_answer_and_one_cancelled_already_sends_nothing() -> None:
+    """An ask cancelled while it waits leaves its command queued for the actor (its answer is dropped);
+    an ask whose caller is cancelled already sends nothing."""
+    box = mailbox()
+    seen: list[Any] = []
+    with trio.fail_after(5):
+        with trio.CancelScope() as already:
+            already.cancel()
+            await box.ask(Double(1))
+        assert box.depth == 0
+        async with trio.open_nursery() as nursery:
+            waiting = trio.CancelScope()
+
+            async def ask() -> None:
+                with waiting:
+                    await box.ask(Double(5))
+
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            waiting.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert waiting.cancelled_caught and box.depth == 1
+            nursery.start_soon(serve, box, seen)
+            await trio.testing.wait_all_tasks_blocked()
+            box.close()
+    assert seen == [Double(5)] and box.statistics().unanswered == 0
