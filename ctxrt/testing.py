@@ -228,7 +228,8 @@ class _LoopbackApi(abc.ABC):
     subclass says which paths it serves, the rules it applies and the shape of its replies.
 
     ``requests`` holds the JSON bodies of the API's POSTs received, in order; ``connections``
-    counts the TCP connections accepted (keep-alive reuses one).
+    counts the TCP connections accepted (keep-alive reuses one), ``open_connections`` those not
+    yet closed by either side (a client that was closed leaves none once the server has seen it).
     """
 
     script_name = "api"
@@ -238,6 +239,7 @@ class _LoopbackApi(abc.ABC):
         self.base_url = ""
         self.requests: list[dict[str, Any]] = []
         self.connections = 0
+        self.open_connections = 0
         self._respond: Callable[[dict[str, Any]], ApiReply]
         if callable(script):
             self._respond = script
@@ -269,7 +271,14 @@ class _LoopbackApi(abc.ABC):
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
         self.connections += 1
+        self.open_connections += 1
         buffer = bytearray()
+        try:
+            await self._converse(stream, buffer)
+        finally:
+            self.open_connections -= 1
+
+    async def _converse(self, stream: trio.SocketStream, buffer: bytearray) -> None:
         async with stream:
             # A client that goes away (e.g. timed out waiting for a slow reply) just ends the connection.
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):

@@ -38,7 +38,6 @@ from ctxrt import Budget, ModelRequest, ModelResponse, Text, ToolResult, ToolUse
 from ctxrt.namespace import states
 from ctxrt.namespace.actor import MODEL_TIMEOUT_S
 from ctxrt.namespace.states import strategy_state
-from ctxrt.store.actor import StoreRef
 from ctxrt.store.protocol import Atomically, SetValue
 from ctxrt.strategies import autobiographical
 from ctxrt.strategies.autobiographical import (
@@ -1362,20 +1361,20 @@ async def test_a_failing_floor_write_sends_no_request(tmp_path: Path, monkeypatc
     """While the floor can't be raised, no compression request goes out and the chunk waits; its record
     is written with the floor once the store takes it (D4, D2, T3)."""
     floor_state = states.floor_state(NS)
-    real_ask = StoreRef.ask
 
-    async def refusing(self: StoreRef, command: Any) -> Any:
+    async def refusing(command: Any) -> Any:
         commands = command.commands if isinstance(command, Atomically) else (command,)
         if any(isinstance(c, SetValue) and c.state == floor_state for c in commands):
             raise OSError("the store refused the floor write")
-        return await real_ask(self, command)
+        return await real_ask(command)
 
     with trio.fail_after(GUARD_S):
         model = ScriptedModel(remember)
         async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
             m = await rt.open(NS, strategy=autobio(), view_reader="alice")
             await add_all(m, 4)
-            monkeypatch.setattr(StoreRef, "ask", refusing)
+            real_ask = rt.store.ask
+            monkeypatch.setattr(rt.store, "ask", refusing)
             await m.compile(budget(100))  # the chunk would close (and raise the floor) here: the compile goes on
             assert stored_log(rt, "chunks") == []  # no chunk record without its floor (D2)
             with pytest.raises(OSError, match="floor"):

@@ -345,10 +345,10 @@ _batch_commands = st.lists(
 def test_unnested_appends_commit_what_nested_ones_do(first, second):
     """A batch whose appends run unnested, their heads written once, answers every command and stores
     every row exactly as the same batch with every command nested (K6)."""
-    from ctxrt.store.actor import _unnested
+    from ctxrt.store.actor import runs_unnested
 
     outcomes = []
-    for unnested in (None, _unnested):
+    for unnested in (None, runs_unnested):
         with tempfile.TemporaryDirectory() as path:
             env, engine = open_engine(path)
             run(engine, *[RegisterState(name=name, kind="log") for name in LOGS])
@@ -367,7 +367,7 @@ def test_unnested_appends_commit_what_nested_ones_do(first, second):
 def test_an_unnested_command_that_fails_after_writing_fails_alone(tmp_path):
     """Should an unnested command raise after it began writing, the batch is run again nested: that
     command alone is refused and leaves nothing, the others commit (K6)."""
-    from ctxrt.store.actor import _unnested
+    from ctxrt.store.actor import runs_unnested
 
     env, engine = open_engine(str(tmp_path))
     run(engine, RegisterState(name="messages", kind="log"))
@@ -381,7 +381,7 @@ def test_an_unnested_command_that_fails_after_writing_fails_alone(tmp_path):
         return value
 
     commands = [AppendItem(state="messages", branch="main", data=data) for data in (b"a", b"breaks", b"c")]
-    results, operations = engine.apply(commands, breaking, _unnested)
+    results, operations = engine.apply(commands, breaking, runs_unnested)
     assert calls == [b"a", b"breaks", b"a", b"breaks", b"c"]  # begun again, nested, from the start
     assert [ok for ok, _ in results] == [True, False, True]
     assert str(results[1][1]) == "broke after writing"
@@ -423,7 +423,7 @@ def _logs(engine):
 def test_the_postgres_engine_answers_batches_as_lmdb_does(pg_url):
     """The same random batches (refusals among them, appends unnested) give the same answers, the
     same operations and the same logs on both engines (K1, K6: a refused command fails alone)."""
-    from ctxrt.store.actor import _unnested
+    from ctxrt.store.actor import runs_unnested
 
     @settings(max_examples=30, deadline=None)
     @hypothesis.given(first=_batch_commands, second=_batch_commands)
@@ -441,7 +441,7 @@ def test_the_postgres_engine_answers_batches_as_lmdb_does(pg_url):
                 run(engine, CreateBranch(name="side", from_branch="main"))
                 answers, operations = [], []
                 for batch in (first, second):
-                    results, ops = engine.apply(batch, execute, _unnested)
+                    results, ops = engine.apply(batch, execute, runs_unnested)
                     answers.append(_outcome(results))
                     operations.append([attrs.evolve(op, row=attrs.evolve(op.row, created_ms=0)) if hasattr(op, "row")
                                        else op for op in ops])

@@ -37,7 +37,7 @@ from ctxrt.runtime import open_runtime
 from ctxrt.slots import prepare_append
 from ctxrt.store import files, keys
 from ctxrt.store.engine import FORMAT_VERSION
-from ctxrt.store.environment import _REGISTRY
+from ctxrt.store.environment import open_environments
 from ctxrt.store.protocol import AppendItem, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
 from ctxrt.store.verify import verify_in_child, verify_store
 from support import LineReader
@@ -111,7 +111,7 @@ async def build_store(path: Path, count: int = 300) -> None:
                                     blobs=edited.blobs))
         await rt.store.ask(RemoveItems(state="messages", branch="main", from_sequence=sequences[10],
                                        to_sequence=sequences[12]))
-    assert not _REGISTRY
+    assert open_environments() == []
 
 
 def damaged_copy(original: Path, target: Path, damage: Callable[[Path], None]) -> Path:
@@ -370,7 +370,7 @@ async def test_a_foreign_lmdb_environment_is_refused_before_anything_is_written(
             async with open_runtime(store, readonly=readonly):
                 pytest.fail("a foreign environment was opened")
     assert tree_bytes(store) == before, "a file beside the foreign environment was created or changed"
-    assert not _REGISTRY
+    assert open_environments() == []
 
 
 async def test_a_foreign_table_named_like_ctxrts_is_refused_by_a_writer(tmp_path: Path) -> None:
@@ -442,7 +442,7 @@ async def two_messages(store: Path) -> None:
         manager = await rt.open("a")
         await manager.add_message("user", "first")
         await manager.add_message("user", "the last acknowledged write")
-    assert not _REGISTRY
+    assert open_environments() == []
 
 
 async def messages_read(store: Path, **options: bool) -> list[str]:
@@ -633,7 +633,7 @@ def test_any_flipped_txnid_bit_is_refused_or_read_as_the_last_commit_but_for_bit
                 assert re.fullmatch(TXNIDS_APART, exc.what), exc.what
             return
         finally:
-            assert not _REGISTRY
+            assert open_environments() == []
         assert files.one_commit_apart(*txnids), f"{txnids} were not refused"
         last = [f"m{i}" for i in range(count)]
         assert read == last or (bit == 1 and read == last[:-1]), (txnids, read)

@@ -20,7 +20,7 @@ import trio
 from ctxrt.errors import ReadOnlyStoreError, StoreLockedError
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.store import files
-from ctxrt.store.environment import _REGISTRY, close_store, open_store
+from ctxrt.store.environment import close_store, open_environments, open_store
 from ctxrt.store.protocol import AppendItem, RegisterState
 from test_failsafe_files import fork_server
 
@@ -101,7 +101,7 @@ async def test_read_only_opens_racing_a_writers_first_open_never_see_a_half_made
                     close_store(handle)
                 assert await children.ask(f"reap {answer.split()[1]}") == "reaped 0"
     assert raced > 0, "no read-only open ever overlapped a writer's first open"
-    assert not _REGISTRY
+    assert open_environments() == []
 
 
 async def test_a_read_only_runtime_opened_first_lets_a_writer_in_this_process_open(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ async def test_a_read_only_runtime_opened_first_lets_a_writer_in_this_process_op
             async with open_runtime(store, durability="os") as writer:
                 await writer.store.ask(AppendItem(state="log", branch="main", data=b"last"))
             assert items(reader)[-1] == b"last"
-    assert not _REGISTRY
+    assert open_environments() == []
 
 
 async def test_a_writer_refused_by_another_process_leaves_this_processs_reader_reading(tmp_path: Path) -> None:
@@ -190,7 +190,7 @@ trio.run(main, sys.argv[1])
         async with open_runtime(store, readonly=True) as reader:
             stored = await (await reader.open("a")).get_all_messages()
             assert [m.id for m in stored] == written
-    assert not _REGISTRY
+    assert open_environments() == []
 
 
 async def test_a_writer_is_seen_by_its_data_lock_when_its_owner_lock_file_is_gone(tmp_path: Path) -> None:

@@ -221,7 +221,8 @@ async def test_anthropic_model_built_from_the_environment_owns_and_closes_its_cl
             monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
             async with AnthropicModel(max_retries=0) as model:
                 assert (await model.complete(request())).text == "ok"
-            assert model._client.is_closed()
+            while server.open_connections:  # the client it built closed its connection
+                await trio.sleep(0.01)
             with pytest.raises(ModelError, match=r"^model 'claude-test': this AnthropicModel was closed$"):
                 await model.complete(request())
 
@@ -308,11 +309,19 @@ def test_extract_summary_is_never_empty_for_text_with_words_and_never_over_budge
 
 
 async def test_a_runtime_closes_the_anthropic_model_it_was_given(tmp_path, monkeypatch) -> None:
-    """DESIGN.md §9: the runtime owns its model; leaving open_runtime closes the client the model made."""
+    """DESIGN.md §9: the runtime owns its model; leaving open_runtime closes the model (and so the
+    client it made: test_anthropic_model_built_from_the_environment_owns_and_closes_its_client)."""
     import ctxrt
 
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
-    model = ctxrt.AnthropicModel()
-    async with ctxrt.open_runtime(tmp_path / "store", model=model):
-        assert not model._client.is_closed()
-    assert model._client.is_closed()
+    with trio.fail_after(GUARD_S):
+        async with open_messages_api_server([ApiReply.text("ok")]) as server:
+            monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+            monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
+            model = ctxrt.AnthropicModel(max_retries=0)
+            async with ctxrt.open_runtime(tmp_path / "store", model=model):
+                assert (await model.complete(request())).text == "ok"
+                assert server.open_connections == 1
+            while server.open_connections:  # the client the model made closed its connection
+                await trio.sleep(0.01)
+            with pytest.raises(ModelError, match=r"this AnthropicModel was closed$"):
+                await model.complete(request())

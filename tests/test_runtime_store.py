@@ -32,7 +32,7 @@ from ctxrt.errors import (
 )
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.store import keys, seals
-from ctxrt.store.environment import _REGISTRY, LOCK_NAME
+from ctxrt.store.environment import LOCK_NAME, open_environments
 from ctxrt.store.protocol import AppendItem, EditItem, RegisterState, RemoveItems, SetValue
 from ctxrt.store.verify import verify_store
 from support import LineReader, dump
@@ -222,7 +222,7 @@ async def test_an_unknown_store_format_is_refused_naming_it(
             with pytest.raises(StoreFormatError, match=message):
                 async with open_runtime(store_path, readonly=readonly):
                     pytest.fail("an unknown format was opened")
-        assert not _REGISTRY
+        assert open_environments() == []
         # Nothing was rewritten: restoring the record makes the store readable again.
         write_format(store_path, seals.seal(keys.META_FORMAT, struct.pack(">I", 3)))
         async with open_runtime(store_path, readonly=readonly) as rt:
@@ -450,7 +450,7 @@ async def test_closing_and_reopening_keeps_everything(store_path: Path) -> None:
             before = dump(rt)
             branches = await rt.list_branches()
             main, side = read_data(rt), read_data(rt, "side")
-        assert not _REGISTRY
+        assert open_environments() == []
 
         async with open_runtime(store_path) as rt:
             assert dump(rt) == before

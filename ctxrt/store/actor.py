@@ -342,7 +342,7 @@ async def serve_store(
             nursery.cancel_scope.cancel()
 
 
-def _unnested(command: Any) -> bool:
+def runs_unnested(command: Any) -> bool:
     """An append checks all it can be refused for before it writes: it needs no nested transaction."""
     return type(command) is AppendItem
 
@@ -355,7 +355,7 @@ def _apply_growing(engine: StoreEngine, commands: list[Any]) -> tuple[list[tuple
     """
     while True:
         try:
-            return engine.apply(commands, execute, _unnested)
+            return engine.apply(commands, execute, runs_unnested)
         except lmdb.MapFullError:
             assert isinstance(engine, Engine)  # only LMDB has a map
             _grow_map(engine)
@@ -384,7 +384,7 @@ async def _fill_and_commit(engine: Engine, writer: WriterThread, commands: list[
     and trying again when it is full; what ``Engine.prepare`` made of them."""
     while True:
         try:
-            prepared = engine.prepare(commands, execute, _unnested, writer)
+            prepared = engine.prepare(commands, execute, runs_unnested, writer)
         except lmdb.MapFullError:
             writer.end()  # the map can't be resized under an open transaction
             _grow_map(engine)

@@ -83,6 +83,12 @@ class StoreHandle:
 _REGISTRY: dict[str, _Shared] = {}
 
 
+def open_environments() -> list[str]:
+    """The LMDB environments this process holds open (their directories' keys), for a check that
+    every open was closed: a failed or closed open leaves none behind."""
+    return sorted(_REGISTRY)
+
+
 def open_store(
     path: str | os.PathLike[str], *, readonly: bool = False, durability: Durability = "sync", map_size: int = 1 << 36
 ) -> StoreHandle:
