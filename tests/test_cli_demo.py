@@ -15,7 +15,7 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt import cli
+from ctxrt.cli.demo import invocation, relative
 from ctxrt.demo import STORE_MARKER, DemoModelError, DemoStoreError, run_demo
 from ctxrt.model import OfflineModel
 from ctxrt.testing import ApiReply, open_messages_api_server
@@ -107,9 +107,9 @@ def test_the_hint_says_ctxrt_when_this_installs_script_is_on_path(monkeypatch: p
     if not script.is_file():
         pytest.skip("ctxrt is not installed beside this interpreter")
     monkeypatch.setenv("PATH", str(script.parent))
-    assert cli._invocation() == "ctxrt"
+    assert invocation() == "ctxrt"
     monkeypatch.setenv("PATH", os.defpath)
-    assert cli._invocation() in (str(script), cli._relative(script))
+    assert invocation() in (str(script), relative(script))
 
 
 # -- what the demo deletes ---------------------------------------------------------------------

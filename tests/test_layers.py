@@ -55,7 +55,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.testing",),
     ("ctxrt.loadtest", "ctxrt.demo"),
     ("ctxrt.inspector.pages", "ctxrt.inspector.app"),
-    ("ctxrt.cli",),
+    ("ctxrt.cli.output", "ctxrt.cli.exits", "ctxrt.cli.subcommand", "ctxrt.cli.stores"),  # what the commands share
+    ("ctxrt.cli.demo", "ctxrt.cli.inspect", "ctxrt.cli.messages", "ctxrt.cli.compile", "ctxrt.cli.summaries",
+     "ctxrt.cli.serve", "ctxrt.cli.verify", "ctxrt.cli.bench", "ctxrt.cli.load_test"),  # one module per command
+    ("ctxrt.cli",),  # the parser and the entry points
     ("ctxrt", "ctxrt.__main__"),
     # The framework adapters: users of the public API (the facade), as a host is; nothing imports them.
     ("ctxrt.integrations", "ctxrt.integrations.blocks"),
