@@ -412,9 +412,6 @@ KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset({
     ("test_autobiographical.py", "reads (await strategy(m))._l1_queue"),
     # the recall budget: a module constant of strategies/autobiographical.py (no config field yet)
     ("test_autobiographical.py", "patches autobiographical"),
-    # the hint's choice of command: cli.py is becoming the ctxrt/cli/ package
-    ("test_cli_demo.py", "reads cli._invocation"),
-    ("test_cli_demo.py", "reads cli._relative"),
     # a torn read of the meta pages: store/files.py has no seam for its reads yet
     ("test_failsafe_files.py", "reads files._read"),
     ("test_failsafe_files.py", "names _read in setattr"),
