@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.namespace.machine",),
     ("ctxrt.namespace.actor",),
     ("ctxrt.namespace.registry",),
+    ("ctxrt.branching", "ctxrt.subscriptions"),
     ("ctxrt.manager",),
     ("ctxrt.trio_guard",),
     ("ctxrt.runtime",),
