@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.strategies.catalog",),
     ("ctxrt.namespace.states", "ctxrt.namespace.core"),
     ("ctxrt.namespace.context", "ctxrt.namespace.protocol", "ctxrt.namespace.effects"),
+    ("ctxrt.namespace.drain", "ctxrt.namespace.views", "ctxrt.namespace.lease"),
     ("ctxrt.namespace.machine",),
     ("ctxrt.namespace.actor",),
     ("ctxrt.namespace.registry",),
