@@ -3,6 +3,7 @@
 This module re-exports the public names (docs/api.md) and defines nothing.
 """
 
+from .branching import Derivation as Derivation
 from .compile import (
     Budget as Budget,
 )
@@ -146,7 +147,6 @@ from .events import Edited as Edited
 from .events import MessageEvent as MessageEvent
 from .events import Removed as Removed
 from .manager import ContextManager as ContextManager
-from .manager import Derivation as Derivation
 from .manager import MessageWindow as MessageWindow
 from .model import (
     AnthropicModel as AnthropicModel,

@@ -4,15 +4,13 @@ A manager is bound to one branch incarnation; ``switch_branch`` and ``fork`` mov
 manager (they attach it to the other branch's namespace actor, then detach it from this one).
 Messages are written through the store actor; everything the reader check guards goes through
 the namespace actor, in its mailbox order. Once its branch is deleted, every call raises
-``BranchNotFoundError`` (spec/core.md L5).
+``BranchNotFoundError`` (spec/core.md L5). What a move, fork or derive does past validating is
+in ``branching.py``; a subscription's event stream is in ``subscriptions.py``.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import secrets
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -20,20 +18,19 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from . import checks, codec, tracing
+from . import branching, checks, codec, tracing
+from .branching import Derivation
 from .compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
 from .content import ContentLike, Message
-from .errors import ManagerClosedError, MessageNotFoundError
-from .events import Added, MessageEvent, diff
+from .errors import ManagerClosedError
+from .events import MessageEvent
 from .model import Model
 from .namespace.protocol import (
     AppendAndHold,
     CheckReady,
     Compile,
-    Derive,
     Detach,
     Edit,
-    Fork,
     GetSummary,
     Hold,
     Inspect,
@@ -57,19 +54,19 @@ from .namespace.protocol import (
     Tick,
     Unpin,
 )
-from .namespace.registry import NamespaceRegistry, new_token
+from .namespace.registry import NamespaceRegistry
 from .queries import MessageQuery
 from .slots import SlotCache, prepare_append
-from .store.protocol import AppendItem, BranchInfo, CreateBranch, describe_branches
-from .store.records import BranchRow, LogHead
+from .store.protocol import AppendItem, BranchInfo, describe_branches
+from .store.records import BranchRow
 from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
+from .subscriptions import POLL_INTERVAL_S, subscription
 
 if TYPE_CHECKING:
     from .strategies.autobiographical import Summary, SummaryMatch
 
 
 CLOSE_WAIT_S = 10.0  # how long aclose waits for its namespace actor to take the detach
-POLL_INTERVAL_S = 0.05  # how often a read-only runtime's subscription looks at the slot's head
 
 
 @attrs.frozen
@@ -77,23 +74,6 @@ class MessageWindow:
     messages: tuple[Message, ...]
     start_index: int
     total_count: int
-
-
-@attrs.frozen
-class Derivation:
-    """How a derived manager was made; plain data, round-trips through JSON (R2)."""
-
-    parent_branch: str
-    branch: str
-    namespace: str
-    at_sequence: int | None
-    reader: str | None
-    isolate: bool
-    auxiliary_views: tuple[str | None, ...]
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ContextManager:
@@ -424,36 +404,8 @@ class ContextManager:
         """
         slot = self._slot()
         interval = checks.timeout(poll_interval_s, "poll_interval_s")
-        send, receive = trio.open_memory_channel[MessageEvent](math.inf)
-        # Closing the manager or the runtime ends the subscription at once: the channel closes (its
-        # reader's loop ends, not hangs), commits stop reaching it, and a poller stops looking.
-        poller = trio.CancelScope()
-        stops: list[Callable[[], None]] = [send.close, poller.cancel]
-
-        def end() -> None:
-            for stop in stops:
-                stop()
-
-        self._subscriptions.add(end)
-        forget = self._registry.on_close(end)
-        try:
-            if slot.hears_every_write:
-                stops.append(self._registry.slots.watch(slot.state, slot.branch_id, send.send_nowait, send.close))
-                with receive:
-                    yield receive
-                return
-            head = slot.head_now()  # from here on: a change before the poller's first look is reported too
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_poll, slot, head, send, interval, poller)
-                try:
-                    with receive:
-                        yield receive
-                finally:
-                    end()
-        finally:
-            end()
-            self._subscriptions.discard(end)
-            forget()
+        async with subscription(self._registry, slot, interval, self._subscriptions) as receive:
+            yield receive
 
     async def health(self) -> NamespaceHealth:
         """The namespace actor's state: reader, managers, mailbox depth, model calls out, readiness,
@@ -581,15 +533,9 @@ class ContextManager:
             await self._move_once(row)
 
     async def _move_once(self, row: BranchRow) -> None:
-        ref = self._live()
-        config = attrs.evolve(ref.config, strategy=ref.status.strategy_config)  # set_strategy's, if it ran
-        token = new_token()
-        new_ref, reader = await self._registry.attach(
-            row, config, self._explicit_reader if self._explicit_reader is not None else self._reader, token,
-            compiles_for_none=self._reader is None,
-        )
-        ref.tell(Detach(self._token))
-        self._ref, self._token, self._reader = new_ref, token, reader
+        moved = await branching.move(self._registry, self._live(), self._token, row, reader=self._reader,
+                                     explicit_reader=self._explicit_reader)
+        self._ref, self._token, self._reader = moved.ref, moved.token, moved.reader
 
     async def switch_branch(self, name: str) -> None:
         """Move this manager (only) to branch ``name``.
@@ -612,10 +558,7 @@ class ContextManager:
         when ``name`` is taken.
         """
         ref = self._live()
-        # The random part: concurrent forks (of other managers, or processes) in one millisecond differ.
-        name = checks.optional_name(name, "name") or (f"fork-{_now_ms()}-{self._registry.engine.last_sequence}-"
-                                                     f"{secrets.token_hex(3)}")
-        row = await ref.ask(Fork(self._reader, name))
+        name, row = await branching.fork(self._registry, ref, self._reader, checks.optional_name(name, "name"))
         await self._move_to(row)
         return name
 
@@ -629,13 +572,7 @@ class ContextManager:
         """
         ref = self._live()
         checks.optional_name(name, "name")
-        message = self._slot().get(checks.text(message_id, "message_id"))
-        if message is None:
-            raise MessageNotFoundError(f"no message {message_id!r} in slot {ref.config.slot!r} on branch {self.branch!r}")
-        name = name or f"branch-{_now_ms()}-{message.sequence}"
-        await self._registry.store_ref().ask(CreateBranch(name=name, from_branch=ref.branch_id,
-                                                          at_sequence=message.sequence))
-        return name
+        return await branching.branch_at(self._registry, ref, self._slot(), checks.text(message_id, "message_id"), name)
 
     async def derive(
         self, *, branch: str, strategy: StrategyConfig | Strategy | None = None, at_sequence: int | None = None,
@@ -657,20 +594,14 @@ class ContextManager:
         checks.optional_integer(at_sequence, "at_sequence", minimum=0)
         if model is not None and not isinstance(model, Model):
             raise TypeError(f"model must be a Model or None, not {type(model).__name__}")
-        row, child_reader = await ref.ask(Derive(self._reader, branch, strategy, at_sequence))
-        config = attrs.evolve(
-            ref.config, strategy=strategy if strategy is not None else ref.status.strategy_config,
-            model=model if model is not None else ref.config.model,
+        child = await branching.derive(
+            self._registry, ref, reader=self._reader, branch=branch, strategy=strategy, at_sequence=at_sequence,
+            model=model, isolate=self._isolate, auxiliary_views=self._auxiliary_views,
         )
-        token = new_token()
-        child, resolved = await self._registry.attach(row, config, child_reader, token)
-        derivation = Derivation(
-            parent_branch=self.branch, branch=branch, namespace=self.namespace, at_sequence=at_sequence,
-            reader=resolved, isolate=self._isolate, auxiliary_views=self._auxiliary_views,
-        )
+        attached = child.attachment
         return ContextManager(
-            self._registry, child, token, reader=resolved, explicit_reader=None, isolate=self._isolate,
-            auxiliary_views=self._auxiliary_views, derivation=derivation,
+            self._registry, attached.ref, attached.token, reader=attached.reader, explicit_reader=None,
+            isolate=self._isolate, auxiliary_views=self._auxiliary_views, derivation=child.derivation,
         )
 
     async def set_strategy(self, strategy: StrategyConfig | Strategy) -> None:
@@ -814,27 +745,3 @@ class ContextManager:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-
-
-async def _poll(
-    slot: SlotCache, head: LogHead, send: trio.MemorySendChannel[MessageEvent], interval: float,
-    scope: trio.CancelScope,
-) -> None:
-    """A read-only runtime's subscription: at each look, one head read, then what changed between
-    the last look's revision and this one's, each read as of its revision (a write landing while
-    it looks waits for the next look). Cancelling ``scope`` stops it (the subscription ended)."""
-    with scope, send:
-        while True:
-            await trio.sleep(interval)
-            if slot.engine.branch_deleted(slot.branch_id):
-                return  # the branch is gone: the subscription ends
-            now = slot.head_now()
-            if now.revision == head.revision:
-                continue
-            if now.rewrite_revision == head.rewrite_revision:  # appends only: the new tail, oldest first
-                events: list[MessageEvent] = [Added(m) for m in slot.as_of(now.revision, start=head.length)]
-            else:
-                events = diff(slot.as_of(head.revision), slot.as_of(now.revision))
-            for event in events:
-                send.send_nowait(event)
-            head = now

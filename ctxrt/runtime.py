@@ -42,7 +42,7 @@ from .tokens import TokenEstimator
 from .trio_guard import require_trio
 
 if TYPE_CHECKING:
-    from .manager import Derivation
+    from .branching import Derivation
 
 logger = logging.getLogger("ctxrt.runtime")
 
@@ -202,7 +202,7 @@ class Runtime:
             BranchNotFoundError: the derivation's branch is gone.
             ReaderConflictError, StrategyRefusedError, ConfigConflictError: as ``open``.
         """
-        from .manager import Derivation
+        from .branching import Derivation
 
         if not isinstance(derivation, Derivation):
             raise TypeError(f"derivation must be a Derivation, not {type(derivation).__name__}")

@@ -1,4 +1,5 @@
-"""What the namespace machine asks its loop to do (effects), and what the loop tells it back.
+"""What the namespace machine asks its loop to do (effects), what the loop tells it back, and
+what a handler yields to the machine (``Write``).
 
 ``NamespaceMachine.handle(message, now)`` returns a list of these; the loop in
 ``namespace/actor.py`` carries them out in order. They are plain data: the machine never awaits,
@@ -7,7 +8,7 @@ sleeps, starts a task or writes; its tests read the effects and feed the outcome
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -119,3 +120,25 @@ class Acquired:
 @attrs.frozen
 class TimerFired:
     """The last ``SetTimer``'s time came before any message."""
+
+
+# -- what a handler yields -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class Write:
+    """What a handler yields to commit: ``command``, or ``build()``'s (None: nothing to commit)
+    made when its turn in the lane comes. ``strategy``: made from the strategy's memory (dropped if
+    that memory is reloaded first). ``copies``: it appends to the context log. ``behind``: an
+    exclusive handler's write that goes to the back of the lane, behind what others queued."""
+
+    command: Any = None
+    build: Callable[[], Any] | None = None
+    strategy: bool = False
+    copies: bool = False
+    behind: bool = False
+
+
+# A handler that writes: it yields a ``Write`` (or an ``Acquire``) and is resumed with the store's
+# result, or has the store's error raised into it.
+Gen = Generator[Write | Acquire, Any, Any]

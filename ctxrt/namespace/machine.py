@@ -1,9 +1,11 @@
 """``NamespaceMachine``: a namespace actor's state and every decision it makes, with no I/O.
 
-h11's shape: the machine holds every piece of the actor's state (the reader record, the
-narrowing floor, the view epoch, the strategy, the unit out and the ticks waiting for one, the
-holds, the lease, the wait for an unreachable store, the write lane) and ``handle(message, now)``
-returns the effects the loop in ``namespace/actor.py`` carries out (``namespace/effects.py``):
+h11's shape: the machine holds the actor's state (the reader record, the narrowing floor, the
+view epoch, the strategy, the holds, the wait for an unreachable store, the write lane), with
+three components for the rest: its ``Drain`` (``namespace/drain.py``: the units, the ticks
+waiting for one, the background drain), its ``ReaderViews`` (``namespace/views.py``, rebuilt at
+each epoch) and its ``Lease`` (``namespace/lease.py``). ``handle(message, now)`` returns the
+effects the loop in ``namespace/actor.py`` carries out (``namespace/effects.py``):
 ``Commit`` a store command, ``CallModel``, ``Answer`` a caller, ``SetTimer``, ``Publish`` a
 status. What the store and the model answer comes back as messages (``Committed``,
 ``UnitDone``). Nothing here awaits or imports trio; it reads the store's committed state
@@ -34,14 +36,14 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from types import GeneratorType
 from typing import Any
 
 import attrs
 
 from .. import codec, tracing
-from ..compile import CompileMemo, build_compile_result, validate_injections
+from ..compile import build_compile_result, validate_injections
 from ..content import Message, hidden_by_edit
 from ..errors import (
     BranchNotFoundError,
@@ -56,8 +58,7 @@ from ..errors import (
     ValueConflictError,
 )
 from ..mailbox import Reply
-from ..model import ModelRequest, ModelResponse
-from ..slots import Appended, SlotCache, decode_stored, parse_id, prepare_append
+from ..slots import Appended, SlotCache, decode_stored, parse_id
 from ..store.interface import StoreEngine
 from ..store.protocol import (
     AppendItem,
@@ -72,29 +73,12 @@ from ..store.records import StateKind
 from ..strategies import catalog
 from ..strategies.base import (
     Backlog,
-    HeadWindowReset,
     Pinning,
     SelectOptions,
     Strategy,
     SummaryReader,
-    Unit,
 )
-from ..tokens import (
-    CalibratedEstimator,
-    TokenEstimator,
-    estimate_blocks,
-    estimate_message,
-    estimate_text,
-)
-from ..views import (
-    FilteredListing,
-    MergedListing,
-    MessageView,
-    ReaderListing,
-    SlotListing,
-    reader_view_of,
-    shared_reader_listing,
-)
+from ..tokens import CalibratedEstimator
 from . import states
 from .context import ActorContext, Settings
 from .core import (
@@ -111,21 +95,23 @@ from .core import (
     require_marking,
     resolve_reader,
 )
+from .drain import LATER, Drain
 from .effects import (
     Acquire,
     Acquired,
     Answer,
-    CallModel,
-    CancelModel,
     Commit,
     Committed,
     Effect,
+    Gen,
     Listen,
     Publish,
     SetTimer,
     Stop,
     TimerFired,
+    Write,
 )
+from .lease import Lease
 from .protocol import (
     ActorRetired,
     AppendAndHold,
@@ -166,32 +152,9 @@ from .protocol import (
     Unpin,
     refusal_for,
 )
+from .views import build_views, context_entries, flush_new, seen_now
 
 logger = logging.getLogger("ctxrt.namespace")
-
-# While the store is unreachable, an auto-ticking namespace tries its strategy's start again after
-# this many seconds, doubling up to the maximum (a command tries at once).
-STORE_RETRY_S = 0.25
-STORE_RETRY_MAX_S = 5.0
-
-_LATER = object()  # a handler whose caller is answered by someone else (its unit)
-
-
-@attrs.frozen
-class Write:
-    """What a handler yields to commit: ``command``, or ``build()``'s (None: nothing to commit)
-    made when its turn in the lane comes. ``strategy``: made from the strategy's memory (dropped if
-    that memory is reloaded first). ``copies``: it appends to the context log. ``behind``: an
-    exclusive handler's write that goes to the back of the lane, behind what others queued."""
-
-    command: Any = None
-    build: Callable[[], Any] | None = None
-    strategy: bool = False
-    copies: bool = False
-    behind: bool = False
-
-
-Gen = Generator[Write | Acquire, Any, Any]
 
 _READ, _EXCLUSIVE, _BARRIER = 0, 1, 2
 _KINDS: dict[type, int] = {
@@ -223,16 +186,6 @@ class _Item:
     task: _Task
     write: Write | None
     generation: int
-
-
-@attrs.define
-class _InFlight:
-    kind: str  # "tick" (a manager's), "drain" (the actor's own) or "reset" (a transition summary)
-    unit: Unit
-    epoch: int
-    reply: Reply[Any] | None
-    request: Any = None  # the ModelRequest once its call is out, for calibration from its reply's usage
-    span: Any = None  # its trace span (tracing.start_unit) once its call is out, ended when its reply is applied
 
 
 def build_strategy(config: Any) -> Strategy:
@@ -282,22 +235,17 @@ class NamespaceMachine:
         # memory is not known to match the store, so the strategy starts again (from what is
         # stored) before its next use. Not a failed start (C5): it ends by itself.
         self.waiting: StoreUnavailableError | None = None
-        self.retry_at = 0.0  # when the drain tries the start again
-        self.retry_delay = STORE_RETRY_S
         self.holds = Holds()
         self.settings = Settings()
         self.managers: set[int] = set()
         self.orphaned = False  # its last manager left; it stops once it owes no caller an answer
         self.caches: list[SlotCache] = []
         self.seen = 0
-        self.unit_waiters: deque[tuple[Tick | ResetHeadWindow, Reply[Any]]] = deque()
-        self.in_flight: _InFlight | None = None
+        self.drain = Drain(self)
         self.unit_task: _Task | None = None  # the unit being planned or applied: one at a time
-        self.drain_wanted = False
         self.last_compile_ms: float | None = None
         self.render_stats: Any = None
-        self.observed = 0  # usage reports the token estimator has heard (its pricing, for a host's own)
-        self.leased = False  # this process holds the namespace's lease (Strategy.keeps_memory)
+        self.lease = Lease(engine, place, branch_id, readonly=self.readonly)
         self.stopping: Callable[[], BaseException] | None = None
         # The write lane and the order of handling.
         self.lane: deque[_Item] = deque()
@@ -323,7 +271,7 @@ class NamespaceMachine:
         effects = self._effects = []
         if self.stopping is not None:
             if reply is not None:
-                self._answer(reply, False, refusal_for(self.stopping, message))
+                self.answer(reply, False, refusal_for(self.stopping, message))
             return effects
         match message:
             case Committed():
@@ -336,10 +284,10 @@ class NamespaceMachine:
                 self._stop(message.error)
                 return effects
             case SlotAppended():
-                self.drain_wanted = self.drain_wanted or self.strategy.auto_tick
+                self.drain.wanted = self.drain.wanted or self.strategy.auto_tick
             case TimerFired():
                 self.holds.lapse(now)
-                self.drain_wanted = self.strategy.auto_tick
+                self.drain.wanted = self.strategy.auto_tick
             case _:
                 self._take(message, reply)
         self._advance()
@@ -356,7 +304,7 @@ class NamespaceMachine:
             self.held.append((message, reply))
             return
         if isinstance(message, UnitDone):  # its tick's reply rides with it: answered at a stop too
-            reply = None if self.in_flight is None else self.in_flight.reply
+            reply = None if self.drain.flight is None else self.drain.flight.reply
             task = self.unit_task = _Task(message, reply, _READ, own=True)
             self.open[task] = None
             self._begin_task(task)
@@ -399,8 +347,7 @@ class NamespaceMachine:
             self._step(item.task, error=self._dropped())
             return
         try:
-            if write.strategy and self.leased and not self.engine.holds(
-                    self.branch_id, states.context_state(self.place.namespace)):
+            if write.strategy and self.lease.lost():
                 self._lose_lease(item.task)
                 return
             command = write.command if write.build is None else write.build()
@@ -417,10 +364,7 @@ class NamespaceMachine:
     def _lose_lease(self, task: _Task) -> None:
         """The lease went with a lost connection, and another process serves the namespace now: the
         write isn't sent, and the actor stops."""
-        def refusal() -> ConfigConflictError:
-            return ConfigConflictError(f"{self.place} lost its lease to another process; its managers here "
-                                       f"are closed: reopen it where it is served")
-        self.leased = False
+        refusal = self.lease.forfeit()
         self._step(task, error=refusal())
         self._stop(refusal)
 
@@ -433,6 +377,20 @@ class NamespaceMachine:
             self._step(item.task, committed.value)
         else:
             self._step(item.task, error=committed.value)
+
+    def _pump(self) -> bool:
+        """Start the next unit when none is being planned, out or applied. True if it started one."""
+        if self.unit_task is not None or self.barriers:
+            return False
+        started = self.drain.next()
+        if started is None:
+            return False
+        command, reply, gen = started
+        task = self.unit_task = _Task(command, reply, _READ, own=True)  # the tick's reply: answered at a stop
+        task.gen = gen
+        self.open[task] = None
+        self._step(task, None)
+        return True
 
     # -- tasks ------------------------------------------------------------------------------
 
@@ -489,15 +447,18 @@ class NamespaceMachine:
             self.barriers -= 1
         if isinstance(task.command, Attach) and not ok and not self.managers:
             self.orphaned = True  # refused with no manager attached: it stops once it owes nothing
-        if value is _LATER:
+        if value is LATER:
             return
         if task.reply is not None:
-            self._answer(task.reply, ok, value)
+            self.answer(task.reply, ok, value)
         elif not ok:
-            self._report(value, "%s: %s failed", self.place, type(task.command).__name__)
+            self.report(value, "%s: %s failed", self.place, type(task.command).__name__)
 
-    def _answer(self, reply: Reply[Any], ok: bool, value: Any) -> None:
+    def answer(self, reply: Reply[Any], ok: bool, value: Any) -> None:
         self._effects.append(Answer(reply, ok, value))
+
+    def emit(self, effect: Effect) -> None:
+        self._effects.append(effect)
 
     def _dropped(self) -> BaseException:
         """The error of a write dropped because the strategy's memory was reloaded before it went out."""
@@ -506,7 +467,7 @@ class NamespaceMachine:
         return StrategyRefusedError(f"the strategy of {self.place} was reloaded from the store while this request "
                                     f"ran; retry it")
 
-    def _report(self, exc: BaseException, message: str, *args: Any) -> None:
+    def report(self, exc: BaseException, message: str, *args: Any) -> None:
         """Log a failure no caller hears of. The store or branch gone while this actor is stopping
         (its runtime closing, its branch deleted) is expected then: debug level, no traceback."""
         if self.stopping is not None and isinstance(exc, (RuntimeClosedError, BranchNotFoundError)):
@@ -521,16 +482,17 @@ class NamespaceMachine:
                 return self._compile(command, task)
             case Preview():
                 check_reader(self.record, command.reader, self.place)
-                self._require_strategy()
+                self.require_strategy()
                 validate_injections((), command.message_injections)
-                self._flush_new()
-                return self.strategy.preview(self.view, command.budget, SelectOptions(dry_run=True, context=self.ctx))
+                self.flush_new()
+                return self.strategy.preview(self.views.view, command.budget,
+                                             SelectOptions(dry_run=True, context=self.ctx))
             case Tick() | ResetHeadWindow():
-                return self._queue_unit(command, reply)
+                return self.drain.queue(command, reply)
             case CheckReady():
                 check_reader(self.record, command.reader, self.place)
-                self._require_strategy()  # one that failed to start is never ready: it raises as tick() does
-                self._flush_new()
+                self.require_strategy()  # one that failed to start is never ready: it raises as tick() does
+                self.flush_new()
                 return self.strategy.is_ready()
             case Edit():
                 return self._edit(command)
@@ -558,7 +520,7 @@ class NamespaceMachine:
                 return None
             case Release():
                 self.holds.release([s for s in (parse_id(i) for i in command.message_ids) if s is not None])
-                self.drain_wanted = self.strategy.auto_tick
+                self.drain.wanted = self.strategy.auto_tick
                 return None
             case SetSystemPrompt():
                 self.settings.system_prompt = command.text
@@ -575,7 +537,7 @@ class NamespaceMachine:
             case Inspect():
                 return self._snapshot()
             case UnitDone():
-                return self._unit_done(command)
+                return self.drain.apply(command)
         raise TypeError(f"not a namespace command: {command!r}")
 
     # -- start and stop ---------------------------------------------------------------------
@@ -601,10 +563,10 @@ class NamespaceMachine:
         self.floor = self._stored_floor() or 0
         if isinstance(self.config.token_estimator, CalibratedEstimator):  # the calibration so far
             self.config.token_estimator.restore(engine.read_value(states.calibration_state(ns), self.branch_id))
-        self._lease(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
+        self.lease.follow(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
         caches = yield Acquire(tuple(slots))
         self.caches = list(caches)
-        self.seen = self._seen_now()
+        self.seen = seen_now(engine, self.caches)
         self._build_views()
         return None
 
@@ -621,24 +583,6 @@ class NamespaceMachine:
             self._build_views()
             self._start_strategy()
 
-    def _lease(self, strategy: Strategy) -> None:
-        """Hold the namespace's lease while ``strategy`` keeps its memory here (a shared store's other
-        processes then can't serve it); give it back otherwise. ConfigConflictError if another
-        process holds it: nothing changed."""
-        wanted = strategy.keeps_memory and not self.readonly
-        engine, name = self.engine, states.context_state(self.place.namespace)
-        if wanted and not self.leased:
-            if not engine.hold(self.branch_id, name):
-                raise ConfigConflictError(
-                    f"{self.place} is served by another process with a strategy that keeps its memory there "
-                    f"({strategy.name!r} here): one process at a time serves such a namespace; open it in that "
-                    f"process, or with a strategy that keeps none"
-                )
-            self.leased = True
-        elif not wanted and self.leased:
-            engine.release(self.branch_id, name)
-            self.leased = False
-
     def _stop(self, error: Callable[[], BaseException]) -> None:
         """Stop: answer every request held (``refusal_for(error, command)``), cancel the model call,
         give back the lease; then the loop refuses what is queued and ends."""
@@ -647,32 +591,20 @@ class NamespaceMachine:
         self.stopping = error
         owed: list[tuple[Any, Reply[Any] | None]] = [(task.command, task.reply) for task in self.open]
         owed += list(self.held)
-        owed += list(self.unit_waiters)
-        if self.in_flight is not None:
-            owed.append((None, self.in_flight.reply))
-            self._effects.append(CancelModel())
-            tracing.end_unit(self.in_flight.span, "stopped")
+        owed += self.drain.stop()
         for command, reply in owed:
             if reply is not None:
-                self._answer(reply, False, refusal_for(error, command))
+                self.answer(reply, False, refusal_for(error, command))
         self.open.clear()
         self.held.clear()
-        self.unit_waiters.clear()
         self.lane.clear()
-        if self.leased:
-            self.leased = False
-            try:
-                self.engine.release(self.branch_id, states.context_state(self.place.namespace))
-            except Exception:  # the connection is gone: so is the lease
-                logger.warning("couldn't give back the lease of %s", self.place, exc_info=True)
+        self.lease.give_back()
         self._effects.append(Stop(error))
 
     def _check_stop(self) -> None:
         """The last manager left and every call it made is answered: stop. A tick sent before its
         manager moved (switch_branch, fork) finishes here first; a write out comes back first."""
-        if not self.orphaned or self.unit_waiters or self.held or self.lane or self.out is not None:
-            return
-        if self.in_flight is not None and self.in_flight.reply is not None:
+        if not self.orphaned or self.drain.owes_answer() or self.held or self.lane or self.out is not None:
             return
         if any(task.reply is not None for task in self.open):
             return
@@ -699,11 +631,6 @@ class NamespaceMachine:
             if states.namespace_of_reader_state(info.name) is not None and info.name != own
         ]
 
-    def _context_entries(self) -> list[Message]:
-        items = self.engine.read_log(states.context_state(self.place.namespace), self.branch_id)
-        return [codec.message_from_json(item.data, sequence=item.sequence, store=self.engine.data_path)
-                for item in items]
-
     def _require_writes(self) -> None:
         if self.readonly:
             raise ReadOnlyStoreError(f"{self.place} is open in a read-only runtime; it refuses every write")
@@ -715,36 +642,16 @@ class NamespaceMachine:
         return self.record if isinstance(self.record, str) else None
 
     def _build_views(self) -> None:
-        listings = [SlotListing(cache) for cache in self.caches]
-        merged = listings[0] if len(listings) == 1 else MergedListing(listings)
-        view_filter = self.config.view_filter
-        filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
-        self.listing_shared = filtered is listings[0]
-        if self.listing_shared:  # one slot as it is: its reader's projection is shared
-            self.reader_listing: Any = shared_reader_listing(self.caches[0], self.reader)
-        else:
-            self.reader_listing = ReaderListing(filtered, self.reader)
-        # Raw bodies are judged in the reader's view of the messages as stored, filter or not: with
-        # a filter, one message at a time (compile's memo keeps each), not a second projection.
-        if view_filter is None:
-            self.raw_body: Callable[[str], Message | None] = MessageView(self.reader_listing).get
-        else:
-            stored, reader = MessageView(merged), self.reader
-            self.raw_body = lambda message_id: (
-                None if (found := stored.get(message_id)) is None else reader_view_of(found, reader)
-            )
         epoch = self.epoch
-        self.compile_memo = CompileMemo()  # entries of another view are never reused
-        estimator = self.config.token_estimator
-        self.view = MessageView(self.reader_listing, guard=lambda: self._guard(epoch),
-                                estimate=estimate_message if estimator is None else _checked(estimator),
-                                pricing=self._pricing)
+        self.views = build_views(self.caches, self.reader, view_filter=self.config.view_filter,
+                                 estimator=self.config.token_estimator, guard=lambda: self._guard(epoch),
+                                 pricing=self.drain.pricing)
         self.ctx = self._new_context()
 
     def _new_context(self) -> ActorContext:
         self.generation += 1  # strategy writes buffered before this were made from memory it replaces
         return ActorContext(
-            place=self.place, branch_id=self.branch_id, reader=self.reader, view=self.view,
+            place=self.place, branch_id=self.branch_id, reader=self.reader, view=self.views.view,
             engine=self.engine, strategy_name=self.strategy.name, writes=not self.readonly,
             holds=self.holds, settings=self.settings, clock=self._clock,
         )
@@ -759,16 +666,16 @@ class NamespaceMachine:
 
     def _start_strategy(self) -> None:
         """Initialise the strategy for the current view (C5: a failure leaves a claim standing; an
-        unreachable store is no failure: the start is tried again, see ``_await_store``)."""
+        unreachable store is no failure: the start is tried again, see ``await_store``)."""
         self.ctx = self._new_context()
         self.strategy_started = True
         self._listen(self.strategy.auto_tick and not self.readonly)
         self.strategy_error = None
         try:
             self.strategy.initialize(self.ctx)
-            self.seen = self._seen_now()
+            self.seen = seen_now(self.engine, self.caches)
         except StoreUnavailableError as exc:
-            self._await_store(exc)
+            self.await_store(exc)
         except Exception as exc:
             self.strategy_error = exc
             logger.warning("strategy %r of %s failed to start: %r", self.strategy.name, self.place, exc)
@@ -777,7 +684,7 @@ class NamespaceMachine:
                 logger.warning("%s: the store answers again; strategy %r started from what it holds", self.place,
                                self.strategy.name)
                 self.waiting = None
-                self.drain_wanted = self.strategy.auto_tick  # work the outage held up
+                self.drain.wanted = self.strategy.auto_tick  # work the outage held up
         mark, writes = self.ctx.take()
         if mark or writes:  # initialize only reads: writes belong in next_unit or select
             logger.warning("strategy %r of %s wrote during initialize; not committed", self.strategy.name, self.place)
@@ -789,7 +696,7 @@ class NamespaceMachine:
             self.listening = every
             self._effects.append(Listen(every))
 
-    def _await_store(self, exc: StoreUnavailableError) -> None:
+    def await_store(self, exc: StoreUnavailableError) -> None:
         """The store was unreachable while the strategy started, or while its memory changed (a
         commit, a unit): that memory may be ahead of the store or half made, so it starts again
         from the store before its next use (a command tries at once, an auto-ticking drain after a
@@ -797,25 +704,12 @@ class NamespaceMachine:
         if self.waiting is None:
             logger.warning("%s: the store is unreachable (%s); strategy %r starts again once it answers", self.place,
                            exc.reason, self.strategy.name)
-            self.retry_delay = STORE_RETRY_S
             self.epoch += 1  # a unit out now was planned on the memory being dropped
             self._build_views()
-        else:
-            self.retry_delay = min(self.retry_delay * 2, STORE_RETRY_MAX_S)
+        self.drain.back_off(first=self.waiting is None)
         self.waiting = exc
-        self.retry_at = self.now + self.retry_delay
 
-    def _seen_now(self) -> int:
-        """The sequence up to which the strategy has been handed the view. On a shared store other
-        processes append at any time: what the caches held when it read them, not the store's now."""
-        engine = self.engine
-        if engine.shared:
-            for cache in self.caches:  # each looked at in this step (no await since the strategy read them)
-                cache.count()
-            return max((cache.revision for cache in self.caches), default=0)
-        return engine.last_sequence
-
-    def _require_strategy(self) -> None:
+    def require_strategy(self) -> None:
         """The strategy, started: one waiting for the store starts now or raises
         ``StoreUnavailableError``; one that failed to start raises ``StrategyRefusedError``, or,
         when what it read was damaged, the ``StoreCorruptError`` naming the record (another
@@ -832,21 +726,16 @@ class NamespaceMachine:
                 f"or switch_branch()"
             )
 
-    def _flush_new(self) -> None:
+    def flush_new(self) -> None:
         """Hand the strategy each message it hasn't seen, in the reader's view (A4)."""
-        if self.strategy_error is not None or self.waiting is not None:
-            return
-        pending = self.view.after(self.seen)
-        for message in pending:
-            self.strategy.on_new_message(message, self.ctx)
-        if pending:
-            self.seen = max(self.seen, pending[-1].sequence)
+        if self.strategy_error is None and self.waiting is None:
+            self.seen = flush_new(self.strategy, self.views.view, self.seen, self.ctx)
 
-    def _commit(self, reaches: int = 0) -> Gen:
+    def commit(self, reaches: int = 0) -> Gen:
         """Commit what the strategy buffered, the floor first, in one transaction; True if anything was.
 
         On failure the strategy is reloaded from what is stored (its memory may be ahead of it),
-        and the error raised; with the store unreachable, once it answers again (``_await_store``).
+        and the error raised; with the store unreachable, once it answers again (``await_store``).
         """
         mark, writes = self.ctx.take()
         mark = max(mark, reaches)
@@ -878,7 +767,7 @@ class NamespaceMachine:
             # moved); the lease lost stops the actor.
             if writes and self.generation == generation and not isinstance(exc, ConfigConflictError):
                 if isinstance(exc, StoreUnavailableError):
-                    self._await_store(exc)
+                    self.await_store(exc)
                 else:
                     self._start_strategy()
             raise
@@ -946,7 +835,7 @@ class NamespaceMachine:
         resolve_reader(self.record, reader, self.place)
         if reader is None and self.record is not None:
             check_reader(self.record, None, self.place)
-        self._require_strategy()
+        self.require_strategy()
 
     def _fork(self, command: Fork) -> Gen:
         self._check_branching(command.reader)
@@ -954,7 +843,7 @@ class NamespaceMachine:
         return (yield Write(CreateBranch(name=command.name, from_branch=self.branch_id)))
 
     def _derive(self, command: Derive) -> Gen:
-        self._require_strategy()  # C12
+        self.require_strategy()  # C12
         # The head's record decides (C11): a no-reader parent's child takes what the head records.
         child_reader = resolve_reader(self.record, command.reader, self.place)
         config = command.strategy if command.strategy is not None else self.strategy_config
@@ -973,7 +862,7 @@ class NamespaceMachine:
         check_reader(self.record, command.reader, self.place)
         strategy = build_strategy(command.config)
         require_marking(strategy.marks_compression_reads, strategy.name, self.reader, self.place.namespace)
-        self._lease(strategy)
+        self.lease.follow(strategy)
         self.strategy, self.strategy_config = strategy, command.config
         self.epoch += 1  # a unit of the old strategy writes nothing
         self._build_views()
@@ -982,8 +871,8 @@ class NamespaceMachine:
 
     def _pins(self, command: PinRange | Unpin | ListPins) -> Any:
         check_reader(self.record, command.reader, self.place)
-        self._require_strategy()
-        self._flush_new()
+        self.require_strategy()
+        self.flush_new()
         strategy = self.strategy
         if not isinstance(strategy, Pinning):
             if isinstance(command, ListPins):
@@ -997,7 +886,7 @@ class NamespaceMachine:
                                             level=command.level)
         else:
             found = strategy.unpin(self.ctx, command.pin_id)
-        return self._then(self._commit(), found)
+        return self._then(self.commit(), found)
 
     def _then(self, gen: Gen, result: Any) -> Gen:
         yield from gen
@@ -1016,11 +905,11 @@ class NamespaceMachine:
 
     def _retry_quarantined(self, command: RetryQuarantined) -> Gen:
         check_reader(self.record, command.reader, self.place)
-        self._require_strategy()
+        self.require_strategy()
         self._require_writes()  # ReadOnlyStoreError before anything changes
         keys = self.strategy.retry_quarantined(self.ctx)
-        yield from self._commit()
-        self.drain_wanted = True
+        yield from self.commit()
+        self.drain.wanted = True
         return keys
 
     def _health(self) -> NamespaceHealth:
@@ -1035,7 +924,7 @@ class NamespaceMachine:
                 if self.record is None and self.engine.shared:
                     self._adopt_claim()
                 self.caches[0].count()
-                self._flush_new()  # the strategy hears of new messages first, as a compile's would
+                self.flush_new()  # the strategy hears of new messages first, as a compile's would
                 if self.strategy_error is None:
                     backlog, ready = self.strategy.backlog(self.ctx), self.strategy.is_ready()
             except StoreUnavailableError as exc:
@@ -1043,7 +932,7 @@ class NamespaceMachine:
         return NamespaceHealth(
             namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
             managers=len(self.managers), mailbox_depth=self.mailbox_depth(),
-            in_flight_model_calls=self._model_calls(), ready=ready,
+            in_flight_model_calls=self.drain.model_calls(), ready=ready,
             quarantined=tuple(self.strategy.quarantined()), narrowing_floor=self.floor,
             strategy_error=None if self.strategy_error is None else repr(self.strategy_error),
             pending_units=backlog.units, compression_debt_tokens=backlog.tokens, last_compile_ms=self.last_compile_ms,
@@ -1057,13 +946,9 @@ class NamespaceMachine:
         for name, value in vars(strategy).items() if hasattr(strategy, "__dict__") else ():
             if isinstance(value, (list, dict, set)):
                 setattr(strategy, name, copy.copy(value))
-        listing = self.reader_listing
-        figures = ListingFigures(self.reader, self.listing_shared, self.config.slot, listing.projected)
+        figures = ListingFigures(self.reader, self.views.shared, self.config.slot, self.views.listing.projected)
         return NamespaceSnapshot(strategy, self.record, self.floor, self.epoch,
                                  tuple(cache.figures() for cache in self.caches), figures, self.model_timeout_s)
-
-    def _model_calls(self) -> int:
-        return 1 if self.in_flight is not None and self.in_flight.request is not None else 0
 
     # -- compile ----------------------------------------------------------------------------
 
@@ -1077,7 +962,7 @@ class NamespaceMachine:
             task.trace = tracing.current()  # the commit it makes is its child
         if not command.dry_run:
             try:
-                yield from self._commit()
+                yield from self.commit()
             except Exception:
                 # The strategy's bookkeeping (chunks closing, an anchor) waits; the compile goes on (P1, D4).
                 logger.warning("%s: what the strategy wrote during a compile could not commit", self.place,
@@ -1087,12 +972,12 @@ class NamespaceMachine:
     def _build(self, command: Compile) -> Any:
         """The compile itself: the strategy's selection, built into a result."""
         check_reader(self.record, command.reader, self.place)
-        self._require_strategy()
+        self.require_strategy()
         validate_injections(command.injections, command.message_injections)  # B4: before the strategy runs
-        self._flush_new()
+        self.flush_new()
         started = time.perf_counter()
         options = SelectOptions(dry_run=command.dry_run, context=self.ctx, strict=command.strict)
-        entries = self.strategy.select(self.view, command.budget, options)
+        entries = self.strategy.select(self.views.view, command.budget, options)
         if command.dry_run:
             self.ctx.take()
         else:
@@ -1100,16 +985,16 @@ class NamespaceMachine:
         # Built before the bookkeeping commits: one snapshot of the view, whatever lands meanwhile.
         result = build_compile_result(
             entries, namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
-            strategy_name=self.strategy.name, lookup=self.raw_body, injections=command.injections,
-            message_injections=command.message_injections, memo=self.compile_memo,
+            strategy_name=self.strategy.name, lookup=self.views.raw_body, injections=command.injections,
+            message_injections=command.message_injections, memo=self.views.memo,
         )
         self.last_compile_ms = (time.perf_counter() - started) * 1000
         return result
 
     def _query(self, command: QuerySummaries) -> Any:
         check_reader(self.record, command.reader, self.place)  # C10
-        self._require_strategy()
-        self._flush_new()
+        self.require_strategy()
+        self.flush_new()
         strategy, query = self.strategy, command.query
         if not isinstance(strategy, SummaryReader):
             return None
@@ -1152,7 +1037,7 @@ class NamespaceMachine:
                             expect_version=item.version,
                             # checked again in the write: another process's actor may raise the floor meanwhile
                             floor_state=states.floor_state(self.place.namespace) if narrows else None)
-            entries = self._context_entries()
+            entries = context_entries(self.engine, self.place.namespace, self.branch_id)
             propagation = edit_propagation(entries, current.id, command.content, reader=self.reader,
                                            context_state=context, branch=self.branch_id)
             try:
@@ -1178,7 +1063,7 @@ class NamespaceMachine:
         removal = RemoveItems(state=self.config.slot, branch=self.branch_id, from_sequence=first.sequence,
                               to_sequence=last.sequence)
         context = states.context_state(self.place.namespace)
-        entries = self._context_entries()
+        entries = context_entries(self.engine, self.place.namespace, self.branch_id)
         propagation = removal_propagation(entries, first.sequence, last.sequence, context_state=context,
                                           branch=self.branch_id)
         yield Write(Atomically(commands=(removal, *propagation)))
@@ -1194,253 +1079,28 @@ class NamespaceMachine:
         last = max((entry.sequence for entry in seen), default=0)
 
         def build() -> Atomically | None:
-            commands = propagate([entry for entry in self._context_entries() if entry.sequence > last])
+            entries = context_entries(self.engine, self.place.namespace, self.branch_id)
+            commands = propagate([entry for entry in entries if entry.sequence > last])
             return Atomically(commands=tuple(commands)) if commands else None
 
         yield Write(build=build, behind=True)
 
-    # -- units: ticks, the drain, transition summaries --------------------------------------
-
-    def _queue_unit(self, command: Tick | ResetHeadWindow, reply: Reply[Any] | None) -> Any:
-        # Checked now and again when its turn comes: a claim may land while it waits (C8).
-        check_reader(self.record, command.reader, self.place)
-        self._require_strategy()
-        self._require_capability(command)
-        if reply is None:
-            return None
-        self.unit_waiters.append((command, reply))
-        return _LATER
-
-    def _require_capability(self, command: Tick | ResetHeadWindow) -> None:
-        if isinstance(command, ResetHeadWindow) and not isinstance(self.strategy, HeadWindowReset):
-            raise StrategyRefusedError(f"strategy {self.strategy.name!r} does not support head window reset")
-
-    def _pump(self) -> bool:
-        """Start the next unit when none is being planned, out or applied: a manager's first, else
-        the drain's. True if it started one."""
-        if self.unit_task is not None or self.in_flight is not None or self.barriers:
-            return False
-        command: Tick | ResetHeadWindow | None = None
-        reply: Reply[Any] | None = None
-        if self.unit_waiters:
-            command, reply = self.unit_waiters.popleft()
-            gen: Gen = self._tick(command, reply)
-        elif (self.drain_wanted and self.strategy.auto_tick and not self.readonly and self.strategy_error is None
-              and not self.orphaned):
-            wake = self._wake_at()
-            if wake is not None and wake > self.now:
-                self.drain_wanted = False  # the timer wakes it when the backoff ends
-                return False
-            gen = self._drain()
-        else:
-            return False
-        task = self.unit_task = _Task(command, reply, _READ, own=True)  # the tick's reply: answered at a stop
-        task.gen = gen
-        self.open[task] = None
-        self._step(task, None)
-        return True
-
-    def _tick(self, command: Tick | ResetHeadWindow, reply: Reply[Any]) -> Gen:
-        try:
-            yield from self._begin(command, reply)
-        except Exception as exc:  # noqa: BLE001 - answered to its caller
-            self._answer(reply, False, exc)
-        return _LATER
-
-    def _drain(self) -> Gen:
-        try:
-            started = yield from self._begin(None, None)
-        except StoreUnavailableError as exc:
-            if self.waiting is None:  # else its failed start said so already
-                self._await_store(exc)  # tried again after the back-off (_wake_at)
-            started = False
-        except Exception as exc:  # noqa: BLE001 - reported
-            self._report(exc, "compression drain of %s failed to plan a unit", self.place)
-            started = False
-        if not started:
-            self.drain_wanted = False
-
-    def _wake_at(self) -> float | None:
-        """When the drain may run again: after the store's back-off while waiting for the store,
-        else the strategy's, if it names a usable time (a host strategy's mistake here is logged
-        and ignored, never the end of the actor)."""
-        if self.waiting is not None:
-            return self.retry_at
-        try:
-            wake = self.strategy.wake_at()
-            if wake is None:
-                return None
-            wake = float(wake)
-        except Exception:
-            logger.exception("strategy %r of %s: wake_at() failed; ignoring its backoff", self.strategy.name,
-                             self.place)
-            return None
-        return wake if not math.isnan(wake) else None
+    # -- what the loop and managers read -----------------------------------------------------------
 
     def _set_timer(self) -> None:
         """When the loop should look again without a message: a hold lapsing, a backoff ending."""
-        deadline = self.holds.next_lapse(self.now)
-        if self.strategy.auto_tick and not self.readonly and self.in_flight is None:
-            wake = self._wake_at()
-            if wake is not None and wake > self.now:  # a backoff already over is no reason to wake again
-                deadline = min(deadline, wake)
+        deadline = self.drain.deadline(self.holds.next_lapse(self.now))
         if deadline != self.timer:
             self.timer = deadline
             self._effects.append(SetTimer(deadline))
 
-    def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply[Any] | None) -> Gen:
-        """Plan the next unit, raise the floor, then start its model call; True if a call is out.
-
-        A unit with nothing to call answers its caller at once.
-        """
-        if command is not None:
-            check_reader(self.record, command.reader, self.place)
-        self._require_strategy()  # the drain's too: a start waiting for the store is tried here
-        if command is not None:
-            self._require_capability(command)  # the strategy may have been replaced while it waited
-        if self.readonly:
-            if reply is not None:
-                self._answer(reply, True, False)
-            return False
-        self._flush_new()
-        if isinstance(command, ResetHeadWindow):
-            return (yield from self._begin_reset(command, reply))
-        unit = self.strategy.next_unit(self.ctx)
-        if unit is None:
-            wrote = yield from self._commit()
-            if reply is not None:
-                self._answer(reply, True, wrote)
-            return False
-        yield from self._raise_floor("tick" if command else "drain", unit, reply)
-        return True
-
-    def _raise_floor(self, kind: str, unit: Unit, reply: Reply[Any] | None) -> Gen:
-        """The floor covers the unit before its request exists (D2, D4); then its call goes out."""
-        flight = self.in_flight = _InFlight(kind, unit, self.epoch, reply)  # planned: no other unit meanwhile
-        try:
-            yield from self._commit(unit.reaches)
-        except BaseException:
-            self.in_flight = None
-            raise
-        flight.request = self.strategy.request_for(unit, self.ctx)
-        flight.span = tracing.start_unit(unit, kind, self.place.namespace, self.place.branch, self.reader,
-                                         None if reply is None else reply.trace)
-        self._effects.append(CallModel(flight.epoch, unit, flight.request, flight.span))
-
-    def _begin_reset(self, command: ResetHeadWindow, reply: Reply[Any] | None) -> Gen:
-        strategy = self.strategy
-        assert isinstance(strategy, HeadWindowReset)
-        if command.text is not None:
-            result = yield from self._transition(strategy.transition_content(self.ctx, command.text, None))
-            if reply is not None:
-                self._answer(reply, True, result)
-            return False
-        unit = strategy.transition_unit(self.ctx)
-        yield from self._raise_floor("reset", unit, reply)  # before the transition summary reads the head window
-        return True
-
-    def _transition(self, content: list[dict[str, Any]]) -> Gen:
-        strategy = self.strategy
-        assert isinstance(strategy, HeadWindowReset)
-        data, blobs, appended = prepare_append(strategy.transition_participant, content)
-        operation = yield Write(AppendItem(state=self.config.slot, branch=self.branch_id, data=data,
-                                           blobs=tuple(blobs), attachment=appended, flagged=appended.audience))
-        message_id = str(operation.sequence)
-        strategy.start_head_window(self.ctx, message_id)
-        yield from self._commit()
-        return message_id
-
-    def _unit_done(self, done: UnitDone) -> Gen:
-        """Apply a unit's reply (its caller, if a tick, is answered here: the task returns ``_LATER``)."""
-        flight, self.in_flight = self.in_flight, None
-        if flight is None:
-            return _LATER
-        if done.epoch != self.epoch:
-            logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
-                           self.place, flight.unit.key)
-            tracing.end_unit(flight.span, "discarded")
-            if flight.reply is not None:
-                self._answer(flight.reply, *((True, False) if flight.kind == "tick" else (False, self._moved_error())))
-            return _LATER
-        try:
-            if flight.kind == "reset":
-                strategy = self.strategy
-                assert isinstance(strategy, HeadWindowReset)
-                result: Any = yield from self._transition(strategy.transition_content(self.ctx, None, done.outcome))
-            else:
-                result = self.strategy.apply_unit(flight.unit, done.outcome, self.ctx)
-                yield from self._commit()
-            yield from self._calibrate(flight.request, done.outcome)
-        except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
-            tracing.end_unit(flight.span, "failed", exc)
-            if isinstance(exc, StoreUnavailableError) and self.waiting is None:
-                self._await_store(exc)  # the unit may be half applied: done again once the store answers
-            if flight.reply is not None:
-                self._answer(flight.reply, False, exc)
-            elif not isinstance(exc, StoreUnavailableError):
-                self._report(exc, "compression drain of %s failed to apply %s", self.place, flight.unit.key)
-            self.drain_wanted = False
-            return _LATER
-        tracing.end_unit(flight.span, "applied" if result else "nothing")
-        if flight.reply is not None:
-            self._answer(flight.reply, True, result)
-        if flight.kind == "drain" and not result:
-            self.drain_wanted = False
-        return _LATER
-
-    def _calibrate(self, request: Any, outcome: Any) -> Gen:
-        """Tell the estimator what the model reported for a request against its plain estimate;
-        store a bundled estimator's calibration with the namespace. A failure here costs only the
-        calibration, never the unit."""
-        estimator = self.config.token_estimator
-        if estimator is None or not isinstance(outcome, ModelResponse) or not isinstance(request, ModelRequest):
-            return
-        estimated = estimate_text(request.system or "") + sum(estimate_blocks(m.content) for m in request.messages)
-        try:
-            estimator.observe(request.model, estimated, outcome.usage.input_tokens)
-        except Exception:
-            logger.exception("%s: the token estimator failed to observe a reply's usage", self.place)
-            return
-        self.observed += 1
-        if isinstance(estimator, CalibratedEstimator) and not self.readonly:
-            try:
-                yield Write(SetValue(state=states.calibration_state(self.place.namespace), branch=self.branch_id,
-                                     value=estimator.to_json()))
-            except Exception:
-                logger.warning("%s: the token calibration could not be stored", self.place, exc_info=True)
-
-    def _pricing(self) -> object:
-        """What the view's ``pricing`` reports: the bundled estimator's own version (it may be shared
-        by several namespaces), else how many reports this actor's estimator has heard."""
-        estimator = self.config.token_estimator
-        return estimator.version if isinstance(estimator, CalibratedEstimator) else self.observed
-
-    def _moved_error(self) -> BaseException:
-        return StrategyRefusedError(f"the strategy or reader of {self.place} changed while this request ran; retry it")
-
-    # -- what managers read ---------------------------------------------------------------------
-
     def _publish(self) -> None:
         """A new status snapshot when what managers read outside the mailbox changed."""
         published, slot = self.published, self.caches[0] if self.caches else None
-        calls = self._model_calls()
+        calls = self.drain.model_calls()
         if (published.strategy_config is self.strategy_config and published.slot is slot
                 and published.model_calls == calls and published.render_stats is self.render_stats):
             return
         self.published = NamespaceStatus(self.strategy_config, slot, calls, self.render_stats)
         self._effects.append(Publish(self.published))
 
-
-def _checked(estimator: TokenEstimator) -> Callable[[Message], int]:
-    """A host's estimator, its answers checked: a negative or non-int estimate would let any
-    compile 'fit' (or fail deep inside a strategy), so it is refused where it was given."""
-    estimate = estimator.estimate
-
-    def checked(message: Message) -> int:
-        tokens = estimate(message)
-        if type(tokens) is not int or tokens < 0:
-            raise TypeError(f"token_estimator {estimator!r} estimated message {message.id} at {tokens!r}: "
-                            f"an estimate must be a non-negative int")
-        return tokens
-
-    return checked

@@ -1,0 +1,356 @@
+"""``Drain``: a namespace's compression units: ticks, the background drain, transition summaries.
+
+One unit at a time is planned, sent to the model and applied: a manager's ``tick`` (queued in
+``waiters`` and taken first), else the drain's own when the strategy ticks by itself. Planning
+raises the narrowing floor before the unit's request exists (D2, D4); the reply is applied only
+if the namespace's view is still the one it was planned on (C9), and its usage calibrates the
+token estimator. While the store is unreachable the drain backs off (``back_off``) and the
+timer wakes it. The drain holds the state of this work (the queue, the unit out, whether it is
+wanted, the back-off, the calibration count) and its handlers, in the machine's generator
+style; everything else (commits, answers, the strategy and its view) it asks of its ``Host``,
+the machine, so the units' rules read on their own, apart from the lane and the dispatch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from typing import Any, Protocol
+
+import attrs
+
+from .. import tracing
+from ..errors import StoreUnavailableError, StrategyRefusedError
+from ..mailbox import Reply
+from ..model import ModelRequest, ModelResponse
+from ..slots import prepare_append
+from ..store.protocol import AppendItem, SetValue
+from ..strategies.base import HeadWindowReset, Strategy, Unit
+from ..tokens import CalibratedEstimator, estimate_blocks, estimate_text
+from . import states
+from .context import ActorContext
+from .core import Place, Record, check_reader
+from .effects import CallModel, CancelModel, Effect, Gen, Write
+from .protocol import NamespaceConfig, ResetHeadWindow, Tick, UnitDone
+
+logger = logging.getLogger("ctxrt.namespace")
+
+# While the store is unreachable, an auto-ticking namespace tries its strategy's start again after
+# this many seconds, doubling up to the maximum (a command tries at once).
+STORE_RETRY_S = 0.25
+STORE_RETRY_MAX_S = 5.0
+
+LATER = object()  # what a handler returns whose caller is answered by someone else (its unit)
+
+
+class Host(Protocol):
+    """What the drain reads of the machine that holds it, and asks of it."""
+
+    @property
+    def place(self) -> Place: ...
+    @property
+    def branch_id(self) -> int: ...
+    @property
+    def config(self) -> NamespaceConfig: ...
+    @property
+    def now(self) -> float: ...
+    @property
+    def readonly(self) -> bool: ...
+    @property
+    def record(self) -> Record: ...
+    @property
+    def reader(self) -> str | None: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def strategy(self) -> Strategy: ...
+    @property
+    def strategy_error(self) -> BaseException | None: ...
+    @property
+    def waiting(self) -> StoreUnavailableError | None: ...
+    @property
+    def orphaned(self) -> bool: ...
+    @property
+    def ctx(self) -> ActorContext: ...
+
+    def require_strategy(self) -> None: ...
+    def flush_new(self) -> None: ...
+    def commit(self, reaches: int = 0) -> Gen: ...
+    def answer(self, reply: Reply[Any], ok: bool, value: Any) -> None: ...
+    def emit(self, effect: Effect) -> None: ...
+    def await_store(self, exc: StoreUnavailableError) -> None: ...
+    def report(self, exc: BaseException, message: str, *args: Any) -> None: ...
+
+
+@attrs.define
+class Flight:
+    """The unit planned or out: ``kind`` "tick" (a manager's), "drain" (the actor's own) or "reset"
+    (a transition summary), planned at ``epoch``; ``reply``: its tick's caller, if any."""
+
+    kind: str
+    unit: Unit
+    epoch: int
+    reply: Reply[Any] | None
+    request: Any = None  # the ModelRequest once its call is out, for calibration from its reply's usage
+    span: Any = None  # its trace span (tracing.start_unit) once its call is out, ended when its reply is applied
+
+
+def require_capability(strategy: Strategy, command: Tick | ResetHeadWindow) -> None:
+    if isinstance(command, ResetHeadWindow) and not isinstance(strategy, HeadWindowReset):
+        raise StrategyRefusedError(f"strategy {strategy.name!r} does not support head window reset")
+
+
+class Drain:
+    """The units of one namespace actor (``host``)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.waiters: deque[tuple[Tick | ResetHeadWindow, Reply[Any]]] = deque()
+        self.flight: Flight | None = None
+        self.wanted = False  # the drain should look for work
+        self.retry_at = 0.0  # when the drain tries the strategy's start again, while the store is unreachable
+        self.retry_delay = STORE_RETRY_S
+        self.observed = 0  # usage reports the token estimator has heard (its pricing, for a host's own)
+
+    # -- what the machine asks ----------------------------------------------------------------
+
+    def queue(self, command: Tick | ResetHeadWindow, reply: Reply[Any] | None) -> Any:
+        """A manager's tick or reset: checked now and again when its turn comes (a claim may land
+        while it waits, C8). ``LATER``: its unit answers it."""
+        host = self.host
+        check_reader(host.record, command.reader, host.place)
+        host.require_strategy()
+        require_capability(host.strategy, command)
+        if reply is None:
+            return None
+        self.waiters.append((command, reply))
+        return LATER
+
+    def next(self) -> tuple[Tick | ResetHeadWindow | None, Reply[Any] | None, Gen] | None:
+        """The next unit's handler, when none is out: a manager's first, else the drain's (None:
+        none now). The machine runs it as its own task, with the tick's reply."""
+        host = self.host
+        if self.flight is not None:
+            return None
+        if self.waiters:
+            command, reply = self.waiters.popleft()
+            return command, reply, self._tick(command, reply)
+        strategy = host.strategy
+        if (self.wanted and strategy.auto_tick and not host.readonly and host.strategy_error is None
+                and not host.orphaned):
+            wake = self.wake_at()
+            if wake is not None and wake > host.now:
+                self.wanted = False  # the timer wakes it when the backoff ends
+                return None
+            return None, None, self._drain()
+        return None
+
+    def owes_answer(self) -> bool:
+        """A manager's tick waits or is out."""
+        return bool(self.waiters) or (self.flight is not None and self.flight.reply is not None)
+
+    def stop(self) -> list[tuple[Any, Reply[Any] | None]]:
+        """The actor stops: cancel the call out; the ticks it owes an answer."""
+        owed: list[tuple[Any, Reply[Any] | None]] = list(self.waiters)
+        self.waiters.clear()
+        if self.flight is not None:
+            owed.append((None, self.flight.reply))
+            self.host.emit(CancelModel())
+            tracing.end_unit(self.flight.span, "stopped")
+        return owed
+
+    def model_calls(self) -> int:
+        return 1 if self.flight is not None and self.flight.request is not None else 0
+
+    def deadline(self, lapse: float) -> float:
+        """When the loop should look again without a message: ``lapse`` (a hold's), or a backoff ending."""
+        host = self.host
+        if host.strategy.auto_tick and not host.readonly and self.flight is None:
+            wake = self.wake_at()
+            if wake is not None and wake > host.now:  # a backoff already over is no reason to wake again
+                return min(lapse, wake)
+        return lapse
+
+    def wake_at(self) -> float | None:
+        """When the drain may run again: after the store's back-off while waiting for the store,
+        else the strategy's, if it names a usable time (a host strategy's mistake here is logged
+        and ignored, never the end of the actor)."""
+        host = self.host
+        if host.waiting is not None:
+            return self.retry_at
+        try:
+            wake = host.strategy.wake_at()
+            if wake is None:
+                return None
+            wake = float(wake)
+        except Exception:
+            logger.exception("strategy %r of %s: wake_at() failed; ignoring its backoff", host.strategy.name,
+                             host.place)
+            return None
+        return wake if not math.isnan(wake) else None
+
+    def back_off(self, first: bool) -> None:
+        """The store is unreachable (``first``: it just became so): try again after the back-off."""
+        self.retry_delay = STORE_RETRY_S if first else min(self.retry_delay * 2, STORE_RETRY_MAX_S)
+        self.retry_at = self.host.now + self.retry_delay
+
+    def pricing(self) -> object:
+        """What the view's ``pricing`` reports: the bundled estimator's own version (it may be shared
+        by several namespaces), else how many reports this actor's estimator has heard."""
+        estimator = self.host.config.token_estimator
+        return estimator.version if isinstance(estimator, CalibratedEstimator) else self.observed
+
+    # -- the units' handlers ------------------------------------------------------------------
+
+    def _tick(self, command: Tick | ResetHeadWindow, reply: Reply[Any]) -> Gen:
+        try:
+            yield from self._begin(command, reply)
+        except Exception as exc:  # noqa: BLE001 - answered to its caller
+            self.host.answer(reply, False, exc)
+        return LATER
+
+    def _drain(self) -> Gen:
+        host = self.host
+        try:
+            started = yield from self._begin(None, None)
+        except StoreUnavailableError as exc:
+            if host.waiting is None:  # else its failed start said so already
+                host.await_store(exc)  # tried again after the back-off (wake_at)
+            started = False
+        except Exception as exc:  # noqa: BLE001 - reported
+            host.report(exc, "compression drain of %s failed to plan a unit", host.place)
+            started = False
+        if not started:
+            self.wanted = False
+
+    def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply[Any] | None) -> Gen:
+        """Plan the next unit, raise the floor, then start its model call; True if a call is out.
+
+        A unit with nothing to call answers its caller at once.
+        """
+        host = self.host
+        if command is not None:
+            check_reader(host.record, command.reader, host.place)
+        host.require_strategy()  # the drain's too: a start waiting for the store is tried here
+        if command is not None:
+            require_capability(host.strategy, command)  # the strategy may have been replaced while it waited
+        if host.readonly:
+            if reply is not None:
+                host.answer(reply, True, False)
+            return False
+        host.flush_new()
+        if isinstance(command, ResetHeadWindow):
+            return (yield from self._begin_reset(command, reply))
+        unit = host.strategy.next_unit(host.ctx)
+        if unit is None:
+            wrote = yield from host.commit()
+            if reply is not None:
+                host.answer(reply, True, wrote)
+            return False
+        yield from self._raise_floor("tick" if command else "drain", unit, reply)
+        return True
+
+    def _raise_floor(self, kind: str, unit: Unit, reply: Reply[Any] | None) -> Gen:
+        """The floor covers the unit before its request exists (D2, D4); then its call goes out."""
+        host = self.host
+        flight = self.flight = Flight(kind, unit, host.epoch, reply)  # planned: no other unit meanwhile
+        try:
+            yield from host.commit(unit.reaches)
+        except BaseException:
+            self.flight = None
+            raise
+        flight.request = host.strategy.request_for(unit, host.ctx)
+        flight.span = tracing.start_unit(unit, kind, host.place.namespace, host.place.branch, host.reader,
+                                         None if reply is None else reply.trace)
+        host.emit(CallModel(flight.epoch, unit, flight.request, flight.span))
+
+    def _begin_reset(self, command: ResetHeadWindow, reply: Reply[Any] | None) -> Gen:
+        host = self.host
+        strategy = host.strategy
+        assert isinstance(strategy, HeadWindowReset)
+        if command.text is not None:
+            result = yield from self._transition(strategy.transition_content(host.ctx, command.text, None))
+            if reply is not None:
+                host.answer(reply, True, result)
+            return False
+        unit = strategy.transition_unit(host.ctx)
+        yield from self._raise_floor("reset", unit, reply)  # before the transition summary reads the head window
+        return True
+
+    def _transition(self, content: list[dict[str, Any]]) -> Gen:
+        host = self.host
+        strategy = host.strategy
+        assert isinstance(strategy, HeadWindowReset)
+        data, blobs, appended = prepare_append(strategy.transition_participant, content)
+        operation = yield Write(AppendItem(state=host.config.slot, branch=host.branch_id, data=data,
+                                           blobs=tuple(blobs), attachment=appended, flagged=appended.audience))
+        message_id = str(operation.sequence)
+        strategy.start_head_window(host.ctx, message_id)
+        yield from host.commit()
+        return message_id
+
+    def apply(self, done: UnitDone) -> Gen:
+        """Apply a unit's reply (its caller, if a tick, is answered here: the task returns ``LATER``)."""
+        host = self.host
+        flight, self.flight = self.flight, None
+        if flight is None:
+            return LATER
+        if done.epoch != host.epoch:
+            logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
+                           host.place, flight.unit.key)
+            tracing.end_unit(flight.span, "discarded")
+            if flight.reply is not None:
+                host.answer(flight.reply, *((True, False) if flight.kind == "tick" else (False, self._moved_error())))
+            return LATER
+        try:
+            if flight.kind == "reset":
+                strategy = host.strategy
+                assert isinstance(strategy, HeadWindowReset)
+                result: Any = yield from self._transition(strategy.transition_content(host.ctx, None, done.outcome))
+            else:
+                result = host.strategy.apply_unit(flight.unit, done.outcome, host.ctx)
+                yield from host.commit()
+            yield from self._calibrate(flight.request, done.outcome)
+        except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
+            tracing.end_unit(flight.span, "failed", exc)
+            if isinstance(exc, StoreUnavailableError) and host.waiting is None:
+                host.await_store(exc)  # the unit may be half applied: done again once the store answers
+            if flight.reply is not None:
+                host.answer(flight.reply, False, exc)
+            elif not isinstance(exc, StoreUnavailableError):
+                host.report(exc, "compression drain of %s failed to apply %s", host.place, flight.unit.key)
+            self.wanted = False
+            return LATER
+        tracing.end_unit(flight.span, "applied" if result else "nothing")
+        if flight.reply is not None:
+            host.answer(flight.reply, True, result)
+        if flight.kind == "drain" and not result:
+            self.wanted = False
+        return LATER
+
+    def _calibrate(self, request: Any, outcome: Any) -> Gen:
+        """Tell the estimator what the model reported for a request against its plain estimate;
+        store a bundled estimator's calibration with the namespace. A failure here costs only the
+        calibration, never the unit."""
+        host = self.host
+        estimator = host.config.token_estimator
+        if estimator is None or not isinstance(outcome, ModelResponse) or not isinstance(request, ModelRequest):
+            return
+        estimated = estimate_text(request.system or "") + sum(estimate_blocks(m.content) for m in request.messages)
+        try:
+            estimator.observe(request.model, estimated, outcome.usage.input_tokens)
+        except Exception:
+            logger.exception("%s: the token estimator failed to observe a reply's usage", host.place)
+            return
+        self.observed += 1
+        if isinstance(estimator, CalibratedEstimator) and not host.readonly:
+            try:
+                yield Write(SetValue(state=states.calibration_state(host.place.namespace), branch=host.branch_id,
+                                     value=estimator.to_json()))
+            except Exception:
+                logger.warning("%s: the token calibration could not be stored", host.place, exc_info=True)
+
+    def _moved_error(self) -> BaseException:
+        return StrategyRefusedError(f"the strategy or reader of {self.host.place} changed while this request ran; "
+                                    f"retry it")

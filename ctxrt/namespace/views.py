@@ -1,0 +1,116 @@
+"""The reader views a namespace actor keeps over its slot caches, and what it hands its strategy.
+
+``ReaderViews`` is one epoch's set: the listing in the reader's view (shared with other
+namespaces when one slot is read as is), the ``MessageView`` strategies read through (its guard
+kills it once the epoch moves, C8), the raw-body lookup compiles judge bodies by, and compile's
+memo. ``build_views`` makes a fresh set whenever the reader record, the strategy or the store's
+reachability changes. ``flush_new`` and ``seen_now`` keep track of what the strategy has been
+handed (A4). They stand apart from the machine as plain functions of the caches and the store:
+nothing here decides when a view is rebuilt, only how.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from .. import codec
+from ..compile import CompileMemo
+from ..content import Message
+from ..slots import SlotCache
+from ..store.interface import StoreEngine
+from ..strategies.base import Strategy
+from ..tokens import TokenEstimator, estimate_message
+from ..views import (
+    FilteredListing,
+    MergedListing,
+    MessageView,
+    ReaderListing,
+    SlotListing,
+    reader_view_of,
+    shared_reader_listing,
+)
+from . import states
+from .context import ActorContext
+
+
+@attrs.frozen
+class ReaderViews:
+    """One epoch's views. ``shared``: the listing is the slot's shared projection for the reader."""
+
+    listing: Any
+    shared: bool
+    view: MessageView
+    raw_body: Callable[[str], Message | None]
+    memo: CompileMemo
+
+
+def build_views(
+    caches: Sequence[SlotCache], reader: str | None, *, view_filter: Any, estimator: TokenEstimator | None,
+    guard: Callable[[], None], pricing: Callable[[], object],
+) -> ReaderViews:
+    """The views of ``caches`` (the own slot first) for ``reader``; ``guard`` runs before every read
+    through the view, ``pricing`` says what the view's estimates are priced by."""
+    listings = [SlotListing(cache) for cache in caches]
+    merged = listings[0] if len(listings) == 1 else MergedListing(listings)
+    filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
+    shared = filtered is listings[0]
+    if shared:  # one slot as it is: its reader's projection is shared
+        listing: Any = shared_reader_listing(caches[0], reader)
+    else:
+        listing = ReaderListing(filtered, reader)
+    # Raw bodies are judged in the reader's view of the messages as stored, filter or not: with
+    # a filter, one message at a time (compile's memo keeps each), not a second projection.
+    raw_body: Callable[[str], Message | None]
+    if view_filter is None:
+        raw_body = MessageView(listing).get
+    else:
+        stored = MessageView(merged)
+        raw_body = lambda message_id: (
+            None if (found := stored.get(message_id)) is None else reader_view_of(found, reader)
+        )
+    view = MessageView(listing, guard=guard, estimate=estimate_message if estimator is None else _checked(estimator),
+                       pricing=pricing)
+    return ReaderViews(listing, shared, view, raw_body, CompileMemo())  # a new memo: entries of another view never reused
+
+
+def flush_new(strategy: Strategy, view: MessageView, seen: int, ctx: ActorContext) -> int:
+    """Hand ``strategy`` each message after ``seen``, in the reader's view (A4); the new ``seen``."""
+    pending = view.after(seen)
+    for message in pending:
+        strategy.on_new_message(message, ctx)
+    return max(seen, pending[-1].sequence) if pending else seen
+
+
+def seen_now(engine: StoreEngine, caches: Sequence[SlotCache]) -> int:
+    """The sequence up to which a strategy that just read ``caches`` has been handed the view. On a
+    shared store other processes append at any time: what the caches held when it read them, not
+    the store's now."""
+    if engine.shared:
+        for cache in caches:  # each looked at in this step (no await since the strategy read them)
+            cache.count()
+        return max((cache.revision for cache in caches), default=0)
+    return engine.last_sequence
+
+
+def context_entries(engine: StoreEngine, namespace: str, branch_id: int) -> list[Message]:
+    """The namespace's context log on the branch, decoded (what edits and removals propagate to, M5)."""
+    items = engine.read_log(states.context_state(namespace), branch_id)
+    return [codec.message_from_json(item.data, sequence=item.sequence, store=engine.data_path) for item in items]
+
+
+def _checked(estimator: TokenEstimator) -> Callable[[Message], int]:
+    """A host's estimator, its answers checked: a negative or non-int estimate would let any
+    compile 'fit' (or fail deep inside a strategy), so it is refused where it was given."""
+    estimate = estimator.estimate
+
+    def checked(message: Message) -> int:
+        tokens = estimate(message)
+        if type(tokens) is not int or tokens < 0:
+            raise TypeError(f"token_estimator {estimator!r} estimated message {message.id} at {tokens!r}: "
+                            f"an estimate must be a non-negative int")
+        return tokens
+
+    return checked

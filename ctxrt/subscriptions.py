@@ -1,0 +1,86 @@
+"""A manager's subscriptions: the stream of ``Added``/``Edited``/``Removed`` events of its slot.
+
+Two sources feed one unbounded channel: in a writing runtime on LMDB the slot registry's watch
+hands over each commit's events as they land; otherwise (a read-only runtime, a PostgreSQL store
+other processes write) a poller looks at the slot's head every interval and reports what changed
+since. It stands apart from ``ContextManager`` (which keeps ``subscribe`` and its contract) since
+it is trio plumbing with its own lifetime: it ends when its block exits, its manager or runtime
+closes, or its branch is deleted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import trio
+
+from .events import Added, MessageEvent, diff
+from .namespace.registry import NamespaceRegistry
+from .slots import SlotCache
+from .store.records import LogHead
+
+POLL_INTERVAL_S = 0.05  # how often a read-only runtime's subscription looks at the slot's head
+
+
+@asynccontextmanager
+async def subscription(
+    registry: NamespaceRegistry, slot: SlotCache, interval: float, ends: set[Callable[[], None]],
+) -> AsyncIterator[trio.MemoryReceiveChannel[MessageEvent]]:
+    """The event channel of ``slot`` from now on, open while the block runs. Its end is in
+    ``ends`` meanwhile (a manager's close calls it) and registered with ``registry``'s close."""
+    send, receive = trio.open_memory_channel[MessageEvent](math.inf)
+    # Closing the manager or the runtime ends the subscription at once: the channel closes (its
+    # reader's loop ends, not hangs), commits stop reaching it, and a poller stops looking.
+    poller = trio.CancelScope()
+    stops: list[Callable[[], None]] = [send.close, poller.cancel]
+
+    def end() -> None:
+        for stop in stops:
+            stop()
+
+    ends.add(end)
+    forget = registry.on_close(end)
+    try:
+        if slot.hears_every_write:
+            stops.append(registry.slots.watch(slot.state, slot.branch_id, send.send_nowait, send.close))
+            with receive:
+                yield receive
+            return
+        head = slot.head_now()  # from here on: a change before the poller's first look is reported too
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_poll, slot, head, send, interval, poller)
+            try:
+                with receive:
+                    yield receive
+            finally:
+                end()
+    finally:
+        end()
+        ends.discard(end)
+        forget()
+
+
+async def _poll(
+    slot: SlotCache, head: LogHead, send: trio.MemorySendChannel[MessageEvent], interval: float,
+    scope: trio.CancelScope,
+) -> None:
+    """A read-only runtime's subscription: at each look, one head read, then what changed between
+    the last look's revision and this one's, each read as of its revision (a write landing while
+    it looks waits for the next look). Cancelling ``scope`` stops it (the subscription ended)."""
+    with scope, send:
+        while True:
+            await trio.sleep(interval)
+            if slot.engine.branch_deleted(slot.branch_id):
+                return  # the branch is gone: the subscription ends
+            now = slot.head_now()
+            if now.revision == head.revision:
+                continue
+            if now.rewrite_revision == head.rewrite_revision:  # appends only: the new tail, oldest first
+                events: list[MessageEvent] = [Added(m) for m in slot.as_of(now.revision, start=head.length)]
+            else:
+                events = diff(slot.as_of(head.revision), slot.as_of(now.revision))
+            for event in events:
+                send.send_nowait(event)
+            head = now
