@@ -9,10 +9,19 @@ savepoints and the signal to run the batch again nested (``Unsafe``) are here on
 
 from __future__ import annotations
 
+import json
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from ..errors import CtxrtError, StoreCorruptError
 from .batch import Batch
+
+# Decoding errors, damage whichever engine meets them, never the caller's mistake (JSONDecodeError
+# and UnicodeDecodeError are ValueErrors too): an engine tells the caller ``damaged_record``.
+UNDECODABLE = (struct.error, UnicodeDecodeError, json.JSONDecodeError)
+# The caller's mistakes: the command is refused and its caller told.
+MISTAKES = (CtxrtError, TypeError, ValueError)
 
 
 class Unsafe(Exception):
@@ -89,3 +98,8 @@ def run_commands(
             results.append((True, value))
     batch.flush_heads()
     return results
+
+
+def damaged_record(data_path: str, command: Any, exc: BaseException) -> StoreCorruptError:
+    """What the caller of ``command`` is told when it met a stored record that doesn't decode."""
+    return StoreCorruptError(data_path, f"{type(command).__name__} met a record that doesn't decode: {exc!r}")

@@ -30,13 +30,12 @@ import attrs
 import lmdb
 
 from ..errors import (
-    CtxrtError,
     StoreCorruptError,
     StoreFormatError,
     StoreFullError,
 )
 from . import files, keys, seals
-from .apply import Unsafe, run_commands
+from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
 from .records import (
@@ -66,7 +65,7 @@ _BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
 _LMDB_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError)
 # What the backend itself raises, for callers that report errors by kind (the CLI).
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (lmdb.Error,)
-_DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError)
+_DAMAGE = (*_LMDB_DAMAGE, *UNDECODABLE)
 # What else LMDB raises in a read transaction that meets a page damaged after the open (a read-only
 # runtime's file damaged while it serves): a table's entry in the main table lost its name
 # (MDB_BAD_DBI) or its flags (MDB_INCOMPATIBLE), or the transaction already failed on a damaged page
@@ -921,9 +920,6 @@ class Engine(Catalog):
         name = errno.errorcode.get(code, str(code))
         return StoreFullError(self.data_path, f"the disk refused the write ({os.strerror(code)}, {name}; {free})")
 
-    def _refused_command(self, command: Any, exc: BaseException) -> StoreCorruptError:
-        return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
-
     def _prepare_many(
         self, commands: Sequence[Any], execute: Callable[[LmdbBatch, Any], Any], unnested: Callable[[Any], bool] | None,
         txns: WriteTransactions,
@@ -945,8 +941,8 @@ class Engine(Catalog):
             value = execute(batch, command)
         except _DAMAGE as exc:
             txns.abort(txn)
-            return Prepared([(False, self._refused_command(command, exc))], batch, None)
-        except (CtxrtError, TypeError, ValueError) as exc:
+            return Prepared([(False, damaged_record(self.data_path, command, exc))], batch, None)
+        except MISTAKES as exc:
             txns.abort(txn)
             return Prepared([(False, exc)], batch, None)
         except BaseException:
@@ -988,7 +984,7 @@ class Prepared:
 
 
 # What refuses one command of a batch (the others commit): the caller's mistake, or a damaged record.
-_REFUSALS = (*_DAMAGE, CtxrtError, TypeError, ValueError)
+_REFUSALS = (*_DAMAGE, *MISTAKES)
 
 
 class _ChildTransactions:
@@ -1005,7 +1001,7 @@ class _ChildTransactions:
 
     def refusal(self, command: Any, exc: BaseException) -> BaseException:
         # A damaged record refuses the command that met it, saying so; a caller's mistake is its own.
-        return self._engine._refused_command(command, exc) if isinstance(exc, _DAMAGE) else exc
+        return damaged_record(self._engine.data_path, command, exc) if isinstance(exc, _DAMAGE) else exc
 
     def begin(self, number: int) -> None:
         self._child = self._batch.txn = self._engine.env.begin(write=True, parent=self._txn)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import struct
 import threading
 import time
 import urllib.parse
@@ -48,7 +47,7 @@ from ..errors import (
     StoreUnavailableError,
     StoreUnsupportedError,
 )
-from .apply import Unsafe, run_commands
+from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
 from .records import (
@@ -69,7 +68,7 @@ READABLE_SCHEMAS = (1,)
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_MS = 30_000  # per statement, and per wait for a lock (another process's write)
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
-_DAMAGE = (struct.error, UnicodeDecodeError, json.JSONDecodeError, ValueError, KeyError, TypeError, IndexError)
+_DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
 
 _SCHEMA = """
 CREATE TABLE ctxrt_meta (key text PRIMARY KEY, value bigint NOT NULL);
@@ -646,8 +645,8 @@ class PostgresEngine(Catalog):
         return results, batch
 
     def _refusal(self, command: Any, exc: BaseException) -> BaseException:
-        if isinstance(exc, _DAMAGE_ONLY):
-            return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
+        if isinstance(exc, UNDECODABLE):
+            return damaged_record(self.data_path, command, exc)
         if isinstance(exc, psycopg.Error):  # a value the database can't hold (text with NUL, say)
             return MalformedContentError(type(command).__name__, f"the database refused it: {self._reason(exc)}")
         return exc
@@ -687,10 +686,7 @@ def _granted(conn: psycopg.Connection[Any], query: str, key: tuple[int, str]) ->
     return bool(row and row[0])
 
 
-# Decoding errors that are damage, never the caller's mistake (JSONDecodeError and
-# UnicodeDecodeError are ValueErrors too).
-_DAMAGE_ONLY = (struct.error, UnicodeDecodeError, json.JSONDecodeError)
-_REFUSALS = (*_DAMAGE_ONLY, CtxrtError, TypeError, ValueError)
+_REFUSALS = (*UNDECODABLE, *MISTAKES)
 
 
 class _Savepoints:
