@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import attrs
 
@@ -23,6 +23,7 @@ from ..errors import (
     UnknownStateError,
     ValueConflictError,
 )
+from .catalog import Catalog, log_state, value_state
 from .records import (
     MAIN_BRANCH,
     BranchCreated,
@@ -45,24 +46,11 @@ ANY = object()  # SetValue's ``expect`` when it expects nothing (an unconditiona
 Counter = Literal["state", "branch"]
 
 
-class Unsafe(Exception):
-    """An unnested command failed after it had written: the engine begins the batch again, nested."""
-
-
-class EngineCaches(Protocol):
-    """What a batch reads of its engine: what the engine knew at the batch's start (the engine's
-    caches of its state, branch and head rows; a batch's own changes are kept apart until commit)."""
-
-    known_states: dict[str, StateInfo]
-    known_branches: dict[int, BranchRow]
-    known_branch_ids: dict[str, int]
-    known_heads: dict[tuple[int, int], LogHead]
-
-
 class Batch:
     """The write side of one transaction; every public method is one store operation."""
 
-    def __init__(self, engine: EngineCaches, sequence: int) -> None:
+    def __init__(self, engine: Catalog, sequence: int) -> None:
+        # What the engine knew at the batch's start; this batch's own changes are kept apart until commit.
         self.engine = engine
         self.sequence = sequence  # the store's, when the transaction began
         self.new_states: dict[str, StateInfo] = {}
@@ -71,7 +59,7 @@ class Batch:
         self.operations: list[Operation] = []
         self._unwritten: dict[tuple[int, int], tuple[StateInfo, BranchRow]] = {}
 
-    # Unnested appends (Engine.apply): their heads are written by flush_heads; ``wrote`` says the
+    # Unnested appends (apply.run_commands): their heads are written by flush_heads; ``wrote`` says the
     # running append has begun writing (a failure then can't be its alone).
     defer_heads = False
     wrote = False
@@ -161,12 +149,6 @@ class Batch:
                 return row
         raise BranchNotFoundError(f"no branch named {name!r}")
 
-    def _log_state(self, name: str) -> StateInfo:
-        info = self.state(name)
-        if info.kind != "log":
-            raise StateKindError(f"state {name!r} holds a value, not an append log")
-        return info
-
     def _log_head(self, info: StateInfo, row: BranchRow) -> LogHead:
         key = (info.number, row.id)
         head = self.heads.get(key) or self.engine.known_heads.get(key)
@@ -191,7 +173,7 @@ class Batch:
                 self.put_head(info, row, self.heads[key], None)
 
     def _log_target(self, state: str, branch: str | int) -> tuple[StateInfo, BranchRow, LogHead]:
-        info = self._log_state(state)
+        info = log_state(self.state(state))
         row = self.branch(branch)
         return info, row, self._log_head(info, row)
 
@@ -221,10 +203,10 @@ class Batch:
         self, state: str, branch: str | int, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None,
         flagged: bool = False,
     ) -> ItemAppended:
-        # Everything it can be refused for is checked before the first write (Engine.apply).
+        # Everything it can be refused for is checked before the first write (apply.run_commands).
         info = self.new_states.get(state) or self.engine.known_states.get(state)
         if info is None or info.kind != "log":
-            info = self._log_state(state)  # raises what refuses it
+            info = log_state(self.state(state))  # raises what refuses it
         row = self.branches.get(branch) or self.engine.known_branches.get(branch) if type(branch) is int else None
         if row is None or row.deleted:
             row = self.branch(branch)  # by name, or raises what refuses it
@@ -310,9 +292,7 @@ class Batch:
         """Set a value state. ``expect`` makes it conditional (``ValueConflictError`` unless the
         stored value equals it; None is "never set"); ``rising`` keeps the stored value when it is
         higher (a floor that other processes raise too). Both are decided in this transaction."""
-        info = self.state(state)
-        if info.kind != "value":
-            raise StateKindError(f"state {state!r} is an append log, not a value")
+        info = value_state(self.state(state))
         row = self.branch(branch)
         data = encode_json(value, path=f"{state}")
         if expect is not ANY or rising:

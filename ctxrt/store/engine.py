@@ -30,16 +30,14 @@ import attrs
 import lmdb
 
 from ..errors import (
-    BranchNotFoundError,
-    CtxrtError,
-    StateKindError,
     StoreCorruptError,
     StoreFormatError,
     StoreFullError,
-    UnknownStateError,
 )
 from . import files, keys, seals
-from .batch import Batch, Counter, Unsafe
+from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
+from .batch import Batch, Counter
+from .catalog import Catalog, log_state, value_state
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -67,7 +65,7 @@ _BYTES_KIND: dict[bytes, StateKind] = {b"L": "log", b"V": "value"}
 _LMDB_DAMAGE = (lmdb.CorruptedError, lmdb.PageNotFoundError)
 # What the backend itself raises, for callers that report errors by kind (the CLI).
 BACKEND_ERRORS: tuple[type[BaseException], ...] = (lmdb.Error,)
-_DAMAGE = (*_LMDB_DAMAGE, struct.error, UnicodeDecodeError, json.JSONDecodeError)
+_DAMAGE = (*_LMDB_DAMAGE, *UNDECODABLE)
 # What else LMDB raises in a read transaction that meets a page damaged after the open (a read-only
 # runtime's file damaged while it serves): a table's entry in the main table lost its name
 # (MDB_BAD_DBI) or its flags (MDB_INCOMPATIBLE), or the transaction already failed on a damaged page
@@ -88,7 +86,7 @@ _TABLE_ROWS = {keys.DB_META: "meta record", keys.DB_BRANCHES: "branch row", keys
 
 
 
-class Engine:
+class Engine(Catalog):
     """One LMDB environment's ctxrt data. Reads from any task; writes only through ``apply``.
 
     A read that meets a record that doesn't decode, or a page LMDB reports as corrupted,
@@ -101,14 +99,10 @@ class Engine:
     commits_on_thread = False
 
     def __init__(self, env: lmdb.Environment, *, readonly: bool) -> None:
+        super().__init__()
         self.env = env
         self.readonly = readonly
         self.data_path = os.path.join(env.path(), "data.mdb")
-        self.known_branches: dict[int, BranchRow] = {}
-        self.known_branch_ids: dict[str, int] = {}
-        self.known_states: dict[str, StateInfo] = {}
-        # The writer's current log heads, (state number, branch id) -> head; set only by commits.
-        self.known_heads: dict[tuple[int, int], LogHead] = {}
         self.last_sequence = 0
         self.dbs = self._open_tables_read_only() if readonly else self._open_tables_for_writing()
         self.commits_on_thread = not readonly and env.flags()["sync"]
@@ -348,10 +342,11 @@ class Engine:
                 if level is not None and level not in branches:
                     raise self._damaged(f"branch {row.id} ({row.name!r}) descends from branch {level}, which has no row")
         self.last_sequence = last_sequence
-        self.known_branches = branches
-        self.known_branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
-        self.known_states = states
-        self.known_heads = {}
+        self.install(branches, states)
+
+    def rereads(self) -> bool:
+        """A read-only engine reads the tables again: the writer is another process."""
+        return self.readonly
 
     def decode_branch_row(self, key: bytes, value: bytes) -> BranchRow:
         """A row of the branches table (its value unsealed); ``StoreCorruptError`` naming it if it
@@ -491,47 +486,8 @@ class Engine:
             self.env.set_mapsize(0)  # 0 adopts the size the data file's meta page records
             return self.env.begin()
 
-    def branch(self, name: str) -> BranchRow:
-        branch_id = self.known_branch_ids.get(name)
-        if branch_id is None and self.readonly:
-            self.reload()
-            branch_id = self.known_branch_ids.get(name)
-        if branch_id is None:
-            raise BranchNotFoundError(f"no branch named {name!r}")
-        return self.known_branches[branch_id]
-
     def branch_by_id(self, branch_id: int) -> BranchRow:
         return self.known_branches[branch_id]
-
-    def list_branches(self) -> list[BranchRow]:
-        if self.readonly:
-            self.reload()
-        return sorted((row for row in self.known_branches.values() if not row.deleted), key=lambda row: row.id)
-
-    def state(self, name: str) -> StateInfo:
-        info = self.known_states.get(name)
-        if info is None and self.readonly:
-            self.reload()
-            info = self.known_states.get(name)
-        if info is None:
-            raise UnknownStateError(f"state {name!r} is not registered")
-        return info
-
-    def has_state(self, name: str) -> bool:
-        if name not in self.known_states and self.readonly:
-            self.reload()  # another process may have registered it since
-        return name in self.known_states
-
-    def list_states(self) -> list[StateInfo]:
-        if self.readonly:
-            self.reload()
-        return sorted(self.known_states.values(), key=lambda info: info.name)
-
-    def _log_state(self, name: str) -> StateInfo:
-        info = self.state(name)
-        if info.kind != "log":
-            raise StateKindError(f"state {name!r} holds a value, not an append log")
-        return info
 
     def _log_head_at(self, txn: lmdb.Transaction[bytes], state: int, levels: Sequence[tuple[int, int]]) -> LogHead:
         """A log state's head as a view (its levels and limits) sees it.
@@ -623,7 +579,7 @@ class Engine:
         return self._damaged(f"{what} on branch {branch.name!r} can't be read: {exc!r}")
 
     def log_head(self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, at: int | None = None) -> LogHead:
-        info = self._log_state(state)
+        info = log_state(self.state(state))
         if at is None and not self.readonly:
             cached = self.known_heads.get((info.number, branch.id))
             if cached is not None:
@@ -637,9 +593,7 @@ class Engine:
         self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, at: int | None = None
     ) -> tuple[Any, int]:
         """The state's value on ``branch`` (as of ``at``) and the sequence that set it; (None, 0) if never set."""
-        info = self.state(state)
-        if info.kind != "value":
-            raise StateKindError(f"state {state!r} is an append log, not a value")
+        info = value_state(self.state(state))
         try:
             found = self._find_head_with_sequence(txn, info.number, branch.levels(at))
             if found is None:
@@ -664,7 +618,7 @@ class Engine:
         self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, index: int, at: int | None = None
     ) -> Item | None:
         """The item at ``index`` (negative counts from the end), or None out of range."""
-        info = self._log_state(state)
+        info = log_state(self.state(state))
         levels = branch.levels(at)
         try:
             head = self._log_head_at(txn, info.number, levels)
@@ -688,7 +642,7 @@ class Engine:
         head: LogHead | None = None,
     ) -> list[Item]:
         """Items ``[start, stop)`` in order: one range scan per lineage level that can hold them."""
-        info = self._log_state(state)
+        info = log_state(self.state(state))
         if head is None:
             head = self.log_head(txn, state, branch, at)
         try:
@@ -817,7 +771,7 @@ class Engine:
         self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, sequence: int, at: int | None = None
     ) -> tuple[int, int, LogHead] | None:
         """(index, ordinal, head) of the visible item appended at ``sequence``, or None."""
-        info = self._log_state(state)
+        info = log_state(self.state(state))
         try:
             return self._locate(txn, info, branch.levels(at), sequence)
         except _READ_DAMAGE as exc:
@@ -953,7 +907,8 @@ class Engine:
         caches take the batch; returns each command's result and the committed operations."""
         if prepared.txn is None:
             return prepared.results, []
-        self._committed(prepared.batch)
+        self.last_sequence = prepared.batch.sequence
+        self.take_batch(prepared.batch)
         return prepared.results, prepared.batch.operations
 
     def _refused_write(self, code: int) -> StoreFullError:
@@ -965,9 +920,6 @@ class Engine:
         name = errno.errorcode.get(code, str(code))
         return StoreFullError(self.data_path, f"the disk refused the write ({os.strerror(code)}, {name}; {free})")
 
-    def _refused_command(self, command: Any, exc: BaseException) -> StoreCorruptError:
-        return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
-
     def _prepare_many(
         self, commands: Sequence[Any], execute: Callable[[LmdbBatch, Any], Any], unnested: Callable[[Any], bool] | None,
         txns: WriteTransactions,
@@ -975,46 +927,7 @@ class Engine:
         txn = txns.begin()
         try:
             batch = LmdbBatch(self, txn)
-            results: list[tuple[bool, Any]] = []
-            for command in commands:
-                if unnested is not None and unnested(command):
-                    batch.defer_heads = True
-                    try:
-                        value = execute(batch, command)
-                    except _REFUSALS as exc:
-                        if batch.wrote:
-                            raise Unsafe from exc  # aborts this attempt; prepare runs the batch nested
-                        results.append((False, self._refused_command(command, exc) if isinstance(exc, _DAMAGE) else exc))
-                    else:
-                        results.append((True, value))
-                    finally:
-                        batch.defer_heads = batch.wrote = False
-                    continue
-                batch.flush_heads()  # a nested command reads heads from the transaction
-                saved = batch.savepoint()
-                child = self.env.begin(write=True, parent=txn)
-                batch.txn = child
-                try:
-                    value = execute(batch, command)
-                except _DAMAGE as exc:
-                    # A damaged record: roll back this command alone and say so to its caller.
-                    child.abort()
-                    batch.restore(saved)
-                    results.append((False, self._refused_command(command, exc)))
-                except (CtxrtError, TypeError, ValueError) as exc:
-                    # The caller's mistake: roll back this command alone and tell that caller.
-                    child.abort()
-                    batch.restore(saved)
-                    results.append((False, exc))
-                except BaseException:
-                    child.abort()
-                    raise
-                else:
-                    child.commit()
-                    results.append((True, value))
-                finally:
-                    batch.txn = txn
-            batch.flush_heads()
+            results = run_commands(batch, commands, execute, unnested, _ChildTransactions(self, batch, txn))
         except BaseException:
             txns.abort(txn)
             raise
@@ -1028,8 +941,8 @@ class Engine:
             value = execute(batch, command)
         except _DAMAGE as exc:
             txns.abort(txn)
-            return Prepared([(False, self._refused_command(command, exc))], batch, None)
-        except (CtxrtError, TypeError, ValueError) as exc:
+            return Prepared([(False, damaged_record(self.data_path, command, exc))], batch, None)
+        except MISTAKES as exc:
             txns.abort(txn)
             return Prepared([(False, exc)], batch, None)
         except BaseException:
@@ -1037,17 +950,6 @@ class Engine:
             raise
         return Prepared([(True, value)], batch, txn)
 
-    def _committed(self, batch: LmdbBatch) -> None:
-        self.last_sequence = batch.sequence
-        self.known_heads.update(batch.heads)
-        if batch.new_states:
-            self.known_states.update(batch.new_states)
-        for row in batch.branches.values():
-            self.known_branches[row.id] = row
-            if row.deleted:
-                self.known_branch_ids.pop(row.name, None)
-            else:
-                self.known_branch_ids[row.name] = row.id
 
 
 class WriteTransactions(Protocol):
@@ -1082,7 +984,49 @@ class Prepared:
 
 
 # What refuses one command of a batch (the others commit): the caller's mistake, or a damaged record.
-_REFUSALS = (*_DAMAGE, CtxrtError, TypeError, ValueError)
+_REFUSALS = (*_DAMAGE, *MISTAKES)
+
+
+class _ChildTransactions:
+    """A batch's commands nested in child transactions of its one write transaction (apply.Nesting)."""
+
+    refusals: tuple[type[BaseException], ...] = _REFUSALS
+    nested_refusals: tuple[type[BaseException], ...] = _REFUSALS
+
+    def __init__(self, engine: Engine, batch: LmdbBatch, txn: lmdb.Transaction[bytes]) -> None:
+        self._engine = engine
+        self._batch = batch
+        self._txn = txn
+        self._child: lmdb.Transaction[bytes] | None = None
+
+    def refusal(self, command: Any, exc: BaseException) -> BaseException:
+        # A damaged record refuses the command that met it, saying so; a caller's mistake is its own.
+        return damaged_record(self._engine.data_path, command, exc) if isinstance(exc, _DAMAGE) else exc
+
+    def begin(self, number: int) -> None:
+        self._child = self._batch.txn = self._engine.env.begin(write=True, parent=self._txn)
+
+    def settle(self) -> None:
+        """Nothing: the command's rows are in its child transaction already."""
+
+    def keep(self) -> None:
+        try:
+            self._ended().commit()
+        finally:
+            self._batch.txn = self._txn
+
+    def undo(self, exc: BaseException) -> BaseException:
+        self.abandon()
+        return exc
+
+    def abandon(self) -> None:
+        self._ended().abort()
+        self._batch.txn = self._txn
+
+    def _ended(self) -> lmdb.Transaction[bytes]:
+        child, self._child = self._child, None
+        assert child is not None  # begun
+        return child
 
 
 class LmdbBatch(Batch):

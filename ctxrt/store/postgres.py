@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import struct
 import threading
 import time
 import urllib.parse
@@ -42,15 +41,15 @@ from ..errors import (
     BranchNotFoundError,
     CtxrtError,
     MalformedContentError,
-    StateKindError,
     StoreCorruptError,
     StoreFormatError,
     StoreFullError,
     StoreUnavailableError,
     StoreUnsupportedError,
-    UnknownStateError,
 )
-from .batch import Batch, Counter, Unsafe
+from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
+from .batch import Batch, Counter
+from .catalog import Catalog, log_state, value_state
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -69,7 +68,7 @@ READABLE_SCHEMAS = (1,)
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_MS = 30_000  # per statement, and per wait for a lock (another process's write)
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
-_DAMAGE = (struct.error, UnicodeDecodeError, json.JSONDecodeError, ValueError, KeyError, TypeError, IndexError)
+_DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
 
 _SCHEMA = """
 CREATE TABLE ctxrt_meta (key text PRIMARY KEY, value bigint NOT NULL);
@@ -91,7 +90,7 @@ CREATE TABLE ctxrt_blobs (sha256 bytea PRIMARY KEY, media_type text NOT NULL, da
 """
 
 
-class PostgresEngine:
+class PostgresEngine(Catalog):
     """One PostgreSQL database's ctxrt data. Reads from the trio thread; writes only through ``apply``
     (on one thread at a time)."""
 
@@ -99,6 +98,7 @@ class PostgresEngine:
     commits_on_thread = True  # a commit waits on the server: the store actor runs it off the loop
 
     def __init__(self, url: str, *, synchronous: bool = True, create: bool = True) -> None:
+        super().__init__()
         self.url = url
         self.data_path = redact(url)
         self._synchronous = synchronous
@@ -109,10 +109,6 @@ class PostgresEngine:
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         self._held: set[tuple[int, str]] = set()  # the leases this engine took
-        self.known_branches: dict[int, BranchRow] = {}
-        self.known_branch_ids: dict[str, int] = {}
-        self.known_states: dict[str, StateInfo] = {}
-        self.known_heads: dict[tuple[int, int], LogHead] = {}  # the writer's, valid while nobody else wrote
         # (sequence, catalog) as of what this process last read or committed: a batch that finds
         # others reads the branch and state tables again (another process wrote, made or deleted
         # a branch, or registered a state: those move the catalog, not the sequence).
@@ -324,11 +320,7 @@ class PostgresEngine:
             # tables older than what is installed (the counters say which is newer).
             if read[0] < self._committed[0] or read[1] < self._committed[1]:
                 return
-            # Copy-on-write: readers on another thread see the old dicts or the new, never half of one.
-            self.known_branches = branches
-            self.known_branch_ids = {row.name: row.id for row in branches.values() if not row.deleted}
-            self.known_states = states
-            self.known_heads = {}
+            self.install(branches, states)
             self._committed = read
 
     # -- lookups ----------------------------------------------------------------------------
@@ -339,14 +331,9 @@ class PostgresEngine:
         row = self._fetchone("SELECT value FROM ctxrt_meta WHERE key = 'sequence'", ())
         return int(row[0]) if row else 0
 
-    def branch(self, name: str) -> BranchRow:
-        branch_id = self.known_branch_ids.get(name)
-        if branch_id is None:
-            self.reload()  # another process may have made it
-            branch_id = self.known_branch_ids.get(name)
-        if branch_id is None:
-            raise BranchNotFoundError(f"no branch named {name!r}")
-        return self.known_branches[branch_id]
+    def rereads(self) -> bool:
+        """Always: other processes write the tables too."""
+        return True
 
     def branch_by_id(self, branch_id: int) -> BranchRow:
         row = self.known_branches.get(branch_id)
@@ -354,34 +341,6 @@ class PostgresEngine:
             self.reload()
             row = self.known_branches[branch_id]
         return row
-
-    def list_branches(self) -> list[BranchRow]:
-        self.reload()
-        return sorted((row for row in self.known_branches.values() if not row.deleted), key=lambda row: row.id)
-
-    def state(self, name: str) -> StateInfo:
-        info = self.known_states.get(name)
-        if info is None:
-            self.reload()
-            info = self.known_states.get(name)
-        if info is None:
-            raise UnknownStateError(f"state {name!r} is not registered")
-        return info
-
-    def has_state(self, name: str) -> bool:
-        if name not in self.known_states:
-            self.reload()  # another process may have registered it since
-        return name in self.known_states
-
-    def list_states(self) -> list[StateInfo]:
-        self.reload()
-        return sorted(self.known_states.values(), key=lambda info: info.name)
-
-    def _log_state(self, name: str) -> StateInfo:
-        info = self.state(name)
-        if info.kind != "log":
-            raise StateKindError(f"state {name!r} holds a value, not an append log")
-        return info
 
     def head_sequence(self, branch: BranchRow) -> int:
         """The sequence of the branch's newest write (its fork point if it wrote nothing)."""
@@ -520,22 +479,20 @@ class PostgresEngine:
         if it was never set or the state isn't registered."""
         if not self.has_state(state):
             return default
-        info, row = self.state(state), self.branch_by_id(branch_id)
-        if info.kind != "value":
-            raise StateKindError(f"state {state!r} is an append log, not a value")
+        info, row = value_state(self.state(state)), self.branch_by_id(branch_id)
         value, sequence = self._guarded(f"the value of {state!r}", row,
                                         lambda: self._value(self._fetchall, info, row.levels(at)))
         return default if sequence == 0 else value
 
     def read_head(self, state: str, branch_id: int, at: int | None = None) -> LogHead:
-        info, row = self._log_state(state), self.branch_by_id(branch_id)
+        info, row = log_state(self.state(state)), self.branch_by_id(branch_id)
         return self._guarded(f"the head of {state!r}", row,
                              lambda: self._head_at(self._fetchall, info.number, row.levels(at)))
 
     def read_items(
         self, state: str, branch_id: int, *, at: int | None = None, start: int = 0, stop: int | None = None,
     ) -> list[Item]:
-        info, row = self._log_state(state), self.branch_by_id(branch_id)
+        info, row = log_state(self.state(state)), self.branch_by_id(branch_id)
 
         def read() -> list[Item]:
             head, levels = self._as_of(info, row, at)
@@ -553,7 +510,7 @@ class PostgresEngine:
         """The head now and the items from index ``start`` to it, as of the head's revision (a
         cache's look before a read). ``BranchNotFoundError`` once another process deleted the branch:
         the same statement reads the branch's row and its own head."""
-        info, row = self._log_state(state), self.branch_by_id(branch_id)
+        info, row = log_state(self.state(state)), self.branch_by_id(branch_id)
 
         def read() -> tuple[LogHead, list[Item]]:
             found = self._fetchall(
@@ -571,7 +528,7 @@ class PostgresEngine:
         return self._guarded(f"the items of {state!r}", row, read)
 
     def read_item(self, state: str, branch_id: int, sequence: int, *, at: int | None = None) -> Item | None:
-        info, row = self._log_state(state), self.branch_by_id(branch_id)
+        info, row = log_state(self.state(state)), self.branch_by_id(branch_id)
 
         def read() -> Item | None:
             head, levels = self._as_of(info, row, at)
@@ -586,7 +543,7 @@ class PostgresEngine:
     def read_items_appended(
         self, state: str, branch_id: int, first: int, last: int, *, at: int | None = None,
     ) -> list[Item]:
-        info, row = self._log_state(state), self.branch_by_id(branch_id)
+        info, row = log_state(self.state(state)), self.branch_by_id(branch_id)
 
         def read() -> list[Item]:
             head, levels = self._as_of(info, row, at)
@@ -678,49 +635,7 @@ class PostgresEngine:
             if (sequence, catalog) != self._committed or not self.known_states:
                 self._load(conn)  # another process wrote since: what this one knew may be out of date
             batch = PgBatch(self, cursor, sequence, catalog)
-            results: list[tuple[bool, Any]] = []
-            for number, command in enumerate(commands):
-                if unnested is not None and unnested(command):
-                    batch.defer_heads = True
-                    try:
-                        value = execute(batch, command)
-                    except _REFUSALS as exc:
-                        if batch.wrote:
-                            raise Unsafe from exc
-                        results.append((False, self._refusal(command, exc)))
-                    else:
-                        results.append((True, value))
-                    finally:
-                        batch.defer_heads = batch.wrote = False
-                    continue
-                batch.flush_heads()
-                batch.flush()
-                savepoint = f"c{number}"
-                cursor.execute(f"SAVEPOINT {savepoint}")
-                saved = batch.savepoint()
-                try:
-                    value = execute(batch, command)
-                    batch.flush_heads()
-                    batch.flush()
-                    pipeline.sync()  # a row this command can't write refuses the command, not the batch
-                except (*_REFUSALS, psycopg.errors.IntegrityError, psycopg.errors.DataError,
-                        psycopg.errors.PipelineAborted) as exc:
-                    batch.discard()
-                    # After an error the server skips what was sent until the next sync: sync first (the
-                    # failing row's own error may come only then), then roll back to the savepoint.
-                    try:
-                        pipeline.sync()
-                    except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as cause:
-                        exc = cause if isinstance(exc, psycopg.errors.PipelineAborted) else exc
-                    except psycopg.errors.PipelineAborted:
-                        pass
-                    cursor.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
-                    batch.restore(saved)
-                    results.append((False, self._refusal(command, exc)))
-                else:
-                    cursor.execute(f"RELEASE SAVEPOINT {savepoint}")
-                    results.append((True, value))
-            batch.flush_heads()
+            results = run_commands(batch, commands, execute, unnested, _Savepoints(self, batch, pipeline))
             batch.flush()
             if batch.sequence != sequence:
                 cursor.execute("UPDATE ctxrt_meta SET value = %s WHERE key = 'sequence'", (batch.sequence,))
@@ -730,32 +645,16 @@ class PostgresEngine:
         return results, batch
 
     def _refusal(self, command: Any, exc: BaseException) -> BaseException:
-        if isinstance(exc, _DAMAGE_ONLY):
-            return self._damaged(f"{type(command).__name__} met a record that doesn't decode: {exc!r}")
+        if isinstance(exc, UNDECODABLE):
+            return damaged_record(self.data_path, command, exc)
         if isinstance(exc, psycopg.Error):  # a value the database can't hold (text with NUL, say)
             return MalformedContentError(type(command).__name__, f"the database refused it: {self._reason(exc)}")
         return exc
 
     def _committed_batch(self, batch: PgBatch) -> None:
         with self._install:
-            self._install_batch(batch)
-
-    def _install_batch(self, batch: PgBatch) -> None:
-        self._committed = (batch.sequence, batch.catalog)
-        heads = dict(self.known_heads)
-        heads.update(batch.heads)
-        self.known_heads = heads
-        if batch.new_states:
-            self.known_states = {**self.known_states, **batch.new_states}
-        if batch.branches:
-            branches, names = dict(self.known_branches), dict(self.known_branch_ids)
-            for row in batch.branches.values():
-                branches[row.id] = row
-                if row.deleted:
-                    names.pop(row.name, None)
-                else:
-                    names[row.name] = row.id
-            self.known_branches, self.known_branch_ids = branches, names
+            self._committed = (batch.sequence, batch.catalog)
+            self.take_batch(batch)
 
 
 _Fetch = Callable[[str, Sequence[Any]], list[Any]]
@@ -787,10 +686,54 @@ def _granted(conn: psycopg.Connection[Any], query: str, key: tuple[int, str]) ->
     return bool(row and row[0])
 
 
-# Decoding errors that are damage, never the caller's mistake (JSONDecodeError and
-# UnicodeDecodeError are ValueErrors too).
-_DAMAGE_ONLY = (struct.error, UnicodeDecodeError, json.JSONDecodeError)
-_REFUSALS = (*_DAMAGE_ONLY, CtxrtError, TypeError, ValueError)
+_REFUSALS = (*UNDECODABLE, *MISTAKES)
+
+
+class _Savepoints:
+    """A batch's commands nested under savepoints of its one transaction (apply.Nesting)."""
+
+    refusals: tuple[type[BaseException], ...] = _REFUSALS
+    # A nested command's rows are sent and answered before its savepoint is released: a row the
+    # database refuses refuses that command alone.
+    nested_refusals: tuple[type[BaseException], ...] = (*_REFUSALS, psycopg.errors.IntegrityError, psycopg.errors.DataError,
+                       psycopg.errors.PipelineAborted)
+
+    def __init__(self, engine: PostgresEngine, batch: PgBatch, pipeline: psycopg.Pipeline) -> None:
+        self._engine = engine
+        self._batch = batch
+        self._pipeline = pipeline
+        self._savepoint = ""
+
+    def refusal(self, command: Any, exc: BaseException) -> BaseException:
+        return self._engine._refusal(command, exc)
+
+    def begin(self, number: int) -> None:
+        self._batch.flush()
+        self._savepoint = f"c{number}"
+        self._batch.cursor.execute(f"SAVEPOINT {self._savepoint}")
+
+    def settle(self) -> None:
+        self._batch.flush()
+        self._pipeline.sync()  # a row this command can't write refuses the command, not the batch
+
+    def keep(self) -> None:
+        self._batch.cursor.execute(f"RELEASE SAVEPOINT {self._savepoint}")
+
+    def undo(self, exc: BaseException) -> BaseException:
+        self._batch.discard()
+        # After an error the server skips what was sent until the next sync: sync first (the
+        # failing row's own error may come only then), then roll back to the savepoint.
+        try:
+            self._pipeline.sync()
+        except (psycopg.errors.IntegrityError, psycopg.errors.DataError) as cause:
+            exc = cause if isinstance(exc, psycopg.errors.PipelineAborted) else exc
+        except psycopg.errors.PipelineAborted:
+            pass
+        self._batch.cursor.execute(f"ROLLBACK TO SAVEPOINT {self._savepoint}")
+        return exc
+
+    def abandon(self) -> None:
+        """Nothing: the batch's transaction rolls back whole."""
 
 
 class PgBatch(Batch):
