@@ -48,9 +48,10 @@ MAX_INT_BITS = 14_000
 _BLOCK_BY_TAG: dict[str, type[Block]] = {cls.type: cls for cls in BLOCK_TYPES}
 _NESTED_TAGS = ("text", "image", "document")  # what the API lets a tool_result hold
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# What the Messages API accepts as a tool id (P8); ingress refuses others. Tool names are kept
-# as written (Knowledge reads phases from names like "mcpl:search", T7); wire rewrites them.
-_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+\Z")
+# What the Messages API accepts as a tool id (P8); ingress refuses others, and wire maps ids
+# stored before it did. Tool names are kept as written (Knowledge reads phases from names like
+# "mcpl:search", T7); wire rewrites them.
+TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+\Z")
 
 
 def type_name(value: object) -> str:
@@ -81,7 +82,7 @@ def _string(value: object, path: str, *, non_empty: bool = False) -> str:
 
 def _tool_id(value: object, path: str) -> str:
     tool_id = _string(value, path, non_empty=True)
-    if not _TOOL_ID.match(tool_id):
+    if not TOOL_ID.match(tool_id):
         raise MalformedContentError(
             path, f"tool id {tool_id!r} is not one the Messages API accepts: use only letters, digits, "
             "'_' and '-' (^[a-zA-Z0-9_-]+$)"

@@ -26,11 +26,11 @@ from .content import (
     ToolResult,
     ToolUse,
 )
+from .validation import TOOL_ID
 
 MAX_REQUEST_CACHE_CONTROLS = 4  # the provider's limit per request
 CONTINUED_TEXT = "(continued)"
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
-_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+\Z")
 _NOT_NAME_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
 
 
@@ -133,10 +133,10 @@ def api_tool_name(name: str) -> str:
 
 
 def api_tool_id(tool_id: str) -> str:
-    """A tool id as the API accepts it (``^[a-zA-Z0-9_-]+$``). Ingress refuses other ids (codec);
+    """A tool id as the API accepts it (``^[a-zA-Z0-9_-]+$``). Ingress refuses other ids (validation);
     this only covers ids stored before it did: both halves of a pair map alike, and the hash
     keeps two ids that differ only in a refused character apart."""
-    if _TOOL_ID.match(tool_id):
+    if TOOL_ID.match(tool_id):
         return tool_id
     return f"{_NOT_NAME_CHAR.sub('_', tool_id)}_{hashlib.sha256(tool_id.encode()).hexdigest()[:8]}"
 
