@@ -19,7 +19,7 @@ import attrs
 
 from . import checks
 from .anthropic_rules import violations
-from .codec import blocks_from_content, find_audience, to_jsonable, validate_participant
+from .codec import to_jsonable
 from .content import (
     Block,
     CompiledMessage,
@@ -37,6 +37,7 @@ from .errors import EmptyRequestError, InvalidRequestError, MalformedContentErro
 from .openai_rules import violations as openai_violations
 from .openai_wire import OpenAIBody, SystemRole, to_chat_messages, to_responses_input
 from .tokens import estimate_blocks
+from .validation import blocks_from_content, find_audience, validate_participant
 from .wire import to_anthropic_messages
 
 MAX_MESSAGE_BREAKPOINTS = 3  # one of the provider's 4 is left for the host

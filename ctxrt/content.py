@@ -2,7 +2,8 @@
 
 Blocks are frozen attrs classes in Anthropic Messages API shape (field names as the API spells
 them). Messages handed out by ctxrt are immutable: caches, views and strategies share them.
-Converting dicts to blocks and back lives in ``codec.py``; this module holds data and the
+Converting dicts to blocks and back lives elsewhere (a host's content checked in ``validation.py``,
+the storage form in ``codec.py``, the API form in ``wire.py``); this module holds data and the
 audience rules that need no codec (docs/behaviours.md A2, A5).
 """
 

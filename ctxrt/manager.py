@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from . import branching, checks, codec, tracing
+from . import branching, checks, tracing, validation
+from .blobs import extract_blobs
 from .branching import Derivation
 from .compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
 from .content import ContentLike, Message
@@ -189,8 +190,8 @@ class ContextManager:
         """
         ref = self._live()
         checks.name(message_id, "message_id")
-        blocks = codec.blocks_from_content(content)
-        stored, blobs = codec.extract_blobs(blocks)
+        blocks = validation.blocks_from_content(content)
+        stored, blobs = extract_blobs(blocks)
         await ref.ask(Edit(self._reader, message_id, tuple(blocks), tuple(stored), tuple(blobs)))
 
     async def remove_message(self, message_id: str) -> None:
@@ -708,7 +709,7 @@ class ContextManager:
                 raise TypeError(f"tools[{index}] must be a mapping (a Messages API tool definition), not "
                                 f"{type(tool).__name__}")
             # A JSON-native copy: it goes into model requests as JSON, and the host may change its own.
-            copy = codec.validate_metadata(tool, path=f"tools[{index}]")
+            copy = validation.validate_metadata(tool, path=f"tools[{index}]")
             assert copy is not None  # the copy of a mapping
             checked.append(copy)
         if checked:

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 import attrs
 import trio
 
-from .codec import blocks_from_api
 from .content import Block, CompiledMessage, Document, Text, ToolResult
 from .errors import ModelError
-from .wire import to_anthropic_messages
+from .wire import blocks_from_api, to_anthropic_messages
 
 if TYPE_CHECKING:
     import anthropic

@@ -19,7 +19,6 @@ import hashlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, Union
 
-from .codec import block_to_api
 from .content import (
     Block,
     CompiledMessage,
@@ -32,7 +31,7 @@ from .content import (
     ToolUse,
 )
 from .openai_rules import CHAT_CALL_ID_MAX, RESPONSES_CALL_ID_MAX
-from .wire import CONTINUED_TEXT, ForeignCalls, api_tool_name, compact_json
+from .wire import CONTINUED_TEXT, ForeignCalls, api_tool_name, block_to_api, compact_json
 
 NO_OUTPUT = "(no output)"  # a tool result with nothing to show, so no tool message is empty
 ERROR_PREFIX = "Error: "  # neither form has an is_error flag: an error result says so in its text

@@ -19,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from . import checks, codec
+from . import checks, codec, validation
+from .blobs import extract_blobs, resolve_blobs
 from .content import Block, Message, holds_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
@@ -63,13 +64,13 @@ def prepare_append(
 
     Raises ``MalformedContentError`` naming the place (M6, B1).
     """
-    participant = codec.validate_participant(participant)
-    blocks = codec.blocks_from_content(content)
-    metadata = None if metadata is None else codec.validate_metadata(metadata)
+    participant = validation.validate_participant(participant)
+    blocks = validation.blocks_from_content(content)
+    metadata = None if metadata is None else validation.validate_metadata(metadata)
     causes = () if type(caused_by) is tuple and not caused_by else _validate_caused_by(caused_by)
-    timestamp = int(time.time() * 1000) if timestamp_ms is None else codec.validate_timestamp_ms(timestamp_ms)
+    timestamp = int(time.time() * 1000) if timestamp_ms is None else validation.validate_timestamp_ms(timestamp_ms)
     # A string is one text block: no media to take out.
-    stored_blocks, blobs = (blocks, []) if type(content) is str else codec.extract_blobs(blocks)
+    stored_blocks, blobs = (blocks, []) if type(content) is str else extract_blobs(blocks)
     data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
     return data, blobs, Appended(participant, blocks, metadata, timestamp, causes)
 
@@ -454,7 +455,7 @@ def decode_stored(engine: StoreEngine, data: bytes, sequence: int) -> Message:
     """A stored message decoded with its blobs put back (blobs are content-addressed and never
     change, so they are read apart from the item)."""
     message = codec.message_from_json(data, sequence=sequence, store=engine.data_path)
-    resolved = codec.resolve_blobs(message.content, engine.read_blob)
+    resolved = resolve_blobs(message.content, engine.read_blob)
     return message if resolved is message.content else attrs.evolve(message, content=resolved)
 
 

@@ -1,7 +1,10 @@
-"""Compiled messages in the Anthropic Messages API's request form (docs/behaviours.md P7).
+"""The Anthropic Messages API form: blocks, compiled messages as a request, a response's blocks (P7).
 
-Below both ``compile`` (``CompileResult.to_anthropic``) and ``model`` (compression requests),
-so neither imports the other.
+``block_to_api`` gives one block as the API takes it (no audience, no raw); ``blocks_from_api``
+reads a model response's content back into blocks, leniently (block types ctxrt doesn't keep are
+skipped); ``to_anthropic_messages`` turns compiled messages into a request's ``messages``. Below
+both ``compile`` (``CompileResult.to_anthropic``) and ``model`` (compression requests, their
+replies), so neither imports the other; the storage form (``codec``) never needs it.
 """
 
 from __future__ import annotations
@@ -9,25 +12,109 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from .codec import block_to_api
 from .content import (
     Block,
     CompiledMessage,
+    Document,
+    Image,
     RedactedThinking,
     Text,
     Thinking,
     ToolResult,
     ToolUse,
 )
+from .validation import TOOL_ID
 
 MAX_REQUEST_CACHE_CONTROLS = 4  # the provider's limit per request
 CONTINUED_TEXT = "(continued)"
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
-_TOOL_ID = re.compile(r"[a-zA-Z0-9_-]+\Z")
 _NOT_NAME_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def _api_source(block: Image | Document) -> dict[str, Any] | None:
+    source = block.source
+    return None if source.get("type") == "blob_ref" else dict(source)
+
+
+def block_to_api(block: Block) -> dict[str, Any]:
+    """The Anthropic Messages API dict for ``block``: no audience, no raw; cache_control kept."""
+    if type(block) is Text:
+        d: dict[str, Any] = {"type": "text", "text": block.text}
+        if block.cache_control is not None:
+            d["cache_control"] = dict(block.cache_control)
+        return d
+    if type(block) is ToolUse:
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
+    if type(block) is ToolResult:
+        content = block.content
+        d = {
+            "type": "tool_result",
+            "tool_use_id": block.tool_use_id,
+            "content": content if isinstance(content, str) else [block_to_api(b) for b in content],
+        }
+        if block.is_error:
+            d["is_error"] = True
+        return d
+    if type(block) is Thinking:
+        d = {"type": "thinking", "thinking": block.thinking}
+        if block.signature is not None:
+            d["signature"] = block.signature
+        return d
+    if type(block) is RedactedThinking:
+        return {"type": "redacted_thinking", "data": block.data}
+    if type(block) is Image or type(block) is Document:
+        source = _api_source(block)
+        if source is None:
+            digest = block.source.get("sha256", "?")
+            return {"type": "text", "text": f"[{block.type} unavailable: stored media {digest} is missing]"}
+        d = {"type": block.type, "source": source}
+        if type(block) is Document and block.title is not None:
+            d["title"] = block.title
+        return d
+    raise TypeError(f"not a content block: {block!r}")
+
+
+def _api_item(item: Any) -> Mapping[str, Any] | None:
+    if isinstance(item, Mapping):
+        return item
+    dump = getattr(item, "model_dump", None)  # an SDK response object
+    return dump() if callable(dump) else None
+
+
+def blocks_from_api(items: Sequence[Any]) -> tuple[Block, ...]:
+    """Blocks from a model response's content: lenient; block types ctxrt doesn't keep are skipped."""
+    out: list[Block] = []
+    for item in items:
+        d = _api_item(item)
+        if d is None:
+            continue
+        tag = d.get("type")
+        if tag == "text":
+            cache_control = d.get("cache_control")
+            out.append(Text(str(d.get("text") or ""), cache_control=dict(cache_control) if cache_control else None))
+        elif tag == "thinking":
+            out.append(Thinking(str(d.get("thinking") or ""), d.get("signature")))
+        elif tag == "redacted_thinking":
+            out.append(RedactedThinking(str(d.get("data") or "")))
+        elif tag == "tool_use":
+            tool_input = d.get("input")
+            out.append(
+                ToolUse(str(d.get("id") or ""), str(d.get("name") or ""), dict(tool_input) if isinstance(tool_input, Mapping) else {})
+            )
+        elif tag == "tool_result":
+            content = d.get("content")
+            nested: str | tuple[Block, ...] = (
+                content if isinstance(content, str) else blocks_from_api(content) if isinstance(content, list) else ""
+            )
+            out.append(ToolResult(str(d.get("tool_use_id") or ""), nested, is_error=bool(d.get("is_error"))))
+        elif tag in ("image", "document") and isinstance(d.get("source"), Mapping):
+            source = dict(d["source"])
+            out.append(Image(source) if tag == "image" else Document(source, title=d.get("title")))
+    return tuple(out)
+
 
 
 def api_tool_name(name: str) -> str:
@@ -46,10 +133,10 @@ def api_tool_name(name: str) -> str:
 
 
 def api_tool_id(tool_id: str) -> str:
-    """A tool id as the API accepts it (``^[a-zA-Z0-9_-]+$``). Ingress refuses other ids (codec);
+    """A tool id as the API accepts it (``^[a-zA-Z0-9_-]+$``). Ingress refuses other ids (validation);
     this only covers ids stored before it did: both halves of a pair map alike, and the hash
     keeps two ids that differ only in a refused character apart."""
-    if _TOOL_ID.match(tool_id):
+    if TOOL_ID.match(tool_id):
         return tool_id
     return f"{_NOT_NAME_CHAR.sub('_', tool_id)}_{hashlib.sha256(tool_id.encode()).hexdigest()[:8]}"
 

@@ -1,4 +1,5 @@
-"""ctxrt.codec: ingress validation, storage form, blobs, API form, the private converter."""
+"""The block codecs: ingress validation (ctxrt.validation), the storage form and the private converter
+(ctxrt.codec), blobs (ctxrt.blobs), the API form of blocks (ctxrt.wire)."""
 
 from __future__ import annotations
 
@@ -12,22 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrt import codec
-from ctxrt.codec import (
-    block_to_api,
-    blocks_from_api,
-    blocks_from_content,
-    extract_blobs,
-    find_audience,
-    from_jsonable,
-    message_from_json,
-    message_to_json,
-    resolve_blobs,
-    to_jsonable,
-    validate_metadata,
-    validate_participant,
-    validate_timestamp_ms,
-)
+from ctxrt import codec, validation
+from ctxrt.blobs import extract_blobs, resolve_blobs
+from ctxrt.codec import from_jsonable, message_from_json, message_to_json, to_jsonable
 from ctxrt.content import (
     Block,
     Document,
@@ -41,6 +29,14 @@ from ctxrt.content import (
     content_for_reader,
 )
 from ctxrt.errors import MalformedContentError, StoreCorruptError, StoreFormatError
+from ctxrt.validation import (
+    blocks_from_content,
+    find_audience,
+    validate_metadata,
+    validate_participant,
+    validate_timestamp_ms,
+)
+from ctxrt.wire import block_to_api, blocks_from_api
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nfake image bytes").decode()
 PDF = base64.b64encode(b"%PDF-1.4 fake").decode()
@@ -153,7 +149,7 @@ def test_custom_path_prefix_is_used():
 def test_deeply_nested_input_is_refused_not_crashing():
     """M6: JSON nested past MAX_JSON_DEPTH is refused with a path rather than a RecursionError."""
     deep: object = 1
-    for _ in range(codec.MAX_JSON_DEPTH + 5):
+    for _ in range(validation.MAX_JSON_DEPTH + 5):
         deep = [deep]
     error = refused([{"type": "tool_use", "id": "t", "name": "n", "input": {"d": deep}}])
     assert error.path.startswith("content[0].input.d[0]")
@@ -375,7 +371,7 @@ base64_data = st.binary(min_size=1, max_size=24).map(lambda b: base64.b64encode(
 def image_blocks(with_raw: bool = True) -> st.SearchStrategy[Block]:
     sources = st.builds(
         lambda mt, data: {"type": "base64", "media_type": mt, "data": data},
-        st.sampled_from(sorted(codec.IMAGE_MEDIA_TYPES)),
+        st.sampled_from(sorted(validation.IMAGE_MEDIA_TYPES)),
         base64_data,
     ) | st.builds(lambda u: {"type": "url", "url": "https://example.com/" + u}, st.text("abc", max_size=5))
     return st.builds(Image, sources, raw=raws if with_raw else st.none())

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.errors", "ctxrt.mailbox", "ctxrt.content", "ctxrt.events", "ctxrt.store.keys", "ctxrt.store.seals",
      "ctxrt.store.files", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
-    ("ctxrt.codec", "ctxrt.tokens"),
+    ("ctxrt.validation", "ctxrt.codec", "ctxrt.blobs", "ctxrt.tokens"),
     ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.catalog", "ctxrt.store.batch", "ctxrt.store.apply", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
      "ctxrt.store.environment", "ctxrt.store.writer", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
      "ctxrt.store.verify"),

@@ -22,6 +22,7 @@ import trio
 
 import ctxrt
 from ctxrt import codec
+from ctxrt.blobs import extract_blobs
 from ctxrt.runtime import Runtime
 from ctxrt.slots import SlotCache
 from ctxrt.store.protocol import AppendItem
@@ -233,7 +234,7 @@ async def test_an_append_without_a_decoded_attachment_resolves_its_media(runtime
         manager = await runtime.open("a")
         await manager.add_message("user", "first")
         image = ctxrt.Image({"type": "base64", "media_type": "image/png", "data": PNG})
-        stored, blobs = codec.extract_blobs((image,))
+        stored, blobs = extract_blobs((image,))
         data = codec.message_to_json("user", stored, None, 1, ())
         operation = await runtime.store.ask(AppendItem(state="messages", branch="main", data=data, blobs=tuple(blobs)))
         message = await manager.get_message(str(operation.sequence))
@@ -243,7 +244,7 @@ async def test_an_append_without_a_decoded_attachment_resolves_its_media(runtime
 async def test_decoding_media_pins_no_read_transaction(runtime: Runtime, store_path: Path) -> None:
     """S1, S3: decoding messages with media releases its read txn at once, not at the next GC pass."""
     image = ctxrt.Image({"type": "base64", "media_type": "image/png", "data": PNG})
-    stored, blobs = codec.extract_blobs((image,))
+    stored, blobs = extract_blobs((image,))
     data = codec.message_to_json("user", stored, None, 1, ())
     env = runtime.engine.env
     with trio.fail_after(GUARD_S):

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import CompileResult, EmptyRequestError, MalformedContentError, Message, content_for_reader
-from ..codec import blocks_from_content
+from ..validation import blocks_from_content
 from ..wire import api_tool_id
 
 USER = "user"

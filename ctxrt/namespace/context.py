@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from .. import codec
+from .. import codec, validation
 from ..compile import Entry
 from ..errors import MalformedContentError
 from ..store.interface import StoreEngine
@@ -110,7 +110,7 @@ class ActorContext:
             self._pending.append(AppendItem(state=state, branch=self._branch_id, data=encode_json(value, path=state)))
 
     def append_context(self, entry: Entry) -> None:
-        place = codec.find_audience(entry.content, path="entry.content")
+        place = validation.find_audience(entry.content, path="entry.content")
         if place is not None:
             raise MalformedContentError(place, "a context-log entry may not carry an audience: no view reads one there")
         if self._writes:

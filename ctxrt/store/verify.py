@@ -329,7 +329,7 @@ class _Walk:
             self.states[info.number] = info
 
     def items(self, txn: lmdb.Transaction[bytes]) -> None:
-        from .. import codec
+        from .. import blobs, codec
         for key, value in self.table(txn, keys.DB_ITEMS):
             if len(key) != keys.ITEM_KEY.size:
                 self.found.damaged("table items", f"key {key.hex()} is {len(key)} bytes, not {keys.ITEM_KEY.size}")
@@ -356,7 +356,7 @@ class _Walk:
                         self.found.damaged(place, f"its origin sequence {origin} is after its own {sequence}")
                     elif holds_messages(info.name):
                         message = codec.message_from_json(value[8:], sequence=origin, store=str(place))
-                        codec.resolve_blobs(message.content, lambda sha: self.note_blob(sha, place))
+                        blobs.resolve_blobs(message.content, lambda sha: self.note_blob(sha, place))
             except Exception as exc:  # noqa: BLE001 - a checker reports whatever a record does, and goes on
                 self.found.damaged(place, f"doesn't decode: {exc!r}")
 

@@ -65,7 +65,7 @@ def _check_meta(engine: PostgresEngine, found: Findings) -> None:
 
 
 def _walk_rows(engine: PostgresEngine, found: Findings) -> None:
-    from .. import codec
+    from .. import blobs, codec
 
     rows = engine.rows
     branches = {row_id for (row_id,) in rows("SELECT id FROM ctxrt_branches")}  # deleted ones too: lineages read them
@@ -100,7 +100,7 @@ def _walk_rows(engine: PostgresEngine, found: Findings) -> None:
         elif holds_messages(info.name):
             try:
                 message = codec.message_from_json(bytes(data), sequence=sequence, store=str(place))
-                codec.resolve_blobs(message.content, partial(_note, blob_refs, place))
+                blobs.resolve_blobs(message.content, partial(_note, blob_refs, place))
             except Exception as exc:  # noqa: BLE001 - as above
                 found.damaged(place, f"doesn't decode: {exc!r}")
     for state, branch, version, data in rows("SELECT state, branch, version, data FROM ctxrt_values"):

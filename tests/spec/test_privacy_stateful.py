@@ -60,7 +60,7 @@ from hypothesis.stateful import (
 from support import PostgresSchema
 
 import ctxrt
-from ctxrt import Autobiographical, Budget, Text, ToolResult, codec
+from ctxrt import Autobiographical, Budget, Text, ToolResult, validation
 from ctxrt.content import hidden_by_edit
 from ctxrt.namespace import states
 from ctxrt.namespace.core import CorruptRecord, record_from_value
@@ -329,7 +329,7 @@ class PrivacyMachine(RuleBasedStateMachine):
             return
         message = messages[which % len(messages)]
         blocks = self.edited_blocks(message, position, audience, append)
-        new_content = codec.blocks_from_content(blocks)
+        new_content = validation.blocks_from_content(blocks)
         names, others = hidden_by_edit(message.content, new_content)
         try:
             self.loop.run(handle.manager.edit_message, message.id, blocks)
@@ -459,7 +459,7 @@ class PrivacyMachine(RuleBasedStateMachine):
                 return
             message = messages[which % len(messages)]
             blocks = self.edited_blocks(message, position, audience, append)
-            new_content = codec.blocks_from_content(blocks)
+            new_content = validation.blocks_from_content(blocks)
             outcome, value = self.loop.run_cancelled(checkpoints, manager.edit_message, message.id, blocks)
             assert outcome != "raised" or isinstance(value, ctxrt.NarrowingRefusedError), value
             self.loop.run(self.caught_up, manager)
