@@ -47,7 +47,7 @@ from rich.progress import (
 from rich.table import Table
 
 from . import codec
-from .compile import Budget
+from .selection import Budget
 from .errors import BranchNotFoundError, CtxrtError, StoreFormatError
 from .inspector.pages import quarantined, recorded_strategy
 from .namespace import states

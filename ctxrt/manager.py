@@ -21,7 +21,9 @@ import attrs
 import trio
 
 from . import checks, codec, tracing
-from .compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
+from .compile_result import CompileResult
+from .injections import Injection, MessageInjection
+from .selection import Budget, PreviewResult
 from .content import ContentLike, Message
 from .errors import ManagerClosedError, MessageNotFoundError
 from .events import Added, MessageEvent, diff

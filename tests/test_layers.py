@@ -28,6 +28,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.slots",),
     ("ctxrt.views",),
     ("ctxrt.wire", "ctxrt.openai_wire"),
+    ("ctxrt.selection", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
+    ("ctxrt.injections", "ctxrt.compile_result"),
     ("ctxrt.compile",),
     ("ctxrt.model",),
     ("ctxrt.openai_model",),
@@ -159,4 +161,12 @@ def test_only_the_store_package_touches_lmdb_or_a_raw_transaction() -> None:
             elif (isinstance(node, ast.Attribute) and node.attr in ("reader", "log_items", "log_head", "log_item")
                   and ast.unparse(node.value).split(".")[-1].endswith("engine")):
                 offenders.append(f"{name} calls engine.{node.attr} (line {node.lineno})")
+    assert offenders == []
+
+
+def test_no_strategy_imports_the_compile_pipeline() -> None:
+    """Layers: a strategy imports the types it selects and spends (``ctxrt.selection``), never the
+    pipeline that turns its entries into a request (``ctxrt.compile``)."""
+    offenders = sorted(name for name, path in all_modules().items()
+                       if name.startswith("ctxrt.strategies.") and "ctxrt.compile" in imports_of(path))
     assert offenders == []
