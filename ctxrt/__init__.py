@@ -4,30 +4,7 @@ This module re-exports the public names (docs/api.md) and defines nothing.
 """
 
 from .branching import Derivation as Derivation
-from .compile import (
-    Budget as Budget,
-)
-from .compile import (
-    CompileResult as CompileResult,
-)
-from .compile import (
-    Entry as Entry,
-)
-from .compile import (
-    Injection as Injection,
-)
-from .compile import (
-    MessageInjection as MessageInjection,
-)
-from .compile import (
-    PreviewResult as PreviewResult,
-)
-from .compile import (
-    Provenance as Provenance,
-)
-from .compile import (
-    Source as Source,
-)
+from .compile_result import CompileResult as CompileResult
 from .content import (
     Block as Block,
 )
@@ -146,6 +123,8 @@ from .events import Added as Added
 from .events import Edited as Edited
 from .events import MessageEvent as MessageEvent
 from .events import Removed as Removed
+from .injections import Injection as Injection
+from .injections import MessageInjection as MessageInjection
 from .manager import ContextManager as ContextManager
 from .manager import MessageWindow as MessageWindow
 from .model import (
@@ -171,6 +150,8 @@ from .namespace.protocol import NamespaceSnapshot as NamespaceSnapshot
 from .openai_model import OpenAIModel as OpenAIModel
 from .openai_wire import OpenAIBody as OpenAIBody
 from .namespace.registry import NamespaceStatistics as NamespaceStatistics
+from .provenance import Provenance as Provenance
+from .provenance import Source as Source
 from .runtime import (
     NamespaceInfo as NamespaceInfo,
 )
@@ -183,6 +164,9 @@ from .runtime import (
 from .runtime import (
     open_runtime as open_runtime,
 )
+from .selection import Budget as Budget
+from .selection import Entry as Entry
+from .selection import PreviewResult as PreviewResult
 from .store.protocol import BranchInfo as BranchInfo
 from .strategies.autobiographical import (
     Autobiographical as Autobiographical,

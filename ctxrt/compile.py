@@ -1,10 +1,11 @@
-"""Entries -> request messages (spec/core.md P2-P7; REF §3.6, §4.7). Pure and synchronous.
+"""Entries -> a compile result (spec/core.md P2-P7; REF §3.6, §4.7). Pure and synchronous.
 
-A strategy's ``select`` returns entries; ``build_compile_result`` turns them into compiled
-messages: mixed tool messages split, cache markers placed, tool pairs repaired, injections
-placed, provenance attached. ``CompileResult.to_anthropic`` gives a request body the
-``anthropic`` SDK accepts as is; ``to_openai_chat`` and ``to_openai_responses`` the ``openai``
-SDK's two forms.
+A strategy's ``select`` returns entries (``ctxrt.selection``); ``build_compile_result`` turns
+them into a ``CompileResult`` (``ctxrt.compile_result``): mixed tool messages split and tool
+pairs repaired (``ctxrt.tool_pairing``), cache markers trimmed (``ctxrt.breakpoints``),
+injections placed (``ctxrt.injections``), provenance attached (``ctxrt.provenance``). What is
+here is the pipeline that runs those steps and the ``CompileMemo`` that lets a warm compile pay
+only for what changed; the namespace is its only caller.
 """
 
 from __future__ import annotations
@@ -12,562 +13,22 @@ from __future__ import annotations
 import hashlib
 import operator
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, Literal, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
-from . import checks
-from .anthropic_rules import violations
+from .breakpoints import apply_cache_breakpoints
 from .codec import to_jsonable
-from .content import (
-    Block,
-    CompiledMessage,
-    ContentLike,
-    Document,
-    Image,
-    Message,
-    RedactedThinking,
-    Text,
-    Thinking,
-    ToolResult,
-    ToolUse,
-)
-from .errors import EmptyRequestError, InvalidRequestError, MalformedContentError
-from .openai_rules import violations as openai_violations
-from .openai_wire import OpenAIBody, SystemRole, to_chat_messages, to_responses_input
+from .compile_result import CompileResult
+from .content import Block, CompiledMessage, Message
+from .errors import MalformedContentError
+from .injections import Injection, MessageInjection, place_with_origins
+from .provenance import Provenance, Source, coverage_complete
+from .selection import Entry
 from .tokens import estimate_blocks
-from .validation import blocks_from_content, find_audience, validate_participant
-from .wire import to_anthropic_messages
-
-MAX_MESSAGE_BREAKPOINTS = 3  # one of the provider's 4 is left for the host
-INJECTION_PARTICIPANT_PREFIX = "system_context:"
-Position = Literal["system", "before_user", "after_user"]
-POSITIONS: tuple[str, ...] = ("system", "before_user", "after_user")
-
-
-Relation = Literal["copy", "derived", "referenced"]
-
-
-@attrs.frozen
-class Entry:
-    """One selected piece of context, before compile turns it into request messages.
-
-    ``source_ids`` name the stored messages it carries (raw, for ``copy``) or summarises;
-    ``summary_ids`` name the summaries a ``derived`` entry shows.
-    """
-
-    participant: str
-    content: tuple[Block, ...]
-    source_ids: tuple[str, ...] = ()
-    relation: Relation = "copy"
-    summary_ids: tuple[str, ...] = ()
-    cache_marker: bool = False
-
-
-def non_negative_int(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    """An attrs validator: a non-negative int (not a bool), the field named in the error."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative integer, got {checks.shown(value)}")
-
-
-def _token_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    # bool is an int to Python, but Budget(max_tokens=True) is a mistake, not one token.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"Budget {attribute.name} must be an int (a number of tokens), "
-                         f"not {type(value).__name__} {value!r}")
-    if value < 0:
-        raise ValueError(f"Budget {attribute.name} must not be negative, got {checks.shown(value)}")
-
-
-@attrs.frozen
-class Budget:
-    """What a compile may spend: strategies fit into ``usable`` tokens (P2).
-
-    Raises:
-        ValueError: ``max_tokens`` or ``reserve_for_response`` is not an int, is a bool or is
-            negative (the message names the field), or ``max_tokens`` doesn't exceed
-            ``reserve_for_response``, which would leave no room for any context.
-    """
-
-    max_tokens: int = attrs.field(default=100_000, validator=_token_count)
-    reserve_for_response: int = attrs.field(default=4_000, validator=_token_count)
-
-    def __attrs_post_init__(self) -> None:
-        # A budget with no room compiles to an empty request, which looks like a bug elsewhere
-        # (every message "dropped"); refusing it here says what is wrong where it was made.
-        if self.max_tokens <= self.reserve_for_response:
-            raise ValueError(
-                f"Budget max_tokens {self.max_tokens:,} with reserve_for_response {self.reserve_for_response:,} "
-                f"leaves no room for context: max_tokens must exceed reserve_for_response "
-                f"(4,000 unless given); raise max_tokens or lower reserve_for_response"
-            )
-
-    @property
-    def usable(self) -> int:
-        return self.max_tokens - self.reserve_for_response
-
-
-@attrs.frozen
-class Injection:
-    """Content a host adds at compile time at a named position (P3)."""
-
-    namespace: str
-    position: Position = attrs.field(validator=attrs.validators.in_(POSITIONS))
-    content: ContentLike
-
-
-@attrs.frozen
-class MessageInjection:
-    """A message a host adds at compile time, ``depth`` messages from the end."""
-
-    participant: str
-    content: ContentLike
-    depth: int = attrs.field(default=0, validator=non_negative_int)
-
-
-@attrs.frozen
-class Source:
-    """Where a compiled message came from; ``complete`` is set for raw message bodies only (P6)."""
-
-    kind: Literal["message", "summary", "injection"]
-    id: str
-    complete: bool | None = None
-
-
-@attrs.frozen
-class Provenance:
-    """Which stored messages and summaries each compiled message came from, in the reader's view (P6, A4)."""
-
-    compile_id: str
-    namespace: str
-    branch: str
-    reader: str | None
-    strategy: str
-    messages: tuple[tuple[Source, ...], ...]  # parallel to CompileResult.messages
-    raw_bodies: Mapping[str, Message]
-    completeness: Mapping[str, bool]
-
-
-@attrs.frozen
-class CompileResult:
-    """A compile's messages, system injections and provenance.
-
-    ``stable_prefix_tokens`` (P9): the estimated tokens of the longest prefix of this compile's
-    messages that is byte-identical (participants and blocks; the breakpoints themselves aside) to
-    a prefix of the previous compile of the same namespace actor and reader view ending at one of
-    that compile's cache breakpoints: what the prompt cache the previous request wrote can serve.
-    0 for a first compile or when nothing up to a previous breakpoint stayed the same.
-    """
-
-    messages: list[CompiledMessage]
-    system_injections: list[Block]
-    provenance: Provenance
-    stable_prefix_tokens: int = 0
-
-    def to_anthropic(
-        self, *, assistant: str | Collection[str], system: str | None = None, strict: bool = False
-    ) -> dict[str, Any]:
-        """``{"system"?, "messages"}`` for ``anthropic.AsyncAnthropic().messages.create(**body, model=..., max_tokens=...)`` (P7, P8).
-
-        Participants in ``assistant`` speak as the assistant, everyone else as the user.
-
-        Raises:
-            EmptyRequestError: no message is left to send (P8): the slot is empty in the
-                reader's view, the strategy selected nothing (the newest message alone exceeds
-                the budget), or nothing selected is sendable (blank text, another's thinking).
-            InvalidRequestError: with ``strict=True``, the body breaks a rule of
-                ``ctxrt.anthropic_rules`` (a bug in ctxrt: every body should satisfy P8).
-        """
-        body: dict[str, Any] = {}
-        text = self._system_text(system)
-        if text:
-            body["system"] = text
-        body["messages"] = to_anthropic_messages(self.messages, assistant)
-        if not body["messages"]:
-            self._refuse_empty("the Messages API", "blank text, or thinking outside the assistant's turns")
-        if strict:
-            found = violations(body)
-            if found:
-                raise InvalidRequestError(found)
-        return body
-
-    def to_openai_chat(
-        self, *, assistant: str | Collection[str], system: str | None = None,
-        system_role: SystemRole = "system", alternate_roles: bool = False, strict: bool = False,
-    ) -> OpenAIBody:
-        """``{"messages"}`` for ``openai.AsyncOpenAI().chat.completions.create(**body, model=...)`` (P10, P11).
-
-        Participants in ``assistant`` speak as the assistant (their tool calls as ``tool_calls``),
-        everyone else as the user (with ``name``, but for "user"). ``system`` and system
-        injections lead as one ``system_role`` message ("system" or "developer"). With
-        ``alternate_roles``, runs of one role merge and the first turn is the user's, for servers
-        whose chat templates demand it. What the form can't carry is counted in the body's
-        ``left_out`` and ``as_text`` (docs/api.md).
-
-        Raises:
-            EmptyRequestError: no message is left to send but the system one (P10), as for
-                ``to_anthropic``.
-            InvalidRequestError: with ``strict=True``, the body breaks a rule of
-                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11).
-        """
-        text = self._system_text(system)
-        messages, left_out, as_text = to_chat_messages(self.messages, assistant, system=text, system_role=system_role,
-                                                       alternate_roles=alternate_roles)
-        if len(messages) == (1 if text else 0):
-            self._refuse_empty("Chat Completions", "blank text or thinking only")
-        return self._checked(OpenAIBody({"messages": messages}, left_out, as_text), strict, "chat")
-
-    def to_openai_responses(
-        self, *, assistant: str | Collection[str], system: str | None = None, strict: bool = False
-    ) -> OpenAIBody:
-        """``{"instructions"?, "input"}`` for ``openai.AsyncOpenAI().responses.create(**body, model=...)`` (P10, P11).
-
-        Participants in ``assistant`` speak as the assistant (their tool calls as
-        ``function_call`` items), everyone else as the user; ``system`` and system injections
-        are the ``instructions``. What the form can't carry is counted in the body's
-        ``left_out`` and ``as_text`` (docs/api.md).
-
-        Raises:
-            EmptyRequestError: no input item is left to send (P10), as for ``to_anthropic``.
-            InvalidRequestError: with ``strict=True``, the body breaks a rule of
-                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11).
-        """
-        items, left_out, as_text = to_responses_input(self.messages, assistant)
-        if not items:
-            self._refuse_empty("the Responses API", "blank text or thinking only")
-        text = self._system_text(system)
-        body = {"instructions": text, "input": items} if text else {"input": items}
-        return self._checked(OpenAIBody(body, left_out, as_text), strict, "responses")
-
-    def _system_text(self, system: str | None) -> str:
-        """The host's system prompt and the system injections' text, blank ones left out (the APIs refuse them)."""
-        texts = [system] if system and system.strip() else []
-        texts += [b.text for b in self.system_injections if isinstance(b, Text) and b.text.strip()]
-        return "\n\n".join(texts)
-
-    def _refuse_empty(self, api: str, unsendable: str) -> None:
-        if not self.messages:
-            why = ("the compile selected no message: the slot is empty in this reader's view, or the "
-                   "newest message alone exceeds the budget (raise Budget.max_tokens, or set the "
-                   "strategy's max_message_tokens)")
-        else:
-            why = f"none of the {len(self.messages)} compiled message(s) holds a block the API accepts ({unsendable})"
-        raise EmptyRequestError(
-            f"no request to send for {self.provenance.namespace!r} on {self.provenance.branch!r}: {why}; "
-            f"{api} refuses an empty message list"
-        )
-
-    @staticmethod
-    def _checked(body: OpenAIBody, strict: bool, api: Literal["chat", "responses"]) -> OpenAIBody:
-        if strict:
-            found = openai_violations(body, api=api)
-            if found:
-                raise InvalidRequestError(found, api="Chat Completions" if api == "chat" else "Responses API")
-        return body
-
-
-@attrs.frozen
-class PreviewResult:
-    fits: bool
-    final_tokens: int
-    budget_tokens: int
-    head_tokens: int
-    tail_tokens: int
-    middle_tokens: int
-
-
-# --------------------------------------------------------------------------------------------
-# Tool messages (P4; REF §4.7)
-# --------------------------------------------------------------------------------------------
-
-
-def split_mixed_tool_messages(participant: str, content: Sequence[Block]) -> list[tuple[str, tuple[Block, ...]]]:
-    """Split a non-"user" message holding tool_results: each run of tool_results becomes a "user" part.
-
-    Blocks before and after a run stay with ``participant``, in order.
-    """
-    if participant.lower() == "user" or not any(type(b) is ToolResult for b in content):
-        return [(participant, tuple(content))]
-    parts: list[tuple[str, tuple[Block, ...]]] = []
-    run: list[Block] = []
-    run_is_results = False
-    for block in content:
-        is_result = type(block) is ToolResult
-        if run and is_result != run_is_results:
-            parts.append(("user" if run_is_results else participant, tuple(run)))
-            run = []
-        run.append(block)
-        run_is_results = is_result
-    parts.append(("user" if run_is_results else participant, tuple(run)))
-    return parts
-
-
-def _tool_ids(message: CompiledMessage) -> tuple[frozenset[str], frozenset[str]] | None:
-    """(tool_use ids, tool_result ids) of a message, or None if it holds no tool block."""
-    if not any(type(b) is ToolUse or type(b) is ToolResult for b in message.content):
-        return None
-    uses = frozenset(b.id for b in message.content if type(b) is ToolUse)
-    results = frozenset(b.tool_use_id for b in message.content if type(b) is ToolResult)
-    return (uses, results) if uses or results else None
-
-
-_NO_TOOLS: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
-
-
-def _repair_tool_pairing(
-    messages: Sequence[CompiledMessage],
-    tools: Sequence[tuple[frozenset[str], frozenset[str]] | None] | None = None,
-) -> tuple[list[CompiledMessage], list[int]]:
-    """``tools`` (parallel to ``messages``, from ``_tool_ids``) spares recomputing what a memo knows."""
-    if tools is None:
-        tools = [_tool_ids(m) for m in messages]
-    if not any(tools):
-        return messages, range(len(messages))  # type: ignore[return-value]  # nothing to repair; callers only read them
-    out: list[CompiledMessage] = []
-    origins: list[int] = []
-    last = len(messages) - 1
-    for i, message in enumerate(messages):
-        own = tools[i]
-        if own is None:
-            out.append(message)
-            origins.append(i)
-            continue
-        answered = (tools[i + 1] or _NO_TOOLS)[1] if i < last else frozenset()
-        asked = (tools[i - 1] or _NO_TOOLS)[0] if i > 0 else frozenset()
-        if own[0] <= answered and own[1] <= asked:
-            out.append(message)
-            origins.append(i)
-            continue
-        kept = tuple(
-            b
-            for b in message.content
-            if not (type(b) is ToolUse and b.id not in answered)
-            and not (type(b) is ToolResult and b.tool_use_id not in asked)
-        )
-        if not kept:
-            if message.cache_breakpoint and out:  # the cached prefix still ends here
-                out[-1] = attrs.evolve(out[-1], cache_breakpoint=True)
-            continue
-        out.append(attrs.evolve(message, content=kept))
-        origins.append(i)
-    return out, origins
-
-
-def repair_tool_pairing(messages: Sequence[CompiledMessage]) -> list[CompiledMessage]:
-    """Drop every tool_use not answered in the next message and every tool_result not asked in the previous one (P4).
-
-    A message left empty is dropped (its cache breakpoint moves to the message before it).
-    Kept pairs stay adjacent: both halves of a pair keep each other.
-    """
-    return _repair_tool_pairing(messages)[0]
-
-
-# --------------------------------------------------------------------------------------------
-# Cache breakpoints (P5)
-# --------------------------------------------------------------------------------------------
-
-
-def apply_cache_breakpoints(
-    messages: Sequence[CompiledMessage], *, limit: int = MAX_MESSAGE_BREAKPOINTS, marked: list[int] | None = None
-) -> list[CompiledMessage]:
-    """Keep at most ``limit`` breakpoints: the first (the head window's end) and the last ones (P5)."""
-    marked = [i for i, m in enumerate(messages) if m.cache_breakpoint] if marked is None else marked
-    if len(marked) <= limit:
-        return messages if isinstance(messages, list) else list(messages)
-    keep = set(marked[:1] + marked[len(marked) - (limit - 1) :]) if limit > 0 else set()
-    return [
-        attrs.evolve(m, cache_breakpoint=False) if m.cache_breakpoint and i not in keep else m
-        for i, m in enumerate(messages)
-    ]
-
-
-# --------------------------------------------------------------------------------------------
-# Injections (P3, B4)
-# --------------------------------------------------------------------------------------------
-
-
-def refuse_audience_in_injections(
-    injections: Sequence[Injection], message_injections: Sequence[MessageInjection]
-) -> None:
-    """Raise ``MalformedContentError`` naming the first injected block that carries an audience (B4)."""
-    groups: tuple[tuple[str, Sequence[Injection | MessageInjection]], ...] = (
-        ("injections", injections), ("message_injections", message_injections),
-    )
-    for label, items in groups:
-        for i, injection in enumerate(items):
-            where = find_audience(injection.content, path=f"{label}[{i}].content")
-            if where is not None:
-                raise MalformedContentError(
-                    where, "an injection may not carry an audience: injected content is seen by whoever "
-                    "the compile is for, so restrict it by not injecting it"
-                )
-
-
-def _injection_blocks(
-    injections: Sequence[Injection], message_injections: Sequence[MessageInjection]
-) -> tuple[list[tuple[Block, ...]], list[tuple[Block, ...]]]:
-    refuse_audience_in_injections(injections, message_injections)
-    placed = []
-    for i, injection in enumerate(injections):
-        if not isinstance(injection.namespace, str):
-            raise MalformedContentError(f"injections[{i}].namespace", f"must be a string, not {injection.namespace!r}")
-        validate_participant(INJECTION_PARTICIPANT_PREFIX + injection.namespace, path=f"injections[{i}].namespace")
-        blocks = blocks_from_content(injection.content, path=f"injections[{i}].content")
-        if injection.position == "system":
-            for j, block in enumerate(blocks):
-                if type(block) is not Text:
-                    raise MalformedContentError(
-                        f"injections[{i}].content[{j}]", f"a system injection may hold only text blocks, not {block.type}"
-                    )
-        _refuse_tool_blocks(blocks, f"injections[{i}]")
-        placed.append(blocks)
-    messages = []
-    for i, message_injection in enumerate(message_injections):
-        validate_participant(message_injection.participant, path=f"message_injections[{i}].participant")
-        blocks = blocks_from_content(message_injection.content, path=f"message_injections[{i}].content")
-        _refuse_tool_blocks(blocks, f"message_injections[{i}]")
-        messages.append(blocks)
-    return placed, messages
-
-
-def _refuse_tool_blocks(blocks: Sequence[Block], place: str) -> None:
-    """P8: an injection is placed after tool pairs are repaired, so a call or result in it could
-    never be answered or answer anything: refused, naming the block."""
-    for j, block in enumerate(blocks):
-        if type(block) is ToolUse or type(block) is ToolResult:
-            raise MalformedContentError(
-                f"{place}.content[{j}]", f"an injection may not carry a {block.type} block: nothing could pair it"
-            )
-
-
-def validate_injections(injections: Sequence[Injection], message_injections: Sequence[MessageInjection]) -> None:
-    """Refuse audiences (B4) and malformed content in injections, before a strategy selects anything."""
-    _injection_blocks(injections, message_injections)
-
-
-Origin = Union[int, Source]
-
-
-def _place_injections(
-    messages: Sequence[CompiledMessage],
-    injections: Sequence[Injection],
-    message_injections: Sequence[MessageInjection],
-) -> tuple[list[CompiledMessage], list[Block], list[Origin]]:
-    if not injections and not message_injections:
-        return list(messages), [], list(range(len(messages)))
-    placed, injected = _injection_blocks(injections, message_injections)
-    system_blocks: list[Block] = []
-    before: list[tuple[CompiledMessage, Origin]] = []
-    after: list[tuple[CompiledMessage, Origin]] = []
-    for injection, blocks in zip(injections, placed):
-        if injection.position == "system":
-            system_blocks.extend(blocks)
-            continue
-        item = (
-            CompiledMessage(INJECTION_PARTICIPANT_PREFIX + injection.namespace, blocks),
-            Source("injection", injection.namespace),
-        )
-        (before if injection.position == "before_user" else after).append(item)
-    n = len(messages)
-    uses = [{b.id for b in m.content if type(b) is ToolUse} for m in messages]
-
-    def clear_of_pairs(slot: int) -> int:
-        # A slot between a tool_use and its tool_result retreats one message rather than cut the
-        # pair (P4), as window boundaries do.
-        while 0 < slot < n and any(
-            type(b) is ToolResult and b.tool_use_id in uses[slot - 1] for b in messages[slot].content
-        ):
-            slot -= 1
-        return slot
-
-    at_depth: dict[int, list[tuple[CompiledMessage, Origin]]] = {}
-    for i, (message_injection, blocks) in enumerate(zip(message_injections, injected)):
-        at_depth.setdefault(clear_of_pairs(max(0, n - message_injection.depth)), []).append(
-            (CompiledMessage(message_injection.participant, blocks), Source("injection", f"message_injections[{i}]"))
-        )
-    last_user = max((i for i, m in enumerate(messages) if m.participant.lower() == "user"), default=None)
-    if last_user is None:
-        before = []  # nothing to go before: dropped, as the reference does (REF §9 item 10)
-        before_slot, after_slot = -1, n
-    else:
-        before_slot, after_slot = clear_of_pairs(last_user), clear_of_pairs(last_user + 1)
-    out: list[CompiledMessage] = []
-    origins: list[Origin] = []
-    for slot in range(n + 1):
-        # In one slot: what follows the user message hugs it, what precedes the next one hugs that.
-        group = (after if slot == after_slot else []) + at_depth.get(slot, []) + (before if slot == before_slot else [])
-        for message, origin in group:
-            out.append(message)
-            origins.append(origin)
-        if slot < n:
-            out.append(messages[slot])
-            origins.append(slot)
-    return out, system_blocks, origins
-
-
-def place_injections(
-    messages: Sequence[CompiledMessage],
-    injections: Sequence[Injection] = (),
-    message_injections: Sequence[MessageInjection] = (),
-) -> tuple[list[CompiledMessage], list[Block]]:
-    """Place injections (P3): ``system`` ones into the returned system blocks; ``before_user`` ones before the
-    last "user" message (case-insensitive; dropped if none); ``after_user`` ones after it (at the end if none);
-    message injections ``depth`` messages from the end. Order within a position is kept. A place
-    between a tool_use and the tool_result answering it moves before the tool_use (P4).
-    """
-    out, system_blocks, _ = _place_injections(messages, injections, message_injections)
-    return out, system_blocks
-
-
-# --------------------------------------------------------------------------------------------
-# Provenance (P6)
-# --------------------------------------------------------------------------------------------
-
-
-def _covers(rendered: Block, stored: Block) -> bool:
-    kind = type(stored)
-    if type(rendered) is not kind:
-        return False
-    if type(stored) is Text and type(rendered) is Text:
-        return stored.text in rendered.text  # a prefixed header is fine
-    if type(stored) is Thinking and type(rendered) is Thinking:
-        return rendered.thinking == stored.thinking and rendered.signature == stored.signature
-    if type(stored) is RedactedThinking and type(rendered) is RedactedThinking:
-        return rendered.data == stored.data
-    if type(stored) is Image and type(rendered) is Image:
-        return rendered.source == stored.source
-    if type(stored) is Document and type(rendered) is Document:
-        return rendered.source == stored.source and rendered.title == stored.title
-    if type(stored) is ToolUse and type(rendered) is ToolUse:
-        return (rendered.id, rendered.name, rendered.input) == (stored.id, stored.name, stored.input)
-    if type(stored) is ToolResult and type(rendered) is ToolResult:
-        if rendered.tool_use_id != stored.tool_use_id or rendered.is_error != stored.is_error:
-            return False
-        r, s = rendered.content, stored.content
-        if isinstance(s, str) or isinstance(r, str):
-            return isinstance(r, str) and isinstance(s, str) and s in r
-        return coverage_complete(r, s)
-    return False
-
-
-def coverage_complete(rendered_blocks: Sequence[Block], stored_blocks: Sequence[Block]) -> bool:
-    """Whether every stored block is carried unaltered, in order, by the rendered blocks (P6, REF §3.6).
-
-    Text is covered by a rendered text that contains it (empty stored text is ignored); media by
-    an exactly equal source; tool blocks by id, name and input; thinking byte for byte.
-    """
-    j = 0
-    for stored in stored_blocks:
-        if type(stored) is Text and not stored.text:
-            continue
-        while j < len(rendered_blocks) and not _covers(rendered_blocks[j], stored):
-            j += 1
-        if j == len(rendered_blocks):
-            return False
-        if type(stored) is not Text:  # one rendered text may carry several stored texts (joined shards)
-            j += 1
-    return True
+from .tool_pairing import ToolIds, repair_with_origins, split_mixed_tool_messages, tool_ids
+from .validation import find_audience
 
 
 class _Prepared:
@@ -589,7 +50,7 @@ class _Prepared:
             CompiledMessage(participant, content, cache_breakpoint=entry.cache_marker and k == len(split) - 1)
             for k, (participant, content) in enumerate(split)
         ]
-        self.tools = [_tool_ids(part) for part in self.parts]
+        self.tools = [tool_ids(part) for part in self.parts]
         rendered = [block for part in self.parts for block in part.content]
         self.sources = tuple(
             Source("message", sid, body is not None and _complete(rendered, entry.content, body)) if raw
@@ -614,7 +75,7 @@ class CompileMemo:
         self._prepared: dict[int, _Prepared] = {}
         self._entries: list[Entry] = []
         self._messages: list[CompiledMessage] = []
-        self._tools: list[tuple[frozenset[str], frozenset[str]] | None] = []
+        self._tools: list[ToolIds | None] = []
         self._owners: list[_Prepared] = []
         self._ends: list[int] = []  # _ends[i]: messages made from entries[:i + 1]
         self.marked = False  # whether any part made so far carries a cache breakpoint
@@ -661,7 +122,7 @@ class CompileMemo:
 
     def parts(
         self, entries: Sequence[Entry], lookup: Callable[[str], Message | None]
-    ) -> tuple[list[CompiledMessage], list[tuple[frozenset[str], frozenset[str]] | None], list[_Prepared]]:
+    ) -> tuple[list[CompiledMessage], list[ToolIds | None], list[_Prepared]]:
         """The compiled parts of ``entries``, their tool ids and the prepared entry each came from."""
         previous = self._entries
         if len(entries) >= len(previous) and entries[: len(previous)] == previous:
@@ -760,7 +221,7 @@ def build_compile_result(
     """
     memo = memo or CompileMemo()
     messages, tools, owners = memo.parts(entries, lookup)
-    repaired, kept = _repair_tool_pairing(messages, tools)
+    repaired, kept = repair_with_origins(messages, tools)
     # A message the repair changed no longer carries its body whole: judge those bodies again.
     altered: set[int] = set()
     if repaired is not messages:
@@ -782,7 +243,7 @@ def build_compile_result(
             )
     marks = [i for i, k in enumerate(kept) if messages[k].cache_breakpoint] if memo.marked else []
     repaired = apply_cache_breakpoints(repaired, marked=marks if repaired is messages else None)
-    placed, system_blocks, origins = _place_injections(repaired, injections, message_injections)
+    placed, system_blocks, origins = place_with_origins(repaired, injections, message_injections)
     if not sources_of and len(kept) == len(owners) and len(origins) == len(owners):
         per_message = tuple(map(_SOURCES, owners))  # nothing moved: one source tuple per part, as prepared
     else:

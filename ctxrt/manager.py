@@ -21,7 +21,9 @@ import trio
 from . import branching, checks, tracing, validation
 from .blobs import extract_blobs
 from .branching import Derivation
-from .compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
+from .compile_result import CompileResult
+from .injections import Injection, MessageInjection
+from .selection import Budget, PreviewResult
 from .content import ContentLike, Message
 from .errors import ManagerClosedError
 from .events import MessageEvent

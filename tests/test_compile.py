@@ -10,24 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from ctxrt.compile import (
-    Budget,
-    CompileResult,
-    Injection,
-    MessageInjection,
-    PreviewResult,
-    Provenance,
-    Source,
-    apply_cache_breakpoints,
-    build_compile_result,
-    coverage_complete,
-    place_injections,
-    refuse_audience_in_injections,
-    repair_tool_pairing,
-    split_mixed_tool_messages,
-    to_anthropic_messages,
-    validate_injections,
-)
+from ctxrt.breakpoints import apply_cache_breakpoints
+from ctxrt.compile import build_compile_result
+from ctxrt.compile_result import CompileResult
 from ctxrt.content import (
     CompiledMessage,
     Image,
@@ -39,7 +24,18 @@ from ctxrt.content import (
     ToolUse,
 )
 from ctxrt.errors import EmptyRequestError, MalformedContentError
+from ctxrt.injections import (
+    Injection,
+    MessageInjection,
+    place_injections,
+    refuse_audience_in_injections,
+    validate_injections,
+)
+from ctxrt.provenance import Provenance, Source, coverage_complete
+from ctxrt.selection import Budget, PreviewResult
 from ctxrt.strategies.base import Entry
+from ctxrt.tool_pairing import repair_tool_pairing, split_mixed_tool_messages
+from ctxrt.wire import to_anthropic_messages
 
 USE_A = ToolUse("a", "search", {"q": "x"})
 RESULT_A = ToolResult("a", "found")

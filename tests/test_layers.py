@@ -34,6 +34,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.slots",),
     ("ctxrt.views",),
     ("ctxrt.wire", "ctxrt.openai_wire"),
+    ("ctxrt.selection", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
+    ("ctxrt.injections", "ctxrt.compile_result"),
+    ("ctxrt.selection", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
+    ("ctxrt.injections", "ctxrt.compile_result"),
     ("ctxrt.compile",),
     ("ctxrt.model",),
     ("ctxrt.openai_model",),
@@ -76,8 +80,10 @@ PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspect
 # a new strategy module is a pure core without a word here). To add a module, add its dotted
 # name here (as in LAYERS); a name here that no longer names a module fails a test.
 PURE_CORES: tuple[str, ...] = (
-    "ctxrt.content", "ctxrt.events", "ctxrt.checks", "ctxrt.queries", "ctxrt.codec", "ctxrt.tokens",
-    "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.wire", "ctxrt.openai_wire", "ctxrt.compile",
+    "ctxrt.content", "ctxrt.events", "ctxrt.checks", "ctxrt.queries", "ctxrt.validation", "ctxrt.codec",
+    "ctxrt.blobs", "ctxrt.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.wire", "ctxrt.openai_wire",
+    "ctxrt.selection", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints", "ctxrt.injections",
+    "ctxrt.compile_result", "ctxrt.compile",
     "ctxrt.slots", "ctxrt.views",
     "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.records", "ctxrt.store.protocol", "ctxrt.store.batch",
     "ctxrt.strategies",
@@ -459,3 +465,11 @@ def test_the_checker_refuses_a_test_reaching_into_a_private_name() -> None:
     assert sorted(finding.split(":")[0] for finding in private_reaches(snippet)) == [
         "line 10", "line 11", "line 4", "line 6", "line 7", "line 8", "line 9"]
     assert private_reaches("monkeypatch.setenv('PATH', '/bin')\n") == []
+
+
+def test_no_strategy_imports_the_compile_pipeline() -> None:
+    """Layers: a strategy imports the types it selects and spends (``ctxrt.selection``), never the
+    pipeline that turns its entries into a request (``ctxrt.compile``)."""
+    offenders = sorted(name for name, path in all_modules().items()
+                       if name.startswith("ctxrt.strategies.") and "ctxrt.compile" in imports_of(path))
+    assert offenders == []

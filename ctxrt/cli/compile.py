@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..compile import Budget
+from ..selection import Budget
 from ..inspector.pages import recorded_strategy
 from ..runtime import Runtime
 from .output import emit, out

@@ -17,7 +17,8 @@ from typing import Any
 import attrs
 
 from .. import codec
-from ..compile import Budget, CompileResult
+from ..compile_result import CompileResult
+from ..selection import Budget
 from ..content import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
 from ..manager import ContextManager
 from ..namespace import states

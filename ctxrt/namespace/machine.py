@@ -43,7 +43,8 @@ from typing import Any
 import attrs
 
 from .. import codec, tracing
-from ..compile import build_compile_result, validate_injections
+from ..compile import build_compile_result
+from ..injections import validate_injections
 from ..content import Message, hidden_by_edit
 from ..errors import (
     BranchNotFoundError,

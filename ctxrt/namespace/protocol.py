@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from ..compile import Budget, CompileResult, Injection, MessageInjection, PreviewResult
+from ..compile_result import CompileResult
+from ..injections import Injection, MessageInjection
+from ..selection import Budget, PreviewResult
 from ..content import Block, Message
 from ..errors import ManagerClosedError
 from ..mailbox import Ask, Mailbox

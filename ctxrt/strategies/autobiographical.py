@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..compile import Entry, PreviewResult, non_negative_int
+from ..selection import Entry, PreviewResult, non_negative_int
 from ..content import (
     CompiledMessage,
     Document,
@@ -51,7 +51,7 @@ from .live import MIB, LiveMemo, apply_live_policy
 from .shaping import shape
 
 if TYPE_CHECKING:
-    from ..compile import Budget
+    from ..selection import Budget
     from ..views import MessageView
 
 logger = logging.getLogger("ctxrt.autobiographical")

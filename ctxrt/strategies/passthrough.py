@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..compile import Entry, PreviewResult
+from ..selection import Entry, PreviewResult
 from .base import RawEntries, RenderStats, SelectOptions, Strategy
 
 if TYPE_CHECKING:
-    from ..compile import Budget
+    from ..selection import Budget
     from ..views import MessageView
 
 

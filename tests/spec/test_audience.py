@@ -46,7 +46,7 @@ from ctxrt import (
     content_for_reader,
 )
 from ctxrt import codec
-from ctxrt.compile import to_anthropic_messages
+from ctxrt.wire import to_anthropic_messages
 from ctxrt.content import hidden_by_edit
 from ctxrt.runtime import Runtime
 from ctxrt.slots import FULL
