@@ -65,7 +65,7 @@ from .store.records import BranchRow, LogHead
 from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
 
 if TYPE_CHECKING:
-    from .strategies.autobiographical import Summary, SummaryMatch
+    from .strategies.records import Summary, SummaryMatch
 
 
 CLOSE_WAIT_S = 10.0  # how long aclose waits for its namespace actor to take the detach
