@@ -171,12 +171,6 @@ from .store.protocol import BranchInfo as BranchInfo
 from .strategies.autobiographical import (
     Autobiographical as Autobiographical,
 )
-from .strategies.autobiographical import (
-    Summary as Summary,
-)
-from .strategies.autobiographical import (
-    SummaryMatch as SummaryMatch,
-)
 from .strategies.base import (
     Backlog as Backlog,
 )
@@ -212,6 +206,8 @@ from .strategies.base import (
 )
 from .strategies.knowledge import Knowledge as Knowledge
 from .strategies.passthrough import Passthrough as Passthrough
+from .strategies.records import Summary as Summary
+from .strategies.records import SummaryMatch as SummaryMatch
 from .strategies.windowed import WindowedPassthrough as WindowedPassthrough
 from .tokens import CalibratedEstimator as CalibratedEstimator
 from .tokens import TokenEstimator as TokenEstimator

@@ -66,7 +66,7 @@ from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
 from .subscriptions import POLL_INTERVAL_S, subscription
 
 if TYPE_CHECKING:
-    from .strategies.autobiographical import Summary, SummaryMatch
+    from .strategies.records import Summary, SummaryMatch
 
 
 CLOSE_WAIT_S = 10.0  # how long aclose waits for its namespace actor to take the detach

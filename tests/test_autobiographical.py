@@ -39,17 +39,12 @@ from ctxrt.namespace import states
 from ctxrt.namespace.actor import MODEL_TIMEOUT_S
 from ctxrt.namespace.states import strategy_state
 from ctxrt.store.protocol import Atomically, SetValue
-from ctxrt.strategies import autobiographical
-from ctxrt.strategies.autobiographical import (
-    BACKOFF_S,
-    MAX_ATTEMPTS,
-    RETRYABLE_STREAK_LIMIT,
-    SYSTEM,
-    TRANSITION_PREFIX,
-    AutobiographicalStrategy,
-)
+from ctxrt.strategies import prompts
+from ctxrt.strategies.autobiographical import AutobiographicalStrategy
 from ctxrt.strategies.base import SelectOptions, Unit
 from ctxrt.strategies.knowledge import INSTRUCTIONS, phase_of, phases
+from ctxrt.strategies.prompts import SYSTEM, TRANSITION_PREFIX
+from ctxrt.strategies.queue import BACKOFF_S, MAX_ATTEMPTS, RETRYABLE_STREAK_LIMIT
 from ctxrt.testing import (
     ApiReply,
     PlainContext,
@@ -439,7 +434,7 @@ async def test_recall_pairs_are_capped_newest_first_so_a_backlog_does_not_grow_r
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A backlog of unmerged memories is recalled newest first within the recall budget (T4; REF §4.5)."""
-    monkeypatch.setattr(autobiographical, "RECALL_BUDGET_TOKENS", 3 * (50 + autobiographical.RECALL_PAIR_OVERHEAD_TOKENS))
+    monkeypatch.setattr(prompts, "RECALL_BUDGET_TOKENS", 3 * (50 + prompts.RECALL_PAIR_OVERHEAD_TOKENS))
     with trio.fail_after(GUARD_S):
         model = ScriptedModel(lambda request: remember(request).ljust(145, "."))  # 145 characters: 50 tokens
         async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
@@ -490,7 +485,7 @@ async def test_a_drain_failure_while_the_actor_lives_is_logged_as_an_error(
     is logged at error level, whatever the exception's type; only an actor that is stopping logs
     the store or branch gone at debug level."""
 
-    class Failing(autobiographical.AutobiographicalStrategy):
+    class Failing(AutobiographicalStrategy):
         def next_unit(self, ctx: Any) -> Unit | None:
             raise error
 

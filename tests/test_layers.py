@@ -42,6 +42,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.model",),
     ("ctxrt.openai_model",),
     ("ctxrt.strategies.base", "ctxrt.strategies.shaping", "ctxrt.strategies.live"),
+    ("ctxrt.strategies.records",),  # autobiographical memory's parts, then the policy over them
+    ("ctxrt.strategies.chunking", "ctxrt.strategies.queue", "ctxrt.strategies.prompts"),
+    ("ctxrt.strategies.selection",),
+    ("ctxrt.strategies.policy",),
     ("ctxrt.strategies.passthrough", "ctxrt.strategies.windowed", "ctxrt.strategies.autobiographical"),
     ("ctxrt.strategies.knowledge",),
     ("ctxrt.strategies.catalog",),

@@ -25,9 +25,10 @@ from ..namespace import states
 from ..runtime import Runtime
 from ..store.records import BranchRow
 from ..strategies import catalog
-from ..strategies.autobiographical import MAX_ATTEMPTS, Autobiographical
+from ..strategies.autobiographical import Autobiographical
 from ..strategies.live import IMAGE_DROPPED, TOOL_INPUT_PRUNED, TOOL_RESULT_PRUNED
 from ..strategies.passthrough import Passthrough
+from ..strategies.queue import MAX_ATTEMPTS
 from ..tokens import estimate_blocks
 from ..views import reader_view_of
 

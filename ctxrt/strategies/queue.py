@@ -1,0 +1,78 @@
+"""Autobiographical memory's compression queue: which units are pending and in what order, when a
+unit is quarantined, and how long the drain backs off after an outage (docs/behaviours.md T4).
+
+Pure decisions over the strategy's chunks, summaries and stored attempt counts, kept apart from
+the strategy so the order of work and the quarantine rules can be read and tested on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from .records import Chunk, Summary
+
+MAX_ATTEMPTS = 3  # refusals and failures a unit may have before it is quarantined
+RETRYABLE_STREAK_LIMIT = 12  # consecutive retryable failures that count as one attempt
+BACKOFF_S = 0.5  # the drain's first wait after a retryable failure, doubling
+MAX_BACKOFF_S = 60.0
+
+
+def group_key(group: Sequence[Summary]) -> str:
+    """The unit key (and attempts key) of a merge group: its summary ids, comma-separated."""
+    return ",".join(s.id for s in group)
+
+
+def l1_queue(
+    pending: Iterable[Chunk], chunks: Sequence[Chunk], holdback: int, closing: Sequence[Chunk] = ()
+) -> list[Chunk]:
+    """The chunks waiting for an L1, oldest first: ``pending`` and ``closing`` (chunks about to
+    close, counted too), less the newest ``holdback`` of all chunks."""
+    waiting = [*pending, *closing]
+    every = [*chunks, *closing]
+    if holdback > 0 and every:
+        newest = {c.id for c in every[-holdback:]}
+        waiting = [c for c in waiting if c.id not in newest]
+    return waiting
+
+
+def merge_group(
+    unmerged: Mapping[int, Sequence[Summary]], attempts: Mapping[str, int], threshold: int
+) -> list[Summary] | None:
+    """The next group of ``threshold`` unmerged summaries of level 1, else of level 2, oldest
+    first, that isn't quarantined; None if there is none."""
+    # A quarantined group's first summary is sealed: it stays unmerged and later groups start
+    # after it, so one refused merge doesn't stop its level for good.
+    sealed = {key.split(",")[0] for key, count in attempts.items() if count >= MAX_ATTEMPTS and "," in key}
+    for level in (1, 2):
+        frontier = unmerged.get(level, [])
+        start = 0
+        while start < len(frontier) and frontier[start].id in sealed:
+            start += 1
+        group = list(frontier[start : start + threshold])
+        if len(group) >= threshold and attempts.get(group_key(group), 0) < MAX_ATTEMPTS:
+            return group
+    return None
+
+
+def quarantined(attempts: Mapping[str, int]) -> list[str]:
+    """The keys of the units that failed ``MAX_ATTEMPTS`` times."""
+    return [key for key, count in attempts.items() if count >= MAX_ATTEMPTS]
+
+
+class Backoff:
+    """The drain's wait after retryable model failures (an outage), doubling from ``BACKOFF_S``
+    to ``MAX_BACKOFF_S``; every ``RETRYABLE_STREAK_LIMIT`` in a row count as one attempt."""
+
+    def __init__(self) -> None:
+        self.streak = 0
+        self.until = 0.0  # the context's clock; 0.0: no wait
+
+    def failed(self, now: float) -> bool:
+        """Note a retryable failure at ``now``; whether it counts as an attempt."""
+        self.streak += 1
+        self.until = now + min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (self.streak - 1))
+        return self.streak % RETRYABLE_STREAK_LIMIT == 0
+
+    def answered(self) -> None:
+        """The model answered: the streak and the wait end."""
+        self.streak, self.until = 0, 0.0

@@ -1,0 +1,101 @@
+"""Autobiographical memory's records: chunks, summaries and pins, and their stored forms.
+
+What the strategy writes to its logs and values (``chunks``, ``summaries``, ``pins``) and how it
+reads them back, as pure functions over plain data, so the stored formats are defined in one
+place and a store written by an earlier version reads back the same (docs/architecture.md, Keys).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from .base import Pin
+
+logger = logging.getLogger("ctxrt.autobiographical")
+
+
+@attrs.frozen
+class Summary:
+    id: str
+    level: int
+    content: str
+    tokens: int
+    source_ids: tuple[str, ...]  # message ids for L1, child summary ids above
+    first_sequence: int
+    last_sequence: int
+    first_id: str
+    last_id: str
+    created_ms: int
+    parent_id: str | None = None
+    phase: str | None = None  # Knowledge's dominant phase of an L1's chunk
+    witnessed: bool = False  # written in the witnessed voice: its events came before the resident
+
+
+@attrs.frozen
+class SummaryMatch:
+    summary: Summary
+    matches: int
+
+
+@attrs.frozen
+class Chunk:
+    id: str
+    message_ids: tuple[str, ...]
+    first_sequence: int
+    last_sequence: int
+
+
+def chunk_record(chunk: Chunk) -> dict[str, Any]:
+    """A chunk as the ``chunks`` log stores it."""
+    return {"id": chunk.id, "ids": list(chunk.message_ids), "first": chunk.first_sequence, "last": chunk.last_sequence}
+
+
+def chunks_from(records: Sequence[Any]) -> list[Chunk]:
+    """The ``chunks`` log read back, in the order it was written."""
+    return [Chunk(r["id"], tuple(r["ids"]), r["first"], r["last"]) for r in records]
+
+
+def summary_record(summary: Summary) -> dict[str, Any]:
+    """A summary as the ``summaries`` log stores it: its parent isn't stored (the parent's
+    ``source_ids`` name its children)."""
+    record = attrs.asdict(summary, recurse=False)
+    record.pop("parent_id")
+    record["source_ids"] = list(summary.source_ids)
+    return record
+
+
+def summaries_from(records: Sequence[Any]) -> list[Summary]:
+    """The ``summaries`` log read back, each with the parent that merged it (if any)."""
+    parents: dict[str, str] = {}
+    for item in records:
+        for source in item["source_ids"] if item["level"] > 1 else ():
+            parents[source] = item["id"]
+    return [
+        Summary(
+            item["id"], item["level"], item["content"], item["tokens"], tuple(item["source_ids"]),
+            item["first_sequence"], item["last_sequence"], item["first_id"], item["last_id"], item["created_ms"],
+            parents.get(item["id"]), item.get("phase"), item.get("witnessed") is True,
+        )
+        for item in records
+    ]
+
+
+def pins_record(pins: Sequence[Pin], next_pin: int) -> dict[str, Any]:
+    """Pins as the ``pins`` value stores them, with the number the next one takes."""
+    return {"next": next_pin, "pins": [attrs.asdict(pin) for pin in pins]}
+
+
+def pins_from(stored: Any) -> tuple[list[Pin], int]:
+    """Pins as ``pins_record`` wrote them; a record this version can't read is logged and ignored."""
+    if stored is None:
+        return [], 0
+    try:
+        pins = [Pin(**record) for record in stored["pins"]]
+        return pins, int(stored["next"])
+    except (KeyError, TypeError, ValueError):
+        logger.error("the stored pins %r can't be read; starting with none", stored)
+        return [], 0

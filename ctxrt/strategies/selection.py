@@ -1,0 +1,221 @@
+"""Autobiographical memory's selection: which summaries and raw messages a compile shows within
+its budget, and what it reports left out (docs/behaviours.md T5, T6, P6, P9).
+
+A pure function of the view's messages, the zones, the pins and the summary frontier, apart
+from the strategy's state and its compression work, so a compile's choices can be checked
+without a strategy, a store or an event loop. How level-1 summaries share their budget is the
+compression policy's choice (``choose_l1``); ``choose`` is the plain one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..selection import Entry
+from ..content import Message, Text
+from .base import Pin, RenderStats, raw_entry
+from .prompts import MANAGER, recall_header
+from .records import Summary
+from .shaping import shape
+
+if TYPE_CHECKING:
+    from ..views import MessageView
+
+logger = logging.getLogger("ctxrt.autobiographical")
+
+SUMMARY_HEADER_TOKENS = 20  # what a shown summary's recall header and turn cost besides its text
+LEVEL_BUDGET_TOKENS = 30000  # per-level summary budgets (levels 1, 2 and 3)
+
+Price = Callable[[Summary], int]
+Chooser = Callable[[list[Summary], int, Price], list[Summary]]
+
+
+@attrs.frozen
+class Selection:
+    """What a compile shows (before the live policy) and what it costs, by zone."""
+
+    entries: list[Entry]
+    head_tokens: int
+    middle_tokens: int
+    tail_tokens: int
+    total_tokens: int
+    stats: RenderStats
+
+
+def choose(candidates: list[Summary], allowance: int, price: Price) -> list[Summary]:
+    """Summaries to show within ``allowance`` tokens at ``price``, the newest first (what doesn't
+    fit is the oldest history), returned oldest first."""
+    chosen = []
+    for summary in reversed(candidates):
+        if price(summary) > allowance:
+            break  # older ones may be smaller, but showing them would leave a newer gap
+        chosen.append(summary)
+        allowance -= price(summary)
+    return chosen[::-1]
+
+
+class SummaryPrices:
+    """What showing a summary costs (its recall header and its text) as a view prices text,
+    memoised at one pricing: the plain ``tokens + 20`` unless the estimator is calibrated."""
+
+    def __init__(self, participant: str) -> None:
+        self._participant = participant
+        self._prices: dict[str, int] = {}
+        self._priced_at: object = None
+
+    def pricer(self, view: MessageView) -> Price:
+        if view.pricing != self._priced_at:
+            self._prices, self._priced_at = {}, view.pricing
+        prices = self._prices
+
+        def price(summary: Summary) -> int:
+            found = prices.get(summary.id)
+            if found is None:
+                priced = view.estimate_tokens(Message(summary.id, 0, self._participant, (Text(summary.content),)))
+                ratio = priced / summary.tokens if summary.tokens else 1.0
+                found = prices[summary.id] = priced + round(SUMMARY_HEADER_TOKENS * ratio)
+            return found
+
+        return price
+
+
+def frontier_under_pins(frontier: Sequence[Summary], summaries: Sequence[Summary], pins: Sequence[Pin]) -> list[Summary]:
+    """``frontier``, with any summary above a level pin it overlaps opened into its children."""
+    level_pins = [pin for pin in pins if pin.level is not None]
+    if not level_pins:
+        return list(frontier)
+    children: dict[str, list[Summary]] = {}
+    for summary in summaries:
+        if summary.parent_id is not None:
+            children.setdefault(summary.parent_id, []).append(summary)
+    out: list[Summary] = []
+    stack = list(frontier)
+    while stack:
+        summary = stack.pop()
+        too_deep = any(pin.level is not None and summary.level > pin.level and summary.first_sequence
+                       <= pin.last_sequence and pin.first_sequence <= summary.last_sequence for pin in level_pins)
+        if too_deep and children.get(summary.id):
+            stack.extend(children[summary.id])
+        else:
+            out.append(summary)
+    return out
+
+
+def select(
+    messages: Sequence[Message], view: MessageView, usable: int, *, cap: int, head: tuple[int, int],
+    recent_start: int, pins: Sequence[Pin], frontier: Sequence[Summary], leaves: Callable[[Summary], tuple[str, ...]],
+    price: Price, choose_l1: Chooser, participant: str, pending_units: int,
+) -> Selection:
+    """The head window, pinned raw ranges, the recent window, and in the middle the ``frontier``
+    summaries that fit (level budgets, the newest history first) and the uncovered messages that
+    fit (newest first); every message of the view is shown, covered or reported (no silent drops)."""
+    head_start, head_end = head
+    entries_head: list[Entry] = []
+    spent = 0
+    for message in messages[head_start:head_end]:
+        shaped, cost = shape(message, cap, view.estimate_tokens)
+        if spent + cost > usable:
+            break
+        entries_head.append(raw_entry(shaped))
+        spent += cost
+    if entries_head:
+        entries_head[-1] = attrs.evolve(entries_head[-1], cache_marker=True)
+    head_tokens = spent
+    middle_messages = [*messages[:head_start], *messages[head_end:recent_start]]  # T6: before a reset head
+    in_head = {entry.source_ids[0] for entry in entries_head}
+    # Pinned raw ranges outside the head come next, whatever the pressure, oldest first.
+    raw_pins = [(pin.first_sequence, pin.last_sequence) for pin in pins if pin.level is None]
+
+    def pinned(sequence: int) -> bool:
+        return any(first <= sequence <= last for first, last in raw_pins)
+
+    pinned_entries: list[tuple[int, list[Entry]]] = []
+    pinned_ids: set[str] = set()
+    for message in (m for m in messages if m.id not in in_head and pinned(m.sequence)) if raw_pins else ():
+        pinned_ids.add(message.id)
+        shaped, cost = shape(message, cap, view.estimate_tokens)
+        if spent + cost <= usable:
+            pinned_entries.append((message.sequence, [raw_entry(shaped)]))
+            spent += cost
+    pinned_tokens = spent - head_tokens
+    # Recent window: evicted newest-first within budget, emitted chronologically.
+    recent: list[tuple[int, list[Entry]]] = []
+    for message in reversed(messages[recent_start:]):
+        if message.id in pinned_ids:
+            continue  # placed with the pins
+        shaped, cost = shape(message, cap, view.estimate_tokens)
+        if spent + cost > usable:
+            break
+        recent.append((message.sequence, [raw_entry(shaped)]))
+        spent += cost
+    tail_tokens = spent - head_tokens - pinned_tokens
+    # The middle: shown summaries (anti-redundant: the frontier) and uncovered raw messages.
+    frontier = [s for s in frontier if not raw_pins or not all(pinned(int(leaf)) for leaf in leaves(s))]
+    covered: set[str] = set()
+    shown: list[Summary] = []
+    budgets = {3: LEVEL_BUDGET_TOKENS, 2: LEVEL_BUDGET_TOKENS, 1: LEVEL_BUDGET_TOKENS}
+    carry = 0
+    for level in (1, 2, 3):  # the newest history first: under pressure the oldest summaries go
+        allowance = min(budgets[level] + carry, usable - spent)
+        candidates = sorted((s for s in frontier if s.level == level), key=lambda s: s.first_sequence)
+        chosen = choose_l1(candidates, allowance, price) if level == 1 else choose(candidates, allowance, price)
+        cost = sum(price(summary) for summary in chosen)
+        shown += chosen
+        spent += cost
+        carry = max(0, allowance - cost)
+    for summary in shown:
+        covered.update(leaves(summary))
+    middle: list[tuple[int, list[Entry]]] = []
+    for summary in shown:
+        middle.append((summary.first_sequence, [
+            # The header names its summary only; the answer carries the coverage (P6).
+            Entry(MANAGER, (Text(recall_header(summary.id)),), (), "derived", (summary.id,)),
+            # P9: a breakpoint at each summary seam, so a new summary invalidates only what follows it.
+            Entry(participant, (Text(summary.content),), leaves(summary), "derived", (summary.id,), cache_marker=True),
+        ]))
+    summary_tokens = spent - head_tokens - tail_tokens - pinned_tokens
+    uncovered = [m for m in middle_messages if m.id not in covered and m.id not in pinned_ids]
+    kept: list[tuple[int, list[Entry]]] = []
+    for message in reversed(uncovered):  # compression debt: keep the newest raw that fit
+        shaped, cost = shape(message, cap, view.estimate_tokens)
+        if spent + cost > usable:
+            logger.info("compression debt: %d uncovered middle message(s) left out of the compile",
+                        len(uncovered) - len(kept))
+            break
+        kept.append((message.sequence, [raw_entry(shaped)]))
+        spent += cost
+    # No silent drops: every message of the view is shown raw or covered by a shown summary,
+    # or it is reported, with why.
+    shown_raw = in_head | {e.source_ids[0] for _, group in (*pinned_entries, *recent, *kept) for e in group}
+    dropped = tuple(m.id for m in messages if m.id not in shown_raw and m.id not in covered)
+    debt = 0
+    if dropped:
+        summarised = {leaf for summary in frontier for leaf in leaves(summary)}
+        debt = sum(1 for message_id in dropped if message_id not in summarised and message_id not in pinned_ids)
+    levels: dict[int, int] = {}
+    for summary in shown:
+        levels[summary.level] = levels.get(summary.level, 0) + 1
+    stats = RenderStats(
+        head_tokens=head_tokens, summary_tokens=summary_tokens,
+        middle_raw_tokens=spent - head_tokens - tail_tokens - summary_tokens, tail_tokens=tail_tokens,
+        summaries=tuple(sorted(levels.items())),
+        pending_units=pending_units,
+        dropped_ids=dropped,
+        dropped_reason=(f"{len(dropped)} message(s) left out that no shown summary covers, within the budget "
+                        f"({usable:,} tokens): {debt} not compressed yet (tick or wait_ready), "
+                        f"{len(dropped) - debt} whose summaries, pins or recent window didn't fit (raise the "
+                        f"budget, or lower recent_window_tokens)") if dropped else None,
+    )
+    middle += kept + pinned_entries + recent
+    middle.sort(key=lambda item: item[0])
+    entries = entries_head + [entry for _, group in middle for entry in group]
+    if entries and not entries[-1].cache_marker:
+        # P9: the tail carries a breakpoint too, so the next compile reads everything up to
+        # this one's newest message from the provider's cache. P5's cap of 3 keeps the head
+        # window's end (the first), the latest summary seam and this tail (the last two).
+        entries[-1] = attrs.evolve(entries[-1], cache_marker=True)
+    return Selection(entries, head_tokens, spent - head_tokens - tail_tokens, tail_tokens, spent, stats)

@@ -1,0 +1,138 @@
+"""Autobiographical memory's pure parts on their own: stored records, chunking, the queue and the
+selection's choices, with no strategy object, store or event loop."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ctxrt
+from ctxrt import Text, ToolResult, ToolUse
+from ctxrt.strategies.base import Pin
+from ctxrt.strategies.chunking import closes_at_target, walk
+from ctxrt.strategies.knowledge import KNOWLEDGE, phase_rule
+from ctxrt.strategies.policy import AUTOBIOGRAPHICAL
+from ctxrt.strategies.queue import MAX_ATTEMPTS, l1_queue, merge_group
+from ctxrt.strategies.records import (
+    Chunk,
+    Summary,
+    chunk_record,
+    chunks_from,
+    pins_from,
+    pins_record,
+    summaries_from,
+    summary_record,
+)
+from ctxrt.strategies.selection import choose
+from ctxrt.testing import PlainContext
+
+
+def msg(sequence: int, *blocks: Any, participant: str = "user") -> ctxrt.Message:
+    return ctxrt.Message(
+        id=str(sequence), sequence=sequence, participant=participant, content=blocks or (Text(f"message {sequence}"),),
+        metadata=None, timestamp_ms=1_000 * sequence, caused_by=(),
+    )
+
+
+def stored(record: Any) -> Any:
+    """``record`` as it comes back from a store: through JSON."""
+    return json.loads(json.dumps(record))
+
+
+def l1(number: int, content: str = "a memory", phase: str | None = None, witnessed: bool = False) -> Summary:
+    first, last = 4 * number + 1, 4 * number + 4
+    return Summary(f"L1-{number}", 1, content, len(content), tuple(str(s) for s in range(first, last + 1)), first,
+                   last, str(first), str(last), 1_000 + number, None, phase, witnessed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    contents=st.lists(st.text(max_size=40), min_size=1, max_size=8),
+    merged=st.integers(min_value=0, max_value=8),
+    phases=st.sampled_from([None, "synthesis", "research"]),
+    witnessed=st.booleans(),
+)
+def test_stored_summaries_read_back_the_same_with_their_parents(
+    contents: list[str], merged: int, phases: str | None, witnessed: bool
+) -> None:
+    """Summaries written as records and read back through JSON are the summaries written, each
+    merged one with the parent that names it among its sources (T3)."""
+    children = [l1(n, content, phases, witnessed) for n, content in enumerate(contents)]
+    merged = min(merged, len(children))
+    written = list(children)
+    if merged:
+        group = children[:merged]
+        written.append(Summary(f"L2-{len(children)}", 2, "merged", 6, tuple(s.id for s in group),
+                               group[0].first_sequence, group[-1].last_sequence, group[0].first_id,
+                               group[-1].last_id, 9_999, witnessed=witnessed))
+    expected = [attrs.evolve(s, parent_id=written[-1].id) if s in children[:merged] else s for s in written]
+    assert summaries_from([stored(summary_record(s)) for s in written]) == expected
+
+
+def test_records_keep_the_stored_forms_earlier_versions_wrote_and_read() -> None:
+    """A chunk, a summary and the pins are stored in the forms earlier versions wrote, and a
+    summary stored before phases and voices existed reads back with neither (T3, T7)."""
+    chunk = Chunk("c-0", ("1", "2", "3", "4"), 1, 4)
+    assert chunk_record(chunk) == {"id": "c-0", "ids": ["1", "2", "3", "4"], "first": 1, "last": 4}
+    assert chunks_from([stored(chunk_record(chunk))]) == [chunk]
+    assert summary_record(l1(0, "memory", "research", True)) == {
+        "id": "L1-0", "level": 1, "content": "memory", "tokens": 6, "source_ids": ["1", "2", "3", "4"],
+        "first_sequence": 1, "last_sequence": 4, "first_id": "1", "last_id": "4", "created_ms": 1_000,
+        "phase": "research", "witnessed": True,
+    }
+    older = {"id": "L1-0", "level": 1, "content": "memory", "tokens": 6, "source_ids": ["1", "2", "3", "4"],
+             "first_sequence": 1, "last_sequence": 4, "first_id": "1", "last_id": "4", "created_ms": 1_000}
+    assert summaries_from([older]) == [l1(0, "memory")]
+    pin = Pin("pin-0", "1", "4", 1, 4, "the plan", None, 5)
+    assert pins_record([pin], 1) == {"next": 1, "pins": [{"id": "pin-0", "first_id": "1", "last_id": "4",
+                                                          "first_sequence": 1, "last_sequence": 4,
+                                                          "name": "the plan", "level": None, "created_ms": 5}]}
+    assert pins_from(stored(pins_record([pin], 1))) == ([pin], 1)
+    assert pins_from({"pins": "damaged"}) == ([], 0)
+
+
+def test_knowledge_chunks_close_at_a_phase_change_where_plain_chunks_wait_for_their_target() -> None:
+    """Over synthesis, a research tool pair, then synthesis again, Knowledge's rule closes a chunk
+    at each phase change (at least 2 messages) while the plain rule, short of its target, closes
+    none (T3, T7)."""
+    frontier = [
+        msg(1), msg(2, participant="Claude"),
+        msg(3, ToolUse("t1", "mcpl:search", {"q": "x"}), participant="Claude"), msg(4, ToolResult("t1", "found")),
+        msg(5, participant="Claude"), msg(6),
+    ]
+    view = PlainContext(frontier).view
+    assert KNOWLEDGE.chunk_rule is phase_rule
+    closed = walk(frontier, view, KNOWLEDGE.chunk_rule(10_000), seam=False, number=3)
+    assert closed == [Chunk("c-3", ("1", "2"), 1, 2), Chunk("c-4", ("3", "4"), 3, 4)]
+    assert AUTOBIOGRAPHICAL.chunk_rule is closes_at_target
+    assert walk(frontier, view, AUTOBIOGRAPHICAL.chunk_rule(10_000), seam=False, number=3) == []
+    assert walk(frontier, view, AUTOBIOGRAPHICAL.chunk_rule(10_000), seam=True, number=3) == [
+        Chunk("c-3", tuple(str(n) for n in range(1, 7)), 1, 6)  # a seam closes its remainder
+    ]
+
+
+def test_the_queue_holds_back_the_newest_chunks_and_skips_a_quarantined_merge_group() -> None:
+    """L1 work waits for all but the newest ``l1_holdback_chunks`` chunks; a merge group refused
+    ``MAX_ATTEMPTS`` times seals its first summary, and the level's next group starts after it (T3, T4)."""
+    chunks = [Chunk(f"c-{n}", (str(n),), n, n) for n in range(3)]
+    assert l1_queue(chunks, chunks, 1) == chunks[:2]
+    assert l1_queue(chunks[1:], chunks, 1, closing=[Chunk("c-3", ("3",), 3, 3)]) == chunks[1:]
+    summaries = [l1(n) for n in range(5)]
+    assert merge_group({1: summaries}, {}, 2) == summaries[:2]
+    assert merge_group({1: summaries}, {"L1-0,L1-1": MAX_ATTEMPTS}, 2) == summaries[1:3]
+    assert merge_group({1: summaries}, {"L1-0,L1-1": MAX_ATTEMPTS - 1}, 2) == summaries[:2]  # retried, not skipped
+    assert merge_group({1: summaries[:1]}, {}, 2) is None
+
+
+def test_summaries_are_chosen_newest_first_and_never_leave_a_newer_gap() -> None:
+    """Within an allowance the newest summaries are shown; one that doesn't fit stops the choice,
+    even if an older, smaller one would fit (T3)."""
+    small_old, large, small_new = l1(0, "a" * 10), l1(1, "b" * 50), l1(2, "c" * 10)
+    price = {s.id: s.tokens for s in (small_old, large, small_new)}.__getitem__
+    assert choose([small_old, large, small_new], 30, lambda s: price(s.id)) == [small_new]
+    assert choose([small_old, large, small_new], 65, lambda s: price(s.id)) == [large, small_new]
+    assert choose([small_old, large, small_new], 70, lambda s: price(s.id)) == [small_old, large, small_new]
