@@ -164,9 +164,9 @@ from .runtime import (
 from .runtime import (
     open_runtime as open_runtime,
 )
-from .selection import Budget as Budget
-from .selection import Entry as Entry
-from .selection import PreviewResult as PreviewResult
+from .budget import Budget as Budget
+from .budget import Entry as Entry
+from .budget import PreviewResult as PreviewResult
 from .store.protocol import BranchInfo as BranchInfo
 from .strategies.autobiographical import (
     Autobiographical as Autobiographical,

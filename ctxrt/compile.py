@@ -1,6 +1,6 @@
 """Entries -> a compile result (spec/core.md P2-P7; REF §3.6, §4.7). Pure and synchronous.
 
-A strategy's ``select`` returns entries (``ctxrt.selection``); ``build_compile_result`` turns
+A strategy's ``select`` returns entries (``ctxrt.budget``); ``build_compile_result`` turns
 them into a ``CompileResult`` (``ctxrt.compile_result``): mixed tool messages split and tool
 pairs repaired (``ctxrt.tool_pairing``), cache markers trimmed (``ctxrt.breakpoints``),
 injections placed (``ctxrt.injections``), provenance attached (``ctxrt.provenance``). What is
@@ -25,7 +25,7 @@ from .content import Block, CompiledMessage, Message
 from .errors import MalformedContentError
 from .injections import Injection, MessageInjection, place_with_origins
 from .provenance import Provenance, Source, coverage_complete
-from .selection import Entry
+from .budget import Entry
 from .tokens import estimate_blocks
 from .tool_pairing import ToolIds, repair_with_origins, split_mixed_tool_messages, tool_ids
 from .validation import find_audience

@@ -30,7 +30,7 @@ from typing import Any
 import attrs
 import trio
 
-from .selection import Budget
+from .budget import Budget
 from .content import CompiledMessage, Text
 from .errors import CtxrtError, ModelError, StoreLockedError
 from .model import AnthropicModel, ModelRequest, ModelResponse, OfflineModel

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 import trio
 
-from .selection import Budget
+from .budget import Budget
 from .errors import CtxrtError
 from .runtime import open_runtime
 from .testing import ScriptedModel

@@ -23,7 +23,7 @@ from .blobs import extract_blobs
 from .branching import Derivation
 from .compile_result import CompileResult
 from .injections import Injection, MessageInjection
-from .selection import Budget, PreviewResult
+from .budget import Budget, PreviewResult
 from .content import ContentLike, Message
 from .errors import ManagerClosedError
 from .events import MessageEvent

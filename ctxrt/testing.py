@@ -37,7 +37,7 @@ import trio
 
 from . import openai_rules
 from .anthropic_rules import violations
-from .selection import Entry
+from .budget import Entry
 from .content import Message, Text
 from .model import ModelRequest, ModelResponse, Usage, approx_tokens, request_chars
 from .namespace.core import Holds

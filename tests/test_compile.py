@@ -32,7 +32,7 @@ from ctxrt.injections import (
     validate_injections,
 )
 from ctxrt.provenance import Provenance, Source, coverage_complete
-from ctxrt.selection import Budget, PreviewResult
+from ctxrt.budget import Budget, PreviewResult
 from ctxrt.strategies.base import Entry
 from ctxrt.tool_pairing import repair_tool_pairing, split_mixed_tool_messages
 from ctxrt.wire import to_anthropic_messages

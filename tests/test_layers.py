@@ -34,9 +34,9 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.slots",),
     ("ctxrt.views",),
     ("ctxrt.wire", "ctxrt.openai_wire"),
-    ("ctxrt.selection", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
+    ("ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
     ("ctxrt.injections", "ctxrt.compile_result"),
-    ("ctxrt.selection", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
+    ("ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
     ("ctxrt.injections", "ctxrt.compile_result"),
     ("ctxrt.compile",),
     ("ctxrt.model",),
@@ -86,7 +86,7 @@ PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspect
 PURE_CORES: tuple[str, ...] = (
     "ctxrt.content", "ctxrt.events", "ctxrt.checks", "ctxrt.queries", "ctxrt.validation", "ctxrt.codec",
     "ctxrt.blobs", "ctxrt.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.wire", "ctxrt.openai_wire",
-    "ctxrt.selection", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints", "ctxrt.injections",
+    "ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints", "ctxrt.injections",
     "ctxrt.compile_result", "ctxrt.compile",
     "ctxrt.slots", "ctxrt.views",
     "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.records", "ctxrt.store.protocol", "ctxrt.store.batch",
@@ -422,8 +422,8 @@ def private_reaches(source: str) -> list[str]:
 KNOWN_REACHES: frozenset[tuple[str, str]] = frozenset({
     # the L1 queue's order: strategies/autobiographical.py's queue is being split into its own module
     ("test_autobiographical.py", "reads (await strategy(m))._l1_queue"),
-    # the recall budget: a module constant of strategies/autobiographical.py (no config field yet)
-    ("test_autobiographical.py", "patches autobiographical"),
+    # the recall budget: a module constant of strategies/prompts.py (no config field yet)
+    ("test_autobiographical.py", "patches prompts"),
     # a torn read of the meta pages: store/files.py has no seam for its reads yet
     ("test_failsafe_files.py", "reads files._read"),
     ("test_failsafe_files.py", "names _read in setattr"),
@@ -472,7 +472,7 @@ def test_the_checker_refuses_a_test_reaching_into_a_private_name() -> None:
 
 
 def test_no_strategy_imports_the_compile_pipeline() -> None:
-    """Layers: a strategy imports the types it selects and spends (``ctxrt.selection``), never the
+    """Layers: a strategy imports the types it selects and spends (``ctxrt.budget``), never the
     pipeline that turns its entries into a request (``ctxrt.compile``)."""
     offenders = sorted(name for name, path in all_modules().items()
                        if name.startswith("ctxrt.strategies.") and "ctxrt.compile" in imports_of(path))

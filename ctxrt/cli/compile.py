@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..selection import Budget
+from ..budget import Budget
 from ..inspector.pages import recorded_strategy
 from ..runtime import Runtime
 from .output import emit, out

@@ -28,7 +28,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ..selection import Budget
+from ..budget import Budget
 from ..errors import (
     BranchNotFoundError,
     CtxrtError,

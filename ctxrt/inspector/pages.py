@@ -18,7 +18,7 @@ import attrs
 
 from .. import codec
 from ..compile_result import CompileResult
-from ..selection import Budget
+from ..budget import Budget
 from ..content import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
 from ..manager import ContextManager
 from ..namespace import states

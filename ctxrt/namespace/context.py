@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from .. import codec, validation
-from ..selection import Entry
+from ..budget import Entry
 from ..errors import MalformedContentError
 from ..store.interface import StoreEngine
 from ..store.protocol import AppendItem, SetValue

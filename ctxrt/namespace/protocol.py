@@ -14,7 +14,7 @@ import attrs
 
 from ..compile_result import CompileResult
 from ..injections import Injection, MessageInjection
-from ..selection import Budget, PreviewResult
+from ..budget import Budget, PreviewResult
 from ..content import Block, Message
 from ..errors import ManagerClosedError
 from ..mailbox import Ask, Mailbox

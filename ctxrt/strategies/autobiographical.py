@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..selection import Entry, PreviewResult, non_negative_int
+from ..budget import Entry, PreviewResult, non_negative_int
 from ..content import CompiledMessage, Message, sequence_key
 from ..errors import MessageNotFoundError, ModelError, OverBudgetError
 from ..model import ModelRequest, ModelResponse
@@ -70,7 +70,7 @@ from .records import (
 from .selection import Selection, SummaryPrices, frontier_under_pins, select
 
 if TYPE_CHECKING:
-    from ..selection import Budget
+    from ..budget import Budget
     from ..views import MessageView
 
 logger = logging.getLogger("ctxrt.autobiographical")

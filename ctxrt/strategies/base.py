@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from ..selection import Entry, non_negative_int
+from ..budget import Entry, non_negative_int
 from ..content import Message, sequence_key
 
 if TYPE_CHECKING:
-    from ..selection import Budget, PreviewResult
+    from ..budget import Budget, PreviewResult
     from ..errors import ModelError
     from ..model import ModelRequest, ModelResponse
     from ..views import MessageView, Window

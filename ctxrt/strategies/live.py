@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..anthropic_rules import MAX_IMAGE_DATA_BYTES, MAX_IMAGES
-from ..selection import Entry
+from ..budget import Entry
 from ..content import Block, Image, Text, ToolResult, ToolUse
 from ..tokens import estimate_block, estimate_blocks
 

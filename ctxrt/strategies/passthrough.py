@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..selection import Entry, PreviewResult
+from ..budget import Entry, PreviewResult
 from .base import RawEntries, RenderStats, SelectOptions, Strategy
 
 if TYPE_CHECKING:
-    from ..selection import Budget
+    from ..budget import Budget
     from ..views import MessageView
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..selection import Entry
+from ..budget import Entry
 from ..content import Message, Text
 from .base import Pin, RenderStats, raw_entry
 from .prompts import MANAGER, recall_header

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..selection import Entry, non_negative_int
+from ..budget import Entry, non_negative_int
 from ..content import Message, ToolResult, ToolUse, has_block, sequence_key
 from ..errors import OverBudgetError
 from .base import (
@@ -26,7 +26,7 @@ from .live import MIB, LiveMemo, apply_live_policy
 from .shaping import shape
 
 if TYPE_CHECKING:
-    from ..selection import Budget
+    from ..budget import Budget
     from ..views import MessageView
 
 
