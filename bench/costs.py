@@ -175,7 +175,7 @@ def _peak_rss_mib() -> float:
 # -- (a) the cold child ----------------------------------------------------------------------------
 
 
-async def cold_open(store: str, strategy: str) -> dict[str, Any]:
+async def cold_open(store: str, strategy: str, budget: ctxrt.Budget = BUDGET) -> dict[str, Any]:
     """In this (fresh) process: open_runtime, rt.open, first and second compile; ms of each."""
     namespace = f"cold-{strategy}"
     clock = time.perf_counter_ns
@@ -184,9 +184,9 @@ async def cold_open(store: str, strategy: str) -> dict[str, Any]:
         t1 = clock()
         manager = await rt.open(namespace, strategy=STRATEGIES[strategy]())
         t2 = clock()
-        first = await manager.compile(BUDGET)
+        first = await manager.compile(budget)
         t3 = clock()
-        second = await manager.compile(BUDGET)
+        second = await manager.compile(budget)
         t4 = clock()
         count = await manager.message_count()
     t5 = clock()
@@ -200,19 +200,22 @@ async def cold_open(store: str, strategy: str) -> dict[str, Any]:
 
 
 def child(argv: list[str]) -> int:
-    """``python -m bench.costs --child STORE STRATEGY``: one cold open; one JSON line on stdout."""
-    store, strategy = argv
+    """``python -m bench.costs --child STORE STRATEGY [MAX_TOKENS RESERVE]``: one cold open (at that
+    budget, else BUDGET); one JSON line on stdout."""
+    store, strategy, *sizes = argv
+    budget = ctxrt.Budget(*map(int, sizes)) if sizes else BUDGET
     gc.collect()
-    figures = trio.run(cold_open, store, strategy)
+    figures = trio.run(cold_open, store, strategy, budget)
     figures["ctxrt"] = str(Path(ctxrt.__file__).resolve().parent)
     print(json.dumps(figures), flush=True)
     return 0
 
 
-def run_child(store: Path, strategy: str) -> dict[str, Any]:
+def run_child(store: Path, strategy: str, budget: ctxrt.Budget = BUDGET) -> dict[str, Any]:
     """One cold open in a fresh interpreter importing this checkout's ctxrt."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
-    done = subprocess.run([sys.executable, "-m", "bench.costs", "--child", str(store), strategy], cwd=str(ROOT),
+    done = subprocess.run([sys.executable, "-m", "bench.costs", "--child", str(store), strategy,
+                           str(budget.max_tokens), str(budget.reserve_for_response)], cwd=str(ROOT),
                           env=env, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         tail = " | ".join(done.stderr.strip().splitlines()[-5:])
@@ -227,7 +230,7 @@ def run_child(store: Path, strategy: str) -> dict[str, Any]:
 # -- (b) fork ----------------------------------------------------------------------------------
 
 
-async def fork_once(rt: ctxrt.Runtime, name: str) -> dict[str, float]:
+async def fork_once(rt: ctxrt.Runtime, name: str, budget: ctxrt.Budget = BUDGET) -> dict[str, float]:
     """create_branch at the head, rt.open the namespace there, first compile; ms of each. The branch
     is deleted after (not timed)."""
     clock = time.perf_counter_ns
@@ -236,7 +239,7 @@ async def fork_once(rt: ctxrt.Runtime, name: str) -> dict[str, float]:
     t1 = clock()
     manager = await rt.open("forker", branch=name, strategy=ctxrt.Passthrough())
     t2 = clock()
-    result = await manager.compile(BUDGET)
+    result = await manager.compile(budget)
     t3 = clock()
     assert result.messages
     await manager.aclose()
@@ -248,7 +251,7 @@ async def fork_once(rt: ctxrt.Runtime, name: str) -> dict[str, float]:
 # -- (c) memory per further namespace ----------------------------------------------------------------
 
 
-async def further_namespaces(rt: ctxrt.Runtime, tag: str, count: int) -> dict[str, float]:
+async def further_namespaces(rt: ctxrt.Runtime, tag: str, count: int, budget: ctxrt.Budget = BUDGET) -> dict[str, float]:
     """Open ``count`` more namespaces on the shared slot and compile each once, tracing the heap
     they add; MiB per namespace (tracemalloc, and RSS), and ms per open + compile (under tracing)."""
     managers = []
@@ -259,7 +262,7 @@ async def further_namespaces(rt: ctxrt.Runtime, tag: str, count: int) -> dict[st
     try:
         for k in range(count):
             manager = await rt.open(f"further-{tag}-{k}", strategy=ctxrt.Passthrough())
-            result = await manager.compile(BUDGET)
+            result = await manager.compile(budget)
             assert result.messages
             managers.append(manager)
         elapsed = time.perf_counter() - started

@@ -44,7 +44,12 @@ def _text(n: int) -> str:
                                 for i in range(20 + n % 60))
 
 
-async def _measure(store: Path, size: int, rounds: int, rng: random.Random) -> dict[tuple[str, str], list[float]]:
+async def measure(
+    store: Path, size: int, rounds: int, rng: random.Random, budget: ctxrt.Budget = BUDGET,
+) -> dict[tuple[str, str], list[float]]:
+    """Each (change, reader)'s per-round figure over ``store`` (a filled one of ``size`` messages):
+    the median ms of a reader's ``compile(budget)`` right after the writer's change. bench/turn.py
+    takes it at its own budget."""
     async with ctxrt.open_runtime(store, durability="os") as rt:
         writer = await rt.open("writer")
         await writer.add_message("user", [{"type": "text", "text": "for ann", "audience": ["ann"]},
@@ -52,7 +57,7 @@ async def _measure(store: Path, size: int, rounds: int, rng: random.Random) -> d
         readers = {name: await rt.open(f"reader-{name}", view_reader="ann", strategy=config())
                    for name, config in READERS.items()}
         for manager in readers.values():
-            await manager.compile(BUDGET)
+            await manager.compile(budget)
         ids = [m.id for m in (await writer.get_message_window(0, 600)).messages]
         turn = [0]
 
@@ -76,13 +81,23 @@ async def _measure(store: Path, size: int, rounds: int, rng: random.Random) -> d
                     await change(kind)
                     for name, manager in readers.items():
                         began = time.perf_counter()
-                        await manager.compile(BUDGET)
+                        await manager.compile(budget)
                         times[name].append((time.perf_counter() - began) * 1000)
                 return {name: statistics.median(values) for name, values in times.items()}
             return one
 
         figures = await interleave(rounds, {kind: variant(kind) for kind in KINDS}, rng)
     return {(kind, reader): [each[reader] for each in figures[kind]] for kind in KINDS for reader in READERS}
+
+
+def figure_rows(size: int, figures: dict[tuple[str, str], list[float]]) -> list[dict[str, Any]]:
+    """``measure``'s figures as rows: each change against an append, per reader; targets from 20,000 on."""
+    return [versus(
+        f"{reader}, {size:,} messages: a compile after an {kind}" if kind.startswith("edit")
+        else f"{reader}, {size:,} messages: a compile after a {kind}", "ms",
+        figures[(kind, reader)], figures[("append", reader)], "after an append",
+        target=2.0 if size >= 20_000 else None, size=size, reader=reader, kind=kind)
+        for reader in READERS for kind in KINDS[1:]]
 
 
 async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -96,14 +111,7 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             store = root / f"s{size}"
             built[size] = await fill(store, size, _text)
             print(f"built {size:,} messages in {built[size]:.1f} s", file=sys.stderr)
-            figures = await _measure(store, size, rounds, rng)
-            for reader in READERS:
-                for kind in KINDS[1:]:
-                    rows.append(versus(
-                        f"{reader}, {size:,} messages: a compile after an {kind}" if kind.startswith("edit")
-                        else f"{reader}, {size:,} messages: a compile after a {kind}", "ms",
-                        figures[(kind, reader)], figures[("append", reader)], "after an append",
-                        target=2.0 if size >= 20_000 else None, size=size, reader=reader, kind=kind))
+            rows += figure_rows(size, await measure(store, size, rounds, rng))
     return rows, {"sizes": list(sizes), "rounds": rounds, "samples": SAMPLES,
                   "built_s": {str(size): seconds for size, seconds in built.items()}}
 

@@ -82,10 +82,13 @@ def scratch(prefix: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
-async def fill(directory: Path, count: int, content: Callable[[int], Any], *, concurrency: int = 500) -> float:
-    """Build a store fast: ``count`` messages (``content(n)``, as user) through ``add_message`` in namespace
-    "builder", ``concurrency`` at once (the store actor group-commits them), durability "os". Returns the
-    seconds it took."""
+async def fill(
+    directory: Path, count: int, content: Callable[[int], Any], *, concurrency: int = 500,
+    participant: Callable[[int], str] = lambda n: "user",
+) -> float:
+    """Build a store fast: ``count`` messages (``content(n)``, from ``participant(n)``: user unless
+    given) through ``add_message`` in namespace "builder", ``concurrency`` at once (the store actor
+    group-commits them), durability "os". Returns the seconds it took."""
     import trio  # here, not above: ``bench/__main__.py`` imports this module before any bench module's deps
 
     from ctxrt.runtime import open_runtime
@@ -96,7 +99,7 @@ async def fill(directory: Path, count: int, content: Callable[[int], Any], *, co
         for first in range(0, count, concurrency):
             async with trio.open_nursery() as nursery:
                 for n in range(first, min(count, first + concurrency)):
-                    nursery.start_soon(writer.add_message, "user", content(n))
+                    nursery.start_soon(writer.add_message, participant(n), content(n))
     return time.perf_counter() - started
 
 

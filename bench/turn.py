@@ -1,0 +1,403 @@
+"""What a turn costs (issue 27): one durable ``add_message``, then ``compile`` and ``to_anthropic``,
+against the durable-commit floor, all through the public API.
+
+    python -m bench.turn [--quick]
+    python -m bench.turn --profile MESSAGES [STRATEGY ...]
+
+A store of N messages (2,000, 20,000 and 200,000; quick: 2,000 and 20,000) of about 36 estimated
+tokens each, alternating user and Claude, is built through ``add_message`` (durability "os",
+``harness.fill``). One namespace per strategy shares the slot: Passthrough, WindowedPassthrough and
+Autobiographical (2,000-token head window, the default 30,000-token recent window), whose summaries
+are made before measuring by ``ctxrt.testing.ScriptedModel`` at zero latency (durability "os",
+``wait_ready``). The budget is ``Budget(max_tokens=100_000)``: 96,000 usable tokens after the default
+4,000 reserve, about 2,650 of these messages.
+
+The store is then reopened with durability "sync" (the default). A turn of a strategy is one
+``add_message`` in its namespace, then ``compile(BUDGET)``, then ``to_anthropic(assistant="Claude")``;
+each part is timed, and the turn is their sum. Besides the turn (not in it): ``to_openai_chat`` and
+``to_openai_responses`` of the same result. The floor is one raw py-lmdb put of a message's stored
+size with a durable commit, in a fresh environment with the store's settings (``costs.Raw``). Each
+round runs every strategy's SAMPLES turns and SAMPLES floor puts, in a shuffled order; the figures
+are the medians across rounds of each round's median. After each strategy's samples its namespace
+is let finish compressing (``wait_ready``, untimed), so every turn finds its summaries in place.
+
+Targets (issue 27): a turn over the floor (each round's median turn less its median floor put) <=
+0.3 ms for Passthrough and WindowedPassthrough, <= 0.5 ms for Autobiographical, at every size;
+WindowedPassthrough's turn over the floor <= Passthrough's.
+
+Then, over the same stores and at the same budget, through the other modules' helpers: a compile
+right after another namespace's edit or removal against one right after an append (bench/edits.py),
+from 20,000 messages on, target <= 2; a cold open + first compile in a fresh process
+(bench/costs.py's child), fork + first compile and the heap held per further namespace compiling the
+shared slot (bench/costs.py), the largest size against 2,000, targets <= 2, <= 2 and <= 5 MiB.
+
+Results are printed and written to ``bench/results-turn.md``. ``CTXRT_BENCH_DIR`` chooses where the
+stores live (a real disk: on tmpfs a durable commit costs nothing and the floor means nothing).
+
+``--profile MESSAGES [STRATEGY ...]`` (passthrough, windowed, autobiographical; all unless named)
+builds a store of MESSAGES and prints, for each strategy, cProfile's view of PROFILE_TURNS warm
+turns (the turn alone: not the OpenAI forms, not the ``wait_ready`` after each): the functions by own
+time and by cumulative time.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import itertools
+import json
+import pstats
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import trio
+
+import ctxrt
+from ctxrt.testing import ScriptedModel
+
+from . import costs, edits, harness
+from .harness import TABLE_HEAD, interleave, measured, median_figure, scratch, summary, versus
+
+HERE = Path(__file__).resolve().parent
+RESULTS_PATH = HERE / "results-turn.md"
+BUDGET = ctxrt.Budget(max_tokens=100_000)
+ASSISTANT = "Claude"
+MODEL = "bench-model"
+SIZES = (2_000, 20_000, 200_000)
+QUICK_SIZES = (2_000, 20_000)
+STRATEGIES: dict[str, Callable[[], Any]] = {
+    "Passthrough": ctxrt.Passthrough,
+    "WindowedPassthrough": ctxrt.WindowedPassthrough,
+    "Autobiographical": lambda: ctxrt.Autobiographical(MODEL, head_window_tokens=2_000),
+}
+NAMESPACES = {"Passthrough": "turn-passthrough", "WindowedPassthrough": "turn-windowed",
+              "Autobiographical": "turn-autobiographical"}
+TARGET_MS = {"Passthrough": 0.3, "WindowedPassthrough": 0.3, "Autobiographical": 0.5}
+PARTS = ("add", "compile", "anthropic")  # the turn's parts, in order
+FORMS = ("chat", "responses")  # timed after the turn, not in it
+PROFILE_TURNS = 200
+
+_WORDS = ("the plan for the next release covers the store the cache and the views we should check how the "
+          "namespace actor answers a compile while a compression call is out").split()
+_CORPUS = " ".join(_WORDS[(i * 7) % len(_WORDS)] for i in range(4_000))
+_SUMMARY = ("I remember working through the deployment plan with the user: we checked the staging logs, found "
+            "the retry storm in the queue consumer, agreed to cap retries at five and to add jitter, and left "
+            "the alert thresholds as an open question for the on-call review. ") * 18  # about 1,500 tokens
+
+
+def text(n: int) -> str:
+    """Message ``n``: 96-108 characters of prose, about 36 estimated tokens."""
+    head = f"[{n}] "
+    start = (n * 40_503) % (len(_CORPUS) - 200)
+    return head + _CORPUS[start:start + 96 + n % 13 - len(head)]
+
+
+def participant(n: int) -> str:
+    return "user" if n % 2 == 0 else ASSISTANT
+
+
+def stored_size(n: int) -> int:
+    """Bytes the store keeps for message ``n`` (its compact JSON with a 13-digit timestamp), computed
+    here without reaching into ctxrt: the floor puts as much."""
+    body = {"participant": participant(n), "content": [{"type": "text", "text": text(n)}],
+            "timestamp_ms": 1_700_000_000_000}
+    return len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def scripted() -> ScriptedModel:
+    """A zero-latency model whose every summary is numbered, so no two are alike."""
+    numbers = itertools.count()
+    return ScriptedModel(lambda request: f"Summary {next(numbers)}. {_SUMMARY}")
+
+
+# -- building --------------------------------------------------------------------------------------
+
+
+async def build(store: Path, size: int) -> dict[str, float]:
+    """``size`` messages through ``add_message`` (durability "os"), then the Autobiographical
+    namespace's summaries (durability "os", ``wait_ready``); seconds of each, and the summaries made."""
+    filled = await harness.fill(store, size, text, participant=participant)
+    started = time.perf_counter()
+    model = scripted()
+    async with ctxrt.open_runtime(store, model=model, durability="os") as rt:
+        manager = await rt.open(NAMESPACES["Autobiographical"], strategy=STRATEGIES["Autobiographical"]())
+        await manager.wait_ready()
+    return {"fill_s": filled, "compress_s": time.perf_counter() - started, "summaries": len(model.requests)}
+
+
+# -- measuring -------------------------------------------------------------------------------------
+
+
+class Turns:
+    """The strategies' managers on one runtime, and the counter their messages are numbered by."""
+
+    def __init__(self, managers: dict[str, ctxrt.ContextManager], first: int) -> None:
+        self.managers = managers
+        self.numbers = itertools.count(first)
+
+    async def one(self, name: str, *, forms: bool = True) -> dict[str, float]:
+        """One turn of ``name``'s namespace: ms of each part, and (``forms``) of the other request forms
+        after it."""
+        manager = self.managers[name]
+        n = next(self.numbers)
+        clock = time.perf_counter_ns
+        t0 = clock()
+        await manager.add_message(participant(n), text(n))
+        t1 = clock()
+        result = await manager.compile(BUDGET)
+        t2 = clock()
+        result.to_anthropic(assistant=ASSISTANT)
+        t3 = clock()
+        figures = {"add": (t1 - t0) / 1e6, "compile": (t2 - t1) / 1e6, "anthropic": (t3 - t2) / 1e6,
+                   "turn": (t3 - t0) / 1e6, "messages": len(result.messages)}
+        if forms:
+            result.to_openai_chat(assistant=ASSISTANT)
+            t4 = clock()
+            result.to_openai_responses(assistant=ASSISTANT)
+            figures.update(chat=(t4 - t3) / 1e6, responses=(clock() - t4) / 1e6)
+        return figures
+
+    async def sample(self, name: str, count: int) -> dict[str, float]:
+        """The median of each figure over ``count`` turns; then the namespace finishes compressing
+        (untimed), so the next turn finds its summaries in place."""
+        turns = [await self.one(name) for _ in range(count)]
+        await self.managers[name].wait_ready()
+        return {key: statistics.median(turn[key] for turn in turns) for key in turns[0]}
+
+
+async def floor(raw: costs.Raw, numbers: itertools.count[int], count: int) -> dict[str, float]:
+    """The median ms of ``count`` raw puts, each of a message's stored size, each committed durably."""
+    payloads = [b"x" * stored_size(next(numbers)) for _ in range(count)]
+    times = []
+    for data in payloads:
+        started = time.perf_counter_ns()
+        raw.put(data)
+        times.append((time.perf_counter_ns() - started) / 1e6)
+    await trio.lowlevel.checkpoint()
+    return {"floor": statistics.median(times)}
+
+
+async def measure(store: Path, size: int, raw_dir: Path, settings: dict[str, Any],
+                  rng: random.Random) -> dict[str, list[dict[str, float]]]:
+    """Each strategy's and the floor's per-round figures over ``store`` (durability "sync")."""
+    async with ctxrt.open_runtime(store, model=scripted()) as rt:
+        managers = {name: await rt.open(NAMESPACES[name], strategy=config()) for name, config in STRATEGIES.items()}
+        turns = Turns(managers, size)
+        for name in managers:  # warm-up, not counted: the first compile reads back what the budget holds
+            await turns.sample(name, 3)
+        raw = costs.Raw(raw_dir)
+        try:
+            numbers = itertools.count(size)
+
+            def sampler(name: str) -> Callable[[int], Any]:
+                return lambda _: turns.sample(name, settings["samples"])
+
+            variants = {name: sampler(name) for name in managers}
+            variants["floor"] = lambda _: floor(raw, numbers, settings["samples"])
+            return await interleave(settings["rounds"], variants, rng)
+        finally:
+            raw.close()
+
+
+async def shared_figures(stores: dict[int, Path], settings: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """bench/costs.py's cold open, fork and further-namespace figures at BUDGET, the largest store
+    against the smallest."""
+    small, large = min(stores), max(stores)
+    out: dict[str, Any] = {}
+    for size in (small, large):  # each namespace's first open ever, not measured
+        for strategy in costs.STRATEGIES:
+            costs.run_child(stores[size], strategy, BUDGET)
+    cold: dict[tuple[int, str], list[float]] = {(s, k): [] for s in (small, large) for k in costs.STRATEGIES}
+    for _ in range(settings["cold_rounds"]):
+        order = list(cold)
+        rng.shuffle(order)
+        for size, strategy in order:
+            await trio.lowlevel.checkpoint()
+            cold[size, strategy].append(costs.run_child(stores[size], strategy, BUDGET)["total"])
+    out["cold"] = cold
+    async with ctxrt.open_runtime(stores[large]) as big_rt, ctxrt.open_runtime(stores[small]) as small_rt:
+        for rt in (big_rt, small_rt):
+            base = await rt.open("forker", strategy=ctxrt.Passthrough())
+            await base.compile(BUDGET)
+            await costs.fork_once(rt, "warm-up", BUDGET)
+        forks = await interleave(settings["fork_rounds"], {
+            "large": lambda r: costs.fork_once(big_rt, f"fork-{r}", BUDGET),
+            "small": lambda r: costs.fork_once(small_rt, f"fork-{r}", BUDGET)}, rng)
+        out["fork"] = {key: [f["total"] for f in values] for key, values in forks.items()}
+        out["memory"] = [await costs.further_namespaces(big_rt, f"turn-{r}", settings["further"], BUDGET)
+                         for r in range(settings["memory_rounds"])]
+    return out
+
+
+# -- rows ------------------------------------------------------------------------------------------
+
+
+def _settings(quick: bool) -> dict[str, Any]:
+    if quick:
+        return {"sizes": QUICK_SIZES, "rounds": 5, "samples": 10, "edit_rounds": 3, "cold_rounds": 3,
+                "fork_rounds": 3, "memory_rounds": 1, "further": 3}
+    return {"sizes": SIZES, "rounds": 9, "samples": 20, "edit_rounds": 5, "cold_rounds": 5, "fork_rounds": 5,
+            "memory_rounds": 2, "further": 4}
+
+
+def turn_rows(size: int, figures: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]]:
+    """Each strategy's turn over the floor (with its parts), and WindowedPassthrough's against Passthrough's."""
+    floors = [each["floor"] for each in figures["floor"]]
+    over: dict[str, list[float]] = {}
+    rows = []
+    for name in STRATEGIES:
+        rounds = figures[name]
+        over[name] = [each["turn"] - base for each, base in zip(rounds, floors)]
+        parts = {key: summary(each[key] for each in rounds) for key in (*PARTS, *FORMS, "turn")}
+        rows.append(harness.row(
+            f"{name}, {size:,} messages: a turn over the durable-commit floor", "ms", over[name],
+            target=TARGET_MS[name], op="<=", comparison=summary(floors), comparison_label="the floor", ratio=None,
+            paired_ratio=None, size=size, strategy=name, parts=parts,
+            compiled=statistics.median(each["messages"] for each in rounds),
+        ))
+    rows.append(versus(
+        f"WindowedPassthrough's turn over the floor vs Passthrough's, {size:,} messages", "ms",
+        over["WindowedPassthrough"], over["Passthrough"], "Passthrough's", target=1.0, op="<=", size=size,
+    ))
+    return rows
+
+
+def shared_rows(shared: dict[str, Any], small: int, large: int) -> list[dict[str, Any]]:
+    sizes = f"{large:,} vs {small:,} messages"
+    rows = [versus(f"cold open + first compile, {costs.STRATEGY_NAMES[strategy]}, {sizes}", "ms",
+                   shared["cold"][large, strategy], shared["cold"][small, strategy], f"at {small:,}", target=2.0,
+                   op="<=") for strategy in costs.STRATEGIES]
+    rows.append(versus(f"fork + rt.open on it + first compile, Passthrough, {sizes}", "ms",
+                       shared["fork"]["large"], shared["fork"]["small"], f"at {small:,}", target=2.0, op="<="))
+    rows.append(harness.row(
+        f"heap held per further namespace compiling the shared slot at {large:,} messages (tracemalloc)", "MiB",
+        [m["heap"] for m in shared["memory"]], target=5.0, op="<=",
+        comparison=summary(m["rss"] for m in shared["memory"]), comparison_label="RSS growth", ratio=None,
+        paired_ratio=None,
+    ))
+    return rows
+
+
+async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    settings = _settings(quick)
+    rng = random.Random(27)
+    rows: list[dict[str, Any]] = []
+    builds: dict[str, dict[str, float]] = {}
+    started = time.perf_counter()
+    with scratch("ctxrt-bench-turn-") as root:
+        stores: dict[int, Path] = {}
+        for size in settings["sizes"]:
+            stores[size] = root / f"s{size}"
+            builds[str(size)] = await build(stores[size], size)
+            print(f"built {size:,} messages: {builds[str(size)]}", file=sys.stderr)
+            rows += turn_rows(size, await measure(stores[size], size, root / f"floor-{size}", settings, rng))
+            print(f"measured {size:,} at {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        small, large = min(stores), max(stores)
+        rows += shared_rows(await shared_figures(stores, settings, rng), small, large)
+        # Last: bench/edits.py's writer adds a block with an audience, which every later read would project.
+        for size in (size for size in stores if size >= 20_000):
+            rows += edits.figure_rows(size, await edits.measure(stores[size], size, settings["edit_rounds"], rng, BUDGET))
+        print(f"done at {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return rows, {"settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+                  "builds": builds, "quick": quick, "seconds": time.perf_counter() - started}
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Measure every figure; one dict per figure (figures, target, passed)."""
+    return harness.run_trio(_run, quick)
+
+
+# -- markdown --------------------------------------------------------------------------------------
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    first = rows[0]
+    settings = first["settings"]
+    builds = "; ".join(f"{int(size):,}: {b['fill_s']:.1f} s to add, {b['compress_s']:.1f} s to compress "
+                       f"({b['summaries']:,} summaries)" for size, b in first["builds"].items())
+    lines = [
+        "## A turn: add_message, compile, to_anthropic", "",
+        measured("turn", first["quick"], f"py-lmdb {lmdb.__version__}", f"trio {trio.__version__}")
+        + f" The whole run took {first['seconds']:.0f} s.", "",
+        "Every ctxrt figure goes through the public API. Messages of about 36 estimated tokens, alternating user and "
+        "Claude; `Budget(max_tokens=100_000)` (96,000 usable). Stores built with durability \"os\" (" + builds
+        + "), measured with durability \"sync\". A turn is a durable `add_message`, `compile` and "
+        "`to_anthropic`; the floor is one raw py-lmdb put with a durable commit, in the same rounds. "
+        f"{settings['rounds']} rounds of {settings['samples']} turns per strategy; figures are the medians across "
+        "rounds of each round's median (min–max across rounds).", "",
+        *TABLE_HEAD,
+    ]
+    for row in rows:
+        comparison = row.get("comparison")
+        if isinstance(comparison, dict):
+            comparison = f"{row['comparison_label']}: {median_figure(comparison, row['unit'])}"
+        ratio = "" if row.get("ratio") is None else f"{row['ratio']:.2f}"
+        target = "" if row["target"] is None else f"{row['op']} {row['target']:g}"
+        verdict = "" if row["passed"] is None else "pass" if row["passed"] else "**fail**"
+        lines.append(f"| {row['measure']} | {median_figure(row['ctxrt'], row['unit'])} | {comparison or ''} | {ratio} "
+                     f"| {target} | {verdict} |")
+    lines += ["", "Where a turn's time goes (ms; medians across rounds, min–max):", "",
+              "| size | strategy | compiled messages | add_message | compile | to_anthropic | turn | "
+              "to_openai_chat | to_openai_responses |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if "parts" in row:
+            parts = row["parts"]
+            cells = [median_figure(parts[key], "") for key in ("add", "compile", "anthropic", "turn", *FORMS)]
+            lines.append(f"| {row['size']:,} | {row['strategy']} | {row['compiled']:,.0f} | " + " | ".join(cells) + " |")
+    lines += ["", "- A turn over the floor is, per round, the median turn less the median floor put; its min–max "
+              "are across rounds. The compile-after-edit, cold open, fork and memory rows reuse bench/edits.py's "
+              "and bench/costs.py's code at this module's budget."]
+    return "\n".join(lines) + "\n"
+
+
+main = harness.entry("turn", __doc__, run, to_markdown, RESULTS_PATH,
+                     quick_help="2,000 and 20,000 messages, fewer rounds")
+
+
+# -- profile ---------------------------------------------------------------------------------------
+
+PROFILED = {"passthrough": "Passthrough", "windowed": "WindowedPassthrough", "autobiographical": "Autobiographical"}
+
+
+async def _profile(size: int, names: list[str]) -> None:
+    with scratch("ctxrt-bench-turn-profile-") as root:
+        store = root / "store"
+        print(f"built {size:,} messages: {await build(store, size)}", file=sys.stderr)
+        async with ctxrt.open_runtime(store, model=scripted()) as rt:
+            turns = Turns({name: await rt.open(NAMESPACES[name], strategy=STRATEGIES[name]()) for name in names}, size)
+            for name in names:
+                await turns.sample(name, 5)
+                gc.collect()
+                profiler = cProfile.Profile()
+                figures = []
+                for _ in range(PROFILE_TURNS):
+                    profiler.enable()
+                    figures.append(await turns.one(name, forms=False))
+                    profiler.disable()
+                    await turns.managers[name].wait_ready()  # summaries in place, outside the profile
+                medians = {key: round(statistics.median(f[key] for f in figures), 3) for key in figures[0]}
+                print(f"\n==== {name}, {size:,} messages, {PROFILE_TURNS} turns (median ms under the profiler): "
+                      f"{medians}")
+                stats = pstats.Stats(profiler)
+                stats.sort_stats("tottime").print_stats(30)
+                stats.sort_stats("cumulative").print_stats(45)
+
+
+def profile(argv: list[str]) -> int:
+    """``--profile MESSAGES [STRATEGY ...]``: cProfile of PROFILE_TURNS warm turns per strategy."""
+    size = int(argv[0]) if argv else 20_000
+    names = [PROFILED[each] for each in argv[1:]] or list(STRATEGIES)
+    trio.run(_profile, size, names)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--profile"]:
+        raise SystemExit(profile(sys.argv[2:]))
+    raise SystemExit(main())
