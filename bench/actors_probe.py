@@ -28,42 +28,32 @@ Only this JSON goes to stdout.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import sys
 import time
 from typing import Any
 
+from probe_io import fill, reply, text  # noqa: E402 (bench/ is still on the path here, and probe_io imports no ctxrt)
+
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]  # bench/ itself: its modules are no business of the version measured here
+    del sys.path[0]  # bench/ itself: its other modules are no business of the version measured here
 
 import trio
 
 import ctxrt
 
 EVERYTHING = ctxrt.Budget(max_tokens=10_000_000, reserve_for_response=0)
-CONCURRENCY = 500
 
 
-def _text(n: int) -> str:
-    return f"resident message {n:07d}: the quick brown fox jumps over the lazy dog"
-
-
-def _reply(value: Any) -> None:
-    sys.stdout.write(json.dumps(value) + "\n")
-    sys.stdout.flush()
 
 
 async def _build(directory: str, count: int) -> None:
     async with ctxrt.open_runtime(directory, durability="os") as rt:
         big = await rt.open("big", isolate=True)
-        for first in range(0, count, CONCURRENCY):
-            async with trio.open_nursery() as nursery:
-                for n in range(first, min(count, first + CONCURRENCY)):
-                    nursery.start_soon(big.add_message, "user", _text(n))
+        await fill(big, count)
         for name, reader in (("tiny", None), ("ann", "ann")):
             manager = await rt.open(name, isolate=True, view_reader=reader)
-            await manager.add_message("user", _text(0))
+            await manager.add_message("user", text(0))
 
 
 def _previous_checks(manager: Any, calls: int) -> float:
@@ -114,7 +104,7 @@ async def main(directory: str, count: int) -> None:
                 return _previous_checks(ann, calls)
         checks(1_000)
         appended = 0
-        _reply({"ready": True, "ctxrt": os.path.dirname(os.path.abspath(ctxrt.__file__)), "design": design})
+        reply({"ready": True, "ctxrt": os.path.dirname(os.path.abspath(ctxrt.__file__)), "design": design})
 
         while True:
             line = await trio.to_thread.run_sync(sys.stdin.readline)
@@ -138,15 +128,15 @@ async def main(directory: str, count: int) -> None:
                 for _ in range(numbers[0]):
                     appended += 1
                     started = time.perf_counter_ns()
-                    await appender.add_message("user", _text(appended))
+                    await appender.add_message("user", text(appended))
                     figures.append((time.perf_counter_ns() - started) / 1000)
             elif command == "check":
                 calls, batches = numbers
                 figures = [checks(calls) for _ in range(batches)]
             else:
-                _reply({"error": f"unknown command {command!r}"})
+                reply({"error": f"unknown command {command!r}"})
                 continue
-            _reply({"figures": figures})
+            reply({"figures": figures})
         for manager in (big, tiny, appender, ann):
             await manager.aclose()
 

@@ -30,41 +30,31 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import json
 import os
 import sys
 import time
 from typing import Any
 
+from probe_io import fill, reply, text  # noqa: E402 (bench/ is still on the path here, and probe_io imports no ctxrt)
+
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]  # bench/ itself: its modules are no business of the version measured here
+    del sys.path[0]  # bench/ itself: its other modules are no business of the version measured here
 
 import trio
 
 import ctxrt
 
 BUDGET = ctxrt.Budget(max_tokens=20_000, reserve_for_response=0)
-CONCURRENCY = 500
 APPENDERS = 4
 TIMER_S = 0.001
 
 
-def _text(n: int) -> str:
-    return f"resident message {n:07d}: the quick brown fox jumps over the lazy dog"
-
-
-def _reply(value: Any) -> None:
-    sys.stdout.write(json.dumps(value) + "\n")
-    sys.stdout.flush()
 
 
 async def _build(directory: str, count: int) -> None:
     async with ctxrt.open_runtime(directory, durability="os") as rt:
         big = await rt.open("big", isolate=True)
-        for first in range(0, count, CONCURRENCY):
-            async with trio.open_nursery() as nursery:
-                for n in range(first, min(count, first + CONCURRENCY)):
-                    nursery.start_soon(big.add_message, "user", _text(n))
+        await fill(big, count)
 
 
 class Probe:
@@ -84,7 +74,7 @@ class Probe:
     async def _append_until(self, manager: Any, stop: trio.Event) -> None:
         while not stop.is_set():
             self.appended += 1
-            await manager.add_message("user", _text(self.appended))
+            await manager.add_message("user", text(self.appended))
 
     async def loaded(self, count: int, appenders: int) -> list[float]:
         stop = trio.Event()
@@ -115,7 +105,7 @@ class Probe:
         for _ in range(count):
             self.appended += 1
             started = time.perf_counter_ns()
-            await self.one.add_message("user", _text(self.appended))
+            await self.one.add_message("user", text(self.appended))
             figures.append((time.perf_counter_ns() - started) / 1000)
         return figures
 
@@ -126,7 +116,7 @@ class Probe:
             async with trio.open_nursery() as nursery:
                 for manager in managers[:callers]:
                     self.appended += 1
-                    nursery.start_soon(manager.add_message, "user", _text(self.appended))
+                    nursery.start_soon(manager.add_message, "user", text(self.appended))
             figures.append(callers / (time.perf_counter() - started))
         return figures
 
@@ -141,7 +131,7 @@ async def main(directory: str, count: int) -> None:
         probe = Probe(rt, big, one, writers)
         await probe.compiles(3)
         await probe.add(3)
-        _reply({"ready": True, "ctxrt": os.path.dirname(os.path.abspath(ctxrt.__file__)),
+        reply({"ready": True, "ctxrt": os.path.dirname(os.path.abspath(ctxrt.__file__)),
                 "design": "current" if importlib.util.find_spec("ctxrt.store.writer") else "base"})
         while True:
             line = await trio.to_thread.run_sync(sys.stdin.readline)
@@ -163,9 +153,9 @@ async def main(directory: str, count: int) -> None:
                     crowd.append(await rt.open(f"crowd{len(crowd)}"))
                 figures = await probe.group(numbers[0], numbers[1], crowd)
             else:
-                _reply({"error": f"unknown command {command!r}"})
+                reply({"error": f"unknown command {command!r}"})
                 continue
-            _reply({"figures": figures})
+            reply({"figures": figures})
 
 
 if __name__ == "__main__":

@@ -28,42 +28,31 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import json
 import os
 import random
 import sys
 import time
-from typing import Any
+
+from probe_io import fill, reply, text  # noqa: E402 (bench/ is still on the path here, and probe_io imports no ctxrt)
 
 if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
-    del sys.path[0]  # bench/ itself: its modules are no business of the version measured here
+    del sys.path[0]  # bench/ itself: its other modules are no business of the version measured here
 
 import trio
 
 import ctxrt
 
 BUDGET = ctxrt.Budget(max_tokens=20_000)
-CONCURRENCY = 500
 CROWD = 100
 PAUSE_S = 0.002
 
 
-def _text(n: int) -> str:
-    return f"resident message {n:07d}: the quick brown fox jumps over the lazy dog"
-
-
-def _reply(value: Any) -> None:
-    sys.stdout.write(json.dumps(value) + "\n")
-    sys.stdout.flush()
 
 
 async def _build(directory: str, count: int) -> None:
     async with ctxrt.open_runtime(directory, durability="os") as rt:
         ns = await rt.open("ns", isolate=True)
-        for first in range(0, count, CONCURRENCY):
-            async with trio.open_nursery() as nursery:
-                for n in range(first, min(count, first + CONCURRENCY)):
-                    nursery.start_soon(ns.add_message, "user", _text(n))
+        await fill(ns, count)
 
 
 async def _timed_compile(compiler: ctxrt.ContextManager) -> float:
@@ -88,10 +77,10 @@ async def main(directory: str, count: int) -> None:
         async def edit() -> None:
             nonlocal edits
             edits += 1
-            await editor.edit_message(target, _text(edits))
+            await editor.edit_message(target, text(edits))
 
         design = "current" if importlib.util.find_spec("ctxrt.namespace.machine") else "previous"
-        _reply({"ready": True, "ctxrt": os.path.dirname(os.path.abspath(ctxrt.__file__)), "design": design})
+        reply({"ready": True, "ctxrt": os.path.dirname(os.path.abspath(ctxrt.__file__)), "design": design})
 
         while True:
             line = await trio.to_thread.run_sync(sys.stdin.readline)
@@ -122,14 +111,14 @@ async def main(directory: str, count: int) -> None:
             elif command == "add":
                 for n in range(number):
                     started = time.perf_counter_ns()
-                    await appender.add_message("user", _text(n))
+                    await appender.add_message("user", text(n))
                     figures.append((time.perf_counter_ns() - started) / 1000)
             elif command == "crowd":
                 each = max(1, number // CROWD)
 
                 async def append(manager: ctxrt.ContextManager) -> None:
                     for n in range(each):
-                        await manager.add_message("user", _text(n))
+                        await manager.add_message("user", text(n))
 
                 started = time.perf_counter_ns()
                 async with trio.open_nursery() as nursery:
@@ -137,14 +126,14 @@ async def main(directory: str, count: int) -> None:
                         nursery.start_soon(append, manager)
                 figures.append(each * CROWD / ((time.perf_counter_ns() - started) / 1e9))
             else:
-                _reply({"error": f"unknown command {command!r}"})
+                reply({"error": f"unknown command {command!r}"})
                 continue
-            _reply({"figures": figures})
+            reply({"figures": figures})
 
 
 if __name__ == "__main__":
     try:
         trio.run(main, sys.argv[1], int(sys.argv[2]))
     except Exception as exc:  # the parent reads this line and reports it
-        _reply({"error": f"{type(exc).__name__}: {exc}"})
+        reply({"error": f"{type(exc).__name__}: {exc}"})
         raise
