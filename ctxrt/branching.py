@@ -92,7 +92,7 @@ async def branch_at(
     if message is None:
         raise MessageNotFoundError(f"no message {message_id!r} in slot {ref.config.slot!r} on branch "
                                    f"{ref.branch_name!r}")
-    name = name or f"branch-{_now_ms()}-{message.sequence}"
+    name = name or f"branch-{_now_ms()}-{message.sequence}-{secrets.token_hex(3)}"  # two at once differ, as fork's
     await registry.store_ref().ask(CreateBranch(name=name, from_branch=ref.branch_id, at_sequence=message.sequence))
     return name
 

@@ -1767,3 +1767,26 @@ async def test_summaries_that_dont_all_fit_leave_out_the_oldest_history(tmp_path
             assert set(stats.dropped_ids) | shown == set(ids)
             assert max(map(int, stats.dropped_ids)) < min(map(int, shown))  # the oldest went
             assert "didn't fit" in (stats.dropped_reason or "") and result.messages
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("compression_model", None), ("compression_model", ""), ("target_chunk_tokens", 0), ("target_chunk_tokens", -5),
+    ("head_window_tokens", -1), ("recent_window_tokens", -1), ("hierarchical", "yes"), ("merge_threshold", 1),
+    ("summary_target_tokens", 0), ("auto_tick", 1), ("summary_participant", ""), ("max_message_tokens", -1),
+    ("l1_holdback_chunks", 2.5),
+])
+def test_every_config_option_of_the_wrong_kind_is_refused_naming_it(field: str, value: object) -> None:
+    """Bad input is refused where the config is made, naming the field: a zero chunk size, a missing
+    compression model or a merge of one summary were accepted before and only went wrong later."""
+    options: dict[str, object] = {"compression_model": "m", field: value}
+    with pytest.raises(ValueError, match=field):
+        ctxrt.Autobiographical(**options)  # type: ignore[arg-type]
+    if field not in ("hierarchical",):
+        with pytest.raises(ValueError, match=field):
+            ctxrt.Knowledge(**options)  # type: ignore[arg-type]
+
+
+def test_windowed_refuses_a_negative_message_cap_naming_it() -> None:
+    """Bad input is refused where the config is made, naming the field."""
+    with pytest.raises(ValueError, match="max_message_tokens"):
+        ctxrt.WindowedPassthrough(max_message_tokens=-1)

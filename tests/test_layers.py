@@ -36,8 +36,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.wire", "ctxrt.openai_wire"),
     ("ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
     ("ctxrt.injections", "ctxrt.compile_result"),
-    ("ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
-    ("ctxrt.injections", "ctxrt.compile_result"),
     ("ctxrt.compile",),
     ("ctxrt.model",),
     ("ctxrt.openai_model",),

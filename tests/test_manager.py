@@ -720,6 +720,24 @@ async def test_branch_at_does_not_switch_and_holds_the_message(runtime: Runtime)
         assert source_ids(await a.compile()) == ids
 
 
+async def test_branch_at_without_a_name_twice_at_once_makes_two_branches(runtime: Runtime) -> None:
+    """R1: two unnamed branch_at calls on one message at the same moment each make a branch of their own
+    (the generated name was the time and the sequence only, so the second raised BranchExistsError)."""
+    with trio.fail_after(GUARD_S):
+        a = await runtime.open("x")
+        ids = await add_many(a, 2)
+        names: list[str] = []
+
+        async def branch() -> None:
+            names.append(await a.branch_at(ids[0]))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(branch)
+        assert len(set(names)) == 4
+        assert set(names) <= {b.name for b in await runtime.list_branches()}
+
+
 async def test_switch_branch_moves_only_this_manager(runtime: Runtime) -> None:
     """R1: switch_branch moves this manager; others on the old and the new branch stay where they are."""
     with trio.fail_after(GUARD_S):

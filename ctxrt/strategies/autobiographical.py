@@ -39,8 +39,11 @@ from .base import (
     Strategy,
     StrategyContext,
     Unit,
+    at_least,
+    flag,
     optional_count,
     optional_text,
+    text,
 )
 from .chunking import closing, head_window, recent_start
 from .live import MIB, LiveMemo, apply_live_policy
@@ -504,17 +507,17 @@ class AutobiographicalStrategy(Strategy):
 class Autobiographical:
     """Config of ``AutobiographicalStrategy`` (docs/api.md, Strategies)."""
 
-    compression_model: str
-    target_chunk_tokens: int = 3000
-    head_window_tokens: int = 0
-    recent_window_tokens: int = 30000
-    hierarchical: bool = True
-    merge_threshold: int = 6
-    summary_target_tokens: int = 2000
-    auto_tick: bool = False
-    summary_participant: str = "Claude"
-    max_message_tokens: int = 0
-    l1_holdback_chunks: int = 1
+    compression_model: str = attrs.field(validator=text)
+    target_chunk_tokens: int = attrs.field(default=3000, validator=at_least(1))
+    head_window_tokens: int = attrs.field(default=0, validator=non_negative_int)
+    recent_window_tokens: int = attrs.field(default=30000, validator=non_negative_int)
+    hierarchical: bool = attrs.field(default=True, validator=flag)
+    merge_threshold: int = attrs.field(default=6, validator=at_least(2))  # a merge of one summary is that summary
+    summary_target_tokens: int = attrs.field(default=2000, validator=at_least(1))
+    auto_tick: bool = attrs.field(default=False, validator=flag)
+    summary_participant: str = attrs.field(default="Claude", validator=text)
+    max_message_tokens: int = attrs.field(default=0, validator=non_negative_int)
+    l1_holdback_chunks: int = attrs.field(default=1, validator=non_negative_int)
     # What stays live (strategies/live.py), as WindowedPassthrough's.
     max_live_images: int = attrs.field(default=6, validator=non_negative_int)
     max_live_image_bytes: int = attrs.field(default=20 * MIB, validator=non_negative_int)

@@ -11,12 +11,13 @@ code, testable without trio or a store (``ctxrt.testing.PlainContext``).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
+from .. import checks
 from ..budget import Entry, non_negative_int
 from ..content import Message, sequence_key
 
@@ -209,6 +210,28 @@ def optional_text(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     """An attrs validator: None or a string."""
     if value is not None and not isinstance(value, str):
         raise ValueError(f"{attribute.name} must be None or a string, got {value!r}")
+
+
+def text(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """An attrs validator: a string that isn't empty (a model's or a participant's name)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{attribute.name} must be a non-empty string, got {checks.shown(value)}")
+
+
+def flag(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """An attrs validator: True or False (a truthy string is a mistake, not a yes)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{attribute.name} must be True or False, got {checks.shown(value)}")
+
+
+def at_least(minimum: int) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """An attrs validator: an int (not a bool) of at least ``minimum``."""
+
+    def validate(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{attribute.name} must be an integer of at least {minimum}, got {checks.shown(value)}")
+
+    return validate
 
 
 def optional_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:

@@ -142,7 +142,7 @@ class WindowedPassthrough:
     """Config of ``WindowedPassthroughStrategy`` (docs/api.md, Strategies)."""
 
     re_anchor_fraction: float = attrs.field(default=0.5, validator=_fraction)
-    max_message_tokens: int = 0
+    max_message_tokens: int = attrs.field(default=0, validator=non_negative_int)
     # What stays live (strategies/live.py): the newest images within the count, bytes and depth,
     # the newest tool results, tool inputs up to a size; the rest become short text.
     max_live_images: int = attrs.field(default=6, validator=non_negative_int)
