@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from .body_runs import BodyCache
 from .breakpoints import apply_cache_breakpoints
 from .codec import to_jsonable
 from .compile_result import CompileResult
@@ -87,6 +88,7 @@ class CompileMemo:
         self._chain: list[bytes] = []
         self._totals: list[int] = []  # _totals[i]: estimated tokens of messages[:i + 1]
         self._breaks: list[int] = []
+        self.bodies = BodyCache()  # the request bodies made of its results' parts (§3.D)
 
     def stable_prefix(self, messages: Sequence[CompiledMessage], system_blocks: Sequence[Block]) -> int:
         """P9: tokens of the longest prefix of ``messages`` identical (markers aside) to a prefix of
@@ -276,4 +278,5 @@ def build_compile_result(
         completeness=_Lazy(completeness),
     )
     final = placed if placed is not messages else list(placed)
-    return CompileResult(final, system_blocks, provenance, memo.stable_prefix(final, system_blocks))
+    return CompileResult(final, system_blocks, provenance, memo.stable_prefix(final, system_blocks),
+                         body_cache=memo.bodies)

@@ -14,7 +14,9 @@ from typing import Any, Literal
 
 import attrs
 
+from .anthropic_body import anthropic_messages
 from .anthropic_rules import violations
+from .body_runs import BodyCache
 from .content import Block, CompiledMessage, Text
 from .errors import EmptyRequestError, InvalidRequestError
 from .openai_rules import violations as openai_violations
@@ -37,6 +39,8 @@ class CompileResult:
     system_injections: list[Block]
     provenance: Provenance
     stable_prefix_tokens: int = 0
+    # The parts of the last bodies made, shared by the results of one compile memo (§3.D).
+    _bodies: BodyCache = attrs.field(factory=BodyCache, eq=False, repr=False, kw_only=True, alias="body_cache")
 
     def to_anthropic(
         self, *, assistant: str | Collection[str], system: str | None = None, strict: bool = False
@@ -50,13 +54,21 @@ class CompileResult:
                 reader's view, the strategy selected nothing (the newest message alone exceeds
                 the budget), or nothing selected is sendable (blank text, another's thinking).
             InvalidRequestError: with ``strict=True``, the body breaks a rule of
-                ``ctxrt.anthropic_rules`` (a bug in ctxrt: every body should satisfy P8).
+                ``ctxrt.anthropic_rules`` (a bug in ctxrt: every body should satisfy P8), or a
+                turn an earlier body shared with this one was edited by the host (P15).
+
+        Made from the last body's parts (P14): the dict, its ``messages`` list and its last turn
+        are the host's to edit; earlier turns are shared with later bodies, read-only (P15).
         """
         body: dict[str, Any] = {}
         text = self._system_text(system)
         if text:
             body["system"] = text
-        body["messages"] = to_anthropic_messages(self.messages, assistant)
+        if strict:
+            body["messages"] = to_anthropic_messages(self.messages, assistant)
+            self._check_shared(body["messages"], anthropic_messages(self.messages, assistant, self._bodies))
+        else:
+            body["messages"] = anthropic_messages(self.messages, assistant, self._bodies)
         if not body["messages"]:
             self._refuse_empty("the Messages API", "blank text, or thinking outside the assistant's turns")
         if strict:
@@ -112,6 +124,15 @@ class CompileResult:
         text = self._system_text(system)
         body = {"instructions": text, "input": items} if text else {"input": items}
         return self._checked(OpenAIBody(body, left_out, as_text), strict, "responses")
+
+    def _check_shared(self, fresh: list[Any], cached: list[Any]) -> None:
+        """``strict``: a body made from scratch against one made from cached parts (P15)."""
+        if fresh != cached:
+            self._bodies.clear()  # the parts were edited: make the next bodies afresh
+            place = next((k for k, (a, b) in enumerate(zip(fresh, cached)) if a != b), min(len(fresh), len(cached)))
+            raise InvalidRequestError(
+                [f"messages[{place}]: differs from a body made afresh: a turn shared with an earlier body "
+                 "was edited after that body was returned (earlier turns are read-only, docs/api.md)"])
 
     def _system_text(self, system: str | None) -> str:
         """The host's system prompt and the system injections' text, blank ones left out (the APIs refuse them)."""

@@ -152,7 +152,8 @@ def _sendable(block: Block, role: str) -> bool:
     return True
 
 
-def _mark_cache(content: list[dict[str, Any]]) -> dict[str, Any] | None:
+def mark_cache(content: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Mark a breakpoint on the last block that can carry one; the block marked, or None."""
     for block in reversed(content):
         if block["type"] not in ("thinking", "redacted_thinking"):  # thinking can't carry cache_control
             block["cache_control"] = {"type": "ephemeral"}
@@ -161,7 +162,8 @@ def _mark_cache(content: list[dict[str, Any]]) -> dict[str, Any] | None:
     return None
 
 
-def _marked_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def marked_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The blocks of ``content`` carrying cache_control, nested ones after their tool_result."""
     found = []
     for block in content:
         if "cache_control" in block:
@@ -172,11 +174,12 @@ def _marked_blocks(content: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def _cap_cache_controls(turns: list[dict[str, Any]], ours: list[dict[str, Any]]) -> None:
+def cap_cache_controls(turns: list[dict[str, Any]], ours: list[dict[str, Any]]) -> None:
+    """Remove cache_control markers past the provider's 4 from ``turns`` (in place); ``ours`` are the compile's."""
     # The provider refuses more than 4 cache_control blocks in a request, nested ones in a
     # tool_result's content counted (P8): a host's own markers on stored text give way, earliest
     # first, to the compile's breakpoints; then the compile's own, earliest after the first.
-    marked = [b for turn in turns for b in _marked_blocks(turn["content"])]
+    marked = [b for turn in turns for b in marked_blocks(turn["content"])]
     excess = len(marked) - MAX_REQUEST_CACHE_CONTROLS
     if excess <= 0:
         return
@@ -190,7 +193,8 @@ def _cap_cache_controls(turns: list[dict[str, Any]], ours: list[dict[str, Any]])
         excess -= 1
 
 
-def _strip_final_assistant(turns: list[dict[str, Any]]) -> None:
+def strip_final_assistant(turns: list[dict[str, Any]]) -> None:
+    """Trim a final assistant turn's trailing whitespace (in place: it edits the last turn only)."""
     # The API refuses a final assistant turn ending in whitespace (P8): trim its last text, and
     # drop a block (or the turn) that trimming leaves empty.
     while turns and turns[-1]["role"] == "assistant":
@@ -218,9 +222,16 @@ class ForeignCalls:
         self._calls: dict[str, str] = {}  # tool_use id -> "who called what"
 
     def call_text(self, participant: str, block: ToolUse) -> str:
-        call = f"{participant} called {block.name}"
-        self._calls[block.id] = call
-        return f"[{call} with {compact_json(block.input)}]"
+        return f"[{self.called(participant, block)} with {compact_json(block.input)}]"
+
+    def called(self, participant: str, block: ToolUse) -> str:
+        """Note another participant's call; "who called what"."""
+        call = self._calls[block.id] = f"{participant} called {block.name}"
+        return call
+
+    def lookup(self, tool_use_id: str) -> str | None:
+        """"who called what" for a result of another participant's call; None for the assistant's own."""
+        return self._calls.get(tool_use_id)
 
     def own(self, block: ToolUse) -> None:
         """The assistant's own call: a result with this id answers it from now on, even if another
@@ -229,7 +240,7 @@ class ForeignCalls:
 
     def result_text(self, block: ToolResult) -> str | None:
         """The text a result of another participant's call becomes; None for the assistant's own."""
-        call = self._calls.get(block.tool_use_id)
+        call = self.lookup(block.tool_use_id)
         if call is None:
             return None
         body = block.content if isinstance(block.content, str) else " ".join(
@@ -265,6 +276,43 @@ def _api_block(block: Block, participant: str, role: str, foreign: ForeignCalls)
     return api
 
 
+class ReplayedCalls(ForeignCalls):
+    """A ``ForeignCalls`` answering one message's lookups as a walk over the request answered them
+    (``replay_calls``), so the message's form can be made apart from that walk."""
+
+    def __init__(self, seen: Sequence[str | None]) -> None:
+        super().__init__()
+        self._seen = iter(seen)
+
+    def lookup(self, tool_use_id: str) -> str | None:
+        return next(self._seen)
+
+
+def replay_calls(foreign: ForeignCalls, message: CompiledMessage, role: str) -> tuple[str | None, ...]:
+    """What ``message_content`` asks ``foreign`` of ``message``, in order, with its effects on it,
+    without making the blocks: the walk's context of a message, to tell whether its cached form holds."""
+    seen = []
+    for block in message.content:
+        if type(block) is ToolUse:
+            if role == "user":
+                foreign.called(message.participant, block)
+            else:
+                foreign.own(block)
+        elif type(block) is ToolResult:
+            seen.append(foreign.lookup(block.tool_use_id))
+    return tuple(seen)
+
+
+def holds_tools(message: CompiledMessage) -> bool:
+    """Whether ``message``'s form depends on the walk (``ForeignCalls``): it holds a tool block."""
+    return any(type(b) is ToolUse or type(b) is ToolResult for b in message.content)
+
+
+def message_content(message: CompiledMessage, role: str, foreign: ForeignCalls) -> list[dict[str, Any]]:
+    """The API blocks of one compiled message spoken as ``role``: what the API refuses left out."""
+    return [_api_block(b, message.participant, role, foreign) for b in message.content if _sendable(b, role)]
+
+
 def compact_json(value: Any) -> str:
     """``value`` as compact JSON text, the same bytes every time (P9)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -287,11 +335,11 @@ def to_anthropic_messages(messages: Sequence[CompiledMessage], assistant: str | 
     foreign = ForeignCalls()
     for message in messages:
         role = "assistant" if message.participant in speakers else "user"
-        content = [_api_block(b, message.participant, role, foreign) for b in message.content if _sendable(b, role)]
+        content = message_content(message, role, foreign)
         if not content:
             continue
         if message.cache_breakpoint:
-            marked = _mark_cache(content)
+            marked = mark_cache(content)
             if marked is not None:
                 ours.append(marked)
         if out and out[-1]["role"] == role:
@@ -302,8 +350,13 @@ def to_anthropic_messages(messages: Sequence[CompiledMessage], assistant: str | 
         # The API wants a user turn's tool_results first (an injection may sit before them).
         if turn["role"] == "user" and any(b["type"] == "tool_result" for b in turn["content"]):
             turn["content"].sort(key=lambda b: b["type"] != "tool_result")
-    _cap_cache_controls(out, ours)
-    _strip_final_assistant(out)
+    cap_cache_controls(out, ours)
+    strip_final_assistant(out)
     if out and out[0]["role"] == "assistant":
-        out.insert(0, {"role": "user", "content": [{"type": "text", "text": CONTINUED_TEXT}]})
+        out.insert(0, continued_turn())
     return out
+
+
+def continued_turn() -> dict[str, Any]:
+    """The user turn put before a leading assistant turn (the API wants a user turn first)."""
+    return {"role": "user", "content": [{"type": "text", "text": CONTINUED_TEXT}]}

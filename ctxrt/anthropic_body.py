@@ -1,0 +1,243 @@
+"""The Messages API ``messages`` of a compile, made from the last body's parts (§3.D; P7, P14, P15).
+
+``wire.to_anthropic_messages`` makes a body from scratch, block by block. Here the same body is
+assembled from what the last one of the same assistant set was made of: each compiled message's
+API blocks (a ``_Part``, reused while the message is the same object and, for a message with
+tool blocks, while the walk over the request's tool calls shows it the same calls), and each
+turn (a merged same-role run of parts, reused whole, by list slices, where the same parts make
+it and its neighbours' roles still differ). So a body costs a list of references plus what
+changed. The cache's parts and turns are never edited once made: the provider's 4-marker cap and
+the final assistant trim are made on copies, and the last turn is always a fresh copy (the
+host's to edit, docs/api.md).
+"""
+
+from __future__ import annotations
+
+import copy
+from bisect import bisect_left, bisect_right
+from collections.abc import Collection, Sequence
+from typing import Any, cast
+
+from .body_runs import BodyCache, runs
+from .content import CompiledMessage
+from .wire import (
+    MAX_REQUEST_CACHE_CONTROLS,
+    ForeignCalls,
+    ReplayedCalls,
+    cap_cache_controls,
+    continued_turn,
+    holds_tools,
+    mark_cache,
+    marked_blocks,
+    message_content,
+    replay_calls,
+    strip_final_assistant,
+)
+
+
+class _Part:
+    """One compiled message's API blocks as ``role`` (None when nothing in it is sendable), with
+    the calls the walk showed it (``seen``), the block its breakpoint marked and its marker count."""
+
+    __slots__ = ("content", "marks", "ours", "results", "role", "seen")
+
+    def __init__(self, message: CompiledMessage, role: str, seen: tuple[str | None, ...]) -> None:
+        content = message_content(message, role, ReplayedCalls(seen))
+        self.role, self.seen = role, seen
+        self.ours = mark_cache(content) if content and message.cache_breakpoint else None
+        self.marks = len(marked_blocks(content))
+        self.results = role == "user" and any(b["type"] == "tool_result" for b in content)
+        self.content = content or None
+
+
+class _Body:
+    """What one body was made of: its messages, their parts, where the tool-bearing ones are,
+    and its turns (as made, before the cap and trim) with each one's span of messages."""
+
+    __slots__ = ("base", "ends", "marks", "messages", "ours", "parts", "roles", "starts", "tools", "turns")
+
+    def __init__(self) -> None:
+        self.messages: list[CompiledMessage] = []
+        self.parts: list[_Part] = []
+        self.tools: list[int] = []
+        self.turns: list[dict[str, Any]] = []
+        # Each turn's first message and past its last, less ``base``: a body taking the last one's
+        # turns at one shift copies these as they are, where adding the shift would cost O(turns).
+        self.base = 0
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.marks: list[int] = []
+        self.ours: list[tuple[dict[str, Any], ...]] = []
+        self.roles: list[str] = []
+
+
+class _Assembly:
+    """Turns in the making: whole turns taken from the last body, and a group of parts being merged."""
+
+    def __init__(self, body: _Body, parts: list[_Part]) -> None:
+        self.body, self.parts = body, parts
+        self.group: list[int] = []  # positions of the sendable parts of the open turn
+
+    def role(self) -> str | None:
+        if self.group:
+            return self.parts[self.group[0]].role
+        return self.body.roles[-1] if self.body.roles else None
+
+    def part(self, i: int) -> None:
+        part = self.parts[i]
+        if part.content is None:
+            return
+        if not self.group and self.body.roles and self.body.roles[-1] == part.role:
+            self._reopen()  # a taken turn the next part of its role must join
+        elif self.group and self.parts[self.group[0]].role != part.role:
+            self.close()
+        self.group.append(i)
+
+    def _reopen(self) -> None:
+        body = self.body
+        start, end = body.starts.pop() + body.base, body.ends.pop() + body.base
+        for column in (body.turns, body.marks, body.ours, body.roles):
+            column.pop()
+        self.group = [k for k in range(start, end) if self.parts[k].content is not None]
+
+    def close(self) -> None:
+        if not self.group:
+            return
+        parts = [self.parts[k] for k in self.group]
+        content = [block for part in parts for block in part.content or ()]
+        if any(part.results for part in parts):
+            content.sort(key=lambda b: b["type"] != "tool_result")  # the API wants tool_results first
+        body = self.body
+        body.turns.append({"role": parts[0].role, "content": content})
+        body.starts.append(self.group[0] - body.base)
+        body.ends.append(self.group[-1] + 1 - body.base)
+        body.marks.append(sum(part.marks for part in parts))
+        body.ours.append(tuple(part.ours for part in parts if part.ours is not None))
+        body.roles.append(parts[0].role)
+        self.group = []
+
+    def take(self, old: _Body, first: int, last: int, shift: int) -> None:
+        """The last body's turns ``first``..``last - 1`` whole, their messages ``shift`` further on."""
+        if first < last and old.roles[first] == self.role():
+            for k in range(old.starts[first] + old.base, old.ends[first] + old.base):  # it merges with what precedes it
+                self.part(k + shift)
+            first += 1
+        if first >= last:
+            return
+        self.close()
+        body = self.body
+        body.turns += old.turns[first:last]
+        delta = old.base + shift - body.base
+        if delta:
+            body.starts += map(delta.__add__, old.starts[first:last])
+            body.ends += map(delta.__add__, old.ends[first:last])
+        else:
+            body.starts += old.starts[first:last]
+            body.ends += old.ends[first:last]
+        body.marks += old.marks[first:last]
+        body.ours += old.ours[first:last]
+        body.roles += old.roles[first:last]
+
+
+def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], old: _Body | None) -> _Body:
+    def role_of(message: CompiledMessage) -> str:
+        return "assistant" if message.participant in speakers else "user"
+
+    body = _Body()
+    body.messages = new = list(messages)  # the host may change its list; the record keeps this one
+    found = runs(new, old.messages) if old is not None else []
+    if found and old is not None:  # the longest run's turns are taken as they were stored
+        i, j, _ = max(found, key=lambda run: run[2])
+        body.base = old.base + i - j
+    parts: list[_Part | None] = [None] * len(new)
+    fresh: list[int] = []
+    position = 0
+    for i, j, length in found:
+        fresh += range(position, i)
+        body.tools += (k for k in range(position, i) if holds_tools(new[k]))
+        assert old is not None
+        parts[i:i + length] = old.parts[j:j + length]
+        body.tools += (t + i - j for t in old.tools[bisect_left(old.tools, j):bisect_left(old.tools, j + length)])
+        position = i + length
+    fresh += range(position, len(new))
+    body.tools += (k for k in range(position, len(new)) if holds_tools(new[k]))
+    # Replay the request's walk over its tool-bearing messages only: a part made under other calls is made again.
+    foreign = ForeignCalls()
+    remade: list[int] = []
+    for t in body.tools:
+        message = new[t]
+        role = role_of(message)
+        seen = replay_calls(foreign, message, role)
+        held = parts[t]
+        if held is None or held.seen != seen:
+            if held is not None:
+                remade.append(t)
+            parts[t] = _Part(message, role, seen)
+    for k in fresh:
+        if parts[k] is None:
+            parts[k] = _Part(new[k], role_of(new[k]), ())
+    body.parts = made = cast(list[_Part], parts)  # every position has its part now
+    assembly = _Assembly(body, made)
+    position = 0
+    for i, j, length in found:
+        for k in range(position, i):
+            assembly.part(k)
+        assert old is not None
+        _take_run(assembly, old, i, j, length, [t for t in remade if i <= t < i + length])
+        position = i + length
+    for k in range(position, len(new)):
+        assembly.part(k)
+    assembly.close()
+    return body
+
+
+def _take_run(assembly: _Assembly, old: _Body, i: int, j: int, length: int, remade: list[int]) -> None:
+    """Messages ``i``..``i + length - 1``, the last body's from ``j``: its turns wholly inside the
+    run (and clear of a remade part) taken whole, the rest part by part."""
+    shift = i - j
+    bounds = [i] + [b for t in remade for b in (t, t + 1)] + [i + length]
+    for start, end in zip(bounds[::2], bounds[1::2]):
+        first = bisect_left(old.starts, start - shift - old.base)
+        last = max(first, bisect_right(old.ends, end - shift - old.base))
+        inside = first < last
+        for k in range(start, old.starts[first] + old.base + shift if inside else end):
+            assembly.part(k)
+        if inside:
+            assembly.take(old, first, last, shift)
+            for k in range(old.ends[last - 1] + old.base + shift, end):
+                assembly.part(k)
+        if end < i + length:
+            assembly.part(end)  # a remade part
+
+
+def _copy(turn: dict[str, Any]) -> dict[str, Any]:
+    # Block by block: a message compiled twice over shares its part's blocks, which must part here.
+    return {"role": turn["role"], "content": [copy.deepcopy(block) for block in turn["content"]]}
+
+
+def anthropic_messages(
+    messages: Sequence[CompiledMessage], assistant: str | Collection[str], cache: BodyCache
+) -> list[dict[str, Any]]:
+    """``wire.to_anthropic_messages(messages, assistant)``, made from the parts of the last body
+    ``cache`` holds for the same assistant set; the body's turns but its last are shared with it."""
+    speakers = frozenset({assistant} if isinstance(assistant, str) else assistant)
+    key = ("anthropic", speakers)
+    body = _assemble(messages, speakers, cache.get(key))
+    cache.put(key, body)
+    out = list(body.turns)
+    if sum(body.marks) > MAX_REQUEST_CACHE_CONTROLS:
+        # The cap edits markers: on copies of the turns holding them, the cached ones kept as made.
+        copies, ours = [], []
+        for t, count in enumerate(body.marks):
+            if count:
+                out[t] = _copy(out[t])
+                copies.append(out[t])
+                mine = set(map(id, body.ours[t]))
+                ours += [c for b, c in zip(body.turns[t]["content"], out[t]["content"]) if id(b) in mine]
+        cap_cache_controls(copies, ours)
+    if out:
+        out[-1] = _copy(out[-1])  # the host's to edit, and the trim's
+    strip_final_assistant(out)
+    if out and out[0]["role"] == "assistant":
+        out.insert(0, continued_turn())
+    return out

@@ -1,0 +1,150 @@
+"""Request bodies made from the last body's cached parts (P14) and what a host may edit in one (P15)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import anthropic
+import attrs
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import ctxrt
+from ctxrt.anthropic_body import anthropic_messages
+from ctxrt.body_runs import BodyCache, runs
+from ctxrt.content import CompiledMessage, Image, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from ctxrt.testing import ApiReply, open_messages_api_server
+from ctxrt.wire import to_anthropic_messages
+
+GUARD_S = 10
+PARTICIPANTS = ("user", "Claude", "bob", "ann")
+TOOL_IDS = ("t1", "t2", "call_1")
+EPHEMERAL = {"type": "ephemeral"}
+EXAMPLES = 2000 if os.environ.get("CTXRT_SOAK") == "1" else 120  # make soak explores further
+
+texts = st.sampled_from(["hi", "  ", "", "tail \n", "long answer", "x"])
+text_blocks = st.builds(Text, texts, cache_control=st.sampled_from([None, None, EPHEMERAL]))
+nested = st.one_of(texts, st.lists(text_blocks, max_size=2).map(tuple))
+blocks = st.one_of(
+    text_blocks,
+    text_blocks,
+    st.builds(Thinking, st.just("hm"), st.sampled_from([None, "sig"])),
+    st.builds(RedactedThinking, st.just("r")),
+    st.builds(ToolUse, st.sampled_from(TOOL_IDS), st.sampled_from(["search", "mcpl:search"]), st.just({"q": 1})),
+    st.builds(ToolResult, st.sampled_from(TOOL_IDS), nested, is_error=st.booleans()),
+    st.builds(Image, st.sampled_from([{"type": "base64", "media_type": "image/png", "data": "AA=="},
+                                      {"type": "blob_ref", "sha256": "ab"}])),
+)
+messages = st.builds(CompiledMessage, st.sampled_from(PARTICIPANTS), st.lists(blocks, min_size=1, max_size=3).map(tuple),
+                     cache_breakpoint=st.booleans())
+assistants = st.sampled_from(["Claude", ("Claude", "bob"), "user"])
+
+
+def step(data: st.DataObject, current: list[CompiledMessage], seen: list[CompiledMessage]) -> list[CompiledMessage]:
+    """The next compile's messages: what a compile does between turns, sharing message objects."""
+    kind = data.draw(st.sampled_from(["append", "trim", "slide", "splice", "remark", "reuse", "same"]))
+    new = list(current)
+    if kind in ("append", "slide"):
+        new += data.draw(st.lists(messages, min_size=1, max_size=3))
+    if kind in ("trim", "slide") and new:
+        del new[: data.draw(st.integers(1, min(3, len(new))))]
+    if kind == "splice" and new:
+        at = data.draw(st.integers(0, len(new) - 1))
+        new[at:at + data.draw(st.integers(0, 2))] = data.draw(st.lists(messages, max_size=2))
+    if kind == "remark" and new:  # a breakpoint moved: new objects for the messages it touched
+        at = data.draw(st.integers(0, len(new) - 1))
+        new[at] = attrs.evolve(new[at], cache_breakpoint=not new[at].cache_breakpoint)
+    if kind == "reuse" and seen:  # an object from an earlier compile back in another place
+        new.insert(data.draw(st.integers(0, len(new))), data.draw(st.sampled_from(seen)))
+    return new
+
+
+def host_edits(body: list[dict[str, Any]]) -> None:
+    """What a host may do to a body (P15): its list, and its last turn, edited in place."""
+    if not body:
+        return
+    last = body[-1]
+    last["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    last["content"].append({"type": "text", "text": "added by the host"})
+    body.append({"role": "user", "content": [{"type": "text", "text": "another"}]})
+    body.pop(0)
+
+
+@settings(max_examples=EXAMPLES)
+@given(st.data(), st.lists(messages, max_size=12), assistants)
+def test_a_body_made_from_cached_parts_equals_one_made_afresh(
+    data: st.DataObject, first: list[CompiledMessage], assistant: Any
+) -> None:
+    """P14, P15: over compiles that append, trim the front, splice, move breakpoints and bring
+    back earlier message objects, each body made from the last one's parts equals a body made
+    from scratch, though the host edited every body's last turn; and so does an older compile's."""
+    cache = BodyCache()
+    current, seen, history = first, list(first), [first]
+    for _ in range(data.draw(st.integers(1, 12))):
+        if data.draw(st.integers(0, 9)) == 0:
+            assistant = data.draw(assistants)
+        made = anthropic_messages(current, assistant, cache)
+        assert made == to_anthropic_messages(current, assistant)
+        host_edits(made)
+        current = step(data, current, seen)
+        seen += current
+        history.append(current)
+    older = data.draw(st.sampled_from(history))
+    assert anthropic_messages(older, assistant, cache) == to_anthropic_messages(older, assistant)
+
+
+@given(st.lists(st.integers(0, 6), max_size=30), st.lists(st.integers(0, 6), max_size=30))
+def test_runs_are_the_stretches_of_the_new_list_found_by_identity_in_the_old(old_keys: list[int], new_keys: list[int]) -> None:
+    """P14: every run is a stretch of the new list that is, object for object, one of the old."""
+    pool = [object() for _ in range(7)]
+    old, new = [pool[k] for k in old_keys], [pool[k] for k in new_keys]
+    found = runs(new, old)
+    covered, consumed = 0, 0
+    for i, j, length in found:
+        assert length > 0 and i >= covered
+        assert all(a is b for a, b in zip(new[i:i + length], old[j:j + length], strict=True))
+        # nothing skipped over could have started a run in what was left of the old list
+        assert not any(item in old[consumed:] for item in new[covered:i])
+        covered, consumed = i + length, j + length
+    assert not any(item in old[consumed:] for item in new[covered:])
+
+
+def test_strict_names_the_turn_a_host_edited_that_later_bodies_share() -> None:
+    """P15: an earlier turn is shared with later bodies; editing it is found by strict=True,
+    which names the turn and makes the next bodies afresh."""
+    talk = [CompiledMessage("user" if n % 2 == 0 else "Claude", (Text(f"message {n}"),)) for n in range(6)]
+    provenance = ctxrt.Provenance("c", "ns", "main", None, "passthrough", tuple(() for _ in talk), {}, {})
+    result = ctxrt.CompileResult(talk, [], provenance)
+    body = result.to_anthropic(assistant="Claude")
+    body["messages"][1]["content"][0]["text"] = "rewritten by the host"  # not the host's: read-only
+    with pytest.raises(ctxrt.InvalidRequestError, match=r"messages\[1\]: .*read-only"):
+        result.to_anthropic(assistant="Claude", strict=True)
+    assert result.to_anthropic(assistant="Claude") == {"messages": to_anthropic_messages(talk, "Claude")}
+
+
+async def test_a_host_editing_its_body_and_the_anthropic_client_sending_it_leave_later_bodies_unchanged(
+    runtime: ctxrt.Runtime,
+) -> None:
+    """P15: through the public API, the host edits each body's dict, list and last turn, the real
+    anthropic client sends it to the local Messages API server (and leaves it as it was), and
+    every later body equals one made afresh."""
+    with trio.fail_after(GUARD_S):
+        manager = await runtime.open("chat")
+        async with open_messages_api_server(lambda _: ApiReply.text("ok")) as server:
+            async with anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test", max_retries=0) as client:
+                for n in range(6):
+                    await manager.add_message("user" if n % 2 == 0 else "Claude", f"turn {n} ")
+                    result = await manager.compile(ctxrt.Budget(max_tokens=10_000))
+                    body = result.to_anthropic(assistant="Claude", system="be brief")
+                    assert body == result.to_anthropic(assistant="Claude", system="be brief", strict=True)
+                    sent = copy.deepcopy(body)
+                    reply = await client.messages.create(model="m", max_tokens=5, **body)
+                    assert reply.content[0].text == "ok"
+                    assert body == sent  # the client left the body as it was
+                    body["system"] = "changed"
+                    host_edits(body["messages"])
+        assert len(server.requests) == 6
