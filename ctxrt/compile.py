@@ -154,10 +154,13 @@ class CompileMemo:
             entry = entries[i]
             if not (j < len(old) and (entry is old[j] or entry == old[j])):
                 # Not where the last run left off: the same object further on (past a trimmed
-                # front or a removed stretch), found by identity, else an entry to prepare.
-                if where is None:
-                    where = dict(zip(map(id, old), range(len(old))))
-                found = where.get(id(entry))
+                # front or a removed stretch), found by identity, else an entry to prepare. A
+                # few steps on first (the budget pushes one or two out a turn), then an index.
+                found = next((k for k in range(j + 1, min(j + 4, len(old))) if old[k] is entry), None)
+                if found is None and j < len(old):  # past the last entries, what comes is new
+                    if where is None:
+                        where = dict(zip(map(id, old), range(len(old))))
+                    found = where.get(id(entry))
                 if found is None:
                     start = len(messages)
                     if entry.content:  # an empty entry makes no part
