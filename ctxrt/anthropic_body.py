@@ -1,4 +1,4 @@
-"""The Messages API ``messages`` of a compile, made from the last body's parts (§3.D; P7, P14, P15).
+"""The Messages API ``messages`` of a compile, made from the last body's parts (P7, P14, P15).
 
 ``wire.to_anthropic_messages`` makes a body from scratch, block by block. Here the same body is
 assembled from what the last one of the same assistant set was made of: each compiled message's

@@ -1,4 +1,4 @@
-"""Runs of a compile's messages that an earlier body was built from, and the cache holding those bodies (§3.D).
+"""Runs of a compile's messages that an earlier body was built from, and the cache holding those bodies.
 
 A request body is made from cached parts: ``runs`` finds the stretches of a compile's messages
 that are, object for object, stretches of the messages the last body of the same form was made

@@ -13,7 +13,9 @@ from __future__ import annotations
 import hashlib
 import operator
 import uuid
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
 from typing import Any
 
 import attrs
@@ -24,7 +26,7 @@ from .codec import to_jsonable
 from .compile_result import CompileResult
 from .content import Block, CompiledMessage, Message
 from .errors import MalformedContentError
-from .injections import Injection, MessageInjection, place_with_origins
+from .injections import Injection, MessageInjection, Origin, place_with_origins
 from .provenance import Provenance, Source, coverage_complete
 from .budget import Entry
 from .tokens import estimate_blocks
@@ -33,9 +35,9 @@ from .validation import find_audience
 
 
 class _Prepared:
-    """One entry made ready to compile: its parts, their tool ids, its sources and raw bodies."""
+    """One entry made ready to compile: its parts, their tool ids and tokens, its sources and raw bodies."""
 
-    __slots__ = ("bodies", "entry", "parts", "sources", "tools")
+    __slots__ = ("bodies", "entry", "parts", "sources", "tokens", "tools")
 
     def __init__(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> None:
         raw = entry.relation == "copy"
@@ -52,6 +54,7 @@ class _Prepared:
             for k, (participant, content) in enumerate(split)
         ]
         self.tools = [tool_ids(part) for part in self.parts]
+        self.tokens = [estimate_blocks(part.content) for part in self.parts]
         rendered = [block for part in self.parts for block in part.content]
         self.sources = tuple(
             Source("message", sid, body is not None and _complete(rendered, entry.content, body)) if raw
@@ -67,100 +70,131 @@ def _complete(rendered: Sequence[Block], content: Sequence[Block], body: Message
     return coverage_complete(rendered, body.content)
 
 
+def _run_end(new: Sequence[Any], old: Sequence[Any], i: int, j: int, same: Callable[[Any, Any], bool]) -> int:
+    """How far ``new[i:]`` goes on as ``old[j:]`` does, judged by ``same`` on slices: galloping, so
+    a long run costs a few C-speed slice compares rather than a Python step per item."""
+    start, step = i, 1
+    while True:
+        step = min(step, len(new) - i, len(old) - j)
+        if step == 0:
+            return i - start
+        if same(new[i:i + step], old[j:j + step]):
+            i, j, step = i + step, j + step, step * 2
+        elif step == 1:
+            return i - start
+        else:
+            step //= 2
+
+
+def _identical(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return all(map(operator.is_, a, b))
+
+
+def _moved(positions: list[int], first: int, end: int, to: int) -> list[int]:
+    """The sorted ``positions`` within [first, end), moved so that ``first`` lands on ``to``."""
+    lo, hi = bisect_left(positions, first), bisect_left(positions, end)
+    return [to + p - first for p in positions[lo:hi]] if lo < hi else []
+
+
+@attrs.frozen
+class _Parts:
+    """One compile's flat parts (the memo's own lists: read, never changed) and where its marks and tool blocks are."""
+
+    messages: list[CompiledMessage]
+    tools: list[ToolIds | None]
+    owners: list[_Prepared]
+    tokens: list[int]  # estimated tokens of each part
+    marks: list[int]  # positions of the parts carrying a cache breakpoint
+    tooled: list[int]  # positions of the parts holding a tool block
+
+
+_NO_PARTS = _Parts([], [], [], [], [], [])
+
+
 class CompileMemo:
-    """Entries prepared by earlier compiles, kept by identity: a strategy that hands back the
-    same ``Entry`` objects (as the bundled ones do for unchanged messages) pays for each once,
-    and a compile whose entries start as the last one's did reuses that stretch whole."""
+    """The last compile's parts, diffed by runs against the next one's entries: a strategy that
+    hands back the same ``Entry`` objects (as the bundled ones do for unchanged messages) pays for
+    what changed (a front trim, appends, a splice, a moved marker), the rest copied by slices."""
 
     def __init__(self) -> None:
         self._prepared: dict[int, _Prepared] = {}
         self._entries: list[Entry] = []
-        self._messages: list[CompiledMessage] = []
-        self._tools: list[ToolIds | None] = []
-        self._owners: list[_Prepared] = []
-        self._ends: list[int] = []  # _ends[i]: messages made from entries[:i + 1]
-        self.marked = False  # whether any part made so far carries a cache breakpoint
-        # P9: a chained fingerprint per compiled message (of the system blocks and every message up
-        # to it), reused where a compile's messages are the last one's objects, and the last
-        # compile's breakpoint positions; so a warm compile pays for what changed, not the slot.
+        self._parts = _NO_PARTS
+        # Entries making other than one part (split tool messages, empty ones), sorted, with their
+        # part counts and _shift[t]: the parts beyond one per entry made by the first t of them.
+        self._odd: list[int] = []
+        self._counts: list[int] = []
+        self._shift: list[int] = [0]
+        # P9: the last compile's messages (the memo's copy), its system blocks' digest, its
+        # breakpoint positions and the estimated tokens up to each; digests of messages compared.
         self._system: bytes = b""
         self._chained: list[CompiledMessage] = []
-        self._chain: list[bytes] = []
-        self._totals: list[int] = []  # _totals[i]: estimated tokens of messages[:i + 1]
         self._breaks: list[int] = []
-        self.bodies = BodyCache()  # the request bodies made of its results' parts (§3.D)
+        self._break_totals: list[int] = []
+        self._digests: dict[int, tuple[CompiledMessage, bytes]] = {}
+        self.bodies = BodyCache()  # the request bodies made of its results' parts (to_anthropic reuses them)
 
-    def stable_prefix(self, messages: Sequence[CompiledMessage], system_blocks: Sequence[Block]) -> int:
-        """P9: tokens of the longest prefix of ``messages`` identical (markers aside) to a prefix of
-        the last compile's that ended at one of its breakpoints (what the cache that request wrote
-        can serve). Remembers this compile's for the next one."""
-        if not self.marked and not self._breaks:
-            return 0  # no breakpoint now nor last time: nothing was or will be cached
-        system = hashlib.blake2b(repr(to_jsonable(list(system_blocks))).encode("utf-8", "surrogatepass"),
-                                 digest_size=16).digest()
-        old_chain, old_breaks = self._chain, self._breaks
-        if system != self._system:
-            start = 0
-        else:
-            same = list(map(operator.is_, messages, self._chained))  # C speed: the unchanged stretch
-            start = same.index(False) if False in same else len(same)
-        chain, totals = old_chain[:start], self._totals[:start]
-        fingerprint, total = (chain[-1], totals[-1]) if start else (system, 0)
-        breaks = [i for i in old_breaks if i < start]
-        for index in range(start, len(messages)):
-            message = messages[index]
-            content = repr((message.participant, to_jsonable(list(message.content)))).encode("utf-8", "surrogatepass")
-            fingerprint = hashlib.blake2b(fingerprint + content, digest_size=16).digest()
-            total += estimate_blocks(message.content)
-            chain.append(fingerprint)
-            totals.append(total)
-            if message.cache_breakpoint:
-                breaks.append(index)
-        stable = max((totals[i] for i in old_breaks if i < len(chain) and i < len(old_chain)
-                      and chain[i] == old_chain[i]), default=0)
-        self._system, self._chained, self._chain, self._totals, self._breaks = (
-            system, list(messages), chain, totals, breaks)
-        return stable
+    def _offset(self, index: int) -> int:
+        """Where the parts of the last compile's ``entries[index]`` start."""
+        return index + self._shift[bisect_left(self._odd, index)]
 
-    def parts(
-        self, entries: Sequence[Entry], lookup: Callable[[str], Message | None]
-    ) -> tuple[list[CompiledMessage], list[ToolIds | None], list[_Prepared]]:
-        """The compiled parts of ``entries``, their tool ids and the prepared entry each came from."""
-        previous = self._entries
-        if len(entries) >= len(previous) and entries[: len(previous)] == previous:
-            shared = len(previous)  # the usual warm compile: the last entries, then new ones (C-speed check)
-        else:
-            # Up to the first entry that differs (a moved tail breakpoint, a new summary): equal
-            # entries carry equal parts, so only what follows is prepared again.
-            same = list(map(operator.is_, entries, previous))
-            shared = same.index(False) if False in same else len(same)
-            while shared < len(same) and entries[shared] == previous[shared]:
-                shared += 1
-        end = self._ends[shared - 1] if shared else 0
-        messages, tools, owners = self._messages[:end], self._tools[:end], self._owners[:end]
-        ends = self._ends[:shared]
-        old_ends = self._ends
-        for i in range(shared, len(entries)):
+    def parts(self, entries: Sequence[Entry], lookup: Callable[[str], Message | None]) -> _Parts:
+        """The compiled parts of ``entries``: runs of the last compile's entries (the same objects,
+        or equal ones in place) copied by slices, the other entries prepared."""
+        old, was = self._entries, self._parts
+        messages: list[CompiledMessage] = []
+        tools: list[ToolIds | None] = []
+        owners: list[_Prepared] = []
+        tokens: list[int] = []
+        marks: list[int] = []
+        tooled: list[int] = []
+        odd: list[int] = []
+        counts: list[int] = []
+        where: dict[int, int] | None = None
+        i, j = 0, 0
+        while i < len(entries):
             entry = entries[i]
-            if i < len(previous) and (entry is previous[i] or entry == previous[i]):
-                # Past a changed entry (an edit inside the window) the rest is often as it was:
-                # equal entries carry equal parts, even where a strategy made them anew.
-                first, last = old_ends[i - 1] if i else 0, old_ends[i]
-                messages += self._messages[first:last]
-                tools += self._tools[first:last]
-                owners += self._owners[first:last]
-            elif entry.content:
-                prepared = self.prepare(entry, i, lookup)
-                messages += prepared.parts
-                tools += prepared.tools
-                owners += [prepared] * len(prepared.parts)
-                self.marked = self.marked or prepared.entry.cache_marker
-            ends.append(len(messages))
-        self._entries, self._messages, self._tools, self._owners, self._ends = (
-            list(entries), messages, tools, owners, ends
-        )
+            if not (j < len(old) and (entry is old[j] or entry == old[j])):
+                # Not where the last run left off: the same object further on (past a trimmed
+                # front or a removed stretch), found by identity, else an entry to prepare. A
+                # few steps on first (the budget pushes one or two out a turn), then an index.
+                found = next((k for k in range(j + 1, min(j + 4, len(old))) if old[k] is entry), None)
+                if found is None and j < len(old):  # past the last entries, what comes is new
+                    if where is None:
+                        where = dict(zip(map(id, old), range(len(old))))
+                    found = where.get(id(entry))
+                if found is None:
+                    start = len(messages)
+                    if entry.content:  # an empty entry makes no part
+                        prepared = self.prepare(entry, i, lookup)
+                        messages += prepared.parts
+                        tools += prepared.tools
+                        tokens += prepared.tokens
+                        owners += [prepared] * len(prepared.parts)
+                        marks += [start + k for k, part in enumerate(prepared.parts) if part.cache_breakpoint]
+                        tooled += [start + k for k, ids in enumerate(prepared.tools) if ids is not None]
+                    if len(messages) - start != 1:
+                        odd.append(i)
+                        counts.append(len(messages) - start)
+                    i += 1
+                    continue
+                j = found
+            length = 1 + _run_end(entries, old, i + 1, j + 1, operator.eq)
+            first, end, to = self._offset(j), self._offset(j + length), len(messages)
+            messages += was.messages[first:end]
+            tools += was.tools[first:end]
+            owners += was.owners[first:end]
+            tokens += was.tokens[first:end]
+            marks += _moved(was.marks, first, end, to)
+            tooled += _moved(was.tooled, first, end, to)
+            lo, hi = bisect_left(self._odd, j), bisect_left(self._odd, j + length)
+            odd += [i + k - j for k in self._odd[lo:hi]]
+            counts += self._counts[lo:hi]
+            i, j = i + length, j + length
+        self._entries, self._parts = list(entries), _Parts(messages, tools, owners, tokens, marks, tooled)
+        self._odd, self._counts, self._shift = odd, counts, [0, *accumulate(count - 1 for count in counts)]
         self.retain_only(entries)
-        return messages, tools, owners
+        return self._parts
 
     def prepare(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> _Prepared:
         found = self._prepared.get(id(entry))
@@ -173,6 +207,46 @@ class CompileMemo:
         if len(self._prepared) > 2 * len(entries) + 1024:
             live = {id(entry) for entry in entries}
             self._prepared = {key: value for key, value in self._prepared.items() if key in live}
+
+    def stable_prefix(
+        self, messages: list[CompiledMessage], system_blocks: Sequence[Block], breaks: list[int],
+        tokens: Callable[[], Sequence[int]],
+    ) -> int:
+        """P9: tokens of the longest prefix of ``messages`` identical (markers aside) to a prefix of
+        the last compile's that ended at one of its breakpoints (what the cache that request wrote
+        can serve). Remembers this compile's for the next one: ``messages`` (the memo's to keep),
+        its ``breaks`` (positions of its breakpoints) and ``tokens()`` (the estimate of each).
+
+        The chained fingerprint's answer in O(changed): the prefixes match up to where the lists
+        first differ, found past the leading run of the same objects by comparing digests."""
+        old_breaks, stable = self._breaks, 0
+        if not breaks and not old_breaks:
+            return 0  # no breakpoint now nor last time: nothing was or will be cached
+        system = _digest(repr(to_jsonable(list(system_blocks))))
+        if old_breaks and system == self._system:
+            old = self._chained
+            same = _run_end(messages, old, 0, 0, _identical)
+            while same < min(len(messages), len(old)) and self._digest(messages[same]) == self._digest(old[same]):
+                same += 1
+            stable = max((total for index, total in zip(old_breaks, self._break_totals) if index < same), default=0)
+        estimates = tokens() if breaks else []
+        self._system, self._chained, self._breaks = system, messages if breaks else [], breaks
+        self._break_totals = [sum(estimates[: index + 1]) for index in breaks]
+        if len(self._digests) > 2 * len(self._chained) + 1024:
+            live = set(map(id, self._chained))
+            self._digests = {key: value for key, value in self._digests.items() if key in live}
+        return stable
+
+    def _digest(self, message: CompiledMessage) -> bytes:
+        found = self._digests.get(id(message))
+        if found is None or found[0] is not message:
+            found = self._digests[id(message)] = (
+                message, _digest(repr((message.participant, to_jsonable(list(message.content))))))
+        return found[1]
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 _SOURCES = operator.attrgetter("sources")
@@ -222,8 +296,14 @@ def build_compile_result(
     entries seen by an earlier compile are not prepared again.
     """
     memo = memo or CompileMemo()
-    messages, tools, owners = memo.parts(entries, lookup)
-    repaired, kept = repair_with_origins(messages, tools)
+    parts = memo.parts(entries, lookup)
+    messages, owners = parts.messages, parts.owners
+    repaired: list[CompiledMessage] = messages
+    kept: Sequence[int] = range(len(messages))
+    if parts.tooled:  # no tool block, nothing to pair: the repair's walk is skipped
+        repaired, kept = repair_with_origins(messages, parts.tools)
+        if len(repaired) == len(messages) and _identical(repaired, messages):
+            repaired, kept = messages, range(len(messages))  # every pair whole: the parts as they are
     # A message the repair changed no longer carries its body whole: judge those bodies again.
     altered: set[int] = set()
     if repaired is not messages:
@@ -243,9 +323,13 @@ def build_compile_result(
                 if source.complete is not None else source
                 for source, (_, body) in zip(prepared.sources, prepared.bodies + ((None, None),) * len(prepared.sources))
             )
-    marks = [i for i, k in enumerate(kept) if messages[k].cache_breakpoint] if memo.marked else []
-    repaired = apply_cache_breakpoints(repaired, marked=marks if repaired is messages else None)
-    placed, system_blocks, origins = place_with_origins(repaired, injections, message_injections)
+    repaired_all = repaired is messages  # every part as made, markers aside
+    repaired = apply_cache_breakpoints(repaired, marked=parts.marks if repaired_all else None)
+    origins: Sequence[Origin]
+    if injections or message_injections:
+        placed, system_blocks, origins = place_with_origins(repaired, injections, message_injections)
+    else:
+        placed, system_blocks, origins = repaired, [], range(len(repaired))
     if not sources_of and len(kept) == len(owners) and len(origins) == len(owners):
         per_message = tuple(map(_SOURCES, owners))  # nothing moved: one source tuple per part, as prepared
     else:
@@ -277,6 +361,19 @@ def build_compile_result(
         raw_bodies=_Lazy(bodies),
         completeness=_Lazy(completeness),
     )
-    final = placed if placed is not messages else list(placed)
-    return CompileResult(final, system_blocks, provenance, memo.stable_prefix(final, system_blocks),
-                         body_cache=memo.bodies)
+    # Parts one to one with the messages (no repair nor injection moved any): their marks and
+    # estimates are the memo's; otherwise both are read off the messages.
+    tokens: Callable[[], Sequence[int]]
+    if injections or message_injections:
+        breaks = [i for i, message in enumerate(placed) if message.cache_breakpoint]
+        tokens = lambda: [estimate_blocks(message.content) for message in placed]
+    elif repaired_all:
+        breaks = [i for i in parts.marks if placed[i].cache_breakpoint]
+        tokens = lambda: parts.tokens
+    else:  # a repaired part's estimate is made again
+        breaks = [i for i, message in enumerate(placed) if message.cache_breakpoint]
+        tokens = lambda: [parts.tokens[k] if message.content is messages[k].content else estimate_blocks(message.content)
+                          for message, k in zip(placed, kept)]
+    # The memo keeps ``placed`` (its parts list, or one made here): the result's list is the host's to change.
+    stable = memo.stable_prefix(placed, system_blocks, breaks, tokens)
+    return CompileResult(list(placed), system_blocks, provenance, stable, body_cache=memo.bodies)

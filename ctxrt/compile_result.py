@@ -39,7 +39,7 @@ class CompileResult:
     system_injections: list[Block]
     provenance: Provenance
     stable_prefix_tokens: int = 0
-    # The parts of the last bodies made, shared by the results of one compile memo (§3.D).
+    # The parts of the last bodies made, shared by the results of one compile memo.
     _bodies: BodyCache = attrs.field(factory=BodyCache, eq=False, repr=False, kw_only=True, alias="body_cache")
 
     def to_anthropic(

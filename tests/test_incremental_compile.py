@@ -1,0 +1,192 @@
+"""A compile with the memo of earlier compiles equals one made from scratch (P16), and its
+``stable_prefix_tokens`` is the chained definition's (P9). Pure and synchronous: sequences of
+entry lists sharing ``Entry`` objects, as strategies hand them over between turns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxrt.budget import Entry
+from ctxrt.codec import to_jsonable
+from ctxrt.compile import CompileMemo, build_compile_result
+from ctxrt.compile_result import CompileResult
+from ctxrt.content import CompiledMessage, Message, Text, ToolResult, ToolUse
+from ctxrt.errors import EmptyRequestError
+from ctxrt.injections import Injection, MessageInjection
+from ctxrt.tokens import estimate_blocks
+
+KINDS = ("user", "assistant", "call", "answer", "mixed", "orphan_call", "orphan_result")
+VARIANTS = ("canonical", "marked", "shaped", "summary", "empty", "equal")
+
+def _content(kind: str, k: int) -> tuple[Any, ...]:
+    said = Text(f"message {k} " + "word " * (k % 5))
+    match kind:
+        case "call":
+            return (said, ToolUse(f"t{k}", "search", {"q": str(k)}))
+        case "answer":  # answers the call made just before it, if that message is a call
+            return (ToolResult(f"t{k - 1}", f"found {k}"), said)
+        case "mixed":  # a non-user message holding a result: split into parts
+            return (said, ToolResult(f"t{k - 1}", "late"), Text(f"after {k}"))
+        case "orphan_call":
+            return (ToolUse(f"lost{k}", "fetch", {"u": "x"}),)
+        case "orphan_result":
+            return (ToolResult(f"nobody{k}", "stray"),)
+    return (said,)
+
+class Pool:
+    """Stored messages and the entries a strategy may make of them, each made once (shared)."""
+
+    def __init__(self, kinds: list[str]) -> None:
+        self.bodies: dict[str, Message] = {}
+        self.entries: dict[tuple[int, str], Entry] = {}
+        for k, kind in enumerate(kinds):
+            who = "user" if kind in ("user", "answer", "orphan_result") else "assistant"
+            message = Message(str(k + 1), k + 1, who, _content(kind, k))
+            self.bodies[message.id] = message
+            canonical = Entry(who, message.content, (message.id,))
+            self.entries[(k, "canonical")] = canonical
+            self.entries[(k, "marked")] = attrs.evolve(canonical, cache_marker=True)
+            self.entries[(k, "shaped")] = Entry(who, (Text(f"[shortened] {k}"),) + message.content[1:], (message.id,))
+            self.entries[(k, "summary")] = Entry("user", (Text(f"summary of {k}"),), (message.id,), "derived",
+                                                 (f"s{k}",))
+            self.entries[(k, "empty")] = Entry(who, (), (message.id,))
+
+    def entry(self, k: int, variant: str) -> Entry:
+        if variant == "equal":  # equal to the canonical entry, another object (a strategy that made it anew)
+            return attrs.evolve(self.entries[(k, "canonical")])
+        return self.entries[(k, variant)]
+
+picks = st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(VARIANTS + ("canonical",) * 4)), max_size=6)
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("trim"), st.integers(1, 4)),
+        st.tuples(st.just("append"), picks),
+        st.tuples(st.just("splice"), st.integers(0, 40), st.integers(0, 3), picks),
+        st.tuples(st.just("mark"), st.integers(0, 40)),
+        st.tuples(st.just("renew"), st.integers(0, 40)),
+        st.tuples(st.just("inject"), st.sampled_from(("none", "system", "around", "depth"))),
+    ),
+    min_size=1, max_size=14,
+)
+
+def _injections(which: str) -> dict[str, Any]:
+    match which:
+        case "system":
+            return {"injections": [Injection("notes", "system", "remember this")]}
+        case "around":
+            return {"injections": [Injection("notes", "before_user", "before"), Injection("clock", "after_user", "now")]}
+        case "depth":
+            return {"message_injections": [MessageInjection("user", "reminder", depth=2)]}
+    return {}
+
+def _build(entries: list[Entry], pool: Pool, memo: CompileMemo, injected: dict[str, Any]) -> CompileResult:
+    return build_compile_result(entries, namespace="ns", branch="main", reader=None, strategy_name="test",
+                                lookup=pool.bodies.get, compile_id="c", memo=memo, **injected)
+
+def _same(a: CompiledMessage, b: CompiledMessage) -> bool:
+    return (a.participant, to_jsonable(list(a.content))) == (b.participant, to_jsonable(list(b.content)))
+
+def reference_stable_prefix(previous: CompileResult | None, result: CompileResult) -> int:
+    """P9 as written: the tokens of the longest prefix of ``result`` the same (markers aside) as
+    ``previous``'s up to one of its breakpoints, with the same system blocks."""
+    if previous is None or to_jsonable(previous.system_injections) != to_jsonable(result.system_injections):
+        return 0
+    old, new = previous.messages, result.messages
+    best = 0
+    for end, message in enumerate(old):
+        if message.cache_breakpoint and end < len(new) and all(_same(new[i], old[i]) for i in range(end + 1)):
+            best = sum(estimate_blocks(m.content) for m in new[: end + 1])
+    return best
+
+def _bodies(result: CompileResult) -> list[Any]:
+    out: list[Any] = []
+    for form in (result.to_anthropic, result.to_openai_chat, result.to_openai_responses):
+        try:
+            out.append(form(assistant="assistant"))
+        except EmptyRequestError:
+            out.append(EmptyRequestError)
+    return out
+
+def _apply(step: tuple[Any, ...], entries: list[Entry], pool: Pool, size: int) -> tuple[list[Entry], str | None]:
+    def made(chosen: list[tuple[int, str]]) -> list[Entry]:
+        return [pool.entry(k % size, variant) for k, variant in chosen]
+
+    match step:
+        case ("trim", count):  # the budget pushes the oldest out
+            return entries[count:], None
+        case ("append", chosen):
+            return entries + made(chosen), None
+        case ("splice", at, count, chosen):  # an edit, removal or summary in the middle
+            at = min(at, len(entries))
+            return entries[:at] + made(chosen) + entries[at + count:], None
+        case ("mark", at) if entries:  # the tail marker moves: the old one back to its canonical entry
+            at = at % len(entries)
+            out = [pool.entries.get((int(e.source_ids[0]) - 1, "canonical"), e) if e.cache_marker else e for e in entries]
+            canonical = out[at]
+            out[at] = attrs.evolve(canonical, cache_marker=True) if canonical.content else canonical
+            return out, None
+        case ("renew", at) if entries:  # one entry made anew, equal to the last one
+            at = at % len(entries)
+            return entries[:at] + [attrs.evolve(entries[at])] + entries[at + 1:], None
+        case ("inject", which):
+            return entries, which
+    return entries, None
+
+@settings(max_examples=200)
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=30), start=picks, steps=steps)
+def test_a_compile_with_the_memo_equals_one_from_scratch(kinds: list[str], start: list[tuple[int, str]],
+                                                         steps: list[tuple[Any, ...]]) -> None:
+    """P16, P9: after front trims, appends, splices, marker moves, renewed entries, tool pairs and
+    orphans, split messages and injections, each compile through one memo gives what a fresh
+    memo gives (messages, system blocks, provenance, the three request bodies), and its
+    stable_prefix_tokens is the chained definition's against the compile before it."""
+    pool = Pool(kinds)
+    size = len(kinds)
+    memo = CompileMemo()
+    entries = [pool.entry(k % size, variant) for k, variant in start]
+    injected: dict[str, Any] = {}
+    previous: CompileResult | None = None
+    for step in [("append", [])] + steps:
+        entries, which = _apply(step, entries, pool, size)
+        if which is not None:
+            injected = _injections(which)
+        result = _build(entries, pool, memo, injected)
+        fresh = _build(entries, pool, CompileMemo(), injected)
+        assert result.messages == fresh.messages
+        assert result.system_injections == fresh.system_injections
+        assert result.provenance.messages == fresh.provenance.messages
+        assert dict(result.provenance.raw_bodies) == dict(fresh.provenance.raw_bodies)
+        assert dict(result.provenance.completeness) == dict(fresh.provenance.completeness)
+        assert _bodies(result) == _bodies(fresh)
+        assert result.stable_prefix_tokens == reference_stable_prefix(previous, result)
+        result.messages.clear()  # the host's list: changing it changes nothing the memo keeps
+        previous = fresh
+
+class CountedEntry(Entry):
+    """An entry that counts the comparisons made of it: how much of a window a compile looked at."""
+
+    __slots__ = ()
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        CountedEntry.compared += 1
+        return Entry.__eq__(self, other)
+
+    __hash__ = Entry.__hash__
+
+
+def test_a_front_trim_and_an_append_cost_what_changed() -> None:
+    """P16: a sliding window (the oldest entry out, one appended) compares a few entries, not the
+    window, and every compiled message but the new one is the object the last compile made."""
+    pool = Pool(["user", "assistant"] * 200)
+    window = [CountedEntry(e.participant, e.content, e.source_ids) for e in (pool.entry(k, "canonical") for k in range(400))]
+    memo = CompileMemo()
+    first = _build(window[:300], pool, memo, {})
+    CountedEntry.compared = 0
+    second = _build(window[1:301], pool, memo, {})
+    assert CountedEntry.compared <= 4
+    assert all(a is b for a, b in zip(second.messages[:-1], first.messages[1:]))
