@@ -209,6 +209,49 @@ async def cancel_at_once(function: Callable[..., Any], *args: Any) -> None:
         await function(*args)
 
 
+async def test_an_open_is_answered_only_after_the_edits_cancelled_callers_left_in_the_lane(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L3, L4, P13: two edits whose callers were cancelled (one committing, held at the store; one
+    queued behind it) still land; a compile sent meanwhile goes ahead of them, and an open of the
+    namespace is answered only once both have landed (what ``settle`` relies on)."""
+    def texts(result: ctxrt.CompileResult) -> list[str]:
+        return [block.text for message in result.messages for block in message.content if isinstance(block, Text)]
+
+    with trio.fail_after(20):
+        manager = await runtime.open("plain")
+        target = await manager.add_message("user", "note")
+        entered, gate = trio.Event(), trio.Event()
+        ask = runtime.store.ask
+
+        async def held(command: Any) -> Any:
+            if isinstance(command, Atomically) and any(isinstance(c, EditItem) for c in command.commands):
+                entered.set()
+                await gate.wait()
+            return await ask(command)
+
+        monkeypatch.setattr(runtime.store, "ask", held)
+        with trio.CancelScope() as callers:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(manager.edit_message, target, "edited once")
+                await entered.wait()  # the first edit's commit is out, held
+                nursery.start_soon(manager.edit_message, target, "edited twice")
+                await trio.testing.wait_all_tasks_blocked()  # the second waits in the lane behind it
+                callers.cancel()
+        assert texts(await manager.compile()) == ["note"]  # the compile went ahead of both (P13)
+        opened: list[ctxrt.ContextManager] = []
+
+        async def open_plain() -> None:
+            opened.append(await runtime.open("plain"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(open_plain)
+            await trio.testing.wait_all_tasks_blocked()
+            assert opened == []  # the open waits behind the edits
+            gate.set()
+        assert texts(await opened[0].compile()) == texts(await manager.compile()) == ["edited twice"]
+
+
 @pytest.mark.parametrize("command", [EditItem, RemoveItems], ids=["edit", "remove"])
 async def test_a_slot_change_cancelled_after_its_commit_still_reaches_the_context_log(
     runtime: Runtime, monkeypatch: pytest.MonkeyPatch, command: type
