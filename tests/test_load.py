@@ -5,10 +5,12 @@ and compiling after each, concurrently, under a ``trio.fail_after(120)`` guard (
 
 L3 cancels calls at random points: ``move_on_after(0)`` (cancelled at the first checkpoint)
 and small random timeouts around concurrent batches of add_message, compile, edit_message and
-fork, seeded so a failure replays. Afterwards every manager must still answer promptly, every
-slot cache must equal a fresh load from LMDB, and a reopened runtime must compile exactly what
-the old one did. "Consistent" is checked against the store, not against what the callers were
-told: a cancelled call may still have taken effect (DESIGN.md §10).
+fork, seeded so a failure replays. Afterwards every manager must still answer promptly; then,
+once every namespace actor has carried out what the cancelled calls left in it, every slot cache
+must equal a fresh load from LMDB, and a reopened runtime must compile exactly what the old one
+did. "Consistent" is checked against the store, not against what the callers were told: a
+cancelled call may still take effect (L4), and a cancelled edit or fork still in an actor's lane
+lands after reads sent later (P13), so the comparison waits for it (``settle``).
 """
 
 from __future__ import annotations
@@ -136,6 +138,19 @@ async def call(rng_value: float, manager: ctxrt.ContextManager, kind: str, forks
         await manager.fork(f"fork-{forks[0]}")
 
 
+async def settle(rt: Runtime, setups: list[tuple[str, dict[str, Any]]]) -> None:
+    """Wait until every live namespace actor has carried out what cancelled callers left in its lane.
+
+    An edit, removal or fork whose caller was cancelled is still carried out (L4), after any read
+    sent later (P13): a compile after the storm may be answered before it lands. An open is
+    answered only after every write sent to the actor before it (L4), so one open of each live
+    actor, with the options its namespace runs (no second config), settles it."""
+    options = dict(setups)
+    for actor in rt.statistics().namespaces:
+        manager = await rt.open(actor.namespace, branch=actor.branch, **options[actor.namespace])
+        await manager.aclose()
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_cancelling_calls_at_random_points_leaves_the_runtime_serving_and_consistent(
     store_path: Path, seed: int
@@ -172,6 +187,7 @@ async def test_cancelling_calls_at_random_points_leaves_the_runtime_serving_and_
                 for manager in managers:
                     mid = await manager.add_message("user", "after the storm")
                     assert mid in [s.id for ss in (await manager.compile()).provenance.messages for s in ss]
+            await settle(rt, setups)
             # Caches agree with a fresh load from LMDB.
             live = snapshot(rt)
             async with ctxrt.open_runtime(store_path, readonly=True) as reader:
@@ -191,6 +207,49 @@ async def test_cancelling_calls_at_random_points_leaves_the_runtime_serving_and_
 async def cancel_at_once(function: Callable[..., Any], *args: Any) -> None:
     with trio.move_on_after(0):
         await function(*args)
+
+
+async def test_an_open_is_answered_only_after_the_edits_cancelled_callers_left_in_the_lane(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L3, L4, P13: two edits whose callers were cancelled (one committing, held at the store; one
+    queued behind it) still land; a compile sent meanwhile goes ahead of them, and an open of the
+    namespace is answered only once both have landed (what ``settle`` relies on)."""
+    def texts(result: ctxrt.CompileResult) -> list[str]:
+        return [block.text for message in result.messages for block in message.content if isinstance(block, Text)]
+
+    with trio.fail_after(20):
+        manager = await runtime.open("plain")
+        target = await manager.add_message("user", "note")
+        entered, gate = trio.Event(), trio.Event()
+        ask = runtime.store.ask
+
+        async def held(command: Any) -> Any:
+            if isinstance(command, Atomically) and any(isinstance(c, EditItem) for c in command.commands):
+                entered.set()
+                await gate.wait()
+            return await ask(command)
+
+        monkeypatch.setattr(runtime.store, "ask", held)
+        with trio.CancelScope() as callers:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(manager.edit_message, target, "edited once")
+                await entered.wait()  # the first edit's commit is out, held
+                nursery.start_soon(manager.edit_message, target, "edited twice")
+                await trio.testing.wait_all_tasks_blocked()  # the second waits in the lane behind it
+                callers.cancel()
+        assert texts(await manager.compile()) == ["note"]  # the compile went ahead of both (P13)
+        opened: list[ctxrt.ContextManager] = []
+
+        async def open_plain() -> None:
+            opened.append(await runtime.open("plain"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(open_plain)
+            await trio.testing.wait_all_tasks_blocked()
+            assert opened == []  # the open waits behind the edits
+            gate.set()
+        assert texts(await opened[0].compile()) == texts(await manager.compile()) == ["edited twice"]
 
 
 @pytest.mark.parametrize("command", [EditItem, RemoveItems], ids=["edit", "remove"])
