@@ -26,7 +26,7 @@ from ctxrt.testing import ScriptedModel
 
 READER = "Claude"
 NAMESPACE = "inc"
-LIVE = {"max_live_images": 2, "image_strip_depth_tokens": 120, "tool_result_max_last_n": 2,
+LIVE = {"max_live_images": 2, "image_strip_depth_tokens": 2000, "tool_result_max_last_n": 2,
         "tool_use_input_max_tokens": 12}
 COMPRESSING = {"target_chunk_tokens": 40, "recent_window_tokens": 120, "head_window_tokens": 30,
                "merge_threshold": 2, "summary_target_tokens": 10, "l1_holdback_chunks": 0}
@@ -52,15 +52,15 @@ class Session:
         self.cm, self.data = cm, data
         self.ids: list[str] = []
         self.calls = 0
-        self.budget = ctxrt.Budget(max_tokens=data.draw(st.integers(300, 900), label="budget"), reserve_for_response=0)
+        self.budget = ctxrt.Budget(max_tokens=data.draw(st.integers(3000, 12000), label="budget"), reserve_for_response=0)
 
     async def add(self, participant: str, content: Any) -> None:
         self.ids.append(await self.cm.add_message(participant, content))
 
     async def step(self) -> str:
         draw = self.data.draw
-        kind = draw(st.sampled_from(["text", "text", "text", "tools", "image", "audience", "edit", "remove",
-                                     "compress", "budget"]), label="step")
+        kind = draw(st.sampled_from(["text", "text", "text", "tools", "tools", "image", "image", "audience",
+                                     "edit", "remove", "compress", "budget"]), label="step")
         if kind == "text":
             await self.add(draw(st.sampled_from(["user", READER, "bob"])), draw(WORDS))
         elif kind == "tools":
@@ -103,7 +103,7 @@ class Session:
             else:
                 await self.cm.tick()
         elif kind == "budget":
-            self.budget = ctxrt.Budget(max_tokens=draw(st.integers(250, 1500)), reserve_for_response=0)
+            self.budget = ctxrt.Budget(max_tokens=draw(st.integers(2500, 15000)), reserve_for_response=0)
         return kind
 
 
@@ -160,4 +160,4 @@ def _check(name: str, examples: int, steps: int) -> None:
 def test_incremental_compile_equals_a_compile_from_scratch(name: str, soak_scale: Callable[[int, int], int]) -> None:
     """(T9) After random appends, edits, removals, compression and budget changes, each compile of a
     namespace equals a fresh runtime's compile of the same stored state, render stats included."""
-    _check(name, examples=soak_scale(4, 300), steps=soak_scale(20, 150))
+    _check(name, examples=soak_scale(5, 300), steps=soak_scale(30, 150))
