@@ -51,6 +51,7 @@ class Session:
     def __init__(self, cm: Any, data: st.DataObject) -> None:
         self.cm, self.data = cm, data
         self.ids: list[str] = []
+        self.hidden: list[tuple[str, str]] = []  # messages the reader sees nothing of, with bob's text
         self.calls = 0
         self.budget = ctxrt.Budget(max_tokens=data.draw(st.integers(3000, 12000), label="budget"), reserve_for_response=0)
 
@@ -60,7 +61,7 @@ class Session:
     async def step(self) -> str:
         draw = self.data.draw
         kind = draw(st.sampled_from(["text", "text", "text", "tools", "tools", "image", "image", "audience",
-                                     "edit", "remove", "compress", "budget"]), label="step")
+                                     "audience", "reveal", "reveal", "edit", "remove", "compress", "budget"]), label="step")
         if kind == "text":
             await self.add(draw(st.sampled_from(["user", READER, "bob"])), draw(WORDS))
         elif kind == "tools":
@@ -74,10 +75,19 @@ class Session:
         elif kind == "image":
             await self.add("user", [{"type": "text", "text": draw(WORDS)}, _image()])
         elif kind == "audience":
+            audience, plain, text = draw(st.sampled_from([READER, "bob"])), draw(st.booleans()), draw(WORDS)
             await self.add(draw(st.sampled_from(["user", "bob"])), [
-                {"type": "text", "text": draw(WORDS), "audience": [draw(st.sampled_from([READER, "bob"]))]},
-                *([{"type": "text", "text": draw(WORDS)}] if draw(st.booleans()) else []),
+                {"type": "text", "text": text, "audience": [audience]},
+                *([{"type": "text", "text": draw(WORDS)}] if plain else []),
             ])
+            if audience != READER and not plain:
+                self.hidden.append((self.ids[-1], text))
+        elif kind == "reveal" and self.hidden:
+            # Into view, maybe inside a chunk a summary covers: not one of its leaves.
+            target, text = self.hidden.pop(draw(st.integers(0, len(self.hidden) - 1)))
+            if target in self.ids:  # bob's block stays: narrowing refuses to take it from him (D1)
+                await self.cm.edit_message(target, [{"type": "text", "text": text, "audience": ["bob"]},
+                                                    {"type": "text", "text": draw(WORDS), "audience": [READER]}])
         elif kind == "edit" and self.ids:
             target = draw(st.sampled_from(self.ids))
             message = await self.cm.get_message(target)
@@ -161,3 +171,18 @@ def test_incremental_compile_equals_a_compile_from_scratch(name: str, soak_scale
     """(T9) After random appends, edits, removals, compression and budget changes, each compile of a
     namespace equals a fresh runtime's compile of the same stored state, render stats included."""
     _check(name, examples=soak_scale(5, 300), steps=soak_scale(30, 150))
+
+
+def test_summary_coverage_leaves_out_a_message_revealed_inside_its_range() -> None:
+    """(T9) A message edited into view inside a summary's range is not covered by it: its coverage
+    runs skip it, and the view's other messages in the range stay covered."""
+    from ctxrt.content import Message, Text
+    from ctxrt.strategies.coverage import Coverage, count_outside, covers, outside
+    from ctxrt.strategies.records import Summary
+
+    messages = [Message(str(n), n, "user", (Text(f"m{n}"),)) for n in range(1, 11)]
+    summary = Summary("L1-0", 1, "s", 1, ("3", "4", "6"), 3, 6, "3", "6", 0, None)
+    runs = Coverage().runs([summary], messages, "stamp", lambda s: s.source_ids)
+    assert [covers(runs, index) for index in range(10)] == [i in (2, 3, 5) for i in range(10)]
+    assert list(outside(runs, 0, 10)) == [9, 8, 7, 6, 4, 1, 0]
+    assert count_outside(runs, 0, 10) == 7
