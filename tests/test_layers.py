@@ -40,7 +40,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.model",),
     ("ctxrt.openai_model",),
     ("ctxrt.strategies.base", "ctxrt.strategies.shaping", "ctxrt.strategies.live"),
-    ("ctxrt.strategies.records",),  # autobiographical memory's parts, then the policy over them
+    ("ctxrt.strategies.records", "ctxrt.strategies.kept_window"),  # windowed's kept window; autobiographical memory's parts, then the policy over them
+    ("ctxrt.strategies.coverage",),
     ("ctxrt.strategies.chunking", "ctxrt.strategies.queue", "ctxrt.strategies.prompts"),
     ("ctxrt.strategies.selection",),
     ("ctxrt.strategies.policy",),

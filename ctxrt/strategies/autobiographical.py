@@ -46,6 +46,7 @@ from .base import (
     text,
 )
 from .chunking import closing, head_window, recent_start
+from .coverage import Coverage
 from .live import MIB, LiveMemo, apply_live_policy
 from .policy import AUTOBIOGRAPHICAL, CompressionPolicy
 from .prompts import (
@@ -109,6 +110,7 @@ class AutobiographicalStrategy(Strategy):
         self._next_pin = 0
         self._prices = SummaryPrices(config.summary_participant)
         self._live_memo: LiveMemo = {}
+        self._coverage = Coverage()  # what summaries cover, as runs of the view
 
     # -- state ------------------------------------------------------------------------------
 
@@ -384,6 +386,7 @@ class AutobiographicalStrategy(Strategy):
             price=self._prices.pricer(view), choose_l1=self.policy.choose_l1,
             participant=self.config.summary_participant,
             pending_units=len(self._l1_queue()) + (self._merge_queue() is not None),
+            coverage=self._coverage, stamp=view.window(1).stamp,
         )
         return apply_live_policy(selection.entries, self.config, self._live_memo), selection
 

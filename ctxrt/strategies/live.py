@@ -13,7 +13,7 @@ and never more than the API's 100 images stay live, whatever ``max_live_images``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -141,44 +141,78 @@ def _count(entries: Sequence[Entry], last_n: int | None) -> tuple[int, int | Non
     return images, live_results
 
 
+def holds_live_blocks(entry: Entry) -> bool:
+    """Whether the pass may change ``entry``: it holds an image, a tool result or a tool call."""
+    return any(type(block) in _KINDS for block in entry.content)
+
+
+class _WalkedDepths:
+    """``depth_after`` counted by walking the entries newest first, only as far as the depth
+    threshold: deeper, every image is out, so the exact figure no longer matters."""
+
+    def __init__(self, entries: Sequence[Entry], limit: int) -> None:
+        self._entries, self._limit = entries, limit
+        self._next = len(entries) - 1
+        self._depth = 0
+
+    def after(self, index: int) -> int:
+        while self._next > index and self._depth <= self._limit:
+            self._depth += estimate_blocks(self._entries[self._next].content)
+            self._next -= 1
+        return self._depth
+
+
 def apply_live_policy(entries: Sequence[Entry], options: LiveOptions, memo: LiveMemo | None = None) -> list[Entry]:
     """``entries`` with the images, tool results and tool inputs the options leave out replaced.
 
     With a ``memo`` (a strategy keeps one), an entry changed the same way as at an earlier call
     is handed back as the same object, so compile's own memo reuses what it prepared for it.
     """
-    images, live_results = _count(entries, options.tool_result_max_last_n)
-    walk = _Walk(options, live_count(images, min(options.max_live_images, MAX_IMAGES)), live_results)
+    live = [index for index, entry in enumerate(entries) if holds_live_blocks(entry)]
+    depths = _WalkedDepths(entries, options.image_strip_depth_tokens)
+    return apply_live_policy_at(entries, live, depths.after, options, memo)
+
+
+def apply_live_policy_at(
+    entries: Sequence[Entry], live: Sequence[int], depth_after: Callable[[int], int], options: LiveOptions,
+    memo: LiveMemo | None = None,
+) -> list[Entry]:
+    """``apply_live_policy`` for a caller that keeps what it needs across compiles: ``live``, the
+    indices (ascending) of the entries that ``holds_live_blocks``, the only ones the pass can
+    change; ``depth_after(i)``, the tokens (``estimate_blocks``) of the entries after ``i``, asked
+    for with falling ``i`` (any figure over ``image_strip_depth_tokens`` once the depth is past it)."""
     out = list(entries)
+    if not live:
+        return out
+    images, live_results = _count([entries[index] for index in live], options.tool_result_max_last_n)
+    walk = _Walk(options, live_count(images, min(options.max_live_images, MAX_IMAGES)), live_results)
     if memo is not None and len(memo) > 4 * len(out) + 256:
         memo.clear()
-    for index in range(len(out) - 1, -1, -1):
+    for index in reversed(live):
         entry = out[index]
         content = entry.content
-        if any(type(block) in _KINDS for block in content):
-            where = f"message {entry.source_ids[0]}" if entry.source_ids else "a summary"
-            changed: list[tuple[Block, object]] = []
-            for block in reversed(content):
-                kind = type(block)
-                if kind is Image:
-                    changed.append(walk.image(block, where))  # type: ignore[arg-type]
-                elif kind is ToolResult:
-                    changed.append(walk.tool_result(block, where))  # type: ignore[arg-type]
-                elif kind is ToolUse:
-                    changed.append(walk.tool_use(block))  # type: ignore[arg-type]
-                else:
-                    changed.append((block, None))
-            changed.reverse()
-            tags = tuple(tag for _, tag in changed)
-            if any(tags):
-                key = (id(content), entry.participant, entry.source_ids, entry.cache_marker, tags)
-                found = memo.get(key) if memo is not None else None
-                if found is not None and found[0] is content:
-                    out[index] = found[1]
-                else:
-                    out[index] = attrs.evolve(entry, content=tuple(block for block, _ in changed))
-                    if memo is not None:
-                        memo[key] = (content, out[index])
-        if walk.depth <= options.image_strip_depth_tokens:  # deeper, every image is out: stop counting
-            walk.depth += estimate_blocks(content)
+        walk.depth = depth_after(index)
+        where = f"message {entry.source_ids[0]}" if entry.source_ids else "a summary"
+        changed: list[tuple[Block, object]] = []
+        for block in reversed(content):
+            kind = type(block)
+            if kind is Image:
+                changed.append(walk.image(block, where))  # type: ignore[arg-type]
+            elif kind is ToolResult:
+                changed.append(walk.tool_result(block, where))  # type: ignore[arg-type]
+            elif kind is ToolUse:
+                changed.append(walk.tool_use(block))  # type: ignore[arg-type]
+            else:
+                changed.append((block, None))
+        changed.reverse()
+        tags = tuple(tag for _, tag in changed)
+        if any(tags):
+            key = (id(content), entry.participant, entry.source_ids, entry.cache_marker, tags)
+            found = memo.get(key) if memo is not None else None
+            if found is not None and found[0] is content:
+                out[index] = found[1]
+            else:
+                out[index] = attrs.evolve(entry, content=tuple(block for block, _ in changed))
+                if memo is not None:
+                    memo[key] = (content, out[index])
     return out

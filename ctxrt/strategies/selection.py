@@ -10,6 +10,8 @@ compression policy's choice (``choose_l1``); ``choose`` is the plain one.
 from __future__ import annotations
 
 import logging
+from itertools import chain
+from operator import attrgetter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,7 @@ import attrs
 from ..budget import Entry
 from ..content import Message, Text
 from .base import Pin, RenderStats, raw_entry
+from .coverage import Coverage, count_outside, covers, gaps, outside, union
 from .prompts import MANAGER, recall_header
 from .records import Summary
 from .shaping import shape
@@ -29,6 +32,7 @@ logger = logging.getLogger("ctxrt.autobiographical")
 
 SUMMARY_HEADER_TOKENS = 20  # what a shown summary's recall header and turn cost besides its text
 LEVEL_BUDGET_TOKENS = 30000  # per-level summary budgets (levels 1, 2 and 3)
+_ID = attrgetter("id")
 
 Price = Callable[[Summary], int]
 Chooser = Callable[[list[Summary], int, Price], list[Summary]]
@@ -108,7 +112,7 @@ def frontier_under_pins(frontier: Sequence[Summary], summaries: Sequence[Summary
 def select(
     messages: Sequence[Message], view: MessageView, usable: int, *, cap: int, head: tuple[int, int],
     recent_start: int, pins: Sequence[Pin], frontier: Sequence[Summary], leaves: Callable[[Summary], tuple[str, ...]],
-    price: Price, choose_l1: Chooser, participant: str, pending_units: int,
+    price: Price, choose_l1: Chooser, participant: str, pending_units: int, coverage: Coverage, stamp: object,
 ) -> Selection:
     """The head window, pinned raw ranges, the recent window, and in the middle the ``frontier``
     summaries that fit (level budgets, the newest history first) and the uncovered messages that
@@ -125,7 +129,6 @@ def select(
     if entries_head:
         entries_head[-1] = attrs.evolve(entries_head[-1], cache_marker=True)
     head_tokens = spent
-    middle_messages = [*messages[:head_start], *messages[head_end:recent_start]]  # T6: before a reset head
     in_head = {entry.source_ids[0] for entry in entries_head}
     # Pinned raw ranges outside the head come next, whatever the pressure, oldest first.
     raw_pins = [(pin.first_sequence, pin.last_sequence) for pin in pins if pin.level is None]
@@ -134,28 +137,32 @@ def select(
         return any(first <= sequence <= last for first, last in raw_pins)
 
     pinned_entries: list[tuple[int, list[Entry]]] = []
-    pinned_ids: set[str] = set()
-    for message in (m for m in messages if m.id not in in_head and pinned(m.sequence)) if raw_pins else ():
-        pinned_ids.add(message.id)
-        shaped, cost = shape(message, cap, view.estimate_tokens)
+    pinned_at: set[int] = set()  # indices of the pinned messages outside the head
+    pinned_shown: set[int] = set()
+    for index in (i for i, m in enumerate(messages) if m.id not in in_head and pinned(m.sequence)) if raw_pins else ():
+        pinned_at.add(index)
+        shaped, cost = shape(messages[index], cap, view.estimate_tokens)
         if spent + cost <= usable:
-            pinned_entries.append((message.sequence, [raw_entry(shaped)]))
+            pinned_entries.append((messages[index].sequence, [raw_entry(shaped)]))
+            pinned_shown.add(index)
             spent += cost
     pinned_tokens = spent - head_tokens
     # Recent window: evicted newest-first within budget, emitted chronologically.
     recent: list[tuple[int, list[Entry]]] = []
-    for message in reversed(messages[recent_start:]):
-        if message.id in pinned_ids:
+    recent_from = len(messages)  # the oldest index the recent window shows (pinned ones aside)
+    for index in range(len(messages) - 1, recent_start - 1, -1):
+        if index in pinned_at:
             continue  # placed with the pins
+        message = messages[index]
         shaped, cost = shape(message, cap, view.estimate_tokens)
         if spent + cost > usable:
             break
         recent.append((message.sequence, [raw_entry(shaped)]))
+        recent_from = index
         spent += cost
     tail_tokens = spent - head_tokens - pinned_tokens
     # The middle: shown summaries (anti-redundant: the frontier) and uncovered raw messages.
     frontier = [s for s in frontier if not raw_pins or not all(pinned(int(leaf)) for leaf in leaves(s))]
-    covered: set[str] = set()
     shown: list[Summary] = []
     budgets = {3: LEVEL_BUDGET_TOKENS, 2: LEVEL_BUDGET_TOKENS, 1: LEVEL_BUDGET_TOKENS}
     carry = 0
@@ -167,8 +174,7 @@ def select(
         shown += chosen
         spent += cost
         carry = max(0, allowance - cost)
-    for summary in shown:
-        covered.update(leaves(summary))
+    covered = coverage.runs(shown, messages, stamp, leaves)
     middle: list[tuple[int, list[Entry]]] = []
     for summary in shown:
         middle.append((summary.first_sequence, [
@@ -178,24 +184,44 @@ def select(
             Entry(participant, (Text(summary.content),), leaves(summary), "derived", (summary.id,), cache_marker=True),
         ]))
     summary_tokens = spent - head_tokens - tail_tokens - pinned_tokens
-    uncovered = [m for m in middle_messages if m.id not in covered and m.id not in pinned_ids]
+    # The middle is [0, head_start) (before a reset head, T6) and [head_end, recent_start); its
+    # uncovered messages, newest first, are compression debt: keep the newest raw that fit.
+    middle_ranges = [(0, head_start), (head_end, recent_start)]
     kept: list[tuple[int, list[Entry]]] = []
-    for message in reversed(uncovered):  # compression debt: keep the newest raw that fit
+    kept_from: int | None = None  # the oldest kept index
+    uncovered = (index for low, high in reversed(middle_ranges) for index in outside(covered, low, high)
+                 if index not in pinned_at)
+    for index in uncovered:
+        message = messages[index]
         shaped, cost = shape(message, cap, view.estimate_tokens)
         if spent + cost > usable:
-            logger.info("compression debt: %d uncovered middle message(s) left out of the compile",
-                        len(uncovered) - len(kept))
+            total = sum(count_outside(covered, low, high) for low, high in middle_ranges)
+            total -= sum(1 for index in pinned_at if any(low <= index < high for low, high in middle_ranges)
+                         and not covers(covered, index))
+            logger.info("compression debt: %d uncovered middle message(s) left out of the compile", total - len(kept))
             break
         kept.append((message.sequence, [raw_entry(shaped)]))
+        kept_from = index
         spent += cost
     # No silent drops: every message of the view is shown raw or covered by a shown summary,
-    # or it is reported, with why.
-    shown_raw = in_head | {e.source_ids[0] for _, group in (*pinned_entries, *recent, *kept) for e in group}
-    dropped = tuple(m.id for m in messages if m.id not in shown_raw and m.id not in covered)
+    # or it is reported, with why. Shown raw: the head's run, the recent window's and the kept
+    # middle's (pinned messages aside: shown only if they fit with the pins).
+    raw_runs = [(head_start, head_start + len(entries_head)), (recent_from, len(messages))]
+    if kept_from is not None:
+        raw_runs += [(max(kept_from, low), high) for low, high in middle_ranges if high > kept_from]
+    raw_runs = union(raw_runs)
+    gone = gaps(union([*covered, *raw_runs]), 0, len(messages))
+    if pinned_at:  # pinned messages are shown only if they fit with the pins
+        indices = {index for start, stop in gone for index in range(start, stop)}
+        indices -= pinned_shown
+        indices |= {index for index in pinned_at - pinned_shown if not covers(covered, index)}
+        gone = union([(index, index + 1) for index in indices])
+    dropped = tuple(chain.from_iterable(map(_ID, messages[start:stop]) for start, stop in gone))
     debt = 0
     if dropped:
-        summarised = {leaf for summary in frontier for leaf in leaves(summary)}
-        debt = sum(1 for message_id in dropped if message_id not in summarised and message_id not in pinned_ids)
+        summarised = coverage.runs(frontier, messages, stamp, leaves)
+        debt = sum(count_outside(summarised, start, stop) for start, stop in gone)
+        debt -= sum(1 for index in pinned_at if any(a <= index < b for a, b in gone) and not covers(summarised, index))
     levels: dict[int, int] = {}
     for summary in shown:
         levels[summary.level] = levels.get(summary.level, 0) + 1

@@ -22,7 +22,8 @@ from .base import (
     StrategyContext,
     optional_count,
 )
-from .live import MIB, LiveMemo, apply_live_policy
+from .kept_window import KeptWindow
+from .live import MIB, LiveMemo, apply_live_policy_at
 from .shaping import shape
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class WindowedPassthroughStrategy(Strategy):
         self.anchor = 0
         self._stats: RenderStats | None = None
         self._live_memo: LiveMemo = {}
+        self._kept: KeptWindow | None = None
 
     def render_stats(self) -> RenderStats | None:
         return self._stats
@@ -64,11 +66,28 @@ class WindowedPassthroughStrategy(Strategy):
         # leaves a window in memory that a restart wouldn't reproduce.
         anchor = self._stored_anchor(options.context)
         usable = budget.usable
+        newest = view.window(1)
+        if not newest.messages:
+            return []
+        if anchor > newest.messages[-1].sequence:
+            anchor = 0  # a persisted anchor past the head (another branch's) starts over
+        kept = self._kept
+        if kept is None or kept.anchor != anchor or not kept.follow(view, newest) or kept.totals[-1] > usable:
+            kept = self._build(view, anchor, usable, options)
+        if not options.dry_run:
+            self._stats = RenderStats(tail_tokens=kept.totals[-1])
+        # P9: the anchor (the window's first message) carries a cache breakpoint, so the prefix
+        # up to it is byte-stable, and cached, from one re-anchor to the next; so does the tail
+        # (the newest message), so the next compile reads everything up to this one's tail from
+        # the provider's cache: between re-anchors a compile only appends. Only the entries
+        # holding images or tool blocks can change under the live policy.
+        return apply_live_policy_at(kept.marked(), kept.live, kept.depth_after, self.config, self._live_memo)
+
+    def _build(self, view: MessageView, anchor: int, usable: int, options: SelectOptions) -> KeptWindow:
+        """The window read afresh from ``anchor``, re-anchored if it overflows ``usable``."""
         cap = self.config.max_message_tokens
         price = view.estimate_tokens
         messages, start, overflow = self._from_anchor(view, anchor, usable, cap)
-        if not messages:
-            return []
         shaped = [shape(message, cap, price) for message in messages[start:]]
         if overflow or sum(cost for _, cost in shaped) > usable:
             newest = shape(messages[-1], cap, price)[1]
@@ -79,20 +98,14 @@ class WindowedPassthroughStrategy(Strategy):
                     budget=usable, actual=newest,
                 )
             start = self._re_anchor(messages, usable, cap, price)
+            anchor = messages[start].sequence
             if not options.dry_run:
-                self._persist(options.context, messages[start].sequence)
+                self._persist(options.context, anchor)
             shaped = [shape(message, cap, price) for message in messages[start:]]
-        # P9: the anchor (the window's first message) carries a cache breakpoint, so the prefix
-        # up to it is byte-stable, and cached, from one re-anchor to the next; so does the tail
-        # (the newest message), so the next compile reads everything up to this one's tail from
-        # the provider's cache: between re-anchors a compile only appends.
-        if not options.dry_run:
-            self._stats = RenderStats(tail_tokens=sum(cost for _, cost in shaped))
-        last = len(shaped) - 1
-        return apply_live_policy([
-            Entry(m.participant, m.content, (m.id,), "copy", cache_marker=i == 0 or i == last)
-            for i, (m, _) in enumerate(shaped)
-        ], self.config, self._live_memo)
+        kept = KeptWindow(anchor, cap, view, view.window(1), messages, shaped)
+        # A dry run's re-anchor isn't stored: the next compile starts from the stored anchor.
+        self._kept = kept if anchor == self._stored_anchor(options.context) or not options.dry_run else None
+        return kept
 
     @staticmethod
     def _from_anchor(view: MessageView, anchor: int, usable: int, cap: int) -> tuple[Sequence[Message], int, bool]:
@@ -104,8 +117,6 @@ class WindowedPassthroughStrategy(Strategy):
             messages = window.messages
             if not messages:
                 return messages, 0, False
-            if anchor > messages[-1].sequence:
-                anchor = 0  # a persisted anchor past the head (another branch's) starts over
             start = bisect_left(messages, anchor, key=sequence_key)
             if start > 0 or window.complete:
                 return messages, start, False

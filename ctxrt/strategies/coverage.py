@@ -1,0 +1,108 @@
+"""Which messages of a view summaries cover, as runs of view indices (docs/architecture.md, Strategies).
+
+A summary covers the messages of its chunks, a contiguous stretch of the view when they closed,
+so its coverage is the view's index range between its first and last sequence, less any message
+edited into view inside that range since (not one of its leaves). Those exceptions are found by
+one pass over the summary's messages per view stamp (appends never land inside a summary) and
+kept, so a compile's coverage questions cost O(summaries · log N), not a scan of the view.
+Pure and synchronous.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator, Sequence
+
+from ..content import Message, sequence_key
+from .records import Summary
+
+Runs = list[tuple[int, int]]  # sorted, disjoint [start, stop) index runs
+
+
+class Coverage:
+    """The runs a set of summaries covers in a view, memoising each summary's exceptions per stamp."""
+
+    def __init__(self) -> None:
+        self._stamp: object = None
+        # (summary id, its sources) -> the sequences in its range that aren't its leaves; the sources too,
+        # as a summary a failed commit dropped may be made again under its id
+        self._outside: dict[tuple[str, tuple[str, ...]], tuple[int, ...]] = {}
+
+    def runs(self, summaries: Sequence[Summary], messages: Sequence[Message], stamp: object,
+             leaves: Callable[[Summary], tuple[str, ...]]) -> Runs:
+        if stamp != self._stamp:
+            self._stamp, self._outside = stamp, {}
+        pieces: Runs = []
+        for summary in summaries:
+            start = bisect_left(messages, summary.first_sequence, key=sequence_key)
+            stop = bisect_right(messages, summary.last_sequence, key=sequence_key)
+            key = (summary.id, summary.source_ids)
+            outside = self._outside.get(key)
+            if outside is None:
+                outside = self._outside[key] = _not_leaves(messages[start:stop], leaves(summary))
+            for sequence in outside:
+                at = bisect_left(messages, sequence, start, stop, key=sequence_key)
+                pieces.append((start, at))
+                start = at + 1
+            pieces.append((start, stop))
+        return union(pieces)
+
+
+def _not_leaves(messages: Sequence[Message], leaves: tuple[str, ...]) -> tuple[int, ...]:
+    if len(messages) == len(leaves) and [message.id for message in messages] == list(leaves):
+        return ()
+    kept = set(leaves)
+    return tuple(message.sequence for message in messages if message.id not in kept)
+
+
+def union(pieces: Runs) -> Runs:
+    """The runs covering what ``pieces`` cover, sorted and disjoint (empty pieces left out)."""
+    out: Runs = []
+    for start, stop in sorted(piece for piece in pieces if piece[0] < piece[1]):
+        if out and start <= out[-1][1]:
+            if stop > out[-1][1]:
+                out[-1] = (out[-1][0], stop)
+        else:
+            out.append((start, stop))
+    return out
+
+
+def covers(runs: Runs, index: int) -> bool:
+    at = bisect_right(runs, (index, float("inf"))) - 1
+    return at >= 0 and runs[at][0] <= index < runs[at][1]
+
+
+def outside(runs: Runs, start: int, stop: int) -> Iterator[int]:
+    """The indices of ``[start, stop)`` no run covers, newest first."""
+    at = bisect_right(runs, (stop, stop)) - 1
+    index = stop - 1
+    while index >= start:
+        while at >= 0 and runs[at][0] > index:
+            at -= 1
+        if at >= 0 and runs[at][1] > index:
+            index = runs[at][0] - 1  # skip the run
+            continue
+        yield index
+        index -= 1
+
+
+def gaps(runs: Runs, start: int, stop: int) -> Runs:
+    """The runs of ``[start, stop)`` no run of ``runs`` covers, oldest first."""
+    out: Runs = []
+    for a, b in runs:
+        if a > start:
+            out.append((start, min(a, stop)))
+        start = max(start, b)
+    if start < stop:
+        out.append((start, stop))
+    return [(a, b) for a, b in out if a < b]
+
+
+def count_outside(runs: Runs, start: int, stop: int) -> int:
+    """How many indices of ``[start, stop)`` no run covers."""
+    count = max(0, stop - start)
+    for a, b in runs[max(0, bisect_right(runs, (start, start)) - 1) :]:
+        if a >= stop:
+            break
+        count -= max(0, min(stop, b) - max(start, a))
+    return count
