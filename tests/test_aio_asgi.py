@@ -27,7 +27,7 @@ import ctxrt
 ROOT = Path(__file__).resolve().parent.parent
 RESIDENTS = [f"r{index}" for index in range(10)]
 CLIENTS = 100
-MESSAGES = 4  # per client
+MESSAGES = 2  # per client: one for everyone, one for another resident
 GUARD_S = 120
 FOR = re.compile(r"for:(r\d+)")
 

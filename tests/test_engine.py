@@ -408,10 +408,11 @@ class PostgresEngineMachine(EngineMachine):
         self.schema.drop()
 
 
-def test_the_postgres_engine_matches_the_model(pg_url):
+@pytest.mark.soak  # the first 10 examples run every rule; make soak runs 100
+def test_the_postgres_engine_matches_the_model(pg_url, soak_scale):
     """K1, K2 on PostgreSQL: the engine model test, run against the second engine."""
     run_state_machine_as_test(lambda: PostgresEngineMachine(pg_url),
-                              settings=settings(max_examples=25, stateful_step_count=30, deadline=None))
+                              settings=settings(max_examples=soak_scale(10, 100), stateful_step_count=30, deadline=None))
 
 
 def _logs(engine):
@@ -420,12 +421,13 @@ def _logs(engine):
             for state in LOGS for name in names}
 
 
-def test_the_postgres_engine_answers_batches_as_lmdb_does(pg_url):
+@pytest.mark.soak  # make soak: 200 pairs of batches
+def test_the_postgres_engine_answers_batches_as_lmdb_does(pg_url, soak_scale):
     """The same random batches (refusals among them, appends unnested) give the same answers, the
     same operations and the same logs on both engines (K1, K6: a refused command fails alone)."""
     from ctxrt.store.actor import runs_unnested
 
-    @settings(max_examples=30, deadline=None)
+    @settings(max_examples=soak_scale(12, 200), deadline=None)
     @hypothesis.given(first=_batch_commands, second=_batch_commands)
     def same_on_both(first, second):
         machine = PostgresEngineMachine(pg_url)

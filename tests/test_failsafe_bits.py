@@ -10,9 +10,11 @@ read-only runtime (every message, each by id, and a compile, on both branches) a
 must raise ``StoreCorruptError`` naming the record or return exactly what the sound store
 returns, and verify must name the record. The bit is put back after each case.
 
-The bounded form flips one bit of every byte of every key, and of every third byte of every
-value (the bit and the bytes by rule, never random); ``CTXRT_SOAK=1`` flips every bit of every
-byte. A ``trio.fail_after`` guard bounds the test.
+The bounded form flips one bit in each of 8 bytes of every record's key and 12 of its value (every
+byte of a shorter one), spread from its first byte to its last and turned round from record to
+record, so the items table's records between them reach every byte of an item key; the bit and the
+bytes by rule, never random. ``CTXRT_SOAK=1`` flips every bit of every byte. A ``trio.fail_after``
+guard bounds the test.
 """
 
 from __future__ import annotations
@@ -99,13 +101,28 @@ def flip(data: Path, offset: int, bit: int) -> None:
         file.write(bytes([byte ^ (1 << bit)]))
 
 
+# The bounded form's bytes per key and per value of each record (all of a shorter one).
+KEY_BYTES = 8
+VALUE_BYTES = 12
+
+
+def sample(size: int, count: int, phase: int) -> list[int]:
+    """``count`` byte indexes spread evenly over ``size`` bytes, the first and the last among them;
+    ``phase`` turns the ones between round, so records of one layout (a table's keys, its values)
+    reach different bytes and, between them, every byte."""
+    if size <= count:
+        return list(range(size))
+    inner = size - 2
+    return sorted({0, size - 1, *(1 + (i * inner // (count - 2) + phase) % inner for i in range(count - 2))})
+
+
 def cases(places: list[files.RecordPlace], exhaustive: bool) -> list[tuple[files.RecordPlace, str, int, int]]:
     """(record, "key" or "value", byte offset in the file, bit) for each flip."""
     chosen = []
-    for place in places:
-        for part, start, size, stride in (("key", place.key_at, len(place.key), 1),
-                                          ("value", place.value_at, place.value_size, 3)):
-            for index in range(0, size, 1 if exhaustive else stride):
+    for number, place in enumerate(places):
+        for part, start, size, count in (("key", place.key_at, len(place.key), KEY_BYTES),
+                                         ("value", place.value_at, place.value_size, VALUE_BYTES)):
+            for index in range(size) if exhaustive else sample(size, count, number):
                 for bit in range(8) if exhaustive else ((index * 5 + len(chosen)) % 8,):
                     chosen.append((place, part, start + index, bit))
     return chosen

@@ -94,8 +94,9 @@ def message(i: int) -> AppendItem:
 
 
 async def build_store(path: Path, count: int = 300) -> None:
-    """A store with every kind of record: messages (blobs, overflow pages), values, a fork, an edit, a removal."""
-    async with open_runtime(path) as rt:
+    """A store with every kind of record: messages (blobs, overflow pages), values, a fork, an edit, a removal.
+    Its writes are flushed as the runtime closes, not each on its own (nothing here is about a crash)."""
+    async with open_runtime(path, durability="os") as rt:
         await rt.store.ask(RegisterState(name="messages", kind="log"))
         await rt.store.ask(RegisterState(name="ns/reader", kind="value"))
         sequences = []

@@ -11,9 +11,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+import pytest
 import trio
 
 import ctxrt
@@ -23,6 +25,8 @@ from support import LineReader
 
 GUARD_S = 120
 PAGE = 4096
+P_BRANCH, P_LEAF = 0x01, 0x02
+FLAGS_AT = 10  # a page header's flags (u16, after its page number and pad)
 OPEN_AND_READ = """
 import sys, trio, ctxrt
 async def main():
@@ -50,16 +54,40 @@ def zero(data: Path, page: int) -> bytes:
     return content
 
 
-async def test_a_zeroed_page_anywhere_is_refused_or_read_intact_by_a_checked_open(tmp_path: Path) -> None:
-    """K7: with check_pages=True, a page zeroed at any of many offsets ends the child's open with
-    StoreCorruptError (or the store reads intact where the page was free); never an abort."""
+def pages_by_kind(content: bytes) -> dict[int, list[int]]:
+    """The pages past the two meta pages, by their header's flags (a page of overflow data, which
+    has no header of its own, doesn't hold its own number and is left out)."""
+    kinds: dict[int, list[int]] = {}
+    for page in range(2, len(content) // PAGE):
+        if content[page * PAGE : page * PAGE + 8] == page.to_bytes(8, sys.byteorder):
+            kinds.setdefault(content[page * PAGE + FLAGS_AT], []).append(page)
+    return kinds
+
+
+def spread(pages: list[int], count: int) -> list[int]:
+    """``count`` of ``pages`` spread evenly from the first to the last (all of them if fewer)."""
+    if len(pages) <= count:
+        return pages
+    return sorted({pages[i * (len(pages) - 1) // (count - 1)] for i in range(count)})
+
+
+@pytest.mark.soak  # make soak: every page
+async def test_a_zeroed_page_anywhere_is_refused_or_read_intact_by_a_checked_open(
+    tmp_path: Path, soak_scale: Callable[[int, int], int]
+) -> None:
+    """K7: with check_pages=True, a zeroed page (leaf and branch pages, from the file's start to its
+    end: three of each kind; every page under soak) ends the child's open with StoreCorruptError
+    (or the store reads intact where the page was free); never an abort."""
     store = tmp_path / "store"
-    with trio.fail_after(GUARD_S):
+    with trio.fail_after(soak_scale(GUARD_S, 1200)):
         await build(store)
         data = store / "data.mdb"
-        pages = data.stat().st_size // PAGE
+        kinds = pages_by_kind(data.read_bytes())
+        assert {P_LEAF, P_BRANCH} <= set(kinds), kinds.keys()
+        chosen = range(2, data.stat().st_size // PAGE) if soak_scale(0, 1) else sorted(
+            page for pages in kinds.values() for page in spread(pages, 3))
         outcomes = set()
-        for page in range(2, pages, max(1, pages // 10)):
+        for page in chosen:
             original = zero(data, page)
             result = await trio.run_process([sys.executable, "-c", OPEN_AND_READ, str(store)], capture_stdout=True,
                                             capture_stderr=True, check=False)
@@ -114,20 +142,20 @@ async def main():
         print("refused", exc.path)
 trio.run(main)
 """
-P_LEAF = 0x02
-FLAGS_AT = 10  # a page header's flags (u16, after its page number and pad)
 
 
+@pytest.mark.soak  # make soak: every leaf page
 async def test_a_writer_opening_a_store_left_open_refuses_a_damaged_leaf_page_instead_of_aborting(
-    tmp_path: Path,
+    tmp_path: Path, soak_scale: Callable[[int, int], int]
 ) -> None:
     """K7: a writer killed with the store open leaves the owner lock marked, so the next writer's
     open walks every page before LMDB reads one: a leaf page whose flags say it isn't a leaf (what
     made LMDB's IS_LEAF assertion abort a writer that read it) is refused with StoreCorruptError
-    naming the data file, never an abort. A clean close clears the mark."""
+    naming the data file, never an abort (6 leaves from the file's start to its end; every leaf
+    under soak). A clean close clears the mark."""
     store = tmp_path / "store"
     data = store / files.DATA_NAME
-    with trio.fail_after(GUARD_S):
+    with trio.fail_after(soak_scale(GUARD_S, 1200)):
         async with trio.open_nursery() as nursery:
             writer: trio.Process = await nursery.start(partial(
                 trio.run_process, [sys.executable, "-c", BUILD_AND_WAIT, str(store)], stdout=subprocess.PIPE,
@@ -136,12 +164,9 @@ async def test_a_writer_opening_a_store_left_open_refuses_a_damaged_leaf_page_in
             assert await LineReader(writer.stdout).next_line() == "built"
             writer.kill()
         assert (store / files.OWNER_LOCK_NAME).read_text() == "open  \n"
-        content = data.read_bytes()
-        leaves = [page for page in range(2, len(content) // PAGE)
-                  if content[page * PAGE + FLAGS_AT] == P_LEAF and content[page * PAGE : page * PAGE + 8] ==
-                  page.to_bytes(8, sys.byteorder)]
+        leaves = pages_by_kind(data.read_bytes())[P_LEAF]
         outcomes = []
-        for page in leaves[:: max(1, len(leaves) // 12)]:
+        for page in leaves if soak_scale(0, 1) else spread(leaves, 6):
             copy = tmp_path / "copy"
             shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(store, copy)

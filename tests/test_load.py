@@ -1,7 +1,7 @@
 """The runtime under load and under cancellation (spec/core.md L1, L3).
 
-L1 runs 100 residents, each in its own namespace over the one shared slot, adding 50 messages
-and compiling after each, concurrently, under a ``trio.fail_after(120)`` guard (about 30 s here).
+L1 runs 100 residents, each in its own namespace over the one shared slot, adding 10 messages (50
+under ``make soak``) and compiling after each, concurrently, under a ``trio.fail_after(120)`` guard.
 
 L3 cancels calls at random points: ``move_on_after(0)`` (cancelled at the first checkpoint)
 and small random timeouts around concurrent batches of add_message, compile, edit_message and
@@ -75,9 +75,9 @@ async def l1(store_path: Path, per_resident: int) -> None:
 async def test_a_hundred_residents_on_one_slot_lose_nothing_and_compile_in_order(
     store_path: Path, soak_scale: Callable[[int, int], int]
 ) -> None:
-    """L1: 100 residents each adding 20 messages (50 under soak) and compiling after each, concurrently,
+    """L1: 100 residents each adding 10 messages (50 under soak) and compiling after each, concurrently,
     lose none and compile in order."""
-    await l1(store_path, per_resident=soak_scale(20, 50))
+    await l1(store_path, per_resident=soak_scale(10, 50))
 
 
 # -- L3: cancellation ---------------------------------------------------------------------------

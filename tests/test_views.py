@@ -264,22 +264,23 @@ async def test_view_filter_sees_stored_messages_before_the_reader_view(runtime: 
         assert by_id[third].content == (Text("alice only", audience=("alice",)),)
 
 
-async def test_the_reader_listing_extends_incrementally_on_appends(runtime: Runtime) -> None:
+async def test_the_reader_listing_extends_incrementally_on_appends(store_path: Path) -> None:
     """F3: with audience blocks in the slot, a compile after N appends projects N messages, not the slot."""
     with trio.fail_after(GUARD_S):
-        alice = await runtime.open("alice-ns", view_reader="alice")
-        await alice.add_message("user", [Text("private", audience=("alice",)), Text("public")])
-        for i in range(200):
-            await alice.add_message("user", f"m{i}")
-        await alice.compile()
-        before = (await alice.inspect()).reader_listing.projected
-        assert before >= 201
-        for i in range(5):
-            await alice.add_message("user", f"late{i}")
-        result = await alice.compile()
-        assert (await alice.inspect()).reader_listing.projected - before == 5
-        assert len(result.messages) == 206
-        assert result.messages[0].content == (Text("private"), Text("public"))
+        async with ctxrt.open_runtime(store_path, durability="os") as runtime:  # 206 writes: none waits for the disk
+            alice = await runtime.open("alice-ns", view_reader="alice")
+            await alice.add_message("user", [Text("private", audience=("alice",)), Text("public")])
+            for i in range(200):
+                await alice.add_message("user", f"m{i}")
+            await alice.compile()
+            before = (await alice.inspect()).reader_listing.projected
+            assert before >= 201
+            for i in range(5):
+                await alice.add_message("user", f"late{i}")
+            result = await alice.compile()
+            assert (await alice.inspect()).reader_listing.projected - before == 5
+            assert len(result.messages) == 206
+            assert result.messages[0].content == (Text("private"), Text("public"))
 
 
 async def test_a_message_hidden_from_a_reader_comes_into_its_compile_when_an_edit_widens_it(runtime: Runtime) -> None:
@@ -298,21 +299,22 @@ async def test_a_message_hidden_from_a_reader_comes_into_its_compile_when_an_edi
         assert texts((await bob.compile(big)).messages) == ["one widened", "two", "three"]
 
 
-async def test_a_compile_after_an_edit_patches_the_one_message_not_the_history(runtime: Runtime) -> None:
+async def test_a_compile_after_an_edit_patches_the_one_message_not_the_history(store_path: Path) -> None:
     """F3, L7: another namespace edits one message of a 1,000-message slot; the next compile of a
     reader's Passthrough namespace re-projects that message alone (the reader view is patched, not
     rebuilt) and compiles the edited text."""
     with trio.fail_after(GUARD_S):
-        writer = await runtime.open("writer")
-        await writer.add_message("user", [Text("for ann", audience=("ann",)), Text("for all")])
-        ids = [await writer.add_message("user", f"m{i}") for i in range(1000)]
-        ann = await runtime.open("ann-ns", view_reader="ann")
-        await ann.compile()
-        before = (await ann.inspect()).reader_listing.projected
-        await writer.edit_message(ids[-3], "edited")
-        result = await ann.compile()
-        assert (await ann.inspect()).reader_listing.projected - before == 1
-        assert texts(result.messages)[-3:] == ["edited", "m998", "m999"]
+        async with ctxrt.open_runtime(store_path, durability="os") as runtime:  # 1,002 writes: none waits for the disk
+            writer = await runtime.open("writer")
+            await writer.add_message("user", [Text("for ann", audience=("ann",)), Text("for all")])
+            ids = [await writer.add_message("user", f"m{i}") for i in range(1000)]
+            ann = await runtime.open("ann-ns", view_reader="ann")
+            await ann.compile()
+            before = (await ann.inspect()).reader_listing.projected
+            await writer.edit_message(ids[-3], "edited")
+            result = await ann.compile()
+            assert (await ann.inspect()).reader_listing.projected - before == 1
+            assert texts(result.messages)[-3:] == ["edited", "m998", "m999"]
 
 
 AUDIENCES = [(), ("ann",), ("bob",), ("only", "ann"), ("only", "bob")]  # "only": no block for all
