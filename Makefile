@@ -27,12 +27,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
+# Two pytest workers (pytest-xdist), a test file to a worker, so one worker's waits (fsync, child
+# processes, PostgreSQL) overlap the other's work; each worker starts its own PostgreSQL cluster.
+PYTEST_WORKERS := -n 2 --dist loadfile
+
 test: $(STAMP)
 	$(BIN)/python -m mypy --cache-dir $(VENV)/mypy_cache  # the [tool.mypy] config in pyproject.toml
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS)
 
 soak: $(STAMP)
-	CTXRT_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m soak
+	CTXRT_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS) -m soak
 
 demo: $(STAMP)
 	$(BIN)/python -m ctxrt demo
