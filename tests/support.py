@@ -5,12 +5,38 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
+import pytest
 import trio
 
 from ctxrt.content import Message
 from ctxrt.runtime import Runtime
 from ctxrt.store import files, keys
+from ctxrt.store.protocol import Atomically, EditItem
 from ctxrt.views import Window
+
+
+@attrs.frozen
+class EditGate:
+    """Edits' commits held at the store's door: ``entered`` is set when one arrives, and each waits
+    there until ``opened`` is set; every other command passes."""
+
+    entered: trio.Event = attrs.Factory(trio.Event)
+    opened: trio.Event = attrs.Factory(trio.Event)
+
+
+def hold_edits(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> EditGate:
+    """Hold ``rt``'s edit commits (``EditItem`` in an ``Atomically``) until the gate opens."""
+    gate, ask = EditGate(), rt.store.ask
+
+    async def held(command: Any) -> Any:
+        if isinstance(command, Atomically) and any(isinstance(c, EditItem) for c in command.commands):
+            gate.entered.set()
+            await gate.opened.wait()
+        return await ask(command)
+
+    monkeypatch.setattr(rt.store, "ask", held)
+    return gate
 
 
 def dump(rt: Runtime) -> dict[str, Any]:

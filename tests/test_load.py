@@ -30,6 +30,7 @@ from ctxrt import Budget, Entry, Text
 from ctxrt.runtime import Runtime
 from ctxrt.namespace import states
 from ctxrt.store.protocol import Atomically, EditItem, RemoveItems
+from support import hold_edits
 
 L1_GUARD_S = 120
 L1_RESIDENTS = 100
@@ -221,20 +222,11 @@ async def test_an_open_is_answered_only_after_the_edits_cancelled_callers_left_i
     with trio.fail_after(20):
         manager = await runtime.open("plain")
         target = await manager.add_message("user", "note")
-        entered, gate = trio.Event(), trio.Event()
-        ask = runtime.store.ask
-
-        async def held(command: Any) -> Any:
-            if isinstance(command, Atomically) and any(isinstance(c, EditItem) for c in command.commands):
-                entered.set()
-                await gate.wait()
-            return await ask(command)
-
-        monkeypatch.setattr(runtime.store, "ask", held)
+        gate = hold_edits(runtime, monkeypatch)
         with trio.CancelScope() as callers:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(manager.edit_message, target, "edited once")
-                await entered.wait()  # the first edit's commit is out, held
+                await gate.entered.wait()  # the first edit's commit is out, held
                 nursery.start_soon(manager.edit_message, target, "edited twice")
                 await trio.testing.wait_all_tasks_blocked()  # the second waits in the lane behind it
                 callers.cancel()
@@ -248,7 +240,7 @@ async def test_an_open_is_answered_only_after_the_edits_cancelled_callers_left_i
             nursery.start_soon(open_plain)
             await trio.testing.wait_all_tasks_blocked()
             assert opened == []  # the open waits behind the edits
-            gate.set()
+            gate.opened.set()
         assert texts(await opened[0].compile()) == texts(await manager.compile()) == ["edited twice"]
 
 

@@ -25,7 +25,8 @@ import ctxrt
 from ctxrt import Autobiographical, Budget
 from ctxrt.namespace import states
 from ctxrt.runtime import Runtime
-from ctxrt.store.protocol import Atomically, EditItem, SetValue
+from ctxrt.store.protocol import SetValue
+from support import hold_edits
 from ctxrt.testing import ScriptedModel
 
 GUARD_S = 60
@@ -606,21 +607,12 @@ async def test_a_compile_is_answered_while_a_siblings_edit_is_still_committing(
         async with ctxrt.open_runtime(tmp_path / "s") as rt:
             editor, reader = await rt.open("ns"), await rt.open("ns")
             target = await editor.add_message("user", "before")
-            entered, gate = trio.Event(), trio.Event()
-            ask = rt.store.ask
-
-            async def held(command: Any) -> Any:
-                if isinstance(command, Atomically) and any(isinstance(c, EditItem) for c in command.commands):
-                    entered.set()
-                    await gate.wait()
-                return await ask(command)
-
-            monkeypatch.setattr(rt.store, "ask", held)
+            gate = hold_edits(rt, monkeypatch)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(editor.edit_message, target, "after")
-                await entered.wait()
+                await gate.entered.wait()
                 with trio.fail_after(5):  # before the lane: held until the gate opened, never
                     compiled = await reader.compile()
                 assert [m.content[0].text for m in compiled.messages] == ["before"]
-                gate.set()
+                gate.opened.set()
             assert [m.content[0].text for m in (await reader.compile()).messages] == ["after"]
