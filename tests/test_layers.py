@@ -15,6 +15,7 @@ no test reaches into a private name of ctxrt or patches a ctxrt module or class.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import ctxrt
@@ -128,6 +129,7 @@ def imports_of(path: Path) -> set[str]:
     return found - PACKAGES
 
 
+@functools.cache  # the package doesn't change under a test run; imports_of asks once per name it imports
 def all_modules() -> dict[str, Path]:
     return {module_name(path): path for path in PACKAGE.rglob("*.py")}
 
