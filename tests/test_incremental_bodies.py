@@ -170,6 +170,22 @@ def test_strict_names_the_turn_a_host_edited_that_later_bodies_share() -> None:
     assert result.to_anthropic(assistant="Claude") == {"messages": to_anthropic_messages(talk, "Claude")}
 
 
+@pytest.mark.parametrize(("form", "field"), [("chat", "messages"), ("responses", "input")])
+def test_strict_names_the_openai_item_a_host_edited_that_later_bodies_share(form: str, field: str) -> None:
+    """P15: an OpenAI body's earlier items are shared with later bodies; editing one is found by
+    strict=True, which names the item and makes the next bodies afresh."""
+    talk = [CompiledMessage("user" if n % 2 == 0 else "Claude", (Text(f"message {n}"),)) for n in range(6)]
+    provenance = ctxrt.Provenance("c", "ns", "main", None, "passthrough", tuple(() for _ in talk), {}, {})
+    result = ctxrt.CompileResult(talk, [], provenance)
+    make = result.to_openai_chat if form == "chat" else result.to_openai_responses
+    afresh = to_chat_messages(talk, "Claude") if form == "chat" else to_responses_input(talk, "Claude")
+    body = make(assistant="Claude")
+    body[field][1]["content"] = "rewritten by the host"  # not the host's: read-only
+    with pytest.raises(ctxrt.InvalidRequestError, match=rf"{field}\[1\]: .*read-only"):
+        make(assistant="Claude", strict=True)
+    assert make(assistant="Claude") == {field: afresh[0]}
+
+
 async def test_a_host_editing_its_body_and_the_anthropic_client_sending_it_leave_later_bodies_unchanged(
     runtime: ctxrt.Runtime,
 ) -> None:
