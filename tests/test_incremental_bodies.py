@@ -10,6 +10,7 @@ from typing import Any
 
 import anthropic
 import attrs
+import openai
 import pytest
 import trio
 from hypothesis import given, settings
@@ -21,7 +22,7 @@ from ctxrt.body_runs import BodyCache, runs
 from ctxrt.openai_body import chat_messages, responses_input
 from ctxrt.openai_wire import to_chat_messages, to_responses_input
 from ctxrt.content import CompiledMessage, Image, RedactedThinking, Text, Thinking, ToolResult, ToolUse
-from ctxrt.testing import ApiReply, open_messages_api_server
+from ctxrt.testing import ApiReply, open_messages_api_server, open_openai_api_server
 from ctxrt.wire import to_anthropic_messages
 
 GUARD_S = 10
@@ -208,3 +209,32 @@ async def test_a_host_editing_its_body_and_the_anthropic_client_sending_it_leave
                     body["system"] = "changed"
                     host_edits(body["messages"])
         assert len(server.requests) == 6
+
+
+async def test_a_host_editing_its_openai_bodies_and_the_openai_client_sending_them_leave_later_bodies_unchanged(
+    runtime: ctxrt.Runtime,
+) -> None:
+    """P15: through the public API, the host edits each Chat Completions and Responses body's dict,
+    list and last item, the real openai client sends it to the local OpenAI API server (and leaves
+    it as it was), and every later body equals one made afresh."""
+    with trio.fail_after(GUARD_S):
+        manager = await runtime.open("chat")
+        async with open_openai_api_server(lambda _: ApiReply.text("ok")) as server:
+            async with openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0) as client:
+                for n in range(6):
+                    await manager.add_message("user" if n % 2 == 0 else "Claude", f"turn {n} ")
+                    result = await manager.compile(ctxrt.Budget(max_tokens=10_000))
+                    chat = result.to_openai_chat(assistant="Claude", system="be brief")
+                    assert chat == result.to_openai_chat(assistant="Claude", system="be brief", strict=True)
+                    sent = copy.deepcopy(chat)
+                    await client.chat.completions.create(model="m", **chat)
+                    assert chat == sent  # the client left the body as it was
+                    responses = result.to_openai_responses(assistant="Claude", system="be brief")
+                    assert responses == result.to_openai_responses(assistant="Claude", system="be brief", strict=True)
+                    sent = copy.deepcopy(responses)
+                    await client.responses.create(model="m", **responses)
+                    assert responses == sent
+                    for body, field in ((chat, "messages"), (responses, "input")):
+                        body["added by the host"] = 1
+                        openai_host_edits((body[field], body.left_out, body.as_text))
+        assert len(server.requests) == 12
