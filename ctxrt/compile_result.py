@@ -95,7 +95,11 @@ class CompileResult:
             EmptyRequestError: no message is left to send but the system one (P10), as for
                 ``to_anthropic``.
             InvalidRequestError: with ``strict=True``, the body breaks a rule of
-                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11).
+                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11), or a
+                message an earlier body shared with this one was edited by the host (P15).
+
+        Made from the last body's parts (P14): the dict, its ``messages`` list and its last
+        message are the host's to edit; earlier messages are shared with later bodies, read-only (P15).
         """
         text = self._system_text(system)
         messages, left_out, as_text = chat_messages(self.messages, assistant, self._bodies, system=text,
@@ -121,7 +125,11 @@ class CompileResult:
         Raises:
             EmptyRequestError: no input item is left to send (P10), as for ``to_anthropic``.
             InvalidRequestError: with ``strict=True``, the body breaks a rule of
-                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11).
+                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11), or an
+                item an earlier body shared with this one was edited by the host (P15).
+
+        Made from the last body's parts (P14): the dict, its ``input`` list and its last item
+        are the host's to edit; earlier items are shared with later bodies, read-only (P15).
         """
         items, left_out, as_text = responses_input(self.messages, assistant, self._bodies)
         if strict:

@@ -13,11 +13,10 @@ edit, docs/api.md), and alternated roles are merged on copies.
 from __future__ import annotations
 
 import copy
-from bisect import bisect_left
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-from .body_runs import BodyCache, runs
+from .body_runs import BodyCache, runs, shifted
 from .content import CompiledMessage
 from .openai_wire import Api, SystemRole, call_ids, chat_finish, check_system_role, message_items, replay_ids
 from .wire import ForeignCalls, holds_tools
@@ -54,12 +53,6 @@ class _Body:
         self.starts: list[int] = [0]
 
 
-def _shifted(positions: list[int], j: int, length: int, shift: int) -> list[int]:
-    """The positions in ``j``..``j + length - 1``, ``shift`` further on."""
-    inside = positions[bisect_left(positions, j):bisect_left(positions, j + length)]
-    return list(map(shift.__add__, inside)) if shift else inside
-
-
 def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collection[str], old: _Body | None) -> _Body:
     body = _Body()
     body.messages = new = list(messages)  # the host may change its list; the record keeps this one
@@ -72,7 +65,7 @@ def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collectio
         gaps += range(position, i)
         body.tools += (k for k in range(position, i) if holds_tools(new[k]))
         parts[i:i + length] = old.parts[j:j + length]
-        body.tools += _shifted(old.tools, j, length, i - j)
+        body.tools += shifted(old.tools, j, length, i - j)
         position = i + length
     gaps += range(position, len(new))
     body.tools += (k for k in range(position, len(new)) if holds_tools(new[k]))
@@ -109,7 +102,7 @@ def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collectio
     for k in range(position, len(new)):
         _add(body, made[k])
     # Where counts are: the runs' as they were, and the parts made here, none twice.
-    kept = [k for i, j, length in found for k in _shifted(old.counted, j, length, i - j)] if old else []
+    kept = [k for i, j, length in found for k in shifted(old.counted, j, length, i - j)] if old else []
     body.counted = sorted({k for k in kept + gaps + remade if made[k].left_out or made[k].as_text})
     return body
 
