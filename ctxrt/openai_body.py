@@ -39,8 +39,8 @@ class _Part:
 
 class _Body:
     """What one body was made of: its messages, their parts, where the tool-bearing ones and those
-    with counts are, and the items in order with where each message's start (``starts``, one
-    past the last too)."""
+    with counts are, and the items in order with where each message's items start (``starts``,
+    and one past the last)."""
 
     __slots__ = ("counted", "items", "messages", "parts", "starts", "tools")
 
@@ -122,7 +122,9 @@ def _summed(parts: Sequence[_Part], counted: list[int]) -> tuple[Counts, Counts]
     return left_out, as_text
 
 
-def _made(api: Api, messages: Sequence[CompiledMessage], assistant: str | Collection[str], cache: BodyCache) -> tuple[list[dict[str, Any]], Counts, Counts]:
+def _made(
+    api: Api, messages: Sequence[CompiledMessage], assistant: str | Collection[str], cache: BodyCache
+) -> tuple[list[dict[str, Any]], Counts, Counts]:
     speakers = frozenset({assistant} if isinstance(assistant, str) else assistant)
     key = (api, speakers)
     body = _assemble(api, messages, speakers, cache.get(key))
