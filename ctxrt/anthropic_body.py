@@ -18,7 +18,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-from .body_runs import BodyCache, runs
+from .body_runs import BodyCache, runs, shifted
 from .content import CompiledMessage
 from .wire import (
     MAX_REQUEST_CACHE_CONTROLS,
@@ -157,7 +157,7 @@ def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], ol
         body.tools += (k for k in range(position, i) if holds_tools(new[k]))
         assert old is not None
         parts[i:i + length] = old.parts[j:j + length]
-        body.tools += (t + i - j for t in old.tools[bisect_left(old.tools, j):bisect_left(old.tools, j + length)])
+        body.tools += shifted(old.tools, j, length, i - j)
         position = i + length
     fresh += range(position, len(new))
     body.tools += (k for k in range(position, len(new)) if holds_tools(new[k]))

@@ -10,6 +10,7 @@ compile memo owns one, so every result of a namespace's compiles shares it. Pure
 from __future__ import annotations
 
 import operator
+from bisect import bisect_left
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -60,6 +61,13 @@ def runs(new: Sequence[Any], old: Sequence[Any]) -> list[Run]:
         out.append((i, found, length))
         i, j = i + length, found + length
     return out
+
+
+def shifted(positions: list[int], j: int, length: int, shift: int) -> list[int]:
+    """The sorted ``positions`` in ``j``..``j + length - 1`` (of an old body), ``shift`` further on
+    (in the new one): where a run's tool-bearing messages are, say, without a look at the others."""
+    inside = positions[bisect_left(positions, j):bisect_left(positions, j + length)]
+    return list(map(shift.__add__, inside)) if shift else inside
 
 
 class BodyCache:

@@ -20,6 +20,7 @@ from .body_runs import BodyCache
 from .content import Block, CompiledMessage, Text
 from .errors import EmptyRequestError, InvalidRequestError
 from .openai_rules import violations as openai_violations
+from .openai_body import chat_messages, responses_input
 from .openai_wire import OpenAIBody, SystemRole, to_chat_messages, to_responses_input
 from .provenance import Provenance
 from .wire import to_anthropic_messages
@@ -94,11 +95,19 @@ class CompileResult:
             EmptyRequestError: no message is left to send but the system one (P10), as for
                 ``to_anthropic``.
             InvalidRequestError: with ``strict=True``, the body breaks a rule of
-                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11).
+                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11), or a
+                message an earlier body shared with this one was edited by the host (P15).
+
+        Made from the last body's parts (P14): the dict, its ``messages`` list and its last
+        message are the host's to edit; earlier messages are shared with later bodies, read-only (P15).
         """
         text = self._system_text(system)
-        messages, left_out, as_text = to_chat_messages(self.messages, assistant, system=text, system_role=system_role,
-                                                       alternate_roles=alternate_roles)
+        messages, left_out, as_text = chat_messages(self.messages, assistant, self._bodies, system=text,
+                                                    system_role=system_role, alternate_roles=alternate_roles)
+        if strict:
+            fresh, _, _ = to_chat_messages(self.messages, assistant, system=text, system_role=system_role,
+                                           alternate_roles=alternate_roles)
+            self._check_shared(fresh, messages, what="message")
         if len(messages) == (1 if text else 0):
             self._refuse_empty("Chat Completions", "blank text or thinking only")
         return self._checked(OpenAIBody({"messages": messages}, left_out, as_text), strict, "chat")
@@ -116,23 +125,29 @@ class CompileResult:
         Raises:
             EmptyRequestError: no input item is left to send (P10), as for ``to_anthropic``.
             InvalidRequestError: with ``strict=True``, the body breaks a rule of
-                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11).
+                ``ctxrt.openai_rules`` (a bug in ctxrt: every body should satisfy P11), or an
+                item an earlier body shared with this one was edited by the host (P15).
+
+        Made from the last body's parts (P14): the dict, its ``input`` list and its last item
+        are the host's to edit; earlier items are shared with later bodies, read-only (P15).
         """
-        items, left_out, as_text = to_responses_input(self.messages, assistant)
+        items, left_out, as_text = responses_input(self.messages, assistant, self._bodies)
+        if strict:
+            self._check_shared(to_responses_input(self.messages, assistant)[0], items, "input", "item")
         if not items:
             self._refuse_empty("the Responses API", "blank text or thinking only")
         text = self._system_text(system)
         body = {"instructions": text, "input": items} if text else {"input": items}
         return self._checked(OpenAIBody(body, left_out, as_text), strict, "responses")
 
-    def _check_shared(self, fresh: list[Any], cached: list[Any]) -> None:
-        """``strict``: a body made from scratch against one made from cached parts (P15)."""
+    def _check_shared(self, fresh: list[Any], cached: list[Any], field: str = "messages", what: str = "turn") -> None:
+        """``strict``: a body's ``field`` made from scratch against one made from cached parts (P15)."""
         if fresh != cached:
             self._bodies.clear()  # the parts were edited: make the next bodies afresh
             place = next((k for k, (a, b) in enumerate(zip(fresh, cached)) if a != b), min(len(fresh), len(cached)))
             raise InvalidRequestError(
-                [f"messages[{place}]: differs from a body made afresh: a turn shared with an earlier body "
-                 "was edited after that body was returned (earlier turns are read-only, docs/api.md)"])
+                [f"{field}[{place}]: differs from a body made afresh: a {what} shared with an earlier body "
+                 f"was edited after that body was returned (earlier {what}s are read-only, docs/api.md)"])
 
     def _system_text(self, system: str | None) -> str:
         """The host's system prompt and the system injections' text, blank ones left out (the APIs refuse them)."""

@@ -31,13 +31,14 @@ from .content import (
     ToolUse,
 )
 from .openai_rules import CHAT_CALL_ID_MAX, RESPONSES_CALL_ID_MAX
-from .wire import CONTINUED_TEXT, ForeignCalls, api_tool_name, block_to_api, compact_json
+from .wire import CONTINUED_TEXT, ForeignCalls, ReplayedCalls, api_tool_name, block_to_api, compact_json, replay_calls
 
 NO_OUTPUT = "(no output)"  # a tool result with nothing to show, so no tool message is empty
 ERROR_PREFIX = "Error: "  # neither form has an is_error flag: an error result says so in its text
 DEFAULT_FILENAME = "document.pdf"
 JOIN = "\n\n"  # between the text blocks of one message sent as one string
 SystemRole = Literal["system", "developer"]
+Api = Literal["chat", "responses"]
 
 
 class OpenAIBody(dict[str, Any]):
@@ -59,7 +60,7 @@ def fit_call_id(tool_id: str, limit: int) -> str:
     return f"{tool_id[: limit - 9]}_{hashlib.sha256(tool_id.encode()).hexdigest()[:8]}"
 
 
-class _CallIds:
+class CallIds:
     """Call ids as a form sends them: fitted to its length limit and unique in the request (the
     Responses API pairs calls and outputs by id across the whole input; agents reuse call_1...)."""
 
@@ -81,6 +82,21 @@ class _CallIds:
     def output(self, tool_use_id: str) -> str:
         # A compile pairs every result with the call before it (P4); a hand-built result might not.
         return self.current.get(tool_use_id) or fit_call_id(tool_use_id, self.limit)
+
+
+class _ReplayedIds(CallIds):
+    """A ``CallIds`` answering one message's asks as a walk over the request answered them
+    (``replay_ids``), so the message's items can be made apart from that walk."""
+
+    def __init__(self, limit: int, sent: Sequence[str]) -> None:
+        super().__init__(limit)
+        self._sent = iter(sent)
+
+    def call(self, tool_id: str) -> str:
+        return next(self._sent)
+
+    def output(self, tool_use_id: str) -> str:
+        return next(self._sent)
 
 
 def _data_url(source: Mapping[str, Any]) -> str | None:
@@ -147,6 +163,7 @@ class _ResponsesForm:
 _Form = Union[_ChatForm, _ResponsesForm]
 _CHAT = _ChatForm()
 _RESPONSES = _ResponsesForm()
+_FORMS: dict[Api, _Form] = {"chat": _CHAT, "responses": _RESPONSES}
 
 
 class _Turn:
@@ -165,10 +182,10 @@ class _Walk:
     """Walks a request's compiled messages once, turning each into a ``_Turn``, and counts what
     the form couldn't carry."""
 
-    def __init__(self, form: _Form) -> None:
+    def __init__(self, form: _Form, foreign: ForeignCalls | None = None, ids: CallIds | None = None) -> None:
         self.form = form
-        self.foreign = ForeignCalls()
-        self.ids = _CallIds(form.call_id_limit)
+        self.foreign = foreign or ForeignCalls()
+        self.ids = ids or CallIds(form.call_id_limit)
         self.left_out: dict[str, int] = {}
         self.as_text: dict[str, int] = {}
 
@@ -289,30 +306,44 @@ def to_chat_messages(
     walk = _Walk(_CHAT)
     out: list[dict[str, Any]] = []
     for message, speaks_as_assistant, turn in walk.turns(messages, assistant):
-        for call_id, parts in turn.outputs:
-            out.append({"role": "tool", "tool_call_id": call_id, "content": _joined(parts)})
-        if speaks_as_assistant:
-            reply: dict[str, Any] = {"role": "assistant"}
-            if turn.parts:
-                reply["content"] = _joined(turn.parts)  # every part is text: media became notes
-            if turn.calls:
-                reply["tool_calls"] = [
-                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
-                    for call_id, name, arguments in turn.calls
-                ]
-            if len(reply) > 1:
-                out.append(reply)
-        elif turn.parts:
-            said: dict[str, Any] = {"role": "user", "content": _content(turn.parts, "text")}
-            name = _speaker_name(message.participant)
-            if name is not None:
-                said["name"] = name
-            out.append(said)
+        out += _chat_items(message, speaks_as_assistant, turn)
+    return chat_finish(out, system, system_role, alternate_roles), walk.left_out, walk.as_text
+
+
+def chat_finish(
+    out: list[dict[str, Any]], system: str | None, system_role: SystemRole, alternate_roles: bool
+) -> list[dict[str, Any]]:
+    """The messages' items, alternated if asked, behind the system message."""
     if alternate_roles and out:
         out = _alternated(out)
     if system and system.strip():
         out.insert(0, {"role": system_role, "content": system})
-    return out, walk.left_out, walk.as_text
+    return out
+
+
+def _chat_items(message: CompiledMessage, speaks_as_assistant: bool, turn: _Turn) -> list[dict[str, Any]]:
+    """One compiled message's Chat Completions messages: tool outputs, then its own, if any."""
+    out: list[dict[str, Any]] = [
+        {"role": "tool", "tool_call_id": call_id, "content": _joined(parts)} for call_id, parts in turn.outputs
+    ]
+    if speaks_as_assistant:
+        reply: dict[str, Any] = {"role": "assistant"}
+        if turn.parts:
+            reply["content"] = _joined(turn.parts)  # every part is text: media became notes
+        if turn.calls:
+            reply["tool_calls"] = [
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+                for call_id, name, arguments in turn.calls
+            ]
+        if len(reply) > 1:
+            out.append(reply)
+    elif turn.parts:
+        said: dict[str, Any] = {"role": "user", "content": _content(turn.parts, "text")}
+        name = _speaker_name(message.participant)
+        if name is not None:
+            said["name"] = name
+        out.append(said)
+    return out
 
 
 def _parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -361,18 +392,63 @@ def to_responses_input(
     """
     walk = _Walk(_RESPONSES)
     out: list[dict[str, Any]] = []
-    for _message, speaks_as_assistant, turn in walk.turns(messages, assistant):
-        for call_id, parts in turn.outputs:
-            out.append({"type": "function_call_output", "call_id": call_id,
-                        "output": _content(parts, "input_text")})
-        if turn.parts:
-            if speaks_as_assistant:
-                out.append({"type": "message", "role": "assistant", "content": _joined(turn.parts)})
-            else:
-                out.append({"type": "message", "role": "user", "content": _content(turn.parts, "input_text")})
-        for call_id, name, arguments in turn.calls:
-            out.append({"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments})
+    for message, speaks_as_assistant, turn in walk.turns(messages, assistant):
+        out += _responses_items(message, speaks_as_assistant, turn)
     return out, walk.left_out, walk.as_text
+
+
+def _responses_items(_message: CompiledMessage, speaks_as_assistant: bool, turn: _Turn) -> list[dict[str, Any]]:
+    """One compiled message's Responses items: outputs, its message item if any, then its calls."""
+    out: list[dict[str, Any]] = [
+        {"type": "function_call_output", "call_id": call_id, "output": _content(parts, "input_text")}
+        for call_id, parts in turn.outputs
+    ]
+    if turn.parts:
+        if speaks_as_assistant:
+            out.append({"type": "message", "role": "assistant", "content": _joined(turn.parts)})
+        else:
+            out.append({"type": "message", "role": "user", "content": _content(turn.parts, "input_text")})
+    out += ({"type": "function_call", "call_id": call_id, "name": name, "arguments": arguments}
+            for call_id, name, arguments in turn.calls)
+    return out
+
+
+_ITEMS = {"chat": _chat_items, "responses": _responses_items}
+
+
+def call_ids(api: Api) -> CallIds:
+    """A request's call ids in form ``api``, for ``replay_ids`` to walk it with."""
+    return CallIds(_FORMS[api].call_id_limit)
+
+
+def replay_ids(
+    foreign: ForeignCalls, ids: CallIds, message: CompiledMessage, speaks_as_assistant: bool
+) -> tuple[tuple[str | None, ...], tuple[str, ...]]:
+    """What making ``message``'s items asks of a request's walk (``foreign``, then ``ids``), in
+    order, with its effects on both, without making them: the message's context in the request,
+    to tell whether its cached items hold. ``ids`` keep apart from ``foreign``'s answers but for
+    a result the walk shows as text, which asks no id."""
+    looked = replay_calls(foreign, message, "assistant" if speaks_as_assistant else "user")
+    answers = iter(looked)
+    sent: list[str] = []
+    for block in message.content:
+        if type(block) is ToolUse and speaks_as_assistant:
+            sent.append(ids.call(block.id))
+        elif type(block) is ToolResult and next(answers) is None:
+            sent.append(ids.output(block.tool_use_id))
+    return looked, tuple(sent)
+
+
+def message_items(
+    api: Api, message: CompiledMessage, speaks_as_assistant: bool,
+    looked: Sequence[str | None] = (), sent: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, int]]:
+    """One compiled message's items in form ``api`` with its ``left_out`` and ``as_text``, the
+    walk's answers to it being ``replay_ids``'s (none for a message without tool blocks)."""
+    form = _FORMS[api]
+    walk = _Walk(form, ReplayedCalls(looked), _ReplayedIds(form.call_id_limit, sent))
+    items = _ITEMS[api](message, speaks_as_assistant, walk.turn(message, speaks_as_assistant))
+    return items, walk.left_out, walk.as_text
 
 
 def chat_tools(tools: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import copy
+import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
 import attrs
+import openai
 import pytest
 import trio
 from hypothesis import given, settings
@@ -16,8 +19,10 @@ from hypothesis import strategies as st
 import ctxrt
 from ctxrt.anthropic_body import anthropic_messages
 from ctxrt.body_runs import BodyCache, runs
+from ctxrt.openai_body import chat_messages, responses_input
+from ctxrt.openai_wire import to_chat_messages, to_responses_input
 from ctxrt.content import CompiledMessage, Image, RedactedThinking, Text, Thinking, ToolResult, ToolUse
-from ctxrt.testing import ApiReply, open_messages_api_server
+from ctxrt.testing import ApiReply, open_messages_api_server, open_openai_api_server
 from ctxrt.wire import to_anthropic_messages
 
 GUARD_S = 10
@@ -74,27 +79,67 @@ def host_edits(body: list[dict[str, Any]]) -> None:
     body.pop(0)
 
 
+def scribble(item: Any) -> None:
+    """What a host may do to an OpenAI body's last item (P15): anything, at any depth, in place."""
+    if isinstance(item, dict):
+        for value in item.values():
+            scribble(value)
+        item["added by the host"] = 1
+    elif isinstance(item, list):
+        for value in item:
+            scribble(value)
+        item.append({"type": "text", "text": "added by the host"})
+
+
+def openai_host_edits(body: tuple[list[dict[str, Any]], dict[str, int], dict[str, int]]) -> None:
+    """What a host may do to an OpenAI body (P15): its list, its last item and its counts edited in place."""
+    items, left_out, _ = body
+    if items:
+        scribble(items[-1])
+        items.append({"role": "user", "content": "another"})
+        items.pop(0)
+    left_out["thinking"] = 99
+
+
+Made = Callable[[list[CompiledMessage], Any, BodyCache], Any]
+Afresh = Callable[[list[CompiledMessage], Any], Any]
+FORMS: dict[str, tuple[Made, Afresh, Callable[[Any], None]]] = {
+    "anthropic": (anthropic_messages, to_anthropic_messages, host_edits),
+    "openai chat": (chat_messages, to_chat_messages, openai_host_edits),
+    "openai chat, alternated, with a system prompt": (
+        functools.partial(chat_messages, system="be brief", system_role="developer", alternate_roles=True),
+        functools.partial(to_chat_messages, system="be brief", system_role="developer", alternate_roles=True),
+        openai_host_edits,
+    ),
+    "openai responses": (responses_input, to_responses_input, openai_host_edits),
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
 @settings(max_examples=EXAMPLES)
-@given(st.data(), st.lists(messages, max_size=12), assistants)
+@given(data=st.data(), first=st.lists(messages, max_size=12), assistant=assistants)
 def test_a_body_made_from_cached_parts_equals_one_made_afresh(
-    data: st.DataObject, first: list[CompiledMessage], assistant: Any
+    form: str, data: st.DataObject, first: list[CompiledMessage], assistant: Any
 ) -> None:
     """P14, P15: over compiles that append, trim the front, splice, move breakpoints and bring
-    back earlier message objects, each body made from the last one's parts equals a body made
-    from scratch, though the host edited every body's last turn; and so does an older compile's."""
+    back earlier message objects, each body made from the last one's parts (in the Anthropic
+    form and both OpenAI forms, with what they left out or showed as text) equals a body made
+    from scratch, though the host edited every body's last turn or item; and so does an older
+    compile's."""
+    made_from_cache, made_afresh, edit = FORMS[form]
     cache = BodyCache()
     current, seen, history = first, list(first), [first]
     for _ in range(data.draw(st.integers(1, 12))):
         if data.draw(st.integers(0, 9)) == 0:
             assistant = data.draw(assistants)
-        made = anthropic_messages(current, assistant, cache)
-        assert made == to_anthropic_messages(current, assistant)
-        host_edits(made)
+        made = made_from_cache(current, assistant, cache)
+        assert made == made_afresh(current, assistant)
+        edit(made)
         current = step(data, current, seen)
         seen += current
         history.append(current)
     older = data.draw(st.sampled_from(history))
-    assert anthropic_messages(older, assistant, cache) == to_anthropic_messages(older, assistant)
+    assert made_from_cache(older, assistant, cache) == made_afresh(older, assistant)
 
 
 @given(st.lists(st.integers(0, 6), max_size=30), st.lists(st.integers(0, 6), max_size=30))
@@ -126,6 +171,22 @@ def test_strict_names_the_turn_a_host_edited_that_later_bodies_share() -> None:
     assert result.to_anthropic(assistant="Claude") == {"messages": to_anthropic_messages(talk, "Claude")}
 
 
+@pytest.mark.parametrize(("form", "field"), [("chat", "messages"), ("responses", "input")])
+def test_strict_names_the_openai_item_a_host_edited_that_later_bodies_share(form: str, field: str) -> None:
+    """P15: an OpenAI body's earlier items are shared with later bodies; editing one is found by
+    strict=True, which names the item and makes the next bodies afresh."""
+    talk = [CompiledMessage("user" if n % 2 == 0 else "Claude", (Text(f"message {n}"),)) for n in range(6)]
+    provenance = ctxrt.Provenance("c", "ns", "main", None, "passthrough", tuple(() for _ in talk), {}, {})
+    result = ctxrt.CompileResult(talk, [], provenance)
+    make = result.to_openai_chat if form == "chat" else result.to_openai_responses
+    afresh = to_chat_messages(talk, "Claude") if form == "chat" else to_responses_input(talk, "Claude")
+    body = make(assistant="Claude")
+    body[field][1]["content"] = "rewritten by the host"  # not the host's: read-only
+    with pytest.raises(ctxrt.InvalidRequestError, match=rf"{field}\[1\]: .*read-only"):
+        make(assistant="Claude", strict=True)
+    assert make(assistant="Claude") == {field: afresh[0]}
+
+
 async def test_a_host_editing_its_body_and_the_anthropic_client_sending_it_leave_later_bodies_unchanged(
     runtime: ctxrt.Runtime,
 ) -> None:
@@ -148,3 +209,32 @@ async def test_a_host_editing_its_body_and_the_anthropic_client_sending_it_leave
                     body["system"] = "changed"
                     host_edits(body["messages"])
         assert len(server.requests) == 6
+
+
+async def test_a_host_editing_its_openai_bodies_and_the_openai_client_sending_them_leave_later_bodies_unchanged(
+    runtime: ctxrt.Runtime,
+) -> None:
+    """P15: through the public API, the host edits each Chat Completions and Responses body's dict,
+    list and last item, the real openai client sends it to the local OpenAI API server (and leaves
+    it as it was), and every later body equals one made afresh."""
+    with trio.fail_after(GUARD_S):
+        manager = await runtime.open("chat")
+        async with open_openai_api_server(lambda _: ApiReply.text("ok")) as server:
+            async with openai.AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0) as client:
+                for n in range(6):
+                    await manager.add_message("user" if n % 2 == 0 else "Claude", f"turn {n} ")
+                    result = await manager.compile(ctxrt.Budget(max_tokens=10_000))
+                    chat = result.to_openai_chat(assistant="Claude", system="be brief")
+                    assert chat == result.to_openai_chat(assistant="Claude", system="be brief", strict=True)
+                    sent = copy.deepcopy(chat)
+                    await client.chat.completions.create(model="m", **chat)
+                    assert chat == sent  # the client left the body as it was
+                    responses = result.to_openai_responses(assistant="Claude", system="be brief")
+                    assert responses == result.to_openai_responses(assistant="Claude", system="be brief", strict=True)
+                    sent = copy.deepcopy(responses)
+                    await client.responses.create(model="m", **responses)
+                    assert responses == sent
+                    for body, field in ((chat, "messages"), (responses, "input")):
+                        body["added by the host"] = 1
+                        openai_host_edits((body[field], body.left_out, body.as_text))
+        assert len(server.requests) == 12

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
      "ctxrt.store.verify"),
     ("ctxrt.slots",),
     ("ctxrt.views",),
-    ("ctxrt.wire", "ctxrt.openai_wire", "ctxrt.body_runs", "ctxrt.anthropic_body"),
+    ("ctxrt.wire", "ctxrt.openai_wire", "ctxrt.body_runs", "ctxrt.anthropic_body", "ctxrt.openai_body"),
     ("ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
     ("ctxrt.injections", "ctxrt.compile_result"),
     ("ctxrt.compile",),
@@ -86,7 +86,7 @@ PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspect
 PURE_CORES: tuple[str, ...] = (
     "ctxrt.content", "ctxrt.events", "ctxrt.checks", "ctxrt.queries", "ctxrt.validation", "ctxrt.codec",
     "ctxrt.blobs", "ctxrt.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.wire", "ctxrt.openai_wire",
-    "ctxrt.body_runs", "ctxrt.anthropic_body", "ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints", "ctxrt.injections",
+    "ctxrt.body_runs", "ctxrt.anthropic_body", "ctxrt.openai_body", "ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints", "ctxrt.injections",
     "ctxrt.compile_result", "ctxrt.compile",
     "ctxrt.slots", "ctxrt.views",
     "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.records", "ctxrt.store.protocol", "ctxrt.store.batch",
