@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import ctxrt
 from ctxrt import Text, ToolResult, ToolUse
-from ctxrt.strategies.base import Pin
+from ctxrt.strategies.base import Pin, SelectOptions
 from ctxrt.strategies.chunking import closes_at_target, walk
 from ctxrt.strategies.knowledge import KNOWLEDGE, phase_rule
 from ctxrt.strategies.policy import AUTOBIOGRAPHICAL
@@ -136,3 +136,47 @@ def test_summaries_are_chosen_newest_first_and_never_leave_a_newer_gap() -> None
     assert choose([small_old, large, small_new], 30, lambda s: price(s.id)) == [small_new]
     assert choose([small_old, large, small_new], 65, lambda s: price(s.id)) == [large, small_new]
     assert choose([small_old, large, small_new], 70, lambda s: price(s.id)) == [small_old, large, small_new]
+
+
+def test_a_compile_hands_back_the_same_entries_for_unchanged_messages_and_summaries() -> None:
+    """Autobiographical's compiles give the same ``Entry`` object for a message that is the same
+    object in the view and for a summary shown again (compile's memo keys on entry identity), a
+    new one for an edited message, and what a fresh strategy selects (P16)."""
+    config = ctxrt.Autobiographical(compression_model="m", head_window_tokens=20, recent_window_tokens=60,
+                                    target_chunk_tokens=10**6)
+    budget = ctxrt.Budget(max_tokens=100_000, reserve_for_response=0)
+    messages = [msg(n) for n in range(1, 41)]
+    summary = l1(3)  # covers 13-16; the head is 1-5, the recent window 26-40
+
+    def compiled(ctx: PlainContext, strategy: Any = None) -> list[Any]:
+        if strategy is None:
+            strategy = config.create()
+            strategy.initialize(ctx)
+        return strategy.select(ctx.view, budget, SelectOptions())
+
+    ctx = PlainContext(messages)
+    ctx.logs["summaries"] = [stored(summary_record(summary))]
+    strategy = config.create()
+    strategy.initialize(ctx)
+    first = compiled(ctx, strategy)
+    assert any(entry.summary_ids == (summary.id,) for entry in first)
+    assert [e.cache_marker for e in first[:6]] == [False] * 4 + [True, False]  # the head's end is marked
+    again = compiled(ctx, strategy)
+    assert again == first and all(a is b for a, b in zip(again, first, strict=True))
+
+    edited = [attrs.evolve(m, content=(Text("an edit"),)) if m.id == "20" else m for m in messages]
+    ctx = PlainContext(edited)
+    ctx.logs["summaries"] = [stored(summary_record(summary))]
+    after_edit = compiled(ctx, strategy)
+    assert after_edit == compiled(ctx)
+    for old, new in zip(first, after_edit, strict=True):
+        assert (new is old) == (new.source_ids != ("20",)), new.source_ids
+        if new.source_ids == ("20",):
+            assert new.content == (Text("an edit"),)
+
+    ctx.messages.append(msg(41))
+    appended = compiled(ctx, strategy)
+    assert appended == compiled(ctx)
+    assert appended[-1].source_ids == ("41",) and appended[-1].cache_marker
+    by_source = {entry.source_ids: entry for entry in after_edit[:-1]}
+    assert all(entry is by_source[entry.source_ids] for entry in appended[:-2] if entry.source_ids in by_source)

@@ -72,6 +72,7 @@ from .records import (
     summary_record,
 )
 from .selection import Selection, SummaryPrices, frontier_under_pins, select
+from .shown_entries import ShownEntries
 
 if TYPE_CHECKING:
     from ..budget import Budget
@@ -111,6 +112,7 @@ class AutobiographicalStrategy(Strategy):
         self._prices = SummaryPrices(config.summary_participant)
         self._live_memo: LiveMemo = {}
         self._coverage = Coverage()  # what summaries cover, as runs of the view
+        self._made = ShownEntries(config.max_message_tokens, config.summary_participant)  # reused across compiles
 
     # -- state ------------------------------------------------------------------------------
 
@@ -378,13 +380,13 @@ class AutobiographicalStrategy(Strategy):
     def _plan(self, view: MessageView, budget: Budget) -> tuple[list[Entry], Selection]:
         """The selection, and its entries after the live policy."""
         messages = view.get_all()
+        self._made.follow(view.pricing, len(messages))
         head = self._head(messages, view)
         selection = select(
-            messages, view, budget.usable, cap=self.config.max_message_tokens, head=head,
+            messages, view, budget.usable, made=self._made, head=head,
             recent_start=self._recent_start(messages, view, head[1]), pins=self.pins,
             frontier=frontier_under_pins(self._frontier(), self.summaries, self.pins), leaves=self._leaves,
             price=self._prices.pricer(view), choose_l1=self.policy.choose_l1,
-            participant=self.config.summary_participant,
             pending_units=len(self._l1_queue()) + (self._merge_queue() is not None),
             coverage=self._coverage, stamp=view.window(1).stamp,
         )

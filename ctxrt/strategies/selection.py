@@ -19,11 +19,10 @@ import attrs
 
 from ..budget import Entry
 from ..content import Message, Text
-from .base import Pin, RenderStats, raw_entry
+from .base import Pin, RenderStats
 from .coverage import Coverage, count_outside, covers, gaps, outside, union
-from .prompts import MANAGER, recall_header
 from .records import Summary
-from .shaping import shape
+from .shown_entries import ShownEntries
 
 if TYPE_CHECKING:
     from ..views import MessageView
@@ -110,24 +109,25 @@ def frontier_under_pins(frontier: Sequence[Summary], summaries: Sequence[Summary
 
 
 def select(
-    messages: Sequence[Message], view: MessageView, usable: int, *, cap: int, head: tuple[int, int],
+    messages: Sequence[Message], view: MessageView, usable: int, *, made: ShownEntries, head: tuple[int, int],
     recent_start: int, pins: Sequence[Pin], frontier: Sequence[Summary], leaves: Callable[[Summary], tuple[str, ...]],
-    price: Price, choose_l1: Chooser, participant: str, pending_units: int, coverage: Coverage, stamp: object,
+    price: Price, choose_l1: Chooser, pending_units: int, coverage: Coverage, stamp: object,
 ) -> Selection:
     """The head window, pinned raw ranges, the recent window, and in the middle the ``frontier``
     summaries that fit (level budgets, the newest history first) and the uncovered messages that
-    fit (newest first); every message of the view is shown, covered or reported (no silent drops)."""
+    fit (newest first); every message of the view is shown, covered or reported (no silent drops).
+    Entries come from ``made``, the same objects for what is unchanged since an earlier compile."""
     head_start, head_end = head
     entries_head: list[Entry] = []
     spent = 0
     for message in messages[head_start:head_end]:
-        shaped, cost = shape(message, cap, view.estimate_tokens)
+        entry, cost = made.raw(message, view.estimate_tokens)
         if spent + cost > usable:
             break
-        entries_head.append(raw_entry(shaped))
+        entries_head.append(entry)
         spent += cost
     if entries_head:
-        entries_head[-1] = attrs.evolve(entries_head[-1], cache_marker=True)
+        entries_head[-1] = made.marked(entries_head[-1])
     head_tokens = spent
     in_head = {entry.source_ids[0] for entry in entries_head}
     # Pinned raw ranges outside the head come next, whatever the pressure, oldest first.
@@ -141,9 +141,9 @@ def select(
     pinned_shown: set[int] = set()
     for index in (i for i, m in enumerate(messages) if m.id not in in_head and pinned(m.sequence)) if raw_pins else ():
         pinned_at.add(index)
-        shaped, cost = shape(messages[index], cap, view.estimate_tokens)
+        entry, cost = made.raw(messages[index], view.estimate_tokens)
         if spent + cost <= usable:
-            pinned_entries.append((messages[index].sequence, [raw_entry(shaped)]))
+            pinned_entries.append((messages[index].sequence, [entry]))
             pinned_shown.add(index)
             spent += cost
     pinned_tokens = spent - head_tokens
@@ -154,10 +154,10 @@ def select(
         if index in pinned_at:
             continue  # placed with the pins
         message = messages[index]
-        shaped, cost = shape(message, cap, view.estimate_tokens)
+        entry, cost = made.raw(message, view.estimate_tokens)
         if spent + cost > usable:
             break
-        recent.append((message.sequence, [raw_entry(shaped)]))
+        recent.append((message.sequence, [entry]))
         recent_from = index
         spent += cost
     tail_tokens = spent - head_tokens - pinned_tokens
@@ -177,12 +177,7 @@ def select(
     covered = coverage.runs(shown, messages, stamp, leaves)
     middle: list[tuple[int, list[Entry]]] = []
     for summary in shown:
-        middle.append((summary.first_sequence, [
-            # The header names its summary only; the answer carries the coverage (P6).
-            Entry(MANAGER, (Text(recall_header(summary.id)),), (), "derived", (summary.id,)),
-            # P9: a breakpoint at each summary seam, so a new summary invalidates only what follows it.
-            Entry(participant, (Text(summary.content),), leaves(summary), "derived", (summary.id,), cache_marker=True),
-        ]))
+        middle.append((summary.first_sequence, list(made.summary(summary, leaves(summary)))))
     summary_tokens = spent - head_tokens - tail_tokens - pinned_tokens
     # The middle is [0, head_start) (before a reset head, T6) and [head_end, recent_start); its
     # uncovered messages, newest first, are compression debt: keep the newest raw that fit.
@@ -193,14 +188,14 @@ def select(
                  if index not in pinned_at)
     for index in uncovered:
         message = messages[index]
-        shaped, cost = shape(message, cap, view.estimate_tokens)
+        entry, cost = made.raw(message, view.estimate_tokens)
         if spent + cost > usable:
             total = sum(count_outside(covered, low, high) for low, high in middle_ranges)
             total -= sum(1 for index in pinned_at if any(low <= index < high for low, high in middle_ranges)
                          and not covers(covered, index))
             logger.info("compression debt: %d uncovered middle message(s) left out of the compile", total - len(kept))
             break
-        kept.append((message.sequence, [raw_entry(shaped)]))
+        kept.append((message.sequence, [entry]))
         kept_from = index
         spent += cost
     # No silent drops: every message of the view is shown raw or covered by a shown summary,
@@ -243,5 +238,5 @@ def select(
         # P9: the tail carries a breakpoint too, so the next compile reads everything up to
         # this one's newest message from the provider's cache. P5's cap of 3 keeps the head
         # window's end (the first), the latest summary seam and this tail (the last two).
-        entries[-1] = attrs.evolve(entries[-1], cache_marker=True)
+        entries[-1] = made.marked(entries[-1])
     return Selection(entries, head_tokens, spent - head_tokens - tail_tokens, tail_tokens, spent, stats)
