@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, settings
 
 from ctxrt.pgcluster import Cluster, temporary_cluster
 from ctxrt.runtime import Runtime, open_runtime
+from ctxrt.store.environment import StoreHandle, close_store, open_store
 
 SOAK_ENV = "CTXRT_SOAK"
 
@@ -52,6 +53,16 @@ def store_path(tmp_path: Path) -> Path:
 async def runtime(store_path: Path) -> AsyncIterator[Runtime]:
     async with open_runtime(store_path) as rt:
         yield rt
+
+
+@pytest.fixture
+def handle(store_path: Path) -> Iterator[StoreHandle]:
+    """The store opened with no runtime around it: for tests that drive a machine synchronously."""
+    opened = open_store(store_path, durability="os")
+    try:
+        yield opened
+    finally:
+        close_store(opened)
 
 
 @pytest.fixture(scope="session")

@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -187,14 +186,6 @@ def floor_writes(commit: Commit) -> list[int]:
     commands = commit.command.commands if isinstance(commit.command, Atomically) else (commit.command,)
     return [c.value for c in commands if isinstance(c, SetValue) and c.state == states.floor_state("ns")]
 
-
-@pytest.fixture
-def handle(store_path: Path) -> Iterator[StoreHandle]:
-    opened = open_store(store_path, durability="os")
-    try:
-        yield opened
-    finally:
-        close_store(opened)
 
 
 # -- the write lane: what runs while a commit is out -------------------------------------------

@@ -6,8 +6,6 @@ the machine's tests (tests/test_namespace_machine.py) check the same rules throu
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -100,14 +98,6 @@ def test_the_drain_backs_off_doubling_up_to_its_maximum_while_the_store_is_unrea
     drain.back_off(first=True)
     assert drain.retry_delay == STORE_RETRY_S
 
-
-@pytest.fixture
-def handle(store_path: Path) -> Iterator[StoreHandle]:
-    opened = open_store(store_path, durability="os")
-    try:
-        yield opened
-    finally:
-        close_store(opened)
 
 
 def append(handle: StoreHandle, slots: SlotRegistry, branch: int, *blocks: dict[str, Any]) -> None:
