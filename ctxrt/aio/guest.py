@@ -343,13 +343,20 @@ class Guest:
                 await self._run(call)
                 if worker.scope.cancel_called or len(self._idle) >= MAX_IDLE_WORKERS:
                     return
-                self._idle.append(worker)
+                await self._park(worker)
 
-                def abort(_: Any, worker: Worker = worker) -> trio.lowlevel.Abort:
-                    self._idle.remove(worker)  # the run is stopping
-                    return trio.lowlevel.Abort.SUCCEEDED
+    @trio.lowlevel.enable_ki_protection
+    async def _park(self, worker: Worker) -> None:
+        """Idle ``worker`` until a call reschedules it. Ctrl-C is deferred (to the main task) from
+        joining ``_idle`` to parking: a worker interrupted in between would stay listed while its
+        task ends, and the next call would reschedule a dead task, breaking the trio run."""
+        self._idle.append(worker)
 
-                await trio.lowlevel.wait_task_rescheduled(abort)
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._idle.remove(worker)  # the run is stopping
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def _run(self, call: Call) -> None:
         value = _NOTHING
