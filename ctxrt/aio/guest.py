@@ -22,7 +22,8 @@ Pitfalls of guest mode, and what this module does about each:
 - Ctrl-C: when the host left Python's default SIGINT handler in place, trio installs its own,
   which raises ``KeyboardInterrupt`` only in trio code. Wherever it lands in trio, the run stops
   (every runtime is closed, as a trio host's would be, L8) and the interrupt is raised on the
-  loop as itself, out of ``run_until_complete``/``asyncio.run``.
+  loop as itself, out of ``run_until_complete``/``asyncio.run``. A step that would leave trio's
+  bookkeeping half done (a worker listing itself idle and parking) runs with it deferred.
 - One guest run per thread: a loop whose thread already runs trio gets ``RuntimeError`` naming
   that; a second loop in another thread gets a run of its own.
 """
