@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ import uvloop
 
 import ctxrt
 import ctxrt.aio
+import ctxrt.aio.guest
 from ctxrt.store.verify import verify_store
 from ctxrt.testing import ScriptedModel
 
@@ -374,6 +376,66 @@ def test_ctrl_c_in_the_guest_run_reaches_the_asyncio_host_as_keyboard_interrupt(
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert not trio.lowlevel.in_trio_run()
     assert trio.run(stored_texts, tmp_path / "store") == acknowledged  # closed: its lock is free
+
+
+GUEST_SOURCE = Path(ctxrt.aio.guest.__file__)
+
+
+def interrupt_at_line(count: int) -> Callable[[types.FrameType, str, Any], Any]:
+    """A trace function that sends this process a real SIGINT at the ``count``-th line the guest
+    module (ctxrt/aio/guest.py) runs, once: trio's handler then acts at that very point."""
+    seen = 0
+
+    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+        nonlocal seen
+        if frame.f_code.co_filename != str(GUEST_SOURCE):
+            return None
+        if event == "line":
+            seen += 1
+            if seen == count:
+                os.kill(os.getpid(), signal.SIGINT)
+        return trace
+
+    return trace
+
+
+async def _appending(path: Path, trace: Callable[[types.FrameType, str, Any], Any]) -> None:
+    async with ctxrt.aio.open_runtime(path) as rt:
+        managers = [await rt.open(f"agents/n{index}", view_reader=f"n{index}") for index in range(2)]
+        for manager in managers:  # every call's trio worker has been spawned and parked once
+            await manager.add_message("user", "warm-up")
+
+        async def append(manager: ctxrt.aio.ContextManager) -> None:
+            while True:
+                await manager.add_message("user", "more")
+
+        sys.settrace(trace)
+        await asyncio.gather(*(append(manager) for manager in managers))
+
+
+@pytest.mark.soak
+def test_ctrl_c_at_any_line_of_the_guest_run_ends_a_loop_run_by_hand_with_keyboard_interrupt(
+    tmp_path: Path, soak_scale: Callable[[int, int], int]
+) -> None:
+    """A real SIGINT at each line in turn that ctxrt.aio's guest module runs while two asyncio
+    tasks append (trio's handler, so it lands in trio code or is deferred to the run's main task):
+    each time the loop's run ends with a bare KeyboardInterrupt and the trio run with it (H4). A
+    parked worker interrupted between being listed idle and parking once broke the trio run
+    (TrioInternalError) and hung the callers."""
+    for count in range(1, soak_scale(160, 600) + 1):
+        store = tmp_path / f"store{count}"
+        loop = asyncio.new_event_loop()
+        previous = sys.gettrace()
+        loop.call_later(GUARD_S, loop.stop)  # a guard that holds even when a close waits on a broken run
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                loop.run_until_complete(_appending(store, interrupt_at_line(count)))
+        finally:
+            sys.settrace(previous)
+            loop.close()
+        assert not trio.lowlevel.in_trio_run(), count
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, count
+    assert verify_store(store).status == "sound"
 
 
 @pytest.mark.parametrize("how", ["asyncio.run", "run_until_complete"])

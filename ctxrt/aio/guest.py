@@ -22,7 +22,8 @@ Pitfalls of guest mode, and what this module does about each:
 - Ctrl-C: when the host left Python's default SIGINT handler in place, trio installs its own,
   which raises ``KeyboardInterrupt`` only in trio code. Wherever it lands in trio, the run stops
   (every runtime is closed, as a trio host's would be, L8) and the interrupt is raised on the
-  loop as itself, out of ``run_until_complete``/``asyncio.run``.
+  loop as itself, out of ``run_until_complete``/``asyncio.run``. A step that would leave trio's
+  bookkeeping half done (a worker listing itself idle and parking) runs with it deferred.
 - One guest run per thread: a loop whose thread already runs trio gets ``RuntimeError`` naming
   that; a second loop in another thread gets a run of its own.
 """
@@ -343,13 +344,20 @@ class Guest:
                 await self._run(call)
                 if worker.scope.cancel_called or len(self._idle) >= MAX_IDLE_WORKERS:
                     return
-                self._idle.append(worker)
+                await self._park(worker)
 
-                def abort(_: Any, worker: Worker = worker) -> trio.lowlevel.Abort:
-                    self._idle.remove(worker)  # the run is stopping
-                    return trio.lowlevel.Abort.SUCCEEDED
+    @trio.lowlevel.enable_ki_protection
+    async def _park(self, worker: Worker) -> None:
+        """Idle ``worker`` until a call reschedules it. Ctrl-C is deferred (to the main task) from
+        joining ``_idle`` to parking: a worker interrupted in between would stay listed while its
+        task ends, and the next call would reschedule a dead task, breaking the trio run."""
+        self._idle.append(worker)
 
-                await trio.lowlevel.wait_task_rescheduled(abort)
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._idle.remove(worker)  # the run is stopping
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def _run(self, call: Call) -> None:
         value = _NOTHING
