@@ -1,4 +1,4 @@
-"""Audience benchmarks (spec/audience.md F1-F3), measured side by side in one run.
+"""Audience benchmarks (F1-F3), measured side by side in one run.
 
     python -m bench.audience [--quick]
 

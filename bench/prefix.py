@@ -1,4 +1,4 @@
-"""Prefix benchmark: prompt-cache continuity across turns (spec/core.md P9), current design against the previous.
+"""Prefix benchmark: prompt-cache continuity across turns (P9), current design against the previous.
 
     python -m bench.prefix [--quick]
 

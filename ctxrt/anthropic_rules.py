@@ -1,4 +1,4 @@
-"""The Messages API's request rules as one checker (spec/core.md P8).
+"""The Messages API's request rules as one checker (P8).
 
 ``violations(body)`` lists every rule a ``POST /v1/messages`` body breaks, each as a sentence
 naming the place (``messages[3].content[0]``); an empty list means the API would accept the

@@ -1,4 +1,4 @@
-"""Argument checks at the public edge (spec/core.md M7): before anything is sent or written.
+"""Argument checks at the public edge (M7): before anything is sent or written.
 
 A wrong type raises ``TypeError`` naming the parameter; a wrong value a ``ValueError`` subclass
 (``MalformedContentError`` with ``.path`` for names and readers). Pure functions, no I/O.

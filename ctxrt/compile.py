@@ -1,4 +1,4 @@
-"""Entries -> a compile result (spec/core.md P2-P7; REF §3.6, §4.7). Pure and synchronous.
+"""Entries -> a compile result (P2-P7). Pure and synchronous.
 
 A strategy's ``select`` returns entries (``ctxrt.budget``); ``build_compile_result`` turns
 them into a ``CompileResult`` (``ctxrt.compile_result``): mixed tool messages split and tool
@@ -46,7 +46,7 @@ class _Prepared:
         if not (len(self.bodies) == 1 and self.bodies[0][1] is not None and entry.content is self.bodies[0][1].content):
             where = find_audience(entry.content, path=f"entries[{index}].content")
             if where is not None:  # the strategy handed over a block outside the reader's view
-                raise MalformedContentError(where, "a compiled entry may not carry an audience (spec/audience.md B3, A8)")
+                raise MalformedContentError(where, "a compiled entry may not carry an audience (B3, A8)")
         self.entry = entry
         split = split_mixed_tool_messages(entry.participant, entry.content)
         self.parts = [

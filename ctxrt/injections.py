@@ -146,7 +146,7 @@ def place_with_origins(
         )
     last_user = max((i for i, m in enumerate(messages) if m.participant.lower() == "user"), default=None)
     if last_user is None:
-        before = []  # nothing to go before: dropped, as the reference does (REF §9 item 10)
+        before = []  # nothing to go before: dropped, as the reference does
         before_slot, after_slot = -1, n
     else:
         before_slot, after_slot = clear_of_pairs(last_user), clear_of_pairs(last_user + 1)

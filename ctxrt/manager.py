@@ -4,7 +4,7 @@ A manager is bound to one branch incarnation; ``switch_branch`` and ``fork`` mov
 manager (they attach it to the other branch's namespace actor, then detach it from this one).
 Messages are written through the store actor; everything the reader check guards goes through
 the namespace actor, in its mailbox order. Once its branch is deleted, every call raises
-``BranchNotFoundError`` (spec/core.md L5). What a move, fork or derive does past validating is
+``BranchNotFoundError`` (L5). What a move, fork or derive does past validating is
 in ``branching.py``; a subscription's event stream is in ``subscriptions.py``.
 """
 
@@ -84,7 +84,7 @@ class ContextManager:
 
     Every method raises ``ManagerClosedError`` once the manager (or its runtime) is closed, and
     ``BranchNotFoundError`` once its branch is deleted. Reads of messages return them as stored
-    (spec/audience.md A7); everything compiled is in the reader's view. A call cancelled after
+    (A7); everything compiled is in the reader's view. A call cancelled after
     it reached the namespace actor is still carried out whole; only its answer is lost (L4).
     """
 
@@ -181,7 +181,7 @@ class ContextManager:
         """Replace a message's content. Edits reach ``copy`` entries of the context log, never summaries.
 
         A block the edit leaves out is a deletion, never refused; hiding a block in place from a
-        reader (an audience given, a name taken out) is a narrowing (spec/audience.md D1).
+        reader (an audience given, a name taken out) is a narrowing (D1).
 
         Raises:
             MessageNotFoundError: no such message in this manager's slot.

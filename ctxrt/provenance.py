@@ -66,7 +66,7 @@ def _covers(rendered: Block, stored: Block) -> bool:
 
 
 def coverage_complete(rendered_blocks: Sequence[Block], stored_blocks: Sequence[Block]) -> bool:
-    """Whether every stored block is carried unaltered, in order, by the rendered blocks (P6, REF §3.6).
+    """Whether every stored block is carried unaltered, in order, by the rendered blocks (P6).
 
     Text is covered by a rendered text that contains it (empty stored text is ignored); media by
     an exactly equal source; tool blocks by id, name and input; thinking byte for byte.

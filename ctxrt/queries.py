@@ -1,4 +1,4 @@
-"""Which messages a query asks for (docs/api.md, Reading messages; REF §5.6). Pure and synchronous."""
+"""Which messages a query asks for (docs/api.md, Reading messages). Pure and synchronous."""
 
 from __future__ import annotations
 

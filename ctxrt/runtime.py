@@ -139,7 +139,7 @@ class Runtime:
         estimate; ``CalibratedEstimator()`` learns from the usage its compression requests
         report, stored with the namespace); a later open while it runs must pass None or equal
         settings. An open with a ``view_reader`` claims an unclaimed namespace;
-        one without compiles for the reader the namespace records (spec/audience.md C1, C6).
+        one without compiles for the reader the namespace records (C1, C6).
 
         Raises:
             TypeError: an argument of the wrong type (named), such as a strategy that isn't one.

@@ -1,4 +1,4 @@
-"""Tool pairing (P4; REF §4.7): mixed tool messages split, unanswered calls and unasked results dropped.
+"""Tool pairing (P4): mixed tool messages split, unanswered calls and unasked results dropped.
 
 The Messages API wants each tool_use answered in the next message and each tool_result
 asked in the previous one, and tool_results only in "user" turns. These pure functions of

@@ -353,7 +353,7 @@ def model_call(unit_span: Span | None, model: Any, request: Any) -> Any:
     }
     if request.temperature is not None:
         attributes["gen_ai.request.temperature"] = request.temperature
-    if capturing():  # built from the reader's view (spec/audience.md A4): only what the reader may see
+    if capturing():  # built from the reader's view (A4): only what the reader may see
         if request.system:
             attributes["gen_ai.system_instructions"] = json.dumps([{"type": "text", "content": request.system}],
                                                                   ensure_ascii=False)

@@ -1,4 +1,4 @@
-"""The Messages API's request rules (spec/core.md P8) and prompt-cache continuity (P9).
+"""The Messages API's request rules (P8) and prompt-cache continuity (P9).
 
 Each rule of ``ctxrt.anthropic_rules`` has a failing and a passing example; a property test
 drives random multi-resident conversations through every bundled strategy and checks that each

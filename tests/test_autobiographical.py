@@ -1,5 +1,5 @@
-"""Autobiographical and Knowledge compression through the public API (spec/core.md T3-T8, P1, L2;
-spec/audience.md D2, D4, D7).
+"""Autobiographical and Knowledge compression through the public API (T3-T8, P1, L2;
+D2, D4, D7).
 
 Determinism rules: a real LMDB store under ``tmp_path`` (durability "os": these tests are
 about compression, not fsync), the real clock and a ``trio.fail_after`` hang guard in every
@@ -333,7 +333,7 @@ async def test_each_closed_chunk_is_compressed_into_one_l1_summary(tmp_path: Pat
 
 
 async def test_the_newest_closed_chunk_is_held_back_from_l1(tmp_path: Path) -> None:
-    """``l1_holdback_chunks`` newest closed chunks wait: the drain is ready without compressing them (REF §4.5)."""
+    """``l1_holdback_chunks`` newest closed chunks wait: the drain is ready without compressing them."""
     with trio.fail_after(GUARD_S):
         model = ScriptedModel(remember)
         async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
@@ -433,7 +433,7 @@ async def test_a_compression_request_holds_nothing_after_its_chunk(tmp_path: Pat
 async def test_recall_pairs_are_capped_newest_first_so_a_backlog_does_not_grow_requests(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A backlog of unmerged memories is recalled newest first within the recall budget (T4; REF §4.5)."""
+    """A backlog of unmerged memories is recalled newest first within the recall budget (T4)."""
     monkeypatch.setattr(prompts, "RECALL_BUDGET_TOKENS", 3 * (50 + prompts.RECALL_PAIR_OVERHEAD_TOKENS))
     with trio.fail_after(GUARD_S):
         model = ScriptedModel(lambda request: remember(request).ljust(145, "."))  # 145 characters: 50 tokens
@@ -1032,7 +1032,7 @@ def test_plain_next_unit_is_the_oldest_pending_chunk_reaching_its_last_sequence(
 
 
 def test_plain_the_newest_closed_chunk_is_held_back() -> None:
-    """With ``l1_holdback_chunks=1`` the newest closed chunk waits for a later one (REF §4.5)."""
+    """With ``l1_holdback_chunks=1`` the newest closed chunk waits for a later one."""
     strategy_, ctx = planned(8, l1_holdback_chunks=1)
     assert run_unit(strategy_, ctx).key == "c-0"
     assert strategy_.next_unit(ctx) is None and strategy_.is_ready()

@@ -1,4 +1,4 @@
-"""Tests for ``ctxrt.Budget``'s validation (spec/core.md P2; issue 14 item 6).
+"""Tests for ``ctxrt.Budget``'s validation (P2; issue 14 item 6).
 
 Determinism: pure construction, no store, no clock.
 """

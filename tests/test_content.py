@@ -1,4 +1,4 @@
-"""The reader's view of blocks and of listings, by property (spec/audience.md A2, A3, A5, D1; F3).
+"""The reader's view of blocks and of listings, by property (A2, A3, A5, D1; F3).
 
 Pure: no LMDB, no event loop. Listings are driven through random appends and rewrites and
 compared, after every step, with the same view computed from scratch.

@@ -1,4 +1,4 @@
-"""Argument fuzz of the public API (spec/core.md M7).
+"""Argument fuzz of the public API (M7).
 
 Every public method checks its arguments before anything is written: a wrong type raises
 ``TypeError`` naming the parameter, a wrong value a ``ValueError`` subclass

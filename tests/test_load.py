@@ -1,4 +1,4 @@
-"""The runtime under load and under cancellation (spec/core.md L1, L3).
+"""The runtime under load and under cancellation (L1, L3).
 
 L1 runs 100 residents, each in its own namespace over the one shared slot, adding 10 messages (50
 under ``make soak``) and compiling after each, concurrently, under a ``trio.fail_after(120)`` guard.

@@ -1,4 +1,4 @@
-"""The context manager through the public API (spec/core.md M1-M6, P1-P7, T1, T2, R1).
+"""The context manager through the public API (M1-M6, P1-P7, T1, T2, R1).
 
 Every test uses ``import ctxrt`` and ``rt.open(...)``; where a test must see what the store
 holds (blobs stored once, the context log), it reads through the runtime's engine in a read

@@ -1,7 +1,7 @@
 """The namespace actor as a host drives it: cancelled callers, deleted branches, a busy store.
 
 A request is handled whole in the actor's task, so a cancelled caller loses only its answer and
-the actor's memory always agrees with the store (spec/core.md L4); a deleted branch retires its
+the actor's memory always agrees with the store (L4); a deleted branch retires its
 actors and managers, and a later branch of the name is another branch (L5).
 
 Determinism: real LMDB in a temp dir, the real clock under ``trio.fail_after``. Cancellation

@@ -1,4 +1,4 @@
-"""ctxrt.tokens: the content-class-aware estimator of REF §2.3 (spec/core.md P2)."""
+"""ctxrt.tokens: the content-class-aware estimator (P2)."""
 
 from __future__ import annotations
 

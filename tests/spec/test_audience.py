@@ -1,4 +1,4 @@
-"""spec/audience.md, item by item: audience blocks, reader views, reader records, narrowing.
+"""docs/behaviours.md, item by item: audience blocks, reader views, reader records, narrowing.
 
 Every test names the behaviour and cites its number. They go through the public API
 (``import ctxrt``, ``rt.open(...)``); where a test must see what the store holds (a reader

@@ -1,4 +1,4 @@
-"""Privacy as a state machine (spec/audience.md A2-A8, C6, C11, D1-D5): nothing reaches a reader it
+"""Privacy as a state machine (A2-A8, C6, C11, D1-D5): nothing reaches a reader it
 isn't named for, and nothing named for a reader is lost to it.
 
 Three readers (ann, bob, cy), each in its own namespace, and a namespace compiling for no reader,
@@ -16,13 +16,13 @@ After every step, for every live manager (reader r, branch b):
   * its compile holds every marker visible to r in every version of its message on b, raw or
     inside a summary (the ScriptedModel echoes the markers it was shown into each summary).
 
-Branches come and go under live managers (spec/core.md L5): a rule deletes a branch and
+Branches come and go under live managers (L5): a rule deletes a branch and
 creates one of the same name from another branch. Every manager on the deleted branch is
 retired: from then on each of its calls raises ``BranchNotFoundError`` and writes nothing, on
 the new incarnation least of all; a manager opened on the new branch reads only what that
 branch holds.
 
-Calls are cancelled at random checkpoints (spec/core.md L3, L4): a compile, add_message, edit,
+Calls are cancelled at random checkpoints (L3, L4): a compile, add_message, edit,
 tick or open runs in a cancel scope a sibling task cancels after k ``trio.lowlevel.checkpoint()``s.
 A request that reached an actor is carried out whole, so once the actors have caught up the
 machine records what landed (a message, an edit), and the store's reader record is what the
