@@ -9,7 +9,6 @@ compile memo owns one, so every result of a namespace's compiles shares it. Pure
 
 from __future__ import annotations
 
-import operator
 from bisect import bisect_left
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -18,25 +17,38 @@ Run = tuple[int, int, int]  # (start in the new list, start in the old list, len
 
 _NEAR = 8  # old positions tried after the last run's end before a lookup by identity
 _KEEP = 4  # forms and options a cache holds a body for
+_TAIL = 4  # a long run's end most often lies this near the end of what is left
+_LONG = 64  # a run this long is tried to the end at once
 
 
-def _run_length(new: Sequence[Any], i: int, old: Sequence[Any], j: int) -> int:
-    """How many items from ``new[i]`` are, object for object, the items from ``old[j]``:
-    galloping slice compares, so a long run costs C-speed steps, a short one a few."""
-    limit = min(len(new) - i, len(old) - j)
-    length, step = 0, 16
-    while length < limit:
-        width = min(step, limit - length)
-        same = list(map(operator.is_, new[i + length:i + length + width], old[j + length:j + length + width]))
-        if False in same:
-            return length + same.index(False)
-        length += width
-        step *= 2
-    return length
+def run_length(new: Sequence[Any], i: int, old: Sequence[Any], j: int) -> int:
+    """How many items from ``new[i]`` equal the items from ``old[j]`` (the same object compares
+    equal without a call to ``__eq__``), by C-speed slice compares: galloping, and once the run
+    is long, all that is left at once and then all but its last few (a long run most often goes
+    on to the end of one list or to a few items before it), so it costs O(its length)."""
+    start, step, probed = i, 1, False
+    while True:
+        step = min(step, len(new) - i, len(old) - j)
+        if step == 0:
+            return i - start
+        if step >= _LONG and not probed:
+            probed, rest = True, min(len(new) - i, len(old) - j)
+            width = next((w for w in (rest, rest - _TAIL) if w > step and new[i:i + w] == old[j:j + w]), 0)
+            if width:
+                i, j, step = i + width, j + width, 1  # what is left is at most _TAIL long
+                continue
+        if new[i:i + step] == old[j:j + step]:
+            i, j, step = i + step, j + step, step * 2
+        elif step == 1:
+            return i - start
+        else:
+            step //= 2
 
 
 def runs(new: Sequence[Any], old: Sequence[Any]) -> list[Run]:
-    """The stretches of ``new`` that are stretches of ``old`` (by identity), in ``new``'s order.
+    """The stretches of ``new`` that are stretches of ``old``, in ``new``'s order: a run starts at
+    an item that is an item of ``old`` (the same object) and goes on while the items are equal
+    (an equal compiled message makes the same API blocks).
 
     Each run is as long as it goes; a new item found nowhere in what is left of ``old`` starts no
     run (an item of ``old`` before the last run's end is looked for only near it). Work is
@@ -57,7 +69,7 @@ def runs(new: Sequence[Any], old: Sequence[Any]) -> list[Run]:
         if found is None:
             i += 1
             continue
-        length = _run_length(new, i, old, found)
+        length = run_length(new, i, old, found)
         out.append((i, found, length))
         i, j = i + length, found + length
     return out

@@ -11,7 +11,6 @@ only for what changed; the namespace is its only caller.
 from __future__ import annotations
 
 import hashlib
-import operator
 import uuid
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
@@ -20,8 +19,8 @@ from typing import Any
 
 import attrs
 
-from .body_runs import BodyCache
-from .breakpoints import apply_cache_breakpoints
+from .body_runs import BodyCache, run_length
+from .breakpoints import apply_cache_breakpoints, unmarked
 from .codec import to_jsonable
 from .compile_result import CompileResult
 from .content import Block, CompiledMessage, Message
@@ -70,26 +69,6 @@ def _complete(rendered: Sequence[Block], content: Sequence[Block], body: Message
     return coverage_complete(rendered, body.content)
 
 
-def _run_end(new: Sequence[Any], old: Sequence[Any], i: int, j: int, same: Callable[[Any, Any], bool]) -> int:
-    """How far ``new[i:]`` goes on as ``old[j:]`` does, judged by ``same`` on slices: galloping, so
-    a long run costs a few C-speed slice compares rather than a Python step per item."""
-    start, step = i, 1
-    while True:
-        step = min(step, len(new) - i, len(old) - j)
-        if step == 0:
-            return i - start
-        if same(new[i:i + step], old[j:j + step]):
-            i, j, step = i + step, j + step, step * 2
-        elif step == 1:
-            return i - start
-        else:
-            step //= 2
-
-
-def _identical(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    return all(map(operator.is_, a, b))
-
-
 def _moved(positions: list[int], first: int, end: int, to: int) -> list[int]:
     """The sorted ``positions`` within [first, end), moved so that ``first`` lands on ``to``."""
     lo, hi = bisect_left(positions, first), bisect_left(positions, end)
@@ -103,12 +82,13 @@ class _Parts:
     messages: list[CompiledMessage]
     tools: list[ToolIds | None]
     owners: list[_Prepared]
+    sources: list[tuple[Source, ...]]  # each part's owner's sources: provenance's row when nothing moved
     tokens: list[int]  # estimated tokens of each part
     marks: list[int]  # positions of the parts carrying a cache breakpoint
     tooled: list[int]  # positions of the parts holding a tool block
 
 
-_NO_PARTS = _Parts([], [], [], [], [], [])
+_NO_PARTS = _Parts([], [], [], [], [], [], [])
 
 
 class CompileMemo:
@@ -132,6 +112,7 @@ class CompileMemo:
         self._breaks: list[int] = []
         self._break_totals: list[int] = []
         self._digests: dict[int, tuple[CompiledMessage, bytes]] = {}
+        self._unmarked: dict[int, tuple[CompiledMessage, CompiledMessage]] = {}  # P5: a marked part's twin
         self.bodies = BodyCache()  # the request bodies made of its results' parts (to_anthropic reuses them)
 
     def _offset(self, index: int) -> int:
@@ -145,6 +126,7 @@ class CompileMemo:
         messages: list[CompiledMessage] = []
         tools: list[ToolIds | None] = []
         owners: list[_Prepared] = []
+        sources: list[tuple[Source, ...]] = []
         tokens: list[int] = []
         marks: list[int] = []
         tooled: list[int] = []
@@ -159,7 +141,7 @@ class CompileMemo:
                 # front or a removed stretch), found by identity, else an entry to prepare. A
                 # few steps on first (the budget pushes one or two out a turn), then an index.
                 found = next((k for k in range(j + 1, min(j + 4, len(old))) if old[k] is entry), None)
-                if found is None and j < len(old):  # past the last entries, what comes is new
+                if found is None and j + 4 < len(old):  # past the last entries, what comes is new
                     if where is None:
                         where = dict(zip(map(id, old), range(len(old))))
                     found = where.get(id(entry))
@@ -171,6 +153,7 @@ class CompileMemo:
                         tools += prepared.tools
                         tokens += prepared.tokens
                         owners += [prepared] * len(prepared.parts)
+                        sources += [prepared.sources] * len(prepared.parts)
                         marks += [start + k for k, part in enumerate(prepared.parts) if part.cache_breakpoint]
                         tooled += [start + k for k, ids in enumerate(prepared.tools) if ids is not None]
                     if len(messages) - start != 1:
@@ -179,11 +162,12 @@ class CompileMemo:
                     i += 1
                     continue
                 j = found
-            length = 1 + _run_end(entries, old, i + 1, j + 1, operator.eq)
+            length = 1 + run_length(entries, i + 1, old, j + 1)
             first, end, to = self._offset(j), self._offset(j + length), len(messages)
             messages += was.messages[first:end]
             tools += was.tools[first:end]
             owners += was.owners[first:end]
+            sources += was.sources[first:end]
             tokens += was.tokens[first:end]
             marks += _moved(was.marks, first, end, to)
             tooled += _moved(was.tooled, first, end, to)
@@ -191,7 +175,7 @@ class CompileMemo:
             odd += [i + k - j for k in self._odd[lo:hi]]
             counts += self._counts[lo:hi]
             i, j = i + length, j + length
-        self._entries, self._parts = list(entries), _Parts(messages, tools, owners, tokens, marks, tooled)
+        self._entries, self._parts = list(entries), _Parts(messages, tools, owners, sources, tokens, marks, tooled)
         self._odd, self._counts, self._shift = odd, counts, [0, *accumulate(count - 1 for count in counts)]
         self.retain_only(entries)
         return self._parts
@@ -225,17 +209,27 @@ class CompileMemo:
         system = _digest(repr(to_jsonable(list(system_blocks))))
         if old_breaks and system == self._system:
             old = self._chained
-            same = _run_end(messages, old, 0, 0, _identical)
+            same = run_length(messages, 0, old, 0)  # equal messages: the same bytes
             while same < min(len(messages), len(old)) and self._digest(messages[same]) == self._digest(old[same]):
-                same += 1
+                same += 1 + run_length(messages, same + 1, old, same + 1)  # a marker moved: go on past it
             stable = max((total for index, total in zip(old_breaks, self._break_totals) if index < same), default=0)
         estimates = tokens() if breaks else []
         self._system, self._chained, self._breaks = system, messages if breaks else [], breaks
-        self._break_totals = [sum(estimates[: index + 1]) for index in breaks]
+        self._break_totals = list(accumulate(sum(estimates[a + 1:b + 1]) for a, b in zip([-1, *breaks], breaks)))
         if len(self._digests) > 2 * len(self._chained) + 1024:
             live = set(map(id, self._chained))
             self._digests = {key: value for key, value in self._digests.items() if key in live}
         return stable
+
+    def unmarked(self, message: CompiledMessage) -> CompiledMessage:
+        """``message``'s unmarked twin, the same object while ``message`` is (so what follows a
+        stripped breakpoint is still a run of the last compile's messages)."""
+        found = self._unmarked.get(id(message))
+        if found is None or found[0] is not message:
+            if len(self._unmarked) > 2 * len(self._chained) + 1024:
+                self._unmarked = {}
+            found = self._unmarked[id(message)] = (message, unmarked(message))
+        return found[1]
 
     def _digest(self, message: CompiledMessage) -> bytes:
         found = self._digests.get(id(message))
@@ -247,9 +241,6 @@ class CompileMemo:
 
 def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
-
-
-_SOURCES = operator.attrgetter("sources")
 
 
 class _Lazy(Mapping[str, Any]):
@@ -302,7 +293,7 @@ def build_compile_result(
     kept: Sequence[int] = range(len(messages))
     if parts.tooled:  # no tool block, nothing to pair: the repair's walk is skipped
         repaired, kept = repair_with_origins(messages, parts.tools)
-        if len(repaired) == len(messages) and _identical(repaired, messages):
+        if repaired == messages:
             repaired, kept = messages, range(len(messages))  # every pair whole: the parts as they are
     # A message the repair changed no longer carries its body whole: judge those bodies again.
     altered: set[int] = set()
@@ -324,14 +315,14 @@ def build_compile_result(
                 for source, (_, body) in zip(prepared.sources, prepared.bodies + ((None, None),) * len(prepared.sources))
             )
     repaired_all = repaired is messages  # every part as made, markers aside
-    repaired = apply_cache_breakpoints(repaired, marked=parts.marks if repaired_all else None)
+    repaired = apply_cache_breakpoints(repaired, marked=parts.marks if repaired_all else None, strip=memo.unmarked)
     origins: Sequence[Origin]
     if injections or message_injections:
         placed, system_blocks, origins = place_with_origins(repaired, injections, message_injections)
     else:
         placed, system_blocks, origins = repaired, [], range(len(repaired))
     if not sources_of and len(kept) == len(owners) and len(origins) == len(owners):
-        per_message = tuple(map(_SOURCES, owners))  # nothing moved: one source tuple per part, as prepared
+        per_message = tuple(parts.sources)  # nothing moved: one source tuple per part, as prepared
     else:
         per_message = tuple(
             (origin,) if isinstance(origin, Source)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import ctxrt
 from ctxrt.anthropic_body import anthropic_messages
-from ctxrt.body_runs import BodyCache, runs
+from ctxrt.body_runs import BodyCache, run_length, runs
 from ctxrt.openai_body import chat_messages, responses_input
 from ctxrt.openai_wire import to_chat_messages, to_responses_input
 from ctxrt.content import CompiledMessage, Image, RedactedThinking, Text, Thinking, ToolResult, ToolUse
@@ -140,6 +140,24 @@ def test_a_body_made_from_cached_parts_equals_one_made_afresh(
         history.append(current)
     older = data.draw(st.sampled_from(history))
     assert made_from_cache(older, assistant, cache) == made_afresh(older, assistant)
+
+
+@given(st.data())
+def test_a_run_is_as_long_as_the_lists_stay_equal_however_long(data: st.DataObject) -> None:
+    """P14: ``run_length`` (galloping, and trying a long run to its end at once) counts exactly
+    the equal items from the two starts, for runs far past where it tries the whole rest."""
+    old = [0] * data.draw(st.integers(0, 400), label="length")
+    new = list(old)
+    for at in data.draw(st.lists(st.integers(0, 400), max_size=3), label="edits"):  # a few stretches differ
+        end = data.draw(st.integers(at, at + 6), label="end")
+        new[at:end] = data.draw(st.lists(st.integers(1, 3), max_size=6), label="with")
+    start = data.draw(st.integers(0, 400), label="start")
+    i, j = min(start, len(new)), min(start + data.draw(st.integers(-2, 2), label="shift"), len(old))
+    j = max(j, 0)
+    expected = 0
+    while i + expected < len(new) and j + expected < len(old) and new[i + expected] == old[j + expected]:
+        expected += 1
+    assert run_length(new, i, old, j) == expected
 
 
 @given(st.lists(st.integers(0, 6), max_size=30), st.lists(st.integers(0, 6), max_size=30))
