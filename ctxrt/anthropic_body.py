@@ -14,6 +14,7 @@ host's to edit, docs/api.md).
 from __future__ import annotations
 
 import copy
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
 from typing import Any, cast
@@ -64,8 +65,8 @@ class _Body:
         # Each turn's first message and past its last, less ``base``: a body taking the last one's
         # turns at one shift copies these as they are, where adding the shift would cost O(turns).
         self.base = 0
-        self.starts: list[int] = []
-        self.ends: list[int] = []
+        self.starts = array("q")  # arrays: copying a slice copies memory, not a reference per turn
+        self.ends = array("q")
         self.marks: list[int] = []
         self.ours: list[tuple[dict[str, Any], ...]] = []
         self.roles: list[str] = []
@@ -129,8 +130,8 @@ class _Assembly:
         body.turns += old.turns[first:last]
         delta = old.base + shift - body.base
         if delta:
-            body.starts += map(delta.__add__, old.starts[first:last])
-            body.ends += map(delta.__add__, old.ends[first:last])
+            body.starts.extend(map(delta.__add__, old.starts[first:last]))
+            body.ends.extend(map(delta.__add__, old.ends[first:last]))
         else:
             body.starts += old.starts[first:last]
             body.ends += old.ends[first:last]
