@@ -19,7 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-from .body_runs import BodyCache, runs, shifted
+from .body_runs import BodyCache, runs, shared_part, shifted
 from .content import CompiledMessage
 from .wire import (
     MAX_REQUEST_CACHE_CONTROLS,
@@ -40,11 +40,11 @@ class _Part:
     """One compiled message's API blocks as ``role`` (None when nothing in it is sendable), with
     the calls the walk showed it (``seen``), the block its breakpoint marked and its marker count."""
 
-    __slots__ = ("content", "marks", "ours", "results", "role", "seen")
+    __slots__ = ("__weakref__", "content", "marks", "message", "ours", "results", "role", "seen")
 
     def __init__(self, message: CompiledMessage, role: str, seen: tuple[str | None, ...]) -> None:
         content = message_content(message, role, ReplayedCalls(seen))
-        self.role, self.seen = role, seen
+        self.message, self.role, self.seen = message, role, seen
         self.ours = mark_cache(content) if content and message.cache_breakpoint else None
         self.marks = len(marked_blocks(content))
         self.results = role == "user" and any(b["type"] == "tool_result" for b in content)
@@ -176,7 +176,8 @@ def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], ol
             parts[t] = _Part(message, role, seen)
     for k in fresh:
         if parts[k] is None:
-            parts[k] = _Part(new[k], role_of(new[k]), ())
+            message, role = new[k], role_of(new[k])
+            parts[k] = shared_part(("anthropic", id(message), role), message, lambda: _Part(message, role, ()))
     body.parts = made = cast(list[_Part], parts)  # every position has its part now
     assembly = _Assembly(body, made)
     position = 0

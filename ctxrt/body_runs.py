@@ -10,8 +10,9 @@ compile memo owns one, so every result of a namespace's compiles shares it. Pure
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Hashable, Sequence
-from typing import Any
+import weakref
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar, cast
 
 Run = tuple[int, int, int]  # (start in the new list, start in the old list, length)
 
@@ -82,6 +83,30 @@ def shifted(positions: list[int], j: int, length: int, shift: int) -> list[int]:
     return list(map(shift.__add__, inside)) if shift else inside
 
 
+class _Shared:
+    """A message's parts made under no earlier calls, per form and role, by message object, while
+    some body holds them: every namespace compiling the same message (compile's parts are shared,
+    P17) makes its blocks once. ``generation`` counts the times the host was found to have edited
+    a shared part: every cache's records from before then are dropped."""
+
+    def __init__(self) -> None:
+        self.parts: weakref.WeakValueDictionary[tuple[Hashable, ...], Any] = weakref.WeakValueDictionary()
+        self.generation = 0
+
+
+_SHARED = _Shared()
+T = TypeVar("T")
+
+
+def shared_part(key: tuple[Hashable, ...], message: object, make: Callable[[], T]) -> T:
+    """The part ``make`` makes of ``message`` for ``key`` (the form, ``id(message)`` and the role),
+    made once while some body holds it; a part must name its ``message``."""
+    part = _SHARED.parts.get(key)
+    if part is None or part.message is not message:
+        part = _SHARED.parts[key] = make()
+    return cast(T, part)
+
+
 class BodyCache:
     """The record of the last body made per form and options (the key), for the next to start from.
 
@@ -89,14 +114,19 @@ class BodyCache:
     thread at the same time costs a cache miss at worst."""
 
     def __init__(self) -> None:
-        self._records: dict[Hashable, Any] = {}
+        self._records: dict[Hashable, tuple[int, Any]] = {}
 
     def get(self, key: Hashable) -> Any:
-        return self._records.get(key)
+        generation, record = self._records.get(key, (-1, None))
+        return record if generation == _SHARED.generation else None
 
     def clear(self) -> None:
+        """Drop every record, and the parts shared with other caches (a host edited one, P15):
+        every cache makes its next bodies afresh."""
         self._records = {}
+        _SHARED.parts = weakref.WeakValueDictionary()
+        _SHARED.generation += 1
 
     def put(self, key: Hashable, record: Any) -> None:
         kept = [(k, r) for k, r in self._records.items() if k != key][1 - _KEEP:]
-        self._records = dict(kept + [(key, record)])
+        self._records = dict(kept + [(key, (_SHARED.generation, record))])

@@ -11,6 +11,7 @@ only for what changed; the namespace is its only caller.
 from __future__ import annotations
 
 import hashlib
+import weakref
 import uuid
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +37,7 @@ from .validation import find_audience
 class _Prepared:
     """One entry made ready to compile: its parts, their tool ids and tokens, its sources and raw bodies."""
 
-    __slots__ = ("bodies", "entry", "parts", "sources", "tokens", "tools")
+    __slots__ = ("__weakref__", "bodies", "entry", "parts", "sources", "tokens", "tools")
 
     def __init__(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> None:
         raw = entry.relation == "copy"
@@ -91,13 +92,21 @@ class _Parts:
 _NO_PARTS = _Parts([], [], [], [], [], [], [])
 
 
+class PreparedEntries(weakref.WeakValueDictionary[int, _Prepared]):
+    """Entries prepared by the memos of every namespace that reads one slot in one reader view (so
+    their raw-body lookups agree), by entry id, while some memo holds them: an entry that every
+    such namespace compiles (a message's copy entry is one object, ``strategies.base.raw_entry``)
+    is prepared once (P16)."""
+
+
 class CompileMemo:
     """The last compile's parts, diffed by runs against the next one's entries: a strategy that
     hands back the same ``Entry`` objects (as the bundled ones do for unchanged messages) pays for
     what changed (a front trim, appends, a splice, a moved marker), the rest copied by slices."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: PreparedEntries | None = None) -> None:
         self._prepared: dict[int, _Prepared] = {}
+        self._shared = shared
         self._entries: list[Entry] = []
         self._parts = _NO_PARTS
         # Entries making other than one part (split tool messages, empty ones), sorted, with their
@@ -183,7 +192,12 @@ class CompileMemo:
     def prepare(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> _Prepared:
         found = self._prepared.get(id(entry))
         if found is None or found.entry is not entry:
-            found = self._prepared[id(entry)] = _Prepared(entry, index, lookup)
+            found = None if self._shared is None else self._shared.get(id(entry))
+            if found is None or found.entry is not entry:
+                found = _Prepared(entry, index, lookup)
+                if self._shared is not None:
+                    self._shared[id(entry)] = found
+            self._prepared[id(entry)] = found
         return found
 
     def retain_only(self, entries: Sequence[Entry]) -> None:

@@ -16,7 +16,7 @@ import copy
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-from .body_runs import BodyCache, runs, shifted
+from .body_runs import BodyCache, runs, shared_part, shifted
 from .content import CompiledMessage
 from .openai_wire import Api, SystemRole, call_ids, chat_finish, check_system_role, message_items, replay_ids
 from .wire import ForeignCalls, holds_tools
@@ -27,13 +27,13 @@ Counts = dict[str, int]
 class _Part:
     """One compiled message's items, with the walk's answers it was made under and what it left out."""
 
-    __slots__ = ("as_text", "items", "left_out", "looked", "sent")
+    __slots__ = ("__weakref__", "as_text", "items", "left_out", "looked", "message", "sent")
 
     def __init__(
         self, api: Api, message: CompiledMessage, assistant: bool,
         looked: tuple[str | None, ...] = (), sent: tuple[str, ...] = (),
     ) -> None:
-        self.looked, self.sent = looked, sent
+        self.message, self.looked, self.sent = message, looked, sent
         self.items, self.left_out, self.as_text = message_items(api, message, assistant, looked, sent)
 
 
@@ -82,7 +82,8 @@ def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collectio
             parts[t] = _Part(api, message, assistant, looked, sent)
     for k in gaps:
         if parts[k] is None:  # found in no run and without tool blocks
-            parts[k] = _Part(api, new[k], new[k].participant in speakers)
+            message, assistant = new[k], new[k].participant in speakers
+            parts[k] = shared_part((api, id(message), assistant), message, lambda: _Part(api, message, assistant))
     body.parts = made = cast(list[_Part], parts)  # every position has its part now
     position = 0
     for i, j, length in found:

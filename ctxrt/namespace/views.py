@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from .. import codec
-from ..compile import CompileMemo
+from ..compile import CompileMemo, PreparedEntries
 from ..content import Message
 from ..slots import SlotCache
 from ..store.interface import StoreEngine
@@ -57,10 +57,13 @@ def build_views(
     merged = listings[0] if len(listings) == 1 else MergedListing(listings)
     filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
     shared = filtered is listings[0]
-    if shared:  # one slot as it is: its reader's projection is shared
+    if shared:  # one slot as it is: its reader's projection, and what compiles prepare in it, are shared
         listing: Any = shared_reader_listing(caches[0], reader)
+        prepared = caches[0].derived.setdefault((PreparedEntries, reader), PreparedEntries())
+        memo = CompileMemo(prepared)
     else:
         listing = ReaderListing(filtered, reader)
+        memo = CompileMemo()  # a new memo: entries of another view never reused
     # Raw bodies are judged in the reader's view of the messages as stored, filter or not: with
     # a filter, one message at a time (compile's memo keeps each), not a second projection.
     raw_body: Callable[[str], Message | None]
@@ -73,7 +76,7 @@ def build_views(
         )
     view = MessageView(listing, guard=guard, estimate=estimate_message if estimator is None else _checked(estimator),
                        pricing=pricing)
-    return ReaderViews(listing, shared, view, raw_body, CompileMemo())  # a new memo: entries of another view never reused
+    return ReaderViews(listing, shared, view, raw_body, memo)
 
 
 def flush_new(strategy: Strategy, view: MessageView, seen: int, ctx: ActorContext) -> int:

@@ -10,6 +10,7 @@ code, testable without trio or a store (``ctxrt.testing.PlainContext``).
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
@@ -424,8 +425,19 @@ def _entry_sequence(entry: Entry) -> int:
     return int(entry.source_ids[0])
 
 
+# Each message's copy entry while some strategy holds it, by the message object: every namespace
+# reading that object (a slot's reader view is shared) hands compile the same entry, so what
+# compile makes of it is made once (P16). The id is checked against the entry: an entry outlives
+# the message only if a later object may take its id, and that object carries other content.
+_COPIES: weakref.WeakValueDictionary[int, Entry] = weakref.WeakValueDictionary()
+
+
 def raw_entry(message: Message) -> Entry:
-    """A ``copy`` entry carrying ``message`` as it is in the view."""
-    return Entry(message.participant, message.content, (message.id,), "copy")
+    """A ``copy`` entry carrying ``message`` as it is in the view (the same entry for the same message)."""
+    entry = _COPIES.get(id(message))
+    if (entry is None or entry.content is not message.content or entry.source_ids[0] != message.id
+            or entry.participant != message.participant):
+        entry = _COPIES[id(message)] = Entry(message.participant, message.content, (message.id,), "copy")
+    return entry
 
 
