@@ -127,7 +127,6 @@ class _Assembly:
             return
         self.close()
         body = self.body
-        body.turns += old.turns[first:last]
         delta = old.base + shift - body.base
         if delta:
             body.starts.extend(map(delta.__add__, old.starts[first:last]))
@@ -135,9 +134,14 @@ class _Assembly:
         else:
             body.starts += old.starts[first:last]
             body.ends += old.ends[first:last]
-        body.marks += old.marks[first:last]
-        body.ours += old.ours[first:last]
-        body.roles += old.roles[first:last]
+        if body.turns:
+            body.turns += old.turns[first:last]
+            body.marks += old.marks[first:last]
+            body.ours += old.ours[first:last]
+            body.roles += old.roles[first:last]
+        else:  # the first turns: one copy of each column, not a copy appended
+            body.turns, body.marks = old.turns[first:last], old.marks[first:last]
+            body.ours, body.roles = old.ours[first:last], old.roles[first:last]
 
 
 def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], old: _Body | None) -> _Body:
@@ -150,14 +154,20 @@ def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], ol
     if found and old is not None:  # the longest run's turns are taken as they were stored
         i, j, _ = max(found, key=lambda run: run[2])
         body.base = old.base + i - j
-    parts: list[_Part | None] = [None] * len(new)
+    parts: list[_Part | None]
+    if found and found[0][0] == 0:  # a run from the first message: its slice starts the list
+        parts = cast(list[_Part | None], old.parts[found[0][1]:found[0][1] + found[0][2]]) if old is not None else []
+        parts += [None] * (len(new) - len(parts))
+    else:
+        parts = [None] * len(new)
     fresh: list[int] = []
     position = 0
     for i, j, length in found:
         fresh += range(position, i)
         body.tools += (k for k in range(position, i) if holds_tools(new[k]))
         assert old is not None
-        parts[i:i + length] = old.parts[j:j + length]
+        if i:
+            parts[i:i + length] = old.parts[j:j + length]
         body.tools += shifted(old.tools, j, length, i - j)
         position = i + length
     fresh += range(position, len(new))

@@ -173,11 +173,18 @@ class CompileMemo:
                 j = found
             length = 1 + run_length(entries, i + 1, old, j + 1)
             first, end, to = self._offset(j), self._offset(j + length), len(messages)
-            messages += was.messages[first:end]
-            tools += was.tools[first:end]
-            owners += was.owners[first:end]
-            sources += was.sources[first:end]
-            tokens += was.tokens[first:end]
+            if to == 0 and first == 0 and end == len(was.messages) and i + length == len(entries):
+                # All of the last parts, and nothing else: their lists (never changed) serve again.
+                messages, tools, owners, sources, tokens = was.messages, was.tools, was.owners, was.sources, was.tokens
+            elif to == 0:  # the first run starts the lists: one copy, not a copy appended
+                messages, tools, owners = was.messages[first:end], was.tools[first:end], was.owners[first:end]
+                sources, tokens = was.sources[first:end], was.tokens[first:end]
+            else:
+                messages += was.messages[first:end]
+                tools += was.tools[first:end]
+                owners += was.owners[first:end]
+                sources += was.sources[first:end]
+                tokens += was.tokens[first:end]
             marks += _moved(was.marks, first, end, to)
             tooled += _moved(was.tooled, first, end, to)
             lo, hi = bisect_left(self._odd, j), bisect_left(self._odd, j + length)
