@@ -55,7 +55,7 @@ class _Body:
     """What one body was made of: its messages, their parts, where the tool-bearing ones are,
     and its turns (as made, before the cap and trim) with each one's span of messages."""
 
-    __slots__ = ("base", "ends", "marks", "messages", "ours", "parts", "roles", "starts", "tools", "turns")
+    __slots__ = ("base", "ends", "marked", "marks", "messages", "parts", "starts", "tools", "turns")
 
     def __init__(self) -> None:
         self.messages: list[CompiledMessage] = []
@@ -67,9 +67,10 @@ class _Body:
         self.base = 0
         self.starts = array("q")  # arrays: copying a slice copies memory, not a reference per turn
         self.ends = array("q")
-        self.marks: list[int] = []
-        self.ours: list[tuple[dict[str, Any], ...]] = []
-        self.roles: list[str] = []
+        # The turns holding cache markers (few: sorted positions), with each one's marker count and
+        # the blocks whose markers its breakpoints made.
+        self.marked: list[int] = []
+        self.marks: list[tuple[int, tuple[dict[str, Any], ...]]] = []
 
 
 class _Assembly:
@@ -82,13 +83,13 @@ class _Assembly:
     def role(self) -> str | None:
         if self.group:
             return self.parts[self.group[0]].role
-        return self.body.roles[-1] if self.body.roles else None
+        return self.body.turns[-1]["role"] if self.body.turns else None
 
     def part(self, i: int) -> None:
         part = self.parts[i]
         if part.content is None:
             return
-        if not self.group and self.body.roles and self.body.roles[-1] == part.role:
+        if not self.group and self.body.turns and self.body.turns[-1]["role"] == part.role:
             self._reopen()  # a taken turn the next part of its role must join
         elif self.group and self.parts[self.group[0]].role != part.role:
             self.close()
@@ -97,8 +98,10 @@ class _Assembly:
     def _reopen(self) -> None:
         body = self.body
         start, end = body.starts.pop() + body.base, body.ends.pop() + body.base
-        for column in (body.turns, body.marks, body.ours, body.roles):
-            column.pop()
+        body.turns.pop()
+        if body.marked and body.marked[-1] == len(body.turns):
+            body.marked.pop()
+            body.marks.pop()
         self.group = [k for k in range(start, end) if self.parts[k].content is not None]
 
     def close(self) -> None:
@@ -112,14 +115,15 @@ class _Assembly:
         body.turns.append({"role": parts[0].role, "content": content})
         body.starts.append(self.group[0] - body.base)
         body.ends.append(self.group[-1] + 1 - body.base)
-        body.marks.append(sum(part.marks for part in parts))
-        body.ours.append(tuple(part.ours for part in parts if part.ours is not None))
-        body.roles.append(parts[0].role)
+        count = sum(part.marks for part in parts)
+        if count:
+            body.marked.append(len(body.turns) - 1)
+            body.marks.append((count, tuple(part.ours for part in parts if part.ours is not None)))
         self.group = []
 
     def take(self, old: _Body, first: int, last: int, shift: int) -> None:
         """The last body's turns ``first``..``last - 1`` whole, their messages ``shift`` further on."""
-        if first < last and old.roles[first] == self.role():
+        if first < last and old.turns[first]["role"] == self.role():
             for k in range(old.starts[first] + old.base, old.ends[first] + old.base):  # it merges with what precedes it
                 self.part(k + shift)
             first += 1
@@ -134,14 +138,15 @@ class _Assembly:
         else:
             body.starts += old.starts[first:last]
             body.ends += old.ends[first:last]
+        lo, hi = bisect_left(old.marked, first), bisect_left(old.marked, last)
+        if lo < hi:
+            offset = len(body.turns) - first
+            body.marked += [t + offset for t in old.marked[lo:hi]]
+            body.marks += old.marks[lo:hi]
         if body.turns:
             body.turns += old.turns[first:last]
-            body.marks += old.marks[first:last]
-            body.ours += old.ours[first:last]
-            body.roles += old.roles[first:last]
-        else:  # the first turns: one copy of each column, not a copy appended
-            body.turns, body.marks = old.turns[first:last], old.marks[first:last]
-            body.ours, body.roles = old.ours[first:last], old.roles[first:last]
+        else:  # the first turns: one copy, not a copy appended
+            body.turns = old.turns[first:last]
 
 
 def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], old: _Body | None) -> _Body:
@@ -237,15 +242,14 @@ def anthropic_messages(
     body = _assemble(messages, speakers, cache.get(key))
     cache.put(key, body)
     out = list(body.turns)
-    if sum(body.marks) > MAX_REQUEST_CACHE_CONTROLS:
+    if sum(count for count, _ in body.marks) > MAX_REQUEST_CACHE_CONTROLS:
         # The cap edits markers: on copies of the turns holding them, the cached ones kept as made.
         copies, ours = [], []
-        for t, count in enumerate(body.marks):
-            if count:
-                out[t] = _copy(out[t])
-                copies.append(out[t])
-                mine = set(map(id, body.ours[t]))
-                ours += [c for b, c in zip(body.turns[t]["content"], out[t]["content"]) if id(b) in mine]
+        for t, (_, made) in zip(body.marked, body.marks):
+            out[t] = _copy(out[t])
+            copies.append(out[t])
+            mine = set(map(id, made))
+            ours += [c for b, c in zip(body.turns[t]["content"], out[t]["content"]) if id(b) in mine]
         cap_cache_controls(copies, ours)
     if out:
         out[-1] = _copy(out[-1])  # the host's to edit, and the trim's
