@@ -323,12 +323,13 @@ class Raw:
     """A raw py-lmdb environment with the store's settings: one put + durable commit per append.
 
     With ``checkpoint``, one trio schedule point per append as well: the least any trio API that
-    is a checkpoint (as every ctxrt call is) adds to a raw commit (reference, not ctxrt).
+    is a checkpoint (as every ctxrt call is) adds to a raw commit (reference, not ctxrt). Without
+    ``sync``, commits are not flushed (the store's durability "os"): bench/turn.py's CPU figure.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, sync: bool = True) -> None:
         directory.mkdir(parents=True)
-        self.env = lmdb.open(str(directory), map_size=MAP_SIZE, max_dbs=16, sync=True, metasync=True,
+        self.env = lmdb.open(str(directory), map_size=MAP_SIZE, max_dbs=16, sync=sync, metasync=True,
                              writemap=False, max_readers=512, subdir=True)
         self.db = self.env.open_db(b"items")
         self.key = 0

@@ -178,22 +178,23 @@ def ratios(top: list[float], bottom: list[float]) -> tuple[float, float]:
 
 
 def row(
-    measure: str, unit: str, values: list[float], *, target: float | str | None = None, op: str | None = "<=",
-    judged: float | None = None, limit: float | None = None, **fields: Any,
+    measure: str, unit: str, values: list[float] | Mapping[str, float], *, target: float | str | None = None,
+    op: str | None = "<=", judged: float | None = None, limit: float | None = None, **fields: Any,
 ) -> dict[str, Any]:
     """One figure in the shape ``bench/__main__.py`` reads.
 
-    ``values`` (one per round) become ``ctxrt`` (their ``summary``) and ``rounds``; ``fields``
-    (comparison, ratio, ...) come next, in the order given; then ``target``, ``op`` and ``passed``:
-    whether ``judged`` (by default the median) is ``op`` the target, or ``limit`` when the target is
-    text naming it; None without a target (or without an ``op``).
+    ``values`` (one per round) become ``ctxrt`` (their ``summary``) and ``rounds``; or ``values`` is
+    the figure already summarised (``{"median", "min", "max"}``: an estimate and its interval, no
+    rounds). ``fields`` (comparison, ratio, ...) come next, in the order given; then ``target``,
+    ``op`` and ``passed``: whether ``judged`` (by default the median) is ``op`` the target, or
+    ``limit`` when the target is text naming it; None without a target (or without an ``op``).
     """
-    ours = summary(values)
+    ours = dict(values) if isinstance(values, Mapping) else summary(values)
     value = ours["median"] if judged is None else judged
     bound = target if limit is None else limit
     passed = None if bound is None or op is None else OPS[op](value, bound)
     return {"measure": measure, "unit": unit, "ctxrt": ours, **fields, "target": target, "op": op, "passed": passed,
-            "rounds": len(values)}
+            "rounds": None if isinstance(values, Mapping) else len(values)}
 
 
 def versus(
