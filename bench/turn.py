@@ -22,25 +22,29 @@ timed, and the turn is their sum. Besides the turn (not in it): ``to_openai_chat
 
 The floor is a raw py-lmdb put of the turn's message size with a durable commit, in a fresh
 environment with the store's settings (``costs.Raw``). Every turn's ``add_message`` is bracketed by
-two floor puts, one right before it and one right after it, and paired with their mean. A durable
-commit on a shared disk costs from a fraction of a ms to over 10 ms (two modes, fast and slow, and
-runs of either), so a difference of two medians (the turns' less the floor's) moved by several ms
-between runs and went negative; a paired difference cancels what the disk does over the span of a
-pair, and bracketing cancels the order of the two (a put right after another is a little cheaper).
+two floor puts, one right before it and one after the turn and its OpenAI forms (a put inside the
+turn would slow the Python after it), and paired with their mean. A durable commit on a shared disk
+costs from a fraction of a ms to over 10 ms (two modes, fast and slow, in runs), so a difference of
+two medians (the turns' less the floor's) moved by several ms between runs and went negative; a
+paired difference cancels what the disk does over the span of a turn, and bracketing averages out
+which side of it a put falls on (the two sides cost a little differently).
+
 A round runs SAMPLES turns of every strategy, the strategies in a shuffled order; over all the
 rounds' turns, a strategy's turn over the floor is
 
     median(add_message − mean of its two floor puts) + median(compile) + median(to_anthropic)
 
 shown with a 95% interval from resampling whole rounds (RESAMPLES times, with replacement, the same
-rounds for every strategy): that interval is the estimate's own spread. Pooling the pairs converges
-much faster than a median of per-round figures: a round spent mostly in the slow mode has a wide
-spread of differences, and across all rounds the pairs in the fast mode hold the median.
+rounds for every strategy): that interval is the estimate's own spread within the run. Pooling the
+pairs converges much faster than a median of per-round figures: a round spent mostly in the slow
+mode has a wide spread of differences, and across all rounds the pairs in the fast mode hold the
+median. Between runs the host's CPU load moves compile and to_anthropic, and so the figure, by more
+than that interval (up to 1.6x across five quick runs on a shared 2-core host); the CPU rows move
+with it, the paired difference does not.
 
 Beside it, not a target: the turn's CPU over the floor. The same estimate on fresh copies opened
 with durability "os" against a floor whose commits are not flushed (no fsync on either side): what a
-turn costs over a raw put with the disk out of it. The host's CPU load moves this one (and the
-durable figure as much), not the disk.
+turn costs over a raw put with the disk out of it.
 
 Targets (issue 27): a turn over the durable-commit floor <= 0.3 ms for Passthrough and
 WindowedPassthrough, <= 0.5 ms for Autobiographical, at every size; WindowedPassthrough's turn over
@@ -168,8 +172,9 @@ class Turns:
     async def one(self, name: str, *, forms: bool = True, floor: costs.Raw | None = None) -> dict[str, float]:
         """One turn of ``name``'s namespace: ms of each part, and (``forms``) of the other request forms
         after it. With ``floor``, one raw put of the message's stored size right before the
-        ``add_message`` and one right after it: "floor" is their mean, "excess" the ``add_message``
-        less that."""
+        ``add_message`` and one after the rest: "floor" is their mean, "excess" the ``add_message``
+        less that. (Not the second put right after ``add_message``: Python run right after the
+        thread's own fsync is slower, which added about 0.05 ms to the compile after it.)"""
         manager = self.managers[name]
         n = next(self.numbers)
         payload = b"x" * stored_size(n) if floor is not None else b""
@@ -177,22 +182,22 @@ class Turns:
         before = _put(floor, payload) if floor is not None else 0.0
         t0 = clock()
         await manager.add_message(participant(n), text(n))
-        figures = {"add": (clock() - t0) / 1e6}
-        if floor is not None:
-            figures["floor"] = (before + _put(floor, payload)) / 2
-            figures["excess"] = figures["add"] - figures["floor"]
         t1 = clock()
         result = await manager.compile(BUDGET)
         t2 = clock()
         result.to_anthropic(assistant=ASSISTANT)
         t3 = clock()
-        figures.update(compile=(t2 - t1) / 1e6, anthropic=(t3 - t2) / 1e6, messages=len(result.messages))
+        figures = {"add": (t1 - t0) / 1e6, "compile": (t2 - t1) / 1e6, "anthropic": (t3 - t2) / 1e6,
+                   "messages": len(result.messages)}
         figures["turn"] = figures["add"] + figures["compile"] + figures["anthropic"]
         if forms:
             result.to_openai_chat(assistant=ASSISTANT)
             t4 = clock()
             result.to_openai_responses(assistant=ASSISTANT)
             figures.update(chat=(t4 - t3) / 1e6, responses=(clock() - t4) / 1e6)
+        if floor is not None:
+            figures["floor"] = (before + _put(floor, payload)) / 2
+            figures["excess"] = figures["add"] - figures["floor"]
         return figures
 
     async def sample(self, name: str, count: int, floor: costs.Raw | None = None) -> list[dict[str, float]]:
@@ -422,7 +427,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         "Claude; `Budget(max_tokens=100_000)` (96,000 usable). Stores built with durability \"os\" (" + builds
         + "), measured on a copy per strategy with durability \"sync\". A turn is a durable `add_message`, "
         "`compile` and `to_anthropic`; the floor is a raw py-lmdb put of the message's size with a durable "
-        "commit, one right before and one right after each `add_message`. "
+        "commit, one right before each `add_message` and one after its turn. "
         f"{settings['rounds']} rounds of {settings['samples']} turns per strategy, the strategies in a shuffled "
         "order each round; then the same again on fresh copies with durability \"os\" and a floor that does "
         "not fsync, for the CPU rows. A turn over the floor is, over all the turns, the median of `add_message` "
@@ -456,16 +461,21 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
               "compile | to_anthropic |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         if "cpu_parts" in row:
-            cells = [median_figure(row["cpu_parts"][key], "") for key in ("floor", "add", "excess", "compile", "anthropic")]
+            cells = [median_figure(row["cpu_parts"][key], "")
+                     for key in ("floor", "add", "excess", "compile", "anthropic")]
             lines.append(f"| {row['size']:,} | {row['strategy']} | " + " | ".join(cells) + " |")
     lines += ["", "- A turn over the floor pairs each `add_message` with the mean of the two floor puts around "
-              "it, so what the disk does over a pair's few ms cancels, where a difference of two medians (the "
+              "its turn, so what the disk does over a turn's few ms cancels, where a difference of two medians (the "
               "figure before) kept the disk's swings: on this host a durable commit is either fast (a fraction "
               "of a ms) or slow (several ms), in runs. The paired differences, compiles and bodies of all "
               "rounds are pooled, so the pairs that fell in the fast mode hold the median; the interval in "
-              "brackets comes from resampling whole rounds. The CPU rows are the same estimate with nothing "
-              "flushed: what a turn costs over a raw put when the disk is out of it; the host's CPU load moves "
-              "them, and the durable rows as much.",
+              "brackets comes from resampling whole rounds: the estimate's spread within this run. Between runs "
+              "the host's CPU load moves `compile` and `to_anthropic` by more than that (up to 1.6x across five "
+              "quick runs on a shared 2-core host), and the durable rows with them; the paired difference stays put.",
+              "- The CPU rows are the same estimate with nothing flushed: what a turn costs over a raw put when "
+              "the disk is out of it. `compile` there mostly runs faster than in the durable rows: Python right after "
+              "a thread slept in an fsync runs slower (bench/costs.py's reference row), a cost the durable "
+              "turn really pays.",
               "- Each strategy's turns run on a file copy of the built store, so its own few hundred turns are all "
               "it adds. After each turn, untimed, `wait_ready` lets Autobiographical's summaries land.",
               "- The compile-after-edit, cold open, fork and memory rows reuse bench/edits.py's and bench/costs.py's "
