@@ -199,17 +199,19 @@ def row(
 
 def versus(
     measure: str, unit: str, mine: list[float], theirs: list[float], label: str, *, inverse: bool = False,
-    target: float | None = None, op: str | None = "<=", **fields: Any,
+    target: float | None = None, op: str | None = "<=", by_round: bool = False, **fields: Any,
 ) -> dict[str, Any]:
     """A row of ``mine`` against ``theirs`` (``comparison``, labelled ``label``), measured in the same rounds.
 
     ``ratio`` is the ratio of their medians, mine / theirs (theirs / mine if ``inverse``), and is what
-    ``target`` judges; ``paired_ratio`` is the median of the per-round ratios. ``fields`` go between the
-    two.
+    ``target`` judges; ``paired_ratio`` is the median of the per-round ratios, and what it judges
+    instead with ``by_round`` (for figures that drift with the disk, which a round's pair shares).
+    ``fields`` go between the two.
     """
     ratio, paired = ratios(theirs, mine) if inverse else ratios(mine, theirs)
-    return row(measure, unit, mine, target=target, op=op, judged=ratio, comparison=summary(theirs),
-               comparison_label=label, ratio=ratio, **fields, paired_ratio=paired)
+    return row(measure, unit, mine, target=target, op=op, judged=paired if by_round else ratio,
+               comparison=summary(theirs), comparison_label=label, ratio=ratio, **fields, paired_ratio=paired,
+               by_round=by_round)
 
 
 # -- formatting --------------------------------------------------------------------------------

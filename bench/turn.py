@@ -288,10 +288,11 @@ async def shared_figures(stores: dict[int, Path], settings: dict[str, Any], rng:
 
 
 def _settings(quick: bool) -> dict[str, Any]:
+    # rounds x samples turns per strategy: at most ~500, so the 2,000-message copies stay under the budget
     if quick:
         return {"sizes": QUICK_SIZES, "rounds": 8, "samples": 40, "edit_rounds": 3, "cold_rounds": 3,
                 "fork_rounds": 3, "memory_rounds": 1, "further": 3}
-    return {"sizes": SIZES, "rounds": 10, "samples": 40, "edit_rounds": 5, "cold_rounds": 5, "fork_rounds": 5,
+    return {"sizes": SIZES, "rounds": 12, "samples": 40, "edit_rounds": 5, "cold_rounds": 5, "fork_rounds": 5,
             "memory_rounds": 2, "further": 4}
 
 
