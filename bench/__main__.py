@@ -152,6 +152,8 @@ def _cells(row: dict[str, Any]) -> tuple[str, str, str, str, str, str]:
     ratio_text = "–" if not isinstance(ratio, (int, float)) else f"{ratio:,.2f}"
     if row.get("ratio_means") and ratio_text != "–":
         ratio_text += f" ({row['ratio_means']})"
+    if row.get("by_round"):  # judged on the median of the per-round ratios (harness.versus)
+        ratio_text += f"; per round {row['paired_ratio']:,.2f}, judged"
     target, op = row.get("target"), row.get("op")
     if target is None:
         target_text = "none"

@@ -178,37 +178,40 @@ def ratios(top: list[float], bottom: list[float]) -> tuple[float, float]:
 
 
 def row(
-    measure: str, unit: str, values: list[float], *, target: float | str | None = None, op: str | None = "<=",
-    judged: float | None = None, limit: float | None = None, **fields: Any,
+    measure: str, unit: str, values: list[float] | Mapping[str, float], *, target: float | str | None = None,
+    op: str | None = "<=", judged: float | None = None, limit: float | None = None, **fields: Any,
 ) -> dict[str, Any]:
     """One figure in the shape ``bench/__main__.py`` reads.
 
-    ``values`` (one per round) become ``ctxrt`` (their ``summary``) and ``rounds``; ``fields``
-    (comparison, ratio, ...) come next, in the order given; then ``target``, ``op`` and ``passed``:
-    whether ``judged`` (by default the median) is ``op`` the target, or ``limit`` when the target is
-    text naming it; None without a target (or without an ``op``).
+    ``values`` (one per round) become ``ctxrt`` (their ``summary``) and ``rounds``; or ``values`` is
+    the figure already summarised (``{"median", "min", "max"}``: an estimate and its interval, no
+    rounds). ``fields`` (comparison, ratio, ...) come next, in the order given; then ``target``,
+    ``op`` and ``passed``: whether ``judged`` (by default the median) is ``op`` the target, or
+    ``limit`` when the target is text naming it; None without a target (or without an ``op``).
     """
-    ours = summary(values)
+    ours = dict(values) if isinstance(values, Mapping) else summary(values)
     value = ours["median"] if judged is None else judged
     bound = target if limit is None else limit
     passed = None if bound is None or op is None else OPS[op](value, bound)
     return {"measure": measure, "unit": unit, "ctxrt": ours, **fields, "target": target, "op": op, "passed": passed,
-            "rounds": len(values)}
+            "rounds": None if isinstance(values, Mapping) else len(values)}
 
 
 def versus(
     measure: str, unit: str, mine: list[float], theirs: list[float], label: str, *, inverse: bool = False,
-    target: float | None = None, op: str | None = "<=", **fields: Any,
+    target: float | None = None, op: str | None = "<=", by_round: bool = False, **fields: Any,
 ) -> dict[str, Any]:
     """A row of ``mine`` against ``theirs`` (``comparison``, labelled ``label``), measured in the same rounds.
 
     ``ratio`` is the ratio of their medians, mine / theirs (theirs / mine if ``inverse``), and is what
-    ``target`` judges; ``paired_ratio`` is the median of the per-round ratios. ``fields`` go between the
-    two.
+    ``target`` judges; ``paired_ratio`` is the median of the per-round ratios, and what it judges
+    instead with ``by_round`` (for figures that drift with the disk, which a round's pair shares).
+    ``fields`` go between the two.
     """
     ratio, paired = ratios(theirs, mine) if inverse else ratios(mine, theirs)
-    return row(measure, unit, mine, target=target, op=op, judged=ratio, comparison=summary(theirs),
-               comparison_label=label, ratio=ratio, **fields, paired_ratio=paired)
+    return row(measure, unit, mine, target=target, op=op, judged=paired if by_round else ratio,
+               comparison=summary(theirs), comparison_label=label, ratio=ratio, **fields, paired_ratio=paired,
+               by_round=by_round)
 
 
 # -- formatting --------------------------------------------------------------------------------

@@ -12,18 +12,43 @@ are made before measuring by ``ctxrt.testing.ScriptedModel`` at zero latency (du
 ``wait_ready``). The budget is ``Budget(max_tokens=100_000)``: 96,000 usable tokens after the default
 4,000 reserve, about 2,650 of these messages.
 
-The store is then reopened with durability "sync" (the default). A turn of a strategy is one
-``add_message`` in its namespace, then ``compile(BUDGET)``, then ``to_anthropic(assistant="Claude")``;
-each part is timed, and the turn is their sum. Besides the turn (not in it): ``to_openai_chat`` and
-``to_openai_responses`` of the same result. The floor is one raw py-lmdb put of a message's stored
-size with a durable commit, in a fresh environment with the store's settings (``costs.Raw``). Each
-round runs every strategy's SAMPLES turns and SAMPLES floor puts, in a shuffled order; the figures
-are the medians across rounds of each round's median. After each strategy's samples its namespace
-is let finish compressing (``wait_ready``, untimed), so every turn finds its summaries in place.
+Each strategy is then measured on a file copy of that store of its own (so the few hundred turns
+measured add to its copy only, and every turn finds about N messages), opened with durability "sync"
+(the default); the three runtimes are open together. A turn of a strategy is one ``add_message`` in
+its namespace, then ``compile(BUDGET)``, then ``to_anthropic(assistant="Claude")``; each part is
+timed, and the turn is their sum. Besides the turn (not in it): ``to_openai_chat`` and
+``to_openai_responses`` of the same result. After each turn its namespace is let finish compressing
+(``wait_ready``, untimed), so every turn finds its summaries in place.
 
-Targets (issue 27): a turn over the floor (each round's median turn less its median floor put) <=
-0.3 ms for Passthrough and WindowedPassthrough, <= 0.5 ms for Autobiographical, at every size;
-WindowedPassthrough's turn over the floor <= Passthrough's.
+The floor is a raw py-lmdb put of the turn's message size with a durable commit, in a fresh
+environment with the store's settings (``costs.Raw``). Every turn's ``add_message`` is bracketed by
+two floor puts, one right before it and one after the turn and its OpenAI forms (a put inside the
+turn would slow the Python after it), and paired with their mean. A durable commit on a shared disk
+costs from a fraction of a ms to over 10 ms (two modes, fast and slow, in runs), so a difference of
+two medians (the turns' less the floor's) moved by several ms between runs and went negative; a
+paired difference cancels what the disk does over the span of a turn, and bracketing averages out
+which side of it a put falls on (the two sides cost a little differently).
+
+A round runs SAMPLES turns of every strategy, the strategies in a shuffled order; over all the
+rounds' turns, a strategy's turn over the floor is
+
+    median(add_message − mean of its two floor puts) + median(compile) + median(to_anthropic)
+
+shown with a 95% interval from resampling whole rounds (RESAMPLES times, with replacement, the same
+rounds for every strategy): that interval is the estimate's own spread within the run. Pooling the
+pairs converges much faster than a median of per-round figures: a round spent mostly in the slow
+mode has a wide spread of differences, and across all rounds the pairs in the fast mode hold the
+median. Between runs the host's CPU load moves compile and to_anthropic, and so the figure, by more
+than that interval (up to 1.6x across five quick runs on a shared 2-core host); the CPU rows move
+with it, the paired difference does not.
+
+Beside it, not a target: the turn's CPU over the floor. The same estimate on fresh copies opened
+with durability "os" against a floor whose commits are not flushed (no fsync on either side): what a
+turn costs over a raw put with the disk out of it.
+
+Targets (issue 27): a turn over the durable-commit floor <= 0.3 ms for Passthrough and
+WindowedPassthrough, <= 0.5 ms for Autobiographical, at every size; WindowedPassthrough's turn over
+the floor <= Passthrough's (the ratio of the two estimates, its interval from the same resamplings).
 
 Then, over the same stores and at the same budget, through the other modules' helpers: a compile
 right after another namespace's edit or removal against one right after an append (bench/edits.py),
@@ -42,18 +67,20 @@ time and by cumulative time.
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import gc
 import itertools
 import json
 import pstats
 import random
+import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lmdb
 import trio
@@ -82,6 +109,7 @@ TARGET_MS = {"Passthrough": 0.3, "WindowedPassthrough": 0.3, "Autobiographical":
 PARTS = ("add", "compile", "anthropic")  # the turn's parts, in order
 FORMS = ("chat", "responses")  # timed after the turn, not in it
 PROFILE_TURNS = 200
+RESAMPLES = 1_000  # resamplings of the rounds for a figure's 95% interval
 
 _WORDS = ("the plan for the next release covers the store the cache and the views we should check how the "
           "namespace actor answers a compile while a compression call is out").split()
@@ -135,18 +163,23 @@ async def build(store: Path, size: int) -> dict[str, float]:
 
 
 class Turns:
-    """The strategies' managers on one runtime, and the counter their messages are numbered by."""
+    """The strategies' managers, and the counter their messages are numbered by."""
 
-    def __init__(self, managers: dict[str, ctxrt.ContextManager], first: int) -> None:
+    def __init__(self, managers: dict[str, ctxrt.ContextManager], numbers: Iterator[int]) -> None:
         self.managers = managers
-        self.numbers = itertools.count(first)
+        self.numbers = numbers
 
-    async def one(self, name: str, *, forms: bool = True) -> dict[str, float]:
+    async def one(self, name: str, *, forms: bool = True, floor: costs.Raw | None = None) -> dict[str, float]:
         """One turn of ``name``'s namespace: ms of each part, and (``forms``) of the other request forms
-        after it."""
+        after it. With ``floor``, one raw put of the message's stored size right before the
+        ``add_message`` and one after the rest: "floor" is their mean, "excess" the ``add_message``
+        less that. (Not the second put right after ``add_message``: Python run right after the
+        thread's own fsync is slower, which added about 0.05 ms to the compile after it.)"""
         manager = self.managers[name]
         n = next(self.numbers)
+        payload = b"x" * stored_size(n) if floor is not None else b""
         clock = time.perf_counter_ns
+        before = _put(floor, payload) if floor is not None else 0.0
         t0 = clock()
         await manager.add_message(participant(n), text(n))
         t1 = clock()
@@ -155,54 +188,70 @@ class Turns:
         result.to_anthropic(assistant=ASSISTANT)
         t3 = clock()
         figures = {"add": (t1 - t0) / 1e6, "compile": (t2 - t1) / 1e6, "anthropic": (t3 - t2) / 1e6,
-                   "turn": (t3 - t0) / 1e6, "messages": len(result.messages)}
+                   "messages": len(result.messages)}
+        figures["turn"] = figures["add"] + figures["compile"] + figures["anthropic"]
         if forms:
             result.to_openai_chat(assistant=ASSISTANT)
             t4 = clock()
             result.to_openai_responses(assistant=ASSISTANT)
             figures.update(chat=(t4 - t3) / 1e6, responses=(clock() - t4) / 1e6)
+        if floor is not None:
+            figures["floor"] = (before + _put(floor, payload)) / 2
+            figures["excess"] = figures["add"] - figures["floor"]
         return figures
 
-    async def sample(self, name: str, count: int) -> dict[str, float]:
-        """The median of each figure over ``count`` turns; then the namespace finishes compressing
-        (untimed), so the next turn finds its summaries in place."""
-        turns = [await self.one(name) for _ in range(count)]
-        await self.managers[name].wait_ready()
-        return {key: statistics.median(turn[key] for turn in turns) for key in turns[0]}
+    async def sample(self, name: str, count: int, floor: costs.Raw | None = None) -> list[dict[str, float]]:
+        """``count`` turns (``one``), each followed by ``wait_ready`` (untimed), so every turn finds its
+        summaries in place."""
+        turns = []
+        for _ in range(count):
+            turns.append(await self.one(name, floor=floor))
+            await self.managers[name].wait_ready()
+        return turns
 
 
-async def floor(raw: costs.Raw, numbers: itertools.count[int], count: int) -> dict[str, float]:
-    """The median ms of ``count`` raw puts, each of a message's stored size, each committed durably."""
-    payloads = [b"x" * stored_size(next(numbers)) for _ in range(count)]
-    times = []
-    for data in payloads:
-        started = time.perf_counter_ns()
-        raw.put(data)
-        times.append((time.perf_counter_ns() - started) / 1e6)
-    await trio.lowlevel.checkpoint()
-    return {"floor": statistics.median(times)}
+def _put(raw: costs.Raw, payload: bytes) -> float:
+    """ms of one raw put and commit (durable or not, as ``raw`` was opened)."""
+    started = time.perf_counter_ns()
+    raw.put(payload)
+    return (time.perf_counter_ns() - started) / 1e6
 
 
-async def measure(store: Path, size: int, raw_dir: Path, settings: dict[str, Any],
-                  rng: random.Random) -> dict[str, list[dict[str, float]]]:
-    """Each strategy's and the floor's per-round figures over ``store`` (durability "sync")."""
-    async with ctxrt.open_runtime(store, model=scripted()) as rt:
-        managers = {name: await rt.open(NAMESPACES[name], strategy=config()) for name, config in STRATEGIES.items()}
-        turns = Turns(managers, size)
-        for name in managers:  # warm-up, not counted: the first compile reads back what the budget holds
-            await turns.sample(name, 3)
-        raw = costs.Raw(raw_dir)
-        try:
-            numbers = itertools.count(size)
+def copies(store: Path, tag: str) -> dict[str, Path]:
+    """A file copy of the closed ``store`` per strategy, beside it: each strategy's turns then grow
+    only its own copy, so a few hundred turns leave every one near the size it is measured at."""
+    out = {}
+    for name in STRATEGIES:
+        out[name] = store.with_name(f"{store.name}-{tag}-{NAMESPACES[name]}")
+        shutil.copytree(store, out[name])
+    return out
+
+
+async def measure(store: Path, durability: Literal["sync", "os"], numbers: Iterator[int], raw_dir: Path,
+                  settings: dict[str, Any], rng: random.Random) -> dict[str, list[list[dict[str, float]]]]:
+    """Each strategy's turns, round by round, each bracketed by floor puts: on a copy of ``store`` per
+    strategy opened with ``durability``, the floor's puts committed the same way ("sync": durably)."""
+    stores = copies(store, durability)
+    raw = costs.Raw(raw_dir, sync=durability == "sync")
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            managers = {}
+            for name, config in STRATEGIES.items():
+                rt = await stack.enter_async_context(
+                    ctxrt.open_runtime(stores[name], model=scripted(), durability=durability))
+                managers[name] = await rt.open(NAMESPACES[name], strategy=config())
+            turns = Turns(managers, numbers)
+            for name in managers:  # warm-up, not counted: the first compile reads back what the budget holds
+                await turns.sample(name, 3, raw)
 
             def sampler(name: str) -> Callable[[int], Any]:
-                return lambda _: turns.sample(name, settings["samples"])
+                return lambda _: turns.sample(name, settings["samples"], raw)
 
-            variants = {name: sampler(name) for name in managers}
-            variants["floor"] = lambda _: floor(raw, numbers, settings["samples"])
-            return await interleave(settings["rounds"], variants, rng)
-        finally:
-            raw.close()
+            return await interleave(settings["rounds"], {name: sampler(name) for name in managers}, rng)
+    finally:
+        raw.close()
+        for path in stores.values():
+            shutil.rmtree(path, ignore_errors=True)
 
 
 async def shared_figures(stores: dict[int, Path], settings: dict[str, Any], rng: random.Random) -> dict[str, Any]:
@@ -239,31 +288,78 @@ async def shared_figures(stores: dict[int, Path], settings: dict[str, Any], rng:
 
 
 def _settings(quick: bool) -> dict[str, Any]:
+    # rounds x samples turns per strategy: at most ~500, so the 2,000-message copies stay under the budget
     if quick:
-        return {"sizes": QUICK_SIZES, "rounds": 5, "samples": 10, "edit_rounds": 3, "cold_rounds": 3,
+        return {"sizes": QUICK_SIZES, "rounds": 8, "samples": 40, "edit_rounds": 3, "cold_rounds": 3,
                 "fork_rounds": 3, "memory_rounds": 1, "further": 3}
-    return {"sizes": SIZES, "rounds": 9, "samples": 20, "edit_rounds": 5, "cold_rounds": 5, "fork_rounds": 5,
+    return {"sizes": SIZES, "rounds": 12, "samples": 40, "edit_rounds": 5, "cold_rounds": 5, "fork_rounds": 5,
             "memory_rounds": 2, "further": 4}
 
 
-def turn_rows(size: int, figures: dict[str, list[dict[str, float]]]) -> list[dict[str, Any]]:
-    """Each strategy's turn over the floor (with its parts), and WindowedPassthrough's against Passthrough's."""
-    floors = [each["floor"] for each in figures["floor"]]
-    over: dict[str, list[float]] = {}
+def over_floor(turns: Iterable[dict[str, float]]) -> float:
+    """The turn over the floor of these turns: the median of their paired differences (``add_message``
+    less the mean of its floor puts) plus their median compile and their median to_anthropic."""
+    turns = list(turns)
+    return sum(statistics.median(turn[key] for turn in turns) for key in ("excess", "compile", "anthropic"))
+
+
+def _interval(value: float, resampled: list[float]) -> dict[str, float]:
+    """``value`` with the central 95% of its resampled values, as a figure (``{"median", "min", "max"}``)."""
+    ordered = sorted(resampled)
+    return {"median": value, "min": ordered[int(0.025 * len(ordered))],
+            "max": ordered[int(0.975 * len(ordered)) - 1]}
+
+
+def estimates(rounds: dict[str, list[list[dict[str, float]]]], rng: random.Random) -> dict[str, dict[str, float]]:
+    """Each strategy's turn over the floor over all its turns (``over_floor``), with a 95% interval from
+    RESAMPLES resamplings of whole rounds, the same rounds for every strategy; and under "ratio",
+    WindowedPassthrough's over Passthrough's, its interval from the same resamplings."""
+    count = len(rounds["Passthrough"])
+    picks = [[rng.randrange(count) for _ in range(count)] for _ in range(RESAMPLES)]
+    out, resampled = {}, {}
+    for name, turns in rounds.items():
+        resampled[name] = [over_floor(turn for i in pick for turn in turns[i]) for pick in picks]
+        out[name] = _interval(over_floor(turn for each in turns for turn in each), resampled[name])
+    out["ratio"] = _interval(out["WindowedPassthrough"]["median"] / out["Passthrough"]["median"],
+                             [w / p for w, p in zip(resampled["WindowedPassthrough"], resampled["Passthrough"])])
+    return out
+
+
+def pooled(rounds: list[list[dict[str, float]]], key: str) -> dict[str, float]:
+    """The median of ``key`` over every turn, with the min–max across rounds of each round's median."""
+    medians = [statistics.median(turn[key] for turn in each) for each in rounds]
+    return {"median": statistics.median(turn[key] for each in rounds for turn in each), "min": min(medians),
+            "max": max(medians)}
+
+
+def turn_rows(size: int, durable: dict[str, list[list[dict[str, float]]]],
+              cpu: dict[str, list[list[dict[str, float]]]], rng: random.Random) -> list[dict[str, Any]]:
+    """Each strategy's turn over the durable floor (with its parts) and, beside it, its CPU over the floor
+    with no fsync on either side; then WindowedPassthrough's turn over the floor against Passthrough's."""
+    over, cpu_over = estimates(durable, rng), estimates(cpu, rng)
     rows = []
     for name in STRATEGIES:
-        rounds = figures[name]
-        over[name] = [each["turn"] - base for each, base in zip(rounds, floors)]
-        parts = {key: summary(each[key] for each in rounds) for key in (*PARTS, *FORMS, "turn")}
+        rounds, cpu_rounds = durable[name], cpu[name]
         rows.append(harness.row(
             f"{name}, {size:,} messages: a turn over the durable-commit floor", "ms", over[name],
-            target=TARGET_MS[name], op="<=", comparison=summary(floors), comparison_label="the floor", ratio=None,
-            paired_ratio=None, size=size, strategy=name, parts=parts,
-            compiled=statistics.median(each["messages"] for each in rounds),
+            target=TARGET_MS[name], op="<=", comparison=pooled(rounds, "floor"), comparison_label="the floor",
+            ratio=None, paired_ratio=None, size=size, strategy=name,
+            parts={key: pooled(rounds, key) for key in (*PARTS, *FORMS, "turn", "floor", "excess")},
+            cpu_parts={key: pooled(cpu_rounds, key) for key in (*PARTS, "floor", "excess")},
+            compiled=statistics.median(turn["messages"] for each in rounds for turn in each),
         ))
-    rows.append(versus(
+        rows.append(harness.row(
+            f"{name}, {size:,} messages: the turn's CPU over the floor, no fsync on either side (durability "
+            "\"os\"; not the issue's figure)", "ms", cpu_over[name], target=None, op=None,
+            comparison=pooled(cpu_rounds, "floor"), comparison_label="the floor without fsync", ratio=None,
+            paired_ratio=None,
+        ))
+    ratio = over["ratio"]
+    rows.append(harness.row(
         f"WindowedPassthrough's turn over the floor vs Passthrough's, {size:,} messages", "ms",
-        over["WindowedPassthrough"], over["Passthrough"], "Passthrough's", target=1.0, op="<=", size=size,
+        over["WindowedPassthrough"], target=1.0, op="<=", judged=ratio["median"], comparison=over["Passthrough"],
+        comparison_label="Passthrough's", ratio=ratio["median"], ratio_interval=(ratio["min"], ratio["max"]),
+        paired_ratio=None, size=size,
     ))
     return rows
 
@@ -296,7 +392,10 @@ async def _run(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             stores[size] = root / f"s{size}"
             builds[str(size)] = await build(stores[size], size)
             print(f"built {size:,} messages: {builds[str(size)]}", file=sys.stderr)
-            rows += turn_rows(size, await measure(stores[size], size, root / f"floor-{size}", settings, rng))
+            numbers = itertools.count(size)
+            durable = await measure(stores[size], "sync", numbers, root / f"floor-{size}", settings, rng)
+            cpu = await measure(stores[size], "os", numbers, root / f"floor-os-{size}", settings, rng)
+            rows += turn_rows(size, durable, cpu, rng)
             print(f"measured {size:,} at {time.perf_counter() - started:.0f} s", file=sys.stderr)
         small, large = min(stores), max(stores)
         rows += shared_rows(await shared_figures(stores, settings, rng), small, large)
@@ -327,10 +426,14 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         + f" The whole run took {first['seconds']:.0f} s.", "",
         "Every ctxrt figure goes through the public API. Messages of about 36 estimated tokens, alternating user and "
         "Claude; `Budget(max_tokens=100_000)` (96,000 usable). Stores built with durability \"os\" (" + builds
-        + "), measured with durability \"sync\". A turn is a durable `add_message`, `compile` and "
-        "`to_anthropic`; the floor is one raw py-lmdb put with a durable commit, in the same rounds. "
-        f"{settings['rounds']} rounds of {settings['samples']} turns per strategy; figures are the medians across "
-        "rounds of each round's median (min–max across rounds).", "",
+        + "), measured on a copy per strategy with durability \"sync\". A turn is a durable `add_message`, "
+        "`compile` and `to_anthropic`; the floor is a raw py-lmdb put of the message's size with a durable "
+        "commit, one right before each `add_message` and one after its turn. "
+        f"{settings['rounds']} rounds of {settings['samples']} turns per strategy, the strategies in a shuffled "
+        "order each round; then the same again on fresh copies with durability \"os\" and a floor that does "
+        "not fsync, for the CPU rows. A turn over the floor is, over all the turns, the median of `add_message` "
+        "less the mean of its two floor puts, plus the median `compile` and the median `to_anthropic`; in "
+        f"brackets its 95% interval from {RESAMPLES:,} resamplings of whole rounds.", "",
         *TABLE_HEAD,
     ]
     for row in rows:
@@ -338,21 +441,46 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         if isinstance(comparison, dict):
             comparison = f"{row['comparison_label']}: {median_figure(comparison, row['unit'])}"
         ratio = "" if row.get("ratio") is None else f"{row['ratio']:.2f}"
+        if row.get("ratio_interval"):
+            ratio += " ({:.2f}–{:.2f})".format(*row["ratio_interval"])
         target = "" if row["target"] is None else f"{row['op']} {row['target']:g}"
         verdict = "" if row["passed"] is None else "pass" if row["passed"] else "**fail**"
         lines.append(f"| {row['measure']} | {median_figure(row['ctxrt'], row['unit'])} | {comparison or ''} | {ratio} "
                      f"| {target} | {verdict} |")
-    lines += ["", "Where a turn's time goes (ms; medians across rounds, min–max):", "",
-              "| size | strategy | compiled messages | add_message | compile | to_anthropic | turn | "
-              "to_openai_chat | to_openai_responses |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "Where a turn's time goes, durable (ms; the median over all turns, min–max across rounds of "
+              "each round's median):",
+              "", "| size | strategy | compiled messages | floor put | add_message | add_message − floor, paired | "
+              "compile | to_anthropic | turn | to_openai_chat | to_openai_responses |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if "parts" in row:
-            parts = row["parts"]
-            cells = [median_figure(parts[key], "") for key in ("add", "compile", "anthropic", "turn", *FORMS)]
+            cells = [median_figure(row["parts"][key], "")
+                     for key in ("floor", "add", "excess", "compile", "anthropic", "turn", *FORMS)]
             lines.append(f"| {row['size']:,} | {row['strategy']} | {row['compiled']:,.0f} | " + " | ".join(cells) + " |")
-    lines += ["", "- A turn over the floor is, per round, the median turn less the median floor put; its min–max "
-              "are across rounds. The compile-after-edit, cold open, fork and memory rows reuse bench/edits.py's "
-              "and bench/costs.py's code at this module's budget."]
+    lines += ["", "The same with no fsync on either side (durability \"os\", the floor's commit not flushed): the "
+              "CPU rows' parts.", "", "| size | strategy | floor put | add_message | add_message − floor, paired | "
+              "compile | to_anthropic |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        if "cpu_parts" in row:
+            cells = [median_figure(row["cpu_parts"][key], "")
+                     for key in ("floor", "add", "excess", "compile", "anthropic")]
+            lines.append(f"| {row['size']:,} | {row['strategy']} | " + " | ".join(cells) + " |")
+    lines += ["", "- A turn over the floor pairs each `add_message` with the mean of the two floor puts around "
+              "its turn, so what the disk does over a turn's few ms cancels, where a difference of two medians (the "
+              "figure before) kept the disk's swings: on this host a durable commit is either fast (a fraction "
+              "of a ms) or slow (several ms), in runs. The paired differences, compiles and bodies of all "
+              "rounds are pooled, so the pairs that fell in the fast mode hold the median; the interval in "
+              "brackets comes from resampling whole rounds: the estimate's spread within this run. Between runs "
+              "the host's CPU load moves `compile` and `to_anthropic` by more than that (up to 1.6x across five "
+              "quick runs on a shared 2-core host), and the durable rows with them; the paired difference stays put.",
+              "- The CPU rows are the same estimate with nothing flushed: what a turn costs over a raw put when "
+              "the disk is out of it. `compile` there mostly runs faster than in the durable rows: Python right after "
+              "a thread slept in an fsync runs slower (bench/costs.py's reference row), a cost the durable "
+              "turn really pays.",
+              "- Each strategy's turns run on a file copy of the built store, so its own few hundred turns are all "
+              "it adds. After each turn, untimed, `wait_ready` lets Autobiographical's summaries land.",
+              "- The compile-after-edit, cold open, fork and memory rows reuse bench/edits.py's and bench/costs.py's "
+              "code at this module's budget."]
     return "\n".join(lines) + "\n"
 
 
@@ -370,7 +498,8 @@ async def _profile(size: int, names: list[str]) -> None:
         store = root / "store"
         print(f"built {size:,} messages: {await build(store, size)}", file=sys.stderr)
         async with ctxrt.open_runtime(store, model=scripted()) as rt:
-            turns = Turns({name: await rt.open(NAMESPACES[name], strategy=STRATEGIES[name]()) for name in names}, size)
+            turns = Turns({name: await rt.open(NAMESPACES[name], strategy=STRATEGIES[name]()) for name in names},
+                          itertools.count(size))
             for name in names:
                 await turns.sample(name, 5)
                 gc.collect()
