@@ -51,18 +51,18 @@ def runs(new: Sequence[Any], old: Sequence[Any]) -> list[Run]:
     an item that is an item of ``old`` (the same object) and goes on while the items are equal
     (an equal compiled message makes the same API blocks).
 
-    Each run is as long as it goes; a new item found nowhere in what is left of ``old`` starts no
-    run (an item of ``old`` before the last run's end is looked for only near it). Work is
-    O(runs · log) plus, at the first item not near where the last run ended, an O(what is left
-    of ``old``) C-speed index.
+    Each run is as long as it goes; an item starts one if it is near where the last run ended,
+    or else is found in all that is left of ``old``, unless the item after it is near (this one
+    replaced one: an edit, made again without a look at the rest). Work is O(runs · log) plus, at
+    the first item found nowhere near, an O(what is left of ``old``) index.
     """
     out: list[Run] = []
     where: dict[int, int] | None = None
     i, j = 0, 0
     while i < len(new):
         item = new[i]
-        found = next((k for k in range(j, min(j + _NEAR, len(old))) if old[k] is item), None)
-        if found is None and j + _NEAR < len(old):
+        found = _near(item, old, j)
+        if found is None and j + _NEAR < len(old) and not (i + 1 < len(new) and _near(new[i + 1], old, j) is not None):
             if where is None:
                 where = dict(zip(map(id, old[j:]), range(j, len(old))))
             k = where.get(id(item))
@@ -74,6 +74,11 @@ def runs(new: Sequence[Any], old: Sequence[Any]) -> list[Run]:
         out.append((i, found, length))
         i, j = i + length, found + length
     return out
+
+
+def _near(item: Any, old: Sequence[Any], j: int) -> int | None:
+    """Where ``item`` is among the few items of ``old`` from ``j``, if it is."""
+    return next((k for k in range(j, min(j + _NEAR, len(old))) if old[k] is item), None)
 
 
 def shifted(positions: list[int], j: int, length: int, shift: int) -> list[int]:

@@ -150,7 +150,10 @@ class CompileMemo:
                 # front or a removed stretch), found by identity, else an entry to prepare. A
                 # few steps on first (the budget pushes one or two out a turn), then an index.
                 found = next((k for k in range(j + 1, min(j + 4, len(old))) if old[k] is entry), None)
-                if found is None and j + 4 < len(old):  # past the last entries, what comes is new
+                # An index only where the last entries go on further than the next few, and the
+                # entry after this one isn't among them either (this one replaced one: an edit).
+                if (found is None and j + 4 < len(old)
+                        and not (i + 1 < len(entries) and any(old[k] is entries[i + 1] for k in range(j, j + 5)))):
                     if where is None:
                         where = dict(zip(map(id, old), range(len(old))))
                     found = where.get(id(entry))
