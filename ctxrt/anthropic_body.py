@@ -19,7 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
 from typing import Any, cast
 
-from .body_runs import BodyCache, runs, shared_part, shifted
+from .body_runs import BodyCache, carried, runs, shared_part
 from .content import CompiledMessage
 from .wire import (
     MAX_REQUEST_CACHE_CONTROLS,
@@ -27,7 +27,6 @@ from .wire import (
     ReplayedCalls,
     cap_cache_controls,
     continued_turn,
-    holds_tools,
     mark_cache,
     marked_blocks,
     message_content,
@@ -159,24 +158,7 @@ def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], ol
     if found and old is not None:  # the longest run's turns are taken as they were stored
         i, j, _ = max(found, key=lambda run: run[2])
         body.base = old.base + i - j
-    parts: list[_Part | None]
-    if found and found[0][0] == 0:  # a run from the first message: its slice starts the list
-        parts = cast(list[_Part | None], old.parts[found[0][1]:found[0][1] + found[0][2]]) if old is not None else []
-        parts += [None] * (len(new) - len(parts))
-    else:
-        parts = [None] * len(new)
-    fresh: list[int] = []
-    position = 0
-    for i, j, length in found:
-        fresh += range(position, i)
-        body.tools += (k for k in range(position, i) if holds_tools(new[k]))
-        assert old is not None
-        if i:
-            parts[i:i + length] = old.parts[j:j + length]
-        body.tools += shifted(old.tools, j, length, i - j)
-        position = i + length
-    fresh += range(position, len(new))
-    body.tools += (k for k in range(position, len(new)) if holds_tools(new[k]))
+    parts, fresh, body.tools = carried(found, old.parts if old is not None else [], old.tools if old is not None else [], new)
     # Replay the request's walk over its tool-bearing messages only: a part made under other calls is made again.
     foreign = ForeignCalls()
     remade: list[int] = []

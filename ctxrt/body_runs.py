@@ -14,12 +14,16 @@ import weakref
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar, cast
 
+from .content import CompiledMessage
+from .wire import holds_tools
+
 Run = tuple[int, int, int]  # (start in the new list, start in the old list, length)
 
 _NEAR = 8  # old positions tried after the last run's end before a lookup by identity
 _KEEP = 4  # forms and options a cache holds a body for
 _TAIL = 4  # a long run's end most often lies this near the end of what is left
 _LONG = 64  # a run this long is tried to the end at once
+T = TypeVar("T")
 
 
 def run_length(new: Sequence[Any], i: int, old: Sequence[Any], j: int) -> int:
@@ -76,6 +80,32 @@ def runs(new: Sequence[Any], old: Sequence[Any]) -> list[Run]:
     return out
 
 
+def carried(found: list[Run], old_parts: list[T], old_tools: list[int], new: Sequence[CompiledMessage]
+            ) -> tuple[list[T | None], list[int], list[int]]:
+    """What the runs ``found`` (of ``new`` in the last body's messages) carry over: each message's
+    part from the last body (None for the others), the positions in no run, and where the
+    tool-bearing messages are (the runs' as they were, the others looked at)."""
+    parts: list[T | None]
+    if found and found[0][0] == 0:  # a run from the first message: its slice starts the list
+        parts = cast(list[T | None], old_parts[found[0][1]:found[0][1] + found[0][2]])
+        parts += [None] * (len(new) - len(parts))
+    else:
+        parts = [None] * len(new)
+    gaps: list[int] = []
+    tools: list[int] = []
+    position = 0
+    for i, j, length in found:
+        gaps += range(position, i)
+        tools += (k for k in range(position, i) if holds_tools(new[k]))
+        if i:
+            parts[i:i + length] = old_parts[j:j + length]
+        tools += shifted(old_tools, j, length, i - j)
+        position = i + length
+    gaps += range(position, len(new))
+    tools += (k for k in range(position, len(new)) if holds_tools(new[k]))
+    return parts, gaps, tools
+
+
 def _near(item: Any, old: Sequence[Any], j: int) -> int | None:
     """Where ``item`` is among the few items of ``old`` from ``j``, if it is."""
     return next((k for k in range(j, min(j + _NEAR, len(old))) if old[k] is item), None)
@@ -100,7 +130,6 @@ class _Shared:
 
 
 _SHARED = _Shared()
-T = TypeVar("T")
 
 
 def shared_part(key: tuple[Hashable, ...], message: object, make: Callable[[], T]) -> T:

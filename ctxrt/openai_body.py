@@ -13,13 +13,15 @@ edit, docs/api.md), and alternated roles are merged on copies.
 from __future__ import annotations
 
 import copy
+from bisect import bisect_left
 from collections.abc import Collection, Sequence
+from itertools import accumulate
 from typing import Any, cast
 
-from .body_runs import BodyCache, runs, shared_part, shifted
+from .body_runs import BodyCache, carried, runs, shared_part, shifted
 from .content import CompiledMessage
 from .openai_wire import Api, SystemRole, call_ids, chat_finish, check_system_role, message_items, replay_ids
-from .wire import ForeignCalls, holds_tools
+from .wire import ForeignCalls
 
 Counts = dict[str, int]
 
@@ -39,10 +41,11 @@ class _Part:
 
 class _Body:
     """What one body was made of: its messages, their parts, where the tool-bearing ones and those
-    with counts are, and the items in order with where each message's items start (``starts``,
-    and one past the last)."""
+    with counts are, and the items in order. Most messages make one item: where each message's
+    items start is kept only for the others (``odd``, sorted, with their item counts), so taking a
+    run of messages copies the items and a few positions, not a position per message."""
 
-    __slots__ = ("counted", "items", "messages", "parts", "starts", "tools")
+    __slots__ = ("counted", "counts", "items", "messages", "odd", "parts", "shift", "size", "tools")
 
     def __init__(self) -> None:
         self.messages: list[CompiledMessage] = []
@@ -50,25 +53,44 @@ class _Body:
         self.tools: list[int] = []
         self.counted: list[int] = []
         self.items: list[dict[str, Any]] = []
-        self.starts: list[int] = [0]
+        self.size = 0  # messages added so far
+        self.odd: list[int] = []
+        self.counts: list[int] = []
+        self.shift: list[int] = [0]  # shift[t]: the items beyond one per message made by the first t odd ones
+
+    def start(self, message: int) -> int:
+        """Where the items of ``message`` (or, past the last, the end) start."""
+        return message + self.shift[bisect_left(self.odd, message)]
+
+    def add(self, part: _Part) -> None:
+        """The next message's items."""
+        self.items += part.items
+        if len(part.items) != 1:
+            self.odd.append(self.size)
+            self.counts.append(len(part.items))
+        self.size += 1
+
+    def take(self, old: _Body, first: int, end: int) -> None:
+        """The items of ``old``'s messages ``first``..``end - 1``, as the next messages."""
+        lo, hi = bisect_left(old.odd, first), bisect_left(old.odd, end)
+        if self.items:
+            self.items += old.items[old.start(first):old.start(end)]
+        else:  # the first items: one copy, not a copy appended
+            self.items = old.items[old.start(first):old.start(end)]
+        if lo < hi:
+            self.odd += [k - first + self.size for k in old.odd[lo:hi]]
+            self.counts += old.counts[lo:hi]
+        self.size += end - first
+
+    def finish(self) -> None:
+        self.shift = [0, *accumulate(count - 1 for count in self.counts)]
 
 
 def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collection[str], old: _Body | None) -> _Body:
     body = _Body()
     body.messages = new = list(messages)  # the host may change its list; the record keeps this one
     found = runs(new, old.messages) if old is not None else []
-    parts: list[_Part | None] = [None] * len(new)
-    gaps: list[int] = []  # positions in no run
-    position = 0
-    for i, j, length in found:
-        assert old is not None
-        gaps += range(position, i)
-        body.tools += (k for k in range(position, i) if holds_tools(new[k]))
-        parts[i:i + length] = old.parts[j:j + length]
-        body.tools += shifted(old.tools, j, length, i - j)
-        position = i + length
-    gaps += range(position, len(new))
-    body.tools += (k for k in range(position, len(new)) if holds_tools(new[k]))
+    parts, gaps, body.tools = carried(found, old.parts if old is not None else [], old.tools if old is not None else [], new)
     # Replay the request's walk over its tool-bearing messages only: a part made under other calls is made again.
     foreign, ids = ForeignCalls(), call_ids(api)
     remade: list[int] = []
@@ -89,28 +111,20 @@ def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collectio
     for i, j, length in found:
         assert old is not None
         for k in range(position, i):
-            _add(body, made[k])
+            body.add(made[k])
         bounds = [i] + [b for t in remade if i <= t < i + length for b in (t, t + 1)] + [i + length]
         for start, end in zip(bounds[::2], bounds[1::2]):  # stretches of old parts, a remade one after each but the last
-            first, last = old.starts[start - i + j], old.starts[end - i + j]
-            shift = len(body.items) - first
-            body.items += old.items[first:last]
-            ends = old.starts[start - i + j + 1:end - i + j + 1]
-            body.starts += map(shift.__add__, ends) if shift else ends
+            body.take(old, start - i + j, end - i + j)
             if end < i + length:
-                _add(body, made[end])
+                body.add(made[end])
         position = i + length
     for k in range(position, len(new)):
-        _add(body, made[k])
+        body.add(made[k])
+    body.finish()
     # Where counts are: the runs' as they were, and the parts made here, none twice.
     kept = [k for i, j, length in found for k in shifted(old.counted, j, length, i - j)] if old else []
     body.counted = sorted({k for k in kept + gaps + remade if made[k].left_out or made[k].as_text})
     return body
-
-
-def _add(body: _Body, part: _Part) -> None:
-    body.items += part.items
-    body.starts.append(len(body.items))
 
 
 def _summed(parts: Sequence[_Part], counted: list[int]) -> tuple[Counts, Counts]:
