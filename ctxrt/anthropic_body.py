@@ -17,6 +17,7 @@ import copy
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Collection, Sequence
+from functools import partial
 from typing import Any, cast
 
 from .body_runs import BodyCache, carried, runs, shared_part
@@ -174,7 +175,7 @@ def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], ol
     for k in fresh:
         if parts[k] is None:
             message, role = new[k], role_of(new[k])
-            parts[k] = shared_part(("anthropic", id(message), role), message, lambda: _Part(message, role, ()))
+            parts[k] = shared_part(("anthropic", id(message), role), message, partial(_Part, message, role, ()))
     body.parts = made = cast(list[_Part], parts)  # every position has its part now
     assembly = _Assembly(body, made)
     position = 0

@@ -9,8 +9,8 @@ compile memo owns one, so every result of a namespace's compiles shares it. Pure
 
 from __future__ import annotations
 
-from bisect import bisect_left
 import weakref
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar, cast
 

@@ -11,8 +11,8 @@ only for what changed; the namespace is its only caller.
 from __future__ import annotations
 
 import hashlib
-import weakref
 import uuid
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate

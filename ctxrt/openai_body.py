@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 from bisect import bisect_left
 from collections.abc import Collection, Sequence
+from functools import partial
 from itertools import accumulate
 from typing import Any, cast
 
@@ -105,7 +106,7 @@ def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collectio
     for k in gaps:
         if parts[k] is None:  # found in no run and without tool blocks
             message, assistant = new[k], new[k].participant in speakers
-            parts[k] = shared_part((api, id(message), assistant), message, lambda: _Part(api, message, assistant))
+            parts[k] = shared_part((api, id(message), assistant), message, partial(_Part, api, message, assistant))
     body.parts = made = cast(list[_Part], parts)  # every position has its part now
     position = 0
     for i, j, length in found:
