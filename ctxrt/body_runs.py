@@ -34,8 +34,8 @@ def run_length(new: Sequence[Any], i: int, old: Sequence[Any], j: int) -> int:
     start, step, probed = i, 1, False
     while True:
         step = min(step, len(new) - i, len(old) - j)
-        if step == 0:
-            return i - start
+        if step <= 0:
+            return max(i - start, 0)
         if step >= _LONG and not probed:
             probed, rest = True, min(len(new) - i, len(old) - j)
             width = next((w for w in (rest, rest - _TAIL) if w > step and new[i:i + w] == old[j:j + w]), 0)

@@ -87,6 +87,8 @@ class _Parts:
     tokens: list[int]  # estimated tokens of each part
     marks: list[int]  # positions of the parts carrying a cache breakpoint
     tooled: list[int]  # positions of the parts holding a tool block
+    lead: int = 0  # how many first parts are the last compile's first ones
+    serial: int = 0  # which compile of the memo made them
 
 
 _NO_PARTS = _Parts([], [], [], [], [], [], [])
@@ -118,6 +120,7 @@ class CompileMemo:
         # breakpoint positions and the estimated tokens up to each; digests of messages compared.
         self._system: bytes = b""
         self._chained: list[CompiledMessage] = []
+        self._chained_from = -1  # the serial of the parts it was made of by stripping markers alone, if it was
         self._breaks: list[int] = []
         self._break_totals: list[int] = []
         self._digests: dict[int, tuple[CompiledMessage, bytes]] = {}
@@ -142,6 +145,7 @@ class CompileMemo:
         odd: list[int] = []
         counts: list[int] = []
         where: dict[int, int] | None = None
+        leads: list[tuple[int, int, int]] = []  # the first run
         i, j = 0, 0
         while i < len(entries):
             entry = entries[i]
@@ -175,6 +179,8 @@ class CompileMemo:
                     continue
                 j = found
             length = 1 + run_length(entries, i + 1, old, j + 1)
+            if not leads:
+                leads.append((i, j, length))
             first, end, to = self._offset(j), self._offset(j + length), len(messages)
             if to == 0 and first == 0 and end == len(was.messages) and i + length == len(entries):
                 # All of the last parts, and nothing else: their lists (never changed) serve again.
@@ -194,7 +200,9 @@ class CompileMemo:
             odd += [i + k - j for k in self._odd[lo:hi]]
             counts += self._counts[lo:hi]
             i, j = i + length, j + length
-        self._entries, self._parts = list(entries), _Parts(messages, tools, owners, sources, tokens, marks, tooled)
+        lead = next((self._offset(j0 + n) for i0, j0, n in leads[:1] if i0 == j0 == 0), 0)
+        self._entries = list(entries)
+        self._parts = _Parts(messages, tools, owners, sources, tokens, marks, tooled, lead, was.serial + 1)
         self._odd, self._counts, self._shift = odd, counts, [0, *accumulate(count - 1 for count in counts)]
         self.retain_only(entries)
         return self._parts
@@ -218,12 +226,14 @@ class CompileMemo:
 
     def stable_prefix(
         self, messages: list[CompiledMessage], system_blocks: Sequence[Block], breaks: list[int],
-        tokens: Callable[[], Sequence[int]],
+        tokens: Callable[[], Sequence[int]], parts: _Parts | None = None,
     ) -> int:
         """P9: tokens of the longest prefix of ``messages`` identical (markers aside) to a prefix of
         the last compile's that ended at one of its breakpoints (what the cache that request wrote
         can serve). Remembers this compile's for the next one: ``messages`` (the memo's to keep),
         its ``breaks`` (positions of its breakpoints) and ``tokens()`` (the estimate of each).
+        ``parts``: what ``messages`` were made of by stripping markers alone, if they were (then
+        their first ``lead`` are known to match, when the last compile's were made so too).
 
         The chained fingerprint's answer in O(changed): the prefixes match up to where the lists
         first differ, found past the leading run of the same objects by comparing digests."""
@@ -233,12 +243,15 @@ class CompileMemo:
         system = _digest(repr(to_jsonable(list(system_blocks))))
         if old_breaks and system == self._system:
             old = self._chained
-            same = run_length(messages, 0, old, 0)  # equal messages: the same bytes
-            while same < min(len(messages), len(old)) and self._digest(messages[same]) == self._digest(old[same]):
+            known = parts.lead if parts is not None and parts.serial == self._chained_from + 1 else 0
+            known = min(known, len(messages), len(old))
+            same = known + run_length(messages, known, old, known)  # equal messages: the same bytes
+            while same < min(len(messages), len(old)) and _same_bytes(messages[same], old[same], self._digest):
                 same += 1 + run_length(messages, same + 1, old, same + 1)  # a marker moved: go on past it
             stable = max((total for index, total in zip(old_breaks, self._break_totals) if index < same), default=0)
         estimates = tokens() if breaks else []
         self._system, self._chained, self._breaks = system, messages if breaks else [], breaks
+        self._chained_from = parts.serial if parts is not None and breaks else -1
         self._break_totals = list(accumulate(sum(estimates[a + 1:b + 1]) for a, b in zip([-1, *breaks], breaks)))
         if len(self._digests) > 2 * len(self._chained) + 1024:
             live = set(map(id, self._chained))
@@ -261,6 +274,12 @@ class CompileMemo:
             found = self._digests[id(message)] = (
                 message, _digest(repr((message.participant, to_jsonable(list(message.content))))))
         return found[1]
+
+
+def _same_bytes(a: CompiledMessage, b: CompiledMessage, digest: Callable[[CompiledMessage], bytes]) -> bool:
+    """Whether ``a`` and ``b`` serialise alike, markers aside: at once if they carry equal content
+    (a moved breakpoint's twins share theirs), else by digests."""
+    return (a.participant == b.participant and a.content == b.content) or digest(a) == digest(b)
 
 
 def _digest(text: str) -> bytes:
@@ -390,5 +409,6 @@ def build_compile_result(
         tokens = lambda: [parts.tokens[k] if message.content is messages[k].content else estimate_blocks(message.content)
                           for message, k in zip(placed, kept)]
     # The memo keeps ``placed`` (its parts list, or one made here): the result's list is the host's to change.
-    stable = memo.stable_prefix(placed, system_blocks, breaks, tokens)
+    stable = memo.stable_prefix(placed, system_blocks, breaks, tokens,
+                                parts if repaired_all and not (injections or message_injections) else None)
     return CompileResult(list(placed), system_blocks, provenance, stable, body_cache=memo.bodies)

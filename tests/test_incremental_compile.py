@@ -190,3 +190,19 @@ def test_a_front_trim_and_an_append_cost_what_changed() -> None:
     second = _build(window[1:301], pool, memo, {})
     assert CountedEntry.compared <= 4
     assert all(a is b for a, b in zip(second.messages[:-1], first.messages[1:]))
+
+
+def test_the_stable_prefix_after_a_compile_with_an_injection_counts_from_what_that_request_held() -> None:
+    """P9, P16: the last compile placed a message injection before its second breakpoint; the next
+    one, without it, shares its first entries with the last one's (a run the memo knows) but not
+    its messages: the prefix the cache can serve ends at the first breakpoint, as the chained
+    definition says, not at the second."""
+    pool = Pool(["user", "assistant", "user", "assistant", "user", "assistant"])
+    a, b, c, d, f, g = (pool.entry(k, "canonical") for k in range(6))
+    marked = [pool.entry(1, "marked"), pool.entry(3, "marked"), pool.entry(5, "marked")]
+    memo = CompileMemo()
+    first = _build([a, marked[0], c, marked[1], f], pool, memo, _injections("depth"))
+    assert [m.cache_breakpoint for m in first.messages] == [False, True, False, False, True, False]
+    assert first.messages[3].content == (Text("reminder"),)  # placed before the second breakpoint
+    second = _build([a, marked[0], c, marked[1], f, marked[2]], pool, memo, {})
+    assert second.stable_prefix_tokens == reference_stable_prefix(first, second) > 0
