@@ -11,9 +11,10 @@ only for what changed; the namespace is its only caller.
 from __future__ import annotations
 
 import hashlib
+import operator
 import uuid
 import weakref
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 from typing import Any
@@ -237,10 +238,10 @@ class CompileMemo:
 
         The chained fingerprint's answer in O(changed): the prefixes match up to where the lists
         first differ, found past the leading run of the same objects by comparing digests."""
-        old_breaks, stable = self._breaks, 0
+        old_breaks, stable, same = self._breaks, 0, 0
         if not breaks and not old_breaks:
             return 0  # no breakpoint now nor last time: nothing was or will be cached
-        system = _digest(repr(to_jsonable(list(system_blocks))))
+        system = _digest(repr(to_jsonable(list(system_blocks)))) if system_blocks else b""
         if old_breaks and system == self._system:
             old = self._chained
             known = parts.lead if parts is not None and parts.serial == self._chained_from + 1 else 0
@@ -250,9 +251,21 @@ class CompileMemo:
                 same += 1 + run_length(messages, same + 1, old, same + 1)  # a marker moved: go on past it
             stable = max((total for index, total in zip(old_breaks, self._break_totals) if index < same), default=0)
         estimates = tokens() if breaks else []
+        # Each breakpoint's total from the nearest one before it whose total is known: this
+        # compile's, or the last one's inside the prefix both share (the same bytes, so the same estimates).
+        known_totals = [(index, total) for index, total in zip(old_breaks, self._break_totals) if index < same]
+        totals: list[int] = []
+        last, total = -1, 0
+        for index in breaks:
+            base = bisect_right(known_totals, index, key=_FIRST) - 1
+            if base >= 0 and known_totals[base][0] > last:
+                last, total = known_totals[base]
+            total += sum(estimates[last + 1:index + 1])
+            totals.append(total)
+            last = index
         self._system, self._chained, self._breaks = system, messages if breaks else [], breaks
         self._chained_from = parts.serial if parts is not None and breaks else -1
-        self._break_totals = list(accumulate(sum(estimates[a + 1:b + 1]) for a, b in zip([-1, *breaks], breaks)))
+        self._break_totals = totals
         if len(self._digests) > 2 * len(self._chained) + 1024:
             live = set(map(id, self._chained))
             self._digests = {key: value for key, value in self._digests.items() if key in live}
@@ -274,6 +287,9 @@ class CompileMemo:
             found = self._digests[id(message)] = (
                 message, _digest(repr((message.participant, to_jsonable(list(message.content))))))
         return found[1]
+
+
+_FIRST = operator.itemgetter(0)
 
 
 def _same_bytes(a: CompiledMessage, b: CompiledMessage, digest: Callable[[CompiledMessage], bytes]) -> bool:
