@@ -17,7 +17,9 @@ measured add to its copy only, and every turn finds about N messages), opened wi
 (the default); the three runtimes are open together. A turn of a strategy is one ``add_message`` in
 its namespace, then ``compile(BUDGET)``, then ``to_anthropic(assistant="Claude")``; each part is
 timed, and the turn is their sum. Besides the turn (not in it): ``to_openai_chat`` and
-``to_openai_responses`` of the same result. After each turn its namespace is let finish compressing
+``to_openai_responses`` of the same result, one ``list()`` copy of its messages, then a second
+``compile(BUDGET)`` and ``to_anthropic`` with nothing changed since (the least any compile and body
+cost at that size: the namespace actor's round trip and the fresh lists handed to the host). After each turn its namespace is let finish compressing
 (``wait_ready``, untimed), so every turn finds its summaries in place.
 
 The floor is a raw py-lmdb put of the turn's message size with a durable commit, in a fresh
@@ -108,6 +110,7 @@ NAMESPACES = {"Passthrough": "turn-passthrough", "WindowedPassthrough": "turn-wi
 TARGET_MS = {"Passthrough": 0.3, "WindowedPassthrough": 0.3, "Autobiographical": 0.5}
 PARTS = ("add", "compile", "anthropic")  # the turn's parts, in order
 FORMS = ("chat", "responses")  # timed after the turn, not in it
+AFTER = ("compile_again", "anthropic_again", "copy")  # after the forms: the least a compile and a body cost
 PROFILE_TURNS = 200
 RESAMPLES = 1_000  # resamplings of the rounds for a figure's 95% interval
 
@@ -194,7 +197,14 @@ class Turns:
             result.to_openai_chat(assistant=ASSISTANT)
             t4 = clock()
             result.to_openai_responses(assistant=ASSISTANT)
-            figures.update(chat=(t4 - t3) / 1e6, responses=(clock() - t4) / 1e6)
+            t5 = clock()
+            list(result.messages)
+            t6 = clock()
+            again = await manager.compile(BUDGET)  # nothing changed since: what any compile costs at this size
+            t7 = clock()
+            again.to_anthropic(assistant=ASSISTANT)
+            figures.update(chat=(t4 - t3) / 1e6, responses=(t5 - t4) / 1e6, copy=(t6 - t5) / 1e6,
+                           compile_again=(t7 - t6) / 1e6, anthropic_again=(clock() - t7) / 1e6)
         if floor is not None:
             figures["floor"] = (before + _put(floor, payload)) / 2
             figures["excess"] = figures["add"] - figures["floor"]
@@ -345,7 +355,7 @@ def turn_rows(size: int, durable: dict[str, list[list[dict[str, float]]]],
             target=TARGET_MS[name], op="<=", comparison=pooled(rounds, "floor"), comparison_label="the floor",
             ratio=None, paired_ratio=None, size=size, strategy=name,
             parts={key: pooled(rounds, key) for key in (*PARTS, *FORMS, "turn", "floor", "excess")},
-            cpu_parts={key: pooled(cpu_rounds, key) for key in (*PARTS, "floor", "excess")},
+            cpu_parts={key: pooled(cpu_rounds, key) for key in (*PARTS, *AFTER, "floor", "excess")},
             compiled=statistics.median(turn["messages"] for each in rounds for turn in each),
         ))
         rows.append(harness.row(
@@ -458,12 +468,17 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
                      for key in ("floor", "add", "excess", "compile", "anthropic", "turn", *FORMS)]
             lines.append(f"| {row['size']:,} | {row['strategy']} | {row['compiled']:,.0f} | " + " | ".join(cells) + " |")
     lines += ["", "The same with no fsync on either side (durability \"os\", the floor's commit not flushed): the "
-              "CPU rows' parts.", "", "| size | strategy | floor put | add_message | add_message − floor, paired | "
-              "compile | to_anthropic |", "|---|---|---|---|---|---|---|"]
+              "CPU rows' parts; then, after the turn, what a compile and a body cost with nothing changed since "
+              "(the least any compile or body costs at that size: the namespace actor's round trip, and the "
+              "fresh lists a result and a body hand the host) and one copy of the compiled messages' list.",
+              "", "| size | strategy | floor put | add_message | add_message − floor, paired | "
+              "compile | to_anthropic | compile, nothing changed | to_anthropic, nothing changed | a list copy |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         if "cpu_parts" in row:
             cells = [median_figure(row["cpu_parts"][key], "")
-                     for key in ("floor", "add", "excess", "compile", "anthropic")]
+                     for key in ("floor", "add", "excess", "compile", "anthropic", "compile_again",
+                                 "anthropic_again", "copy")]
             lines.append(f"| {row['size']:,} | {row['strategy']} | " + " | ".join(cells) + " |")
     lines += ["", "- A turn over the floor pairs each `add_message` with the mean of the two floor puts around "
               "its turn, so what the disk does over a turn's few ms cancels, where a difference of two medians (the "
