@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
+from typing import Any, overload
 
 from ..content import Message, sequence_key
 from .records import Summary
@@ -106,3 +108,47 @@ def count_outside(runs: Runs, start: int, stop: int) -> int:
             break
         count -= max(0, min(stop, b) - max(start, a))
     return count
+
+
+class RunIds(Sequence[str]):
+    """The ids of the messages in ``runs`` of ``messages`` (a view's list: appends never move
+    what it holds), oldest first, read only when asked, so a compile that leaves out most of a
+    long history doesn't list it. Equal to (and hashed as) the tuple of the same ids."""
+
+    __slots__ = ("_messages", "_runs", "_starts")
+
+    def __init__(self, messages: Sequence[Message], runs: Runs) -> None:
+        self._messages, self._runs = messages, runs
+        self._starts = list(accumulate((stop - start for start, stop in runs), initial=0))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[str, ...]: ...
+    def __getitem__(self, index: int | slice) -> str | tuple[str, ...]:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        at = index + len(self) if index < 0 else index
+        if not 0 <= at < len(self):
+            raise IndexError("RunIds index out of range")
+        run = bisect_right(self._starts, at) - 1
+        return self._messages[self._runs[run][0] + at - self._starts[run]].id
+
+    def __iter__(self) -> Iterator[str]:
+        for start, stop in self._runs:
+            for message in self._messages[start:stop]:
+                yield message.id
+
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, (tuple, RunIds)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))

@@ -146,14 +146,15 @@ def holds_live_blocks(entry: Entry) -> bool:
     return any(type(block) in _KINDS for block in entry.content)
 
 
-class _WalkedDepths:
+class WalkedDepths:
     """``depth_after`` counted by walking the entries newest first, only as far as the depth
-    threshold: deeper, every image is out, so the exact figure no longer matters."""
+    threshold: deeper, every image is out, so the exact figure no longer matters. ``depth``: the
+    tokens of what follows ``entries``."""
 
-    def __init__(self, entries: Sequence[Entry], limit: int) -> None:
+    def __init__(self, entries: Sequence[Entry], limit: int, depth: int = 0) -> None:
         self._entries, self._limit = entries, limit
         self._next = len(entries) - 1
-        self._depth = 0
+        self._depth = depth
 
     def after(self, index: int) -> int:
         while self._next > index and self._depth <= self._limit:
@@ -169,7 +170,7 @@ def apply_live_policy(entries: Sequence[Entry], options: LiveOptions, memo: Live
     is handed back as the same object, so compile's own memo reuses what it prepared for it.
     """
     live = [index for index, entry in enumerate(entries) if holds_live_blocks(entry)]
-    depths = _WalkedDepths(entries, options.image_strip_depth_tokens)
+    depths = WalkedDepths(entries, options.image_strip_depth_tokens)
     return apply_live_policy_at(entries, live, depths.after, options, memo)
 
 
