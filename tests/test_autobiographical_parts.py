@@ -180,3 +180,27 @@ def test_a_compile_hands_back_the_same_entries_for_unchanged_messages_and_summar
     assert appended[-1].source_ids == ("41",) and appended[-1].cache_marker
     by_source = {entry.source_ids: entry for entry in after_edit[:-1]}
     assert all(entry is by_source[entry.source_ids] for entry in appended[:-2] if entry.source_ids in by_source)
+
+
+def test_an_edit_that_lets_a_chunk_close_is_counted_as_a_fresh_strategy_counts_it() -> None:
+    """A message edited (or revealed) to more tokens can close the pending chunk: the next compile
+    closes it and reports the pending units a strategy started afresh on the same state reports,
+    though no message was added (T3, T9)."""
+    config = ctxrt.Autobiographical(compression_model="m", target_chunk_tokens=60, recent_window_tokens=40,
+                                    l1_holdback_chunks=0)
+    budget = ctxrt.Budget(max_tokens=100_000, reserve_for_response=0)
+    messages = [msg(n) for n in range(1, 21)]  # about 4 tokens each: no chunk closes
+    ctx = PlainContext(messages)
+    strategy = config.create()
+    strategy.initialize(ctx)
+    strategy.select(ctx.view, budget, SelectOptions(context=ctx))
+    assert strategy.render_stats().pending_units == 0 and not ctx.logs.get("chunks")
+
+    edited = PlainContext([attrs.evolve(m, content=(Text("long " * 80),)) if m.id == "3" else m for m in messages])
+    edited.logs, edited.values = ctx.logs, ctx.values
+    strategy.select(edited.view, budget, SelectOptions(context=edited))
+    fresh = config.create()
+    fresh.initialize(edited)
+    fresh.select(edited.view, budget, SelectOptions(context=edited))
+    stats, fresh_stats = strategy.render_stats(), fresh.render_stats()
+    assert stats is not None and stats == fresh_stats and stats.pending_units == 1

@@ -106,6 +106,7 @@ class AutobiographicalStrategy(Strategy):
         self._dirty = True  # new messages since the chunks were last rebuilt
         self._backoff = Backoff()
         self._built_holds: int | None = None  # the hold floor the chunks were last rebuilt under
+        self._built_stamp: object = None  # and the view's stamp: an edit or a reveal may let a chunk close
         self._ctx: StrategyContext | None = None
         self._stats: RenderStats | None = None  # what the last compile showed and left out
         self.pins: list[Pin] = []
@@ -137,7 +138,7 @@ class AutobiographicalStrategy(Strategy):
         self.pins, self._next_pin = pins_from(ctx.get_value("pins"))
         # initialize writes nothing (the actor drops what it buffers): chunks that can close now
         # close, with their records and the floor, at the next next_unit or select.
-        self._built_holds = ctx.hold_floor()
+        self._built_holds, self._built_stamp = ctx.hold_floor(), ctx.view.window(1).stamp
         self._dirty = bool(self._closing(ctx))
 
     # -- zones and chunks -------------------------------------------------------------------
@@ -150,7 +151,7 @@ class AutobiographicalStrategy(Strategy):
         """Close and persist the chunks ``_closing`` finds (only whole chunks; T3)."""
         # Chunk records and the floor mark commit after this returns; if they can't (D4), the actor
         # reloads the strategy from what is stored, so the frontier waits for the next try.
-        self._dirty, self._built_holds = False, ctx.hold_floor()
+        self._dirty, self._built_holds, self._built_stamp = False, ctx.hold_floor(), ctx.view.window(1).stamp
         for chunk in self._closing(ctx):
             # The floor rises before (in the same commit as) the chunk's record: it may be read for
             # compression from then on (D2).
@@ -174,9 +175,11 @@ class AutobiographicalStrategy(Strategy):
                        rule=lambda: self.policy.chunk_rule(target))
 
     def _stale(self, ctx: StrategyContext | None) -> bool:
-        """Whether chunks may close now that didn't at the last rebuild: new messages, or a hold
-        released or timed out since (T5)."""
-        return self._dirty or (ctx is not None and ctx.hold_floor() != self._built_holds)
+        """Whether chunks may close now that didn't at the last rebuild: new messages, the view
+        changed otherwise (an edit or a reveal may lengthen the pending stretch), or a hold released
+        or timed out since (T5)."""
+        return self._dirty or (ctx is not None and (ctx.hold_floor() != self._built_holds
+                                                    or ctx.view.window(1).stamp != self._built_stamp))
 
     def _instruction(self, chunk_messages: Sequence[Message]) -> str:
         plain = chunk_instruction(self.config, witnessed=self._witnessed(chunk_messages))
