@@ -15,7 +15,7 @@ from ctxrt import Image, Text, ToolResult
 from ctxrt.slots import ChangeLog
 from ctxrt.strategies.chunking import head_window
 from ctxrt.strategies.coverage import RunIds
-from ctxrt.strategies.live import holds_live_blocks
+from ctxrt.strategies.live import JoinedDepths, holds_live_blocks, loose
 from ctxrt.strategies.shown_entries import ShownEntries
 from ctxrt.strategies.zones import Zones
 from ctxrt.tokens import estimate_blocks
@@ -71,10 +71,10 @@ def walked_recent_start(messages: list[ctxrt.Message], view: MessageView, floor:
     return start
 
 
-def walked_recent(costs: list[int], start: int, allowance: int, skipped: list[int]) -> tuple[list[int], int]:
-    """The indices the newest-first walk takes from ``start`` on, oldest first, and their cost."""
+def walked_runs(costs: list[int], runs: list[tuple[int, int]], allowance: int, skipped: list[int]) -> tuple[list[int], int]:
+    """The indices the newest-first walk over ``runs`` takes, oldest first, and their cost."""
     taken, spent = [], 0
-    for index in range(len(costs) - 1, start - 1, -1):
+    for index in [index for low, high in reversed(runs) for index in range(high - 1, low - 1, -1)]:
         if index in skipped:
             continue
         if spent + costs[index] > allowance:
@@ -99,9 +99,10 @@ STEP = st.one_of(
 def test_kept_windows_equal_a_walk_over_the_view_after_appends_edits_and_removals(
     steps: list[Any], cap: int, head_tokens: int, recent_tokens: int, data: st.DataObject
 ) -> None:
-    """(T9) The head, the recent window's start, what it takes within an allowance (skipping
-    pinned messages), its entries, the entries the live policy may change and the depths after
-    them, all kept across compiles, equal a fresh walk over the view after every step."""
+    """(T9) The head, the recent window's start, what the recent window and runs of the middle
+    take within an allowance (skipping pinned messages), their entries, the entries the live
+    policy may change and the depths after them, all kept across compiles, equal a fresh walk
+    over the view after every step."""
     listing = EditedListing()
     view = MessageView(listing)
     zones = Zones(ShownEntries(cap, "Claude"), head_tokens, recent_tokens)
@@ -127,19 +128,29 @@ def test_kept_windows_equal_a_walk_over_the_view_after_appends_edits_and_removal
         recent_start = zones.recent_start(messages, view, floor)
         assert recent_start == walked_recent_start(messages, view, floor, recent_tokens)
         allowance = data.draw(st.integers(0, recent_tokens + 20), label="allowance")
-        skipped = data.draw(st.lists(st.integers(recent_start, max(recent_start, len(messages) - 1)), max_size=5)
-                            .map(lambda found: sorted(set(found) & set(range(recent_start, len(messages))))),
-                            label="skipped")
-        runs, spent = zones.recent(messages, recent_start, allowance, skipped)
-        taken = [index for low, high in runs for index in range(low, high)]
-        assert (taken, spent) == walked_recent([cost for _, cost in made], recent_start, allowance, skipped)
-        assert all(high < low for (_, high), (low, _) in zip(runs, runs[1:]))  # runs apart: a skipped one between
+        skipped = data.draw(st.lists(st.integers(0, max(0, len(messages) - 1)), max_size=5)
+                            .map(lambda found: sorted(set(found) & set(range(len(messages))))), label="skipped")
+        # The recent window, then (as a compile's middle) runs below it, the newest first.
+        bounds = data.draw(st.lists(st.integers(0, recent_start), unique=True, max_size=6).map(sorted), label="middle")
         entries = [entry for entry, _ in made]
-        assert zones.entries(messages, recent_start, len(messages)) == entries[recent_start:]
-        assert zones.live(messages, recent_start) == [
-            index - recent_start for index in range(recent_start, len(messages)) if holds_live_blocks(entries[index])]
-        for index in range(recent_start - 1, len(messages)):
-            assert zones.depth_after(messages, index) == sum(estimate_blocks(e.content) for e in entries[index + 1 :])
+        costs = [cost for _, cost in made]
+        for runs in ([(recent_start, len(messages))], list(zip(bounds[::2], bounds[1::2]))):
+            taken_runs, spent = zones.take(messages, view, runs, allowance, skipped)
+            taken = [index for low, high in taken_runs for index in range(low, high)]
+            assert (taken, spent) == walked_runs(costs, runs, allowance, skipped)
+            assert all(high < low or any(high <= index < low for index in skipped) or not any(
+                a <= high < b for a, b in runs) for (_, high), (low, _) in zip(taken_runs, taken_runs[1:]))
+            for low, high in taken_runs:
+                run = zones.entries(messages, view, low, high)
+                assert run == entries[low:high]
+                assert zones.live(messages, low, high, run) == [
+                    index - low for index in range(low, high) if holds_live_blocks(entries[index])]
+                depths = JoinedDepths([(0, loose(entry)) for entry in entries[:low]]
+                                      + [(low + offset, after) for offset, after in zones.depths(messages, low, high, run)]
+                                      + [(index, loose(entries[index])) for index in range(high, len(entries))], 10**9)
+                for index in range(high - 1, low - 1, -1):
+                    assert depths.after(index) == sum(estimate_blocks(e.content) for e in entries[index + 1 :])
+        zones.trim(messages)
 
 
 @given(bounds=st.lists(st.integers(0, 40), unique=True, max_size=8).map(sorted), data=st.data())

@@ -2,9 +2,9 @@
 
 A summary covers the messages of its chunks, a contiguous stretch of the view when they closed,
 so its coverage is the view's index range between its first and last sequence, less any message
-edited into view inside that range since (not one of its leaves). Those exceptions are found by
-one pass over the summary's messages per view stamp (appends never land inside a summary) and
-kept, so a compile's coverage questions cost O(summaries · log N), not a scan of the view.
+edited into view inside that range since (not one of its leaves). Those runs are found by one
+pass over the summary's messages per view stamp (appends never land inside a summary, nor move
+an index) and kept, so a compile's coverage questions cost O(summaries), not a scan of the view.
 Pure and synchronous.
 """
 
@@ -22,32 +22,38 @@ Runs = list[tuple[int, int]]  # sorted, disjoint [start, stop) index runs
 
 
 class Coverage:
-    """The runs a set of summaries covers in a view, memoising each summary's exceptions per stamp."""
+    """The runs a set of summaries covers in a view, memoising each summary's runs per stamp."""
 
     def __init__(self) -> None:
         self._stamp: object = None
-        # (summary id, its sources) -> the sequences in its range that aren't its leaves; the sources too,
-        # as a summary a failed commit dropped may be made again under its id
-        self._outside: dict[tuple[str, tuple[str, ...]], tuple[int, ...]] = {}
+        # (summary id, its sources) -> the runs it covers; the sources too, as a summary a failed
+        # commit dropped may be made again under its id. Appends move no index: kept per stamp.
+        self._runs: dict[tuple[str, tuple[str, ...]], Runs] = {}
 
     def runs(self, summaries: Sequence[Summary], messages: Sequence[Message], stamp: object,
              leaves: Callable[[Summary], tuple[str, ...]]) -> Runs:
         if stamp != self._stamp:
-            self._stamp, self._outside = stamp, {}
+            self._stamp, self._runs = stamp, {}
         pieces: Runs = []
         for summary in summaries:
-            start = bisect_left(messages, summary.first_sequence, key=sequence_key)
-            stop = bisect_right(messages, summary.last_sequence, key=sequence_key)
             key = (summary.id, summary.source_ids)
-            outside = self._outside.get(key)
-            if outside is None:
-                outside = self._outside[key] = _not_leaves(messages[start:stop], leaves(summary))
-            for sequence in outside:
-                at = bisect_left(messages, sequence, start, stop, key=sequence_key)
-                pieces.append((start, at))
-                start = at + 1
-            pieces.append((start, stop))
+            found = self._runs.get(key)
+            if found is None:
+                found = self._runs[key] = _covered(summary, messages, leaves(summary))
+            pieces += found
         return union(pieces)
+
+
+def _covered(summary: Summary, messages: Sequence[Message], leaves: tuple[str, ...]) -> Runs:
+    start = bisect_left(messages, summary.first_sequence, key=sequence_key)
+    stop = bisect_right(messages, summary.last_sequence, key=sequence_key)
+    runs: Runs = []
+    for sequence in _not_leaves(messages[start:stop], leaves):
+        at = bisect_left(messages, sequence, start, stop, key=sequence_key)
+        runs.append((start, at))
+        start = at + 1
+    runs.append((start, stop))
+    return runs
 
 
 def _not_leaves(messages: Sequence[Message], leaves: tuple[str, ...]) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import attrs
@@ -19,8 +20,8 @@ import attrs
 from ..budget import Entry
 from ..content import Message, Text, sequence_key
 from .base import Pin, RenderStats
-from .coverage import Coverage, RunIds, count_outside, covers, gaps, outside, union
-from .live import LiveMemo, LiveOptions, WalkedDepths, apply_live_policy_at, holds_live_blocks
+from .coverage import Coverage, RunIds, Runs, count_outside, covers, gaps, union
+from .live import JoinedDepths, LiveMemo, LiveOptions, Piece, apply_live_policy_at, holds_live_blocks, loose
 from .records import Summary
 from .shown_entries import ShownEntries
 from .zones import Zones
@@ -145,8 +146,7 @@ def select(
     pinned_tokens = spent - head_tokens
     # Recent window: evicted newest-first within budget, emitted chronologically.
     recent_start = zones.recent_start(messages, view, head_end)
-    recent_runs, tail_tokens = zones.recent(messages, recent_start, usable - spent,
-                                            pinned_at[bisect_left(pinned_at, recent_start) :])
+    recent_runs, tail_tokens = zones.take(messages, view, [(recent_start, count)], usable - spent, pinned_at)
     recent_from = recent_runs[0][0] if recent_runs else count  # the oldest index it shows (pinned ones aside)
     spent += tail_tokens
     # The middle: shown summaries (anti-redundant: the frontier) and uncovered raw messages.
@@ -164,29 +164,18 @@ def select(
         spent += cost
         carry = max(0, allowance - cost)
     covered = coverage.runs(shown, messages, stamp, leaves)
-    middle: list[tuple[int, list[Entry]]] = []
-    for summary in shown:
-        middle.append((summary.first_sequence, list(made.summary(summary, leaves(summary)))))
     summary_tokens = spent - head_tokens - tail_tokens - pinned_tokens
     # The middle is [0, head_start) (before a reset head, T6) and [head_end, recent_start); its
     # uncovered messages, newest first, are compression debt: keep the newest raw that fit.
     middle_ranges = [(0, head_start), (head_end, recent_start)]
-    kept: list[tuple[int, list[Entry]]] = []
-    kept_from: int | None = None  # the oldest kept index
-    uncovered = (index for low, high in reversed(middle_ranges) for index in outside(covered, low, high)
-                 if index not in pinned_set)
-    for index in uncovered:
-        message = messages[index]
-        entry, cost = made.raw(message, view.estimate_tokens)
-        if spent + cost > usable:
-            total = sum(count_outside(covered, low, high) for low, high in middle_ranges)
-            total -= sum(1 for index in pinned_at if any(low <= index < high for low, high in middle_ranges)
-                         and not covers(covered, index))
-            logger.info("compression debt: %d uncovered middle message(s) left out of the compile", total - len(kept))
-            break
-        kept.append((message.sequence, [entry]))
-        kept_from = index
-        spent += cost
+    uncovered = [run for low, high in middle_ranges for run in gaps(covered, low, high)]
+    kept_runs, kept_tokens = zones.take(messages, view, uncovered, usable - spent, pinned_at)
+    spent += kept_tokens
+    kept_from = kept_runs[0][0] if kept_runs else None  # the oldest kept index
+    left = sum(stop - start for start, stop in uncovered) - sum(stop - start for start, stop in kept_runs)
+    left -= sum(1 for index in pinned_at if covers(uncovered, index))
+    if left:
+        logger.info("compression debt: %d uncovered middle message(s) left out of the compile", left)
     # No silent drops: every message of the view is shown raw or covered by a shown summary,
     # or it is reported, with why. Shown raw: the head's run, the recent window's and the kept
     # middle's (pinned messages aside: shown only if they fit with the pins).
@@ -217,38 +206,63 @@ def select(
                         f"{len(dropped) - debt} whose summaries, pins or recent window didn't fit (raise the "
                         f"budget, or lower recent_window_tokens)") if dropped else None,
     )
-    middle += kept + pinned_entries
-    middle.sort(key=lambda item: item[0])
-    if not recent_runs or len(recent_runs) == 1 and (not middle or middle[-1][0] <= messages[recent_from].sequence):
-        # The recent window follows everything else: its entries are one slice of what is kept.
-        entries = entries_head + [entry for _, group in middle for entry in group]
-        before = len(entries)
-        entries += zones.entries(messages, recent_from, count)
-        live_at = [index for index in head.live if index < shown_head]
-        live_at += [index for index in range(len(entries_head), before) if holds_live_blocks(entries[index])]
-        live_at += [before + index for index in zones.live(messages, recent_from)]
-    else:  # pins inside the recent window, or a summary reaching into it: in sequence order
-        middle += [(messages[index].sequence, [entry]) for start, stop in recent_runs
-                   for index, entry in zip(range(start, stop), zones.entries(messages, start, stop))]
-        middle.sort(key=lambda item: item[0])
-        entries = entries_head + [entry for _, group in middle for entry in group]
-        before = len(entries)
-        live_at = [index for index, entry in enumerate(entries) if holds_live_blocks(entry)]
+    # In sequence order (a stable sort: on a tie, summaries before raw messages, as they cover
+    # what follows): shown summaries, the kept middle's and the recent window's runs, pins.
+    singles: list[tuple[int, list[Entry]]] = [
+        *((summary.first_sequence, list(made.summary(summary, leaves(summary)))) for summary in shown),
+        *pinned_entries]
+    items: list[tuple[int, list[Entry] | tuple[int, int]]] = [
+        *singles[: len(shown)], *_runs_apart([*kept_runs, *recent_runs], messages, singles), *singles[len(shown) :]]
+    items.sort(key=itemgetter(0))
+    entries = entries_head  # extended in place: the head's entries come first
+    live_at = [index for index in head.live if index < shown_head]
+    placed: list[tuple[int, list[Entry], tuple[int, int] | None]] = []  # where each item's entries went
+    for _, item in items:
+        at = len(entries)
+        if isinstance(item, tuple):  # a run of the view, from the windows zones keeps
+            start, stop = item
+            group = zones.entries(messages, view, start, stop)
+            entries += group
+            live_at += [at + index for index in zones.live(messages, start, stop, group)]
+            placed.append((at, group, item))
+        else:
+            entries += item
+            live_at += [at + index for index, entry in enumerate(item) if holds_live_blocks(entry)]
+            placed.append((at, item, None))
     if entries and not entries[-1].cache_marker:
         # P9: the tail carries a breakpoint too, so the next compile reads everything up to
         # this one's newest message from the provider's cache. P5's cap of 3 keeps the head
         # window's end (the first), the latest summary seam and this tail (the last two).
         entries[-1] = made.marked(entries[-1])
-    if live_at:  # what follows an entry is counted only when an entry the pass may change asks
-        walked = WalkedDepths(entries[:before], live.image_strip_depth_tokens,
-                              zones.depth_after(messages, recent_from - 1) if live_at[0] < before < len(entries) else 0)
-
-        def depth_after(index: int) -> int:
-            return zones.depth_after(messages, recent_from + index - before) if index >= before else walked.after(index)
-
-        entries = apply_live_policy_at(entries, live_at, depth_after, live, live_memo)
+    if live_at:  # the depths after entries, by pieces: a kept run's from its running totals
+        pieces: list[Piece] = [(index, loose(entries[index])) for index in range(shown_head)]
+        for at, group, run in placed:
+            if run is None:
+                pieces += [(at + index, loose(entry)) for index, entry in enumerate(group)]
+            else:
+                pieces += [(at + offset, after) for offset, after in zones.depths(messages, run[0], run[1], group)]
+        depths = JoinedDepths(pieces, live.image_strip_depth_tokens)
+        entries = apply_live_policy_at(entries, live_at, depths.after, live, live_memo)
+    zones.trim(messages)  # after the depths were read
     return Selection(entries, head_tokens, spent - head_tokens - tail_tokens, tail_tokens, spent, stats)
 
 
 def _pinned(ranges: Sequence[tuple[int, int]], sequence: int) -> bool:
     return any(first <= sequence <= last for first, last in ranges)
+
+
+def _runs_apart(runs: Runs, messages: Sequence[Message], singles: Sequence[tuple[int, list[Entry]]]
+                ) -> list[tuple[int, tuple[int, int]]]:
+    """``runs`` of ``messages`` keyed for the sort by their first sequence, each cut into single
+    messages where a single item's key falls inside it (a summary whose range holds a raw
+    message, say), so sorting runs orders entries as sorting every message would."""
+    keys = sorted(key for key, _ in singles)
+    out: list[tuple[int, tuple[int, int]]] = []
+    for start, stop in runs:
+        first, last = messages[start].sequence, messages[stop - 1].sequence
+        at = bisect_right(keys, first)
+        if at < len(keys) and keys[at] <= last:
+            out += [(messages[index].sequence, (index, index + 1)) for index in range(start, stop)]
+        else:
+            out.append((first, (start, stop)))
+    return out

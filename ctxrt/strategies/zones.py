@@ -11,6 +11,7 @@ Pure and synchronous.
 
 from __future__ import annotations
 
+import sys
 from bisect import bisect_left
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -19,7 +20,7 @@ from ..budget import Entry
 from ..content import Message, ToolResult, has_block
 from .chunking import head_window
 from .kept_window import KeptWindow
-from .live import holds_live_blocks
+from .live import Piece, holds_live_blocks, loose
 from .shown_entries import ShownEntries
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class Zones:
         self._head_key: object = None  # the view's stamp and pricing and the reset's message it was found for
         self._head_open = True  # it reached the view's end when found: appends may move it
         self._kept: KeptWindow | None = None
+        self._needed = sys.maxsize  # the oldest index this compile's windows used (trim forgets what is older)
 
     def head(self, messages: Sequence[Message], view: MessageView, start_id: str | None) -> Head:
         """The head window of ``messages`` (``view``'s), from ``start_id`` (a reset, T6) or the first."""
@@ -82,55 +84,96 @@ class Zones:
             base = older
         estimates = kept.estimates
         fits = base + bisect_left(estimates, estimates[-1] - window, max(0, floor - base))
-        start = fits - 1 if floor < fits < count and has_block(messages[fits], ToolResult) else fits
-        # Forget what the window left behind once that outgrows it, keeping the newest message
-        # that didn't fit, so the next compile knows where to stop without reading back.
-        behind = max(0, fits - 1) - base
-        if behind > max(MIN_BACK, count - fits):
-            kept.drop_front(behind)
-        return start
+        # Keep the newest message that didn't fit, so the next compile knows where to stop without reading back.
+        self._needed = min(self._needed, max(0, fits - 1))
+        return fits - 1 if floor < fits < count and has_block(messages[fits], ToolResult) else fits
 
-    def recent(self, messages: Sequence[Message], start: int, allowance: int, skipped: Sequence[int]) -> tuple[Runs, int]:
-        """The recent window's messages that fit in ``allowance`` tokens as sent, newest first
-        from the view's end down to ``start`` (after ``recent_start``), passing over the indices
-        ``skipped`` (ascending): their runs, oldest first, and what they cost."""
-        kept = self._kept
-        assert kept is not None, "recent_start comes first"
-        base = len(messages) - len(kept.entries)
-        totals = kept.totals
-        runs: Runs = []
+    def take(self, messages: Sequence[Message], view: MessageView, runs: Runs, allowance: int,
+             skipped: Sequence[int]) -> tuple[Runs, int]:
+        """Newest first over ``runs`` of ``messages`` (oldest first, after ``recent_start``),
+        passing over the indices ``skipped`` (ascending), the messages that fit in ``allowance``
+        tokens as sent until one doesn't: their runs, oldest first, and what they cost. A stretch
+        that reaches the kept window is kept from then on, read back as far as the walk goes."""
+        taken: Runs = []
         spent = 0
-        stop = len(messages)
-        for low in [*(index + 1 for index in reversed(skipped)), start]:  # the stretches between skipped ones
-            if low < stop:
-                fits = base + bisect_left(totals, totals[stop - base] - (allowance - spent), low - base)
-                if fits < stop:
-                    runs.append((fits, stop))
-                    spent += totals[stop - base] - totals[fits - base]
-                if fits > low:
-                    break  # one didn't fit: the window ends here
-            stop = low - 1
-        return runs[::-1], spent
+        for low, stop in _stretches(runs, skipped):
+            fits, cost = self._fit(messages, view, low, stop, allowance - spent)
+            if fits < stop:
+                taken.append((fits, stop))
+                spent += cost
+            if fits > low:
+                break  # one didn't fit: the walk ends here
+        if taken:
+            self._needed = min(self._needed, taken[-1][0])
+        return taken[::-1], spent
 
-    def entries(self, messages: Sequence[Message], start: int, stop: int) -> list[Entry]:
-        """The entries of ``messages[start:stop]``, inside the recent window."""
+    def _fit(self, messages: Sequence[Message], view: MessageView, low: int, stop: int, allowance: int) -> tuple[int, int]:
+        """The oldest index from which ``messages[i:stop]`` (``i >= low``) fit in ``allowance``, and their cost."""
+        kept = self._kept
+        assert kept is not None, "recent_start comes first"
+        count = len(messages)
+        base = count - len(kept.entries)
+        while stop >= base:
+            totals = kept.totals
+            fits = base + bisect_left(totals, totals[stop - base] - allowance, max(low, base) - base)
+            if fits > base or low >= base:
+                return fits, totals[stop - base] - totals[fits - base]
+            older = max(low, base - max(MIN_BACK, count - base))  # all of it fits: read back, doubling
+            kept.extend_back(messages[older:base], view)
+            base = older
+        spent, fits = 0, stop  # apart from the kept window (an old stretch): message by message
+        while fits > low:
+            cost = self._made.raw(messages[fits - 1], view.estimate_tokens)[1]
+            if spent + cost > allowance:
+                break
+            spent, fits = spent + cost, fits - 1
+        return fits, spent
+
+    def trim(self, messages: Sequence[Message]) -> None:
+        """After a compile: forget what the windows left behind once that outgrows what they hold."""
+        kept, needed, self._needed = self._kept, min(self._needed, len(messages)), sys.maxsize
+        if kept is not None:
+            behind = needed - (len(messages) - len(kept.entries))
+            if behind > max(MIN_BACK, len(messages) - needed):
+                kept.drop_front(behind)
+
+    def entries(self, messages: Sequence[Message], view: MessageView, start: int, stop: int) -> list[Entry]:
+        """The entries of ``messages[start:stop]`` (a run ``take`` gave)."""
         kept = self._kept
         assert kept is not None, "recent_start comes first"
         base = len(messages) - len(kept.entries)
-        return kept.entries[start - base : stop - base]
+        if start >= base:
+            return kept.entries[start - base : stop - base]
+        older = [self._made.raw(message, view.estimate_tokens)[0] for message in messages[start : min(stop, base)]]
+        return older + kept.entries[: max(0, stop - base)]
 
-    def live(self, messages: Sequence[Message], start: int) -> list[int]:
-        """The indices, from ``start``, of the recent window's entries the live policy may change."""
+    def live(self, messages: Sequence[Message], start: int, stop: int, entries: Sequence[Entry]) -> list[int]:
+        """The indices in ``entries`` (those of ``messages[start:stop]``) the live policy may change."""
         kept = self._kept
         assert kept is not None, "recent_start comes first"
         base = len(messages) - len(kept.entries)
-        return [index + base - start for index in kept.live[bisect_left(kept.live, start - base) :]]
+        older = max(0, min(stop, base) - start)
+        found = [index for index in range(older) if holds_live_blocks(entries[index])]
+        live = kept.live
+        return found + [index + base - start for index in live[bisect_left(live, max(start, base) - base) :
+                                                              bisect_left(live, stop - base)]]
 
-    def depth_after(self, messages: Sequence[Message], index: int) -> int:
-        """The ``estimate_blocks`` tokens of the recent window's entries after ``messages[index]``."""
+    def depths(self, messages: Sequence[Message], start: int, stop: int, entries: Sequence[Entry]) -> list[Piece]:
+        """``entries`` (those of ``messages[start:stop]``) as pieces for ``JoinedDepths``."""
         kept = self._kept
         assert kept is not None, "recent_start comes first"
-        return kept.depth_after(index - (len(messages) - len(kept.entries)))
+        base = len(messages) - len(kept.entries)
+        older = max(0, min(stop, base) - start)
+        pieces: list[Piece] = [(index, loose(entries[index])) for index in range(older)]
+        if older < stop - start:
+            after = kept.depth_after
+            low, high = max(start, base) - base, stop - base - 1
+
+            def within(offset: int) -> int:  # the tokens after ``offset`` in the kept run, to its end
+                return after(low + offset) - after(high)
+
+            pieces.append((older, within))
+        return pieces
 
     def _follow(self, messages: Sequence[Message], view: MessageView) -> KeptWindow:
         self._made.follow(view.pricing, len(messages))
@@ -140,3 +183,14 @@ class Zones:
             newest = messages[-1].sequence if messages else -1
             kept = self._kept = KeptWindow(newest + 1, self._made.raw, view, window, ())
         return kept
+
+
+def _stretches(runs: Runs, skipped: Sequence[int]) -> Runs:
+    """``runs`` less the indices ``skipped`` (ascending), newest first."""
+    out: Runs = []
+    for low, high in runs:
+        for index in skipped[bisect_left(skipped, low) : bisect_left(skipped, high)]:
+            out.append((low, index))
+            low = index + 1
+        out.append((low, high))
+    return [(low, high) for low, high in reversed(out) if low < high]
