@@ -204,3 +204,20 @@ def test_an_edit_that_lets_a_chunk_close_is_counted_as_a_fresh_strategy_counts_i
     fresh.select(edited.view, budget, SelectOptions(context=edited))
     stats, fresh_stats = strategy.render_stats(), fresh.render_stats()
     assert stats is not None and stats == fresh_stats and stats.pending_units == 1
+
+
+def test_a_summary_reaching_into_the_recent_window_is_placed_by_its_first_message() -> None:
+    """A shown summary whose range lies inside the raw recent window (a window made wider since
+    its chunk closed) comes in sequence order: after the message before its range and before its
+    first message, as a per-message order places it, however the window's entries are kept (T3)."""
+    config = ctxrt.Autobiographical(compression_model="m", head_window_tokens=20, recent_window_tokens=10**6,
+                                    target_chunk_tokens=10**6)
+    ctx = PlainContext([msg(n) for n in range(1, 41)])
+    ctx.logs["summaries"] = [stored(summary_record(l1(3)))]  # covers 13-16; the head is 1-5
+    strategy = config.create()
+    strategy.initialize(ctx)
+    entries = strategy.select(ctx.view, ctxrt.Budget(max_tokens=100_000, reserve_for_response=0), SelectOptions())
+    sources = [entry.summary_ids or entry.source_ids for entry in entries]
+    at = sources.index(("L1-3",))
+    assert sources[at - 1 : at + 3] == [("12",), ("L1-3",), ("L1-3",), ("13",)]
+    assert [int(s[0]) for s in sources if s != ("L1-3",)] == list(range(1, 41))
