@@ -14,7 +14,8 @@ import ctxrt
 from ctxrt import Image, Text, ToolResult
 from ctxrt.slots import ChangeLog
 from ctxrt.strategies.chunking import head_window
-from ctxrt.strategies.coverage import RunIds
+from ctxrt.strategies.coverage import Coverage, RunIds
+from ctxrt.strategies.records import Summary
 from ctxrt.strategies.live import JoinedDepths, holds_live_blocks, loose
 from ctxrt.strategies.shown_entries import ShownEntries
 from ctxrt.strategies.zones import Zones
@@ -167,3 +168,37 @@ def test_dropped_ids_read_from_runs_equal_the_tuple_of_them(bounds: list[int], d
     if ids:
         index = data.draw(st.integers(-len(ids), len(ids) - 1))
         assert lazy[index] == ids[index] and lazy[index:] == ids[index:] and ids[index] in lazy
+
+
+@settings(max_examples=100, deadline=None)
+@given(steps=st.lists(st.tuples(st.sampled_from(["edit", "remove", "reveal", "append"]), st.integers(0, 10**6)),
+                      max_size=12))
+def test_coverage_kept_across_changes_equals_coverage_found_afresh(steps: list[tuple[str, int]]) -> None:
+    """(T9) What summaries cover, kept across the view's edits, removals, reveals inside their
+    ranges and appends, equals what a fresh ``Coverage`` finds in the view as it is."""
+    listing = EditedListing()
+    listing.messages = [message(n, "text", 2) for n in range(1, 41) if n % 7]  # 7, 14, ... hidden for now
+    summaries = [Summary(f"L1-{n}", 1, "s", 1, tuple(str(s) for s in range(first, first + 8) if s % 7), first,
+                         first + 7, str(first), str(first + 7), 0) for n, first in enumerate(range(1, 33, 8))]
+    view = MessageView(listing)
+    kept = Coverage()
+    hidden = [n for n in range(1, 41) if n % 7 == 0]
+    sequence = 40
+    for kind, pick in steps:
+        messages = listing.messages
+        if kind == "reveal" and hidden:
+            revealed = hidden.pop(pick % len(hidden))
+            at = next((index for index, m in enumerate(messages) if m.sequence > revealed), len(messages))
+            listing.messages = [*messages[:at], message(revealed, "text", 3), *messages[at:]]
+            listing.log.add((revealed, revealed))
+        elif kind == "append":
+            sequence += 1
+            messages.append(message(sequence, "text", 1))
+        elif messages:
+            index = pick % len(messages)
+            listing.rewrite(index, message(messages[index].sequence, "text", 5) if kind == "edit" else None)
+        messages = listing.messages
+        stamp = view.window(1).stamp
+        for shown in (summaries, summaries[1::2]):
+            assert kept.runs(shown, messages, stamp, lambda s: s.source_ids, view.changes) == Coverage().runs(
+                shown, messages, stamp, lambda s: s.source_ids, view.changes)

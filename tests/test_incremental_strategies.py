@@ -185,7 +185,7 @@ def test_summary_coverage_leaves_out_a_message_revealed_inside_its_range() -> No
 
     messages = [Message(str(n), n, "user", (Text(f"m{n}"),)) for n in range(1, 11)]
     summary = Summary("L1-0", 1, "s", 1, ("3", "4", "6"), 3, 6, "3", "6", 0, None)
-    runs = Coverage().runs([summary], messages, "stamp", lambda s: s.source_ids)
+    runs = Coverage().runs([summary], messages, "stamp", lambda s: s.source_ids, lambda stamp: None)
     assert [covers(runs, index) for index in range(10)] == [i in (2, 3, 5) for i in range(10)]
     assert list(outside(runs, 0, 10)) == [9, 8, 7, 6, 4, 1, 0]
     assert count_outside(runs, 0, 10) == 7

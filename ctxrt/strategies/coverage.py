@@ -2,9 +2,10 @@
 
 A summary covers the messages of its chunks, a contiguous stretch of the view when they closed,
 so its coverage is the view's index range between its first and last sequence, less any message
-edited into view inside that range since (not one of its leaves). Those runs are found by one
-pass over the summary's messages per view stamp (appends never land inside a summary, nor move
-an index) and kept, so a compile's coverage questions cost O(summaries), not a scan of the view.
+edited into view inside that range since (not one of its leaves). Those exceptions are found by
+one pass over the summary's messages and kept until the view's change log names a change in its
+range (appends never land inside a summary); its runs are kept per view stamp (appends move no
+index), so a compile's coverage questions cost O(summaries), not a scan of the view.
 Pure and synchronous.
 """
 
@@ -13,47 +14,63 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from ..content import Message, sequence_key
 from .records import Summary
+
+if TYPE_CHECKING:
+    from ..slots import Change
 
 Runs = list[tuple[int, int]]  # sorted, disjoint [start, stop) index runs
 
 
 class Coverage:
-    """The runs a set of summaries covers in a view, memoising each summary's runs per stamp."""
+    """The runs a set of summaries covers in a view, memoised: each summary's exceptions while the
+    view's changes leave its range alone, its runs per view stamp (appends move no index)."""
 
     def __init__(self) -> None:
         self._stamp: object = None
-        # (summary id, its sources) -> the runs it covers; the sources too, as a summary a failed
-        # commit dropped may be made again under its id. Appends move no index: kept per stamp.
-        self._runs: dict[tuple[str, tuple[str, ...]], Runs] = {}
+        # (summary id, its sources) -> its first and last sequence and the sequences in that range
+        # that aren't its leaves; the sources too, as a summary a failed commit dropped may be made
+        # again under its id
+        self._outside: dict[tuple[str, tuple[str, ...]], tuple[int, int, tuple[int, ...]]] = {}
+        self._runs: dict[tuple[str, tuple[str, ...]], Runs] = {}  # the same keys -> its runs at this stamp
 
     def runs(self, summaries: Sequence[Summary], messages: Sequence[Message], stamp: object,
-             leaves: Callable[[Summary], tuple[str, ...]]) -> Runs:
+             leaves: Callable[[Summary], tuple[str, ...]], changes: Callable[[object], list[Change] | None]) -> Runs:
+        """The runs of ``messages`` (the view's at ``stamp``; ``changes``, its change log) that
+        ``summaries`` cover."""
         if stamp != self._stamp:
+            changed = None if self._stamp is None else changes(self._stamp)
+            self._outside = {} if changed is None else {
+                key: found for key, found in self._outside.items()
+                if not any(low <= found[1] and found[0] <= high for low, high in changed)}
             self._stamp, self._runs = stamp, {}
         pieces: Runs = []
         for summary in summaries:
             key = (summary.id, summary.source_ids)
             found = self._runs.get(key)
             if found is None:
-                found = self._runs[key] = _covered(summary, messages, leaves(summary))
+                found = self._runs[key] = self._covered(key, summary, messages, leaves)
             pieces += found
         return union(pieces)
 
-
-def _covered(summary: Summary, messages: Sequence[Message], leaves: tuple[str, ...]) -> Runs:
-    start = bisect_left(messages, summary.first_sequence, key=sequence_key)
-    stop = bisect_right(messages, summary.last_sequence, key=sequence_key)
-    runs: Runs = []
-    for sequence in _not_leaves(messages[start:stop], leaves):
-        at = bisect_left(messages, sequence, start, stop, key=sequence_key)
-        runs.append((start, at))
-        start = at + 1
-    runs.append((start, stop))
-    return runs
+    def _covered(self, key: tuple[str, tuple[str, ...]], summary: Summary, messages: Sequence[Message],
+                 leaves: Callable[[Summary], tuple[str, ...]]) -> Runs:
+        start = bisect_left(messages, summary.first_sequence, key=sequence_key)
+        stop = bisect_right(messages, summary.last_sequence, key=sequence_key)
+        found = self._outside.get(key)
+        if found is None:
+            found = self._outside[key] = (summary.first_sequence, summary.last_sequence,
+                                          _not_leaves(messages[start:stop], leaves(summary)))
+        runs: Runs = []
+        for sequence in found[2]:
+            at = bisect_left(messages, sequence, start, stop, key=sequence_key)
+            runs.append((start, at))
+            start = at + 1
+        runs.append((start, stop))
+        return runs
 
 
 def _not_leaves(messages: Sequence[Message], leaves: tuple[str, ...]) -> tuple[int, ...]:

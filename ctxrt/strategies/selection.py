@@ -163,7 +163,7 @@ def select(
         shown += chosen
         spent += cost
         carry = max(0, allowance - cost)
-    covered = coverage.runs(shown, messages, stamp, leaves)
+    covered = coverage.runs(shown, messages, stamp, leaves, view.changes)
     summary_tokens = spent - head_tokens - tail_tokens - pinned_tokens
     # The middle is [0, head_start) (before a reset head, T6) and [head_end, recent_start); its
     # uncovered messages, newest first, are compression debt: keep the newest raw that fit.
@@ -189,7 +189,7 @@ def select(
     dropped = RunIds(messages, gone)
     debt = 0
     if dropped:
-        summarised = coverage.runs(frontier, messages, stamp, leaves)
+        summarised = coverage.runs(frontier, messages, stamp, leaves, view.changes)
         debt = sum(count_outside(summarised, start, stop) for start, stop in gone)
         debt -= sum(1 for index in pinned_at if covers(gone, index) and not covers(summarised, index))
     levels: dict[int, int] = {}
