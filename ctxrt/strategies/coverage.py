@@ -31,11 +31,10 @@ class Coverage:
 
     def __init__(self) -> None:
         self._stamp: object = None
-        # (summary id, its sources) -> its first and last sequence and the sequences in that range
-        # that aren't its leaves; the sources too, as a summary a failed commit dropped may be made
-        # again under its id
-        self._outside: dict[tuple[str, tuple[str, ...]], tuple[int, int, tuple[int, ...]]] = {}
-        self._runs: dict[tuple[str, tuple[str, ...]], Runs] = {}  # the same keys -> its runs at this stamp
+        # summary id -> its sources (a summary a failed commit dropped may be made again under its
+        # id), its first and last sequence and the sequences in that range that aren't its leaves
+        self._outside: dict[str, tuple[tuple[str, ...], int, int, tuple[int, ...]]] = {}
+        self._runs: dict[str, tuple[tuple[str, ...], Runs]] = {}  # summary id -> its sources, its runs at this stamp
 
     def runs(self, summaries: Sequence[Summary], messages: Sequence[Message], stamp: object,
              leaves: Callable[[Summary], tuple[str, ...]], changes: Callable[[object], list[Change] | None]) -> Runs:
@@ -45,32 +44,34 @@ class Coverage:
             changed = None if self._stamp is None else changes(self._stamp)
             self._outside = {} if changed is None else {
                 key: found for key, found in self._outside.items()
-                if not any(low <= found[1] and found[0] <= high for low, high in changed)}
+                if not any(low <= found[2] and found[1] <= high for low, high in changed)}
             self._stamp, self._runs = stamp, {}
         pieces: Runs = []
         for summary in summaries:
-            key = (summary.id, summary.source_ids)
-            found = self._runs.get(key)
-            if found is None:
-                found = self._runs[key] = self._covered(key, summary, messages, leaves)
-            pieces += found
+            found = self._runs.get(summary.id)
+            if found is None or not _same(found[0], summary.source_ids):
+                found = self._runs[summary.id] = (summary.source_ids, self._covered(summary, messages, leaves))
+            pieces += found[1]
         return union(pieces)
 
-    def _covered(self, key: tuple[str, tuple[str, ...]], summary: Summary, messages: Sequence[Message],
-                 leaves: Callable[[Summary], tuple[str, ...]]) -> Runs:
+    def _covered(self, summary: Summary, messages: Sequence[Message], leaves: Callable[[Summary], tuple[str, ...]]) -> Runs:
         start = bisect_left(messages, summary.first_sequence, key=sequence_key)
         stop = bisect_right(messages, summary.last_sequence, key=sequence_key)
-        found = self._outside.get(key)
-        if found is None:
-            found = self._outside[key] = (summary.first_sequence, summary.last_sequence,
-                                          _not_leaves(messages[start:stop], leaves(summary)))
+        found = self._outside.get(summary.id)
+        if found is None or not _same(found[0], summary.source_ids):
+            found = self._outside[summary.id] = (summary.source_ids, summary.first_sequence, summary.last_sequence,
+                                                 _not_leaves(messages[start:stop], leaves(summary)))
         runs: Runs = []
-        for sequence in found[2]:
+        for sequence in found[3]:
             at = bisect_left(messages, sequence, start, stop, key=sequence_key)
             runs.append((start, at))
             start = at + 1
         runs.append((start, stop))
         return runs
+
+
+def _same(kept: tuple[str, ...], sources: tuple[str, ...]) -> bool:
+    return kept is sources or kept == sources
 
 
 def _not_leaves(messages: Sequence[Message], leaves: tuple[str, ...]) -> tuple[int, ...]:

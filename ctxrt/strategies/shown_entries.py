@@ -66,7 +66,7 @@ class ShownEntries:
     def summary(self, summary: Summary, leaves: tuple[str, ...]) -> tuple[Entry, Entry]:
         """A shown summary's recall header and its text (with a breakpoint at its seam, P9)."""
         found = self._summaries.get(summary.id)
-        if found is not None and found[0] == summary.content and found[1] == leaves:
+        if found is not None and found[0] == summary.content and (found[1] is leaves or found[1] == leaves):
             return found[2]
         pair = (
             # The header names its summary only; the answer carries the coverage (P6).
