@@ -69,6 +69,8 @@ class WindowedPassthroughStrategy(Strategy):
         usable = budget.usable
         newest = view.window(1)
         if not newest.messages:
+            if not options.dry_run:
+                self._stats = RenderStats()  # nothing shown: not what the last compile showed
             return []
         if anchor > newest.messages[-1].sequence:
             anchor = 0  # a persisted anchor past the head (another branch's) starts over
