@@ -14,11 +14,13 @@ from __future__ import annotations
 import sys
 from bisect import bisect_left
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..budget import Entry
 from ..content import Message, ToolResult, has_block
 from .chunking import head_window
+from .coverage import Runs
 from .kept_window import KeptWindow
 from .live import Piece, holds_live_blocks, loose
 from .shown_entries import ShownEntries
@@ -27,8 +29,6 @@ if TYPE_CHECKING:
     from ..views import MessageView
 
 MIN_BACK = 64  # messages the recent window first reads back for, doubling until it is full
-
-Runs = list[tuple[int, int]]
 
 
 class Head(NamedTuple):
@@ -64,9 +64,7 @@ class Zones:
             start, end = head_window(messages, view, start_id, self._head_tokens)
             made = [self._made.raw(message, view.estimate_tokens) for message in messages[start:end]]
             entries = [entry for entry, _ in made]
-            totals = [0]
-            for _, cost in made:
-                totals.append(totals[-1] + cost)
+            totals = list(accumulate((cost for _, cost in made), initial=0))
             head = self._head = Head(start, end, entries, totals,
                                      [index for index, entry in enumerate(entries) if holds_live_blocks(entry)])
             self._head_key, self._head_open = key, end >= len(messages)
