@@ -180,3 +180,44 @@ def test_a_compile_hands_back_the_same_entries_for_unchanged_messages_and_summar
     assert appended[-1].source_ids == ("41",) and appended[-1].cache_marker
     by_source = {entry.source_ids: entry for entry in after_edit[:-1]}
     assert all(entry is by_source[entry.source_ids] for entry in appended[:-2] if entry.source_ids in by_source)
+
+
+def test_an_edit_that_lets_a_chunk_close_is_counted_as_a_fresh_strategy_counts_it() -> None:
+    """A message edited (or revealed) to more tokens can close the pending chunk: the next compile
+    closes it and reports the pending units a strategy started afresh on the same state reports,
+    though no message was added (T3, T9)."""
+    config = ctxrt.Autobiographical(compression_model="m", target_chunk_tokens=60, recent_window_tokens=40,
+                                    l1_holdback_chunks=0)
+    budget = ctxrt.Budget(max_tokens=100_000, reserve_for_response=0)
+    messages = [msg(n) for n in range(1, 21)]  # about 4 tokens each: no chunk closes
+    ctx = PlainContext(messages)
+    strategy = config.create()
+    strategy.initialize(ctx)
+    strategy.select(ctx.view, budget, SelectOptions(context=ctx))
+    assert strategy.render_stats().pending_units == 0 and not ctx.logs.get("chunks")
+
+    edited = PlainContext([attrs.evolve(m, content=(Text("long " * 80),)) if m.id == "3" else m for m in messages])
+    edited.logs, edited.values = ctx.logs, ctx.values
+    strategy.select(edited.view, budget, SelectOptions(context=edited))
+    fresh = config.create()
+    fresh.initialize(edited)
+    fresh.select(edited.view, budget, SelectOptions(context=edited))
+    stats, fresh_stats = strategy.render_stats(), fresh.render_stats()
+    assert stats is not None and stats == fresh_stats and stats.pending_units == 1
+
+
+def test_a_summary_reaching_into_the_recent_window_is_placed_by_its_first_message() -> None:
+    """A shown summary whose range lies inside the raw recent window (a window made wider since
+    its chunk closed) comes in sequence order: after the message before its range and before its
+    first message, as a per-message order places it, however the window's entries are kept (T3)."""
+    config = ctxrt.Autobiographical(compression_model="m", head_window_tokens=20, recent_window_tokens=10**6,
+                                    target_chunk_tokens=10**6)
+    ctx = PlainContext([msg(n) for n in range(1, 41)])
+    ctx.logs["summaries"] = [stored(summary_record(l1(3)))]  # covers 13-16; the head is 1-5
+    strategy = config.create()
+    strategy.initialize(ctx)
+    entries = strategy.select(ctx.view, ctxrt.Budget(max_tokens=100_000, reserve_for_response=0), SelectOptions())
+    sources = [entry.summary_ids or entry.source_ids for entry in entries]
+    at = sources.index(("L1-3",))
+    assert sources[at - 1 : at + 3] == [("12",), ("L1-3",), ("L1-3",), ("13",)]
+    assert [int(s[0]) for s in sources if s != ("L1-3",)] == list(range(1, 41))

@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.strategies.records", "ctxrt.strategies.kept_window"),  # windowed's kept window; autobiographical memory's parts, then the policy over them
     ("ctxrt.strategies.coverage",),
     ("ctxrt.strategies.chunking", "ctxrt.strategies.queue", "ctxrt.strategies.prompts", "ctxrt.strategies.shown_entries"),
+    ("ctxrt.strategies.zones",),
     ("ctxrt.strategies.selection",),
     ("ctxrt.strategies.policy",),
     ("ctxrt.strategies.passthrough", "ctxrt.strategies.windowed", "ctxrt.strategies.autobiographical"),

@@ -277,7 +277,7 @@ class Breakdown:
     stable_prefix_tokens: int
     cached_prefix_tokens: int  # up to the last cache breakpoint
     breakpoints: int
-    dropped_ids: tuple[str, ...]
+    dropped_ids: Sequence[str]
     dropped_reason: str | None
     pending_units: int
     health: Any

@@ -45,9 +45,9 @@ from .base import (
     optional_text,
     text,
 )
-from .chunking import closing, head_window, recent_start
+from .chunking import closing
 from .coverage import Coverage
-from .live import MIB, LiveMemo, apply_live_policy
+from .live import MIB, LiveMemo
 from .policy import AUTOBIOGRAPHICAL, CompressionPolicy
 from .prompts import (
     MANAGER,
@@ -73,6 +73,7 @@ from .records import (
 )
 from .selection import Selection, SummaryPrices, frontier_under_pins, select
 from .shown_entries import ShownEntries
+from .zones import Zones
 
 if TYPE_CHECKING:
     from ..budget import Budget
@@ -105,6 +106,7 @@ class AutobiographicalStrategy(Strategy):
         self._dirty = True  # new messages since the chunks were last rebuilt
         self._backoff = Backoff()
         self._built_holds: int | None = None  # the hold floor the chunks were last rebuilt under
+        self._built_stamp: object = None  # and the view's stamp: an edit or a reveal may let a chunk close
         self._ctx: StrategyContext | None = None
         self._stats: RenderStats | None = None  # what the last compile showed and left out
         self.pins: list[Pin] = []
@@ -113,6 +115,7 @@ class AutobiographicalStrategy(Strategy):
         self._live_memo: LiveMemo = {}
         self._coverage = Coverage()  # what summaries cover, as runs of the view
         self._made = ShownEntries(config.max_message_tokens, config.summary_participant)  # reused across compiles
+        self._zones = Zones(self._made, config.head_window_tokens, config.recent_window_tokens)
 
     # -- state ------------------------------------------------------------------------------
 
@@ -135,22 +138,20 @@ class AutobiographicalStrategy(Strategy):
         self.pins, self._next_pin = pins_from(ctx.get_value("pins"))
         # initialize writes nothing (the actor drops what it buffers): chunks that can close now
         # close, with their records and the floor, at the next next_unit or select.
-        self._built_holds = ctx.hold_floor()
+        self._built_holds, self._built_stamp = ctx.hold_floor(), ctx.view.window(1).stamp
         self._dirty = bool(self._closing(ctx))
 
     # -- zones and chunks -------------------------------------------------------------------
 
     def _head(self, messages: Sequence[Message], view: MessageView) -> tuple[int, int]:
-        return head_window(messages, view, self.head_start_id, self.config.head_window_tokens)
-
-    def _recent_start(self, messages: Sequence[Message], view: MessageView, floor: int) -> int:
-        return recent_start(messages, view, floor, self.config.recent_window_tokens)
+        head = self._zones.head(messages, view, self.head_start_id)
+        return head.start, head.end
 
     def _rebuild(self, ctx: StrategyContext) -> None:
         """Close and persist the chunks ``_closing`` finds (only whole chunks; T3)."""
         # Chunk records and the floor mark commit after this returns; if they can't (D4), the actor
         # reloads the strategy from what is stored, so the frontier waits for the next try.
-        self._dirty, self._built_holds = False, ctx.hold_floor()
+        self._dirty, self._built_holds, self._built_stamp = False, ctx.hold_floor(), ctx.view.window(1).stamp
         for chunk in self._closing(ctx):
             # The floor rises before (in the same commit as) the chunk's record: it may be read for
             # compression from then on (D2).
@@ -165,7 +166,7 @@ class AutobiographicalStrategy(Strategy):
         view = ctx.view
         messages = view.get_all()
         head = self._head(messages, view)
-        end = self._recent_start(messages, view, head[1])
+        end = self._zones.recent_start(messages, view, head[1])
         held = ctx.hold_floor()
         if held is not None:
             end = min(end, bisect_left(messages, held, key=sequence_key))
@@ -174,9 +175,11 @@ class AutobiographicalStrategy(Strategy):
                        rule=lambda: self.policy.chunk_rule(target))
 
     def _stale(self, ctx: StrategyContext | None) -> bool:
-        """Whether chunks may close now that didn't at the last rebuild: new messages, or a hold
-        released or timed out since (T5)."""
-        return self._dirty or (ctx is not None and ctx.hold_floor() != self._built_holds)
+        """Whether chunks may close now that didn't at the last rebuild: new messages, the view
+        changed otherwise (an edit or a reveal may lengthen the pending stretch), or a hold released
+        or timed out since (T5)."""
+        return self._dirty or (ctx is not None and (ctx.hold_floor() != self._built_holds
+                                                    or ctx.view.window(1).stamp != self._built_stamp))
 
     def _instruction(self, chunk_messages: Sequence[Message]) -> str:
         plain = chunk_instruction(self.config, witnessed=self._witnessed(chunk_messages))
@@ -379,18 +382,14 @@ class AutobiographicalStrategy(Strategy):
 
     def _plan(self, view: MessageView, budget: Budget) -> tuple[list[Entry], Selection]:
         """The selection, and its entries after the live policy."""
-        messages = view.get_all()
-        self._made.follow(view.pricing, len(messages))
-        head = self._head(messages, view)
         selection = select(
-            messages, view, budget.usable, made=self._made, head=head,
-            recent_start=self._recent_start(messages, view, head[1]), pins=self.pins,
-            frontier=frontier_under_pins(self._frontier(), self.summaries, self.pins), leaves=self._leaves,
-            price=self._prices.pricer(view), choose_l1=self.policy.choose_l1,
+            view.get_all(), view, budget.usable, made=self._made, zones=self._zones, head_start_id=self.head_start_id,
+            pins=self.pins, frontier=frontier_under_pins(self._frontier(), self.summaries, self.pins),
+            leaves=self._leaves, price=self._prices.pricer(view), choose_l1=self.policy.choose_l1,
             pending_units=len(self._l1_queue()) + (self._merge_queue() is not None),
-            coverage=self._coverage, stamp=view.window(1).stamp,
+            coverage=self._coverage, stamp=view.window(1).stamp, live=self.config, live_memo=self._live_memo,
         )
-        return apply_live_policy(selection.entries, self.config, self._live_memo), selection
+        return selection.entries, selection
 
     # -- pins (docs/api.md, Host controls) ---------------------------------------------------
 

@@ -120,7 +120,7 @@ class RenderStats:
     tail_tokens: int = 0
     summaries: tuple[tuple[int, int], ...] = ()  # (level, how many shown)
     pending_units: int = 0
-    dropped_ids: tuple[str, ...] = ()
+    dropped_ids: Sequence[str] = ()  # a tuple, or a lazy sequence equal to one
     dropped_reason: str | None = None
 
     @property

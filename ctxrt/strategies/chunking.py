@@ -1,5 +1,6 @@
-"""Autobiographical memory's zones and chunking: where the head and recent windows lie in a
-reader's view, and how the compressible middle closes into chunks (docs/behaviours.md T3, T5, T6).
+"""Autobiographical memory's zones and chunking: where the head window lies in a reader's view
+(the recent window's bounds are kept in zones.py), and how the compressible middle closes into
+chunks (docs/behaviours.md T3, T5, T6).
 
 Pure functions over a view's messages, apart from the strategy's state, so the chunk boundaries
 (which are persisted and must stay stable across restarts) can be checked without a strategy or
@@ -12,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..content import Message, ToolResult, ToolUse, has_block, sequence_key
+from ..content import Message, ToolUse, has_block, sequence_key
 from .records import Chunk
 
 if TYPE_CHECKING:
@@ -54,21 +55,6 @@ def head_window(
     if end > start and end < len(messages) and has_block(messages[end - 1], ToolUse):
         end -= 1  # don't split a tool pair at the head's edge
     return start, end
-
-
-def recent_start(messages: Sequence[Message], view: MessageView, floor: int, window_tokens: int) -> int:
-    """Where the recent window starts: the newest messages (not below ``floor``) that fit in
-    ``window_tokens``, not starting on a tool result."""
-    total, start = 0, len(messages)
-    for index in range(len(messages) - 1, floor - 1, -1):
-        cost = view.estimate_tokens(messages[index])
-        if total + cost > window_tokens:
-            break
-        total += cost
-        start = index
-    if floor < start < len(messages) and has_block(messages[start], ToolResult):
-        start -= 1
-    return start
 
 
 def walk(

@@ -1,17 +1,19 @@
-"""WindowedPassthrough's window kept between compiles (docs/architecture.md, Strategies).
+"""A view's newest messages as entries, kept between compiles (docs/architecture.md, Strategies).
 
-Between re-anchors a windowed compile is the previous one plus appends, so the strategy keeps
-the window's entries (one ``copy`` entry per message from the anchor on, shaped, without
-markers), their running token totals and where the entries the live policy may change are. A
-compile brings it up to date with the view: appends are added, the messages the view's
-``changes`` name are replaced, and everything else is handed back as the same ``Entry``
-objects, which compile's memo keys on. Pure and synchronous.
+Between re-anchors a windowed compile is the previous one plus appends, and Autobiographical's
+recent window slides forward by what was appended, so a strategy keeps the entries of the
+view's messages from a sequence on (one ``copy`` entry per message, made by the strategy, shaped,
+without markers), their running token totals as sent and as the view prices them unshaped, and
+where the entries the live policy may change are. A compile brings it up to date with the view:
+appends are added, the messages the view's ``changes`` name are replaced, and everything else is
+handed back as the same ``Entry`` objects, which compile's memo keys on. Window bounds then come
+by bisect on the totals, not by a walk. Pure and synchronous.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
@@ -20,27 +22,38 @@ import attrs
 from ..budget import Entry
 from ..content import Message, sequence_key
 from ..tokens import estimate_blocks
-from .base import raw_entry
 from .live import holds_live_blocks
-from .shaping import shape
 
 if TYPE_CHECKING:
     from ..views import MessageView, Window
 
+Make = Callable[[Message, Callable[[Message], int]], tuple[Entry, int]]
+"""A message's entry and what it costs as sent, given how the view prices a message."""
+
 
 class KeptWindow:
-    """The messages of a view from ``anchor`` on, as entries, as of the window stamped ``stamp``."""
+    """The messages of a view from sequence ``anchor`` on, as entries, as of the window stamped ``stamp``.
 
-    def __init__(self, anchor: int, cap: int, view: MessageView, window: Window, messages: Sequence[Message],
-                 shaped: Sequence[tuple[Message, int]]) -> None:
-        self.anchor = anchor  # the anchor it was built from (not moved: a re-anchor builds anew)
-        self._cap = cap
+    ``totals[i]``: what ``entries[:i]`` cost as sent; ``estimates[i]``: what their messages cost
+    as the view prices them (the same unless a cap shaped them); ``live``: the indices of the
+    entries that ``holds_live_blocks``, ascending.
+    """
+
+    def __init__(self, anchor: int, make: Make, view: MessageView, window: Window, messages: Sequence[Message],
+                 made: Sequence[tuple[Entry, int]] | None = None) -> None:
+        """``messages``: the view's messages from ``anchor`` on; ``made``: their entries and costs,
+        if the caller has them."""
+        self.anchor = anchor  # every message of the view from here on is kept
+        self._make = make
         self._pricing = view.pricing
         self._stamp = window.stamp
-        self._newest = messages[-1].sequence if messages else -1
-        self._sequences = [message.sequence for message, _ in shaped]
-        self.entries = [raw_entry(message) for message, _ in shaped]
-        self.totals = list(accumulate((cost for _, cost in shaped), initial=0))
+        self._newest = window.messages[-1].sequence if window.messages else -1
+        if made is None:
+            made = [make(message, view.estimate_tokens) for message in messages]
+        self._sequences = [message.sequence for message in messages]
+        self.entries = [entry for entry, _ in made]
+        self.totals = list(accumulate((cost for _, cost in made), initial=0))
+        self.estimates = list(accumulate(map(view.estimate_tokens, messages), initial=0))
         self.live = [index for index, entry in enumerate(self.entries) if holds_live_blocks(entry)]
         self._depths: list[int] | None = None  # running estimate_blocks totals, made on first need
         self._twins: dict[int, tuple[Entry, Entry]] = {}
@@ -66,22 +79,36 @@ class KeptWindow:
             self._newest = added[-1].sequence
         return True
 
+    def extend_back(self, messages: Sequence[Message], view: MessageView) -> None:
+        """Keep the older ``messages`` too: the view's messages from a new anchor (the first's
+        sequence) up to the current one."""
+        if messages:
+            self._replace(messages[0].sequence, self.anchor - 1, messages, view)
+            self.anchor = messages[0].sequence
+
+    def drop_front(self, count: int) -> None:
+        """Forget the oldest ``count`` entries (a window moved past them)."""
+        sequences = self._sequences
+        self.anchor = sequences[count] if count < len(sequences) else self._newest + 1
+        del sequences[:count]
+        del self.entries[:count]
+        self.totals = _rebased(self.totals, count)
+        self.estimates = _rebased(self.estimates, count)
+        self.live = [index - count for index in self.live[bisect_left(self.live, count) :]]
+        if self._depths is not None:
+            del self._depths[:count]  # depth_after reads differences
+
     def _replace(self, low: int, high: int, messages: Sequence[Message], view: MessageView) -> None:
         """The entries of sequences ``low..high`` become those of ``messages`` (sequence ordered)."""
         start = bisect_left(self._sequences, low)
         stop = bisect_right(self._sequences, high)
         appending = start == stop == len(self.entries)
-        shaped = [shape(message, self._cap, view.estimate_tokens) for message in messages]
-        fresh = [raw_entry(message) for message, _ in shaped]
+        made = [self._make(message, view.estimate_tokens) for message in messages]
+        fresh = [entry for entry, _ in made]
         self._sequences[start:stop] = [message.sequence for message in messages]
         self.entries[start:stop] = fresh
-        totals = self.totals
-        made = list(accumulate((cost for _, cost in shaped), initial=totals[start]))
-        if appending:
-            totals += made[1:]
-        else:
-            shift = made[-1] - totals[stop]
-            self.totals = [*totals[:start], *made, *(total + shift for total in totals[stop + 1 :])]
+        self.totals = _spliced(self.totals, start, stop, [cost for _, cost in made], appending)
+        self.estimates = _spliced(self.estimates, start, stop, list(map(view.estimate_tokens, messages)), appending)
         moved = len(fresh) - (stop - start)
         cut = bisect_left(self.live, start)
         self.live = [*self.live[:cut], *(start + i for i, entry in enumerate(fresh) if holds_live_blocks(entry)),
@@ -113,3 +140,19 @@ class KeptWindow:
                 self._twins.clear()
             found = self._twins[id(entry)] = (entry, attrs.evolve(entry, cache_marker=True))
         return found[1]
+
+
+def _spliced(totals: list[int], start: int, stop: int, costs: list[int], appending: bool) -> list[int]:
+    """Running ``totals`` with the costs of items ``start:stop`` replaced by ``costs``."""
+    made = list(accumulate(costs, initial=totals[start]))
+    if appending:
+        totals += made[1:]
+        return totals
+    shift = made[-1] - totals[stop]
+    return [*totals[:start], *made, *(total + shift for total in totals[stop + 1 :])]
+
+
+def _rebased(totals: list[int], count: int) -> list[int]:
+    """Running ``totals`` without their first ``count`` items."""
+    base = totals[count]
+    return [total - base for total in totals[count:]]

@@ -13,6 +13,7 @@ and never more than the API's 100 images stay live, whatever ``max_live_images``
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -146,20 +147,36 @@ def holds_live_blocks(entry: Entry) -> bool:
     return any(type(block) in _KINDS for block in entry.content)
 
 
-class _WalkedDepths:
-    """``depth_after`` counted by walking the entries newest first, only as far as the depth
-    threshold: deeper, every image is out, so the exact figure no longer matters."""
+Piece = tuple[int, Callable[[int], int]]
+"""Where a piece of a list of entries starts, and ``after(k)``: the ``estimate_blocks`` tokens of
+the piece's entries after its ``k``-th, to the piece's end (``after(-1)``: all of them)."""
 
-    def __init__(self, entries: Sequence[Entry], limit: int) -> None:
-        self._entries, self._limit = entries, limit
-        self._next = len(entries) - 1
-        self._depth = 0
+
+def loose(entry: Entry) -> Callable[[int], int]:
+    """``after`` for a piece of one entry, estimated when asked."""
+    return lambda index: estimate_blocks(entry.content) if index < 0 else 0
+
+
+class JoinedDepths:
+    """``depth_after`` over entries laid out as pieces (starts ascending), counted by walking the
+    pieces newest first only as far as the depth threshold: deeper, every image is out, so the
+    exact figure no longer matters. A piece that keeps running totals answers in O(1)."""
+
+    def __init__(self, pieces: Sequence[Piece], limit: int) -> None:
+        self._starts = [start for start, _ in pieces]
+        self._afters = [after for _, after in pieces]
+        self._limit = limit
+        self._next = len(pieces) - 1  # the newest piece not counted yet
+        self._depth = 0  # the tokens of the pieces after it
 
     def after(self, index: int) -> int:
-        while self._next > index and self._depth <= self._limit:
-            self._depth += estimate_blocks(self._entries[self._next].content)
+        piece = bisect_right(self._starts, index) - 1
+        while self._next > piece and self._depth <= self._limit:
+            self._depth += self._afters[self._next](-1)
             self._next -= 1
-        return self._depth
+        if self._next > piece:
+            return self._depth  # past the threshold
+        return self._depth + self._afters[piece](index - self._starts[piece])
 
 
 def apply_live_policy(entries: Sequence[Entry], options: LiveOptions, memo: LiveMemo | None = None) -> list[Entry]:
@@ -169,7 +186,7 @@ def apply_live_policy(entries: Sequence[Entry], options: LiveOptions, memo: Live
     is handed back as the same object, so compile's own memo reuses what it prepared for it.
     """
     live = [index for index, entry in enumerate(entries) if holds_live_blocks(entry)]
-    depths = _WalkedDepths(entries, options.image_strip_depth_tokens)
+    depths = JoinedDepths([(index, loose(entry)) for index, entry in enumerate(entries)], options.image_strip_depth_tokens)
     return apply_live_policy_at(entries, live, depths.after, options, memo)
 
 

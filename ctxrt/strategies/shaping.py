@@ -6,8 +6,10 @@ from collections.abc import Callable
 
 import attrs
 
+from ..budget import Entry
 from ..content import Message, Text, ToolResult
 from ..tokens import estimate_message
+from .base import raw_entry
 
 # Cut at the densest rate the estimator prices (2.3 chars a token), less room for the marker,
 # so a cut message is priced as what is sent and never above its cap (a cut at 4 chars a token
@@ -40,3 +42,9 @@ def shape(message: Message, cap: int, estimate: Callable[[Message], int] = estim
         blocks.append(block)
     shaped = attrs.evolve(message, content=tuple(blocks))
     return shaped, estimate(shaped)
+
+
+def shaped_entry(message: Message, cap: int, estimate: Callable[[Message], int]) -> tuple[Entry, int]:
+    """``message``'s ``copy`` entry, shaped to ``cap``, and what it costs as sent."""
+    shaped, cost = shape(message, cap, estimate)
+    return raw_entry(shaped), cost

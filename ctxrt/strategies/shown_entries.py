@@ -15,10 +15,9 @@ import attrs
 
 from ..budget import Entry
 from ..content import Message, Text
-from .base import raw_entry
 from .prompts import MANAGER, recall_header
 from .records import Summary
-from .shaping import shape
+from .shaping import shaped_entry
 
 _MARKED_MAX = 256  # marked twins kept: the markers move with the tail, so old twins go
 
@@ -49,8 +48,7 @@ class ShownEntries:
         found = self._raw.get(message.id)
         if found is not None and found[0] is message:
             return found[1], found[2]
-        shaped, cost = shape(message, self._cap, estimate)
-        entry = raw_entry(shaped)
+        entry, cost = shaped_entry(message, self._cap, estimate)
         self._raw[message.id] = (message, entry, cost)
         return entry, cost
 
@@ -68,7 +66,7 @@ class ShownEntries:
     def summary(self, summary: Summary, leaves: tuple[str, ...]) -> tuple[Entry, Entry]:
         """A shown summary's recall header and its text (with a breakpoint at its seam, P9)."""
         found = self._summaries.get(summary.id)
-        if found is not None and found[0] == summary.content and found[1] == leaves:
+        if found is not None and found[0] == summary.content and (found[1] is leaves or found[1] == leaves):
             return found[2]
         pair = (
             # The header names its summary only; the answer carries the coverage (P6).

@@ -21,10 +21,11 @@ from .base import (
     Strategy,
     StrategyContext,
     optional_count,
+    raw_entry,
 )
 from .kept_window import KeptWindow
 from .live import MIB, LiveMemo, apply_live_policy_at
-from .shaping import shape
+from .shaping import shape, shaped_entry
 
 if TYPE_CHECKING:
     from ..budget import Budget
@@ -68,6 +69,8 @@ class WindowedPassthroughStrategy(Strategy):
         usable = budget.usable
         newest = view.window(1)
         if not newest.messages:
+            if not options.dry_run:
+                self._stats = RenderStats()  # nothing shown: not what the last compile showed
             return []
         if anchor > newest.messages[-1].sequence:
             anchor = 0  # a persisted anchor past the head (another branch's) starts over
@@ -102,7 +105,8 @@ class WindowedPassthroughStrategy(Strategy):
             if not options.dry_run:
                 self._persist(options.context, anchor)
             shaped = [shape(message, cap, price) for message in messages[start:]]
-        kept = KeptWindow(anchor, cap, view, view.window(1), messages, shaped)
+        kept = KeptWindow(anchor, lambda message, price: shaped_entry(message, cap, price), view, view.window(1),
+                          messages[start:], [(raw_entry(message), cost) for message, cost in shaped])
         # A dry run's re-anchor isn't stored: the next compile starts from the stored anchor.
         self._kept = kept if anchor == self._stored_anchor(options.context) or not options.dry_run else None
         return kept
