@@ -38,13 +38,18 @@ from .validation import find_audience
 class _Prepared:
     """One entry made ready to compile: its parts, their tool ids and tokens, its sources and raw bodies."""
 
-    __slots__ = ("__weakref__", "bodies", "entry", "parts", "sources", "tokens", "tools")
+    __slots__ = ("__weakref__", "bodies", "bound", "entry", "parts", "sources", "tokens", "tools")
 
     def __init__(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> None:
         raw = entry.relation == "copy"
         self.bodies = tuple((sid, lookup(sid)) for sid in entry.source_ids) if raw else ()
-        # A body from the reader's view carries no audience: only other content needs the walk.
-        if not (len(self.bodies) == 1 and self.bodies[0][1] is not None and entry.content is self.bodies[0][1].content):
+        # Bound to the bodies it was judged against beyond what its own content says (a copy made
+        # of a message other than as the message is): an equal entry made after an edit of that
+        # message is not this one. A body from the reader's view carries no audience: only other
+        # content needs the walk.
+        plain = len(self.bodies) == 1 and self.bodies[0][1] is not None and entry.content is self.bodies[0][1].content
+        self.bound = raw and not plain
+        if not plain:
             where = find_audience(entry.content, path=f"entries[{index}].content")
             if where is not None:  # the strategy handed over a block outside the reader's view
                 raise MalformedContentError(where, "a compiled entry may not carry an audience (B3, A8)")
@@ -62,6 +67,24 @@ class _Prepared:
             else Source("message", sid)
             for sid, body in (self.bodies or ((sid, None) for sid in entry.source_ids))
         ) + tuple(Source("summary", sid) for sid in entry.summary_ids)
+
+    def twin(self, entry: Entry) -> _Prepared | None:
+        """``entry`` prepared from this one, if it differs from this one's entry in its cache marker
+        alone (a window's tail, marked, then not): the same parts but the last, re-marked. Not for a
+        bound one: its content, the same object, says nothing of which body it was judged against."""
+        mine = self.entry
+        if self.bound or not (entry.content is mine.content and entry.participant == mine.participant
+                and entry.source_ids == mine.source_ids and entry.relation == mine.relation
+                and entry.summary_ids == mine.summary_ids):
+            return None
+        made = object.__new__(_Prepared)
+        made.entry, made.bodies, made.sources, made.tools, made.tokens = entry, self.bodies, self.sources, self.tools, self.tokens
+        made.bound = self.bound
+        made.parts = list(self.parts)
+        if made.parts:
+            last = made.parts[-1]
+            made.parts[-1] = CompiledMessage(last.participant, last.content, cache_breakpoint=entry.cache_marker)
+        return made
 
 
 def _complete(rendered: Sequence[Block], content: Sequence[Block], body: Message) -> bool:
@@ -109,6 +132,7 @@ class CompileMemo:
 
     def __init__(self, shared: PreparedEntries | None = None) -> None:
         self._prepared: dict[int, _Prepared] = {}
+        self._by_content: dict[int, _Prepared] = {}  # the last prepared of each content: its twins derive from it
         self._shared = shared
         self._entries: list[Entry] = []
         self._parts = _NO_PARTS
@@ -117,6 +141,7 @@ class CompileMemo:
         self._odd: list[int] = []
         self._counts: list[int] = []
         self._shift: list[int] = [0]
+        self._bound: list[int] = []  # the last entries, sorted, whose prepared form is bound (_Prepared.bound)
         # P9: the last compile's messages (the memo's copy), its system blocks' digest, its
         # breakpoint positions and the estimated tokens up to each; digests of messages compared.
         self._system: bytes = b""
@@ -134,8 +159,9 @@ class CompileMemo:
 
     def parts(self, entries: Sequence[Entry], lookup: Callable[[str], Message | None]) -> _Parts:
         """The compiled parts of ``entries``: runs of the last compile's entries (the same objects,
-        or equal ones in place) copied by slices, the other entries prepared."""
-        old, was = self._entries, self._parts
+        or equal ones in place, but for a bound one: the same object only) copied by slices, the
+        other entries prepared."""
+        old, was, bound_before = self._entries, self._parts, self._bound
         messages: list[CompiledMessage] = []
         tools: list[ToolIds | None] = []
         owners: list[_Prepared] = []
@@ -145,12 +171,13 @@ class CompileMemo:
         tooled: list[int] = []
         odd: list[int] = []
         counts: list[int] = []
+        bound: list[int] = []
         where: dict[int, int] | None = None
         leads: list[tuple[int, int, int]] = []  # the first run
         i, j = 0, 0
         while i < len(entries):
             entry = entries[i]
-            if not (j < len(old) and (entry is old[j] or entry == old[j])):
+            if not (j < len(old) and (entry is old[j] or (entry == old[j] and not _holds(bound_before, j)))):
                 # Not where the last run left off: the same object further on (past a trimmed
                 # front or a removed stretch), found by identity, else an entry to prepare. A
                 # few steps on first (the budget pushes one or two out a turn), then an index.
@@ -173,6 +200,8 @@ class CompileMemo:
                         sources += [prepared.sources] * len(prepared.parts)
                         marks += [start + k for k, part in enumerate(prepared.parts) if part.cache_breakpoint]
                         tooled += [start + k for k, ids in enumerate(prepared.tools) if ids is not None]
+                        if prepared.bound:
+                            bound.append(i)
                     if len(messages) - start != 1:
                         odd.append(i)
                         counts.append(len(messages) - start)
@@ -180,6 +209,11 @@ class CompileMemo:
                     continue
                 j = found
             length = 1 + run_length(entries, i + 1, old, j + 1)
+            lo, hi = bisect_left(bound_before, j), bisect_left(bound_before, j + length)
+            cut = next((k for k in bound_before[lo:hi] if k > j and entries[i + k - j] is not old[k]), None)
+            if cut is not None:  # an equal entry in a bound one's place: it is prepared anew
+                length, hi = cut - j, bisect_left(bound_before, cut)
+            bound += [i + k - j for k in bound_before[lo:hi]]
             if not leads:
                 leads.append((i, j, length))
             first, end, to = self._offset(j), self._offset(j + length), len(messages)
@@ -205,6 +239,7 @@ class CompileMemo:
         self._entries = list(entries)
         self._parts = _Parts(messages, tools, owners, sources, tokens, marks, tooled, lead, was.serial + 1)
         self._odd, self._counts, self._shift = odd, counts, [0, *accumulate(count - 1 for count in counts)]
+        self._bound = bound
         self.retain_only(entries)
         return self._parts
 
@@ -213,10 +248,13 @@ class CompileMemo:
         if found is None or found.entry is not entry:
             found = None if self._shared is None else self._shared.get(id(entry))
             if found is None or found.entry is not entry:
-                found = _Prepared(entry, index, lookup)
+                other = self._by_content.get(id(entry.content))
+                found = other.twin(entry) if other is not None else None
+                if found is None:
+                    found = _Prepared(entry, index, lookup)
                 if self._shared is not None:
                     self._shared[id(entry)] = found
-            self._prepared[id(entry)] = found
+            self._prepared[id(entry)] = self._by_content[id(entry.content)] = found
         return found
 
     def retain_only(self, entries: Sequence[Entry]) -> None:
@@ -224,6 +262,7 @@ class CompileMemo:
         if len(self._prepared) > 2 * len(entries) + 1024:
             live = {id(entry) for entry in entries}
             self._prepared = {key: value for key, value in self._prepared.items() if key in live}
+            self._by_content = {id(value.entry.content): value for value in self._prepared.values()}
 
     def stable_prefix(
         self, messages: list[CompiledMessage], system_blocks: Sequence[Block], breaks: list[int],
@@ -290,6 +329,12 @@ class CompileMemo:
 
 
 _FIRST = operator.itemgetter(0)
+
+
+def _holds(positions: list[int], position: int) -> bool:
+    """Whether the sorted ``positions`` hold ``position``."""
+    at = bisect_left(positions, position)
+    return at < len(positions) and positions[at] == position
 
 
 def _same_bytes(a: CompiledMessage, b: CompiledMessage, digest: Callable[[CompiledMessage], bytes]) -> bool:

@@ -55,6 +55,27 @@ class Pool:
                                                  (f"s{k}",))
             self.entries[(k, "empty")] = Entry(who, (), (message.id,))
 
+    def edit(self, k: int, entries: list[Entry]) -> list[Entry]:
+        """Message ``k`` edited (a new stored body), every entry made of it made anew, as a strategy
+        does: the shaped one equal to the last (what was shown didn't change; new content objects,
+        as shaping makes), the others with the new content."""
+        made = {id(entry): key for key, entry in self.entries.items()}
+        old = self.bodies[str(k + 1)]
+        edited = self.bodies[old.id] = attrs.evolve(old, content=old.content + (Text(f"edited {k}"),))
+        for variant in ("canonical", "marked", "shaped", "empty"):
+            entry = self.entries[(k, variant)]
+            self.entries[(k, variant)] = attrs.evolve(
+                entry, content=tuple(list(entry.content)) if variant in ("shaped", "empty") else edited.content)
+
+        def anew(entry: Entry) -> Entry:
+            if id(entry) in made:
+                return self.entries[made[id(entry)]]
+            if entry.relation == "copy" and entry.source_ids == (old.id,):  # an equal copy made of the old body
+                return attrs.evolve(entry, content=edited.content)
+            return entry
+
+        return [anew(entry) for entry in entries]
+
     def entry(self, k: int, variant: str) -> Entry:
         if variant == "equal":  # equal to the canonical entry, another object (a strategy that made it anew)
             return attrs.evolve(self.entries[(k, "canonical")])
@@ -68,6 +89,7 @@ steps = st.lists(
         st.tuples(st.just("splice"), st.integers(0, 40), st.integers(0, 3), picks),
         st.tuples(st.just("mark"), st.integers(0, 40)),
         st.tuples(st.just("renew"), st.integers(0, 40)),
+        st.tuples(st.just("edit"), st.integers(0, 40)),
         st.tuples(st.just("inject"), st.sampled_from(("none", "system", "around", "depth"))),
     ),
     min_size=1, max_size=14,
@@ -132,6 +154,8 @@ def _apply(step: tuple[Any, ...], entries: list[Entry], pool: Pool, size: int) -
         case ("renew", at) if entries:  # one entry made anew, equal to the last one
             at = at % len(entries)
             return entries[:at] + [attrs.evolve(entries[at])] + entries[at + 1:], None
+        case ("edit", at):  # a stored message edited: the strategy makes its entries anew
+            return pool.edit(at % size, entries), None
         case ("inject", which):
             return entries, which
     return entries, None
@@ -140,8 +164,9 @@ def _apply(step: tuple[Any, ...], entries: list[Entry], pool: Pool, size: int) -
 @given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=30), start=picks, steps=steps)
 def test_a_compile_with_the_memo_equals_one_from_scratch(kinds: list[str], start: list[tuple[int, str]],
                                                          steps: list[tuple[Any, ...]]) -> None:
-    """P16, P9: after front trims, appends, splices, marker moves, renewed entries, tool pairs and
-    orphans, split messages and injections, each compile through one memo gives what a fresh
+    """P16, P9: after front trims, appends, splices, marker moves, renewed entries, edited messages
+    (a shaped entry made anew equal to the last), tool pairs and orphans, split messages and
+    injections, each compile through one memo gives what a fresh
     memo gives (messages, system blocks, provenance, the three request bodies), and its
     stable_prefix_tokens is the chained definition's against the compile before it."""
     pool = Pool(kinds)

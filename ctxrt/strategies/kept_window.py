@@ -128,10 +128,10 @@ class KeptWindow:
     def marked(self) -> list[Entry]:
         """The entries with the first (the anchor) and the last (the tail) carrying cache markers
         (P9), the same marked objects while those entries are."""
-        entries = self.entries
-        if len(entries) <= 1:
-            return [self._twin(entry) for entry in entries]
-        return [self._twin(entries[0]), *entries[1:-1], self._twin(entries[-1])]
+        out = list(self.entries)
+        if out:
+            out[0], out[-1] = self._twin(out[0]), self._twin(out[-1])
+        return out
 
     def _twin(self, entry: Entry) -> Entry:
         found = self._twins.get(id(entry))

@@ -84,7 +84,10 @@ class WindowedPassthroughStrategy(Strategy):
         # (the newest message), so the next compile reads everything up to this one's tail from
         # the provider's cache: between re-anchors a compile only appends. Only the entries
         # holding images or tool blocks can change under the live policy.
-        return apply_live_policy_at(kept.marked(), kept.live, kept.depth_after, self.config, self._live_memo)
+        marked = kept.marked()
+        if not kept.live:  # nothing the live policy could change: no copy of the window
+            return marked
+        return apply_live_policy_at(marked, kept.live, kept.depth_after, self.config, self._live_memo)
 
     def _build(self, view: MessageView, anchor: int, usable: int, options: SelectOptions) -> KeptWindow:
         """The window read afresh from ``anchor``, re-anchored if it overflows ``usable``."""
