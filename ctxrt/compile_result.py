@@ -107,7 +107,7 @@ class CompileResult:
         if strict:
             fresh, _, _ = to_chat_messages(self.messages, assistant, system=text, system_role=system_role,
                                            alternate_roles=alternate_roles)
-            self._check_shared(fresh, messages, what="message")
+            self._check_shared(fresh, messages, what="a message", api="Chat Completions")
         if len(messages) == (1 if text else 0):
             self._refuse_empty("Chat Completions", "blank text or thinking only")
         return self._checked(OpenAIBody({"messages": messages}, left_out, as_text), strict, "chat")
@@ -133,21 +133,22 @@ class CompileResult:
         """
         items, left_out, as_text = responses_input(self.messages, assistant, self._bodies)
         if strict:
-            self._check_shared(to_responses_input(self.messages, assistant)[0], items, "input", "item")
+            self._check_shared(to_responses_input(self.messages, assistant)[0], items, "input", "an item", "Responses API")
         if not items:
             self._refuse_empty("the Responses API", "blank text or thinking only")
         text = self._system_text(system)
         body = {"instructions": text, "input": items} if text else {"input": items}
         return self._checked(OpenAIBody(body, left_out, as_text), strict, "responses")
 
-    def _check_shared(self, fresh: list[Any], cached: list[Any], field: str = "messages", what: str = "turn") -> None:
+    def _check_shared(self, fresh: list[Any], cached: list[Any], field: str = "messages", what: str = "a turn",
+                      api: str = "Messages API") -> None:
         """``strict``: a body's ``field`` made from scratch against one made from cached parts (P15)."""
         if fresh != cached:
             self._bodies.clear()  # the parts were edited: make the next bodies afresh
             place = next((k for k, (a, b) in enumerate(zip(fresh, cached)) if a != b), min(len(fresh), len(cached)))
             raise InvalidRequestError(
-                [f"{field}[{place}]: differs from a body made afresh: a {what} shared with an earlier body "
-                 f"was edited after that body was returned (earlier {what}s are read-only, docs/api.md)"])
+                [f"{field}[{place}]: differs from a body made afresh: {what} shared with an earlier body "
+                 f"was edited after that body was returned (earlier ones are read-only, docs/api.md)"], api=api)
 
     def _system_text(self, system: str | None) -> str:
         """The host's system prompt and the system injections' text, blank ones left out (the APIs refuse them)."""

@@ -199,7 +199,7 @@ def test_strict_names_the_turn_a_host_edited_that_later_bodies_share() -> None:
 @pytest.mark.parametrize(("form", "field"), [("chat", "messages"), ("responses", "input")])
 def test_strict_names_the_openai_item_a_host_edited_that_later_bodies_share(form: str, field: str) -> None:
     """P15: an OpenAI body's earlier items are shared with later bodies; editing one is found by
-    strict=True, which names the item and makes the next bodies afresh."""
+    strict=True, which names the item (and the API whose body it is) and makes the next bodies afresh."""
     talk = [CompiledMessage("user" if n % 2 == 0 else "Claude", (Text(f"message {n}"),)) for n in range(6)]
     provenance = ctxrt.Provenance("c", "ns", "main", None, "passthrough", tuple(() for _ in talk), {}, {})
     result = ctxrt.CompileResult(talk, [], provenance)
@@ -207,8 +207,9 @@ def test_strict_names_the_openai_item_a_host_edited_that_later_bodies_share(form
     afresh = to_chat_messages(talk, "Claude") if form == "chat" else to_responses_input(talk, "Claude")
     body = make(assistant="Claude")
     body[field][1]["content"] = "rewritten by the host"  # not the host's: read-only
-    with pytest.raises(ctxrt.InvalidRequestError, match=rf"{field}\[1\]: .*read-only"):
+    with pytest.raises(ctxrt.InvalidRequestError, match=rf"{field}\[1\]: .*read-only") as raised:
         make(assistant="Claude", strict=True)
+    assert raised.value.api == ("Chat Completions" if form == "chat" else "Responses API")
     assert make(assistant="Claude") == {field: afresh[0]}
 
 
