@@ -350,30 +350,40 @@ def _parts(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": content}] if isinstance(content, str) else content
 
 
+def _merged(run: list[dict[str, Any]]) -> dict[str, Any]:
+    """One message for a run of one role: the first one's fields; the contents joined (strings by
+    JOIN until a list of parts comes, then part lists, strings as text parts); the tool calls in
+    order; the name only if every message of the run has it."""
+    merged = dict(run[0])
+    if len(run) == 1:
+        return merged
+    contents = [message["content"] for message in run if "content" in message]
+    if contents:
+        lists = next((k for k, content in enumerate(contents) if not isinstance(content, str)), len(contents))
+        if lists == len(contents):
+            merged["content"] = JOIN.join(contents)
+        else:
+            parts = _parts(JOIN.join(contents[:lists])) if lists else []
+            merged["content"] = parts + [part for content in contents[lists:] for part in _parts(content)]
+    if any("tool_calls" in message for message in run):
+        merged["tool_calls"] = [call for message in run for call in message.get("tool_calls", ())]
+    if len({message.get("name") for message in run}) > 1:
+        merged.pop("name", None)
+    return merged
+
+
 def _alternated(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """For servers whose chat templates want user and assistant turns to alternate (Mistral's and
     Gemma's, for one): a run of user messages, or of assistant ones, becomes one message (a
     ``name`` kept only if the whole run shares it), and an opening assistant message follows a
     "(continued)" user one, as in the Messages API form."""
-    out: list[dict[str, Any]] = []
+    runs: list[list[dict[str, Any]]] = []
     for message in messages:
-        last = out[-1] if out else None
-        if last is None or last["role"] != message["role"] or message["role"] == "tool":
-            out.append(dict(message))
-            continue
-        merged = dict(last)
-        if "content" in message:
-            if "content" not in last:
-                merged["content"] = message["content"]
-            elif isinstance(last["content"], str) and isinstance(message["content"], str):
-                merged["content"] = last["content"] + JOIN + message["content"]
-            else:
-                merged["content"] = _parts(last["content"]) + _parts(message["content"])
-        if "tool_calls" in message:
-            merged["tool_calls"] = last.get("tool_calls", []) + message["tool_calls"]
-        if merged.get("name") != message.get("name"):
-            merged.pop("name", None)
-        out[-1] = merged
+        if runs and runs[-1][0]["role"] == message["role"] != "tool":
+            runs[-1].append(message)
+        else:
+            runs.append([message])
+    out = [_merged(run) for run in runs]  # each run merged once: a long run costs its length, not its square
     if out[0]["role"] != "user":
         out.insert(0, {"role": "user", "content": CONTINUED_TEXT})
     return out

@@ -520,3 +520,55 @@ def test_alternate_roles_merges_runs_and_opens_with_a_user_turn() -> None:
     bobs = compiled(message("bob", ctxrt.Text("one")), message("bob", ctxrt.Text("two")))
     assert bobs.to_openai_chat(assistant="Claude", alternate_roles=True)["messages"] == [
         {"role": "user", "content": "one\n\ntwo", "name": "bob"}]
+
+
+def _folded(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Alternation as P10 words it, one message at a time: a message of the role before it (not a
+    tool message) joins it: strings by a blank line while both are strings, else as part lists; the
+    calls in order; the name kept while every message so far had it."""
+    out: list[dict[str, Any]] = []
+    for item in messages:
+        last = out[-1] if out else None
+        if last is None or last["role"] != item["role"] or item["role"] == "tool":
+            out.append(dict(item))
+            continue
+        joined = dict(last)
+        if "content" in item:
+            if "content" not in last:
+                joined["content"] = item["content"]
+            elif isinstance(last["content"], str) and isinstance(item["content"], str):
+                joined["content"] = f"{last['content']}\n\n{item['content']}"
+            else:
+                as_parts = [[{"type": "text", "text": c}] if isinstance(c, str) else c for c in (last["content"], item["content"])]
+                joined["content"] = as_parts[0] + as_parts[1]
+        if "tool_calls" in item:
+            joined["tool_calls"] = last.get("tool_calls", []) + item["tool_calls"]
+        if joined.get("name") != item.get("name"):
+            joined.pop("name", None)
+        out[-1] = joined
+    if out and out[0]["role"] != "user":
+        out.insert(0, {"role": "user", "content": "(continued)"})
+    return out
+
+
+@settings(max_examples=150)
+@given(st.lists(st.tuples(st.sampled_from(["user", "Claude", "bob", "ann"]),
+                          st.lists(st.sampled_from(["text", "image", "call"]), min_size=1, max_size=3)),
+                min_size=1, max_size=12))
+def test_alternated_roles_equal_merging_one_message_at_a_time(talk: list[tuple[str, list[str]]]) -> None:
+    """P10: alternation merges each run of one role once (so a long run costs its length) into what
+    merging it one message at a time gives."""
+    made = []
+    for k, (who, kinds) in enumerate(talk):
+        blocks: list[Any] = []
+        for n, kind in enumerate(kinds):
+            if kind == "text":
+                blocks.append(ctxrt.Text(f"{who} {k}.{n}"))
+            elif kind == "image" and who != "Claude":
+                blocks.append(ctxrt.Image(PNG_SOURCE))
+            elif kind == "call" and who == "Claude":
+                blocks.append(ctxrt.ToolUse(f"t{k}{n}", "look", {}))
+        made.append(message(who, *(blocks or [ctxrt.Text(f"{who} {k}")])))
+    result = compiled(*made)
+    plain = result.to_openai_chat(assistant="Claude")["messages"]
+    assert result.to_openai_chat(assistant="Claude", alternate_roles=True)["messages"] == _folded(plain)
