@@ -74,13 +74,18 @@ class _Body:
 
 
 class _Assembly:
-    """Turns in the making: whole turns taken from the last body, and a group of parts being merged."""
+    """Turns in the making: whole turns taken from the last body, and the turn being merged: a
+    taken turn reopened (its first message, past its last, the turn, its marker count and our
+    markers), then a group of parts joining it."""
 
     def __init__(self, body: _Body, parts: list[_Part]) -> None:
         self.body, self.parts = body, parts
-        self.group: list[int] = []  # positions of the sendable parts of the open turn
+        self.reopened: tuple[int, int, dict[str, Any], int, tuple[dict[str, Any], ...]] | None = None
+        self.group: list[int] = []  # positions of the sendable parts of the open turn (after a reopened one)
 
     def role(self) -> str | None:
+        if self.reopened is not None:
+            return cast(str, self.reopened[2]["role"])
         if self.group:
             return self.parts[self.group[0]].role
         return self.body.turns[-1]["role"] if self.body.turns else None
@@ -89,37 +94,55 @@ class _Assembly:
         part = self.parts[i]
         if part.content is None:
             return
-        if not self.group and self.body.turns and self.body.turns[-1]["role"] == part.role:
+        opened = self.group or self.reopened is not None
+        if not opened and self.body.turns and self.body.turns[-1]["role"] == part.role:
             self._reopen()  # a taken turn the next part of its role must join
-        elif self.group and self.parts[self.group[0]].role != part.role:
+        elif opened and self.role() != part.role:
             self.close()
         self.group.append(i)
 
     def _reopen(self) -> None:
         body = self.body
         start, end = body.starts.pop() + body.base, body.ends.pop() + body.base
-        body.turns.pop()
+        turn = body.turns.pop()
+        count, ours = 0, cast(tuple[dict[str, Any], ...], ())
         if body.marked and body.marked[-1] == len(body.turns):
             body.marked.pop()
-            body.marks.pop()
-        self.group = [k for k in range(start, end) if self.parts[k].content is not None]
+            count, ours = body.marks.pop()
+        self.reopened = (start, end, turn, count, ours)
 
     def close(self) -> None:
-        if not self.group:
+        reopened, self.reopened = self.reopened, None
+        group, self.group = self.group, []
+        parts = [self.parts[k] for k in group]
+        if reopened is not None:
+            start, end, turn, count, ours = reopened
+            if any(part.results for part in parts):  # tool_results go first: the whole turn made again
+                group = [k for k in range(start, end) if self.parts[k].content is not None] + group
+                parts = [self.parts[k] for k in group]
+            else:  # the turn as it was, and what joins it
+                content = turn["content"] + [block for part in parts for block in part.content or ()]
+                count += sum(part.marks for part in parts)
+                ours += tuple(part.ours for part in parts if part.ours is not None)
+                self._add(turn["role"], content, start, group[-1] + 1 if group else end, count, ours)
+                return
+        if not group:
             return
-        parts = [self.parts[k] for k in self.group]
         content = [block for part in parts for block in part.content or ()]
         if any(part.results for part in parts):
             content.sort(key=lambda b: b["type"] != "tool_result")  # the API wants tool_results first
+        self._add(parts[0].role, content, group[0], group[-1] + 1, sum(part.marks for part in parts),
+                  tuple(part.ours for part in parts if part.ours is not None))
+
+    def _add(self, role: str, content: list[dict[str, Any]], first: int, end: int, count: int,
+             ours: tuple[dict[str, Any], ...]) -> None:
         body = self.body
-        body.turns.append({"role": parts[0].role, "content": content})
-        body.starts.append(self.group[0] - body.base)
-        body.ends.append(self.group[-1] + 1 - body.base)
-        count = sum(part.marks for part in parts)
+        body.turns.append({"role": role, "content": content})
+        body.starts.append(first - body.base)
+        body.ends.append(end - body.base)
         if count:
             body.marked.append(len(body.turns) - 1)
-            body.marks.append((count, tuple(part.ours for part in parts if part.ours is not None)))
-        self.group = []
+            body.marks.append((count, ours))
 
     def take(self, old: _Body, first: int, last: int, shift: int) -> None:
         """The last body's turns ``first``..``last - 1`` whole, their messages ``shift`` further on."""
@@ -215,6 +238,15 @@ def _copy(turn: dict[str, Any]) -> dict[str, Any]:
     return {"role": turn["role"], "content": [copy.deepcopy(block) for block in turn["content"]]}
 
 
+def _copy_last(turn: dict[str, Any]) -> dict[str, Any]:
+    """The host's last turn: a new dict, a new content list, and a copy of its last block (the
+    others shared: a turn merging a long run of one role is copied in C, not block by block)."""
+    content = list(turn["content"])
+    if content:
+        content[-1] = copy.deepcopy(content[-1])
+    return {"role": turn["role"], "content": content}
+
+
 def anthropic_messages(
     messages: Sequence[CompiledMessage], assistant: str | Collection[str], cache: BodyCache
 ) -> list[dict[str, Any]]:
@@ -235,7 +267,7 @@ def anthropic_messages(
             ours += [c for b, c in zip(body.turns[t]["content"], out[t]["content"]) if id(b) in mine]
         cap_cache_controls(copies, ours)
     if out:
-        out[-1] = _copy(out[-1])  # the host's to edit, and the trim's
+        out[-1] = _copy_last(out[-1])  # the host's to edit (P15), and the trim's
     strip_final_assistant(out)
     if out and out[0]["role"] == "assistant":
         out.insert(0, continued_turn())

@@ -194,7 +194,8 @@ def cap_cache_controls(turns: list[dict[str, Any]], ours: list[dict[str, Any]]) 
 
 
 def strip_final_assistant(turns: list[dict[str, Any]]) -> None:
-    """Trim a final assistant turn's trailing whitespace (in place: it edits the last turn only)."""
+    """Trim a final assistant turn's trailing whitespace: in place in ``turns`` and the last turn's
+    content list, a trimmed block replaced by a new one (never edited: it may be shared)."""
     # The API refuses a final assistant turn ending in whitespace (P8): trim its last text, and
     # drop a block (or the turn) that trimming leaves empty.
     while turns and turns[-1]["role"] == "assistant":
@@ -202,8 +203,8 @@ def strip_final_assistant(turns: list[dict[str, Any]]) -> None:
         last = content[-1]
         if last["type"] != "text" or last["text"] == last["text"].rstrip():
             return
-        last["text"] = last["text"].rstrip()
-        if last["text"]:
+        if last["text"].rstrip():
+            content[-1] = {**last, "text": last["text"].rstrip()}
             return
         content.pop()
         if not content:

@@ -264,3 +264,14 @@ async def test_a_host_editing_its_openai_bodies_and_the_openai_client_sending_th
                         body["added by the host"] = 1
                         openai_host_edits((body[field], body.left_out, body.as_text))
         assert len(server.requests) == 12
+
+
+def test_trimming_a_final_assistant_turn_leaves_the_blocks_later_bodies_share() -> None:
+    """P15, P8: the trim of a final assistant turn's trailing whitespace is made on the host's copy
+    of its last block: once the turn is no longer last, the next body shows it as stored."""
+    cache = BodyCache()
+    said = [CompiledMessage("user", (Text("hi"),)), CompiledMessage("Claude", (Text("first"), Text("answer \n")))]
+    first = anthropic_messages(said, "Claude", cache)
+    assert first[-1]["content"] == [{"type": "text", "text": "first"}, {"type": "text", "text": "answer"}]
+    later = said + [CompiledMessage("user", (Text("more"),))]
+    assert anthropic_messages(later, "Claude", cache) == to_anthropic_messages(later, "Claude")
