@@ -144,6 +144,28 @@ class _Assembly:
             body.marked.append(len(body.turns) - 1)
             body.marks.append((count, ours))
 
+    def take_tail(self, old: _Body, t: int, start: int, head: int, shift: int) -> int:
+        """The last body's turn ``t`` from message ``start`` (``shift`` further on than there) to its
+        end, if it ends by ``head`` and can be cut (no turn open here, another role before it, no
+        tool_result in it, so its content is its parts' in order): a slice of its content, the
+        trimmed parts' blocks and markers left out. Where the messages left to add one by one start."""
+        turn = old.turns[t]
+        end, body = old.ends[t] + old.base + shift, self.body
+        if (end > head or self.group or self.reopened is not None or not turn["content"]
+                or turn["content"][0]["type"] == "tool_result" or (body.turns and body.turns[-1]["role"] == turn["role"])):
+            return start
+        trimmed = [part for part in old.parts[old.starts[t] + old.base:start - shift] if part.content is not None]
+        count, ours = 0, cast(tuple[dict[str, Any], ...], ())
+        at = bisect_left(old.marked, t)
+        if at < len(old.marked) and old.marked[at] == t:
+            count, ours = old.marks[at]
+            cut = {id(part.ours) for part in trimmed if part.ours is not None}
+            count -= sum(part.marks for part in trimmed)
+            ours = tuple(o for o in ours if id(o) not in cut)
+        content = turn["content"][sum(len(part.content or ()) for part in trimmed):]
+        self._add(turn["role"], content, start, end, count, ours)
+        return end
+
     def take(self, old: _Body, first: int, last: int, shift: int) -> None:
         """The last body's turns ``first``..``last - 1`` whole, their messages ``shift`` further on."""
         if first < last and old.turns[first]["role"] == self.role():
@@ -223,7 +245,10 @@ def _take_run(assembly: _Assembly, old: _Body, i: int, j: int, length: int, rema
         first = bisect_left(old.starts, start - shift - old.base)
         last = max(first, bisect_right(old.ends, end - shift - old.base))
         inside = first < last
-        for k in range(start, old.starts[first] + old.base + shift if inside else end):
+        head = old.starts[first] + old.base + shift if inside else end  # before the first whole turn
+        if first and head - start > _SUFFIX:
+            start = assembly.take_tail(old, first - 1, start, head, shift)
+        for k in range(start, head):
             assembly.part(k)
         if inside:
             assembly.take(old, first, last, shift)
@@ -231,6 +256,9 @@ def _take_run(assembly: _Assembly, old: _Body, i: int, j: int, length: int, rema
                 assembly.part(k)
         if end < i + length:
             assembly.part(end)  # a remade part
+
+
+_SUFFIX = 16  # messages of a turn cut at the front taken by a slice of its content rather than one by one
 
 
 def _copy(turn: dict[str, Any]) -> dict[str, Any]:

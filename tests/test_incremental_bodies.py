@@ -275,3 +275,23 @@ def test_trimming_a_final_assistant_turn_leaves_the_blocks_later_bodies_share() 
     assert first[-1]["content"] == [{"type": "text", "text": "first"}, {"type": "text", "text": "answer"}]
     later = said + [CompiledMessage("user", (Text("more"),))]
     assert anthropic_messages(later, "Claude", cache) == to_anthropic_messages(later, "Claude")
+
+
+@settings(max_examples=EXAMPLES)
+@given(data=st.data(), first=st.lists(messages, min_size=20, max_size=60), assistant=assistants)
+def test_a_long_run_of_one_role_cut_at_the_front_equals_a_body_made_afresh(
+    data: st.DataObject, first: list[CompiledMessage], assistant: Any
+) -> None:
+    """P14: a turn merging a long run of one role whose front the budget cut is taken as a slice of
+    its content (its markers and ours less the cut parts'), and the body equals one made afresh,
+    with tool results, breakpoints and host markers anywhere in the run (an observer resident whose
+    assistant seldom speaks)."""
+    speaker = assistant if isinstance(assistant, str) else assistant[0]
+    quiet = [attrs.evolve(m, participant="ann") if m.participant == speaker and data.draw(st.integers(0, 5))
+             else m for m in first]
+    cache = BodyCache()
+    current = quiet
+    for _ in range(data.draw(st.integers(1, 6))):
+        assert anthropic_messages(current, assistant, cache) == to_anthropic_messages(current, assistant)
+        current = current[data.draw(st.integers(1, 4)):] + data.draw(st.lists(messages, max_size=2))
+    assert anthropic_messages(current, assistant, cache) == to_anthropic_messages(current, assistant)
