@@ -146,12 +146,12 @@ class _Assembly:
 
     def take_tail(self, old: _Body, t: int, start: int, head: int, shift: int) -> int:
         """The last body's turn ``t`` from message ``start`` (``shift`` further on than there) to its
-        end, if it ends by ``head`` and can be cut (no turn open here, another role before it, no
+        end, if it ends past ``start`` (it wasn't cut off whole) and by ``head``, and can be cut (no turn open here, another role before it, no
         tool_result in it, so its content is its parts' in order): a slice of its content, the
         trimmed parts' blocks and markers left out. Where the messages left to add one by one start."""
         turn = old.turns[t]
         end, body = old.ends[t] + old.base + shift, self.body
-        if (end > head or self.group or self.reopened is not None or not turn["content"]
+        if (end <= start or end > head or self.group or self.reopened is not None or not turn["content"]
                 or turn["content"][0]["type"] == "tool_result" or (body.turns and body.turns[-1]["role"] == turn["role"])):
             return start
         trimmed = [part for part in old.parts[old.starts[t] + old.base:start - shift] if part.content is not None]

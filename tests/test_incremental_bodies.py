@@ -284,8 +284,8 @@ def test_a_long_run_of_one_role_cut_at_the_front_equals_a_body_made_afresh(
 ) -> None:
     """P14: a turn merging a long run of one role whose front the budget cut is taken as a slice of
     its content (its markers and ours less the cut parts'), and the body equals one made afresh,
-    with tool results, breakpoints and host markers anywhere in the run (an observer resident whose
-    assistant seldom speaks)."""
+    with tool results, breakpoints and host markers anywhere in the run, cuts at a turn boundary
+    and edits inside the run (an observer resident whose assistant seldom speaks)."""
     speaker = assistant if isinstance(assistant, str) else assistant[0]
     quiet = [attrs.evolve(m, participant="ann") if m.participant == speaker and data.draw(st.integers(0, 5))
              else m for m in first]
@@ -293,5 +293,27 @@ def test_a_long_run_of_one_role_cut_at_the_front_equals_a_body_made_afresh(
     current = quiet
     for _ in range(data.draw(st.integers(1, 6))):
         assert anthropic_messages(current, assistant, cache) == to_anthropic_messages(current, assistant)
-        current = current[data.draw(st.integers(1, 4)):] + data.draw(st.lists(messages, max_size=2))
+        # The front cut by a few, or just past the first of the speaker's messages (a turn boundary).
+        spoken = next((k + 1 for k, m in enumerate(current) if m.participant == speaker), 1)
+        current = current[data.draw(st.sampled_from([1, 2, 4, spoken])):] + data.draw(st.lists(messages, max_size=2))
+        if current and data.draw(st.booleans()):  # a message inside the run edited
+            at = data.draw(st.integers(0, len(current) - 1))
+            current[at] = attrs.evolve(current[at], content=(Text(f"edited {at}"),))
     assert anthropic_messages(current, assistant, cache) == to_anthropic_messages(current, assistant)
+
+
+@pytest.mark.parametrize("then", ["an edit", "an edit and a reply"])
+def test_a_front_cut_at_a_turn_boundary_before_a_long_run_leaves_no_empty_turn(then: str) -> None:
+    """P14, P8: the budget cuts the window exactly where the assistant's turn ended, and the long
+    user run after it is no longer the last body's turn whole (a message in it edited): the body is
+    that run's turn, as made afresh, with no emptied assistant turn before it."""
+    def said(who: str, text: str) -> CompiledMessage:
+        return CompiledMessage(who, (Text(text),))
+
+    users = [said("user", f"user {k}") for k in range(30)]
+    cache = BodyCache()
+    anthropic_messages([said("Claude", "the assistant says"), *users], "Claude", cache)
+    later = users[:25] + [said("user", "user 25, edited")] + users[26:]
+    if then == "an edit and a reply":
+        later.append(said("Claude", "a reply"))
+    assert anthropic_messages(later, "Claude", cache) == to_anthropic_messages(later, "Claude")
