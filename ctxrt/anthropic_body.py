@@ -261,9 +261,12 @@ def _take_run(assembly: _Assembly, old: _Body, i: int, j: int, length: int, rema
 _SUFFIX = 16  # messages of a turn cut at the front taken by a slice of its content rather than one by one
 
 
-def _copy(turn: dict[str, Any]) -> dict[str, Any]:
-    # Block by block: a message compiled twice over shares its part's blocks, which must part here.
-    return {"role": turn["role"], "content": [copy.deepcopy(block) for block in turn["content"]]}
+def _copy_marked(turn: dict[str, Any]) -> dict[str, Any]:
+    """A turn for the cap to edit: a new dict and content list, the blocks that carry a marker
+    (theirs or a tool_result's inside them) copied, the others shared."""
+    return {"role": turn["role"], "content": [
+        copy.deepcopy(block) if "cache_control" in block or block["type"] == "tool_result" else block
+        for block in turn["content"]]}
 
 
 def _copy_last(turn: dict[str, Any]) -> dict[str, Any]:
@@ -289,7 +292,7 @@ def anthropic_messages(
         # The cap edits markers: on copies of the turns holding them, the cached ones kept as made.
         copies, ours = [], []
         for t, (_, made) in zip(body.marked, body.marks):
-            out[t] = _copy(out[t])
+            out[t] = _copy_marked(out[t])
             copies.append(out[t])
             mine = set(map(id, made))
             ours += [c for b, c in zip(body.turns[t]["content"], out[t]["content"]) if id(b) in mine]
