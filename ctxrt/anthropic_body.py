@@ -144,27 +144,36 @@ class _Assembly:
             body.marked.append(len(body.turns) - 1)
             body.marks.append((count, ours))
 
-    def take_tail(self, old: _Body, t: int, start: int, head: int, shift: int) -> int:
-        """The last body's turn ``t`` from message ``start`` (``shift`` further on than there) to its
-        end, if it ends past ``start`` (it wasn't cut off whole) and by ``head``, and can be cut (no turn open here, another role before it, no
-        tool_result in it, so its content is its parts' in order): a slice of its content, the
-        trimmed parts' blocks and markers left out. Where the messages left to add one by one start."""
-        turn = old.turns[t]
-        end, body = old.ends[t] + old.base + shift, self.body
-        if (end <= start or end > head or self.group or self.reopened is not None or not turn["content"]
+    def take_span(self, old: _Body, start: int, stop: int, shift: int) -> int:
+        """Messages from ``start`` (the last body's ``shift`` before) as a slice of the last body's
+        turn holding it, to that turn's end or ``stop``, whichever comes first: if that is more
+        than a few messages and the turn can be cut (no turn open here, another role before it,
+        no tool_result in it, so its content is its parts' in order), the cut parts' blocks and
+        markers left out. Where the messages left to add one by one start."""
+        at = start - shift  # the last body's message
+        t = bisect_right(old.starts, at - old.base) - 1
+        if t < 0:
+            return start
+        turn, body = old.turns[t], self.body
+        first, end = old.starts[t] + old.base, old.ends[t] + old.base  # the turn's messages, there
+        stop = min(stop - shift, end)
+        if (stop - at <= _SPAN or self.group or self.reopened is not None or not turn["content"]
                 or turn["content"][0]["type"] == "tool_result" or (body.turns and body.turns[-1]["role"] == turn["role"])):
             return start
-        trimmed = [part for part in old.parts[old.starts[t] + old.base:start - shift] if part.content is not None]
+        before = [part for part in old.parts[first:at] if part.content is not None]
+        after = [part for part in old.parts[stop:end] if part.content is not None]
         count, ours = 0, cast(tuple[dict[str, Any], ...], ())
-        at = bisect_left(old.marked, t)
-        if at < len(old.marked) and old.marked[at] == t:
-            count, ours = old.marks[at]
-            cut = {id(part.ours) for part in trimmed if part.ours is not None}
-            count -= sum(part.marks for part in trimmed)
+        marked = bisect_left(old.marked, t)
+        if marked < len(old.marked) and old.marked[marked] == t:
+            count, ours = old.marks[marked]
+            cut = {id(part.ours) for part in before + after if part.ours is not None}
+            count -= sum(part.marks for part in before + after)
             ours = tuple(o for o in ours if id(o) not in cut)
-        content = turn["content"][sum(len(part.content or ()) for part in trimmed):]
-        self._add(turn["role"], content, start, end, count, ours)
-        return end
+        content = turn["content"]
+        content = content[sum(len(part.content or ()) for part in before):
+                          len(content) - sum(len(part.content or ()) for part in after)]
+        self._add(turn["role"], content, start, stop + shift, count, ours)
+        return stop + shift
 
     def take(self, old: _Body, first: int, last: int, shift: int) -> None:
         """The last body's turns ``first``..``last - 1`` whole, their messages ``shift`` further on."""
@@ -246,19 +255,18 @@ def _take_run(assembly: _Assembly, old: _Body, i: int, j: int, length: int, rema
         last = max(first, bisect_right(old.ends, end - shift - old.base))
         inside = first < last
         head = old.starts[first] + old.base + shift if inside else end  # before the first whole turn
-        if first and head - start > _SUFFIX:
-            start = assembly.take_tail(old, first - 1, start, head, shift)
-        for k in range(start, head):
+        for k in range(assembly.take_span(old, start, head, shift), head):
             assembly.part(k)
         if inside:
             assembly.take(old, first, last, shift)
-            for k in range(old.ends[last - 1] + old.base + shift, end):
+            tail = old.ends[last - 1] + old.base + shift
+            for k in range(assembly.take_span(old, tail, end, shift) if tail < end else tail, end):
                 assembly.part(k)
         if end < i + length:
             assembly.part(end)  # a remade part
 
 
-_SUFFIX = 16  # messages of a turn cut at the front taken by a slice of its content rather than one by one
+_SPAN = 16  # messages of a turn cut at the front or back taken by a slice of its content rather than one by one
 
 
 def _copy_marked(turn: dict[str, Any]) -> dict[str, Any]:
