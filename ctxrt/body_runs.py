@@ -30,7 +30,8 @@ def run_length(new: Sequence[Any], i: int, old: Sequence[Any], j: int) -> int:
     """How many items from ``new[i]`` equal the items from ``old[j]`` (the same object compares
     equal without a call to ``__eq__``), by C-speed slice compares: galloping, and once the run
     is long, all that is left at once and then all but its last few (a long run most often goes
-    on to the end of one list or to a few items before it), so it costs O(its length)."""
+    on to the end of one list or to a few items before it), else its end by halves, so it costs
+    O(its length)."""
     start, step, probed = i, 1, False
     while True:
         step = min(step, len(new) - i, len(old) - j)
@@ -42,6 +43,15 @@ def run_length(new: Sequence[Any], i: int, old: Sequence[Any], j: int) -> int:
             if width:
                 i, j, step = i + width, j + width, 1  # what is left is at most _TAIL long
                 continue
+            if rest - _TAIL > step:  # both failed: it ends in the first rest - _TAIL, found by halves
+                lo, hi = 0, rest - _TAIL  # the first lo equal, not the first hi
+                while hi - lo > 1:
+                    mid = (lo + hi) // 2
+                    if new[i + lo:i + mid] == old[j + lo:j + mid]:
+                        lo = mid
+                    else:
+                        hi = mid
+                return i - start + lo
         if new[i:i + step] == old[j:j + step]:
             i, j, step = i + step, j + step, step * 2
         elif step == 1:

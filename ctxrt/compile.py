@@ -142,6 +142,7 @@ class CompileMemo:
         self._counts: list[int] = []
         self._shift: list[int] = [0]
         self._bound: list[int] = []  # the last entries, sorted, whose prepared form is bound (_Prepared.bound)
+        self._stamp: object = None  # the view's at the last compile
         # P9: the last compile's messages (the memo's copy), its system blocks' digest, its
         # breakpoint positions and the estimated tokens up to each; digests of messages compared.
         self._system: bytes = b""
@@ -157,11 +158,14 @@ class CompileMemo:
         """Where the parts of the last compile's ``entries[index]`` start."""
         return index + self._shift[bisect_left(self._odd, index)]
 
-    def parts(self, entries: Sequence[Entry], lookup: Callable[[str], Message | None]) -> _Parts:
+    def parts(self, entries: Sequence[Entry], lookup: Callable[[str], Message | None], stamp: object = None) -> _Parts:
         """The compiled parts of ``entries``: runs of the last compile's entries (the same objects,
         or equal ones in place, but for a bound one: the same object only) copied by slices, the
-        other entries prepared."""
+        other entries prepared. ``stamp``: the view's, which changes whenever a message changed
+        other than by an append (None: unknown); while it is the last compile's, no bound entry's
+        body can have changed, and the bound ones in a run are not looked at."""
         old, was, bound_before = self._entries, self._parts, self._bound
+        rewritten = stamp is None or stamp != self._stamp
         messages: list[CompiledMessage] = []
         tools: list[ToolIds | None] = []
         owners: list[_Prepared] = []
@@ -210,7 +214,9 @@ class CompileMemo:
                 j = found
             length = 1 + run_length(entries, i + 1, old, j + 1)
             lo, hi = bisect_left(bound_before, j), bisect_left(bound_before, j + length)
-            cut = next((k for k in bound_before[lo:hi] if k > j and entries[i + k - j] is not old[k]), None)
+            cut = None
+            if rewritten:
+                cut = next((k for k in bound_before[lo:hi] if k > j and entries[i + k - j] is not old[k]), None)
             if cut is not None:  # an equal entry in a bound one's place: it is prepared anew
                 length, hi = cut - j, bisect_left(bound_before, cut)
             bound += [i + k - j for k in bound_before[lo:hi]]
@@ -236,7 +242,7 @@ class CompileMemo:
             counts += self._counts[lo:hi]
             i, j = i + length, j + length
         lead = next((self._offset(j0 + n) for i0, j0, n in leads[:1] if i0 == j0 == 0), 0)
-        self._entries = list(entries)
+        self._entries, self._stamp = list(entries), stamp
         self._parts = _Parts(messages, tools, owners, sources, tokens, marks, tooled, lead, was.serial + 1)
         self._odd, self._counts, self._shift = odd, counts, [0, *accumulate(count - 1 for count in counts)]
         self._bound = bound
@@ -384,14 +390,16 @@ def build_compile_result(
     message_injections: Sequence[MessageInjection] = (),
     compile_id: str | None = None,
     memo: CompileMemo | None = None,
+    stamp: object = None,
 ) -> CompileResult:
     """Entries -> CompileResult: split, cache markers, tool pairing, injections, provenance (P3-P6).
 
     ``lookup(id)`` returns a stored message as the reader sees it, or None. With a ``memo``,
-    entries seen by an earlier compile are not prepared again.
+    entries seen by an earlier compile are not prepared again; ``stamp`` is the view's (see
+    ``CompileMemo.parts``).
     """
     memo = memo or CompileMemo()
-    parts = memo.parts(entries, lookup)
+    parts = memo.parts(entries, lookup, stamp)
     messages, owners = parts.messages, parts.owners
     repaired: list[CompiledMessage] = messages
     kept: Sequence[int] = range(len(messages))

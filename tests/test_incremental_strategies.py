@@ -210,3 +210,28 @@ def test_a_windowed_compile_of_an_emptied_view_reports_what_a_fresh_one_does() -
     fresh.initialize(emptied)
     fresh.select(emptied.view, budget, SelectOptions(context=emptied))
     assert strategy.render_stats() == fresh.render_stats() == ctxrt.RenderStats()
+
+
+@pytest.mark.parametrize("config", [ctxrt.WindowedPassthrough(max_message_tokens=20),
+                                    ctxrt.Autobiographical("m", recent_window_tokens=50_000, max_message_tokens=20)],
+                         ids=["windowed", "autobiographical"])
+async def test_an_edit_past_a_truncation_cut_shows_the_edited_message_in_provenance(config: Any) -> None:
+    """P16, P6: a message truncated in the compile is edited past the cut, so its entry comes out
+    the same as before; the compile's raw body and completeness are the edited message's, as a
+    fresh read-only runtime's are (the memo judged the old body again before)."""
+    with tempfile.TemporaryDirectory() as path:
+        with trio.fail_after(30):
+            async with ctxrt.open_runtime(path, durability="os", model=ScriptedModel(lambda request: "s")) as rt:
+                cm = await rt.open(NAMESPACE, strategy=config, view_reader=READER)
+                await cm.add_message("user", "hi")
+                target = await cm.add_message("user", "start " + "word " * 200 + "END-ONE")
+                await cm.add_message(READER, "ok")
+                before = await cm.compile()
+                await cm.edit_message(target, "start " + "word " * 200 + "END-TWO")
+                after = await cm.compile()
+                stored = await cm.get_message(target)
+            async with ctxrt.open_runtime(path, readonly=True) as ro:
+                fresh = await (await ro.open(NAMESPACE, strategy=config, view_reader=READER)).compile()
+    assert after.messages == before.messages == fresh.messages  # what was shown is the same
+    assert after.provenance.raw_bodies[target] == stored == fresh.provenance.raw_bodies[target]
+    assert dict(after.provenance.completeness) == dict(fresh.provenance.completeness)

@@ -988,6 +988,7 @@ class NamespaceMachine:
             entries, namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
             strategy_name=self.strategy.name, lookup=self.views.raw_body, injections=command.injections,
             message_injections=command.message_injections, memo=self.views.memo,
+            stamp=self.views.view.window(1).stamp,
         )
         self.last_compile_ms = (time.perf_counter() - started) * 1000
         return result
