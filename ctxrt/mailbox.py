@@ -64,13 +64,21 @@ class Reply(Generic[R]):
             self._task = None
             trio.lowlevel.reschedule(task)
 
+    @trio.lowlevel.enable_ki_protection
     async def wait(self) -> None:
-        """Until resolved; a schedule point and a cancel point either way. Cancelled, the answer is dropped."""
+        """Until resolved; a schedule point and a cancel point either way. Cancelled, the answer is dropped.
+
+        Ctrl-C is deferred from recording the waiting task to parking, as trio's channels defer
+        it: a task interrupted in between would be rescheduled by ``resolve`` after it had
+        ended, which breaks the trio run (the interrupt goes to the run's main task instead)."""
         if self._done:
             await trio.lowlevel.checkpoint()
             return
         self._task = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        try:
+            await trio.lowlevel.wait_task_rescheduled(self._abort)
+        finally:
+            self._task = None  # however the wait ended, no later resolve wakes this task
 
     def _abort(self, _: Any) -> trio.lowlevel.Abort:
         self._task = None  # resolve won't wake a task that has gone

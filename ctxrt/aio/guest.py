@@ -24,6 +24,9 @@ Pitfalls of guest mode, and what this module does about each:
   (every runtime is closed, as a trio host's would be, L8) and the interrupt is raised on the
   loop as itself, out of ``run_until_complete``/``asyncio.run``. A step that would leave trio's
   bookkeeping half done (a worker listing itself idle and parking) runs with it deferred.
+- A run that dies without unwinding its tasks (trio's bookkeeping broken): every call and held
+  context still waiting is failed with ``RuntimeClosedError`` naming the cause, so no asyncio
+  caller waits forever (H7).
 - One guest run per thread: a loop whose thread already runs trio gets ``RuntimeError`` naming
   that; a second loop in another thread gets a run of its own.
 """
@@ -198,6 +201,9 @@ class Guest:
         self._hot = 0
         self._parked: trio.Event | None = None
         self._idle: list[Worker] = []
+        # What asyncio callers wait on, so a run that dies (of anything) answers every one of them.
+        self._calls: set[Call] = set()
+        self._held: set[Held[Any]] = set()
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -241,6 +247,27 @@ class Guest:
             self.loop.call_soon(_raise, interrupt)
         elif isinstance(result, outcome.Error):
             logger.error("ctxrt.aio's trio guest run failed", exc_info=result.error)
+        self._answer_the_stranded(result, interrupt)
+
+    def _answer_the_stranded(self, result: outcome.Outcome[Any], interrupt: BaseException | None) -> None:
+        """Fail every call and held context still waiting: a run that dies without unwinding its
+        tasks (a broken trio run) would otherwise leave their asyncio callers waiting forever."""
+        if not self._calls and not self._held:
+            return
+        if interrupt is not None:
+            error = RuntimeClosedError(f"ctxrt.aio's trio guest run on this loop was interrupted "
+                                       f"({type(interrupt).__name__}); its runtimes are closed")
+        elif isinstance(result, outcome.Error):
+            error = RuntimeClosedError(f"ctxrt.aio's trio guest run on this loop died of {result.error!r}; "
+                                       "its runtimes are closed")
+            error.__cause__ = result.error
+        else:
+            error = self.closed_error()
+        for call in list(self._calls):
+            call.fail(error)
+            call.ended()
+        for held in list(self._held):
+            held.settle(error)
 
     async def _keep(self) -> None:
         """Stands for the run on the loop until it ends; cancelled (the loop shutting down), it
@@ -314,6 +341,7 @@ class Guest:
         """
         nursery = self._live()
         call = Call(self.loop.create_future(), function, args, kwargs)
+        self._calls.add(call)
         if self._idle:  # a parked worker: no task to spawn, no cancel scope to make
             worker = self._idle.pop()
             worker.call = call
@@ -335,6 +363,8 @@ class Guest:
             elif call.future.exception() is None:  # answered as the cancel came: nobody will hold it
                 await outlast_cancels(asyncio.ensure_future(self._discard_later(call.future.result())))
             raise
+        finally:
+            self._calls.discard(call)
 
     async def _work(self, worker: Worker) -> None:
         worker.task = trio.lowlevel.current_task()
@@ -388,6 +418,8 @@ class Guest:
         """Enter ``factory()`` in a trio task of this run and keep it open until ``Held.leave``."""
         held = Held(self.loop, factory, during)
         self._live().start_soon(self._hold, held, name="ctxrt.aio held context")
+        self._held.add(held)
+        held.exited.add_done_callback(lambda _: self._held.discard(held))
         return held
 
     async def _hold(self, held: Held[Any]) -> None:
@@ -458,7 +490,8 @@ async def entered(held: Held[T]) -> T:
 
 async def left(held: Held[Any]) -> BaseException | None:
     """Leave the held context and wait until trio has left it; what leaving raised, or None."""
-    held.leave()
+    if not held.exited.done():  # else its run has ended: there is no trio left to tell
+        held.leave()
     return await outlast_cancels(held.exited)
 
 
