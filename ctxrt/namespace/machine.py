@@ -280,7 +280,7 @@ class NamespaceMachine:
             case Acquired():
                 task, self.acquiring = self.acquiring, None
                 if task is not None:
-                    self._step(task, message.caches)
+                    self._step(task, message.caches, message.error)
             case Retire():
                 self._stop(message.error)
                 return effects
