@@ -31,7 +31,7 @@ import trio
 import ctxrt
 from ctxrt.errors import StoreCorruptError
 from ctxrt.store import files, keys
-from ctxrt.store.verify import verify_store
+from ctxrt.store.verify import verify_in_child, verify_store
 from failsafe_child import run_forked
 
 MESSAGES = 150
@@ -183,3 +183,33 @@ def test_a_flipped_bit_in_a_separator_key_never_hides_a_message_nor_passes_verif
         damaged += saw
     assert not silent, (len(silent), silent[:5])
     assert damaged, "no flip was seen by a read: the premise failed"
+
+
+def test_verify_and_check_pages_refuse_a_separator_that_does_not_bound_the_keys_below_it(tmp_path: Path) -> None:
+    """K7: a separator raised past the first keys of the leaf it leads to, still in order with its
+    neighbours (so py-lmdb's structural walk finds nothing): ``ctxrt verify`` reports the store
+    damaged, naming the table, page and separator, and an open with check_pages=True refuses it."""
+    from lmdb import verify as structural
+
+    store = tmp_path / "store"
+    trio.run(build, store)
+    separators = list(files.separators(store))
+    before, raised, after = separators[3:6]
+    key = raised.key[:-8] + ((int.from_bytes(raised.key[-8:], "big") + int.from_bytes(after.key[-8:], "big")) // 2
+                             ).to_bytes(8, "big")  # halfway to the next one
+    assert before.key < raised.key < key < after.key
+    with open(store / files.DATA_NAME, "r+b") as file:
+        file.seek(raised.key_at)
+        file.write(key)
+    assert structural.verify(str(store), subdir=True) == []  # the premise: only the bounds show it
+    report = verify_in_child(store)
+    assert report.status == "damaged", report
+    # The first key below the raised separator now lies below it: the finding names both places.
+    assert any(item.what.startswith("table items: leaf page ") and
+               f"the range node {raised.node} of branch page {raised.page} " in item.what
+               for item in report.damage), report.damage
+
+    def open_checked() -> str:
+        return trio.run(checked_open, store)
+
+    assert run_forked(open_checked) == "refused"

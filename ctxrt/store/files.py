@@ -473,6 +473,7 @@ class TreePage:
     nodes: tuple[tuple[int, int, int, int, bytes], ...]  # (index, offset in page, size or child, flags, key)
     low: bytes | None
     high: bytes | None
+    parent: tuple[int, int] | None  # (branch page, node) that leads here; None for a root
 
     @property
     def offset(self) -> int:
@@ -492,21 +493,22 @@ def tree_pages(directory: Path) -> Iterator[TreePage]:
         for name, table in tables:
             if table.root == NO_PAGE:
                 continue
-            stack: list[tuple[int, int, bytes | None, bytes | None]] = [(table.root, 1, None, None)]
+            stack: list[tuple[int, int, bytes | None, bytes | None, tuple[int, int] | None]] = [
+                (table.root, 1, None, None, None)]
             while stack:
-                number, depth, low, high = stack.pop()
+                number, depth, low, high, parent = stack.pop()
                 if number in seen or depth > MAX_DEPTH:
                     raise _corrupt(directory, f"table {name!r} loops or runs too deep at page {number}")
                 seen.add(number)
                 data = _page(directory, fd, size, meta, number, f"a page of table {name!r}")
                 nodes = tuple(_keyed_nodes(directory, data, meta.page_size, number))
                 page = TreePage(name, number, meta.page_size, data, bool(_HEADER.unpack_from(data)[2] & P_BRANCH),
-                                nodes, low, high)
+                                nodes, low, high, parent)
                 yield page
                 if page.branch:  # children last first, so the walk yields them in key order
                     bounds = [low, *(key for _, _, _, _, key in nodes[1:]), high]
                     for index, _, child, flags, _ in reversed(nodes):
-                        stack.append((child | flags << 32, depth + 1, bounds[index], bounds[index + 1]))
+                        stack.append((child | flags << 32, depth + 1, bounds[index], bounds[index + 1], (number, index)))
     finally:
         os.close(fd)
 
@@ -531,9 +533,11 @@ def separator_problems(directory: Path) -> list[str]:
         page_keys = [key for _, _, _, _, key in page.nodes[1 if page.branch else 0 :]]
         for index, key in enumerate(page_keys, 1 if page.branch else 0):
             if page.low is not None and key < page.low or page.high is not None and key >= page.high:
+                assert page.parent is not None  # a root has no bounds
                 shown = f"[{page.low.hex() if page.low is not None else '-'}, {page.high.hex() if page.high is not None else '-'})"
-                kind = "separator" if page.branch else "key"
-                problems.append(f"{where} {kind} {index} ({key.hex()}) lies outside the range {shown} its parents' separators give the page")
+                problems.append(f"{where} {'separator' if page.branch else 'key'} {index} ({key.hex()}) lies outside "
+                                f"{shown}, the range node {page.parent[1]} of branch page {page.parent[0]} and the "
+                                f"separators above it give the page")
             elif page.branch and index > 1 and key <= page_keys[index - 2]:
                 problems.append(f"{where} separator {index} ({key.hex()}) is not above the one before it")
     return problems
