@@ -33,6 +33,7 @@ from ctxrt.errors import StoreCorruptError
 from ctxrt.store import files, keys
 from ctxrt.store.verify import verify_in_child, verify_store
 from failsafe_child import run_forked
+from support import flip
 
 MESSAGES = 150
 EDITED = (0, MESSAGES // 2, MESSAGES - 1)  # the messages the writer edits, by index
@@ -141,14 +142,6 @@ def cases(separators: list[files.Separator], exhaustive: bool) -> list[tuple[fil
         chosen += [(separator, low, number % 4), (separator, low, (number + 2) % 4),
                    (separator, branch + number % 4, number * 3 % 8)]
     return chosen
-
-
-def flip(data: Path, offset: int, bit: int) -> None:
-    with open(data, "r+b") as file:
-        file.seek(offset)
-        byte = file.read(1)[0]
-        file.seek(offset)
-        file.write(bytes([byte ^ (1 << bit)]))
 
 
 @pytest.mark.soak  # make soak: every bit of every separator

@@ -428,9 +428,9 @@ class Engine(Catalog):
         cursor = txn.cursor(db=self.dbs[table])
         if cursor.set_range(key):
             found, value = cursor.item()
-            value = self._unsealed(table, found, value)
+            unsealed = self._unsealed(table, found, value)
             if found == key:
-                return value
+                return unsealed
             if found < key:
                 raise self._astray(table, key, found, value)
             if cursor.prev():

@@ -533,11 +533,11 @@ def separator_problems(directory: Path) -> list[str]:
         page_keys = [key for _, _, _, _, key in page.nodes[1 if page.branch else 0 :]]
         for index, key in enumerate(page_keys, 1 if page.branch else 0):
             if page.low is not None and key < page.low or page.high is not None and key >= page.high:
-                assert page.parent is not None  # a root has no bounds
                 shown = f"[{page.low.hex() if page.low is not None else '-'}, {page.high.hex() if page.high is not None else '-'})"
+                node, parent = page.parent or (None, None)  # bounds come from a parent: a root has none
                 problems.append(f"{where} {'separator' if page.branch else 'key'} {index} ({key.hex()}) lies outside "
-                                f"{shown}, the range node {page.parent[1]} of branch page {page.parent[0]} and the "
-                                f"separators above it give the page")
+                                f"{shown}, the range node {parent} of branch page {node} and the separators above "
+                                f"it give the page")
             elif page.branch and index > 1 and key <= page_keys[index - 2]:
                 problems.append(f"{where} separator {index} ({key.hex()}) is not above the one before it")
     return problems
@@ -636,8 +636,8 @@ def page_problems(directory: Path) -> list[str]:
     """Every structural problem of the data file's pages, walked with plain reads by py-lmdb's
     pure-Python walker (it never maps the file, so damage can't crash this process), then, if
     there are none, every branch page's separators against the keys below them
-    (``separator_problems``). About 10 ms per MB. Raises ``StoreCorruptError`` when the pages can't be walked at all, ``OSError`` when
-    the file can't be read."""
+    (``separator_problems``). About 10 ms per MB. Raises ``StoreCorruptError`` when the pages
+    can't be walked at all, ``OSError`` when the file can't be read."""
     from lmdb import verify as structural
 
     try:

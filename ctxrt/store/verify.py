@@ -9,10 +9,12 @@ The walk, in order, stopping where going on could crash:
 
 1. the files, as an open checks them (``files.read_meta``): meta pages, size, table roots;
 2. every page, with py-lmdb's pure-Python structural verifier (``lmdb.verify``), which reads
-   the file with plain reads and never hands it to LMDB; skipped while a writer holds the
+   the file with plain reads and never hands it to LMDB, then every branch page's separators
+   against the keys below them (``files.separator_problems``); skipped while a writer holds the
    store (its pages move under the walk), and the record walk is skipped if a page is damaged
-   (unless only leaf keys are out of order: a changed bit in a record's key, which LMDB reads
-   without harm and the record walk names by the record's seal);
+   (unless only keys are out of order: a changed bit in a record's key, which LMDB reads
+   without harm and the record walk names by the record's seal, or in a separator, which sends
+   LMDB's searches astray without harm and the engine's reads refuse where they land);
 3. every record of every table, read-only through LMDB in one read transaction: each record's
    seal (its checksum, format 3), then the meta rows, branch rows and names, state rows, every
    head and item row (messages decoded as messages, their blob references looked up), every
