@@ -54,6 +54,15 @@ def dump(rt: Runtime) -> dict[str, Any]:
     }
 
 
+def flip(data: Path, offset: int, bit: int) -> None:
+    """Flip one bit of a file in place, as bit rot would (flip it again to put it back)."""
+    with open(data, "r+b") as file:
+        file.seek(offset)
+        byte = file.read(1)[0]
+        file.seek(offset)
+        file.write(bytes([byte ^ (1 << bit)]))
+
+
 class LineReader:
     """Lines from a child's stdout, one ``await next_line()`` at a time."""
 

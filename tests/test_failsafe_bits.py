@@ -32,6 +32,7 @@ from ctxrt.errors import StoreCorruptError
 from ctxrt.runtime import open_runtime
 from ctxrt.store import files, keys
 from ctxrt.store.verify import verify_store
+from support import flip
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
 PAGE = 4096
@@ -91,14 +92,6 @@ async def read_all(store: Path, ids: list[str]) -> Outcomes:
 
 async def _compiled(manager: ctxrt.ContextManager) -> list[Any]:
     return (await manager.compile(dry_run=True)).messages
-
-
-def flip(data: Path, offset: int, bit: int) -> None:
-    with open(data, "r+b") as file:
-        file.seek(offset)
-        byte = file.read(1)[0]
-        file.seek(offset)
-        file.write(bytes([byte ^ (1 << bit)]))
 
 
 # The bounded form's bytes per key and per value of each record (all of a shorter one).

@@ -616,3 +616,29 @@ async def test_a_compile_is_answered_while_a_siblings_edit_is_still_committing(
                 assert [m.content[0].text for m in compiled.messages] == ["before"]
                 gate.opened.set()
             assert [m.content[0].text for m in (await reader.compile()).messages] == ["after"]
+
+
+# -- a refused fork leaves no branch ------------------------------------------------------------
+
+
+@pytest.fixture(params=["lmdb", "postgres"])
+def either_store(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """An LMDB store's directory, or a PostgreSQL store's URL (a database of the test cluster)."""
+    return tmp_path / "s" if request.param == "lmdb" else request.getfixturevalue("pg_url")
+
+
+async def test_refuses_a_fork_when_the_head_records_another_reader_and_leaves_no_branch(
+    either_store: Path | str,
+) -> None:
+    """C2, C1: ann's manager forks while its head records bob (a raw write: no public call makes
+    it): the fork is refused with ReaderConflictError naming bob, and no branch is left behind, on
+    either engine. (The branch was made, then the move onto it refused.)"""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(either_store) as rt:
+            ann = await rt.open("ns", view_reader="ann")
+            await ann.add_message("user", "hello")
+            await rt.store.ask(SetValue(state=states.reader_state("ns"), branch="main", value="bob"))
+            before = [branch.name for branch in await rt.list_branches()]
+            with pytest.raises(ctxrt.ReaderConflictError, match="'bob'"):
+                await ann.fork("side")
+            assert [branch.name for branch in await rt.list_branches()] == before == ["main"]

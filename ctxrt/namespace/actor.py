@@ -23,7 +23,7 @@ import trio
 
 from .. import tracing
 from ..content import Message
-from ..errors import ManagerClosedError, ModelError, ReadOnlyStoreError
+from ..errors import CtxrtError, ManagerClosedError, ModelError, ReadOnlyStoreError
 from ..mailbox import Reply
 from ..slots import SlotCache, SlotRegistry
 from ..store.actor import StoreRef
@@ -138,8 +138,7 @@ class _Loop:
                     if self.call_scope is not None:
                         self.call_scope.cancel()
                 case Acquire():
-                    self._acquire(effect.slots)
-                    queue.extend(self.machine.handle(Acquired(tuple(self.caches)), trio.current_time()))
+                    queue.extend(self.machine.handle(self._acquire(effect.slots), trio.current_time()))
                 case Listen():
                     if effect.every:
                         self.caches[0].listen(self.appended)
@@ -172,9 +171,19 @@ class _Loop:
                 outcome = (False, exc)
         self.ref.tell(Committed(token, *outcome))
 
-    def _acquire(self, slots: tuple[str, ...]) -> None:
-        for name in slots:
-            self.caches.append(self.services.slots.acquire(name, self.ref.branch_id))
+    def _acquire(self, slots: tuple[str, ...]) -> Acquired:
+        """The slots' caches, or the error the first read of one raised (a damaged store), answered
+        to the handler that asked rather than ending the actor (and the runtime with it)."""
+        held = len(self.caches)
+        try:
+            for name in slots:
+                self.caches.append(self.services.slots.acquire(name, self.ref.branch_id))
+        except CtxrtError as exc:
+            for cache in self.caches[held:]:
+                self.services.slots.release(cache)
+            del self.caches[held:]
+            return Acquired((), exc)
+        return Acquired(tuple(self.caches))
 
     def appended(self, message: Message) -> None:
         """What the own slot's cache calls after each append it commits, while the machine listens."""

@@ -112,9 +112,11 @@ class Committed:
 
 @attrs.frozen
 class Acquired:
-    """The slot caches an ``Acquire`` asked for, in its order."""
+    """The slot caches an ``Acquire`` asked for, in its order; or, none acquired, the error reading
+    one raised (a damaged store's ``StoreCorruptError``), raised into the handler that asked."""
 
     caches: Sequence[SlotCache]
+    error: Exception | None = None
 
 
 @attrs.frozen

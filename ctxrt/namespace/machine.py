@@ -280,7 +280,7 @@ class NamespaceMachine:
             case Acquired():
                 task, self.acquiring = self.acquiring, None
                 if task is not None:
-                    self._step(task, message.caches)
+                    self._step(task, message.caches, message.error)
             case Retire():
                 self._stop(message.error)
                 return effects
@@ -831,15 +831,19 @@ class NamespaceMachine:
                 f"{(wanted.slot, *wanted.auxiliary)}"
             )
 
-    def _check_branching(self, reader: str | None) -> None:
-        """C1, C3, C7, C12: whether a manager compiling for ``reader`` may fork or derive from here."""
-        resolve_reader(self.record, reader, self.place)
-        if reader is None and self.record is not None:
-            check_reader(self.record, None, self.place)
+    def _check_branching(self, reader: str | None, record: Record) -> None:
+        """C1, C3, C7, C12: whether a manager compiling for ``reader`` may fork or derive from a head
+        that records ``record``."""
+        resolve_reader(record, reader, self.place)
+        if reader is None and record is not None:
+            check_reader(record, None, self.place)
         self.require_strategy()
 
     def _fork(self, command: Fork) -> Gen:
-        self._check_branching(command.reader)
+        # Judged by the record as stored, which the branch inherits and the move onto it is judged
+        # by: a record the actor doesn't know (a raw write) refuses the fork before the branch is
+        # made, not the move after it (C2).
+        self._check_branching(command.reader, self._stored_record())
         self._require_writes()
         return (yield Write(CreateBranch(name=command.name, from_branch=self.branch_id)))
 

@@ -412,19 +412,37 @@ class Engine(Catalog):
             raise self._broken(table, key)
         return value[:-_SEAL]
 
+    def _astray(self, table: bytes, key: bytes, near: bytes, value: bytes) -> StoreCorruptError:
+        """A search for ``key`` landed beside ``near``, on the wrong side of it: a separator key of a
+        branch page (no record, so no seal covers it) sent the search into another leaf. Unless
+        ``near``'s own key changed: its seal says which."""
+        if not _intact(near, value):
+            return self._broken(table, near)
+        return self._damaged(f"a search of table {table.decode()} for key {key.hex()} landed beside "
+                             f"{self.describe_row(table, bytes(near))}, out of key order: a key of one of the "
+                             f"table's branch pages is damaged")
+
     def _get(self, txn: lmdb.Transaction[bytes], table: bytes, key: bytes) -> bytes | None:
-        """The unsealed value of ``key`` in ``table``, or None. The rows LMDB's search lands beside are
-        checked when the key isn't there, so a changed key can't make its record look absent."""
+        """The unsealed value of ``key`` in ``table``, or None. A miss is proven (``_seek_le`` says
+        how): the rows the search lands between are checked and must bracket the key."""
         cursor = txn.cursor(db=self.dbs[table])
         if cursor.set_range(key):
             found, value = cursor.item()
-            value = self._unsealed(table, found, value)
+            unsealed = self._unsealed(table, found, value)
             if found == key:
-                return value
+                return unsealed
+            if found < key:
+                raise self._astray(table, key, found, value)
             if cursor.prev():
-                self._unsealed(table, *cursor.item())
+                before, value = cursor.item()
+                self._unsealed(table, before, value)
+                if before >= key:
+                    raise self._astray(table, key, before, value)
         elif cursor.last():
-            self._unsealed(table, *cursor.item())
+            last, value = cursor.item()
+            self._unsealed(table, last, value)
+            if last >= key:
+                raise self._astray(table, key, last, value)
         return None
 
     def _seek_le(
@@ -437,6 +455,13 @@ class Engine(Catalog):
         included. A changed bit in a key leaves the row where it was, so LMDB's search for the row
         lands on it or on the row after it: a changed key can't hide the row this looks for, nor
         let an older version stand in.
+
+        Nor can a changed separator key of a branch page, which no seal covers and which can send
+        the search into a neighbouring leaf: LMDB steps from leaf to leaf (``prev``) by the tree's
+        shape, not by separators, so the rows in that order are in key order whatever a separator
+        says, and the row landed on (at or after ``key``) and the one before it (below ``key``)
+        prove no row between them was missed. A search sent astray lands beside rows on the wrong
+        side of ``key``: ``StoreCorruptError``. Two key comparisons a search.
         """
         if cursor.set_range(key):
             found, value = cursor.item()
@@ -444,6 +469,8 @@ class Engine(Catalog):
                 raise self._broken(keys.DB_ITEMS, found)
             if found == key:
                 return found, value[:-_SEAL]
+            if found < key:
+                raise self._astray(keys.DB_ITEMS, key, found, value)
             if not cursor.prev():
                 return None
         elif not cursor.last():
@@ -451,17 +478,24 @@ class Engine(Catalog):
         found, value = cursor.item()
         if checked and not _intact(found, value):
             raise self._broken(keys.DB_ITEMS, found)
+        if found >= key:
+            raise self._astray(keys.DB_ITEMS, key, found, value)
         return (found, value[:-_SEAL]) if found[: len(prefix)] == prefix else None
 
     def _scan_from(self, cursor: lmdb.Cursor[bytes], start: bytes) -> bool:
         """Put ``cursor`` on the first items row at or after ``start`` (False: there is none), having
         checked the row before it: the search lands right after a row whose key changed, and that
-        row may be the first one a scan from ``start`` needs."""
+        row may be the first one a scan from ``start`` needs. Both bracket ``start`` (``_seek_le``)."""
         if cursor.set_range(start):
+            found, value = cursor.item()
+            if found < start:
+                raise self._astray(keys.DB_ITEMS, start, found, value)
             if cursor.prev():
                 found, value = cursor.item()
                 if not _intact(found, value):
                     raise self._broken(keys.DB_ITEMS, found)
+                if found >= start:
+                    raise self._astray(keys.DB_ITEMS, start, found, value)
                 cursor.next()
             else:  # it landed on the table's first row; a failed prev leaves the cursor nowhere
                 cursor.first()
@@ -470,6 +504,8 @@ class Engine(Catalog):
             found, value = cursor.item()
             if not _intact(found, value):
                 raise self._broken(keys.DB_ITEMS, found)
+            if found >= start:
+                raise self._astray(keys.DB_ITEMS, start, found, value)
         return False
 
     # -- reads ------------------------------------------------------------------------------

@@ -427,35 +427,120 @@ def record_places(directory: Path) -> Iterator[RecordPlace]:
     """Where each record of each named table lies in the data file, in key order, walked from the
     committed meta page with plain reads (what a test flips bits in). The store must be sound, and
     no writer may hold it (its pages move)."""
+    for page in tree_pages(directory):
+        if page.branch:
+            continue
+        for _index, pointer, data_size, flags, key in page.nodes:
+            key_at = pointer + _NODE.size
+            if flags & F_BIGDATA:
+                value_at = _U64.unpack_from(page.data, key_at + len(key))[0] * page.size + PAGE_HEADER
+            else:
+                value_at = page.offset + key_at + len(key)
+            yield RecordPlace(page.table, key, page.offset + key_at, value_at, data_size)
+
+
+@attrs.frozen
+class Separator:
+    """A key of a branch page (not its first, which LMDB never compares): no record, so no seal
+    covers it; where it lies in the data file. What a test flips bits in."""
+
+    table: bytes
+    page: int
+    node: int
+    key: bytes
+    key_at: int
+
+
+def separators(directory: Path) -> Iterator[Separator]:
+    """Every separator key of every named table's branch pages, walked like ``record_places`` (a
+    sound store no writer holds)."""
+    for page in tree_pages(directory):
+        if page.branch:
+            for index, pointer, _child, _flags, key in page.nodes[1:]:
+                yield Separator(page.table, page.number, index, key, page.offset + pointer + _NODE.size)
+
+
+@attrs.frozen
+class TreePage:
+    """One page of a named table's B-tree as a walk from its root reaches it. Every key below it
+    must lie in ``[low, high)`` (None: unbounded), the range its parents' separators give it."""
+
+    table: bytes
+    number: int
+    size: int  # the page size
+    data: bytes
+    branch: bool
+    nodes: tuple[tuple[int, int, int, int, bytes], ...]  # (index, offset in page, size or child, flags, key)
+    low: bytes | None
+    high: bytes | None
+    parent: tuple[int, int] | None  # (branch page, node) that leads here; None for a root
+
+    @property
+    def offset(self) -> int:
+        return self.number * self.size
+
+
+def tree_pages(directory: Path) -> Iterator[TreePage]:
+    """Every tree page of every named table, parents before children, read with plain reads from the
+    committed meta page. ``StoreCorruptError`` for a page that isn't a tree page, a loop or a tree
+    too deep; a caller walks a store whose structure is checked already (or one it made)."""
     fd = os.open(data_path(directory), os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
         meta = _check_metas(directory, fd, size, *_metas(directory, fd, size))
         tables = [(name, table) for name, table in _main_entries(directory, fd, meta) if table is not None]
+        seen: set[int] = set()
         for name, table in tables:
-            yield from _records(directory, fd, size, meta, name, table.root)
+            if table.root == NO_PAGE:
+                continue
+            stack: list[tuple[int, int, bytes | None, bytes | None, tuple[int, int] | None]] = [
+                (table.root, 1, None, None, None)]
+            while stack:
+                number, depth, low, high, parent = stack.pop()
+                if number in seen or depth > MAX_DEPTH:
+                    raise _corrupt(directory, f"table {name!r} loops or runs too deep at page {number}")
+                seen.add(number)
+                data = _page(directory, fd, size, meta, number, f"a page of table {name!r}")
+                nodes = tuple(_keyed_nodes(directory, data, meta.page_size, number))
+                page = TreePage(name, number, meta.page_size, data, bool(_HEADER.unpack_from(data)[2] & P_BRANCH),
+                                nodes, low, high, parent)
+                yield page
+                if page.branch:  # children last first, so the walk yields them in key order
+                    bounds = [low, *(key for _, _, _, _, key in nodes[1:]), high]
+                    for index, _, child, flags, _ in reversed(nodes):
+                        stack.append((child | flags << 32, depth + 1, bounds[index], bounds[index + 1], (number, index)))
     finally:
         os.close(fd)
 
 
-def _records(directory: Path, fd: int, size: int, meta: Meta, name: bytes, root: int) -> Iterator[RecordPlace]:
-    if root == NO_PAGE:
-        return
-    page = _page(directory, fd, size, meta, root, f"a page of table {name!r}")
-    base = root * meta.page_size
-    branch = _HEADER.unpack_from(page)[2] & P_BRANCH
-    for pointer in _nodes(directory, page, meta.page_size, f"page {root}"):
+def _keyed_nodes(directory: Path, page: bytes, page_size: int, number: int) -> Iterator[tuple[int, int, int, int, bytes]]:
+    for index, pointer in enumerate(_nodes(directory, page, page_size, f"page {number}")):
         data_size, flags, key_size = _node(page, pointer)
         key_at = pointer + _NODE.size
-        if branch:
-            yield from _records(directory, fd, size, meta, name, data_size | flags << 32)  # a child page
-            continue
-        key = page[key_at : key_at + key_size]
-        if flags & F_BIGDATA:
-            value_at = _U64.unpack_from(page, key_at + key_size)[0] * meta.page_size + PAGE_HEADER
-        else:
-            value_at = base + key_at + key_size
-        yield RecordPlace(name, key, base + key_at, value_at, data_size)
+        if key_at + key_size > page_size:
+            raise _corrupt(directory, f"page {number} holds a key that runs off the page (node {index})")
+        yield index, pointer, data_size, flags, page[key_at : key_at + key_size]
+
+
+def separator_problems(directory: Path) -> list[str]:
+    """Where a named table's branch pages would send a search astray: a separator out of order or
+    outside the range its parents give its page, or a leaf key outside its page's range. A
+    separator is no record (no seal covers it), and a changed one sends a lookup into a
+    neighbouring leaf whose rows are all sound. The structure must be sound (``page_problems``)."""
+    problems = []
+    for page in tree_pages(directory):
+        where = f"table {page.table.decode('utf-8', 'backslashreplace')}: {'branch' if page.branch else 'leaf'} page {page.number}"
+        page_keys = [key for _, _, _, _, key in page.nodes[1 if page.branch else 0 :]]
+        for index, key in enumerate(page_keys, 1 if page.branch else 0):
+            if page.low is not None and key < page.low or page.high is not None and key >= page.high:
+                shown = f"[{page.low.hex() if page.low is not None else '-'}, {page.high.hex() if page.high is not None else '-'})"
+                node, parent = page.parent or (None, None)  # bounds come from a parent: a root has none
+                problems.append(f"{where} {'separator' if page.branch else 'key'} {index} ({key.hex()}) lies outside "
+                                f"{shown}, the range node {parent} of branch page {node} and the separators above "
+                                f"it give the page")
+            elif page.branch and index > 1 and key <= page_keys[index - 2]:
+                problems.append(f"{where} separator {index} ({key.hex()}) is not above the one before it")
+    return problems
 
 
 def foreign_entries(directory: Path, tables: Collection[bytes]) -> list[bytes]:
@@ -549,15 +634,19 @@ def _free_pages(directory: Path, fd: int, size: int, meta: Meta) -> set[int]:
 
 def page_problems(directory: Path) -> list[str]:
     """Every structural problem of the data file's pages, walked with plain reads by py-lmdb's
-    pure-Python walker (it never maps the file, so damage can't crash this process). About 10 ms
-    per MB. Raises ``StoreCorruptError`` when the pages can't be walked at all, ``OSError`` when
-    the file can't be read."""
+    pure-Python walker (it never maps the file, so damage can't crash this process), then, if
+    there are none, every branch page's separators against the keys below them
+    (``separator_problems``). About 10 ms per MB. Raises ``StoreCorruptError`` when the pages
+    can't be walked at all, ``OSError`` when the file can't be read."""
     from lmdb import verify as structural
 
     try:
-        return list(structural.verify(str(directory), subdir=True))
+        problems = list(structural.verify(str(directory), subdir=True))
     except structural.VerifyError as exc:
         raise StoreCorruptError(str(directory / DATA_NAME), f"its pages can't be walked: {exc}") from None
+    if problems:
+        return problems  # a tree whose shape is damaged: its separators can't be told apart from it
+    return separator_problems(directory)
 
 
 def check_pages(directory: Path) -> None:

@@ -9,10 +9,12 @@ The walk, in order, stopping where going on could crash:
 
 1. the files, as an open checks them (``files.read_meta``): meta pages, size, table roots;
 2. every page, with py-lmdb's pure-Python structural verifier (``lmdb.verify``), which reads
-   the file with plain reads and never hands it to LMDB; skipped while a writer holds the
+   the file with plain reads and never hands it to LMDB, then every branch page's separators
+   against the keys below them (``files.separator_problems``); skipped while a writer holds the
    store (its pages move under the walk), and the record walk is skipped if a page is damaged
-   (unless only leaf keys are out of order: a changed bit in a record's key, which LMDB reads
-   without harm and the record walk names by the record's seal);
+   (unless only keys are out of order: a changed bit in a record's key, which LMDB reads
+   without harm and the record walk names by the record's seal, or in a separator, which sends
+   LMDB's searches astray without harm and the engine's reads refuse where they land);
 3. every record of every table, read-only through LMDB in one read transaction: each record's
    seal (its checksum, format 3), then the meta rows, branch rows and names, state rows, every
    head and item row (messages decoded as messages, their blob references looked up), every
@@ -47,8 +49,10 @@ from .interface import StoreEngine
 from .records import LogHead
 
 MAX_DAMAGE = 1000
-# lmdb.verify's finding for a leaf key out of order: LMDB searches such a page without harm.
-_LEAF_KEY_ORDER = re.compile(r"DB: leaf keys out of order at page \d+ node \d+$")
+# Findings of pages LMDB reads without harm: lmdb.verify's leaf key out of order, and a separator
+# (or a key below it) out of the range the tree gives it (files.separator_problems): a search
+# misdirected by one lands in a sound leaf, and the engine's reads prove where they landed.
+_READABLE = re.compile(r"DB: (leaf keys out of order at page \d+|branch page \d+ separator keys out of order at) node \d+$|^table \S+: (branch|leaf) page \d+ (separator|key) \d+ ")
 Status = Literal["sound", "damaged", "not checked"]
 
 
@@ -189,7 +193,7 @@ def _check_files(directory: Path, found: Findings) -> files.Meta | None:
 
 def _walk_pages(directory: Path, meta: files.Meta, found: Findings) -> bool:
     """Check every page's structure without LMDB; True if LMDB may read them (all sound, or only
-    leaf keys out of order)."""
+    keys out of order, in leaves or branch pages)."""
     try:
         problems = files.page_problems(directory)
     except StoreCorruptError as exc:
@@ -201,7 +205,7 @@ def _walk_pages(directory: Path, meta: files.Meta, found: Findings) -> bool:
     found.pages = meta.last_page + 1
     for problem in problems:
         found.damaged(f"{files.DATA_NAME} pages", problem)
-    return all(_LEAF_KEY_ORDER.search(problem) for problem in problems)
+    return all(_READABLE.search(problem) for problem in problems)
 
 
 # -- the record walk ----------------------------------------------------------------------------
