@@ -1,8 +1,11 @@
-# Every target creates .venv on first use and installs the project with what it needs.
+# Every target creates .venv on first use and installs the project with what it needs: `make demo`
+# the package, its runtime dependencies and the inspector its output points at (no system
+# package); `make test` everything the tests need, PostgreSQL and Chromium included.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 # The tests start throwaway PostgreSQL clusters (ctxrt/pgcluster.py): they need the server's
 # binaries (initdb, pg_ctl, postgres), not only the psql client; the inspector's browser tests the
 # OS's headless Chromium and its chromedriver (Chromium can't download a build of its own here).
@@ -38,7 +41,13 @@ test: $(STAMP)
 soak: $(STAMP)
 	CTXRT_SOAK=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_WORKERS) -m soak
 
-demo: $(STAMP)
+# Its own stamp: the demo needs none of the test extra (frameworks, Selenium, mypy) or apt.
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e '.[inspector]' --config-settings editable_mode=compat
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m ctxrt demo
 
 bench: $(STAMP)

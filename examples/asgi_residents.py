@@ -3,6 +3,9 @@
     pip install 'ctxrt[asgi]'
     CTXRT_STORE=team-store uvicorn examples.asgi_residents:app
 
+Its store is ``CTXRT_STORE``, else ``asgi-store`` in the working directory (git-ignored in a
+checkout): a server's conversation outlives a restart, so a restart adds to it.
+
 Each resident ``{name}`` has a namespace of its own, ``residents/{name}``, and is its reader; all
 of them read and write the one shared slot. The lifespan opens the runtime for the server's
 life; a request awaits the runtime from asyncio like any other library.
@@ -12,9 +15,10 @@ life; a request awaits the runtime from asyncio like any other library.
   ``for`` reaches only the residents it names. Answers ``{"id": ...}`` once the write is durable.
 - ``GET /residents/{name}/context?max_tokens=20000`` compiles the conversation for ``name``'s
   reader and answers the Messages API request body (``to_anthropic``) to send for it.
+  ``max_tokens`` includes the 4,000 kept for the reply, so it must be more than that.
 
-ctxrt's refusals become HTTP answers: a malformed name or content 422, another reader's
-namespace 409, nothing to send yet 404.
+ctxrt's refusals become HTTP answers: a malformed name or content, or a ``max_tokens`` that
+leaves no room, 422; another reader's namespace 409; nothing to send yet 404.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,10 +83,16 @@ async def add_message(name: str, message: NewMessage, request: Request) -> dict[
     return {"id": message_id}
 
 
+RESERVE = 4_000  # tokens kept for the reply (Budget's default), stated so the query can be checked
+
+
 @app.get("/residents/{name}/context")
-async def context(name: str, request: Request, max_tokens: int = 20_000) -> dict[str, Any]:
+async def context(name: str, request: Request,
+                  max_tokens: Annotated[int, Query(gt=RESERVE)] = 20_000) -> dict[str, Any]:
+    # Budget refuses max_tokens <= its reserve with a ValueError, which would be a 500: FastAPI's
+    # check above answers 422 first, naming the parameter.
     manager = await request.app.state.residents.manager(name)
-    result = await manager.compile(ctxrt.Budget(max_tokens=max_tokens))
+    result = await manager.compile(ctxrt.Budget(max_tokens=max_tokens, reserve_for_response=RESERVE))
     return result.to_anthropic(assistant=name, system=f"You are {name}, one of several residents.")
 
 

@@ -3,6 +3,9 @@
     pip install 'ctxrt[autogen]' autogen-ext
     python examples/autogen_team.py
 
+Its store goes in a new temporary directory each run (printed first); set ``CTXRT_STORE``
+to keep one, which a rerun then adds to.
+
 Each ``AssistantAgent`` gets a ``CtxrtModelContext`` over a manager opened with its own reader, all
 listed in one ``Team``: the group chat hands every agent everyone's messages, and each is written
 to the shared slot once. A line written for ann (``audience: ["ann"]``) reaches ann's model and
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
@@ -51,4 +55,8 @@ async def main(store: str) -> dict[str, list[str]]:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(os.environ.get("CTXRT_STORE", "autogen-team-store")))
+    # A new store in a temp directory each run, so a rerun starts over rather than adding the same
+    # turns again; CTXRT_STORE names one to keep, which a rerun adds to.
+    store = os.environ.get("CTXRT_STORE") or tempfile.mkdtemp(prefix="ctxrt-autogen-team-")
+    print(f"store: {store}" + (" (CTXRT_STORE: added to)" if "CTXRT_STORE" in os.environ else " (new, temporary)"))
+    asyncio.run(main(store))

@@ -3,6 +3,9 @@
     pip install 'ctxrt[langchain]'
     python examples/langchain_team.py
 
+Its store goes in a new temporary directory each run (printed first); set ``CTXRT_STORE``
+to keep one, which a rerun then adds to.
+
 Each agent (``create_agent``) gets a ``CtxrtMiddleware`` over a manager opened with its own reader:
 at each model call the middleware writes what the agent's state added to the shared slot and
 hands the model that reader's compiled view. A line written for ann (``audience: ["ann"]``) reaches
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from typing import Any
 
 from langchain.agents import create_agent
@@ -59,4 +63,8 @@ async def main(store: str) -> dict[str, list[str]]:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(os.environ.get("CTXRT_STORE", "langchain-team-store")))
+    # A new store in a temp directory each run, so a rerun starts over rather than adding the same
+    # turns again; CTXRT_STORE names one to keep, which a rerun adds to.
+    store = os.environ.get("CTXRT_STORE") or tempfile.mkdtemp(prefix="ctxrt-langchain-team-")
+    print(f"store: {store}" + (" (CTXRT_STORE: added to)" if "CTXRT_STORE" in os.environ else " (new, temporary)"))
+    asyncio.run(main(store))

@@ -3,6 +3,9 @@
     pip install 'ctxrt[openai-agents]'
     python examples/openai_agents_team.py
 
+Its store goes in a new temporary directory each run (printed first); set ``CTXRT_STORE``
+to keep one, which a rerun then adds to.
+
 Each agent gets a ``CtxrtSession`` over a manager opened with its own reader. A line written for
 ann (``audience: ["ann"]``) is in ann's session and never in bob's; what either agent says is in
 both. Old turns are compressed (Autobiographical; here by ctxrt's offline summariser, in production
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 
 from agents import Agent, Runner, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message
@@ -55,4 +59,8 @@ async def main(store: str) -> dict[str, list[str]]:
 
 if __name__ == "__main__":
     set_tracing_disabled(True)  # no trace export: the example runs offline
-    asyncio.run(main(os.environ.get("CTXRT_STORE", "agents-team-store")))
+    # A new store in a temp directory each run, so a rerun starts over rather than adding the same
+    # turns again; CTXRT_STORE names one to keep, which a rerun adds to.
+    store = os.environ.get("CTXRT_STORE") or tempfile.mkdtemp(prefix="ctxrt-agents-team-")
+    print(f"store: {store}" + (" (CTXRT_STORE: added to)" if "CTXRT_STORE" in os.environ else " (new, temporary)"))
+    asyncio.run(main(store))

@@ -3,6 +3,9 @@
     pip install 'ctxrt[pydantic-ai]'
     python examples/pydantic_ai_team.py
 
+Its store goes in a new temporary directory each run (printed first); set ``CTXRT_STORE``
+to keep one, which a rerun then adds to.
+
 Each agent gets a ``CtxrtHistory`` capability over a manager opened with its own reader: before
 each model request it writes the run's new messages to the shared slot and hands the model that
 reader's compiled view (the agent's system prompt first). A line written for ann
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
@@ -53,4 +57,8 @@ async def main(store: str) -> dict[str, list[str]]:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(os.environ.get("CTXRT_STORE", "pydantic-ai-team-store")))
+    # A new store in a temp directory each run, so a rerun starts over rather than adding the same
+    # turns again; CTXRT_STORE names one to keep, which a rerun adds to.
+    store = os.environ.get("CTXRT_STORE") or tempfile.mkdtemp(prefix="ctxrt-pydantic-ai-team-")
+    print(f"store: {store}" + (" (CTXRT_STORE: added to)" if "CTXRT_STORE" in os.environ else " (new, temporary)"))
+    asyncio.run(main(store))

@@ -10,6 +10,7 @@ terminal would, and must close its store on the way out.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import re
 import signal
@@ -17,6 +18,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -109,3 +111,28 @@ def test_the_fastapi_example_serves_100_concurrent_clients_losing_and_leaking_no
     trio.run(check)
 
 
+
+
+def load_example() -> Any:
+    spec = importlib.util.spec_from_file_location("asgi_residents", ROOT / "examples" / "asgi_residents.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_fastapi_examples_refusals_are_4xx_never_500(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A max_tokens with no room after the reply's reserve (a ValueError from Budget, a 500
+    before), a malformed name: 422; a resident with nothing to send yet: 404."""
+    from starlette.testclient import TestClient
+
+    monkeypatch.setenv("CTXRT_STORE", str(tmp_path / "store"))
+    with TestClient(load_example().app) as http:
+        assert http.get("/residents/ann/context").status_code == 404  # an empty conversation
+        assert http.post("/residents/ann/messages", json={"text": "hello"}).status_code == 200
+        for max_tokens in (4_000, 1, 0, -5):
+            reply = http.get("/residents/ann/context", params={"max_tokens": max_tokens})
+            assert reply.status_code == 422, (max_tokens, reply.text)
+            assert "max_tokens" in reply.text
+        assert http.get("/residents/ann/context", params={"max_tokens": 5_000}).status_code == 200
+        assert http.post("/residents/bad%00name/messages", json={"text": "x"}).status_code == 422

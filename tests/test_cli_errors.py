@@ -145,8 +145,20 @@ async def test_piped_output_is_not_wrapped_at_80_columns(store: Path) -> None:
     code, out, err = await ctxrt_cli("messages", str(store), "--tail", "2")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "messages on main: messages 3..4 (counting from 0) of 5"
+    assert lines[0] == "messages on main: messages 3..4 (positions counting from 0, as --offset counts; ids under --json) of 5"
     assert len(lines) == 3 and LONG_LINE.strip() in lines[2] and len(lines[2]) > 180
+
+
+async def test_messages_numbers_its_lines_as_its_header_does(store: Path) -> None:
+    """The header's range and each line's number are one numbering, the position --offset takes."""
+    (code, out, err), (_, as_json, _) = await ctxrt_cli_each(["messages", str(store), "--offset", "1", "--limit", "2"],
+                                                             ["messages", str(store), "--offset", "1", "--limit", "2",
+                                                              "--json"])
+    assert code == 0, err
+    header, *lines = out.splitlines()
+    assert "messages 1..2 " in header
+    assert [line.split()[0] for line in lines] == ["1", "2"]
+    assert [m["id"] for m in json.loads(as_json)["messages"]] != ["1", "2"]  # ids are another numbering
 
 
 async def test_output_piped_into_a_reader_that_stops_early_exits_0_quietly(store: Path) -> None:
@@ -183,6 +195,58 @@ async def test_help_shows_each_options_default_and_no_docstring_markup() -> None
     code, out, _ = compile_
     flat = " ".join(out.split())
     assert code == 0 and "(default: 100000)" in flat and "(default: 4000)" in flat
+
+
+async def test_compile_counts_turns_and_their_tokens(store: Path) -> None:
+    """The header counts the turns it prints, and their tokens add up to the header's."""
+    code, out, err = await ctxrt_cli("compile", str(store), "--namespace", "agents/ann", "--budget", "10000")
+    assert code == 0, err
+    header, *lines = out.splitlines()
+    assert header.startswith("dry-run compile of agents/ann on main for reader 'ann': 1 turn, ")
+    tokens = [int(line.split("(")[1].split(" tokens)")[0].replace(",", "")) for line in lines]
+    assert len(lines) == 1 and lines[0].startswith("user (")
+    assert f"1 turn, {sum(tokens):,} tokens of the budget's 6,000 " in header
+
+
+STORE_COMMANDS = ("inspect", "messages", "compile", "summaries", "serve", "verify")
+
+
+async def test_every_command_that_takes_a_store_says_a_url_works_too() -> None:
+    """A postgresql:// URL opens wherever a STORE is taken, and each command's help says so."""
+    for name, (code, out, _) in zip(STORE_COMMANDS, await ctxrt_cli_each(*([name, "--help"] for name in STORE_COMMANDS)),
+                                    strict=True):
+        assert code == 0 and "a directory, or a postgresql:// URL" in " ".join(out.split()), name
+
+
+async def test_a_stray_argument_is_a_usage_error_under_the_subcommands_usage(tmp_path: Path) -> None:
+    """From every subcommand: exit 2, that subcommand's usage, the stray argument named, nothing run."""
+    from ctxrt.cli import SUBCOMMANDS
+
+    required = {"inspect": [str(tmp_path)], "messages": [str(tmp_path)], "serve": [str(tmp_path)],
+                "verify": [str(tmp_path)], "compile": [str(tmp_path), "--namespace", "ns"],
+                "summaries": [str(tmp_path), "--namespace", "ns"]}
+    names = [subcommand.name for subcommand in SUBCOMMANDS]
+    results = await ctxrt_cli_each(*([name, *required.get(name, []), "stray"] for name in names))
+    for name, (code, out, err) in zip(names, results, strict=True):
+        assert (code, out) == (2, ""), (name, err)
+        assert err.startswith(f"usage: ctxrt {name} "), err
+        assert err.endswith(f"ctxrt {name}: error: unrecognized arguments: stray\n"), err
+    assert list(tmp_path.iterdir()) == []  # no command ran
+
+
+async def test_a_port_past_65535_is_a_usage_error() -> None:
+    """serve --port 99999 (an OverflowError from bind, exit 1, before): exit 2 under serve's usage."""
+    code, out, err = await ctxrt_cli("serve", "nowhere", "--port", "99999")
+    assert (code, out) == (2, "")
+    assert err.startswith("usage: ctxrt serve ")
+    assert err.endswith("error: argument --port: must be 65535 or less, got 99999\n")
+
+
+async def test_the_demos_help_counts_turns_as_its_output_does() -> None:
+    """--messages N writes N turns (the table's "N turns written"); its help says turns too."""
+    code, out, _ = await ctxrt_cli("demo", "--help")
+    flat = " ".join(out.split())
+    assert code == 0 and "--messages N turns the residents write" in flat
 
 
 @pytest.fixture(autouse=True)

@@ -115,9 +115,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_command(top: _Parser, argv: list[str]) -> int:
-    args = top.parse_args(argv)
+    # argparse reports arguments left over by a subcommand from the top parser, under the top
+    # usage; they are the subcommand's error, under its usage.
+    args, stray = top.parse_known_args(argv)
     args.json = args.json or args.json_anywhere  # --json before the command works too
     subcommand, sub = top.subcommands[args.command]
+    if stray:
+        sub.error(f"unrecognized arguments: {' '.join(stray)}")
     # Rules across options, which argparse can't state: a usage error under the command's usage.
     if subcommand.complaint is not None and (complaint := subcommand.complaint(args)) is not None:
         sub.error(complaint)

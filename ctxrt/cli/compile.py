@@ -13,15 +13,18 @@ from typing import Any
 from rich.markup import escape
 
 from ..budget import Budget
+from ..content import Block
 from ..inspector.pages import recorded_strategy
 from ..runtime import Runtime
+from ..tokens import estimate_blocks
+from ..validation import blocks_from_content
 from .output import emit, out
-from .stores import open_readonly, require_namespace
+from .stores import STORE_HELP, open_readonly, require_namespace
 from .subcommand import Subcommand, in_trio, whole
 
 
 def _options(compile_: argparse.ArgumentParser) -> None:
-    compile_.add_argument("store", metavar="STORE", help="the store's directory")
+    compile_.add_argument("store", metavar="STORE", help=STORE_HELP)
     compile_.add_argument("--namespace", required=True, help="the namespace to compile (`inspect` lists them)")
     compile_.add_argument("--reader", help="the reader to compile for (default: the one the namespace records)")
     compile_.add_argument("--branch", default="main", help="the branch (default: %(default)s)")
@@ -56,12 +59,23 @@ async def _compile(args: argparse.Namespace) -> int:
     if args.json:
         emit({"reader": manager.view_reader, "request": body})
         return 0
+    # The request is turns (a role's run of messages is one turn), so turns are what it counts,
+    # each with its tokens by ctxrt's estimate, the one the budget is held to.
+    turns = [(message["role"], estimate_blocks(result_blocks(message["content"]))) for message in body["messages"]]
+    total = sum(tokens for _, tokens in turns)
     out.print(f"dry-run compile of {namespace} on {args.branch} for reader {manager.view_reader!r}: "
-              f"{len(result.messages)} messages (nothing written)", markup=False)
-    for message in body["messages"]:
+              f"{len(turns)} turn{'s' if len(turns) != 1 else ''}, {total:,} tokens of the budget's {args.budget - args.reserve:,} "
+              f"(nothing written)", markup=False)
+    for message, (role, tokens) in zip(body["messages"], turns, strict=True):
         text = " ".join(block.get("text", f"[{block['type']}]") for block in message["content"])
-        out.print(f"[bold]{message['role']}[/]: {escape(text[:200])}")
+        out.print(f"[bold]{role}[/] [dim]({tokens:,} tokens)[/]: {escape(text[:200])}")
     return 0
+
+
+def result_blocks(content: list[dict[str, Any]]) -> tuple[Block, ...]:
+    """A request turn's blocks as ctxrt's own, its cache markers left out."""
+    return blocks_from_content([{key: value for key, value in block.items() if key != "cache_control"}
+                                for block in content])
 
 
 def _stored_strategy(runtime: Runtime, namespace: str, args: argparse.Namespace) -> Any:

@@ -34,7 +34,8 @@ def _options(demo: argparse.ArgumentParser) -> None:
                       help="where to put the store (default: %(default)s). A new or empty directory, or one an "
                            "earlier demo made, which is replaced; anything else is refused, never deleted")
     demo.add_argument("--messages", type=whole(1), default=2000, metavar="N",
-                      help="messages to write (default: %(default)s)")
+                      help="turns the residents write, a message each; the tool calls among them add a "
+                           "result message each (default: %(default)s)")
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -134,7 +135,7 @@ def relative(path: Path) -> str:
 DEMO = Subcommand(
     "demo", "run the multi-resident demo on the embedded store",
     "Three residents share one slot; compression, a fork and a derive run; each reader's compile "
-    "is checked for another reader's lines. 2,000 messages take about 10-30 s offline (longer "
+    "is checked for another reader's lines. 2,000 turns take about 10-30 s offline (longer "
     "with a real model: ANTHROPIC_API_KEY set, CTXRT_DEMO_MODEL picks it). Exits 1 if the privacy "
     "check fails or compression made no summaries.",
     _options, in_trio(_demo))

@@ -17,12 +17,12 @@ from rich.table import Table
 from ..inspector.pages import quarantined
 from ..namespace import states
 from .output import emit, jsonable, out
-from .stores import open_readonly
+from .stores import STORE_HELP, open_readonly
 from .subcommand import Subcommand, in_trio
 
 
 def _options(inspect: argparse.ArgumentParser) -> None:
-    inspect.add_argument("store", metavar="STORE", help="the store's directory")
+    inspect.add_argument("store", metavar="STORE", help=STORE_HELP)
 
 
 async def _inspect(args: argparse.Namespace) -> int:

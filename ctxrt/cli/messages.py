@@ -13,14 +13,14 @@ from rich.markup import escape
 from .. import codec
 from ..namespace import states
 from .output import emit, out
-from .stores import NotFoundError, open_readonly, require_branch
+from .stores import STORE_HELP, NotFoundError, open_readonly, require_branch
 from .subcommand import Subcommand, in_trio, whole
 
 DEFAULT_LIMIT = 50
 
 
 def _options(messages: argparse.ArgumentParser) -> None:
-    messages.add_argument("store", metavar="STORE", help="the store's directory")
+    messages.add_argument("store", metavar="STORE", help=STORE_HELP)
     messages.add_argument("--branch", default="main", help="the branch to read (default: %(default)s)")
     messages.add_argument("--slot", default="messages",
                           help="the slot: 'messages' (shared) or '<namespace>/messages' for an isolated "
@@ -63,10 +63,11 @@ async def _messages(args: argparse.Namespace) -> int:
         return 0
     if messages:
         out.print(f"{args.slot} on {args.branch}: messages {start}..{start + len(messages) - 1} "
-                  f"(counting from 0) of {head.length}", markup=False)
+                  f"(positions counting from 0, as --offset counts; ids under --json) of {head.length}",
+                  markup=False)
     else:
         out.print(f"{args.slot} on {args.branch}: no messages from {start} on; it holds {head.length}", markup=False)
-    for message in messages:
+    for position, message in enumerate(messages, start):
         parts = []
         for block in message.content:
             text = getattr(block, "text", None) or getattr(block, "name", None) or block.type
@@ -74,7 +75,7 @@ async def _messages(args: argparse.Namespace) -> int:
             parts.append(f"{text}" + (f" [audience: {', '.join(audience)}]" if audience else ""))
         line = " | ".join(parts)
         line = line if len(line) <= 300 else line[:299] + "…"
-        out.print(f"[dim]{escape(message.id):>8}[/] [bold]{escape(message.participant)}[/]: {escape(line)}")
+        out.print(f"[dim]{position:>8}[/] [bold]{escape(message.participant)}[/]: {escape(line)}")
     return 0
 
 

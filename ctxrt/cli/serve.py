@@ -16,7 +16,7 @@ import trio
 from ..errors import CtxrtError
 from ..store.urls import is_postgres_url, redact
 from .output import err
-from .stores import open_readonly
+from .stores import STORE_HELP, open_readonly
 from .subcommand import Subcommand, in_trio, whole
 
 
@@ -25,8 +25,8 @@ class InspectorMissingError(CtxrtError):
 
 
 def _options(serve: argparse.ArgumentParser) -> None:
-    serve.add_argument("store", metavar="STORE", help="the store's directory, or a postgresql:// URL")
-    serve.add_argument("--port", type=whole(0), default=8765, metavar="PORT",
+    serve.add_argument("store", metavar="STORE", help=STORE_HELP)
+    serve.add_argument("--port", type=whole(0, 65_535), default=8765, metavar="PORT",
                        help="the port on 127.0.0.1 (0: any free one; default: %(default)s)")
 
 

@@ -15,6 +15,9 @@ from ..errors import BranchNotFoundError, CtxrtError
 from ..runtime import Runtime, open_runtime
 
 
+STORE_HELP = "the store: a directory, or a postgresql:// URL"
+
+
 class NotFoundError(CtxrtError):
     """The store has no namespace or slot of the name the command was given."""
 

@@ -40,7 +40,7 @@ def in_trio(handler: Callable[[argparse.Namespace], Awaitable[int]]) -> Callable
     return run
 
 
-def whole(minimum: int) -> Callable[[str], int]:
+def whole(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -48,6 +48,8 @@ def whole(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be {maximum} or less, got {value}")
         return value
 
     return parse

@@ -13,12 +13,12 @@ from rich.markup import escape
 
 from ..namespace import states
 from .output import emit, out
-from .stores import open_readonly, require_namespace
+from .stores import STORE_HELP, open_readonly, require_namespace
 from .subcommand import Subcommand, in_trio
 
 
 def _options(summaries: argparse.ArgumentParser) -> None:
-    summaries.add_argument("store", metavar="STORE", help="the store's directory")
+    summaries.add_argument("store", metavar="STORE", help=STORE_HELP)
     summaries.add_argument("--namespace", required=True, help="the namespace (`inspect` lists them)")
     summaries.add_argument("--branch", default="main", help="the branch (default: %(default)s)")
 

@@ -13,11 +13,12 @@ import attrs
 
 from ..store.urls import driver_missing, is_postgres_url
 from .output import emit, out
+from .stores import STORE_HELP
 from .subcommand import Subcommand, seconds
 
 
 def _options(verify: argparse.ArgumentParser) -> None:
-    verify.add_argument("store", metavar="STORE", help="the store's directory")
+    verify.add_argument("store", metavar="STORE", help=STORE_HELP)
     verify.add_argument("--timeout", type=seconds, default=600.0, metavar="SECONDS",
                         help="give up (exit 1) after this long (default: %(default)s)")
 

@@ -194,7 +194,8 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
     async def summaries(request: Request) -> HTMLResponse:
         row = branch_of(request)
         namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
-        shown = pages.summary_page(runtime, row, namespace, _query_int(request, "page", None))
+        shown = pages.summary_page(runtime, row, namespace, _query_int(request, "page", None),
+                                   request.query_params.get("at"))
         return render("summaries.html", branch=row.name, summaries=shown)
 
     async def diff(request: Request) -> HTMLResponse:

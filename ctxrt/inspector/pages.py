@@ -345,8 +345,11 @@ class SummaryPage:
     children: dict[str, tuple[str, ...]]
 
 
-def summary_page(runtime: Runtime, row: BranchRow, namespace: str, page: int | None) -> SummaryPage:
-    """One page of a namespace's summaries, newest first, each with its parent and children."""
+def summary_page(runtime: Runtime, row: BranchRow, namespace: str, page: int | None,
+                 at: str | None = None) -> SummaryPage:
+    """One page of a namespace's summaries, newest first, each with its parent and children:
+    page ``page`` counting from 0 (None: the newest), or the page holding summary ``at`` (the
+    newest page when none holds it)."""
     engine = runtime.engine
     names = _summary_states(runtime, namespace)
     if not names:
@@ -354,12 +357,26 @@ def summary_page(runtime: Runtime, row: BranchRow, namespace: str, page: int | N
     state = names[0]
     head = engine.read_head(state, row.id)
     pages = max(1, -(-head.length // PAGE))
+
+    def page_of(number: int) -> list[SummaryShown]:
+        stop = head.length - number * PAGE  # newest first
+        items = engine.read_items(state, row.id, at=head.revision, start=max(0, stop - PAGE), stop=stop)
+        return [_summary_from(json.loads(item.data)) for item in reversed(items)]
+
+    if at is not None:
+        # Summaries are few beside messages (one per chunk and per merge), so a page-by-page look
+        # is cheap; a link to a summary can't know its page, since newer summaries push it back.
+        for number in range(pages):
+            found = page_of(number)
+            if any(summary.id == at for summary in found):
+                return _summary_page(namespace, head.length, number, pages, found)
     page = 0 if page is None else min(max(page, 0), pages - 1)
-    stop = head.length - page * PAGE  # newest first
-    items = engine.read_items(state, row.id, at=head.revision, start=max(0, stop - PAGE), stop=stop)
-    found = [_summary_from(json.loads(item.data)) for item in reversed(items)]
+    return _summary_page(namespace, head.length, page, pages, page_of(page))
+
+
+def _summary_page(namespace: str, total: int, page: int, pages: int, found: list[SummaryShown]) -> SummaryPage:
     children = {s.id: s.source_ids for s in found if s.level > 1}
-    return SummaryPage(namespace, head.length, page, pages, tuple(found), children)
+    return SummaryPage(namespace, total, page, pages, tuple(found), children)
 
 
 def _summary_from(data: dict[str, Any]) -> SummaryShown:
