@@ -5,16 +5,22 @@ client against the loopback OpenAI server, which refuses any request that breaks
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from agents.extensions.memory import EncryptedSession
+from agents.run_internal.session_persistence import rewind_session_items
 from agents.testing import ModelCall, ScriptedModel, assistant_message, function_call
+from cryptography.fernet import Fernet
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai import AsyncOpenAI
 
 import ctxrt
-from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from adapters_support import BUDGET, IMAGE, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
 from ctxrt.integrations.openai_agents import CtxrtSession
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply
@@ -151,9 +157,11 @@ def test_pop_item_and_clear_session_remove_only_what_that_session_wrote(tmp_path
                                  {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "said"}]},
                                  {"type": "function_call_output", "call_id": "c1", "output": "found"}])
             await bob.add_items([{"role": "user", "content": "bob's"}])
-            assert await ann.pop_item() == {"type": "message", "role": "assistant", "content": "said"}
+            assert await ann.pop_item() == {"type": "function_call_output", "call_id": "c1", "output": "found"}
+            assert await ann.pop_item() == {"type": "message", "role": "assistant",
+                                            "content": [{"type": "output_text", "text": "said"}]}
             texts = [getattr(b, "text", b.type) for m in await team.ann.get_all_messages() for b in m.content]
-            assert texts == [PUBLIC, "first", "tool_use", "tool_result", "bob's"]  # the output moved up to its call
+            assert texts == [PUBLIC, "first", "tool_use", "bob's"]
             await ann.clear_session()
             assert [m.participant for m in await team.ann.get_all_messages()] == ["user", "user"]
             assert await ann.pop_item() is None
@@ -173,7 +181,8 @@ def test_get_items_with_a_limit_never_holds_an_output_whose_call_was_cut(tmp_pat
                                  {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
                                  {"type": "function_call_output", "call_id": "c1", "output": "found"},
                                  {"type": "message", "role": "assistant", "content": "done"}])
-            assert [i["type"] for i in await ann.get_items()] == ["message", "function_call", "function_call_output", "message"]
+            kinds = [i.get("type", "message") for i in await ann.get_items()]
+            assert kinds == ["message", "function_call", "function_call_output", "message"]
             assert [i["type"] for i in await ann.get_items(limit=2)] == ["message"]
             assert [i["type"] for i in await ann.get_items(limit=3)] == ["function_call", "function_call_output", "message"]
             assert await CtxrtSession(team.bob).get_items() != []
@@ -262,8 +271,10 @@ def test_add_items_maps_a_call_id_ctxrt_refuses_and_checks_the_whole_batch_befor
                                  {"type": "function_call", "call_id": "functions.lookup:0", "name": "lookup", "arguments": "{}"},
                                  {"type": "function_call_output", "call_id": "functions.lookup:0", "output": "found"}])
             items = await ann.get_items()
-            assert [i.get("type") for i in items] == ["message", "function_call", "function_call_output"]
-            assert items[1]["call_id"] == items[2]["call_id"] and ":" not in items[1]["call_id"]
+            assert [i.get("type", "message") for i in items] == ["message", "function_call", "function_call_output"]
+            assert items[1]["call_id"] == items[2]["call_id"] == "functions.lookup:0"  # as given back by SQLiteSession
+            stored = [b for m in await team.ann.get_all_messages() for b in m.content if b.type == "tool_use"]
+            assert ":" not in stored[0].id  # stored under an id ctxrt's rule takes (P8)
             try:
                 await ann.add_items([{"role": "user", "content": "again"},
                                      {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{}"},
@@ -297,5 +308,218 @@ def test_pop_item_and_clear_session_never_touch_another_namespaces_lines_or_hand
             assert await ann.pop_item() is None
             left = [getattr(b, "text", b.type) for m in await team.ann.get_all_messages() for b in m.content]
             assert left == ["bob's own line", "for bob alone"]
+
+    run(body)
+
+
+# -- a faithful Session (I6), instructions (I8), speakers (I9), argument errors (I10) -----------
+
+ENCRYPTED = "gAAAAABo" + "Zm9yIGFubiBhbG9uZQ" * 20  # a store=False reasoning model's encrypted reasoning
+TURN = [
+    {"role": "user", "content": "what's the weather in Lisbon?"},
+    {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "and this picture?"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{IMAGE}", "detail": "low"}]},
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "look it up"}],
+     "encrypted_content": ENCRYPTED},
+    {"type": "function_call", "id": "fc_1", "call_id": "call_a", "name": "lookup",
+     "arguments": "{\"key\": \"lisbon\"}", "status": "completed"},
+    {"type": "function_call_output", "call_id": "call_a", "output": "sunny, 24C"},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "lisbon"}},
+    {"type": "reasoning", "id": "rs_2", "summary": [], "encrypted_content": ENCRYPTED[::-1]},
+    {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed", "content": [
+        {"type": "output_text", "text": "Sunny, 24C.", "logprobs": [],
+         "annotations": [{"type": "url_citation", "url": "https://weather.example", "title": "w",
+                          "start_index": 0, "end_index": 5}]}]},
+]
+
+
+async def sqlite_gives(*batches: list[Any]) -> list[Any]:
+    """What the SDK's own ``SQLiteSession`` gives back after ``add_items`` of each batch."""
+    session = SQLiteSession("reference")
+    try:
+        for batch in batches:
+            await session.add_items(batch)
+        return await session.get_items()
+    finally:
+        session.close()
+
+
+def test_get_items_gives_back_every_item_as_sqlite_session_does(tmp_path: Path) -> None:
+    """A turn of every kind the SDK saves (a user's parts and image, reasoning with its encrypted
+    content, a call with its id and status, its output, a hosted web search, an assistant message
+    with annotations): ``get_items`` gives back what ``SQLiteSession`` gives, in order, 8 in, 8
+    out; bob's view holds ann's words and her call as text, never her reasoning or search (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann = CtxrtSession(team.ann)
+            await ann.add_items(TURN)
+            assert await ann.get_items() == await sqlite_gives(TURN)
+            assert await ann.get_items(limit=2) == TURN[-2:]
+            bob_view = await CtxrtSession(team.bob).get_items()
+            assert holds(bob_view, "Sunny, 24C.") and holds(bob_view, "ann called lookup")
+            assert not holds(bob_view, ENCRYPTED[:40]) and not holds(bob_view, "ws_1")
+
+    run(body)
+
+
+def test_an_item_ctxrt_has_no_block_for_is_kept_for_the_agent_alone_and_popped_as_given(tmp_path: Path) -> None:
+    """``{"foo": "bar"}`` and a hosted tool's call are stored (as their JSON, for ann's reader
+    alone), come back from ``get_items`` as given and from ``pop_item`` newest first; bob's view
+    never holds them (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann = CtxrtSession(team.ann)
+            odd = [{"foo": "bar"}, {"type": "web_search_call", "id": "ws_9", "status": "completed"}]
+            await ann.add_items(odd)
+            assert await team.ann.message_count() == 1
+            assert await ann.get_items() == odd
+            assert await CtxrtSession(team.bob).get_items() == []
+            assert await ann.pop_item() == odd[1]
+            assert await ann.pop_item() == odd[0]
+            assert await ann.pop_item() is None
+
+    run(body)
+
+
+def test_an_encrypted_session_over_a_ctxrt_session_stores_and_gives_back(tmp_path: Path) -> None:
+    """``EncryptedSession(CtxrtSession(...))``: the envelopes are stored for ann alone and the
+    items come back decrypted, as given; bob sees none of them (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            key = Fernet.generate_key().decode("ascii")
+            ann = EncryptedSession("ann", CtxrtSession(team.ann), key)
+            await ann.add_items(TURN[:1] + TURN[3:5])
+            assert await ann.get_items() == await sqlite_gives(TURN[:1] + TURN[3:5])
+            assert await team.ann.message_count() == 1
+            assert await CtxrtSession(team.bob).get_items() == []
+
+    run(body)
+
+
+def test_a_run_through_the_sdk_saves_items_it_reads_back_unchanged(tmp_path: Path) -> None:
+    """Two runs of ann's with a tool call through the real runner: what the session gives back is
+    what a ``SQLiteSession`` beside it gives back for the same runs, ids and all, so the SDK's
+    fingerprints of saved items match (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ours, theirs = CtxrtSession(team.ann), SQLiteSession("ann")
+            for session in (ours, theirs):
+                agent = Agent(name="ann", model=scripted("ann", 3), tools=[lookup])
+                await Runner.run(agent, "ann, look yourself up", session=session)
+                await Runner.run(agent, "and again", session=session)
+            assert await ours.get_items() == await theirs.get_items()
+            theirs.close()
+
+    run(body)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
+    """Batches as the runner saves them: people's messages (user, system, developer; short form
+    or parts), and the agent's steps (reasoning, hosted calls and messages, then function calls
+    answered in any order, some answered only in the next batch, as after an approval)."""
+    text = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=12)
+    ids = iter(range(10_000))
+    out: list[list[dict[str, Any]]] = []
+    deferred: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(1, 4))):
+        batch, deferred = deferred, []
+        for _ in range(draw(st.integers(1, 3))):
+            n = next(ids)
+            kind = draw(st.sampled_from(["user", "parts", "system", "developer", "step"]))
+            if kind in ("user", "system", "developer"):
+                batch.append({"role": kind, "content": draw(text)})
+            elif kind == "parts":
+                batch.append({"type": "message", "role": "user", "content": [{"type": "input_text", "text": draw(text)}]})
+            else:
+                for made in draw(st.lists(st.sampled_from(["reasoning", "search", "said"]), max_size=3)):
+                    batch.append(
+                        {"type": "reasoning", "id": f"rs_{n}_{len(batch)}", "encrypted_content": draw(text),
+                         "summary": [{"type": "summary_text", "text": draw(text)}]} if made == "reasoning"
+                        else {"type": "web_search_call", "id": f"ws_{n}_{len(batch)}", "status": "completed"}
+                        if made == "search" else
+                        {"id": f"msg_{n}_{len(batch)}", "type": "message", "role": "assistant", "status": "completed",
+                         "content": [{"type": "output_text", "text": draw(text), "annotations": []}]})
+                calls = [f"call_{n}_{k}" for k in range(draw(st.integers(0, 3)))]
+                batch += [{"type": "function_call", "call_id": c, "name": "lookup", "arguments": json.dumps({"k": draw(text)}),
+                           "id": f"fc_{c}", "status": "completed"} for c in calls]
+                outputs = [{"type": "function_call_output", "call_id": c, "output": draw(text)}
+                           for c in draw(st.permutations(calls))]
+                if outputs and draw(st.booleans()):
+                    deferred = outputs
+                    break
+                batch += outputs
+        out.append(batch)
+    if deferred:
+        out.append(deferred)
+    return out
+
+
+def answered(items: list[Any]) -> list[Any]:
+    """``items`` less any function call whose output isn't among them: a compiled view holds no
+    unanswered call (P4), so a call whose output was popped is out of it until answered."""
+    outputs = {item["call_id"] for item in items if item.get("type") == "function_call_output"}
+    return [item for item in items if item.get("type") != "function_call" or item["call_id"] in outputs]
+
+
+@settings(max_examples=25)
+@given(batches())
+def test_get_items_equals_sqlite_sessions_items_for_any_batches(tmp_path_factory: Any, drawn: list[list[dict[str, Any]]]) -> None:
+    """Random batches of the SDK's item types, each call answered in its batch or the next: what
+    ``get_items`` gives back equals what ``SQLiteSession`` gives back, and ``pop_item`` takes off
+    the same item (I6)."""
+    store = tmp_path_factory.mktemp("roundtrip") / "store"
+
+    async def body() -> None:
+        async with residents(store) as team:
+            ann = CtxrtSession(team.ann)
+            for batch in drawn:
+                await ann.add_items(batch)
+            reference = SQLiteSession("reference")
+            for batch in drawn:
+                await reference.add_items(batch)
+            assert await ann.get_items() == await reference.get_items()
+            assert await ann.pop_item() == await reference.pop_item()
+            assert await ann.get_items() == answered(await reference.get_items())
+            reference.close()
+
+    run(body)
+
+
+def test_two_agents_rewinding_at_once_take_back_only_their_own_items(tmp_path: Path) -> None:
+    """ann and bob each save a turn and have the SDK rewind it (``rewind_session_items``, as on a
+    conversation retry) at once: each rewind finds its items at the tail of its view by their
+    fingerprints and pops them; when the other's line came after, the SDK leaves the session as
+    it is rather than pop another's item (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann, bob = CtxrtSession(team.ann), CtxrtSession(team.bob)
+            saved = {"ann": TURN[2:5], "bob": [{"role": "user", "content": "bob's question"}, TURN[-1]]}
+
+            async def save_and_rewind(session: CtxrtSession, name: str) -> None:
+                await session.add_items(saved[name])
+                await rewind_session_items(session, saved[name])
+
+            await asyncio.gather(save_and_rewind(ann, "ann"), save_and_rewind(bob, "bob"))
+            stored = await team.ann.get_all_messages()
+            left = {name: sum(m.metadata["ctxrt_writer"] == f"agents/{name}" for m in stored) for name in saved}
+            assert left["ann"] in (0, 1) and left["bob"] in (0, 2)  # each rewind took all its items, or none
+            assert left != {"ann": 1, "bob": 2}  # the one saved last found its items at its view's tail
+            await ann.clear_session()
+            await bob.clear_session()
+            await ann.add_items(TURN[2:5])
+            await bob.add_items(saved["bob"])
+            await rewind_session_items(ann, TURN[2:5])  # bob's line is the view's tail: left alone
+            assert await ann.get_items() == TURN[2:5] + [
+                {"type": "message", "role": "user", "content": "bob's question"},
+                {"type": "message", "role": "user", "content": "[bob] Sunny, 24C."}]
+            await rewind_session_items(bob, saved["bob"])
+            assert await ann.get_items() == TURN[2:5]
 
     run(body)
