@@ -24,6 +24,7 @@ from adapters_support import BUDGET, IMAGE, PUBLIC, SECRET, TOOL_SECRET, holds, 
 from ctxrt.integrations.openai_agents import CtxrtSession
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply
+from ctxrt.tokens import estimate_blocks, estimate_text
 from loopback_openai import serving_openai_api
 
 set_tracing_disabled(True)  # the SDK would otherwise try to export traces over the network
@@ -521,5 +522,171 @@ def test_two_agents_rewinding_at_once_take_back_only_their_own_items(tmp_path: P
                 {"type": "message", "role": "user", "content": "[bob] Sunny, 24C."}]
             await rewind_session_items(bob, saved["bob"])
             assert await ann.get_items() == TURN[2:5]
+
+    run(body)
+
+
+def priced(request: dict[str, Any]) -> int:
+    """A Responses request's instructions and input as ctxrt prices content: text, calls and
+    their outputs as the blocks they are stored as."""
+    stored: list[Any] = []
+    for item in request["input"]:
+        if item.get("type") == "function_call":
+            stored.append(ctxrt.ToolUse(item["call_id"], item["name"], json.loads(item["arguments"])))
+        elif item.get("type") == "function_call_output":
+            stored.append(ctxrt.ToolResult(item["call_id"], item["output"]))
+        else:
+            content = item["content"]
+            stored += [ctxrt.Text(part.get("text", "")) for part in content] if isinstance(content, list) \
+                else [ctxrt.Text(content)]
+    return estimate_blocks(stored) + estimate_text(request.get("instructions", ""))
+
+
+def test_every_model_call_of_a_long_tool_run_is_compiled_under_the_budget(tmp_path: Path) -> None:
+    """One run of 25 tool calls, each output about 150 tokens, under ``Budget(4000, reserve 500)``
+    with ``run_config=session.run_config()``: all 26 requests the SDK's OpenAIResponsesModel sends
+    through the real client are under 3,500 tokens with the instructions, rule-clean, the
+    newest output in each, and no item twice; the session holds every call (I7)."""
+
+    budget = ctxrt.Budget(max_tokens=4_000, reserve_for_response=500)
+
+    def reply(body: dict[str, Any]) -> ApiReply:
+        done = sum(item.get("type") == "function_call_output" for item in body["input"])
+        answered = {item["call_id"] for item in body["input"] if item.get("type") == "function_call_output"}
+        n = len(replied)
+        replied.append(n)
+        if n < 25:
+            return ApiReply.tool_use("lookup", {"key": f"k{n}"}, id=f"call_{n}")
+        return ApiReply.text(f"done after {done} outputs in view, {len(answered)} answered")
+
+    replied: list[int] = []
+
+    @function_tool
+    def lookup(key: str) -> str:
+        """Looks a key up."""
+        return f"{key}: " + "a long tool output that fills the budget quickly. " * 30
+
+    async def body() -> tuple[list[dict[str, Any]], int]:
+        with serving_openai_api(reply) as server:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+            async with residents(tmp_path / "store") as team:
+                session = CtxrtSession(team.ann, budget=budget)
+                ann = Agent(name="ann", instructions="You are ann.", model=OpenAIResponsesModel("gpt-test", client),
+                            tools=[lookup])
+                await Runner.run(ann, "look up 25 keys", session=session, run_config=session.run_config(),
+                                 max_turns=40)
+                calls = len([b for m in await team.ann.get_all_messages() for b in m.content if b.type == "tool_use"])
+            await client.close()
+            return server.requests, calls
+
+    requests, calls = run(body)
+    assert len(requests) == 26 and calls == 25
+    for n, request in enumerate(requests):
+        assert priced(request) <= budget.usable, (n, priced(request))
+        assert violations(request, api="responses") == []
+        keys = [json.dumps(item, sort_keys=True) for item in request["input"]]
+        assert len(keys) == len(set(keys))
+        if n:
+            assert request["input"][-1] == {"type": "function_call_output", "call_id": f"call_{n - 1}",
+                                            "output": mock_output(n - 1)}
+
+
+def mock_output(n: int) -> str:
+    return f"k{n}: " + "a long tool output that fills the budget quickly. " * 30
+
+
+def test_run_config_passes_its_arguments_on_and_keeps_its_own_filter(tmp_path: Path) -> None:
+    """``run_config(**kwargs)`` hands the kwargs to ``RunConfig``; a filter of the caller's
+    would replace the budget's and is refused with TypeError (I7)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            session = CtxrtSession(team.ann)
+            config = session.run_config(workflow_name="standup")
+            assert config.workflow_name == "standup" and config.call_model_input_filter is not None
+            try:
+                session.run_config(call_model_input_filter=lambda data: data.model_data)
+            except TypeError as error:
+                assert "call_model_input_filter" in str(error)
+            else:
+                raise AssertionError("a second filter was taken")
+
+    run(body)
+
+
+def test_system_and_developer_items_stay_with_their_agent(tmp_path: Path) -> None:
+    """A system and a developer item in ann's input: written for ann's reader alone, back from
+    her ``get_items`` with their roles, and never in bob's view nor in any request bob's
+    OpenAIChatCompletionsModel sends (I8)."""
+
+    async def body() -> list[dict[str, Any]]:
+        with serving_openai_api(lambda body: ApiReply.text("noted")) as server:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+            async with residents(tmp_path / "store") as team:
+                ann, bob = CtxrtSession(team.ann), CtxrtSession(team.bob)
+                given = [{"role": "system", "content": "ann's rule: never share K-7781"},
+                         {"role": "developer", "content": "ann's style: terse"},
+                         {"role": "user", "content": "hello both"}]
+                model = ScriptedModel([{"responder": lambda call: [assistant_message("ok")]}])
+                await Runner.run(Agent(name="ann", model=model), given, session=ann)
+                assert (await ann.get_items())[:3] == given
+                stored = [(m.participant, b.audience) for m in await team.ann.get_all_messages() for b in m.content]
+                assert stored[:2] == [("system", ("ann",)), ("developer", ("ann",))]
+                assert not holds(await bob.get_items(), "ann's rule") and not holds(await bob.get_items(), "terse")
+                await Runner.run(Agent(name="bob", model=OpenAIChatCompletionsModel("gpt-test", client)), "bob?",
+                                 session=bob)
+            await client.close()
+            return server.requests
+
+    requests = run(body)
+    assert len(requests) == 1 and holds(requests, "hello both")
+    assert not holds(requests, "ann's rule") and not holds(requests, "terse")
+
+
+def test_another_agents_words_reach_the_model_led_by_their_name(tmp_path: Path) -> None:
+    """The Responses form has no name field: in bob's view ann's reply is a user message whose
+    text starts ``[ann] ``, a person's line has no prefix, and ann's call stays as text (I9)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann = Agent(name="ann", model=scripted("ann", 2), tools=[lookup])
+            await Runner.run(ann, "ann, look yourself up", session=CtxrtSession(team.ann))
+            bob_view = await CtxrtSession(team.bob).get_items()
+            texts = [item["content"] for item in bob_view]
+            assert texts[0] == "ann, look yourself up"
+            assert texts[-1] == f"[ann] {line('ann', 2)}"
+            assert texts[1] == '[ann called lookup with {"key":"ann"}]'
+            assert texts[2] == f"[result of ann called lookup: {TOOL_SECRET}]"
+
+    run(body)
+
+
+def test_wrong_argument_types_are_refused_naming_the_parameter_before_anything_is_written(tmp_path: Path) -> None:
+    """``CtxrtSession("x")`` and ``budget=5000``: TypeError naming the parameter;
+    ``add_items("hello")``: TypeError; a function_call without its fields: MalformedContentError
+    naming ``items[1].call_id``, and nothing of the batch is written (I10)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            for call, named in ((lambda: CtxrtSession("x"), "manager"),  # type: ignore[arg-type]
+                                (lambda: CtxrtSession(team.ann, budget=5000), "budget"),  # type: ignore[arg-type]
+                                (lambda: CtxrtSession(team.ann, agent=7), "agent")):  # type: ignore[arg-type]
+                try:
+                    call()
+                except TypeError as error:
+                    assert named in str(error)
+                else:
+                    raise AssertionError(f"a wrong {named} was taken")
+            ann = CtxrtSession(team.ann)
+            for items, error_type, where in (("hello", TypeError, "items"), ([{"role": "user", "content": "hi"}, 5], TypeError, "items[1]"),
+                                             ([{"role": "user", "content": "hi"}, {"type": "function_call"}],
+                                              ctxrt.MalformedContentError, "items[1].call_id")):
+                try:
+                    await ann.add_items(items)  # type: ignore[arg-type]
+                except error_type as error:
+                    assert where in str(error)
+                else:
+                    raise AssertionError(f"{items!r} was taken")
+            assert await team.ann.message_count() == 0
 
     run(body)

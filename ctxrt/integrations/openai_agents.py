@@ -392,7 +392,9 @@ class CtxrtSession:
             return []
         items, _, _ = message_items("responses", attrs.evolve(message, content=content), speaks,
                                     tuple(looked), tuple(sent))
-        if not speaks and message.participant not in (blocks.USER, blocks.TOOL):
+        # A call or result shown as text names its caller already: only words get the name.
+        if not speaks and message.participant not in (blocks.USER, blocks.TOOL) and \
+                any(type(b) is Text for b in content):
             _named(items, message.participant)
         given = self._given_ids(message, looked, sent)
         for item in items:
