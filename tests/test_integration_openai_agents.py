@@ -146,8 +146,8 @@ def test_every_request_the_sdks_openai_models_send_passes_openais_rules(tmp_path
 
 
 def test_pop_item_and_clear_session_remove_only_what_that_session_wrote(tmp_path: Path) -> None:
-    """``pop_item`` removes and returns the newest item the session wrote (not bob's line after
-    it); ``clear_session`` removes the rest of its items and leaves bob's and the host's (I4)."""
+    """``pop_item`` removes and returns the newest item the session wrote, as given (not bob's line
+    after it); ``clear_session`` removes the rest of its items and leaves bob's and the host's (I4, I6)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -261,9 +261,10 @@ def test_a_call_and_its_output_saved_apart_stay_one_message_whatever_another_age
 
 
 def test_add_items_maps_a_call_id_ctxrt_refuses_and_checks_the_whole_batch_before_writing(tmp_path: Path) -> None:
-    """A provider's call id such as ``functions.lookup:0`` is mapped alike in the call and its
-    output, so the pair reaches ann's view; an item ctxrt can't store (a lone surrogate in an
-    output) is refused naming it, and nothing of its batch is written (I4)."""
+    """A provider's call id such as ``functions.lookup:0`` is stored mapped alike in the call and
+    its output, and handed back as given, so the pair reaches ann's view; an item ctxrt can't
+    store (a lone surrogate in an output) is refused naming it, and nothing of its batch is
+    written (I4, I6)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:

@@ -313,7 +313,7 @@ class CtxrtSession:
     async def _bounded(self, data: CallModelData[Any]) -> ModelInputData:
         given = data.model_data
         unsaved = self._unsaved(given.input)
-        spent = estimate_text(given.instructions or "") + (estimate_text(_COMPACT(unsaved)) if unsaved else 0)
+        spent = estimate_text(given.instructions or "") + (estimate_text(json.dumps(unsaved, default=repr)) if unsaved else 0)
         room = self.budget.max_tokens - spent
         made = await self._view(Budget(room, self.budget.reserve_for_response)) \
             if room > self.budget.reserve_for_response else []
