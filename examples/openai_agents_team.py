@@ -6,9 +6,11 @@
 Its store goes in a new temporary directory each run (printed first); set ``CTXRT_STORE``
 to keep one, which a rerun then adds to.
 
-Each agent gets a ``CtxrtSession`` over a manager opened with its own reader. A line written for
-ann (``audience: ["ann"]``) is in ann's session and never in bob's; what either agent says is in
-both. Old turns are compressed (Autobiographical; here by ctxrt's offline summariser, in production
+Each agent gets a ``CtxrtSession`` over a manager opened with its own reader, and runs with
+``run_config=session.run_config()``, so every model call of a run (each tool round included) is
+compiled under the session's budget. A line written for ann (``audience: ["ann"]``) is in ann's
+session and never in bob's; what either agent says is in both, led by its name (``[ann] ...``).
+Old turns are compressed (Autobiographical; here by ctxrt's offline summariser, in production
 ``ctxrt.AnthropicModel()`` or ``ctxrt.OpenAIModel()``).
 
 Offline as written: each agent answers with the SDK's own ``ScriptedModel``. For a real model,
@@ -45,8 +47,9 @@ async def main(store: str) -> dict[str, list[str]]:
         host = await rt.open("host")  # the team's own writes: no reader, so it writes for anyone
         await host.add_message("user", [{"type": "text", "text": "ann: the deploy key is K-7781.", "audience": ["ann"]}])
 
-        await Runner.run(agents["ann"], "Standup in five minutes.", session=sessions["ann"])
-        await Runner.run(agents["bob"], "Bob, anything to add?", session=sessions["bob"])
+        for name, said in (("ann", "Standup in five minutes."), ("bob", "Bob, anything to add?")):
+            session = sessions[name]
+            await Runner.run(agents[name], said, session=session, run_config=session.run_config())
 
         seen = {}
         for name, agent in agents.items():
