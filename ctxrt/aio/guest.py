@@ -263,11 +263,17 @@ class Guest:
             error.__cause__ = result.error
         else:
             error = self.closed_error()
+        futures: list[asyncio.Future[Any]] = []
         for call in list(self._calls):
             call.fail(error)
             call.ended()
+            futures.append(call.future)
         for held in list(self._held):
             held.settle(error)
+            futures.append(held.entered)
+        for future in futures:  # a caller that is gone (its loop closing) leaves no "never retrieved" log
+            if future.done() and not future.cancelled():
+                future.exception()
 
     async def _keep(self) -> None:
         """Stands for the run on the loop until it ends; cancelled (the loop shutting down), it
