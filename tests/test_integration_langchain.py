@@ -15,7 +15,7 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -255,5 +255,70 @@ def test_a_thread_resumed_after_a_failed_or_cancelled_model_call_writes_nothing_
             stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
             assert stored[:4] == ["hello", "reply 1", "please answer", "resume"]
             assert len(stored) == 5 and stored[4].startswith("reply")
+
+    run(body)
+
+
+def test_a_trimmed_thread_keeps_recording_and_its_view_leaves_the_removed_messages_out(tmp_path: Path) -> None:
+    """A checkpointed thread trimmed with ``RemoveMessage``: the next question and its reply are
+    written, the model is handed that question, and the removed messages leave this thread's view
+    while the shared slot keeps them, as bob's view shows (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread: Any = {"configurable": {"thread_id": "t1"}}
+            for turn in range(2):
+                await graph.ainvoke({"messages": [{"role": "user", "content": f"question {turn}"}]}, config=thread)
+            old = (await graph.aget_state(thread)).values["messages"][:2]
+            await graph.aupdate_state(thread, {"messages": [RemoveMessage(id=m.id) for m in old]})
+            await graph.ainvoke({"messages": [{"role": "user", "content": "question 2"}]},
+                                config={**thread, "callbacks": [seen]})
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["question 0", line("ann", 1), "question 1", line("ann", 2), "question 2", line("ann", 3)]
+            handed = [m.content for m in seen.calls[0]]
+            assert handed[-1] == "question 2" and "question 0" not in handed and line("ann", 1) not in handed
+            assert holds(await team.bob.compile(BUDGET), "question 0")
+
+    run(body)
+
+
+def test_history_the_caller_passes_back_in_is_written_once(tmp_path: Path) -> None:
+    """No checkpointer: the caller passes ``out["messages"]`` plus a new question into ``ainvoke``
+    three times; each of the six messages is stored once and ann's model never sees a copy (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph = agent("ann", team.ann)
+            history: list[Any] = []
+            for turn in range(3):
+                out = await graph.ainvoke({"messages": [*history, HumanMessage(f"question {turn}")]},
+                                          config={"callbacks": [seen]})
+                history = out["messages"]
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == [text for turn in range(3) for text in (f"question {turn}", line("ann", turn + 1))]
+            assert [m.content for m in seen.calls[-1]].count("question 0") == 1
+
+    run(body)
+
+
+def test_a_system_message_in_one_agents_input_reaches_only_that_agents_model_as_a_system_message(tmp_path: Path) -> None:
+    """A ``{"role": "system"}`` message in ann's input is written for ann's reader alone: ann's
+    model gets it back as a SystemMessage, bob's model never sees it (I7)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann_seen, bob_seen = Received(), Received()
+            await agent("ann", team.ann).ainvoke({"messages": [{"role": "system", "content": "ann's rule: be brief"},
+                                                               {"role": "user", "content": "hello ann"}]},
+                                                 config={"callbacks": [ann_seen]})
+            await agent("bob", team.bob).ainvoke({"messages": [{"role": "user", "content": "hello bob"}]},
+                                                 config={"callbacks": [bob_seen]})
+            rules = [m for m in ann_seen.calls[0] if m.content == "ann's rule: be brief"]
+            assert [type(m).__name__ for m in rules] == ["SystemMessage"]
+            assert holds(bob_seen.calls, "hello ann") and not holds(bob_seen.calls, "ann's rule")
 
     run(body)
