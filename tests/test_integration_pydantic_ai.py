@@ -13,7 +13,16 @@ from typing import Any
 from openai import AsyncOpenAI
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
@@ -189,5 +198,46 @@ def test_agents_running_at_once_each_get_their_own_tool_call_and_its_return(tmp_
             assert scripts["ann"].answered == [True] * 3 and scripts["bob"].answered == [True] * 3
             calls = [m for m in await team.ann.get_all_messages() if any(b.type == "tool_use" for b in m.content)]
             assert len(calls) == 6 and all([b.type for b in m.content] == ["tool_use", "tool_result"] for m in calls)
+
+    run(body)
+
+
+def fresh_history() -> list[ModelMessage]:
+    """A history built afresh, as a host rebuilds it from its own records: no marks, no run ids."""
+    return [ModelRequest(parts=[SystemPromptPart("You are ann, imported."), UserPromptPart("imported question")]),
+            ModelResponse(parts=[TextPart("imported answer")])]
+
+
+def test_the_same_history_built_afresh_on_two_runs_is_written_once_and_each_new_prompt_is_written(tmp_path: Path) -> None:
+    """The same ``message_history`` built afresh for two runs is stored once; each run's new
+    prompt, even one repeating an earlier prompt's words, is stored (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            runner = agent("ann", team.ann, FunctionModel(Scripted("ann")))
+            for _ in range(2):
+                await runner.run("go on", message_history=fresh_history())
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["imported question", "imported answer", "go on", line("ann", 1), "go on", line("ann", 2)]
+
+    run(body)
+
+
+def test_an_imported_system_prompt_stays_with_its_agent_and_other_speakers_are_named(tmp_path: Path) -> None:
+    """A system prompt part in ann's imported history reaches ann's model as a system prompt part
+    and never bob's; ann's words reach bob's model as a user prompt starting ``[ann] `` (I7, I8)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann_model, bob_model = Scripted("ann"), Scripted("bob")
+            await agent("ann", team.ann, FunctionModel(ann_model)).run("go on", message_history=fresh_history())
+            await agent("bob", team.bob, FunctionModel(bob_model)).run("bob, what's new?")
+            system = [p.content for m in ann_model.calls[0] if isinstance(m, ModelRequest)
+                      for p in m.parts if isinstance(p, SystemPromptPart)]
+            assert "You are ann, imported." in system
+            assert not holds(bob_model.calls, "You are ann") and holds(bob_model.calls, "imported question")
+            prompts = [p.content for m in bob_model.calls[0] if isinstance(m, ModelRequest)
+                       for p in m.parts if isinstance(p, UserPromptPart)]
+            assert f"[ann] {line('ann', 1)}" in prompts and "imported question" in prompts
 
     run(body)
