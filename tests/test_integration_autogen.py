@@ -11,15 +11,27 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import FunctionCall
-from autogen_core.models import CreateResult, ModelFamily, ModelInfo, RequestUsage, SystemMessage, UserMessage
+from autogen_core.models import (
+    AssistantMessage,
+    CreateResult,
+    FunctionExecutionResult,
+    FunctionExecutionResultMessage,
+    ModelFamily,
+    ModelInfo,
+    RequestUsage,
+    SystemMessage,
+    UserMessage,
+)
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
 from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from ctxrt import MalformedContentError
 from ctxrt.integrations.autogen import CtxrtModelContext, Team
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply
@@ -141,8 +153,7 @@ def test_every_request_openaichatcompletionclient_sends_passes_openais_rules(tmp
 def test_messages_from_outside_the_team_each_reach_the_slot_once(tmp_path: Path) -> None:
     """An outside message handed to both members is written once; the same words sent again after
     the member looked at its view are a new message; a member's words handed to another agent's
-    context aren't written again; ``clear`` removes only what that context wrote through its own
-    manager, not a line another namespace tagged with its name (I4)."""
+    context aren't written again (I4)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -157,10 +168,6 @@ def test_messages_from_outside_the_team_each_reach_the_slot_once(tmp_path: Path)
             await bob.add_message(task)
             stored = [(m.participant, m.content[0].text) for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
             assert stored == [("user", "plan the week"), ("user", "plan the week")]
-            await team.bob.add_message("bob", "bob's note, tagged as ann's", metadata={"autogen_agent": "ann"})
-            await ann.clear()
-            assert [m.metadata for m in await team.bob.get_all_messages()] == [
-                {"autogen_agent": "bob", "ctxrt_writer": "agents/bob"}, {"autogen_agent": "ann"}]
 
     run(body)
 
@@ -193,5 +200,72 @@ def test_a_tool_call_and_its_result_stay_paired_whatever_another_agent_writes_me
             bob_view = [m["content"] for m in (await team.bob.compile(BUDGET)).to_openai_chat(assistant="bob")["messages"]]
             called = next(i for i, text in enumerate(bob_view) if "ann called lookup_slowly" in text)
             assert TOOL_SECRET in bob_view[called + 1]
+
+    run(body)
+
+
+def test_a_team_reset_resets_each_agents_view_and_keeps_the_shared_slot(tmp_path: Path) -> None:
+    """``team.reset()`` clears each agent's view, not the slot: the four messages stay for every
+    reader, the next run's views start after them (I9)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann_client, bob_client = replay("ann", 2), replay("bob", 2)
+            chat, _ = group(team, ann_client, bob_client)
+            await chat.run(task="first task")
+            before = await team.ann.message_count()
+            await chat.reset()
+            assert await team.ann.message_count() == before == 3
+            await chat.run(task="second task")
+            assert await team.ann.message_count() == 6
+            assert not holds(received(ann_client)[-1], "first task") and holds(received(ann_client)[-1], "second task")
+            assert holds(await team.bob.compile(BUDGET), "first task")
+
+    run(body)
+
+
+def test_saved_state_carries_the_view_start_and_held_calls_into_a_new_context(tmp_path: Path) -> None:
+    """``save_state`` after a reset and with calls awaiting results, loaded into a fresh context over
+    the same manager: its view starts where the reset put it, and the held calls are written with
+    their results as one message (I9)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            first = CtxrtModelContext(team.ann)
+            await first.add_message(UserMessage(content="before the reset", source="user"))
+            await first.clear()
+            await first.add_message(UserMessage(content="after the reset", source="user"))
+            await first.add_message(AssistantMessage(content=[FunctionCall(id="c1", arguments="{}", name="lookup")],
+                                                     source="ann"))
+            second = CtxrtModelContext(team.ann)
+            await second.load_state(json.loads(json.dumps(await first.save_state())))
+            await second.add_message(FunctionExecutionResultMessage(
+                content=[FunctionExecutionResult(content="found", call_id="c1", name="lookup")]))
+            view = await second.get_messages()
+            assert [type(m).__name__ for m in view] == ["UserMessage", "AssistantMessage", "FunctionExecutionResultMessage"]
+            assert view[0].content == "after the reset"
+            assert [[b.type for b in m.content] for m in await team.ann.get_all_messages()][-1] == ["tool_use", "tool_result"]
+
+    run(body)
+
+
+def test_wrong_arguments_and_content_are_refused_naming_the_place_before_anything_is_written(tmp_path: Path) -> None:
+    """A wrong manager, budget, agent or team raises TypeError naming it; a lone surrogate raises
+    MalformedContentError with the place; nothing is written (I10)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            for kwargs, named in (({"manager": "x"}, "manager"), ({"budget": 5000}, "budget"), ({"agent": 7}, "agent"),
+                                  ({"team": ["ann"]}, "team")):
+                arguments = {"manager": team.ann, **kwargs}
+                with pytest.raises(TypeError, match=named):
+                    CtxrtModelContext(arguments.pop("manager"), **arguments)
+            context = CtxrtModelContext(team.ann)
+            with pytest.raises(MalformedContentError) as refused:
+                await context.add_message(UserMessage(content="\ud800", source="user"))
+            assert refused.value.path == "message.content"
+            with pytest.raises(TypeError, match="message"):
+                await context.add_message("hello")  # type: ignore[arg-type]
+            assert await team.ann.message_count() == 0
 
     run(body)

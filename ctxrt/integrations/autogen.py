@@ -12,6 +12,10 @@ other agent's message comes between a call and its results), a message from outs
 ``get_messages()`` compiles the manager's view under its budget
 (``CompileResult.to_openai_chat``) as AutoGen's LLM messages.
 
+``clear()`` (an agent's or a team's ``reset()``) resets the agent's view, not the shared slot: the
+view starts after the newest message the slot held then (summaries of what came before left out
+too), and ``save_state()``/``load_state()`` carry that start and any calls held for their results.
+
 A group chat hands every agent every other agent's message: with the agents listed in one
 ``Team``, a context doesn't write what a member said (that member's own context wrote it), and
 an outside message that every member receives (the task) is written once.
@@ -19,6 +23,7 @@ an outside message that every member receives (the task) is written once.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,7 +38,7 @@ from autogen_core.models import (
     UserMessage,
 )
 
-from .. import Budget, ContextManager
+from .. import Budget, ContextManager, MalformedContentError, checks
 from . import blocks
 
 METADATA_KEY = "autogen_agent"  # metadata naming the agent whose context wrote a message
@@ -73,6 +78,8 @@ class Team:
 
 
 def _user_blocks(content: str | Sequence[str | Image], place: str) -> list[blocks.Block]:
+    if not isinstance(content, (str, list)):
+        raise MalformedContentError(place, f"must be a string or a list of strings and images, not {type(content).__name__}")
     if isinstance(content, str):
         return [blocks.text(content, place)] if content.strip() else []
     out = []
@@ -102,7 +109,7 @@ def _written(message: LLMMessage, agent: str, reader: str) -> tuple[str, list[bl
         content = _user_blocks(message.content, "message.content")
         return (message.source, content) if content else None
     if message.content.strip():  # a SystemMessage: this agent's alone
-        return "system", [blocks.checked({"type": "text", "text": message.content, "audience": [reader]}, "message.content")]
+        return blocks.instructions("system", [blocks.text(message.content, "message.content")], reader)
     return None
 
 
@@ -130,7 +137,7 @@ def _llm_messages(messages: Sequence[Mapping[str, Any]], agent: str) -> list[LLM
                 out.append(FunctionExecutionResultMessage(content=[result]))
         elif role == "user":
             out.append(UserMessage(content=_user_content(content), source=message.get("name") or blocks.USER))
-        else:
+        elif role in blocks.INSTRUCTIONS:
             out.append(SystemMessage(content=content or ""))
     return out
 
@@ -168,28 +175,30 @@ class CtxrtModelContext(ChatCompletionContext):
         team: Team | None = None,
     ) -> None:
         super().__init__()
-        if manager.view_reader is None:
-            raise ValueError("CtxrtModelContext needs a manager opened with view_reader=<the agent's reader>")
-        self.manager = manager
-        self.budget = budget if budget is not None else Budget()
-        self.agent = agent if agent is not None else manager.view_reader
-        self.team = team if team is not None else Team([self.agent])
+        self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtModelContext", manager, budget, agent)
+        self.team = checks.optional_instance(team, "team", Team) or Team([self.agent])
         # The agent's tool calls, held until their results are added: written with them.
         self._calls: tuple[str, list[blocks.Block]] | None = None
+        self._start = -1  # the view shows messages after this sequence (a reset's)
 
     @property
     def _metadata(self) -> dict[str, str]:
         return {METADATA_KEY: self.agent, blocks.WRITER: self.manager.namespace}
 
     async def add_message(self, message: LLMMessage) -> None:
-        """Writes what the agent added to the shared slot (see the module's doc)."""
+        """Writes what the agent added to the shared slot (see the module's doc).
+
+        Raises ``TypeError`` for anything but an AutoGen LLM message, ``MalformedContentError``
+        naming the place for content a ctxrt message can't hold; nothing is written then."""
+        if not isinstance(message, (SystemMessage, UserMessage, AssistantMessage, FunctionExecutionResultMessage)):
+            raise TypeError(f"message must be an AutoGen LLMMessage, not {type(message).__name__}")
+        written = _written(message, self.agent, str(self.manager.view_reader))
         if isinstance(message, UserMessage):
             if message.source in self.team.members:
                 return  # that member's own context wrote it
-            key = message.model_dump_json()
+            key = json.dumps([message.source, written], sort_keys=True)
             if self.team.is_copy(self.agent, key):
                 return
-        written = _written(message, self.agent, str(self.manager.view_reader))
         if isinstance(message, AssistantMessage) and isinstance(message.content, list):
             await self._write_held()
             self._calls = written
@@ -212,22 +221,42 @@ class CtxrtModelContext(ChatCompletionContext):
             await self.manager.add_message(held[0], held[1], metadata=self._metadata)
 
     async def get_messages(self) -> list[LLMMessage]:
-        """The agent's reader's compiled view, as AutoGen's LLM messages."""
+        """The agent's reader's compiled view since its last reset, as AutoGen's LLM messages."""
         result = await self.manager.compile(self.budget)
         self.team.viewed(self.agent)
+        if self._start >= 0:
+            summaries = {s.id for sources in result.provenance.messages for s in sources if s.kind == "summary"}
+            before = set()
+            for summary_id in summaries:
+                summary = await self.manager.get_summary(summary_id)
+                if summary is not None and summary.last_sequence <= self._start:
+                    before.add(summary_id)
+            result = blocks.without(result, lambda source: int(source.id) <= self._start if source.kind == "message"
+                                    else source.id in before)
         return _llm_messages(blocks.chat_messages(result, self.agent), self.agent)
 
     async def clear(self) -> None:
-        """Removes every message this agent's context wrote through its manager (an agent's or a
-        team's reset), and any calls it holds; never a message holding a block its reader can't see."""
+        """Resets the agent's view (an agent's or a team's ``reset()``): it starts after the newest
+        message the slot holds now; the slot keeps every message for the other agents. Calls held
+        for their results are dropped."""
         self._calls = None
-        reader = str(self.manager.view_reader)
-        for message in await self.manager.query_messages(metadata=self._metadata):
-            if blocks.seen_whole(message, reader):
-                await self.manager.remove_message(message.id)
+        newest = await self.manager.get_message_window(-1, 1)
+        self._start = newest.messages[-1].sequence if newest.messages else -1
 
     async def save_state(self) -> Mapping[str, Any]:
-        return {"messages": []}  # the history is the slot's, kept by ctxrt
+        """Where the agent's view starts and the calls held for their results: the history itself
+        is the slot's, kept by ctxrt."""
+        return {"view_start": self._start, "held_calls": list(self._calls) if self._calls is not None else None}
 
     async def load_state(self, state: Mapping[str, Any]) -> None:
-        return None
+        """Restores what ``save_state`` returned; ``ValueError`` naming the field for anything else."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a mapping, not {type(state).__name__}")
+        start, held = state.get("view_start", -1), state.get("held_calls")
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise ValueError(f"state['view_start'] must be an integer sequence, not {start!r}")
+        if held is not None:
+            if not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], str) and isinstance(held[1], list)):
+                raise ValueError("state['held_calls'] must be [participant, blocks] or None")
+            held = (held[0], [blocks.checked(block, f"state['held_calls'][1][{j}]") for j, block in enumerate(held[1])])
+        self._start, self._calls = start, held
