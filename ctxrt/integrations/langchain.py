@@ -71,7 +71,8 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
     ) -> None:
         super().__init__()
         self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtMiddleware", manager, budget, agent)
-        checks.optional_instance(loop, "loop", asyncio.AbstractEventLoop)
+        if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
+            raise TypeError(f"loop must be an asyncio event loop or None, not {type(loop).__name__}")
         self.ledger = blocks.Ledger(self.manager)
         if loop is None:
             try:
