@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from openai import AsyncOpenAI
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
@@ -28,6 +29,7 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from ctxrt import MalformedContentError
 from ctxrt.integrations.pydantic_ai import CtxrtHistory
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply
@@ -239,5 +241,28 @@ def test_an_imported_system_prompt_stays_with_its_agent_and_other_speakers_are_n
             prompts = [p.content for m in bob_model.calls[0] if isinstance(m, ModelRequest)
                        for p in m.parts if isinstance(p, UserPromptPart)]
             assert f"[ann] {line('ann', 1)}" in prompts and "imported question" in prompts
+
+    run(body)
+
+
+def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything_is_written(tmp_path: Path) -> None:
+    """A wrong manager, an int budget or a wrong agent raises TypeError naming it at construction;
+    a history holding content the store refuses raises MalformedContentError naming its place and
+    writes none of it (I10)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            for kwargs, named in (({"manager": "x"}, "manager"), ({"budget": 5000}, "budget"), ({"agent": 7}, "agent")):
+                arguments: dict[str, Any] = {"manager": team.ann, **kwargs}
+                with pytest.raises(TypeError, match=named):
+                    CtxrtHistory(arguments.pop("manager"), **arguments)
+            history = CtxrtHistory(team.ann)
+            with pytest.raises(MalformedContentError) as refused:
+                await history.record([ModelRequest(parts=[UserPromptPart("fine")]),
+                                      ModelRequest(parts=[UserPromptPart("\ud800")])])
+            assert refused.value.path == "messages[1].parts[0].content"
+            with pytest.raises(TypeError, match="messages"):
+                await history.record(["hello"])  # type: ignore[list-item]
+            assert await team.ann.message_count() == 0
 
     run(body)

@@ -195,7 +195,10 @@ class CtxrtHistory(AbstractCapability[Any]):
         """Writes the messages the slot doesn't hold (a reply's tool calls and the request's
         results answering them as one message), every one checked before the first is written,
         and marks each message the slot holds with its identity."""
-        messages = checks.instances(messages, "messages", ModelRequest | ModelResponse)  # type: ignore[arg-type]
+        messages = checks.sequence(messages, "messages")
+        for i, message in enumerate(messages):
+            if not isinstance(message, (ModelRequest, ModelResponse)):
+                raise TypeError(f"messages[{i}] must be a ModelRequest or ModelResponse, not {type(message).__name__}")
         writes: dict[int, blocks.Writes] = {}
 
         def written(i: int) -> blocks.Writes:
