@@ -269,3 +269,32 @@ def test_wrong_arguments_and_content_are_refused_naming_the_place_before_anythin
             assert await team.ann.message_count() == 0
 
     run(body)
+
+
+def test_a_team_saved_by_the_earlier_context_resumes_writing_nothing_twice(tmp_path: Path) -> None:
+    """A team as the earlier context left it: its slot messages carry ``autogen_agent`` and
+    ``ctxrt_writer`` metadata and no ``ctxrt_keys``, and each agent's saved ``llm_context`` is
+    ``{"messages": []}``. Loaded into a new team and run again: each earlier message is stored and
+    seen once, the new run's are written; another context's history in ``messages`` is refused
+    naming the field rather than dropped (I6, I9)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            for participant, text, agent_name in (("user", "first task", "ann"), ("ann", line("ann", 0), "ann"),
+                                                  ("bob", line("bob", 0), "bob")):
+                await team.ann.add_message(participant, text, metadata={"autogen_agent": agent_name,
+                                                                        "ctxrt_writer": f"agents/{agent_name}"})
+            saved = await group(team, replay("ann", 1), replay("bob", 1))[0].save_state()
+            for name in ("ann", "bob"):
+                saved["agent_states"][name]["llm_context"] = {"messages": []}
+            ann_client, bob_client = replay("ann", 1), replay("bob", 1)
+            chat, ann_context = group(team, ann_client, bob_client)
+            await chat.load_state(saved)
+            await chat.run(task="second task")
+            texts = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert texts == ["first task", line("ann", 0), line("bob", 0), "second task", line("ann", 0), line("bob", 0)]
+            assert [str(m.content) for m in received(ann_client)[0]].count("first task") == 1
+            with pytest.raises(ValueError, match=r"state\['messages'\]"):
+                await ann_context.load_state({"messages": [UserMessage(content="hi", source="user").model_dump()]})
+
+    run(body)

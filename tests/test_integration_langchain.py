@@ -425,3 +425,30 @@ def test_two_agents_at_once_with_trims_and_rewinds_write_each_message_once(tmp_p
             assert len(texts) == len(set(texts)) == 24
 
     run(body)
+
+
+def test_a_thread_checkpointed_by_the_earlier_counting_middleware_resumes_writing_nothing_twice(tmp_path: Path) -> None:
+    """A thread as the earlier middleware left it: its slot messages carry no ``ctxrt_keys`` (it
+    wrote no metadata) and its checkpoint holds ``ctxrt_recorded: 2``, the count of the state's
+    messages written. Resumed with a new question: the first two are not written again, the
+    question and reply are, and ann's model sees each once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await team.ann.add_message("user", "question 0")
+            await team.ann.add_message("ann", line("ann", 0))
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread: Any = {"configurable": {"thread_id": "t1"}}
+            # The checkpoint as the earlier middleware's after_agent step left it.
+            await graph.aupdate_state(thread, {"messages": [HumanMessage("question 0"), AIMessage(line("ann", 0))],
+                                               "ctxrt_recorded": 2}, as_node="CtxrtMiddleware.after_agent")
+            await graph.ainvoke({"messages": [HumanMessage("question 1")]}, config={**thread, "callbacks": [seen]})
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["question 0", line("ann", 0), "question 1", line("ann", 1)]
+            assert [m.content for m in seen.calls[0]] == ["question 0", line("ann", 0), "question 1"]
+            await graph.ainvoke({"messages": [HumanMessage("question 2")]}, config=thread)
+            assert await team.ann.message_count() == 6
+
+    run(body)

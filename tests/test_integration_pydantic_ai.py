@@ -266,3 +266,28 @@ def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything
             assert await team.ann.message_count() == 0
 
     run(body)
+
+
+def test_history_marked_by_the_earlier_adapter_is_not_written_again(tmp_path: Path) -> None:
+    """History as the earlier adapter left it: each message it wrote marked
+    ``metadata={"ctxrt_recorded": True}``, its slot messages carrying no ``ctxrt_keys``. Passed
+    back in as ``message_history``: nothing of it is written again, the new prompt and reply are,
+    and ann's model sees the old question once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await team.ann.add_message("user", "old question")
+            await team.ann.add_message("ann", "old answer")
+            marked = {"ctxrt_recorded": True}
+            history: list[ModelMessage] = [
+                ModelRequest(parts=[SystemPromptPart("You are ann."), UserPromptPart("old question")], metadata=marked),
+                ModelResponse(parts=[TextPart("old answer")], metadata=marked)]
+            script = Scripted("ann")
+            await agent("ann", team.ann, FunctionModel(script)).run("new question", message_history=history)
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["old question", "old answer", "new question", line("ann", 1)]
+            prompts = [p.content for m in script.calls[0] if isinstance(m, ModelRequest)
+                       for p in m.parts if isinstance(p, UserPromptPart)]
+            assert prompts == ["old question", "new question"]
+
+    run(body)

@@ -249,9 +249,14 @@ class CtxrtModelContext(ChatCompletionContext):
         return {"view_start": self._start, "held_calls": list(self._calls) if self._calls is not None else None}
 
     async def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restores what ``save_state`` returned; ``ValueError`` naming the field for anything else."""
+        """Restores what ``save_state`` returned, or an earlier ctxrt's ``{"messages": []}`` (the
+        view from the slot's start); ``ValueError`` naming the field for anything else, such as
+        another context's messages, which this context would otherwise drop unseen."""
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a mapping, not {type(state).__name__}")
+        if state.get("messages", []) != []:
+            raise ValueError("state['messages'] holds another model context's history: CtxrtModelContext keeps "
+                             "history in its slot; write those messages with add_message instead")
         start, held = state.get("view_start", -1), state.get("held_calls")
         if isinstance(start, bool) or not isinstance(start, int):
             raise ValueError(f"state['view_start'] must be an integer sequence, not {start!r}")

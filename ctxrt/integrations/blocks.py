@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -229,10 +229,11 @@ class Ledger:
                 self._read = message.sequence
 
     async def record(self, keys: Sequence[str], writes: Callable[[int], Writes], metadata: Mapping[str, Any], *,
-                     hold_calls: bool = False) -> None:
+                     hold_calls: bool = False, held: Collection[str] = ()) -> None:
         """Writes the framework messages the slot doesn't hold, in order: ``keys[i]`` is message
         ``i``'s identity, ``writes(i)`` what it writes (asked only of those not held, all of them
-        before the first write, so content refused refuses the batch). A ``TOOL`` write of
+        before the first write, so content refused refuses the batch). ``held`` names keys the
+        slot holds though no stored message lists them (written before ``KEYS`` existed). A ``TOOL`` write of
         results is joined to the write of the calls they answer (``paired``); with
         ``hold_calls``, a trailing message of calls alone is left for a later record, to be
         written with its results. Each stored message carries ``metadata`` and the keys of the
@@ -242,7 +243,7 @@ class Ledger:
             self._lock = asyncio.Lock()
         async with self._lock:
             await self.catch_up()
-            fresh = [(i, writes(i)) for i, key in enumerate(keys) if key not in self._ids]
+            fresh = [(i, writes(i)) for i, key in enumerate(keys) if key not in self._ids and key not in held]
             if hold_calls and fresh and fresh[-1][1] and calls_alone(fresh[-1][1][-1][1]):
                 fresh.pop()
             planned: list[tuple[str, list[Block], list[str]]] = []  # each write with the keys it completes

@@ -14,7 +14,11 @@ agent's). So a thread resumed from a checkpointer, history the caller passes bac
 or rewound state each write a message once, and recording never stops. A message removed from
 the state (``RemoveMessage``) leaves this thread's view, not the shared slot: the state keeps the
 ids it saw written (``ctxrt_present``) and the stored messages it no longer shows
-(``ctxrt_hidden``), both private to the middleware. A reply with tool calls waits in the state
+(``ctxrt_hidden``), both private to the middleware; the ids in ``ctxrt_present`` count as written,
+and a thread checkpointed by an earlier ctxrt (which kept ``ctxrt_recorded``, a count of the
+state's messages written) counts its first ``ctxrt_recorded`` messages as written, so an upgrade
+writes nothing twice (such a message removed later stays in the view: its stored message isn't
+known). A reply with tool calls waits in the state
 until its results are there and is written with them as one message; what the state holds when
 the agent ends (the final reply, a tool that returns directly) is written then.
 """
@@ -37,17 +41,30 @@ from . import blocks
 
 PRESENT = "ctxrt_present"  # the state's message ids the slot held at the last step
 HIDDEN = "ctxrt_hidden"  # stored message ids this thread's view leaves out: removed from its state
+RECORDED = "ctxrt_recorded"  # an earlier ctxrt's count: the state's first messages it wrote
 _T = TypeVar("_T")
 
 
 class CtxrtState(AgentState[Any]):
     ctxrt_present: NotRequired[Annotated[list[str], PrivateStateAttr]]
     ctxrt_hidden: NotRequired[Annotated[list[str], PrivateStateAttr]]
+    ctxrt_recorded: NotRequired[Annotated[int, PrivateStateAttr]]  # read from older checkpoints, never written
 
 
 def _ids(state: Mapping[str, Any], key: str) -> list[str]:
     value = state.get(key)
     return [str(each) for each in value] if isinstance(value, list) else []
+
+
+def _written_before(state: Mapping[str, Any]) -> set[str]:
+    """The ids of the state's messages the slot holds by the state's own account: those the last
+    step saw written, or in a thread an earlier ctxrt checkpointed, its first ``ctxrt_recorded``."""
+    if PRESENT in state:
+        return set(_ids(state, PRESENT))
+    count = state.get(RECORDED)
+    if isinstance(count, bool) or not isinstance(count, int):
+        return set()
+    return {m.id for m in state["messages"][:count] if m.id is not None}
 
 
 class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
@@ -81,11 +98,11 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
                 loop = None
         self.loop = loop
 
-    async def record(self, messages: Sequence[BaseMessage], *, final: bool = True) -> None:
+    async def record(self, messages: Sequence[BaseMessage], *, final: bool = True, held: Collection[str] = ()) -> None:
         """Writes the LangChain messages the slot doesn't hold, as the agent's turn would (see the
-        module's doc); unless ``final``, tool calls that end ``messages`` wait for their results.
-        Every message is checked before the first is written (``MalformedContentError`` naming
-        ``messages[i]``)."""
+        module's doc); unless ``final``, tool calls that end ``messages`` wait for their results;
+        ids in ``held`` count as written. Every message is checked before the first is written
+        (``MalformedContentError`` naming ``messages[i]``)."""
         messages = checks.instances(messages, "messages", BaseMessage)
         reader = str(self.manager.view_reader)
         writes: dict[int, list[tuple[str, list[blocks.Block]]]] = {}
@@ -97,7 +114,7 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
 
         # A message LangGraph gave no id (one passed to record by hand) is known by what it writes and where.
         keys = [m.id or blocks.digest(self.manager.namespace, i, written(i)) for i, m in enumerate(messages)]
-        await self.ledger.record(keys, written, {blocks.WRITER: self.manager.namespace}, hold_calls=not final)
+        await self.ledger.record(keys, written, {blocks.WRITER: self.manager.namespace}, hold_calls=not final, held=held)
 
     async def view(self, hidden: Collection[str] = ()) -> list[AnyMessage]:
         """The agent's reader's compiled view, as LangChain messages, without the stored messages
@@ -114,12 +131,13 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         now holds of the state, and what left the state since the last step, go back as the
         step's state update."""
         messages = state["messages"]
-        await self.record(messages, final=final)
+        held = _written_before(state)
+        await self.record(messages, final=final, held=held)
         now = {m.id for m in messages}
         before = _ids(state, PRESENT)
         hidden = _ids(state, HIDDEN)
         hidden += [found for key in before if key not in now and (found := self.ledger.slot_id(key)) is not None]
-        present = [m.id for m in messages if m.id is not None and self.ledger.slot_id(m.id) is not None]
+        present = [m.id for m in messages if m.id is not None and (m.id in held or self.ledger.slot_id(m.id) is not None)]
         update: dict[str, Any] = {}
         if present != before:
             update[PRESENT] = present

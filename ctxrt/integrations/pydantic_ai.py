@@ -20,9 +20,10 @@ What the slot holds is known by identity (``blocks.Ledger``): a message written 
 ``metadata`` (``ctxrt_recorded``: its key), and a message with no mark is known by what it
 writes, its place in the run's history and its ``run_id``. So history passed back in
 (``message_history=result.all_messages()``), trimmed, or built afresh from the same messages is
-not written twice, and a run's new prompt always is. Another participant's words come to the
-model as a user prompt whose first text starts with ``[name] `` (the form has no name field);
-system prompt parts are the run's own, never written, and lead the view. Pydantic AI's
+not written twice, and a run's new prompt always is; a message an earlier ctxrt marked (``True``)
+counts as written. Another participant's words come to the model as a user prompt whose first
+text starts with ``[name] `` (the form has no name field); system prompt parts are the run's
+own, never written, and lead the view. Pydantic AI's
 ``ConversationStore`` (an entry log per conversation, forks and revisions, loaded whole) has no
 place for a view compiled per reader, and is not implemented.
 """
@@ -66,6 +67,8 @@ def _mark(message: ModelMessage, key: str) -> None:
 
 def _marked(message: ModelMessage) -> str | None:
     key = (message.metadata or {}).get(MARK)
+    if key is True:  # an earlier ctxrt's mark, before marks held keys: the slot holds what it wrote
+        return VIEW
     return key if isinstance(key, str) else None
 
 
