@@ -8,14 +8,18 @@ server, which refuses any request that breaks OpenAI's rules."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
 from autogen_core import FunctionCall
+from autogen_core.model_context import UnboundedChatCompletionContext
 from autogen_core.models import (
     AssistantMessage,
     CreateResult,
@@ -30,7 +34,7 @@ from autogen_core.models import (
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
-from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold, words
 from ctxrt import MalformedContentError
 from ctxrt.integrations.autogen import CtxrtModelContext, Team
 from ctxrt.openai_rules import violations
@@ -298,3 +302,58 @@ def test_a_team_saved_by_the_earlier_context_resumes_writing_nothing_twice(tmp_p
                 await ann_context.load_state({"messages": [UserMessage(content="hi", source="user").model_dump()]})
 
     run(body)
+
+
+def exchange(draw: Any, turn: int) -> list[Any]:
+    """One turn of AutoGen's own LLM messages as an AssistantAgent's context receives them: an
+    instruction (what a Memory adds) or none, a user's or another speaker's message, a reply of
+    function calls (with a thought or without) and their results, errors among them, and a reply."""
+    said: list[Any] = [SystemMessage(content=draw(words()))] if draw(st.booleans()) else []
+    said.append(UserMessage(content=draw(words()), source=draw(st.sampled_from(["user", "carol"]))))
+    calls = [FunctionCall(id=f"call_{turn}_{k}", arguments=json.dumps({"key": draw(words())}), name="lookup")
+             for k in range(draw(st.integers(0, 2)))]
+    if calls:
+        said.append(AssistantMessage(content=calls, thought=draw(st.one_of(st.none(), words())), source="ann"))
+        said.append(FunctionExecutionResultMessage(content=[
+            FunctionExecutionResult(content=draw(words()), call_id=c.id, name=c.name, is_error=draw(st.booleans()))
+            for c in calls]))
+    said.append(AssistantMessage(content=draw(words()), source="ann"))
+    return said
+
+
+def comparable(messages: list[Any]) -> list[dict[str, Any]]:
+    """The messages as data, call arguments as the JSON values they spell (ctxrt keeps a call's
+    input as JSON, not its spelling)."""
+    out = [m.model_dump() for m in messages]
+    for message in out:
+        if message["type"] == "AssistantMessage" and isinstance(message["content"], list):
+            for call in message["content"]:
+                call["arguments"] = json.loads(call["arguments"])
+    return out
+
+
+@pytest.mark.soak
+def test_what_get_messages_gives_back_equals_unboundedchatcompletioncontext_for_random_messages(
+    soak_scale: Callable[[int, int], int], tmp_path_factory: Any
+) -> None:
+    """Random sequences of AutoGen's own LLM messages (system, user from several sources,
+    assistant text, function calls with and without a thought, results with errors) added to a
+    ``CtxrtModelContext`` and to AutoGen's ``UnboundedChatCompletionContext``: ``get_messages``
+    gives back the same messages, call arguments as JSON values (I7, I8)."""
+
+    @settings(max_examples=soak_scale(10, 300))
+    @given(st.data())
+    def check(data: Any) -> None:
+        messages = [m for turn in range(data.draw(st.integers(1, 4))) for m in exchange(data.draw, turn)]
+
+        async def body() -> None:
+            async with residents(tmp_path_factory.mktemp("store")) as team:
+                ours, theirs = CtxrtModelContext(team.ann), UnboundedChatCompletionContext()
+                for message in messages:
+                    await ours.add_message(message)
+                    await theirs.add_message(message)
+                assert comparable(await ours.get_messages()) == comparable(await theirs.get_messages())
+
+        run(body)
+
+    check()

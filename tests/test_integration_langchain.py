@@ -23,7 +23,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 
-from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold, words
 from ctxrt import MalformedContentError
 from ctxrt.integrations.langchain import CtxrtMiddleware
 from ctxrt.openai_rules import violations
@@ -331,14 +331,13 @@ def test_a_system_message_in_one_agents_input_reaches_only_that_agents_model_as_
 def exchange(draw: Any, turn: int) -> list[BaseMessage]:
     """One turn of LangChain's own message types: a person's question (or the agent's own
     instructions), and a reply, with tool calls and their results or without."""
-    words = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Z")), min_size=1, max_size=12)
-    said: list[BaseMessage] = [draw(st.sampled_from([HumanMessage, SystemMessage]))(draw(words))]
-    calls = [{"name": "lookup", "args": {"key": draw(words)}, "id": f"call_{turn}_{k}"}
+    said: list[BaseMessage] = [draw(st.sampled_from([HumanMessage, SystemMessage]))(draw(words()))]
+    calls = [{"name": "lookup", "args": {"key": draw(words())}, "id": f"call_{turn}_{k}"}
              for k in range(draw(st.integers(0, 2)))]
     if calls:
-        said.append(AIMessage(draw(st.sampled_from(["", draw(words)])), tool_calls=calls))
-        said += [ToolMessage(draw(words), tool_call_id=call["id"]) for call in calls]
-    said.append(AIMessage(draw(words)))
+        said.append(AIMessage(draw(st.sampled_from(["", draw(words())])), tool_calls=calls))
+        said += [ToolMessage(draw(words()), tool_call_id=call["id"]) for call in calls]
+    said.append(AIMessage(draw(words())))
     return said
 
 

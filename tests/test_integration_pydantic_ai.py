@@ -7,10 +7,14 @@ any request that breaks OpenAI's rules."""
 from __future__ import annotations
 
 import asyncio
+import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai import AsyncOpenAI
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
@@ -28,7 +32,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold, words
 from ctxrt import MalformedContentError
 from ctxrt.integrations.pydantic_ai import CtxrtHistory
 from ctxrt.openai_rules import violations
@@ -291,3 +295,53 @@ def test_history_marked_by_the_earlier_adapter_is_not_written_again(tmp_path: Pa
             assert prompts == ["old question", "new question"]
 
     run(body)
+
+
+def exchange(draw: Any, turn: int) -> list[ModelMessage]:
+    """One turn of Pydantic AI's own messages as its agent graph makes them: a request with the
+    user's prompt (the first turn's with system prompt parts before it), a reply with text or tool
+    calls, a request of their returns and a final reply."""
+    system = [SystemPromptPart(draw(words())) for _ in range(draw(st.integers(0, 2)))] if turn == 0 else []
+    said: list[ModelMessage] = [ModelRequest(parts=[*system, UserPromptPart(draw(words()))])]
+    calls = [ToolCallPart("lookup", {"key": draw(words())}, tool_call_id=f"call_{turn}_{k}")
+             for k in range(draw(st.integers(0, 2)))]
+    if calls:
+        text = [TextPart(draw(words()))] if draw(st.booleans()) else []
+        said.append(ModelResponse(parts=[*text, *calls]))
+        said.append(ModelRequest(parts=[ToolReturnPart("lookup", draw(words()), tool_call_id=c.tool_call_id) for c in calls]))
+    said.append(ModelResponse(parts=[TextPart(draw(words()))]))
+    return said
+
+
+def comparable(messages: list[ModelMessage]) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    def part(p: Any) -> tuple[Any, ...]:
+        args = p.args_as_dict() if isinstance(p, ToolCallPart) else None
+        return type(p).__name__, getattr(p, "content", None), getattr(p, "tool_name", None), args, getattr(p, "tool_call_id", None)
+
+    return [(type(m).__name__, [part(p) for p in m.parts]) for m in messages]
+
+
+@pytest.mark.soak
+def test_what_the_model_is_handed_equals_plain_message_history_for_random_histories(
+    soak_scale: Callable[[int, int], int], tmp_path_factory: Any
+) -> None:
+    """Random histories of Pydantic AI's own messages (system prompt parts, user prompts, text,
+    tool calls and their returns) passed as ``message_history`` with a new prompt: the model is
+    handed, part for part, what the same agent without ``CtxrtHistory`` hands it (I6, I7)."""
+
+    @settings(max_examples=soak_scale(10, 300))
+    @given(st.data())
+    def check(data: Any) -> None:
+        history = [m for turn in range(data.draw(st.integers(1, 4))) for m in exchange(data.draw, turn)]
+
+        async def body() -> None:
+            async with residents(tmp_path_factory.mktemp("store")) as team:
+                through_ctxrt, plain = Scripted("ann"), Scripted("ann")
+                await Agent(FunctionModel(through_ctxrt), capabilities=[CtxrtHistory(team.ann)]).run(
+                    "next", message_history=copy.deepcopy(history))
+                await Agent(FunctionModel(plain)).run("next", message_history=copy.deepcopy(history))
+                assert comparable(through_ctxrt.calls[0]) == comparable(plain.calls[0])
+
+        run(body)
+
+    check()

@@ -113,8 +113,9 @@ def _written(message: LLMMessage, agent: str, reader: str) -> tuple[str, list[bl
     return None
 
 
-def _llm_messages(messages: Sequence[Mapping[str, Any]], agent: str) -> list[LLMMessage]:
-    """Chat Completions messages as AutoGen's LLM messages (a run of tool messages as one result message)."""
+def _llm_messages(messages: Sequence[Mapping[str, Any]], agent: str, failed: frozenset[str]) -> list[LLMMessage]:
+    """Chat Completions messages as AutoGen's LLM messages (a run of tool messages as one result
+    message; the results of the ``failed`` calls flagged ``is_error``)."""
     out: list[LLMMessage] = []
     names: dict[str, str] = {}  # call id -> the function's name, which AutoGen's results carry
     for message in messages:
@@ -130,7 +131,9 @@ def _llm_messages(messages: Sequence[Mapping[str, Any]], agent: str) -> list[LLM
                 out.append(AssistantMessage(content=content or "", source=agent))
         elif role == "tool":
             call_id = message["tool_call_id"]
-            result = FunctionExecutionResult(content=content or "", name=names.get(call_id, ""), call_id=call_id)
+            error = call_id in failed
+            result = FunctionExecutionResult(content=blocks.error_text(content or "") if error else content or "",
+                                             name=names.get(call_id, ""), call_id=call_id, is_error=error)
             if out and isinstance(out[-1], FunctionExecutionResultMessage):
                 out[-1].content.append(result)
             else:
@@ -233,7 +236,7 @@ class CtxrtModelContext(ChatCompletionContext):
                     before.add(summary_id)
             result = blocks.without(result, lambda source: int(source.id) <= self._start if source.kind == "message"
                                     else source.id in before)
-        return _llm_messages(blocks.chat_messages(result, self.agent), self.agent)
+        return _llm_messages(blocks.chat_messages(result, self.agent), self.agent, blocks.failed_calls(result))
 
     async def clear(self) -> None:
         """Resets the agent's view (an agent's or a team's ``reset()``): it starts after the newest

@@ -32,9 +32,10 @@ from typing import Any
 
 import attrs
 
-from .. import Budget, CompileResult, EmptyRequestError, MalformedContentError, Message, content_for_reader
+from .. import Budget, CompileResult, EmptyRequestError, MalformedContentError, Message, ToolResult, content_for_reader
 from .. import aio, checks
 from ..provenance import Provenance, Source
+from ..openai_wire import ERROR_PREFIX
 from ..validation import blocks_from_content
 from ..wire import api_tool_id
 
@@ -290,6 +291,19 @@ def chat_messages(result: CompileResult, assistant: str) -> list[dict[str, Any]]
         return []
     return [{"role": m["name"], "content": m["content"]} if m["role"] == "user" and m.get("name") in INSTRUCTIONS else m
             for m in messages]
+
+
+def failed_calls(result: CompileResult) -> frozenset[str]:
+    """The call ids, as the request forms give them, whose results in ``result`` are errors: the
+    forms have no flag for it and start the result's text with ``ERROR_PREFIX``, which
+    ``error_text`` takes off again for a framework that has the flag."""
+    return frozenset(api_tool_id(block.tool_use_id) for message in result.messages for block in message.content
+                     if isinstance(block, ToolResult) and block.is_error)
+
+
+def error_text(content: str) -> str:
+    """An error result's text without the prefix the request forms give it."""
+    return content.removeprefix(ERROR_PREFIX)
 
 
 def without(result: CompileResult, hidden: Callable[[Source], bool]) -> CompileResult:
