@@ -7,6 +7,7 @@ server, which refuses any request that breaks OpenAI's rules."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
 from autogen_agentchat.teams import RoundRobinGroupChat
-from autogen_core import FunctionCall
+from autogen_core import CancellationToken, FunctionCall
 from autogen_core.model_context import UnboundedChatCompletionContext
 from autogen_core.models import (
     AssistantMessage,
@@ -357,3 +358,37 @@ def test_what_get_messages_gives_back_equals_unboundedchatcompletioncontext_for_
         run(body)
 
     check()
+
+
+def test_two_agents_at_once_with_resets_and_rewinds_write_each_message_once(tmp_path: Path) -> None:
+    """ann and bob run at once, each resetting its agent after its third turn and loading the
+    state it saved after its second before its fifth (a rewind): every task and reply is stored
+    once, none lost; after the reset an agent's model no longer sees its first task, after the
+    rewind it does again (I6, I9)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            clients = {"ann": replay("ann", 6), "bob": replay("bob", 6)}
+
+            async def converse(name: str, manager: Any) -> None:
+                agent = AssistantAgent(name, model_client=clients[name], model_context=CtxrtModelContext(manager))
+                saved: Any = None
+                for turn in range(6):
+                    if turn == 4:
+                        await agent.load_state(saved)
+                    await agent.run(task=f"{name} question {turn}")
+                    if turn == 1:
+                        saved = await agent.save_state()
+                    if turn == 2:
+                        await agent.on_reset(CancellationToken())
+
+            await asyncio.gather(converse("ann", team.ann), converse("bob", team.bob))
+            texts = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            for name in ("ann", "bob"):
+                assert [t for t in texts if t.startswith(f"{name} question")] == [f"{name} question {t}" for t in range(6)]
+                assert [t for t in texts if t.startswith(f"{name} turn")] == [line(name, t) for t in range(6)]
+                seen = [holds(call, f"{name} question 0") for call in received(clients[name])]
+                assert seen == [True, True, True, False, True, True]
+            assert len(texts) == len(set(texts)) == 24
+
+    run(body)

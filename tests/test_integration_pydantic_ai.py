@@ -345,3 +345,33 @@ def test_what_the_model_is_handed_equals_plain_message_history_for_random_histor
         run(body)
 
     check()
+
+
+def test_two_agents_at_once_with_trims_and_rewinds_write_each_message_once(tmp_path: Path) -> None:
+    """ann and bob run at once, each passing its last run's history back in, trimmed of its first
+    exchange after the third turn and rewound to the second run's history before the fifth: every
+    prompt and reply is stored once, none lost (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            async def converse(name: str, manager: Any) -> None:
+                runner = agent(name, manager, FunctionModel(Scripted(name)))
+                history: list[ModelMessage] = []
+                kept: list[ModelMessage] = []
+                for turn in range(6):
+                    if turn == 3:
+                        history = history[2:]
+                    if turn == 5:
+                        history = kept
+                    history = (await runner.run(f"{name} question {turn}", message_history=history)).all_messages()
+                    if turn == 1:
+                        kept = history
+
+            await asyncio.gather(converse("ann", team.ann), converse("bob", team.bob))
+            texts = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            for name in ("ann", "bob"):
+                assert [t for t in texts if t.startswith(f"{name} question")] == [f"{name} question {t}" for t in range(6)]
+                assert [t for t in texts if t.startswith(f"{name} turn")] == [line(name, t) for t in range(1, 7)]
+            assert len(texts) == len(set(texts)) == 24
+
+    run(body)
