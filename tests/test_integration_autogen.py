@@ -36,8 +36,9 @@ from autogen_ext.models.openai import OpenAIChatCompletionClient
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
 from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold, words
+import ctxrt.aio
 from ctxrt import MalformedContentError
-from ctxrt.integrations.autogen import CtxrtModelContext, Team
+from ctxrt.integrations.autogen import CtxrtModelContext, Team, loading
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply
 from loopback_openai import serving_openai_api
@@ -390,5 +391,42 @@ def test_two_agents_at_once_with_resets_and_rewinds_write_each_message_once(tmp_
                 seen = [holds(call, f"{name} question 0") for call in received(clients[name])]
                 assert seen == [True, True, True, False, True, True]
             assert len(texts) == len(set(texts)) == 24
+
+    run(body)
+
+
+@pytest.mark.filterwarnings("ignore:.*FunctionTool:UserWarning")  # AutoGen's own warning on loading ann's tool
+def test_a_context_dumped_and_loaded_into_the_hosts_runtime_gives_the_same_view(tmp_path: Path) -> None:
+    """``dump_component()`` names the store, namespace, reader, agent, budget and team; loaded (as
+    JSON) inside ``loading(runtime)`` the context opens its manager at its first call and gives
+    back the view the original gives, audience kept. A whole group chat dumped and loaded runs on,
+    its task written once (one ``Team`` shared). Loaded outside ``loading``, or with another
+    runtime's store, it is refused naming why (I9, I10)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await team.write_for_ann()
+            chat, ann_context = group(team, replay("ann", 1), replay("bob", 1))
+            await chat.run(task="first task")
+            dumped = json.loads(ann_context.dump_component().model_dump_json())
+            assert dumped["config"] == {"store": str(tmp_path / "store"), "namespace": "agents/ann", "branch": "main",
+                                        "reader": "ann", "agent": "ann", "max_tokens": BUDGET.max_tokens,
+                                        "reserve_for_response": BUDGET.reserve_for_response, "team": ["ann", "bob"]}
+            with loading(team.runtime):
+                loaded = CtxrtModelContext.load_component(dumped)
+            assert await loaded.get_messages() == await ann_context.get_messages()
+            assert holds(await loaded.get_messages(), SECRET)
+
+            with loading(team.runtime):
+                again = RoundRobinGroupChat.load_component(chat.dump_component())
+            await again.run(task="second task")
+            texts = [getattr(b, "text", b.type) for m in await team.bob.get_all_messages() for b in m.content]
+            assert texts.count("second task") == 1
+
+            with pytest.raises(RuntimeError, match="loading"):
+                CtxrtModelContext.load_component(dumped)
+            async with ctxrt.aio.open_runtime(tmp_path / "other") as other:
+                with loading(other), pytest.raises(ValueError, match="store"):
+                    CtxrtModelContext.load_component(dumped)
 
     run(body)

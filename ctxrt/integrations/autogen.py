@@ -19,15 +19,25 @@ too), and ``save_state()``/``load_state()`` carry that start and any calls held 
 A group chat hands every agent every other agent's message: with the agents listed in one
 ``Team``, a context doesn't write what a member said (that member's own context wrote it), and
 an outside message that every member receives (the task) is written once.
+
+``dump_component()`` gives a declarative config (``CtxrtModelContextConfig``: store, namespace,
+branch, reader, agent, budget, team members). ``load_component`` is synchronous and a runtime is
+opened in a running loop, and one store takes one writing runtime, so the host lends its own:
+loaded inside ``with loading(runtime):``, each context opens its manager from that runtime at its
+first async method, and contexts of one team loaded together share one ``Team``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from autogen_core import FunctionCall, Image
+import attrs
+from autogen_core import Component, FunctionCall, Image
 from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import (
     AssistantMessage,
@@ -38,7 +48,10 @@ from autogen_core.models import (
     UserMessage,
 )
 
-from .. import Budget, ContextManager, MalformedContentError, checks
+from pydantic import BaseModel
+from typing_extensions import Self
+
+from .. import Budget, ContextManager, MalformedContentError, aio, checks
 from . import blocks
 
 METADATA_KEY = "autogen_agent"  # metadata naming the agent whose context wrote a message
@@ -161,7 +174,55 @@ def _user_content(content: Any) -> str | list[str | Image]:
     return parts
 
 
-class CtxrtModelContext(ChatCompletionContext):
+class CtxrtModelContextConfig(BaseModel):
+    """What ``CtxrtModelContext.dump_component()`` writes and ``load_component`` reads."""
+
+    store: str  # the runtime's path: a directory, or a PostgreSQL URL without its password
+    namespace: str
+    branch: str = "main"
+    reader: str
+    agent: str
+    max_tokens: int
+    reserve_for_response: int
+    team: list[str]
+
+
+@attrs.frozen
+class _Loading:
+    runtime: aio.Runtime
+    teams: dict[tuple[str, str, frozenset[str]], Team] = attrs.field(factory=dict)
+
+
+_loading: contextvars.ContextVar[_Loading | None] = contextvars.ContextVar("ctxrt_autogen_loading", default=None)
+
+
+@contextlib.contextmanager
+def loading(runtime: aio.Runtime) -> Iterator[None]:
+    """Lends the host's ``runtime`` (``ctxrt.aio.open_runtime``, open on the store the configs
+    name) to the ``CtxrtModelContext`` configs loaded inside: each opens its namespace from it at
+    its first async method, and is usable while the runtime is open. The contexts of one team
+    (the same store, branch and members) loaded in one block share one ``Team``."""
+    if not isinstance(runtime, aio.Runtime):
+        raise TypeError(f"runtime must be a ctxrt.aio Runtime (from ctxrt.aio.open_runtime), not {type(runtime).__name__}")
+    token = _loading.set(_Loading(runtime))
+    try:
+        yield
+    finally:
+        _loading.reset(token)
+
+
+@attrs.frozen
+class _Opening:
+    """A manager a loaded context opens at its first async method (see ``loading``)."""
+
+    runtime: aio.Runtime
+    config: CtxrtModelContextConfig
+
+    async def open(self) -> ContextManager:
+        return await self.runtime.open(self.config.namespace, view_reader=self.config.reader, branch=self.config.branch)
+
+
+class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig]):
     """An AutoGen agent's model context in a ctxrt slot, seen through the agent's reader.
 
     ``manager`` is a ``ctxrt.aio`` manager opened with the agent's ``view_reader``; ``agent`` is the
@@ -178,11 +239,54 @@ class CtxrtModelContext(ChatCompletionContext):
         team: Team | None = None,
     ) -> None:
         super().__init__()
-        self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtModelContext", manager, budget, agent)
+        if isinstance(manager, _Opening):  # from load_component: opened at the first async method
+            self._manager: ContextManager | None = None
+            self._opening: _Opening | None = manager
+            self.budget, self.agent = checks.optional_instance(budget, "budget", Budget) or Budget(), str(agent)
+        else:
+            self._manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtModelContext", manager, budget, agent)
+            self._opening = None
+        self._attaching = asyncio.Lock()
         self.team = checks.optional_instance(team, "team", Team) or Team([self.agent])
         # The agent's tool calls, held until their results are added: written with them.
         self._calls: tuple[str, list[blocks.Block]] | None = None
         self._start = -1  # the view shows messages after this sequence (a reset's)
+
+    component_config_schema = CtxrtModelContextConfig
+    component_provider_override = "ctxrt.integrations.autogen.CtxrtModelContext"
+
+    @property
+    def manager(self) -> ContextManager:
+        """The agent's manager; a context loaded from a config opens it at its first async method."""
+        if self._manager is None:
+            raise RuntimeError("this CtxrtModelContext was loaded from a config and opens its manager at its "
+                               "first async method (add_message, get_messages, clear), not yet called")
+        return self._manager
+
+    async def _attached(self) -> None:
+        async with self._attaching:
+            if self._manager is None and self._opening is not None:
+                self._manager = await self._opening.open()
+
+    def _to_config(self) -> CtxrtModelContextConfig:
+        if self._opening is not None:
+            return self._opening.config
+        return CtxrtModelContextConfig(
+            store=str(self.manager.store_path), namespace=self.manager.namespace, branch=self.manager.branch,
+            reader=str(self.manager.view_reader), agent=self.agent, max_tokens=self.budget.max_tokens,
+            reserve_for_response=self.budget.reserve_for_response, team=sorted(self.team.members))
+
+    @classmethod
+    def _from_config(cls, config: CtxrtModelContextConfig) -> Self:
+        lent = _loading.get()
+        if lent is None:
+            raise RuntimeError("CtxrtModelContext.load_component needs the host's runtime: load the config inside "
+                               "`with ctxrt.integrations.autogen.loading(runtime):`")
+        if str(lent.runtime.path) != config.store:
+            raise ValueError(f"config store {config.store!r} is not the lent runtime's store {str(lent.runtime.path)!r}")
+        team = lent.teams.setdefault((config.store, config.branch, frozenset(config.team)), Team(config.team))
+        budget = Budget(config.max_tokens, config.reserve_for_response)
+        return cls(_Opening(lent.runtime, config), budget=budget, agent=config.agent, team=team)  # type: ignore[arg-type]
 
     @property
     def _metadata(self) -> dict[str, str]:
@@ -195,6 +299,7 @@ class CtxrtModelContext(ChatCompletionContext):
         naming the place for content a ctxrt message can't hold; nothing is written then."""
         if not isinstance(message, (SystemMessage, UserMessage, AssistantMessage, FunctionExecutionResultMessage)):
             raise TypeError(f"message must be an AutoGen LLMMessage, not {type(message).__name__}")
+        await self._attached()
         written = _written(message, self.agent, str(self.manager.view_reader))
         if isinstance(message, UserMessage):
             if message.source in self.team.members:
@@ -225,6 +330,7 @@ class CtxrtModelContext(ChatCompletionContext):
 
     async def get_messages(self) -> list[LLMMessage]:
         """The agent's reader's compiled view since its last reset, as AutoGen's LLM messages."""
+        await self._attached()
         result = await self.manager.compile(self.budget)
         self.team.viewed(self.agent)
         if self._start >= 0:
@@ -242,6 +348,7 @@ class CtxrtModelContext(ChatCompletionContext):
         """Resets the agent's view (an agent's or a team's ``reset()``): it starts after the newest
         message the slot holds now; the slot keeps every message for the other agents. Calls held
         for their results are dropped."""
+        await self._attached()
         self._calls = None
         newest = await self.manager.get_message_window(-1, 1)
         self._start = newest.messages[-1].sequence if newest.messages else -1
