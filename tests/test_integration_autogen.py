@@ -395,7 +395,7 @@ def test_two_agents_at_once_with_resets_and_rewinds_write_each_message_once(tmp_
     run(body)
 
 
-@pytest.mark.filterwarnings("ignore:.*FunctionTool:UserWarning")  # AutoGen's own warning on loading ann's tool
+@pytest.mark.filterwarnings("ignore:(?s).*FunctionTool:UserWarning")  # AutoGen's own warning on loading ann's tool
 def test_a_context_dumped_and_loaded_into_the_hosts_runtime_gives_the_same_view(tmp_path: Path) -> None:
     """``dump_component()`` names the store, namespace, reader, agent, budget and team; loaded (as
     JSON) inside ``loading(runtime)`` the context opens its manager at its first call and gives
