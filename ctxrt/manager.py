@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -114,6 +115,12 @@ class ContextManager:
     @property
     def branch(self) -> str:
         return self._ref.branch_name
+
+    @property
+    def store_path(self) -> Path | str:
+        """The store this manager's runtime opened: its ``Runtime.path`` (a directory, or a
+        database URL without its password), so an adapter can name it in a config."""
+        return self._registry.store_path
 
     @property
     def view_reader(self) -> str | None:

@@ -96,7 +96,7 @@ class Runtime:
         self.slots = SlotRegistry(handle.engine, live=not handle.readonly,
                                   steps=None if self._steps is None else self._steps.counted)
         self._namespaces = NamespaceRegistry(handle.engine, self._store, self.slots, model, nursery,
-                                             model_timeout_s=model_timeout_s)
+                                             model_timeout_s=model_timeout_s, store_path=self.path)
 
     @property
     def engine(self) -> StoreEngine:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
+from hypothesis import strategies as st
 
 import ctxrt
 import ctxrt.aio
@@ -30,6 +31,11 @@ TOOL_SECRET = "ann's result 4417"
 # Under budget: a long run's view must be compressed to fit 2,500 usable tokens.
 BUDGET = ctxrt.Budget(max_tokens=3_000, reserve_for_response=500)
 IMAGE = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+def words() -> st.SearchStrategy[str]:
+    """A short text with something to say: no surrogates, controls or blank-only strings."""
+    return st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Z")), min_size=1, max_size=12)
 
 
 def memory() -> ctxrt.Autobiographical:

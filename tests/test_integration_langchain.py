@@ -12,15 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
 
-from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold, words
+from ctxrt import MalformedContentError
 from ctxrt.integrations.langchain import CtxrtMiddleware
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply
@@ -255,5 +259,195 @@ def test_a_thread_resumed_after_a_failed_or_cancelled_model_call_writes_nothing_
             stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
             assert stored[:4] == ["hello", "reply 1", "please answer", "resume"]
             assert len(stored) == 5 and stored[4].startswith("reply")
+
+    run(body)
+
+
+def test_a_trimmed_thread_keeps_recording_and_its_view_leaves_the_removed_messages_out(tmp_path: Path) -> None:
+    """A checkpointed thread trimmed with ``RemoveMessage``: the next question and its reply are
+    written, the model is handed that question, and the removed messages leave this thread's view
+    while the shared slot keeps them, as bob's view shows (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread: Any = {"configurable": {"thread_id": "t1"}}
+            for turn in range(2):
+                await graph.ainvoke({"messages": [{"role": "user", "content": f"question {turn}"}]}, config=thread)
+            old = (await graph.aget_state(thread)).values["messages"][:2]
+            await graph.aupdate_state(thread, {"messages": [RemoveMessage(id=m.id) for m in old]})
+            await graph.ainvoke({"messages": [{"role": "user", "content": "question 2"}]},
+                                config={**thread, "callbacks": [seen]})
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["question 0", line("ann", 1), "question 1", line("ann", 2), "question 2", line("ann", 3)]
+            handed = [m.content for m in seen.calls[0]]
+            assert handed[-1] == "question 2" and "question 0" not in handed and line("ann", 1) not in handed
+            assert holds(await team.bob.compile(BUDGET), "question 0")
+
+    run(body)
+
+
+def test_history_the_caller_passes_back_in_is_written_once(tmp_path: Path) -> None:
+    """No checkpointer: the caller passes ``out["messages"]`` plus a new question into ``ainvoke``
+    three times; each of the six messages is stored once and ann's model never sees a copy (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph = agent("ann", team.ann)
+            history: list[Any] = []
+            for turn in range(3):
+                out = await graph.ainvoke({"messages": [*history, HumanMessage(f"question {turn}")]},
+                                          config={"callbacks": [seen]})
+                history = out["messages"]
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == [text for turn in range(3) for text in (f"question {turn}", line("ann", turn + 1))]
+            assert [m.content for m in seen.calls[-1]].count("question 0") == 1
+
+    run(body)
+
+
+def test_a_system_message_in_one_agents_input_reaches_only_that_agents_model_as_a_system_message(tmp_path: Path) -> None:
+    """A ``{"role": "system"}`` message in ann's input is written for ann's reader alone: ann's
+    model gets it back as a SystemMessage, bob's model never sees it (I7)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann_seen, bob_seen = Received(), Received()
+            await agent("ann", team.ann).ainvoke({"messages": [{"role": "system", "content": "ann's rule: be brief"},
+                                                               {"role": "user", "content": "hello ann"}]},
+                                                 config={"callbacks": [ann_seen]})
+            await agent("bob", team.bob).ainvoke({"messages": [{"role": "user", "content": "hello bob"}]},
+                                                 config={"callbacks": [bob_seen]})
+            rules = [m for m in ann_seen.calls[0] if m.content == "ann's rule: be brief"]
+            assert [type(m).__name__ for m in rules] == ["SystemMessage"]
+            assert holds(bob_seen.calls, "hello ann") and not holds(bob_seen.calls, "ann's rule")
+
+    run(body)
+
+
+def exchange(draw: Any, turn: int) -> list[BaseMessage]:
+    """One turn of LangChain's own message types: a person's question (or the agent's own
+    instructions), and a reply, with tool calls and their results or without."""
+    said: list[BaseMessage] = [draw(st.sampled_from([HumanMessage, SystemMessage]))(draw(words()))]
+    calls = [{"name": "lookup", "args": {"key": draw(words())}, "id": f"call_{turn}_{k}"}
+             for k in range(draw(st.integers(0, 2)))]
+    if calls:
+        said.append(AIMessage(draw(st.sampled_from(["", draw(words())])), tool_calls=calls))
+        said += [ToolMessage(draw(words()), tool_call_id=call["id"]) for call in calls]
+    said.append(AIMessage(draw(words())))
+    return said
+
+
+def comparable(messages: list[BaseMessage]) -> list[tuple[Any, ...]]:
+    return [(type(m).__name__, m.content, [(c["name"], c["args"], c["id"]) for c in getattr(m, "tool_calls", [])],
+             getattr(m, "tool_call_id", None)) for m in messages]
+
+
+@settings(max_examples=12)
+@given(st.data())
+def test_what_the_middleware_hands_back_equals_what_langgraphs_own_checkpointer_does(tmp_path_factory: Any, data: Any) -> None:
+    """Random turns of human, system, AI, tool-calling and tool messages, handed to the middleware
+    turn by turn as a checkpointed thread's state grows: the view it hands the model holds what
+    LangGraph's InMemorySaver gives back for the same thread, message for message (I6, I7)."""
+    turns = [exchange(data.draw, turn) for turn in range(data.draw(st.integers(1, 4)))]
+
+    async def body() -> None:
+        async with residents(tmp_path_factory.mktemp("store")) as team:
+            middleware = CtxrtMiddleware(team.ann)
+            saver = InMemorySaver()
+            graph = StateGraph(MessagesState)
+            graph.add_node("noop", lambda state: {})
+            graph.add_edge(START, "noop")
+            thread = graph.compile(checkpointer=saver)
+            config: Any = {"configurable": {"thread_id": "t"}}
+            for said in turns:
+                await thread.ainvoke({"messages": said}, config)
+                state = (await thread.aget_state(config)).values
+                await middleware.record(state["messages"])
+            assert comparable(await middleware.view()) == comparable((await thread.aget_state(config)).values["messages"])
+
+    run(body)
+
+
+def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything_is_written(tmp_path: Path) -> None:
+    """A wrong manager, an int budget, a wrong agent or loop raises TypeError naming it at
+    construction; a batch holding content the store refuses raises MalformedContentError naming
+    ``messages[i]`` and writes none of the batch (I10)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            for kwargs, named in (({"manager": "x"}, "manager"), ({"budget": 5000}, "budget"), ({"agent": 7}, "agent"),
+                                  ({"loop": "loop"}, "loop")):
+                arguments: dict[str, Any] = {"manager": team.ann, **kwargs}
+                with pytest.raises(TypeError, match=named):
+                    CtxrtMiddleware(arguments.pop("manager"), **arguments)
+            middleware = CtxrtMiddleware(team.ann)
+            with pytest.raises(MalformedContentError) as refused:
+                await middleware.record([HumanMessage("fine", id="h1"), HumanMessage("\ud800", id="h2")])
+            assert refused.value.path == "messages[1].content"
+            with pytest.raises(TypeError, match="messages"):
+                await middleware.record(["hello"])  # type: ignore[list-item]
+            assert await team.ann.message_count() == 0
+
+    run(body)
+
+
+def test_two_agents_at_once_with_trims_and_rewinds_write_each_message_once(tmp_path: Path) -> None:
+    """ann and bob run at once on checkpointed threads, each trimming its thread with
+    RemoveMessage and rewinding it to an earlier checkpoint between turns: every question and
+    reply is stored once, none lost (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            async def converse(name: str, manager: Any) -> None:
+                graph = create_agent(ToolCallingFake(messages=replies(name)), tools=[lookup],
+                                     middleware=[CtxrtMiddleware(manager, budget=BUDGET)], checkpointer=InMemorySaver())
+                thread: Any = {"configurable": {"thread_id": name}}
+                for turn in range(6):
+                    await graph.ainvoke({"messages": [HumanMessage(f"{name} question {turn}")]}, config=thread)
+                    if turn == 2:
+                        state = await graph.aget_state(thread)
+                        await graph.aupdate_state(thread, {"messages": [RemoveMessage(id=m.id) for m in state.values["messages"][:2]]})
+                    if turn == 4:
+                        earlier = [s async for s in graph.aget_state_history(thread)][3]
+                        thread = {"configurable": {"thread_id": name, "checkpoint_id": earlier.config["configurable"]["checkpoint_id"]}}
+
+            await asyncio.gather(converse("ann", team.ann), converse("bob", team.bob))
+            texts = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            for name in ("ann", "bob"):
+                questions = [t for t in texts if t.startswith(f"{name} question")]
+                assert questions == [f"{name} question {turn}" for turn in range(6)]
+                assert len([t for t in texts if t.startswith(f"{name} turn")]) == 6
+            assert len(texts) == len(set(texts)) == 24
+
+    run(body)
+
+
+def test_a_thread_checkpointed_by_the_earlier_counting_middleware_resumes_writing_nothing_twice(tmp_path: Path) -> None:
+    """A thread as the earlier middleware left it: its slot messages carry no ``ctxrt_keys`` (it
+    wrote no metadata) and its checkpoint holds ``ctxrt_recorded: 2``, the count of the state's
+    messages written. Resumed with a new question: the first two are not written again, the
+    question and reply are, and ann's model sees each once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await team.ann.add_message("user", "question 0")
+            await team.ann.add_message("ann", line("ann", 0))
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread: Any = {"configurable": {"thread_id": "t1"}}
+            # The checkpoint as the earlier middleware's after_agent step left it.
+            await graph.aupdate_state(thread, {"messages": [HumanMessage("question 0"), AIMessage(line("ann", 0))],
+                                               "ctxrt_recorded": 2}, as_node="CtxrtMiddleware.after_agent")
+            await graph.ainvoke({"messages": [HumanMessage("question 1")]}, config={**thread, "callbacks": [seen]})
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["question 0", line("ann", 0), "question 1", line("ann", 1)]
+            assert [m.content for m in seen.calls[0]] == ["question 0", line("ann", 0), "question 1"]
+            await graph.ainvoke({"messages": [HumanMessage("question 2")]}, config=thread)
+            assert await team.ann.message_count() == 6
 
     run(body)

@@ -30,7 +30,7 @@ from loopback_openai import serving_openai_api
 set_tracing_disabled(True)  # the SDK would otherwise try to export traces over the network
 
 
-@function_tool
+Ifunction_tool
 def lookup(key: str) -> str:
     """Looks a key up."""
     return TOOL_SECRET if key == "ann" else "nothing"
@@ -147,7 +147,7 @@ def test_every_request_the_sdks_openai_models_send_passes_openais_rules(tmp_path
 
 def test_pop_item_and_clear_session_remove_only_what_that_session_wrote(tmp_path: Path) -> None:
     """``pop_item`` removes and returns the newest item the session wrote, as given (not bob's line
-    after it); ``clear_session`` removes the rest of its items and leaves bob's and the host's (I4, I6)."""
+    after it); ``clear_session`` removes the rest of its items and leaves bob's and the host's (I4, I12)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -229,7 +229,7 @@ def test_a_call_and_its_output_saved_apart_stay_one_message_whatever_another_age
     (her next run's history) holds the call and its output as a pair and bob's shows both as
     text, one right after the other (I5)."""
 
-    @function_tool(needs_approval=True)
+    Ifunction_tool(needs_approval=True)
     def approved_lookup(key: str) -> str:
         """Looks a key up once a person approves."""
         return TOOL_SECRET
@@ -264,7 +264,7 @@ def test_add_items_maps_a_call_id_ctxrt_refuses_and_checks_the_whole_batch_befor
     """A provider's call id such as ``functions.lookup:0`` is stored mapped alike in the call and
     its output, and handed back as given, so the pair reaches ann's view; an item ctxrt can't
     store (a lone surrogate in an output) is refused naming it, and nothing of its batch is
-    written (I4, I6)."""
+    written (I4, I12)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -314,7 +314,7 @@ def test_pop_item_and_clear_session_never_touch_another_namespaces_lines_or_hand
     run(body)
 
 
-# -- a faithful Session (I6), instructions (I8), speakers (I9), argument errors (I10) -----------
+# -- a faithful Session (I12), instructions (I7), speakers (I8), argument errors (I10) -----------
 
 ENCRYPTED = "gAAAAABo" + "Zm9yIGFubiBhbG9uZQ" * 20  # a store=False reasoning model's encrypted reasoning
 TURN = [
@@ -351,7 +351,7 @@ def test_get_items_gives_back_every_item_as_sqlite_session_does(tmp_path: Path) 
     """A turn of every kind the SDK saves (a user's parts and image, reasoning with its encrypted
     content, a call with its id and status, its output, a hosted web search, an assistant message
     with annotations): ``get_items`` gives back what ``SQLiteSession`` gives, in order, 8 in, 8
-    out; bob's view holds ann's words and her call as text, never her reasoning or search (I6)."""
+    out; bob's view holds ann's words and her call as text, never her reasoning or search (I12)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -369,7 +369,7 @@ def test_get_items_gives_back_every_item_as_sqlite_session_does(tmp_path: Path) 
 def test_an_item_ctxrt_has_no_block_for_is_kept_for_the_agent_alone_and_popped_as_given(tmp_path: Path) -> None:
     """``{"foo": "bar"}`` and a hosted tool's call are stored (as their JSON, for ann's reader
     alone), come back from ``get_items`` as given and from ``pop_item`` newest first; bob's view
-    never holds them (I6)."""
+    never holds them (I12)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -388,7 +388,7 @@ def test_an_item_ctxrt_has_no_block_for_is_kept_for_the_agent_alone_and_popped_a
 
 def test_an_encrypted_session_over_a_ctxrt_session_stores_and_gives_back(tmp_path: Path) -> None:
     """``EncryptedSession(CtxrtSession(...))``: the envelopes are stored for ann alone and the
-    items come back decrypted, as given; bob sees none of them (I6)."""
+    items come back decrypted, as given; bob sees none of them (I12)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -405,7 +405,7 @@ def test_an_encrypted_session_over_a_ctxrt_session_stores_and_gives_back(tmp_pat
 def test_a_run_through_the_sdk_saves_items_it_reads_back_unchanged(tmp_path: Path) -> None:
     """Two runs of ann's with a tool call through the real runner: what the session gives back is
     what a ``SQLiteSession`` beside it gives back for the same runs, ids and all, so the SDK's
-    fingerprints of saved items match (I6)."""
+    fingerprints of saved items match (I12)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -420,7 +420,7 @@ def test_a_run_through_the_sdk_saves_items_it_reads_back_unchanged(tmp_path: Pat
     run(body)
 
 
-@st.composite
+Ist.composite
 def batches(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
     """Batches as the runner saves them: people's messages (user, system, developer; short form
     or parts), and the agent's steps (reasoning, hosted calls and messages, then function calls
@@ -469,12 +469,12 @@ def answered(items: list[Any]) -> list[Any]:
     return [item for item in items if item.get("type") != "function_call" or item["call_id"] in outputs]
 
 
-@settings(max_examples=25)
-@given(batches())
+Isettings(max_examples=25)
+Igiven(batches())
 def test_get_items_equals_sqlite_sessions_items_for_any_batches(tmp_path_factory: Any, drawn: list[list[dict[str, Any]]]) -> None:
     """Random batches of the SDK's item types, each call answered in its batch or the next: what
     ``get_items`` gives back equals what ``SQLiteSession`` gives back, and ``pop_item`` takes off
-    the same item (I6)."""
+    the same item (I12)."""
     store = tmp_path_factory.mktemp("roundtrip") / "store"
 
     async def body() -> None:
@@ -497,7 +497,7 @@ def test_two_agents_rewinding_at_once_take_back_only_their_own_items(tmp_path: P
     """ann and bob each save a turn and have the SDK rewind it (``rewind_session_items``, as on a
     conversation retry) at once: each rewind finds its items at the tail of its view by their
     fingerprints and pops them; when the other's line came after, the SDK leaves the session as
-    it is rather than pop another's item (I6)."""
+    it is rather than pop another's item (I12)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -547,7 +547,7 @@ def test_every_model_call_of_a_long_tool_run_is_compiled_under_the_budget(tmp_pa
     """One run of 25 tool calls, each output about 150 tokens, under ``Budget(4000, reserve 500)``
     with ``run_config=session.run_config()``: all 26 requests the SDK's OpenAIResponsesModel sends
     through the real client are under 3,500 tokens with the instructions, rule-clean, the
-    newest output in each, and no item twice; the session holds every call (I7)."""
+    newest output in each, and no item twice; the session holds every call (I11)."""
 
     budget = ctxrt.Budget(max_tokens=4_000, reserve_for_response=500)
 
@@ -562,7 +562,7 @@ def test_every_model_call_of_a_long_tool_run_is_compiled_under_the_budget(tmp_pa
 
     replied: list[int] = []
 
-    @function_tool
+    Ifunction_tool
     def lookup(key: str) -> str:
         """Looks a key up."""
         return f"{key}: " + "a long tool output that fills the budget quickly. " * 30
@@ -598,7 +598,7 @@ def mock_output(n: int) -> str:
 
 def test_run_config_passes_its_arguments_on_and_keeps_its_own_filter(tmp_path: Path) -> None:
     """``run_config(**kwargs)`` hands the kwargs to ``RunConfig``; a filter of the caller's
-    would replace the budget's and is refused with TypeError (I7)."""
+    would replace the budget's and is refused with TypeError (I11)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -618,7 +618,7 @@ def test_run_config_passes_its_arguments_on_and_keeps_its_own_filter(tmp_path: P
 def test_system_and_developer_items_stay_with_their_agent(tmp_path: Path) -> None:
     """A system and a developer item in ann's input: written for ann's reader alone, back from
     her ``get_items`` with their roles, and never in bob's view nor in any request bob's
-    OpenAIChatCompletionsModel sends (I8)."""
+    OpenAIChatCompletionsModel sends (I7)."""
 
     async def body() -> list[dict[str, Any]]:
         with serving_openai_api(lambda body: ApiReply.text("noted")) as server:
@@ -646,7 +646,7 @@ def test_system_and_developer_items_stay_with_their_agent(tmp_path: Path) -> Non
 
 def test_another_agents_words_reach_the_model_led_by_their_name(tmp_path: Path) -> None:
     """The Responses form has no name field: in bob's view ann's reply is a user message whose
-    text starts ``[ann] ``, a person's line has no prefix, and ann's call stays as text (I9)."""
+    text starts ``[ann] ``, a person's line has no prefix, and ann's call stays as text (I8)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:

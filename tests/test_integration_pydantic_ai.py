@@ -7,18 +7,33 @@ any request that breaks OpenAI's rules."""
 from __future__ import annotations
 
 import asyncio
+import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai import AsyncOpenAI
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
+from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold, words
+from ctxrt import MalformedContentError
 from ctxrt.integrations.pydantic_ai import CtxrtHistory
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply
@@ -189,5 +204,174 @@ def test_agents_running_at_once_each_get_their_own_tool_call_and_its_return(tmp_
             assert scripts["ann"].answered == [True] * 3 and scripts["bob"].answered == [True] * 3
             calls = [m for m in await team.ann.get_all_messages() if any(b.type == "tool_use" for b in m.content)]
             assert len(calls) == 6 and all([b.type for b in m.content] == ["tool_use", "tool_result"] for m in calls)
+
+    run(body)
+
+
+def fresh_history() -> list[ModelMessage]:
+    """A history built afresh, as a host rebuilds it from its own records: no marks, no run ids."""
+    return [ModelRequest(parts=[SystemPromptPart("You are ann, imported."), UserPromptPart("imported question")]),
+            ModelResponse(parts=[TextPart("imported answer")])]
+
+
+def test_the_same_history_built_afresh_on_two_runs_is_written_once_and_each_new_prompt_is_written(tmp_path: Path) -> None:
+    """The same ``message_history`` built afresh for two runs is stored once; each run's new
+    prompt, even one repeating an earlier prompt's words, is stored (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            runner = agent("ann", team.ann, FunctionModel(Scripted("ann")))
+            for _ in range(2):
+                await runner.run("go on", message_history=fresh_history())
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["imported question", "imported answer", "go on", line("ann", 1), "go on", line("ann", 2)]
+
+    run(body)
+
+
+def test_an_imported_system_prompt_stays_with_its_agent_and_other_speakers_are_named(tmp_path: Path) -> None:
+    """A system prompt part in ann's imported history reaches ann's model as a system prompt part
+    and never bob's; ann's words reach bob's model as a user prompt starting ``[ann] `` (I7, I8)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann_model, bob_model = Scripted("ann"), Scripted("bob")
+            await agent("ann", team.ann, FunctionModel(ann_model)).run("go on", message_history=fresh_history())
+            await agent("bob", team.bob, FunctionModel(bob_model)).run("bob, what's new?")
+            system = [p.content for m in ann_model.calls[0] if isinstance(m, ModelRequest)
+                      for p in m.parts if isinstance(p, SystemPromptPart)]
+            assert "You are ann, imported." in system
+            assert not holds(bob_model.calls, "You are ann") and holds(bob_model.calls, "imported question")
+            prompts = [p.content for m in bob_model.calls[0] if isinstance(m, ModelRequest)
+                       for p in m.parts if isinstance(p, UserPromptPart)]
+            assert f"[ann] {line('ann', 1)}" in prompts and "imported question" in prompts
+
+    run(body)
+
+
+def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything_is_written(tmp_path: Path) -> None:
+    """A wrong manager, an int budget or a wrong agent raises TypeError naming it at construction;
+    a history holding content the store refuses raises MalformedContentError naming its place and
+    writes none of it (I10)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            for kwargs, named in (({"manager": "x"}, "manager"), ({"budget": 5000}, "budget"), ({"agent": 7}, "agent")):
+                arguments: dict[str, Any] = {"manager": team.ann, **kwargs}
+                with pytest.raises(TypeError, match=named):
+                    CtxrtHistory(arguments.pop("manager"), **arguments)
+            history = CtxrtHistory(team.ann)
+            with pytest.raises(MalformedContentError) as refused:
+                await history.record([ModelRequest(parts=[UserPromptPart("fine")]),
+                                      ModelRequest(parts=[UserPromptPart("\ud800")])])
+            assert refused.value.path == "messages[1].parts[0].content"
+            with pytest.raises(TypeError, match="messages"):
+                await history.record(["hello"])  # type: ignore[list-item]
+            assert await team.ann.message_count() == 0
+
+    run(body)
+
+
+def test_history_marked_by_the_earlier_adapter_is_not_written_again(tmp_path: Path) -> None:
+    """History as the earlier adapter left it: each message it wrote marked
+    ``metadata={"ctxrt_recorded": True}``, its slot messages carrying no ``ctxrt_keys``. Passed
+    back in as ``message_history``: nothing of it is written again, the new prompt and reply are,
+    and ann's model sees the old question once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await team.ann.add_message("user", "old question")
+            await team.ann.add_message("ann", "old answer")
+            marked = {"ctxrt_recorded": True}
+            history: list[ModelMessage] = [
+                ModelRequest(parts=[SystemPromptPart("You are ann."), UserPromptPart("old question")], metadata=marked),
+                ModelResponse(parts=[TextPart("old answer")], metadata=marked)]
+            script = Scripted("ann")
+            await agent("ann", team.ann, FunctionModel(script)).run("new question", message_history=history)
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["old question", "old answer", "new question", line("ann", 1)]
+            prompts = [p.content for m in script.calls[0] if isinstance(m, ModelRequest)
+                       for p in m.parts if isinstance(p, UserPromptPart)]
+            assert prompts == ["old question", "new question"]
+
+    run(body)
+
+
+def exchange(draw: Any, turn: int) -> list[ModelMessage]:
+    """One turn of Pydantic AI's own messages as its agent graph makes them: a request with the
+    user's prompt (the first turn's with system prompt parts before it), a reply with text or tool
+    calls, a request of their returns and a final reply."""
+    system = [SystemPromptPart(draw(words())) for _ in range(draw(st.integers(0, 2)))] if turn == 0 else []
+    said: list[ModelMessage] = [ModelRequest(parts=[*system, UserPromptPart(draw(words()))])]
+    calls = [ToolCallPart("lookup", {"key": draw(words())}, tool_call_id=f"call_{turn}_{k}")
+             for k in range(draw(st.integers(0, 2)))]
+    if calls:
+        text = [TextPart(draw(words()))] if draw(st.booleans()) else []
+        said.append(ModelResponse(parts=[*text, *calls]))
+        said.append(ModelRequest(parts=[ToolReturnPart("lookup", draw(words()), tool_call_id=c.tool_call_id) for c in calls]))
+    said.append(ModelResponse(parts=[TextPart(draw(words()))]))
+    return said
+
+
+def comparable(messages: list[ModelMessage]) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    def part(p: Any) -> tuple[Any, ...]:
+        args = p.args_as_dict() if isinstance(p, ToolCallPart) else None
+        return type(p).__name__, getattr(p, "content", None), getattr(p, "tool_name", None), args, getattr(p, "tool_call_id", None)
+
+    return [(type(m).__name__, [part(p) for p in m.parts]) for m in messages]
+
+
+@pytest.mark.soak
+def test_what_the_model_is_handed_equals_plain_message_history_for_random_histories(
+    soak_scale: Callable[[int, int], int], tmp_path_factory: Any
+) -> None:
+    """Random histories of Pydantic AI's own messages (system prompt parts, user prompts, text,
+    tool calls and their returns) passed as ``message_history`` with a new prompt: the model is
+    handed, part for part, what the same agent without ``CtxrtHistory`` hands it (I6, I7)."""
+
+    @settings(max_examples=soak_scale(10, 300))
+    @given(st.data())
+    def check(data: Any) -> None:
+        history = [m for turn in range(data.draw(st.integers(1, 4))) for m in exchange(data.draw, turn)]
+
+        async def body() -> None:
+            async with residents(tmp_path_factory.mktemp("store")) as team:
+                through_ctxrt, plain = Scripted("ann"), Scripted("ann")
+                await Agent(FunctionModel(through_ctxrt), capabilities=[CtxrtHistory(team.ann)]).run(
+                    "next", message_history=copy.deepcopy(history))
+                await Agent(FunctionModel(plain)).run("next", message_history=copy.deepcopy(history))
+                assert comparable(through_ctxrt.calls[0]) == comparable(plain.calls[0])
+
+        run(body)
+
+    check()
+
+
+def test_two_agents_at_once_with_trims_and_rewinds_write_each_message_once(tmp_path: Path) -> None:
+    """ann and bob run at once, each passing its last run's history back in, trimmed of its first
+    exchange after the third turn and rewound to the second run's history before the fifth: every
+    prompt and reply is stored once, none lost (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            async def converse(name: str, manager: Any) -> None:
+                runner = agent(name, manager, FunctionModel(Scripted(name)))
+                history: list[ModelMessage] = []
+                kept: list[ModelMessage] = []
+                for turn in range(6):
+                    if turn == 3:
+                        history = history[2:]
+                    if turn == 5:
+                        history = kept
+                    history = (await runner.run(f"{name} question {turn}", message_history=history)).all_messages()
+                    if turn == 1:
+                        kept = history
+
+            await asyncio.gather(converse("ann", team.ann), converse("bob", team.bob))
+            texts = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            for name in ("ann", "bob"):
+                assert [t for t in texts if t.startswith(f"{name} question")] == [f"{name} question {t}" for t in range(6)]
+                assert [t for t in texts if t.startswith(f"{name} turn")] == [line(name, t) for t in range(1, 7)]
+            assert len(texts) == len(set(texts)) == 24
 
     run(body)

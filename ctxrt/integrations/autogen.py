@@ -12,17 +12,32 @@ other agent's message comes between a call and its results), a message from outs
 ``get_messages()`` compiles the manager's view under its budget
 (``CompileResult.to_openai_chat``) as AutoGen's LLM messages.
 
+``clear()`` (an agent's or a team's ``reset()``) resets the agent's view, not the shared slot: the
+view starts after the newest message the slot held then (summaries of what came before left out
+too), and ``save_state()``/``load_state()`` carry that start and any calls held for their results.
+
 A group chat hands every agent every other agent's message: with the agents listed in one
 ``Team``, a context doesn't write what a member said (that member's own context wrote it), and
 an outside message that every member receives (the task) is written once.
+
+``dump_component()`` gives a declarative config (``CtxrtModelContextConfig``: store, namespace,
+branch, reader, agent, budget, team members). ``load_component`` is synchronous and a runtime is
+opened in a running loop, and one store takes one writing runtime, so the host lends its own:
+loaded inside ``with loading(runtime):``, each context opens its manager from that runtime at its
+first async method, and contexts of one team loaded together share one ``Team``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import asyncio
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from autogen_core import FunctionCall, Image
+import attrs
+from autogen_core import Component, FunctionCall, Image
 from autogen_core.model_context import ChatCompletionContext
 from autogen_core.models import (
     AssistantMessage,
@@ -33,7 +48,10 @@ from autogen_core.models import (
     UserMessage,
 )
 
-from .. import Budget, ContextManager
+from pydantic import BaseModel
+from typing_extensions import Self
+
+from .. import Budget, ContextManager, MalformedContentError, aio, checks
 from . import blocks
 
 METADATA_KEY = "autogen_agent"  # metadata naming the agent whose context wrote a message
@@ -73,6 +91,8 @@ class Team:
 
 
 def _user_blocks(content: str | Sequence[str | Image], place: str) -> list[blocks.Block]:
+    if not isinstance(content, (str, list)):
+        raise MalformedContentError(place, f"must be a string or a list of strings and images, not {type(content).__name__}")
     if isinstance(content, str):
         return [blocks.text(content, place)] if content.strip() else []
     out = []
@@ -102,12 +122,13 @@ def _written(message: LLMMessage, agent: str, reader: str) -> tuple[str, list[bl
         content = _user_blocks(message.content, "message.content")
         return (message.source, content) if content else None
     if message.content.strip():  # a SystemMessage: this agent's alone
-        return "system", [blocks.checked({"type": "text", "text": message.content, "audience": [reader]}, "message.content")]
+        return blocks.instructions("system", [blocks.text(message.content, "message.content")], reader)
     return None
 
 
-def _llm_messages(messages: Sequence[Mapping[str, Any]], agent: str) -> list[LLMMessage]:
-    """Chat Completions messages as AutoGen's LLM messages (a run of tool messages as one result message)."""
+def _llm_messages(messages: Sequence[Mapping[str, Any]], agent: str, failed: frozenset[str]) -> list[LLMMessage]:
+    """Chat Completions messages as AutoGen's LLM messages (a run of tool messages as one result
+    message; the results of the ``failed`` calls flagged ``is_error``)."""
     out: list[LLMMessage] = []
     names: dict[str, str] = {}  # call id -> the function's name, which AutoGen's results carry
     for message in messages:
@@ -123,14 +144,16 @@ def _llm_messages(messages: Sequence[Mapping[str, Any]], agent: str) -> list[LLM
                 out.append(AssistantMessage(content=content or "", source=agent))
         elif role == "tool":
             call_id = message["tool_call_id"]
-            result = FunctionExecutionResult(content=content or "", name=names.get(call_id, ""), call_id=call_id)
+            error = call_id in failed
+            result = FunctionExecutionResult(content=blocks.error_text(content or "") if error else content or "",
+                                             name=names.get(call_id, ""), call_id=call_id, is_error=error)
             if out and isinstance(out[-1], FunctionExecutionResultMessage):
                 out[-1].content.append(result)
             else:
                 out.append(FunctionExecutionResultMessage(content=[result]))
         elif role == "user":
             out.append(UserMessage(content=_user_content(content), source=message.get("name") or blocks.USER))
-        else:
+        elif role in blocks.INSTRUCTIONS:
             out.append(SystemMessage(content=content or ""))
     return out
 
@@ -151,7 +174,55 @@ def _user_content(content: Any) -> str | list[str | Image]:
     return parts
 
 
-class CtxrtModelContext(ChatCompletionContext):
+class CtxrtModelContextConfig(BaseModel):
+    """What ``CtxrtModelContext.dump_component()`` writes and ``load_component`` reads."""
+
+    store: str  # the runtime's path: a directory, or a PostgreSQL URL without its password
+    namespace: str
+    branch: str = "main"
+    reader: str
+    agent: str
+    max_tokens: int
+    reserve_for_response: int
+    team: list[str]
+
+
+@attrs.frozen
+class _Loading:
+    runtime: aio.Runtime
+    teams: dict[tuple[str, str, frozenset[str]], Team] = attrs.field(factory=dict)
+
+
+_loading: contextvars.ContextVar[_Loading | None] = contextvars.ContextVar("ctxrt_autogen_loading", default=None)
+
+
+@contextlib.contextmanager
+def loading(runtime: aio.Runtime) -> Iterator[None]:
+    """Lends the host's ``runtime`` (``ctxrt.aio.open_runtime``, open on the store the configs
+    name) to the ``CtxrtModelContext`` configs loaded inside: each opens its namespace from it at
+    its first async method, and is usable while the runtime is open. The contexts of one team
+    (the same store, branch and members) loaded in one block share one ``Team``."""
+    if not isinstance(runtime, aio.Runtime):
+        raise TypeError(f"runtime must be a ctxrt.aio Runtime (from ctxrt.aio.open_runtime), not {type(runtime).__name__}")
+    token = _loading.set(_Loading(runtime))
+    try:
+        yield
+    finally:
+        _loading.reset(token)
+
+
+@attrs.frozen
+class _Opening:
+    """A manager a loaded context opens at its first async method (see ``loading``)."""
+
+    runtime: aio.Runtime
+    config: CtxrtModelContextConfig
+
+    async def open(self) -> ContextManager:
+        return await self.runtime.open(self.config.namespace, view_reader=self.config.reader, branch=self.config.branch)
+
+
+class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig]):
     """An AutoGen agent's model context in a ctxrt slot, seen through the agent's reader.
 
     ``manager`` is a ``ctxrt.aio`` manager opened with the agent's ``view_reader``; ``agent`` is the
@@ -168,28 +239,74 @@ class CtxrtModelContext(ChatCompletionContext):
         team: Team | None = None,
     ) -> None:
         super().__init__()
-        if manager.view_reader is None:
-            raise ValueError("CtxrtModelContext needs a manager opened with view_reader=<the agent's reader>")
-        self.manager = manager
-        self.budget = budget if budget is not None else Budget()
-        self.agent = agent if agent is not None else manager.view_reader
-        self.team = team if team is not None else Team([self.agent])
+        if isinstance(manager, _Opening):  # from load_component: opened at the first async method
+            self._manager: ContextManager | None = None
+            self._opening: _Opening | None = manager
+            self.budget, self.agent = checks.optional_instance(budget, "budget", Budget) or Budget(), str(agent)
+        else:
+            self._manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtModelContext", manager, budget, agent)
+            self._opening = None
+        self._attaching = asyncio.Lock()
+        self.team = checks.optional_instance(team, "team", Team) or Team([self.agent])
         # The agent's tool calls, held until their results are added: written with them.
         self._calls: tuple[str, list[blocks.Block]] | None = None
+        self._start = -1  # the view shows messages after this sequence (a reset's)
+
+    component_config_schema = CtxrtModelContextConfig
+    component_provider_override = "ctxrt.integrations.autogen.CtxrtModelContext"
+
+    @property
+    def manager(self) -> ContextManager:
+        """The agent's manager; a context loaded from a config opens it at its first async method."""
+        if self._manager is None:
+            raise RuntimeError("this CtxrtModelContext was loaded from a config and opens its manager at its "
+                               "first async method (add_message, get_messages, clear), not yet called")
+        return self._manager
+
+    async def _attached(self) -> None:
+        async with self._attaching:
+            if self._manager is None and self._opening is not None:
+                self._manager = await self._opening.open()
+
+    def _to_config(self) -> CtxrtModelContextConfig:
+        if self._opening is not None:
+            return self._opening.config
+        return CtxrtModelContextConfig(
+            store=str(self.manager.store_path), namespace=self.manager.namespace, branch=self.manager.branch,
+            reader=str(self.manager.view_reader), agent=self.agent, max_tokens=self.budget.max_tokens,
+            reserve_for_response=self.budget.reserve_for_response, team=sorted(self.team.members))
+
+    @classmethod
+    def _from_config(cls, config: CtxrtModelContextConfig) -> Self:
+        lent = _loading.get()
+        if lent is None:
+            raise RuntimeError("CtxrtModelContext.load_component needs the host's runtime: load the config inside "
+                               "`with ctxrt.integrations.autogen.loading(runtime):`")
+        if str(lent.runtime.path) != config.store:
+            raise ValueError(f"config store {config.store!r} is not the lent runtime's store {str(lent.runtime.path)!r}")
+        team = lent.teams.setdefault((config.store, config.branch, frozenset(config.team)), Team(config.team))
+        budget = Budget(config.max_tokens, config.reserve_for_response)
+        return cls(_Opening(lent.runtime, config), budget=budget, agent=config.agent, team=team)  # type: ignore[arg-type]
 
     @property
     def _metadata(self) -> dict[str, str]:
         return {METADATA_KEY: self.agent, blocks.WRITER: self.manager.namespace}
 
     async def add_message(self, message: LLMMessage) -> None:
-        """Writes what the agent added to the shared slot (see the module's doc)."""
+        """Writes what the agent added to the shared slot (see the module's doc).
+
+        Raises ``TypeError`` for anything but an AutoGen LLM message, ``MalformedContentError``
+        naming the place for content a ctxrt message can't hold; nothing is written then."""
+        if not isinstance(message, (SystemMessage, UserMessage, AssistantMessage, FunctionExecutionResultMessage)):
+            raise TypeError(f"message must be an AutoGen LLMMessage, not {type(message).__name__}")
+        await self._attached()
+        written = _written(message, self.agent, str(self.manager.view_reader))
         if isinstance(message, UserMessage):
             if message.source in self.team.members:
                 return  # that member's own context wrote it
-            key = message.model_dump_json()
+            key = json.dumps([message.source, written], sort_keys=True)
             if self.team.is_copy(self.agent, key):
                 return
-        written = _written(message, self.agent, str(self.manager.view_reader))
         if isinstance(message, AssistantMessage) and isinstance(message.content, list):
             await self._write_held()
             self._calls = written
@@ -212,22 +329,49 @@ class CtxrtModelContext(ChatCompletionContext):
             await self.manager.add_message(held[0], held[1], metadata=self._metadata)
 
     async def get_messages(self) -> list[LLMMessage]:
-        """The agent's reader's compiled view, as AutoGen's LLM messages."""
+        """The agent's reader's compiled view since its last reset, as AutoGen's LLM messages."""
+        await self._attached()
         result = await self.manager.compile(self.budget)
         self.team.viewed(self.agent)
-        return _llm_messages(blocks.chat_messages(result, self.agent), self.agent)
+        if self._start >= 0:
+            summaries = {s.id for sources in result.provenance.messages for s in sources if s.kind == "summary"}
+            before = set()
+            for summary_id in summaries:
+                summary = await self.manager.get_summary(summary_id)
+                if summary is not None and summary.last_sequence <= self._start:
+                    before.add(summary_id)
+            result = blocks.without(result, lambda source: int(source.id) <= self._start if source.kind == "message"
+                                    else source.id in before)
+        return _llm_messages(blocks.chat_messages(result, self.agent), self.agent, blocks.failed_calls(result))
 
     async def clear(self) -> None:
-        """Removes every message this agent's context wrote through its manager (an agent's or a
-        team's reset), and any calls it holds; never a message holding a block its reader can't see."""
+        """Resets the agent's view (an agent's or a team's ``reset()``): it starts after the newest
+        message the slot holds now; the slot keeps every message for the other agents. Calls held
+        for their results are dropped."""
+        await self._attached()
         self._calls = None
-        reader = str(self.manager.view_reader)
-        for message in await self.manager.query_messages(metadata=self._metadata):
-            if blocks.seen_whole(message, reader):
-                await self.manager.remove_message(message.id)
+        newest = await self.manager.get_message_window(-1, 1)
+        self._start = newest.messages[-1].sequence if newest.messages else -1
 
     async def save_state(self) -> Mapping[str, Any]:
-        return {"messages": []}  # the history is the slot's, kept by ctxrt
+        """Where the agent's view starts and the calls held for their results: the history itself
+        is the slot's, kept by ctxrt."""
+        return {"view_start": self._start, "held_calls": list(self._calls) if self._calls is not None else None}
 
     async def load_state(self, state: Mapping[str, Any]) -> None:
-        return None
+        """Restores what ``save_state`` returned, or an earlier ctxrt's ``{"messages": []}`` (the
+        view from the slot's start); ``ValueError`` naming the field for anything else, such as
+        another context's messages, which this context would otherwise drop unseen."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a mapping, not {type(state).__name__}")
+        if state.get("messages", []) != []:
+            raise ValueError("state['messages'] holds another model context's history: CtxrtModelContext keeps "
+                             "history in its slot; write those messages with add_message instead")
+        start, held = state.get("view_start", -1), state.get("held_calls")
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise ValueError(f"state['view_start'] must be an integer sequence, not {start!r}")
+        if held is not None:
+            if not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], str) and isinstance(held[1], list)):
+                raise ValueError("state['held_calls'] must be [participant, blocks] or None")
+            held = (held[0], [blocks.checked(block, f"state['held_calls'][1][{j}]") for j, block in enumerate(held[1])])
+        self._start, self._calls = start, held

@@ -12,15 +12,30 @@ refuses (``functions.lookup:0``) is mapped to one it accepts, alike in a call an
 on every turn, as the request forms map tool names. A call and the results answering it are
 written as one message (``paired``): compile splits it into the call's turn and the results'
 turn (P4), and no other resident's message can come between them.
+
+What is in the slot is known by the framework's identity of each message (``Ledger``): its own id
+where it has one, else a ``digest`` of what it writes, its place and the writer; so a message
+handed over again (a resumed thread, history passed back in or rebuilt, a trimmed or rewound
+state) is written once, whatever else changed around it. Instructions an agent is given are its
+own (``instructions``): written as their role with the agent's reader as the audience, they come
+back to that agent in that role and reach no one else. A speaker is named by the form's name
+field, or where a form has none by ``speaker_prefix`` on the first text part.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from .. import CompileResult, EmptyRequestError, MalformedContentError, Message, content_for_reader
+import attrs
+
+from .. import Budget, CompileResult, EmptyRequestError, MalformedContentError, Message, ToolResult, content_for_reader
+from .. import aio, checks
+from ..provenance import Provenance, Source
+from ..openai_wire import ERROR_PREFIX
 from ..validation import blocks_from_content
 from ..wire import api_tool_id
 
@@ -30,8 +45,13 @@ ARGUMENTS = "arguments"  # the key malformed call arguments are kept under, as s
 # Metadata naming the namespace whose manager wrote a message: what a session or context removes
 # is what it wrote through its own manager, not whatever another writer tagged with its name.
 WRITER = "ctxrt_writer"
+# Metadata listing the framework identities (``Ledger``) of the messages a stored message holds.
+KEYS = "ctxrt_keys"
+# The roles of instructions: written for the agent's reader alone, read back in their role.
+INSTRUCTIONS = ("system", "developer")
 
 Block = dict[str, Any]
+Writes = list[tuple[str, list[Block]]]  # what one framework message writes, in order: (participant, blocks)
 
 
 def checked(block: Block, place: str) -> Block:
@@ -85,22 +105,47 @@ def tool_result(call_id: str, content: str | Sequence[Block], place: str, *, is_
 
 
 def paired(planned: Sequence[tuple[str, list[Block]]]) -> list[tuple[str, list[Block]]]:
-    """Messages to write, each message of tool calls joined by the ``TOOL`` message of results
-    right after it: one message, which compile splits into the call and its results (P4), so no
-    other resident's write can come between them. Calls with no results after them stay alone
-    (a compile leaves them out until answered)."""
+    """Messages to write, each message of tool calls joined by the ``TOOL`` messages of results
+    right after it that answer its calls: one message, which compile splits into the call and its
+    results (P4), so no other resident's write can come between them. Calls with no results after
+    them stay alone (a compile leaves them out until answered)."""
     out: list[tuple[str, list[Block]]] = []
     for participant, content in planned:
-        if participant == TOOL and out and _calls_alone(out[-1][1]) and all(b["type"] == "tool_result" for b in content):
+        if participant == TOOL and out and answers(out[-1][1], content):
             out[-1] = (out[-1][0], [*out[-1][1], *content])
         else:
             out.append((participant, list(content)))
     return out
 
 
-def _calls_alone(content: Sequence[Block]) -> bool:
+def answers(calls: Sequence[Block], results: Sequence[Block]) -> bool:
+    """Whether ``results`` are tool results alone, each answering a call among ``calls``."""
+    ids = {block["id"] for block in calls if block["type"] == "tool_use"}
+    return bool(ids) and bool(results) and all(b["type"] == "tool_result" and b["tool_use_id"] in ids for b in results)
+
+
+def calls_alone(content: Sequence[Block]) -> bool:
+    """Whether ``content`` holds tool calls and none of their results yet."""
     kinds = {block["type"] for block in content}
     return "tool_use" in kinds and "tool_result" not in kinds
+
+
+def instructions(role: str, content: Sequence[Block], reader: str) -> tuple[str, list[Block]]:
+    """Instructions an agent was given, as written: their role as the participant, every block for
+    the agent's ``reader`` alone, so no other agent's view or request holds them."""
+    return role, [{**block, "audience": [reader]} for block in content]
+
+
+def speaker_prefix(name: str) -> str:
+    """The text a speaker's first text part starts with in a form with no name field."""
+    return f"[{name}] "
+
+
+def digest(writer: str, position: int, written: Sequence[tuple[str, Sequence[Block]]], *extra: str) -> str:
+    """The identity of a framework message that has no id of its own: what it writes, where it
+    stands in the framework's list, who wrote it (and ``extra``, such as a run's id)."""
+    data = json.dumps([writer, position, written, extra], sort_keys=True, ensure_ascii=True, default=str)
+    return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
 
 
 def _chat_parts(content: Any, place: str) -> list[Block]:
@@ -122,45 +167,112 @@ def _chat_parts(content: Any, place: str) -> list[Block]:
     return out
 
 
-def from_chat(messages: Sequence[Mapping[str, Any]], agent: str, start: int = 0) -> list[tuple[str, list[Block]]]:
-    """Chat Completions messages as (participant, blocks) to write, in order: a user message as
-    its ``name`` or ``USER``, a system or developer message as that role, the assistant's as
-    ``agent`` with its ``tool_calls`` as tool_use blocks, and each run of ``tool`` messages as
-    tool_result blocks, joined to the calls they follow (``paired``) or else one ``TOOL`` message.
-    A message left with no block is skipped. Raises ``MalformedContentError`` naming the place
-    (``messages[i]`` counting from ``start``) for content a ctxrt message can't hold, before
-    anything is written."""
-    out: list[tuple[str, list[Block]]] = []
-    results: list[Block] = []
-    for i, message in enumerate(messages):
-        role = message.get("role")
-        where = f"messages[{start + i}]"
-        if role == "tool":
-            content = message.get("content")
-            body = content if isinstance(content, str) else _chat_parts(content, f"{where}.content")
-            results.append(tool_result(str(message["tool_call_id"]), body, f"{where}.content"))
-            continue
-        if results:
-            out.append((TOOL, results))
-            results = []
-        content_blocks = _chat_parts(message.get("content"), f"{where}.content")
-        if role == "assistant":
-            if message.get("refusal"):
-                content_blocks.append(text(str(message["refusal"]), f"{where}.refusal"))
-            for k, call in enumerate(message.get("tool_calls") or ()):
-                function = call["function"]
-                content_blocks.append(tool_use(str(call["id"]), str(function["name"]), function.get("arguments"),
-                                               f"{where}.tool_calls[{k}]"))
-            participant = agent
-        elif role == "user":
-            participant = str(message.get("name") or USER)
-        else:
-            participant = str(role)
-        if content_blocks:
-            out.append((participant, content_blocks))
-    if results:
-        out.append((TOOL, results))
-    return paired(out)
+def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -> Writes:
+    """One Chat Completions message as what it writes: a user message as its ``name`` or
+    ``USER``, a system or developer message as the agent's own ``instructions``, the assistant's
+    as ``agent`` with its ``tool_calls`` as tool_use blocks, a ``tool`` message as a ``TOOL``
+    tool_result (``Ledger.record`` joins it to the calls it answers); nothing for a message with
+    no block. Raises ``MalformedContentError`` naming the place (``where``) for content a ctxrt
+    message can't hold."""
+    role = message.get("role")
+    if role == "tool":
+        content = message.get("content")
+        body = content if isinstance(content, str) else _chat_parts(content, f"{where}.content")
+        return [(TOOL, [tool_result(str(message["tool_call_id"]), body, f"{where}.content")])]
+    content_blocks = _chat_parts(message.get("content"), f"{where}.content")
+    if role == "assistant":
+        if message.get("refusal"):
+            content_blocks.append(text(str(message["refusal"]), f"{where}.refusal"))
+        for k, call in enumerate(message.get("tool_calls") or ()):
+            function = call["function"]
+            content_blocks.append(tool_use(str(call["id"]), str(function["name"]), function.get("arguments"),
+                                           f"{where}.tool_calls[{k}]"))
+        participant = agent
+    elif role in INSTRUCTIONS:
+        return [instructions(str(role), content_blocks, reader)] if content_blocks else []
+    else:
+        participant = str(message.get("name") or USER)
+    return [(participant, content_blocks)] if content_blocks else []
+
+
+class Ledger:
+    """Which framework messages a slot holds, by identity (``Entry.key``), read from the ``KEYS``
+    metadata of the slot's messages: every writer's, so a message a framework hands over again,
+    to this adapter or to another agent's over the same slot, is written once, across restarts.
+
+    Made lazily per adapter: the first ``record`` reads the slot's keys, later ones only what
+    was written since (the slot's newest messages, by sequence).
+    """
+
+    def __init__(self, manager: aio.ContextManager) -> None:
+        self.manager = manager
+        self._ids: dict[str, str] = {}  # key -> the id of the stored message holding it
+        self._read = -1  # the newest sequence whose keys are read
+        self._lock: asyncio.Lock | None = None
+
+    def slot_id(self, key: str) -> str | None:
+        """The stored message holding the framework message ``key``, if written."""
+        return self._ids.get(key)
+
+    async def catch_up(self) -> None:
+        """Reads the keys of the messages stored since the last read, through any manager."""
+        size = 32
+        while True:
+            window = await self.manager.get_message_window(-size, size)
+            if window.start_index == 0 or window.messages[0].sequence <= self._read:
+                break
+            size *= 4
+        for message in window.messages:
+            if message.sequence > self._read:
+                keys = (message.metadata or {}).get(KEYS)
+                for key in keys if isinstance(keys, list) else ():
+                    self._ids[str(key)] = message.id
+                self._read = message.sequence
+
+    async def record(self, keys: Sequence[str], writes: Callable[[int], Writes], metadata: Mapping[str, Any], *,
+                     hold_calls: bool = False, held: Collection[str] = ()) -> None:
+        """Writes the framework messages the slot doesn't hold, in order: ``keys[i]`` is message
+        ``i``'s identity, ``writes(i)`` what it writes (asked only of those not held, all of them
+        before the first write, so content refused refuses the batch). ``held`` names keys the
+        slot holds though no stored message lists them (written before ``KEYS`` existed). A ``TOOL`` write of
+        results is joined to the write of the calls they answer (``paired``); with
+        ``hold_calls``, a trailing message of calls alone is left for a later record, to be
+        written with its results. Each stored message carries ``metadata`` and the keys of the
+        messages it completes. Records of one ledger take turns, so two at once write nothing
+        twice."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            await self.catch_up()
+            fresh = [(i, writes(i)) for i, key in enumerate(keys) if key not in self._ids and key not in held]
+            if hold_calls and fresh and fresh[-1][1] and calls_alone(fresh[-1][1][-1][1]):
+                fresh.pop()
+            planned: list[tuple[str, list[Block], list[str]]] = []  # each write with the keys it completes
+            for i, written in fresh:
+                for n, (participant, content) in enumerate(written):
+                    done = [keys[i]] if n == len(written) - 1 else []
+                    if participant == TOOL and planned and answers(planned[-1][1], content):
+                        last = planned[-1]
+                        planned[-1] = (last[0], [*last[1], *content], last[2] + done)
+                    else:
+                        planned.append((participant, list(content), done))
+            for participant, content, done in planned:
+                message_id = await self.manager.add_message(participant, content, metadata={**metadata, KEYS: done})
+                self._ids.update(dict.fromkeys(done, message_id))
+                self._read = max(self._read, int(message_id))
+
+
+def adapter_arguments(kind: str, manager: Any, budget: Any, agent: Any) -> tuple[aio.ContextManager, Budget, str]:
+    """An adapter's ``manager``, ``budget`` and ``agent``, checked as ctxrt's API checks its own
+    arguments (``TypeError`` or ``ValueError`` naming the parameter), before anything is written."""
+    if not isinstance(manager, aio.ContextManager):
+        raise TypeError(f"{kind}: manager must be a ctxrt.aio ContextManager (from ctxrt.aio.open_runtime(...).open), "
+                        f"not {type(manager).__name__}")
+    if manager.view_reader is None:
+        raise ValueError(f"{kind} needs a manager opened with view_reader=<the agent's reader>")
+    checks.optional_instance(budget, "budget", Budget)
+    checks.optional_name(agent, "agent")
+    return manager, budget if budget is not None else Budget(), agent if agent is not None else manager.view_reader
 
 
 def seen_whole(message: Message, reader: str) -> bool:
@@ -170,12 +282,39 @@ def seen_whole(message: Message, reader: str) -> bool:
 
 
 def chat_messages(result: CompileResult, assistant: str) -> list[dict[str, Any]]:
-    """The compile as Chat Completions messages, ``assistant`` speaking as the assistant; ``[]``
-    when nothing in the reader's view can be sent (an empty slot)."""
+    """The compile as Chat Completions messages, ``assistant`` speaking as the assistant, an
+    agent's own instructions back in their role; ``[]`` when nothing in the reader's view can be
+    sent (an empty slot)."""
     try:
-        return list(result.to_openai_chat(assistant=assistant)["messages"])
+        messages = result.to_openai_chat(assistant=assistant)["messages"]
     except EmptyRequestError:
         return []
+    return [{"role": m["name"], "content": m["content"]} if m["role"] == "user" and m.get("name") in INSTRUCTIONS else m
+            for m in messages]
+
+
+def failed_calls(result: CompileResult) -> frozenset[str]:
+    """The call ids, as the request forms give them, whose results in ``result`` are errors: the
+    forms have no flag for it and start the result's text with ``ERROR_PREFIX``, which
+    ``error_text`` takes off again for a framework that has the flag."""
+    return frozenset(api_tool_id(block.tool_use_id) for message in result.messages for block in message.content
+                     if isinstance(block, ToolResult) and block.is_error)
+
+
+def error_text(content: str) -> str:
+    """An error result's text without the prefix the request forms give it."""
+    return content.removeprefix(ERROR_PREFIX)
+
+
+def without(result: CompileResult, hidden: Callable[[Source], bool]) -> CompileResult:
+    """``result`` without the compiled messages made only of what ``hidden`` names (an agent's
+    view changed in its framework: a removal, a reset); a call and its results, one stored
+    message, go together. Under the same budget, so still within it."""
+    kept = [k for k, sources in enumerate(result.provenance.messages) if not sources or not all(map(hidden, sources))]
+    if len(kept) == len(result.messages):
+        return result
+    provenance: Provenance = attrs.evolve(result.provenance, messages=tuple(result.provenance.messages[k] for k in kept))
+    return CompileResult([result.messages[k] for k in kept], result.system_injections, provenance)
 
 
 def responses_items(result: CompileResult, assistant: str) -> list[dict[str, Any]]:

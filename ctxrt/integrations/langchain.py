@@ -4,51 +4,67 @@ a shared ctxrt slot (docs/integrations.md#langchain).
     pip install 'ctxrt[langchain]'
 
 ``CtxrtMiddleware(manager)`` goes in ``create_agent(..., middleware=[...])``. Before each model
-call (``abefore_model``) it writes the agent state's messages it hasn't written yet to the shared
-slot (a human message as its ``name`` or ``"user"``, the agent's messages and tool calls as the
-agent, tool messages joined to the calls they answer); at the call (``awrap_model_call``;
+call (``abefore_model``) it writes the agent state's messages the slot doesn't hold yet, known by
+their LangChain ids (``blocks.Ledger``; a human message as its ``name`` or ``"user"``, the
+agent's messages and tool calls as the agent, tool messages joined to the calls they answer, a
+system message as the agent's own instructions); at the call (``awrap_model_call``;
 ``wrap_model_call`` from a thread other than the runtime's loop) it hands the model the manager's
-compiled view under its budget in place of the state's messages (the system message stays the
-agent's). How far the state is written is kept in the agent's state (``ctxrt_recorded``) by the
-same step that writes it, so a checkpointer's thread resumes where it left off, even after a
-model call failed or was cancelled; without one each invocation's state is its own input and
-turn. A reply with tool calls waits in the state until its results are there and is written with
-them as one message; what the state holds when the agent ends (the final reply, a tool that
-returns directly) is written then.
+compiled view under its budget in place of the state's messages (the system prompt stays the
+agent's). So a thread resumed from a checkpointer, history the caller passes back in, a trimmed
+or rewound state each write a message once, and recording never stops. A message removed from
+the state (``RemoveMessage``) leaves this thread's view, not the shared slot: the state keeps the
+ids it saw written (``ctxrt_present``) and the stored messages it no longer shows
+(``ctxrt_hidden``), both private to the middleware; the ids in ``ctxrt_present`` count as written,
+and a thread checkpointed by an earlier ctxrt (which kept ``ctxrt_recorded``, a count of the
+state's messages written) counts its first ``ctxrt_recorded`` messages as written, so an upgrade
+writes nothing twice (such a message removed later stays in the view: its stored message isn't
+known). A reply with tool calls waits in the state
+until its results are there and is written with them as one message; what the state holds when
+the agent ends (the final reply, a tool that returns directly) is written then.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Annotated, Any, TypeVar, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
 from langchain.agents.middleware.types import ModelCallResult, PrivateStateAttr
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, convert_to_messages, convert_to_openai_messages
+from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages, convert_to_openai_messages
 from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
-from .. import Budget, ContextManager
+from .. import Budget, ContextManager, checks
 from . import blocks
 
-RECORDED = "ctxrt_recorded"  # the state key: how many of the state's messages are in the slot
+PRESENT = "ctxrt_present"  # the state's message ids the slot held at the last step
+HIDDEN = "ctxrt_hidden"  # stored message ids this thread's view leaves out: removed from its state
+RECORDED = "ctxrt_recorded"  # an earlier ctxrt's count: the state's first messages it wrote
 _T = TypeVar("_T")
 
 
 class CtxrtState(AgentState[Any]):
-    ctxrt_recorded: NotRequired[Annotated[int, PrivateStateAttr]]
+    ctxrt_present: NotRequired[Annotated[list[str], PrivateStateAttr]]
+    ctxrt_hidden: NotRequired[Annotated[list[str], PrivateStateAttr]]
+    ctxrt_recorded: NotRequired[Annotated[int, PrivateStateAttr]]  # read from older checkpoints, never written
 
 
-def _written_count(state: AgentState[Any]) -> int:
-    count = state.get(RECORDED, 0)
-    return count if isinstance(count, int) else 0
+def _ids(state: Mapping[str, Any], key: str) -> list[str]:
+    value = state.get(key)
+    return [str(each) for each in value] if isinstance(value, list) else []
 
 
-def _awaiting_results(messages: Sequence[BaseMessage]) -> bool:
-    """Whether the state ends with the agent's tool calls, their results yet to come."""
-    return bool(messages) and isinstance(messages[-1], AIMessage) and bool(messages[-1].tool_calls)
+def _written_before(state: Mapping[str, Any]) -> set[str]:
+    """The ids of the state's messages the slot holds by the state's own account: those the last
+    step saw written, or in a thread an earlier ctxrt checkpointed, its first ``ctxrt_recorded``."""
+    if PRESENT in state:
+        return set(_ids(state, PRESENT))
+    count = state.get(RECORDED)
+    if isinstance(count, bool) or not isinstance(count, int):
+        return set()
+    return {m.id for m in state["messages"][:count] if m.id is not None}
 
 
 class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
@@ -71,11 +87,10 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__()
-        if manager.view_reader is None:
-            raise ValueError("CtxrtMiddleware needs a manager opened with view_reader=<the agent's reader>")
-        self.manager = manager
-        self.budget = budget if budget is not None else Budget()
-        self.agent = agent if agent is not None else manager.view_reader
+        self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtMiddleware", manager, budget, agent)
+        if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
+            raise TypeError(f"loop must be an asyncio event loop or None, not {type(loop).__name__}")
+        self.ledger = blocks.Ledger(self.manager)
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -83,32 +98,52 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
                 loop = None
         self.loop = loop
 
-    async def record(self, messages: Sequence[BaseMessage], start: int = 0) -> None:
-        """Writes LangChain messages to the slot, as the agent's turn would (see the module's doc);
-        ``start``: the first one's index in the state, for the place an error names."""
-        if not messages:
-            return
-        planned = blocks.from_chat(convert_to_openai_messages(list(messages)), self.agent, start)
-        for participant, content in planned:
-            await self.manager.add_message(participant, content)
+    async def record(self, messages: Sequence[BaseMessage], *, final: bool = True, held: Collection[str] = ()) -> None:
+        """Writes the LangChain messages the slot doesn't hold, as the agent's turn would (see the
+        module's doc); unless ``final``, tool calls that end ``messages`` wait for their results;
+        ids in ``held`` count as written. Every message is checked before the first is written
+        (``MalformedContentError`` naming ``messages[i]``)."""
+        messages = checks.instances(messages, "messages", BaseMessage)
+        reader = str(self.manager.view_reader)
+        writes: dict[int, list[tuple[str, list[blocks.Block]]]] = {}
 
-    async def view(self) -> list[AnyMessage]:
-        """The agent's reader's compiled view, as LangChain messages."""
+        def written(i: int) -> list[tuple[str, list[blocks.Block]]]:
+            if i not in writes:
+                writes[i] = blocks.from_chat(convert_to_openai_messages(messages[i]), self.agent, reader, f"messages[{i}]")
+            return writes[i]
+
+        # A message LangGraph gave no id (one passed to record by hand) is known by what it writes and where.
+        keys = [m.id or blocks.digest(self.manager.namespace, i, written(i)) for i, m in enumerate(messages)]
+        await self.ledger.record(keys, written, {blocks.WRITER: self.manager.namespace}, hold_calls=not final, held=held)
+
+    async def view(self, hidden: Collection[str] = ()) -> list[AnyMessage]:
+        """The agent's reader's compiled view, as LangChain messages, without the stored messages
+        ``hidden`` names (removed from the thread's state)."""
         result = await self.manager.compile(self.budget)
+        if hidden:
+            result = blocks.without(result, lambda source: source.kind == "message" and source.id in hidden)
         # LangChain wants every dict to carry content; an assistant message of calls alone has none.
         messages = convert_to_messages([{"content": "", **m} for m in blocks.chat_messages(result, self.agent)])
         return cast("list[AnyMessage]", messages)  # each one of the AnyMessage kinds convert_to_messages makes
 
     async def _write_state(self, state: CtxrtState, *, final: bool) -> dict[str, Any] | None:
-        """Writes the state's messages not yet written, but for tool calls still awaiting their
-        results (unless ``final``); the written count goes back as the step's state update."""
+        """Writes the state's messages the slot doesn't hold (see the module's doc); what the slot
+        now holds of the state, and what left the state since the last step, go back as the
+        step's state update."""
         messages = state["messages"]
-        done = _written_count(state)
-        end = len(messages) - 1 if not final and _awaiting_results(messages) else len(messages)
-        if end <= done:
-            return None
-        await self.record(messages[done:end], done)
-        return {RECORDED: end}
+        held = _written_before(state)
+        await self.record(messages, final=final, held=held)
+        now = {m.id for m in messages}
+        before = _ids(state, PRESENT)
+        hidden = _ids(state, HIDDEN)
+        hidden += [found for key in before if key not in now and (found := self.ledger.slot_id(key)) is not None]
+        present = [m.id for m in messages if m.id is not None and (m.id in held or self.ledger.slot_id(m.id) is not None)]
+        update: dict[str, Any] = {}
+        if present != before:
+            update[PRESENT] = present
+        if hidden != _ids(state, HIDDEN):
+            update[HIDDEN] = hidden
+        return update or None
 
     async def abefore_model(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return await self._write_state(state, final=False)
@@ -121,14 +156,14 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelCallResult[Any]]],
     ) -> ModelCallResult[Any]:
-        return await handler(request.override(messages=await self.view()))
+        return await handler(request.override(messages=await self.view(set(_ids(request.state, HIDDEN)))))
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelCallResult[Any]],
     ) -> ModelCallResult[Any]:
-        return handler(request.override(messages=self._on_loop(self.view())))
+        return handler(request.override(messages=self._on_loop(self.view(set(_ids(request.state, HIDDEN))))))
 
     async def aafter_agent(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return await self._write_state(state, final=True)

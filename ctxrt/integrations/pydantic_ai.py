@@ -16,8 +16,14 @@ request sends that view; the run's own history is left as it was. When the run e
 processor: ``ProcessHistory(history.process)``, which then writes the final reply at the next
 request.
 
-A message written is marked in its ``metadata`` (``ctxrt_recorded``), so history passed back in
-(``message_history=result.all_messages()``) is not written twice. Pydantic AI's
+What the slot holds is known by identity (``blocks.Ledger``): a message written is marked in its
+``metadata`` (``ctxrt_recorded``: its key), and a message with no mark is known by what it
+writes, its place in the run's history and its ``run_id``. So history passed back in
+(``message_history=result.all_messages()``), trimmed, or built afresh from the same messages is
+not written twice, and a run's new prompt always is; a message an earlier ctxrt marked (``True``)
+counts as written. Another participant's words come to the model as a user prompt whose first
+text starts with ``[name] `` (the form has no name field); system prompt parts are the run's
+own, never written, and lead the view. Pydantic AI's
 ``ConversationStore`` (an entry log per conversation, forks and revisions, loaded whole) has no
 place for a view compiled per reader, and is not implemented.
 """
@@ -48,18 +54,22 @@ from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import RunContext
 
-from .. import Budget, ContextManager, MalformedContentError
+from .. import Budget, ContextManager, MalformedContentError, checks
 from . import blocks
 
-MARK = "ctxrt_recorded"  # the metadata key of a message this adapter wrote to the slot
+MARK = "ctxrt_recorded"  # the metadata key holding the identity of a message the slot holds
+VIEW = "view"  # the mark of a message made from the compiled view: the slot holds what it shows
 
 
-def _recorded(message: ModelMessage) -> bool:
-    return bool(message.metadata and message.metadata.get(MARK))
+def _mark(message: ModelMessage, key: str) -> None:
+    message.metadata = {**(message.metadata or {}), MARK: key}
 
 
-def _mark(message: ModelMessage) -> None:
-    message.metadata = {**(message.metadata or {}), MARK: True}
+def _marked(message: ModelMessage) -> str | None:
+    key = (message.metadata or {}).get(MARK)
+    if key is True:  # an earlier ctxrt's mark, before marks held keys: the slot holds what it wrote
+        return VIEW
+    return key if isinstance(key, str) else None
 
 
 def _user_blocks(content: str | Sequence[Any], place: str) -> list[blocks.Block]:
@@ -125,6 +135,19 @@ def _user_content(content: Any) -> str | list[Any]:
     return parts
 
 
+def _named(content: str | list[Any], name: str | None) -> str | list[Any]:
+    """User content with its speaker named at the start of its first text (``blocks.speaker_prefix``)."""
+    if name is None:
+        return content
+    prefix = blocks.speaker_prefix(name)
+    if isinstance(content, str):
+        return prefix + content
+    first = next((j for j, part in enumerate(content) if isinstance(part, str)), None)
+    if first is None:
+        return [prefix.rstrip(), *content]
+    return [*content[:first], prefix + content[first], *content[first + 1:]]
+
+
 def _model_messages(chat: Sequence[dict[str, Any]]) -> list[ModelMessage]:
     """Chat Completions messages as Pydantic AI's: each run of user and tool messages one request."""
     out: list[ModelMessage] = []
@@ -147,8 +170,10 @@ def _model_messages(chat: Sequence[dict[str, Any]]) -> list[ModelMessage]:
         elif role == "tool":
             call_id = message["tool_call_id"]
             pending.append(ToolReturnPart(tool_name=names.get(call_id, ""), content=message["content"], tool_call_id=call_id))
+        elif role in blocks.INSTRUCTIONS:
+            pending.append(SystemPromptPart(content=message["content"]))
         else:
-            pending.append(UserPromptPart(content=_user_content(message["content"])))
+            pending.append(UserPromptPart(content=_named(_user_content(message["content"]), message.get("name"))))
     if pending:
         out.append(ModelRequest(parts=pending))
     return out
@@ -162,36 +187,34 @@ class CtxrtHistory(AbstractCapability[Any]):
     """
 
     def __init__(self, manager: ContextManager, *, budget: Budget | None = None, agent: str | None = None) -> None:
-        if manager.view_reader is None:
-            raise ValueError("CtxrtHistory needs a manager opened with view_reader=<the agent's reader>")
-        self.manager = manager
-        self.budget = budget if budget is not None else Budget()
-        self.agent = agent if agent is not None else manager.view_reader
+        self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtHistory", manager, budget, agent)
+        self.ledger = blocks.Ledger(self.manager)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None  # made from a live manager, not from a spec
 
     async def record(self, messages: Sequence[ModelMessage]) -> None:
-        """Writes the messages not yet written to the slot, and marks them written: a reply's tool
-        calls and the request's results answering them as one message (``blocks.paired``)."""
-        fresh = [(i, m) for i, m in enumerate(messages) if not _recorded(m)]
-        planned = [(m, _written(m, self.agent, f"messages[{i}]")) for i, m in fresh]  # all checked first
-        writes: list[tuple[str, list[blocks.Block], list[ModelMessage]]] = []  # each with the messages it completes
-        for message, written in planned:
-            if not written:
-                _mark(message)
-            for n, (participant, content) in enumerate(written):
-                completes = [message] if n == len(written) - 1 else []
-                joined = blocks.paired([writes[-1][:2], (participant, content)]) if writes and n == 0 else []
-                if len(joined) == 1:
-                    writes[-1] = (*joined[0], writes[-1][2] + completes)
-                else:
-                    writes.append((participant, content, completes))
-        for participant, content, completed in writes:
-            await self.manager.add_message(participant, content)
-            for message in completed:
-                _mark(message)
+        """Writes the messages the slot doesn't hold (a reply's tool calls and the request's
+        results answering them as one message), every one checked before the first is written,
+        and marks each message the slot holds with its identity."""
+        messages = checks.sequence(messages, "messages")
+        for i, message in enumerate(messages):
+            if not isinstance(message, (ModelRequest, ModelResponse)):
+                raise TypeError(f"messages[{i}] must be a ModelRequest or ModelResponse, not {type(message).__name__}")
+        writes: dict[int, blocks.Writes] = {}
+
+        def written(i: int) -> blocks.Writes:
+            if i not in writes:
+                writes[i] = [] if _marked(messages[i]) == VIEW else _written(messages[i], self.agent, f"messages[{i}]")
+            return writes[i]
+
+        keys = [_marked(m) or blocks.digest(self.manager.namespace, i, written(i), m.run_id or "")
+                for i, m in enumerate(messages)]
+        await self.ledger.record(keys, written, {blocks.WRITER: self.manager.namespace})
+        for key, message in zip(keys, messages):
+            if self.ledger.slot_id(key) is not None:
+                _mark(message, key)
 
     async def process(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         """The history processor: writes what's new, returns the reader's compiled view."""
@@ -199,13 +222,13 @@ class CtxrtHistory(AbstractCapability[Any]):
         result = await self.manager.compile(self.budget)
         view = _model_messages(blocks.chat_messages(result, self.agent))
         for message in view:
-            _mark(message)
+            _mark(message, VIEW)
         system = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, SystemPromptPart)]
         if system:
             if view and isinstance(view[0], ModelRequest):
                 view[0].parts = [*system, *view[0].parts]
             else:
-                view.insert(0, ModelRequest(parts=system, metadata={MARK: True}))
+                view.insert(0, ModelRequest(parts=system, metadata={MARK: VIEW}))
         return view
 
     async def before_model_request(self, ctx: RunContext[Any], request_context: ModelRequestContext) -> ModelRequestContext:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -50,9 +51,10 @@ class NamespaceRegistry:
 
     def __init__(
         self, engine: StoreEngine, store: StoreRef | None, slots: SlotRegistry, model: Any, nursery: trio.Nursery,
-        *, model_timeout_s: float,
+        *, model_timeout_s: float, store_path: Path | str,
     ) -> None:
         self.engine = engine
+        self.store_path = store_path  # the runtime's path, which its managers report
         self.store = store
         self.slots = slots
         self._nursery = nursery
