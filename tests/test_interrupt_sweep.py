@@ -39,7 +39,7 @@ from ctxrt.store.verify import verify_store
 
 ROOT = str(Path(ctxrt.__file__).parent) + os.sep
 AWAITING = ("await ", "async with ", "async for ")
-ACKS_BEFORE_STOP = 120  # the discovery run's length: every operation of the cycle below, three times
+ACKS_BEFORE_STOP = 120  # a run's length: every operation of the cycle below, three times
 SAMPLE = 6  # lines per host in `make test`, besides mailbox.py's
 GUARD_S = 30
 
@@ -100,53 +100,47 @@ async def step(manager: Any, index: int, number: int, acks: Acks) -> None:
             await manager.remove_message(message_id)
 
 
-async def trio_host(path: Path, acks: Acks, bounded: bool) -> None:
+async def resident(index: int, manager: Any, acks: Acks) -> None:
+    """One namespace's steps until the run has acknowledged ``ACKS_BEFORE_STOP`` appends in all."""
+    number = 0
+    while acks.count < ACKS_BEFORE_STOP:
+        await step(manager, index, number, acks)
+        number += 1
+
+
+async def trio_host(path: Path, acks: Acks) -> None:
     async with ctxrt.open_runtime(path) as runtime:
         managers = [await runtime.open(f"agents/n{index}", view_reader=f"n{index}", strategy=memory(),
                                        model=OfflineModel()) for index in range(2)]
-
-        async def resident(index: int, manager: Any) -> None:
-            number = 0
-            while not (bounded and acks.count >= ACKS_BEFORE_STOP):
-                await step(manager, index, number, acks)
-                number += 1
-
         async with trio.open_nursery() as nursery:
             for index, manager in enumerate(managers):
-                nursery.start_soon(resident, index, manager)
+                nursery.start_soon(resident, index, manager, acks)
 
 
-async def asyncio_host(path: Path, acks: Acks, bounded: bool) -> None:
+async def asyncio_host(path: Path, acks: Acks) -> None:
     async with ctxrt.aio.open_runtime(path) as runtime:
         managers = [await runtime.open(f"agents/n{index}", view_reader=f"n{index}", strategy=memory(),
                                        model=OfflineModel()) for index in range(2)]
-
-        async def resident(index: int, manager: Any) -> None:
-            number = 0
-            while not (bounded and acks.count >= ACKS_BEFORE_STOP):
-                await step(manager, index, number, acks)
-                number += 1
-
-        await asyncio.gather(*(resident(index, manager) for index, manager in enumerate(managers)))
+        await asyncio.gather(*(resident(index, manager, acks) for index, manager in enumerate(managers)))
 
 
-def run_host(how: str, path: Path, acks: Acks, bounded: bool) -> None:
+def run_host(how: str, path: Path, acks: Acks) -> None:
     if how == "trio":
-        trio.run(_guarded_trio, path, acks, bounded)
+        trio.run(_guarded_trio, path, acks)
     elif how == "asyncio.run":
-        asyncio.run(asyncio.wait_for(asyncio_host(path, acks, bounded), GUARD_S))
+        asyncio.run(asyncio.wait_for(asyncio_host(path, acks), GUARD_S))
     else:
         loop = asyncio.new_event_loop()
         loop.call_later(GUARD_S, loop.stop)  # holds even where a broken trio run would strand the callers
         try:
-            loop.run_until_complete(asyncio_host(path, acks, bounded))
+            loop.run_until_complete(asyncio_host(path, acks))
         finally:
             loop.close()
 
 
-async def _guarded_trio(path: Path, acks: Acks, bounded: bool) -> None:
+async def _guarded_trio(path: Path, acks: Acks) -> None:
     with trio.fail_after(GUARD_S):
-        await trio_host(path, acks, bounded)
+        await trio_host(path, acks)
 
 
 def traced(trace: Callable[[types.FrameType, str, Any], Any], run: Callable[[], None]) -> None:
@@ -172,7 +166,7 @@ def discover(how: str, path: Path) -> list[Site]:
                 sites[site] = None
         return trace
 
-    traced(trace, lambda: run_host(how, path, Acks(), bounded=True))
+    traced(trace, lambda: run_host(how, path, Acks()))
     return list(sites)
 
 
@@ -193,7 +187,7 @@ def interrupt_at(how: str, site: Site, path: Path) -> tuple[BaseException | None
 
     raised: BaseException | None = None
     try:
-        traced(trace, lambda: run_host(how, path, acks, bounded=True))
+        traced(trace, lambda: run_host(how, path, acks))
     except BaseException as exc:  # noqa: BLE001 - what the host's run raised is what is checked
         raised = exc
     return raised, sent, acks
