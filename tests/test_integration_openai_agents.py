@@ -30,7 +30,7 @@ from loopback_openai import serving_openai_api
 set_tracing_disabled(True)  # the SDK would otherwise try to export traces over the network
 
 
-Ifunction_tool
+@function_tool
 def lookup(key: str) -> str:
     """Looks a key up."""
     return TOOL_SECRET if key == "ann" else "nothing"
@@ -229,7 +229,7 @@ def test_a_call_and_its_output_saved_apart_stay_one_message_whatever_another_age
     (her next run's history) holds the call and its output as a pair and bob's shows both as
     text, one right after the other (I5)."""
 
-    Ifunction_tool(needs_approval=True)
+    @function_tool(needs_approval=True)
     def approved_lookup(key: str) -> str:
         """Looks a key up once a person approves."""
         return TOOL_SECRET
@@ -420,7 +420,7 @@ def test_a_run_through_the_sdk_saves_items_it_reads_back_unchanged(tmp_path: Pat
     run(body)
 
 
-Ist.composite
+@st.composite
 def batches(draw: st.DrawFn) -> list[list[dict[str, Any]]]:
     """Batches as the runner saves them: people's messages (user, system, developer; short form
     or parts), and the agent's steps (reasoning, hosted calls and messages, then function calls
@@ -469,8 +469,8 @@ def answered(items: list[Any]) -> list[Any]:
     return [item for item in items if item.get("type") != "function_call" or item["call_id"] in outputs]
 
 
-Isettings(max_examples=25)
-Igiven(batches())
+@settings(max_examples=25)
+@given(batches())
 def test_get_items_equals_sqlite_sessions_items_for_any_batches(tmp_path_factory: Any, drawn: list[list[dict[str, Any]]]) -> None:
     """Random batches of the SDK's item types, each call answered in its batch or the next: what
     ``get_items`` gives back equals what ``SQLiteSession`` gives back, and ``pop_item`` takes off
@@ -562,7 +562,7 @@ def test_every_model_call_of_a_long_tool_run_is_compiled_under_the_budget(tmp_pa
 
     replied: list[int] = []
 
-    Ifunction_tool
+    @function_tool
     def lookup(key: str) -> str:
         """Looks a key up."""
         return f"{key}: " + "a long tool output that fills the budget quickly. " * 30

@@ -73,6 +73,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt", "ctxrt.__main__"),
     # The framework adapters: users of the public API (the facade), as a host is; nothing imports them.
     ("ctxrt.integrations", "ctxrt.integrations.blocks"),
+    ("ctxrt.integrations.ledger",),  # the shared rules' one piece that waits
     ("ctxrt.integrations.openai_agents", "ctxrt.integrations.langchain", "ctxrt.integrations.pydantic_ai",
      "ctxrt.integrations.autogen"),
 ]

@@ -24,7 +24,6 @@ field, or where a form has none by ``speaker_prefix`` on the first text part.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -193,73 +192,6 @@ def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -
     else:
         participant = str(message.get("name") or USER)
     return [(participant, content_blocks)] if content_blocks else []
-
-
-class Ledger:
-    """Which framework messages a slot holds, by identity (``Entry.key``), read from the ``KEYS``
-    metadata of the slot's messages: every writer's, so a message a framework hands over again,
-    to this adapter or to another agent's over the same slot, is written once, across restarts.
-
-    Made lazily per adapter: the first ``record`` reads the slot's keys, later ones only what
-    was written since (the slot's newest messages, by sequence).
-    """
-
-    def __init__(self, manager: aio.ContextManager) -> None:
-        self.manager = manager
-        self._ids: dict[str, str] = {}  # key -> the id of the stored message holding it
-        self._read = -1  # the newest sequence whose keys are read
-        self._lock: asyncio.Lock | None = None
-
-    def slot_id(self, key: str) -> str | None:
-        """The stored message holding the framework message ``key``, if written."""
-        return self._ids.get(key)
-
-    async def catch_up(self) -> None:
-        """Reads the keys of the messages stored since the last read, through any manager."""
-        size = 32
-        while True:
-            window = await self.manager.get_message_window(-size, size)
-            if window.start_index == 0 or window.messages[0].sequence <= self._read:
-                break
-            size *= 4
-        for message in window.messages:
-            if message.sequence > self._read:
-                keys = (message.metadata or {}).get(KEYS)
-                for key in keys if isinstance(keys, list) else ():
-                    self._ids[str(key)] = message.id
-                self._read = message.sequence
-
-    async def record(self, keys: Sequence[str], writes: Callable[[int], Writes], metadata: Mapping[str, Any], *,
-                     hold_calls: bool = False, held: Collection[str] = ()) -> None:
-        """Writes the framework messages the slot doesn't hold, in order: ``keys[i]`` is message
-        ``i``'s identity, ``writes(i)`` what it writes (asked only of those not held, all of them
-        before the first write, so content refused refuses the batch). ``held`` names keys the
-        slot holds though no stored message lists them (written before ``KEYS`` existed). A ``TOOL`` write of
-        results is joined to the write of the calls they answer (``paired``); with
-        ``hold_calls``, a trailing message of calls alone is left for a later record, to be
-        written with its results. Each stored message carries ``metadata`` and the keys of the
-        messages it completes. Records of one ledger take turns, so two at once write nothing
-        twice."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            await self.catch_up()
-            fresh = [(i, writes(i)) for i, key in enumerate(keys) if key not in self._ids and key not in held]
-            if hold_calls and fresh and fresh[-1][1] and calls_alone(fresh[-1][1][-1][1]):
-                fresh.pop()
-            planned: list[tuple[str, list[Block], list[str]]] = []  # each write with the keys it completes
-            for i, written in fresh:
-                for n, (participant, content) in enumerate(written):
-                    done = [keys[i]] if n == len(written) - 1 else []
-                    if participant == TOOL and planned and answers(planned[-1][1], content):
-                        last = planned[-1]
-                        planned[-1] = (last[0], [*last[1], *content], last[2] + done)
-                    else:
-                        planned.append((participant, list(content), done))
-            for participant, content, done in planned:
-                message_id = await self.manager.add_message(participant, content, metadata={**metadata, KEYS: done})
-                self._ids.update(dict.fromkeys(done, message_id))
-                self._read = max(self._read, int(message_id))
 
 
 def adapter_arguments(kind: str, manager: Any, budget: Any, agent: Any) -> tuple[aio.ContextManager, Budget, str]:

@@ -5,7 +5,7 @@ a shared ctxrt slot (docs/integrations.md#langchain).
 
 ``CtxrtMiddleware(manager)`` goes in ``create_agent(..., middleware=[...])``. Before each model
 call (``abefore_model``) it writes the agent state's messages the slot doesn't hold yet, known by
-their LangChain ids (``blocks.Ledger``; a human message as its ``name`` or ``"user"``, the
+their LangChain ids (``ledger.Ledger``; a human message as its ``name`` or ``"user"``, the
 agent's messages and tool calls as the agent, tool messages joined to the calls they answer, a
 system message as the agent's own instructions); at the call (``awrap_model_call``;
 ``wrap_model_call`` from a thread other than the runtime's loop) it hands the model the manager's
@@ -38,6 +38,7 @@ from typing_extensions import NotRequired
 
 from .. import Budget, ContextManager, checks
 from . import blocks
+from .ledger import Ledger
 
 PRESENT = "ctxrt_present"  # the state's message ids the slot held at the last step
 HIDDEN = "ctxrt_hidden"  # stored message ids this thread's view leaves out: removed from its state
@@ -90,7 +91,7 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtMiddleware", manager, budget, agent)
         if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
             raise TypeError(f"loop must be an asyncio event loop or None, not {type(loop).__name__}")
-        self.ledger = blocks.Ledger(self.manager)
+        self.ledger = Ledger(self.manager)
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()

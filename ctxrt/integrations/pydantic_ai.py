@@ -16,7 +16,7 @@ request sends that view; the run's own history is left as it was. When the run e
 processor: ``ProcessHistory(history.process)``, which then writes the final reply at the next
 request.
 
-What the slot holds is known by identity (``blocks.Ledger``): a message written is marked in its
+What the slot holds is known by identity (``ledger.Ledger``): a message written is marked in its
 ``metadata`` (``ctxrt_recorded``: its key), and a message with no mark is known by what it
 writes, its place in the run's history and its ``run_id``. So history passed back in
 (``message_history=result.all_messages()``), trimmed, or built afresh from the same messages is
@@ -56,6 +56,7 @@ from pydantic_ai.tools import RunContext
 
 from .. import Budget, ContextManager, MalformedContentError, checks
 from . import blocks
+from .ledger import Ledger
 
 MARK = "ctxrt_recorded"  # the metadata key holding the identity of a message the slot holds
 VIEW = "view"  # the mark of a message made from the compiled view: the slot holds what it shows
@@ -188,7 +189,7 @@ class CtxrtHistory(AbstractCapability[Any]):
 
     def __init__(self, manager: ContextManager, *, budget: Budget | None = None, agent: str | None = None) -> None:
         self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtHistory", manager, budget, agent)
-        self.ledger = blocks.Ledger(self.manager)
+        self.ledger = Ledger(self.manager)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
