@@ -1,8 +1,10 @@
-"""A real SIGINT at each awaiting line of ctxrt a host runs, in turn, in a trio host, an
-``asyncio.run`` host and a host running its asyncio loop by hand (L8, H4).
+"""A real SIGINT at each awaiting line of ctxrt a host runs, and each line of the namespace
+actor's loop, in turn, in a trio host, an ``asyncio.run`` host and a host running its asyncio
+loop by hand (L8, H4).
 
 How: a first run of the host, traced, lists every line of ctxrt's source that awaits (``await``,
-``async with``, ``async for``) in the order the host first reaches them. Then, for each such line
+``async with``, ``async for``), and every line of ``namespace/actor.py``, in the order the host
+first reaches them. Then, for each such line
 in turn, a fresh host on a fresh store runs traced until it first reaches that line, and the trace
 function sends the process a real SIGINT there: trio's handler (or asyncio's, under
 ``asyncio.run``) acts at that very point. Each run must end in a bare ``KeyboardInterrupt`` (no
@@ -12,7 +14,8 @@ edits, removals, pins, holds, a fork and a switch back, a derive, and background
 
 ``make test`` runs every line of ``mailbox.py`` (where a reply's setup and its wait once let an
 interrupt in between, breaking the trio run) and a seeded sample of the rest; ``make soak`` every
-line. ``CTXRT_INTERRUPT_SEED`` replays a sample.
+line. (An interrupt in the actor's loop between taking an effect and carrying it out was once
+replaced by the runtime's cancel: ``ManagerClosedError`` out of ``open_runtime``.) ``CTXRT_INTERRUPT_SEED`` replays a sample.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ AWAITING = ("await ", "async with ", "async for ")
 ACKS_BEFORE_STOP = 120  # a run's length: every operation of the cycle below, three times
 SAMPLE = 6  # lines per host in `make test`, besides mailbox.py's
 GUARD_S = 30
+ACTOR = os.sep.join(("", "namespace", "actor.py"))
 
 Site = tuple[str, int]
 
@@ -152,8 +156,21 @@ def traced(trace: Callable[[types.FrameType, str, Any], Any], run: Callable[[], 
         sys.settrace(previous)
 
 
+def swept(filename: str, lineno: int) -> bool:
+    """Whether the sweep interrupts at this line: an awaiting line anywhere, and every line of the
+    namespace actor's loop (an effect taken off its queue and not yet carried out once let an
+    interrupt be replaced by the cancel it caused). Not a bare ``try:``: Python compiles it to an
+    instruction outside the handler it opens, which a real signal never interrupts, but a trace
+    function's does (and then escapes the ``with`` around it, breaking trio's cancel scopes)."""
+    text = linecache.getline(filename, lineno)
+    if text.strip() == "try:":
+        return False
+    return filename.endswith(ACTOR) or any(word in text for word in AWAITING)
+
+
 def discover(how: str, path: Path) -> list[Site]:
-    """The awaiting lines of ctxrt's source the host reaches, in the order it first reaches them."""
+    """The lines of ctxrt's source the sweep interrupts at that the host reaches, in the order it
+    first reaches them."""
     sites: dict[Site, None] = {}
 
     def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -162,7 +179,7 @@ def discover(how: str, path: Path) -> list[Site]:
             return None
         if event == "line":
             site = (filename, frame.f_lineno)
-            if site not in sites and any(word in linecache.getline(*site) for word in AWAITING):
+            if site not in sites and swept(*site):
                 sites[site] = None
         return trace
 
@@ -227,11 +244,15 @@ def test_ctrl_c_at_any_awaiting_line_of_ctxrt_ends_the_host_in_a_bare_keyboard_i
     sites = discover(how, tmp_path / "discover")
     assert any(site[0].endswith(f"{os.sep}mailbox.py") for site in sites), "the host never waited on a reply"
     sample, seed = chosen(sites, soak=soak_scale(0, 1) == 1)
+    unreached = []
     for number, site in enumerate(sample):
         where = f"{site[0].removeprefix(ROOT)}:{site[1]} ({how}, seed {seed})"
         path = tmp_path / f"store{number}"
         raised, sent, acks = interrupt_at(how, site, path)
-        assert sent, f"the host never reached {where}"
+        if not sent:  # a line only some runs reach (a model call cancelled, say): the run ended whole
+            assert raised is None, f"{where}, never reached: {raised!r}"
+            unreached.append(where)
+            continue
         assert type(raised) is KeyboardInterrupt, f"{where}: {raised!r}"
         del raised  # its traceback holds the host's frames
         assert not trio.lowlevel.in_trio_run(), where
@@ -243,3 +264,4 @@ def test_ctrl_c_at_any_awaiting_line_of_ctxrt_ends_the_host_in_a_bare_keyboard_i
         assert report.status == "sound", f"{where}: {report}"
         lost = trio.run(stored, path, acks)
         assert not lost, f"{where}: acknowledged appends lost: {lost[:5]}"
+    assert len(unreached) <= len(sample) // 10, f"lines the host no longer reaches: {unreached}"

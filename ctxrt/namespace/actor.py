@@ -235,17 +235,30 @@ async def serve_namespace(services: Services, ref: NamespaceRef, started: Reply[
     with ``nursery.start`` in the opener's scope when the opener is cancelled as it starts, and
     an actor cancelled with its opener strands every other caller's request (L3, L4)."""
     failed: BaseException | None = None
-    async with trio.open_nursery() as children:
-        loop = _Loop(services, ref, children)
-        started.resolve(True, None)
-        try:
-            await loop.run()
-        except BaseException as exc:
-            # The runtime closing (Cancelled) or an interrupt: raised once out of the nursery as
-            # itself, not in a group, so the runtime's scope and a host's ``except`` see it.
-            failed = exc
-        finally:
-            loop.close()
-            children.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as children:
+            loop = _Loop(services, ref, children)
+            started.resolve(True, None)
+            try:
+                await loop.run()
+            except BaseException as exc:
+                # The runtime closing (Cancelled) or an interrupt: raised once out of the nursery as
+                # itself, not in a group, so the runtime's scope and a host's ``except`` see it.
+                failed = exc
+            finally:
+                loop.close()
+                children.cancel_scope.cancel()
+    except BaseException as unwinding:
+        # The children's unwinding: with the runtime's scope cancelled too (its host answered as
+        # closed), their Cancelled belongs to that scope and leaves the nursery. The actor's own
+        # ending outranks it, or an interrupt would be lost to a cancel it caused (L8).
+        if failed is None or _holds_interrupt(unwinding):
+            raise
     if failed is not None:
         raise failed
+
+
+def _holds_interrupt(error: BaseException) -> bool:
+    if isinstance(error, BaseExceptionGroup):
+        return error.split(KeyboardInterrupt)[0] is not None
+    return isinstance(error, KeyboardInterrupt)
