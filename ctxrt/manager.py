@@ -568,9 +568,15 @@ class ContextManager:
         when ``name`` is taken.
         """
         ref = self._live()
-        name, row = await branching.fork(self._registry, ref, self._reader, checks.optional_name(name, "name"))
-        await self._move_to(row)
-        return name
+        asked = checks.optional_name(name, "name")
+        await trio.lowlevel.checkpoint_if_cancelled()
+        # Whole or not at all (L4): a caller cancelled once the branch is asked for still gets the
+        # manager moved onto it, or the branch would be left behind with the manager elsewhere.
+        with trio.CancelScope(shield=True):
+            made, row = await branching.fork(self._registry, ref, self._reader, asked)
+            await self._move_to(row)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return made
 
     async def branch_at(self, message_id: str, name: str | None = None) -> str:
         """Branch at that message's sequence (the branch holds it) without switching (R1).

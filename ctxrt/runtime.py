@@ -441,4 +441,9 @@ async def open_runtime(
                     with trio.CancelScope(shield=True):  # the runtime owns its model's client (DESIGN.md §9)
                         await close_model()
     finally:
-        close_store(handle)
+        if trio.lowlevel.in_trio_run():
+            close_store(handle)
+        # else a trio run that died without unwinding (a guest run broken by a second Ctrl-C from
+        # asyncio's handler) left this frame to the garbage collector: the store's writer thread
+        # may hold a transaction it will never end, and closing the environment under it hangs.
+        # Every acknowledged write is durable; the process's exit releases the store.

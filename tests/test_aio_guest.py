@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import random
 import re
 import select
 import signal
 import subprocess
 import sys
 import threading
+import time
 import types
 import warnings
 from collections.abc import Callable
@@ -67,6 +69,13 @@ async def stored_texts(path: Path) -> list[str]:
     async with ctxrt.open_runtime(path) as runtime:
         manager = await runtime.open("reader")
         return [message.content[0].text for message in await manager.get_all_messages()]
+
+
+async def stored_ids(path: Path) -> list[str]:
+    """The shared slot's message ids, read by a trio runtime."""
+    async with ctxrt.open_runtime(path) as runtime:
+        manager = await runtime.open("reader")
+        return [message.id for message in await manager.get_all_messages()]
 
 
 @pytest.mark.parametrize("loop", sorted(LOOPS))
@@ -488,3 +497,44 @@ def test_a_guest_run_that_dies_answers_every_waiting_caller_with_an_error_that_s
 
 
 DYING_HOST = Path(__file__).with_name("aio_dying_host.py")
+
+
+@pytest.mark.soak
+def test_a_second_ctrl_c_under_asyncio_run_ends_the_host_and_leaves_its_store_sound(
+    tmp_path: Path, soak_scale: Callable[[int, int], int]
+) -> None:
+    """Two real SIGINTs 1-10 ms apart into an asyncio.run host appending from four tasks: asyncio's
+    handler cancels the main task at the first and raises KeyboardInterrupt wherever the second
+    lands, inside ctxrt's cleanup included. The process ends (it once hung closing its store under
+    a transaction the writer thread still held), the store verifies sound, and every acknowledged
+    append is stored (H4). The seed is in every failure message."""
+    seed = int(os.environ.get("CTXRT_INTERRUPT_SEED") or random.randrange(1 << 32))
+    rng = random.Random(seed)
+    for round_ in range(soak_scale(4, 40)):
+        store = tmp_path / f"store{round_}"
+        child = subprocess.Popen([sys.executable, str(HOST_SCRIPT), "asyncio.run", str(store)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert child.stdout is not None
+        lines: list[str] = []
+        try:
+            target = rng.randrange(20, 400)
+            while sum(line.startswith("ack") for line in lines) < target:
+                ready, _, _ = select.select([child.stdout], [], [], GUARD_S)
+                assert ready, f"round {round_} (seed {seed}): the host stopped acknowledging"
+                lines.append(child.stdout.readline().decode().strip())
+                assert lines[-1], f"round {round_} (seed {seed}): {child.stderr.read().decode()[-2000:]}"
+            child.send_signal(signal.SIGINT)
+            time.sleep(rng.uniform(0.001, 0.01))
+            if child.poll() is None:
+                child.send_signal(signal.SIGINT)
+            rest, _ = child.communicate(timeout=GUARD_S)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        output = "\n".join(lines) + "\n" + rest.decode()
+        acknowledged = re.findall(r"^ack (\d+)$", output, re.MULTILINE)
+        report = verify_store(store)
+        assert report.status == "sound", f"round {round_} (seed {seed}): {report}"
+        stored = set(trio.run(stored_ids, store))
+        assert not set(acknowledged) - stored, f"round {round_} (seed {seed}): acknowledged appends lost"

@@ -642,3 +642,39 @@ async def test_refuses_a_fork_when_the_head_records_another_reader_and_leaves_no
             with pytest.raises(ctxrt.ReaderConflictError, match="'bob'"):
                 await ann.fork("side")
             assert [branch.name for branch in await rt.list_branches()] == before == ["main"]
+
+
+async def test_a_fork_cancelled_at_any_checkpoint_moves_its_manager_onto_the_branch_or_makes_none(
+    either_store: Path | str,
+) -> None:
+    """L4, C2: a fork whose caller is cancelled after k of another task's checkpoints, for each k, is
+    carried out whole (the branch made and the manager on it) or not at all (no branch, the
+    manager where it was); never a branch left behind with the manager elsewhere, on either
+    engine. (Cancelled between making the branch and moving, it once left the branch.)"""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(either_store) as rt:
+            manager = await rt.open("ns", view_reader="ann")
+            await manager.add_message("user", "hello")
+            outcomes = set()
+            for k in range(12):
+                home = manager.branch
+                with trio.CancelScope() as scope:
+
+                    async def cancel_after(k: int = k, scope: trio.CancelScope = scope) -> None:
+                        for _ in range(k):
+                            await trio.lowlevel.checkpoint()
+                        scope.cancel()
+
+                    if k == 0:
+                        scope.cancel()  # cancelled before it starts: nothing
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(cancel_after)
+                        await manager.fork(f"cancelled-{k}")
+                names = {branch.name for branch in await rt.list_branches()}
+                if manager.branch == f"cancelled-{k}":
+                    outcomes.add("whole")
+                    assert manager.branch in names
+                else:
+                    outcomes.add("nothing")
+                    assert manager.branch == home and f"cancelled-{k}" not in names, (k, manager.branch, names)
+            assert outcomes == {"whole", "nothing"}

@@ -36,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -92,7 +94,7 @@ async def outlast_cancels(future: asyncio.Future[T]) -> T:
         except asyncio.CancelledError as exc:
             if not future.done() or (task is not None and task.cancelling()):
                 cancelled = cancelled or exc
-        except BaseException:  # noqa: BLE001 - the future's own error: read below
+        except Exception:  # noqa: BLE001 - the future's own error: read below (an interrupt goes on)
             pass
     if cancelled is not None:
         raise cancelled
@@ -204,6 +206,7 @@ class Guest:
         # What asyncio callers wait on, so a run that dies (of anything) answers every one of them.
         self._calls: set[Call] = set()
         self._held: set[Held[Any]] = set()
+        self._held_signals: set[signal.Signals] = set()  # blocked while trio runs a step (``_guarded``)
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -213,10 +216,12 @@ class Guest:
                 "ctxrt.aio can't start its trio guest run: this thread already runs trio (a trio.run, or a guest "
                 "run another library started on this loop). From trio code, use ctxrt.open_runtime"
             )
+        if threading.current_thread() is threading.main_thread() and _host_handles_sigint():
+            self._held_signals = {signal.SIGINT}
         trio.lowlevel.start_guest_run(
             self._main,
-            run_sync_soon_threadsafe=self.loop.call_soon_threadsafe,
-            run_sync_soon_not_threadsafe=self.loop.call_soon,
+            run_sync_soon_threadsafe=self._guarded(self.loop.call_soon_threadsafe),
+            run_sync_soon_not_threadsafe=self._guarded(self.loop.call_soon),
             done_callback=self._done,
             host_uses_signal_set_wakeup_fd=True,
         )
@@ -230,7 +235,38 @@ class Guest:
             await self._stop.wait()
             nursery.cancel_scope.cancel()
 
-    def _done(self, result: outcome.Outcome[Any]) -> None:
+    def _guarded(self, schedule: Callable[[Callable[[], object]], object]) -> Callable[[Callable[[], object]], None]:
+        """``schedule`` for trio's steps.
+
+        A step that raises leaves the run frozen: trio never schedules its next step, nor calls
+        ``_done``; the run is then taken as ended by what it raised, so no caller, keeper or loop
+        shutdown waits for it. Where the host handles SIGINT itself (``asyncio.run``'s handler
+        raises ``KeyboardInterrupt`` at a second Ctrl-C, wherever the main thread is), SIGINT is
+        held while a step runs and handled as it returns: raised inside a step, the interrupt would
+        break trio's bookkeeping half way (a task that never wakes, a run that never ends). Python's
+        default handler is left to trio, which guards its own steps (H4)."""
+        held = self._held_signals
+
+        def run_soon(step: Callable[[], object]) -> None:
+            def guarded_step() -> None:
+                mask = signal.pthread_sigmask(signal.SIG_BLOCK, held) if held else None
+                try:
+                    step()
+                except BaseException as exc:
+                    self._done(outcome.Error(exc), raised=True)
+                    raise
+                finally:
+                    if mask is not None:
+                        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGINT held meanwhile is handled now
+
+            schedule(guarded_step)
+
+        return run_soon
+
+    def _done(self, result: outcome.Outcome[Any], *, raised: bool = False) -> None:
+        """The run ended with ``result`` (trio's done callback; or a step that raised, ``raised``)."""
+        if self.finished.done():  # a step raised, and trio's own end came after all
+            return
         self._nursery = None
         self.stopping = True
         if _GUESTS.get(self.loop) is self:
@@ -242,9 +278,10 @@ class Guest:
             self._gate.set_result(None)
         interrupt = _interrupt(result)
         if interrupt is not None:
-            # Out of the loop's run, to the host, as itself; from a callback queued behind the keeper's
-            # wake-up, so the keeper has ended by then (a loop closed at once destroys no pending task).
-            self.loop.call_soon(_raise, interrupt)
+            if not raised:  # else it is on its way out of the loop's run already
+                # Out of the loop's run, to the host, as itself; from a callback queued behind the keeper's
+                # wake-up, so the keeper has ended by then (a loop closed at once destroys no pending task).
+                self.loop.call_soon(_raise, interrupt)
         elif isinstance(result, outcome.Error):
             logger.error("ctxrt.aio's trio guest run failed", exc_info=result.error)
         self._answer_the_stranded(result, interrupt)
@@ -447,6 +484,13 @@ class Guest:
             held.settle(self.closed_error())
             raise
         held.settle(None)
+
+
+def _host_handles_sigint() -> bool:
+    """Whether the host installed a SIGINT handler of its own (not Python's default, which trio
+    replaces with its own for the run, nor one ignoring the signal)."""
+    handler = signal.getsignal(signal.SIGINT)
+    return callable(handler) and handler is not signal.default_int_handler
 
 
 def _raise(error: BaseException) -> None:

@@ -294,6 +294,8 @@ async def serve_store(
             nursery.start_soon(_sync_periodically, engine)
         if writer is not None:
             writer.start()
+            assert isinstance(engine, Engine)  # only LMDB has a writer thread
+            engine.stop_writer = writer.stop
             turns = GiveTurns(writer)
             trio.lowlevel.add_instrument(turns)
         task_status.started()
@@ -339,6 +341,8 @@ async def serve_store(
             if writer is not None:
                 trio.lowlevel.remove_instrument(turns)
                 writer.stop()  # ends the transaction it held: the store can be closed now
+                assert isinstance(engine, Engine)
+                engine.stop_writer = None
             nursery.cancel_scope.cancel()
 
 

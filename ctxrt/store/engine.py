@@ -106,6 +106,10 @@ class Engine(Catalog):
         self.last_sequence = 0
         self.dbs = self._open_tables_read_only() if readonly else self._open_tables_for_writing()
         self.commits_on_thread = not readonly and env.flags()["sync"]
+        # The store actor's writer thread's stop while it runs: closing the environment under a
+        # transaction it holds hangs, so a close the actor didn't see through (a second Ctrl-C
+        # from asyncio's handler inside its cleanup) stops it first.
+        self.stop_writer: Callable[[], None] | None = None
         self._check_format()
         self.reload()
 

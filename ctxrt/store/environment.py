@@ -127,6 +127,9 @@ def close_store(handle: StoreHandle) -> None:
         return
     shared = _REGISTRY[handle._key]
     shared.users -= 1
+    if shared.engine.stop_writer is not None:
+        shared.engine.stop_writer()
+        shared.engine.stop_writer = None
     try:
         if not handle.readonly:
             try:
