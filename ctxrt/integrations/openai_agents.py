@@ -281,8 +281,9 @@ class CtxrtSession:
         self.session_id = session_id if session_id is not None else manager.namespace
         self.session_settings = session_settings
         self._reader = str(manager.view_reader)
-        # Each compiled message's items as JSON texts, while the compile hands back that object.
-        self._made: dict[int, tuple[CompiledMessage, list[str]]] = {}
+        # Each compiled message's items as JSON texts and whether it holds tool blocks, while the
+        # compile hands back that object.
+        self._made: dict[int, tuple[CompiledMessage, list[str], bool]] = {}
         # The JSON (keys sorted) of every item written or handed out: what a model call's input
         # holds that the slot doesn't is what isn't here (``run_config``).
         self._known: set[str] = set()
@@ -336,21 +337,23 @@ class CtxrtSession:
         """The view compiled under ``budget``, as its items' JSON texts."""
         result = await self.manager.compile(budget)
         foreign, ids = ForeignCalls(), call_ids("responses")
-        made: dict[int, tuple[CompiledMessage, list[str]]] = {}
+        made: dict[int, tuple[CompiledMessage, list[str], bool]] = {}
         out: list[str] = []
         for message in result.messages:
-            speaks = message.participant == self.agent
-            looked, sent = replay_ids(foreign, ids, message, speaks) if holds_tools(message) else ((), ())
             held = self._made.get(id(message))
             if held is not None and held[0] is message:
-                texts = held[1]
+                _, texts, tools = held
+                if tools:  # replayed as given, but the walk still passes its calls
+                    replay_ids(foreign, ids, message, message.participant == self.agent)
             else:
+                speaks, tools = message.participant == self.agent, holds_tools(message)
+                looked, sent = replay_ids(foreign, ids, message, speaks) if tools else ((), ())
                 replayed = self._replayed(message)
                 texts = replayed if replayed is not None else self._rendered(message, speaks, looked, sent)
-                if replayed is None and holds_tools(message):
+                if replayed is None and tools:
                     out += texts  # its items depend on the walk (``ForeignCalls``): made again each time
                     continue
-            made[id(message)] = (message, texts)
+            made[id(message)] = (message, texts, tools)
             out += texts
         self._made = made
         self._known.update(out)
