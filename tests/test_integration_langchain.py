@@ -289,6 +289,35 @@ def test_a_trimmed_thread_keeps_recording_and_its_view_leaves_the_removed_messag
     run(body)
 
 
+def test_a_thread_rewound_to_an_earlier_checkpoint_leaves_the_abandoned_turns_out_of_its_view(tmp_path: Path) -> None:
+    """A checkpointed thread of three turns, invoked again from the checkpoint after its first
+    turn (LangGraph's time travel): the model is handed the first turn and the new question, not
+    the two abandoned turns, and so on the branch's next turn too; the shared slot keeps every
+    message, as bob's view shows, and each is stored once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread: Any = {"configurable": {"thread_id": "t1"}}
+            for turn in range(3):
+                await graph.ainvoke({"messages": [HumanMessage(f"question {turn}")]}, config=thread)
+            first = [s async for s in graph.aget_state_history(thread) if len(s.values.get("messages", ())) == 2
+                     and not s.next][0]
+            await graph.ainvoke({"messages": [HumanMessage("question 3")]}, config={**first.config, "callbacks": [seen]})
+            await graph.ainvoke({"messages": [HumanMessage("question 4")]}, config={**thread, "callbacks": [seen]})
+            abandoned = {"question 1", line("ann", 2), "question 2", line("ann", 3)}
+            assert [m.content for m in seen.calls[0]] == ["question 0", line("ann", 1), "question 3"]
+            assert [m.content for m in seen.calls[1]] == ["question 0", line("ann", 1), "question 3",
+                                                              line("ann", 4), "question 4"]
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert len(stored) == len(set(stored)) == 10 and abandoned <= set(stored)
+            assert holds(await team.bob.compile(BUDGET), "question 2")
+
+    run(body)
+
+
 def test_history_the_caller_passes_back_in_is_written_once(tmp_path: Path) -> None:
     """No checkpointer: the caller passes ``out["messages"]`` plus a new question into ``ainvoke``
     three times; each of the six messages is stored once and ann's model never sees a copy (I6)."""
