@@ -263,6 +263,16 @@ def test_a_thread_resumed_after_a_failed_or_cancelled_model_call_writes_nothing_
     run(body)
 
 
+async def checkpointed_thread(manager: Any, turns: int) -> tuple[Any, Any]:
+    """ann's agent on an InMemorySaver thread, after ``turns`` questions and replies."""
+    graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                         middleware=[CtxrtMiddleware(manager, budget=BUDGET)], checkpointer=InMemorySaver())
+    thread: Any = {"configurable": {"thread_id": "t1"}}
+    for turn in range(turns):
+        await graph.ainvoke({"messages": [HumanMessage(f"question {turn}")]}, config=thread)
+    return graph, thread
+
+
 def test_a_trimmed_thread_keeps_recording_and_its_view_leaves_the_removed_messages_out(tmp_path: Path) -> None:
     """A checkpointed thread trimmed with ``RemoveMessage``: the next question and its reply are
     written, the model is handed that question, and the removed messages leave this thread's view
@@ -271,11 +281,7 @@ def test_a_trimmed_thread_keeps_recording_and_its_view_leaves_the_removed_messag
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
             seen = Received()
-            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
-                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
-            thread: Any = {"configurable": {"thread_id": "t1"}}
-            for turn in range(2):
-                await graph.ainvoke({"messages": [{"role": "user", "content": f"question {turn}"}]}, config=thread)
+            graph, thread = await checkpointed_thread(team.ann, 2)
             old = (await graph.aget_state(thread)).values["messages"][:2]
             await graph.aupdate_state(thread, {"messages": [RemoveMessage(id=m.id) for m in old]})
             await graph.ainvoke({"messages": [{"role": "user", "content": "question 2"}]},
@@ -298,11 +304,7 @@ def test_a_thread_rewound_to_an_earlier_checkpoint_leaves_the_abandoned_turns_ou
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
             seen = Received()
-            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
-                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
-            thread: Any = {"configurable": {"thread_id": "t1"}}
-            for turn in range(3):
-                await graph.ainvoke({"messages": [HumanMessage(f"question {turn}")]}, config=thread)
+            graph, thread = await checkpointed_thread(team.ann, 3)
             first = [s async for s in graph.aget_state_history(thread) if len(s.values.get("messages", ())) == 2
                      and not s.next][0]
             await graph.ainvoke({"messages": [HumanMessage("question 3")]}, config={**first.config, "callbacks": [seen]})
