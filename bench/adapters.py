@@ -19,8 +19,10 @@ and keeps what its turns add.
   ``UnboundedChatCompletionContext`` (its default, in memory).
 
 Figures: the median ms per turn of each (median of a round's turns; median, min and max across
-rounds, each round running all eight in a random order) and the ratio default / ctxrt. Target:
-ctxrt at least 10x faster. Public APIs only. Results are printed and written to
+rounds, each round running all ten sides in a random order) and the ratio default / ctxrt. Target:
+ctxrt at least 10x faster. One more row prices ``CtxrtSession.run_config()``'s per-call budget
+filter: an Agents SDK turn with a tool round (two model calls, each filtered) on ctxrt, with
+``run_config=session.run_config()`` against without, both on one slot; target: at most 1.10x. Public APIs only. Results are printed and written to
 ``bench/results-adapters.md``; ``CTXRT_BENCH_DIR`` chooses where the stores live.
 """
 
@@ -51,6 +53,8 @@ FRAMEWORKS = {
     "pydantic-ai": ("Pydantic AI", "message_history list"),
     "autogen": ("AutoGen 0.7", "UnboundedChatCompletionContext"),
 }
+FILTER = "openai-agents-filter"  # the filter's row: its sides are "with" and "without"
+FILTER_TARGET = 1.10
 Turn = Callable[[int], Awaitable[Any]]
 
 
@@ -91,6 +95,36 @@ async def _agents_sdk(manager: Any, db: Path | None) -> AsyncIterator[Turn]:
     finally:
         if manager is None:
             session.close()
+
+
+@asynccontextmanager
+async def _agents_sdk_filtered(manager: Any, filtered: bool) -> AsyncIterator[Turn]:
+    """A turn whose model asks for a tool, then answers: two model calls, each through
+    ``run_config()``'s filter when ``filtered``."""
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from ctxrt import Budget
+    from ctxrt.integrations.openai_agents import CtxrtSession
+
+    @function_tool
+    def lookup(key: str) -> str:
+        """Looks a key up."""
+        return f"{key}: {TEXT}"
+
+    set_tracing_disabled(True)
+    steps: list[Any] = []
+    for n in range(1000):
+        steps += [{"responder": lambda call, n=n: [function_call("lookup", {"key": f"k{n}"}, call_id=f"call_{n}")]},
+                  {"responder": lambda call: [assistant_message(TEXT)]}]
+    agent = Agent(name="ann", model=ScriptedModel(steps), tools=[lookup])
+    session = CtxrtSession(manager, budget=Budget(max_tokens=BUDGET_TOKENS))
+    config = session.run_config() if filtered else None
+
+    async def turn(n: int) -> None:
+        await Runner.run(agent, f"turn {n}", session=session, run_config=config)
+
+    yield turn
 
 
 @asynccontextmanager
@@ -209,6 +243,15 @@ async def _on_ctxrt(framework: str, store: Path, round_: int, turns: int) -> flo
             return await _turns(turn, turns, round_ * 100)
 
 
+async def _on_filter(filtered: bool, store: Path, round_: int, turns: int) -> float:
+    import ctxrt.aio
+
+    async with ctxrt.aio.open_runtime(store, durability="sync") as rt:
+        manager = await rt.open(f"agents/{FILTER}", view_reader=FILTER)
+        async with _agents_sdk_filtered(manager, filtered) as turn:
+            return await _turns(turn, turns, round_ * 100 + (50 if filtered else 0))
+
+
 async def _on_default(framework: str, db: Path, round_: int, turns: int) -> float:
     async with SIDES[framework](None, db) as turn:
         return await _turns(turn, turns, round_ * 100)
@@ -223,6 +266,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     rng = random.Random(20261224)
     started = time.perf_counter()
     figures: dict[tuple[str, str], list[float]] = {(f, side): [] for f in FRAMEWORKS for side in ("ctxrt", "default")}
+    figures.update({(FILTER, "with"): [], (FILTER, "without"): []})
     versions = _versions()
     with scratch("ctxrt-bench-adapters-") as root:
         store = root / "store"
@@ -231,7 +275,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             order = list(figures)
             rng.shuffle(order)
             for framework, side in order:
-                if side == "ctxrt":
+                if framework == FILTER:
+                    value = asyncio.run(_on_filter(side == "with", store, round_, settings["turns"]))
+                elif side == "ctxrt":
                     value = asyncio.run(_on_ctxrt(framework, store, round_, settings["turns"]))
                 else:
                     value = asyncio.run(_on_default(framework, root / f"{framework}.sqlite", round_, settings["turns"]))
@@ -242,6 +288,11 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             f"{title}: a turn at {MESSAGES:,} messages, the adapter vs {default}", "ms",
             figures[(key, "ctxrt")], figures[(key, "default")], default, inverse=True, target=TARGET, op=">=",
         ))
+    rows.append(harness.versus(
+        f"run_config(): the Agents SDK's per-call budget filter, a turn with a tool round at {MESSAGES:,} "
+        "messages, with vs without", "ms", figures[(FILTER, "with")], figures[(FILTER, "without")],
+        "without run_config()", target=FILTER_TARGET, op="<=", by_round=True,
+    ))
     info = {"quick": quick, "settings": settings, "build_s": build_s, "seconds": time.perf_counter() - started,
             "python": sys.executable, "versions": versions}
     for each in rows:
@@ -264,20 +315,24 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         "## Framework adapters",
         "",
         measured("adapters", first["quick"], first["versions"]) + f" {settings['rounds']} rounds of "
-        f"{settings['turns']} counted turns (after one uncounted) per side; each round runs all eight sides in a "
+        f"{settings['turns']} counted turns (after one uncounted) per side; each round runs all ten sides in a "
         f"random order. Both sides of a framework start from {MESSAGES:,} messages of about 200 bytes and keep "
         f"what their turns add (the store was built in {first['build_s']:.1f} s); the framework's own offline model "
         "answers every turn, so only the memory differs. ctxrt: the adapter over a manager with a reader, "
         f"Passthrough, a {BUDGET_TOKENS:,}-token budget, durability \"sync\". A figure is the median across rounds "
         "of each round's median ms per turn (min–max across rounds); the ratio is the default's median over "
-        "ctxrt's.",
+        "ctxrt's. The filter's row: a turn whose model calls a tool and then answers (two model calls), on ctxrt "
+        "with run_config=session.run_config() against without, one slot; its ratio is with over without, "
+        "judged by the median of the per-round ratios.",
         "",
         *TABLE_HEAD,
     ]
     for each in rows:
+        ratio, target = (f"{each['paired_ratio']:.2f}x", f"≤ {each['target']:.2f}x") if each["op"] == "<=" \
+            else (f"{each['ratio']:.1f}x", f"≥ {each['target']:.0f}x")
         lines.append(
             f"| {each['measure']} | {harness.median_figure(each['ctxrt'], 'ms')} | "
-            f"{harness.median_figure(each['comparison'], 'ms')} | {each['ratio']:.1f}x | ≥ {each['target']:.0f}x | "
+            f"{harness.median_figure(each['comparison'], 'ms')} | {ratio} | {target} | "
             f"{'pass' if each['passed'] else 'FAIL'} |"
         )
     lines += ["", harness.paired_line(rows), ""]

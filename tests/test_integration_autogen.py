@@ -340,21 +340,25 @@ def test_what_get_messages_gives_back_equals_unboundedchatcompletioncontext_for_
 ) -> None:
     """Random sequences of AutoGen's own LLM messages (system, user from several sources,
     assistant text, function calls with and without a thought, results with errors) added to a
-    ``CtxrtModelContext`` and to AutoGen's ``UnboundedChatCompletionContext``: ``get_messages``
-    gives back the same messages, call arguments as JSON values (I7, I8)."""
+    ``CtxrtModelContext`` and to AutoGen's ``UnboundedChatCompletionContext``: after every turn
+    ``get_messages`` gives back the same messages, call arguments as JSON values, each a message
+    of its own even where two say the same (I7, I8)."""
 
     @settings(max_examples=soak_scale(10, 300))
     @given(st.data())
     def check(data: Any) -> None:
-        messages = [m for turn in range(data.draw(st.integers(1, 4))) for m in exchange(data.draw, turn)]
+        turns = [exchange(data.draw, turn) for turn in range(data.draw(st.integers(1, 4)))]
 
         async def body() -> None:
             async with residents(tmp_path_factory.mktemp("store")) as team:
                 ours, theirs = CtxrtModelContext(team.ann), UnboundedChatCompletionContext()
-                for message in messages:
-                    await ours.add_message(message)
-                    await theirs.add_message(message)
-                assert comparable(await ours.get_messages()) == comparable(await theirs.get_messages())
+                for turn in turns:
+                    for message in turn:
+                        await ours.add_message(message)
+                        await theirs.add_message(message)
+                    view = await ours.get_messages()
+                    assert comparable(view) == comparable(await theirs.get_messages())
+                    assert len({id(message) for message in view}) == len(view)
 
         run(body)
 

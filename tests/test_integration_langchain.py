@@ -263,6 +263,16 @@ def test_a_thread_resumed_after_a_failed_or_cancelled_model_call_writes_nothing_
     run(body)
 
 
+async def checkpointed_thread(manager: Any, turns: int) -> tuple[Any, Any]:
+    """ann's agent on an InMemorySaver thread, after ``turns`` questions and replies."""
+    graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                         middleware=[CtxrtMiddleware(manager, budget=BUDGET)], checkpointer=InMemorySaver())
+    thread: Any = {"configurable": {"thread_id": "t1"}}
+    for turn in range(turns):
+        await graph.ainvoke({"messages": [HumanMessage(f"question {turn}")]}, config=thread)
+    return graph, thread
+
+
 def test_a_trimmed_thread_keeps_recording_and_its_view_leaves_the_removed_messages_out(tmp_path: Path) -> None:
     """A checkpointed thread trimmed with ``RemoveMessage``: the next question and its reply are
     written, the model is handed that question, and the removed messages leave this thread's view
@@ -271,11 +281,7 @@ def test_a_trimmed_thread_keeps_recording_and_its_view_leaves_the_removed_messag
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
             seen = Received()
-            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
-                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
-            thread: Any = {"configurable": {"thread_id": "t1"}}
-            for turn in range(2):
-                await graph.ainvoke({"messages": [{"role": "user", "content": f"question {turn}"}]}, config=thread)
+            graph, thread = await checkpointed_thread(team.ann, 2)
             old = (await graph.aget_state(thread)).values["messages"][:2]
             await graph.aupdate_state(thread, {"messages": [RemoveMessage(id=m.id) for m in old]})
             await graph.ainvoke({"messages": [{"role": "user", "content": "question 2"}]},
@@ -285,6 +291,31 @@ def test_a_trimmed_thread_keeps_recording_and_its_view_leaves_the_removed_messag
             handed = [m.content for m in seen.calls[0]]
             assert handed[-1] == "question 2" and "question 0" not in handed and line("ann", 1) not in handed
             assert holds(await team.bob.compile(BUDGET), "question 0")
+
+    run(body)
+
+
+def test_a_thread_rewound_to_an_earlier_checkpoint_leaves_the_abandoned_turns_out_of_its_view(tmp_path: Path) -> None:
+    """A checkpointed thread of three turns, invoked again from the checkpoint after its first
+    turn (LangGraph's time travel): the model is handed the first turn and the new question, not
+    the two abandoned turns, and so on the branch's next turn too; the shared slot keeps every
+    message, as bob's view shows, and each is stored once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph, thread = await checkpointed_thread(team.ann, 3)
+            first = [s async for s in graph.aget_state_history(thread) if len(s.values.get("messages", ())) == 2
+                     and not s.next][0]
+            await graph.ainvoke({"messages": [HumanMessage("question 3")]}, config={**first.config, "callbacks": [seen]})
+            await graph.ainvoke({"messages": [HumanMessage("question 4")]}, config={**thread, "callbacks": [seen]})
+            abandoned = {"question 1", line("ann", 2), "question 2", line("ann", 3)}
+            assert [m.content for m in seen.calls[0]] == ["question 0", line("ann", 1), "question 3"]
+            assert [m.content for m in seen.calls[1]] == ["question 0", line("ann", 1), "question 3",
+                                                              line("ann", 4), "question 4"]
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert len(stored) == len(set(stored)) == 10 and abandoned <= set(stored)
+            assert holds(await team.bob.compile(BUDGET), "question 2")
 
     run(body)
 

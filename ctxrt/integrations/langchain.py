@@ -18,7 +18,10 @@ ids it saw written (``ctxrt_present``) and the stored messages it no longer show
 and a thread checkpointed by an earlier ctxrt (which kept ``ctxrt_recorded``, a count of the
 state's messages written) counts its first ``ctxrt_recorded`` messages as written, so an upgrade
 writes nothing twice (such a message removed later stays in the view: its stored message isn't
-known). A reply with tool calls waits in the state
+known). A thread's view follows its current state through time travel too: the state keeps a
+token of its own (``ctxrt_thread``, checkpointed with it) that tags every message it writes, and
+the view leaves out the thread's stored messages none of whose LangChain ids the state holds now
+(the turns a rewind to an earlier checkpoint abandoned). A reply with tool calls waits in the state
 until its results are there and is written with them as one message; what the state holds when
 the agent ends (the final reply, a tool that returns directly) is written then.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import uuid
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Annotated, Any, TypeVar, cast
 
@@ -43,6 +47,7 @@ from .ledger import Ledger
 PRESENT = "ctxrt_present"  # the state's message ids the slot held at the last step
 HIDDEN = "ctxrt_hidden"  # stored message ids this thread's view leaves out: removed from its state
 RECORDED = "ctxrt_recorded"  # an earlier ctxrt's count: the state's first messages it wrote
+THREAD = "ctxrt_thread"  # the thread's token: in its state, and in the metadata of what it writes
 _T = TypeVar("_T")
 
 
@@ -50,6 +55,12 @@ class CtxrtState(AgentState[Any]):
     ctxrt_present: NotRequired[Annotated[list[str], PrivateStateAttr]]
     ctxrt_hidden: NotRequired[Annotated[list[str], PrivateStateAttr]]
     ctxrt_recorded: NotRequired[Annotated[int, PrivateStateAttr]]  # read from older checkpoints, never written
+    ctxrt_thread: NotRequired[Annotated[str, PrivateStateAttr]]
+
+
+def _thread(state: Mapping[str, Any]) -> str | None:
+    value = state.get(THREAD)
+    return value if isinstance(value, str) else None
 
 
 def _ids(state: Mapping[str, Any], key: str) -> list[str]:
@@ -66,6 +77,12 @@ def _written_before(state: Mapping[str, Any]) -> set[str]:
     if isinstance(count, bool) or not isinstance(count, int):
         return set()
     return {m.id for m in state["messages"][:count] if m.id is not None}
+
+
+def _seen(state: Mapping[str, Any]) -> dict[str, Any]:
+    """``view``'s arguments for a step of the thread whose state is ``state``."""
+    return {"hidden": set(_ids(state, HIDDEN)), "thread": _thread(state),
+            "shown": {m.id for m in state["messages"] if m.id is not None}}
 
 
 class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
@@ -91,7 +108,7 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtMiddleware", manager, budget, agent)
         if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
             raise TypeError(f"loop must be an asyncio event loop or None, not {type(loop).__name__}")
-        self.ledger = Ledger(self.manager)
+        self.ledger = Ledger(self.manager, group=THREAD)
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -99,12 +116,14 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
                 loop = None
         self.loop = loop
 
-    async def record(self, messages: Sequence[BaseMessage], *, final: bool = True, held: Collection[str] = ()) -> None:
+    async def record(self, messages: Sequence[BaseMessage], *, final: bool = True, held: Collection[str] = (),
+                     thread: str | None = None) -> None:
         """Writes the LangChain messages the slot doesn't hold, as the agent's turn would (see the
         module's doc); unless ``final``, tool calls that end ``messages`` wait for their results;
-        ids in ``held`` count as written. Every message is checked before the first is written
-        (``MalformedContentError`` naming ``messages[i]``)."""
+        ids in ``held`` count as written; what is written is tagged with ``thread``. Every message
+        is checked before the first is written (``MalformedContentError`` naming ``messages[i]``)."""
         messages = checks.instances(messages, "messages", BaseMessage)
+        checks.optional_name(thread, "thread")
         reader = str(self.manager.view_reader)
         writes: dict[int, list[tuple[str, list[blocks.Block]]]] = {}
 
@@ -115,14 +134,21 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
 
         # A message LangGraph gave no id (one passed to record by hand) is known by what it writes and where.
         keys = [m.id or blocks.digest(self.manager.namespace, i, written(i)) for i, m in enumerate(messages)]
-        await self.ledger.record(keys, written, {blocks.WRITER: self.manager.namespace}, hold_calls=not final, held=held)
+        metadata = {blocks.WRITER: self.manager.namespace, **({THREAD: thread} if thread is not None else {})}
+        await self.ledger.record(keys, written, metadata, hold_calls=not final, held=held)
 
-    async def view(self, hidden: Collection[str] = ()) -> list[AnyMessage]:
+    async def view(self, hidden: Collection[str] = (), *, thread: str | None = None,
+                   shown: Collection[str] = ()) -> list[AnyMessage]:
         """The agent's reader's compiled view, as LangChain messages, without the stored messages
-        ``hidden`` names (removed from the thread's state)."""
+        ``hidden`` names (removed from the thread's state), nor those ``thread`` wrote holding
+        none of the LangChain ids in ``shown`` (the state's now: a rewind abandoned them)."""
         result = await self.manager.compile(self.budget)
-        if hidden:
-            result = blocks.without(result, lambda source: source.kind == "message" and source.id in hidden)
+        gone = set(hidden)
+        if thread is not None:
+            gone.update(stored for stored, keys in self.ledger.grouped(thread).items()
+                        if keys and not any(key in shown for key in keys))
+        if gone:
+            result = blocks.without(result, lambda source: source.kind == "message" and source.id in gone)
         # LangChain wants every dict to carry content; an assistant message of calls alone has none.
         messages = convert_to_messages([{"content": "", **m} for m in blocks.chat_messages(result, self.agent)])
         return cast("list[AnyMessage]", messages)  # each one of the AnyMessage kinds convert_to_messages makes
@@ -133,13 +159,14 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         step's state update."""
         messages = state["messages"]
         held = _written_before(state)
-        await self.record(messages, final=final, held=held)
+        thread = _thread(state) or uuid.uuid4().hex
+        await self.record(messages, final=final, held=held, thread=thread)
         now = {m.id for m in messages}
         before = _ids(state, PRESENT)
         hidden = _ids(state, HIDDEN)
         hidden += [found for key in before if key not in now and (found := self.ledger.slot_id(key)) is not None]
         present = [m.id for m in messages if m.id is not None and (m.id in held or self.ledger.slot_id(m.id) is not None)]
-        update: dict[str, Any] = {}
+        update: dict[str, Any] = {} if THREAD in state else {THREAD: thread}
         if present != before:
             update[PRESENT] = present
         if hidden != _ids(state, HIDDEN):
@@ -157,14 +184,14 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelCallResult[Any]]],
     ) -> ModelCallResult[Any]:
-        return await handler(request.override(messages=await self.view(set(_ids(request.state, HIDDEN)))))
+        return await handler(request.override(messages=await self.view(**_seen(request.state))))
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelCallResult[Any]],
     ) -> ModelCallResult[Any]:
-        return handler(request.override(messages=self._on_loop(self.view(set(_ids(request.state, HIDDEN))))))
+        return handler(request.override(messages=self._on_loop(self.view(**_seen(request.state)))))
 
     async def aafter_agent(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return await self._write_state(state, final=True)

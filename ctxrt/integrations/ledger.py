@@ -20,18 +20,32 @@ class Ledger:
     to this adapter or to another agent's over the same slot, is written once, across restarts.
 
     Made lazily per adapter: the first ``record`` reads the slot's keys, later ones only what
-    was written since (the slot's newest messages, by sequence).
+    was written since (the slot's newest messages, by sequence). With ``group``, a metadata key,
+    it also keeps the keys of the stored messages by that key's value (``grouped``).
     """
 
-    def __init__(self, manager: aio.ContextManager) -> None:
+    def __init__(self, manager: aio.ContextManager, *, group: str | None = None) -> None:
         self.manager = manager
+        self.group = group
         self._ids: dict[str, str] = {}  # key -> the id of the stored message holding it
+        self._groups: dict[str, dict[str, list[str]]] = {}  # group value -> stored message id -> its keys
         self._read = -1  # the newest sequence whose keys are read
         self._lock: asyncio.Lock | None = None
 
     def slot_id(self, key: str) -> str | None:
         """The stored message holding the framework message ``key``, if written."""
         return self._ids.get(key)
+
+    def grouped(self, value: str) -> Mapping[str, list[str]]:
+        """The stored messages whose ``group`` metadata is ``value`` (read or written so far), each
+        with the keys it holds."""
+        return self._groups.get(value, {})
+
+    def _note(self, message_id: str, keys: Sequence[str], metadata: Mapping[str, Any]) -> None:
+        self._ids.update(dict.fromkeys(keys, message_id))
+        value = metadata.get(self.group) if self.group is not None else None
+        if isinstance(value, str):
+            self._groups.setdefault(value, {})[message_id] = list(keys)
 
     async def catch_up(self) -> None:
         """Reads the keys of the messages stored since the last read, through any manager."""
@@ -43,9 +57,9 @@ class Ledger:
             size *= 4
         for message in window.messages:
             if message.sequence > self._read:
-                keys = (message.metadata or {}).get(KEYS)
-                for key in keys if isinstance(keys, list) else ():
-                    self._ids[str(key)] = message.id
+                metadata = message.metadata or {}
+                keys = metadata.get(KEYS)
+                self._note(message.id, [str(key) for key in keys] if isinstance(keys, list) else [], metadata)
                 self._read = message.sequence
 
     async def record(self, keys: Sequence[str], writes: Callable[[int], Writes], metadata: Mapping[str, Any], *,
@@ -77,5 +91,5 @@ class Ledger:
                         planned.append((participant, list(content), done))
             for participant, content, done in planned:
                 message_id = await self.manager.add_message(participant, content, metadata={**metadata, KEYS: done})
-                self._ids.update(dict.fromkeys(done, message_id))
+                self._note(message_id, done, metadata)
                 self._read = max(self._read, int(message_id))

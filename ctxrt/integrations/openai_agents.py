@@ -52,8 +52,7 @@ if TYPE_CHECKING:
 METADATA_KEY = "agents_sdk_session"  # metadata naming the session that wrote a message
 ITEM_KEY = "agents_sdk_item"  # in a block's raw form: the item the block was written from
 AS_JSON = "as_json"  # in a block's raw form: the block is the item's JSON (no ctxrt block holds it)
-INSTRUCTIONS = ("system", "developer")
-_ROLES = ("user", "assistant", *INSTRUCTIONS)
+_ROLES = ("user", "assistant", *blocks.INSTRUCTIONS)
 _TEXT_PARTS = ("input_text", "output_text", "text")
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -118,13 +117,13 @@ def _item_blocks(item: Mapping[str, Any], place: str, reader: str) -> tuple[list
         if "content" not in item:
             raise MalformedContentError(f"{place}.content", "a message needs content")
         said = _parts(item["content"], f"{place}.content")
-        if role in INSTRUCTIONS:
+        if role in blocks.INSTRUCTIONS:
             # Instructions are the agent's own: kept for its reader alone, which only text can be (B1).
             for j, block in enumerate(said):
                 if block["type"] != "text":
                     raise MalformedContentError(f"{place}.content[{j}]", f"a {role} message can hold only text "
                                                 "here, since it is kept for this agent alone")
-                said[j] = {**block, "audience": [reader]}
+            said = blocks.instructions(role, said, reader)[1]
         return (said, False) if said else ([_as_json(item, place, reader)], True)
     if kind == "function_call":
         arguments = item.get("arguments")
@@ -208,7 +207,7 @@ def _legacy_items(message: Message, agent: str) -> list[TResponseInputItem]:
         else {"type": "input_image", "image_url": _image_url(b), "detail": "auto"}
         for b in message.content if isinstance(b, (Text, Image))
     ]
-    role = message.participant if message.participant in INSTRUCTIONS else "user"
+    role = message.participant if message.participant in blocks.INSTRUCTIONS else "user"
     return [{"type": "message", "role": role, "content": parts}]  # type: ignore[list-item, misc]
 
 
@@ -225,16 +224,16 @@ def _named(items: list[dict[str, Any]], participant: str) -> None:
     for item in items:
         if item.get("type") != "message":
             continue
-        if participant in INSTRUCTIONS:
+        if participant in blocks.INSTRUCTIONS:
             item["role"] = participant
             return
         content = item["content"]
         if isinstance(content, str):
-            item["content"] = f"[{participant}] {content}"
+            item["content"] = blocks.speaker_prefix(participant) + content
             return
         for part in content:
             if part.get("type") == "input_text":
-                part["text"] = f"[{participant}] {part['text']}"
+                part["text"] = blocks.speaker_prefix(participant) + part["text"]
                 return
 
 
@@ -265,24 +264,15 @@ class CtxrtSession:
         session_id: str | None = None,
         session_settings: SessionSettings | None = None,
     ) -> None:
-        if not isinstance(manager, ContextManager):
-            raise TypeError(f"CtxrtSession manager must be a ctxrt.aio manager (await rt.open(..., view_reader=...)), "
-                            f"not {type(manager).__name__}")
-        if manager.view_reader is None:
-            raise ValueError("CtxrtSession needs a manager opened with view_reader=<the agent's reader>")
-        if budget is not None and not isinstance(budget, Budget):
-            raise TypeError(f"CtxrtSession budget must be a ctxrt.Budget, not {type(budget).__name__} {budget!r}")
-        for name, value in (("agent", agent), ("session_id", session_id)):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"CtxrtSession {name} must be a str, not {type(value).__name__}")
-        self.manager = manager
-        self.budget = budget if budget is not None else Budget()
-        self.agent = agent if agent is not None else manager.view_reader
+        self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtSession", manager, budget, agent)
+        if session_id is not None and not isinstance(session_id, str):
+            raise TypeError(f"CtxrtSession session_id must be a str, not {type(session_id).__name__}")
         self.session_id = session_id if session_id is not None else manager.namespace
         self.session_settings = session_settings
         self._reader = str(manager.view_reader)
-        # Each compiled message's items as JSON texts, while the compile hands back that object.
-        self._made: dict[int, tuple[CompiledMessage, list[str]]] = {}
+        # Each compiled message's items as JSON texts and whether it holds tool blocks, while the
+        # compile hands back that object.
+        self._made: dict[int, tuple[CompiledMessage, list[str], bool]] = {}
         # The JSON (keys sorted) of every item written or handed out: what a model call's input
         # holds that the slot doesn't is what isn't here (``run_config``).
         self._known: set[str] = set()
@@ -336,21 +326,23 @@ class CtxrtSession:
         """The view compiled under ``budget``, as its items' JSON texts."""
         result = await self.manager.compile(budget)
         foreign, ids = ForeignCalls(), call_ids("responses")
-        made: dict[int, tuple[CompiledMessage, list[str]]] = {}
+        made: dict[int, tuple[CompiledMessage, list[str], bool]] = {}
         out: list[str] = []
         for message in result.messages:
-            speaks = message.participant == self.agent
-            looked, sent = replay_ids(foreign, ids, message, speaks) if holds_tools(message) else ((), ())
             held = self._made.get(id(message))
             if held is not None and held[0] is message:
-                texts = held[1]
+                _, texts, tools = held
+                if tools:  # replayed as given, but the walk still passes its calls
+                    replay_ids(foreign, ids, message, message.participant == self.agent)
             else:
+                speaks, tools = message.participant == self.agent, holds_tools(message)
+                looked, sent = replay_ids(foreign, ids, message, speaks) if tools else ((), ())
                 replayed = self._replayed(message)
                 texts = replayed if replayed is not None else self._rendered(message, speaks, looked, sent)
-                if replayed is None and holds_tools(message):
+                if replayed is None and tools:
                     out += texts  # its items depend on the walk (``ForeignCalls``): made again each time
                     continue
-            made[id(message)] = (message, texts)
+            made[id(message)] = (message, texts, tools)
             out += texts
         self._made = made
         self._known.update(out)
