@@ -104,6 +104,24 @@ async def test_read_only_opens_racing_a_writers_first_open_never_see_a_half_made
     assert open_environments() == []
 
 
+async def test_a_read_only_runtime_closed_beside_a_writer_in_this_process_leaves_the_writer_committing(
+    tmp_path: Path,
+) -> None:
+    """A read-only runtime opened and closed while a writer in this process serves the same store
+    leaves the writer's commits going (K4): closing a store stops the writer thread only for the
+    writer's own close (a reader's close once stopped it, and the writer's next commit hung)."""
+    store = tmp_path / "store"
+    with trio.fail_after(60):
+        await seed(store)
+        async with open_runtime(store) as writer:
+            for round_ in range(3):
+                async with open_runtime(store, readonly=True) as reader:
+                    assert items(reader)[0] == b"first"
+                await writer.store.ask(AppendItem(state="log", branch="main", data=bytes([round_])))
+            assert items(writer) == [b"first", b"\x00", b"\x01", b"\x02"]
+    assert open_environments() == []
+
+
 async def test_a_read_only_runtime_opened_first_lets_a_writer_in_this_process_open(tmp_path: Path) -> None:
     """Open order in one process doesn't matter: a writer opens beside a read-only runtime opened
     before it, the reader sees its commits, and reads on after it closes (K4)."""

@@ -127,7 +127,7 @@ def close_store(handle: StoreHandle) -> None:
         return
     shared = _REGISTRY[handle._key]
     shared.users -= 1
-    if shared.engine.stop_writer is not None:
+    if not handle.readonly and shared.engine.stop_writer is not None:  # the writer's own, never a reader's
         shared.engine.stop_writer()
         shared.engine.stop_writer = None
     try:
