@@ -359,6 +359,33 @@ def test_a_system_message_in_one_agents_input_reaches_only_that_agents_model_as_
     run(body)
 
 
+def test_a_reply_with_reasoning_is_stored_and_its_signed_thinking_comes_back_before_its_calls_to_that_agent_alone(
+        tmp_path: Path) -> None:
+    """A reply carrying Anthropic's signed thinking before a tool call, and LangChain v1's
+    reasoning, is written (never refused): the thread keeps working, ann's next call gets the
+    thinking part back ahead of the call, and bob's model never sees it (I13)."""
+    thinking = {"type": "thinking", "thinking": "ann ponders", "signature": "sig-1"}
+    script = iter([AIMessage(content=[thinking], tool_calls=[{"name": "lookup", "args": {"key": "ann"}, "id": "toolu_1"}]),
+                   AIMessage(content=[{"type": "reasoning", "reasoning": "ann reasons"}, {"type": "text", "text": "done"}]),
+                   AIMessage("again"), AIMessage("and again")])
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            ann_seen, bob_seen = Received(), Received()
+            ann = create_agent(ToolCallingFake(messages=script), tools=[lookup], checkpointer=InMemorySaver(),
+                               middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)])
+            config: Any = {"configurable": {"thread_id": "1"}, "callbacks": [ann_seen]}
+            for question in ("look ann up", "once more", "and more"):
+                await ann.ainvoke({"messages": [HumanMessage(question)]}, config)
+            await agent("bob", team.bob).ainvoke({"messages": [HumanMessage("hi bob")]}, config={"callbacks": [bob_seen]})
+            replayed = [m for m in ann_seen.calls[1] if isinstance(m, AIMessage) and m.tool_calls]
+            assert replayed[0].content[0] == thinking
+            assert holds(ann_seen.calls[-1], "and more") and holds(bob_seen.calls, "done")
+            assert not holds(bob_seen.calls, "ann ponders") and not holds(bob_seen.calls, "ann reasons")
+
+    run(body)
+
+
 def exchange(draw: Any, turn: int) -> list[BaseMessage]:
     """One turn of LangChain's own message types: a person's question (or the agent's own
     instructions), and a reply, with tool calls and their results or without."""

@@ -24,6 +24,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -85,6 +86,32 @@ def test_an_audience_block_for_one_agent_never_reaches_the_other_agents_model(tm
             assert holds(bob_model.calls, "ann called lookup") and holds(bob_model.calls, TOOL_SECRET)
             assert holds(bob_model.calls, line("ann", 2)) and not holds(bob_model.calls, SECRET)
             assert not holds(bob_model.calls, "You are ann.")
+
+    run(body)
+
+
+def test_a_signed_thinking_part_comes_back_before_its_tool_call_to_that_agent_alone(tmp_path: Path) -> None:
+    """ann's reply of a signed ThinkingPart and a tool call is written with the thinking for her
+    reader alone: her next request holds the part, signature and all, ahead of the call, and
+    bob's requests never hold it (I13)."""
+    thought = ThinkingPart("ann ponders", signature="sig-1", provider_name="anthropic")
+
+    def ann_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        ann_calls.append(messages)
+        if len(ann_calls) == 1:
+            return ModelResponse(parts=[thought, ToolCallPart("lookup", {"key": "ann"}, tool_call_id="call_1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    ann_calls: list[list[ModelMessage]] = []
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await agent("ann", team.ann, FunctionModel(ann_model)).run("ann, look yourself up")
+            bob_model = Scripted("bob")
+            await agent("bob", team.bob, FunctionModel(bob_model)).run("bob, what's new?")
+            reply = next(m for m in ann_calls[1] if isinstance(m, ModelResponse))
+            assert reply.parts[0] == thought and isinstance(reply.parts[1], ToolCallPart)
+            assert holds(bob_model.calls, "ann called lookup") and not holds(bob_model.calls, "ann ponders")
 
     run(body)
 

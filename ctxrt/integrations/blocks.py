@@ -31,7 +31,8 @@ from typing import Any
 
 import attrs
 
-from .. import Budget, CompileResult, EmptyRequestError, MalformedContentError, Message, ToolResult, content_for_reader
+from .. import (Budget, CompileResult, EmptyRequestError, MalformedContentError, Message, Thinking, ToolResult, ToolUse,
+               content_for_reader)
 from .. import aio, checks
 from ..provenance import Provenance, Source
 from ..openai_wire import ERROR_PREFIX
@@ -48,6 +49,10 @@ WRITER = "ctxrt_writer"
 KEYS = "ctxrt_keys"
 # The roles of instructions: written for the agent's reader alone, read back in their role.
 INSTRUCTIONS = ("system", "developer")
+# A model's reasoning parts by their LangChain content types: Anthropic's thinking and redacted
+# thinking, LangChain v1's reasoning.
+REASONING = ("thinking", "redacted_thinking", "reasoning")
+KEPT = "ctxrt_reasoning"  # in a thinking block's raw form: the reasoning part as the framework gave it
 
 Block = dict[str, Any]
 Writes = list[tuple[str, list[Block]]]  # what one framework message writes, in order: (participant, blocks)
@@ -135,6 +140,27 @@ def instructions(role: str, content: Sequence[Block], reader: str) -> tuple[str,
     return role, [{**block, "audience": [reader]} for block in content]
 
 
+def reasoning(part: Mapping[str, Any], said: str, reader: str, place: str) -> Block:
+    """A model's reasoning part (I13) as a thinking block for the agent's ``reader`` alone, the
+    part whole (JSON) in its raw form: no request form carries thinking, so no view shows it and
+    no other agent's compile holds it, and ``reasoned_calls`` gives it back with the agent's tool
+    calls, where Anthropic requires it (a signed thinking block before its tool_use)."""
+    return checked({"type": "thinking", "thinking": said, "audience": [reader], "raw": {KEPT: dict(part)}}, place)
+
+
+def reasoned_calls(result: CompileResult, assistant: str) -> dict[str, list[Any]]:
+    """The reasoning parts (``reasoning``) kept in ``assistant``'s compiled messages, by the id of
+    each tool call in the same message: what a framework sends back before those calls."""
+    out: dict[str, list[Any]] = {}
+    for message in result.messages:
+        if message.participant != assistant:
+            continue
+        kept = [b.raw[KEPT] for b in message.content if type(b) is Thinking and isinstance(b.raw, Mapping) and KEPT in b.raw]
+        if kept:
+            out.update((b.id, kept) for b in message.content if type(b) is ToolUse)
+    return out
+
+
 def speaker_prefix(name: str) -> str:
     """The text a speaker's first text part starts with in a form with no name field."""
     return f"[{name}] "
@@ -147,8 +173,9 @@ def digest(writer: str, position: int, written: Sequence[tuple[str, Sequence[Blo
     return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
 
 
-def _chat_parts(content: Any, place: str) -> list[Block]:
-    """A Chat Completions message's content (a string, or text and image parts) as blocks."""
+def _chat_parts(content: Any, place: str, reader: str | None = None) -> list[Block]:
+    """A Chat Completions message's content (a string, or text and image parts) as blocks; with
+    ``reader`` (the agent's own reply), reasoning parts too, kept for that reader alone (I13)."""
     if content is None or isinstance(content, str):
         return [text(content, place)] if content and content.strip() else []
     out: list[Block] = []
@@ -161,6 +188,9 @@ def _chat_parts(content: Any, place: str) -> list[Block]:
             out.append(text(str(part.get("refusal", "")), f"{place}[{j}].refusal"))
         elif kind == "image_url":
             out.append(image(str(part["image_url"]["url"]), f"{place}[{j}].image_url.url"))
+        elif kind in REASONING and reader is not None:
+            said = part.get("thinking", part.get("reasoning", ""))
+            out.append(reasoning(part, said if isinstance(said, str) else "", reader, f"{place}[{j}]"))
         else:
             raise MalformedContentError(f"{place}[{j}]", f"a {kind!r} part has no place in a ctxrt message here")
     return out
@@ -169,7 +199,8 @@ def _chat_parts(content: Any, place: str) -> list[Block]:
 def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -> Writes:
     """One Chat Completions message as what it writes: a user message as its ``name`` or
     ``USER``, a system or developer message as the agent's own ``instructions``, the assistant's
-    as ``agent`` with its ``tool_calls`` as tool_use blocks, a ``tool`` message as a ``TOOL``
+    as ``agent`` with its ``tool_calls`` as tool_use blocks and its reasoning for ``reader`` alone
+    (``reasoning``), a ``tool`` message as a ``TOOL``
     tool_result (``Ledger.record`` joins it to the calls it answers); nothing for a message with
     no block. Raises ``MalformedContentError`` naming the place (``where``) for content a ctxrt
     message can't hold."""
@@ -178,7 +209,7 @@ def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -
         content = message.get("content")
         body = content if isinstance(content, str) else _chat_parts(content, f"{where}.content")
         return [(TOOL, [tool_result(str(message["tool_call_id"]), body, f"{where}.content")])]
-    content_blocks = _chat_parts(message.get("content"), f"{where}.content")
+    content_blocks = _chat_parts(message.get("content"), f"{where}.content", reader if role == "assistant" else None)
     if role == "assistant":
         if message.get("refusal"):
             content_blocks.append(text(str(message["refusal"]), f"{where}.refusal"))

@@ -85,6 +85,16 @@ def _seen(state: Mapping[str, Any]) -> dict[str, Any]:
             "shown": {m.id for m in state["messages"] if m.id is not None}}
 
 
+def _with_reasoning(message: dict[str, Any], reasoned: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """The agent's reply of tool calls led by the reasoning parts it was given with (I13), as
+    ChatAnthropic sends a signed thinking block back before its tool_use; others as they are."""
+    kept = next((reasoned[call["id"]] for call in message.get("tool_calls") or () if call["id"] in reasoned), None)
+    if kept is None:
+        return message
+    said = message["content"]
+    return {**message, "content": [*kept, *([{"type": "text", "text": said}] if said else [])]}
+
+
 class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
     """A LangChain agent's memory in a ctxrt slot, seen through the agent's reader.
 
@@ -149,8 +159,10 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
                         if keys and not any(key in shown for key in keys))
         if gone:
             result = blocks.without(result, lambda source: source.kind == "message" and source.id in gone)
+        reasoned = blocks.reasoned_calls(result, self.agent)
         # LangChain wants every dict to carry content; an assistant message of calls alone has none.
-        messages = convert_to_messages([{"content": "", **m} for m in blocks.chat_messages(result, self.agent)])
+        messages = convert_to_messages([_with_reasoning({"content": "", **m}, reasoned)
+                                        for m in blocks.chat_messages(result, self.agent)])
         return cast("list[AnyMessage]", messages)  # each one of the AnyMessage kinds convert_to_messages makes
 
     async def _write_state(self, state: CtxrtState, *, final: bool) -> dict[str, Any] | None:

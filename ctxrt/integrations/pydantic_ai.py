@@ -8,7 +8,8 @@ took history processors from ``Agent(history_processors=...)`` into capabilities
 (``ProcessHistory(processor)``), and this one does the processor's work in the same hook
 (``before_model_request``): ``history.process(messages)`` writes the run's messages it hasn't
 written yet to the shared slot (a user prompt as ``"user"``, the agent's replies and tool calls
-as the agent, tool returns and tool retry prompts as ``"tool"``, joined to the calls they answer
+as the agent, its thinking parts for its reader alone, handed back before the calls they came
+with, I13; tool returns and tool retry prompts as ``"tool"``, joined to the calls they answer
 as one message, so no other agent's message comes between them) and returns the manager's
 compiled view under its budget as Pydantic AI messages, the run's system prompt first. The
 request sends that view; the run's own history is left as it was. When the run ends
@@ -30,8 +31,9 @@ place for a view compiled per reader, and is not implemented.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -46,6 +48,7 @@ from pydantic_ai.messages import (
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -94,16 +97,19 @@ def _tool_output(content: Any) -> str:
     return content if isinstance(content, str) else json.dumps(content, default=str)
 
 
-def _written(message: ModelMessage, agent: str, place: str) -> list[tuple[str, list[blocks.Block]]]:
+def _written(message: ModelMessage, agent: str, reader: str, place: str) -> list[tuple[str, list[blocks.Block]]]:
     """What one Pydantic AI message writes to the slot, in order: (participant, blocks)."""
     if isinstance(message, ModelResponse):
         said: list[blocks.Block] = []
         for j, piece in enumerate(message.parts):
             if isinstance(piece, TextPart) and piece.content.strip():
                 said.append(blocks.text(piece.content, f"{place}.parts[{j}].content"))
+            elif isinstance(piece, ThinkingPart):
+                said.append(blocks.reasoning(dataclasses.asdict(piece), piece.content, reader, f"{place}.parts[{j}]"))
             elif isinstance(piece, ToolCallPart):
                 said.append(blocks.tool_use(piece.tool_call_id, piece.tool_name, piece.args, f"{place}.parts[{j}]"))
-        return [(agent, said)] if said else []  # thinking and built-in tools' parts: nothing a view carries
+        # Built-in tools' parts: nothing a view carries. Thinking alone is no turn to write.
+        return [(agent, said)] if any(b["type"] != "thinking" for b in said) else []
     results: list[blocks.Block] = []
     prompts: list[blocks.Block] = []
     for j, part in enumerate(message.parts):
@@ -149,8 +155,9 @@ def _named(content: str | list[Any], name: str | None) -> str | list[Any]:
     return [*content[:first], prefix + content[first], *content[first + 1:]]
 
 
-def _model_messages(chat: Sequence[dict[str, Any]]) -> list[ModelMessage]:
-    """Chat Completions messages as Pydantic AI's: each run of user and tool messages one request."""
+def _model_messages(chat: Sequence[dict[str, Any]], reasoned: Mapping[str, list[Any]]) -> list[ModelMessage]:
+    """Chat Completions messages as Pydantic AI's: each run of user and tool messages one request;
+    a reply of tool calls led by the thinking parts it was given with (``reasoned``, I13)."""
     out: list[ModelMessage] = []
     names: dict[str, str] = {}  # call id -> the tool's name, which a tool return carries
     pending: list[ModelRequestPart] = []
@@ -160,10 +167,12 @@ def _model_messages(chat: Sequence[dict[str, Any]]) -> list[ModelMessage]:
             if pending:
                 out.append(ModelRequest(parts=pending))
                 pending = []
-            parts: list[ModelResponsePart] = []
+            calls = message.get("tool_calls") or ()
+            kept = next((reasoned[call["id"]] for call in calls if call["id"] in reasoned), [])
+            parts: list[ModelResponsePart] = [ThinkingPart(**part) for part in kept]
             if message.get("content"):
                 parts.append(TextPart(content=message["content"]))
-            for call in message.get("tool_calls") or ():
+            for call in calls:
                 names[call["id"]] = call["function"]["name"]
                 parts.append(ToolCallPart(tool_name=call["function"]["name"], args=call["function"]["arguments"],
                                           tool_call_id=call["id"]))
@@ -204,10 +213,11 @@ class CtxrtHistory(AbstractCapability[Any]):
             if not isinstance(message, (ModelRequest, ModelResponse)):
                 raise TypeError(f"messages[{i}] must be a ModelRequest or ModelResponse, not {type(message).__name__}")
         writes: dict[int, blocks.Writes] = {}
+        reader = str(self.manager.view_reader)
 
         def written(i: int) -> blocks.Writes:
             if i not in writes:
-                writes[i] = [] if _marked(messages[i]) == VIEW else _written(messages[i], self.agent, f"messages[{i}]")
+                writes[i] = [] if _marked(messages[i]) == VIEW else _written(messages[i], self.agent, reader, f"messages[{i}]")
             return writes[i]
 
         keys = [_marked(m) or blocks.digest(self.manager.namespace, i, written(i), m.run_id or "")
@@ -221,7 +231,7 @@ class CtxrtHistory(AbstractCapability[Any]):
         """The history processor: writes what's new, returns the reader's compiled view."""
         await self.record(messages)
         result = await self.manager.compile(self.budget)
-        view = _model_messages(blocks.chat_messages(result, self.agent))
+        view = _model_messages(blocks.chat_messages(result, self.agent), blocks.reasoned_calls(result, self.agent))
         for message in view:
             _mark(message, VIEW)
         system = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, SystemPromptPart)]
