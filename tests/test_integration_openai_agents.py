@@ -663,7 +663,8 @@ def test_another_agents_words_reach_the_model_led_by_their_name(tmp_path: Path) 
 
 
 def test_wrong_argument_types_are_refused_naming_the_parameter_before_anything_is_written(tmp_path: Path) -> None:
-    """``CtxrtSession("x")`` and ``budget=5000``: TypeError naming the parameter;
+    """``CtxrtSession("x")`` and ``budget=5000``: TypeError naming the parameter; ``agent="system"``
+    (a role, I14): ValueError naming ``agent``;
     ``add_items("hello")``: TypeError; a function_call without its fields: MalformedContentError
     naming ``items[1].call_id``, and nothing of the batch is written (I10)."""
 
@@ -678,6 +679,13 @@ def test_wrong_argument_types_are_refused_naming_the_parameter_before_anything_i
                     assert named in str(error)
                 else:
                     raise AssertionError(f"a wrong {named} was taken")
+            for role in ("system", "User", "tool", "assistant", "person:x"):
+                try:
+                    CtxrtSession(team.ann, agent=role)
+                except ValueError as error:
+                    assert "agent" in str(error)
+                else:
+                    raise AssertionError(f"agent={role!r} was taken")
             ann = CtxrtSession(team.ann)
             for items, error_type, where in (("hello", TypeError, "items"), ([{"role": "user", "content": "hi"}, 5], TypeError, "items[1]"),
                                              ([{"role": "user", "content": "hi"}, {"type": "function_call"}],

@@ -277,7 +277,8 @@ def test_an_imported_system_prompt_stays_with_its_agent_and_other_speakers_are_n
 
 
 def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything_is_written(tmp_path: Path) -> None:
-    """A wrong manager, an int budget or a wrong agent raises TypeError naming it at construction;
+    """A wrong manager, an int budget or a wrong agent raises TypeError naming it at construction,
+    an agent named as a role ValueError (I14);
     a history holding content the store refuses raises MalformedContentError naming its place and
     writes none of it (I10)."""
 
@@ -287,6 +288,9 @@ def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything
                 arguments: dict[str, Any] = {"manager": team.ann, **kwargs}
                 with pytest.raises(TypeError, match=named):
                     CtxrtHistory(arguments.pop("manager"), **arguments)
+            for role in ("system", "User", "tool", "assistant", "person:x"):
+                with pytest.raises(ValueError, match="agent"):
+                    CtxrtHistory(team.ann, agent=role)
             history = CtxrtHistory(team.ann)
             with pytest.raises(MalformedContentError) as refused:
                 await history.record([ModelRequest(parts=[UserPromptPart("fine")]),

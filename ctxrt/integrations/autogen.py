@@ -7,7 +7,7 @@ view of a shared ctxrt slot (docs/integrations.md#autogen).
 the agent adds to its context is written to the shared slot: its own replies as the agent, its
 tool calls as the agent once their results are added, together with them as one message (so no
 other agent's message comes between a call and its results), a message from outside the team
-(the task, a person) as its source, and a system message (what a ``Memory`` adds) as
+(the task, a person) as its source (escaped when named as a role or as the agent, I14), and a system message (what a ``Memory`` adds) as
 ``"system"`` with the agent's reader as its audience, so no other agent sees it.
 ``get_messages()`` compiles the manager's view under its budget
 (``CompileResult.to_openai_chat``) as AutoGen's LLM messages.
@@ -120,7 +120,7 @@ def _written(message: LLMMessage, agent: str, reader: str) -> tuple[str, list[bl
         return (blocks.TOOL, results) if results else None
     if isinstance(message, UserMessage):
         content = _user_blocks(message.content, "message.content")
-        return (message.source, content) if content else None
+        return (blocks.speaker(message.source, agent), content) if content else None
     if message.content.strip():  # a SystemMessage: this agent's alone
         return blocks.instructions("system", [blocks.text(message.content, "message.content")], reader)
     return None

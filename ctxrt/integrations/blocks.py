@@ -3,7 +3,8 @@ view in an OpenAI request form. Pure and synchronous, and imports no framework.
 
 Who speaks in the slot: the agent as its reader's name (so its own turns are the assistant's in
 its view, and another resident's in theirs), people as ``USER`` (or a name the framework gives
-them), and tool results as ``TOOL``. A tool call's arguments are stored as the JSON object they
+them, escaped when a form would read it as a role or as the agent: ``speaker``), and tool results
+as ``TOOL``. A tool call's arguments are stored as the JSON object they
 hold; arguments that aren't one (a model's malformed call) are kept whole under ``ARGUMENTS``.
 
 Each block is checked by ctxrt's own content rules when it is made, naming the framework's place
@@ -49,6 +50,10 @@ WRITER = "ctxrt_writer"
 KEYS = "ctxrt_keys"
 # The roles of instructions: written for the agent's reader alone, read back in their role.
 INSTRUCTIONS = ("system", "developer")
+# Participants the adapters and request forms read as a role: instructions, the assistant's turns,
+# tool results, the unnamed person. No agent speaks as one, and no person is written as one.
+RESERVED = (*INSTRUCTIONS, "assistant", TOOL, USER)
+PERSON = "person:"  # leads the participant of a person named like a role or like the agent (``speaker``)
 # A model's reasoning parts by their LangChain content types: Anthropic's thinking and redacted
 # thinking, LangChain v1's reasoning.
 REASONING = ("thinking", "redacted_thinking", "reasoning")
@@ -161,6 +166,19 @@ def reasoned_calls(result: CompileResult, assistant: str) -> dict[str, list[Any]
     return out
 
 
+def speaker(name: str | None, agent: str) -> str:
+    """The participant a person's (or another framework speaker's) message is written as (I14):
+    ``USER`` for no name (or ``user``); else the name, unless a form would read it as a role (``RESERVED``, in
+    any case) or as the agent itself, or it is already that escape: then ``PERSON`` and the name.
+    So a person named ``system`` gets no instructions' authority in any agent's view, and one
+    named like the agent never reaches its model as its own reply."""
+    if not name or name.lower() == USER:
+        return USER
+    if name.lower() in RESERVED or name == agent or name.lower().startswith(PERSON):
+        return PERSON + name
+    return name
+
+
 def speaker_prefix(name: str) -> str:
     """The text a speaker's first text part starts with in a form with no name field."""
     return f"[{name}] "
@@ -197,8 +215,8 @@ def _chat_parts(content: Any, place: str, reader: str | None = None) -> list[Blo
 
 
 def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -> Writes:
-    """One Chat Completions message as what it writes: a user message as its ``name`` or
-    ``USER``, a system or developer message as the agent's own ``instructions``, the assistant's
+    """One Chat Completions message as what it writes: a user message as its speaker (its
+    ``name``, or a role of its own; ``speaker``), a system or developer message as the agent's own ``instructions``, the assistant's
     as ``agent`` with its ``tool_calls`` as tool_use blocks and its reasoning for ``reader`` alone
     (``reasoning``), a ``tool`` message as a ``TOOL``
     tool_result (``Ledger.record`` joins it to the calls it answers); nothing for a message with
@@ -221,13 +239,15 @@ def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -
     elif role in INSTRUCTIONS:
         return [instructions(str(role), content_blocks, reader)] if content_blocks else []
     else:
-        participant = str(message.get("name") or USER)
+        # A role of a speaker's own (LangChain's ChatMessage(role="critic")) names it when nothing else does.
+        participant = speaker(message.get("name") or (None if role == "user" else str(role)), agent)
     return [(participant, content_blocks)] if content_blocks else []
 
 
 def adapter_arguments(kind: str, manager: Any, budget: Any, agent: Any) -> tuple[aio.ContextManager, Budget, str]:
     """An adapter's ``manager``, ``budget`` and ``agent``, checked as ctxrt's API checks its own
-    arguments (``TypeError`` or ``ValueError`` naming the parameter), before anything is written."""
+    arguments (``TypeError`` or ``ValueError`` naming the parameter), before anything is written;
+    an agent named as a role (``RESERVED``) is refused (I14)."""
     if not isinstance(manager, aio.ContextManager):
         raise TypeError(f"{kind}: manager must be a ctxrt.aio ContextManager (from ctxrt.aio.open_runtime(...).open), "
                         f"not {type(manager).__name__}")
@@ -235,7 +255,11 @@ def adapter_arguments(kind: str, manager: Any, budget: Any, agent: Any) -> tuple
         raise ValueError(f"{kind} needs a manager opened with view_reader=<the agent's reader>")
     checks.optional_instance(budget, "budget", Budget)
     checks.optional_name(agent, "agent")
-    return manager, budget if budget is not None else Budget(), agent if agent is not None else manager.view_reader
+    speaks = agent if agent is not None else manager.view_reader
+    if speaks.lower() in RESERVED or speaks.lower().startswith(PERSON):
+        raise ValueError(f"{kind} agent {speaks!r} (default: the manager's reader) is a name the request forms read as "
+                         f"a role ({', '.join(RESERVED)}) or a person's escape ({PERSON}...): name the agent otherwise")
+    return manager, budget if budget is not None else Budget(), speaks
 
 
 def seen_whole(message: Message, reader: str) -> bool:
