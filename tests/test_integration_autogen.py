@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination
-from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_agentchat.teams import RoundRobinGroupChat, Swarm
 from autogen_core import CancellationToken, FunctionCall
 from autogen_core.model_context import UnboundedChatCompletionContext
 from autogen_core.models import (
@@ -206,6 +206,32 @@ def test_a_tool_call_and_its_result_stay_paired_whatever_another_agent_writes_me
             bob_view = [m["content"] for m in (await team.bob.compile(BUDGET)).to_openai_chat(assistant="bob")["messages"]]
             called = next(i for i, text in enumerate(bob_view) if "ann called lookup_slowly" in text)
             assert TOOL_SECRET in bob_view[called + 1]
+
+    run(body)
+
+
+def test_a_swarm_handoff_writes_the_members_tool_calls_once_as_hers_never_as_the_next_agents(tmp_path: Path) -> None:
+    """ann calls lookup and hands off to bob in one reply; the Swarm hands bob's context her call
+    and its results (HandoffMessage.context): the slot holds them once, as ann's, and bob's model
+    sees them only as ann's, never as a call of its own (I4)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            calls = [FunctionCall(id="call_look", arguments='{"key": "ann"}', name="lookup"),
+                     FunctionCall(id="call_xfer", arguments="{}", name="transfer_to_bob")]
+            ann_client = ReplayChatCompletionClient([CreateResult(finish_reason="function_calls", content=calls,
+                                                                  usage=RequestUsage(0, 0), cached=False)], model_info=TOOLS)
+            bob_client = replay("bob", 2)
+            members = Team(["ann", "bob"])
+            ann = AssistantAgent("ann", model_client=ann_client, tools=[lookup], handoffs=["bob"],
+                                 model_context=CtxrtModelContext(team.ann, team=members))
+            bob = AssistantAgent("bob", model_client=bob_client, model_context=CtxrtModelContext(team.bob, team=members))
+            await Swarm([ann, bob], termination_condition=MaxMessageTermination(3)).run(task="find ann")
+            holders = [m.participant for m in await team.ann.get_all_messages()
+                       if any(b.type == "tool_use" for b in m.content)]
+            assert holders == ["ann"]
+            bob_calls = [m for m in received(bob_client)[-1] if isinstance(m, AssistantMessage) and isinstance(m.content, list)]
+            assert bob_calls == [] and holds(received(bob_client)[-1], "ann called lookup")
 
     run(body)
 

@@ -17,7 +17,9 @@ view starts after the newest message the slot held then (summaries of what came 
 too), and ``save_state()``/``load_state()`` carry that start and any calls held for their results.
 
 A group chat hands every agent every other agent's message: with the agents listed in one
-``Team``, a context doesn't write what a member said (that member's own context wrote it), and
+``Team``, a context doesn't write what a member said (that member's own context wrote it: a
+``UserMessage`` or an ``AssistantMessage`` whose source is the member, as a Swarm's handoff
+hands on the member's tool calls, with the results answering them), and
 an outside message that every member receives (the task) is written once.
 
 ``dump_component()`` gives a declarative config (``CtxrtModelContextConfig``: store, namespace,
@@ -267,6 +269,7 @@ class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig
         self.team = checks.optional_instance(team, "team", Team) or Team([self.agent])
         # The agent's tool calls, held until their results are added: written with them.
         self._calls: tuple[str, list[blocks.Block]] | None = None
+        self._handed: set[str] = set()  # the call ids of another member's reply handed on, not written
         self._start = -1  # the view shows messages after this sequence (a reset's)
         # The last view's text messages: the next view reuses them rather than building and
         # validating each again (a third of a view's time at 20,000 messages).
@@ -327,6 +330,15 @@ class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig
             key = json.dumps([message.source, written], sort_keys=True)
             if self.team.is_copy(self.agent, key):
                 return
+        if isinstance(message, AssistantMessage) and message.source != self.agent and message.source in self.team.members:
+            # Another member's reply handed on (a Swarm's HandoffMessage.context): its context wrote
+            # it, and the results answering its calls with it.
+            self._handed = {b["id"] for b in written[1] if b["type"] == "tool_use"} if written is not None else set()
+            return
+        if isinstance(message, FunctionExecutionResultMessage) and written is not None and \
+                all(b["tool_use_id"] in self._handed for b in written[1]):
+            self._handed = set()
+            return
         if isinstance(message, AssistantMessage) and isinstance(message.content, list):
             await self._write_held()
             self._calls = written
