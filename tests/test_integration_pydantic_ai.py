@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
@@ -252,6 +254,31 @@ def test_the_same_history_built_afresh_on_two_runs_is_written_once_and_each_new_
                 await runner.run("go on", message_history=fresh_history())
             stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
             assert stored == ["imported question", "imported answer", "go on", line("ann", 1), "go on", line("ann", 2)]
+
+    run(body)
+
+
+def test_a_sliding_window_of_history_rebuilt_from_json_without_metadata_is_written_once_and_in_order(
+        tmp_path: Path) -> None:
+    """Each run is handed the last four messages of the one before, round-tripped through JSON
+    without their metadata (as a host keeps its own records): each message is stored once, and
+    the model's view holds the turns in the order they were said (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            model = Scripted("ann")
+            runner = agent("ann", team.ann, FunctionModel(model))
+            history: list[ModelMessage] = []
+            for turn in range(4):
+                result = await runner.run(f"question {turn}", message_history=history)
+                kept = json.loads(ModelMessagesTypeAdapter.dump_json(result.all_messages()[-4:]))
+                history = ModelMessagesTypeAdapter.validate_python([{k: v for k, v in m.items() if k != "metadata"}
+                                                                    for m in kept])
+            said = [f"question {turn}" if k == 0 else line("ann", turn + 1) for turn in range(4) for k in range(2)]
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == said
+            seen = [p.content for m in model.calls[-1] for p in m.parts if isinstance(p, (UserPromptPart, TextPart))]
+            assert seen == said[:-1]
 
     run(body)
 

@@ -184,9 +184,10 @@ def speaker_prefix(name: str) -> str:
     return f"[{name}] "
 
 
-def digest(writer: str, position: int, written: Sequence[tuple[str, Sequence[Block]]], *extra: str) -> str:
+def digest(writer: str, position: int | None, written: Sequence[tuple[str, Sequence[Block]]], *extra: str) -> str:
     """The identity of a framework message that has no id of its own: what it writes, where it
-    stands in the framework's list, who wrote it (and ``extra``, such as a run's id)."""
+    stands in the framework's list (None: anywhere), who wrote it (and ``extra``, such as a run's
+    id and the message's timestamps)."""
     data = json.dumps([writer, position, written, extra], sort_keys=True, ensure_ascii=True, default=str)
     return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
 

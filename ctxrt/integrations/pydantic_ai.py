@@ -19,9 +19,10 @@ request.
 
 What the slot holds is known by identity (``ledger.Ledger``): a message written is marked in its
 ``metadata`` (``ctxrt_recorded``: its key), and a message with no mark is known by what it
-writes, its place in the run's history and its ``run_id``. So history passed back in
-(``message_history=result.all_messages()``), trimmed, or built afresh from the same messages is
-not written twice, and a run's new prompt always is; a message an earlier ctxrt marked (``True``)
+writes and its ``run_id`` and timestamps, wherever it stands, or one built by the host (no
+``run_id``) by what it writes and its place in the history. So history passed back in
+(``message_history=result.all_messages()``), trimmed to a sliding window, round-tripped through
+JSON without its metadata, or built afresh from the same messages is not written twice, and a run's new prompt always is; a message an earlier ctxrt marked (``True``)
 counts as written. Another participant's words come to the model as a user prompt whose first
 text starts with ``[name] `` (the form has no name field); system prompt parts are the run's
 own, never written, and lead the view. Pydantic AI's
@@ -126,6 +127,17 @@ def _written(message: ModelMessage, agent: str, reader: str, place: str) -> list
     return [(who, content) for who, content in ((blocks.TOOL, results), (blocks.USER, prompts)) if content]
 
 
+def _identity(writer: str, position: int, message: ModelMessage, written: blocks.Writes) -> str:
+    """The identity of a message with no mark: one a run made (``run_id``) by what it writes, its
+    run and its timestamps, wherever it stands, so a sliding window or a JSON round trip without
+    metadata keeps it (I6); one the host built, with no run and timestamps of its making, by what
+    it writes and its place."""
+    if message.run_id:
+        stamps = [str(message.timestamp), *(str(getattr(part, "timestamp", "")) for part in message.parts)]
+        return blocks.digest(writer, None, written, message.run_id, *stamps)
+    return blocks.digest(writer, position, written, "")
+
+
 def _user_content(content: Any) -> str | list[Any]:
     if isinstance(content, str):
         return content
@@ -220,8 +232,7 @@ class CtxrtHistory(AbstractCapability[Any]):
                 writes[i] = [] if _marked(messages[i]) == VIEW else _written(messages[i], self.agent, reader, f"messages[{i}]")
             return writes[i]
 
-        keys = [_marked(m) or blocks.digest(self.manager.namespace, i, written(i), m.run_id or "")
-                for i, m in enumerate(messages)]
+        keys = [_marked(m) or _identity(self.manager.namespace, i, m, written(i)) for i, m in enumerate(messages)]
         await self.ledger.record(keys, written, {blocks.WRITER: self.manager.namespace})
         for key, message in zip(keys, messages):
             if self.ledger.slot_id(key) is not None:
