@@ -281,6 +281,27 @@ def test_saved_state_carries_the_view_start_and_held_calls_into_a_new_context(tm
     run(body)
 
 
+def test_a_team_state_loaded_after_a_reset_restores_the_saved_view_without_the_turns_since(tmp_path: Path) -> None:
+    """run, ``save_state``, ``reset``, run, ``load_state(saved)``, run: bob's last request holds
+    the first task's turns and the third task's, not the second's, as with AutoGen's own
+    ``UnboundedChatCompletionContext`` (I9)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            bob_client = replay("bob", 3)
+            chat, _ = group(team, replay("ann", 3), bob_client)
+            await chat.run(task="task one")
+            saved = await chat.save_state()
+            await chat.reset()
+            await chat.run(task="task two")
+            await chat.load_state(json.loads(json.dumps(saved)))
+            await chat.run(task="task three")
+            said = [m.content for m in received(bob_client)[-1] if not isinstance(m, SystemMessage)]
+            assert said == ["task one", line("ann", 0), line("bob", 0), "task three", line("ann", 2)]
+
+    run(body)
+
+
 def test_wrong_arguments_and_content_are_refused_naming_the_place_before_anything_is_written(tmp_path: Path) -> None:
     """A wrong manager, budget, agent or team raises TypeError naming it, an agent named as a role
     ValueError (I14); a lone surrogate raises
