@@ -219,7 +219,7 @@ def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -
     """One Chat Completions message as what it writes: a user message as its speaker (its
     ``name``, or a role of its own; ``speaker``), a system or developer message as the agent's own ``instructions``, the assistant's
     as ``agent`` with its ``tool_calls`` as tool_use blocks and its reasoning for ``reader`` alone
-    (``reasoning``), a ``tool`` message as a ``TOOL``
+    (``reasoning``), a ``tool`` (``status`` "error": an error result) message as a ``TOOL``
     tool_result (``Ledger.record`` joins it to the calls it answers); nothing for a message with
     no block. Raises ``MalformedContentError`` naming the place (``where``) for content a ctxrt
     message can't hold."""
@@ -227,7 +227,8 @@ def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -
     if role == "tool":
         content = message.get("content")
         body = content if isinstance(content, str) else _chat_parts(content, f"{where}.content")
-        return [(TOOL, [tool_result(str(message["tool_call_id"]), body, f"{where}.content")])]
+        return [(TOOL, [tool_result(str(message["tool_call_id"]), body, f"{where}.content",
+                                    is_error=message.get("status") == "error")])]
     content_blocks = _chat_parts(message.get("content"), f"{where}.content", reader if role == "assistant" else None)
     if role == "assistant":
         if message.get("refusal"):
