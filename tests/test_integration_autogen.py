@@ -303,8 +303,8 @@ def test_a_team_state_loaded_after_a_reset_restores_the_saved_view_without_the_t
 
 
 def test_wrong_arguments_and_content_are_refused_naming_the_place_before_anything_is_written(tmp_path: Path) -> None:
-    """A wrong manager, budget, agent or team raises TypeError naming it, an agent named as a role
-    ValueError (I14); a lone surrogate raises
+    """A wrong manager, budget, agent or team raises TypeError naming it (``Team("ann")``, a string
+    of letters, included), an agent named as a role ValueError (I14); a lone surrogate raises
     MalformedContentError with the place; nothing is written (I10)."""
 
     async def body() -> None:
@@ -317,6 +317,9 @@ def test_wrong_arguments_and_content_are_refused_naming_the_place_before_anythin
             for role in ("system", "User", "tool", "assistant", "person:x"):
                 with pytest.raises(ValueError, match="agent"):
                     CtxrtModelContext(team.ann, agent=role)
+            for members in ("ann", ["ann", 7]):
+                with pytest.raises(TypeError, match="members"):
+                    Team(members)  # type: ignore[arg-type]
             context = CtxrtModelContext(team.ann)
             with pytest.raises(MalformedContentError) as refused:
                 await context.add_message(UserMessage(content="\ud800", source="user"))

@@ -70,7 +70,10 @@ class Team:
     """
 
     def __init__(self, members: Iterable[str]) -> None:
-        self.members = frozenset(members)
+        # A string is an iterable of its letters, never a list of names: Team("ann") is refused.
+        if isinstance(members, (str, bytes)) or not isinstance(members, Iterable):
+            raise TypeError(f"Team members must be an iterable of agent names, not {type(members).__name__}")
+        self.members = frozenset(checks.names(list(members), "Team members"))
         self._awaited: list[tuple[str, set[str]]] = []  # (an outside message, members yet to get it)
 
     def is_copy(self, agent: str, key: str) -> bool:
