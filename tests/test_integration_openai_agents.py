@@ -663,7 +663,9 @@ def test_another_agents_words_reach_the_model_led_by_their_name(tmp_path: Path) 
 
 
 def test_wrong_argument_types_are_refused_naming_the_parameter_before_anything_is_written(tmp_path: Path) -> None:
-    """``CtxrtSession("x")`` and ``budget=5000``: TypeError naming the parameter;
+    """``CtxrtSession("x")`` and ``budget=5000``: TypeError naming the parameter; ``agent="system"``
+    (a role, I14): ValueError naming ``agent``; ``agent=""``: MalformedContentError at ``agent``;
+    ``get_items(limit="3")`` or ``limit=True``: TypeError naming ``limit``;
     ``add_items("hello")``: TypeError; a function_call without its fields: MalformedContentError
     naming ``items[1].call_id``, and nothing of the batch is written (I10)."""
 
@@ -678,7 +680,27 @@ def test_wrong_argument_types_are_refused_naming_the_parameter_before_anything_i
                     assert named in str(error)
                 else:
                     raise AssertionError(f"a wrong {named} was taken")
+            for role in ("system", "User", "tool", "assistant", "person:x"):
+                try:
+                    CtxrtSession(team.ann, agent=role)
+                except ValueError as error:
+                    assert "agent" in str(error)
+                else:
+                    raise AssertionError(f"agent={role!r} was taken")
+            try:
+                CtxrtSession(team.ann, agent="")
+            except ctxrt.MalformedContentError as error:
+                assert error.path == "agent"
+            else:
+                raise AssertionError("agent='' was taken")
             ann = CtxrtSession(team.ann)
+            for limit in ("3", True, 2.0):
+                try:
+                    await ann.get_items(limit)  # type: ignore[arg-type]
+                except TypeError as error:
+                    assert "limit" in str(error)
+                else:
+                    raise AssertionError(f"limit={limit!r} was taken")
             for items, error_type, where in (("hello", TypeError, "items"), ([{"role": "user", "content": "hi"}, 5], TypeError, "items[1]"),
                                              ([{"role": "user", "content": "hi"}, {"type": "function_call"}],
                                               ctxrt.MalformedContentError, "items[1].call_id")):

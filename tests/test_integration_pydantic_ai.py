@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,12 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -85,6 +88,32 @@ def test_an_audience_block_for_one_agent_never_reaches_the_other_agents_model(tm
             assert holds(bob_model.calls, "ann called lookup") and holds(bob_model.calls, TOOL_SECRET)
             assert holds(bob_model.calls, line("ann", 2)) and not holds(bob_model.calls, SECRET)
             assert not holds(bob_model.calls, "You are ann.")
+
+    run(body)
+
+
+def test_a_signed_thinking_part_comes_back_before_its_tool_call_to_that_agent_alone(tmp_path: Path) -> None:
+    """ann's reply of a signed ThinkingPart and a tool call is written with the thinking for her
+    reader alone: her next request holds the part, signature and all, ahead of the call, and
+    bob's requests never hold it (I13)."""
+    thought = ThinkingPart("ann ponders", signature="sig-1", provider_name="anthropic")
+
+    def ann_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        ann_calls.append(messages)
+        if len(ann_calls) == 1:
+            return ModelResponse(parts=[thought, ToolCallPart("lookup", {"key": "ann"}, tool_call_id="call_1")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    ann_calls: list[list[ModelMessage]] = []
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            await agent("ann", team.ann, FunctionModel(ann_model)).run("ann, look yourself up")
+            bob_model = Scripted("bob")
+            await agent("bob", team.bob, FunctionModel(bob_model)).run("bob, what's new?")
+            reply = next(m for m in ann_calls[1] if isinstance(m, ModelResponse))
+            assert reply.parts[0] == thought and isinstance(reply.parts[1], ToolCallPart)
+            assert holds(bob_model.calls, "ann called lookup") and not holds(bob_model.calls, "ann ponders")
 
     run(body)
 
@@ -229,6 +258,31 @@ def test_the_same_history_built_afresh_on_two_runs_is_written_once_and_each_new_
     run(body)
 
 
+def test_a_sliding_window_of_history_rebuilt_from_json_without_metadata_is_written_once_and_in_order(
+        tmp_path: Path) -> None:
+    """Each run is handed the last four messages of the one before, round-tripped through JSON
+    without their metadata (as a host keeps its own records): each message is stored once, and
+    the model's view holds the turns in the order they were said (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            model = Scripted("ann")
+            runner = agent("ann", team.ann, FunctionModel(model))
+            history: list[ModelMessage] = []
+            for turn in range(4):
+                result = await runner.run(f"question {turn}", message_history=history)
+                kept = json.loads(ModelMessagesTypeAdapter.dump_json(result.all_messages()[-4:]))
+                history = ModelMessagesTypeAdapter.validate_python([{k: v for k, v in m.items() if k != "metadata"}
+                                                                    for m in kept])
+            said = [f"question {turn}" if k == 0 else line("ann", turn + 1) for turn in range(4) for k in range(2)]
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == said
+            seen = [p.content for m in model.calls[-1] for p in m.parts if isinstance(p, (UserPromptPart, TextPart))]
+            assert seen == said[:-1]
+
+    run(body)
+
+
 def test_an_imported_system_prompt_stays_with_its_agent_and_other_speakers_are_named(tmp_path: Path) -> None:
     """A system prompt part in ann's imported history reaches ann's model as a system prompt part
     and never bob's; ann's words reach bob's model as a user prompt starting ``[ann] `` (I7, I8)."""
@@ -250,7 +304,8 @@ def test_an_imported_system_prompt_stays_with_its_agent_and_other_speakers_are_n
 
 
 def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything_is_written(tmp_path: Path) -> None:
-    """A wrong manager, an int budget or a wrong agent raises TypeError naming it at construction;
+    """A wrong manager, an int budget or a wrong agent raises TypeError naming it at construction,
+    an agent named as a role ValueError (I14);
     a history holding content the store refuses raises MalformedContentError naming its place and
     writes none of it (I10)."""
 
@@ -260,6 +315,9 @@ def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything
                 arguments: dict[str, Any] = {"manager": team.ann, **kwargs}
                 with pytest.raises(TypeError, match=named):
                     CtxrtHistory(arguments.pop("manager"), **arguments)
+            for role in ("system", "User", "tool", "assistant", "person:x"):
+                with pytest.raises(ValueError, match="agent"):
+                    CtxrtHistory(team.ann, agent=role)
             history = CtxrtHistory(team.ann)
             with pytest.raises(MalformedContentError) as refused:
                 await history.record([ModelRequest(parts=[UserPromptPart("fine")]),

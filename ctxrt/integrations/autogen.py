@@ -7,17 +7,21 @@ view of a shared ctxrt slot (docs/integrations.md#autogen).
 the agent adds to its context is written to the shared slot: its own replies as the agent, its
 tool calls as the agent once their results are added, together with them as one message (so no
 other agent's message comes between a call and its results), a message from outside the team
-(the task, a person) as its source, and a system message (what a ``Memory`` adds) as
+(the task, a person) as its source (escaped when named as a role or as the agent, I14), and a system message (what a ``Memory`` adds) as
 ``"system"`` with the agent's reader as its audience, so no other agent sees it.
 ``get_messages()`` compiles the manager's view under its budget
 (``CompileResult.to_openai_chat``) as AutoGen's LLM messages.
 
 ``clear()`` (an agent's or a team's ``reset()``) resets the agent's view, not the shared slot: the
 view starts after the newest message the slot held then (summaries of what came before left out
-too), and ``save_state()``/``load_state()`` carry that start and any calls held for their results.
+too), and ``save_state()``/``load_state()`` carry that start, the view's end (what the slot
+gained between a save and its load is left out of the restored view, as AutoGen's own context
+forgets it) and any calls held for their results.
 
 A group chat hands every agent every other agent's message: with the agents listed in one
-``Team``, a context doesn't write what a member said (that member's own context wrote it), and
+``Team``, a context doesn't write what a member said (that member's own context wrote it: a
+``UserMessage`` or an ``AssistantMessage`` whose source is the member, as a Swarm's handoff
+hands on the member's tool calls, with the results answering them), and
 an outside message that every member receives (the task) is written once.
 
 ``dump_component()`` gives a declarative config (``CtxrtModelContextConfig``: store, namespace,
@@ -66,7 +70,10 @@ class Team:
     """
 
     def __init__(self, members: Iterable[str]) -> None:
-        self.members = frozenset(members)
+        # A string is an iterable of its letters, never a list of names: Team("ann") is refused.
+        if isinstance(members, (str, bytes)) or not isinstance(members, Iterable):
+            raise TypeError(f"Team members must be an iterable of agent names, not {type(members).__name__}")
+        self.members = frozenset(checks.names(list(members), "Team members"))
         self._awaited: list[tuple[str, set[str]]] = []  # (an outside message, members yet to get it)
 
     def is_copy(self, agent: str, key: str) -> bool:
@@ -120,7 +127,7 @@ def _written(message: LLMMessage, agent: str, reader: str) -> tuple[str, list[bl
         return (blocks.TOOL, results) if results else None
     if isinstance(message, UserMessage):
         content = _user_blocks(message.content, "message.content")
-        return (message.source, content) if content else None
+        return (blocks.speaker(message.source, agent), content) if content else None
     if message.content.strip():  # a SystemMessage: this agent's alone
         return blocks.instructions("system", [blocks.text(message.content, "message.content")], reader)
     return None
@@ -267,7 +274,11 @@ class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig
         self.team = checks.optional_instance(team, "team", Team) or Team([self.agent])
         # The agent's tool calls, held until their results are added: written with them.
         self._calls: tuple[str, list[blocks.Block]] | None = None
+        self._handed: set[str] = set()  # the call ids of another member's reply handed on, not written
         self._start = -1  # the view shows messages after this sequence (a reset's)
+        # Stretches of sequences (after, through] the view leaves out: what the slot gained between a
+        # saved state and its load (another timeline's turns).
+        self._gaps: list[tuple[int, int]] = []
         # The last view's text messages: the next view reuses them rather than building and
         # validating each again (a third of a view's time at 20,000 messages).
         self._made: Made = {}
@@ -327,6 +338,15 @@ class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig
             key = json.dumps([message.source, written], sort_keys=True)
             if self.team.is_copy(self.agent, key):
                 return
+        if isinstance(message, AssistantMessage) and message.source != self.agent and message.source in self.team.members:
+            # Another member's reply handed on (a Swarm's HandoffMessage.context): its context wrote
+            # it, and the results answering its calls with it.
+            self._handed = {b["id"] for b in written[1] if b["type"] == "tool_use"} if written is not None else set()
+            return
+        if isinstance(message, FunctionExecutionResultMessage) and written is not None and \
+                all(b["tool_use_id"] in self._handed for b in written[1]):
+            self._handed = set()
+            return
         if isinstance(message, AssistantMessage) and isinstance(message.content, list):
             await self._write_held()
             self._calls = written
@@ -353,18 +373,27 @@ class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig
         await self._attached()
         result = await self.manager.compile(self.budget)
         self.team.viewed(self.agent)
-        if self._start >= 0:
+        if self._start >= 0 or self._gaps:
             summaries = {s.id for sources in result.provenance.messages for s in sources if s.kind == "summary"}
             before = set()
             for summary_id in summaries:
                 summary = await self.manager.get_summary(summary_id)
-                if summary is not None and summary.last_sequence <= self._start:
+                if summary is not None and (summary.last_sequence <= self._start or any(
+                        after < summary.first_sequence and summary.last_sequence <= through
+                        for after, through in self._gaps)):
                     before.add(summary_id)
-            result = blocks.without(result, lambda source: int(source.id) <= self._start if source.kind == "message"
+            result = blocks.without(result, lambda source: self._hidden(int(source.id)) if source.kind == "message"
                                     else source.id in before)
         messages, self._made = _llm_messages(blocks.chat_messages(result, self.agent), self.agent,
                                              blocks.failed_calls(result), self._made)
         return messages
+
+    def _hidden(self, sequence: int) -> bool:
+        return sequence <= self._start or any(after < sequence <= through for after, through in self._gaps)
+
+    async def _newest(self) -> int:
+        newest = await self.manager.get_message_window(-1, 1)
+        return newest.messages[-1].sequence if newest.messages else -1
 
     async def clear(self) -> None:
         """Resets the agent's view (an agent's or a team's ``reset()``): it starts after the newest
@@ -372,28 +401,40 @@ class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig
         for their results are dropped."""
         await self._attached()
         self._calls = None
-        newest = await self.manager.get_message_window(-1, 1)
-        self._start = newest.messages[-1].sequence if newest.messages else -1
+        self._start, self._gaps = await self._newest(), []
 
     async def save_state(self) -> Mapping[str, Any]:
-        """Where the agent's view starts and the calls held for their results: the history itself
-        is the slot's, kept by ctxrt."""
-        return {"view_start": self._start, "held_calls": list(self._calls) if self._calls is not None else None}
+        """Where the agent's view starts and ends (the slot's newest message now), the stretches it
+        leaves out, and the calls held for their results: the history itself is the slot's, kept
+        by ctxrt."""
+        await self._attached()
+        return {"view_start": self._start, "view_end": await self._newest(), "gaps": [list(gap) for gap in self._gaps],
+                "held_calls": list(self._calls) if self._calls is not None else None}
 
     async def load_state(self, state: Mapping[str, Any]) -> None:
-        """Restores what ``save_state`` returned, or an earlier ctxrt's ``{"messages": []}`` (the
-        view from the slot's start); ``ValueError`` naming the field for anything else, such as
-        another context's messages, which this context would otherwise drop unseen."""
+        """Restores what ``save_state`` returned: the view it saved, and what the slot gains from
+        now on (I9); or an earlier ctxrt's ``{"messages": []}`` (the view from the slot's start).
+        ``ValueError`` naming the field for anything else, such as another context's messages,
+        which this context would otherwise drop unseen."""
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a mapping, not {type(state).__name__}")
         if state.get("messages", []) != []:
             raise ValueError("state['messages'] holds another model context's history: CtxrtModelContext keeps "
                              "history in its slot; write those messages with add_message instead")
         start, held = state.get("view_start", -1), state.get("held_calls")
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise ValueError(f"state['view_start'] must be an integer sequence, not {start!r}")
+        end, gaps = state.get("view_end"), state.get("gaps", [])
+        for field, value in (("view_start", start), ("view_end", -1 if end is None else end)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"state[{field!r}] must be an integer sequence, not {value!r}")
+        if not isinstance(gaps, list) or not all(isinstance(gap, list) and len(gap) == 2 and all(
+                isinstance(n, int) and not isinstance(n, bool) for n in gap) for gap in gaps):
+            raise ValueError(f"state['gaps'] must be a list of [after, through] sequence pairs, not {gaps!r}")
         if held is not None:
             if not (isinstance(held, list) and len(held) == 2 and isinstance(held[0], str) and isinstance(held[1], list)):
                 raise ValueError("state['held_calls'] must be [participant, blocks] or None")
             held = (held[0], [blocks.checked(block, f"state['held_calls'][1][{j}]") for j, block in enumerate(held[1])])
-        self._start, self._calls = start, held
+        await self._attached()
+        newest = await self._newest()
+        # What the slot gained since the save is another timeline's: the restored view leaves it out.
+        gained = [(end, newest)] if end is not None and newest > end else []
+        self._start, self._calls, self._gaps = start, held, [(a, t) for a, t in gaps] + gained

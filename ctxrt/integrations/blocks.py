@@ -3,7 +3,8 @@ view in an OpenAI request form. Pure and synchronous, and imports no framework.
 
 Who speaks in the slot: the agent as its reader's name (so its own turns are the assistant's in
 its view, and another resident's in theirs), people as ``USER`` (or a name the framework gives
-them), and tool results as ``TOOL``. A tool call's arguments are stored as the JSON object they
+them, escaped when a form would read it as a role or as the agent: ``speaker``), and tool results
+as ``TOOL``. A tool call's arguments are stored as the JSON object they
 hold; arguments that aren't one (a model's malformed call) are kept whole under ``ARGUMENTS``.
 
 Each block is checked by ctxrt's own content rules when it is made, naming the framework's place
@@ -31,7 +32,8 @@ from typing import Any
 
 import attrs
 
-from .. import Budget, CompileResult, EmptyRequestError, MalformedContentError, Message, ToolResult, content_for_reader
+from .. import (Budget, CompileResult, EmptyRequestError, MalformedContentError, Message, Thinking, ToolResult, ToolUse,
+               content_for_reader)
 from .. import aio, checks
 from ..provenance import Provenance, Source
 from ..openai_wire import ERROR_PREFIX
@@ -48,6 +50,14 @@ WRITER = "ctxrt_writer"
 KEYS = "ctxrt_keys"
 # The roles of instructions: written for the agent's reader alone, read back in their role.
 INSTRUCTIONS = ("system", "developer")
+# Participants the adapters and request forms read as a role: instructions, the assistant's turns,
+# tool results, the unnamed person. No agent speaks as one, and no person is written as one.
+RESERVED = (*INSTRUCTIONS, "assistant", TOOL, USER)
+PERSON = "person:"  # leads the participant of a person named like a role or like the agent (``speaker``)
+# A model's reasoning parts by their LangChain content types: Anthropic's thinking and redacted
+# thinking, LangChain v1's reasoning.
+REASONING = ("thinking", "redacted_thinking", "reasoning")
+KEPT = "ctxrt_reasoning"  # in a thinking block's raw form: the reasoning part as the framework gave it
 
 Block = dict[str, Any]
 Writes = list[tuple[str, list[Block]]]  # what one framework message writes, in order: (participant, blocks)
@@ -135,20 +145,56 @@ def instructions(role: str, content: Sequence[Block], reader: str) -> tuple[str,
     return role, [{**block, "audience": [reader]} for block in content]
 
 
+def reasoning(part: Mapping[str, Any], said: str, reader: str, place: str) -> Block:
+    """A model's reasoning part (I13) as a thinking block for the agent's ``reader`` alone, the
+    part whole (JSON) in its raw form: no request form carries thinking, so no view shows it and
+    no other agent's compile holds it, and ``reasoned_calls`` gives it back with the agent's tool
+    calls, where Anthropic requires it (a signed thinking block before its tool_use)."""
+    return checked({"type": "thinking", "thinking": said, "audience": [reader], "raw": {KEPT: dict(part)}}, place)
+
+
+def reasoned_calls(result: CompileResult, assistant: str) -> dict[str, list[Any]]:
+    """The reasoning parts (``reasoning``) kept in ``assistant``'s compiled messages, by the id of
+    each tool call in the same message: what a framework sends back before those calls."""
+    out: dict[str, list[Any]] = {}
+    for message in result.messages:
+        if message.participant != assistant:
+            continue
+        kept = [b.raw[KEPT] for b in message.content if type(b) is Thinking and isinstance(b.raw, Mapping) and KEPT in b.raw]
+        if kept:
+            out.update((b.id, kept) for b in message.content if type(b) is ToolUse)
+    return out
+
+
+def speaker(name: str | None, agent: str) -> str:
+    """The participant a person's (or another framework speaker's) message is written as (I14):
+    ``USER`` for no name (or ``user``); else the name, unless a form would read it as a role (``RESERVED``, in
+    any case) or as the agent itself, or it is already that escape: then ``PERSON`` and the name.
+    So a person named ``system`` gets no instructions' authority in any agent's view, and one
+    named like the agent never reaches its model as its own reply."""
+    if not name or name.lower() == USER:
+        return USER
+    if name.lower() in RESERVED or name == agent or name.lower().startswith(PERSON):
+        return PERSON + name
+    return name
+
+
 def speaker_prefix(name: str) -> str:
     """The text a speaker's first text part starts with in a form with no name field."""
     return f"[{name}] "
 
 
-def digest(writer: str, position: int, written: Sequence[tuple[str, Sequence[Block]]], *extra: str) -> str:
+def digest(writer: str, position: int | None, written: Sequence[tuple[str, Sequence[Block]]], *extra: str) -> str:
     """The identity of a framework message that has no id of its own: what it writes, where it
-    stands in the framework's list, who wrote it (and ``extra``, such as a run's id)."""
+    stands in the framework's list (None: anywhere), who wrote it (and ``extra``, such as a run's
+    id and the message's timestamps)."""
     data = json.dumps([writer, position, written, extra], sort_keys=True, ensure_ascii=True, default=str)
     return "sha256:" + hashlib.sha256(data.encode()).hexdigest()
 
 
-def _chat_parts(content: Any, place: str) -> list[Block]:
-    """A Chat Completions message's content (a string, or text and image parts) as blocks."""
+def _chat_parts(content: Any, place: str, reader: str | None = None) -> list[Block]:
+    """A Chat Completions message's content (a string, or text and image parts) as blocks; with
+    ``reader`` (the agent's own reply), reasoning parts too, kept for that reader alone (I13)."""
     if content is None or isinstance(content, str):
         return [text(content, place)] if content and content.strip() else []
     out: list[Block] = []
@@ -161,15 +207,19 @@ def _chat_parts(content: Any, place: str) -> list[Block]:
             out.append(text(str(part.get("refusal", "")), f"{place}[{j}].refusal"))
         elif kind == "image_url":
             out.append(image(str(part["image_url"]["url"]), f"{place}[{j}].image_url.url"))
+        elif kind in REASONING and reader is not None:
+            said = part.get("thinking", part.get("reasoning", ""))
+            out.append(reasoning(part, said if isinstance(said, str) else "", reader, f"{place}[{j}]"))
         else:
             raise MalformedContentError(f"{place}[{j}]", f"a {kind!r} part has no place in a ctxrt message here")
     return out
 
 
 def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -> Writes:
-    """One Chat Completions message as what it writes: a user message as its ``name`` or
-    ``USER``, a system or developer message as the agent's own ``instructions``, the assistant's
-    as ``agent`` with its ``tool_calls`` as tool_use blocks, a ``tool`` message as a ``TOOL``
+    """One Chat Completions message as what it writes: a user message as its speaker (its
+    ``name``, or a role of its own; ``speaker``), a system or developer message as the agent's own ``instructions``, the assistant's
+    as ``agent`` with its ``tool_calls`` as tool_use blocks and its reasoning for ``reader`` alone
+    (``reasoning``), a ``tool`` (``status`` "error": an error result) message as a ``TOOL``
     tool_result (``Ledger.record`` joins it to the calls it answers); nothing for a message with
     no block. Raises ``MalformedContentError`` naming the place (``where``) for content a ctxrt
     message can't hold."""
@@ -177,8 +227,9 @@ def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -
     if role == "tool":
         content = message.get("content")
         body = content if isinstance(content, str) else _chat_parts(content, f"{where}.content")
-        return [(TOOL, [tool_result(str(message["tool_call_id"]), body, f"{where}.content")])]
-    content_blocks = _chat_parts(message.get("content"), f"{where}.content")
+        return [(TOOL, [tool_result(str(message["tool_call_id"]), body, f"{where}.content",
+                                    is_error=message.get("status") == "error")])]
+    content_blocks = _chat_parts(message.get("content"), f"{where}.content", reader if role == "assistant" else None)
     if role == "assistant":
         if message.get("refusal"):
             content_blocks.append(text(str(message["refusal"]), f"{where}.refusal"))
@@ -190,13 +241,15 @@ def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -
     elif role in INSTRUCTIONS:
         return [instructions(str(role), content_blocks, reader)] if content_blocks else []
     else:
-        participant = str(message.get("name") or USER)
+        # A role of a speaker's own (LangChain's ChatMessage(role="critic")) names it when nothing else does.
+        participant = speaker(message.get("name") or (None if role == "user" else str(role)), agent)
     return [(participant, content_blocks)] if content_blocks else []
 
 
 def adapter_arguments(kind: str, manager: Any, budget: Any, agent: Any) -> tuple[aio.ContextManager, Budget, str]:
     """An adapter's ``manager``, ``budget`` and ``agent``, checked as ctxrt's API checks its own
-    arguments (``TypeError`` or ``ValueError`` naming the parameter), before anything is written."""
+    arguments (``TypeError`` or ``ValueError`` naming the parameter), before anything is written;
+    an agent named as a role (``RESERVED``) is refused (I14)."""
     if not isinstance(manager, aio.ContextManager):
         raise TypeError(f"{kind}: manager must be a ctxrt.aio ContextManager (from ctxrt.aio.open_runtime(...).open), "
                         f"not {type(manager).__name__}")
@@ -204,7 +257,11 @@ def adapter_arguments(kind: str, manager: Any, budget: Any, agent: Any) -> tuple
         raise ValueError(f"{kind} needs a manager opened with view_reader=<the agent's reader>")
     checks.optional_instance(budget, "budget", Budget)
     checks.optional_name(agent, "agent")
-    return manager, budget if budget is not None else Budget(), agent if agent is not None else manager.view_reader
+    speaks = agent if agent is not None else manager.view_reader
+    if speaks.lower() in RESERVED or speaks.lower().startswith(PERSON):
+        raise ValueError(f"{kind} agent {speaks!r} (default: the manager's reader) is a name the request forms read as "
+                         f"a role ({', '.join(RESERVED)}) or a person's escape ({PERSON}...): name the agent otherwise")
+    return manager, budget if budget is not None else Budget(), speaks
 
 
 def seen_whole(message: Message, reader: str) -> bool:

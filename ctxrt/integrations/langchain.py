@@ -5,9 +5,10 @@ a shared ctxrt slot (docs/integrations.md#langchain).
 
 ``CtxrtMiddleware(manager)`` goes in ``create_agent(..., middleware=[...])``. Before each model
 call (``abefore_model``) it writes the agent state's messages the slot doesn't hold yet, known by
-their LangChain ids (``ledger.Ledger``; a human message as its ``name`` or ``"user"``, the
-agent's messages and tool calls as the agent, tool messages joined to the calls they answer, a
-system message as the agent's own instructions); at the call (``awrap_model_call``;
+their LangChain ids (``ledger.Ledger``; a human message as its speaker, ``blocks.speaker``, the
+agent's messages and tool calls (invalid ones too) as the agent, its reasoning and thinking
+parts for its reader alone (I13), tool messages joined to the calls they answer (an error status
+kept, and given back), a system message as the agent's own instructions); at the call (``awrap_model_call``;
 ``wrap_model_call`` from a thread other than the runtime's loop) it hands the model the manager's
 compiled view under its budget in place of the state's messages (the system prompt stays the
 agent's). So a thread resumed from a checkpointer, history the caller passes back in, a trimmed
@@ -36,7 +37,8 @@ from typing import Annotated, Any, TypeVar, cast
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
 from langchain.agents.middleware.types import ModelCallResult, PrivateStateAttr
-from langchain_core.messages import AnyMessage, BaseMessage, convert_to_messages, convert_to_openai_messages
+from langchain_core.messages import (AIMessage, AnyMessage, BaseMessage, ToolMessage, convert_to_messages,
+                                     convert_to_openai_messages)
 from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
@@ -85,6 +87,40 @@ def _seen(state: Mapping[str, Any]) -> dict[str, Any]:
             "shown": {m.id for m in state["messages"] if m.id is not None}}
 
 
+def _chat(message: BaseMessage) -> dict[str, Any]:
+    """A LangChain message as the Chat Completions dict ``blocks.from_chat`` reads, with what the
+    conversion drops: a reply's invalid tool calls (as calls, their raw arguments kept, so the
+    error results LangGraph answers them with stay paired) and a tool message's error status."""
+    chat: dict[str, Any] = convert_to_openai_messages(message)
+    if isinstance(message, AIMessage) and message.invalid_tool_calls:
+        chat["tool_calls"] = [*chat.get("tool_calls", []), *(
+            {"type": "function", "id": call["id"], "function": {"name": call["name"] or "", "arguments": call["args"]}}
+            for call in message.invalid_tool_calls if call["id"] is not None)]
+    if isinstance(message, ToolMessage) and message.status == "error":
+        chat["status"] = "error"
+    return chat
+
+
+def _marked_failed(messages: list[BaseMessage], failed: Collection[str]) -> None:
+    """The results of the ``failed`` calls as LangChain gave them: status "error", their text
+    without the prefix the request forms add."""
+    for message in messages:
+        if isinstance(message, ToolMessage) and message.tool_call_id in failed:
+            message.status = "error"
+            if isinstance(message.content, str):
+                message.content = blocks.error_text(message.content)
+
+
+def _with_reasoning(message: dict[str, Any], reasoned: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """The agent's reply of tool calls led by the reasoning parts it was given with (I13), as
+    ChatAnthropic sends a signed thinking block back before its tool_use; others as they are."""
+    kept = next((reasoned[call["id"]] for call in message.get("tool_calls") or () if call["id"] in reasoned), None)
+    if kept is None:
+        return message
+    said = message["content"]
+    return {**message, "content": [*kept, *([{"type": "text", "text": said}] if said else [])]}
+
+
 class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
     """A LangChain agent's memory in a ctxrt slot, seen through the agent's reader.
 
@@ -129,7 +165,7 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
 
         def written(i: int) -> list[tuple[str, list[blocks.Block]]]:
             if i not in writes:
-                writes[i] = blocks.from_chat(convert_to_openai_messages(messages[i]), self.agent, reader, f"messages[{i}]")
+                writes[i] = blocks.from_chat(_chat(messages[i]), self.agent, reader, f"messages[{i}]")
             return writes[i]
 
         # A message LangGraph gave no id (one passed to record by hand) is known by what it writes and where.
@@ -149,8 +185,11 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
                         if keys and not any(key in shown for key in keys))
         if gone:
             result = blocks.without(result, lambda source: source.kind == "message" and source.id in gone)
+        reasoned = blocks.reasoned_calls(result, self.agent)
         # LangChain wants every dict to carry content; an assistant message of calls alone has none.
-        messages = convert_to_messages([{"content": "", **m} for m in blocks.chat_messages(result, self.agent)])
+        messages = convert_to_messages([_with_reasoning({"content": "", **m}, reasoned)
+                                        for m in blocks.chat_messages(result, self.agent)])
+        _marked_failed(messages, blocks.failed_calls(result))
         return cast("list[AnyMessage]", messages)  # each one of the AnyMessage kinds convert_to_messages makes
 
     async def _write_state(self, state: CtxrtState, *, final: bool) -> dict[str, Any] | None:

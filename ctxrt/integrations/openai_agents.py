@@ -36,7 +36,7 @@ from agents import RunConfig
 from agents.items import TResponseInputItem
 from agents.run_config import CallModelData, ModelInputData
 
-from .. import Budget, Image, MalformedContentError, Message, Text, Thinking, ToolResult, ToolUse
+from .. import Budget, Image, MalformedContentError, Message, Text, Thinking, ToolResult, ToolUse, checks
 from ..aio import ContextManager
 from ..content import Block as StoredBlock
 from ..content import CompiledMessage
@@ -280,7 +280,9 @@ class CtxrtSession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The reader's compiled view as Responses input items (the newest ``limit`` of them, or
         of ``session_settings.limit``, less any output whose call was cut off; all of them for a
-        negative limit, as ``SQLiteSession``)."""
+        negative limit, as ``SQLiteSession``); ``TypeError`` naming ``limit`` for anything but an
+        integer or None (I10)."""
+        limit = checks.optional_integer(limit, "get_items limit")
         if limit is None:
             limit = getattr(self.session_settings, "limit", None)
         made = await self._view(self.budget)

@@ -8,7 +8,8 @@ took history processors from ``Agent(history_processors=...)`` into capabilities
 (``ProcessHistory(processor)``), and this one does the processor's work in the same hook
 (``before_model_request``): ``history.process(messages)`` writes the run's messages it hasn't
 written yet to the shared slot (a user prompt as ``"user"``, the agent's replies and tool calls
-as the agent, tool returns and tool retry prompts as ``"tool"``, joined to the calls they answer
+as the agent, its thinking parts for its reader alone, handed back before the calls they came
+with, I13; tool returns and tool retry prompts as ``"tool"``, joined to the calls they answer
 as one message, so no other agent's message comes between them) and returns the manager's
 compiled view under its budget as Pydantic AI messages, the run's system prompt first. The
 request sends that view; the run's own history is left as it was. When the run ends
@@ -18,9 +19,10 @@ request.
 
 What the slot holds is known by identity (``ledger.Ledger``): a message written is marked in its
 ``metadata`` (``ctxrt_recorded``: its key), and a message with no mark is known by what it
-writes, its place in the run's history and its ``run_id``. So history passed back in
-(``message_history=result.all_messages()``), trimmed, or built afresh from the same messages is
-not written twice, and a run's new prompt always is; a message an earlier ctxrt marked (``True``)
+writes and its ``run_id`` and timestamps, wherever it stands, or one built by the host (no
+``run_id``) by what it writes and its place in the history. So history passed back in
+(``message_history=result.all_messages()``), trimmed to a sliding window, round-tripped through
+JSON without its metadata, or built afresh from the same messages is not written twice, and a run's new prompt always is; a message an earlier ctxrt marked (``True``)
 counts as written. Another participant's words come to the model as a user prompt whose first
 text starts with ``[name] `` (the form has no name field); system prompt parts are the run's
 own, never written, and lead the view. Pydantic AI's
@@ -30,8 +32,9 @@ place for a view compiled per reader, and is not implemented.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -46,6 +49,7 @@ from pydantic_ai.messages import (
     RetryPromptPart,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
@@ -94,16 +98,19 @@ def _tool_output(content: Any) -> str:
     return content if isinstance(content, str) else json.dumps(content, default=str)
 
 
-def _written(message: ModelMessage, agent: str, place: str) -> list[tuple[str, list[blocks.Block]]]:
+def _written(message: ModelMessage, agent: str, reader: str, place: str) -> list[tuple[str, list[blocks.Block]]]:
     """What one Pydantic AI message writes to the slot, in order: (participant, blocks)."""
     if isinstance(message, ModelResponse):
         said: list[blocks.Block] = []
         for j, piece in enumerate(message.parts):
             if isinstance(piece, TextPart) and piece.content.strip():
                 said.append(blocks.text(piece.content, f"{place}.parts[{j}].content"))
+            elif isinstance(piece, ThinkingPart):
+                said.append(blocks.reasoning(dataclasses.asdict(piece), piece.content, reader, f"{place}.parts[{j}]"))
             elif isinstance(piece, ToolCallPart):
                 said.append(blocks.tool_use(piece.tool_call_id, piece.tool_name, piece.args, f"{place}.parts[{j}]"))
-        return [(agent, said)] if said else []  # thinking and built-in tools' parts: nothing a view carries
+        # Built-in tools' parts: nothing a view carries. Thinking alone is no turn to write.
+        return [(agent, said)] if any(b["type"] != "thinking" for b in said) else []
     results: list[blocks.Block] = []
     prompts: list[blocks.Block] = []
     for j, part in enumerate(message.parts):
@@ -118,6 +125,17 @@ def _written(message: ModelMessage, agent: str, place: str) -> list[tuple[str, l
             prompts += _user_blocks(part.content, f"{where}.content")
     # A request's tool results answer the reply before it, so they come first (P4).
     return [(who, content) for who, content in ((blocks.TOOL, results), (blocks.USER, prompts)) if content]
+
+
+def _identity(writer: str, position: int, message: ModelMessage, written: blocks.Writes) -> str:
+    """The identity of a message with no mark: one a run made (``run_id``) by what it writes, its
+    run and its timestamps, wherever it stands, so a sliding window or a JSON round trip without
+    metadata keeps it (I6); one the host built, with no run and timestamps of its making, by what
+    it writes and its place."""
+    if message.run_id:
+        stamps = [str(message.timestamp), *(str(getattr(part, "timestamp", "")) for part in message.parts)]
+        return blocks.digest(writer, None, written, message.run_id, *stamps)
+    return blocks.digest(writer, position, written, "")
 
 
 def _user_content(content: Any) -> str | list[Any]:
@@ -149,8 +167,9 @@ def _named(content: str | list[Any], name: str | None) -> str | list[Any]:
     return [*content[:first], prefix + content[first], *content[first + 1:]]
 
 
-def _model_messages(chat: Sequence[dict[str, Any]]) -> list[ModelMessage]:
-    """Chat Completions messages as Pydantic AI's: each run of user and tool messages one request."""
+def _model_messages(chat: Sequence[dict[str, Any]], reasoned: Mapping[str, list[Any]]) -> list[ModelMessage]:
+    """Chat Completions messages as Pydantic AI's: each run of user and tool messages one request;
+    a reply of tool calls led by the thinking parts it was given with (``reasoned``, I13)."""
     out: list[ModelMessage] = []
     names: dict[str, str] = {}  # call id -> the tool's name, which a tool return carries
     pending: list[ModelRequestPart] = []
@@ -160,10 +179,12 @@ def _model_messages(chat: Sequence[dict[str, Any]]) -> list[ModelMessage]:
             if pending:
                 out.append(ModelRequest(parts=pending))
                 pending = []
-            parts: list[ModelResponsePart] = []
+            calls = message.get("tool_calls") or ()
+            kept = next((reasoned[call["id"]] for call in calls if call["id"] in reasoned), [])
+            parts: list[ModelResponsePart] = [ThinkingPart(**part) for part in kept]
             if message.get("content"):
                 parts.append(TextPart(content=message["content"]))
-            for call in message.get("tool_calls") or ():
+            for call in calls:
                 names[call["id"]] = call["function"]["name"]
                 parts.append(ToolCallPart(tool_name=call["function"]["name"], args=call["function"]["arguments"],
                                           tool_call_id=call["id"]))
@@ -204,14 +225,14 @@ class CtxrtHistory(AbstractCapability[Any]):
             if not isinstance(message, (ModelRequest, ModelResponse)):
                 raise TypeError(f"messages[{i}] must be a ModelRequest or ModelResponse, not {type(message).__name__}")
         writes: dict[int, blocks.Writes] = {}
+        reader = str(self.manager.view_reader)
 
         def written(i: int) -> blocks.Writes:
             if i not in writes:
-                writes[i] = [] if _marked(messages[i]) == VIEW else _written(messages[i], self.agent, f"messages[{i}]")
+                writes[i] = [] if _marked(messages[i]) == VIEW else _written(messages[i], self.agent, reader, f"messages[{i}]")
             return writes[i]
 
-        keys = [_marked(m) or blocks.digest(self.manager.namespace, i, written(i), m.run_id or "")
-                for i, m in enumerate(messages)]
+        keys = [_marked(m) or _identity(self.manager.namespace, i, m, written(i)) for i, m in enumerate(messages)]
         await self.ledger.record(keys, written, {blocks.WRITER: self.manager.namespace})
         for key, message in zip(keys, messages):
             if self.ledger.slot_id(key) is not None:
@@ -221,7 +242,7 @@ class CtxrtHistory(AbstractCapability[Any]):
         """The history processor: writes what's new, returns the reader's compiled view."""
         await self.record(messages)
         result = await self.manager.compile(self.budget)
-        view = _model_messages(blocks.chat_messages(result, self.agent))
+        view = _model_messages(blocks.chat_messages(result, self.agent), blocks.reasoned_calls(result, self.agent))
         for message in view:
             _mark(message, VIEW)
         system = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, SystemPromptPart)]
