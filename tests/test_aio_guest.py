@@ -510,7 +510,7 @@ def test_a_second_ctrl_c_under_asyncio_run_ends_the_host_and_leaves_its_store_so
     append is stored (H4). The seed is in every failure message."""
     seed = int(os.environ.get("CTXRT_INTERRUPT_SEED") or random.randrange(1 << 32))
     rng = random.Random(seed)
-    for round_ in range(soak_scale(4, 40)):
+    for round_ in range(soak_scale(2, 40)):
         store = tmp_path / f"store{round_}"
         child = subprocess.Popen([sys.executable, str(HOST_SCRIPT), "asyncio.run", str(store)],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)

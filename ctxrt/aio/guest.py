@@ -36,8 +36,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -206,7 +204,6 @@ class Guest:
         # What asyncio callers wait on, so a run that dies (of anything) answers every one of them.
         self._calls: set[Call] = set()
         self._held: set[Held[Any]] = set()
-        self._held_signals: set[signal.Signals] = set()  # blocked while trio runs a step (``_guarded``)
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -216,8 +213,6 @@ class Guest:
                 "ctxrt.aio can't start its trio guest run: this thread already runs trio (a trio.run, or a guest "
                 "run another library started on this loop). From trio code, use ctxrt.open_runtime"
             )
-        if threading.current_thread() is threading.main_thread() and _host_handles_sigint():
-            self._held_signals = {signal.SIGINT}
         trio.lowlevel.start_guest_run(
             self._main,
             run_sync_soon_threadsafe=self._guarded(self.loop.call_soon_threadsafe),
@@ -236,28 +231,19 @@ class Guest:
             nursery.cancel_scope.cancel()
 
     def _guarded(self, schedule: Callable[[Callable[[], object]], object]) -> Callable[[Callable[[], object]], None]:
-        """``schedule`` for trio's steps.
-
-        A step that raises leaves the run frozen: trio never schedules its next step, nor calls
-        ``_done``; the run is then taken as ended by what it raised, so no caller, keeper or loop
-        shutdown waits for it. Where the host handles SIGINT itself (``asyncio.run``'s handler
-        raises ``KeyboardInterrupt`` at a second Ctrl-C, wherever the main thread is), SIGINT is
-        held while a step runs and handled as it returns: raised inside a step, the interrupt would
-        break trio's bookkeeping half way (a task that never wakes, a run that never ends). Python's
-        default handler is left to trio, which guards its own steps (H4)."""
-        held = self._held_signals
+        """``schedule`` for trio's steps. A step that raises leaves the run frozen: trio never
+        schedules its next step, nor calls ``_done``. Only a KeyboardInterrupt gets out of a step,
+        raised by asyncio's own handler (``asyncio.run``'s, at a second Ctrl-C) wherever the main
+        thread is; the run is then taken as ended by it, so no caller, keeper or loop shutdown
+        waits for it, and the interrupt goes on out of the loop's run as asyncio means it to."""
 
         def run_soon(step: Callable[[], object]) -> None:
             def guarded_step() -> None:
-                mask = signal.pthread_sigmask(signal.SIG_BLOCK, held) if held else None
                 try:
                     step()
                 except BaseException as exc:
                     self._done(outcome.Error(exc), raised=True)
                     raise
-                finally:
-                    if mask is not None:
-                        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a SIGINT held meanwhile is handled now
 
             schedule(guarded_step)
 
@@ -484,13 +470,6 @@ class Guest:
             held.settle(self.closed_error())
             raise
         held.settle(None)
-
-
-def _host_handles_sigint() -> bool:
-    """Whether the host installed a SIGINT handler of its own (not Python's default, which trio
-    replaces with its own for the run, nor one ignoring the signal)."""
-    handler = signal.getsignal(signal.SIGINT)
-    return callable(handler) and handler is not signal.default_int_handler
 
 
 def _raise(error: BaseException) -> None:
