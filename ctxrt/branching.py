@@ -37,6 +37,9 @@ class Derivation:
     reader: str | None
     isolate: bool
     auxiliary_views: tuple[str | None, ...]
+    # The manager it was made from compiled through a view filter (a function, which no JSON
+    # holds): a reopen is handed it again, or warns that the view widens.
+    filtered: bool = False
 
 
 @attrs.frozen
@@ -114,5 +117,6 @@ async def derive(
     derivation = Derivation(
         parent_branch=ref.branch_name, branch=branch, namespace=ref.namespace, at_sequence=at_sequence,
         reader=resolved, isolate=isolate, auxiliary_views=auxiliary_views,
+        filtered=ref.config.view_filter is not None,
     )
     return Child(Attachment(child, token, resolved), derivation)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -193,9 +194,15 @@ class Runtime:
         )
 
     async def reopen_derived(
-        self, derivation: Derivation, *, strategy: StrategyConfig | Strategy | None = None, model: Model | None = None
+        self, derivation: Derivation, *, view_filter: Callable[[Message], bool] | None = None,
+        token_estimator: TokenEstimator | None = None, strategy: StrategyConfig | Strategy | None = None,
+        model: Model | None = None,
     ) -> ContextManager:
-        """Reopen a manager ``derive`` made, after a restart; it compiles for the reader its branch records (C11).
+        """Reopen a manager ``derive`` made, after a restart; it compiles for the reader its branch
+        records (C11). ``view_filter`` and ``token_estimator`` are the derived manager's as
+        ``open`` takes them: functions no ``Derivation`` holds, so a host hands them again. A
+        derivation made through a view filter (``derivation.filtered``) reopened without one warns
+        (``RuntimeWarning``) that its view now holds what the filter left out (R2).
 
         Raises:
             TypeError: ``derivation`` is not a ``Derivation``.
@@ -206,9 +213,15 @@ class Runtime:
 
         if not isinstance(derivation, Derivation):
             raise TypeError(f"derivation must be a Derivation, not {type(derivation).__name__}")
+        if derivation.filtered and view_filter is None:
+            warnings.warn(
+                f"the derived manager of {derivation.namespace!r} on branch {derivation.branch!r} was made through a "
+                "view filter, and is reopened without one: its view now holds what the filter left out; pass "
+                "view_filter= to reopen_derived", RuntimeWarning, stacklevel=2)
         manager = await self.open(
             derivation.namespace, strategy=strategy, branch=derivation.branch, isolate=derivation.isolate,
-            auxiliary_views=derivation.auxiliary_views, model=model,
+            auxiliary_views=derivation.auxiliary_views, model=model, view_filter=view_filter,
+            token_estimator=token_estimator,
         )
         manager.derivation = derivation
         return manager

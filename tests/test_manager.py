@@ -884,3 +884,28 @@ async def test_a_windowed_dry_run_moves_no_anchor(store_path: Path) -> None:
         async with ctxrt.open_runtime(store_path) as rt:
             m = await rt.open("win", strategy=strategy)
             assert source_ids(await m.compile(budget(200))) == real
+
+
+async def test_a_derive_made_through_a_view_filter_reopens_filtered_or_warns_that_it_widens(store_path: Path) -> None:
+    """R2: a child derived from a manager with a view filter records so; reopened after a
+    restart with view_filter= it compiles the filtered view again, and reopened without one it
+    warns that its view widens (it once widened silently)."""
+
+    def visible(message: ctxrt.Message) -> bool:
+        return "tuned out" not in message.content[0].text
+
+    async with ctxrt.open_runtime(store_path) as rt:
+        parent = await rt.open("agents/ann", view_reader="ann", view_filter=visible)
+        await parent.add_message("user", "visible")
+        await parent.add_message("user", "tuned out")
+        child = await parent.derive(branch="child")
+        assert child.derivation is not None and child.derivation.filtered
+        saved = json.dumps(attrs.asdict(child.derivation))
+    async with ctxrt.open_runtime(store_path) as rt:
+        derivation = ctxrt.Derivation(**json.loads(saved))
+        reopened = await rt.reopen_derived(derivation, view_filter=visible)
+        assert [m.content[0].text for m in (await reopened.compile(ctxrt.Budget())).messages] == ["visible"]
+        await reopened.aclose()
+        with pytest.warns(RuntimeWarning, match=r"view filter.*pass view_filter="):
+            widened = await rt.reopen_derived(derivation)
+        assert [m.content[0].text for m in (await widened.compile(ctxrt.Budget())).messages] == ["visible", "tuned out"]
