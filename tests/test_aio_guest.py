@@ -447,6 +447,40 @@ def test_ctrl_c_at_any_line_of_the_guest_run_ends_a_loop_run_by_hand_with_keyboa
     assert verify_store(store).status == "sound"
 
 
+def interrupt_host_process(store: Path, how: str, acks: int, again_after_s: float | None = None) -> tuple[str, str, int]:
+    """Run ``aio_interrupt_host.py`` (``how``: how it runs its loop) on ``store``, send it a real
+    SIGINT once it has acknowledged ``acks`` appends (and another ``again_after_s`` later, if
+    given); its stdout, stderr and exit status."""
+    child = subprocess.Popen([sys.executable, str(HOST_SCRIPT), how, str(store)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    lines: list[str] = []
+    try:
+        while sum(line.startswith("ack") for line in lines) < acks:
+            ready, _, _ = select.select([child.stdout], [], [], GUARD_S)
+            assert ready, "the host stopped acknowledging"
+            lines.append(child.stdout.readline().decode().strip())
+            assert lines[-1], child.stderr.read().decode()
+        child.send_signal(signal.SIGINT)
+        if again_after_s is not None:
+            time.sleep(again_after_s)
+            if child.poll() is None:
+                child.send_signal(signal.SIGINT)
+        rest, errors = child.communicate(timeout=GUARD_S)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return "\n".join(lines) + "\n" + rest.decode(), errors.decode(), child.returncode
+
+
+def acknowledged_and_stored(store: Path, output: str) -> None:
+    """The store verifies sound and holds every append the host's output acknowledged."""
+    assert verify_store(store).status == "sound"
+    acknowledged = set(re.findall(r"^ack (\d+)$", output, re.MULTILINE))
+    assert acknowledged <= set(trio.run(stored_ids, store))
+
+
 @pytest.mark.parametrize("how", ["asyncio.run", "run_until_complete"])
 def test_sigint_to_an_asyncio_host_process_ends_it_with_keyboard_interrupt_and_a_sound_store(
     tmp_path: Path, how: str
@@ -454,34 +488,10 @@ def test_sigint_to_an_asyncio_host_process_ends_it_with_keyboard_interrupt_and_a
     """A real SIGINT to a child process whose asyncio tasks append through ctxrt.aio: the host's
     loop ends with KeyboardInterrupt, the store verifies sound, and every acknowledged append is
     stored (H4)."""
-    store = tmp_path / "store"
-    child = subprocess.Popen([sys.executable, str(HOST_SCRIPT), how, str(store)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
-    assert child.stdout is not None and child.stderr is not None
-    lines: list[str] = []
-    try:
-        while sum(line.startswith("ack") for line in lines) < 40:
-            ready, _, _ = select.select([child.stdout], [], [], GUARD_S)
-            assert ready, "the host stopped acknowledging"
-            lines.append(child.stdout.readline().decode().strip())
-            assert lines[-1], child.stderr.read().decode()
-        child.send_signal(signal.SIGINT)
-        rest, errors = child.communicate(timeout=GUARD_S)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    output = "\n".join(lines) + "\n" + rest.decode()
-    assert "caught KeyboardInterrupt" in output, errors.decode()[-2000:]
-    assert child.returncode != 0
-    acknowledged = re.findall(r"^ack (\d+)$", output, re.MULTILINE)
-    assert verify_store(store).status == "sound"
-
-    async def ids() -> set[str]:
-        async with ctxrt.open_runtime(store) as runtime:
-            return {message.id for message in await (await runtime.open("reader")).get_all_messages()}
-
-    assert set(acknowledged) <= trio.run(ids)
+    output, errors, status = interrupt_host_process(tmp_path / "store", how, 40)
+    assert "caught KeyboardInterrupt" in output, errors[-2000:]
+    assert status != 0
+    acknowledged_and_stored(tmp_path / "store", output)
 
 
 def test_a_guest_run_that_dies_answers_every_waiting_caller_with_an_error_that_says_so(tmp_path: Path) -> None:
@@ -512,29 +522,9 @@ def test_a_second_ctrl_c_under_asyncio_run_ends_the_host_and_leaves_its_store_so
     rng = random.Random(seed)
     for round_ in range(soak_scale(2, 40)):
         store = tmp_path / f"store{round_}"
-        child = subprocess.Popen([sys.executable, str(HOST_SCRIPT), "asyncio.run", str(store)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert child.stdout is not None
-        lines: list[str] = []
         try:
-            target = rng.randrange(20, 400)
-            while sum(line.startswith("ack") for line in lines) < target:
-                ready, _, _ = select.select([child.stdout], [], [], GUARD_S)
-                assert ready, f"round {round_} (seed {seed}): the host stopped acknowledging"
-                lines.append(child.stdout.readline().decode().strip())
-                assert lines[-1], f"round {round_} (seed {seed}): {child.stderr.read().decode()[-2000:]}"
-            child.send_signal(signal.SIGINT)
-            time.sleep(rng.uniform(0.001, 0.01))
-            if child.poll() is None:
-                child.send_signal(signal.SIGINT)
-            rest, _ = child.communicate(timeout=GUARD_S)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-        output = "\n".join(lines) + "\n" + rest.decode()
-        acknowledged = re.findall(r"^ack (\d+)$", output, re.MULTILINE)
-        report = verify_store(store)
-        assert report.status == "sound", f"round {round_} (seed {seed}): {report}"
-        stored = set(trio.run(stored_ids, store))
-        assert not set(acknowledged) - stored, f"round {round_} (seed {seed}): acknowledged appends lost"
+            output, _, _ = interrupt_host_process(store, "asyncio.run", rng.randrange(20, 400), rng.uniform(0.001, 0.01))
+            acknowledged_and_stored(store, output)
+        except BaseException as exc:
+            exc.add_note(f"round {round_}, seed {seed}")
+            raise
