@@ -9,13 +9,13 @@ compile memo owns one, so every result of a namespace's compiles shares it. Pure
 
 from __future__ import annotations
 
-import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar, cast
 
 from .content import CompiledMessage
 from .wire import holds_tools
+from .weak_values import WeakValues
 
 Run = tuple[int, int, int]  # (start in the new list, start in the old list, length)
 
@@ -135,7 +135,7 @@ class _Shared:
     a shared part: every cache's records from before then are dropped."""
 
     def __init__(self) -> None:
-        self.parts: weakref.WeakValueDictionary[tuple[Hashable, ...], Any] = weakref.WeakValueDictionary()
+        self.parts: WeakValues[tuple[Hashable, ...], Any] = WeakValues()
         self.generation = 0
 
 
@@ -168,7 +168,7 @@ class BodyCache:
         """Drop every record, and the parts shared with other caches (a host edited one, P15):
         every cache makes its next bodies afresh."""
         self._records = {}
-        _SHARED.parts = weakref.WeakValueDictionary()
+        _SHARED.parts = WeakValues()
         _SHARED.generation += 1
 
     def put(self, key: Hashable, record: Any) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import operator
 import uuid
-import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
@@ -33,6 +32,7 @@ from .budget import Entry
 from .tokens import estimate_blocks
 from .tool_pairing import ToolIds, repair_with_origins, split_mixed_tool_messages, tool_ids
 from .validation import find_audience
+from .weak_values import WeakValues
 
 
 class _Prepared:
@@ -118,7 +118,7 @@ class _Parts:
 _NO_PARTS = _Parts([], [], [], [], [], [], [])
 
 
-class PreparedEntries(weakref.WeakValueDictionary[int, _Prepared]):
+class PreparedEntries(WeakValues[int, _Prepared]):
     """Entries prepared by the memos of every namespace that reads one slot in one reader view (so
     their raw-body lookups agree), by entry id, while some memo holds them: an entry that every
     such namespace compiles (a message's copy entry is one object, ``strategies.base.raw_entry``)

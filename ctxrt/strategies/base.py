@@ -10,7 +10,6 @@ code, testable without trio or a store (``ctxrt.testing.PlainContext``).
 
 from __future__ import annotations
 
-import weakref
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
@@ -21,6 +20,7 @@ import attrs
 from .. import checks
 from ..budget import Entry, non_negative_int
 from ..content import Message, sequence_key
+from ..weak_values import WeakValues
 
 if TYPE_CHECKING:
     from ..budget import Budget, PreviewResult
@@ -429,7 +429,7 @@ def _entry_sequence(entry: Entry) -> int:
 # reading that object (a slot's reader view is shared) hands compile the same entry, so what
 # compile makes of it is made once (P16). The id is checked against the entry: an entry outlives
 # the message only if a later object may take its id, and that object carries other content.
-_COPIES: weakref.WeakValueDictionary[int, Entry] = weakref.WeakValueDictionary()
+_COPIES: WeakValues[int, Entry] = WeakValues()
 
 
 def raw_entry(message: Message) -> Entry:
