@@ -480,8 +480,8 @@ def test_what_the_middleware_hands_back_equals_what_langgraphs_own_checkpointer_
 
 def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything_is_written(tmp_path: Path) -> None:
     """A wrong manager, an int budget, a wrong agent or loop raises TypeError naming it at
-    construction, an agent named as a role ValueError (I14); a batch holding content the store refuses raises MalformedContentError naming
-    ``messages[i]`` and writes none of the batch (I10)."""
+    construction, an agent named as a role ValueError (I14); a batch holding content the store refuses, or a tool
+    message answering no call, raises MalformedContentError naming ``messages[i]`` and writes none of the batch (I10)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -497,6 +497,9 @@ def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything
             with pytest.raises(MalformedContentError) as refused:
                 await middleware.record([HumanMessage("fine", id="h1"), HumanMessage("\ud800", id="h2")])
             assert refused.value.path == "messages[1].content"
+            with pytest.raises(MalformedContentError) as refused:
+                await middleware.record([HumanMessage("fine", id="h1"), ChatMessage(role="tool", content="r", id="t1")])
+            assert refused.value.path == "messages[1].tool_call_id"
             with pytest.raises(TypeError, match="messages"):
                 await middleware.record(["hello"])  # type: ignore[list-item]
             assert await team.ann.message_count() == 0
