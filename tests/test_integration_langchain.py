@@ -434,6 +434,32 @@ def test_an_invalid_tool_call_its_error_result_and_an_error_status_reach_the_mod
     run(body)
 
 
+def test_the_error_result_langgraph_adds_for_an_invalid_tool_call_reaches_the_same_model_call_and_is_stored_once(
+        tmp_path: Path) -> None:
+    """History ending in a reply whose only tool call is invalid, with no result: LangGraph's model
+    node adds the error result for that call, and the model gets the question, the call and the
+    error, as it does without the middleware; the next turn of the checkpointed thread writes
+    none of them again (I4, I6)."""
+    bad = {"name": "lookup", "args": "{bad", "id": "call_bad", "error": "bad json", "type": "invalid_tool_call"}
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread = {"configurable": {"thread_id": "t1"}, "callbacks": [seen]}
+            await graph.ainvoke({"messages": [HumanMessage("look"), AIMessage("oops", invalid_tool_calls=[bad])]}, thread)
+            first = seen.calls[0]
+            assert [type(m).__name__ for m in first] == ["HumanMessage", "AIMessage", "ToolMessage"]
+            assert [c["id"] for c in first[1].tool_calls] == ["call_bad"]
+            assert (first[2].tool_call_id, first[2].status) == ("call_bad", "error")
+            await graph.ainvoke({"messages": [HumanMessage("again")]}, thread)
+            stored = [m.participant for m in await team.ann.get_all_messages()]
+            assert stored == ["user", "ann", "ann", "user", "ann"]
+
+    run(body)
+
+
 def exchange(draw: Any, turn: int) -> list[BaseMessage]:
     """One turn of LangChain's own message types: a person's question (or the agent's own
     instructions), and a reply, with tool calls and their results or without."""

@@ -11,7 +11,7 @@ parts for its reader alone (I13), tool messages joined to the calls they answer 
 kept, and given back), a system message as the agent's own instructions); at the call (``awrap_model_call``;
 ``wrap_model_call`` from a thread other than the runtime's loop) it hands the model the manager's
 compiled view under its budget in place of the state's messages (the system prompt stays the
-agent's). So a thread resumed from a checkpointer, history the caller passes back in, a trimmed
+agent's), after writing the error results LangGraph's model node adds there for invalid tool calls. So a thread resumed from a checkpointer, history the caller passes back in, a trimmed
 or rewound state each write a message once, and recording never stops. A message removed from
 the state (``RemoveMessage``) leaves this thread's view, not the shared slot: the state keeps the
 ids it saw written (``ctxrt_present``) and the stored messages it no longer shows
@@ -121,6 +121,21 @@ def _with_reasoning(message: dict[str, Any], reasoned: Mapping[str, list[Any]]) 
     return {**message, "content": [*kept, *([{"type": "text", "text": said}] if said else [])]}
 
 
+def _repairs(request: ModelRequest[Any]) -> list[BaseMessage]:
+    """The state's messages with the error results the model node adds for this call to answer
+    invalid tool calls (LangGraph keeps them in the state only with the reply), each given now the
+    id it will keep there; none: the state's messages as they are."""
+    state = request.state["messages"]
+    answered = {m.tool_call_id for m in state if isinstance(m, ToolMessage)}
+    invalid = {call["id"] for m in state if isinstance(m, AIMessage) for call in m.invalid_tool_calls} - answered
+    added = [m for m in request.messages if isinstance(m, ToolMessage) and m.id is None and m.tool_call_id in invalid]
+    for message in added:
+        message.id = str(uuid.uuid4())
+    by_call = {m.tool_call_id: m for m in added}
+    return [each for m in state for each in (m, *(by_call[call["id"]] for call in getattr(m, "invalid_tool_calls", ())
+                                                   if call["id"] in by_call))]
+
+
 class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
     """A LangChain agent's memory in a ctxrt slot, seen through the agent's reader.
 
@@ -223,14 +238,23 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelCallResult[Any]]],
     ) -> ModelCallResult[Any]:
-        return await handler(request.override(messages=await self.view(**_seen(request.state))))
+        return await handler(request.override(messages=await self._view_for(request)))
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelCallResult[Any]],
     ) -> ModelCallResult[Any]:
-        return handler(request.override(messages=self._on_loop(self.view(**_seen(request.state)))))
+        return handler(request.override(messages=self._on_loop(self._view_for(request))))
+
+    async def _view_for(self, request: ModelRequest[Any]) -> list[AnyMessage]:
+        """The view handed to the model call ``request`` makes, holding the error results LangGraph
+        added to its messages (``_repairs``) as the call without the middleware would."""
+        state = request.state
+        messages = _repairs(request)
+        if len(messages) > len(state["messages"]):
+            await self.record(messages, final=False, held=_written_before(state), thread=_thread(state))
+        return await self.view(**_seen({**state, "messages": messages}))
 
     async def aafter_agent(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return await self._write_state(state, final=True)
