@@ -26,7 +26,9 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold, words
 from ctxrt import MalformedContentError
+from ctxrt.integrations import blocks
 from ctxrt.integrations.langchain import CtxrtMiddleware
+from ctxrt.integrations.ledger import Ledger
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply
 from loopback_openai import serving_openai_api
@@ -317,6 +319,60 @@ def test_a_thread_rewound_to_an_earlier_checkpoint_leaves_the_abandoned_turns_ou
             stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
             assert len(stored) == len(set(stored)) == 10 and abandoned <= set(stored)
             assert holds(await team.bob.compile(BUDGET), "question 2")
+
+    run(body)
+
+
+def test_a_question_edited_at_an_earlier_checkpoint_reaches_the_model_edited_on_that_turn_and_after(
+        tmp_path: Path) -> None:
+    """LangGraph's "edit state" time travel: the checkpoint before the model answered question 1
+    updated with that message's id and new text, then resumed. The model is handed the edited
+    question on that call and on the branch's next turn, as ``InMemorySaver`` gives it, never the
+    old text; the shared slot keeps both versions, as bob's view shows, each stored once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph, thread = await checkpointed_thread(team.ann, 2)
+            target = [s async for s in graph.aget_state_history(thread)
+                      if s.values.get("messages") and s.values["messages"][-1].content == "question 1"][0]
+            asked = target.values["messages"][-1]
+            edited = await graph.aupdate_state(target.config, {"messages": [HumanMessage("question 1 edited",
+                                                                                         id=asked.id)]})
+            await graph.ainvoke(None, config={**edited, "callbacks": [seen]})
+            await graph.ainvoke({"messages": [HumanMessage("question 2")]}, config={**thread, "callbacks": [seen]})
+            assert [m.content for m in seen.calls[0]] == ["question 0", line("ann", 1), "question 1 edited"]
+            assert [m.content for m in seen.calls[1]] == ["question 0", line("ann", 1), "question 1 edited",
+                                                          line("ann", 3), "question 2"]
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert len(stored) == len(set(stored)) == 8
+            bobs = await team.bob.compile(BUDGET)
+            assert holds(bobs, "question 1 edited") and holds(bobs, "question 1")
+
+    run(body)
+
+
+def test_a_thread_whose_messages_an_earlier_ctxrt_stored_under_bare_ids_resumes_writing_nothing_twice(
+        tmp_path: Path) -> None:
+    """A thread as the middleware before message versions left it: its stored messages keyed by
+    bare LangChain ids, its checkpoint naming those ids in ``ctxrt_present``. Resumed with a new
+    question, only the question and its reply are written, and the model sees each message once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            said = [HumanMessage("question 0", id="h0"), AIMessage(line("ann", 0), id="a0")]
+            writes = [[("user", [blocks.text("question 0", "h0")])], [("ann", [blocks.text(line("ann", 0), "a0")])]]
+            await Ledger(team.ann).record(["h0", "a0"], writes.__getitem__, {"ctxrt_thread": "old"})
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread: Any = {"configurable": {"thread_id": "t1"}}
+            await graph.aupdate_state(thread, {"messages": said, "ctxrt_present": ["h0", "a0"], "ctxrt_thread": "old"},
+                                      as_node="CtxrtMiddleware.after_agent")
+            await graph.ainvoke({"messages": [HumanMessage("question 1")]}, config={**thread, "callbacks": [seen]})
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["question 0", line("ann", 0), "question 1", line("ann", 1)]
+            assert [m.content for m in seen.calls[0]] == ["question 0", line("ann", 0), "question 1"]
 
     run(body)
 
