@@ -26,7 +26,9 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from adapters_support import BUDGET, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold, words
 from ctxrt import MalformedContentError
+from ctxrt.integrations import blocks
 from ctxrt.integrations.langchain import CtxrtMiddleware
+from ctxrt.integrations.ledger import Ledger
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply
 from loopback_openai import serving_openai_api
@@ -321,6 +323,60 @@ def test_a_thread_rewound_to_an_earlier_checkpoint_leaves_the_abandoned_turns_ou
     run(body)
 
 
+def test_a_question_edited_at_an_earlier_checkpoint_reaches_the_model_edited_on_that_turn_and_after(
+        tmp_path: Path) -> None:
+    """LangGraph's "edit state" time travel: the checkpoint before the model answered question 1
+    updated with that message's id and new text, then resumed. The model is handed the edited
+    question on that call and on the branch's next turn, as ``InMemorySaver`` gives it, never the
+    old text; the shared slot keeps both versions, as bob's view shows, each stored once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph, thread = await checkpointed_thread(team.ann, 2)
+            target = [s async for s in graph.aget_state_history(thread)
+                      if s.values.get("messages") and s.values["messages"][-1].content == "question 1"][0]
+            asked = target.values["messages"][-1]
+            edited = await graph.aupdate_state(target.config, {"messages": [HumanMessage("question 1 edited",
+                                                                                         id=asked.id)]})
+            await graph.ainvoke(None, config={**edited, "callbacks": [seen]})
+            await graph.ainvoke({"messages": [HumanMessage("question 2")]}, config={**thread, "callbacks": [seen]})
+            assert [m.content for m in seen.calls[0]] == ["question 0", line("ann", 1), "question 1 edited"]
+            assert [m.content for m in seen.calls[1]] == ["question 0", line("ann", 1), "question 1 edited",
+                                                          line("ann", 3), "question 2"]
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert len(stored) == len(set(stored)) == 8
+            bobs = await team.bob.compile(BUDGET)
+            assert holds(bobs, "question 1 edited") and holds(bobs, "question 1")
+
+    run(body)
+
+
+def test_a_thread_whose_messages_an_earlier_ctxrt_stored_under_bare_ids_resumes_writing_nothing_twice(
+        tmp_path: Path) -> None:
+    """A thread as the middleware before message versions left it: its stored messages keyed by
+    bare LangChain ids, its checkpoint naming those ids in ``ctxrt_present``. Resumed with a new
+    question, only the question and its reply are written, and the model sees each message once (I6)."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            said = [HumanMessage("question 0", id="h0"), AIMessage(line("ann", 0), id="a0")]
+            writes = [[("user", [blocks.text("question 0", "h0")])], [("ann", [blocks.text(line("ann", 0), "a0")])]]
+            await Ledger(team.ann).record(["h0", "a0"], writes.__getitem__, {"ctxrt_thread": "old"})
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread: Any = {"configurable": {"thread_id": "t1"}}
+            await graph.aupdate_state(thread, {"messages": said, "ctxrt_present": ["h0", "a0"], "ctxrt_thread": "old"},
+                                      as_node="CtxrtMiddleware.after_agent")
+            await graph.ainvoke({"messages": [HumanMessage("question 1")]}, config={**thread, "callbacks": [seen]})
+            stored = [m.content[0].text for m in await team.ann.get_all_messages()]  # type: ignore[union-attr]
+            assert stored == ["question 0", line("ann", 0), "question 1", line("ann", 1)]
+            assert [m.content for m in seen.calls[0]] == ["question 0", line("ann", 0), "question 1"]
+
+    run(body)
+
+
 def test_history_the_caller_passes_back_in_is_written_once(tmp_path: Path) -> None:
     """No checkpointer: the caller passes ``out["messages"]`` plus a new question into ``ainvoke``
     three times; each of the six messages is stored once and ann's model never sees a copy (I6)."""
@@ -434,6 +490,32 @@ def test_an_invalid_tool_call_its_error_result_and_an_error_status_reach_the_mod
     run(body)
 
 
+def test_the_error_result_langgraph_adds_for_an_invalid_tool_call_reaches_the_same_model_call_and_is_stored_once(
+        tmp_path: Path) -> None:
+    """History ending in a reply whose only tool call is invalid, with no result: LangGraph's model
+    node adds the error result for that call, and the model gets the question, the call and the
+    error, as it does without the middleware; the next turn of the checkpointed thread writes
+    none of them again (I4, I6)."""
+    bad = {"name": "lookup", "args": "{bad", "id": "call_bad", "error": "bad json", "type": "invalid_tool_call"}
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            seen = Received()
+            graph = create_agent(ToolCallingFake(messages=replies("ann")), tools=[lookup],
+                                 middleware=[CtxrtMiddleware(team.ann, budget=BUDGET)], checkpointer=InMemorySaver())
+            thread = {"configurable": {"thread_id": "t1"}, "callbacks": [seen]}
+            await graph.ainvoke({"messages": [HumanMessage("look"), AIMessage("oops", invalid_tool_calls=[bad])]}, thread)
+            first = seen.calls[0]
+            assert [type(m).__name__ for m in first] == ["HumanMessage", "AIMessage", "ToolMessage"]
+            assert [c["id"] for c in first[1].tool_calls] == ["call_bad"]
+            assert (first[2].tool_call_id, first[2].status) == ("call_bad", "error")
+            await graph.ainvoke({"messages": [HumanMessage("again")]}, thread)
+            stored = [m.participant for m in await team.ann.get_all_messages()]
+            assert stored == ["user", "ann", "ann", "user", "ann"]
+
+    run(body)
+
+
 def exchange(draw: Any, turn: int) -> list[BaseMessage]:
     """One turn of LangChain's own message types: a person's question (or the agent's own
     instructions), and a reply, with tool calls and their results or without."""
@@ -480,8 +562,8 @@ def test_what_the_middleware_hands_back_equals_what_langgraphs_own_checkpointer_
 
 def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything_is_written(tmp_path: Path) -> None:
     """A wrong manager, an int budget, a wrong agent or loop raises TypeError naming it at
-    construction, an agent named as a role ValueError (I14); a batch holding content the store refuses raises MalformedContentError naming
-    ``messages[i]`` and writes none of the batch (I10)."""
+    construction, an agent named as a role ValueError (I14); a batch holding content the store refuses, or a tool
+    message answering no call, raises MalformedContentError naming ``messages[i]`` and writes none of the batch (I10)."""
 
     async def body() -> None:
         async with residents(tmp_path / "store") as team:
@@ -497,6 +579,9 @@ def test_wrong_arguments_are_refused_naming_them_and_bad_content_before_anything
             with pytest.raises(MalformedContentError) as refused:
                 await middleware.record([HumanMessage("fine", id="h1"), HumanMessage("\ud800", id="h2")])
             assert refused.value.path == "messages[1].content"
+            with pytest.raises(MalformedContentError) as refused:
+                await middleware.record([HumanMessage("fine", id="h1"), ChatMessage(role="tool", content="r", id="t1")])
+            assert refused.value.path == "messages[1].tool_call_id"
             with pytest.raises(TypeError, match="messages"):
                 await middleware.record(["hello"])  # type: ignore[list-item]
             assert await team.ann.message_count() == 0

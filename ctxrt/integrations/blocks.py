@@ -225,6 +225,8 @@ def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -
     message can't hold."""
     role = message.get("role")
     if role == "tool":
+        if message.get("tool_call_id") is None:  # LangChain's ChatMessage(role="tool") carries none
+            raise MalformedContentError(f"{where}.tool_call_id", "a tool message needs the id of the call it answers")
         content = message.get("content")
         body = content if isinstance(content, str) else _chat_parts(content, f"{where}.content")
         return [(TOOL, [tool_result(str(message["tool_call_id"]), body, f"{where}.content",

@@ -11,18 +11,21 @@ parts for its reader alone (I13), tool messages joined to the calls they answer 
 kept, and given back), a system message as the agent's own instructions); at the call (``awrap_model_call``;
 ``wrap_model_call`` from a thread other than the runtime's loop) it hands the model the manager's
 compiled view under its budget in place of the state's messages (the system prompt stays the
-agent's). So a thread resumed from a checkpointer, history the caller passes back in, a trimmed
+agent's), after writing the error results LangGraph's model node adds there for invalid tool calls. So a thread resumed from a checkpointer, history the caller passes back in, a trimmed
 or rewound state each write a message once, and recording never stops. A message removed from
 the state (``RemoveMessage``) leaves this thread's view, not the shared slot: the state keeps the
-ids it saw written (``ctxrt_present``) and the stored messages it no longer shows
-(``ctxrt_hidden``), both private to the middleware; the ids in ``ctxrt_present`` count as written,
+keys it saw written (``ctxrt_present``) and the stored messages it no longer shows
+(``ctxrt_hidden``), both private to the middleware; the keys in ``ctxrt_present`` count as written,
 and a thread checkpointed by an earlier ctxrt (which kept ``ctxrt_recorded``, a count of the
 state's messages written) counts its first ``ctxrt_recorded`` messages as written, so an upgrade
 writes nothing twice (such a message removed later stays in the view: its stored message isn't
 known). A thread's view follows its current state through time travel too: the state keeps a
 token of its own (``ctxrt_thread``, checkpointed with it) that tags every message it writes, and
-the view leaves out the thread's stored messages none of whose LangChain ids the state holds now
-(the turns a rewind to an earlier checkpoint abandoned). A reply with tool calls waits in the state
+the view leaves out the thread's stored messages none of whose keys the state holds now
+(the turns a rewind to an earlier checkpoint abandoned). A message is known by its id and a digest
+of what it says (``_version``), so one edited under its id is written anew and the version it
+replaced leaves the view; messages an earlier ctxrt stored under bare ids count as written. A
+thread resumed at the model node has what its state holds written at the model call. A reply with tool calls waits in the state
 until its results are there and is written with them as one message; what the state holds when
 the agent ends (the final reply, a tool that returns directly) is written then.
 """
@@ -31,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import hashlib
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Annotated, Any, TypeVar, cast
@@ -46,7 +51,7 @@ from .. import Budget, ContextManager, checks
 from . import blocks
 from .ledger import Ledger
 
-PRESENT = "ctxrt_present"  # the state's message ids the slot held at the last step
+PRESENT = "ctxrt_present"  # the state's message keys (``_keys``) the slot held at the last step
 HIDDEN = "ctxrt_hidden"  # stored message ids this thread's view leaves out: removed from its state
 RECORDED = "ctxrt_recorded"  # an earlier ctxrt's count: the state's first messages it wrote
 THREAD = "ctxrt_thread"  # the thread's token: in its state, and in the metadata of what it writes
@@ -81,12 +86,6 @@ def _written_before(state: Mapping[str, Any]) -> set[str]:
     return {m.id for m in state["messages"][:count] if m.id is not None}
 
 
-def _seen(state: Mapping[str, Any]) -> dict[str, Any]:
-    """``view``'s arguments for a step of the thread whose state is ``state``."""
-    return {"hidden": set(_ids(state, HIDDEN)), "thread": _thread(state),
-            "shown": {m.id for m in state["messages"] if m.id is not None}}
-
-
 def _chat(message: BaseMessage) -> dict[str, Any]:
     """A LangChain message as the Chat Completions dict ``blocks.from_chat`` reads, with what the
     conversion drops: a reply's invalid tool calls (as calls, their raw arguments kept, so the
@@ -99,6 +98,13 @@ def _chat(message: BaseMessage) -> dict[str, Any]:
     if isinstance(message, ToolMessage) and message.status == "error":
         chat["status"] = "error"
     return chat
+
+
+def _version(message: BaseMessage) -> str:
+    """The key of a message with an id as it reads now: its id and a digest of what it says, so an
+    edit under the same id (LangGraph's "edit state" time travel) is a message of its own."""
+    said = json.dumps(_chat(message), sort_keys=True, ensure_ascii=True, default=str)
+    return f"{message.id}#{hashlib.sha256(said.encode()).hexdigest()[:16]}"
 
 
 def _marked_failed(messages: list[BaseMessage], failed: Collection[str]) -> None:
@@ -119,6 +125,21 @@ def _with_reasoning(message: dict[str, Any], reasoned: Mapping[str, list[Any]]) 
         return message
     said = message["content"]
     return {**message, "content": [*kept, *([{"type": "text", "text": said}] if said else [])]}
+
+
+def _repairs(request: ModelRequest[Any]) -> list[BaseMessage]:
+    """The state's messages with the error results the model node adds for this call to answer
+    invalid tool calls (LangGraph keeps them in the state only with the reply), each given now the
+    id it will keep there; none: the state's messages as they are."""
+    state = request.state["messages"]
+    answered = {m.tool_call_id for m in state if isinstance(m, ToolMessage)}
+    invalid = {call["id"] for m in state if isinstance(m, AIMessage) for call in m.invalid_tool_calls} - answered
+    added = [m for m in request.messages if isinstance(m, ToolMessage) and m.id is None and m.tool_call_id in invalid]
+    for message in added:
+        message.id = str(uuid.uuid4())
+    by_call = {m.tool_call_id: m for m in added}
+    return [each for m in state for each in (m, *(by_call[call["id"]] for call in getattr(m, "invalid_tool_calls", ())
+                                                   if call["id"] in by_call))]
 
 
 class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
@@ -160,6 +181,8 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         is checked before the first is written (``MalformedContentError`` naming ``messages[i]``)."""
         messages = checks.instances(messages, "messages", BaseMessage)
         checks.optional_name(thread, "thread")
+        await self.ledger.catch_up()
+        known = self._keys(messages, held)
         reader = str(self.manager.view_reader)
         writes: dict[int, list[tuple[str, list[blocks.Block]]]] = {}
 
@@ -169,15 +192,40 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
             return writes[i]
 
         # A message LangGraph gave no id (one passed to record by hand) is known by what it writes and where.
-        keys = [m.id or blocks.digest(self.manager.namespace, i, written(i)) for i, m in enumerate(messages)]
+        keys = [key or blocks.digest(self.manager.namespace, i, written(i)) for i, key in enumerate(known)]
+        # A new message is stored under its id too (so a later version of it is known as an edit); an edit is not,
+        # so the thread's view, which keeps its stored messages by the keys its state holds, leaves the old one out.
+        also = {key: [m.id] for key, m in zip(keys, messages) if m.id is not None and key != m.id and self.ledger.slot_id(m.id) is None}
         metadata = {blocks.WRITER: self.manager.namespace, **({THREAD: thread} if thread is not None else {})}
-        await self.ledger.record(keys, written, metadata, hold_calls=not final, held=held)
+        await self.ledger.record(keys, written, metadata, hold_calls=not final, held=held, also=also)
+
+    def _keys(self, messages: Sequence[BaseMessage], held: Collection[str]) -> list[str | None]:
+        """Each message's key: its ``_version``, or its bare id where an earlier ctxrt wrote it so
+        (no stored message of that id lists a version, or the state's own account, ``held``,
+        names the id); None for a message without an id."""
+        keys: list[str | None] = []
+        for message in messages:
+            if message.id is None:
+                keys.append(None)
+                continue
+            version, stored = _version(message), self.ledger.slot_id(message.id)
+            bare = self.ledger.slot_id(version) is None and (
+                message.id in held if stored is None else
+                not any(key.startswith(f"{message.id}#") for key in self.ledger.keys(stored)))
+            keys.append(message.id if bare else version)
+        return keys
+
+    def _seen(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """``view``'s arguments for a step of the thread whose state is ``state``."""
+        return {"hidden": set(_ids(state, HIDDEN)), "thread": _thread(state),
+                "shown": {key for key in self._keys(state["messages"], _written_before(state)) if key is not None}}
 
     async def view(self, hidden: Collection[str] = (), *, thread: str | None = None,
                    shown: Collection[str] = ()) -> list[AnyMessage]:
         """The agent's reader's compiled view, as LangChain messages, without the stored messages
         ``hidden`` names (removed from the thread's state), nor those ``thread`` wrote holding
-        none of the LangChain ids in ``shown`` (the state's now: a rewind abandoned them)."""
+        none of the keys in ``shown`` (the state's messages' now, ``_keys``: a rewind abandoned
+        them, or an edit replaced them)."""
         result = await self.manager.compile(self.budget)
         gone = set(hidden)
         if thread is not None:
@@ -200,11 +248,12 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         held = _written_before(state)
         thread = _thread(state) or uuid.uuid4().hex
         await self.record(messages, final=final, held=held, thread=thread)
-        now = {m.id for m in messages}
+        now = [key for key in self._keys(messages, held) if key is not None]
         before = _ids(state, PRESENT)
         hidden = _ids(state, HIDDEN)
+        # A key gone from the state is a message removed, or the version an edit replaced.
         hidden += [found for key in before if key not in now and (found := self.ledger.slot_id(key)) is not None]
-        present = [m.id for m in messages if m.id is not None and (m.id in held or self.ledger.slot_id(m.id) is not None)]
+        present = [key for key in now if key in held or self.ledger.slot_id(key) is not None]
         update: dict[str, Any] = {} if THREAD in state else {THREAD: thread}
         if present != before:
             update[PRESENT] = present
@@ -223,14 +272,24 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelCallResult[Any]]],
     ) -> ModelCallResult[Any]:
-        return await handler(request.override(messages=await self.view(**_seen(request.state))))
+        return await handler(request.override(messages=await self._view_for(request)))
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelCallResult[Any]],
     ) -> ModelCallResult[Any]:
-        return handler(request.override(messages=self._on_loop(self.view(**_seen(request.state)))))
+        return handler(request.override(messages=self._on_loop(self._view_for(request))))
+
+    async def _view_for(self, request: ModelRequest[Any]) -> list[AnyMessage]:
+        """The view handed to the model call ``request`` makes, holding the error results LangGraph
+        added to its messages (``_repairs``) as the call without the middleware would, and what
+        the state holds unwritten: a thread resumed at the model node (a checkpoint edited by
+        ``aupdate_state``) skips ``abefore_model``."""
+        state = request.state
+        messages = _repairs(request)
+        await self.record(messages, final=False, held=_written_before(state), thread=_thread(state))
+        return await self.view(**self._seen({**state, "messages": messages}))
 
     async def aafter_agent(self, state: CtxrtState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return await self._write_state(state, final=True)

@@ -28,6 +28,7 @@ class Ledger:
         self.manager = manager
         self.group = group
         self._ids: dict[str, str] = {}  # key -> the id of the stored message holding it
+        self._keys: dict[str, list[str]] = {}  # stored message id -> its keys
         self._groups: dict[str, dict[str, list[str]]] = {}  # group value -> stored message id -> its keys
         self._read = -1  # the newest sequence whose keys are read
         self._lock: asyncio.Lock | None = None
@@ -36,6 +37,10 @@ class Ledger:
         """The stored message holding the framework message ``key``, if written."""
         return self._ids.get(key)
 
+    def keys(self, message_id: str) -> Sequence[str]:
+        """The keys the stored message ``message_id`` holds (read or written so far)."""
+        return self._keys.get(message_id, [])
+
     def grouped(self, value: str) -> Mapping[str, list[str]]:
         """The stored messages whose ``group`` metadata is ``value`` (read or written so far), each
         with the keys it holds."""
@@ -43,6 +48,7 @@ class Ledger:
 
     def _note(self, message_id: str, keys: Sequence[str], metadata: Mapping[str, Any]) -> None:
         self._ids.update(dict.fromkeys(keys, message_id))
+        self._keys[message_id] = list(keys)
         value = metadata.get(self.group) if self.group is not None else None
         if isinstance(value, str):
             self._groups.setdefault(value, {})[message_id] = list(keys)
@@ -63,7 +69,8 @@ class Ledger:
                 self._read = message.sequence
 
     async def record(self, keys: Sequence[str], writes: Callable[[int], Writes], metadata: Mapping[str, Any], *,
-                     hold_calls: bool = False, held: Collection[str] = ()) -> None:
+                     hold_calls: bool = False, held: Collection[str] = (),
+                     also: Mapping[str, Sequence[str]] | None = None) -> None:
         """Writes the framework messages the slot doesn't hold, in order: ``keys[i]`` is message
         ``i``'s identity, ``writes(i)`` what it writes (asked only of those not held, all of them
         before the first write, so content refused refuses the batch). ``held`` names keys the
@@ -71,7 +78,7 @@ class Ledger:
         results is joined to the write of the calls they answer (``paired``); with
         ``hold_calls``, a trailing message of calls alone is left for a later record, to be
         written with its results. Each stored message carries ``metadata`` and the keys of the
-        messages it completes. Records of one ledger take turns, so two at once write nothing
+        messages it completes (with the keys ``also`` gives for each, another name of it). Records of one ledger take turns, so two at once write nothing
         twice."""
         if self._lock is None:
             self._lock = asyncio.Lock()
@@ -83,7 +90,7 @@ class Ledger:
             planned: list[tuple[str, list[Block], list[str]]] = []  # each write with the keys it completes
             for i, written in fresh:
                 for n, (participant, content) in enumerate(written):
-                    done = [keys[i]] if n == len(written) - 1 else []
+                    done = [keys[i], *(also or {}).get(keys[i], ())] if n == len(written) - 1 else []
                     if participant == TOOL and planned and answers(planned[-1][1], content):
                         last = planned[-1]
                         planned[-1] = (last[0], [*last[1], *content], last[2] + done)
