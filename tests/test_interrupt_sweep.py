@@ -132,7 +132,7 @@ def run_host(how: str, path: Path, acks: Acks) -> None:
     if how == "trio":
         trio.run(_guarded_trio, path, acks)
     elif how == "asyncio.run":
-        asyncio.run(asyncio.wait_for(asyncio_host(path, acks), GUARD_S))
+        asyncio.run(_guarded_asyncio(path, acks))
     else:
         loop = asyncio.new_event_loop()
         loop.call_later(GUARD_S, loop.stop)  # holds even where a broken trio run would strand the callers
@@ -145,6 +145,13 @@ def run_host(how: str, path: Path, acks: Acks) -> None:
 async def _guarded_trio(path: Path, acks: Acks) -> None:
     with trio.fail_after(GUARD_S):
         await trio_host(path, acks)
+
+
+async def _guarded_asyncio(path: Path, acks: Acks) -> None:
+    # In the host's own task: asyncio.wait_for's task in between drops a cancel that comes just as
+    # the host finishes, and with it asyncio.run's Ctrl-C.
+    async with asyncio.timeout(GUARD_S):
+        await asyncio_host(path, acks)
 
 
 def traced(trace: Callable[[types.FrameType, str, Any], Any], run: Callable[[], None]) -> None:
