@@ -602,6 +602,7 @@ TARGETS = [
     method("list_namespaces", {"branch": P_BRANCH}, (BranchNotFoundError,), positional=("branch",)),
     method("reopen_derived", {
         "derivation": Param(values(DERIVATION), o_derivation),
+        "view_filter": Param(values(None, lambda message: True), o_callable),
         "strategy": P_STRATEGY,
         "model": P_MODEL,
     }, OPENS, positional=("derivation",), setup="derivation"),
@@ -990,6 +991,7 @@ assert {t.name for t in (*RUNTIME_TARGETS, *MESSAGE_TARGETS, *COMPILE_TARGETS, *
 
 
 @pytest.mark.soak
+@pytest.mark.filterwarnings("ignore:the derived manager:RuntimeWarning")  # a filtered derive reopened without one
 def test_fuzz_runtime_arguments(soak_scale: Callable[[int, int], int]) -> None:
     fuzz(RUNTIME_TARGETS, soak_scale(350, 4000))
 
