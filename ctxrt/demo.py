@@ -5,8 +5,8 @@ reader. Lines addressed to one resident carry an audience; tool cycles run betwe
 autobiographical compression drains in the background; a fork and a derive branch off the
 conversation. At the end each reader's compile is shown (token split, audience blocks seen)
 and checked: no reader's compile, summary or model request holds another reader's lines, and
-compression made summaries. 2,000 messages take about 10-30 seconds offline on a 2-core
-machine, longer with a real model. Offline by default (``OfflineModel``); with
+compression made summaries. 2,000 turns take a few seconds offline on a 2-core machine,
+longer with a real model. Offline by default (``OfflineModel``); with
 ``ANTHROPIC_API_KEY`` set it uses ``AnthropicModel``.
 
 The demo deletes only what it made: it writes a marker file into a store directory it creates

@@ -111,6 +111,21 @@ async def test_the_inspector_answers_only_reads_on_loopback(tmp_path: Path) -> N
                 assert status == 400
 
 
+async def test_an_unknown_path_or_method_gets_the_styled_error_page(tmp_path: Path) -> None:
+    """A path no page has, a static file that isn't there and a method other than GET or HEAD are
+    answered with the inspector's error page naming what was asked (404, 405 with its Allow
+    header), as ctxrt's own errors are, never a bare text body (W8)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            await two_readers(writer, 3)
+        async with serving(tmp_path / "s") as url:
+            for path, method, status in (("/nope", "GET", 404), ("/static/nope.css", "GET", 404),
+                                         ("/timeline", "POST", 405)):
+                got, page = await get(url + path, method=method)
+                assert got == status, (path, method)
+                assert "<html" in page.lower() and f"{method} {path}" in texts(page), (path, page[:300])
+
+
 async def test_every_stored_string_is_escaped(tmp_path: Path) -> None:
     """Hostile HTML in message text, tool input, participants, metadata, branch, namespace and
     reader names and summaries reaches every page as text, never as markup (W2)."""

@@ -135,7 +135,7 @@ def relative(path: Path) -> str:
 DEMO = Subcommand(
     "demo", "run the multi-resident demo on the embedded store",
     "Three residents share one slot; compression, a fork and a derive run; each reader's compile "
-    "is checked for another reader's lines. 2,000 turns take about 10-30 s offline (longer "
+    "is checked for another reader's lines. 2,000 turns take a few seconds offline (longer "
     "with a real model: ANTHROPIC_API_KEY set, CTXRT_DEMO_MODEL picks it). Exits 1 if the privacy "
     "check fails or compression made no summaries.",
     _options, in_trio(_demo))

@@ -38,7 +38,7 @@ async def _summaries(args: argparse.Namespace) -> int:
     if not found:
         out.print(f"namespace {namespace!r} on {args.branch} keeps no summaries", markup=False)
     for summary in found:
-        out.print(f"[bold]{escape(summary['id'])}[/] (L{summary['level']}, {summary['tokens']} tokens, messages "
+        out.print(f"[bold]{escape(summary['id'])}[/] (L{summary['level']}, {summary['tokens']} tokens, message ids "
                   f"{summary['first_id']}..{summary['last_id']}): {escape(summary['content'][:240])}")
     return 0
 

@@ -21,6 +21,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -213,9 +214,18 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
                               ("/summaries", summaries), ("/diff", diff))
     ]
     routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # An unknown path or a method other than GET: the styled error page, as ctxrt's own errors get.
+        assert isinstance(exc, HTTPException)
+        response = render("error.html", exc.status_code, title=exc.detail.lower(),
+                          message=f"{request.method} {request.url.path}: {exc.detail}")
+        response.headers.update(exc.headers or {})
+        return response
+
     return Starlette(routes=routes, middleware=[
         Middleware(TrustedHostMiddleware, allowed_hosts=[HOST, "localhost"]),
-    ])
+    ], exception_handlers={404: http_error, 405: http_error})
 
 
 async def serve(
