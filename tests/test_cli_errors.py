@@ -6,6 +6,7 @@ built in a temp dir by this process; assertions are on exit status, stdout and s
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -297,3 +298,15 @@ async def test_a_ctrl_c_after_the_command_has_done_its_work_changes_nothing(tmp_
                                     capture_stderr=True, check=False)
     assert result.returncode == 0, result.stderr.decode()
     assert b"usage: ctxrt" in result.stdout and result.stderr == b""
+
+
+async def test_serve_on_a_taken_port_names_the_port_and_how_to_get_a_free_one(store: Path) -> None:
+    """serve on a port something already listens on: exit 1 with one line naming the address and
+    --port 0 (it said only '[Errno 98] Address already in use' before)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = await ctxrt_cli("serve", str(store), "--port", str(port))
+    assert_one_error_line(code, out, err, status=1, starts="ctxrt: error:")
+    assert f"127.0.0.1:{port} is taken" in err and "--port 0" in err

@@ -9,6 +9,7 @@ whose Host isn't this machine's loopback name are refused (DNS rebinding).
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -252,4 +253,11 @@ async def serve(
 
 async def _serve_app(app: Starlette, config: Config, shutdown_trigger: Callable[[], Awaitable[None]] | None,
                      task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-    await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)  # type: ignore[arg-type]
+    try:
+        await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)  # type: ignore[arg-type]
+    except BaseExceptionGroup as group:  # hypercorn binds inside its nurseries
+        taken, _ = group.split(lambda exc: isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE)
+        if taken is None:
+            raise
+        raise OSError(errno.EADDRINUSE, f"{config.bind[0]} is taken (another ctxrt serve?): pick another port, "
+                                        "or port 0 for any free one (ctxrt serve --port 0)") from None
