@@ -199,7 +199,8 @@ async def test_help_shows_each_options_default_and_no_docstring_markup() -> None
 
 
 async def test_compile_counts_turns_and_their_tokens(store: Path) -> None:
-    """The header counts the turns it prints, and their tokens add up to the header's."""
+    """The header counts the turns it prints, and their tokens add up to the header's; --json
+    carries the same figures beside the request (it held the request alone before)."""
     code, out, err = await ctxrt_cli("compile", str(store), "--namespace", "agents/ann", "--budget", "10000")
     assert code == 0, err
     header, *lines = out.splitlines()
@@ -207,6 +208,11 @@ async def test_compile_counts_turns_and_their_tokens(store: Path) -> None:
     tokens = [int(line.split("(")[1].split(" tokens)")[0].replace(",", "")) for line in lines]
     assert len(lines) == 1 and lines[0].startswith("user (")
     assert f"1 turn, {sum(tokens):,} tokens of the budget's 6,000 " in header
+    code, out, err = await ctxrt_cli("compile", str(store), "--namespace", "agents/ann", "--budget", "10000", "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["tokens"], shown["turn_tokens"], shown["usable"]) == (sum(tokens), tokens, 6000)
+    assert len(shown["request"]["messages"]) == len(tokens)
 
 
 STORE_COMMANDS = ("inspect", "messages", "compile", "summaries", "serve", "verify")

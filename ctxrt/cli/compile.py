@@ -56,13 +56,14 @@ async def _compile(args: argparse.Namespace) -> int:
         result = await manager.compile(Budget(args.budget, args.reserve), dry_run=True)
         body = result.to_anthropic(assistant=args.assistant)
         await manager.aclose()
-    if args.json:
-        emit({"reader": manager.view_reader, "request": body})
-        return 0
     # The request is turns (a role's run of messages is one turn), so turns are what it counts,
     # each with its tokens by ctxrt's estimate, the one the budget is held to.
     turns = [(message["role"], estimate_blocks(result_blocks(message["content"]))) for message in body["messages"]]
     total = sum(tokens for _, tokens in turns)
+    if args.json:
+        emit({"reader": manager.view_reader, "request": body, "tokens": total,
+              "turn_tokens": [tokens for _, tokens in turns], "usable": args.budget - args.reserve})
+        return 0
     out.print(f"dry-run compile of {namespace} on {args.branch} for reader {manager.view_reader!r}: "
               f"{len(turns)} turn{'s' if len(turns) != 1 else ''}, {total:,} tokens of the budget's {args.budget - args.reserve:,} "
               f"(nothing written)", markup=False)
