@@ -133,16 +133,16 @@ from .model import (
 from .model import (
     Model as Model,
 )
-from .model import (
+from .model_types import (
     ModelRequest as ModelRequest,
 )
-from .model import (
+from .model_types import (
     ModelResponse as ModelResponse,
 )
 from .model import (
     OfflineModel as OfflineModel,
 )
-from .model import (
+from .model_types import (
     Usage as Usage,
 )
 from .namespace.protocol import NamespaceHealth as NamespaceHealth

@@ -18,7 +18,8 @@ import attrs
 
 from .errors import MessageNotFoundError
 from .model import Model
-from .namespace.protocol import Derive, Detach, Fork, NamespaceRef
+from .namespace.protocol import Derive, Detach, Fork
+from .namespace.ref import NamespaceRef
 from .namespace.registry import NamespaceRegistry, new_token
 from .slots import SlotCache
 from .store.protocol import CreateBranch

@@ -33,7 +33,8 @@ import trio
 from .budget import Budget
 from .content import CompiledMessage, Text
 from .errors import CtxrtError, ModelError, StoreLockedError
-from .model import AnthropicModel, ModelRequest, ModelResponse, OfflineModel
+from .model import AnthropicModel, OfflineModel
+from .model_types import ModelRequest, ModelResponse
 from .runtime import open_runtime
 from .store.engine import BACKEND_ERRORS
 from .store.files import STORE_FILE_NAMES

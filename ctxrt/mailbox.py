@@ -2,7 +2,8 @@
 
 A command is an ``Ask[R]``: ``ask(command)`` sends it and returns its ``R`` (or raises what
 refused it). Every answer goes through one ``Reply``; a caller parks on it with no Event and no
-parking lot, and a cancelled caller loses only its answer. ``tell`` sends a message no one waits
+parking lot, and a cancelled caller loses only its answer. (Both as data are in ``ctxrt.asks``,
+which the pure cores import; the waiting is here.) ``tell`` sends a message no one waits
 for. ``close`` is the one way an actor stops taking commands: later sends raise the refusal it
 names, and the actor takes what is queued (a closing ``notice`` first, if one is given), then
 sees the end. Senders feel back-pressure: once ``capacity`` envelopes are queued, ``ask`` waits
@@ -16,47 +17,33 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import trio
 
-from . import tracing
+from . import asks
+from .asks import Ask
 
 R = TypeVar("R")
-R_co = TypeVar("R_co", covariant=True)
 
 
-class Ask(Generic[R_co]):
-    """A command answered with an ``R``: ``Mailbox.ask`` returns what the actor answers it with."""
+class Reply(asks.Reply[R]):
+    """One command's answer, as ``ctxrt.asks.Reply`` holds it, that its caller can wait for
+    (``wait``). Until resolved it counts as unanswered in its mailbox (``mailbox``)."""
 
-    __slots__ = ()
-
-
-class Reply(Generic[R]):
-    """One command's answer. The actor resolves it once (later resolves are ignored); the caller
-    waits for it with ``wait`` and takes it with ``unwrap``. It carries its sender's trace
-    context (``trace``) to the actor: trio gives the actor's task its own context, not the sender's."""
-
-    __slots__ = ("_task", "_done", "ok", "value", "trace", "_mailbox")
+    __slots__ = ("_task", "_mailbox")
 
     def __init__(self, mailbox: Mailbox | None = None) -> None:
+        super().__init__()
         self._task: trio.lowlevel.Task | None = None
-        self._done = False
-        self.ok = False
-        self.value: Any = None
-        self.trace: Any = tracing.current()  # made in the sender's task; None while tracing is off
         self._mailbox = mailbox  # counts it unanswered until resolved
-
-    @property
-    def done(self) -> bool:
-        return self._done
 
     @trio.lowlevel.enable_ki_protection
     def resolve(self, ok: bool, value: Any) -> None:
-        if self._done:
-            return
-        self.ok, self.value, self._done = ok, value, True
+        super().resolve(ok, value)
+
+    def _answered(self) -> None:
         if self._mailbox is not None:
             self._mailbox._unanswered -= 1
         task = self._task
@@ -83,12 +70,6 @@ class Reply(Generic[R]):
     def _abort(self, _: Any) -> trio.lowlevel.Abort:
         self._task = None  # resolve won't wake a task that has gone
         return trio.lowlevel.Abort.SUCCEEDED
-
-    def unwrap(self) -> R:
-        """The answer, or the error the command was refused with, raised."""
-        if self.ok:
-            return self.value  # type: ignore[no-any-return]  # an R by the command's type
-        raise self.value
 
 
 Envelope = tuple[Any, "Reply[Any] | None"]

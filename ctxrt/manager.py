@@ -40,7 +40,6 @@ from .namespace.protocol import (
     Inspect,
     ListPins,
     NamespaceHealth,
-    NamespaceRef,
     NamespaceSnapshot,
     PinRange,
     Preview,
@@ -58,6 +57,7 @@ from .namespace.protocol import (
     Tick,
     Unpin,
 )
+from .namespace.ref import NamespaceRef
 from .namespace.registry import NamespaceRegistry
 from .queries import MessageQuery
 from .slots import SlotCache, prepare_append

@@ -1,6 +1,7 @@
 """Models: the ``Model`` protocol, ``AnthropicModel`` and the offline ``OfflineModel`` (DESIGN.md §9).
 
-This is the only module that imports ``anthropic`` (``openai_model`` the only one that imports
+A call's data (``ModelRequest``, ``ModelResponse``, ``Usage``) is in ``ctxrt.model_types``, which
+the strategies import with neither the SDK nor trio. This is the only module that imports ``anthropic`` (``openai_model`` the only one that imports
 ``openai``). SDK errors are translated here, once, into ``ModelError`` with ``retryable`` set;
 nothing else in ctxrt sees an SDK type.
 """
@@ -11,84 +12,18 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
-import attrs
 import trio
 
 from .content import Block, CompiledMessage, Document, Text, ToolResult
 from .errors import ModelError
+from .model_types import ModelRequest, ModelResponse, Usage
 from .wire import blocks_from_api, to_anthropic_messages
 
 if TYPE_CHECKING:
     import anthropic
-
-DEFAULT_ASSISTANT = frozenset({"Claude", "assistant"})
-
-
-def _names(value: str | Iterable[str]) -> frozenset[str]:
-    return frozenset({value}) if isinstance(value, str) else frozenset(value)
-
-
-# Named converters rather than ``converter=tuple``: mypy's attrs plugin can't bind the builtin's
-# type variable, so the fields' ``__init__`` parameters would be untyped.
-def _messages(value: Iterable[CompiledMessage]) -> tuple[CompiledMessage, ...]:
-    return tuple(value)
-
-
-def _tools(value: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
-    return tuple(value)
-
-
-def _blocks(value: Iterable[Block]) -> tuple[Block, ...]:
-    return tuple(value)
-
-
-@attrs.frozen
-class ModelRequest:
-    """One model call: ``messages`` by participant; those named in ``assistant`` speak as "assistant".
-
-    ``tools`` are Messages API tool definitions. ``temperature`` None means the model's default;
-    ``AnthropicModel`` never sends it, because the API version SDK 2.x sends (2026-10-21)
-    answers any sampling parameter with a 400.
-    ``timeout_s`` None means the model's own default.
-    """
-
-    model: str
-    system: str | None
-    messages: tuple[CompiledMessage, ...] = attrs.field(converter=_messages)
-    max_tokens: int
-    temperature: float | None = None
-    assistant: frozenset[str] = attrs.field(default=DEFAULT_ASSISTANT, kw_only=True, converter=_names)
-    tools: tuple[Mapping[str, Any], ...] = attrs.field(default=(), kw_only=True, converter=_tools)
-    timeout_s: float | None = attrs.field(default=None, kw_only=True)
-
-
-@attrs.frozen
-class Usage:
-    """What a model reported a call cost. ``input_tokens`` counts every input token, those the
-    provider's prompt cache served (``cache_read_input_tokens``) or wrote
-    (``cache_creation_input_tokens``) included, as the OpenTelemetry GenAI conventions count them."""
-
-    input_tokens: int
-    output_tokens: int
-    cache_read_input_tokens: int = 0
-    cache_creation_input_tokens: int = 0
-
-
-@attrs.frozen
-class ModelResponse:
-    """A model's reply. ``stop_reason`` is passed through as sent ("end_turn", "refusal", ...)."""
-
-    content: tuple[Block, ...] = attrs.field(converter=_blocks)
-    stop_reason: str
-    usage: Usage
-
-    @property
-    def text(self) -> str:
-        """The text blocks joined, in order."""
-        return "".join(block.text for block in self.content if isinstance(block, Text))
 
 
 @runtime_checkable

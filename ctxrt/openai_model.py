@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .content import Block, Text, ToolUse
 from .errors import ModelError
-from .model import ModelRequest, ModelResponse, SdkClientModel, Usage, retryable_status
+from .model import SdkClientModel, retryable_status
+from .model_types import ModelRequest, ModelResponse, Usage
 from .openai_wire import SystemRole, chat_tools, check_system_role, to_chat_messages
 from .wire import api_tool_name
 

@@ -39,7 +39,8 @@ from . import openai_rules
 from .anthropic_rules import violations
 from .budget import Entry
 from .content import Message, Text
-from .model import ModelRequest, ModelResponse, Usage, approx_tokens, request_chars
+from .model import approx_tokens, request_chars
+from .model_types import ModelRequest, ModelResponse, Usage
 from .namespace.core import Holds
 from .views import MessageView, ReaderListing, StaticListing
 

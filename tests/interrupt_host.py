@@ -19,7 +19,8 @@ from collections.abc import Callable
 import trio
 
 from ctxrt import Autobiographical, open_runtime
-from ctxrt.model import ModelRequest, ModelResponse, OfflineModel
+from ctxrt.model import OfflineModel
+from ctxrt.model_types import ModelRequest, ModelResponse
 from ctxrt.runtime import Runtime
 
 NAMESPACES = 4

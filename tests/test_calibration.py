@@ -14,7 +14,7 @@ import trio
 import ctxrt
 from ctxrt import Autobiographical, Budget, CalibratedEstimator
 from ctxrt.content import Message, Text
-from ctxrt.model import ModelRequest
+from ctxrt.model_types import ModelRequest
 from ctxrt.tokens import (
     MAX_FACTOR,
     MIN_FACTOR,

@@ -29,7 +29,7 @@ import trio
 from ctxrt import Autobiographical, weak_values
 from ctxrt.demo import STORE_MARKER
 from ctxrt.errors import RuntimeClosedError
-from ctxrt.model import ModelRequest, ModelResponse
+from ctxrt.model_types import ModelRequest, ModelResponse
 from ctxrt.runtime import open_runtime
 from ctxrt.store.verify import verify_store
 from ctxrt.weak_values import WeakValues

@@ -25,7 +25,7 @@ PACKAGE = Path(ctxrt.__file__).parent
 # Lowest first. The arrows of data flow: manager -> namespace actor -> strategy -> views -> slot
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
-    ("ctxrt.errors", "ctxrt.mailbox", "ctxrt.content", "ctxrt.events", "ctxrt.weak_values", "ctxrt.store.keys", "ctxrt.store.seals",
+    ("ctxrt.errors", "ctxrt.asks", "ctxrt.mailbox", "ctxrt.content", "ctxrt.model_types", "ctxrt.events", "ctxrt.weak_values", "ctxrt.store.keys", "ctxrt.store.seals",
      "ctxrt.store.files", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.validation", "ctxrt.codec", "ctxrt.blobs", "ctxrt.tokens"),
@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.strategies.catalog",),
     ("ctxrt.namespace.states", "ctxrt.namespace.core"),
     ("ctxrt.namespace.context", "ctxrt.namespace.protocol", "ctxrt.namespace.effects"),
+    ("ctxrt.namespace.ref",),  # the handle and its mailbox, apart from the commands (plain data)
     ("ctxrt.namespace.drain", "ctxrt.namespace.views", "ctxrt.namespace.lease"),
     ("ctxrt.namespace.machine",),
     ("ctxrt.namespace.actor",),
@@ -73,7 +74,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt", "ctxrt.__main__"),
     # The framework adapters: users of the public API (the facade), as a host is; nothing imports them.
     ("ctxrt.integrations", "ctxrt.integrations.blocks"),
-    ("ctxrt.integrations.ledger",),  # the shared rules' one piece that waits
+    ("ctxrt.integrations.ledger", "ctxrt.integrations.arguments"),  # the shared rules' one piece that waits; the arguments' checks
     ("ctxrt.integrations.openai_agents", "ctxrt.integrations.langchain", "ctxrt.integrations.pydantic_ai",
      "ctxrt.integrations.autogen"),
 ]
@@ -86,7 +87,7 @@ PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspect
 # a new strategy module is a pure core without a word here). To add a module, add its dotted
 # name here (as in LAYERS); a name here that no longer names a module fails a test.
 PURE_CORES: tuple[str, ...] = (
-    "ctxrt.content", "ctxrt.events", "ctxrt.weak_values", "ctxrt.checks", "ctxrt.queries", "ctxrt.validation", "ctxrt.codec",
+    "ctxrt.asks", "ctxrt.content", "ctxrt.model_types", "ctxrt.events", "ctxrt.weak_values", "ctxrt.checks", "ctxrt.queries", "ctxrt.validation", "ctxrt.codec",
     "ctxrt.blobs", "ctxrt.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.wire", "ctxrt.openai_wire",
     "ctxrt.body_runs", "ctxrt.anthropic_body", "ctxrt.openai_body", "ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints", "ctxrt.injections",
     "ctxrt.compile_result", "ctxrt.compile",
@@ -109,12 +110,24 @@ def module_name(path: Path) -> str:
     return name[: -len(".__init__")] if name.endswith(".__init__") else name
 
 
-def imports_of(path: Path) -> set[str]:
-    """The ctxrt modules ``path`` imports (``from .x import y`` resolves to ``x``, or ``x.y`` when that is a module)."""
+def import_statements(source: str, *, typing_only: bool = True) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements of ``source``; with ``typing_only`` False, only those that run when it
+    is imported (not those under ``if TYPE_CHECKING:``)."""
+    tree = ast.parse(source)
+    skipped = set() if typing_only else {
+        id(node) for block in ast.walk(tree)
+        if isinstance(block, ast.If) and ast.unparse(block.test).split(".")[-1] == "TYPE_CHECKING"
+        for statement in block.body for node in ast.walk(statement)}
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in skipped]
+
+
+def imports_of(path: Path, *, typing_only: bool = True) -> set[str]:
+    """The ctxrt modules ``path`` imports (``from .x import y`` resolves to ``x``, or ``x.y`` when that
+    is a module); with ``typing_only`` False, only those it loads at run time."""
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in import_statements(path.read_text(), typing_only=typing_only):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("ctxrt")}
         elif isinstance(node, ast.ImportFrom):
@@ -296,6 +309,71 @@ def test_the_checker_refuses_trio_imported_into_a_pure_core() -> None:
     assert event_loop_imports(guarded) == ["line 3: imports trio"]
     assert event_loop_imports("import asyncio\n") == ["line 1: imports asyncio"]
     assert event_loop_imports("from .mailbox import Mailbox\nimport json\n") == []
+
+
+# What no pure core loads, however deep: an event loop, a store engine's driver, a model's SDK.
+CORE_FREE_OF = EVENT_LOOPS | {"lmdb", "psycopg", "anthropic", "openai"}
+
+
+def third_party_imports(source: str) -> set[str]:
+    """The top-level names of the packages outside ctxrt that ``source`` imports at run time."""
+    found = set()
+    for node in import_statements(source, typing_only=False):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found - {"ctxrt"}
+
+
+def loaded_forbidden(core: str, loads: dict[str, set[str]], third_party: dict[str, set[str]]) -> list[str]:
+    """Each package of ``CORE_FREE_OF`` that ``core`` loads, through the ctxrt modules it loads at run
+    time (``loads``: each module's), with the shortest chain of imports that loads it. The package
+    ``__init__`` files Python runs first are not counted: ``ctxrt``'s is the facade, not a dependency."""
+    parent: dict[str, str | None] = {core: None}
+    queue = [core]
+    found = []
+    for module in queue:  # breadth first: each chain found is a shortest one
+        for name in sorted(third_party.get(module, set()) & CORE_FREE_OF):
+            chain, step = [module], parent[module]
+            while step is not None:
+                chain.append(step)
+                step = parent[step]
+            found.append(f"{' -> '.join(reversed(chain))} imports {name}")
+        for imported in sorted(loads.get(module, set())):
+            if imported not in parent:
+                parent[imported] = module
+                queue.append(imported)
+    return found
+
+
+def test_no_pure_core_loads_trio_or_an_engine_or_an_sdk_however_deep() -> None:
+    """Layers: the pure cores, and every ctxrt module they load at run time, import no event loop,
+    no engine driver (lmdb, psycopg) and no model SDK (anthropic, openai): ``Ask`` and ``Reply``
+    come from ``ctxrt.asks``, a model call's data from ``ctxrt.model_types``, so a core runs and
+    is tested with none of them."""
+    modules = all_modules()
+    loads = {name: imports_of(path, typing_only=False) & set(modules) for name, path in modules.items()}
+    third_party = {name: third_party_imports(path.read_text()) for name, path in modules.items()}
+    offenders = [finding for core in sorted(pure_cores()) for finding in loaded_forbidden(core, loads, third_party)]
+    assert offenders == []
+
+
+def test_the_checker_follows_a_pure_cores_imports_to_trio() -> None:
+    """Layers: the transitive rule finds trio two imports away, names the chain, and lets an import
+    under ``TYPE_CHECKING`` be (it loads nothing)."""
+    machine = "from ..asks import Reply\nfrom .protocol import Attach\n"
+    protocol = "import attrs\nfrom ..mailbox import Mailbox\n"
+    mailbox = "import trio\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import anthropic\n"
+    third_party = {"machine": third_party_imports(machine), "protocol": third_party_imports(protocol),
+                   "mailbox": third_party_imports(mailbox)}
+    assert third_party == {"machine": set(), "protocol": {"attrs"}, "mailbox": {"trio", "typing"}}
+    loads = {"machine": {"asks", "protocol"}, "protocol": {"mailbox"}}
+    assert loaded_forbidden("machine", loads, third_party) == ["machine -> protocol -> mailbox imports trio"]
+    assert loaded_forbidden("machine", {"machine": {"asks"}}, third_party) == []
+    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .mailbox import Reply\nfrom .asks import Ask\n"
+    assert [ast.unparse(node) for node in import_statements(guarded, typing_only=False)] == [
+        "from typing import TYPE_CHECKING", "from .asks import Ask"]
 
 
 def test_nothing_in_a_pure_core_awaits() -> None:

@@ -15,7 +15,8 @@ import pytest
 import trio
 import trio.testing
 
-from ctxrt.mailbox import Ask, Mailbox
+from ctxrt.asks import Ask
+from ctxrt.mailbox import Mailbox
 
 
 @attrs.frozen

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from ctxrt.content import CompiledMessage, Image, Text, ToolUse
 from ctxrt.errors import ModelError
-from ctxrt.model import AnthropicModel, ModelRequest, ModelResponse, OfflineModel, Usage, approx_tokens, extract_summary
+from ctxrt.model import AnthropicModel, OfflineModel, approx_tokens, extract_summary
+from ctxrt.model_types import ModelRequest, ModelResponse, Usage
 from ctxrt.testing import ApiReply, MessagesScript, open_messages_api_server
 
 GUARD_S = 10

@@ -24,8 +24,8 @@ import pytest
 import ctxrt
 from ctxrt.content import Text
 from ctxrt.pgcluster import Cluster
-from ctxrt.mailbox import Reply
-from ctxrt.model import ModelResponse, Usage
+from ctxrt.asks import Reply
+from ctxrt.model_types import ModelResponse, Usage
 from ctxrt.namespace import states
 from ctxrt.namespace.core import Place, record_from_value
 from ctxrt.namespace.effects import (

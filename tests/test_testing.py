@@ -17,7 +17,7 @@ import trio.testing
 
 from ctxrt.content import CompiledMessage, Text
 from ctxrt.errors import ModelError
-from ctxrt.model import ModelRequest, ModelResponse, Usage
+from ctxrt.model_types import ModelRequest, ModelResponse, Usage
 from ctxrt.testing import (
     ApiReply,
     MessagesApiServer,

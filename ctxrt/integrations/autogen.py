@@ -56,7 +56,7 @@ from pydantic import BaseModel
 from typing_extensions import Self
 
 from .. import Budget, ContextManager, MalformedContentError, aio, checks
-from . import blocks
+from . import arguments, blocks
 
 METADATA_KEY = "autogen_agent"  # metadata naming the agent whose context wrote a message
 
@@ -268,7 +268,7 @@ class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig
             self._opening: _Opening | None = manager
             self.budget, self.agent = checks.optional_instance(budget, "budget", Budget) or Budget(), str(agent)
         else:
-            self._manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtModelContext", manager, budget, agent)
+            self._manager, self.budget, self.agent = arguments.adapter_arguments("CtxrtModelContext", manager, budget, agent)
             self._opening = None
         self._attaching = asyncio.Lock()
         self.team = checks.optional_instance(team, "team", Team) or Team([self.agent])

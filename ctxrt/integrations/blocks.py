@@ -1,5 +1,6 @@
 """What every adapter shares: framework content as ctxrt's block dicts, and a resident's compiled
-view in an OpenAI request form. Pure and synchronous, and imports no framework.
+view in an OpenAI request form. Pure and synchronous, and imports no framework (nor the runtime:
+an adapter's arguments are checked in ``ctxrt.integrations.arguments``).
 
 Who speaks in the slot: the agent as its reader's name (so its own turns are the assistant's in
 its view, and another resident's in theirs), people as ``USER`` (or a name the framework gives
@@ -32,9 +33,11 @@ from typing import Any
 
 import attrs
 
-from .. import (Budget, CompileResult, EmptyRequestError, MalformedContentError, Message, Thinking, ToolResult, ToolUse,
-               content_for_reader)
-from .. import aio, checks
+from .. import checks
+from ..budget import Budget
+from ..compile_result import CompileResult
+from ..content import Message, Thinking, ToolResult, ToolUse, content_for_reader
+from ..errors import EmptyRequestError, MalformedContentError
 from ..provenance import Provenance, Source
 from ..openai_wire import ERROR_PREFIX
 from ..validation import blocks_from_content
@@ -246,24 +249,6 @@ def from_chat(message: Mapping[str, Any], agent: str, reader: str, where: str) -
         # A role of a speaker's own (LangChain's ChatMessage(role="critic")) names it when nothing else does.
         participant = speaker(message.get("name") or (None if role == "user" else str(role)), agent)
     return [(participant, content_blocks)] if content_blocks else []
-
-
-def adapter_arguments(kind: str, manager: Any, budget: Any, agent: Any) -> tuple[aio.ContextManager, Budget, str]:
-    """An adapter's ``manager``, ``budget`` and ``agent``, checked as ctxrt's API checks its own
-    arguments (``TypeError`` or ``ValueError`` naming the parameter), before anything is written;
-    an agent named as a role (``RESERVED``) is refused (I14)."""
-    if not isinstance(manager, aio.ContextManager):
-        raise TypeError(f"{kind}: manager must be a ctxrt.aio ContextManager (from ctxrt.aio.open_runtime(...).open), "
-                        f"not {type(manager).__name__}")
-    if manager.view_reader is None:
-        raise ValueError(f"{kind} needs a manager opened with view_reader=<the agent's reader>")
-    checks.optional_instance(budget, "budget", Budget)
-    checks.optional_name(agent, "agent")
-    speaks = agent if agent is not None else manager.view_reader
-    if speaks.lower() in RESERVED or speaks.lower().startswith(PERSON):
-        raise ValueError(f"{kind} agent {speaks!r} (default: the manager's reader) is a name the request forms read as "
-                         f"a role ({', '.join(RESERVED)}) or a person's escape ({PERSON}...): name the agent otherwise")
-    return manager, budget if budget is not None else Budget(), speaks
 
 
 def seen_whole(message: Message, reader: str) -> bool:

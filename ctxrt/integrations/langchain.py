@@ -48,7 +48,7 @@ from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
 from .. import Budget, ContextManager, checks
-from . import blocks
+from . import arguments, blocks
 from .ledger import Ledger
 
 PRESENT = "ctxrt_present"  # the state's message keys (``_keys``) the slot held at the last step
@@ -162,7 +162,7 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__()
-        self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtMiddleware", manager, budget, agent)
+        self.manager, self.budget, self.agent = arguments.adapter_arguments("CtxrtMiddleware", manager, budget, agent)
         if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
             raise TypeError(f"loop must be an asyncio event loop or None, not {type(loop).__name__}")
         self.ledger = Ledger(self.manager, group=THREAD)

@@ -44,7 +44,7 @@ from ..openai_wire import call_ids, message_items, replay_ids
 from ..tokens import estimate_text
 from ..validation import blocks_from_content
 from ..wire import ForeignCalls, holds_tools
-from . import blocks
+from . import arguments, blocks
 
 if TYPE_CHECKING:
     from agents.memory import SessionSettings  # newer SDKs only: typed here, never imported
@@ -264,7 +264,7 @@ class CtxrtSession:
         session_id: str | None = None,
         session_settings: SessionSettings | None = None,
     ) -> None:
-        self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtSession", manager, budget, agent)
+        self.manager, self.budget, self.agent = arguments.adapter_arguments("CtxrtSession", manager, budget, agent)
         if session_id is not None and not isinstance(session_id, str):
             raise TypeError(f"CtxrtSession session_id must be a str, not {type(session_id).__name__}")
         self.session_id = session_id if session_id is not None else manager.namespace

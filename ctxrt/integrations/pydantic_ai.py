@@ -59,7 +59,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import RunContext
 
 from .. import Budget, ContextManager, MalformedContentError, checks
-from . import blocks
+from . import arguments, blocks
 from .ledger import Ledger
 
 MARK = "ctxrt_recorded"  # the metadata key holding the identity of a message the slot holds
@@ -209,7 +209,7 @@ class CtxrtHistory(AbstractCapability[Any]):
     """
 
     def __init__(self, manager: ContextManager, *, budget: Budget | None = None, agent: str | None = None) -> None:
-        self.manager, self.budget, self.agent = blocks.adapter_arguments("CtxrtHistory", manager, budget, agent)
+        self.manager, self.budget, self.agent = arguments.adapter_arguments("CtxrtHistory", manager, budget, agent)
         self.ledger = Ledger(self.manager)
 
     @classmethod

@@ -46,7 +46,8 @@ from .effects import (
     TimerFired,
 )
 from .machine import NamespaceMachine
-from .protocol import NamespaceRef, Retire, SlotAppended, UnitDone
+from .protocol import Retire, SlotAppended, UnitDone
+from .ref import NamespaceRef
 
 logger = logging.getLogger("ctxrt.namespace")
 

@@ -22,8 +22,8 @@ import attrs
 
 from .. import tracing
 from ..errors import StoreUnavailableError, StrategyRefusedError
-from ..mailbox import Reply
-from ..model import ModelRequest, ModelResponse
+from ..asks import Reply
+from ..model_types import ModelRequest, ModelResponse
 from ..slots import prepare_append
 from ..store.protocol import AppendItem, SetValue
 from ..strategies.base import HeadWindowReset, Strategy, Unit

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 if TYPE_CHECKING:
-    from ..mailbox import Reply
+    from ..asks import Reply
     from ..slots import SlotCache
     from ..strategies.base import Unit
     from .protocol import NamespaceStatus

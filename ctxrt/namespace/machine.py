@@ -58,7 +58,7 @@ from ..errors import (
     StrategyRefusedError,
     ValueConflictError,
 )
-from ..mailbox import Reply
+from ..asks import Reply
 from ..slots import Appended, SlotCache, decode_stored, parse_id
 from ..store.interface import StoreEngine
 from ..store.protocol import (

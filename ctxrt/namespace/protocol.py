@@ -1,14 +1,15 @@
-"""What managers and the drain send a namespace actor, what it answers, and the handle to send it.
+"""What managers and the drain send a namespace actor and what it answers (the handle that sends it is
+``ctxrt.namespace.ref``).
 
 Commands are frozen attrs classes named as imperatives; each that a manager sends carries the
 reader that manager compiles for, so the actor checks it in mailbox order (docs/behaviours.md C8).
-``NamespaceRef.ask`` sends one and waits for its answer; ``tell`` sends one and doesn't.
+Plain data with no event loop, as the machine that handles them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -17,7 +18,7 @@ from ..injections import Injection, MessageInjection
 from ..budget import Budget, PreviewResult
 from ..content import Block, Message
 from ..errors import ManagerClosedError
-from ..mailbox import Ask, Mailbox
+from ..asks import Ask
 from ..slots import SlotCache, SlotFigures
 from ..store.protocol import AppendItem, Blob
 from ..store.records import BranchRow, ItemAppended
@@ -26,9 +27,6 @@ if TYPE_CHECKING:
     from ..model import Model
     from ..strategies.base import Pin, RenderStats, Strategy, StrategyConfig
     from ..tokens import TokenEstimator
-
-R = TypeVar("R")
-MAILBOX_CAPACITY = 256  # asks queued or in service at once; a further ask waits for a place
 
 
 @attrs.frozen
@@ -338,71 +336,16 @@ class ActorRetired(Exception):
     starts a fresh one. Never reaches the public API."""
 
 
-class NamespaceRef:
-    """The handle to one namespace actor: one (branch incarnation, namespace) in a runtime.
-
-    Its ``Mailbox`` is the one way in: commands (``ask`` waits while ``MAILBOX_CAPACITY`` are
-    queued, so callers feel backpressure), and messages from the runtime (``SlotAppended``,
-    ``Retire``) and from the actor's own children (``UnitDone``, ``Committed``), which never
-    wait. ``status`` is the frozen snapshot the actor last published, replaced whole.
-    """
-
-    def __init__(self, config: NamespaceConfig, branch_id: int, branch_name: str) -> None:
-        self.config = config
-        self.branch_id = branch_id
-        self.branch_name = branch_name
-        self.mailbox = Mailbox(MAILBOX_CAPACITY, self.refusal)
-        self._closed: Callable[[], BaseException] | None = None
-        self.status = NamespaceStatus(config.strategy)
-
-    @property
-    def namespace(self) -> str:
-        return self.config.namespace
-
-    @property
-    def retired(self) -> Callable[[], BaseException] | None:
-        """When the actor has stopped (or is told to), a factory of the error later requests raise; else None."""
-        return self._closed
-
-    async def ask(self, command: Ask[R]) -> R:
-        """Send ``command`` and wait for its answer.
-
-        Raises what the handler raised, or the actor's stop error (``ActorRetired`` for an
-        attach, else ``BranchNotFoundError`` or ``ManagerClosedError``) if it stopped first. If
-        cancelled after sending, the command is still handled whole; only its answer is lost.
-        """
-        return await self.mailbox.ask(command)
-
-    def refusal(self, command: Any) -> BaseException:
-        """The error a command meets once the actor has stopped: an attach retries on a fresh
-        actor; anything else belonged to a manager the stop closed."""
-        return refusal_for(self._closed or _stopped, command)
-
-    def tell(self, command: Any) -> None:
-        """Send ``command`` without waiting; dropped if the actor has stopped."""
-        self.mailbox.tell(command)
-
-    def retire(self, error: Callable[[], BaseException]) -> None:
-        """Tell the actor to stop now: refuse new commands with ``error()``; the actor takes
-        ``Retire`` before anything queued and refuses that the same way."""
-        if self._closed is None:
-            self._closed = error
-            self.mailbox.close(notice=Retire(error))
-
-    @property
-    def mailbox_depth(self) -> int:
-        return self.mailbox.depth
-
-
 def refusal_for(error: Callable[[], BaseException], command: Any) -> BaseException:
     """The error ``command`` meets from an actor stopped with ``error``: an attach retries on a
     fresh actor (``ActorRetired``); anything else belonged to a manager the stop closed."""
     made = error()
     if isinstance(made, ActorRetired) and not isinstance(command, Attach):
-        return _stopped()
+        return stopped()
     return made
 
 
-def _stopped() -> BaseException:
+def stopped() -> BaseException:
+    """The error a manager's command meets once its actor has stopped."""
     return ManagerClosedError("the namespace actor has stopped")
 

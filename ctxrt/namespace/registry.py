@@ -26,7 +26,8 @@ from ..store.actor import StoreRef
 from ..store.interface import StoreEngine
 from ..store.records import BranchRow
 from .actor import Services, serve_namespace
-from .protocol import ActorRetired, Attach, Detach, NamespaceConfig, NamespaceRef
+from .protocol import ActorRetired, Attach, Detach, NamespaceConfig
+from .ref import NamespaceRef
 
 _tokens = itertools.count(1)
 

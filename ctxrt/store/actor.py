@@ -42,7 +42,8 @@ from ..errors import (
     StoreFullError,
     StoreUnavailableError,
 )
-from ..mailbox import Ask, Envelope, Mailbox
+from ..asks import Ask
+from ..mailbox import Envelope, Mailbox
 from .batch import Batch
 from .engine import Engine
 from .interface import StoreEngine

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from ..mailbox import Ask
+from ..asks import Ask
 from .batch import ANY
 from .interface import StoreEngine
 from .records import BranchRow, ItemAppended, ItemEdited, ItemsRemoved, StateInfo, StateKind, ValueSet

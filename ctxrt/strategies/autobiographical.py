@@ -29,7 +29,7 @@ import attrs
 from ..budget import Entry, PreviewResult, non_negative_int
 from ..content import CompiledMessage, Message, sequence_key
 from ..errors import MessageNotFoundError, ModelError, OverBudgetError
-from ..model import ModelRequest, ModelResponse
+from ..model_types import ModelRequest, ModelResponse
 from ..tokens import estimate_text
 from .base import (
     Backlog,

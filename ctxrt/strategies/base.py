@@ -25,7 +25,7 @@ from ..weak_values import WeakValues
 if TYPE_CHECKING:
     from ..budget import Budget, PreviewResult
     from ..errors import ModelError
-    from ..model import ModelRequest, ModelResponse
+    from ..model_types import ModelRequest, ModelResponse
     from ..views import MessageView, Window
 
 
