@@ -36,9 +36,8 @@ from .errors import CtxrtError, ModelError, StoreLockedError
 from .model import AnthropicModel, OfflineModel
 from .model_types import ModelRequest, ModelResponse
 from .runtime import open_runtime
-from .store.engine import BACKEND_ERRORS
-from .store.files import STORE_FILE_NAMES
 from .strategies.autobiographical import Autobiographical
+from .verification import BACKEND_ERRORS, STORE_FILE_NAMES
 
 RESIDENTS = ("ann", "bob", "cy")
 MARKER = re.compile(r"\[for (ann|bob|cy) #\d+\]")

@@ -29,7 +29,7 @@ import trio
 
 from ctxrt.runtime import open_runtime
 from ctxrt.store.protocol import AppendItem, RegisterState
-from ctxrt.store.verify import verify_store
+from ctxrt.verification import verify_store
 
 PROBE_STATE = "failsafe-probe"
 

@@ -33,7 +33,7 @@ import uvloop
 import ctxrt
 import ctxrt.aio
 import ctxrt.aio.guest
-from ctxrt.store.verify import verify_store
+from ctxrt.verification import verify_store
 from ctxrt.testing import ScriptedModel
 
 GUARD_S = 60

@@ -31,7 +31,7 @@ import ctxrt.testing
 from ctxrt.errors import StoreCorruptError
 from ctxrt.runtime import open_runtime
 from ctxrt.store import files, keys
-from ctxrt.store.verify import verify_store
+from ctxrt.verification import verify_store
 from support import flip
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"

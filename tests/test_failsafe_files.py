@@ -39,7 +39,7 @@ from ctxrt.store import files, keys
 from ctxrt.store.engine import FORMAT_VERSION
 from ctxrt.store.environment import open_environments
 from ctxrt.store.protocol import AppendItem, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
-from ctxrt.store.verify import verify_in_child, verify_store
+from ctxrt.verification import verify_in_child, verify_store
 from support import LineReader
 
 CHILD_SCRIPT = Path(__file__).with_name("failsafe_child.py")

@@ -22,7 +22,7 @@ import trio
 from ctxrt.errors import StoreFullError
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.store.protocol import AppendItem, RegisterState
-from ctxrt.store.verify import verify_in_child
+from ctxrt.verification import verify_in_child
 
 DISK_SIZE = "8m"
 BALLAST = 1 << 20

@@ -23,7 +23,7 @@ from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.slots import prepare_append
 from ctxrt.store import keys, seals
 from ctxrt.store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, SetValue
-from ctxrt.store.verify import verify_store
+from ctxrt.verification import verify_store
 
 Patch = Callable[[lmdb.Transaction, dict[bytes, object]], None]
 

@@ -31,7 +31,7 @@ from ctxrt.demo import STORE_MARKER
 from ctxrt.errors import RuntimeClosedError
 from ctxrt.model_types import ModelRequest, ModelResponse
 from ctxrt.runtime import open_runtime
-from ctxrt.store.verify import verify_store
+from ctxrt.verification import verify_store
 from ctxrt.weak_values import WeakValues
 from interrupt_host import NAMESPACES, line, run_host
 from support import LineReader

@@ -38,7 +38,7 @@ import ctxrt
 import ctxrt.aio
 from ctxrt import Autobiographical, Budget, Passthrough
 from ctxrt.model import OfflineModel
-from ctxrt.store.verify import verify_store
+from ctxrt.verification import verify_store
 
 ROOT = str(Path(ctxrt.__file__).parent) + os.sep
 AWAITING = ("await ", "async with ", "async for ")

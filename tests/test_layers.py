@@ -60,7 +60,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.branching", "ctxrt.subscriptions"),
     ("ctxrt.manager",),
     ("ctxrt.trio_guard",),
-    ("ctxrt.runtime",),
+    ("ctxrt.runtime", "ctxrt.verification"),  # the facade; what tools ask of a store without a runtime (verify)
     ("ctxrt.aio.stream", "ctxrt.aio.guest"),  # the asyncio front: a shell over the public API above
     ("ctxrt.aio.front",),
     ("ctxrt.aio",),
@@ -218,6 +218,84 @@ def test_only_the_store_package_touches_lmdb_or_a_raw_transaction() -> None:
                   and ast.unparse(node.value).split(".")[-1].endswith("engine")):
                 offenders.append(f"{name} calls engine.{node.attr} (line {node.lineno})")
     assert offenders == []
+
+
+# -- the whiteboard rules: who may import whom, beyond the layers --------------------------------
+
+# The tools over the runtime reach a store through the facade (``ctxrt.runtime``,
+# ``ctxrt.verification``), never an engine's internals: of ctxrt.store they import only a URL's
+# reading and the records the public API hands out.
+TOOLS = ("ctxrt.cli", "ctxrt.demo", "ctxrt.loadtest", "ctxrt.inspector")
+TOOLS_MAY_IMPORT_FROM_THE_STORE = frozenset({"ctxrt.store.urls", "ctxrt.store.records"})
+# The store checks seals and structure; decoding a message is the layers' above it.
+MESSAGE_DECODERS = frozenset({"ctxrt.codec", "ctxrt.blobs"})
+
+
+def import_findings(rules: list[tuple[str, frozenset[str] | set[str], str]], imports: dict[str, set[str]]) -> list[str]:
+    """Each import that breaks a rule: a rule is (modules it holds for, by dotted prefix; the
+    modules they must not import; why), read over ``imports`` (each module's)."""
+    found = []
+    for prefix, banned, why in rules:
+        for module in sorted(imports):
+            if module == prefix or module.startswith(prefix + "."):
+                found += [f"{module} imports {imported}: {why}" for imported in sorted(imports[module] & banned)]
+    return found
+
+
+def reaches(start: str, imports: dict[str, set[str]]) -> set[str]:
+    """Every module ``start`` imports, however deep (``start`` itself aside)."""
+    seen: set[str] = set()
+    stack = [start]
+    while stack:
+        for imported in imports.get(stack.pop(), set()) - seen:
+            seen.add(imported)
+            stack.append(imported)
+    return seen - {start}
+
+
+def whiteboard_findings(imports: dict[str, set[str]]) -> list[str]:
+    """The three whiteboard rules over ``imports`` (each module's ctxrt imports, ``TYPE_CHECKING``
+    ones included): the tools import no store internals, the store decodes no message, and the
+    store's commands (``store.protocol``) need nothing of what the batch means (``store.batch``)."""
+    store = {module for module in imports if module.startswith("ctxrt.store.")}
+    rules = [(tool, frozenset(store - TOOLS_MAY_IMPORT_FROM_THE_STORE), "a tool reaches the store through the facade")
+             for tool in TOOLS]
+    rules.append(("ctxrt.store", MESSAGE_DECODERS, "the store doesn't decode messages"))
+    found = import_findings(rules, imports)
+    if "ctxrt.store.batch" in reaches("ctxrt.store.protocol", imports):
+        found.append("ctxrt.store.protocol reaches ctxrt.store.batch: the commands need nothing of what the batch means")
+    return found
+
+
+def test_the_whiteboard_rules_hold() -> None:
+    """Layers: the CLI, the demo, the load test and the inspector import no store engine internals
+    (engine, environment, files, verify...: they call ``ctxrt.verification`` or the runtime);
+    nothing in ctxrt/store imports ``codec`` or ``blobs`` (the verify walk hands each log item to
+    a check from above); ``store/protocol.py`` reaches nothing of ``store/batch.py``."""
+    imports = {name: imports_of(path) & set(all_modules()) for name, path in all_modules().items()}
+    assert whiteboard_findings(imports) == []
+
+
+def test_the_checker_refuses_each_whiteboard_rule_broken() -> None:
+    """Layers: the whiteboard checker sees a CLI command importing an engine, the verify walk
+    importing the codec, and the commands reaching the batch through another module; a tool's
+    URL reading and the store's own imports pass."""
+    imports = {
+        "ctxrt.cli.exits": {"ctxrt.store.engine", "ctxrt.store.urls", "ctxrt.errors"},
+        "ctxrt.demo": {"ctxrt.store.records", "ctxrt.runtime"},
+        "ctxrt.store.verify": {"ctxrt.codec", "ctxrt.store.files"},
+        "ctxrt.store.protocol": {"ctxrt.store.records"},
+        "ctxrt.store.records": {"ctxrt.store.batch"},
+        "ctxrt.store.batch": set(), "ctxrt.store.engine": {"ctxrt.store.batch"}, "ctxrt.store.urls": set(),
+        "ctxrt.store.files": set(),
+    }
+    assert whiteboard_findings(imports) == [
+        "ctxrt.cli.exits imports ctxrt.store.engine: a tool reaches the store through the facade",
+        "ctxrt.store.verify imports ctxrt.codec: the store doesn't decode messages",
+        "ctxrt.store.protocol reaches ctxrt.store.batch: the commands need nothing of what the batch means",
+    ]
+    imports["ctxrt.store.records"] = set()
+    assert reaches("ctxrt.store.protocol", imports) == {"ctxrt.store.records"}
 
 
 # -- the rules over one module's source: each returns its findings, one line each ---------------

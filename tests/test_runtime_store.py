@@ -34,7 +34,7 @@ from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.store import keys, seals
 from ctxrt.store.environment import LOCK_NAME, open_environments
 from ctxrt.store.protocol import AppendItem, EditItem, RegisterState, RemoveItems, SetValue
-from ctxrt.store.verify import verify_store
+from ctxrt.verification import verify_store
 from support import LineReader, dump
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 from ..errors import CtxrtError
-from ..store.engine import BACKEND_ERRORS
+from ..verification import BACKEND_ERRORS
 
 TRACEBACK_VARIABLE = "CTXRT_TRACEBACK"
 

@@ -17,9 +17,9 @@ from typing import Any
 from rich.progress import TextColumn
 from rich.table import Table
 
-from ..errors import CtxrtError, StoreFormatError
-from ..store.environment import close_store, open_store
+from ..errors import CtxrtError
 from ..store.urls import is_postgres_url, redact
+from ..verification import holds_store
 from .output import emit, out, progress_bar
 from .subcommand import Subcommand, in_trio, seconds, whole
 
@@ -60,11 +60,7 @@ async def _load_test(args: argparse.Namespace) -> int:
     store: Path | str
     if args.store and is_postgres_url(args.store):
         store, scratch = args.store, None
-        try:
-            close_store(open_store(store, readonly=True))
-        except StoreFormatError:
-            pass  # no ctxrt store in that database yet: the run makes one
-        else:
+        if holds_store(store):  # else no ctxrt store in that database yet: the run makes one
             raise LoadTestStoreError(f"load-test store {redact(args.store)} already holds a ctxrt store; the load test "
                                      f"needs a fresh one")
     elif args.store:

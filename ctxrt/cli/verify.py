@@ -11,7 +11,6 @@ import argparse
 
 import attrs
 
-from ..store.urls import driver_missing, is_postgres_url
 from .output import emit, out
 from .stores import STORE_HELP
 from .subcommand import Subcommand, seconds
@@ -24,16 +23,9 @@ def _options(verify: argparse.ArgumentParser) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from ..store.verify import verify_in_child
+    from ..verification import verify
 
-    if is_postgres_url(args.store):
-        try:
-            from ..store.verify_postgres import verify_postgres
-        except ImportError as exc:
-            raise driver_missing(exc) from None
-        report = verify_postgres(args.store)
-    else:
-        report = verify_in_child(args.store, timeout=args.timeout)
+    report = verify(args.store, timeout=args.timeout)
     if args.json:
         emit(attrs.asdict(report) | {"exit_code": report.exit_code})
         return report.exit_code

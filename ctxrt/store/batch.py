@@ -24,6 +24,7 @@ from ..errors import (
     ValueConflictError,
 )
 from .catalog import Catalog, log_state, value_state
+from .protocol import ANY
 from .records import (
     MAIN_BRANCH,
     BranchCreated,
@@ -42,7 +43,6 @@ from .records import (
     validate_state_name,
 )
 
-ANY = object()  # SetValue's ``expect`` when it expects nothing (an unconditional write)
 Counter = Literal["state", "branch"]
 
 

@@ -13,11 +13,11 @@ from typing import Any
 import attrs
 
 from ..asks import Ask
-from .batch import ANY
 from .interface import StoreEngine
 from .records import BranchRow, ItemAppended, ItemEdited, ItemsRemoved, StateInfo, StateKind, ValueSet
 
 Blob = tuple[str, bytes, str]  # (sha-256 hex, bytes, media type)
+ANY = object()  # SetValue's ``expect`` when it expects nothing (an unconditional write)
 
 
 @attrs.frozen(kw_only=True)

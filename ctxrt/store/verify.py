@@ -1,9 +1,12 @@
-"""Verify a store: walk every page and every record, and report what is damaged, as data (K7).
+"""The store's part of verifying a store: walk every page and every record, and report what is
+damaged, as data (K7).
 
-``verify_in_child(path)`` is what a caller wants: it runs the walk in a child process
-(``python -m ctxrt.store.verify PATH``), so a damaged file that makes LMDB abort or raise
-SIGBUS kills only the child, whose death is reported as damage. ``verify_store(path)`` walks
-in this process: use it only where a crash of this process is acceptable (the child itself).
+``walk_store(path, check_item)`` walks in this process: use it only where a crash of this
+process is acceptable. ``ctxrt.verification`` composes it: it runs the walk in a child process,
+so a damaged file that makes LMDB abort or raise SIGBUS kills only the child (whose stream
+``report_from_stream`` reads back), and it hands in ``check_item``, which decodes each log item
+as the layers above read it (a message, its blob references): the store checks seals and
+structure and never decodes a message.
 
 The walk, in order, stopping where going on could crash:
 
@@ -17,26 +20,22 @@ The walk, in order, stopping where going on could crash:
    LMDB's searches astray without harm and the engine's reads refuse where they land);
 3. every record of every table, read-only through LMDB in one read transaction: each record's
    seal (its checksum, format 3), then the meta rows, branch rows and names, state rows, every
-   head and item row (messages decoded as messages, their blob references looked up), every
+   head and item row (each log item handed to ``check_item``, the blobs it names looked up), every
    blob against its hash; then every log state of every live branch read whole through the
    engine, and every value state.
 
-The child prints one JSON object per line as it goes (``--stream``), so what it found before a
-crash survives it. Exit status of ``python -m ctxrt.store.verify``: 0 sound, 1 damaged, 2 not
-checked (no store there, or not a ctxrt store).
+The child prints one JSON object per line as it goes (``Findings``' ``emit``), so what it found
+before a crash survives it.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import re
 import signal
-import subprocess
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,6 +53,10 @@ MAX_DAMAGE = 1000
 # misdirected by one lands in a sound leaf, and the engine's reads prove where they landed.
 _READABLE = re.compile(r"DB: (leaf keys out of order at page \d+|branch page \d+ separator keys out of order at) node \d+$|^table \S+: (branch|leaf) page \d+ (separator|key) \d+ ")
 Status = Literal["sound", "damaged", "not checked"]
+# What the layer above checks of a log item: given its state's name, its bytes (its origin cut
+# off), its origin sequence and its place, the blobs it refers to (sha-256 hex; none for an item
+# that isn't a message), or it raises if the item doesn't decode.
+ItemCheck = Callable[[str, bytes, int, str], Iterable[str]]
 
 
 @attrs.frozen
@@ -131,11 +134,13 @@ class Findings:
         return VerifyReport(self.path, status, tuple(self.damage), notes, self.pages, self.records)
 
 
-def verify_store(path: str | os.PathLike[str], *, emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
-    """Walk the store at ``path`` in THIS process and report what is damaged.
+def walk_store(path: str | os.PathLike[str], check_item: ItemCheck, *,
+               emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
+    """Walk the store at ``path`` in THIS process and report what is damaged, each log item
+    checked by ``check_item``.
 
-    Reading a damaged store through LMDB can crash the process that reads it; call
-    ``verify_in_child`` unless this process is expendable. Never writes to the store.
+    Reading a damaged store through LMDB can crash the process that reads it; walk it in a child
+    process unless this process is expendable. Never writes to the store.
     """
     directory = Path(path)
     found = Findings(str(directory), emit)
@@ -149,7 +154,7 @@ def verify_store(path: str | os.PathLike[str], *, emit: Callable[[dict[str, Any]
     elif not _walk_pages(directory, meta, found):
         found.note("the record walk was skipped: pages are damaged, and reading them through LMDB could crash")
         return found.report()
-    _walk_records(directory, found)
+    _walk_records(directory, found, check_item)
     return found.report()
 
 
@@ -211,7 +216,7 @@ def _walk_pages(directory: Path, meta: files.Meta, found: Findings) -> bool:
 # -- the record walk ----------------------------------------------------------------------------
 
 
-def _walk_records(directory: Path, found: Findings) -> None:
+def _walk_records(directory: Path, found: Findings, check_item: ItemCheck) -> None:
     from .environment import close_store, open_store
 
     try:
@@ -223,15 +228,16 @@ def _walk_records(directory: Path, found: Findings) -> None:
         found.refused = str(exc)
         return
     try:
-        _Walk(handle.engine, found).run()
+        _Walk(handle.engine, found, check_item).run()
     finally:
         close_store(handle)
 
 
 class _Walk:
-    def __init__(self, engine: Any, found: Findings) -> None:
+    def __init__(self, engine: Any, found: Findings, check_item: ItemCheck) -> None:
         self.engine = engine
         self.found = found
+        self.check_item = check_item
         self.branch_ids: set[int] = set()
         self.states: dict[int, Any] = {}  # number -> StateInfo
         self.blob_refs: dict[str, str] = {}  # sha-256 -> where it was referenced first
@@ -333,7 +339,6 @@ class _Walk:
             self.states[info.number] = info
 
     def items(self, txn: lmdb.Transaction[bytes]) -> None:
-        from .. import blobs, codec
         for key, value in self.table(txn, keys.DB_ITEMS):
             if len(key) != keys.ITEM_KEY.size:
                 self.found.damaged("table items", f"key {key.hex()} is {len(key)} bytes, not {keys.ITEM_KEY.size}")
@@ -358,9 +363,9 @@ class _Walk:
                     origin = keys.decode_u64(value[:8])
                     if origin > sequence:
                         self.found.damaged(place, f"its origin sequence {origin} is after its own {sequence}")
-                    elif holds_messages(info.name):
-                        message = codec.message_from_json(value[8:], sequence=origin, store=str(place))
-                        blobs.resolve_blobs(message.content, lambda sha: self.note_blob(sha, place))
+                    else:
+                        for sha256 in self.check_item(info.name, value[8:], origin, place):
+                            self.note_blob(sha256, place)
             except Exception as exc:  # noqa: BLE001 - a checker reports whatever a record does, and goes on
                 self.found.damaged(place, f"doesn't decode: {exc!r}")
 
@@ -431,31 +436,13 @@ def read_through_engine(engine: StoreEngine, found: Findings) -> None:
                 found.damaged(place, f"can't be read: {exc!r}")
 
 
-def holds_messages(state: str) -> bool:
-    return state == "messages" or state.endswith("/messages")
-
-
 # -- in a child process -------------------------------------------------------------------------
 
 
-def verify_in_child(path: str | os.PathLike[str], *, timeout: float | None = None) -> VerifyReport:
-    """Walk the store at ``path`` in a child process; its crash is reported as damage, never raised.
-
-    Raises:
-        subprocess.TimeoutExpired: ``timeout`` seconds passed (the child was killed).
-    """
-    root = str(Path(__file__).resolve().parents[2])  # the directory ctxrt itself is imported from
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, (root, environment.get("PYTHONPATH"))))
-    child = subprocess.run(
-        [sys.executable, "-m", "ctxrt.store.verify", "--stream", os.fspath(path)],
-        capture_output=True, timeout=timeout, env=environment, check=False,
-    )
-    return _read_stream(os.fspath(path), child.stdout.decode("utf-8", "replace"),
-                        child.stderr.decode("utf-8", "replace"), child.returncode)
-
-
-def _read_stream(path: str, stdout: str, stderr: str, returncode: int) -> VerifyReport:
+def report_from_stream(path: str, stdout: str, stderr: str, returncode: int) -> VerifyReport:
+    """The report of a walk a child process streamed (``stdout``, one JSON object a line) and
+    ended with ``returncode``: its own final report, or what it found before it died, and its
+    death as damage."""
     damage: list[Damage] = []
     notes: list[str] = []
     final: dict[str, Any] | None = None
@@ -481,28 +468,3 @@ def _read_stream(path: str, stdout: str, stderr: str, returncode: int) -> Verify
     else:
         damage.append(Damage("checker", f"the checking process failed (exit status {returncode}: {last})"))
     return VerifyReport(path, "damaged", tuple(damage), tuple(notes))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ctxrt.store.verify", description=__doc__.split("\n")[0])
-    parser.add_argument("path", help="the store's directory")
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    parser.add_argument("--stream", action="store_true", help="print each finding as a JSON line as it is made")
-    args = parser.parse_args(argv)
-
-    def emit(record: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(record) + "\n")
-        sys.stdout.flush()
-
-    report = verify_store(args.path, emit=emit if args.stream else None)
-    if args.stream:
-        emit({"report": report.to_json()})
-    elif args.json:
-        print(json.dumps(report.to_json(), indent=2))
-    else:
-        print("\n".join(report.lines()))
-    return report.exit_code
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,13 +1,14 @@
-"""``ctxrt verify`` for a store in PostgreSQL: every row of ctxrt's tables read and checked, then
-every log and value read as the runtime reads them. Never writes. (A damaged row can't crash the
-process that reads it, as a damaged LMDB page can, so the walk runs in this process.)"""
+"""The store's part of ``ctxrt verify`` for a store in PostgreSQL: every row of ctxrt's tables read
+and checked (each log item by the ``check_item`` the layer above hands in: the store never decodes
+a message), then every log and value read as the runtime reads them. Never writes. (A damaged row
+can't crash the process that reads it, as a damaged LMDB page can, so the walk runs in this
+process.)"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from ..errors import CtxrtError, StoreCorruptError
@@ -15,15 +16,17 @@ from .postgres import PostgresEngine
 from .urls import redact
 from .verify import (
     Findings,
+    ItemCheck,
     VerifyReport,
     check_head,
-    holds_messages,
     read_through_engine,
 )
 
 
-def verify_postgres(url: str, *, emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
-    """Walk the store in the database at ``url`` and report what is damaged (a report, never raised)."""
+def walk_postgres(url: str, check_item: ItemCheck, *,
+                  emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
+    """Walk the store in the database at ``url`` and report what is damaged (a report, never
+    raised), each log item checked by ``check_item``."""
     found = Findings(redact(url), emit)
     try:
         engine = PostgresEngine(url, create=False)
@@ -36,7 +39,7 @@ def verify_postgres(url: str, *, emit: Callable[[dict[str, Any]], None] | None =
         return found.report()
     try:
         _check_meta(engine, found)
-        _walk_rows(engine, found)
+        _walk_rows(engine, found, check_item)
         read_through_engine(engine, found)
     except Exception as exc:  # noqa: BLE001 - a table that can't be read (dropped, altered) is a finding
         found.damaged("ctxrt's tables", f"can't be walked: {exc!r}")
@@ -64,9 +67,7 @@ def _check_meta(engine: PostgresEngine, found: Findings) -> None:
                                                      f"{stored}): new writes would reuse it")
 
 
-def _walk_rows(engine: PostgresEngine, found: Findings) -> None:
-    from .. import blobs, codec
-
+def _walk_rows(engine: PostgresEngine, found: Findings, check_item: ItemCheck) -> None:
     rows = engine.rows
     branches = {row_id for (row_id,) in rows("SELECT id FROM ctxrt_branches")}  # deleted ones too: lineages read them
     for row in engine.list_branches():
@@ -97,10 +98,10 @@ def _walk_rows(engine: PostgresEngine, found: Findings) -> None:
             found.damaged(place, "an item row in a value state")
         elif sequence > version:
             found.damaged(place, f"its origin sequence {sequence} is after its own {version}")
-        elif holds_messages(info.name):
+        else:
             try:
-                message = codec.message_from_json(bytes(data), sequence=sequence, store=str(place))
-                blobs.resolve_blobs(message.content, partial(_note, blob_refs, place))
+                for sha256 in check_item(info.name, bytes(data), sequence, place):
+                    blob_refs.setdefault(sha256, place)  # the blob itself is checked with the blob table
             except Exception as exc:  # noqa: BLE001 - as above
                 found.damaged(place, f"doesn't decode: {exc!r}")
     for state, branch, version, data in rows("SELECT state, branch, version, data FROM ctxrt_values"):
@@ -120,8 +121,3 @@ def _walk_rows(engine: PostgresEngine, found: Findings) -> None:
     for sha256, place in blob_refs.items():
         if sha256 not in stored:
             found.damaged(place, f"refers to blob {sha256}, which is not stored")
-
-
-def _note(refs: dict[str, str], place: str, sha256: str) -> None:
-    """Remember where a blob was referenced first; the blob itself is checked with the blob table."""
-    refs.setdefault(sha256, place)
