@@ -6,8 +6,10 @@ dependency that points upward. Read from the source with ``ast``, so the rule ho
 imports happen to be lazy.
 
 The other rules read the source the same way, each as a function over a module's text (so a
-test hands it a violating snippet and sees it refuse): the pure cores import no event loop;
-only the store actor writes through an engine; nothing in a pure core (the strategies
+test hands it a violating snippet and sees it refuse): the pure cores import no event loop, and
+load none (nor an engine driver or a model SDK) however deep; the tools reach a store through the
+facade, the store decodes no message, and the store's commands need nothing of its batch (the
+whiteboard rules); only the store actor writes through an engine; nothing in a pure core (the strategies
 included) awaits; nothing in ctxrt imports a ctxrt module by a name computed at run time; and
 no test reaches into a private name of ctxrt or patches a ctxrt module or class.
 """
