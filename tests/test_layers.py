@@ -233,7 +233,7 @@ TOOLS_MAY_IMPORT_FROM_THE_STORE = frozenset({"ctxrt.store.urls", "ctxrt.store.re
 MESSAGE_DECODERS = frozenset({"ctxrt.codec", "ctxrt.blobs"})
 
 
-def import_findings(rules: list[tuple[str, frozenset[str] | set[str], str]], imports: dict[str, set[str]]) -> list[str]:
+def import_findings(rules: list[tuple[str, frozenset[str], str]], imports: dict[str, set[str]]) -> list[str]:
     """Each import that breaks a rule: a rule is (modules it holds for, by dotted prefix; the
     modules they must not import; why), read over ``imports`` (each module's)."""
     found = []
