@@ -5,7 +5,8 @@ them into a ``CompileResult`` (``ctxrt.compile_result``): mixed tool messages sp
 pairs repaired (``ctxrt.tool_pairing``), cache markers trimmed (``ctxrt.breakpoints``),
 injections placed (``ctxrt.injections``), provenance attached (``ctxrt.provenance``). What is
 here is the pipeline that runs those steps and the ``CompileMemo`` that lets a warm compile pay
-only for what changed; the namespace is its only caller.
+only for what changed; the namespace is its only caller. ``ctxrt.compile_reference`` runs the
+same steps with no memo: what this pipeline returns must be what it returns (``strict=True``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import attrs
 from .body_runs import BodyCache, run_length
 from .breakpoints import apply_cache_breakpoints, unmarked
 from .codec import to_jsonable
+from .compile_reference import ReferenceMismatch, compile_reference, completeness_of, differences
 from .compile_result import CompileResult
 from .content import Block, CompiledMessage, Message
 from .errors import MalformedContentError
@@ -391,69 +393,29 @@ def build_compile_result(
     compile_id: str | None = None,
     memo: CompileMemo | None = None,
     stamp: object = None,
+    strict: bool = False,
 ) -> CompileResult:
     """Entries -> CompileResult: split, cache markers, tool pairing, injections, provenance (P3-P6).
 
     ``lookup(id)`` returns a stored message as the reader sees it, or None. With a ``memo``,
     entries seen by an earlier compile are not prepared again; ``stamp`` is the view's (see
-    ``CompileMemo.parts``).
+    ``CompileMemo.parts``). With ``strict``, the result is compared with the one
+    ``compile_reference`` makes afresh (its stable prefix aside): ``ReferenceMismatch`` names
+    what differs (a bug in ctxrt).
     """
     memo = memo or CompileMemo()
     parts = memo.parts(entries, lookup, stamp)
-    messages, owners = parts.messages, parts.owners
-    repaired: list[CompiledMessage] = messages
-    kept: Sequence[int] = range(len(messages))
-    if parts.tooled:  # no tool block, nothing to pair: the repair's walk is skipped
-        repaired, kept = repair_with_origins(messages, parts.tools)
-        if repaired == messages:
-            repaired, kept = messages, range(len(messages))  # every pair whole: the parts as they are
-    # A message the repair changed no longer carries its body whole: judge those bodies again.
-    altered: set[int] = set()
-    if repaired is not messages:
-        altered = {id(owners[k]) for k, message in zip(kept, repaired) if message is not messages[k]}
-        if len(kept) < len(messages):
-            altered |= {id(owners[k]) for k in set(range(len(messages))) - set(kept)}
-    sources_of: dict[int, tuple[Source, ...]] = {}
-    if altered:
-        rendered: dict[str, list[Block]] = {}
-        for k, message in zip(kept, repaired):
-            if id(owners[k]) in altered:
-                for sid, _ in owners[k].bodies:
-                    rendered.setdefault(sid, []).extend(message.content)
-        for prepared in {id(o): o for o in owners if id(o) in altered}.values():
-            sources_of[id(prepared)] = tuple(
-                attrs.evolve(source, complete=body is not None and coverage_complete(rendered.get(source.id, []), body.content))
-                if source.complete is not None else source
-                for source, (_, body) in zip(prepared.sources, prepared.bodies + ((None, None),) * len(prepared.sources))
-            )
-    repaired_all = repaired is messages  # every part as made, markers aside
-    repaired = apply_cache_breakpoints(repaired, marked=parts.marks if repaired_all else None, strip=memo.unmarked)
+    repaired, kept = _repaired(parts)
+    whole = repaired is parts.messages  # every part as made
+    judged = {} if whole else _rejudged(parts, entries, repaired, kept)
+    marked = apply_cache_breakpoints(repaired, marked=parts.marks if whole else None, strip=memo.unmarked)
+    injected = bool(injections or message_injections)
     origins: Sequence[Origin]
-    if injections or message_injections:
-        placed, system_blocks, origins = place_with_origins(repaired, injections, message_injections)
+    if injected:
+        placed, system_blocks, origins = place_with_origins(marked, injections, message_injections)
     else:
-        placed, system_blocks, origins = repaired, [], range(len(repaired))
-    if not sources_of and len(kept) == len(owners) and len(origins) == len(owners):
-        per_message = tuple(parts.sources)  # nothing moved: one source tuple per part, as prepared
-    else:
-        per_message = tuple(
-            (origin,) if isinstance(origin, Source)
-            else sources_of.get(id(owners[kept[origin]]), owners[kept[origin]].sources)
-            for origin in origins
-        )
-    used = owners  # bodies() dedupes by id as it builds
-
-    def bodies() -> dict[str, Message]:
-        return {sid: body for prepared in used for sid, body in prepared.bodies if body is not None}
-
-    def completeness() -> dict[str, bool]:
-        found: dict[str, bool] = {}
-        for sources in per_message:
-            for source in sources:
-                if source.complete is not None:
-                    found[source.id] = found.get(source.id, True) and source.complete
-        return found
-
+        placed, system_blocks, origins = marked, [], range(len(marked))
+    per_message = _sources(parts, judged, kept, origins)
     provenance = Provenance(
         compile_id=compile_id or str(uuid.uuid4()),
         namespace=namespace,
@@ -461,23 +423,89 @@ def build_compile_result(
         reader=reader,
         strategy=strategy_name,
         messages=per_message,
-        raw_bodies=_Lazy(bodies),
-        completeness=_Lazy(completeness),
+        # Built on first use (most hosts never read them); bodies of the parts the repair dropped included.
+        raw_bodies=_Lazy(lambda: {sid: body for prepared in parts.owners for sid, body in prepared.bodies
+                                  if body is not None}),
+        completeness=_Lazy(lambda: completeness_of(per_message)),
     )
-    # Parts one to one with the messages (no repair nor injection moved any): their marks and
-    # estimates are the memo's; otherwise both are read off the messages.
-    tokens: Callable[[], Sequence[int]]
-    if injections or message_injections:
-        breaks = [i for i, message in enumerate(placed) if message.cache_breakpoint]
-        tokens = lambda: [estimate_blocks(message.content) for message in placed]
-    elif repaired_all:
-        breaks = [i for i in parts.marks if placed[i].cache_breakpoint]
-        tokens = lambda: parts.tokens
-    else:  # a repaired part's estimate is made again
-        breaks = [i for i, message in enumerate(placed) if message.cache_breakpoint]
-        tokens = lambda: [parts.tokens[k] if message.content is messages[k].content else estimate_blocks(message.content)
-                          for message, k in zip(placed, kept)]
+    breaks, tokens = _breaks(parts, placed, kept, injected, whole)
     # The memo keeps ``placed`` (its parts list, or one made here): the result's list is the host's to change.
-    stable = memo.stable_prefix(placed, system_blocks, breaks, tokens,
-                                parts if repaired_all and not (injections or message_injections) else None)
-    return CompileResult(list(placed), system_blocks, provenance, stable, body_cache=memo.bodies)
+    stable = memo.stable_prefix(placed, system_blocks, breaks, tokens, parts if whole and not injected else None)
+    result = CompileResult(list(placed), system_blocks, provenance, stable, body_cache=memo.bodies)
+    if strict:
+        reference = compile_reference(
+            entries, namespace=namespace, branch=branch, reader=reader, strategy_name=strategy_name, lookup=lookup,
+            injections=injections, message_injections=message_injections, compile_id=provenance.compile_id)
+        found = differences(result, reference)
+        if found:
+            raise ReferenceMismatch(f"the memo's compile differs from the reference's: {', '.join(found)}")
+    return result
+
+
+def _repaired(parts: _Parts) -> tuple[list[CompiledMessage], Sequence[int]]:
+    """The parts with their tool pairs repaired (P4), and the index of the part each came from:
+    the memo's list itself when every pair is whole (no tool block: the repair's walk skipped)."""
+    messages = parts.messages
+    if parts.tooled:
+        repaired, kept = repair_with_origins(messages, parts.tools)
+        if repaired != messages:
+            return repaired, kept
+    return messages, range(len(messages))
+
+
+def _sources(parts: _Parts, judged: dict[int, tuple[Source, ...]], kept: Sequence[int],
+             origins: Sequence[Origin]) -> tuple[tuple[Source, ...], ...]:
+    """Each placed message's sources (P6): its part's as prepared, or as ``judged`` again."""
+    owners = parts.owners
+    if not judged and len(kept) == len(owners) and len(origins) == len(owners):
+        return tuple(parts.sources)  # nothing moved: one source tuple per part, as prepared
+    return tuple(
+        (origin,) if isinstance(origin, Source) else judged.get(kept[origin], owners[kept[origin]].sources)
+        for origin in origins
+    )
+
+
+def _rejudged(parts: _Parts, entries: Sequence[Entry], repaired: list[CompiledMessage],
+              kept: Sequence[int]) -> dict[int, tuple[Source, ...]]:
+    """The sources of the parts of the entries the repair changed (a part rewritten or dropped),
+    by part: each raw body judged again against what the repair kept of the changed entries
+    carrying it (they no longer carry their bodies whole). An entry is one ``Entry`` object,
+    however often it is given (as ``compile_reference`` has it): not a part's prepared form,
+    which equal entries share."""
+    messages, owners = parts.messages, parts.owners
+    entry_of: list[Entry] = []  # each part's entry: those with content make their prepared form's parts, in order
+    for entry in entries:
+        if entry.content:
+            entry_of += [entry] * len(owners[len(entry_of)].parts)
+    survived = set(kept)
+    changed = {id(entry_of[k]) for k, message in zip(kept, repaired) if message is not messages[k]}
+    changed |= {id(entry_of[k]) for k in range(len(messages)) if k not in survived}
+    rendered: dict[str, list[Block]] = {}
+    for k, message in zip(kept, repaired):
+        if id(entry_of[k]) in changed:
+            for sid, _ in owners[k].bodies:
+                rendered.setdefault(sid, []).extend(message.content)
+    return {k: _judged_again(owners[k], rendered) for k in range(len(messages)) if id(entry_of[k]) in changed}
+
+
+def _judged_again(prepared: _Prepared, rendered: Mapping[str, list[Block]]) -> tuple[Source, ...]:
+    return tuple(
+        attrs.evolve(source, complete=body is not None and coverage_complete(rendered.get(source.id, []), body.content))
+        if source.complete is not None else source
+        for source, (_, body) in zip(prepared.sources, prepared.bodies + ((None, None),) * len(prepared.sources))
+    )
+
+
+def _breaks(parts: _Parts, placed: list[CompiledMessage], kept: Sequence[int], injected: bool,
+            whole: bool) -> tuple[list[int], Callable[[], Sequence[int]]]:
+    """Where ``placed``'s breakpoints are, and its estimated tokens (made when asked, P9). With
+    the parts one to one with the messages (no repair nor injection moved any), their marks and
+    estimates are the memo's; otherwise both are read off the messages."""
+    if whole and not injected:
+        return [i for i in parts.marks if placed[i].cache_breakpoint], lambda: parts.tokens
+    breaks = [i for i, message in enumerate(placed) if message.cache_breakpoint]
+    if injected:
+        return breaks, lambda: [estimate_blocks(message.content) for message in placed]
+    messages = parts.messages  # a repaired part's estimate is made again
+    return breaks, lambda: [parts.tokens[k] if message.content is messages[k].content else estimate_blocks(message.content)
+                            for message, k in zip(placed, kept)]

@@ -11,13 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxrt.budget import Entry
-from ctxrt.codec import to_jsonable
 from ctxrt.compile import CompileMemo, build_compile_result
+from ctxrt.compile_reference import compile_reference, stable_prefix_tokens
 from ctxrt.compile_result import CompileResult
 from ctxrt.content import CompiledMessage, Message, Text, ToolResult, ToolUse
 from ctxrt.errors import EmptyRequestError
 from ctxrt.injections import Injection, MessageInjection
-from ctxrt.tokens import estimate_blocks
 
 KINDS = ("user", "assistant", "call", "answer", "mixed", "orphan_call", "orphan_result")
 VARIANTS = ("canonical", "marked", "shaped", "summary", "empty", "equal")
@@ -105,24 +104,14 @@ def _injections(which: str) -> dict[str, Any]:
             return {"message_injections": [MessageInjection("user", "reminder", depth=2)]}
     return {}
 
-def _build(entries: list[Entry], pool: Pool, memo: CompileMemo, injected: dict[str, Any]) -> CompileResult:
+def _build(entries: list[Entry], pool: Pool, memo: CompileMemo, injected: dict[str, Any], strict: bool = False) -> CompileResult:
     return build_compile_result(entries, namespace="ns", branch="main", reader=None, strategy_name="test",
-                                lookup=pool.bodies.get, compile_id="c", memo=memo, **injected)
+                                lookup=pool.bodies.get, compile_id="c", memo=memo, strict=strict, **injected)
 
-def _same(a: CompiledMessage, b: CompiledMessage) -> bool:
-    return (a.participant, to_jsonable(list(a.content))) == (b.participant, to_jsonable(list(b.content)))
+def _reference(entries: list[Entry], pool: Pool, injected: dict[str, Any], previous: CompileResult | None) -> CompileResult:
+    return compile_reference(entries, namespace="ns", branch="main", reader=None, strategy_name="test",
+                             lookup=pool.bodies.get, compile_id="c", previous=previous, **injected)
 
-def reference_stable_prefix(previous: CompileResult | None, result: CompileResult) -> int:
-    """P9 as written: the tokens of the longest prefix of ``result`` the same (markers aside) as
-    ``previous``'s up to one of its breakpoints, with the same system blocks."""
-    if previous is None or to_jsonable(previous.system_injections) != to_jsonable(result.system_injections):
-        return 0
-    old, new = previous.messages, result.messages
-    best = 0
-    for end, message in enumerate(old):
-        if message.cache_breakpoint and end < len(new) and all(_same(new[i], old[i]) for i in range(end + 1)):
-            best = sum(estimate_blocks(m.content) for m in new[: end + 1])
-    return best
 
 def _bodies(result: CompileResult) -> list[Any]:
     out: list[Any] = []
@@ -162,13 +151,13 @@ def _apply(step: tuple[Any, ...], entries: list[Entry], pool: Pool, size: int) -
 
 @settings(max_examples=200)
 @given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=30), start=picks, steps=steps)
-def test_a_compile_with_the_memo_equals_one_from_scratch(kinds: list[str], start: list[tuple[int, str]],
-                                                         steps: list[tuple[Any, ...]]) -> None:
+def test_a_compile_with_the_memo_equals_the_reference(kinds: list[str], start: list[tuple[int, str]],
+                                                       steps: list[tuple[Any, ...]]) -> None:
     """P16, P9: after front trims, appends, splices, marker moves, renewed entries, edited messages
     (a shaped entry made anew equal to the last), tool pairs and orphans, split messages and
-    injections, each compile through one memo gives what a fresh
-    memo gives (messages, system blocks, provenance, the three request bodies), and its
-    stable_prefix_tokens is the chained definition's against the compile before it."""
+    injections, each compile through one memo gives what the reference compile gives with no
+    memo (messages, system blocks, provenance, the three request bodies, ``strict=True`` agreeing),
+    and its stable_prefix_tokens is the chained definition's against the compile before it."""
     pool = Pool(kinds)
     size = len(kinds)
     memo = CompileMemo()
@@ -179,17 +168,17 @@ def test_a_compile_with_the_memo_equals_one_from_scratch(kinds: list[str], start
         entries, which = _apply(step, entries, pool, size)
         if which is not None:
             injected = _injections(which)
-        result = _build(entries, pool, memo, injected)
-        fresh = _build(entries, pool, CompileMemo(), injected)
-        assert result.messages == fresh.messages
-        assert result.system_injections == fresh.system_injections
-        assert result.provenance.messages == fresh.provenance.messages
-        assert dict(result.provenance.raw_bodies) == dict(fresh.provenance.raw_bodies)
-        assert dict(result.provenance.completeness) == dict(fresh.provenance.completeness)
-        assert _bodies(result) == _bodies(fresh)
-        assert result.stable_prefix_tokens == reference_stable_prefix(previous, result)
+        result = _build(entries, pool, memo, injected, strict=True)
+        expected = _reference(entries, pool, injected, previous)
+        assert result.messages == expected.messages
+        assert result.system_injections == expected.system_injections
+        assert result.provenance.messages == expected.provenance.messages
+        assert dict(result.provenance.raw_bodies) == dict(expected.provenance.raw_bodies)
+        assert dict(result.provenance.completeness) == dict(expected.provenance.completeness)
+        assert _bodies(result) == _bodies(expected)
+        assert result.stable_prefix_tokens == expected.stable_prefix_tokens
         result.messages.clear()  # the host's list: changing it changes nothing the memo keeps
-        previous = fresh
+        previous = expected
 
 class CountedEntry(Entry):
     """An entry that counts the comparisons made of it: how much of a window a compile looked at."""
@@ -230,4 +219,4 @@ def test_the_stable_prefix_after_a_compile_with_an_injection_counts_from_what_th
     assert [m.cache_breakpoint for m in first.messages] == [False, True, False, False, True, False]
     assert first.messages[3].content == (Text("reminder"),)  # placed before the second breakpoint
     second = _build([a, marked[0], c, marked[1], f, marked[2]], pool, memo, {})
-    assert second.stable_prefix_tokens == reference_stable_prefix(first, second) > 0
+    assert second.stable_prefix_tokens == stable_prefix_tokens(first, second.messages, second.system_injections) > 0

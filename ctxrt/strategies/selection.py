@@ -13,7 +13,7 @@ import logging
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import attrs
 
@@ -24,7 +24,7 @@ from .coverage import Coverage, RunIds, Runs, count_outside, covers, gaps, union
 from .live import JoinedDepths, LiveMemo, LiveOptions, Piece, apply_live_policy_at, holds_live_blocks, loose
 from .records import Summary
 from .shown_entries import ShownEntries
-from .zones import Zones
+from .zones import Head, Zones
 
 if TYPE_CHECKING:
     from ..views import MessageView
@@ -96,7 +96,7 @@ def frontier_under_pins(frontier: Sequence[Summary], summaries: Sequence[Summary
     for summary in summaries:
         if summary.parent_id is not None:
             children.setdefault(summary.parent_id, []).append(summary)
-    out: list[Summary] = []
+    opened: list[Summary] = []
     stack = list(frontier)
     while stack:
         summary = stack.pop()
@@ -105,8 +105,8 @@ def frontier_under_pins(frontier: Sequence[Summary], summaries: Sequence[Summary
         if too_deep and children.get(summary.id):
             stack.extend(children[summary.id])
         else:
-            out.append(summary)
-    return out
+            opened.append(summary)
+    return opened
 
 
 def select(
@@ -119,104 +119,211 @@ def select(
     summaries that fit (level budgets, the newest history first) and the uncovered messages that
     fit (newest first); every message of the view is shown, covered or reported (no silent drops).
     Entries come from ``made`` and ``zones``, the same objects for what is unchanged since an
-    earlier compile, and the live policy has been applied to them."""
-    count = len(messages)
-    head = zones.head(messages, view, head_start_id)
-    head_start, head_end = head.start, head.end
-    shown_head = bisect_right(head.totals, usable) - 1  # the head's messages that fit, oldest first
-    entries_head = head.entries[:shown_head]
-    if entries_head:
-        entries_head[-1] = made.marked(entries_head[-1])
-    head_tokens = spent = head.totals[shown_head]
-    # Pinned raw ranges outside the head come next, whatever the pressure, oldest first.
-    raw_pins = [(pin.first_sequence, pin.last_sequence) for pin in pins if pin.level is None]
-    pinned_at: list[int] = []  # indices of the pinned messages outside the head, ascending
+    earlier compile, and the live policy has been applied to them.
+
+    The zones take the budget in that order, each what is left by those before it: ``_head``,
+    ``_pins``, ``_recent``, then the middle's ``_summaries`` and ``_uncovered``; ``_report`` says
+    what none of them shows, ``_assemble`` lays the entries out in sequence order and
+    ``_live_policy`` applies the live policy to them."""
+    head = _head(messages, view, usable, made, zones, head_start_id)
+    pinned = _pins(messages, view, pins, made, head.shown, usable - head.tokens)
+    recent = _recent(messages, view, zones, head.window.end, usable - head.tokens - pinned.tokens, pinned.at)
+    spent = head.tokens + pinned.tokens + recent.tokens
+    if pinned.ranges:  # a summary of pinned messages alone adds nothing: they are shown raw
+        frontier = [s for s in frontier if not all(_pinned(pinned.ranges, int(leaf)) for leaf in leaves(s))]
+    shown, summary_tokens = _summaries(frontier, usable - spent, price, choose_l1)
+    spent += summary_tokens
+    covered = coverage.runs(shown, messages, stamp, leaves, view.changes)
+    middle = [(0, head.window.start), (head.window.end, recent.start)]
+    kept = _uncovered(messages, view, zones, covered, middle, usable - spent, pinned.at)
+    spent += kept.tokens
+    gone = _gone(len(messages), head, pinned, recent, covered, middle, kept)
+    dropped, reason = _report(messages, gone, pinned.at, usable,
+                              lambda: coverage.runs(frontier, messages, stamp, leaves, view.changes))
+    stats = RenderStats(
+        head_tokens=head.tokens, summary_tokens=summary_tokens, middle_raw_tokens=pinned.tokens + kept.tokens,
+        tail_tokens=recent.tokens, summaries=_levels(shown), pending_units=pending_units, dropped_ids=dropped,
+        dropped_reason=reason,
+    )
+    entries, live_at, placed = _assemble(messages, view, made, zones, leaves, head, pinned, shown, [*kept.runs, *recent.runs])
+    if live_at:
+        entries = _live_policy(messages, zones, entries, head.fits, live_at, placed, live, live_memo)
+    zones.trim(messages)  # after the depths were read
+    return Selection(entries, head.tokens, spent - head.tokens - recent.tokens, recent.tokens, spent, stats)
+
+
+class _HeadShown(NamedTuple):
+    """The head window, and what of it fits: its first ``fits`` messages (``shown``), their
+    entries (the last marked: the head window's end is a cache breakpoint) and ``tokens``."""
+
+    window: Head
+    fits: int
+    entries: list[Entry]
+    tokens: int
+
+    @property
+    def shown(self) -> range:
+        return range(self.window.start, self.window.start + self.fits)
+
+
+def _head(messages: Sequence[Message], view: MessageView, usable: int, made: ShownEntries, zones: Zones,
+          start_id: str | None) -> _HeadShown:
+    """The head window's messages that fit, oldest first (T5, T6)."""
+    window = zones.head(messages, view, start_id)
+    fits = bisect_right(window.totals, usable) - 1
+    entries = window.entries[:fits]
+    if entries:
+        entries[-1] = made.marked(entries[-1])
+    return _HeadShown(window, fits, entries, window.totals[fits])
+
+
+class _Pinned(NamedTuple):
+    """Pinned raw ranges outside the head's shown messages: the pins' ``ranges`` (sequences), the
+    indices pinned (``at``, ascending), those shown (what fits with the pins before it), each
+    shown one's entry by its sequence, and their ``tokens``."""
+
+    ranges: list[tuple[int, int]]
+    at: list[int]
+    shown: list[int]
+    entries: list[tuple[int, list[Entry]]]
+    tokens: int
+
+
+def _pins(messages: Sequence[Message], view: MessageView, pins: Sequence[Pin], made: ShownEntries, head: range,
+          allowance: int) -> _Pinned:
+    """Pinned raw ranges outside the head come next, whatever the pressure, oldest first."""
+    ranges = [(pin.first_sequence, pin.last_sequence) for pin in pins if pin.level is None]
+    at: list[int] = []
     for low, high in union([(bisect_left(messages, first, key=sequence_key), bisect_right(messages, last, key=sequence_key))
-                            for first, last in raw_pins]):
-        pinned_at += [index for index in range(low, high) if not head_start <= index < head_start + shown_head]
-    pinned_set = set(pinned_at)
-    pinned_entries: list[tuple[int, list[Entry]]] = []
-    pinned_shown: list[int] = []
-    for index in pinned_at:
+                            for first, last in ranges]):
+        at += [index for index in range(low, high) if index not in head]
+    shown: list[int] = []
+    entries: list[tuple[int, list[Entry]]] = []
+    tokens = 0
+    for index in at:
         entry, cost = made.raw(messages[index], view.estimate_tokens)
-        if spent + cost <= usable:
-            pinned_entries.append((messages[index].sequence, [entry]))
-            pinned_shown.append(index)
-            spent += cost
-    pinned_tokens = spent - head_tokens
-    # Recent window: evicted newest-first within budget, emitted chronologically.
-    recent_start = zones.recent_start(messages, view, head_end)
-    recent_runs, tail_tokens = zones.take(messages, view, [(recent_start, count)], usable - spent, pinned_at)
-    recent_from = recent_runs[0][0] if recent_runs else count  # the oldest index it shows (pinned ones aside)
-    spent += tail_tokens
-    # The middle: shown summaries (anti-redundant: the frontier) and uncovered raw messages.
-    if raw_pins:
-        frontier = [s for s in frontier if not all(_pinned(raw_pins, int(leaf)) for leaf in leaves(s))]
+        if tokens + cost <= allowance:
+            entries.append((messages[index].sequence, [entry]))
+            shown.append(index)
+            tokens += cost
+    return _Pinned(ranges, at, shown, entries, tokens)
+
+
+class _Recent(NamedTuple):
+    """The recent window: its ``start`` (where the middle ends), the ``runs`` it shows (pinned
+    messages aside), the oldest index it shows (``shown_from``) and their ``tokens``."""
+
+    start: int
+    runs: Runs
+    shown_from: int
+    tokens: int
+
+
+def _recent(messages: Sequence[Message], view: MessageView, zones: Zones, head_end: int, allowance: int,
+            pinned: list[int]) -> _Recent:
+    """The recent window: evicted newest-first within ``allowance``, emitted chronologically."""
+    start = zones.recent_start(messages, view, head_end)
+    runs, tokens = zones.take(messages, view, [(start, len(messages))], allowance, pinned)
+    return _Recent(start, runs, runs[0][0] if runs else len(messages), tokens)
+
+
+def _summaries(frontier: Sequence[Summary], allowance: int, price: Price, choose_l1: Chooser) -> tuple[list[Summary], int]:
+    """The middle's shown summaries (anti-redundant: the ``frontier``) within ``allowance``, and
+    their tokens: each level within its budget and what the level below left of its own, level
+    1 first (the newest history first: under pressure the oldest summaries go)."""
     shown: list[Summary] = []
-    budgets = {3: LEVEL_BUDGET_TOKENS, 2: LEVEL_BUDGET_TOKENS, 1: LEVEL_BUDGET_TOKENS}
-    carry = 0
-    for level in (1, 2, 3):  # the newest history first: under pressure the oldest summaries go
-        allowance = min(budgets[level] + carry, usable - spent)
+    spent = carry = 0
+    for level in (1, 2, 3):
+        budget = min(LEVEL_BUDGET_TOKENS + carry, allowance - spent)
         candidates = sorted((s for s in frontier if s.level == level), key=lambda s: s.first_sequence)
-        chosen = choose_l1(candidates, allowance, price) if level == 1 else choose(candidates, allowance, price)
+        chosen = choose_l1(candidates, budget, price) if level == 1 else choose(candidates, budget, price)
         cost = sum(price(summary) for summary in chosen)
         shown += chosen
         spent += cost
-        carry = max(0, allowance - cost)
-    covered = coverage.runs(shown, messages, stamp, leaves, view.changes)
-    summary_tokens = spent - head_tokens - tail_tokens - pinned_tokens
-    # The middle is [0, head_start) (before a reset head, T6) and [head_end, recent_start); its
-    # uncovered messages, newest first, are compression debt: keep the newest raw that fit.
-    middle_ranges = [(0, head_start), (head_end, recent_start)]
-    uncovered = [run for low, high in middle_ranges for run in gaps(covered, low, high)]
-    kept_runs, kept_tokens = zones.take(messages, view, uncovered, usable - spent, pinned_at)
-    spent += kept_tokens
-    kept_from = kept_runs[0][0] if kept_runs else None  # the oldest kept index
-    left = sum(stop - start for start, stop in uncovered) - sum(stop - start for start, stop in kept_runs)
-    left -= sum(1 for index in pinned_at if covers(uncovered, index))
+        carry = max(0, budget - cost)
+    return shown, spent
+
+
+class _Kept(NamedTuple):
+    """The middle's uncovered messages (``uncovered`` runs), the ``runs`` of them kept raw and their ``tokens``."""
+
+    uncovered: Runs
+    runs: Runs
+    tokens: int
+
+
+def _uncovered(messages: Sequence[Message], view: MessageView, zones: Zones, covered: Runs, middle: Runs,
+               allowance: int, pinned: list[int]) -> _Kept:
+    """The middle is [0, head start) (before a reset head, T6) and [head end, recent start); its
+    uncovered messages, newest first, are compression debt: keep the newest raw that fit."""
+    uncovered = [run for low, high in middle for run in gaps(covered, low, high)]
+    runs, tokens = zones.take(messages, view, uncovered, allowance, pinned)
+    left = sum(stop - start for start, stop in uncovered) - sum(stop - start for start, stop in runs)
+    left -= sum(1 for index in pinned if covers(uncovered, index))
     if left:
         logger.info("compression debt: %d uncovered middle message(s) left out of the compile", left)
-    # No silent drops: every message of the view is shown raw or covered by a shown summary,
-    # or it is reported, with why. Shown raw: the head's run, the recent window's and the kept
-    # middle's (pinned messages aside: shown only if they fit with the pins).
-    raw_runs = [(head_start, head_start + shown_head), (recent_from, count), *((index, index + 1) for index in pinned_shown)]
+    return _Kept(uncovered, runs, tokens)
+
+
+def _gone(count: int, head: _HeadShown, pinned: _Pinned, recent: _Recent, covered: Runs, middle: Runs,
+          kept: _Kept) -> Runs:
+    """The runs of the view neither shown raw nor covered by a shown summary. Shown raw: the
+    head's run, the recent window's and the kept middle's (pinned messages aside: shown only if
+    they fit with the pins)."""
+    kept_from = kept.runs[0][0] if kept.runs else None  # the oldest kept index
+    raw = [(head.shown.start, head.shown.stop), (recent.shown_from, count), *((index, index + 1) for index in pinned.shown)]
     if kept_from is not None:
-        raw_runs += [(max(kept_from, low), high) for low, high in middle_ranges if high > kept_from]
-    gone = gaps(union([*covered, *raw_runs]), 0, count)
-    if len(pinned_shown) < len(pinned_at):  # pinned messages are shown only if they fit with the pins
-        left_out = pinned_set.difference(pinned_shown)
+        raw += [(max(kept_from, low), high) for low, high in middle if high > kept_from]
+    gone = gaps(union([*covered, *raw]), 0, count)
+    if len(pinned.shown) < len(pinned.at):
+        left_out = set(pinned.at).difference(pinned.shown)
         gone = union([*gone, *((index, index + 1) for index in sorted(left_out) if not covers(covered, index))])
+    return gone
+
+
+def _report(messages: Sequence[Message], gone: Runs, pinned: list[int], usable: int,
+            summarised: Callable[[], Runs]) -> tuple[RunIds, str | None]:
+    """No silent drops: the messages ``gone``, and why: not compressed yet (no summary of the
+    frontier, ``summarised()``, covers them), or their summaries, pins or recent window didn't fit."""
     dropped = RunIds(messages, gone)
-    debt = 0
-    if dropped:
-        summarised = coverage.runs(frontier, messages, stamp, leaves, view.changes)
-        debt = sum(count_outside(summarised, start, stop) for start, stop in gone)
-        debt -= sum(1 for index in pinned_at if covers(gone, index) and not covers(summarised, index))
+    if not dropped:
+        return dropped, None
+    covering = summarised()
+    debt = sum(count_outside(covering, start, stop) for start, stop in gone)
+    debt -= sum(1 for index in pinned if covers(gone, index) and not covers(covering, index))
+    return dropped, (f"{len(dropped)} message(s) left out that no shown summary covers, within the budget "
+                     f"({usable:,} tokens): {debt} not compressed yet (tick or wait_ready), "
+                     f"{len(dropped) - debt} whose summaries, pins or recent window didn't fit (raise the "
+                     f"budget, or lower recent_window_tokens)")
+
+
+def _levels(shown: list[Summary]) -> tuple[tuple[int, int], ...]:
+    """How many summaries of each level are shown, by level."""
     levels: dict[int, int] = {}
     for summary in shown:
         levels[summary.level] = levels.get(summary.level, 0) + 1
-    stats = RenderStats(
-        head_tokens=head_tokens, summary_tokens=summary_tokens,
-        middle_raw_tokens=spent - head_tokens - tail_tokens - summary_tokens, tail_tokens=tail_tokens,
-        summaries=tuple(sorted(levels.items())),
-        pending_units=pending_units,
-        dropped_ids=dropped,
-        dropped_reason=(f"{len(dropped)} message(s) left out that no shown summary covers, within the budget "
-                        f"({usable:,} tokens): {debt} not compressed yet (tick or wait_ready), "
-                        f"{len(dropped) - debt} whose summaries, pins or recent window didn't fit (raise the "
-                        f"budget, or lower recent_window_tokens)") if dropped else None,
-    )
-    # In sequence order (a stable sort: on a tie, summaries before raw messages, as they cover
-    # what follows): shown summaries, the kept middle's and the recent window's runs, pins.
+    return tuple(sorted(levels.items()))
+
+
+Placed = list[tuple[int, list[Entry], tuple[int, int] | None]]  # where each item's entries went, and its run if a run
+
+
+def _assemble(messages: Sequence[Message], view: MessageView, made: ShownEntries, zones: Zones,
+              leaves: Callable[[Summary], tuple[str, ...]], head: _HeadShown, pinned: _Pinned, shown: list[Summary],
+              runs: Runs) -> tuple[list[Entry], list[int], Placed]:
+    """The entries in sequence order: the head's first, then (a stable sort: on a tie, summaries
+    before raw messages, as they cover what follows) shown summaries, the kept middle's and the
+    recent window's ``runs``, pins; the last one marked. With which entries the live policy may
+    change and where each item's entries went."""
     singles: list[tuple[int, list[Entry]]] = [
         *((summary.first_sequence, list(made.summary(summary, leaves(summary)))) for summary in shown),
-        *pinned_entries]
+        *pinned.entries]
     items: list[tuple[int, list[Entry] | tuple[int, int]]] = [
-        *singles[: len(shown)], *_runs_apart([*kept_runs, *recent_runs], messages, singles), *singles[len(shown) :]]
+        *singles[: len(shown)], *_runs_apart(runs, messages, singles), *singles[len(shown) :]]
     items.sort(key=itemgetter(0))
-    entries = entries_head  # extended in place: the head's entries come first
-    live_at = [index for index in head.live if index < shown_head]
-    placed: list[tuple[int, list[Entry], tuple[int, int] | None]] = []  # where each item's entries went
+    entries = head.entries  # extended in place: the head's entries come first
+    live_at = [index for index in head.window.live if index < head.fits]
+    placed: Placed = []
     for _, item in items:
         at = len(entries)
         if isinstance(item, tuple):  # a run of the view, from the windows zones keeps
@@ -234,17 +341,21 @@ def select(
         # this one's newest message from the provider's cache. P5's cap of 3 keeps the head
         # window's end (the first), the latest summary seam and this tail (the last two).
         entries[-1] = made.marked(entries[-1])
-    if live_at:  # the depths after entries, by pieces: a kept run's from its running totals
-        pieces: list[Piece] = [(index, loose(entries[index])) for index in range(shown_head)]
-        for at, group, run in placed:
-            if run is None:
-                pieces += [(at + index, loose(entry)) for index, entry in enumerate(group)]
-            else:
-                pieces += [(at + offset, after) for offset, after in zones.depths(messages, run[0], run[1], group)]
-        depths = JoinedDepths(pieces, live.image_strip_depth_tokens)
-        entries = apply_live_policy_at(entries, live_at, depths.after, live, live_memo)
-    zones.trim(messages)  # after the depths were read
-    return Selection(entries, head_tokens, spent - head_tokens - tail_tokens, tail_tokens, spent, stats)
+    return entries, live_at, placed
+
+
+def _live_policy(messages: Sequence[Message], zones: Zones, entries: list[Entry], head_fits: int, live_at: list[int],
+                 placed: Placed, live: LiveOptions, live_memo: LiveMemo) -> list[Entry]:
+    """``entries`` with the live policy applied at ``live_at``, by the depths after each, read by
+    pieces: a kept run's from its running totals, any other entry estimated when asked."""
+    pieces: list[Piece] = [(index, loose(entries[index])) for index in range(head_fits)]
+    for at, group, run in placed:
+        if run is None:
+            pieces += [(at + index, loose(entry)) for index, entry in enumerate(group)]
+        else:
+            pieces += [(at + offset, after) for offset, after in zones.depths(messages, run[0], run[1], group)]
+    depths = JoinedDepths(pieces, live.image_strip_depth_tokens)
+    return apply_live_policy_at(entries, live_at, depths.after, live, live_memo)
 
 
 def _pinned(ranges: Sequence[tuple[int, int]], sequence: int) -> bool:
@@ -257,12 +368,12 @@ def _runs_apart(runs: Runs, messages: Sequence[Message], singles: Sequence[tuple
     messages where a single item's key falls inside it (a summary whose range holds a raw
     message, say), so sorting runs orders entries as sorting every message would."""
     keys = sorted(key for key, _ in singles)
-    out: list[tuple[int, tuple[int, int]]] = []
+    keyed: list[tuple[int, tuple[int, int]]] = []
     for start, stop in runs:
         first, last = messages[start].sequence, messages[stop - 1].sequence
         at = bisect_right(keys, first)
         if at < len(keys) and keys[at] <= last:
-            out += [(messages[index].sequence, (index, index + 1)) for index in range(start, stop)]
+            keyed += [(messages[index].sequence, (index, index + 1)) for index in range(start, stop)]
         else:
-            out.append((first, (start, stop)))
-    return out
+            keyed.append((first, (start, stop)))
+    return keyed
