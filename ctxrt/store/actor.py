@@ -92,11 +92,16 @@ class StoreRef:
     before the send (its wait for the reply is one), so an append costs one task switch there.
     """
 
-    def __init__(self, mailbox: Mailbox, counters: _Counters, publish: Callable[[Sequence[Operation]], None]) -> None:
+    def __init__(
+        self, mailbox: Mailbox, counters: _Counters, engine: StoreEngine, committer: Committer,
+        publish: Callable[[Sequence[Operation]], None],
+    ) -> None:
         self._mailbox = mailbox
         self._counters = counters
+        self._committer = committer
         self._publish = publish
-        self._alone: Callable[[Any], tuple[bool, Any]] | None = None  # while the actor serves, if it commits inline
+        self._alone = None if committer.commit_now is None else functools.partial(
+            commit_alone, engine, committer.commit_now, publish=publish, counters=counters)
 
     async def ask(self, command: Ask[R]) -> R:
         """Send ``command`` and wait for its committed result.
@@ -156,9 +161,9 @@ def execute(batch: Batch, command: Any) -> Any:
 
 
 def open_store_actor(engine: StoreEngine, publish: Callable[[Sequence[Operation]], None]) -> tuple[StoreRef, Mailbox]:
-    """The actor's handle and mailbox; ``serve_store`` serves them over ``engine``'s committer."""
+    """The actor's handle and mailbox, over the committer ``engine`` hands it; ``serve_store`` serves them."""
     mailbox = Mailbox(MAILBOX_CAPACITY, lambda command: RuntimeClosedError("the store actor has stopped"))
-    return StoreRef(mailbox, _Counters(), publish), mailbox
+    return StoreRef(mailbox, _Counters(), engine, engine.committer(execute, runs_unnested), publish), mailbox
 
 
 def runs_unnested(command: Any) -> bool:
@@ -248,22 +253,18 @@ async def serve_store(
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the store's mailbox through ``engine``'s committer. Returns only when the inbox is
-    closed, or when cancelled.
+    """Serve the store's mailbox through the ref's committer. Returns only when the inbox is closed,
+    or when cancelled (the inbox is closed then too: a lone caller can't commit past the actor).
 
     The ref's ``publish`` is called synchronously with each batch's committed operations,
     after the commit and before any caller is answered, so a caller that got its reply reads
     caches that already hold its write.
     """
-    counters = ref._counters
+    counters, committer = ref._counters, ref._committer
     pending: list[Envelope] = []
-    committer = engine.committer(execute, runs_unnested)
     async with trio.open_nursery() as nursery:
         committer.start()
         nursery.start_soon(committer.tend)
-        if committer.commit_now is not None:
-            ref._alone = functools.partial(commit_alone, engine, committer.commit_now, publish=ref._publish,
-                                           counters=counters)
         task_status.started()
         try:
             async for first in inbox:
@@ -289,7 +290,6 @@ async def serve_store(
                         reply.resolve(ok, value)
                 pending = []
         finally:
-            ref._alone = None
             # One error per caller: callers raise theirs at once, each with its own traceback.
             def closed() -> RuntimeClosedError:
                 return RuntimeClosedError("the store actor stopped before answering")
