@@ -78,11 +78,6 @@ class WriterThread:
         assert txn is self._txn
         self._run(self._restart_txn)
 
-    @property
-    def holding(self) -> bool:
-        """Whether the thread holds a transaction begun for the next batch (LMDB's writer lock)."""
-        return self._txn is not None
-
     # -- the loop's other jobs ----------------------------------------------------------------
 
     def end(self) -> None:
