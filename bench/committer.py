@@ -22,9 +22,11 @@ figures (a compile and a timer under others' durable appends) against b1e9a4f.
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -116,7 +118,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         _row("(c) 100 concurrent durable add_message callers, a manager each", "appends/s", figures["group100"], 0.95,
              ">="),
     ]
-    info = {"quick": quick, "rounds_run": settings["rounds"], "settings": dict(settings),
+    info = {"where": os.environ.get("CTXRT_BENCH_DIR") or tempfile.gettempdir(), "quick": quick, "rounds_run": settings["rounds"], "settings": dict(settings),
             "seconds": time.perf_counter() - started, "python": sys.executable}
     for each in rows:
         each.update(info)
@@ -137,7 +139,8 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         "versions, each a subprocess over its own store (durability \"sync\"), in a random order for each. Per "
         f"round and version: {settings['adds']} appends one at a time, {settings['groups10']} groups of 10 and "
         f"{settings['groups100']} groups of 100 concurrent appends. Each figure is the median across rounds of the "
-        "round's median, min–max across rounds beside it; the ratio is the current package's over b1e9a4f's.",
+        "round's median, min–max across rounds beside it; the ratio is the current package's over b1e9a4f's. "
+        f"The stores lived under {first['where']} (``CTXRT_BENCH_DIR``).",
         "",
         *TABLE_HEAD,
     ]
