@@ -67,7 +67,7 @@ class Candidate:
     def start(self) -> None:
         import trio
 
-        from ctxrt.store.actor import GiveTurns
+        from ctxrt.store.committer_lmdb import GiveTurns
         from ctxrt.store.writer import WriterThread
 
         if self.name.startswith("writer thread"):
@@ -94,7 +94,7 @@ class Candidate:
     async def append(self, key: bytes) -> None:
         import trio
 
-        from ctxrt.store.actor import await_commit
+        from ctxrt.store.committer_lmdb import await_commit
 
         if self.name.startswith("inline"):
             self._put_commit(key)

@@ -98,6 +98,7 @@ class Mailbox:
         self._closed = False
         self._unanswered = 0
         self._received = 0
+        self._alone_waiting = False  # a caller in ask may run the actor's handling itself (``alone``)
 
     # -- senders ----------------------------------------------------------------------------
 
@@ -109,19 +110,37 @@ class Mailbox:
         """The error ``command`` meets now that the mailbox is closed."""
         return self._refusal(command)
 
-    async def ask(self, command: Ask[R]) -> R:
+    async def ask(self, command: Ask[R], *, alone: Callable[[Any], tuple[bool, Any]] | None = None) -> R:
         """Send ``command`` and wait for its answer.
 
         Raises what the actor answered with, or the refusal once the mailbox is closed. A caller
         cancelled already sends nothing; cancelled after sending, the command is still handled and
-        only its answer is lost.
+        only its answer is lost (answered just as it was cancelled, it leaves cancelled too).
+
+        ``alone``: the actor's own synchronous handling, which a caller that finds nobody else
+        asking and nothing unanswered may run in its own task instead of waking the actor (one
+        schedule point first, so callers that are ready arrive and all go through the actor):
+        ``(ok, answer or error)``. A caller that finds others arrived meanwhile sends its command.
         """
         if self._closed:
             await trio.lowlevel.checkpoint()
             raise self._refusal(command)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        if alone is not None and not self._alone_waiting and self._unanswered == 0:
+            self._alone_waiting = True
+            try:
+                await trio.lowlevel.checkpoint()
+            finally:
+                self._alone_waiting = False
+            answer = alone(command) if self._unanswered == 0 and not self._closed else None
+            if answer is not None:
+                if answer[0]:
+                    return answer[1]  # type: ignore[no-any-return]  # an R by the command's type
+                raise answer[1]
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()  # others in flight: join them without a schedule point
         reply: Reply[R] = await self.put(command)
         await reply.wait()  # cancelled here, the command is still handled; its answer is dropped
+        await trio.lowlevel.checkpoint_if_cancelled()
         return reply.unwrap()
 
     @trio.lowlevel.enable_ki_protection

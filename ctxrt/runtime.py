@@ -437,9 +437,7 @@ async def open_runtime(
             if runtime._store is not None:
                 ref, inbox = runtime._store, runtime._store_inbox
                 await nursery.start(
-                    lambda task_status: serve_store(
-                        handle.engine, ref, inbox, durability=durability, task_status=task_status
-                    )
+                    lambda task_status: serve_store(handle.engine, ref, inbox, task_status=task_status)
                 )
             if runtime._steps is not None:
                 trio.lowlevel.add_instrument(runtime._steps)

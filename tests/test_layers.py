@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
      "ctxrt.store.files", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.validation", "ctxrt.codec", "ctxrt.blobs", "ctxrt.tokens"),
-    ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.catalog", "ctxrt.store.batch", "ctxrt.store.apply", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
+    ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.catalog", "ctxrt.store.batch", "ctxrt.store.apply", "ctxrt.store.committer", "ctxrt.store.committer_lmdb", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
      "ctxrt.store.environment", "ctxrt.store.writer", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
      "ctxrt.store.verify"),
     ("ctxrt.slots",),
@@ -101,9 +101,10 @@ PURE_CORES: tuple[str, ...] = (
     "ctxrt.integrations.blocks",
 )
 # The one place that writes through an engine (``engine.apply``, or ``engine.prepare`` and the
-# writer thread's commit): the store actor, which owns the store (docs/architecture.md, Store
-# actor). The writer thread only begins and commits the transaction the actor filled.
-ENGINE_WRITERS: tuple[str, ...] = ("ctxrt.store.actor",)
+# writer thread's commit): the committers the engines hand the store actor, which owns the store
+# (docs/architecture.md, Store actor). The writer thread only begins and commits the transaction
+# the actor's committer filled; an engine's own committer calls ``self.apply``.
+ENGINE_WRITERS: tuple[str, ...] = ("ctxrt.store.committer_lmdb",)
 
 
 def module_name(path: Path) -> str:
@@ -483,7 +484,7 @@ def test_the_checker_refuses_an_await_in_a_strategy() -> None:
 
 def test_only_the_store_actor_writes_through_an_engine() -> None:
     """Layers: ``engine.apply`` (and the durable path's ``engine.prepare``) is called only by the
-    store actor, which owns the store; everything else sends it commands."""
+    store actor's committers; everything else sends the actor commands."""
     offenders = [f"{name} {finding}" for name, path in all_modules().items() if name not in ENGINE_WRITERS
                  for finding in engine_writes(path.read_text())]
     assert offenders == []

@@ -132,3 +132,39 @@ async def test_a_cancelled_ask_loses_only_its_answer_and_one_cancelled_already_s
             await trio.testing.wait_all_tasks_blocked()
             box.close()
     assert seen == [Double(5)] and box.statistics().unanswered == 0
+
+
+def _doubled(handled: list[Any]) -> Any:
+    """An ``alone`` option: the actor's handling of a ``Double``, run in the caller's task."""
+
+    def alone(command: Double) -> tuple[bool, Any]:
+        handled.append(command)
+        return True, command.number * 2
+
+    return alone
+
+
+async def test_a_lone_ask_runs_the_alone_option_in_its_own_task_and_callers_together_go_to_the_actor() -> None:
+    """``ask(command, alone=...)``: a caller that finds nobody else asking and nothing unanswered runs
+    ``alone`` itself (the actor receives nothing); callers that arrive together all send theirs, so
+    the actor can handle them as one group; a caller cancelled already does neither."""
+    box = mailbox(capacity=10)
+    seen: list[Any] = []
+    handled: list[Any] = []
+    with trio.fail_after(5):
+        assert await box.ask(Double(4), alone=_doubled(handled)) == 8
+        assert handled == [Double(4)] and box.statistics().received == 0
+        with trio.CancelScope() as already:
+            already.cancel()
+            await box.ask(Double(9), alone=_doubled(handled))
+        assert handled == [Double(4)] and box.depth == 0
+        answers: list[int] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, box, seen)
+            for n in range(3):
+                nursery.start_soon(_append, answers, box.ask(Double(n), alone=_doubled(handled)))
+            await trio.testing.wait_all_tasks_blocked()
+            box.close()
+    assert sorted(answers) == [0, 2, 4] and sorted(seen, key=lambda command: command.number) == [
+        Double(0), Double(1), Double(2)]
+    assert handled == [Double(4)]

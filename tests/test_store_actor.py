@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,35 @@ async def test_concurrent_appenders_lose_nothing_and_each_reads_its_own_write(ru
     items = assert_log_consistent(runtime)
     assert len(items) == 1000
     assert {item.sequence: item.data for item in items} == acked
+
+
+async def test_on_a_disk_whose_flush_is_fast_every_acknowledged_append_lands_alone_or_together() -> None:
+    """K1, K3: on a memory filesystem a durable flush is fast, so an idle loop blocks for each commit
+    instead of awaiting it through trio's I/O wait: appends one at a time and 50 at once are each
+    answered with their own sequence, and all of them read back after the store is reopened."""
+    memory = Path("/dev/shm")
+    if not memory.is_dir():
+        pytest.skip("no memory filesystem at /dev/shm")
+    directory = memory / f"ctxrt-test-{random.getrandbits(48):x}"
+    acked: list[int] = []
+    try:
+        with trio.fail_after(30):
+            async with open_runtime(directory) as rt:
+                await rt.store.ask(RegisterState(name="log", kind="log"))
+                for counter in range(50):
+                    acked.append((await rt.store.ask(append(b"alone %d" % counter))).sequence)
+
+                async def appender(counter: int) -> None:
+                    acked.append((await rt.store.ask(append(b"together %d" % counter))).sequence)
+
+                async with trio.open_nursery() as nursery:
+                    for counter in range(50):
+                        nursery.start_soon(appender, counter)
+            async with open_runtime(directory) as rt:
+                items = assert_log_consistent(rt)
+        assert sorted(acked) == [item.sequence for item in items] and len(items) == 100
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 async def test_concurrent_appenders_share_commits(runtime: Runtime) -> None:

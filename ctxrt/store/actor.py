@@ -1,19 +1,16 @@
 """The store actor: the only writer. One mailbox, group commit, replies, commit events.
 
-``serve_store`` blocks for one envelope, drains whatever else is queued (up to a cap), applies
-the whole batch in ONE LMDB write transaction on the trio thread, commits, publishes the
-committed operations to subscribers, then answers every caller with its own result or error.
-Appends run unnested in a batch (``Engine.prepare``'s ``unnested``).
+``serve_store`` blocks for one envelope, drains whatever else is queued (up to a cap), commits
+the whole batch in ONE write transaction, publishes the committed operations to subscribers,
+then answers every caller with its own result or error. Appends run unnested in a batch
+(``Engine.prepare``'s ``unnested``).
 
-A durable store's commit (both of LMDB's flushes) runs on its writer thread (store/writer.py):
-the thread begins each transaction, the trio thread fills it, the thread commits it, and the
-actor awaits the commit while the loop serves everything else (reads, compiles, timers) and the
-next batch gathers in the mailbox. Its callers are answered only after the commit returned, that
-is after LMDB's meta page is on disk. Filling the transaction on the trio thread, not the whole
-transaction in ``to_thread``, because the thread's Python would meet the GIL convoy at every
-step (measured: appends of 130-500 ms under load); the thread needs the GIL only in two short
-turns per commit, which the loop hands it (``GiveTurns``) when it is busy. Under durability
-"os" a commit flushes nothing and runs inline, all in one synchronous step.
+How a batch is committed is the engine's business, as a transport is httpx's: the engine hands
+the actor one ``Committer`` (store/committer.py) and the actor has one commit path. LMDB under
+durability "os" commits inline (nothing to flush); durably, on its writer thread while the loop
+serves everything else, or inline while the flush measures fast and nobody else waits
+(store/committer_lmdb.py); PostgreSQL on a worker thread. Callers are answered only after the
+commit returned: for a durable LMDB store, after its meta page is on disk.
 
 Failures are answered, not fatal (L6). A batch the disk or the map can't take answers each of
 its callers ``StoreFullError`` (nothing of it was written) and the actor serves the next one.
@@ -23,16 +20,13 @@ caller whose write landed always gets its result, and the actor keeps serving.
 
 from __future__ import annotations
 
+import functools
 import logging
-import math
-import mmap
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
-import lmdb
 import trio
 
 from .. import tracing
@@ -45,7 +39,7 @@ from ..errors import (
 from ..asks import Ask
 from ..mailbox import Envelope, Mailbox
 from .batch import Batch
-from .engine import Engine
+from .committer import Apply, Committer
 from .interface import StoreEngine
 from .protocol import (
     AppendItem,
@@ -58,7 +52,6 @@ from .protocol import (
     SetValue,
 )
 from .records import Operation
-from .writer import WriterThread
 
 logger = logging.getLogger("ctxrt.store")
 R = TypeVar("R")
@@ -66,15 +59,6 @@ R = TypeVar("R")
 MAILBOX_CAPACITY = 1000
 MAX_BATCH_COMMANDS = 256
 MAX_BATCH_BYTES = 1 << 20  # ~1 MB keeps one durable commit to a few ms of loop time
-OS_SYNC_INTERVAL_S = 1.0
-# A scheduler pass that will sleep in epoll at least this long lets the writer thread take the
-# GIL by itself; a shorter one hands it its turn (GiveTurns).
-BUSY_WAIT_S = 0.001
-# The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
-# free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
-# without a map at all.
-MAX_MAP_SIZE = 1 << 46
-_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
 
 
 @attrs.frozen
@@ -99,26 +83,26 @@ class _Counters:
 class StoreRef:
     """The handle to a running store actor; the only holder of its mailbox.
 
-    Idle fast path (``inline``): when a caller is the only one in ``ask``, the actor owes no
-    answer and the engine commits inline (durability "os"; never a durable LMDB commit, which
-    goes to the writer thread, nor PostgreSQL's), it runs the actor's commit step itself instead
-    of waking the actor: the same synchronous critical section (one write transaction, publish,
-    answer), in the same order, minus a task hop. As soon as two callers overlap, everything goes
-    through the mailbox and commits in groups; a caller that finds others in flight sends at once,
-    without a schedule point of its own before the send (its wait for the reply is one), so an
-    append costs one task switch there.
+    ``ask`` is ``Mailbox.ask`` with the actor's commit step as its ``alone`` option: a caller that
+    is the only one asking, with nothing unanswered, whose committer would commit on the trio
+    thread now (durability "os"; a durable LMDB store whose flush measures fast on an idle loop;
+    never PostgreSQL), runs the commit step itself instead of waking the actor: the same
+    synchronous critical section (one write transaction, publish, answer), in the same order, minus
+    a task hop. As soon as two callers overlap, everything goes through the mailbox and commits in
+    groups; a caller that finds others in flight sends at once, without a schedule point of its own
+    before the send (its wait for the reply is one), so an append costs one task switch there.
     """
 
     def __init__(
-        self, mailbox: Mailbox, counters: _Counters, engine: StoreEngine,
-        publish: Callable[[Sequence[Operation]], None], *, inline: bool = True,
+        self, mailbox: Mailbox, counters: _Counters, engine: StoreEngine, committer: Committer,
+        publish: Callable[[Sequence[Operation]], None],
     ) -> None:
         self._mailbox = mailbox
         self._counters = counters
-        self._engine = engine
+        self._committer = committer
         self._publish = publish
-        self._inline = inline
-        self._in_ask = 0  # callers inside ask()
+        self._alone = None if committer.commit_now is None else functools.partial(
+            commit_alone, engine, committer.commit_now, publish=publish, counters=counters)
 
     async def ask(self, command: Ask[R]) -> R:
         """Send ``command`` and wait for its committed result.
@@ -127,34 +111,7 @@ class StoreRef:
         ``RuntimeClosedError`` if the actor has stopped. If cancelled after sending, the command
         may still commit; its result is dropped.
         """
-        mailbox = self._mailbox
-        alone = self._in_ask == 0 and mailbox.unanswered == 0
-        self._in_ask += 1
-        try:
-            if alone:
-                await trio.lowlevel.checkpoint()  # let callers that are ready arrive, so they can share a commit
-            else:
-                # Others are in flight: join the next batch at once. Waiting for the reply is this
-                # call's schedule point; a caller cancelled already sends nothing.
-                await trio.lowlevel.checkpoint_if_cancelled()
-            if mailbox.closed:
-                raise mailbox.refuse(command)
-            if (self._inline and self._in_ask == 1 and mailbox.unanswered == 0
-                    and not self._engine.commits_on_thread):
-                ok, value = commit_batch(self._engine, [command], self._publish, self._counters)[0]
-            else:
-                reply = await mailbox.put(command)  # waits for room while the mailbox is full
-                await reply.wait()
-                # Answered just as the caller was cancelled (its scope, or its runtime closing under
-                # it): it leaves cancelled, as a caller whose write is still out does, instead of
-                # going on into a runtime that is closing.
-                await trio.lowlevel.checkpoint_if_cancelled()
-                ok, value = reply.ok, reply.value
-        finally:
-            self._in_ask -= 1
-        if ok:
-            return value  # type: ignore[no-any-return]  # an R by the command's type
-        raise value
+        return await self._mailbox.ask(command, alone=self._alone)
 
     def close(self) -> None:
         """Refuse new commands; the actor answers what is queued, then stops."""
@@ -204,43 +161,58 @@ def execute(batch: Batch, command: Any) -> Any:
     raise TypeError(f"not a store command: {command!r}")
 
 
-def open_store_actor(
-    engine: StoreEngine, publish: Callable[[Sequence[Operation]], None], *, inline: bool = True
-) -> tuple[StoreRef, Mailbox]:
+def open_store_actor(engine: StoreEngine, publish: Callable[[Sequence[Operation]], None]) -> tuple[StoreRef, Mailbox]:
+    """The actor's handle and mailbox, over the committer ``engine`` hands it; ``serve_store`` serves them."""
     mailbox = Mailbox(MAILBOX_CAPACITY, lambda command: RuntimeClosedError("the store actor has stopped"))
-    return StoreRef(mailbox, _Counters(), engine, publish, inline=inline), mailbox
+    return StoreRef(mailbox, _Counters(), engine, engine.committer(execute, runs_unnested), publish), mailbox
+
+
+def runs_unnested(command: Any) -> bool:
+    """An append checks all it can be refused for before it writes: it needs no nested transaction."""
+    return type(command) is AppendItem
+
+
+_REFUSALS = (StoreFullError, StoreCorruptError, StoreUnavailableError)
 
 
 @trio.lowlevel.enable_ki_protection  # Ctrl-C waits for the commit step's end: never between commit and answer
-def commit_batch(
-    engine: StoreEngine, commands: list[Any], publish: Callable[[Sequence[Operation]], None], counters: _Counters,
-    traces: Sequence[Any] = (),
-) -> list[tuple[bool, Any]]:
-    """The actor's commit step: one write transaction, then publish what committed. Synchronous.
-
-    Returns each command's ``(ok, result or error)``. A batch the disk or the map refuses gives
-    every command its own ``StoreFullError`` (or ``StoreCorruptError``, ``StoreUnavailableError``);
-    a failure while publishing is logged and never changes a committed command's result (L6).
-    """
-    results, operations = apply_batch(engine, commands, counters, traces)
+def commit_alone(
+    engine: StoreEngine, commit_now: Apply, command: Any, publish: Callable[[Sequence[Operation]], None],
+    counters: _Counters,
+) -> tuple[bool, Any]:
+    """The actor's commit step for a lone caller, in its own task (``Mailbox.ask``'s ``alone``), on
+    a committer that commits on the trio thread: its one command's ``(ok, result or error)``."""
+    started = time.perf_counter()
+    try:
+        with tracing.committing(engine, 1):
+            results, operations = commit_now([command])
+    except _REFUSALS as refused:
+        return _refused(refused, 1)[0]
+    _count(counters, 1, started)
     publish_committed(publish, operations)
-    return results
+    return results[0]
 
 
-def apply_batch(
-    engine: StoreEngine, commands: list[Any], counters: _Counters, traces: Sequence[Any] = (),
+async def commit(
+    engine: StoreEngine, committer: Committer, commands: list[Any], counters: _Counters, traces: Sequence[Any],
 ) -> tuple[list[tuple[bool, Any]], list[Operation]]:
-    """The write transaction of the commit step (safe on a worker thread: it touches no cache).
-    ``traces``: the trace contexts its callers sent (none when it runs in its caller's task)."""
+    """One batch's write transaction through the committer: each command's ``(ok, result or error)``
+    and the committed operations. A batch the disk or the map refuses gives every command its own
+    ``StoreFullError`` (or ``StoreCorruptError``, ``StoreUnavailableError``), nothing committed.
+    ``traces``: the trace contexts its callers sent."""
     started = time.perf_counter()
     try:
         with tracing.committing(engine, len(commands), traces):
-            results, operations = _apply_growing(engine, commands)
-    except (StoreFullError, StoreCorruptError, StoreUnavailableError) as refused:
-        logger.warning("store batch of %d commands refused: %s", len(commands), refused)
-        return [(False, _copy_refusal(refused)) for _ in commands], []
+            results, operations = await committer.commit(commands)
+    except _REFUSALS as refused:
+        return _refused(refused, len(commands)), []
     _count(counters, len(commands), started)
     return results, operations
+
+
+def _refused(refused: StoreFullError | StoreCorruptError | StoreUnavailableError, commands: int) -> list[tuple[bool, Any]]:
+    logger.warning("store batch of %d commands refused: %s", commands, refused)
+    return [(False, _copy_refusal(refused)) for _ in range(commands)]
 
 
 def _count(counters: _Counters, commands: int, started: float) -> None:
@@ -252,6 +224,8 @@ def _count(counters: _Counters, commands: int, started: float) -> None:
 
 
 def publish_committed(publish: Callable[[Sequence[Operation]], None], operations: list[Operation]) -> None:
+    """Hand the committed operations to the subscribers; a failure there is logged and never
+    changes a committed command's result (L6)."""
     if not operations:
         return
     try:
@@ -278,27 +252,20 @@ async def serve_store(
     ref: StoreRef,
     inbox: Mailbox,
     *,
-    durability: str = "sync",
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the store's mailbox. Returns only when the inbox is closed, or when cancelled.
+    """Serve the store's mailbox through the ref's committer. Returns only when the inbox is closed,
+    or when cancelled (the inbox is closed then too: a lone caller can't commit past the actor).
 
     The ref's ``publish`` is called synchronously with each batch's committed operations,
     after the commit and before any caller is answered, so a caller that got its reply reads
     caches that already hold its write.
     """
-    counters = ref._counters
+    counters, committer = ref._counters, ref._committer
     pending: list[Envelope] = []
-    writer = WriterThread(engine.env) if isinstance(engine, Engine) and engine.commits_on_thread else None
     async with trio.open_nursery() as nursery:
-        if durability == "os":
-            nursery.start_soon(_sync_periodically, engine)
-        if writer is not None:
-            writer.start()
-            assert isinstance(engine, Engine)  # only LMDB has a writer thread
-            engine.stop_writer = writer.stop
-            turns = GiveTurns(writer)
-            trio.lowlevel.add_instrument(turns)
+        committer.start()
+        nursery.start_soon(committer.tend)
         task_status.started()
         try:
             async for first in inbox:
@@ -316,15 +283,9 @@ async def serve_store(
                     size += _size(envelope[0])
                 commands = [command for command, _ in pending]
                 traces = [None if reply is None else reply.trace for _, reply in pending]
-                if writer is not None:  # the loop runs on while the writer thread commits
-                    results, operations = await _commit_on_writer(engine, writer, commands, counters, traces)
-                    publish_committed(ref._publish, operations)
-                elif engine.commits_on_thread:  # the loop runs on while the server commits
-                    results, operations = await trio.to_thread.run_sync(apply_batch, engine, commands, counters,
-                                                                        traces)
-                    publish_committed(ref._publish, operations)
-                else:
-                    results = commit_batch(engine, commands, ref._publish, counters, traces)
+                # The loop may run on while the committer waits (a writer thread, a server).
+                results, operations = await commit(engine, committer, commands, counters, traces)
+                publish_committed(ref._publish, operations)
                 for (_, reply), (ok, value) in zip(pending, results):
                     if reply is not None:
                         reply.resolve(ok, value)
@@ -339,137 +300,5 @@ async def serve_store(
                     reply.resolve(False, closed())  # ignored by a reply already answered
             # Closing drops what is still queued; answer it first, or its callers wait forever.
             inbox.drain(lambda command: closed())
-            if writer is not None:
-                trio.lowlevel.remove_instrument(turns)
-                writer.stop()  # ends the transaction it held: the store can be closed now
-                assert isinstance(engine, Engine)
-                engine.stop_writer = None
+            committer.stop()  # a writer thread ends the transaction it held: the store can be closed now
             nursery.cancel_scope.cancel()
-
-
-def runs_unnested(command: Any) -> bool:
-    """An append checks all it can be refused for before it writes: it needs no nested transaction."""
-    return type(command) is AppendItem
-
-
-def _apply_growing(engine: StoreEngine, commands: list[Any]) -> tuple[list[tuple[bool, Any]], list[Operation]]:
-    """Apply a batch, growing the map and retrying when it is full (between batches: no txn open).
-
-    Raises ``StoreFullError`` when the map can't grow (the disk can't hold more, or this
-    process can't map more), or when the disk refuses the write.
-    """
-    while True:
-        try:
-            return engine.apply(commands, execute, runs_unnested)
-        except lmdb.MapFullError:
-            assert isinstance(engine, Engine)  # only LMDB has a map
-            _grow_map(engine)
-
-
-async def _commit_on_writer(
-    engine: StoreEngine, writer: WriterThread, commands: list[Any], counters: _Counters, traces: Sequence[Any] = (),
-) -> tuple[list[tuple[bool, Any]], list[Operation]]:
-    """``apply_batch`` with the commit on the writer thread: fill its transaction here, await its
-    commit (not cancellable: the commit is underway, and its callers get what it did)."""
-    assert isinstance(engine, Engine)  # only LMDB has a writer thread
-    started = time.perf_counter()
-    try:
-        with tracing.committing(engine, len(commands), traces):
-            prepared = await _fill_and_commit(engine, writer, commands)
-    except (StoreFullError, StoreCorruptError) as refused:
-        logger.warning("store batch of %d commands refused: %s", len(commands), refused)
-        return [(False, _copy_refusal(refused)) for _ in commands], []
-    results, operations = engine.committed(prepared)
-    _count(counters, len(commands), started)
-    return results, operations
-
-
-async def _fill_and_commit(engine: Engine, writer: WriterThread, commands: list[Any]) -> Any:
-    """Fill the writer thread's transaction with ``commands`` and await its commit, growing the map
-    and trying again when it is full; what ``Engine.prepare`` made of them."""
-    while True:
-        try:
-            prepared = engine.prepare(commands, execute, runs_unnested, writer)
-        except lmdb.MapFullError:
-            writer.end()  # the map can't be resized under an open transaction
-            _grow_map(engine)
-            continue
-        if prepared.txn is None:
-            return prepared
-        error = await await_commit(writer)
-        if error is None:
-            return prepared
-        if isinstance(error, lmdb.MapFullError):  # the writer holds no transaction now
-            _grow_map(engine)
-            continue
-        refusal = engine.write_refusal(error) if isinstance(error, lmdb.Error) else error
-        if refusal is error:
-            raise error
-        raise refusal from error
-
-
-async def await_commit(writer: WriterThread) -> BaseException | None:
-    """Hand the filled transaction to the writer thread and wait for its commit: what it raised, or None.
-    Not cancellable: the commit is underway, and its callers get what it did."""
-    writer.commit()
-    with trio.CancelScope(shield=True):
-        await trio.lowlevel.wait_readable(writer.ready)
-    return writer.landed()
-
-
-class GiveTurns(trio.abc.Instrument):
-    """While a commit is out: before a scheduler pass that won't sleep, if the writer thread waits
-    for the GIL, hand it its turn (store/writer.py says why: otherwise the thread may wait for
-    seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway.
-    Installed for the store actor's life: between commits a pass costs it one attribute check."""
-
-    def __init__(self, writer: WriterThread) -> None:
-        self._writer = writer
-
-    def before_io_wait(self, timeout: float) -> None:
-        if timeout < BUSY_WAIT_S:
-            self._writer.offer_turn()
-
-
-def _grow_map(engine: Engine) -> None:
-    size = engine.env.info()["map_size"]
-    page = mmap.PAGESIZE
-    limit = MAX_MAP_SIZE
-    try:
-        stat = os.statvfs(engine.env.path())
-        room = os.path.getsize(engine.data_path) + stat.f_bavail * stat.f_frsize
-        limit = min(limit, -(-room // page) * page)  # the map can't usefully outgrow the disk
-    except OSError:
-        pass
-    new_size = min(1 << math.ceil(math.log2(size * 2)), limit)
-    if new_size <= size:
-        raise StoreFullError(
-            engine.data_path, f"the map is full at {size} bytes and can't grow (the disk holds at most {limit})"
-        )
-    if not _can_map(new_size):
-        raise StoreFullError(
-            engine.data_path, f"the map is full at {size} bytes and this process can't map {new_size}"
-        )
-    logger.warning("store map full at %d bytes; growing to %d", size, new_size)
-    engine.env.set_mapsize(new_size)
-
-
-def _can_map(size: int) -> bool:
-    """Whether ``size`` bytes of address space can be reserved now (LMDB's remap would need them)."""
-    try:
-        probe = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, prot=0)
-    except (OSError, OverflowError, ValueError):
-        return False
-    probe.close()
-    return True
-
-
-@trio.lowlevel.enable_ki_protection  # a task of its own: not covered by serve_store's protection
-async def _sync_periodically(engine: StoreEngine) -> None:
-    # durability="os": commits are not flushed; flush them at least this often.
-    while True:
-        await trio.sleep(OS_SYNC_INTERVAL_S)
-        try:
-            engine.sync()
-        except lmdb.Error as exc:  # a full or failing disk: the next flush tries again
-            logger.warning("flushing the store failed: %s", exc)

@@ -1,4 +1,4 @@
-"""The sync LMDB engine: states, items, values, branches, lineage, blobs. No trio here.
+"""The sync LMDB engine: states, items, values, branches, lineage, blobs. Nothing here waits.
 
 Design (docs/architecture.md, The store): one global sequence allocated in the write transaction;
 branches with an immutable lineage ``[(parent, F), (grandparent, min(F, ...)), ...]``; a row
@@ -11,7 +11,8 @@ Reads take a read transaction the caller opens (``engine.reader()``); writes hap
 ``Engine.prepare`` (``apply`` is prepare + commit on one thread), one write transaction per batch,
 each command in a nested transaction so a refused command leaves the others of its batch intact.
 The top-level transaction may come from another thread (``WriteTransactions``): the store's
-writer thread begins and commits it, so its flushes don't stop the trio thread.
+writer thread begins and commits it, so its flushes don't stop the trio thread. ``committer``
+hands the store actor what commits its batches (store/committer_lmdb.py, which does the waiting).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from . import files, keys, seals
 from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
+from .committer import Committer, InlineCommitter
+from .committer_lmdb import DurableCommitter, growing
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -94,9 +97,6 @@ class Engine(Catalog):
     """
 
     shared = False  # one writing process: its commit events tell its caches everything
-    # A durable writer's commits wait for the disk: the store actor has its writer thread
-    # (store/writer.py) commit them. Under durability "os" a commit flushes nothing and runs inline.
-    commits_on_thread = False
 
     def __init__(self, env: lmdb.Environment, *, readonly: bool) -> None:
         super().__init__()
@@ -105,7 +105,6 @@ class Engine(Catalog):
         self.data_path = os.path.join(env.path(), "data.mdb")
         self.last_sequence = 0
         self.dbs = self._open_tables_read_only() if readonly else self._open_tables_for_writing()
-        self.commits_on_thread = not readonly and env.flags()["sync"]
         # The store actor's writer thread's stop while it runs: closing the environment under a
         # transaction it holds hangs, so a close the actor didn't see through (a second Ctrl-C
         # from asyncio's handler inside its cleanup) stops it first.
@@ -135,14 +134,12 @@ class Engine(Catalog):
         self.env = env
         self.readonly = False
         self.dbs = self._open_tables_for_writing()
-        self.commits_on_thread = env.flags()["sync"]
         self._check_format()
         self.reload()
 
     def become_reader(self) -> None:
         """The writer left while read-only runtimes stay: re-read the tables at each call again."""
         self.readonly = True
-        self.commits_on_thread = False
         self.known_heads = {}
 
     # -- set-up -----------------------------------------------------------------------------
@@ -887,15 +884,29 @@ class Engine(Catalog):
         other exception that aborts the batch.
         """
         prepared = self.prepare(commands, execute, unnested)
-        if prepared.txn is not None:
-            try:
-                prepared.txn.commit()
-            except lmdb.Error as exc:
-                refusal = self.write_refusal(exc)
-                if refusal is exc:
-                    raise
-                raise refusal from exc
+        self.commit(prepared)
         return self.committed(prepared)
+
+    def commit(self, prepared: Prepared) -> None:
+        """Commit ``prepared.txn`` (if any) on this thread; what LMDB refuses raises as ``apply`` says."""
+        if prepared.txn is None:
+            return
+        try:
+            prepared.txn.commit()
+        except lmdb.Error as exc:
+            refusal = self.write_refusal(exc)
+            if refusal is exc:
+                raise
+            raise refusal from exc
+
+    def committer(self, execute: Callable[[LmdbBatch, Any], Any], unnested: Callable[[Any], bool]) -> Committer:
+        """The store actor's committer (store/committer_lmdb.py): under durability "sync" the writer
+        thread's, or inline while the flush measures fast; under "os" inline, nothing flushed, and
+        the store flushed every second."""
+        if self.env.flags()["sync"]:
+            return DurableCommitter(self, execute, unnested)
+        return InlineCommitter(lambda commands: growing(self, lambda: self.apply(commands, execute, unnested)),
+                               self.sync, BACKEND_ERRORS)
 
     def prepare(
         self, commands: Sequence[Any], execute: Callable[[LmdbBatch, Any], Any],

@@ -2,8 +2,9 @@
 
 Two engines implement it: ``engine.Engine`` (LMDB, embedded, one writing process) and
 ``postgres.PostgresEngine`` (many writing processes). Reads are synchronous and run on the
-caller's thread; writes go only through ``apply`` (LMDB: ``prepare`` and a commit on its writer
-thread), which the store actor calls.
+caller's thread; writes go only through the committer the engine hands the store actor
+(``committer``: store/committer.py), which calls ``apply`` (LMDB: ``prepare`` and a commit,
+on its writer thread or inline).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from .committer import Committer
 from .records import BranchRow, Item, LogHead, Operation, StateInfo
 
 
@@ -21,10 +23,6 @@ class StoreEngine(Protocol):
     # Other processes write it too: a slot cache checks the head before every read, and the
     # process's own commit events don't tell it everything.
     shared: bool
-    # A commit waits on something slow (a server, a durable flush): the store actor runs it off
-    # the trio thread (PostgreSQL: the whole batch in a worker thread; LMDB: the commit on its
-    # writer thread), and a caller never runs it inline.
-    commits_on_thread: bool
 
     @property
     def last_sequence(self) -> int: ...
@@ -55,6 +53,10 @@ class StoreEngine(Protocol):
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any],
         unnested: Callable[[Any], bool] | None = None,
     ) -> tuple[list[tuple[bool, Any]], list[Operation]]: ...
+
+    def committer(self, execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool]) -> Committer:
+        """What the store actor commits its batches through (``execute(batch, command)`` applies one
+        command; ``unnested(command)`` marks one that needs no nested transaction): one per actor."""
 
     def hold(self, branch_id: int, name: str) -> bool:
         """Take this process's lease on ``name`` on a branch (a namespace that keeps its strategy's

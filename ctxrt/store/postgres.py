@@ -17,7 +17,7 @@ Design (docs/architecture.md, Beyond one machine):
   heads forgotten. Conditional writes (a namespace's claim) and rising floors are decided inside
   the transaction (``Batch.set_value``), so the audience rules hold across processes.
 - Reads run on the caller's thread, one statement each on a connection of their own; batches
-  run on a worker thread (the store actor's ``to_thread``) on the writing connection.
+  run on a worker thread (``committer``: a ``WorkerCommitter``) on the writing connection.
 
 Driver: psycopg 3 (its C implementation, ``psycopg[binary]``): the maintained libpq binding,
 with pipelined ``executemany``, binary ``bytea`` and server-side prepared statements (for reads).
@@ -50,6 +50,7 @@ from ..errors import (
 from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
+from .committer import Committer, WorkerCommitter
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -95,7 +96,6 @@ class PostgresEngine(Catalog):
     (on one thread at a time)."""
 
     shared = True  # other processes write it too: caches check the head before a read
-    commits_on_thread = True  # a commit waits on the server: the store actor runs it off the loop
 
     def __init__(self, url: str, *, synchronous: bool = True, create: bool = True) -> None:
         super().__init__()
@@ -564,6 +564,10 @@ class PostgresEngine(Catalog):
         return None if row is None else (bytes(row[0]), str(row[1]))
 
     # -- writes -----------------------------------------------------------------------------
+
+    def committer(self, execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool]) -> Committer:
+        """The store actor's committer: a commit waits on the server, so each batch runs on a worker thread."""
+        return WorkerCommitter(lambda commands: self.apply(commands, execute, unnested))
 
     def apply(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any],

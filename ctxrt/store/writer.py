@@ -19,7 +19,7 @@ free while it blocks): at once for the short jobs (``begin``, ``abort``, ``end``
 for a commit only when the loop is busy and the thread wants the GIL (``offer_turn``: the job not
 taken yet, or LMDB's last transaction id moved past the one before the commit, which LMDB sets
 only after the meta page is written), for a bounded time; a loop that sleeps in ``epoll`` leaves
-the GIL free anyway. Standard library only: no trio here (store/actor.py does the waiting).
+the GIL free anyway. Standard library only: no trio here (store/committer_lmdb.py does the waiting).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class WriterThread:
         self._due = 0  # turns of the thread whose end the loop hasn't taken
         self._last_txnid = 0  # LMDB's, when the commit out was handed over
         self._offered_at = 0.0
+        self.commit_s = 0.0  # how long the last commit took LMDB (both flushes), timed on the thread
         self._ready_read, self._ready_write = os.pipe()
         self._thread = threading.Thread(target=self._serve, name="ctxrt-store-writer", daemon=True)
 
@@ -111,6 +112,17 @@ class WriterThread:
         # Its first turn at once: the thread wakes straight into a free GIL (waiting for the loop's
         # next pass, it would wake, wait for the GIL, and wake again), and is in the C call after.
         self.give_turn(TURN_S)
+
+    def wait(self, timeout: float) -> bool:
+        """Block (the GIL released) up to ``timeout`` for the commit out to end; whether it ended
+        (then ``landed`` says how, without waiting)."""
+        deadline = time.monotonic() + timeout
+        while self._due:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.give_turn(left)
+        return True
 
     @property
     def ready(self) -> int:
@@ -206,7 +218,9 @@ class WriterThread:
     def _commit(self, txn: lmdb.Transaction[bytes]) -> None:
         try:
             self._turns.put(None)  # the first turn ends: the GIL is free from here to the commit's end
+            started = time.perf_counter()
             txn.commit()
+            self.commit_s = time.perf_counter() - started
             try:
                 self._txn = self._env.begin(write=True)
             except BaseException:  # the commit landed; the next ``begin`` tries again and says why

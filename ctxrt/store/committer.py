@@ -1,0 +1,103 @@
+"""Committers: how a batch the store actor gathered gets committed, one kind per engine.
+
+As httpx's client hides its transports, the store actor sees only ``Committer``: the engine hands
+it one (``StoreEngine.committer``) and the actor has one commit path whatever the engine. Each
+commits the whole batch in one write transaction and returns each command's ``(ok, result or
+error)`` with the committed operations, or raises what refused the whole batch
+(``StoreFullError``, ``StoreCorruptError``, ``StoreUnavailableError``).
+
+- ``InlineCommitter``: the commit is quick (LMDB under durability "os": nothing is flushed), so it
+  runs on the trio thread, in the actor or in a lone caller's own task (``commit_now``).
+- ``WorkerCommitter``: the commit waits on a server (PostgreSQL): the whole batch on a worker
+  thread while the loop runs on.
+- LMDB's durable committer (store/committer_lmdb.py): its writer thread, with turn-giving and the
+  map's growth; an idle loop blocks for a commit whose flush measures fast.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import trio
+
+from .records import Operation
+
+logger = logging.getLogger("ctxrt.store")
+
+Applied = tuple[list[tuple[bool, Any]], list[Operation]]
+Apply = Callable[[list[Any]], Applied]
+FLUSH_INTERVAL_S = 1.0  # durability "os": commits are not flushed; flush them at least this often
+
+
+class Committer(Protocol):
+    """What the store actor commits its batches through (one per engine and actor)."""
+
+    # A commit on the trio thread, synchronous, that a lone caller may run in its own task instead
+    # of waking the actor; None for a committer whose commits wait (a flush, a server).
+    commit_now: Apply | None
+
+    def start(self) -> None:
+        """Before the first commit (a thread of its own, say)."""
+
+    def stop(self) -> None:
+        """After the last: nothing of it is left running, and the store may be closed. Idempotent."""
+
+    async def commit(self, commands: list[Any]) -> Applied:
+        """Commit ``commands``; the loop may serve others meanwhile. Not cancellable: once it began,
+        its callers get what it did."""
+
+    async def tend(self) -> None:
+        """The committer's own work for the actor's life (a periodic flush), cancelled at its end;
+        returns at once when there is none."""
+
+
+class InlineCommitter:
+    """Commits on the trio thread: a commit that doesn't wait (nothing to flush). ``flush`` is
+    called every ``FLUSH_INTERVAL_S`` (what ``errors`` it raises is logged and retried)."""
+
+    def __init__(self, apply: Apply, flush: Callable[[], None], errors: tuple[type[BaseException], ...]) -> None:
+        self._apply = apply
+        self.commit_now: Apply | None = apply
+        self._flush = flush
+        self._errors = errors
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    async def commit(self, commands: list[Any]) -> Applied:
+        return self._apply(commands)
+
+    @trio.lowlevel.enable_ki_protection  # a task of its own: not covered by serve_store's protection
+    async def tend(self) -> None:
+        while True:
+            await trio.sleep(FLUSH_INTERVAL_S)
+            try:
+                self._flush()
+            except self._errors as exc:  # a full or failing disk: the next flush tries again
+                logger.warning("flushing the store failed: %s", exc)
+
+
+class WorkerCommitter:
+    """Commits the whole batch on a worker thread: the commit waits on a server, the loop doesn't."""
+
+    def __init__(self, apply: Apply) -> None:
+        self._apply = apply
+        self.commit_now: Apply | None = None
+
+    def start(self) -> None:
+        """Nothing to start: trio's worker threads."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    async def commit(self, commands: list[Any]) -> Applied:
+        return await trio.to_thread.run_sync(self._apply, commands)
+
+    async def tend(self) -> None:
+        """Nothing to tend: the server flushes its own log."""
+

@@ -1,0 +1,222 @@
+"""LMDB's committers: the map's growth, and the durable committer with its writer thread.
+
+A durable commit (LMDB's own: the pages, ``fdatasync``, the meta page through its ``O_DSYNC``
+descriptor) stops whichever thread runs it for both flushes, so ``DurableCommitter`` has the
+store's writer thread (store/writer.py) run it: the thread begins each transaction, the trio
+thread fills it, the thread commits it. Filling on the trio thread, not the whole transaction in
+``to_thread``, because the thread's Python would meet the GIL convoy at every step (measured:
+appends of 130-500 ms under load); the thread needs the GIL only in two short turns per commit,
+which the loop hands it (``GiveTurns``) when it is busy.
+
+How the loop waits for the commit it chooses by what it measures, as group commit already does:
+
+- others wait for the loop (a task runnable, a deadline near), or the flush measures slow: the
+  actor awaits the commit through trio's I/O wait, and the loop serves everything else
+  meanwhile (reads, compiles, timers) while the next batch gathers in the mailbox;
+- nobody else waits and the flush measures fast (``FAST_FLUSH_S``, a moving average of the
+  commit's own time, timed on the thread): the loop blocks for it right there, the GIL released,
+  for at most ``IDLE_WAIT_S`` and never past the next deadline, then falls back to the I/O wait.
+  That saves a lone durable append the pass through ``epoll`` and the wake-ups after it, and a
+  disk that stalls (a frozen filesystem) holds the loop no longer than that bound.
+
+Either way the callers are answered only after LMDB's commit returned, that is after its meta page
+is on disk, and in LMDB's order (data, flush, meta, flush). A map that fills grows between
+attempts (no transaction open: the writer thread is told to end the one it holds).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import mmap
+import os
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import lmdb
+import trio
+
+from ..errors import StoreFullError
+from .committer import Applied, Apply
+from .writer import WriterThread
+
+logger = logging.getLogger("ctxrt.store")
+
+# A scheduler pass that will sleep in epoll at least this long lets the writer thread take the
+# GIL by itself; a shorter one hands it its turn (GiveTurns).
+BUSY_WAIT_S = 0.001
+# An idle loop blocks for a durable commit whose flush takes at most FAST_FLUSH_S (moving average),
+# for at most IDLE_WAIT_S: what an arrival meanwhile (a request, a thread's message) may wait.
+FAST_FLUSH_S = 0.001
+IDLE_WAIT_S = 0.002
+_AVERAGED = 0.2  # each commit's weight in the moving average of the flush time
+# The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
+# free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
+# without a map at all.
+MAX_MAP_SIZE = 1 << 46
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
+
+
+class Writing(Protocol):
+    """What LMDB's committers use of ``engine.Engine`` (its writing half)."""
+
+    env: lmdb.Environment
+    data_path: str
+    stop_writer: Callable[[], None] | None
+
+    def prepare(self, commands: Any, execute: Any, unnested: Any = None, txns: Any = None) -> Any: ...
+    def commit(self, prepared: Any) -> None: ...
+    def committed(self, prepared: Any) -> Applied: ...
+    def write_refusal(self, exc: lmdb.Error) -> BaseException: ...
+
+
+def growing(engine: Writing, attempt: Callable[[], Applied]) -> Applied:
+    """``attempt()``, growing the map and trying again while it is full (no transaction is open then).
+
+    Raises ``StoreFullError`` when the map can't grow (the disk can't hold more, or this
+    process can't map more), or when the disk refuses the write.
+    """
+    while True:
+        try:
+            return attempt()
+        except lmdb.MapFullError:
+            grow_map(engine)
+
+
+class DurableCommitter:
+    """LMDB under durability "sync": every commit on the writer thread, waited for by an idle loop
+    or through trio's I/O wait (the module doc)."""
+
+    def __init__(self, engine: Writing, execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool]) -> None:
+        self._engine = engine
+        self._execute = execute
+        self._unnested = unnested
+        self._writer = WriterThread(engine.env)
+        self._turns = GiveTurns(self._writer)
+        self._instrumented = False
+        self.commit_now: Apply | None = None  # the flush is the writer thread's, never the trio thread's
+        self.flush_s = math.inf  # the moving average of a commit's own time; unknown until one ran
+
+    def start(self) -> None:
+        self._writer.start()
+        # Closing the environment under a transaction the thread holds hangs: a close the actor
+        # didn't see through (a second Ctrl-C from asyncio's handler inside its cleanup) stops it first.
+        self._engine.stop_writer = self._writer.stop
+        trio.lowlevel.add_instrument(self._turns)
+        self._instrumented = True
+
+    def stop(self) -> None:
+        if self._instrumented:
+            trio.lowlevel.remove_instrument(self._turns)
+            self._instrumented = False
+        self._writer.stop()  # ends the transaction it held: the store can be closed now
+        self._engine.stop_writer = None
+
+    async def commit(self, commands: list[Any]) -> Applied:
+        prepared = await self._fill_and_commit(commands)
+        return self._engine.committed(prepared)
+
+    async def tend(self) -> None:
+        """Nothing to tend: every commit is flushed."""
+
+    def _idle_wait(self) -> float:
+        """How long the loop may block for the commit out: 0 unless the flush measures fast and
+        nobody else waits for the loop."""
+        if self.flush_s > FAST_FLUSH_S:
+            return 0.0
+        statistics = trio.lowlevel.current_statistics()
+        if statistics.tasks_runnable:
+            return 0.0
+        return min(IDLE_WAIT_S, statistics.seconds_to_next_deadline)
+
+    async def _landed(self) -> BaseException | None:
+        """``await_commit``, the loop blocking for it while idle; the flush's moving average updated."""
+        writer = self._writer
+        error = await await_commit(writer, self._idle_wait())
+        if error is None:
+            self.flush_s = (writer.commit_s if self.flush_s == math.inf
+                            else self.flush_s + _AVERAGED * (writer.commit_s - self.flush_s))
+        return error
+
+    async def _fill_and_commit(self, commands: list[Any]) -> Any:
+        """Fill the writer thread's transaction with ``commands`` and await its commit, growing the map
+        and trying again when it is full; what ``Engine.prepare`` made of them."""
+        engine, writer = self._engine, self._writer
+        while True:
+            try:
+                prepared = engine.prepare(commands, self._execute, self._unnested, writer)
+            except lmdb.MapFullError:
+                writer.end()  # the map can't be resized under an open transaction
+                grow_map(engine)
+                continue
+            if prepared.txn is None:
+                return prepared
+            error = await self._landed()
+            if error is None:
+                return prepared
+            if isinstance(error, lmdb.MapFullError):  # the writer holds no transaction now
+                grow_map(engine)
+                continue
+            refusal = engine.write_refusal(error) if isinstance(error, lmdb.Error) else error
+            if refusal is error:
+                raise error
+            raise refusal from error
+
+
+async def await_commit(writer: WriterThread, idle_wait: float = 0.0) -> BaseException | None:
+    """Hand the filled transaction to the writer thread and wait for its commit: what it raised, or
+    None. First block for it up to ``idle_wait`` (the loop has nothing else to do), then through
+    trio's I/O wait. Not cancellable: the commit is underway, and its callers get what it did."""
+    writer.commit()
+    if not writer.wait(idle_wait):
+        with trio.CancelScope(shield=True):
+            await trio.lowlevel.wait_readable(writer.ready)
+    return writer.landed()
+
+
+class GiveTurns(trio.abc.Instrument):
+    """While a commit is out: before a scheduler pass that won't sleep, if the writer thread waits
+    for the GIL, hand it its turn (store/writer.py says why: otherwise the thread may wait for
+    seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway.
+    Installed for the store actor's life: between commits a pass costs it one attribute check."""
+
+    def __init__(self, writer: WriterThread) -> None:
+        self._writer = writer
+
+    def before_io_wait(self, timeout: float) -> None:
+        if timeout < BUSY_WAIT_S:
+            self._writer.offer_turn()
+
+
+def grow_map(engine: Writing) -> None:
+    size = engine.env.info()["map_size"]
+    page = mmap.PAGESIZE
+    limit = MAX_MAP_SIZE
+    try:
+        stat = os.statvfs(engine.env.path())
+        room = os.path.getsize(engine.data_path) + stat.f_bavail * stat.f_frsize
+        limit = min(limit, -(-room // page) * page)  # the map can't usefully outgrow the disk
+    except OSError:
+        pass
+    new_size = min(1 << math.ceil(math.log2(size * 2)), limit)
+    if new_size <= size:
+        raise StoreFullError(
+            engine.data_path, f"the map is full at {size} bytes and can't grow (the disk holds at most {limit})"
+        )
+    if not _can_map(new_size):
+        raise StoreFullError(
+            engine.data_path, f"the map is full at {size} bytes and this process can't map {new_size}"
+        )
+    logger.warning("store map full at %d bytes; growing to %d", size, new_size)
+    engine.env.set_mapsize(new_size)
+
+
+def _can_map(size: int) -> bool:
+    """Whether ``size`` bytes of address space can be reserved now (LMDB's remap would need them)."""
+    try:
+        probe = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, prot=0)
+    except (OSError, OverflowError, ValueError):
+        return False
+    probe.close()
+    return True
