@@ -158,10 +158,6 @@ from .views import build_views, context_entries, flush_new, seen_now
 logger = logging.getLogger("ctxrt.namespace")
 
 _READ, _EXCLUSIVE, _BARRIER = 0, 1, 2
-_KINDS: dict[type, int] = {
-    Attach: _BARRIER, SetStrategy: _BARRIER,
-    Edit: _EXCLUSIVE, Remove: _EXCLUSIVE, Fork: _EXCLUSIVE, Derive: _EXCLUSIVE,
-}
 
 
 class _Task:
@@ -187,6 +183,26 @@ class _Item:
     task: _Task
     write: Write | None
     generation: int
+
+
+@attrs.define
+class _Lane:
+    """The write lane and the order of handling: the places waiting (``queue``), the head sent
+    until its ``Committed`` (``out``, under ``token``), the exclusive task that has the lane
+    (``holder``), barriers taken and not yet answered (``barriers``; later messages wait in
+    ``held``), and the task waiting for its slot caches (``acquiring``)."""
+
+    queue: deque[_Item] = attrs.Factory(deque)
+    out: _Item | None = None
+    token: int = 0
+    holder: _Task | None = None
+    barriers: int = 0
+    held: deque[tuple[Any, Reply[Any] | None]] = attrs.Factory(deque)
+    acquiring: _Task | None = None
+
+    def idle(self) -> bool:
+        """Nothing waits in the lane, is held behind a barrier or is out."""
+        return not self.queue and not self.held and self.out is None
 
 
 def build_strategy(config: Any) -> Strategy:
@@ -242,22 +258,15 @@ class NamespaceMachine:
         self.orphaned = False  # its last manager left; it stops once it owes no caller an answer
         self.caches: list[SlotCache] = []
         self.seen = 0
-        self.drain = Drain(self)
+        self.drain: Drain = Drain(self)
         self.unit_task: _Task | None = None  # the unit being planned or applied: one at a time
         self.last_compile_ms: float | None = None
         self.render_stats: Any = None
         self.lease = Lease(engine, place, branch_id, readonly=self.readonly)
         self.stopping: Callable[[], BaseException] | None = None
-        # The write lane and the order of handling.
-        self.lane: deque[_Item] = deque()
-        self.out: _Item | None = None  # the lane's head, sent, until its Committed
-        self.token = 0
-        self.holder: _Task | None = None  # the exclusive task that has the lane
-        self.barriers = 0  # barriers taken and not yet answered: later messages wait in ``held``
-        self.held: deque[tuple[Any, Reply[Any] | None]] = deque()
+        self.lane = _Lane()
         self.open: dict[_Task, None] = {}  # every task not yet finished, in order
         self.generation = 0  # the strategy's memory: moves when it is reloaded (a new context)
-        self.acquiring: _Task | None = None
         self.listening = False
         self.timer = math.inf
         self.published = NamespaceStatus(self.strategy_config)
@@ -278,7 +287,7 @@ class NamespaceMachine:
             case Committed():
                 self._committed(message)
             case Acquired():
-                task, self.acquiring = self.acquiring, None
+                task, self.lane.acquiring = self.lane.acquiring, None
                 if task is not None:
                     self._step(task, message.caches, message.error)
             case Retire():
@@ -301,8 +310,8 @@ class NamespaceMachine:
 
     def _take(self, message: Any, reply: Reply[Any] | None) -> None:
         """A command or a unit's reply, in arrival order: it waits behind an unanswered barrier."""
-        if self.barriers:
-            self.held.append((message, reply))
+        if self.lane.barriers:
+            self.lane.held.append((message, reply))
             return
         if isinstance(message, UnitDone):  # its tick's reply rides with it: answered at a stop too
             reply = None if self.drain.flight is None else self.drain.flight.reply
@@ -310,28 +319,28 @@ class NamespaceMachine:
             self.open[task] = None
             self._begin_task(task)
             return
-        kind = _KINDS.get(type(message), _READ)
+        kind = PROTOCOL.get(type(message), (_READ, None))[0]  # one not in it is refused by _dispatch
         task = _Task(message, reply, kind)
         self.open[task] = None
         if kind == _READ:
             self._begin_task(task)
             return
         if kind == _BARRIER:
-            self.barriers += 1
-        self.lane.append(_Item(task, None, self.generation))
+            self.lane.barriers += 1
+        self.lane.queue.append(_Item(task, None, self.generation))
 
     def _advance(self) -> None:
         """Run whatever may run now: held messages once no barrier is unanswered, the lane's head,
         the next unit."""
         while self.stopping is None:
-            if self.held and not self.barriers:
-                self._take(*self.held.popleft())
+            if self.lane.held and not self.lane.barriers:
+                self._take(*self.lane.held.popleft())
                 continue
-            if self.out is None and self.lane and self.acquiring is None and (
-                    self.holder is None or self.lane[0].task is self.holder):
-                item = self.lane.popleft()
+            if self.lane.out is None and self.lane.queue and self.lane.acquiring is None and (
+                    self.lane.holder is None or self.lane.queue[0].task is self.lane.holder):
+                item = self.lane.queue.popleft()
                 if item.write is None:  # an exclusive task's turn
-                    self.holder = item.task
+                    self.lane.holder = item.task
                     self._begin_task(item.task)
                 else:
                     self._send(item)
@@ -358,9 +367,9 @@ class NamespaceMachine:
         if command is None:
             self._step(item.task, None)
             return
-        self.token += 1
-        self.out = item
-        self._effects.append(Commit(self.token, command, item.task.trace))
+        self.lane.token += 1
+        self.lane.out = item
+        self._effects.append(Commit(self.lane.token, command, item.task.trace))
 
     def _lose_lease(self, task: _Task) -> None:
         """The lease went with a lost connection, and another process serves the namespace now: the
@@ -370,10 +379,10 @@ class NamespaceMachine:
         self._stop(refusal)
 
     def _committed(self, committed: Committed) -> None:
-        item = self.out
-        if item is None or committed.token != self.token:
+        item = self.lane.out
+        if item is None or committed.token != self.lane.token:
             return
-        self.out = None
+        self.lane.out = None
         if committed.ok:
             self._step(item.task, committed.value)
         else:
@@ -381,7 +390,7 @@ class NamespaceMachine:
 
     def _pump(self) -> bool:
         """Start the next unit when none is being planned, out or applied. True if it started one."""
-        if self.unit_task is not None or self.barriers:
+        if self.unit_task is not None or self.lane.barriers:
             return False
         started = self.drain.next()
         if started is None:
@@ -427,25 +436,25 @@ class NamespaceMachine:
             self._finish(task, False, exc)
             return
         if isinstance(yielded, Acquire):
-            self.acquiring = task
+            self.lane.acquiring = task
             self._effects.append(yielded)
             return
         item = _Item(task, yielded, self.generation)
-        if task is self.holder and not yielded.behind:
-            self.lane.appendleft(item)  # an exclusive task keeps the lane until it ends
+        if task is self.lane.holder and not yielded.behind:
+            self.lane.queue.appendleft(item)  # an exclusive task keeps the lane until it ends
         else:
-            if task is self.holder:
-                self.holder = None
-            self.lane.append(item)
+            if task is self.lane.holder:
+                self.lane.holder = None
+            self.lane.queue.append(item)
 
     def _finish(self, task: _Task, ok: bool, value: Any) -> None:
         self.open.pop(task, None)
-        if task is self.holder:
-            self.holder = None
+        if task is self.lane.holder:
+            self.lane.holder = None
         if task is self.unit_task:
             self.unit_task = None
         if task.kind == _BARRIER:
-            self.barriers -= 1
+            self.lane.barriers -= 1
         if isinstance(task.command, Attach) and not ok and not self.managers:
             self.orphaned = True  # refused with no manager attached: it stops once it owes nothing
         if value is LATER:
@@ -477,69 +486,43 @@ class NamespaceMachine:
             logger.error(message, *args, exc_info=exc)
 
     def _dispatch(self, task: _Task) -> Any:
-        command, reply = task.command, task.reply
-        match command:
-            case Compile():
-                return self._compile(command, task)
-            case Preview():
-                check_reader(self.record, command.reader, self.place)
-                self.require_strategy()
-                validate_injections((), command.message_injections)
-                self.flush_new()
-                return self.strategy.preview(self.views.view, command.budget,
-                                             SelectOptions(dry_run=True, context=self.ctx))
-            case Tick() | ResetHeadWindow():
-                return self.drain.queue(command, reply)
-            case CheckReady():
-                check_reader(self.record, command.reader, self.place)
-                self.require_strategy()  # one that failed to start is never ready: it raises as tick() does
-                self.flush_new()
-                return self.strategy.is_ready()
-            case Edit():
-                return self._edit(command)
-            case Remove():
-                return self._remove(command)
-            case Attach():
-                return self._attach(command)
-            case Detach():
-                self.managers.discard(command.token)
-                self.orphaned = not self.managers  # it stops once it owes no caller an answer
-                return None
-            case SetStrategy():
-                return self._set_strategy(command)
-            case Fork():
-                return self._fork(command)
-            case Derive():
-                return self._derive(command)
-            case QuerySummaries():
-                return self._query(command)
-            case AppendAndHold():
-                return self._append_and_hold(command)
-            case Hold():
-                found = (self.caches[0].get(i) for i in command.message_ids)
-                self.holds.place([m.sequence for m in found if m is not None], command.timeout_s, self.now)
-                return None
-            case Release():
-                self.holds.release([s for s in (parse_id(i) for i in command.message_ids) if s is not None])
-                self.drain.wanted = self.strategy.auto_tick
-                return None
-            case SetSystemPrompt():
-                self.settings.system_prompt = command.text
-                return None
-            case SetTools():
-                self.settings.tools = command.tools
-                return None
-            case ReportHealth():
-                return self._health()
-            case PinRange() | Unpin() | ListPins():
-                return self._pins(command)
-            case RetryQuarantined():
-                return self._retry_quarantined(command)
-            case Inspect():
-                return self._snapshot()
-            case UnitDone():
-                return self.drain.apply(command)
-        raise TypeError(f"not a namespace command: {command!r}")
+        kind_and_handler = PROTOCOL.get(type(task.command))
+        if kind_and_handler is None:
+            raise TypeError(f"not a namespace command: {task.command!r}")
+        return kind_and_handler[1](self, task)
+
+    # -- the small commands -----------------------------------------------------------------
+
+    def _preview(self, command: Preview) -> Any:
+        check_reader(self.record, command.reader, self.place)
+        self.require_strategy()
+        validate_injections((), command.message_injections)
+        self.flush_new()
+        return self.strategy.preview(self.views.view, command.budget, SelectOptions(dry_run=True, context=self.ctx))
+
+    def _check_ready(self, command: CheckReady) -> bool:
+        check_reader(self.record, command.reader, self.place)
+        self.require_strategy()  # one that failed to start is never ready: it raises as tick() does
+        self.flush_new()
+        return self.strategy.is_ready()
+
+    def _detach(self, command: Detach) -> None:
+        self.managers.discard(command.token)
+        self.orphaned = not self.managers  # it stops once it owes no caller an answer
+
+    def _hold(self, command: Hold) -> None:
+        found = (self.caches[0].get(i) for i in command.message_ids)
+        self.holds.place([m.sequence for m in found if m is not None], command.timeout_s, self.now)
+
+    def _release(self, command: Release) -> None:
+        self.holds.release([s for s in (parse_id(i) for i in command.message_ids) if s is not None])
+        self.drain.wanted = self.strategy.auto_tick
+
+    def _set_system_prompt(self, command: SetSystemPrompt) -> None:
+        self.settings.system_prompt = command.text
+
+    def _set_tools(self, command: SetTools) -> None:
+        self.settings.tools = command.tools
 
     # -- start and stop ---------------------------------------------------------------------
 
@@ -591,21 +574,21 @@ class NamespaceMachine:
             return
         self.stopping = error
         owed: list[tuple[Any, Reply[Any] | None]] = [(task.command, task.reply) for task in self.open]
-        owed += list(self.held)
+        owed += list(self.lane.held)
         owed += self.drain.stop()
         for command, reply in owed:
             if reply is not None:
                 self.answer(reply, False, refusal_for(error, command))
         self.open.clear()
-        self.held.clear()
-        self.lane.clear()
+        self.lane.held.clear()
+        self.lane.queue.clear()
         self.lease.give_back()
         self._effects.append(Stop(error))
 
     def _check_stop(self) -> None:
         """The last manager left and every call it made is answered: stop. A tick sent before its
         manager moved (switch_branch, fork) finishes here first; a write out comes back first."""
-        if not self.orphaned or self.drain.owes_answer() or self.held or self.lane or self.out is not None:
+        if not self.orphaned or self.drain.owes_answer() or not self.lane.idle():
             return
         if any(task.reply is not None for task in self.open):
             return
@@ -1080,7 +1063,7 @@ class NamespaceMachine:
         """An edit or removal landed while reads went on: a context-log copy one of them wrote (made
         from the message as it was) is queued behind it. Once those are committed, carry the change
         to the copies made since ``seen`` (M5), before the caller is answered."""
-        if not any(item.write is not None and item.write.copies for item in self.lane):
+        if not any(item.write is not None and item.write.copies for item in self.lane.queue):
             return
         last = max((entry.sequence for entry in seen), default=0)
 
@@ -1110,3 +1093,39 @@ class NamespaceMachine:
         self.published = NamespaceStatus(self.strategy_config, slot, calls, self.render_stats)
         self._effects.append(Publish(self.published))
 
+
+
+Handler = Callable[[NamespaceMachine, _Task], Any]
+
+# The protocol: each command's kind (how it is ordered against the write lane, see the module's
+# docstring) and its handler, which returns the answer or a generator that yields writes.
+PROTOCOL: dict[type, tuple[int, Handler]] = {
+    # barriers: handled at their turn in the lane; what arrives after them waits
+    Attach: (_BARRIER, lambda m, t: m._attach(t.command)),
+    SetStrategy: (_BARRIER, lambda m, t: m._set_strategy(t.command)),
+    # exclusive writes: handled at their turn in the lane
+    Edit: (_EXCLUSIVE, lambda m, t: m._edit(t.command)),
+    Remove: (_EXCLUSIVE, lambda m, t: m._remove(t.command)),
+    Fork: (_EXCLUSIVE, lambda m, t: m._fork(t.command)),
+    Derive: (_EXCLUSIVE, lambda m, t: m._derive(t.command)),
+    # reads: handled at once; their own writes join the lane
+    Compile: (_READ, lambda m, t: m._compile(t.command, t)),
+    Preview: (_READ, lambda m, t: m._preview(t.command)),
+    Tick: (_READ, lambda m, t: m.drain.queue(t.command, t.reply)),
+    ResetHeadWindow: (_READ, lambda m, t: m.drain.queue(t.command, t.reply)),
+    CheckReady: (_READ, lambda m, t: m._check_ready(t.command)),
+    Detach: (_READ, lambda m, t: m._detach(t.command)),
+    QuerySummaries: (_READ, lambda m, t: m._query(t.command)),
+    AppendAndHold: (_READ, lambda m, t: m._append_and_hold(t.command)),
+    Hold: (_READ, lambda m, t: m._hold(t.command)),
+    Release: (_READ, lambda m, t: m._release(t.command)),
+    SetSystemPrompt: (_READ, lambda m, t: m._set_system_prompt(t.command)),
+    SetTools: (_READ, lambda m, t: m._set_tools(t.command)),
+    ReportHealth: (_READ, lambda m, t: m._health()),
+    PinRange: (_READ, lambda m, t: m._pins(t.command)),
+    Unpin: (_READ, lambda m, t: m._pins(t.command)),
+    ListPins: (_READ, lambda m, t: m._pins(t.command)),
+    RetryQuarantined: (_READ, lambda m, t: m._retry_quarantined(t.command)),
+    Inspect: (_READ, lambda m, t: m._snapshot()),
+    UnitDone: (_READ, lambda m, t: m.drain.apply(t.command)),  # its tick's reply rides with it (_take)
+}
