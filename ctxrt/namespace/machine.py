@@ -34,7 +34,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import time
 from collections import deque
 from collections.abc import Callable
 from types import GeneratorType
@@ -59,8 +58,7 @@ from ..errors import (
     ValueConflictError,
 )
 from ..mailbox import Reply
-from ..slots import Appended, SlotCache, decode_stored, parse_id
-from ..store.interface import StoreEngine
+from ..slots import Appended, SlotCache, parse_id
 from ..store.protocol import (
     AppendItem,
     Atomically,
@@ -105,10 +103,12 @@ from .effects import (
     Committed,
     Effect,
     Gen,
+    Inputs,
     Listen,
     Publish,
     SetTimer,
     Stop,
+    StoreReads,
     TimerFired,
     Write,
 )
@@ -153,7 +153,7 @@ from .protocol import (
     Unpin,
     refusal_for,
 )
-from .views import build_views, context_entries, flush_new, seen_now
+from .views import build_views, flush_new
 
 logger = logging.getLogger("ctxrt.namespace")
 
@@ -230,17 +230,15 @@ class NamespaceMachine:
     """One (branch incarnation, namespace)'s actor state. ``handle`` is its only way in."""
 
     def __init__(
-        self, config: NamespaceConfig, place: Place, branch_id: int, engine: StoreEngine, *, writes: bool,
-        model_timeout_s: float, mailbox_depth: Callable[[], int] = lambda: 0,
+        self, config: NamespaceConfig, place: Place, branch_id: int, lease: Lease, *, writes: bool,
+        model_timeout_s: float,
     ) -> None:
         self.config = config
         self.place = place
         self.branch_id = branch_id
-        self.engine = engine
         self.readonly = not writes
         self.model_timeout_s = model_timeout_s
-        self.mailbox_depth = mailbox_depth
-        self.now = 0.0
+        self.inputs: Inputs | None = None  # what came with the message being handled
         self.record: Record = None
         self.floor = 0
         self.epoch = 0
@@ -262,7 +260,7 @@ class NamespaceMachine:
         self.unit_task: _Task | None = None  # the unit being planned or applied: one at a time
         self.last_compile_ms: float | None = None
         self.render_stats: Any = None
-        self.lease = Lease(engine, place, branch_id, readonly=self.readonly)
+        self.lease = lease
         self.stopping: Callable[[], BaseException] | None = None
         self.lane = _Lane()
         self.open: dict[_Task, None] = {}  # every task not yet finished, in order
@@ -274,10 +272,11 @@ class NamespaceMachine:
 
     # -- the way in -------------------------------------------------------------------------
 
-    def handle(self, message: Any, now: float, reply: Reply[Any] | None = None) -> list[Effect]:
-        """Take one message (a command with its ``reply``, or one of the loop's) at trio time
-        ``now``; return what the loop must do, in order."""
-        self.now = now
+    def handle(self, message: Any, inputs: Inputs, reply: Reply[Any] | None = None) -> list[Effect]:
+        """Take one message (a command with its ``reply``, or one of the loop's) with ``inputs``
+        (the time, the mailbox's depth, the store to read); return what the loop must do, in order."""
+        self.inputs = inputs
+        now = inputs.now
         effects = self._effects = []
         if self.stopping is not None:
             if reply is not None:
@@ -408,7 +407,7 @@ class NamespaceMachine:
         """A task's first step: its handler runs until it yields a write or ends."""
         command = task.command
         try:
-            if (self.record is None and self.engine.shared and self.caches and not task.own
+            if (self.record is None and self.store.shared and self.caches and not task.own
                     and not isinstance(command, ReportHealth)):  # health adopts its own
                 self._adopt_claim()
             with tracing.resumed(task.trace):  # trio gave the loop's task its own context, not the sender's
@@ -529,11 +528,11 @@ class NamespaceMachine:
     def _set_up(self) -> Gen:
         """At the first attach, once it is judged: register the namespace's states, load its floor,
         read its slots, take the lease."""
-        engine, ns = self.engine, self.config.namespace
+        store, ns = self.store, self.config.namespace
         slots = (self.config.slot, *self.config.auxiliary)
         if self.readonly:
             for name in slots:
-                engine.state(name)  # UnknownStateError names a slot nobody wrote
+                store.check_state(name)  # UnknownStateError names a slot nobody wrote
         else:
             commands = [RegisterState(name=name, kind="log") for name in dict.fromkeys((*slots, states.context_state(ns)))]
             commands += [RegisterState(name=states.reader_state(ns), kind="value"),
@@ -541,16 +540,16 @@ class NamespaceMachine:
                          RegisterState(name=states.config_state(ns), kind="value")]
             if isinstance(self.config.token_estimator, CalibratedEstimator):
                 commands.append(RegisterState(name=states.calibration_state(ns), kind="value"))
-            missing = tuple(c for c in commands if not engine.has_state(c.name))
+            missing = tuple(c for c in commands if not store.has_state(c.name))
             if missing:
                 yield Write(Atomically(commands=missing))
         self.floor = self._stored_floor() or 0
         if isinstance(self.config.token_estimator, CalibratedEstimator):  # the calibration so far
-            self.config.token_estimator.restore(engine.read_value(states.calibration_state(ns), self.branch_id))
+            self.config.token_estimator.restore(store.read_value(states.calibration_state(ns), self.branch_id))
         self.lease.follow(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
         caches = yield Acquire(tuple(slots))
         self.caches = list(caches)
-        self.seen = seen_now(engine, self.caches)
+        self.seen = store.seen_now(self.caches)
         self._build_views()
         return None
 
@@ -597,10 +596,10 @@ class NamespaceMachine:
     # -- reads of what is stored ------------------------------------------------------------
 
     def _stored_record(self) -> Record:
-        return record_from_value(self.engine.read_value(states.reader_state(self.place.namespace), self.branch_id))
+        return record_from_value(self.store.read_value(states.reader_state(self.place.namespace), self.branch_id))
 
     def _stored_floor(self) -> int | None:
-        return floor_from_value(self.engine.read_value(states.floor_state(self.place.namespace), self.branch_id))
+        return floor_from_value(self.store.read_value(states.floor_state(self.place.namespace), self.branch_id))
 
     def _edit_floor(self) -> int | None:
         """The floor an edit is judged against: the stored one (None if unreadable), never below ours."""
@@ -608,11 +607,11 @@ class NamespaceMachine:
         return None if stored is None else max(stored, self.floor)
 
     def _other_records(self) -> list[Record]:
-        engine, own = self.engine, states.reader_state(self.place.namespace)
+        store, own = self.store, states.reader_state(self.place.namespace)
         return [
-            record_from_value(engine.read_value(info.name, self.branch_id))
-            for info in engine.list_states()
-            if states.namespace_of_reader_state(info.name) is not None and info.name != own
+            record_from_value(store.read_value(name, self.branch_id))
+            for name in store.state_names()
+            if states.namespace_of_reader_state(name) is not None and name != own
         ]
 
     def _require_writes(self) -> None:
@@ -636,12 +635,28 @@ class NamespaceMachine:
         self.generation += 1  # strategy writes buffered before this were made from memory it replaces
         return ActorContext(
             place=self.place, branch_id=self.branch_id, reader=self.reader, view=self.views.view,
-            engine=self.engine, strategy_name=self.strategy.name, writes=not self.readonly,
+            store=lambda: self.store, strategy_name=self.strategy.name, writes=not self.readonly,
             holds=self.holds, settings=self.settings, clock=self._clock,
         )
 
     def _clock(self) -> float:
         return self.now
+
+    @property
+    def given(self) -> Inputs:
+        """What came with the message being handled: everything here runs while one is."""
+        assert self.inputs is not None, "read only while a message is handled"
+        return self.inputs
+
+    @property
+    def now(self) -> float:
+        """Trio time, as it came with the message being handled."""
+        return self.given.now
+
+    @property
+    def store(self) -> StoreReads:
+        """The store's committed state, as it came with the message being handled."""
+        return self.given.store
 
     def _guard(self, epoch: int) -> None:
         """Before every read through the view a strategy holds (C8): a view of an older epoch is dead."""
@@ -657,7 +672,7 @@ class NamespaceMachine:
         self.strategy_error = None
         try:
             self.strategy.initialize(self.ctx)
-            self.seen = seen_now(self.engine, self.caches)
+            self.seen = self.store.seen_now(self.caches)
         except StoreUnavailableError as exc:
             self.await_store(exc)
         except Exception as exc:
@@ -733,13 +748,12 @@ class NamespaceMachine:
         commands += writes
         if not commands:
             return False
-        engine = self.engine
         context = states.context_state(self.place.namespace)
 
         def build() -> Atomically:  # when its turn comes: states an earlier write registered aren't again
             kinds: dict[str, StateKind] = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
             registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()
-                         if not engine.has_state(name)]
+                         if not self.store.has_state(name)]
             return Atomically(commands=(*registers, *commands))
 
         generation = self.generation
@@ -795,7 +809,7 @@ class NamespaceMachine:
             return
         state = states.config_state(self.place.namespace)
         described = catalog.describe(self.strategy_config)
-        if self.engine.read_value(state, self.branch_id) != described:
+        if self.store.read_value(state, self.branch_id) != described:
             yield Write(SetValue(state=state, branch=self.branch_id, value=described))
 
     def _check_config(self, command: Attach) -> None:
@@ -883,7 +897,7 @@ class NamespaceMachine:
     def _append_and_hold(self, command: AppendAndHold) -> Gen:
         self._require_writes()
         key = object()
-        self.holds.reserve(key, self.engine.last_sequence + 1)  # every append from now on is above it
+        self.holds.reserve(key, self.store.last_sequence + 1)  # every append from now on is above it
         try:
             operation = yield Write(command.append)
         finally:
@@ -909,7 +923,7 @@ class NamespaceMachine:
         outage = self.waiting
         if outage is None:
             try:
-                if self.record is None and self.engine.shared:
+                if self.record is None and self.store.shared:
                     self._adopt_claim()
                 self.caches[0].count()
                 self.flush_new()  # the strategy hears of new messages first, as a compile's would
@@ -919,7 +933,7 @@ class NamespaceMachine:
                 outage = exc
         return NamespaceHealth(
             namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
-            managers=len(self.managers), mailbox_depth=self.mailbox_depth(),
+            managers=len(self.managers), mailbox_depth=self.given.depth,
             in_flight_model_calls=self.drain.model_calls(), ready=ready,
             quarantined=tuple(self.strategy.quarantined()), narrowing_floor=self.floor,
             strategy_error=None if self.strategy_error is None else repr(self.strategy_error),
@@ -963,7 +977,8 @@ class NamespaceMachine:
         self.require_strategy()
         validate_injections(command.injections, command.message_injections)  # B4: before the strategy runs
         self.flush_new()
-        started = time.perf_counter()
+        stopwatch = self.given.stopwatch
+        started = stopwatch()
         options = SelectOptions(dry_run=command.dry_run, context=self.ctx, strict=command.strict)
         entries = self.strategy.select(self.views.view, command.budget, options)
         if command.dry_run:
@@ -977,7 +992,7 @@ class NamespaceMachine:
             message_injections=command.message_injections, memo=self.views.memo,
             stamp=self.views.view.window(1).stamp,
         )
-        self.last_compile_ms = (time.perf_counter() - started) * 1000
+        self.last_compile_ms = (stopwatch() - started) * 1000
         return result
 
     def _query(self, command: QuerySummaries) -> Any:
@@ -1002,17 +1017,17 @@ class NamespaceMachine:
 
     def _edit(self, command: Edit) -> Gen:
         check_reader(self.record, command.reader, self.place)
-        engine, sequence = self.engine, parse_id(command.message_id)
+        sequence = parse_id(command.message_id)
         context = states.context_state(self.place.namespace)
         while True:
             # Judged against the message as it is now (D1-D5 compare with what readers saw last), and
             # written only onto that version: another edit, maybe another namespace's or process's,
             # that lands first makes the store refuse this one, and it is judged again.
-            item = None if sequence is None else engine.read_item(self.config.slot, self.branch_id, sequence)
-            if item is None:
+            found = None if sequence is None else self.store.read_message(self.config.slot, self.branch_id, sequence)
+            if found is None:
                 raise MessageNotFoundError(f"no message {command.message_id!r} in slot {self.config.slot!r} on "
                                            f"branch {self.place.branch!r}")
-            current = decode_stored(engine, item.data, item.sequence)
+            current, version = found
             judge_edit(current, command.content, reader=self.reader, floor=self._edit_floor,
                        others=self._other_records, place=self.place)  # floor and records read only for a narrowing
             self._require_writes()
@@ -1023,10 +1038,10 @@ class NamespaceMachine:
             narrows = any(hidden_by_edit(current.content, command.content))
             edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
                             blobs=command.blobs, attachment=appended, flagged=appended.audience,
-                            expect_version=item.version,
+                            expect_version=version,
                             # checked again in the write: another process's actor may raise the floor meanwhile
                             floor_state=states.floor_state(self.place.namespace) if narrows else None)
-            entries = context_entries(self.engine, self.place.namespace, self.branch_id)
+            entries = self.store.context_entries(self.place.namespace, self.branch_id)
             propagation = edit_propagation(entries, current.id, command.content, reader=self.reader,
                                            context_state=context, branch=self.branch_id)
             try:
@@ -1052,7 +1067,7 @@ class NamespaceMachine:
         removal = RemoveItems(state=self.config.slot, branch=self.branch_id, from_sequence=first.sequence,
                               to_sequence=last.sequence)
         context = states.context_state(self.place.namespace)
-        entries = context_entries(self.engine, self.place.namespace, self.branch_id)
+        entries = self.store.context_entries(self.place.namespace, self.branch_id)
         propagation = removal_propagation(entries, first.sequence, last.sequence, context_state=context,
                                           branch=self.branch_id)
         yield Write(Atomically(commands=(removal, *propagation)))
@@ -1068,7 +1083,7 @@ class NamespaceMachine:
         last = max((entry.sequence for entry in seen), default=0)
 
         def build() -> Atomically | None:
-            entries = context_entries(self.engine, self.place.namespace, self.branch_id)
+            entries = self.store.context_entries(self.place.namespace, self.branch_id)
             commands = propagate([entry for entry in entries if entry.sequence > last])
             return Atomically(commands=tuple(commands)) if commands else None
 
