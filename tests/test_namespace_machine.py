@@ -27,21 +27,24 @@ from ctxrt.pgcluster import Cluster
 from ctxrt.mailbox import Reply
 from ctxrt.model import ModelResponse, Usage
 from ctxrt.namespace import states
-from ctxrt.namespace.actor import EngineReads
+from ctxrt.namespace.actor import EngineReads, answer_lease
 from ctxrt.namespace.core import Place, record_from_value
 from ctxrt.namespace.effects import (
     Acquire,
     Acquired,
     Answer,
     CallModel,
+    CheckLease,
     Commit,
     Committed,
     Effect,
     Inputs,
     Listen,
     Publish,
+    ReleaseLease,
     SetTimer,
     Stop,
+    TakeLease,
 )
 from ctxrt.namespace.lease import Lease
 from ctxrt.namespace.machine import NamespaceMachine
@@ -96,7 +99,7 @@ class Driven:
         self.branch_id = self.engine.branch(branch).id
         place = Place(namespace, branch)
         self.machine = NamespaceMachine(self.config, place, self.branch_id,
-                                        Lease(self.engine, place, self.branch_id, readonly=not writes),
+                                        Lease(place, readonly=not writes),
                                         writes=writes, model_timeout_s=1.0)
         self.reads = EngineReads(self.engine)
         self.now = 0.0
@@ -121,6 +124,10 @@ class Driven:
                     self.calls.append(effect)
                 case Acquire():
                     self.tell(Acquired([self.slots.acquire(name, self.branch_id) for name in effect.slots]))
+                case TakeLease() | CheckLease() | ReleaseLease():
+                    answer = answer_lease(self.engine, self.branch_id, effect)
+                    if not (isinstance(effect, ReleaseLease) and effect.at_stop):
+                        self.tell(answer)
                 case Listen():
                     self.listening = effect.every
                 case SetTimer():

@@ -39,14 +39,18 @@ from .effects import (
     Answer,
     CallModel,
     CancelModel,
+    CheckLease,
     Commit,
     Committed,
     Effect,
     Inputs,
+    LeaseAnswer,
     Listen,
     Publish,
+    ReleaseLease,
     SetTimer,
     Stop,
+    TakeLease,
     TimerFired,
 )
 from .lease import Lease
@@ -111,6 +115,22 @@ class EngineReads:
         return views.seen_now(self.engine, caches)
 
 
+def answer_lease(engine: StoreEngine, branch_id: int, effect: TakeLease | CheckLease | ReleaseLease) -> LeaseAnswer:
+    """The loop's half of the lease (``namespace/lease.py``): carry out ``effect`` on ``engine``;
+    whether the lease is held after it, or the error the engine raised."""
+    try:
+        match effect:
+            case TakeLease():
+                return LeaseAnswer(engine.hold(branch_id, effect.state))
+            case CheckLease():
+                return LeaseAnswer(engine.holds(branch_id, effect.state))
+            case ReleaseLease():
+                engine.release(branch_id, effect.state)
+                return LeaseAnswer(False)
+    except Exception as exc:  # noqa: BLE001 - the machine's to judge
+        return LeaseAnswer(False, exc)
+
+
 def _runtime_closed(place: Place) -> Callable[[], BaseException]:
     return lambda: ManagerClosedError(f"the runtime closed; the manager of {place} is closed")
 
@@ -124,9 +144,8 @@ class _Loop:
         self.children = children
         self.place = Place(ref.namespace, ref.branch_name)
         writes = services.store is not None
-        lease = Lease(services.engine, self.place, ref.branch_id, readonly=not writes)
-        self.machine = NamespaceMachine(ref.config, self.place, ref.branch_id, lease, writes=writes,
-                                        model_timeout_s=services.model_timeout_s)
+        self.machine = NamespaceMachine(ref.config, self.place, ref.branch_id, Lease(self.place, readonly=not writes),
+                                        writes=writes, model_timeout_s=services.model_timeout_s)
         self.reads = EngineReads(services.engine)
         config = ref.config
         self.model = config.model if config.model is not None else services.model
@@ -189,6 +208,12 @@ class _Loop:
                         self.call_scope.cancel()
                 case Acquire():
                     queue.extend(self.machine.handle(self._acquire(effect.slots), self._inputs()))
+                case TakeLease() | CheckLease() | ReleaseLease():
+                    answer = answer_lease(self.services.engine, self.ref.branch_id, effect)
+                    if not (isinstance(effect, ReleaseLease) and effect.at_stop):
+                        queue.extend(self.machine.handle(answer, self._inputs()))
+                    elif answer.error is not None:  # the connection is gone: so is the lease
+                        logger.warning("couldn't give back the lease of %s", self.place, exc_info=answer.error)
                 case Listen():
                     if effect.every:
                         self.caches[0].listen(self.appended)

@@ -114,6 +114,30 @@ class Acquire:
 
 
 @attrs.frozen
+class TakeLease:
+    """Take this process's lease on the namespace (held under ``state``); whether it was taken
+    comes back as ``LeaseAnswer``."""
+
+    state: str
+
+
+@attrs.frozen
+class CheckLease:
+    """Look whether the lease is still held (before a strategy write goes out): ``LeaseAnswer``."""
+
+    state: str
+
+
+@attrs.frozen
+class ReleaseLease:
+    """Give the lease back: ``LeaseAnswer``; ``at_stop``: the actor stops, nothing comes back (a
+    failure is only logged: a connection gone took the lease with it)."""
+
+    state: str
+    at_stop: bool = False
+
+
+@attrs.frozen
 class Listen:
     """Hear of every append to the own slot (``every``), or stop hearing of them."""
 
@@ -143,7 +167,8 @@ class Stop:
     error: Callable[[], BaseException]
 
 
-Effect = Answer | Commit | CallModel | CancelModel | Acquire | Listen | SetTimer | Publish | Stop
+Effect = (Answer | Commit | CallModel | CancelModel | Acquire | TakeLease | CheckLease | ReleaseLease | Listen
+          | SetTimer | Publish | Stop)
 
 
 # -- what the loop tells the machine back ------------------------------------------------------
@@ -164,6 +189,15 @@ class Acquired:
     one raised (a damaged store's ``StoreCorruptError``), raised into the handler that asked."""
 
     caches: Sequence[SlotCache]
+    error: Exception | None = None
+
+
+@attrs.frozen
+class LeaseAnswer:
+    """What the engine said to a lease effect: whether the lease is held now, or the error asking
+    it raised (the store unreachable)."""
+
+    held: bool
     error: Exception | None = None
 
 
@@ -189,6 +223,7 @@ class Write:
     behind: bool = False
 
 
-# A handler that writes: it yields a ``Write`` (or an ``Acquire``) and is resumed with the store's
-# result, or has the store's error raised into it.
-Gen = Generator[Write | Acquire, Any, Any]
+# A handler that writes: it yields a ``Write`` (or asks the loop: ``Acquire``, ``TakeLease``,
+# ``ReleaseLease``) and is resumed with the store's result or the loop's answer, or has the error
+# raised into it.
+Gen = Generator[Write | Acquire | TakeLease | ReleaseLease, Any, Any]

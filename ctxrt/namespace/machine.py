@@ -104,11 +104,14 @@ from .effects import (
     Effect,
     Gen,
     Inputs,
+    LeaseAnswer,
     Listen,
     Publish,
+    ReleaseLease,
     SetTimer,
     Stop,
     StoreReads,
+    TakeLease,
     TimerFired,
     Write,
 )
@@ -190,7 +193,8 @@ class _Lane:
     """The write lane and the order of handling: the places waiting (``queue``), the head sent
     until its ``Committed`` (``out``, under ``token``), the exclusive task that has the lane
     (``holder``), barriers taken and not yet answered (``barriers``; later messages wait in
-    ``held``), and the task waiting for its slot caches (``acquiring``)."""
+    ``held``), the task waiting for the loop's answer (its slot caches, the lease: ``asking``) and
+    the strategy write waiting for the look at the lease before it goes out (``checking``)."""
 
     queue: deque[_Item] = attrs.Factory(deque)
     out: _Item | None = None
@@ -198,11 +202,16 @@ class _Lane:
     holder: _Task | None = None
     barriers: int = 0
     held: deque[tuple[Any, Reply[Any] | None]] = attrs.Factory(deque)
-    acquiring: _Task | None = None
+    asking: _Task | None = None
+    checking: _Item | None = None
 
     def idle(self) -> bool:
         """Nothing waits in the lane, is held behind a barrier or is out."""
-        return not self.queue and not self.held and self.out is None
+        return not self.queue and not self.held and self.out is None and self.checking is None
+
+    def free(self) -> bool:
+        """The lane's head may go: nothing is out, and the loop owes no answer."""
+        return self.out is None and self.asking is None and self.checking is None
 
 
 def build_strategy(config: Any) -> Strategy:
@@ -286,9 +295,11 @@ class NamespaceMachine:
             case Committed():
                 self._committed(message)
             case Acquired():
-                task, self.lane.acquiring = self.lane.acquiring, None
+                task, self.lane.asking = self.lane.asking, None
                 if task is not None:
                     self._step(task, message.caches, message.error)
+            case LeaseAnswer():
+                self._lease_answered(message)
             case Retire():
                 self._stop(message.error)
                 return effects
@@ -335,7 +346,7 @@ class NamespaceMachine:
             if self.lane.held and not self.lane.barriers:
                 self._take(*self.lane.held.popleft())
                 continue
-            if self.lane.out is None and self.lane.queue and self.lane.acquiring is None and (
+            if self.lane.free() and self.lane.queue and (
                     self.lane.holder is None or self.lane.queue[0].task is self.lane.holder):
                 item = self.lane.queue.popleft()
                 if item.write is None:  # an exclusive task's turn
@@ -355,12 +366,35 @@ class NamespaceMachine:
             # Made from memory the strategy has since reloaded from the store: never committed alone.
             self._step(item.task, error=self._dropped())
             return
-        try:
-            if write.strategy and self.lease.lost():
+        check = self.lease.check() if write.strategy else None
+        if check is not None:  # the lease may have gone with a lost connection: looked at first
+            self.lane.checking = item
+            self._effects.append(check)
+            return
+        self._go_out(item)
+
+    def _lease_answered(self, answer: LeaseAnswer) -> None:
+        """The loop's answer about the lease: to a look before a strategy write, or to a handler."""
+        item, self.lane.checking = self.lane.checking, None
+        if item is not None:
+            if answer.error is not None:  # the store unreachable to look: raised as its commit's refusal
+                self._step(item.task, error=answer.error)
+            elif not answer.held:
                 self._lose_lease(item.task)
-                return
+            else:
+                self._go_out(item)
+            return
+        task, self.lane.asking = self.lane.asking, None
+        if task is not None:
+            self._step(task, answer.held, answer.error)
+
+    def _go_out(self, item: _Item) -> None:
+        """The lane's head goes out: its command made now, if it is made at its turn."""
+        write = item.write
+        assert write is not None
+        try:
             command = write.command if write.build is None else write.build()
-        except Exception as exc:  # noqa: BLE001 - the store unreachable to look: raised as its commit's refusal
+        except Exception as exc:  # noqa: BLE001 - the store unreachable to make it: raised as its commit's refusal
             self._step(item.task, error=exc)
             return
         if command is None:
@@ -434,8 +468,8 @@ class NamespaceMachine:
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
             self._finish(task, False, exc)
             return
-        if isinstance(yielded, Acquire):
-            self.lane.acquiring = task
+        if isinstance(yielded, (Acquire, TakeLease, ReleaseLease)):  # the loop answers
+            self.lane.asking = task
             self._effects.append(yielded)
             return
         item = _Item(task, yielded, self.generation)
@@ -546,7 +580,7 @@ class NamespaceMachine:
         self.floor = self._stored_floor() or 0
         if isinstance(self.config.token_estimator, CalibratedEstimator):  # the calibration so far
             self.config.token_estimator.restore(store.read_value(states.calibration_state(ns), self.branch_id))
-        self.lease.follow(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
+        yield from self.lease.follow(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
         caches = yield Acquire(tuple(slots))
         self.caches = list(caches)
         self.seen = store.seen_now(self.caches)
@@ -581,7 +615,9 @@ class NamespaceMachine:
         self.open.clear()
         self.lane.held.clear()
         self.lane.queue.clear()
-        self.lease.give_back()
+        released = self.lease.give_back()
+        if released is not None:
+            self._effects.append(released)
         self._effects.append(Stop(error))
 
     def _check_stop(self) -> None:
@@ -864,7 +900,7 @@ class NamespaceMachine:
         check_reader(self.record, command.reader, self.place)
         strategy = build_strategy(command.config)
         require_marking(strategy.marks_compression_reads, strategy.name, self.reader, self.place.namespace)
-        self.lease.follow(strategy)
+        yield from self.lease.follow(strategy)
         self.strategy, self.strategy_config = strategy, command.config
         self.epoch += 1  # a unit of the old strategy writes nothing
         self._build_views()
