@@ -209,11 +209,7 @@ class _Loop:
                 case Acquire():
                     queue.extend(self.machine.handle(self._acquire(effect.slots), self._inputs()))
                 case TakeLease() | CheckLease() | ReleaseLease():
-                    answer = answer_lease(self.services.engine, self.ref.branch_id, effect)
-                    if not (isinstance(effect, ReleaseLease) and effect.at_stop):
-                        queue.extend(self.machine.handle(answer, self._inputs()))
-                    elif answer.error is not None:  # the connection is gone: so is the lease
-                        logger.warning("couldn't give back the lease of %s", self.place, exc_info=answer.error)
+                    queue.extend(self._lease(effect))
                 case Listen():
                     if effect.every:
                         self.caches[0].listen(self.appended)
@@ -230,6 +226,16 @@ class _Loop:
                     self.services.forget(self.ref)
                     if self.call_scope is not None:
                         self.call_scope.cancel()
+
+    def _lease(self, effect: TakeLease | CheckLease | ReleaseLease) -> list[Effect]:
+        """A lease effect carried out on the engine, at once; what the machine makes of the answer
+        (nothing for the give-back at its stop)."""
+        answer = answer_lease(self.services.engine, self.ref.branch_id, effect)
+        if not (isinstance(effect, ReleaseLease) and effect.at_stop):
+            return self.machine.handle(answer, self._inputs())
+        if answer.error is not None:  # the connection is gone: so is the lease
+            logger.warning("couldn't give back the lease of %s", self.place, exc_info=answer.error)
+        return []
 
     async def _commit(self, token: int, command: Any, trace: Any) -> None:
         """A child task: one commit through the store actor; its outcome goes back as ``Committed``.

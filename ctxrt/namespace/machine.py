@@ -4,15 +4,18 @@ h11's shape: the machine holds the actor's state (the reader record, the narrowi
 view epoch, the strategy, the holds, the wait for an unreachable store, the write lane), with
 three components for the rest: its ``Drain`` (``namespace/drain.py``: the units, the ticks
 waiting for one, the background drain), its ``ReaderViews`` (``namespace/views.py``, rebuilt at
-each epoch) and its ``Lease`` (``namespace/lease.py``). ``handle(message, now)`` returns the
-effects the loop in ``namespace/actor.py`` carries out (``namespace/effects.py``):
-``Commit`` a store command, ``CallModel``, ``Answer`` a caller, ``SetTimer``, ``Publish`` a
-status. What the store and the model answer comes back as messages (``Committed``,
-``UnitDone``). Nothing here awaits or imports trio; it reads the store's committed state
-synchronously, as strategies do, and its tests drive it with real stores and no event loop.
+each epoch) and its ``Lease`` (``namespace/lease.py``). The protocol is one table,
+``PROTOCOL``: each command's kind (below) and its handler. ``handle(message, inputs)`` returns
+the effects the loop in ``namespace/actor.py`` carries out (``namespace/effects.py``):
+``Commit`` a store command, ``CallModel``, ``Answer`` a caller, take, look at or give back the
+lease, ``SetTimer``, ``Publish`` a status. What the store, the model and the lease answer comes
+back as messages (``Committed``, ``UnitDone``, ``LeaseAnswer``). Nothing here awaits, imports
+trio or reads a clock: the time, the mailbox's depth and the store's committed state (a
+``StoreReads`` port) come in with each message, so its tests can drive it with no store at all.
 
 A handler that writes is a generator: it yields a ``Write`` and is resumed with the store's
-result (or has the store's error raised into it) when ``Committed`` comes back.
+result (or has the store's error raised into it) when ``Committed`` comes back; one that asks
+the loop (its slot caches, the lease) yields that effect and is resumed with the answer.
 
 Ordering (docs/architecture.md, Namespace actors). Messages are taken in arrival order. Writes
 go out through one lane, one commit at a time, in the order they were made. A command is one of:
