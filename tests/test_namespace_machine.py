@@ -1,6 +1,6 @@
 """The namespace actor's machine, driven by hand: no trio, no event loop, a real store.
 
-``NamespaceMachine.handle(message, now)`` returns effects; these tests read them and play the
+``NamespaceMachine.handle(message, inputs)`` returns effects; these tests read them and play the
 loop's part themselves: a ``Commit`` is applied to a real LMDB store (or a real PostgreSQL
 database) with the store's own ``execute`` and published to real slot caches, and its outcome
 fed back as ``Committed`` when the test chooses, so what happens while a write is out is
@@ -27,20 +27,26 @@ from ctxrt.pgcluster import Cluster
 from ctxrt.asks import Reply
 from ctxrt.model_types import ModelResponse, Usage
 from ctxrt.namespace import states
+from ctxrt.namespace.actor import EngineReads, answer_lease
 from ctxrt.namespace.core import Place, record_from_value
 from ctxrt.namespace.effects import (
     Acquire,
     Acquired,
     Answer,
     CallModel,
+    CheckLease,
     Commit,
     Committed,
     Effect,
+    Inputs,
     Listen,
     Publish,
+    ReleaseLease,
     SetTimer,
     Stop,
+    TakeLease,
 )
+from ctxrt.namespace.lease import Lease
 from ctxrt.namespace.machine import NamespaceMachine
 from ctxrt.namespace.protocol import (
     AppendAndHold,
@@ -91,8 +97,11 @@ class Driven:
         self.slots = SlotRegistry(self.engine, live=True)
         self.config = NamespaceConfig(namespace, "messages", (), None, strategy or ctxrt.Passthrough(), None)
         self.branch_id = self.engine.branch(branch).id
-        self.machine = NamespaceMachine(self.config, Place(namespace, branch), self.branch_id, self.engine,
+        place = Place(namespace, branch)
+        self.machine = NamespaceMachine(self.config, place, self.branch_id,
+                                        Lease(place, readonly=not writes),
                                         writes=writes, model_timeout_s=1.0)
+        self.reads = EngineReads(self.engine)
         self.now = 0.0
         self.effects: list[Effect] = []
         self.commits: deque[Commit] = deque()
@@ -103,7 +112,7 @@ class Driven:
         self.tokens = iter(range(1, 10_000))
 
     def tell(self, message: Any, reply: Reply[Any] | None = None) -> list[Effect]:
-        effects = self.machine.handle(message, self.now, reply)
+        effects = self.machine.handle(message, Inputs(self.now, self.reads), reply)
         self.effects += effects
         for effect in effects:
             match effect:
@@ -115,6 +124,10 @@ class Driven:
                     self.calls.append(effect)
                 case Acquire():
                     self.tell(Acquired([self.slots.acquire(name, self.branch_id) for name in effect.slots]))
+                case TakeLease() | CheckLease() | ReleaseLease():
+                    answer = answer_lease(self.engine, self.branch_id, effect)
+                    if not (isinstance(effect, ReleaseLease) and effect.at_stop):
+                        self.tell(answer)
                 case Listen():
                     self.listening = effect.every
                 case SetTimer():

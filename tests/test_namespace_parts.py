@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 import ctxrt
+from ctxrt.namespace.actor import answer_lease
 from ctxrt.namespace.core import Place
 from ctxrt.namespace.drain import STORE_RETRY_MAX_S, STORE_RETRY_S, Drain
 from ctxrt.namespace.lease import Lease
@@ -19,6 +20,7 @@ from ctxrt.namespace.views import build_views, seen_now
 from ctxrt.slots import SlotRegistry, prepare_append
 from ctxrt.store.actor import execute
 from ctxrt.store.environment import StoreHandle, close_store, open_store
+from ctxrt.store.interface import StoreEngine
 from ctxrt.store.protocol import AppendItem, RegisterState
 from ctxrt.strategies.base import Strategy
 
@@ -29,6 +31,18 @@ def memory(*, auto_tick: bool = False) -> Strategy:
                                   head_window_tokens=0, l1_holdback_chunks=0, auto_tick=auto_tick).create()
 
 
+def follow(lease: Lease, engine: StoreEngine, branch: int, strategy: Strategy) -> None:
+    """``lease.follow(strategy)`` with its effects carried out on ``engine``, as the actor's loop does."""
+    steps = lease.follow(strategy)
+    try:
+        effect = next(steps)
+        while True:
+            answer = answer_lease(engine, branch, effect)
+            effect = steps.send(answer.held) if answer.error is None else steps.throw(answer.error)
+    except StopIteration:
+        pass
+
+
 def test_a_lease_held_in_one_process_refuses_another_until_given_back(pg_url: str) -> None:
     """K4: a namespace whose strategy keeps its memory is served by one process at a time: the
     second lease is refused with ConfigConflictError and holds nothing, until the first is given
@@ -37,19 +51,21 @@ def test_a_lease_held_in_one_process_refuses_another_until_given_back(pg_url: st
     try:
         branch = first.engine.branch("main").id
         place = Place("ns", "main")
-        mine, theirs = (Lease(handle.engine, place, branch, readonly=False) for handle in (first, second))
-        mine.follow(memory())
-        assert mine.held and not mine.lost()
+        mine, theirs = Lease(place, readonly=False), Lease(place, readonly=False)
+        follow(mine, first.engine, branch, memory())
+        check = mine.check()
+        assert mine.held and check is not None and answer_lease(first.engine, branch, check).held
         with pytest.raises(ctxrt.ConfigConflictError, match="served by another process"):
-            theirs.follow(memory())
+            follow(theirs, second.engine, branch, memory())
         assert not theirs.held
-        mine.follow(ctxrt.Passthrough().create())  # keeps no memory: the lease goes back
-        assert not mine.held
-        theirs.follow(memory())
+        follow(mine, first.engine, branch, ctxrt.Passthrough().create())  # keeps no memory: the lease goes back
+        assert not mine.held and mine.check() is None
+        follow(theirs, second.engine, branch, memory())
         assert theirs.held
-        theirs.give_back()
-        assert not theirs.held
-        mine.follow(memory())
+        released = theirs.give_back()
+        assert not theirs.held and released is not None
+        assert answer_lease(second.engine, branch, released).error is None
+        follow(mine, first.engine, branch, memory())
         assert mine.held
     finally:
         close_store(second)
@@ -61,11 +77,11 @@ def test_a_read_only_lease_is_never_taken(pg_url: str) -> None:
     writer = open_store(pg_url)
     try:
         branch = writer.engine.branch("main").id
-        reading = Lease(writer.engine, Place("ns", "main"), branch, readonly=True)
-        reading.follow(memory())
+        reading = Lease(Place("ns", "main"), readonly=True)
+        follow(reading, writer.engine, branch, memory())
         assert not reading.held
-        writing = Lease(writer.engine, Place("ns", "main"), branch, readonly=False)
-        writing.follow(memory())
+        writing = Lease(Place("ns", "main"), readonly=False)
+        follow(writing, writer.engine, branch, memory())
         assert writing.held
     finally:
         close_store(writer)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -25,10 +26,12 @@ from .. import tracing
 from ..content import Message
 from ..errors import CtxrtError, ManagerClosedError, ModelError, ReadOnlyStoreError
 from ..mailbox import Reply
-from ..slots import SlotCache, SlotRegistry
+from ..slots import SlotCache, SlotRegistry, decode_stored
 from ..store.actor import StoreRef
 from ..store.interface import StoreEngine
+from ..store.records import Item
 from ..strategies.base import Unit
+from . import views
 from .core import Place
 from .effects import (
     Acquire,
@@ -36,15 +39,21 @@ from .effects import (
     Answer,
     CallModel,
     CancelModel,
+    CheckLease,
     Commit,
     Committed,
     Effect,
+    Inputs,
+    LeaseAnswer,
     Listen,
     Publish,
+    ReleaseLease,
     SetTimer,
     Stop,
+    TakeLease,
     TimerFired,
 )
+from .lease import Lease
 from .machine import NamespaceMachine
 from .protocol import Retire, SlotAppended, UnitDone
 from .ref import NamespaceRef
@@ -67,6 +76,62 @@ class Services:
     model_timeout_s: float = MODEL_TIMEOUT_S  # a unit's model call fails (retryably) after this
 
 
+@attrs.frozen
+class EngineReads:
+    """The machine's ``StoreReads`` over a store engine's committed state."""
+
+    engine: StoreEngine
+
+    @property
+    def shared(self) -> bool:
+        return self.engine.shared
+
+    @property
+    def last_sequence(self) -> int:
+        return self.engine.last_sequence
+
+    def read_value(self, state: str, branch_id: int, default: Any = None) -> Any:
+        return self.engine.read_value(state, branch_id, default)
+
+    def read_log(self, state: str, branch_id: int) -> list[Item]:
+        return self.engine.read_log(state, branch_id)
+
+    def read_message(self, slot: str, branch_id: int, sequence: int) -> tuple[Message, int] | None:
+        item = self.engine.read_item(slot, branch_id, sequence)
+        return None if item is None else (decode_stored(self.engine, item.data, item.sequence), item.version)
+
+    def context_entries(self, namespace: str, branch_id: int) -> list[Message]:
+        return views.context_entries(self.engine, namespace, branch_id)
+
+    def state_names(self) -> list[str]:
+        return [info.name for info in self.engine.list_states()]
+
+    def has_state(self, name: str) -> bool:
+        return self.engine.has_state(name)
+
+    def check_state(self, name: str) -> None:
+        self.engine.state(name)
+
+    def seen_now(self, caches: Sequence[SlotCache]) -> int:
+        return views.seen_now(self.engine, caches)
+
+
+def answer_lease(engine: StoreEngine, branch_id: int, effect: TakeLease | CheckLease | ReleaseLease) -> LeaseAnswer:
+    """The loop's half of the lease (``namespace/lease.py``): carry out ``effect`` on ``engine``;
+    whether the lease is held after it, or the error the engine raised."""
+    try:
+        match effect:
+            case TakeLease():
+                return LeaseAnswer(engine.hold(branch_id, effect.state))
+            case CheckLease():
+                return LeaseAnswer(engine.holds(branch_id, effect.state))
+            case ReleaseLease():
+                engine.release(branch_id, effect.state)
+                return LeaseAnswer(False)
+    except Exception as exc:  # noqa: BLE001 - the machine's to judge
+        return LeaseAnswer(False, exc)
+
+
 def _runtime_closed(place: Place) -> Callable[[], BaseException]:
     return lambda: ManagerClosedError(f"the runtime closed; the manager of {place} is closed")
 
@@ -79,10 +144,10 @@ class _Loop:
         self.ref = ref
         self.children = children
         self.place = Place(ref.namespace, ref.branch_name)
-        self.machine = NamespaceMachine(
-            ref.config, self.place, ref.branch_id, services.engine, writes=services.store is not None,
-            model_timeout_s=services.model_timeout_s, mailbox_depth=lambda: ref.mailbox.depth,
-        )
+        writes = services.store is not None
+        self.machine = NamespaceMachine(ref.config, self.place, ref.branch_id, Lease(self.place, readonly=not writes),
+                                        writes=writes, model_timeout_s=services.model_timeout_s)
+        self.reads = EngineReads(services.engine)
         config = ref.config
         self.model = config.model if config.model is not None else services.model
         self.deadline = math.inf
@@ -95,7 +160,7 @@ class _Loop:
         while self.stopped is None:
             envelope = await self._next()
             message, reply = (TimerFired(), None) if envelope is None else envelope
-            self.apply(self.machine.handle(message, trio.current_time(), reply))
+            self.apply(self.machine.handle(message, self._inputs(), reply))
 
     async def _next(self) -> tuple[Any, Reply[Any] | None] | None:
         """The next envelope; None when the timer came first."""
@@ -120,6 +185,10 @@ class _Loop:
             await trio.lowlevel.checkpoint()
         return envelope
 
+    def _inputs(self) -> Inputs:
+        """What the machine takes with a message: the time, the mailbox's depth, the store."""
+        return Inputs(trio.current_time(), self.reads, self.ref.mailbox.depth, stopwatch=time.perf_counter)
+
     def apply(self, effects: Iterable[Effect]) -> None:
         """Carry out ``effects`` in order. None waits: a commit and a model call run in child tasks
         and come back as messages."""
@@ -139,7 +208,9 @@ class _Loop:
                     if self.call_scope is not None:
                         self.call_scope.cancel()
                 case Acquire():
-                    queue.extend(self.machine.handle(self._acquire(effect.slots), trio.current_time()))
+                    queue.extend(self.machine.handle(self._acquire(effect.slots), self._inputs()))
+                case TakeLease() | CheckLease() | ReleaseLease():
+                    queue.extend(self._lease(effect))
                 case Listen():
                     if effect.every:
                         self.caches[0].listen(self.appended)
@@ -156,6 +227,16 @@ class _Loop:
                     self.services.forget(self.ref)
                     if self.call_scope is not None:
                         self.call_scope.cancel()
+
+    def _lease(self, effect: TakeLease | CheckLease | ReleaseLease) -> list[Effect]:
+        """A lease effect carried out on the engine, at once; what the machine makes of the answer
+        (nothing for the give-back at its stop)."""
+        answer = answer_lease(self.services.engine, self.ref.branch_id, effect)
+        if not (isinstance(effect, ReleaseLease) and effect.at_stop):
+            return self.machine.handle(answer, self._inputs())
+        if answer.error is not None:  # the connection is gone: so is the lease
+            logger.warning("couldn't give back the lease of %s", self.place, exc_info=answer.error)
+        return []
 
     async def _commit(self, token: int, command: Any, trace: Any) -> None:
         """A child task: one commit through the store actor; its outcome goes back as ``Committed``.
@@ -194,8 +275,7 @@ class _Loop:
         """The loop ends, however it ends: the machine answers what it holds, the mailbox what is
         queued, and the slot caches are given back."""
         if self.stopped is None:  # the runtime closing (Cancelled) or an interrupt
-            self.apply(self.machine.handle(Retire(self.ref.retired or _runtime_closed(self.place)),
-                                           trio.current_time()))
+            self.apply(self.machine.handle(Retire(self.ref.retired or _runtime_closed(self.place)), self._inputs()))
         for cache in self.caches:
             cache.unlisten(self.appended)
             self.services.slots.release(cache)

@@ -15,12 +15,12 @@ import attrs
 from .. import codec, validation
 from ..budget import Entry
 from ..errors import MalformedContentError
-from ..store.interface import StoreEngine
 from ..store.protocol import AppendItem, SetValue
 from ..store.records import encode_json
 from ..views import MessageView
 from . import states
 from .core import Holds, Place
+from .effects import StoreReads
 
 
 @attrs.define
@@ -35,14 +35,14 @@ class ActorContext:
     """One view epoch's handle on a namespace, for its strategy. Used only in the actor's task."""
 
     def __init__(
-        self, *, place: Place, branch_id: int, reader: str | None, view: MessageView, engine: StoreEngine,
+        self, *, place: Place, branch_id: int, reader: str | None, view: MessageView, store: Callable[[], StoreReads],
         strategy_name: str, writes: bool, holds: Holds, settings: Settings, clock: Callable[[], float],
     ) -> None:
         self._place = place
         self._branch_id = branch_id
         self._reader = reader
         self._view = view
-        self._engine = engine
+        self._store = store  # the store as it came with the message being handled
         self._strategy_name = strategy_name
         self._writes = writes
         self._holds = holds
@@ -93,10 +93,10 @@ class ActorContext:
         return states.strategy_state(self._place.namespace, self._strategy_name, name)
 
     def get_value(self, name: str, default: Any = None) -> Any:
-        return self._engine.read_value(self._state(name), self._branch_id, default)
+        return self._store().read_value(self._state(name), self._branch_id, default)
 
     def read_log(self, name: str) -> list[Any]:
-        return [json.loads(item.data) for item in self._engine.read_log(self._state(name), self._branch_id)]
+        return [json.loads(item.data) for item in self._store().read_log(self._state(name), self._branch_id)]
 
     def set_value(self, name: str, value: Any) -> None:
         if self._writes:

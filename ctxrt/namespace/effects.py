@@ -1,23 +1,71 @@
-"""What the namespace machine asks its loop to do (effects), what the loop tells it back, and
-what a handler yields to the machine (``Write``).
+"""What the namespace machine asks its loop to do (effects), what the loop tells it back, what
+it hands the machine with each message (``Inputs``: the time, the mailbox's depth, the store to
+read), and what a handler yields to the machine (``Write``).
 
-``NamespaceMachine.handle(message, now)`` returns a list of these; the loop in
+``NamespaceMachine.handle(message, inputs)`` returns a list of effects; the loop in
 ``namespace/actor.py`` carries them out in order. They are plain data: the machine never awaits,
-sleeps, starts a task or writes; its tests read the effects and feed the outcomes back by hand.
+sleeps, starts a task, reads a clock or writes; its tests read the effects and feed the outcomes
+back by hand, with a store of their own to read (``StoreReads``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 if TYPE_CHECKING:
+    from ..content import Message
+    from ..store.records import Item
     from ..asks import Reply
     from ..slots import SlotCache
     from ..strategies.base import Unit
     from .protocol import NamespaceStatus
+
+
+# -- what the loop hands the machine with each message -------------------------------------------
+
+
+class StoreReads(Protocol):
+    """The store's committed state, as the machine reads it (the actor's reads its engine; a
+    test's may be a few dicts). Read only while a message is handled."""
+
+    @property
+    def shared(self) -> bool:
+        """Other processes write the store too (PostgreSQL): a claim may land there at any time."""
+        ...
+
+    @property
+    def last_sequence(self) -> int: ...
+
+    def read_value(self, state: str, branch_id: int, default: Any = None) -> Any: ...
+    def read_log(self, state: str, branch_id: int) -> list[Item]: ...
+    def read_message(self, slot: str, branch_id: int, sequence: int) -> tuple[Message, int] | None:
+        """The message at ``sequence`` in ``slot`` as it is now, decoded, with its version."""
+        ...
+    def context_entries(self, namespace: str, branch_id: int) -> list[Message]:
+        """The namespace's context log on the branch, decoded."""
+        ...
+    def state_names(self) -> list[str]: ...
+    def has_state(self, name: str) -> bool: ...
+    def check_state(self, name: str) -> None:
+        """``UnknownStateError`` if nobody registered ``name``."""
+        ...
+    def seen_now(self, caches: Sequence[SlotCache]) -> int:
+        """The sequence up to which a strategy that just read ``caches`` has been handed the view."""
+        ...
+
+
+@attrs.frozen
+class Inputs:
+    """What comes with each message besides itself: trio time ``now``, how many messages wait in
+    the mailbox behind it, the store to read, and ``stopwatch`` (seconds, for timing a compile)."""
+
+    now: float
+    store: StoreReads
+    depth: int = 0
+    stopwatch: Callable[[], float] = attrs.field(default=lambda: 0.0, kw_only=True)
 
 
 # -- effects -----------------------------------------------------------------------------------
@@ -66,6 +114,30 @@ class Acquire:
 
 
 @attrs.frozen
+class TakeLease:
+    """Take this process's lease on the namespace (held under ``state``); whether it was taken
+    comes back as ``LeaseAnswer``."""
+
+    state: str
+
+
+@attrs.frozen
+class CheckLease:
+    """Look whether the lease is still held (before a strategy write goes out): ``LeaseAnswer``."""
+
+    state: str
+
+
+@attrs.frozen
+class ReleaseLease:
+    """Give the lease back: ``LeaseAnswer``; ``at_stop``: the actor stops, nothing comes back (a
+    failure is only logged: a connection gone took the lease with it)."""
+
+    state: str
+    at_stop: bool = False
+
+
+@attrs.frozen
 class Listen:
     """Hear of every append to the own slot (``every``), or stop hearing of them."""
 
@@ -95,7 +167,8 @@ class Stop:
     error: Callable[[], BaseException]
 
 
-Effect = Answer | Commit | CallModel | CancelModel | Acquire | Listen | SetTimer | Publish | Stop
+Effect = (Answer | Commit | CallModel | CancelModel | Acquire | TakeLease | CheckLease | ReleaseLease | Listen
+          | SetTimer | Publish | Stop)
 
 
 # -- what the loop tells the machine back ------------------------------------------------------
@@ -116,6 +189,15 @@ class Acquired:
     one raised (a damaged store's ``StoreCorruptError``), raised into the handler that asked."""
 
     caches: Sequence[SlotCache]
+    error: Exception | None = None
+
+
+@attrs.frozen
+class LeaseAnswer:
+    """What the engine said to a lease effect: whether the lease is held now, or the error asking
+    it raised (the store unreachable)."""
+
+    held: bool
     error: Exception | None = None
 
 
@@ -141,6 +223,7 @@ class Write:
     behind: bool = False
 
 
-# A handler that writes: it yields a ``Write`` (or an ``Acquire``) and is resumed with the store's
-# result, or has the store's error raised into it.
-Gen = Generator[Write | Acquire, Any, Any]
+# A handler that writes: it yields a ``Write`` (or asks the loop: ``Acquire``, ``TakeLease``,
+# ``ReleaseLease``) and is resumed with the store's result or the loop's answer, or has the error
+# raised into it.
+Gen = Generator[Write | Acquire | TakeLease | ReleaseLease, Any, Any]

@@ -7,40 +7,40 @@ The lease is held through the engine (a session lock on PostgreSQL); it goes wit
 connection, and another process may then take it. Kept apart from the machine since it is one
 small piece of state with its own rules, read by the machine at three points: when the strategy
 changes, before a strategy write goes out, and at the stop.
+
+Nothing here touches the engine: taking, looking at and giving back the lease are effects
+(``TakeLease``, ``CheckLease``, ``ReleaseLease``) the loop carries out (``actor.answer_lease``),
+and what the engine said comes back as ``LeaseAnswer``.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 from ..errors import ConfigConflictError
-from ..store.interface import StoreEngine
 from ..strategies.base import Strategy
 from . import states
 from .core import Place
-
-logger = logging.getLogger("ctxrt.namespace")
+from .effects import CheckLease, ReleaseLease, TakeLease
 
 
 class Lease:
-    """The lease of ``place``'s namespace on branch ``branch_id``, as this process holds it."""
+    """The lease of ``place``'s namespace, as this process holds it."""
 
-    def __init__(self, engine: StoreEngine, place: Place, branch_id: int, *, readonly: bool) -> None:
-        self.engine = engine
+    def __init__(self, place: Place, *, readonly: bool) -> None:
         self.place = place
-        self.branch_id = branch_id
         self.readonly = readonly
-        self.state = states.context_state(place.namespace)
+        self.state = states.context_state(place.namespace)  # the name it is held under
         self.held = False
 
-    def follow(self, strategy: Strategy) -> None:
+    def follow(self, strategy: Strategy) -> Generator[TakeLease | ReleaseLease, bool, None]:
         """Hold the lease while ``strategy`` keeps its memory here (a shared store's other processes
         then can't serve it); give it back otherwise. ConfigConflictError if another process holds
-        it: nothing changed."""
+        it: nothing changed. A handler's step: it yields the effect and is resumed with whether the
+        lease is held (or has the engine's error raised into it)."""
         wanted = strategy.keeps_memory and not self.readonly
         if wanted and not self.held:
-            if not self.engine.hold(self.branch_id, self.state):
+            if not (yield TakeLease(self.state)):
                 raise ConfigConflictError(
                     f"{self.place} is served by another process with a strategy that keeps its memory there "
                     f"({strategy.name!r} here): one process at a time serves such a namespace; open it in that "
@@ -48,14 +48,13 @@ class Lease:
                 )
             self.held = True
         elif not wanted and self.held:
-            self.engine.release(self.branch_id, self.state)
+            yield ReleaseLease(self.state)
             self.held = False
 
-    def lost(self) -> bool:
-        """Whether the lease this process held went (with a lost connection): a strategy write
-        made here must not go out then. False while none is held. Raises what the engine raises
-        when the store can't be asked."""
-        return self.held and not self.engine.holds(self.branch_id, self.state)
+    def check(self) -> CheckLease | None:
+        """Before a strategy write goes out: what to ask, whether the lease this process held went
+        (with a lost connection); None while none is held."""
+        return CheckLease(self.state) if self.held else None
 
     def forfeit(self) -> Callable[[], ConfigConflictError]:
         """The lease is gone: forget it; the error its actor stops with."""
@@ -67,12 +66,11 @@ class Lease:
                                        f"are closed: reopen it where it is served")
         return refusal
 
-    def give_back(self) -> None:
-        """At the actor's stop: give back a lease held (a connection already gone took it with it)."""
+    def give_back(self) -> ReleaseLease | None:
+        """At the actor's stop: give back a lease held (the loop logs a failure: a connection
+        already gone took it with it)."""
         if not self.held:
-            return
+            return None
         self.held = False
-        try:
-            self.engine.release(self.branch_id, self.state)
-        except Exception:  # the connection is gone: so is the lease
-            logger.warning("couldn't give back the lease of %s", self.place, exc_info=True)
+        return ReleaseLease(self.state, at_stop=True)
+

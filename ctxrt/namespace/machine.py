@@ -4,15 +4,18 @@ h11's shape: the machine holds the actor's state (the reader record, the narrowi
 view epoch, the strategy, the holds, the wait for an unreachable store, the write lane), with
 three components for the rest: its ``Drain`` (``namespace/drain.py``: the units, the ticks
 waiting for one, the background drain), its ``ReaderViews`` (``namespace/views.py``, rebuilt at
-each epoch) and its ``Lease`` (``namespace/lease.py``). ``handle(message, now)`` returns the
-effects the loop in ``namespace/actor.py`` carries out (``namespace/effects.py``):
-``Commit`` a store command, ``CallModel``, ``Answer`` a caller, ``SetTimer``, ``Publish`` a
-status. What the store and the model answer comes back as messages (``Committed``,
-``UnitDone``). Nothing here awaits or imports trio; it reads the store's committed state
-synchronously, as strategies do, and its tests drive it with real stores and no event loop.
+each epoch) and its ``Lease`` (``namespace/lease.py``). The protocol is one table,
+``PROTOCOL``: each command's kind (below) and its handler. ``handle(message, inputs)`` returns
+the effects the loop in ``namespace/actor.py`` carries out (``namespace/effects.py``):
+``Commit`` a store command, ``CallModel``, ``Answer`` a caller, take, look at or give back the
+lease, ``SetTimer``, ``Publish`` a status. What the store, the model and the lease answer comes
+back as messages (``Committed``, ``UnitDone``, ``LeaseAnswer``). Nothing here awaits, imports
+trio or reads a clock: the time, the mailbox's depth and the store's committed state (a
+``StoreReads`` port) come in with each message, so its tests can drive it with no store at all.
 
 A handler that writes is a generator: it yields a ``Write`` and is resumed with the store's
-result (or has the store's error raised into it) when ``Committed`` comes back.
+result (or has the store's error raised into it) when ``Committed`` comes back; one that asks
+the loop (its slot caches, the lease) yields that effect and is resumed with the answer.
 
 Ordering (docs/architecture.md, Namespace actors). Messages are taken in arrival order. Writes
 go out through one lane, one commit at a time, in the order they were made. A command is one of:
@@ -34,7 +37,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import time
 from collections import deque
 from collections.abc import Callable
 from types import GeneratorType
@@ -59,8 +61,7 @@ from ..errors import (
     ValueConflictError,
 )
 from ..asks import Reply
-from ..slots import Appended, SlotCache, decode_stored, parse_id
-from ..store.interface import StoreEngine
+from ..slots import Appended, SlotCache, parse_id
 from ..store.protocol import (
     AppendItem,
     Atomically,
@@ -105,10 +106,15 @@ from .effects import (
     Committed,
     Effect,
     Gen,
+    Inputs,
+    LeaseAnswer,
     Listen,
     Publish,
+    ReleaseLease,
     SetTimer,
     Stop,
+    StoreReads,
+    TakeLease,
     TimerFired,
     Write,
 )
@@ -153,15 +159,11 @@ from .protocol import (
     Unpin,
     refusal_for,
 )
-from .views import build_views, context_entries, flush_new, seen_now
+from .views import build_views, flush_new
 
 logger = logging.getLogger("ctxrt.namespace")
 
 _READ, _EXCLUSIVE, _BARRIER = 0, 1, 2
-_KINDS: dict[type, int] = {
-    Attach: _BARRIER, SetStrategy: _BARRIER,
-    Edit: _EXCLUSIVE, Remove: _EXCLUSIVE, Fork: _EXCLUSIVE, Derive: _EXCLUSIVE,
-}
 
 
 class _Task:
@@ -189,6 +191,32 @@ class _Item:
     generation: int
 
 
+@attrs.define
+class _Lane:
+    """The write lane and the order of handling: the places waiting (``queue``), the head sent
+    until its ``Committed`` (``out``, under ``token``), the exclusive task that has the lane
+    (``holder``), barriers taken and not yet answered (``barriers``; later messages wait in
+    ``held``), the task waiting for the loop's answer (its slot caches, the lease: ``asking``) and
+    the strategy write waiting for the look at the lease before it goes out (``checking``)."""
+
+    queue: deque[_Item] = attrs.Factory(deque)
+    out: _Item | None = None
+    token: int = 0
+    holder: _Task | None = None
+    barriers: int = 0
+    held: deque[tuple[Any, Reply[Any] | None]] = attrs.Factory(deque)
+    asking: _Task | None = None
+    checking: _Item | None = None
+
+    def idle(self) -> bool:
+        """Nothing waits in the lane, is held behind a barrier or is out."""
+        return not self.queue and not self.held and self.out is None and self.checking is None
+
+    def free(self) -> bool:
+        """The lane's head may go: nothing is out, and the loop owes no answer."""
+        return self.out is None and self.asking is None and self.checking is None
+
+
 def build_strategy(config: Any) -> Strategy:
     """A strategy instance from a config (``config.create()``) or a strategy given as is.
 
@@ -214,17 +242,15 @@ class NamespaceMachine:
     """One (branch incarnation, namespace)'s actor state. ``handle`` is its only way in."""
 
     def __init__(
-        self, config: NamespaceConfig, place: Place, branch_id: int, engine: StoreEngine, *, writes: bool,
-        model_timeout_s: float, mailbox_depth: Callable[[], int] = lambda: 0,
+        self, config: NamespaceConfig, place: Place, branch_id: int, lease: Lease, *, writes: bool,
+        model_timeout_s: float,
     ) -> None:
         self.config = config
         self.place = place
         self.branch_id = branch_id
-        self.engine = engine
         self.readonly = not writes
         self.model_timeout_s = model_timeout_s
-        self.mailbox_depth = mailbox_depth
-        self.now = 0.0
+        self.inputs: Inputs | None = None  # what came with the message being handled
         self.record: Record = None
         self.floor = 0
         self.epoch = 0
@@ -242,22 +268,15 @@ class NamespaceMachine:
         self.orphaned = False  # its last manager left; it stops once it owes no caller an answer
         self.caches: list[SlotCache] = []
         self.seen = 0
-        self.drain = Drain(self)
+        self.drain: Drain = Drain(self)
         self.unit_task: _Task | None = None  # the unit being planned or applied: one at a time
         self.last_compile_ms: float | None = None
         self.render_stats: Any = None
-        self.lease = Lease(engine, place, branch_id, readonly=self.readonly)
+        self.lease = lease
         self.stopping: Callable[[], BaseException] | None = None
-        # The write lane and the order of handling.
-        self.lane: deque[_Item] = deque()
-        self.out: _Item | None = None  # the lane's head, sent, until its Committed
-        self.token = 0
-        self.holder: _Task | None = None  # the exclusive task that has the lane
-        self.barriers = 0  # barriers taken and not yet answered: later messages wait in ``held``
-        self.held: deque[tuple[Any, Reply[Any] | None]] = deque()
+        self.lane = _Lane()
         self.open: dict[_Task, None] = {}  # every task not yet finished, in order
         self.generation = 0  # the strategy's memory: moves when it is reloaded (a new context)
-        self.acquiring: _Task | None = None
         self.listening = False
         self.timer = math.inf
         self.published = NamespaceStatus(self.strategy_config)
@@ -265,10 +284,11 @@ class NamespaceMachine:
 
     # -- the way in -------------------------------------------------------------------------
 
-    def handle(self, message: Any, now: float, reply: Reply[Any] | None = None) -> list[Effect]:
-        """Take one message (a command with its ``reply``, or one of the loop's) at trio time
-        ``now``; return what the loop must do, in order."""
-        self.now = now
+    def handle(self, message: Any, inputs: Inputs, reply: Reply[Any] | None = None) -> list[Effect]:
+        """Take one message (a command with its ``reply``, or one of the loop's) with ``inputs``
+        (the time, the mailbox's depth, the store to read); return what the loop must do, in order."""
+        self.inputs = inputs
+        now = inputs.now
         effects = self._effects = []
         if self.stopping is not None:
             if reply is not None:
@@ -278,9 +298,11 @@ class NamespaceMachine:
             case Committed():
                 self._committed(message)
             case Acquired():
-                task, self.acquiring = self.acquiring, None
+                task, self.lane.asking = self.lane.asking, None
                 if task is not None:
                     self._step(task, message.caches, message.error)
+            case LeaseAnswer():
+                self._lease_answered(message)
             case Retire():
                 self._stop(message.error)
                 return effects
@@ -301,8 +323,8 @@ class NamespaceMachine:
 
     def _take(self, message: Any, reply: Reply[Any] | None) -> None:
         """A command or a unit's reply, in arrival order: it waits behind an unanswered barrier."""
-        if self.barriers:
-            self.held.append((message, reply))
+        if self.lane.barriers:
+            self.lane.held.append((message, reply))
             return
         if isinstance(message, UnitDone):  # its tick's reply rides with it: answered at a stop too
             reply = None if self.drain.flight is None else self.drain.flight.reply
@@ -310,28 +332,28 @@ class NamespaceMachine:
             self.open[task] = None
             self._begin_task(task)
             return
-        kind = _KINDS.get(type(message), _READ)
+        kind = PROTOCOL.get(type(message), (_READ, None))[0]  # one not in it is refused by _dispatch
         task = _Task(message, reply, kind)
         self.open[task] = None
         if kind == _READ:
             self._begin_task(task)
             return
         if kind == _BARRIER:
-            self.barriers += 1
-        self.lane.append(_Item(task, None, self.generation))
+            self.lane.barriers += 1
+        self.lane.queue.append(_Item(task, None, self.generation))
 
     def _advance(self) -> None:
         """Run whatever may run now: held messages once no barrier is unanswered, the lane's head,
         the next unit."""
         while self.stopping is None:
-            if self.held and not self.barriers:
-                self._take(*self.held.popleft())
+            if self.lane.held and not self.lane.barriers:
+                self._take(*self.lane.held.popleft())
                 continue
-            if self.out is None and self.lane and self.acquiring is None and (
-                    self.holder is None or self.lane[0].task is self.holder):
-                item = self.lane.popleft()
+            if self.lane.free() and self.lane.queue and (
+                    self.lane.holder is None or self.lane.queue[0].task is self.lane.holder):
+                item = self.lane.queue.popleft()
                 if item.write is None:  # an exclusive task's turn
-                    self.holder = item.task
+                    self.lane.holder = item.task
                     self._begin_task(item.task)
                 else:
                     self._send(item)
@@ -347,20 +369,43 @@ class NamespaceMachine:
             # Made from memory the strategy has since reloaded from the store: never committed alone.
             self._step(item.task, error=self._dropped())
             return
-        try:
-            if write.strategy and self.lease.lost():
+        check = self.lease.check() if write.strategy else None
+        if check is not None:  # the lease may have gone with a lost connection: looked at first
+            self.lane.checking = item
+            self._effects.append(check)
+            return
+        self._go_out(item)
+
+    def _lease_answered(self, answer: LeaseAnswer) -> None:
+        """The loop's answer about the lease: to a look before a strategy write, or to a handler."""
+        item, self.lane.checking = self.lane.checking, None
+        if item is not None:
+            if answer.error is not None:  # the store unreachable to look: raised as its commit's refusal
+                self._step(item.task, error=answer.error)
+            elif not answer.held:
                 self._lose_lease(item.task)
-                return
+            else:
+                self._go_out(item)
+            return
+        task, self.lane.asking = self.lane.asking, None
+        if task is not None:
+            self._step(task, answer.held, answer.error)
+
+    def _go_out(self, item: _Item) -> None:
+        """The lane's head goes out: its command made now, if it is made at its turn."""
+        write = item.write
+        assert write is not None
+        try:
             command = write.command if write.build is None else write.build()
-        except Exception as exc:  # noqa: BLE001 - the store unreachable to look: raised as its commit's refusal
+        except Exception as exc:  # noqa: BLE001 - the store unreachable to make it: raised as its commit's refusal
             self._step(item.task, error=exc)
             return
         if command is None:
             self._step(item.task, None)
             return
-        self.token += 1
-        self.out = item
-        self._effects.append(Commit(self.token, command, item.task.trace))
+        self.lane.token += 1
+        self.lane.out = item
+        self._effects.append(Commit(self.lane.token, command, item.task.trace))
 
     def _lose_lease(self, task: _Task) -> None:
         """The lease went with a lost connection, and another process serves the namespace now: the
@@ -370,10 +415,10 @@ class NamespaceMachine:
         self._stop(refusal)
 
     def _committed(self, committed: Committed) -> None:
-        item = self.out
-        if item is None or committed.token != self.token:
+        item = self.lane.out
+        if item is None or committed.token != self.lane.token:
             return
-        self.out = None
+        self.lane.out = None
         if committed.ok:
             self._step(item.task, committed.value)
         else:
@@ -381,7 +426,7 @@ class NamespaceMachine:
 
     def _pump(self) -> bool:
         """Start the next unit when none is being planned, out or applied. True if it started one."""
-        if self.unit_task is not None or self.barriers:
+        if self.unit_task is not None or self.lane.barriers:
             return False
         started = self.drain.next()
         if started is None:
@@ -399,7 +444,7 @@ class NamespaceMachine:
         """A task's first step: its handler runs until it yields a write or ends."""
         command = task.command
         try:
-            if (self.record is None and self.engine.shared and self.caches and not task.own
+            if (self.record is None and self.store.shared and self.caches and not task.own
                     and not isinstance(command, ReportHealth)):  # health adopts its own
                 self._adopt_claim()
             with tracing.resumed(task.trace):  # trio gave the loop's task its own context, not the sender's
@@ -426,26 +471,26 @@ class NamespaceMachine:
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
             self._finish(task, False, exc)
             return
-        if isinstance(yielded, Acquire):
-            self.acquiring = task
+        if isinstance(yielded, (Acquire, TakeLease, ReleaseLease)):  # the loop answers
+            self.lane.asking = task
             self._effects.append(yielded)
             return
         item = _Item(task, yielded, self.generation)
-        if task is self.holder and not yielded.behind:
-            self.lane.appendleft(item)  # an exclusive task keeps the lane until it ends
+        if task is self.lane.holder and not yielded.behind:
+            self.lane.queue.appendleft(item)  # an exclusive task keeps the lane until it ends
         else:
-            if task is self.holder:
-                self.holder = None
-            self.lane.append(item)
+            if task is self.lane.holder:
+                self.lane.holder = None
+            self.lane.queue.append(item)
 
     def _finish(self, task: _Task, ok: bool, value: Any) -> None:
         self.open.pop(task, None)
-        if task is self.holder:
-            self.holder = None
+        if task is self.lane.holder:
+            self.lane.holder = None
         if task is self.unit_task:
             self.unit_task = None
         if task.kind == _BARRIER:
-            self.barriers -= 1
+            self.lane.barriers -= 1
         if isinstance(task.command, Attach) and not ok and not self.managers:
             self.orphaned = True  # refused with no manager attached: it stops once it owes nothing
         if value is LATER:
@@ -477,80 +522,54 @@ class NamespaceMachine:
             logger.error(message, *args, exc_info=exc)
 
     def _dispatch(self, task: _Task) -> Any:
-        command, reply = task.command, task.reply
-        match command:
-            case Compile():
-                return self._compile(command, task)
-            case Preview():
-                check_reader(self.record, command.reader, self.place)
-                self.require_strategy()
-                validate_injections((), command.message_injections)
-                self.flush_new()
-                return self.strategy.preview(self.views.view, command.budget,
-                                             SelectOptions(dry_run=True, context=self.ctx))
-            case Tick() | ResetHeadWindow():
-                return self.drain.queue(command, reply)
-            case CheckReady():
-                check_reader(self.record, command.reader, self.place)
-                self.require_strategy()  # one that failed to start is never ready: it raises as tick() does
-                self.flush_new()
-                return self.strategy.is_ready()
-            case Edit():
-                return self._edit(command)
-            case Remove():
-                return self._remove(command)
-            case Attach():
-                return self._attach(command)
-            case Detach():
-                self.managers.discard(command.token)
-                self.orphaned = not self.managers  # it stops once it owes no caller an answer
-                return None
-            case SetStrategy():
-                return self._set_strategy(command)
-            case Fork():
-                return self._fork(command)
-            case Derive():
-                return self._derive(command)
-            case QuerySummaries():
-                return self._query(command)
-            case AppendAndHold():
-                return self._append_and_hold(command)
-            case Hold():
-                found = (self.caches[0].get(i) for i in command.message_ids)
-                self.holds.place([m.sequence for m in found if m is not None], command.timeout_s, self.now)
-                return None
-            case Release():
-                self.holds.release([s for s in (parse_id(i) for i in command.message_ids) if s is not None])
-                self.drain.wanted = self.strategy.auto_tick
-                return None
-            case SetSystemPrompt():
-                self.settings.system_prompt = command.text
-                return None
-            case SetTools():
-                self.settings.tools = command.tools
-                return None
-            case ReportHealth():
-                return self._health()
-            case PinRange() | Unpin() | ListPins():
-                return self._pins(command)
-            case RetryQuarantined():
-                return self._retry_quarantined(command)
-            case Inspect():
-                return self._snapshot()
-            case UnitDone():
-                return self.drain.apply(command)
-        raise TypeError(f"not a namespace command: {command!r}")
+        kind_and_handler = PROTOCOL.get(type(task.command))
+        if kind_and_handler is None:
+            raise TypeError(f"not a namespace command: {task.command!r}")
+        return kind_and_handler[1](self, task)
+
+    # -- the small commands -----------------------------------------------------------------
+
+    def _preview(self, command: Preview) -> Any:
+        check_reader(self.record, command.reader, self.place)
+        self.require_strategy()
+        validate_injections((), command.message_injections)
+        self.flush_new()
+        return self.strategy.preview(self.views.view, command.budget, SelectOptions(dry_run=True, context=self.ctx))
+
+    def _check_ready(self, command: CheckReady) -> bool:
+        check_reader(self.record, command.reader, self.place)
+        self.require_strategy()  # one that failed to start is never ready: it raises as tick() does
+        self.flush_new()
+        return self.strategy.is_ready()
+
+    def _detach(self, command: Detach) -> None:
+        self.managers.discard(command.token)
+        self.orphaned = not self.managers  # it stops once it owes no caller an answer
+
+    def _hold(self, command: Hold) -> None:
+        found = (self.caches[0].get(i) for i in command.message_ids)
+        self.holds.place([m.sequence for m in found if m is not None], command.timeout_s, self.now)
+
+    def _release(self, command: Release) -> None:
+        self.holds.release([s for s in (parse_id(i) for i in command.message_ids) if s is not None])
+        self.drain.wanted = self.strategy.auto_tick
+
+    def _set_system_prompt(self, command: SetSystemPrompt) -> None:
+        self.settings.system_prompt = command.text
+
+    def _set_tools(self, command: SetTools) -> None:
+        self.settings.tools = command.tools
 
     # -- start and stop ---------------------------------------------------------------------
 
     def _set_up(self) -> Gen:
         """At the first attach, once it is judged: register the namespace's states, load its floor,
         read its slots, take the lease."""
-        engine, ns = self.engine, self.config.namespace
+        store, ns = self.store, self.config.namespace
         slots = (self.config.slot, *self.config.auxiliary)
         if self.readonly:
             for name in slots:
-                engine.state(name)  # UnknownStateError names a slot nobody wrote
+                store.check_state(name)  # UnknownStateError names a slot nobody wrote
         else:
             commands = [RegisterState(name=name, kind="log") for name in dict.fromkeys((*slots, states.context_state(ns)))]
             commands += [RegisterState(name=states.reader_state(ns), kind="value"),
@@ -558,16 +577,16 @@ class NamespaceMachine:
                          RegisterState(name=states.config_state(ns), kind="value")]
             if isinstance(self.config.token_estimator, CalibratedEstimator):
                 commands.append(RegisterState(name=states.calibration_state(ns), kind="value"))
-            missing = tuple(c for c in commands if not engine.has_state(c.name))
+            missing = tuple(c for c in commands if not store.has_state(c.name))
             if missing:
                 yield Write(Atomically(commands=missing))
         self.floor = self._stored_floor() or 0
         if isinstance(self.config.token_estimator, CalibratedEstimator):  # the calibration so far
-            self.config.token_estimator.restore(engine.read_value(states.calibration_state(ns), self.branch_id))
-        self.lease.follow(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
+            self.config.token_estimator.restore(store.read_value(states.calibration_state(ns), self.branch_id))
+        yield from self.lease.follow(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
         caches = yield Acquire(tuple(slots))
         self.caches = list(caches)
-        self.seen = seen_now(engine, self.caches)
+        self.seen = store.seen_now(self.caches)
         self._build_views()
         return None
 
@@ -591,21 +610,23 @@ class NamespaceMachine:
             return
         self.stopping = error
         owed: list[tuple[Any, Reply[Any] | None]] = [(task.command, task.reply) for task in self.open]
-        owed += list(self.held)
+        owed += list(self.lane.held)
         owed += self.drain.stop()
         for command, reply in owed:
             if reply is not None:
                 self.answer(reply, False, refusal_for(error, command))
         self.open.clear()
-        self.held.clear()
-        self.lane.clear()
-        self.lease.give_back()
+        self.lane.held.clear()
+        self.lane.queue.clear()
+        released = self.lease.give_back()
+        if released is not None:
+            self._effects.append(released)
         self._effects.append(Stop(error))
 
     def _check_stop(self) -> None:
         """The last manager left and every call it made is answered: stop. A tick sent before its
         manager moved (switch_branch, fork) finishes here first; a write out comes back first."""
-        if not self.orphaned or self.drain.owes_answer() or self.held or self.lane or self.out is not None:
+        if not self.orphaned or self.drain.owes_answer() or not self.lane.idle():
             return
         if any(task.reply is not None for task in self.open):
             return
@@ -614,10 +635,10 @@ class NamespaceMachine:
     # -- reads of what is stored ------------------------------------------------------------
 
     def _stored_record(self) -> Record:
-        return record_from_value(self.engine.read_value(states.reader_state(self.place.namespace), self.branch_id))
+        return record_from_value(self.store.read_value(states.reader_state(self.place.namespace), self.branch_id))
 
     def _stored_floor(self) -> int | None:
-        return floor_from_value(self.engine.read_value(states.floor_state(self.place.namespace), self.branch_id))
+        return floor_from_value(self.store.read_value(states.floor_state(self.place.namespace), self.branch_id))
 
     def _edit_floor(self) -> int | None:
         """The floor an edit is judged against: the stored one (None if unreadable), never below ours."""
@@ -625,11 +646,11 @@ class NamespaceMachine:
         return None if stored is None else max(stored, self.floor)
 
     def _other_records(self) -> list[Record]:
-        engine, own = self.engine, states.reader_state(self.place.namespace)
+        store, own = self.store, states.reader_state(self.place.namespace)
         return [
-            record_from_value(engine.read_value(info.name, self.branch_id))
-            for info in engine.list_states()
-            if states.namespace_of_reader_state(info.name) is not None and info.name != own
+            record_from_value(store.read_value(name, self.branch_id))
+            for name in store.state_names()
+            if states.namespace_of_reader_state(name) is not None and name != own
         ]
 
     def _require_writes(self) -> None:
@@ -653,12 +674,28 @@ class NamespaceMachine:
         self.generation += 1  # strategy writes buffered before this were made from memory it replaces
         return ActorContext(
             place=self.place, branch_id=self.branch_id, reader=self.reader, view=self.views.view,
-            engine=self.engine, strategy_name=self.strategy.name, writes=not self.readonly,
+            store=lambda: self.store, strategy_name=self.strategy.name, writes=not self.readonly,
             holds=self.holds, settings=self.settings, clock=self._clock,
         )
 
     def _clock(self) -> float:
         return self.now
+
+    @property
+    def given(self) -> Inputs:
+        """What came with the message being handled: everything here runs while one is."""
+        assert self.inputs is not None, "read only while a message is handled"
+        return self.inputs
+
+    @property
+    def now(self) -> float:
+        """Trio time, as it came with the message being handled."""
+        return self.given.now
+
+    @property
+    def store(self) -> StoreReads:
+        """The store's committed state, as it came with the message being handled."""
+        return self.given.store
 
     def _guard(self, epoch: int) -> None:
         """Before every read through the view a strategy holds (C8): a view of an older epoch is dead."""
@@ -674,7 +711,7 @@ class NamespaceMachine:
         self.strategy_error = None
         try:
             self.strategy.initialize(self.ctx)
-            self.seen = seen_now(self.engine, self.caches)
+            self.seen = self.store.seen_now(self.caches)
         except StoreUnavailableError as exc:
             self.await_store(exc)
         except Exception as exc:
@@ -750,13 +787,12 @@ class NamespaceMachine:
         commands += writes
         if not commands:
             return False
-        engine = self.engine
         context = states.context_state(self.place.namespace)
 
         def build() -> Atomically:  # when its turn comes: states an earlier write registered aren't again
             kinds: dict[str, StateKind] = {c.state: ("value" if isinstance(c, SetValue) else "log") for c in writes}
             registers = [RegisterState(name=name, kind=kind) for name, kind in kinds.items()
-                         if not engine.has_state(name)]
+                         if not self.store.has_state(name)]
             return Atomically(commands=(*registers, *commands))
 
         generation = self.generation
@@ -812,7 +848,7 @@ class NamespaceMachine:
             return
         state = states.config_state(self.place.namespace)
         described = catalog.describe(self.strategy_config)
-        if self.engine.read_value(state, self.branch_id) != described:
+        if self.store.read_value(state, self.branch_id) != described:
             yield Write(SetValue(state=state, branch=self.branch_id, value=described))
 
     def _check_config(self, command: Attach) -> None:
@@ -867,7 +903,7 @@ class NamespaceMachine:
         check_reader(self.record, command.reader, self.place)
         strategy = build_strategy(command.config)
         require_marking(strategy.marks_compression_reads, strategy.name, self.reader, self.place.namespace)
-        self.lease.follow(strategy)
+        yield from self.lease.follow(strategy)
         self.strategy, self.strategy_config = strategy, command.config
         self.epoch += 1  # a unit of the old strategy writes nothing
         self._build_views()
@@ -900,7 +936,7 @@ class NamespaceMachine:
     def _append_and_hold(self, command: AppendAndHold) -> Gen:
         self._require_writes()
         key = object()
-        self.holds.reserve(key, self.engine.last_sequence + 1)  # every append from now on is above it
+        self.holds.reserve(key, self.store.last_sequence + 1)  # every append from now on is above it
         try:
             operation = yield Write(command.append)
         finally:
@@ -926,7 +962,7 @@ class NamespaceMachine:
         outage = self.waiting
         if outage is None:
             try:
-                if self.record is None and self.engine.shared:
+                if self.record is None and self.store.shared:
                     self._adopt_claim()
                 self.caches[0].count()
                 self.flush_new()  # the strategy hears of new messages first, as a compile's would
@@ -936,7 +972,7 @@ class NamespaceMachine:
                 outage = exc
         return NamespaceHealth(
             namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
-            managers=len(self.managers), mailbox_depth=self.mailbox_depth(),
+            managers=len(self.managers), mailbox_depth=self.given.depth,
             in_flight_model_calls=self.drain.model_calls(), ready=ready,
             quarantined=tuple(self.strategy.quarantined()), narrowing_floor=self.floor,
             strategy_error=None if self.strategy_error is None else repr(self.strategy_error),
@@ -980,7 +1016,8 @@ class NamespaceMachine:
         self.require_strategy()
         validate_injections(command.injections, command.message_injections)  # B4: before the strategy runs
         self.flush_new()
-        started = time.perf_counter()
+        stopwatch = self.given.stopwatch
+        started = stopwatch()
         options = SelectOptions(dry_run=command.dry_run, context=self.ctx, strict=command.strict)
         entries = self.strategy.select(self.views.view, command.budget, options)
         if command.dry_run:
@@ -994,7 +1031,7 @@ class NamespaceMachine:
             message_injections=command.message_injections, memo=self.views.memo,
             stamp=self.views.view.window(1).stamp,
         )
-        self.last_compile_ms = (time.perf_counter() - started) * 1000
+        self.last_compile_ms = (stopwatch() - started) * 1000
         return result
 
     def _query(self, command: QuerySummaries) -> Any:
@@ -1019,17 +1056,17 @@ class NamespaceMachine:
 
     def _edit(self, command: Edit) -> Gen:
         check_reader(self.record, command.reader, self.place)
-        engine, sequence = self.engine, parse_id(command.message_id)
+        sequence = parse_id(command.message_id)
         context = states.context_state(self.place.namespace)
         while True:
             # Judged against the message as it is now (D1-D5 compare with what readers saw last), and
             # written only onto that version: another edit, maybe another namespace's or process's,
             # that lands first makes the store refuse this one, and it is judged again.
-            item = None if sequence is None else engine.read_item(self.config.slot, self.branch_id, sequence)
-            if item is None:
+            found = None if sequence is None else self.store.read_message(self.config.slot, self.branch_id, sequence)
+            if found is None:
                 raise MessageNotFoundError(f"no message {command.message_id!r} in slot {self.config.slot!r} on "
                                            f"branch {self.place.branch!r}")
-            current = decode_stored(engine, item.data, item.sequence)
+            current, version = found
             judge_edit(current, command.content, reader=self.reader, floor=self._edit_floor,
                        others=self._other_records, place=self.place)  # floor and records read only for a narrowing
             self._require_writes()
@@ -1040,10 +1077,10 @@ class NamespaceMachine:
             narrows = any(hidden_by_edit(current.content, command.content))
             edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
                             blobs=command.blobs, attachment=appended, flagged=appended.audience,
-                            expect_version=item.version,
+                            expect_version=version,
                             # checked again in the write: another process's actor may raise the floor meanwhile
                             floor_state=states.floor_state(self.place.namespace) if narrows else None)
-            entries = context_entries(self.engine, self.place.namespace, self.branch_id)
+            entries = self.store.context_entries(self.place.namespace, self.branch_id)
             propagation = edit_propagation(entries, current.id, command.content, reader=self.reader,
                                            context_state=context, branch=self.branch_id)
             try:
@@ -1069,7 +1106,7 @@ class NamespaceMachine:
         removal = RemoveItems(state=self.config.slot, branch=self.branch_id, from_sequence=first.sequence,
                               to_sequence=last.sequence)
         context = states.context_state(self.place.namespace)
-        entries = context_entries(self.engine, self.place.namespace, self.branch_id)
+        entries = self.store.context_entries(self.place.namespace, self.branch_id)
         propagation = removal_propagation(entries, first.sequence, last.sequence, context_state=context,
                                           branch=self.branch_id)
         yield Write(Atomically(commands=(removal, *propagation)))
@@ -1080,12 +1117,12 @@ class NamespaceMachine:
         """An edit or removal landed while reads went on: a context-log copy one of them wrote (made
         from the message as it was) is queued behind it. Once those are committed, carry the change
         to the copies made since ``seen`` (M5), before the caller is answered."""
-        if not any(item.write is not None and item.write.copies for item in self.lane):
+        if not any(item.write is not None and item.write.copies for item in self.lane.queue):
             return
         last = max((entry.sequence for entry in seen), default=0)
 
         def build() -> Atomically | None:
-            entries = context_entries(self.engine, self.place.namespace, self.branch_id)
+            entries = self.store.context_entries(self.place.namespace, self.branch_id)
             commands = propagate([entry for entry in entries if entry.sequence > last])
             return Atomically(commands=tuple(commands)) if commands else None
 
@@ -1110,3 +1147,39 @@ class NamespaceMachine:
         self.published = NamespaceStatus(self.strategy_config, slot, calls, self.render_stats)
         self._effects.append(Publish(self.published))
 
+
+
+Handler = Callable[[NamespaceMachine, _Task], Any]
+
+# The protocol: each command's kind (how it is ordered against the write lane, see the module's
+# docstring) and its handler, which returns the answer or a generator that yields writes.
+PROTOCOL: dict[type, tuple[int, Handler]] = {
+    # barriers: handled at their turn in the lane; what arrives after them waits
+    Attach: (_BARRIER, lambda m, t: m._attach(t.command)),
+    SetStrategy: (_BARRIER, lambda m, t: m._set_strategy(t.command)),
+    # exclusive writes: handled at their turn in the lane
+    Edit: (_EXCLUSIVE, lambda m, t: m._edit(t.command)),
+    Remove: (_EXCLUSIVE, lambda m, t: m._remove(t.command)),
+    Fork: (_EXCLUSIVE, lambda m, t: m._fork(t.command)),
+    Derive: (_EXCLUSIVE, lambda m, t: m._derive(t.command)),
+    # reads: handled at once; their own writes join the lane
+    Compile: (_READ, lambda m, t: m._compile(t.command, t)),
+    Preview: (_READ, lambda m, t: m._preview(t.command)),
+    Tick: (_READ, lambda m, t: m.drain.queue(t.command, t.reply)),
+    ResetHeadWindow: (_READ, lambda m, t: m.drain.queue(t.command, t.reply)),
+    CheckReady: (_READ, lambda m, t: m._check_ready(t.command)),
+    Detach: (_READ, lambda m, t: m._detach(t.command)),
+    QuerySummaries: (_READ, lambda m, t: m._query(t.command)),
+    AppendAndHold: (_READ, lambda m, t: m._append_and_hold(t.command)),
+    Hold: (_READ, lambda m, t: m._hold(t.command)),
+    Release: (_READ, lambda m, t: m._release(t.command)),
+    SetSystemPrompt: (_READ, lambda m, t: m._set_system_prompt(t.command)),
+    SetTools: (_READ, lambda m, t: m._set_tools(t.command)),
+    ReportHealth: (_READ, lambda m, t: m._health()),
+    PinRange: (_READ, lambda m, t: m._pins(t.command)),
+    Unpin: (_READ, lambda m, t: m._pins(t.command)),
+    ListPins: (_READ, lambda m, t: m._pins(t.command)),
+    RetryQuarantined: (_READ, lambda m, t: m._retry_quarantined(t.command)),
+    Inspect: (_READ, lambda m, t: m._snapshot()),
+    UnitDone: (_READ, lambda m, t: m.drain.apply(t.command)),  # its tick's reply rides with it (_take)
+}
