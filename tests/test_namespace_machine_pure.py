@@ -7,23 +7,20 @@ engine that has nothing to read) and the lease effects with what the test decide
 said. So claims, reader checks, compression marks and the lease's outcomes are checked here as
 pure decisions. Their end-to-end forms over real stores are in tests/test_namespace_machine.py
 and tests/test_namespace_actor.py. Each test cites the behaviour it checks (docs/behaviours.md).
-
-The last test checks that the machine's module import closure reaches no event loop, store
-engine or model SDK.
+That the machine's import closure reaches no event loop, store engine or model SDK is checked
+with every pure core's in tests/test_layers.py.
 """
 
 from __future__ import annotations
 
-import ast
 import types
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, cast
 
 import ctxrt
 from ctxrt.content import Message
 from ctxrt.errors import UnknownStateError, ValueConflictError
-from ctxrt.mailbox import Reply
+from ctxrt.asks import Reply
 from ctxrt.namespace import states
 from ctxrt.namespace.core import Place
 from ctxrt.namespace.effects import (
@@ -320,91 +317,3 @@ def test_a_store_unreachable_when_the_lease_is_looked_at_fails_that_write_and_th
     ns.lease = LeaseAnswer(True)
     value(ns.ask(Compile("ann", BIG, (), (), False)))
     assert ns.store.values[states.strategy_state("ns", "remembering", "count")] >= 1
-
-
-# -- purity ------------------------------------------------------------------------------------------
-
-FORBIDDEN = {"trio", "lmdb", "psycopg", "anthropic", "openai"}
-# Ask/Reply live in ctxrt.mailbox beside the trio mailbox, and ModelRequest/ModelResponse in
-# ctxrt.model beside the model client, until they move to modules of their own (issue 35, item
-# 6): the walk doesn't go through those two.
-NOT_WALKED = {"ctxrt.mailbox", "ctxrt.model"}
-PACKAGE = Path(ctxrt.__file__).parent
-
-
-def module_path(name: str) -> Path | None:
-    path = PACKAGE.joinpath(*name.split(".")[1:])
-    if (path / "__init__.py").exists():
-        return path / "__init__.py"
-    return path.with_suffix(".py") if path.with_suffix(".py").exists() else None
-
-
-def run_time_imports(name: str) -> set[str]:
-    """The modules ``name`` imports when it runs (not under ``TYPE_CHECKING``), resolved: a ``from``
-    import of a submodule counts as that module, not its package's ``__init__``."""
-    path = module_path(name)
-    assert path is not None, name
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-
-    def visit(body: list[ast.stmt]) -> None:
-        for node in body:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                visit(node.orelse)
-                continue
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(parts + ([node.module] if node.module else []))
-                else:
-                    base = node.module or ""
-                modules = [f"{base}.{alias.name}" for alias in node.names
-                           if base.startswith("ctxrt") and module_path(f"{base}.{alias.name}") is not None]
-                found.update(modules)
-                if len(modules) < len(node.names):
-                    found.add(base)
-            elif isinstance(node, (ast.If, ast.Try, ast.With)):
-                visit(node.body)
-                visit(getattr(node, "orelse", []))
-                for handler in getattr(node, "handlers", []):
-                    visit(handler.body)
-                visit(getattr(node, "finalbody", []))
-
-    visit(ast.parse(path.read_text()).body)
-    return found
-
-
-def import_closure(start: str) -> dict[str, str]:
-    """Each third-party top-level module ``start`` reaches through ctxrt's modules, with the ctxrt
-    module that imports it."""
-    seen: set[str] = set()
-    todo: list[str] = [start]
-    reached: dict[str, str] = {}
-    while todo:
-        name = todo.pop()
-        if name in seen or name in NOT_WALKED:
-            continue
-        seen.add(name)
-        for imported in run_time_imports(name):
-            if imported.split(".")[0] == "ctxrt":
-                todo.append(imported)
-            else:
-                reached.setdefault(imported.split(".")[0], name)
-    return reached
-
-
-def test_the_machine_reaches_no_event_loop_store_engine_or_model_sdk() -> None:
-    """Layers: the namespace machine's module import closure, walked transitively through ctxrt's
-    modules, imports no trio, LMDB, PostgreSQL driver or model SDK at run time."""
-    reached = import_closure("ctxrt.namespace.machine")
-    assert {name: via for name, via in reached.items() if name in FORBIDDEN} == {}
-    assert "attrs" in reached  # the walk does reach third-party modules
-
-
-def test_the_closure_walk_sees_an_engine_reached_through_the_store_actor() -> None:
-    """Layers: the walk finds what a module reaches indirectly: the namespace actor reaches trio
-    and, through the store actor, LMDB."""
-    reached = import_closure("ctxrt.namespace.actor")
-    assert {"trio", "lmdb"} <= set(reached)
