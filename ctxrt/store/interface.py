@@ -10,10 +10,12 @@ on its writer thread or inline).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .committer import Committer
 from .records import BranchRow, Item, LogHead, Operation, StateInfo
+
+if TYPE_CHECKING:  # the committers wait on trio; the interface is read by pure cores
+    from .committer import Committer
 
 
 class StoreEngine(Protocol):
