@@ -97,6 +97,11 @@ def reader_cache(cache: SlotCache, reader: str | None) -> ReaderCache:
     return found
 
 
+def shared_reader_listing(cache: SlotCache, reader: str | None) -> ReaderListing:
+    """``reader``'s view of one slot, shared by every namespace actor that reads just that slot as ``reader``."""
+    return reader_cache(cache, reader).listing
+
+
 def flush_new(strategy: Strategy, view: MessageView, seen: int, ctx: ActorContext) -> int:
     """Hand ``strategy`` each message after ``seen``, in the reader's view (A4); the new ``seen``."""
     pending = view.after(seen)
