@@ -125,12 +125,26 @@ class ViewShare:
     raw-body lookups agreeing: the last entry prepared of each content (an entry another such
     namespace hands over for the same message carries the same content: it is that one, or its
     twin) and the request parts made of their messages. Owned by that reader view of the slot
-    (``namespace.views``) and dropped with it; a memo of a view no other reads owns its own."""
+    (``namespace.views``) and dropped with it; a memo of a view no other reads owns its own.
 
-    def __init__(self) -> None:
+    Keyed by object identity, what it keeps of an edited message is never found again; the rule
+    (``memos.outgrown``) lets it go. A rewrite the view's change log can't name (a reload: every
+    message a new object) lets all of it go at once. ``changes``: the view's, by stamp."""
+
+    def __init__(self, changes: Callable[[object], Sequence[object] | None] | None = None) -> None:
         # The last prepared of each content, unmarked and marked: an entry is one of them or its twin.
         self.prepared: tuple[IdMemo[Sequence[Block], _Prepared], IdMemo[Sequence[Block], _Prepared]] = (IdMemo(), IdMemo())
         self.parts = SharedParts()
+        self._changes = changes
+        self._stamp: object = None
+
+    def follow(self, stamp: object) -> None:
+        """Before a compile of the view as of ``stamp``."""
+        if stamp != self._stamp:
+            if self._changes is None or self._changes(self._stamp) is None:
+                self.prepared = (IdMemo(), IdMemo())
+                self.parts.parts = {}
+            self._stamp = stamp
 
 
 class CompileMemo:
@@ -173,6 +187,7 @@ class CompileMemo:
         body can have changed, and the bound ones in a run are not looked at."""
         old, was, bound_before = self._entries, self._parts, self._bound
         rewritten = stamp is None or stamp != self._stamp
+        self._share.follow(stamp)
         messages: list[CompiledMessage] = []
         tools: list[ToolIds | None] = []
         owners: list[_Prepared] = []

@@ -11,7 +11,7 @@ cache keeps. Pure and synchronous.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Hashable, Iterable
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -60,7 +60,3 @@ def newest(records: dict[Hashable, V], key: Hashable, record: V) -> dict[Hashabl
     kept = [(k, r) for k, r in records.items() if k != key][1 - KEEP:]
     return dict(kept + [(key, record)])
 
-
-def live_ids(objects: Collection[object]) -> set[int]:
-    """The ids of ``objects``, for a table keyed by them."""
-    return set(map(id, objects))

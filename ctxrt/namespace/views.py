@@ -93,7 +93,8 @@ def reader_cache(cache: SlotCache, reader: str | None) -> ReaderCache:
     """``reader``'s cache of ``cache``, made on first use."""
     found = cache.readers.get(reader)
     if not isinstance(found, ReaderCache):
-        found = cache.readers[reader] = ReaderCache(ReaderListing(SlotListing(cache), reader), ViewShare())
+        listing = ReaderListing(SlotListing(cache), reader)
+        found = cache.readers[reader] = ReaderCache(listing, ViewShare(listing.changes))
     return found
 
 
