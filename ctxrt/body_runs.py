@@ -15,7 +15,7 @@ from typing import Any, TypeVar, cast
 
 from .content import CompiledMessage
 from .wire import holds_tools
-from .memos import newest, outgrown
+from .memos import KEEP, newest, outgrown
 
 Run = tuple[int, int, int]  # (start in the new list, start in the old list, length)
 
@@ -147,8 +147,9 @@ class SharedParts:
         return cast(T, part)
 
     def bound(self, messages: Sequence[object]) -> None:
-        """``memos.outgrown``: past it, keep the parts of ``messages`` (a body's) alone."""
-        if outgrown(len(self.parts), len(messages)):
+        """``memos.outgrown``, for the parts of up to ``KEEP`` forms of a body of ``messages``:
+        past it, keep the parts of ``messages`` alone."""
+        if outgrown(len(self.parts), KEEP * len(messages)):
             live = set(map(id, messages))
             self.parts = {key: part for key, part in self.parts.items() if key[1] in live}
 

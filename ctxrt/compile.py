@@ -286,7 +286,7 @@ class CompileMemo:
         """Forget entries no longer compiled (``memos.outgrown``), here and in the view's share."""
         self._prepared.bound(len(entries), entries)
         for table in self._share.prepared:
-            table.bound(len(entries), [entry.content for entry in entries])
+            table.bound(len(entries), (entry.content for entry in entries))
 
     def stable_prefix(
         self, messages: list[CompiledMessage], system_blocks: Sequence[Block], breaks: list[int],
