@@ -26,7 +26,7 @@ from .codec import to_jsonable
 from .compile_result import CompileResult
 from .content import Block, CompiledMessage, Message
 from .errors import MalformedContentError
-from .memos import IdMemo
+from .memos import IdMemo, outgrown
 from .injections import Injection, MessageInjection, Origin, place_with_origins
 from .provenance import Provenance, Source, coverage_complete
 from .budget import Entry
@@ -153,7 +153,7 @@ class CompileMemo:
     what changed (a front trim, appends, a splice, a moved marker), the rest copied by slices."""
 
     def __init__(self, share: ViewShare | None = None) -> None:
-        self._prepared: IdMemo[Entry, _Prepared] = IdMemo()
+        self._prepared: dict[int, _Prepared] = {}  # by id(entry): its prepared one names it
         self._share = ViewShare() if share is None else share
         self._entries: list[Entry] = []
         self._parts = _NO_PARTS
@@ -272,19 +272,21 @@ class CompileMemo:
         return self._parts
 
     def prepare(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> _Prepared:
-        found = self._prepared.get(entry)
-        if found is None:
+        found = self._prepared.get(id(entry))
+        if found is None or found.entry is not entry:
             table, twins = self._share.prepared[entry.cache_marker], self._share.prepared[not entry.cache_marker]
             other = table.get(entry.content) or twins.get(entry.content)
             found = other if other is None or other.entry is entry else other.twin(entry)
             if found is None:
                 found = _Prepared(entry, index, lookup)
-            self._prepared.put(entry, table.put(entry.content, found))
+            self._prepared[id(entry)] = table.put(entry.content, found)
         return found
 
     def retain_only(self, entries: Sequence[Entry]) -> None:
         """Forget entries no longer compiled (``memos.outgrown``), here and in the view's share."""
-        self._prepared.bound(len(entries), entries)
+        if outgrown(len(self._prepared), len(entries)):
+            live = {id(entry) for entry in entries}
+            self._prepared = {key: value for key, value in self._prepared.items() if key in live}
         for table in self._share.prepared:
             table.bound(len(entries), (entry.content for entry in entries))
 

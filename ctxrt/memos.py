@@ -2,9 +2,9 @@
 
 Every cache on the compile path (``compile.CompileMemo``, the strategies' kept entries, the
 bodies' parts, what one reader view of a slot shares) is owned by something: a memo, a strategy,
-a slot cache's reader view. None is process-wide, and none holds weak references (an entry of a
-weak table died wherever the interpreter happened to be, and Ctrl-C raised there was lost, L8).
-So a table has to be bounded by its owner: ``outgrown`` is the rule, applied where a table grows
+a slot cache's reader view. None but ``strategies.base``'s copy entries (one ``Entry`` per
+message object for every namespace: a namespace's memory) is process-wide or weak, so a table
+has to be bounded by its owner: ``outgrown`` is the rule, applied where a table grows
 (``IdMemo.bound``), and ``KEEP`` is the one count of whole records (a body per request form) a
 cache keeps. Pure and synchronous.
 """

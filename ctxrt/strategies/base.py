@@ -20,6 +20,7 @@ import attrs
 from .. import checks
 from ..budget import Entry, non_negative_int
 from ..content import Message, sequence_key
+from ..weak_values import WeakValues
 
 if TYPE_CHECKING:
     from ..budget import Budget, PreviewResult
@@ -424,8 +425,19 @@ def _entry_sequence(entry: Entry) -> int:
     return int(entry.source_ids[0])
 
 
+# Each message's copy entry while some strategy holds it, by the message object: every namespace
+# reading that object (a slot's reader view is shared) hands compile the same entry, so what
+# compile makes of it is made once (P16). The id is checked against the entry: an entry outlives
+# the message only if a later object may take its id, and that object carries other content.
+_COPIES: WeakValues[int, Entry] = WeakValues()
+
+
 def raw_entry(message: Message) -> Entry:
-    """A ``copy`` entry carrying ``message`` as it is in the view. Whoever keeps it hands back the
-    same entry while the message is the same object (compile's memo keys on it); namespaces reading
-    one slot as one reader hand over entries with the same content, which compile prepares once (P17)."""
-    return Entry(message.participant, message.content, (message.id,), "copy")
+    """A ``copy`` entry carrying ``message`` as it is in the view (the same entry for the same message)."""
+    entry = _COPIES.get(id(message))
+    if (entry is None or entry.content is not message.content or entry.source_ids[0] != message.id
+            or entry.participant != message.participant):
+        entry = _COPIES[id(message)] = Entry(message.participant, message.content, (message.id,), "copy")
+    return entry
+
+
