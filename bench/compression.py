@@ -41,7 +41,8 @@ import trio
 import ctxrt
 from ctxrt.strategies.base import SelectOptions
 from ctxrt.testing import ScriptedModel
-from ctxrt.views import MessageView, shared_reader_listing
+from ctxrt.namespace.views import shared_reader_listing
+from ctxrt.views import MessageView
 
 from . import harness
 from .harness import TABLE_HEAD, interleave, paired_line, scratch, versus

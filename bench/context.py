@@ -51,7 +51,8 @@ import trio
 from ctxrt import Budget, ContextManager, codec
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.slots import SlotCache
-from ctxrt.views import MessageView, shared_reader_listing
+from ctxrt.namespace.views import shared_reader_listing
+from ctxrt.views import MessageView
 
 from . import harness
 from .harness import TABLE_HEAD, fill, interleave, measured, scratch

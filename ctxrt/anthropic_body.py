@@ -20,7 +20,7 @@ from collections.abc import Collection, Sequence
 from functools import partial
 from typing import Any, cast
 
-from .body_runs import BodyCache, carried, runs, shared_part
+from .body_runs import BodyCache, SharedParts, carried, runs
 from .content import CompiledMessage
 from .wire import (
     MAX_REQUEST_CACHE_CONTROLS,
@@ -40,7 +40,7 @@ class _Part:
     """One compiled message's API blocks as ``role`` (None when nothing in it is sendable), with
     the calls the walk showed it (``seen``), the block its breakpoint marked and its marker count."""
 
-    __slots__ = ("__weakref__", "content", "marks", "message", "ours", "results", "role", "seen")
+    __slots__ = ("content", "marks", "message", "ours", "results", "role", "seen")
 
     def __init__(self, message: CompiledMessage, role: str, seen: tuple[str | None, ...]) -> None:
         content = message_content(message, role, ReplayedCalls(seen))
@@ -203,7 +203,8 @@ class _Assembly:
             body.turns = old.turns[first:last]
 
 
-def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], old: _Body | None) -> _Body:
+def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], old: _Body | None,
+              shared: SharedParts) -> _Body:
     def role_of(message: CompiledMessage) -> str:
         return "assistant" if message.participant in speakers else "user"
 
@@ -229,7 +230,7 @@ def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], ol
     for k in fresh:
         if parts[k] is None:
             message, role = new[k], role_of(new[k])
-            parts[k] = shared_part(("anthropic", id(message), role), message, partial(_Part, message, role, ()))
+            parts[k] = shared.part(("anthropic", id(message), role), message, partial(_Part, message, role, ()))
     body.parts = made = cast(list[_Part], parts)  # every position has its part now
     assembly = _Assembly(body, made)
     position = 0
@@ -293,8 +294,8 @@ def anthropic_messages(
     ``cache`` holds for the same assistant set; the body's turns but its last are shared with it."""
     speakers = frozenset({assistant} if isinstance(assistant, str) else assistant)
     key = ("anthropic", speakers)
-    body = _assemble(messages, speakers, cache.get(key))
-    cache.put(key, body)
+    body = _assemble(messages, speakers, cache.get(key), cache.shared)
+    cache.put(key, body, body.messages)
     out = list(body.turns)
     if sum(count for count, _ in body.marks) > MAX_REQUEST_CACHE_CONTROLS:
         # The cap edits markers: on copies of the turns holding them, the cached ones kept as made.

@@ -15,12 +15,11 @@ from typing import Any, TypeVar, cast
 
 from .content import CompiledMessage
 from .wire import holds_tools
-from .weak_values import WeakValues
+from .memos import KEEP, newest, outgrown
 
 Run = tuple[int, int, int]  # (start in the new list, start in the old list, length)
 
 _NEAR = 8  # old positions tried after the last run's end before a lookup by identity
-_KEEP = 4  # forms and options a cache holds a body for
 _TAIL = 4  # a long run's end most often lies this near the end of what is left
 _LONG = 64  # a run this long is tried to the end at once
 T = TypeVar("T")
@@ -128,49 +127,56 @@ def shifted(positions: list[int], j: int, length: int, shift: int) -> list[int]:
     return list(map(shift.__add__, inside)) if shift else inside
 
 
-class _Shared:
-    """A message's parts made under no earlier calls, per form and role, by message object, while
-    some body holds them: every namespace compiling the same message (compile's parts are shared,
-    P17) makes its blocks once. ``generation`` counts the times the host was found to have edited
-    a shared part: every cache's records from before then are dropped."""
+class SharedParts:
+    """A message's parts made under no earlier calls, per form and role, by message object, for
+    every body cache of one reader view of a slot (P17): every namespace reading the message so
+    makes its blocks once. Owned by that view (``compile.ViewShare``), or by one cache alone.
+    ``generation`` counts the times a host was found to have edited a shared part: every record
+    of the caches sharing these from before then is dropped."""
 
     def __init__(self) -> None:
-        self.parts: WeakValues[tuple[Hashable, ...], Any] = WeakValues()
+        self.parts: dict[tuple[Hashable, ...], Any] = {}
         self.generation = 0
 
+    def part(self, key: tuple[Hashable, ...], message: object, make: Callable[[], T]) -> T:
+        """The part ``make`` makes of ``message`` for ``key`` (the form, ``id(message)`` and the
+        role), made once while these hold it; a part must name its ``message``."""
+        part = self.parts.get(key)
+        if part is None or part.message is not message:
+            part = self.parts[key] = make()
+        return cast(T, part)
 
-_SHARED = _Shared()
-
-
-def shared_part(key: tuple[Hashable, ...], message: object, make: Callable[[], T]) -> T:
-    """The part ``make`` makes of ``message`` for ``key`` (the form, ``id(message)`` and the role),
-    made once while some body holds it; a part must name its ``message``."""
-    part = _SHARED.parts.get(key)
-    if part is None or part.message is not message:
-        part = _SHARED.parts[key] = make()
-    return cast(T, part)
+    def bound(self, messages: Sequence[object]) -> None:
+        """``memos.outgrown``, for the parts of up to ``KEEP`` forms of a body of ``messages``:
+        past it, keep the parts of ``messages`` alone."""
+        if outgrown(len(self.parts), KEEP * len(messages)):
+            live = set(map(id, messages))
+            self.parts = {key: part for key, part in self.parts.items() if key[1] in live}
 
 
 class BodyCache:
-    """The record of the last body made per form and options (the key), for the next to start from.
+    """The record of the last body made per form and options (the key), for the next to start from,
+    and the parts it shares (``shared``: its reader view's, else its own).
 
     Records, and the table of them, are replaced whole, never edited, so a body made on another
     thread at the same time costs a cache miss at worst."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: SharedParts | None = None) -> None:
+        self.shared = SharedParts() if shared is None else shared
         self._records: dict[Hashable, tuple[int, Any]] = {}
 
     def get(self, key: Hashable) -> Any:
         generation, record = self._records.get(key, (-1, None))
-        return record if generation == _SHARED.generation else None
+        return record if generation == self.shared.generation else None
 
     def clear(self) -> None:
         """Drop every record, and the parts shared with other caches (a host edited one, P15):
-        every cache makes its next bodies afresh."""
+        every cache sharing them makes its next bodies afresh."""
         self._records = {}
-        _SHARED.parts = WeakValues()
-        _SHARED.generation += 1
+        self.shared.parts = {}
+        self.shared.generation += 1
 
-    def put(self, key: Hashable, record: Any) -> None:
-        kept = [(k, r) for k, r in self._records.items() if k != key][1 - _KEEP:]
-        self._records = dict(kept + [(key, (_SHARED.generation, record))])
+    def put(self, key: Hashable, record: Any, messages: Sequence[object]) -> None:
+        """Keep ``record``, a body made of ``messages``, as the last of ``key``."""
+        self._records = newest(self._records, key, (self.shared.generation, record))
+        self.shared.bound(messages)

@@ -21,26 +21,26 @@ from typing import Any
 
 import attrs
 
-from .body_runs import BodyCache, run_length
+from .body_runs import BodyCache, SharedParts, run_length
 from .breakpoints import apply_cache_breakpoints, unmarked
 from .codec import to_jsonable
 from .compile_reference import ReferenceMismatch, compile_reference, completeness_of, differences
 from .compile_result import CompileResult
 from .content import Block, CompiledMessage, Message
 from .errors import MalformedContentError
+from .memos import IdMemo, outgrown
 from .injections import Injection, MessageInjection, Origin, place_with_origins
 from .provenance import Provenance, Source, coverage_complete
 from .budget import Entry
 from .tokens import estimate_blocks
 from .tool_pairing import ToolIds, repair_with_origins, split_mixed_tool_messages, tool_ids
 from .validation import find_audience
-from .weak_values import WeakValues
 
 
 class _Prepared:
     """One entry made ready to compile: its parts, their tool ids and tokens, its sources and raw bodies."""
 
-    __slots__ = ("__weakref__", "bodies", "bound", "entry", "parts", "sources", "tokens", "tools")
+    __slots__ = ("bodies", "bound", "entry", "parts", "sources", "tokens", "tools")
 
     def __init__(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> None:
         raw = entry.relation == "copy"
@@ -72,13 +72,15 @@ class _Prepared:
 
     def twin(self, entry: Entry) -> _Prepared | None:
         """``entry`` prepared from this one, if it differs from this one's entry in its cache marker
-        alone (a window's tail, marked, then not): the same parts but the last, re-marked. Not for a
+        at most (a window's tail, marked, then not): the same parts but the last, re-marked. Not for a
         bound one: its content, the same object, says nothing of which body it was judged against."""
         mine = self.entry
         if self.bound or not (entry.content is mine.content and entry.participant == mine.participant
                 and entry.source_ids == mine.source_ids and entry.relation == mine.relation
                 and entry.summary_ids == mine.summary_ids):
             return None
+        if entry.cache_marker == mine.cache_marker:
+            return self  # an equal entry (another namespace's for the message): the same parts (P17)
         made = object.__new__(_Prepared)
         made.entry, made.bodies, made.sources, made.tools, made.tokens = entry, self.bodies, self.sources, self.tools, self.tokens
         made.bound = self.bound
@@ -120,11 +122,31 @@ class _Parts:
 _NO_PARTS = _Parts([], [], [], [], [], [], [])
 
 
-class PreparedEntries(WeakValues[int, _Prepared]):
-    """Entries prepared by the memos of every namespace that reads one slot in one reader view (so
-    their raw-body lookups agree), by entry id, while some memo holds them: an entry that every
-    such namespace compiles (a message's copy entry is one object, ``strategies.base.raw_entry``)
-    is prepared once (P16)."""
+class ViewShare:
+    """What the memos of every namespace reading one slot in one reader view share (P17), their
+    raw-body lookups agreeing: the last entry prepared of each content (an entry another such
+    namespace hands over for the same message carries the same content: it is that one, or its
+    twin) and the request parts made of their messages. Owned by that reader view of the slot
+    (``namespace.views``) and dropped with it; a memo of a view no other reads owns its own.
+
+    Keyed by object identity, what it keeps of an edited message is never found again; the rule
+    (``memos.outgrown``) lets it go. A rewrite the view's change log can't name (a reload: every
+    message a new object) lets all of it go at once. ``changes``: the view's, by stamp."""
+
+    def __init__(self, changes: Callable[[object], Sequence[object] | None] | None = None) -> None:
+        # The last prepared of each content, unmarked and marked: an entry is one of them or its twin.
+        self.prepared: tuple[IdMemo[Sequence[Block], _Prepared], IdMemo[Sequence[Block], _Prepared]] = (IdMemo(), IdMemo())
+        self.parts = SharedParts()
+        self._changes = changes
+        self._stamp: object = None
+
+    def follow(self, stamp: object) -> None:
+        """Before a compile of the view as of ``stamp``."""
+        if stamp != self._stamp:
+            if self._changes is None or self._changes(self._stamp) is None:
+                self.prepared = (IdMemo(), IdMemo())
+                self.parts.parts = {}
+            self._stamp = stamp
 
 
 class CompileMemo:
@@ -132,10 +154,9 @@ class CompileMemo:
     hands back the same ``Entry`` objects (as the bundled ones do for unchanged messages) pays for
     what changed (a front trim, appends, a splice, a moved marker), the rest copied by slices."""
 
-    def __init__(self, shared: PreparedEntries | None = None) -> None:
-        self._prepared: dict[int, _Prepared] = {}
-        self._by_content: dict[int, _Prepared] = {}  # the last prepared of each content: its twins derive from it
-        self._shared = shared
+    def __init__(self, share: ViewShare | None = None) -> None:
+        self._prepared: dict[int, _Prepared] = {}  # by id(entry): its prepared one names it
+        self._share = ViewShare() if share is None else share
         self._entries: list[Entry] = []
         self._parts = _NO_PARTS
         # Entries making other than one part (split tool messages, empty ones), sorted, with their
@@ -152,9 +173,9 @@ class CompileMemo:
         self._chained_from = -1  # the serial of the parts it was made of by stripping markers alone, if it was
         self._breaks: list[int] = []
         self._break_totals: list[int] = []
-        self._digests: dict[int, tuple[CompiledMessage, bytes]] = {}
-        self._unmarked: dict[int, tuple[CompiledMessage, CompiledMessage]] = {}  # P5: a marked part's twin
-        self.bodies = BodyCache()  # the request bodies made of its results' parts (to_anthropic reuses them)
+        self._digests: IdMemo[CompiledMessage, bytes] = IdMemo()
+        self._unmarked: IdMemo[CompiledMessage, CompiledMessage] = IdMemo()  # P5: a marked part's twin
+        self.bodies = BodyCache(self._share.parts)  # the request bodies made of its results' parts (to_anthropic reuses them)
 
     def _offset(self, index: int) -> int:
         """Where the parts of the last compile's ``entries[index]`` start."""
@@ -168,6 +189,7 @@ class CompileMemo:
         body can have changed, and the bound ones in a run are not looked at."""
         old, was, bound_before = self._entries, self._parts, self._bound
         rewritten = stamp is None or stamp != self._stamp
+        self._share.follow(stamp)
         messages: list[CompiledMessage] = []
         tools: list[ToolIds | None] = []
         owners: list[_Prepared] = []
@@ -254,23 +276,21 @@ class CompileMemo:
     def prepare(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> _Prepared:
         found = self._prepared.get(id(entry))
         if found is None or found.entry is not entry:
-            found = None if self._shared is None else self._shared.get(id(entry))
-            if found is None or found.entry is not entry:
-                other = self._by_content.get(id(entry.content))
-                found = other.twin(entry) if other is not None else None
-                if found is None:
-                    found = _Prepared(entry, index, lookup)
-                if self._shared is not None:
-                    self._shared[id(entry)] = found
-            self._prepared[id(entry)] = self._by_content[id(entry.content)] = found
+            table, twins = self._share.prepared[entry.cache_marker], self._share.prepared[not entry.cache_marker]
+            other = table.get(entry.content) or twins.get(entry.content)
+            found = other if other is None or other.entry is entry else other.twin(entry)
+            if found is None:
+                found = _Prepared(entry, index, lookup)
+            self._prepared[id(entry)] = table.put(entry.content, found)
         return found
 
     def retain_only(self, entries: Sequence[Entry]) -> None:
-        """Forget entries no longer compiled, once the memo has grown well past what is in use."""
-        if len(self._prepared) > 2 * len(entries) + 1024:
+        """Forget entries no longer compiled (``memos.outgrown``), here and in the view's share."""
+        if outgrown(len(self._prepared), len(entries)):
             live = {id(entry) for entry in entries}
             self._prepared = {key: value for key, value in self._prepared.items() if key in live}
-            self._by_content = {id(value.entry.content): value for value in self._prepared.values()}
+        for table in self._share.prepared:
+            table.bound(len(entries), (entry.content for entry in entries))
 
     def stable_prefix(
         self, messages: list[CompiledMessage], system_blocks: Sequence[Block], breaks: list[int],
@@ -313,27 +333,23 @@ class CompileMemo:
         self._system, self._chained, self._breaks = system, messages if breaks else [], breaks
         self._chained_from = parts.serial if parts is not None and breaks else -1
         self._break_totals = totals
-        if len(self._digests) > 2 * len(self._chained) + 1024:
-            live = set(map(id, self._chained))
-            self._digests = {key: value for key, value in self._digests.items() if key in live}
+        self._digests.bound(len(self._chained), self._chained)
         return stable
 
     def unmarked(self, message: CompiledMessage) -> CompiledMessage:
         """``message``'s unmarked twin, the same object while ``message`` is (so what follows a
         stripped breakpoint is still a run of the last compile's messages)."""
-        found = self._unmarked.get(id(message))
-        if found is None or found[0] is not message:
-            if len(self._unmarked) > 2 * len(self._chained) + 1024:
-                self._unmarked = {}
-            found = self._unmarked[id(message)] = (message, unmarked(message))
-        return found[1]
+        found = self._unmarked.get(message)
+        if found is None:
+            self._unmarked.bound(len(self._chained))
+            found = self._unmarked.put(message, unmarked(message))
+        return found
 
     def _digest(self, message: CompiledMessage) -> bytes:
-        found = self._digests.get(id(message))
-        if found is None or found[0] is not message:
-            found = self._digests[id(message)] = (
-                message, _digest(repr((message.participant, to_jsonable(list(message.content))))))
-        return found[1]
+        found = self._digests.get(message)
+        if found is None:
+            found = self._digests.put(message, _digest(repr((message.participant, to_jsonable(list(message.content))))))
+        return found
 
 
 _FIRST = operator.itemgetter(0)

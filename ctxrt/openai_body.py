@@ -19,7 +19,7 @@ from functools import partial
 from itertools import accumulate
 from typing import Any, cast
 
-from .body_runs import BodyCache, carried, runs, shared_part, shifted
+from .body_runs import BodyCache, SharedParts, carried, runs, shifted
 from .content import CompiledMessage
 from .openai_wire import Api, SystemRole, call_ids, chat_finish, check_system_role, message_items, replay_ids
 from .wire import ForeignCalls
@@ -30,7 +30,7 @@ Counts = dict[str, int]
 class _Part:
     """One compiled message's items, with the walk's answers it was made under and what it left out."""
 
-    __slots__ = ("__weakref__", "as_text", "items", "left_out", "looked", "message", "sent")
+    __slots__ = ("as_text", "items", "left_out", "looked", "message", "sent")
 
     def __init__(
         self, api: Api, message: CompiledMessage, assistant: bool,
@@ -87,7 +87,8 @@ class _Body:
         self.shift = [0, *accumulate(count - 1 for count in self.counts)]
 
 
-def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collection[str], old: _Body | None) -> _Body:
+def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collection[str], old: _Body | None,
+              shared: SharedParts) -> _Body:
     body = _Body()
     body.messages = new = list(messages)  # the host may change its list; the record keeps this one
     found = runs(new, old.messages) if old is not None else []
@@ -106,7 +107,7 @@ def _assemble(api: Api, messages: Sequence[CompiledMessage], speakers: Collectio
     for k in gaps:
         if parts[k] is None:  # found in no run and without tool blocks
             message, assistant = new[k], new[k].participant in speakers
-            parts[k] = shared_part((api, id(message), assistant), message, partial(_Part, api, message, assistant))
+            parts[k] = shared.part((api, id(message), assistant), message, partial(_Part, api, message, assistant))
     body.parts = made = cast(list[_Part], parts)  # every position has its part now
     position = 0
     for i, j, length in found:
@@ -143,8 +144,8 @@ def _made(
 ) -> tuple[list[dict[str, Any]], Counts, Counts]:
     speakers = frozenset({assistant} if isinstance(assistant, str) else assistant)
     key = (api, speakers)
-    body = _assemble(api, messages, speakers, cache.get(key))
-    cache.put(key, body)
+    body = _assemble(api, messages, speakers, cache.get(key), cache.shared)
+    cache.put(key, body, body.messages)
     return (list(body.items), *_summed(body.parts, body.counted))
 
 

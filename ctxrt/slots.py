@@ -178,9 +178,9 @@ class SlotCache:
         self.tail_fills = 0
         self.looks = 0  # head reads before a read (a read-only runtime's, a shared store's)
         self.decoded = 0  # messages decoded from the store so far (L7 is measured with it)
-        # What layers above derive from this slot alone, shared by every reader of it (a reader's
-        # projection, in views.py), kept as long as the cache is.
-        self.derived: dict[object, Any] = {}
+        # Per reader view, what every namespace reading this slot alone so shares (its projection,
+        # what compiles make of it: ``namespace.views.ReaderCache``), kept as long as the cache is.
+        self.readers: dict[str | None, object] = {}
         if seed is None:
             self._reload("first read")
         else:

@@ -270,16 +270,6 @@ class ReaderListing(_Derived):
         return [seen for message in messages if (seen := reader_view_of(message, reader)) is not None]
 
 
-def shared_reader_listing(cache: SlotCache, reader: str | None) -> ReaderListing:
-    """``reader``'s view of one slot, shared by every namespace actor that reads just that slot as
-    ``reader``: each message is projected once per slot and reader view, not once per namespace."""
-    key = (ReaderListing, reader)
-    listing = cache.derived.get(key)
-    if listing is None:
-        listing = cache.derived[key] = ReaderListing(SlotListing(cache), reader)
-    return listing
-
-
 class MessageView:
     """The read interface a strategy gets. ``guard`` runs before every read (docs/behaviours.md C8).
 

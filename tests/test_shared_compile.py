@@ -100,3 +100,43 @@ async def test_an_edit_of_a_shared_block_is_found_by_another_namespaces_strict_b
             assert made == to_anthropic_messages(result.messages, ASSISTANT)
             assert made[1]["content"][0]["text"] == "message 1"
         assert other_body["messages"][1]["content"][0]["text"] == "the host wrote over a shared block"
+
+
+async def test_a_host_edit_found_in_one_runtime_leaves_another_runtimes_bodies_cached(tmp_path: Path) -> None:
+    """P17, P15: two runtimes in one process share no cache: one's strict body finding a host edit
+    drops that runtime's bodies (its next one is made afresh), while the other's next body still
+    starts from its last (an earlier turn's blocks are the same objects)."""
+    async with ctxrt.open_runtime(tmp_path / "a") as a, ctxrt.open_runtime(tmp_path / "b") as b:
+        managers = [await a.open("plain"), await b.open("plain")]
+        for k in range(6):
+            for manager in managers:
+                await manager.add_message("user" if k % 2 == 0 else ASSISTANT, f"message {k}")
+        mine, theirs = [await manager.compile() for manager in managers]
+        before = theirs.to_anthropic(assistant=ASSISTANT)["messages"]
+        body = mine.to_anthropic(assistant=ASSISTANT)
+        body["messages"][1]["content"][0]["text"] = "the host wrote over a shared block"  # not allowed (P15)
+        with pytest.raises(ctxrt.InvalidRequestError, match=r"messages\[1\]"):
+            mine.to_anthropic(assistant=ASSISTANT, strict=True)
+        assert mine.to_anthropic(assistant=ASSISTANT)["messages"][1]["content"][0]["text"] == "message 1"
+        after = theirs.to_anthropic(assistant=ASSISTANT)["messages"]
+        assert after == before
+        assert after[1]["content"][0] is before[1]["content"][0]
+
+
+async def test_what_a_reader_view_shares_lives_while_a_namespace_reads_the_slot_and_goes_with_the_last(
+    store_path: Path,
+) -> None:
+    """P17: the compiled messages a reader view of a slot shares are kept while some namespace
+    reads the slot so (one closing leaves them to the other), and dropped with the slot's cache
+    when the last one closes: a namespace opened after that makes its own."""
+    async with ctxrt.open_runtime(store_path) as rt:
+        plain, other = await rt.open("plain"), await rt.open("other")
+        message_id = await plain.add_message("user", "message 0")
+        first = (await plain.compile()).messages[0]
+        await plain.aclose()
+        assert (await other.compile()).messages[0] is first
+        await other.aclose()
+        again = await rt.open("again")
+        made = (await again.compile()).messages[0]
+        assert made == first and made is not first
+        assert (await again.compile()).provenance.messages[0][0].id == message_id

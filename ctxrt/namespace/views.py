@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from .. import codec
-from ..compile import CompileMemo, PreparedEntries
+from ..compile import CompileMemo, ViewShare
 from ..content import Message
 from ..slots import SlotCache
 from ..store.interface import StoreEngine
@@ -30,7 +30,6 @@ from ..views import (
     ReaderListing,
     SlotListing,
     reader_view_of,
-    shared_reader_listing,
 )
 from . import states
 from .context import ActorContext
@@ -57,10 +56,10 @@ def build_views(
     merged = listings[0] if len(listings) == 1 else MergedListing(listings)
     filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
     shared = filtered is listings[0]
-    if shared:  # one slot as it is: its reader's projection, and what compiles prepare in it, are shared
-        listing: Any = shared_reader_listing(caches[0], reader)
-        prepared = caches[0].derived.setdefault((PreparedEntries, reader), PreparedEntries())
-        memo = CompileMemo(prepared)
+    if shared:  # one slot as it is: its reader's projection, and what compiles make in it, are shared
+        own = reader_cache(caches[0], reader)
+        listing: Any = own.listing
+        memo = CompileMemo(own.compiled)
     else:
         listing = ReaderListing(filtered, reader)
         memo = CompileMemo()  # a new memo: entries of another view never reused
@@ -77,6 +76,31 @@ def build_views(
     view = MessageView(listing, guard=guard, estimate=estimate_message if estimator is None else _checked(estimator),
                        pricing=pricing)
     return ReaderViews(listing, shared, view, raw_body, memo)
+
+
+@attrs.frozen
+class ReaderCache:
+    """What every namespace actor reading one slot as ``reader`` (no filter) shares, kept on the
+    slot cache and dropped with it: the reader's projection of the slot (each message projected
+    once per slot and reader view, not once per namespace) and what compiles make of its messages
+    (P17)."""
+
+    listing: ReaderListing
+    compiled: ViewShare
+
+
+def reader_cache(cache: SlotCache, reader: str | None) -> ReaderCache:
+    """``reader``'s cache of ``cache``, made on first use."""
+    found = cache.readers.get(reader)
+    if not isinstance(found, ReaderCache):
+        listing = ReaderListing(SlotListing(cache), reader)
+        found = cache.readers[reader] = ReaderCache(listing, ViewShare(listing.changes))
+    return found
+
+
+def shared_reader_listing(cache: SlotCache, reader: str | None) -> ReaderListing:
+    """``reader``'s view of one slot, shared by every namespace actor that reads just that slot as ``reader``."""
+    return reader_cache(cache, reader).listing
 
 
 def flush_new(strategy: Strategy, view: MessageView, seen: int, ctx: ActorContext) -> int:

@@ -21,6 +21,7 @@ import attrs
 
 from ..budget import Entry
 from ..content import Message, sequence_key
+from ..memos import IdMemo
 from ..tokens import estimate_blocks
 from .live import holds_live_blocks
 
@@ -56,7 +57,7 @@ class KeptWindow:
         self.estimates = list(accumulate(map(view.estimate_tokens, messages), initial=0))
         self.live = [index for index, entry in enumerate(self.entries) if holds_live_blocks(entry)]
         self._depths: list[int] | None = None  # running estimate_blocks totals, made on first need
-        self._twins: dict[int, tuple[Entry, Entry]] = {}
+        self._twins: IdMemo[Entry, Entry] = IdMemo()
 
     def follow(self, view: MessageView, window: Window) -> bool:
         """Bring the entries up to ``view`` (``window`` its newest): patch what its changes name,
@@ -134,12 +135,11 @@ class KeptWindow:
         return out
 
     def _twin(self, entry: Entry) -> Entry:
-        found = self._twins.get(id(entry))
-        if found is None or found[0] is not entry:
-            if len(self._twins) > 8:
-                self._twins.clear()
-            found = self._twins[id(entry)] = (entry, attrs.evolve(entry, cache_marker=True))
-        return found[1]
+        found = self._twins.get(entry)
+        if found is None:
+            self._twins.bound(2)  # the anchor's and the tail's are in use
+            found = self._twins.put(entry, attrs.evolve(entry, cache_marker=True))
+        return found
 
 
 def _spliced(totals: list[int], start: int, stop: int, costs: list[int], appending: bool) -> list[int]:

@@ -15,11 +15,10 @@ import attrs
 
 from ..budget import Entry
 from ..content import Message, Text
+from ..memos import IdMemo
 from .prompts import MANAGER, recall_header
 from .records import Summary
 from .shaping import shaped_entry
-
-_MARKED_MAX = 256  # marked twins kept: the markers move with the tail, so old twins go
 
 
 class ShownEntries:
@@ -29,39 +28,33 @@ class ShownEntries:
         self._cap = cap
         self._participant = participant
         self._pricing: object = None
-        self._raw: dict[str, tuple[Message, Entry, int]] = {}  # message id -> (message, entry, cost)
-        self._marked: dict[int, tuple[Entry, Entry]] = {}  # id(entry) -> (entry, its twin with a breakpoint)
+        self._raw: IdMemo[Message, tuple[Entry, int]] = IdMemo()  # a message's entry and cost
+        self._marked: IdMemo[Entry, Entry] = IdMemo()  # an entry's twin with a breakpoint
         self._summaries: dict[str, tuple[str, tuple[str, ...], tuple[Entry, Entry]]] = {}
 
     def follow(self, pricing: object, messages: int) -> None:
         """Before a compile over a view of ``messages`` messages priced at ``pricing``: costs made
         at another pricing go, and so does what removed messages left once it outgrows the view."""
         if pricing != self._pricing:
-            self._raw, self._pricing = {}, pricing
-        if len(self._raw) > 2 * messages + 256:
-            self._raw = {}
-        if len(self._marked) > _MARKED_MAX:
-            self._marked = {}
+            self._raw, self._pricing = IdMemo(), pricing
+        self._raw.bound(messages)
+        self._marked.bound(0)  # the markers move with the tail, so old twins go
 
     def raw(self, message: Message, estimate: Callable[[Message], int]) -> tuple[Entry, int]:
         """``message``'s ``copy`` entry, shaped to the cap, and what it costs as sent."""
-        found = self._raw.get(message.id)
-        if found is not None and found[0] is message:
-            return found[1], found[2]
-        entry, cost = shaped_entry(message, self._cap, estimate)
-        self._raw[message.id] = (message, entry, cost)
-        return entry, cost
+        found = self._raw.get(message)
+        if found is None:
+            found = self._raw.put(message, shaped_entry(message, self._cap, estimate))
+        return found
 
     def marked(self, entry: Entry) -> Entry:
         """``entry`` with a cache breakpoint (P9), the same object each time for the same entry."""
         if entry.cache_marker:
             return entry
-        found = self._marked.get(id(entry))
-        if found is not None and found[0] is entry:
-            return found[1]
-        twin = attrs.evolve(entry, cache_marker=True)
-        self._marked[id(entry)] = (entry, twin)
-        return twin
+        found = self._marked.get(entry)
+        if found is None:
+            found = self._marked.put(entry, attrs.evolve(entry, cache_marker=True))
+        return found
 
     def summary(self, summary: Summary, leaves: tuple[str, ...]) -> tuple[Entry, Entry]:
         """A shown summary's recall header and its text (with a breakpoint at its seam, P9)."""

@@ -52,7 +52,7 @@ from ctxrt.runtime import Runtime
 from ctxrt.slots import FULL
 from ctxrt.store.protocol import AppendItem, Atomically, RegisterState, SetValue
 from ctxrt.testing import ScriptedModel
-from ctxrt.views import shared_reader_listing
+from ctxrt.namespace.views import shared_reader_listing
 
 GUARD_S = 30
 BIG = Budget(max_tokens=10_000_000, reserve_for_response=0)
