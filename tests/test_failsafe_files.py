@@ -33,13 +33,22 @@ import trio
 from lmdb import verify as structural
 
 from ctxrt.errors import StoreCorruptError, StoreFormatError
-from ctxrt.runtime import open_runtime
-from ctxrt.slots import prepare_append
-from ctxrt.store import files, keys
-from ctxrt.store.engine import FORMAT_VERSION
-from ctxrt.store.environment import open_environments
-from ctxrt.store.protocol import AppendItem, CreateBranch, EditItem, RegisterState, RemoveItems, SetValue
-from ctxrt.store.verify import verify_in_child, verify_store
+from ctxrt import open_runtime
+from ctxrt.testing import (
+    AppendItem,
+    CreateBranch,
+    EditItem,
+    FORMAT_VERSION,
+    RegisterState,
+    RemoveItems,
+    SetValue,
+    files,
+    keys,
+    open_environments,
+    prepare_append,
+    verify_in_child,
+    verify_store,
+)
 from support import LineReader
 
 CHILD_SCRIPT = Path(__file__).with_name("failsafe_child.py")

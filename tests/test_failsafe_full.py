@@ -20,9 +20,8 @@ import pytest
 import trio
 
 from ctxrt.errors import StoreFullError
-from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.store.protocol import AppendItem, RegisterState
-from ctxrt.store.verify import verify_in_child
+from ctxrt import Runtime, open_runtime
+from ctxrt.testing import AppendItem, RegisterState, verify_in_child
 
 DISK_SIZE = "8m"
 BALLAST = 1 << 20

@@ -21,9 +21,8 @@ import pytest
 import trio
 
 from ctxrt.errors import StorePermissionError
-from ctxrt.runtime import open_runtime
-from ctxrt.store import files
-from ctxrt.store.protocol import AppendItem, RegisterState
+from ctxrt import open_runtime
+from ctxrt.testing import AppendItem, RegisterState, files
 
 OPEN_CHILD = """
 import sys, trio

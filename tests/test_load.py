@@ -26,10 +26,8 @@ import trio
 import trio.testing
 
 import ctxrt
-from ctxrt import Budget, Entry, Text
-from ctxrt.runtime import Runtime
-from ctxrt.namespace import states
-from ctxrt.store.protocol import Atomically, EditItem, RemoveItems
+from ctxrt import Budget, Entry, Runtime, Text
+from ctxrt.testing import Atomically, EditItem, RemoveItems, states
 from support import hold_edits
 
 L1_GUARD_S = 120

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from ctxrt.mailbox import Ask, Mailbox
+from ctxrt.testing import Ask, Mailbox
 
 
 @attrs.frozen

@@ -22,11 +22,8 @@ import trio
 from pydantic import TypeAdapter
 
 import ctxrt
-from ctxrt import Budget, Entry, Image, Injection, MessageInjection, Text, ToolResult, ToolUse
-from ctxrt.namespace import states
-from ctxrt.runtime import Runtime
-from ctxrt.store import keys
-from ctxrt.testing import ApiReply, open_messages_api_server
+from ctxrt import Budget, Entry, Image, Injection, MessageInjection, Runtime, Text, ToolResult, ToolUse
+from ctxrt.testing import ApiReply, keys, open_messages_api_server, states
 
 GUARD_S = 20
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(200))).decode()

@@ -18,10 +18,21 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxrt.content import CompiledMessage, Image, Text, ToolUse
+from ctxrt import (
+    AnthropicModel,
+    CompiledMessage,
+    Image,
+    ModelRequest,
+    ModelResponse,
+    OfflineModel,
+    Text,
+    ToolUse,
+    Usage,
+)
 from ctxrt.errors import ModelError
-from ctxrt.model import AnthropicModel, ModelRequest, ModelResponse, OfflineModel, Usage, approx_tokens, extract_summary
-from ctxrt.testing import ApiReply, MessagesScript, open_messages_api_server
+from ctxrt.testing import ApiReply, MessagesScript, approx_tokens, open_messages_api_server
+from ctxrt.model import extract_summary
+from support import wait_until
 
 GUARD_S = 10
 
@@ -221,8 +232,7 @@ async def test_anthropic_model_built_from_the_environment_owns_and_closes_its_cl
             monkeypatch.setenv("ANTHROPIC_BASE_URL", server.base_url)
             async with AnthropicModel(max_retries=0) as model:
                 assert (await model.complete(request())).text == "ok"
-            while server.open_connections:  # the client it built closed its connection
-                await trio.sleep(0.01)
+            await wait_until(lambda: not server.open_connections)  # the client it built closed its connection
             with pytest.raises(ModelError, match=r"^model 'claude-test': this AnthropicModel was closed$"):
                 await model.complete(request())
 
@@ -321,7 +331,6 @@ async def test_a_runtime_closes_the_anthropic_model_it_was_given(tmp_path, monke
             async with ctxrt.open_runtime(tmp_path / "store", model=model):
                 assert (await model.complete(request())).text == "ok"
                 assert server.open_connections == 1
-            while server.open_connections:  # the client the model made closed its connection
-                await trio.sleep(0.01)
+            await wait_until(lambda: not server.open_connections)  # the client the model made closed its connection
             with pytest.raises(ModelError, match=r"this AnthropicModel was closed$"):
                 await model.complete(request())

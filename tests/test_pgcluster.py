@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ctxrt.pgcluster import Cluster, ClusterError, temporary_cluster
+from ctxrt.testing import Cluster, ClusterError, temporary_cluster
 
 
 def alive(pid: int) -> bool:

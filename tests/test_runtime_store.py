@@ -30,11 +30,19 @@ from ctxrt.errors import (
     StoreFormatError,
     StoreLockedError,
 )
-from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.store import keys, seals
-from ctxrt.store.environment import LOCK_NAME, open_environments
-from ctxrt.store.protocol import AppendItem, EditItem, RegisterState, RemoveItems, SetValue
-from ctxrt.store.verify import verify_store
+from ctxrt import Runtime, open_runtime
+from ctxrt.testing import (
+    AppendItem,
+    EditItem,
+    LOCK_NAME,
+    RegisterState,
+    RemoveItems,
+    SetValue,
+    keys,
+    open_environments,
+    seals,
+    verify_store,
+)
 from support import LineReader, dump
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -62,11 +62,7 @@ from support import PostgresSchema
 
 import ctxrt
 from ctxrt import Autobiographical, Budget, Text, ToolResult, validation
-from ctxrt.content import hidden_by_edit
-from ctxrt.namespace import states
-from ctxrt.namespace.core import CorruptRecord, record_from_value
-from ctxrt.store.protocol import Atomically
-from ctxrt.testing import ScriptedModel
+from ctxrt.testing import Atomically, CorruptRecord, ScriptedModel, hidden_by_edit, record_from_value, states
 
 SOAK = os.environ.get("CTXRT_SOAK") == "1"
 GUARD_S = 60
