@@ -21,14 +21,16 @@ the store actor without a runtime (``open_store_actor``, ``serve_store``, and ``
 command applied to a write batch); the store's on-disk layout, for tests that read a store's
 bytes or damage them on purpose (the modules ``files``, ``keys`` and ``seals``, ``LOCK_NAME``,
 ``FORMAT_VERSION``) and the names of the states a namespace keeps in it (the module ``states``,
-and ``record_from_value``/``CorruptRecord`` for its reader record); the mailbox's message envelopes (``Ask``, ``Reply``, ``Mailbox``); the reader views' listings
-(``FilteredListing``, ``MergedListing``, ``shared_reader_listing``, beside ``ReaderListing`` and
-``StaticListing`` above); blob extraction (``extract_blobs``, ``resolve_blobs``); the slots' pure parts
-(``prepare_append``, ``SlotCache``, ``SlotRegistry``, ``ChangeLog``, ``FULL``); the audience rule
-of an edit (``hidden_by_edit``) and the Messages API form of compiled messages
-(``to_anthropic_messages``); the token estimates (``estimate_text``, ``estimate_blocks``, ...);
-and a throwaway PostgreSQL cluster (``Cluster``, ``ClusterError``, ``temporary_cluster``). These
-names are for tests: they carry no compatibility promise beyond the public API's.
+``record_from_value``/``CorruptRecord`` for its reader record, and ``Holds``, its compression
+holds); the mailbox's message envelopes (``Ask``, ``Reply``, ``Mailbox``); the reader views'
+listings (``ReaderListing``, ``FilteredListing``, ``MergedListing``, ``shared_reader_listing``);
+blob extraction (``extract_blobs``, ``resolve_blobs``); the slots' pure parts
+(``prepare_append``, ``SlotCache``, ``SlotRegistry``, ``ChangeLog``, ``FULL``); the audience
+rule of an edit (``hidden_by_edit``) and the Messages API form of compiled messages
+(``to_anthropic_messages``); the token estimates (``estimate_text``, ``estimate_blocks``, ...,
+and ``approx_tokens``, the scripted models' count); and a throwaway PostgreSQL cluster
+(``Cluster``, ``ClusterError``, ``temporary_cluster``). These names are for tests: they carry no
+compatibility promise beyond the public API's.
 """
 
 from __future__ import annotations
@@ -58,9 +60,8 @@ from . import openai_rules
 from .anthropic_rules import violations
 from .budget import Entry
 from .content import Message, Text
-from .model import ModelRequest, ModelResponse, Usage, approx_tokens, request_chars
-from .namespace.core import Holds
-from .views import MessageView, ReaderListing, StaticListing
+from .model import ModelRequest, ModelResponse, Usage, request_chars
+from .views import MessageView, StaticListing
 
 # The testing seam (see the module docstring): re-exported from where each lives now.
 from .blobs import extract_blobs as extract_blobs
@@ -69,8 +70,10 @@ from .content import hidden_by_edit as hidden_by_edit
 from .mailbox import Ask as Ask
 from .mailbox import Mailbox as Mailbox
 from .mailbox import Reply as Reply
+from .model import approx_tokens as approx_tokens
 from .namespace import states as states
 from .namespace.core import CorruptRecord as CorruptRecord
+from .namespace.core import Holds as Holds
 from .namespace.core import record_from_value as record_from_value
 from .pgcluster import Cluster as Cluster
 from .pgcluster import ClusterError as ClusterError
@@ -114,6 +117,7 @@ from .tokens import estimate_message as estimate_message
 from .tokens import estimate_text as estimate_text
 from .views import FilteredListing as FilteredListing
 from .views import MergedListing as MergedListing
+from .views import ReaderListing as ReaderListing
 from .views import shared_reader_listing as shared_reader_listing
 from .wire import to_anthropic_messages as to_anthropic_messages
 

@@ -24,8 +24,8 @@ from test_failsafe_files import fork_server
 
 WRITER_CHILD = """
 import sys, trio
-from ctxrt.runtime import open_runtime
-from ctxrt.store.protocol import AppendItem
+from ctxrt import open_runtime
+from ctxrt.testing import AppendItem
 
 async def main(path, count, size):
     async with open_runtime(path) as rt:
@@ -152,7 +152,7 @@ async def test_a_writer_refused_by_another_process_leaves_this_processs_reader_r
     store = tmp_path / "store"
     holder = """
 import sys, trio
-from ctxrt.runtime import open_runtime
+from ctxrt import open_runtime
 async def main(path):
     async with open_runtime(path):
         print("holding", flush=True)

@@ -26,7 +26,7 @@ from ctxrt.testing import AppendItem, RegisterState, files
 
 OPEN_CHILD = """
 import sys, trio
-from ctxrt.runtime import open_runtime
+from ctxrt import open_runtime
 
 async def main(path, mode):
     async with open_runtime(path, readonly=mode == "ro") as rt:

@@ -86,7 +86,7 @@ def write_format(store_path: Path, raw: bytes) -> None:
 LOCK_CHILD = """
 import sys, trio
 from ctxrt.errors import StoreLockedError
-from ctxrt.runtime import open_runtime
+from ctxrt import open_runtime
 
 async def main():
     try:
@@ -162,7 +162,7 @@ async def test_a_reader_in_this_process_sees_committed_data_and_refuses_writes(s
 READER_CHILD = """
 import json, sys, trio
 from ctxrt.errors import ReadOnlyStoreError
-from ctxrt.runtime import open_runtime
+from ctxrt import open_runtime
 
 def report(rt):
     engine = rt.engine
