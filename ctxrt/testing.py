@@ -18,19 +18,21 @@ what ``Runtime.store.ask`` takes) and the records it reads back (``ItemAppended`
 ...); the store's own opening without a runtime (``open_store``, ``close_store``,
 ``StoreHandle``, ``open_environments``) and its checker (``verify_store``, ``verify_in_child``);
 the store actor without a runtime (``open_store_actor``, ``serve_store``, and ``execute``, one
-command applied to a write batch); the store's on-disk layout, for tests that read a store's
-bytes or damage them on purpose (the modules ``files``, ``keys`` and ``seals``, ``LOCK_NAME``,
-``FORMAT_VERSION``) and the names of the states a namespace keeps in it (the module ``states``,
-``record_from_value``/``CorruptRecord`` for its reader record, and ``Holds``, its compression
-holds); the mailbox's message envelopes (``Ask``, ``Reply``, ``Mailbox``); the reader views'
-listings (``ReaderListing``, ``FilteredListing``, ``MergedListing``, ``shared_reader_listing``);
-blob extraction (``extract_blobs``, ``resolve_blobs``); the slots' pure parts
-(``prepare_append``, ``SlotCache``, ``SlotRegistry``, ``ChangeLog``, ``FULL``); the audience
-rule of an edit (``hidden_by_edit``) and the Messages API form of compiled messages
-(``to_anthropic_messages``); the token estimates (``estimate_text``, ``estimate_blocks``, ...,
-and ``approx_tokens``, the scripted models' count); and a throwaway PostgreSQL cluster
-(``Cluster``, ``ClusterError``, ``temporary_cluster``). These names are for tests: they carry no
-compatibility promise beyond the public API's.
+command applied to a write batch); a message's stored form (the module ``codec``); the store's
+on-disk layout, for tests that read a store's bytes or damage them on purpose (the modules
+``files``, ``keys`` and ``seals``, ``LOCK_NAME``, ``FORMAT_VERSION``) and the names of the
+states a namespace keeps in it (the module ``states``, ``record_from_value``/``CorruptRecord``
+for its reader record, and ``Holds``, its compression holds); the mailbox's message envelopes
+(``Ask``, ``Reply``, ``Mailbox``); the reader views' listings (``ReaderListing``,
+``FilteredListing``, ``MergedListing``, ``shared_reader_listing``); blob extraction
+(``extract_blobs``, ``resolve_blobs``); the slots' pure parts (``prepare_append``,
+``SlotCache``, ``SlotRegistry``, ``ChangeLog``, ``FULL``); content as the API takes it, turned
+into blocks (``blocks_from_content``); the audience rule of an edit (``hidden_by_edit``) and the
+Messages API form of compiled messages (``to_anthropic_messages``); the token estimates
+(``estimate_text``, ``estimate_blocks``, ..., and ``approx_tokens``, the scripted models'
+count); and a throwaway PostgreSQL cluster (``Cluster``, ``ClusterError``,
+``temporary_cluster``). These names are for tests: they carry no compatibility promise beyond
+the public API's.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from .model import ModelRequest, ModelResponse, Usage, request_chars
 from .views import MessageView, StaticListing
 
 # The testing seam (see the module docstring): re-exported from where each lives now.
+from . import codec as codec
 from .blobs import extract_blobs as extract_blobs
 from .blobs import resolve_blobs as resolve_blobs
 from .content import hidden_by_edit as hidden_by_edit
@@ -115,6 +118,7 @@ from .tokens import estimate_block as estimate_block
 from .tokens import estimate_blocks as estimate_blocks
 from .tokens import estimate_message as estimate_message
 from .tokens import estimate_text as estimate_text
+from .validation import blocks_from_content as blocks_from_content
 from .views import FilteredListing as FilteredListing
 from .views import MergedListing as MergedListing
 from .views import ReaderListing as ReaderListing

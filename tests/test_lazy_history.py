@@ -15,8 +15,8 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt import Budget, Passthrough, Runtime, Text, WindowedPassthrough, codec
-from ctxrt.testing import AppendItem, LogHead, SlotCache, estimate_message
+from ctxrt import Budget, Passthrough, Runtime, Text, WindowedPassthrough
+from ctxrt.testing import AppendItem, LogHead, SlotCache, codec, estimate_message
 
 GUARD_S = 60
 HISTORY = 3_000

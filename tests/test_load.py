@@ -97,7 +97,7 @@ class CopyingStrategy(ctxrt.Strategy):
 
 def context_copies(rt: Runtime, namespace: str, branch: str) -> dict[str, tuple[Any, ...]]:
     """source id -> content of the namespace's copy entries on ``branch``."""
-    from ctxrt import codec
+    from ctxrt.testing import codec
 
     items = rt.engine.read_log(states.context_state(namespace), rt.engine.branch(branch).id)
     copies = {}

@@ -55,7 +55,7 @@ async def add_many(manager: ctxrt.ContextManager, count: int, *, start: int = 0)
 
 def context_log(rt: Runtime, namespace: str, branch: str = "main") -> list[ctxrt.Message]:
     """The namespace's context log as stored (read-only engine read)."""
-    from ctxrt import codec
+    from ctxrt.testing import codec
 
     items = rt.engine.read_log(states.context_state(namespace), rt.engine.branch(branch).id)
     return [codec.message_from_json(item.data, sequence=item.sequence, store="test") for item in items]

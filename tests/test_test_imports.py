@@ -7,6 +7,7 @@ module directly, each for the reason given; the list only shrinks."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 TESTS = Path(__file__).parent
@@ -29,12 +30,12 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
     "test_cli.py": (frozenset({"ctxrt.demo", "ctxrt.loadtest"}), _CLI),
     "test_cli_demo.py": (frozenset({"ctxrt.cli.demo", "ctxrt.demo"}), _CLI),
     "test_cli_errors.py": (frozenset({"ctxrt.cli"}), _CLI),
-    "test_inspector.py": (frozenset({"ctxrt.inspector"}), _CLI),
+    "test_inspector.py": (frozenset({"ctxrt.inspector.app", "ctxrt.inspector.pages"}), _CLI),
     "test_inspector_browser.py": (frozenset({"ctxrt.demo"}), _CLI),
     "test_interrupt.py": (frozenset({"ctxrt.demo", "ctxrt.weak_values"}),
                           _CLI + "; and the shared cache table a Ctrl-C lands in (L8)"),
     "test_autobiographical.py": (
-        frozenset({"ctxrt.namespace.actor", "ctxrt.strategies", "ctxrt.strategies.autobiographical",
+        frozenset({"ctxrt.namespace.actor", "ctxrt.strategies.autobiographical",
                    "ctxrt.strategies.knowledge", "ctxrt.strategies.prompts", "ctxrt.strategies.queue"}),
         "the strategy's behaviour against its own tuning (timeouts, backoff, attempts, prompts, phases) and "
         "a subclass that fails on purpose"),
@@ -82,13 +83,23 @@ def public(module: str) -> bool:
     return module == "ctxrt" or any(module == name or module.startswith(name + ".") for name in PUBLIC[1:])
 
 
+def submodule(package: str, name: str) -> str | None:
+    """``package.name`` if that is a module (``from ctxrt import codec`` imports ``ctxrt.codec``)."""
+    try:
+        return f"{package}.{name}" if importlib.util.find_spec(f"{package}.{name}") is not None else None
+    except ModuleNotFoundError:  # ``package`` is a module, not a package
+        return None
+
+
 def internal_imports(source: str) -> set[str]:
     """The ctxrt modules ``source`` imports that are neither public nor the testing seam (code only:
     a child's script in a string is its own program)."""
     found = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and not public(node.module):
+            found |= {submodule(node.module, alias.name) or node.module for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "ctxrt":
+            found |= {name for alias in node.names if (name := submodule("ctxrt", alias.name)) is not None}
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
     return {name for name in found if name.split(".")[0] == "ctxrt" and not public(name)}
@@ -107,8 +118,8 @@ def test_tests_import_public_modules_the_testing_seam_or_a_listed_internal() -> 
 
 
 def test_the_checker_sees_each_way_of_importing_an_internal_module() -> None:
-    """Item 7: ``from``-imports and plain imports count, public modules, the seam and relative
-    imports don't."""
+    """Item 7: ``from``-imports (of a module's names or of a submodule, the root's included) and
+    plain imports count; public modules, the seam and relative imports don't."""
     snippet = (
         "import ctxrt\n"
         "import ctxrt.aio\n"
@@ -117,10 +128,12 @@ def test_the_checker_sees_each_way_of_importing_an_internal_module() -> None:
         "from ctxrt.testing import AppendItem\n"
         "from ctxrt.integrations.langchain import CtxrtMiddleware\n"
         "from ctxrt.store import files\n"
+        "from ctxrt import Runtime, weak_values\n"
         "from ctxrt.slots import prepare_append\n"
         "from . import support\n"
         "def later():\n"
         "    from ctxrt.compile import build_compile_result\n"
         "SCRIPT = 'from ctxrt.runtime import open_runtime'\n"
     )
-    assert internal_imports(snippet) == {"ctxrt.views", "ctxrt.store", "ctxrt.slots", "ctxrt.compile"}
+    assert internal_imports(snippet) == {"ctxrt.views", "ctxrt.store.files", "ctxrt.weak_values", "ctxrt.slots",
+                                         "ctxrt.compile"}

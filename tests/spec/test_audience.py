@@ -45,7 +45,6 @@ from ctxrt import (
     Text,
     Thinking,
     ToolResult,
-    codec,
     content_for_reader,
 )
 from ctxrt.testing import (
@@ -55,6 +54,7 @@ from ctxrt.testing import (
     RegisterState,
     ScriptedModel,
     SetValue,
+    codec,
     hidden_by_edit,
     shared_reader_listing,
     to_anthropic_messages,
