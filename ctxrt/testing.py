@@ -10,6 +10,29 @@ request rules of ``ctxrt.anthropic_rules`` (P8) and answers a body that breaks a
 the same for ``POST /v1/chat/completions`` and ``POST /v1/responses`` with the rules of
 ``ctxrt.openai_rules`` (P11), for ``openai.AsyncOpenAI(base_url=server.base_url, api_key="test")``
 and ``OpenAIModel``. Both take the same scripts of ``ApiReply``.
+
+The testing seam: ctxrt's own tests import the internals they need from here, never from the
+modules that define them, so a module split or rename changes this list and not every test. It
+re-exports, from where they live now: the store's commands (``AppendItem``, ``SetValue``, ...,
+what ``Runtime.store.ask`` takes) and the records it reads back (``ItemAppended``, ``LogHead``,
+...); the store's own opening without a runtime (``open_store``, ``close_store``,
+``StoreHandle``, ``open_environments``) and its checker (``verify_store``, ``verify_in_child``);
+the store actor without a runtime (``open_store_actor``, ``serve_store``, and ``execute``, one
+command applied to a write batch); a message's stored form (the module ``codec``); the store's
+on-disk layout, for tests that read a store's bytes or damage them on purpose (the modules
+``files``, ``keys`` and ``seals``, ``LOCK_NAME``, ``FORMAT_VERSION``) and the names of the
+states a namespace keeps in it (the module ``states``, ``record_from_value``/``CorruptRecord``
+for its reader record, and ``Holds``, its compression holds); the mailbox's message envelopes
+(``Ask``, ``Reply``, ``Mailbox``); the reader views' listings (``ReaderListing``,
+``FilteredListing``, ``MergedListing``, ``shared_reader_listing``); blob extraction
+(``extract_blobs``, ``resolve_blobs``); the slots' pure parts (``prepare_append``,
+``SlotCache``, ``SlotRegistry``, ``ChangeLog``, ``FULL``); content as the API takes it, turned
+into blocks (``blocks_from_content``); the audience rule of an edit (``hidden_by_edit``) and the
+Messages API form of compiled messages (``to_anthropic_messages``); the token estimates
+(``estimate_text``, ``estimate_blocks``, ..., and ``approx_tokens``, the scripted models'
+count); and a throwaway PostgreSQL cluster (``Cluster``, ``ClusterError``,
+``temporary_cluster``). These names are for tests: they carry no compatibility promise beyond
+the public API's.
 """
 
 from __future__ import annotations
@@ -39,10 +62,69 @@ from . import openai_rules
 from .anthropic_rules import violations
 from .budget import Entry
 from .content import Message, Text
-from .model import approx_tokens, request_chars
+from .model import request_chars
 from .model_types import ModelRequest, ModelResponse, Usage
-from .namespace.core import Holds
-from .views import MessageView, ReaderListing, StaticListing
+from .views import MessageView, StaticListing
+
+# The testing seam (see the module docstring): re-exported from where each lives now.
+from . import codec as codec
+from .blobs import extract_blobs as extract_blobs
+from .blobs import resolve_blobs as resolve_blobs
+from .content import hidden_by_edit as hidden_by_edit
+from .asks import Ask as Ask
+from .mailbox import Mailbox as Mailbox
+from .asks import Reply as Reply
+from .model import approx_tokens as approx_tokens
+from .namespace import states as states
+from .namespace.core import CorruptRecord as CorruptRecord
+from .namespace.core import Holds as Holds
+from .namespace.core import record_from_value as record_from_value
+from .pgcluster import Cluster as Cluster
+from .pgcluster import ClusterError as ClusterError
+from .pgcluster import temporary_cluster as temporary_cluster
+from .slots import FULL as FULL
+from .slots import ChangeLog as ChangeLog
+from .slots import SlotCache as SlotCache
+from .slots import SlotRegistry as SlotRegistry
+from .slots import prepare_append as prepare_append
+from .store import files as files
+from .store import keys as keys
+from .store import seals as seals
+from .store.actor import execute as execute
+from .store.actor import open_store_actor as open_store_actor
+from .store.actor import serve_store as serve_store
+from .store.engine import FORMAT_VERSION as FORMAT_VERSION
+from .store.environment import LOCK_NAME as LOCK_NAME
+from .store.environment import StoreHandle as StoreHandle
+from .store.environment import close_store as close_store
+from .store.environment import open_environments as open_environments
+from .store.environment import open_store as open_store
+from .store.protocol import AppendItem as AppendItem
+from .store.protocol import Atomically as Atomically
+from .store.protocol import CreateBranch as CreateBranch
+from .store.protocol import DeleteBranch as DeleteBranch
+from .store.protocol import EditItem as EditItem
+from .store.protocol import RegisterState as RegisterState
+from .store.protocol import RemoveItems as RemoveItems
+from .store.protocol import SetValue as SetValue
+from .store.records import BranchRow as BranchRow
+from .store.records import ItemAppended as ItemAppended
+from .store.records import LogHead as LogHead
+from .store.records import Operation as Operation
+from .store.records import StateInfo as StateInfo
+from .store.records import ValueSet as ValueSet
+from .verification import verify_in_child as verify_in_child
+from .verification import verify_store as verify_store
+from .tokens import estimate_block as estimate_block
+from .tokens import estimate_blocks as estimate_blocks
+from .tokens import estimate_message as estimate_message
+from .tokens import estimate_text as estimate_text
+from .validation import blocks_from_content as blocks_from_content
+from .views import FilteredListing as FilteredListing
+from .views import MergedListing as MergedListing
+from .views import ReaderListing as ReaderListing
+from .namespace.views import shared_reader_listing as shared_reader_listing
+from .wire import to_anthropic_messages as to_anthropic_messages
 
 Responder: TypeAlias = Callable[[ModelRequest], "str | ModelResponse | Awaitable[str | ModelResponse]"]
 

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+import trio.testing
 from hypothesis import HealthCheck, settings
 
-from ctxrt.pgcluster import Cluster, temporary_cluster
-from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.store.environment import StoreHandle, close_store, open_store
+from ctxrt.testing import Cluster, StoreHandle, close_store, open_store, temporary_cluster
+from ctxrt import Runtime, open_runtime
 
 SOAK_ENV = "CTXRT_SOAK"
 
@@ -42,6 +42,14 @@ def soak_scale() -> Callable[[int, int], int]:
         return long if soak_enabled() else bounded
 
     return scale
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    """The test's trio clock (pytest-trio runs a test on a ``Clock`` fixture): it runs at wall
+    speed, so ``trio.fail_after`` guards still fire, and ``clock.jump(s)`` lapses a timeout or a
+    backoff at once, with no sleep."""
+    return trio.testing.MockClock(rate=1.0)
 
 
 @pytest.fixture

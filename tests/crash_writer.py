@@ -24,8 +24,8 @@ import sys
 
 import trio
 
-from ctxrt.runtime import open_runtime
-from ctxrt.store.protocol import AppendItem, RegisterState
+from ctxrt import open_runtime
+from ctxrt.testing import AppendItem, RegisterState
 
 STATE = "crash-log"
 

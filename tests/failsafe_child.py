@@ -27,9 +27,8 @@ import sys
 
 import trio
 
-from ctxrt.runtime import open_runtime
-from ctxrt.store.protocol import AppendItem, RegisterState
-from ctxrt.verification import verify_store
+from ctxrt import open_runtime
+from ctxrt.testing import AppendItem, RegisterState, verify_store
 
 PROBE_STATE = "failsafe-probe"
 

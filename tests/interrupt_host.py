@@ -18,10 +18,7 @@ from collections.abc import Callable
 
 import trio
 
-from ctxrt import Autobiographical, open_runtime
-from ctxrt.model import OfflineModel
-from ctxrt.model_types import ModelRequest, ModelResponse
-from ctxrt.runtime import Runtime
+from ctxrt import Autobiographical, ModelRequest, ModelResponse, OfflineModel, Runtime, open_runtime
 
 NAMESPACES = 4
 

@@ -1,7 +1,8 @@
 """Helpers shared by test modules (fixtures live in conftest.py)."""
 
+import inspect
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -9,11 +10,22 @@ import attrs
 import pytest
 import trio
 
-from ctxrt.content import Message
-from ctxrt.runtime import Runtime
-from ctxrt.store import files, keys
-from ctxrt.store.protocol import Atomically, EditItem
-from ctxrt.views import Window
+from ctxrt import Message, Runtime, Window
+from ctxrt.testing import Atomically, EditItem, files, keys
+
+
+POLL_S = 0.005
+
+
+async def wait_until(condition: Callable[[], bool | Awaitable[bool]]) -> None:
+    """Return once ``condition()`` holds, asking again every ``POLL_S``; the caller's
+    ``trio.fail_after`` bounds the wait. For what has no event to wait on (a log record, a request
+    the background drain sent): the wait ends when the condition holds, never after a set time."""
+    while True:
+        held = condition()
+        if await held if inspect.isawaitable(held) else held:
+            return
+        await trio.sleep(POLL_S)
 
 
 @attrs.frozen

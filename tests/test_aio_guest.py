@@ -33,8 +33,7 @@ import uvloop
 import ctxrt
 import ctxrt.aio
 import ctxrt.aio.guest
-from ctxrt.verification import verify_store
-from ctxrt.testing import ScriptedModel
+from ctxrt.testing import ScriptedModel, verify_store
 
 GUARD_S = 60
 HOST_SCRIPT = Path(__file__).with_name("aio_interrupt_host.py")

@@ -22,8 +22,7 @@ from hypothesis import strategies as st
 
 import ctxrt
 from ctxrt.anthropic_rules import violations
-from ctxrt.testing import ApiReply, ScriptedModel, open_messages_api_server
-from ctxrt.tokens import estimate_blocks
+from ctxrt.testing import ApiReply, ScriptedModel, estimate_blocks, open_messages_api_server
 
 GUARD_S = 60
 USER = {"role": "user", "content": [{"type": "text", "text": "hi"}]}

@@ -32,28 +32,31 @@ from typing import Any
 import anthropic
 import pytest
 import trio
+import trio.testing
 
 import ctxrt
-from ctxrt import Budget, ModelRequest, ModelResponse, Text, ToolResult, ToolUse, Usage
-from ctxrt.namespace import states
+from ctxrt import Budget, ModelRequest, ModelResponse, SelectOptions, Text, ToolResult, ToolUse, Unit, Usage
+from ctxrt.testing import (
+    ApiReply,
+    Atomically,
+    PlainContext,
+    ScriptedModel,
+    SetValue,
+    estimate_blocks,
+    estimate_text,
+    open_messages_api_server,
+    states,
+)
 from ctxrt.namespace.actor import MODEL_TIMEOUT_S
-from ctxrt.namespace.states import strategy_state
-from ctxrt.store.protocol import Atomically, SetValue
 from ctxrt.strategies import prompts
 from ctxrt.strategies.autobiographical import AutobiographicalStrategy
-from ctxrt.strategies.base import SelectOptions, Unit
 from ctxrt.strategies.knowledge import INSTRUCTIONS, phase_of, phases
 from ctxrt.strategies.prompts import SYSTEM, TRANSITION_PREFIX
 from ctxrt.strategies.queue import BACKOFF_S, MAX_ATTEMPTS, RETRYABLE_STREAK_LIMIT
-from ctxrt.testing import (
-    ApiReply,
-    PlainContext,
-    ScriptedModel,
-    open_messages_api_server,
-)
-from ctxrt.tokens import estimate_blocks, estimate_text
+from support import wait_until
 
 GUARD_S = 20
+HOLD_S = 10.0  # a hold's timeout: far longer than a test runs, so only the test's clock.jump lapses it
 MODEL = "model-x"
 NS = "diary"
 MARK = re.compile(r"<m(\d{5})>")
@@ -111,7 +114,7 @@ async def chunk_ids(m: ctxrt.ContextManager) -> list[tuple[str, ...]]:
 
 def stored_log(rt: ctxrt.Runtime, name: str, *, namespace: str = NS, strategy_name: str = "autobio") -> list[Any]:
     """What the store holds of a strategy log on ``main`` (the engine's txn-free read), as JSON values."""
-    state = strategy_state(namespace, strategy_name, name)
+    state = states.strategy_state(namespace, strategy_name, name)
     return [json.loads(item.data) for item in rt.engine.read_log(state, rt.engine.branch("main").id)]
 
 
@@ -155,6 +158,16 @@ def tool_result(id: str) -> dict[str, Any]:
 
 def budget(tokens: int) -> Budget:
     return Budget(max_tokens=tokens, reserve_for_response=0)
+
+
+async def backing_off_after(m: ctxrt.ContextManager, wake: float | None) -> bool:
+    """Whether the drain waits for a backoff that ends after ``wake`` (a later one, after a failure)."""
+    now = (await strategy(m)).wake_at()
+    return now is not None and (wake is None or now > wake)
+
+
+async def has_summaries(m: ctxrt.ContextManager) -> bool:
+    return await m.search_summaries() != []
 
 
 def store(tmp_path: Path) -> Path:
@@ -495,8 +508,7 @@ async def test_a_drain_failure_while_the_actor_lives_is_logged_as_an_error(
             m = await rt.open(NS, strategy=Failing(autobio(auto_tick=True)))
             for i in range(8):
                 await m.add_message("user", say(i))
-            while not any("failed to plan a unit" in r.getMessage() for r in caplog.records):
-                await trio.sleep(0.01)
+            await wait_until(lambda: any("failed to plan a unit" in r.getMessage() for r in caplog.records))
             planning = [r for r in caplog.records if "failed to plan a unit" in r.getMessage()]
             assert {r.levelno for r in planning} == {logging.ERROR}
             assert all(r.exc_info and r.exc_info[1] is error for r in planning)
@@ -577,7 +589,9 @@ async def test_a_failed_compression_is_retried_then_quarantined_and_stays_raw(
             assert len(model.requests) == MAX_ATTEMPTS + 1
 
 
-async def test_retryable_failures_never_quarantine_a_chunk_and_the_drain_backs_off(tmp_path: Path) -> None:
+async def test_retryable_failures_never_quarantine_a_chunk_and_the_drain_backs_off(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     """An outage (retryable errors) counts no attempt against the chunk; the drain waits a backoff, then
     compresses it once the model answers again (T8, L2)."""
     outage = {"on": True}
@@ -592,17 +606,22 @@ async def test_retryable_failures_never_quarantine_a_chunk_and_the_drain_backs_o
         async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
             m = await rt.open(NS, strategy=autobio(auto_tick=True))
             await add_all(m, 8)
-            while len(model.requests) < 2:  # the drain tried, backed off, and tried again
-                await trio.sleep(0.05)
+            await wait_until(lambda: backing_off_after(m, None))  # the drain tried, and waits
             assert (await strategy(m)).attempts == {} and (await strategy(m)).quarantined() == []
             assert [c.id for c in (await strategy(m))._l1_queue()][:1] == ["c-0"]  # still first in line
-            assert (await strategy(m)).wake_at() is not None  # backing off
-            tried = len(model.requests)
-            await trio.sleep(0.1)
+            tried, wake = len(model.requests), (await strategy(m)).wake_at()
+            await trio.testing.wait_all_tasks_blocked()
             assert len(model.requests) == tried  # no hammering inside the backoff
+            # Until the timer fired, the actor is asked nothing: a message it takes once the backoff is
+            # over but before its timer fires cancels the timer, and the drain waits for new messages.
+            clock.jump(BACKOFF_S)
+            await wait_until(lambda: len(model.requests) > tried)  # tried again once the backoff lapsed
+            await wait_until(lambda: backing_off_after(m, wake))  # failed again: waits longer
+            assert len(model.requests) == tried + 1
             outage["on"] = False
-            while await m.search_summaries() == []:
-                await trio.sleep(0.05)  # the drain retries by itself after the backoff
+            clock.jump(2 * BACKOFF_S)  # the backoff doubled
+            await wait_until(lambda: len(model.requests) > tried + 1)  # the drain retries by itself
+            await wait_until(lambda: has_summaries(m))
             assert (await strategy(m)).attempts == {}
 
 
@@ -643,32 +662,35 @@ async def test_hold_compression_on_a_stored_message_holds_it_and_what_follows(tm
             assert await chunk_ids(m) == [tuple(ids), tuple(later[:4])]  # later[4] comes before the hold on later[5]
 
 
-async def test_a_hold_with_a_timeout_lapses_by_itself(tmp_path: Path) -> None:
+async def test_a_hold_with_a_timeout_lapses_by_itself(tmp_path: Path, clock: trio.testing.MockClock) -> None:
     """A hold with a timeout keeps messages raw until it lapses, then they are chunked (T5)."""
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
             m = await rt.open(NS, strategy=autobio())
-            ids = [await m.add_message("user", say(0), hold_compression=0.8)]
+            ids = [await m.add_message("user", say(0), hold_compression=HOLD_S)]
             ids += await add_all(m, 7, start=1)
             await m.wait_ready()
             assert await chunk_ids(m) == []
-            await trio.sleep(0.9)
+            clock.jump(HOLD_S)
+            await trio.testing.wait_all_tasks_blocked()  # the actor's timer fired: the hold lapsed
             await m.wait_ready()
             assert await chunk_ids(m) == [tuple(ids[:4]), tuple(ids[4:])]
 
 
-async def test_a_lapsed_hold_resumes_background_compression_without_new_messages(tmp_path: Path) -> None:
+async def test_a_lapsed_hold_resumes_background_compression_without_new_messages(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     """Under auto_tick, a hold timing out wakes the drain: the held chunk compresses with no further call (T5, T8)."""
     with trio.fail_after(GUARD_S):
         model = ScriptedModel(remember)
         async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
             m = await rt.open(NS, strategy=autobio(auto_tick=True))
-            await m.add_message("user", say(0), hold_compression=1.0)
+            await m.add_message("user", say(0), hold_compression=HOLD_S)
             await add_all(m, 3, start=1)
-            await trio.sleep(0.2)
+            await trio.testing.wait_all_tasks_blocked()
             assert model.requests == [] and await chunk_ids(m) == []
-            while not model.requests:
-                await trio.sleep(0.05)
+            clock.jump(HOLD_S)
+            await wait_until(lambda: bool(model.requests))
             assert markers(text_of(model.requests[0].messages[-1])) == [0, 1, 2, 3]
 
 
@@ -1231,8 +1253,7 @@ async def test_auto_tick_compresses_in_the_background_without_tick(tmp_path: Pat
         async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
             m = await rt.open(NS, strategy=autobio(auto_tick=True, merge_threshold=3))
             await add_all(m, 12)
-            while not await m.is_ready():
-                await trio.sleep(0.01)
+            await wait_until(m.is_ready)
             assert [s.summary.level for s in await m.search_summaries()] == [2]
             assert len(model.requests) == 4
 
@@ -1244,7 +1265,7 @@ async def test_without_auto_tick_nothing_compresses_until_asked(tmp_path: Path) 
         async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
             m = await rt.open(NS, strategy=autobio(merge_threshold=2))
             await add_all(m, 8)
-            await trio.sleep(0.1)
+            await trio.testing.wait_all_tasks_blocked()
             assert model.requests == []
             assert await m.tick()  # L1 of chunk 0
             assert [len(model.requests), len(await m.search_summaries(include_merged=True))] == [1, 1]
@@ -1425,9 +1446,8 @@ async def test_model_faults_leave_the_store_consistent_and_the_chunk_queued(tmp_
 
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(tick)
-                        while not done.is_set():
+                        while not done.is_set():  # each compile is a checkpoint: the tick goes on meanwhile
                             compiles.append(await m.compile(budget(1_000)))
-                            await trio.sleep(0.02)
                     assert len(server.requests) == 1
                     assert len(compiles) >= 3  # the manager kept compiling while the request was out
                     for result in compiles:

@@ -11,15 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctxrt
-from ctxrt import Text, ToolResult, ToolUse
-from ctxrt.strategies.base import Pin, SelectOptions
+from ctxrt import Pin, SelectOptions, Summary, Text, ToolResult, ToolUse
 from ctxrt.strategies.chunking import closes_at_target, walk
 from ctxrt.strategies.knowledge import KNOWLEDGE, phase_rule
 from ctxrt.strategies.policy import AUTOBIOGRAPHICAL
 from ctxrt.strategies.queue import MAX_ATTEMPTS, l1_queue, merge_group
 from ctxrt.strategies.records import (
     Chunk,
-    Summary,
     chunk_record,
     chunks_from,
     pins_from,

@@ -11,16 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctxrt
-from ctxrt import Image, Text, ToolResult
-from ctxrt.slots import ChangeLog
+from ctxrt import Image, MessageView, Summary, Text, ToolResult, Window
+from ctxrt.testing import ChangeLog, estimate_blocks
 from ctxrt.strategies.chunking import head_window
 from ctxrt.strategies.coverage import Coverage, RunIds
-from ctxrt.strategies.records import Summary
 from ctxrt.strategies.live import JoinedDepths, holds_live_blocks, loose
 from ctxrt.strategies.shown_entries import ShownEntries
 from ctxrt.strategies.zones import Zones
-from ctxrt.tokens import estimate_blocks
-from ctxrt.views import MessageView, Window
 
 PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
 

@@ -12,16 +12,9 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt import Autobiographical, Budget, CalibratedEstimator
-from ctxrt.content import Message, Text
-from ctxrt.model_types import ModelRequest
-from ctxrt.tokens import (
-    MAX_FACTOR,
-    MIN_FACTOR,
-    estimate_blocks,
-    estimate_message,
-    estimate_text,
-)
+from ctxrt import Autobiographical, Budget, CalibratedEstimator, Message, ModelRequest, Text
+from ctxrt.testing import estimate_blocks, estimate_message, estimate_text
+from ctxrt.tokens import MAX_FACTOR, MIN_FACTOR
 
 GUARD_S = 30
 

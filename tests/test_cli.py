@@ -14,7 +14,7 @@ import trio
 import ctxrt
 from ctxrt.demo import run_demo
 from ctxrt.loadtest import refusal_lines, run_load_test
-from ctxrt.model import OfflineModel
+from ctxrt import OfflineModel
 
 GUARD_S = 120
 
@@ -54,7 +54,7 @@ async def test_every_read_only_command_works_while_another_runtime_writes(tmp_pa
             async def keep_writing() -> None:
                 while not stop.is_set():
                     await ann.add_message("user", "still talking")
-                    await trio.sleep(0.01)
+                    await trio.sleep(0.01)  # pacing, not a wait: unpaced, the writes flood the store and the strategy
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(keep_writing)

@@ -17,7 +17,7 @@ import trio
 import ctxrt
 from ctxrt.cli.demo import invocation, relative
 from ctxrt.demo import STORE_MARKER, DemoModelError, DemoStoreError, run_demo
-from ctxrt.model import OfflineModel
+from ctxrt import OfflineModel
 from ctxrt.testing import ApiReply, open_messages_api_server
 
 GUARD_S = 60

@@ -13,10 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrt import codec, validation
-from ctxrt.blobs import extract_blobs, resolve_blobs
-from ctxrt.codec import from_jsonable, message_from_json, message_to_json, to_jsonable
-from ctxrt.content import (
+from ctxrt import (
     Block,
     Document,
     Image,
@@ -26,8 +23,12 @@ from ctxrt.content import (
     Thinking,
     ToolResult,
     ToolUse,
+    codec,
     content_for_reader,
+    validation,
 )
+from ctxrt.testing import extract_blobs, resolve_blobs
+from ctxrt.codec import from_jsonable, message_from_json, message_to_json, to_jsonable
 from ctxrt.errors import MalformedContentError, StoreCorruptError, StoreFormatError
 from ctxrt.validation import (
     blocks_from_content,

@@ -12,30 +12,29 @@ from pydantic import TypeAdapter
 
 from ctxrt.breakpoints import apply_cache_breakpoints
 from ctxrt.compile import build_compile_result
-from ctxrt.compile_result import CompileResult
-from ctxrt.content import (
+from ctxrt import (
+    Budget,
+    CompileResult,
     CompiledMessage,
+    Entry,
     Image,
+    Injection,
     Message,
+    MessageInjection,
+    PreviewResult,
+    Provenance,
     RedactedThinking,
+    Source,
     Text,
     Thinking,
     ToolResult,
     ToolUse,
 )
 from ctxrt.errors import EmptyRequestError, MalformedContentError
-from ctxrt.injections import (
-    Injection,
-    MessageInjection,
-    place_injections,
-    refuse_audience_in_injections,
-    validate_injections,
-)
-from ctxrt.provenance import Provenance, Source, coverage_complete
-from ctxrt.budget import Budget, PreviewResult
-from ctxrt.strategies.base import Entry
+from ctxrt.injections import place_injections, refuse_audience_in_injections, validate_injections
+from ctxrt.provenance import coverage_complete
 from ctxrt.tool_pairing import repair_tool_pairing, split_mixed_tool_messages
-from ctxrt.wire import to_anthropic_messages
+from ctxrt.testing import to_anthropic_messages
 
 USE_A = ToolUse("a", "search", {"q": "x"})
 RESULT_A = ToolResult("a", "found")

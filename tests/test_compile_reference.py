@@ -12,15 +12,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrt.budget import Entry
+from ctxrt import (
+    CompiledMessage,
+    CompileResult,
+    Entry,
+    Injection,
+    Message,
+    MessageInjection,
+    Source,
+    Text,
+    Thinking,
+    ToolResult,
+    ToolUse,
+)
 from ctxrt.compile import CompileMemo, build_compile_result
 from ctxrt.compile_reference import ReferenceMismatch, compile_reference, split_entry, stable_prefix_tokens
-from ctxrt.compile_result import CompileResult
-from ctxrt.content import CompiledMessage, Message, Text, Thinking, ToolResult, ToolUse
 from ctxrt.errors import MalformedContentError
-from ctxrt.injections import Injection, MessageInjection
-from ctxrt.provenance import Source
-from ctxrt.tokens import estimate_blocks
+from ctxrt.testing import estimate_blocks
 
 IDS = ("a", "b", "c")
 SOURCES = ("1", "2", "3", "4", "5")  # "5" is never stored: its lookup finds nothing

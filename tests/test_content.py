@@ -12,16 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from support import FakeSlot
 
-from ctxrt.content import (
-    Message,
-    Text,
-    Thinking,
-    ToolUse,
-    content_for_reader,
-    hidden_by_edit,
-)
-from ctxrt.slots import FULL
-from ctxrt.views import FilteredListing, MergedListing, ReaderListing
+from ctxrt import Message, Text, Thinking, ToolUse, content_for_reader
+from ctxrt.testing import FULL, FilteredListing, MergedListing, ReaderListing, hidden_by_edit
 
 READERS = ("ann", "bob", "cy")
 audiences = st.none() | st.lists(st.sampled_from(READERS), min_size=1, max_size=3, unique=True).map(tuple)

@@ -26,8 +26,8 @@ from types import ModuleType
 import pytest
 import trio
 
-from ctxrt.runtime import open_runtime
-from ctxrt.store.protocol import AppendItem
+from ctxrt import open_runtime
+from ctxrt.testing import AppendItem
 from support import LineReader
 
 pytestmark = pytest.mark.soak

@@ -34,19 +34,20 @@ from ctxrt.errors import (
     UnknownStateError,
     ValueConflictError,
 )
-from ctxrt.store import seals
-from ctxrt.store.actor import execute
-from ctxrt.store.engine import Engine
-from ctxrt.store.postgres import PostgresEngine
-from ctxrt.store.protocol import (
+from ctxrt.testing import (
     AppendItem,
+    BranchRow,
     CreateBranch,
     EditItem,
     RegisterState,
     RemoveItems,
     SetValue,
+    StateInfo,
+    execute,
+    seals,
 )
-from ctxrt.store.records import BranchRow, StateInfo
+from ctxrt.store.engine import Engine
+from ctxrt.store.postgres import PostgresEngine
 
 LOGS = ("messages", "ns/context")
 VALUES = ("ns/reader",)

@@ -29,9 +29,8 @@ import trio
 import ctxrt
 import ctxrt.testing
 from ctxrt.errors import StoreCorruptError
-from ctxrt.runtime import open_runtime
-from ctxrt.store import files, keys
-from ctxrt.verification import verify_store
+from ctxrt import open_runtime
+from ctxrt.testing import files, keys, verify_store
 from support import flip
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"

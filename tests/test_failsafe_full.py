@@ -20,9 +20,8 @@ import pytest
 import trio
 
 from ctxrt.errors import StoreFullError
-from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.store.protocol import AppendItem, RegisterState
-from ctxrt.verification import verify_in_child
+from ctxrt import Runtime, open_runtime
+from ctxrt.testing import AppendItem, RegisterState, verify_in_child
 
 DISK_SIZE = "8m"
 BALLAST = 1 << 20
@@ -134,8 +133,8 @@ async def test_a_full_disk_refuses_a_first_open_cleanly(small_disk: Path) -> Non
 MAP_CHILD = """
 import os, resource, sys, trio
 from ctxrt.errors import StoreFullError
-from ctxrt.runtime import open_runtime
-from ctxrt.store.protocol import AppendItem, Atomically, RegisterState
+from ctxrt import open_runtime
+from ctxrt.testing import AppendItem, Atomically, RegisterState
 
 def address_space():
     with open("/proc/self/status") as status:

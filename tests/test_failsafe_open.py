@@ -18,16 +18,14 @@ import pytest
 import trio
 
 from ctxrt.errors import ReadOnlyStoreError, StoreLockedError
-from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.store import files
-from ctxrt.store.environment import close_store, open_environments, open_store
-from ctxrt.store.protocol import AppendItem, RegisterState
+from ctxrt import Runtime, open_runtime
+from ctxrt.testing import AppendItem, RegisterState, close_store, files, open_environments, open_store
 from test_failsafe_files import fork_server
 
 WRITER_CHILD = """
 import sys, trio
-from ctxrt.runtime import open_runtime
-from ctxrt.store.protocol import AppendItem
+from ctxrt import open_runtime
+from ctxrt.testing import AppendItem
 
 async def main(path, count, size):
     async with open_runtime(path) as rt:
@@ -154,7 +152,7 @@ async def test_a_writer_refused_by_another_process_leaves_this_processs_reader_r
     store = tmp_path / "store"
     holder = """
 import sys, trio
-from ctxrt.runtime import open_runtime
+from ctxrt import open_runtime
 async def main(path):
     async with open_runtime(path):
         print("holding", flush=True)
@@ -216,7 +214,7 @@ async def test_a_writer_is_seen_by_its_data_lock_when_its_owner_lock_file_is_gon
     checks that must not walk pages a writer is moving (check_pages, verify) still see the writer
     by its lock on data.mdb; before, verify and inspect called the sound store damaged 12 of 12
     times."""
-    from ctxrt.store import files
+    from ctxrt.testing import files
 
     store = tmp_path / "store"
     with trio.fail_after(60):

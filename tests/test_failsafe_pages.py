@@ -19,8 +19,7 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt.store import files
-from ctxrt.store.files import page_problems
+from ctxrt.testing import files
 from support import LineReader
 
 GUARD_S = 120
@@ -105,7 +104,7 @@ async def test_the_cli_names_a_damaged_page_in_one_line_instead_of_aborting(tmp_
         data = store / "data.mdb"
         for page in range(data.stat().st_size // PAGE // 2, data.stat().st_size // PAGE):
             original = zero(data, page)
-            if page_problems(store):
+            if files.page_problems(store):
                 break  # a page the store uses: the walk sees it
             data.write_bytes(original)
         else:

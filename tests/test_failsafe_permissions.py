@@ -21,13 +21,12 @@ import pytest
 import trio
 
 from ctxrt.errors import StorePermissionError
-from ctxrt.runtime import open_runtime
-from ctxrt.store import files
-from ctxrt.store.protocol import AppendItem, RegisterState
+from ctxrt import open_runtime
+from ctxrt.testing import AppendItem, RegisterState, files
 
 OPEN_CHILD = """
 import sys, trio
-from ctxrt.runtime import open_runtime
+from ctxrt import open_runtime
 
 async def main(path, mode):
     async with open_runtime(path, readonly=mode == "ro") as rt:

@@ -16,13 +16,18 @@ from pathlib import Path
 import pytest
 import trio
 
-from ctxrt.content import Message
-from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.slots import prepare_append
-from ctxrt.store.actor import open_store_actor, serve_store
-from ctxrt.store.environment import close_store, open_store
-from ctxrt.store.protocol import AppendItem, RegisterState
-from ctxrt.store.records import ItemAppended, Operation
+from ctxrt import Message, Runtime, open_runtime
+from ctxrt.testing import (
+    AppendItem,
+    ItemAppended,
+    Operation,
+    RegisterState,
+    close_store,
+    open_store,
+    open_store_actor,
+    prepare_append,
+    serve_store,
+)
 
 WRITERS = 20
 

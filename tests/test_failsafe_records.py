@@ -19,11 +19,19 @@ import pytest
 import trio
 
 from ctxrt.errors import StoreCorruptError
-from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.slots import prepare_append
-from ctxrt.store import keys, seals
-from ctxrt.store.protocol import AppendItem, Atomically, CreateBranch, EditItem, RegisterState, SetValue
-from ctxrt.verification import verify_store
+from ctxrt import Runtime, open_runtime
+from ctxrt.testing import (
+    AppendItem,
+    Atomically,
+    CreateBranch,
+    EditItem,
+    RegisterState,
+    SetValue,
+    keys,
+    prepare_append,
+    seals,
+    verify_store,
+)
 
 Patch = Callable[[lmdb.Transaction, dict[bytes, object]], None]
 

@@ -30,8 +30,7 @@ import trio
 
 import ctxrt
 from ctxrt.errors import StoreCorruptError
-from ctxrt.store import files, keys
-from ctxrt.verification import verify_in_child, verify_store
+from ctxrt.testing import files, keys, verify_in_child, verify_store
 from failsafe_child import run_forked
 from support import flip
 

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt.store import files
+from ctxrt.testing import files
 from support import clear_items_table_flags, damage, point_main_root_past_the_pages, rename_items_table
 
 GUARD_S = 30

@@ -21,9 +21,8 @@ from ctxrt.anthropic_body import anthropic_messages
 from ctxrt.body_runs import BodyCache, run_length, runs
 from ctxrt.openai_body import chat_messages, responses_input
 from ctxrt.openai_wire import to_chat_messages, to_responses_input
-from ctxrt.content import CompiledMessage, Image, RedactedThinking, Text, Thinking, ToolResult, ToolUse
-from ctxrt.testing import ApiReply, open_messages_api_server, open_openai_api_server
-from ctxrt.wire import to_anthropic_messages
+from ctxrt import CompiledMessage, Image, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from ctxrt.testing import ApiReply, open_messages_api_server, open_openai_api_server, to_anthropic_messages
 
 GUARD_S = 10
 PARTICIPANTS = ("user", "Claude", "bob", "ann")

@@ -10,13 +10,22 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrt.budget import Entry
+from ctxrt import (
+    CompileResult,
+    CompiledMessage,
+    Entry,
+    Injection,
+    Message,
+    MessageInjection,
+    Text,
+    ToolResult,
+    ToolUse,
+)
+from ctxrt.codec import to_jsonable
 from ctxrt.compile import CompileMemo, build_compile_result
 from ctxrt.compile_reference import compile_reference, stable_prefix_tokens
-from ctxrt.compile_result import CompileResult
-from ctxrt.content import CompiledMessage, Message, Text, ToolResult, ToolUse
 from ctxrt.errors import EmptyRequestError
-from ctxrt.injections import Injection, MessageInjection
+from ctxrt.testing import estimate_blocks
 
 KINDS = ("user", "assistant", "call", "answer", "mixed", "orphan_call", "orphan_result")
 VARIANTS = ("canonical", "marked", "shaped", "summary", "empty", "equal")

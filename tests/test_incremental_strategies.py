@@ -179,9 +179,9 @@ def test_incremental_compile_equals_a_compile_from_scratch(name: str, soak_scale
 def test_summary_coverage_leaves_out_a_message_revealed_inside_its_range() -> None:
     """(T9) A message edited into view inside a summary's range is not covered by it: its coverage
     runs skip it, and the view's other messages in the range stay covered."""
-    from ctxrt.content import Message, Text
+    from ctxrt import Message, Text
     from ctxrt.strategies.coverage import Coverage, count_outside, covers, outside
-    from ctxrt.strategies.records import Summary
+    from ctxrt import Summary
 
     messages = [Message(str(n), n, "user", (Text(f"m{n}"),)) for n in range(1, 11)]
     summary = Summary("L1-0", 1, "s", 1, ("3", "4", "6"), 3, 6, "3", "6", 0, None)
@@ -194,7 +194,7 @@ def test_summary_coverage_leaves_out_a_message_revealed_inside_its_range() -> No
 def test_a_windowed_compile_of_an_emptied_view_reports_what_a_fresh_one_does() -> None:
     """(T9) After its last message is removed, WindowedPassthrough's render stats are a fresh
     strategy's on the same state (nothing shown), not the last compile's before the removal."""
-    from ctxrt.strategies.base import SelectOptions
+    from ctxrt import SelectOptions
     from ctxrt.testing import PlainContext
 
     config = ctxrt.WindowedPassthrough()

@@ -20,8 +20,7 @@ import trio
 
 import ctxrt
 from ctxrt.inspector import app, pages
-from ctxrt.store import files
-from ctxrt.testing import ScriptedModel
+from ctxrt.testing import ScriptedModel, files
 from support import damage, rename_items_table
 
 GUARD_S = 30

@@ -23,8 +23,7 @@ import ctxrt
 from adapters_support import BUDGET, IMAGE, PUBLIC, SECRET, TOOL_SECRET, holds, line, residents, run, summaries_hold
 from ctxrt.integrations.openai_agents import CtxrtSession
 from ctxrt.openai_rules import violations
-from ctxrt.testing import ApiReply
-from ctxrt.tokens import estimate_blocks, estimate_text
+from ctxrt.testing import ApiReply, estimate_blocks, estimate_text
 from loopback_openai import serving_openai_api
 
 set_tracing_disabled(True)  # the SDK would otherwise try to export traces over the network

@@ -26,15 +26,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from ctxrt import Autobiographical, weak_values
+from ctxrt import Autobiographical, ModelRequest, ModelResponse, open_runtime, weak_values
 from ctxrt.demo import STORE_MARKER
 from ctxrt.errors import RuntimeClosedError
-from ctxrt.model_types import ModelRequest, ModelResponse
-from ctxrt.runtime import open_runtime
-from ctxrt.verification import verify_store
+from ctxrt.testing import verify_store
 from ctxrt.weak_values import WeakValues
 from interrupt_host import NAMESPACES, line, run_host
-from support import LineReader
+from support import LineReader, wait_until
 
 HOST_SCRIPT = Path(__file__).with_name("interrupt_host.py")
 GUARD_S = 60
@@ -237,8 +235,7 @@ async def interrupt_demo(store: Path, delay: float, tmp_path: Path, again: float
                 trio.run_process, [sys.executable, "-m", "ctxrt", "demo", "--store", str(store), "--messages",
                                    DEMO_MESSAGES], stdout=stdout, stderr=stderr, check=False,
                 env=demo_environment()))
-            while process.returncode is None and marked(store) == before:
-                await trio.sleep(0.005)
+            await wait_until(lambda: process.returncode is not None or marked(store) != before)
             await trio.sleep(delay)
             for pause in (0.0,) if again is None else (0.0, again):
                 await trio.sleep(pause)

@@ -36,9 +36,8 @@ import trio
 
 import ctxrt
 import ctxrt.aio
-from ctxrt import Autobiographical, Budget, Passthrough
-from ctxrt.model import OfflineModel
-from ctxrt.verification import verify_store
+from ctxrt import Autobiographical, Budget, OfflineModel, Passthrough
+from ctxrt.testing import verify_store
 
 ROOT = str(Path(ctxrt.__file__).parent) + os.sep
 AWAITING = ("await ", "async with ", "async for ")

@@ -3,8 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxrt.store import keys
-from ctxrt.store.records import LogHead
+from ctxrt.testing import LogHead, keys
 
 u32 = st.integers(0, keys.MAX_U32)
 u64 = st.integers(0, keys.MAX_U64)

@@ -15,13 +15,8 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt import Budget, Passthrough, WindowedPassthrough, codec
-from ctxrt.content import Text
-from ctxrt.runtime import Runtime
-from ctxrt.slots import SlotCache
-from ctxrt.store.protocol import AppendItem
-from ctxrt.store.records import LogHead
-from ctxrt.tokens import estimate_message
+from ctxrt import Budget, Passthrough, Runtime, Text, WindowedPassthrough
+from ctxrt.testing import AppendItem, LogHead, SlotCache, codec, estimate_message
 
 GUARD_S = 60
 HISTORY = 3_000

@@ -20,9 +20,8 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt import Autobiographical, Budget, Entry, WindowedPassthrough
+from ctxrt import Autobiographical, Budget, Entry, Image, Text, ToolResult, ToolUse, WindowedPassthrough
 from ctxrt.anthropic_rules import MAX_IMAGE_DATA_BYTES, violations
-from ctxrt.content import Image, Text, ToolResult, ToolUse
 from ctxrt.strategies.live import apply_live_policy
 from ctxrt.testing import ApiReply, ScriptedModel, open_messages_api_server
 

@@ -26,10 +26,8 @@ import trio
 import trio.testing
 
 import ctxrt
-from ctxrt import Budget, Entry, Text
-from ctxrt.runtime import Runtime
-from ctxrt.namespace import states
-from ctxrt.store.protocol import Atomically, EditItem, RemoveItems
+from ctxrt import Budget, Entry, Runtime, Text
+from ctxrt.testing import Atomically, EditItem, RemoveItems, states
 from support import hold_edits
 
 L1_GUARD_S = 120
@@ -99,7 +97,7 @@ class CopyingStrategy(ctxrt.Strategy):
 
 def context_copies(rt: Runtime, namespace: str, branch: str) -> dict[str, tuple[Any, ...]]:
     """source id -> content of the namespace's copy entries on ``branch``."""
-    from ctxrt import codec
+    from ctxrt.testing import codec
 
     items = rt.engine.read_log(states.context_state(namespace), rt.engine.branch(branch).id)
     copies = {}

@@ -15,8 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from ctxrt.asks import Ask
-from ctxrt.mailbox import Mailbox
+from ctxrt.testing import Ask, Mailbox
 
 
 @attrs.frozen

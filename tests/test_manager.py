@@ -22,11 +22,8 @@ import trio
 from pydantic import TypeAdapter
 
 import ctxrt
-from ctxrt import Budget, Entry, Image, Injection, MessageInjection, Text, ToolResult, ToolUse
-from ctxrt.namespace import states
-from ctxrt.runtime import Runtime
-from ctxrt.store import keys
-from ctxrt.testing import ApiReply, open_messages_api_server
+from ctxrt import Budget, Entry, Image, Injection, MessageInjection, Runtime, Text, ToolResult, ToolUse
+from ctxrt.testing import ApiReply, keys, open_messages_api_server, states
 
 GUARD_S = 20
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(200))).decode()
@@ -58,7 +55,7 @@ async def add_many(manager: ctxrt.ContextManager, count: int, *, start: int = 0)
 
 def context_log(rt: Runtime, namespace: str, branch: str = "main") -> list[ctxrt.Message]:
     """The namespace's context log as stored (read-only engine read)."""
-    from ctxrt import codec
+    from ctxrt.testing import codec
 
     items = rt.engine.read_log(states.context_state(namespace), rt.engine.branch(branch).id)
     return [codec.message_from_json(item.data, sequence=item.sequence, store="test") for item in items]

@@ -22,12 +22,9 @@ import trio
 import trio.testing
 
 import ctxrt
-from ctxrt import Autobiographical, Budget
-from ctxrt.namespace import states
-from ctxrt.runtime import Runtime
-from ctxrt.store.protocol import SetValue
-from support import hold_edits
-from ctxrt.testing import ScriptedModel
+from ctxrt import Autobiographical, Budget, Runtime
+from ctxrt.testing import ScriptedModel, SetValue, states
+from support import hold_edits, wait_until
 
 GUARD_S = 60
 BIG = Budget(max_tokens=200_000, reserve_for_response=0)
@@ -290,8 +287,7 @@ async def test_a_call_in_service_when_the_runtime_is_cancelled_is_answered_not_s
                     await trio.lowlevel.checkpoint()
                 scope.cancel()
                 with trio.fail_after(5):
-                    while not ended:
-                        await trio.sleep(0.001)
+                    await wait_until(lambda: bool(ended))
             assert ended == ["closed"]
 
 

@@ -7,22 +7,18 @@ import math
 import pytest
 
 from ctxrt import Message, NarrowingRefusedError, ReaderConflictError, StrategyRefusedError, Text
-from ctxrt.namespace import states
+from ctxrt.testing import CorruptRecord, EditItem, Holds, RemoveItems, record_from_value, states
 from ctxrt.namespace.core import (
-    CorruptRecord,
-    Holds,
     Place,
     check_attach,
     check_reader,
     edit_propagation,
     floor_from_value,
     judge_edit,
-    record_from_value,
     removal_propagation,
     require_marking,
     resolve_reader,
 )
-from ctxrt.store.protocol import EditItem, RemoveItems
 
 HERE = Place("agents", "main")
 

@@ -22,13 +22,26 @@ import psycopg
 import pytest
 
 import ctxrt
-from ctxrt.content import Text
-from ctxrt.pgcluster import Cluster
-from ctxrt.asks import Reply
-from ctxrt.model_types import ModelResponse, Usage
-from ctxrt.namespace import states
+from ctxrt import ModelResponse, Text, Usage
+from ctxrt.testing import (
+    AppendItem,
+    Atomically,
+    Cluster,
+    CreateBranch,
+    EditItem,
+    Reply,
+    SetValue,
+    SlotRegistry,
+    StoreHandle,
+    close_store,
+    execute,
+    open_store,
+    prepare_append,
+    record_from_value,
+    states,
+)
 from ctxrt.namespace.actor import EngineReads, answer_lease
-from ctxrt.namespace.core import Place, record_from_value
+from ctxrt.namespace.core import Place
 from ctxrt.namespace.effects import (
     Acquire,
     Acquired,
@@ -67,10 +80,6 @@ from ctxrt.namespace.protocol import (
     Tick,
     UnitDone,
 )
-from ctxrt.slots import SlotRegistry, prepare_append
-from ctxrt.store.actor import execute
-from ctxrt.store.environment import StoreHandle, close_store, open_store
-from ctxrt.store.protocol import AppendItem, Atomically, CreateBranch, EditItem, SetValue
 
 BIG = ctxrt.Budget(max_tokens=200_000, reserve_for_response=0)
 

@@ -18,10 +18,8 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 import ctxrt
-from ctxrt.content import Message
+from ctxrt import Message
 from ctxrt.errors import UnknownStateError, ValueConflictError
-from ctxrt.asks import Reply
-from ctxrt.namespace import states
 from ctxrt.namespace.core import Place
 from ctxrt.namespace.effects import (
     Acquire,
@@ -40,11 +38,10 @@ from ctxrt.namespace.effects import (
 from ctxrt.namespace.lease import Lease
 from ctxrt.namespace.machine import NamespaceMachine
 from ctxrt.namespace.protocol import Attach, Compile, NamespaceConfig, QuerySummaries, SearchSummaries, SetStrategy
-from ctxrt.slots import SlotCache
 from ctxrt.store.interface import StoreEngine
 from ctxrt.store.batch import ANY
-from ctxrt.store.protocol import Atomically, RegisterState, SetValue
-from ctxrt.store.records import Item, LogHead
+from ctxrt.store.records import Item
+from ctxrt.testing import Atomically, LogHead, RegisterState, Reply, SetValue, SlotCache, states
 
 BIG = ctxrt.Budget(max_tokens=200_000, reserve_for_response=0)
 BRANCH = 1

@@ -17,12 +17,18 @@ from ctxrt.namespace.core import Place
 from ctxrt.namespace.drain import STORE_RETRY_MAX_S, STORE_RETRY_S, Drain
 from ctxrt.namespace.lease import Lease
 from ctxrt.namespace.views import build_views, seen_now
-from ctxrt.slots import SlotRegistry, prepare_append
-from ctxrt.store.actor import execute
-from ctxrt.store.environment import StoreHandle, close_store, open_store
+from ctxrt.testing import (
+    AppendItem,
+    RegisterState,
+    SlotRegistry,
+    StoreHandle,
+    close_store,
+    execute,
+    open_store,
+    prepare_append,
+)
+from ctxrt import Strategy
 from ctxrt.store.interface import StoreEngine
-from ctxrt.store.protocol import AppendItem, RegisterState
-from ctxrt.strategies.base import Strategy
 
 
 def memory(*, auto_tick: bool = False) -> Strategy:

@@ -18,10 +18,8 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt.content import CompiledMessage, Text, ToolUse
+from ctxrt import CompiledMessage, ModelRequest, ModelResponse, OpenAIModel, Text, ToolUse
 from ctxrt.errors import ModelError
-from ctxrt.model_types import ModelRequest, ModelResponse
-from ctxrt.openai_model import OpenAIModel
 from ctxrt.openai_rules import violations
 from ctxrt.testing import ApiReply, MessagesScript, open_openai_api_server
 

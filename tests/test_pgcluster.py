@@ -19,7 +19,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ctxrt.pgcluster import Cluster, ClusterError, temporary_cluster
+from ctxrt.testing import Cluster, ClusterError, temporary_cluster
 
 
 def alive(pid: int) -> bool:
@@ -131,7 +131,7 @@ def test_a_stopped_cluster_leaves_no_server_and_no_directory() -> None:
 
 OWNER = """
 import os, sys
-from ctxrt.pgcluster import temporary_cluster
+from ctxrt.testing import temporary_cluster
 with temporary_cluster() as cluster:
     print(cluster.pid, cluster.directory, flush=True)
     sys.stdin.read()

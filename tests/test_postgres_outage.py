@@ -22,7 +22,7 @@ import trio
 
 import ctxrt
 from ctxrt import Entry
-from ctxrt.pgcluster import Cluster
+from ctxrt.testing import Cluster
 
 GUARD_S = 30
 

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ctxrt
-from ctxrt.content import Message, Text
+from ctxrt import Message, Text
 from ctxrt.queries import MessageQuery
 
 GUARD_S = 30

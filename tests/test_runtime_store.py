@@ -30,11 +30,19 @@ from ctxrt.errors import (
     StoreFormatError,
     StoreLockedError,
 )
-from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.store import keys, seals
-from ctxrt.store.environment import LOCK_NAME, open_environments
-from ctxrt.store.protocol import AppendItem, EditItem, RegisterState, RemoveItems, SetValue
-from ctxrt.verification import verify_store
+from ctxrt import Runtime, open_runtime
+from ctxrt.testing import (
+    AppendItem,
+    EditItem,
+    LOCK_NAME,
+    RegisterState,
+    RemoveItems,
+    SetValue,
+    keys,
+    open_environments,
+    seals,
+    verify_store,
+)
 from support import LineReader, dump
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -78,7 +86,7 @@ def write_format(store_path: Path, raw: bytes) -> None:
 LOCK_CHILD = """
 import sys, trio
 from ctxrt.errors import StoreLockedError
-from ctxrt.runtime import open_runtime
+from ctxrt import open_runtime
 
 async def main():
     try:
@@ -154,7 +162,7 @@ async def test_a_reader_in_this_process_sees_committed_data_and_refuses_writes(s
 READER_CHILD = """
 import json, sys, trio
 from ctxrt.errors import ReadOnlyStoreError
-from ctxrt.runtime import open_runtime
+from ctxrt import open_runtime
 
 def report(rt):
     engine = rt.engine

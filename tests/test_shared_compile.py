@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import ctxrt
-from ctxrt.wire import to_anthropic_messages
+from ctxrt.testing import to_anthropic_messages
 
 ASSISTANT = "Claude"
 

@@ -21,11 +21,8 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt import codec
-from ctxrt.blobs import extract_blobs
-from ctxrt.runtime import Runtime
-from ctxrt.slots import SlotCache
-from ctxrt.store.protocol import AppendItem
+from ctxrt import Runtime
+from ctxrt.testing import AppendItem, SlotCache, codec, extract_blobs
 
 GUARD_S = 20
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(64))).decode()

@@ -29,19 +29,20 @@ from ctxrt.errors import (
     StateKindError,
     UnknownStateError,
 )
-from ctxrt.runtime import Runtime, open_runtime
-from ctxrt.store import keys
-from ctxrt.store.protocol import (
+from ctxrt import Runtime, open_runtime
+from ctxrt.testing import (
     AppendItem,
     Atomically,
     CreateBranch,
     DeleteBranch,
     EditItem,
+    ItemAppended,
     RegisterState,
     RemoveItems,
     SetValue,
+    ValueSet,
+    keys,
 )
-from ctxrt.store.records import ItemAppended, ValueSet
 
 # -- helpers ---------------------------------------------------------------------------------
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
-from ctxrt import Budget
-from ctxrt.runtime import open_runtime
+from ctxrt import Budget, open_runtime
 
 THAW_S = 5.0
 EVERYTHING = Budget(max_tokens=100_000, reserve_for_response=0)
@@ -73,8 +73,8 @@ def disk(tmp_path: Path) -> Iterator[Disk]:
             subprocess.run(["umount", "-l", str(mount_point)], check=True)  # a failed test may leave it busy
 
 
-async def test_a_compile_and_a_timer_are_served_while_a_durable_append_waits_for_the_disk(disk: Disk) -> None:
-    """While a durable commit waits for the disk, the loop serves a compile and a timer; the
+async def test_the_loop_idles_and_serves_a_compile_while_a_durable_append_waits_for_the_disk(disk: Disk) -> None:
+    """While a durable commit waits for the disk, the loop goes idle and serves a compile; the
     append's caller is answered only once the disk took it, and it reads back after (K9)."""
     with trio.fail_after(THAW_S * 4):
         async with open_runtime(disk.mount_point / "store") as rt:
@@ -93,7 +93,8 @@ async def test_a_compile_and_a_timer_are_served_while_a_durable_append_waits_for
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(append)
-                    await trio.sleep(0.2)  # a timer: on a loop stuck in the commit it fires only after the thaw
+                    # the loop goes idle with the commit out; a loop stuck in the commit idles only after the thaw
+                    await trio.testing.wait_all_tasks_blocked()
                     compiled = await reader.compile(EVERYTHING)
                     answered.append("compile")
                     assert not disk.thawed_by_timer, "the loop waited for the disk: nothing ran until the thaw"
@@ -124,10 +125,10 @@ async def test_appenders_that_arrive_during_a_commit_share_the_next_one_and_all_
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(append, 0)
-                    await trio.sleep(0.2)  # the first commit is out, held by the disk
+                    await trio.testing.wait_all_tasks_blocked()  # the first commit is out, held by the disk
                     for n in range(1, len(managers)):
                         nursery.start_soon(append, n)
-                    await trio.sleep(0.2)
+                    await trio.testing.wait_all_tasks_blocked()  # they all wait on the commit's end
                     assert not disk.thawed_by_timer, "the loop waited for the disk: nothing ran until the thaw"
                     assert answered == [], "an append was answered before the disk took its commit"
                     batches = rt.store.statistics().batches

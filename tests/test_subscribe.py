@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
 import ctxrt
-from ctxrt import Added, Edited, Removed
-from ctxrt.content import Message, Text
-from ctxrt.events import MessageEvent, diff
+from ctxrt import Added, Edited, Message, MessageEvent, Removed, Text
+from ctxrt.events import diff
+from support import wait_until
 
 GUARD_S = 30
 
@@ -94,7 +95,6 @@ async def test_a_read_only_runtime_reports_another_runtimes_writes(tmp_path: Pat
             async with ctxrt.open_runtime(tmp_path / "store", readonly=True) as reader_rt:
                 reader = await reader_rt.open("writer")
                 async with reader.subscribe(poll_interval_s=0.01) as events:
-                    await trio.sleep(0.05)
                     ids = [await writer.add_message("user", f"m{i}") for i in range(5)]
                     added = await collect(events, 5)
                     assert [e.message.id for e in added] == ids  # type: ignore[union-attr]
@@ -174,8 +174,7 @@ async def test_subscriptions_end_when_the_runtime_closes(tmp_path: Path) -> None
                     for event in ready:
                         await event.wait()
                     await writer.add_message("user", "second")
-                while "read-only" not in ended:  # the read-only runtime closed; the guard bounds the wait
-                    await trio.sleep(0.001)
+                await wait_until(lambda: "read-only" in ended)  # the read-only runtime closed
                 assert ended == ["read-only"]  # the writing runtime's subscription lives on
         assert ended == ["read-only", "writing"]  # the nursery waited for the writing runtime's reader
 
@@ -196,7 +195,9 @@ async def test_an_ended_subscription_hears_no_more_commits(tmp_path: Path, caplo
     assert [r.getMessage() for r in caplog.records] == []
 
 
-async def test_a_read_only_subscription_stops_looking_when_its_runtime_closes(tmp_path: Path) -> None:
+async def test_a_read_only_subscription_stops_looking_when_its_runtime_closes(
+    tmp_path: Path, clock: trio.testing.MockClock
+) -> None:
     """Item 5 (second attack round): a read-only runtime's poller stops when the runtime closes, so
     a host task that stays in its subscribe block after the loop ended exits it cleanly instead of
     raising from the closed store."""
@@ -209,7 +210,8 @@ async def test_a_read_only_subscription_stops_looking_when_its_runtime_closes(tm
             subscribed.set()
             assert [event async for event in events] == []
             outcome.append("ended")
-            await trio.sleep(0.05)  # many poll intervals after the runtime closed
+            clock.jump(1.0)  # a thousand poll intervals after the runtime closed
+            await trio.testing.wait_all_tasks_blocked()
         outcome.append("left the block")
 
     with trio.fail_after(GUARD_S):

@@ -15,9 +15,8 @@ import pytest
 import trio
 import trio.testing
 
-from ctxrt.content import CompiledMessage, Text
+from ctxrt import CompiledMessage, ModelRequest, ModelResponse, Text, Usage
 from ctxrt.errors import ModelError
-from ctxrt.model_types import ModelRequest, ModelResponse, Usage
 from ctxrt.testing import (
     ApiReply,
     MessagesApiServer,
@@ -25,6 +24,7 @@ from ctxrt.testing import (
     open_messages_api_server,
     serve_messages_api,
 )
+from support import wait_until
 
 GUARD_S = 10
 # The smallest body the server's request rules (P8) accept.
@@ -203,8 +203,7 @@ async def test_server_stops_promptly_with_a_slow_reply_pending() -> None:
         async with open_messages_api_server([ApiReply.text("never").after(3600)]) as server:
             stream = await trio.open_tcp_stream("127.0.0.1", port_of(server))
             await stream.send_all(b"POST /v1/messages HTTP/1.1\r\ncontent-length: %d\r\n\r\n%s" % (len(_VALID), _VALID))
-            while not server.requests:
-                await trio.sleep(0.01)
+            await wait_until(lambda: bool(server.requests))
         assert await stream.receive_some(1) == b""  # the server closed its side
         await stream.aclose()
         with pytest.raises(OSError):

@@ -7,16 +7,9 @@ import math
 
 import pytest
 
-from ctxrt.content import Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
-from ctxrt.tokens import (
-    DOCUMENT_TOKEN_ESTIMATE,
-    IMAGE_TOKEN_ESTIMATE,
-    REDACTED_DEFAULT_TOKENS,
-    estimate_block,
-    estimate_blocks,
-    estimate_message,
-    estimate_text,
-)
+from ctxrt import Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from ctxrt.testing import estimate_block, estimate_blocks, estimate_message, estimate_text
+from ctxrt.tokens import DOCUMENT_TOKEN_ESTIMATE, IMAGE_TOKEN_ESTIMATE, REDACTED_DEFAULT_TOKENS
 
 
 def test_prose_costs_one_token_per_2_9_chars():

@@ -20,10 +20,8 @@ from hypothesis import given, settings
 from support import FakeSlot
 
 import ctxrt
-from ctxrt import Message, Text
-from ctxrt.runtime import Runtime
-from ctxrt.slots import FULL
-from ctxrt.views import FilteredListing, MergedListing, MessageView, ReaderListing
+from ctxrt import Message, MessageView, Runtime, Text
+from ctxrt.testing import FULL, FilteredListing, MergedListing, ReaderListing
 
 GUARD_S = 20
 

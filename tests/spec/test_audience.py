@@ -28,6 +28,7 @@ import attrs
 import lmdb
 import pytest
 import trio
+import trio.testing
 
 import ctxrt
 import ctxrt.namespace.core
@@ -39,20 +40,26 @@ from ctxrt import (
     Injection,
     MessageInjection,
     Passthrough,
+    Runtime,
     Strategy,
     Text,
     Thinking,
     ToolResult,
     content_for_reader,
 )
-from ctxrt import codec
-from ctxrt.wire import to_anthropic_messages
-from ctxrt.content import hidden_by_edit
-from ctxrt.runtime import Runtime
-from ctxrt.slots import FULL
-from ctxrt.store.protocol import AppendItem, Atomically, RegisterState, SetValue
-from ctxrt.testing import ScriptedModel
-from ctxrt.namespace.views import shared_reader_listing
+from ctxrt.testing import (
+    AppendItem,
+    Atomically,
+    FULL,
+    RegisterState,
+    ScriptedModel,
+    SetValue,
+    codec,
+    hidden_by_edit,
+    shared_reader_listing,
+    to_anthropic_messages,
+)
+from support import wait_until
 
 GUARD_S = 30
 BIG = Budget(max_tokens=10_000_000, reserve_for_response=0)
@@ -639,7 +646,7 @@ async def test_a_second_reader_opening_while_the_first_ones_claim_is_committing_
             nursery.start_soon(open_for, "ann", config)
             await reached.wait()
             nursery.start_soon(open_for, "bob", None)
-            await trio.sleep(0.05)
+            await trio.testing.wait_all_tasks_blocked()
             assert opened == {}, "both opens wait on ann's claim"
             gate.set()
     assert isinstance(opened["ann"], ctxrt.ContextManager) and opened["ann"].view_reader == "ann"
@@ -871,17 +878,14 @@ async def test_a_compression_waiting_on_its_model_when_a_claim_lands_writes_noth
         nobody = await rt.open("agents/s", strategy=config, model=model)
         for i in range(30):  # every message holds a marker for ann, hidden from the view for no reader
             await nobody.add_message("user", [block(f"ANN-ONLY-{i}", "ann"), words(i)])
-        while not stale:
-            await trio.sleep(0.01)
+        await wait_until(lambda: bool(stale))
         assert "ANN-ONLY" not in request_text(stale[0]), "the premise: that request is the no-reader view's"
         asked_before_claim = len(model.requests)
         ann = await rt.open("agents/s", view_reader="ann")
         with caplog.at_level(logging.WARNING, logger="ctxrt.namespace"):
             released.set()
-            while len(model.requests) == asked_before_claim and not any(
-                "discarded the reply" in r.getMessage() for r in caplog.records
-            ):
-                await trio.sleep(0.01)
+            await wait_until(lambda: len(model.requests) > asked_before_claim or any(
+                "discarded the reply" in r.getMessage() for r in caplog.records))
             await ann.wait_ready()
     assert any("discarded the reply" in r.getMessage() for r in caplog.records), "the stale reply was discarded, logged"
     assert not await ann.search_summaries(regex="STALE", include_merged=True, limit=1000)

@@ -61,12 +61,16 @@ from hypothesis.stateful import (
 from support import PostgresSchema
 
 import ctxrt
-from ctxrt import Autobiographical, Budget, Text, ToolResult, validation
-from ctxrt.content import hidden_by_edit
-from ctxrt.namespace import states
-from ctxrt.namespace.core import CorruptRecord, record_from_value
-from ctxrt.store.protocol import Atomically
-from ctxrt.testing import ScriptedModel
+from ctxrt import Autobiographical, Budget, Text, ToolResult
+from ctxrt.testing import (
+    Atomically,
+    CorruptRecord,
+    ScriptedModel,
+    blocks_from_content,
+    hidden_by_edit,
+    record_from_value,
+    states,
+)
 
 SOAK = os.environ.get("CTXRT_SOAK") == "1"
 GUARD_S = 60
@@ -332,7 +336,7 @@ class PrivacyMachine(RuleBasedStateMachine):
             return
         message = messages[which % len(messages)]
         blocks = self.edited_blocks(message, position, audience, append)
-        new_content = validation.blocks_from_content(blocks)
+        new_content = blocks_from_content(blocks)
         names, others = hidden_by_edit(message.content, new_content)
         try:
             self.loop.run(handle.manager.edit_message, message.id, blocks)
@@ -462,7 +466,7 @@ class PrivacyMachine(RuleBasedStateMachine):
                 return
             message = messages[which % len(messages)]
             blocks = self.edited_blocks(message, position, audience, append)
-            new_content = validation.blocks_from_content(blocks)
+            new_content = blocks_from_content(blocks)
             outcome, value = self.loop.run_cancelled(checkpoints, manager.edit_message, message.id, blocks)
             assert outcome != "raised" or isinstance(value, ctxrt.NarrowingRefusedError), value
             self.loop.run(self.caught_up, manager)
