@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from . import checks, weak_values
+from . import checks
 from .content import Message
 from .errors import ManagerClosedError, MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
 from .manager import ContextManager
@@ -46,11 +46,6 @@ if TYPE_CHECKING:
     from .branching import Derivation
 
 logger = logging.getLogger("ctxrt.runtime")
-
-# A cache entry's removal runs wherever its value dies, and Python drops any error raised there:
-# Ctrl-C is deferred out of it (to the run's main task), or it would be lost (L8).
-trio.lowlevel.enable_ki_protection(weak_values.drop)
-
 
 @attrs.frozen
 class NamespaceInfo:

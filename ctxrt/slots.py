@@ -179,7 +179,8 @@ class SlotCache:
         self.looks = 0  # head reads before a read (a read-only runtime's, a shared store's)
         self.decoded = 0  # messages decoded from the store so far (L7 is measured with it)
         # Per reader view, what every namespace reading this slot alone so shares (its projection,
-        # what compiles make of it: ``namespace.views.ReaderCache``), kept as long as the cache is.
+        # its copy entries, what compiles make of them: ``namespace.views.ReaderCache``), kept as
+        # long as the cache is.
         self.readers: dict[str | None, object] = {}
         if seed is None:
             self._reload("first read")

@@ -14,11 +14,12 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import attrs
 
 from .content import Message, content_for_reader, sequence_key
+from .memos import IdMemo
 from .slots import FULL, MIN_LOAD, Change, ChangeLog, SlotCache, parse_id
 from .tokens import estimate_message
 
@@ -276,16 +277,23 @@ class MessageView:
     Returned lists are shared caches: immutable by contract. ``window``, ``get_tail``, ``get`` and
     ``after`` read back from the newest message only as far as they need (L7); ``get_all``,
     ``length``, ``get_from`` and ``index_of`` need the whole view and decode all of it.
+
+    ``copies``: each message's ``copy`` entry (``strategies.base.raw_entry``), owned by whoever
+    owns the listing (a slot's reader view shares one among its namespaces, so what compile makes
+    of an entry is made once, P16), held for the messages the listing holds.
     """
 
     def __init__(
         self, listing: Listing, guard: Callable[[], None] | None = None,
         estimate: Callable[[Message], int] = estimate_message, pricing: Callable[[], object] = lambda: 0,
+        copies: IdMemo[Message, Any] | None = None,
     ) -> None:
         self._listing = listing
         self._guard = guard
         self._estimate = estimate
         self._pricing = pricing
+        # Values are ``budget.Entry`` (a layer above views, not named here).
+        self.copies: IdMemo[Message, Any] = IdMemo() if copies is None else copies
 
     @property
     def pricing(self) -> object:
@@ -298,7 +306,9 @@ class MessageView:
         stamp that changes when the view changed other than by appending."""
         if self._guard is not None:
             self._guard()
-        return self._listing.window(count)
+        window = self._listing.window(count)
+        self.copies.bound(len(window.messages), window.messages)  # a window holds all the listing holds
+        return window
 
     def changes(self, stamp: object) -> list[Change] | None:
         """The sequences changed other than by appending since the window that carried ``stamp``

@@ -17,20 +17,17 @@ import re
 import signal
 import subprocess
 import sys
-import types
 from collections.abc import Callable
-from typing import Any
 from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
 
-from ctxrt import Autobiographical, ModelRequest, ModelResponse, open_runtime, weak_values
+from ctxrt import Autobiographical, ModelRequest, ModelResponse, open_runtime
 from ctxrt.demo import STORE_MARKER
 from ctxrt.errors import RuntimeClosedError
 from ctxrt.testing import verify_store
-from ctxrt.weak_values import WeakValues
 from interrupt_host import NAMESPACES, line, run_host
 from support import LineReader, wait_until
 
@@ -268,34 +265,3 @@ async def test_ctrl_c_into_the_demo_exits_130_in_one_line_and_the_next_run_works
                                         env=demo_environment())
     assert result.returncode == 0, f"seed {seed}: {result.stderr.decode()[-3000:]}"
 
-
-def test_ctrl_c_while_a_shared_cache_entry_dies_is_raised_never_dropped() -> None:
-    """A real SIGINT landing in the removal of a shared cache's entry (which runs wherever its value
-    dies, and whose errors Python drops) ends the trio run in a KeyboardInterrupt: trio defers it
-    to the run's main task. Raised there, it was dropped and the host ran on (L8)."""
-    table: WeakValues[int, Any] = WeakValues()
-    removal = weak_values.drop.__code__
-
-    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
-        if frame.f_code is removal:
-            sys.settrace(None)
-            os.kill(os.getpid(), signal.SIGINT)
-        return None
-
-    class Value:
-        pass
-
-    async def main() -> None:
-        value = Value()
-        table[1] = value
-        sys.settrace(trace)
-        try:
-            del value  # its entry's removal runs now, and the signal lands in it
-        finally:
-            sys.settrace(None)
-        with trio.fail_after(10):
-            await trio.sleep_forever()  # the deferred interrupt arrives at this checkpoint
-
-    with pytest.raises(KeyboardInterrupt):
-        trio.run(main)
-    assert table.get(1) is None and len(table) == 0

@@ -27,7 +27,7 @@ PACKAGE = Path(ctxrt.__file__).parent
 # Lowest first. The arrows of data flow: manager -> namespace actor -> strategy -> views -> slot
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
-    ("ctxrt.errors", "ctxrt.asks", "ctxrt.mailbox", "ctxrt.content", "ctxrt.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.weak_values", "ctxrt.store.keys", "ctxrt.store.seals",
+    ("ctxrt.errors", "ctxrt.asks", "ctxrt.mailbox", "ctxrt.content", "ctxrt.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.store.keys", "ctxrt.store.seals",
      "ctxrt.store.files", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
     ("ctxrt.validation", "ctxrt.codec", "ctxrt.blobs", "ctxrt.tokens"),
@@ -89,7 +89,7 @@ PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspect
 # a new strategy module is a pure core without a word here). To add a module, add its dotted
 # name here (as in LAYERS); a name here that no longer names a module fails a test.
 PURE_CORES: tuple[str, ...] = (
-    "ctxrt.asks", "ctxrt.content", "ctxrt.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.weak_values", "ctxrt.checks", "ctxrt.queries", "ctxrt.validation", "ctxrt.codec",
+    "ctxrt.asks", "ctxrt.content", "ctxrt.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.checks", "ctxrt.queries", "ctxrt.validation", "ctxrt.codec",
     "ctxrt.blobs", "ctxrt.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.wire", "ctxrt.openai_wire",
     "ctxrt.body_runs", "ctxrt.anthropic_body", "ctxrt.openai_body", "ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints", "ctxrt.injections",
     "ctxrt.compile_result", "ctxrt.compile_reference", "ctxrt.compile",

@@ -32,8 +32,7 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
     "test_cli_errors.py": (frozenset({"ctxrt.cli"}), _CLI),
     "test_inspector.py": (frozenset({"ctxrt.inspector.app", "ctxrt.inspector.pages"}), _CLI),
     "test_inspector_browser.py": (frozenset({"ctxrt.demo"}), _CLI),
-    "test_interrupt.py": (frozenset({"ctxrt.demo", "ctxrt.weak_values"}),
-                          _CLI + "; and the shared cache table a Ctrl-C lands in (L8)"),
+    "test_interrupt.py": (frozenset({"ctxrt.demo"}), _CLI),
     "test_autobiographical.py": (
         frozenset({"ctxrt.namespace.actor", "ctxrt.strategies.autobiographical",
                    "ctxrt.strategies.knowledge", "ctxrt.strategies.prompts", "ctxrt.strategies.queue"}),
@@ -135,12 +134,12 @@ def test_the_checker_sees_each_way_of_importing_an_internal_module() -> None:
         "from ctxrt.testing import AppendItem\n"
         "from ctxrt.integrations.langchain import CtxrtMiddleware\n"
         "from ctxrt.store import files\n"
-        "from ctxrt import Runtime, weak_values\n"
+        "from ctxrt import Runtime, memos\n"
         "from ctxrt.slots import prepare_append\n"
         "from . import support\n"
         "def later():\n"
         "    from ctxrt.compile import build_compile_result\n"
         "SCRIPT = 'from ctxrt.runtime import open_runtime'\n"
     )
-    assert internal_imports(snippet) == {"ctxrt.views", "ctxrt.store.files", "ctxrt.weak_values", "ctxrt.slots",
+    assert internal_imports(snippet) == {"ctxrt.views", "ctxrt.store.files", "ctxrt.memos", "ctxrt.slots",
                                          "ctxrt.compile"}

@@ -17,8 +17,10 @@ from typing import Any
 import attrs
 
 from .. import codec
+from ..budget import Entry
 from ..compile import CompileMemo, ViewShare
 from ..content import Message
+from ..memos import IdMemo
 from ..slots import SlotCache
 from ..store.interface import StoreEngine
 from ..strategies.base import Strategy
@@ -56,10 +58,12 @@ def build_views(
     merged = listings[0] if len(listings) == 1 else MergedListing(listings)
     filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
     shared = filtered is listings[0]
+    copies: IdMemo[Message, Entry] | None = None
     if shared:  # one slot as it is: its reader's projection, and what compiles make in it, are shared
         own = reader_cache(caches[0], reader)
         listing: Any = own.listing
         memo = CompileMemo(own.compiled)
+        copies = own.copies
     else:
         listing = ReaderListing(filtered, reader)
         memo = CompileMemo()  # a new memo: entries of another view never reused
@@ -74,7 +78,7 @@ def build_views(
             None if (found := stored.get(message_id)) is None else reader_view_of(found, reader)
         )
     view = MessageView(listing, guard=guard, estimate=estimate_message if estimator is None else _checked(estimator),
-                       pricing=pricing)
+                       pricing=pricing, copies=copies)
     return ReaderViews(listing, shared, view, raw_body, memo)
 
 
@@ -82,11 +86,12 @@ def build_views(
 class ReaderCache:
     """What every namespace actor reading one slot as ``reader`` (no filter) shares, kept on the
     slot cache and dropped with it: the reader's projection of the slot (each message projected
-    once per slot and reader view, not once per namespace) and what compiles make of its messages
-    (P17)."""
+    once per slot and reader view, not once per namespace), each message's ``copy`` entry
+    (``MessageView.copies``) and what compiles make of its messages (P17)."""
 
     listing: ReaderListing
     compiled: ViewShare
+    copies: IdMemo[Message, Entry]
 
 
 def reader_cache(cache: SlotCache, reader: str | None) -> ReaderCache:
@@ -94,7 +99,7 @@ def reader_cache(cache: SlotCache, reader: str | None) -> ReaderCache:
     found = cache.readers.get(reader)
     if not isinstance(found, ReaderCache):
         listing = ReaderListing(SlotListing(cache), reader)
-        found = cache.readers[reader] = ReaderCache(listing, ViewShare(listing.changes))
+        found = cache.readers[reader] = ReaderCache(listing, ViewShare(listing.changes), IdMemo())
     return found
 
 

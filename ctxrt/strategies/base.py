@@ -20,7 +20,7 @@ import attrs
 from .. import checks
 from ..budget import Entry, non_negative_int
 from ..content import Message, sequence_key
-from ..weak_values import WeakValues
+from ..memos import IdMemo
 
 if TYPE_CHECKING:
     from ..budget import Budget, PreviewResult
@@ -349,7 +349,7 @@ class RawEntries:
             messages = window.messages
             total = self.totals[-1]
             for message in messages[bisect_right(messages, self._newest, key=sequence_key) :]:
-                self.entries.append(raw_entry(message))
+                self.entries.append(raw_entry(message, view.copies))
                 total += view.estimate_tokens(message)
                 self.totals.append(total)
             self._newest = messages[-1].sequence
@@ -385,7 +385,7 @@ class RawEntries:
             fresh = held[bisect_left(held, low, key=sequence_key) : bisect_right(held, high, key=sequence_key)]
             start = bisect_left(self.entries, low, key=_entry_sequence)
             stop = bisect_right(self.entries, high, key=_entry_sequence)
-            self.entries[start:stop] = [raw_entry(message) for message in fresh]
+            self.entries[start:stop] = [raw_entry(message, view.copies) for message in fresh]
             totals = self.totals
             made = list(accumulate((view.estimate_tokens(message) for message in fresh), initial=totals[start]))
             shift = made[-1] - totals[stop]
@@ -397,7 +397,7 @@ class RawEntries:
         return True
 
     def _prepend(self, messages: Sequence[Message], complete: bool, view: MessageView) -> None:
-        entries = [raw_entry(message) for message in messages] + self.entries
+        entries = [raw_entry(message, view.copies) for message in messages] + self.entries
         costs = [view.estimate_tokens(message) for message in messages]
         costs += [b - a for a, b in zip(self.totals, self.totals[1:])]
         self.entries, self.totals = entries, [0, *accumulate(costs)]
@@ -425,19 +425,16 @@ def _entry_sequence(entry: Entry) -> int:
     return int(entry.source_ids[0])
 
 
-# Each message's copy entry while some strategy holds it, by the message object: every namespace
-# reading that object (a slot's reader view is shared) hands compile the same entry, so what
-# compile makes of it is made once (P16). The id is checked against the entry: an entry outlives
-# the message only if a later object may take its id, and that object carries other content.
-_COPIES: WeakValues[int, Entry] = WeakValues()
-
-
-def raw_entry(message: Message) -> Entry:
-    """A ``copy`` entry carrying ``message`` as it is in the view (the same entry for the same message)."""
-    entry = _COPIES.get(id(message))
-    if (entry is None or entry.content is not message.content or entry.source_ids[0] != message.id
-            or entry.participant != message.participant):
-        entry = _COPIES[id(message)] = Entry(message.participant, message.content, (message.id,), "copy")
+def raw_entry(message: Message, copies: IdMemo[Message, Entry]) -> Entry:
+    """A ``copy`` entry carrying ``message`` as it is in the view, the same entry for the same
+    message from the view's ``copies`` (``MessageView.copies``): every namespace reading one slot's
+    reader view hands compile the same entry, so what compile makes of it is made once (P16)."""
+    entry = copies.get(message)
+    if entry is None:
+        entry = copies.put(message, copy_entry(message))
     return entry
 
 
+def copy_entry(message: Message) -> Entry:
+    """A new ``copy`` entry carrying ``message`` (``raw_entry`` hands back one a view holds)."""
+    return Entry(message.participant, message.content, (message.id,), "copy")

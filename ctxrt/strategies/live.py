@@ -22,6 +22,7 @@ import attrs
 from ..anthropic_rules import MAX_IMAGE_DATA_BYTES, MAX_IMAGES
 from ..budget import Entry
 from ..content import Block, Image, Text, ToolResult, ToolUse
+from ..memos import outgrown
 from ..tokens import estimate_block, estimate_blocks
 
 MIB = 1 << 20
@@ -203,7 +204,7 @@ def apply_live_policy_at(
         return out
     images, live_results = _count([entries[index] for index in live], options.tool_result_max_last_n)
     walk = _Walk(options, live_count(images, min(options.max_live_images, MAX_IMAGES)), live_results)
-    if memo is not None and len(memo) > 4 * len(out) + 256:
+    if memo is not None and outgrown(len(memo), len(out)):
         memo.clear()
     for index in reversed(live):
         entry = out[index]

@@ -8,8 +8,9 @@ import attrs
 
 from ..budget import Entry
 from ..content import Message, Text, ToolResult
+from ..memos import IdMemo
 from ..tokens import estimate_message
-from .base import raw_entry
+from .base import copy_entry, raw_entry
 
 # Cut at the densest rate the estimator prices (2.3 chars a token), less room for the marker,
 # so a cut message is priced as what is sent and never above its cap (a cut at 4 chars a token
@@ -44,7 +45,17 @@ def shape(message: Message, cap: int, estimate: Callable[[Message], int] = estim
     return shaped, estimate(shaped)
 
 
-def shaped_entry(message: Message, cap: int, estimate: Callable[[Message], int]) -> tuple[Entry, int]:
+def shaped_entry(
+    message: Message, cap: int, estimate: Callable[[Message], int], copies: IdMemo[Message, Entry]
+) -> tuple[Entry, int]:
     """``message``'s ``copy`` entry, shaped to ``cap``, and what it costs as sent."""
     shaped, cost = shape(message, cap, estimate)
-    return raw_entry(shaped), cost
+    return entry_of(message, shaped, copies), cost
+
+
+def entry_of(message: Message, shaped: Message, copies: IdMemo[Message, Entry]) -> Entry:
+    """The ``copy`` entry of ``shaped``, what ``shape`` made of ``message``: the view's own
+    (``raw_entry``) when it is ``message`` as is; a cut copy is new at each call, held by no view."""
+    if shaped is message:
+        return raw_entry(message, copies)
+    return copy_entry(shaped)

@@ -10,6 +10,7 @@ entries for a summary while its text and leaves are as before. Pure and synchron
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -20,6 +21,9 @@ from .prompts import MANAGER, recall_header
 from .records import Summary
 from .shaping import shaped_entry
 
+if TYPE_CHECKING:
+    from ..views import MessageView
+
 
 class ShownEntries:
     """The entries made for messages (shaped to ``cap``) and summaries (spoken by ``participant``)."""
@@ -29,14 +33,16 @@ class ShownEntries:
         self._participant = participant
         self._pricing: object = None
         self._raw: IdMemo[Message, tuple[Entry, int]] = IdMemo()  # a message's entry and cost
+        self._copies: IdMemo[Message, Entry] = IdMemo()  # the view's copy entries (``MessageView.copies``)
         self._marked: IdMemo[Entry, Entry] = IdMemo()  # an entry's twin with a breakpoint
         self._summaries: dict[str, tuple[str, tuple[str, ...], tuple[Entry, Entry]]] = {}
 
-    def follow(self, pricing: object, messages: int) -> None:
-        """Before a compile over a view of ``messages`` messages priced at ``pricing``: costs made
-        at another pricing go, and so does what removed messages left once it outgrows the view."""
-        if pricing != self._pricing:
-            self._raw, self._pricing = IdMemo(), pricing
+    def follow(self, view: MessageView, messages: int) -> None:
+        """Before a compile over ``view`` of ``messages`` messages: costs made at another pricing
+        go, and so does what removed messages left once it outgrows the view."""
+        self._copies = view.copies
+        if view.pricing != self._pricing:
+            self._raw, self._pricing = IdMemo(), view.pricing
         self._raw.bound(messages)
         self._marked.bound(0)  # the markers move with the tail, so old twins go
 
@@ -44,7 +50,7 @@ class ShownEntries:
         """``message``'s ``copy`` entry, shaped to the cap, and what it costs as sent."""
         found = self._raw.get(message)
         if found is None:
-            found = self._raw.put(message, shaped_entry(message, self._cap, estimate))
+            found = self._raw.put(message, shaped_entry(message, self._cap, estimate, self._copies))
         return found
 
     def marked(self, entry: Entry) -> Entry:

@@ -21,11 +21,10 @@ from .base import (
     Strategy,
     StrategyContext,
     optional_count,
-    raw_entry,
 )
 from .kept_window import KeptWindow
 from .live import MIB, LiveMemo, apply_live_policy_at
-from .shaping import shape, shaped_entry
+from .shaping import entry_of, shape, shaped_entry
 
 if TYPE_CHECKING:
     from ..budget import Budget
@@ -108,8 +107,11 @@ class WindowedPassthroughStrategy(Strategy):
             if not options.dry_run:
                 self._persist(options.context, anchor)
             shaped = [shape(message, cap, price) for message in messages[start:]]
-        kept = KeptWindow(anchor, lambda message, price: shaped_entry(message, cap, price), view, view.window(1),
-                          messages[start:], [(raw_entry(message), cost) for message, cost in shaped])
+        copies = view.copies  # the listing's: a kept window follows views of that listing only
+        kept = KeptWindow(anchor, lambda message, price: shaped_entry(message, cap, price, copies), view,
+                          view.window(1), messages[start:],
+                          [(entry_of(message, made, copies), cost)
+                           for message, (made, cost) in zip(messages[start:], shaped)])
         # A dry run's re-anchor isn't stored: the next compile starts from the stored anchor.
         self._kept = kept if anchor == self._stored_anchor(options.context) or not options.dry_run else None
         return kept

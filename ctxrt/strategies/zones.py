@@ -57,7 +57,7 @@ class Zones:
 
     def head(self, messages: Sequence[Message], view: MessageView, start_id: str | None) -> Head:
         """The head window of ``messages`` (``view``'s), from ``start_id`` (a reset, T6) or the first."""
-        self._made.follow(view.pricing, len(messages))
+        self._made.follow(view, len(messages))
         key = (view.window(1).stamp, view.pricing, start_id)
         head = self._head
         if head is None or key != self._head_key or self._head_open:
@@ -174,7 +174,7 @@ class Zones:
         return pieces
 
     def _follow(self, messages: Sequence[Message], view: MessageView) -> KeptWindow:
-        self._made.follow(view.pricing, len(messages))
+        self._made.follow(view, len(messages))
         window = view.window(1)
         kept = self._kept
         if kept is None or not kept.follow(view, window):
