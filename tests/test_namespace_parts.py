@@ -89,9 +89,8 @@ def test_a_read_only_lease_is_never_taken(pg_url: str) -> None:
 
 @attrs.define
 class Host:
-    """What the drain reads of its machine, for the back-off: the time and the wait for the store."""
+    """What the drain reads of its machine, for the back-off: the wait for the store."""
 
-    now: float = 0.0
     waiting: ctxrt.StoreUnavailableError | None = None
     strategy: Strategy = attrs.field(factory=lambda: memory(auto_tick=True))
     readonly: bool = False
@@ -104,14 +103,15 @@ def test_the_drain_backs_off_doubling_up_to_its_maximum_while_the_store_is_unrea
     host = Host(waiting=ctxrt.StoreUnavailableError("postgresql://x", "down"))
     drain = Drain(host)  # type: ignore[arg-type]
     delays = []
+    now = 0.0
     for attempt in range(8):
-        drain.back_off(first=attempt == 0)
+        drain.back_off(first=attempt == 0, now=now)
         delays.append(drain.retry_delay)
-        assert drain.wake_at() == host.now + drain.retry_delay
-        assert drain.deadline(1e9) == host.now + drain.retry_delay
-        host.now += drain.retry_delay
+        assert drain.wake_at() == now + drain.retry_delay
+        assert drain.deadline(1e9, now) == now + drain.retry_delay
+        now += drain.retry_delay
     assert delays == [STORE_RETRY_S * 2 ** i for i in range(5)] + [STORE_RETRY_MAX_S] * 3
-    drain.back_off(first=True)
+    drain.back_off(first=True, now=now)
     assert drain.retry_delay == STORE_RETRY_S
 
 
