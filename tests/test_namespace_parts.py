@@ -23,10 +23,11 @@ from ctxrt.namespace.drain import (
     Decisions,
     Drain,
     FlushNew,
+    Moment,
     RequireStrategy,
 )
 from ctxrt.namespace.effects import Answer, CallModel
-from ctxrt.namespace.protocol import Tick, UnitDone
+from ctxrt.namespace.protocol import NamespaceConfig, Tick, UnitDone
 from ctxrt.namespace.lease import Lease
 from ctxrt.namespace.views import build_views, seen_now
 from ctxrt.slots import SlotRegistry, prepare_append
@@ -105,14 +106,17 @@ class Host:
 
     waiting: ctxrt.StoreUnavailableError | None = None
     strategy: Any = attrs.field(factory=lambda: memory(auto_tick=True))
-    readonly: bool = False
-    place: Place = Place("ns", "main")
     record: str | None = None
     reader: str | None = None
     epoch: int = 0
     ctx: Any = None
-    strategy_error: BaseException | None = None
-    orphaned: bool = False
+
+
+def drain_of(host: Host) -> Drain:
+    """A drain of a writable namespace "ns" on branch "main", reading ``host``."""
+    config = NamespaceConfig(namespace="ns", slot="messages", auxiliary=(), view_filter=None, strategy=host.strategy,
+                             model=None)
+    return Drain(host, Place("ns", "main"), 1, config, readonly=False)
 
 
 class Planner:
@@ -147,19 +151,19 @@ def test_a_tick_raises_the_floor_to_its_unit_before_the_model_is_asked() -> None
     """D2, D4: a manager's tick plans its unit, commits with the floor at the unit's reach, and
     only then asks the model; a floor raise that fails sends no request and answers the tick."""
     reply: Reply[Any] = Reply()
-    drain = Drain(Host(strategy=Planner()))  # type: ignore[arg-type]
+    drain = drain_of(Host(strategy=Planner()))
     queued, later = decisions_of(drain.queue(Tick(reader=None), reply), {})
     assert queued == [RequireStrategy()] and later is LATER
-    started = drain.next(now=0.0)
+    started = drain.next(Moment(now=0.0, strategy=Planner()))  # type: ignore[arg-type]
     assert started is not None
     made, _ = decisions_of(started[2], {CommitStrategy: True})
     assert [type(d) for d in made] == [RequireStrategy, FlushNew, CommitStrategy, CallModel]
     assert made[2] == CommitStrategy(reaches=7) and made[3].request == "request" and made[3].epoch == 0
     assert drain.model_calls() == 1
 
-    failing = Drain(Host(strategy=Planner()))  # type: ignore[arg-type]
+    failing = drain_of(Host(strategy=Planner()))
     decisions_of(failing.queue(Tick(reader=None), reply), {})
-    started = failing.next(now=0.0)
+    started = failing.next(Moment(now=0.0, strategy=Planner()))  # type: ignore[arg-type]
     assert started is not None
     down = ctxrt.StoreUnavailableError("postgresql://x", "down")
     made, _ = decisions_of(started[2], {CommitStrategy: down})
@@ -172,9 +176,9 @@ def test_a_reply_that_comes_back_after_the_view_moved_is_discarded() -> None:
     False (no progress)."""
     reply: Reply[Any] = Reply()
     host = Host(strategy=Planner())
-    drain = Drain(host)  # type: ignore[arg-type]
+    drain = drain_of(host)
     decisions_of(drain.queue(Tick(reader=None), reply), {})
-    started = drain.next(now=0.0)
+    started = drain.next(Moment(now=0.0, strategy=Planner()))  # type: ignore[arg-type]
     assert started is not None
     decisions_of(started[2], {CommitStrategy: True})
     host.epoch += 1  # a claim landed while the call was out
@@ -185,15 +189,16 @@ def test_a_reply_that_comes_back_after_the_view_moved_is_discarded() -> None:
 def test_the_drain_backs_off_doubling_up_to_its_maximum_while_the_store_is_unreachable() -> None:
     """K9: with the store unreachable, an auto-ticking namespace's drain tries again after 0.25 s,
     doubling to 5 s; a new outage starts from 0.25 s again; meanwhile the timer wakes it then."""
-    host = Host(waiting=ctxrt.StoreUnavailableError("postgresql://x", "down"))
-    drain = Drain(host)  # type: ignore[arg-type]
+    down = ctxrt.StoreUnavailableError("postgresql://x", "down")
+    drain = drain_of(Host(waiting=down))
     delays = []
     now = 0.0
     for attempt in range(8):
         drain.back_off(first=attempt == 0, now=now)
         delays.append(drain.retry_delay)
-        assert drain.wake_at() == now + drain.retry_delay
-        assert drain.deadline(1e9, now) == now + drain.retry_delay
+        moment = Moment(now=now, strategy=memory(auto_tick=True), waiting=down)
+        assert drain.wake_at(moment) == now + drain.retry_delay
+        assert drain.deadline(1e9, moment) == now + drain.retry_delay
         now += drain.retry_delay
     assert delays == [STORE_RETRY_S * 2 ** i for i in range(5)] + [STORE_RETRY_MAX_S] * 3
     drain.back_off(first=True, now=now)

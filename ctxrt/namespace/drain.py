@@ -8,10 +8,12 @@ token estimator. While the store is unreachable the drain backs off (``back_off`
 timer wakes it. The drain holds the state of this work (the queue, the unit out, whether it is
 wanted, the back-off, the calibration count) and its handlers, in the machine's generator
 style. What they do beyond that they return as decisions (``CommitStrategy``, ``Answer``,
-``CallModel``, ``AwaitStore`` ...) that the machine carries out (``NamespaceMachine._drive``),
-and the time comes in as an argument; what they read of the machine (the strategy and its view,
-the epoch) they read through the ``Host``. So the units' rules read on their own, apart from the
-lane and the dispatch.
+``CallModel``, ``AwaitStore`` ...) that the machine carries out (``NamespaceMachine._drive``).
+What never changes (the place, the config, whether the store is read-only) it is given when
+made, the timing's reads as a ``Moment`` with each call; what its handlers read of the machine
+while they run (the strategy and its view, the epoch, the wait for the store: each can change
+while they wait for a write) they read through the ``Host``. So the units' rules read on their
+own, apart from the lane and the dispatch.
 """
 
 from __future__ import annotations
@@ -49,16 +51,8 @@ LATER = object()  # what a handler returns whose caller is answered by someone e
 
 
 class Host(Protocol):
-    """What the drain reads of the machine that holds it."""
+    """What the drain's handlers read of the machine that holds it, as it is when they resume."""
 
-    @property
-    def place(self) -> Place: ...
-    @property
-    def branch_id(self) -> int: ...
-    @property
-    def config(self) -> NamespaceConfig: ...
-    @property
-    def readonly(self) -> bool: ...
     @property
     def record(self) -> Record: ...
     @property
@@ -68,13 +62,21 @@ class Host(Protocol):
     @property
     def strategy(self) -> Strategy: ...
     @property
-    def strategy_error(self) -> BaseException | None: ...
-    @property
     def waiting(self) -> StoreUnavailableError | None: ...
     @property
-    def orphaned(self) -> bool: ...
-    @property
     def ctx(self) -> ActorContext: ...
+
+
+@attrs.frozen
+class Moment:
+    """What the drain's timing reads of the machine at one step: the time, the strategy, whether it
+    failed to start (``strategy_error``) or waits for the store, whether the last manager left."""
+
+    now: float
+    strategy: Strategy
+    strategy_error: BaseException | None = None
+    waiting: StoreUnavailableError | None = None
+    orphaned: bool = False
 
 
 # -- what the drain's handlers decide, for the machine to carry out ------------------------------
@@ -139,10 +141,15 @@ def require_capability(strategy: Strategy, command: Tick | ResetHeadWindow) -> N
 
 
 class Drain:
-    """The units of one namespace actor (``host``)."""
+    """The units of one namespace actor (``host``) at ``place`` (``branch_id``), with ``config``;
+    ``readonly``: the store refuses writes."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, place: Place, branch_id: int, config: NamespaceConfig, *, readonly: bool) -> None:
         self.host = host
+        self.place = place
+        self.branch_id = branch_id
+        self.config = config
+        self.readonly = readonly
         self.waiters: deque[tuple[Tick | ResetHeadWindow, Reply[Any]]] = deque()
         self.flight: Flight | None = None
         self.wanted = False  # the drain should look for work
@@ -156,7 +163,7 @@ class Drain:
         """A manager's tick or reset: checked now and again when its turn comes (a claim may land
         while it waits, C8). ``LATER``: its unit answers it."""
         host = self.host
-        check_reader(host.record, command.reader, host.place)
+        check_reader(host.record, command.reader, self.place)
         yield RequireStrategy()
         require_capability(host.strategy, command)
         if reply is None:
@@ -164,20 +171,18 @@ class Drain:
         self.waiters.append((command, reply))
         return LATER
 
-    def next(self, now: float) -> tuple[Tick | ResetHeadWindow | None, Reply[Any] | None, Decisions] | None:
-        """The next unit's handler, when none is out at ``now``: a manager's first, else the drain's
-        (None: none now). The machine runs it as its own task, with the tick's reply."""
-        host = self.host
+    def next(self, moment: Moment) -> tuple[Tick | ResetHeadWindow | None, Reply[Any] | None, Decisions] | None:
+        """The next unit's handler, when none is out at ``moment``: a manager's first, else the
+        drain's (None: none now). The machine runs it as its own task, with the tick's reply."""
         if self.flight is not None:
             return None
         if self.waiters:
             command, reply = self.waiters.popleft()
             return command, reply, self._tick(command, reply)
-        strategy = host.strategy
-        if (self.wanted and strategy.auto_tick and not host.readonly and host.strategy_error is None
-                and not host.orphaned):
-            wake = self.wake_at()
-            if wake is not None and wake > now:
+        if (self.wanted and moment.strategy.auto_tick and not self.readonly and moment.strategy_error is None
+                and not moment.orphaned):
+            wake = self.wake_at(moment)
+            if wake is not None and wake > moment.now:
                 self.wanted = False  # the timer wakes it when the backoff ends
                 return None
             return None, None, self._drain()
@@ -200,31 +205,29 @@ class Drain:
     def model_calls(self) -> int:
         return 1 if self.flight is not None and self.flight.request is not None else 0
 
-    def deadline(self, lapse: float, now: float) -> float:
-        """When the loop should look again without a message at ``now``: ``lapse`` (a hold's), or a
-        backoff ending."""
-        host = self.host
-        if host.strategy.auto_tick and not host.readonly and self.flight is None:
-            wake = self.wake_at()
-            if wake is not None and wake > now:  # a backoff already over is no reason to wake again
+    def deadline(self, lapse: float, moment: Moment) -> float:
+        """When the loop should look again without a message at ``moment``: ``lapse`` (a hold's), or
+        a backoff ending."""
+        if moment.strategy.auto_tick and not self.readonly and self.flight is None:
+            wake = self.wake_at(moment)
+            if wake is not None and wake > moment.now:  # a backoff already over is no reason to wake again
                 return min(lapse, wake)
         return lapse
 
-    def wake_at(self) -> float | None:
+    def wake_at(self, moment: Moment) -> float | None:
         """When the drain may run again: after the store's back-off while waiting for the store,
         else the strategy's, if it names a usable time (a host strategy's mistake here is logged
         and ignored, never the end of the actor)."""
-        host = self.host
-        if host.waiting is not None:
+        if moment.waiting is not None:
             return self.retry_at
         try:
-            wake = host.strategy.wake_at()
+            wake = moment.strategy.wake_at()
             if wake is None:
                 return None
             wake = float(wake)
         except Exception:
-            logger.exception("strategy %r of %s: wake_at() failed; ignoring its backoff", host.strategy.name,
-                             host.place)
+            logger.exception("strategy %r of %s: wake_at() failed; ignoring its backoff", moment.strategy.name,
+                             self.place)
             return None
         return wake if not math.isnan(wake) else None
 
@@ -236,7 +239,7 @@ class Drain:
     def pricing(self) -> object:
         """What the view's ``pricing`` reports: the bundled estimator's own version (it may be shared
         by several namespaces), else how many reports this actor's estimator has heard."""
-        estimator = self.host.config.token_estimator
+        estimator = self.config.token_estimator
         return estimator.version if isinstance(estimator, CalibratedEstimator) else self.observed
 
     # -- the units' handlers ------------------------------------------------------------------
@@ -257,7 +260,7 @@ class Drain:
                 yield AwaitStore(exc)  # tried again after the back-off (wake_at)
             started = False
         except Exception as exc:  # noqa: BLE001 - reported
-            yield Report(exc, "compression drain of %s failed to plan a unit", (host.place,))
+            yield Report(exc, "compression drain of %s failed to plan a unit", (self.place,))
             started = False
         if not started:
             self.wanted = False
@@ -269,11 +272,11 @@ class Drain:
         """
         host = self.host
         if command is not None:
-            check_reader(host.record, command.reader, host.place)
+            check_reader(host.record, command.reader, self.place)
         yield RequireStrategy()  # the drain's too: a start waiting for the store is tried here
         if command is not None:
             require_capability(host.strategy, command)  # the strategy may have been replaced while it waited
-        if host.readonly:
+        if self.readonly:
             if reply is not None:
                 yield Answer(reply, True, False)
             return False
@@ -299,7 +302,7 @@ class Drain:
             self.flight = None
             raise
         flight.request = host.strategy.request_for(unit, host.ctx)
-        flight.span = tracing.start_unit(unit, kind, host.place.namespace, host.place.branch, host.reader,
+        flight.span = tracing.start_unit(unit, kind, self.place.namespace, self.place.branch, host.reader,
                                          None if reply is None else reply.trace)
         yield CallModel(flight.epoch, unit, flight.request, flight.span)
 
@@ -321,7 +324,7 @@ class Drain:
         strategy = host.strategy
         assert isinstance(strategy, HeadWindowReset)
         data, blobs, appended = prepare_append(strategy.transition_participant, content)
-        operation = yield Write(AppendItem(state=host.config.slot, branch=host.branch_id, data=data,
+        operation = yield Write(AppendItem(state=self.config.slot, branch=self.branch_id, data=data,
                                            blobs=tuple(blobs), attachment=appended, flagged=appended.audience))
         message_id = str(operation.sequence)
         strategy.start_head_window(host.ctx, message_id)
@@ -336,7 +339,7 @@ class Drain:
             return LATER
         if done.epoch != host.epoch:
             logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
-                           host.place, flight.unit.key)
+                           self.place, flight.unit.key)
             tracing.end_unit(flight.span, "discarded")
             if flight.reply is not None:
                 yield Answer(flight.reply, *((True, False) if flight.kind == "tick" else (False, self._moved_error())))
@@ -357,7 +360,7 @@ class Drain:
             if flight.reply is not None:
                 yield Answer(flight.reply, False, exc)
             elif not isinstance(exc, StoreUnavailableError):
-                yield Report(exc, "compression drain of %s failed to apply %s", (host.place, flight.unit.key))
+                yield Report(exc, "compression drain of %s failed to apply %s", (self.place, flight.unit.key))
             self.wanted = False
             return LATER
         tracing.end_unit(flight.span, "applied" if result else "nothing")
@@ -371,24 +374,23 @@ class Drain:
         """Tell the estimator what the model reported for a request against its plain estimate;
         store a bundled estimator's calibration with the namespace. A failure here costs only the
         calibration, never the unit."""
-        host = self.host
-        estimator = host.config.token_estimator
+        estimator = self.config.token_estimator
         if estimator is None or not isinstance(outcome, ModelResponse) or not isinstance(request, ModelRequest):
             return
         estimated = estimate_text(request.system or "") + sum(estimate_blocks(m.content) for m in request.messages)
         try:
             estimator.observe(request.model, estimated, outcome.usage.input_tokens)
         except Exception:
-            logger.exception("%s: the token estimator failed to observe a reply's usage", host.place)
+            logger.exception("%s: the token estimator failed to observe a reply's usage", self.place)
             return
         self.observed += 1
-        if isinstance(estimator, CalibratedEstimator) and not host.readonly:
+        if isinstance(estimator, CalibratedEstimator) and not self.readonly:
             try:
-                yield Write(SetValue(state=states.calibration_state(host.place.namespace), branch=host.branch_id,
+                yield Write(SetValue(state=states.calibration_state(self.place.namespace), branch=self.branch_id,
                                      value=estimator.to_json()))
             except Exception:
-                logger.warning("%s: the token calibration could not be stored", host.place, exc_info=True)
+                logger.warning("%s: the token calibration could not be stored", self.place, exc_info=True)
 
     def _moved_error(self) -> BaseException:
-        return StrategyRefusedError(f"the strategy or reader of {self.host.place} changed while this request ran; "
+        return StrategyRefusedError(f"the strategy or reader of {self.place} changed while this request ran; "
                                     f"retry it")

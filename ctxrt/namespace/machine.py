@@ -105,6 +105,7 @@ from .drain import (
     Decisions,
     Drain,
     FlushNew,
+    Moment,
     Report,
     RequireStrategy,
 )
@@ -279,7 +280,7 @@ class NamespaceMachine:
         self.orphaned = False  # its last manager left; it stops once it owes no caller an answer
         self.caches: list[SlotCache] = []
         self.seen = 0
-        self.drain: Drain = Drain(self)
+        self.drain: Drain = Drain(self, place, branch_id, config, readonly=not writes)
         self.unit_task: _Task | None = None  # the unit being planned or applied: one at a time
         self.last_compile_ms: float | None = None
         self.render_stats: Any = None
@@ -439,7 +440,7 @@ class NamespaceMachine:
         """Start the next unit when none is being planned, out or applied. True if it started one."""
         if self.unit_task is not None or self.lane.barriers:
             return False
-        started = self.drain.next(self.now)
+        started = self.drain.next(self._moment())
         if started is None:
             return False
         command, reply, gen = started
@@ -513,6 +514,9 @@ class NamespaceMachine:
 
     def answer(self, reply: Reply[Any], ok: bool, value: Any) -> None:
         self._effects.append(Answer(reply, ok, value))
+
+    def _moment(self) -> Moment:
+        return Moment(self.now, self.strategy, self.strategy_error, self.waiting, self.orphaned)
 
     def _drive(self, decisions: Decisions) -> Gen:
         """Run a drain handler as a task's: carry out each decision it returns, its writes and
@@ -1177,7 +1181,7 @@ class NamespaceMachine:
 
     def _set_timer(self) -> None:
         """When the loop should look again without a message: a hold lapsing, a backoff ending."""
-        deadline = self.drain.deadline(self.holds.next_lapse(self.now), self.now)
+        deadline = self.drain.deadline(self.holds.next_lapse(self.now), self._moment())
         if deadline != self.timer:
             self.timer = deadline
             self._effects.append(SetTimer(deadline))
