@@ -1,6 +1,6 @@
 """The namespace machine's components on their own, without the machine or an event loop: its
-``Lease`` on a real PostgreSQL store, its ``Drain``'s back-off, and its reader views over real
-slot caches of a real LMDB store. Each test cites the behaviour it checks (docs/behaviours.md);
+``Lease`` on a real PostgreSQL store, its ``Drain`` driven with plain values (the decisions it
+returns), and its reader views over real slot caches of a real LMDB store. Each test cites the behaviour it checks (docs/behaviours.md);
 the machine's tests (tests/test_namespace_machine.py) check the same rules through ``handle``.
 """
 
@@ -14,7 +14,19 @@ import pytest
 import ctxrt
 from ctxrt.namespace.actor import answer_lease
 from ctxrt.namespace.core import Place
-from ctxrt.namespace.drain import STORE_RETRY_MAX_S, STORE_RETRY_S, Drain
+from ctxrt.namespace.drain import (
+    LATER,
+    STORE_RETRY_MAX_S,
+    STORE_RETRY_S,
+    CommitStrategy,
+    Decisions,
+    Drain,
+    FlushNew,
+    Moment,
+    RequireStrategy,
+)
+from ctxrt.namespace.effects import Answer, CallModel
+from ctxrt.namespace.protocol import NamespaceConfig, Tick, UnitDone
 from ctxrt.namespace.lease import Lease
 from ctxrt.namespace.views import build_views, seen_now
 from ctxrt.testing import (
@@ -25,9 +37,10 @@ from ctxrt.testing import (
     close_store,
     execute,
     open_store,
+    Reply,
     prepare_append,
 )
-from ctxrt import Strategy
+from ctxrt import Strategy, Unit
 from ctxrt.store.interface import StoreEngine
 
 
@@ -95,29 +108,106 @@ def test_a_read_only_lease_is_never_taken(pg_url: str) -> None:
 
 @attrs.define
 class Host:
-    """What the drain reads of its machine, for the back-off: the time and the wait for the store."""
+    """What the drain reads of its machine: plain values."""
 
-    now: float = 0.0
     waiting: ctxrt.StoreUnavailableError | None = None
-    strategy: Strategy = attrs.field(factory=lambda: memory(auto_tick=True))
-    readonly: bool = False
-    place: Place = Place("ns", "main")
+    strategy: Any = attrs.field(factory=lambda: memory(auto_tick=True))
+    record: str | None = None
+    reader: str | None = None
+    epoch: int = 0
+    ctx: Any = None
+
+
+def drain_of(host: Host) -> Drain:
+    """A drain of a writable namespace "ns" on branch "main", reading ``host``."""
+    config = NamespaceConfig(namespace="ns", slot="messages", auxiliary=(), view_filter=None, strategy=host.strategy,
+                             model=None)
+    return Drain(host, Place("ns", "main"), 1, config, readonly=False)
+
+
+class Planner:
+    """A strategy that plans one unit reading up to sequence 7 and asks the model a fixed request."""
+
+    name = "planner"
+    auto_tick = False
+    unit = Unit("chunk-1", 7)
+
+    def next_unit(self, ctx: Any) -> Unit:
+        return self.unit
+
+    def request_for(self, unit: Unit, ctx: Any) -> str:
+        return "request"
+
+
+def decisions_of(handler: Decisions, outcomes: dict[type, Any]) -> tuple[list[Any], Any]:
+    """Drive a drain handler as the machine does, resuming each decision with ``outcomes[type]``
+    (an exception there is raised into it): the decisions in order, and what it returned."""
+    made: list[Any] = []
+    value: Any = None
+    while True:
+        try:
+            decision = handler.throw(value) if isinstance(value, BaseException) else handler.send(value)
+        except StopIteration as stop:
+            return made, stop.value
+        made.append(decision)
+        value = outcomes.get(type(decision))
+
+
+def test_a_tick_raises_the_floor_to_its_unit_before_the_model_is_asked() -> None:
+    """D2, D4: a manager's tick plans its unit, commits with the floor at the unit's reach, and
+    only then asks the model; a floor raise that fails sends no request and answers the tick."""
+    reply: Reply[Any] = Reply()
+    drain = drain_of(Host(strategy=Planner()))
+    queued, later = decisions_of(drain.queue(Tick(reader=None), reply), {})
+    assert queued == [RequireStrategy()] and later is LATER
+    started = drain.next(Moment(now=0.0, strategy=Planner()))  # type: ignore[arg-type]
+    assert started is not None
+    made, _ = decisions_of(started[2], {CommitStrategy: True})
+    assert [type(d) for d in made] == [RequireStrategy, FlushNew, CommitStrategy, CallModel]
+    assert made[2] == CommitStrategy(reaches=7) and made[3].request == "request" and made[3].epoch == 0
+    assert drain.model_calls() == 1
+
+    failing = drain_of(Host(strategy=Planner()))
+    decisions_of(failing.queue(Tick(reader=None), reply), {})
+    started = failing.next(Moment(now=0.0, strategy=Planner()))  # type: ignore[arg-type]
+    assert started is not None
+    down = ctxrt.StoreUnavailableError("postgresql://x", "down")
+    made, _ = decisions_of(started[2], {CommitStrategy: down})
+    assert [type(d) for d in made] == [RequireStrategy, FlushNew, CommitStrategy, Answer]
+    assert made[3] == Answer(reply, False, down) and failing.flight is None and failing.model_calls() == 0
+
+
+def test_a_reply_that_comes_back_after_the_view_moved_is_discarded() -> None:
+    """C9: a unit's reply for an older epoch applies and commits nothing; its tick is answered
+    False (no progress)."""
+    reply: Reply[Any] = Reply()
+    host = Host(strategy=Planner())
+    drain = drain_of(host)
+    decisions_of(drain.queue(Tick(reader=None), reply), {})
+    started = drain.next(Moment(now=0.0, strategy=Planner()))  # type: ignore[arg-type]
+    assert started is not None
+    decisions_of(started[2], {CommitStrategy: True})
+    host.epoch += 1  # a claim landed while the call was out
+    made, returned = decisions_of(drain.apply(UnitDone(epoch=0, unit=Planner.unit, outcome="summary")), {})
+    assert made == [Answer(reply, True, False)] and returned is LATER and drain.flight is None
 
 
 def test_the_drain_backs_off_doubling_up_to_its_maximum_while_the_store_is_unreachable() -> None:
     """K9: with the store unreachable, an auto-ticking namespace's drain tries again after 0.25 s,
     doubling to 5 s; a new outage starts from 0.25 s again; meanwhile the timer wakes it then."""
-    host = Host(waiting=ctxrt.StoreUnavailableError("postgresql://x", "down"))
-    drain = Drain(host)  # type: ignore[arg-type]
+    down = ctxrt.StoreUnavailableError("postgresql://x", "down")
+    drain = drain_of(Host(waiting=down))
     delays = []
+    now = 0.0
     for attempt in range(8):
-        drain.back_off(first=attempt == 0)
+        drain.back_off(first=attempt == 0, now=now)
         delays.append(drain.retry_delay)
-        assert drain.wake_at() == host.now + drain.retry_delay
-        assert drain.deadline(1e9) == host.now + drain.retry_delay
-        host.now += drain.retry_delay
+        moment = Moment(now=now, strategy=memory(auto_tick=True), waiting=down)
+        assert drain.wake_at(moment) == now + drain.retry_delay
+        assert drain.deadline(1e9, moment) == now + drain.retry_delay
+        now += drain.retry_delay
     assert delays == [STORE_RETRY_S * 2 ** i for i in range(5)] + [STORE_RETRY_MAX_S] * 3
-    drain.back_off(first=True)
+    drain.back_off(first=True, now=now)
     assert drain.retry_delay == STORE_RETRY_S
 
 

@@ -56,8 +56,9 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
                    "ctxrt.store.interface", "ctxrt.store.records"}),
         _MACHINE + "; with a store port of its own (the engine protocol, its records and its ANY)"),
     "test_namespace_parts.py": (
-        frozenset({"ctxrt.namespace.actor", "ctxrt.namespace.core", "ctxrt.namespace.drain", "ctxrt.namespace.lease",
-                   "ctxrt.namespace.views", "ctxrt.store.interface"}), _MACHINE),
+        frozenset({"ctxrt.namespace.actor", "ctxrt.namespace.core", "ctxrt.namespace.drain", "ctxrt.namespace.effects",
+                   "ctxrt.namespace.lease", "ctxrt.namespace.protocol", "ctxrt.namespace.views",
+                   "ctxrt.store.interface"}), _MACHINE),
     "spec/test_audience.py": (frozenset({"ctxrt.namespace.core", "ctxrt.views"}),
                               "E3's run with the reader's view switched off patches these modules "
                               "(KNOWN_REACHES in test_layers.py)"),

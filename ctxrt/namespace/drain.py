@@ -7,8 +7,13 @@ if the namespace's view is still the one it was planned on (C9), and its usage c
 token estimator. While the store is unreachable the drain backs off (``back_off``) and the
 timer wakes it. The drain holds the state of this work (the queue, the unit out, whether it is
 wanted, the back-off, the calibration count) and its handlers, in the machine's generator
-style; everything else (commits, answers, the strategy and its view) it asks of its ``Host``,
-the machine, so the units' rules read on their own, apart from the lane and the dispatch.
+style. What they do beyond that they return as decisions (``CommitStrategy``, ``Answer``,
+``CallModel``, ``AwaitStore`` ...) that the machine carries out (``NamespaceMachine._drive``).
+What never changes (the place, the config, whether the store is read-only) it is given when
+made, the timing's reads as a ``Moment`` with each call; what its handlers read of the machine
+while they run (the strategy and its view, the epoch, the wait for the store: each can change
+while they wait for a write) they read through the ``Host``. So the units' rules read on their
+own, apart from the lane and the dispatch.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from collections.abc import Generator
 from typing import Any, Protocol
 
 import attrs
@@ -31,7 +37,7 @@ from ..tokens import CalibratedEstimator, estimate_blocks, estimate_text
 from . import states
 from .context import ActorContext
 from .core import Place, Record, check_reader
-from .effects import CallModel, CancelModel, Effect, Gen, Write
+from .effects import Answer, CallModel, CancelModel, Write
 from .protocol import NamespaceConfig, ResetHeadWindow, Tick, UnitDone
 
 logger = logging.getLogger("ctxrt.namespace")
@@ -45,18 +51,8 @@ LATER = object()  # what a handler returns whose caller is answered by someone e
 
 
 class Host(Protocol):
-    """What the drain reads of the machine that holds it, and asks of it."""
+    """What the drain's handlers read of the machine that holds it, as it is when they resume."""
 
-    @property
-    def place(self) -> Place: ...
-    @property
-    def branch_id(self) -> int: ...
-    @property
-    def config(self) -> NamespaceConfig: ...
-    @property
-    def now(self) -> float: ...
-    @property
-    def readonly(self) -> bool: ...
     @property
     def record(self) -> Record: ...
     @property
@@ -66,21 +62,64 @@ class Host(Protocol):
     @property
     def strategy(self) -> Strategy: ...
     @property
-    def strategy_error(self) -> BaseException | None: ...
-    @property
     def waiting(self) -> StoreUnavailableError | None: ...
-    @property
-    def orphaned(self) -> bool: ...
     @property
     def ctx(self) -> ActorContext: ...
 
-    def require_strategy(self) -> None: ...
-    def flush_new(self) -> None: ...
-    def commit(self, reaches: int = 0) -> Gen: ...
-    def answer(self, reply: Reply[Any], ok: bool, value: Any) -> None: ...
-    def emit(self, effect: Effect) -> None: ...
-    def await_store(self, exc: StoreUnavailableError) -> None: ...
-    def report(self, exc: BaseException, message: str, *args: Any) -> None: ...
+
+@attrs.frozen
+class Moment:
+    """What the drain's timing reads of the machine at one step: the time, the strategy, whether it
+    failed to start (``strategy_error``) or waits for the store, whether the last manager left."""
+
+    now: float
+    strategy: Strategy
+    strategy_error: BaseException | None = None
+    waiting: StoreUnavailableError | None = None
+    orphaned: bool = False
+
+
+# -- what the drain's handlers decide, for the machine to carry out ------------------------------
+
+
+@attrs.frozen
+class RequireStrategy:
+    """Start a strategy waiting for the store, or raise what keeps it from being used."""
+
+
+@attrs.frozen
+class FlushNew:
+    """Hand the strategy each message it hasn't seen, in the reader's view (A4)."""
+
+
+@attrs.frozen
+class CommitStrategy:
+    """Commit what the strategy buffered, the floor raised to at least ``reaches`` first; the
+    handler is resumed with True if anything was committed, or has the error raised into it."""
+
+    reaches: int = 0
+
+
+@attrs.frozen
+class AwaitStore:
+    """The store was unreachable while the strategy's memory changed: start it again once it answers."""
+
+    error: StoreUnavailableError
+
+
+@attrs.frozen
+class Report:
+    """Log a failure no caller hears of."""
+
+    error: BaseException
+    message: str
+    args: tuple[Any, ...] = ()
+
+
+Decision = Write | Answer | CallModel | RequireStrategy | FlushNew | CommitStrategy | AwaitStore | Report
+# A drain handler: it yields decisions and is resumed with a write's or a commit's result (the
+# others: None), or has the error raised into it.
+Decisions = Generator[Decision, Any, Any]
 
 
 @attrs.define
@@ -102,10 +141,15 @@ def require_capability(strategy: Strategy, command: Tick | ResetHeadWindow) -> N
 
 
 class Drain:
-    """The units of one namespace actor (``host``)."""
+    """The units of one namespace actor (``host``) at ``place`` (``branch_id``), with ``config``;
+    ``readonly``: the store refuses writes."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, place: Place, branch_id: int, config: NamespaceConfig, *, readonly: bool) -> None:
         self.host = host
+        self.place = place
+        self.branch_id = branch_id
+        self.config = config
+        self.readonly = readonly
         self.waiters: deque[tuple[Tick | ResetHeadWindow, Reply[Any]]] = deque()
         self.flight: Flight | None = None
         self.wanted = False  # the drain should look for work
@@ -115,32 +159,30 @@ class Drain:
 
     # -- what the machine asks ----------------------------------------------------------------
 
-    def queue(self, command: Tick | ResetHeadWindow, reply: Reply[Any] | None) -> Any:
+    def queue(self, command: Tick | ResetHeadWindow, reply: Reply[Any] | None) -> Decisions:
         """A manager's tick or reset: checked now and again when its turn comes (a claim may land
         while it waits, C8). ``LATER``: its unit answers it."""
         host = self.host
-        check_reader(host.record, command.reader, host.place)
-        host.require_strategy()
+        check_reader(host.record, command.reader, self.place)
+        yield RequireStrategy()
         require_capability(host.strategy, command)
         if reply is None:
             return None
         self.waiters.append((command, reply))
         return LATER
 
-    def next(self) -> tuple[Tick | ResetHeadWindow | None, Reply[Any] | None, Gen] | None:
-        """The next unit's handler, when none is out: a manager's first, else the drain's (None:
-        none now). The machine runs it as its own task, with the tick's reply."""
-        host = self.host
+    def next(self, moment: Moment) -> tuple[Tick | ResetHeadWindow | None, Reply[Any] | None, Decisions] | None:
+        """The next unit's handler, when none is out at ``moment``: a manager's first, else the
+        drain's (None: none now). The machine runs it as its own task, with the tick's reply."""
         if self.flight is not None:
             return None
         if self.waiters:
             command, reply = self.waiters.popleft()
             return command, reply, self._tick(command, reply)
-        strategy = host.strategy
-        if (self.wanted and strategy.auto_tick and not host.readonly and host.strategy_error is None
-                and not host.orphaned):
-            wake = self.wake_at()
-            if wake is not None and wake > host.now:
+        if (self.wanted and moment.strategy.auto_tick and not self.readonly and moment.strategy_error is None
+                and not moment.orphaned):
+            wake = self.wake_at(moment)
+            if wake is not None and wake > moment.now:
                 self.wanted = False  # the timer wakes it when the backoff ends
                 return None
             return None, None, self._drain()
@@ -150,147 +192,146 @@ class Drain:
         """A manager's tick waits or is out."""
         return bool(self.waiters) or (self.flight is not None and self.flight.reply is not None)
 
-    def stop(self) -> list[tuple[Any, Reply[Any] | None]]:
-        """The actor stops: cancel the call out; the ticks it owes an answer."""
+    def stop(self) -> tuple[list[tuple[Any, Reply[Any] | None]], CancelModel | None]:
+        """The actor stops: the ticks it owes an answer, and the call out to cancel, if any."""
         owed: list[tuple[Any, Reply[Any] | None]] = list(self.waiters)
         self.waiters.clear()
-        if self.flight is not None:
-            owed.append((None, self.flight.reply))
-            self.host.emit(CancelModel())
-            tracing.end_unit(self.flight.span, "stopped")
-        return owed
+        if self.flight is None:
+            return owed, None
+        owed.append((None, self.flight.reply))
+        tracing.end_unit(self.flight.span, "stopped")
+        return owed, CancelModel()
 
     def model_calls(self) -> int:
         return 1 if self.flight is not None and self.flight.request is not None else 0
 
-    def deadline(self, lapse: float) -> float:
-        """When the loop should look again without a message: ``lapse`` (a hold's), or a backoff ending."""
-        host = self.host
-        if host.strategy.auto_tick and not host.readonly and self.flight is None:
-            wake = self.wake_at()
-            if wake is not None and wake > host.now:  # a backoff already over is no reason to wake again
+    def deadline(self, lapse: float, moment: Moment) -> float:
+        """When the loop should look again without a message at ``moment``: ``lapse`` (a hold's), or
+        a backoff ending."""
+        if moment.strategy.auto_tick and not self.readonly and self.flight is None:
+            wake = self.wake_at(moment)
+            if wake is not None and wake > moment.now:  # a backoff already over is no reason to wake again
                 return min(lapse, wake)
         return lapse
 
-    def wake_at(self) -> float | None:
+    def wake_at(self, moment: Moment) -> float | None:
         """When the drain may run again: after the store's back-off while waiting for the store,
         else the strategy's, if it names a usable time (a host strategy's mistake here is logged
         and ignored, never the end of the actor)."""
-        host = self.host
-        if host.waiting is not None:
+        if moment.waiting is not None:
             return self.retry_at
         try:
-            wake = host.strategy.wake_at()
+            wake = moment.strategy.wake_at()
             if wake is None:
                 return None
             wake = float(wake)
         except Exception:
-            logger.exception("strategy %r of %s: wake_at() failed; ignoring its backoff", host.strategy.name,
-                             host.place)
+            logger.exception("strategy %r of %s: wake_at() failed; ignoring its backoff", moment.strategy.name,
+                             self.place)
             return None
         return wake if not math.isnan(wake) else None
 
-    def back_off(self, first: bool) -> None:
-        """The store is unreachable (``first``: it just became so): try again after the back-off."""
+    def back_off(self, first: bool, now: float) -> None:
+        """The store is unreachable at ``now`` (``first``: it just became so): try again after the back-off."""
         self.retry_delay = STORE_RETRY_S if first else min(self.retry_delay * 2, STORE_RETRY_MAX_S)
-        self.retry_at = self.host.now + self.retry_delay
+        self.retry_at = now + self.retry_delay
 
     def pricing(self) -> object:
         """What the view's ``pricing`` reports: the bundled estimator's own version (it may be shared
         by several namespaces), else how many reports this actor's estimator has heard."""
-        estimator = self.host.config.token_estimator
+        estimator = self.config.token_estimator
         return estimator.version if isinstance(estimator, CalibratedEstimator) else self.observed
 
     # -- the units' handlers ------------------------------------------------------------------
 
-    def _tick(self, command: Tick | ResetHeadWindow, reply: Reply[Any]) -> Gen:
+    def _tick(self, command: Tick | ResetHeadWindow, reply: Reply[Any]) -> Decisions:
         try:
             yield from self._begin(command, reply)
         except Exception as exc:  # noqa: BLE001 - answered to its caller
-            self.host.answer(reply, False, exc)
+            yield Answer(reply, False, exc)
         return LATER
 
-    def _drain(self) -> Gen:
+    def _drain(self) -> Decisions:
         host = self.host
         try:
             started = yield from self._begin(None, None)
         except StoreUnavailableError as exc:
             if host.waiting is None:  # else its failed start said so already
-                host.await_store(exc)  # tried again after the back-off (wake_at)
+                yield AwaitStore(exc)  # tried again after the back-off (wake_at)
             started = False
         except Exception as exc:  # noqa: BLE001 - reported
-            host.report(exc, "compression drain of %s failed to plan a unit", host.place)
+            yield Report(exc, "compression drain of %s failed to plan a unit", (self.place,))
             started = False
         if not started:
             self.wanted = False
 
-    def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply[Any] | None) -> Gen:
+    def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply[Any] | None) -> Decisions:
         """Plan the next unit, raise the floor, then start its model call; True if a call is out.
 
         A unit with nothing to call answers its caller at once.
         """
         host = self.host
         if command is not None:
-            check_reader(host.record, command.reader, host.place)
-        host.require_strategy()  # the drain's too: a start waiting for the store is tried here
+            check_reader(host.record, command.reader, self.place)
+        yield RequireStrategy()  # the drain's too: a start waiting for the store is tried here
         if command is not None:
             require_capability(host.strategy, command)  # the strategy may have been replaced while it waited
-        if host.readonly:
+        if self.readonly:
             if reply is not None:
-                host.answer(reply, True, False)
+                yield Answer(reply, True, False)
             return False
-        host.flush_new()
+        yield FlushNew()
         if isinstance(command, ResetHeadWindow):
             return (yield from self._begin_reset(command, reply))
         unit = host.strategy.next_unit(host.ctx)
         if unit is None:
-            wrote = yield from host.commit()
+            wrote = yield CommitStrategy()
             if reply is not None:
-                host.answer(reply, True, wrote)
+                yield Answer(reply, True, wrote)
             return False
         yield from self._raise_floor("tick" if command else "drain", unit, reply)
         return True
 
-    def _raise_floor(self, kind: str, unit: Unit, reply: Reply[Any] | None) -> Gen:
+    def _raise_floor(self, kind: str, unit: Unit, reply: Reply[Any] | None) -> Decisions:
         """The floor covers the unit before its request exists (D2, D4); then its call goes out."""
         host = self.host
         flight = self.flight = Flight(kind, unit, host.epoch, reply)  # planned: no other unit meanwhile
         try:
-            yield from host.commit(unit.reaches)
+            yield CommitStrategy(unit.reaches)
         except BaseException:
             self.flight = None
             raise
         flight.request = host.strategy.request_for(unit, host.ctx)
-        flight.span = tracing.start_unit(unit, kind, host.place.namespace, host.place.branch, host.reader,
+        flight.span = tracing.start_unit(unit, kind, self.place.namespace, self.place.branch, host.reader,
                                          None if reply is None else reply.trace)
-        host.emit(CallModel(flight.epoch, unit, flight.request, flight.span))
+        yield CallModel(flight.epoch, unit, flight.request, flight.span)
 
-    def _begin_reset(self, command: ResetHeadWindow, reply: Reply[Any] | None) -> Gen:
+    def _begin_reset(self, command: ResetHeadWindow, reply: Reply[Any] | None) -> Decisions:
         host = self.host
         strategy = host.strategy
         assert isinstance(strategy, HeadWindowReset)
         if command.text is not None:
             result = yield from self._transition(strategy.transition_content(host.ctx, command.text, None))
             if reply is not None:
-                host.answer(reply, True, result)
+                yield Answer(reply, True, result)
             return False
         unit = strategy.transition_unit(host.ctx)
         yield from self._raise_floor("reset", unit, reply)  # before the transition summary reads the head window
         return True
 
-    def _transition(self, content: list[dict[str, Any]]) -> Gen:
+    def _transition(self, content: list[dict[str, Any]]) -> Decisions:
         host = self.host
         strategy = host.strategy
         assert isinstance(strategy, HeadWindowReset)
         data, blobs, appended = prepare_append(strategy.transition_participant, content)
-        operation = yield Write(AppendItem(state=host.config.slot, branch=host.branch_id, data=data,
+        operation = yield Write(AppendItem(state=self.config.slot, branch=self.branch_id, data=data,
                                            blobs=tuple(blobs), attachment=appended, flagged=appended.audience))
         message_id = str(operation.sequence)
         strategy.start_head_window(host.ctx, message_id)
-        yield from host.commit()
+        yield CommitStrategy()
         return message_id
 
-    def apply(self, done: UnitDone) -> Gen:
+    def apply(self, done: UnitDone) -> Decisions:
         """Apply a unit's reply (its caller, if a tick, is answered here: the task returns ``LATER``)."""
         host = self.host
         flight, self.flight = self.flight, None
@@ -298,10 +339,10 @@ class Drain:
             return LATER
         if done.epoch != host.epoch:
             logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
-                           host.place, flight.unit.key)
+                           self.place, flight.unit.key)
             tracing.end_unit(flight.span, "discarded")
             if flight.reply is not None:
-                host.answer(flight.reply, *((True, False) if flight.kind == "tick" else (False, self._moved_error())))
+                yield Answer(flight.reply, *((True, False) if flight.kind == "tick" else (False, self._moved_error())))
             return LATER
         try:
             if flight.kind == "reset":
@@ -310,47 +351,46 @@ class Drain:
                 result: Any = yield from self._transition(strategy.transition_content(host.ctx, None, done.outcome))
             else:
                 result = host.strategy.apply_unit(flight.unit, done.outcome, host.ctx)
-                yield from host.commit()
+                yield CommitStrategy()
             yield from self._calibrate(flight.request, done.outcome)
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
             tracing.end_unit(flight.span, "failed", exc)
             if isinstance(exc, StoreUnavailableError) and host.waiting is None:
-                host.await_store(exc)  # the unit may be half applied: done again once the store answers
+                yield AwaitStore(exc)  # the unit may be half applied: done again once the store answers
             if flight.reply is not None:
-                host.answer(flight.reply, False, exc)
+                yield Answer(flight.reply, False, exc)
             elif not isinstance(exc, StoreUnavailableError):
-                host.report(exc, "compression drain of %s failed to apply %s", host.place, flight.unit.key)
+                yield Report(exc, "compression drain of %s failed to apply %s", (self.place, flight.unit.key))
             self.wanted = False
             return LATER
         tracing.end_unit(flight.span, "applied" if result else "nothing")
         if flight.reply is not None:
-            host.answer(flight.reply, True, result)
+            yield Answer(flight.reply, True, result)
         if flight.kind == "drain" and not result:
             self.wanted = False
         return LATER
 
-    def _calibrate(self, request: Any, outcome: Any) -> Gen:
+    def _calibrate(self, request: Any, outcome: Any) -> Decisions:
         """Tell the estimator what the model reported for a request against its plain estimate;
         store a bundled estimator's calibration with the namespace. A failure here costs only the
         calibration, never the unit."""
-        host = self.host
-        estimator = host.config.token_estimator
+        estimator = self.config.token_estimator
         if estimator is None or not isinstance(outcome, ModelResponse) or not isinstance(request, ModelRequest):
             return
         estimated = estimate_text(request.system or "") + sum(estimate_blocks(m.content) for m in request.messages)
         try:
             estimator.observe(request.model, estimated, outcome.usage.input_tokens)
         except Exception:
-            logger.exception("%s: the token estimator failed to observe a reply's usage", host.place)
+            logger.exception("%s: the token estimator failed to observe a reply's usage", self.place)
             return
         self.observed += 1
-        if isinstance(estimator, CalibratedEstimator) and not host.readonly:
+        if isinstance(estimator, CalibratedEstimator) and not self.readonly:
             try:
-                yield Write(SetValue(state=states.calibration_state(host.place.namespace), branch=host.branch_id,
+                yield Write(SetValue(state=states.calibration_state(self.place.namespace), branch=self.branch_id,
                                      value=estimator.to_json()))
             except Exception:
-                logger.warning("%s: the token calibration could not be stored", host.place, exc_info=True)
+                logger.warning("%s: the token calibration could not be stored", self.place, exc_info=True)
 
     def _moved_error(self) -> BaseException:
-        return StrategyRefusedError(f"the strategy or reader of {self.host.place} changed while this request ran; "
+        return StrategyRefusedError(f"the strategy or reader of {self.place} changed while this request ran; "
                                     f"retry it")

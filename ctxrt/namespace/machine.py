@@ -97,11 +97,23 @@ from .core import (
     require_marking,
     resolve_reader,
 )
-from .drain import LATER, Drain
+from .drain import (
+    LATER,
+    AwaitStore,
+    CommitStrategy,
+    Decision,
+    Decisions,
+    Drain,
+    FlushNew,
+    Moment,
+    Report,
+    RequireStrategy,
+)
 from .effects import (
     Acquire,
     Acquired,
     Answer,
+    CallModel,
     Commit,
     Committed,
     Effect,
@@ -268,7 +280,7 @@ class NamespaceMachine:
         self.orphaned = False  # its last manager left; it stops once it owes no caller an answer
         self.caches: list[SlotCache] = []
         self.seen = 0
-        self.drain: Drain = Drain(self)
+        self.drain: Drain = Drain(self, place, branch_id, config, readonly=not writes)
         self.unit_task: _Task | None = None  # the unit being planned or applied: one at a time
         self.last_compile_ms: float | None = None
         self.render_stats: Any = None
@@ -428,12 +440,12 @@ class NamespaceMachine:
         """Start the next unit when none is being planned, out or applied. True if it started one."""
         if self.unit_task is not None or self.lane.barriers:
             return False
-        started = self.drain.next()
+        started = self.drain.next(self._moment())
         if started is None:
             return False
         command, reply, gen = started
         task = self.unit_task = _Task(command, reply, _READ, own=True)  # the tick's reply: answered at a stop
-        task.gen = gen
+        task.gen = self._drive(gen)
         self.open[task] = None
         self._step(task, None)
         return True
@@ -503,8 +515,42 @@ class NamespaceMachine:
     def answer(self, reply: Reply[Any], ok: bool, value: Any) -> None:
         self._effects.append(Answer(reply, ok, value))
 
-    def emit(self, effect: Effect) -> None:
-        self._effects.append(effect)
+    def _moment(self) -> Moment:
+        return Moment(self.now, self.strategy, self.strategy_error, self.waiting, self.orphaned)
+
+    def _drive(self, decisions: Decisions) -> Gen:
+        """Run a drain handler as a task's: carry out each decision it returns, its writes and
+        commits through the lane, and resume it with the outcome (or raise the error into it)."""
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                decision = decisions.send(value) if error is None else decisions.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                value = yield from self._carry_out(decision)
+            except BaseException as exc:  # noqa: BLE001 - the handler's to catch, as if it had made the call
+                error = exc
+
+    def _carry_out(self, decision: Decision) -> Gen:
+        match decision:
+            case Write():
+                return (yield decision)
+            case CommitStrategy():
+                return (yield from self.commit(decision.reaches))
+            case Answer() | CallModel():
+                self._effects.append(decision)
+            case RequireStrategy():
+                self.require_strategy()
+            case FlushNew():
+                self.flush_new()
+            case AwaitStore():
+                self.await_store(decision.error)
+            case Report():
+                self.report(decision.error, decision.message, *decision.args)
+        return None
 
     def _dropped(self) -> BaseException:
         """The error of a write dropped because the strategy's memory was reloaded before it went out."""
@@ -611,7 +657,10 @@ class NamespaceMachine:
         self.stopping = error
         owed: list[tuple[Any, Reply[Any] | None]] = [(task.command, task.reply) for task in self.open]
         owed += list(self.lane.held)
-        owed += self.drain.stop()
+        drain_owes, cancel = self.drain.stop()
+        owed += drain_owes
+        if cancel is not None:
+            self._effects.append(cancel)
         for command, reply in owed:
             if reply is not None:
                 self.answer(reply, False, refusal_for(error, command))
@@ -744,7 +793,7 @@ class NamespaceMachine:
                            exc.reason, self.strategy.name)
             self.epoch += 1  # a unit out now was planned on the memory being dropped
             self._build_views()
-        self.drain.back_off(first=self.waiting is None)
+        self.drain.back_off(first=self.waiting is None, now=self.now)
         self.waiting = exc
 
     def require_strategy(self) -> None:
@@ -1132,7 +1181,7 @@ class NamespaceMachine:
 
     def _set_timer(self) -> None:
         """When the loop should look again without a message: a hold lapsing, a backoff ending."""
-        deadline = self.drain.deadline(self.holds.next_lapse(self.now))
+        deadline = self.drain.deadline(self.holds.next_lapse(self.now), self._moment())
         if deadline != self.timer:
             self.timer = deadline
             self._effects.append(SetTimer(deadline))
@@ -1165,8 +1214,8 @@ PROTOCOL: dict[type, tuple[int, Handler]] = {
     # reads: handled at once; their own writes join the lane
     Compile: (_READ, lambda m, t: m._compile(t.command, t)),
     Preview: (_READ, lambda m, t: m._preview(t.command)),
-    Tick: (_READ, lambda m, t: m.drain.queue(t.command, t.reply)),
-    ResetHeadWindow: (_READ, lambda m, t: m.drain.queue(t.command, t.reply)),
+    Tick: (_READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply))),
+    ResetHeadWindow: (_READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply))),
     CheckReady: (_READ, lambda m, t: m._check_ready(t.command)),
     Detach: (_READ, lambda m, t: m._detach(t.command)),
     QuerySummaries: (_READ, lambda m, t: m._query(t.command)),
@@ -1181,5 +1230,5 @@ PROTOCOL: dict[type, tuple[int, Handler]] = {
     ListPins: (_READ, lambda m, t: m._pins(t.command)),
     RetryQuarantined: (_READ, lambda m, t: m._retry_quarantined(t.command)),
     Inspect: (_READ, lambda m, t: m._snapshot()),
-    UnitDone: (_READ, lambda m, t: m.drain.apply(t.command)),  # its tick's reply rides with it (_take)
+    UnitDone: (_READ, lambda m, t: m._drive(m.drain.apply(t.command))),  # its tick's reply rides with it (_take)
 }
