@@ -211,6 +211,23 @@ def test_the_drain_backs_off_doubling_up_to_its_maximum_while_the_store_is_unrea
     assert drain.retry_delay == STORE_RETRY_S
 
 
+def test_a_message_after_the_back_off_ends_starts_the_drain_before_the_timer_does() -> None:
+    """K9, D2: work held back by a back-off stays wanted: a look at the drain after the back-off's
+    end (a message that came before the timer's turn, which then is cancelled) starts it, and a look
+    during the back-off starts nothing but sets the timer for its end."""
+    down = ctxrt.StoreUnavailableError("postgresql://x", "down")
+    drain = drain_of(Host(waiting=down))
+    drain.wanted = True
+    drain.back_off(first=True, now=0.0)
+    during = Moment(now=0.1, strategy=memory(auto_tick=True), waiting=down)
+    assert drain.next(during) is None
+    assert drain.deadline(1e9, during) == STORE_RETRY_S
+    after = Moment(now=STORE_RETRY_S + 0.01, strategy=memory(auto_tick=True), waiting=down)
+    assert drain.deadline(1e9, after) == 1e9  # the timer goes: nothing left to wake for
+    started = drain.next(after)
+    assert started is not None and started[0] is None  # the drain's own work, not a manager's tick
+
+
 
 def append(handle: StoreHandle, slots: SlotRegistry, branch: int, *blocks: dict[str, Any]) -> None:
     data, blobs, appended = prepare_append("user", list(blocks))

@@ -183,7 +183,8 @@ class Drain:
                 and not moment.orphaned):
             wake = self.wake_at(moment)
             if wake is not None and wake > moment.now:
-                self.wanted = False  # the timer wakes it when the backoff ends
+                # Still wanted: the timer is set for the wake, but any message after it (before
+                # the timer's turn, which then is cancelled) must start the drain too.
                 return None
             return None, None, self._drain()
         return None

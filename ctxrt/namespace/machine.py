@@ -302,6 +302,8 @@ class NamespaceMachine:
         self.inputs = inputs
         now = inputs.now
         effects = self._effects = []
+        if self.holds.lapse(now):  # a hold whose time is up is gone for every message, not only the
+            self.drain.wanted = self.strategy.auto_tick  # timer's (then cancelled): work it held back
         if self.stopping is not None:
             if reply is not None:
                 self.answer(reply, False, refusal_for(self.stopping, message))
@@ -321,7 +323,6 @@ class NamespaceMachine:
             case SlotAppended():
                 self.drain.wanted = self.drain.wanted or self.strategy.auto_tick
             case TimerFired():
-                self.holds.lapse(now)
                 self.drain.wanted = self.strategy.auto_tick
             case _:
                 self._take(message, reply)
