@@ -39,7 +39,7 @@ from ..errors import (
 from ..asks import Ask
 from ..mailbox import Envelope, Mailbox
 from .batch import Batch
-from .committer import Apply, Committer
+from .committer import Applied, Apply, CommitLone, Committer
 from .interface import StoreEngine
 from .protocol import (
     AppendItem,
@@ -103,6 +103,9 @@ class StoreRef:
         self._publish = publish
         self._alone = None if committer.commit_now is None else functools.partial(
             commit_alone, engine, committer.commit_now, publish=publish, counters=counters)
+        self._lone = None if committer.commit_lone is None else functools.partial(
+            commit_lone, engine, committer.commit_lone, publish=publish, counters=counters)
+        self._lone_in_ask = False  # a caller is on its way to, or in, a lone commit
 
     async def ask(self, command: Ask[R]) -> R:
         """Send ``command`` and wait for its committed result.
@@ -110,8 +113,26 @@ class StoreRef:
         Raises the error that refused the command (the store is then unchanged by it), or
         ``RuntimeClosedError`` if the actor has stopped. If cancelled after sending, the command
         may still commit; its result is dropped.
+
+        On a committer whose commits wait (``commit_lone``: a durable LMDB store) a caller that is
+        the only one asking, with nothing unanswered, hands its commit over from its own task (one
+        schedule point first, as ``Mailbox.ask``'s ``alone``), sparing the hop to the actor and
+        back; callers arriving meanwhile go through the mailbox, and the actor fills their
+        transaction once the lone commit landed.
         """
-        return await self._mailbox.ask(command, alone=self._alone)
+        mailbox = self._mailbox
+        if self._lone is not None and not self._lone_in_ask and mailbox.unanswered == 0 and not mailbox.closed:
+            self._lone_in_ask = True
+            try:
+                await trio.lowlevel.checkpoint()
+                answer = await self._lone(command) if mailbox.unanswered == 0 and not mailbox.closed else None
+            finally:
+                self._lone_in_ask = False
+            if answer is not None:
+                if answer[0]:
+                    return answer[1]  # type: ignore[no-any-return]  # an R by the command's type
+                raise answer[1]
+        return await mailbox.ask(command, alone=self._alone)
 
     def close(self) -> None:
         """Refuse new commands; the actor answers what is queued, then stops."""
@@ -190,6 +211,32 @@ def commit_alone(
         return _refused(refused, 1)[0]
     _count(counters, 1, started)
     publish_committed(publish, operations)
+    return results[0]
+
+
+@trio.lowlevel.enable_ki_protection  # Ctrl-C waits for the commit step's end: never between commit and answer
+async def commit_lone(
+    engine: StoreEngine, commit_lone: CommitLone, command: Any, publish: Callable[[Sequence[Operation]], None],
+    counters: _Counters,
+) -> tuple[bool, Any] | None:
+    """The actor's commit step for a lone caller, in its own task, on a committer whose commits wait
+    (``StoreRef.ask``): its one command's ``(ok, result or error)``, or None if the committer can't
+    take it now (the caller goes through the mailbox). Cancelled, the commit goes on (the committer
+    lands it) and publishes; only the answer is lost."""
+    started = time.perf_counter()
+
+    def landed(applied: Applied) -> None:
+        _count(counters, 1, started)
+        publish_committed(publish, applied[1])
+
+    under_way = commit_lone([command], landed)
+    if under_way is None:
+        return None
+    try:
+        with tracing.committing(engine, 1):
+            results, _ = await under_way
+    except _REFUSALS as refused:
+        return _refused(refused, 1)[0]
     return results[0]
 
 
@@ -300,5 +347,6 @@ async def serve_store(
                     reply.resolve(False, closed())  # ignored by a reply already answered
             # Closing drops what is still queued; answer it first, or its callers wait forever.
             inbox.drain(lambda command: closed())
+            await committer.settle()  # a lone caller's commit out lands before the writer stops
             committer.stop()  # a writer thread ends the transaction it held: the store can be closed now
             nursery.cancel_scope.cancel()

@@ -17,7 +17,7 @@ error)`` with the committed operations, or raises what refused the whole batch
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import trio
@@ -28,6 +28,9 @@ logger = logging.getLogger("ctxrt.store")
 
 Applied = tuple[list[tuple[bool, Any]], list[Operation]]
 Apply = Callable[[list[Any]], Applied]
+# A lone caller's commit from its own task, given the commands and what to do with what landed
+# (publish it) in whichever task lands it: the commit under way, or None when it can't be taken now.
+CommitLone = Callable[[list[Any], Callable[[Applied], None]], Awaitable[Applied] | None]
 FLUSH_INTERVAL_S = 1.0  # durability "os": commits are not flushed; flush them at least this often
 
 
@@ -37,12 +40,19 @@ class Committer(Protocol):
     # A commit on the trio thread, synchronous, that a lone caller may run in its own task instead
     # of waking the actor; None for a committer whose commits wait (a flush, a server).
     commit_now: Apply | None
+    # A commit that waits (a flush on a thread of its own) which a lone caller may hand over from
+    # its own task instead of waking the actor; None for a committer without it.
+    commit_lone: CommitLone | None
 
     def start(self) -> None:
         """Before the first commit (a thread of its own, say)."""
 
     def stop(self) -> None:
         """After the last: nothing of it is left running, and the store may be closed. Idempotent."""
+
+    async def settle(self) -> None:
+        """Before ``stop``: wait (shielded from cancellation) for a commit a lone caller handed over
+        from its own task (``commit_lone``) to land."""
 
     async def commit(self, commands: list[Any]) -> Applied:
         """Commit ``commands``; the loop may serve others meanwhile. Not cancellable: once it began,
@@ -60,6 +70,7 @@ class InlineCommitter:
     def __init__(self, apply: Apply, flush: Callable[[], None], errors: tuple[type[BaseException], ...]) -> None:
         self._apply = apply
         self.commit_now: Apply | None = apply
+        self.commit_lone: CommitLone | None = None
         self._flush = flush
         self._errors = errors
 
@@ -68,6 +79,9 @@ class InlineCommitter:
 
     def stop(self) -> None:
         """Nothing to stop."""
+
+    async def settle(self) -> None:
+        """Nothing to wait for: a lone caller's commit (``commit_now``) is over when it returns."""
 
     async def commit(self, commands: list[Any]) -> Applied:
         return self._apply(commands)
@@ -88,12 +102,16 @@ class WorkerCommitter:
     def __init__(self, apply: Apply) -> None:
         self._apply = apply
         self.commit_now: Apply | None = None
+        self.commit_lone: CommitLone | None = None
 
     def start(self) -> None:
         """Nothing to start: trio's worker threads."""
 
     def stop(self) -> None:
         """Nothing to stop."""
+
+    async def settle(self) -> None:
+        """Nothing to wait for: no lone caller commits here."""
 
     async def commit(self, commands: list[Any]) -> Applied:
         return await trio.to_thread.run_sync(self._apply, commands)

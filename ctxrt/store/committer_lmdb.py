@@ -31,14 +31,15 @@ import math
 import mmap
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+import attrs
 import lmdb
 import trio
 
 from ..errors import StoreFullError
-from .committer import Applied, Apply
+from .committer import Applied, Apply, CommitLone
 from .writer import WriterThread
 
 logger = logging.getLogger("ctxrt.store")
@@ -96,6 +97,11 @@ class DurableCommitter:
         self._turns = GiveTurns(self._writer)
         self._instrumented = False
         self.commit_now: Apply | None = None  # the flush is the writer thread's, never the trio thread's
+        self.commit_lone: CommitLone | None = self._commit_lone
+        # From filling a transaction to its landing: by the actor's batch, or by a lone caller's
+        # commit (the actor then waits for it to land before filling the next).
+        self._out = False
+        self._lone_landed = trio.lowlevel.ParkingLot()
         self.flush_s = math.inf  # the moving average of a commit's own time; unknown until one ran
 
     def start(self) -> None:
@@ -114,8 +120,76 @@ class DurableCommitter:
         self._engine.stop_writer = None
 
     async def commit(self, commands: list[Any]) -> Applied:
-        prepared = await self._fill_and_commit(commands)
-        return self._engine.committed(prepared)
+        while self._out:  # a lone caller's commit is out: it lands first
+            await self._lone_landed.park()
+        self._out = True
+        try:
+            prepared = await self._fill_and_commit(commands)
+            return self._engine.committed(prepared)
+        finally:
+            self._release()
+
+    def _commit_lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Awaitable[Applied] | None:
+        """``commit`` from a lone caller's own task, sparing it the hop to the actor; None if a commit
+        is out, or the loop isn't idle, or the flush doesn't measure fast (the caller goes through
+        the mailbox then). A commit that doesn't land within the idle wait is landed by a system
+        task, so that a caller cancelled meanwhile loses only its reply; ``on_landed`` gets what
+        landed in whichever task landed it, before the caller is answered."""
+        idle_wait = self._idle_wait()
+        if self._out or idle_wait <= 0:
+            return None
+        self._out = True
+        return self._lone(commands, on_landed, idle_wait)
+
+    async def _lone(self, commands: list[Any], on_landed: Callable[[Applied], None], idle_wait: float) -> Applied:
+        landing: Landing | None = None
+        try:
+            prepared = self._fill(commands)
+            if prepared.txn is not None:
+                self._writer.commit()
+                if not self._writer.wait(idle_wait):
+                    landing = Landing(prepared, None)
+                else:
+                    error = self._writer.landed()
+                    if error is not None:
+                        landing = Landing(prepared, error)
+                    else:
+                        self._measured()
+            if landing is None:
+                applied = self._engine.committed(prepared)
+                on_landed(applied)
+                return applied
+        finally:
+            if landing is None:
+                self._release()
+        trio.lowlevel.spawn_system_task(self._land, commands, landing, on_landed, name="ctxrt-store-landing")
+        await landing.done.wait()  # cancelled here, the landing goes on; only the answer is lost
+        if landing.failure is not None:
+            raise landing.failure
+        assert landing.applied is not None
+        return landing.applied
+
+    async def _land(self, commands: list[Any], landing: Landing, on_landed: Callable[[Applied], None]) -> None:
+        """A system task: land a lone caller's commit still out (or retry one that failed), then answer."""
+        try:
+            prepared = await self._fill_and_commit(commands, landing)
+            landing.applied = self._engine.committed(prepared)
+            on_landed(landing.applied)
+        except BaseException as exc:  # noqa: BLE001 - the caller (if still waiting) raises it
+            landing.failure = exc
+        finally:
+            self._release()
+            landing.done.set()
+
+    def _release(self) -> None:
+        self._out = False
+        self._lone_landed.unpark_all()
+
+    async def settle(self) -> None:
+        """Wait, shielded, for a lone caller's commit out to land: the writer may be stopped then."""
+        with trio.CancelScope(shield=True):
+            while self._out:
+                await self._lone_landed.park()
 
     async def tend(self) -> None:
         """Nothing to tend: every commit is flushed."""
@@ -130,30 +204,40 @@ class DurableCommitter:
             return 0.0
         return min(IDLE_WAIT_S, statistics.seconds_to_next_deadline)
 
-    async def _landed(self) -> BaseException | None:
-        """``await_commit``, the loop blocking for it while idle; the flush's moving average updated."""
+    def _measured(self) -> None:
+        """A commit landed: the flush's moving average takes its time."""
         writer = self._writer
-        error = await await_commit(writer, self._idle_wait())
-        if error is None:
-            self.flush_s = (writer.commit_s if self.flush_s == math.inf
-                            else self.flush_s + _AVERAGED * (writer.commit_s - self.flush_s))
-        return error
+        self.flush_s = (writer.commit_s if self.flush_s == math.inf
+                        else self.flush_s + _AVERAGED * (writer.commit_s - self.flush_s))
 
-    async def _fill_and_commit(self, commands: list[Any]) -> Any:
-        """Fill the writer thread's transaction with ``commands`` and await its commit, growing the map
-        and trying again when it is full; what ``Engine.prepare`` made of them."""
+    def _fill(self, commands: list[Any]) -> Any:
+        """Fill the writer thread's transaction with ``commands``, growing the map while it is full."""
         engine, writer = self._engine, self._writer
         while True:
             try:
-                prepared = engine.prepare(commands, self._execute, self._unnested, writer)
+                return engine.prepare(commands, self._execute, self._unnested, writer)
             except lmdb.MapFullError:
                 writer.end()  # the map can't be resized under an open transaction
                 grow_map(engine)
-                continue
-            if prepared.txn is None:
-                return prepared
-            error = await self._landed()
+
+    async def _fill_and_commit(self, commands: list[Any], landing: Landing | None = None) -> Any:
+        """Fill the writer thread's transaction with ``commands`` and await its commit (the loop
+        blocking for it while idle), growing the map and trying again when it is full; what
+        ``Engine.prepare`` made of them. ``landing``: a first fill whose commit was handed over already."""
+        engine, writer = self._engine, self._writer
+        while True:
+            if landing is None:
+                prepared = self._fill(commands)
+                if prepared.txn is None:
+                    return prepared
+                error = await await_commit(writer, self._idle_wait())
+            else:
+                prepared, error = landing.prepared, landing.error
+                if error is None:  # still out
+                    error = await await_commit(writer, handed_over=True)
+                landing = None
             if error is None:
+                self._measured()
                 return prepared
             if isinstance(error, lmdb.MapFullError):  # the writer holds no transaction now
                 grow_map(engine)
@@ -164,11 +248,25 @@ class DurableCommitter:
             raise refusal from error
 
 
-async def await_commit(writer: WriterThread, idle_wait: float = 0.0) -> BaseException | None:
-    """Hand the filled transaction to the writer thread and wait for its commit: what it raised, or
-    None. First block for it up to ``idle_wait`` (the loop has nothing else to do), then through
-    trio's I/O wait. Not cancellable: the commit is underway, and its callers get what it did."""
-    writer.commit()
+@attrs.define(eq=False)
+class Landing:
+    """A lone caller's commit that didn't land within the idle wait, or failed: a system task lands
+    (or retries) it, and the caller, if still waiting, takes ``applied`` or raises ``failure``."""
+
+    prepared: Any
+    error: BaseException | None  # what the commit raised; None while it is still out
+    done: trio.Event = attrs.Factory(trio.Event)
+    applied: Applied | None = None
+    failure: BaseException | None = None
+
+
+async def await_commit(writer: WriterThread, idle_wait: float = 0.0, handed_over: bool = False) -> BaseException | None:
+    """Hand the filled transaction to the writer thread (unless ``handed_over`` already) and wait for
+    its commit: what it raised, or None. First block for it up to ``idle_wait`` (the loop has nothing
+    else to do), then through trio's I/O wait. Not cancellable: the commit is underway, and its
+    callers get what it did."""
+    if not handed_over:
+        writer.commit()
     if not writer.wait(idle_wait):
         with trio.CancelScope(shield=True):
             await trio.lowlevel.wait_readable(writer.ready)
