@@ -16,7 +16,7 @@ moves an envelope or a wake-up runs with Ctrl-C deferred, so an interrupt never 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import attrs
@@ -110,28 +110,31 @@ class Mailbox:
         """The error ``command`` meets now that the mailbox is closed."""
         return self._refusal(command)
 
-    async def ask(self, command: Ask[R], *, alone: Callable[[Any], tuple[bool, Any]] | None = None) -> R:
+    async def ask(
+        self, command: Ask[R], *, alone: Callable[[Any], Awaitable[tuple[bool, Any] | None]] | None = None
+    ) -> R:
         """Send ``command`` and wait for its answer.
 
         Raises what the actor answered with, or the refusal once the mailbox is closed. A caller
         cancelled already sends nothing; cancelled after sending, the command is still handled and
         only its answer is lost (answered just as it was cancelled, it leaves cancelled too).
 
-        ``alone``: the actor's own synchronous handling, which a caller that finds nobody else
-        asking and nothing unanswered may run in its own task instead of waking the actor (one
-        schedule point first, so callers that are ready arrive and all go through the actor):
-        ``(ok, answer or error)``. A caller that finds others arrived meanwhile sends its command.
+        ``alone``: the actor's own handling, which a caller that finds nobody else asking and
+        nothing unanswered may run in its own task instead of waking the actor (one schedule point
+        first, so callers that are ready arrive and all go through the actor): ``(ok, answer or
+        error)``, or None if it can't be done alone now. A caller that finds others arrived
+        meanwhile, or gets None, sends its command; callers arriving while a step runs alone do.
         """
         if self._closed:
             await trio.lowlevel.checkpoint()
             raise self._refusal(command)
         if alone is not None and not self._alone_waiting and self._unanswered == 0:
-            self._alone_waiting = True
+            self._alone_waiting = True  # until its step ends: others meanwhile go to the actor
             try:
                 await trio.lowlevel.checkpoint()
+                answer = await alone(command) if self._unanswered == 0 and not self._closed else None
             finally:
                 self._alone_waiting = False
-            answer = alone(command) if self._unanswered == 0 and not self._closed else None
             if answer is not None:
                 if answer[0]:
                     return answer[1]  # type: ignore[no-any-return]  # an R by the command's type

@@ -136,7 +136,7 @@ async def test_a_cancelled_ask_loses_only_its_answer_and_one_cancelled_already_s
 def _doubled(handled: list[Any]) -> Any:
     """An ``alone`` option: the actor's handling of a ``Double``, run in the caller's task."""
 
-    def alone(command: Double) -> tuple[bool, Any]:
+    async def alone(command: Double) -> tuple[bool, Any]:
         handled.append(command)
         return True, command.number * 2
 
@@ -167,3 +167,36 @@ async def test_a_lone_ask_runs_the_alone_option_in_its_own_task_and_callers_toge
     assert sorted(answers) == [0, 2, 4] and sorted(seen, key=lambda command: command.number) == [
         Double(0), Double(1), Double(2)]
     assert handled == [Double(4)]
+
+
+async def test_a_lone_step_that_waits_sends_others_to_the_actor_and_one_that_declines_sends_its_own() -> None:
+    """``alone`` may wait (a commit handed to a writer thread): callers arriving while it runs go to
+    the actor rather than wait their turn at it; a step that answers None (it can't be done alone
+    now) sends the caller's command to the actor instead."""
+    box = mailbox(capacity=10)
+    seen: list[Any] = []
+    released = trio.Event()
+    started = trio.Event()
+
+    async def slow(command: Double) -> tuple[bool, Any]:
+        started.set()
+        await released.wait()
+        return True, command.number * 2
+
+    async def declines(command: Double) -> None:
+        return None
+
+    answers: list[int] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, box, seen)
+            nursery.start_soon(_append, answers, box.ask(Double(1), alone=slow))
+            await started.wait()
+            nursery.start_soon(_append, answers, box.ask(Double(2), alone=slow))
+            await trio.testing.wait_all_tasks_blocked()
+            assert seen == [Double(2)] and answers == [4]  # the second went to the actor, not to slow
+            released.set()
+            await trio.testing.wait_all_tasks_blocked()
+            assert sorted(answers) == [2, 4]
+            assert await box.ask(Double(3), alone=declines) == 6 and seen == [Double(2), Double(3)]
+            box.close()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -101,11 +101,15 @@ class StoreRef:
         self._counters = counters
         self._committer = committer
         self._publish = publish
-        self._alone = None if committer.commit_now is None else functools.partial(
-            commit_alone, engine, committer.commit_now, publish=publish, counters=counters)
-        self._lone = None if committer.commit_lone is None else functools.partial(
-            commit_lone, engine, committer.commit_lone, publish=publish, counters=counters)
-        self._lone_in_ask = False  # a caller is on its way to, or in, a lone commit
+        # A lone caller's own commit step: on the trio thread (durability "os"), else handed to the
+        # writer thread from the caller's task (a durable LMDB store); none for PostgreSQL's worker.
+        self._alone: Callable[[Any], Awaitable[tuple[bool, Any] | None]] | None = None
+        if committer.commit_now is not None:
+            self._alone = functools.partial(commit_alone, engine, committer.commit_now, publish=publish,
+                                            counters=counters)
+        elif committer.commit_lone is not None:
+            self._alone = functools.partial(commit_lone, engine, committer.commit_lone, publish=publish,
+                                            counters=counters)
 
     async def ask(self, command: Ask[R]) -> R:
         """Send ``command`` and wait for its committed result.
@@ -114,25 +118,14 @@ class StoreRef:
         ``RuntimeClosedError`` if the actor has stopped. If cancelled after sending, the command
         may still commit; its result is dropped.
 
-        On a committer whose commits wait (``commit_lone``: a durable LMDB store) a caller that is
-        the only one asking, with nothing unanswered, hands its commit over from its own task (one
-        schedule point first, as ``Mailbox.ask``'s ``alone``), sparing the hop to the actor and
-        back; callers arriving meanwhile go through the mailbox, and the actor fills their
-        transaction once the lone commit landed.
+        A caller that is the only one asking, with nothing unanswered, runs the actor's commit step
+        in its own task (``Mailbox.ask``'s ``alone``): on the trio thread when the committer commits
+        there, else handing its commit to the writer thread itself (a durable LMDB store, while its
+        flush measures fast and the loop is idle), sparing the hop to the actor and back; callers
+        arriving meanwhile go through the mailbox, and the actor fills their transaction once the
+        lone commit landed.
         """
-        mailbox = self._mailbox
-        if self._lone is not None and not self._lone_in_ask and mailbox.unanswered == 0 and not mailbox.closed:
-            self._lone_in_ask = True
-            try:
-                await trio.lowlevel.checkpoint()
-                answer = await self._lone(command) if mailbox.unanswered == 0 and not mailbox.closed else None
-            finally:
-                self._lone_in_ask = False
-            if answer is not None:
-                if answer[0]:
-                    return answer[1]  # type: ignore[no-any-return]  # an R by the command's type
-                raise answer[1]
-        return await mailbox.ask(command, alone=self._alone)
+        return await self._mailbox.ask(command, alone=self._alone)
 
     def close(self) -> None:
         """Refuse new commands; the actor answers what is queued, then stops."""
@@ -197,7 +190,7 @@ _REFUSALS = (StoreFullError, StoreCorruptError, StoreUnavailableError)
 
 
 @trio.lowlevel.enable_ki_protection  # Ctrl-C waits for the commit step's end: never between commit and answer
-def commit_alone(
+async def commit_alone(
     engine: StoreEngine, commit_now: Apply, command: Any, publish: Callable[[Sequence[Operation]], None],
     counters: _Counters,
 ) -> tuple[bool, Any]:
@@ -220,7 +213,7 @@ async def commit_lone(
     counters: _Counters,
 ) -> tuple[bool, Any] | None:
     """The actor's commit step for a lone caller, in its own task, on a committer whose commits wait
-    (``StoreRef.ask``): its one command's ``(ok, result or error)``, or None if the committer can't
+    (``Mailbox.ask``'s ``alone``): its one command's ``(ok, result or error)``, or None if the committer can't
     take it now (the caller goes through the mailbox). Cancelled, the commit goes on (the committer
     lands it) and publishes; only the answer is lost."""
     started = time.perf_counter()
