@@ -48,7 +48,8 @@ from typing import Any
 import lmdb
 import trio
 
-from ctxrt import Budget, ContextManager, codec
+from ctxrt import Budget, ContextManager
+from ctxrt.content import codec
 from ctxrt.runtime import Runtime, open_runtime
 from ctxrt.slots import SlotCache
 from ctxrt.namespace.views import shared_reader_listing

@@ -31,7 +31,7 @@ After every turn each configuration compiles with ``Budget(max_tokens=60_000, re
   namespaces run ``wait_ready()`` (not timed), so every compile sees compression caught up.
 
 For each compile: whether it fits the budget (the estimated tokens of the compiled messages as sent,
-``ctxrt.tokens.estimate_blocks`` over each message's blocks, and ``render_stats().total_tokens``, what
+``ctxrt.content.tokens.estimate_blocks`` over each message's blocks, and ``render_stats().total_tokens``, what
 the strategy planned, both <= usable), whether ``result.to_anthropic(assistant="assistant",
 strict=True)`` is accepted (it raises ``InvalidRequestError`` when the body breaks a Messages API rule,
 such as more than 100 images or an image over 5 MB), how many images the body holds, and the share of
@@ -64,7 +64,7 @@ from typing import Any
 import trio
 
 import ctxrt
-from ctxrt.tokens import estimate_blocks
+from ctxrt.content.tokens import estimate_blocks
 
 from . import harness
 from .harness import TABLE_HEAD, measured, scratch

@@ -21,7 +21,7 @@ designs alike. A resident's first request (nothing before it) is not counted.
 
 Prints one JSON line: ``{"ctxrt": <path imported>, "shares": [...], "stable": [...], "seconds": s}``;
 ``stable`` is each counted compile's ``stable_prefix_tokens`` over the compile's own token estimate
-(``ctxrt.tokens.estimate_blocks``) where the design has that field, else empty; it compares with
+(``ctxrt.content.tokens.estimate_blocks``) where the design has that field, else empty; it compares with
 the manager's previous compile, another resident's (the compiled messages are the same for all
 three: there are no reader views here).
 """
@@ -115,7 +115,7 @@ def text_of(rng: random.Random, turn: int) -> str:
 async def run(store: str, strategy: str, turns: int) -> dict[str, Any]:
     import ctxrt
     from ctxrt.testing import ScriptedModel
-    from ctxrt.tokens import estimate_blocks
+    from ctxrt.content.tokens import estimate_blocks
 
     memory = "A memory of these turns: " + " ".join(WORDS * 8)  # about 250 tokens
 

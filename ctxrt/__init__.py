@@ -4,41 +4,41 @@ This module re-exports the public names (docs/api.md) and defines nothing.
 """
 
 from .branching import Derivation as Derivation
-from .compile_result import CompileResult as CompileResult
-from .content import (
+from .compile.result import CompileResult as CompileResult
+from .content.blocks import (
     Block as Block,
 )
-from .content import (
+from .content.blocks import (
     CompiledMessage as CompiledMessage,
 )
-from .content import (
+from .content.blocks import (
     ContentLike as ContentLike,
 )
-from .content import (
+from .content.blocks import (
     Document as Document,
 )
-from .content import (
+from .content.blocks import (
     Image as Image,
 )
-from .content import (
+from .content.blocks import (
     Message as Message,
 )
-from .content import (
+from .content.blocks import (
     RedactedThinking as RedactedThinking,
 )
-from .content import (
+from .content.blocks import (
     Text as Text,
 )
-from .content import (
+from .content.blocks import (
     Thinking as Thinking,
 )
-from .content import (
+from .content.blocks import (
     ToolResult as ToolResult,
 )
-from .content import (
+from .content.blocks import (
     ToolUse as ToolUse,
 )
-from .content import (
+from .content.blocks import (
     content_for_reader as content_for_reader,
 )
 from .errors import (
@@ -123,35 +123,35 @@ from .events import Added as Added
 from .events import Edited as Edited
 from .events import MessageEvent as MessageEvent
 from .events import Removed as Removed
-from .injections import Injection as Injection
-from .injections import MessageInjection as MessageInjection
+from .compile.injections import Injection as Injection
+from .compile.injections import MessageInjection as MessageInjection
 from .manager import ContextManager as ContextManager
 from .manager import MessageWindow as MessageWindow
-from .model import (
+from .models.model import (
     AnthropicModel as AnthropicModel,
 )
-from .model import (
+from .models.model import (
     Model as Model,
 )
-from .model_types import (
+from .models.model_types import (
     ModelRequest as ModelRequest,
 )
-from .model_types import (
+from .models.model_types import (
     ModelResponse as ModelResponse,
 )
-from .model import (
+from .models.model import (
     OfflineModel as OfflineModel,
 )
-from .model_types import (
+from .models.model_types import (
     Usage as Usage,
 )
 from .namespace.protocol import NamespaceHealth as NamespaceHealth
 from .namespace.protocol import NamespaceSnapshot as NamespaceSnapshot
-from .openai_model import OpenAIModel as OpenAIModel
-from .openai_wire import OpenAIBody as OpenAIBody
+from .models.openai_model import OpenAIModel as OpenAIModel
+from .forms.openai_wire import OpenAIBody as OpenAIBody
 from .namespace.registry import NamespaceStatistics as NamespaceStatistics
-from .provenance import Provenance as Provenance
-from .provenance import Source as Source
+from .compile.provenance import Provenance as Provenance
+from .compile.provenance import Source as Source
 from .runtime import (
     NamespaceInfo as NamespaceInfo,
 )
@@ -209,7 +209,7 @@ from .strategies.passthrough import Passthrough as Passthrough
 from .strategies.records import Summary as Summary
 from .strategies.records import SummaryMatch as SummaryMatch
 from .strategies.windowed import WindowedPassthrough as WindowedPassthrough
-from .tokens import CalibratedEstimator as CalibratedEstimator
-from .tokens import TokenEstimator as TokenEstimator
+from .content.tokens import CalibratedEstimator as CalibratedEstimator
+from .content.tokens import TokenEstimator as TokenEstimator
 from .views import MessageView as MessageView
 from .views import Window as Window

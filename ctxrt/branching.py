@@ -17,7 +17,7 @@ import time
 import attrs
 
 from .errors import MessageNotFoundError
-from .model import Model
+from .models.model import Model
 from .namespace.protocol import Derive, Detach, Fork
 from .namespace.ref import NamespaceRef
 from .namespace.registry import NamespaceRegistry, new_token

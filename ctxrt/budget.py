@@ -14,7 +14,7 @@ from typing import Any, Literal
 import attrs
 
 from . import checks
-from .content import Block
+from .content.blocks import Block
 
 Relation = Literal["copy", "derived", "referenced"]
 

@@ -31,10 +31,10 @@ import attrs
 import trio
 
 from .budget import Budget
-from .content import CompiledMessage, Text
+from .content.blocks import CompiledMessage, Text
 from .errors import CtxrtError, ModelError, StoreLockedError
-from .model import AnthropicModel, OfflineModel
-from .model_types import ModelRequest, ModelResponse
+from .models.model import AnthropicModel, OfflineModel
+from .models.model_types import ModelRequest, ModelResponse
 from .runtime import open_runtime
 from .strategies.autobiographical import Autobiographical
 from .verification import BACKEND_ERRORS, STORE_FILE_NAMES

@@ -9,7 +9,7 @@ from typing import Union
 
 import attrs
 
-from .content import Message
+from .content.blocks import Message
 
 
 @attrs.frozen

@@ -19,16 +19,17 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from . import branching, checks, tracing, validation
-from .blobs import extract_blobs
+from . import branching, checks, tracing
+from .content import validation
+from .content.blobs import extract_blobs
 from .branching import Derivation
-from .compile_result import CompileResult
-from .injections import Injection, MessageInjection
+from .compile.result import CompileResult
+from .compile.injections import Injection, MessageInjection
 from .budget import Budget, PreviewResult
-from .content import ContentLike, Message
+from .content.blocks import ContentLike, Message
 from .errors import ManagerClosedError
 from .events import MessageEvent
-from .model import Model
+from .models.model import Model
 from .namespace.protocol import (
     AppendAndHold,
     CheckReady,

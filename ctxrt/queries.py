@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from .content import Message
+from .content.blocks import Message
 
 _MISSING = object()
 

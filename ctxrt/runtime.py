@@ -14,10 +14,10 @@ import attrs
 import trio
 
 from . import checks
-from .content import Message
+from .content.blocks import Message
 from .errors import ManagerClosedError, MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
 from .manager import ContextManager
-from .model import Model
+from .models.model import Model
 from .namespace import states
 from .namespace.actor import MODEL_TIMEOUT_S
 from .namespace.machine import build_strategy
@@ -39,7 +39,7 @@ from .store.records import BranchDeleted, Operation
 from .store.urls import is_postgres_url
 from .strategies.base import Strategy, StrategyConfig
 from .strategies.passthrough import Passthrough
-from .tokens import TokenEstimator
+from .content.tokens import TokenEstimator
 from .trio_guard import require_trio
 
 if TYPE_CHECKING:

@@ -19,9 +19,10 @@ from typing import Any
 
 import attrs
 
-from . import checks, codec, validation
-from .blobs import extract_blobs, resolve_blobs
-from .content import Block, Message, holds_audience, sequence_key
+from . import checks
+from .content import codec, validation
+from .content.blobs import extract_blobs, resolve_blobs
+from .content.blocks import Block, Message, holds_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
 from .store.interface import StoreEngine

@@ -61,20 +61,20 @@ import trio
 from . import openai_rules
 from .anthropic_rules import violations
 from .budget import Entry
-from .content import Message, Text
-from .model import request_chars
-from .model_types import ModelRequest, ModelResponse, Usage
+from .content.blocks import Message, Text
+from .models.model import request_chars
+from .models.model_types import ModelRequest, ModelResponse, Usage
 from .views import MessageView, StaticListing
 
 # The testing seam (see the module docstring): re-exported from where each lives now.
-from . import codec as codec
-from .blobs import extract_blobs as extract_blobs
-from .blobs import resolve_blobs as resolve_blobs
-from .content import hidden_by_edit as hidden_by_edit
+from .content import codec as codec
+from .content.blobs import extract_blobs as extract_blobs
+from .content.blobs import resolve_blobs as resolve_blobs
+from .content.blocks import hidden_by_edit as hidden_by_edit
 from .asks import Ask as Ask
 from .mailbox import Mailbox as Mailbox
 from .asks import Reply as Reply
-from .model import approx_tokens as approx_tokens
+from .models.model import approx_tokens as approx_tokens
 from .namespace import states as states
 from .namespace.core import CorruptRecord as CorruptRecord
 from .namespace.core import Holds as Holds
@@ -115,16 +115,16 @@ from .store.records import StateInfo as StateInfo
 from .store.records import ValueSet as ValueSet
 from .verification import verify_in_child as verify_in_child
 from .verification import verify_store as verify_store
-from .tokens import estimate_block as estimate_block
-from .tokens import estimate_blocks as estimate_blocks
-from .tokens import estimate_message as estimate_message
-from .tokens import estimate_text as estimate_text
-from .validation import blocks_from_content as blocks_from_content
+from .content.tokens import estimate_block as estimate_block
+from .content.tokens import estimate_blocks as estimate_blocks
+from .content.tokens import estimate_message as estimate_message
+from .content.tokens import estimate_text as estimate_text
+from .content.validation import blocks_from_content as blocks_from_content
 from .views import FilteredListing as FilteredListing
 from .views import MergedListing as MergedListing
 from .views import ReaderListing as ReaderListing
 from .namespace.views import shared_reader_listing as shared_reader_listing
-from .wire import to_anthropic_messages as to_anthropic_messages
+from .forms.wire import to_anthropic_messages as to_anthropic_messages
 
 Responder: TypeAlias = Callable[[ModelRequest], "str | ModelResponse | Awaitable[str | ModelResponse]"]
 

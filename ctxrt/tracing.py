@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .content import Block, Document, Image, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from .content.blocks import Block, Document, Image, RedactedThinking, Text, Thinking, ToolResult, ToolUse
 
 try:
     from opentelemetry import context as otel_context

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import blobs, codec
+from .content import blobs, codec
 from .errors import StoreFormatError
 from .namespace.states import is_slot
 from .store.engine import BACKEND_ERRORS as BACKEND_ERRORS

@@ -18,10 +18,10 @@ from typing import Any, NamedTuple, Protocol
 
 import attrs
 
-from .content import Message, content_for_reader, sequence_key
+from .content.blocks import Message, content_for_reader, sequence_key
 from .memos import IdMemo
 from .slots import FULL, MIN_LOAD, Change, ChangeLog, SlotCache, parse_id
-from .tokens import estimate_message
+from .content.tokens import estimate_message
 
 
 class Window(NamedTuple):

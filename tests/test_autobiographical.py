@@ -413,7 +413,7 @@ async def test_messages_cut_to_max_message_tokens_still_fit_the_budget(tmp_path:
                 await m.add_message("user", say(i) + " word" * 2_000)
             result = await m.compile(budget(3_200))
             assert len(result.messages) >= 3  # each cut to at most its 1,000-token cap
-            assert all(ctxrt.tokens.estimate_blocks(m.content) <= 1_000 for m in result.messages)
+            assert all(ctxrt.content.tokens.estimate_blocks(m.content) <= 1_000 for m in result.messages)
             assert compiled_tokens(result) <= 3_200
 
 

@@ -14,7 +14,7 @@ import trio
 import ctxrt
 from ctxrt import Autobiographical, Budget, CalibratedEstimator, Message, ModelRequest, Text
 from ctxrt.testing import estimate_blocks, estimate_message, estimate_text
-from ctxrt.tokens import MAX_FACTOR, MIN_FACTOR
+from ctxrt.content.tokens import MAX_FACTOR, MIN_FACTOR
 
 GUARD_S = 30
 

@@ -1,5 +1,5 @@
-"""The block codecs: ingress validation (ctxrt.validation), the storage form and the private converter
-(ctxrt.codec), blobs (ctxrt.blobs), the API form of blocks (ctxrt.wire)."""
+"""The block codecs: ingress validation (ctxrt.content.validation), the storage form and the private converter
+(ctxrt.content.codec), blobs (ctxrt.content.blobs), the API form of blocks (ctxrt.forms.wire)."""
 
 from __future__ import annotations
 
@@ -13,31 +13,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrt import (
-    Block,
-    Document,
-    Image,
-    Message,
-    RedactedThinking,
-    Text,
-    Thinking,
-    ToolResult,
-    ToolUse,
-    codec,
-    content_for_reader,
-    validation,
-)
+from ctxrt import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse, content_for_reader
+from ctxrt.content import codec, validation
 from ctxrt.testing import extract_blobs, resolve_blobs
-from ctxrt.codec import from_jsonable, message_from_json, message_to_json, to_jsonable
+from ctxrt.content.codec import from_jsonable, message_from_json, message_to_json, to_jsonable
 from ctxrt.errors import MalformedContentError, StoreCorruptError, StoreFormatError
-from ctxrt.validation import (
+from ctxrt.content.validation import (
     blocks_from_content,
     find_audience,
     validate_metadata,
     validate_participant,
     validate_timestamp_ms,
 )
-from ctxrt.wire import block_to_api, blocks_from_api
+from ctxrt.forms.wire import block_to_api, blocks_from_api
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nfake image bytes").decode()
 PDF = base64.b64encode(b"%PDF-1.4 fake").decode()

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from ctxrt.breakpoints import apply_cache_breakpoints
-from ctxrt.compile import build_compile_result
+from ctxrt.compile.breakpoints import apply_cache_breakpoints
+from ctxrt.compile.pipeline import build_compile_result
 from ctxrt import (
     Budget,
     CompileResult,
@@ -31,9 +31,9 @@ from ctxrt import (
     ToolUse,
 )
 from ctxrt.errors import EmptyRequestError, MalformedContentError
-from ctxrt.injections import place_injections, refuse_audience_in_injections, validate_injections
-from ctxrt.provenance import coverage_complete
-from ctxrt.tool_pairing import repair_tool_pairing, split_mixed_tool_messages
+from ctxrt.compile.injections import place_injections, refuse_audience_in_injections, validate_injections
+from ctxrt.compile.provenance import coverage_complete
+from ctxrt.compile.tool_pairing import repair_tool_pairing, split_mixed_tool_messages
 from ctxrt.testing import to_anthropic_messages
 
 USE_A = ToolUse("a", "search", {"q": "x"})

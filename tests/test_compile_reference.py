@@ -1,4 +1,4 @@
-"""The reference compile (``ctxrt.compile_reference``): every step done afresh, with no memo, and
+"""The reference compile (``ctxrt.compile.reference``): every step done afresh, with no memo, and
 what the memoised pipeline must return (P3-P6, P9, P16). Pure and synchronous: the sequences of
 compiles through one memo are checked against it in tests/test_incremental_compile.py; here
 single compiles of any entries, the steps themselves, and ``strict=True``."""
@@ -25,8 +25,8 @@ from ctxrt import (
     ToolResult,
     ToolUse,
 )
-from ctxrt.compile import CompileMemo, build_compile_result
-from ctxrt.compile_reference import ReferenceMismatch, compile_reference, split_entry, stable_prefix_tokens
+from ctxrt.compile.pipeline import CompileMemo, build_compile_result
+from ctxrt.compile.reference import ReferenceMismatch, compile_reference, split_entry, stable_prefix_tokens
 from ctxrt.errors import MalformedContentError
 from ctxrt.testing import estimate_blocks
 

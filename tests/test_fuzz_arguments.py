@@ -393,7 +393,7 @@ def o_content(value: Any) -> str:
         return VALID if value and _encodable(value) else INVALID
     if not isinstance(value, (list, tuple)) or not value:
         return INVALID if not _is_seq(value) or not value else UNKNOWN
-    if any(not isinstance(v, (Mapping, *ctxrt.content.BLOCK_TYPES)) for v in value):
+    if any(not isinstance(v, (Mapping, *ctxrt.content.blocks.BLOCK_TYPES)) for v in value):
         return INVALID
     return UNKNOWN
 

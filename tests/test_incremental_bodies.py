@@ -17,10 +17,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctxrt
-from ctxrt.anthropic_body import anthropic_messages
-from ctxrt.body_runs import BodyCache, run_length, runs
-from ctxrt.openai_body import chat_messages, responses_input
-from ctxrt.openai_wire import to_chat_messages, to_responses_input
+from ctxrt.forms.anthropic_body import anthropic_messages
+from ctxrt.forms.body_runs import BodyCache, run_length, runs
+from ctxrt.forms.openai_body import chat_messages, responses_input
+from ctxrt.forms.openai_wire import to_chat_messages, to_responses_input
 from ctxrt import CompiledMessage, Image, RedactedThinking, Text, Thinking, ToolResult, ToolUse
 from ctxrt.testing import ApiReply, open_messages_api_server, open_openai_api_server, to_anthropic_messages
 

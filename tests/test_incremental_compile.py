@@ -21,9 +21,9 @@ from ctxrt import (
     ToolResult,
     ToolUse,
 )
-from ctxrt.codec import to_jsonable
-from ctxrt.compile import CompileMemo, build_compile_result
-from ctxrt.compile_reference import compile_reference, stable_prefix_tokens
+from ctxrt.content.codec import to_jsonable
+from ctxrt.compile.pipeline import CompileMemo, build_compile_result
+from ctxrt.compile.reference import compile_reference, stable_prefix_tokens
 from ctxrt.errors import EmptyRequestError
 from ctxrt.testing import estimate_blocks
 

@@ -27,21 +27,21 @@ PACKAGE = Path(ctxrt.__file__).parent
 # Lowest first. The arrows of data flow: manager -> namespace actor -> strategy -> views -> slot
 # cache -> store. Within a layer, imports may go either way but never in a cycle.
 LAYERS: list[tuple[str, ...]] = [
-    ("ctxrt.errors", "ctxrt.asks", "ctxrt.mailbox", "ctxrt.content", "ctxrt.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.store.keys", "ctxrt.store.seals",
+    ("ctxrt.errors", "ctxrt.asks", "ctxrt.mailbox", "ctxrt.content.blocks", "ctxrt.models.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.store.keys", "ctxrt.store.seals",
      "ctxrt.store.files", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
-    ("ctxrt.validation", "ctxrt.codec", "ctxrt.blobs", "ctxrt.tokens"),
+    ("ctxrt.content.validation", "ctxrt.content.codec", "ctxrt.content.blobs", "ctxrt.content.tokens"),
     ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.catalog", "ctxrt.store.batch", "ctxrt.store.apply", "ctxrt.store.committer", "ctxrt.store.committer_lmdb", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
      "ctxrt.store.environment", "ctxrt.store.writer", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
      "ctxrt.store.verify"),
     ("ctxrt.slots",),
     ("ctxrt.views",),
-    ("ctxrt.wire", "ctxrt.openai_wire", "ctxrt.body_runs", "ctxrt.anthropic_body", "ctxrt.openai_body"),
-    ("ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints"),
-    ("ctxrt.injections", "ctxrt.compile_result"),
-    ("ctxrt.compile_reference", "ctxrt.compile"),
-    ("ctxrt.model",),
-    ("ctxrt.openai_model",),
+    ("ctxrt.forms.wire", "ctxrt.forms.openai_wire", "ctxrt.forms.body_runs", "ctxrt.forms.anthropic_body", "ctxrt.forms.openai_body"),
+    ("ctxrt.budget", "ctxrt.compile.provenance", "ctxrt.compile.tool_pairing", "ctxrt.compile.breakpoints"),
+    ("ctxrt.compile.injections", "ctxrt.compile.result"),
+    ("ctxrt.compile.reference", "ctxrt.compile.pipeline"),
+    ("ctxrt.models.model",),
+    ("ctxrt.models.openai_model",),
     ("ctxrt.strategies.base", "ctxrt.strategies.shaping", "ctxrt.strategies.live"),
     ("ctxrt.strategies.records", "ctxrt.strategies.kept_window"),  # windowed's kept window; autobiographical memory's parts, then the policy over them
     ("ctxrt.strategies.coverage",),
@@ -80,7 +80,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.integrations.openai_agents", "ctxrt.integrations.langchain", "ctxrt.integrations.pydantic_ai",
      "ctxrt.integrations.autogen"),
 ]
-PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspector"}  # empty __init__ files
+PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspector", "ctxrt.compile", "ctxrt.content", "ctxrt.forms", "ctxrt.models"}  # empty __init__ files
 
 # The pure cores: synchronous code that decides or converts and does no waiting, testable with no
 # event loop (docs/architecture.md, Layers and data flow). None imports trio (or asyncio, anyio),
@@ -89,10 +89,10 @@ PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspect
 # a new strategy module is a pure core without a word here). To add a module, add its dotted
 # name here (as in LAYERS); a name here that no longer names a module fails a test.
 PURE_CORES: tuple[str, ...] = (
-    "ctxrt.asks", "ctxrt.content", "ctxrt.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.checks", "ctxrt.queries", "ctxrt.validation", "ctxrt.codec",
-    "ctxrt.blobs", "ctxrt.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.wire", "ctxrt.openai_wire",
-    "ctxrt.body_runs", "ctxrt.anthropic_body", "ctxrt.openai_body", "ctxrt.budget", "ctxrt.provenance", "ctxrt.tool_pairing", "ctxrt.breakpoints", "ctxrt.injections",
-    "ctxrt.compile_result", "ctxrt.compile_reference", "ctxrt.compile",
+    "ctxrt.asks", "ctxrt.content.blocks", "ctxrt.models.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.checks", "ctxrt.queries", "ctxrt.content.validation", "ctxrt.content.codec",
+    "ctxrt.content.blobs", "ctxrt.content.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.forms.wire", "ctxrt.forms.openai_wire",
+    "ctxrt.forms.body_runs", "ctxrt.forms.anthropic_body", "ctxrt.forms.openai_body", "ctxrt.budget", "ctxrt.compile.provenance", "ctxrt.compile.tool_pairing", "ctxrt.compile.breakpoints", "ctxrt.compile.injections",
+    "ctxrt.compile.result", "ctxrt.compile.reference", "ctxrt.compile.pipeline",
     "ctxrt.slots", "ctxrt.views",
     "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.records", "ctxrt.store.protocol", "ctxrt.store.batch",
     "ctxrt.strategies",
@@ -231,7 +231,7 @@ def test_only_the_store_package_touches_lmdb_or_a_raw_transaction() -> None:
 TOOLS = ("ctxrt.cli", "ctxrt.demo", "ctxrt.loadtest", "ctxrt.inspector")
 TOOLS_MAY_IMPORT_FROM_THE_STORE = frozenset({"ctxrt.store.urls", "ctxrt.store.records"})
 # The store checks seals and structure; decoding a message is the layers' above it.
-MESSAGE_DECODERS = frozenset({"ctxrt.codec", "ctxrt.blobs"})
+MESSAGE_DECODERS = frozenset({"ctxrt.content.codec", "ctxrt.content.blobs"})
 
 
 def import_findings(rules: list[tuple[str, frozenset[str], str]], imports: dict[str, set[str]]) -> list[str]:
@@ -286,7 +286,7 @@ def test_the_checker_refuses_each_whiteboard_rule_broken() -> None:
     imports = {
         "ctxrt.cli.exits": {"ctxrt.store.engine", "ctxrt.store.urls", "ctxrt.errors"},
         "ctxrt.demo": {"ctxrt.store.records", "ctxrt.runtime"},
-        "ctxrt.store.verify": {"ctxrt.codec", "ctxrt.store.files"},
+        "ctxrt.store.verify": {"ctxrt.content.codec", "ctxrt.store.files"},
         "ctxrt.store.protocol": {"ctxrt.store.records"},
         "ctxrt.store.records": {"ctxrt.store.batch"},
         "ctxrt.store.batch": set(), "ctxrt.store.engine": {"ctxrt.store.batch"}, "ctxrt.store.urls": set(),
@@ -294,7 +294,7 @@ def test_the_checker_refuses_each_whiteboard_rule_broken() -> None:
     }
     assert whiteboard_findings(imports) == [
         "ctxrt.cli.exits imports ctxrt.store.engine: a tool reaches the store through the facade",
-        "ctxrt.store.verify imports ctxrt.codec: the store doesn't decode messages",
+        "ctxrt.store.verify imports ctxrt.content.codec: the store doesn't decode messages",
         "ctxrt.store.protocol reaches ctxrt.store.batch: the commands need nothing of what the batch means",
     ]
     imports["ctxrt.store.records"] = set()
@@ -431,7 +431,7 @@ def loaded_forbidden(core: str, loads: dict[str, set[str]], third_party: dict[st
 def test_no_pure_core_loads_trio_or_an_engine_or_an_sdk_however_deep() -> None:
     """Layers: the pure cores, and every ctxrt module they load at run time, import no event loop,
     no engine driver (lmdb, psycopg) and no model SDK (anthropic, openai): ``Ask`` and ``Reply``
-    come from ``ctxrt.asks``, a model call's data from ``ctxrt.model_types``, so a core runs and
+    come from ``ctxrt.asks``, a model call's data from ``ctxrt.models.model_types``, so a core runs and
     is tested with none of them."""
     modules = all_modules()
     loads = {name: imports_of(path, typing_only=False) & set(modules) for name, path in modules.items()}
@@ -637,5 +637,5 @@ def test_no_strategy_imports_the_compile_pipeline() -> None:
     """Layers: a strategy imports the types it selects and spends (``ctxrt.budget``), never the
     pipeline that turns its entries into a request (``ctxrt.compile``)."""
     offenders = sorted(name for name, path in all_modules().items()
-                       if name.startswith("ctxrt.strategies.") and "ctxrt.compile" in imports_of(path))
+                       if name.startswith("ctxrt.strategies.") and "ctxrt.compile.pipeline" in imports_of(path))
     assert offenders == []

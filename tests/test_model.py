@@ -1,4 +1,4 @@
-"""Tests for ``ctxrt.model``.
+"""Tests for ``ctxrt.models.model``.
 
 AnthropicModel is driven through the real ``anthropic.AsyncAnthropic`` pointed at the loopback
 server of ``ctxrt.testing`` (no network, no mock of the SDK), so these tests use the real clock
@@ -31,7 +31,7 @@ from ctxrt import (
 )
 from ctxrt.errors import ModelError
 from ctxrt.testing import ApiReply, MessagesScript, approx_tokens, open_messages_api_server
-from ctxrt.model import extract_summary
+from ctxrt.models.model import extract_summary
 from support import wait_until
 
 GUARD_S = 10

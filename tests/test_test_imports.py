@@ -62,25 +62,25 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
     "spec/test_audience.py": (frozenset({"ctxrt.namespace.core", "ctxrt.views"}),
                               "E3's run with the reader's view switched off patches these modules "
                               "(KNOWN_REACHES in test_layers.py)"),
-    "test_compile.py": (frozenset({"ctxrt.breakpoints", "ctxrt.compile", "ctxrt.injections", "ctxrt.provenance",
-                                   "ctxrt.tool_pairing"}), _UNIT + " (the compile pipeline's steps)"),
-    "test_compile_reference.py": (frozenset({"ctxrt.compile", "ctxrt.compile_reference"}),
+    "test_compile.py": (frozenset({"ctxrt.compile.breakpoints", "ctxrt.compile.pipeline", "ctxrt.compile.injections", "ctxrt.compile.provenance",
+                                   "ctxrt.compile.tool_pairing"}), _UNIT + " (the compile pipeline's steps)"),
+    "test_compile_reference.py": (frozenset({"ctxrt.compile.pipeline", "ctxrt.compile.reference"}),
                                   _UNIT + " (the memo against the reference compile, strict=True)"),
-    "test_incremental_compile.py": (frozenset({"ctxrt.codec", "ctxrt.compile", "ctxrt.compile_reference"}),
+    "test_incremental_compile.py": (frozenset({"ctxrt.content.codec", "ctxrt.compile.pipeline", "ctxrt.compile.reference"}),
                                     _UNIT + " (compile's memo against a compile from scratch)"),
-    "test_incremental_bodies.py": (frozenset({"ctxrt.anthropic_body", "ctxrt.body_runs", "ctxrt.openai_body",
-                                              "ctxrt.openai_wire"}),
+    "test_incremental_bodies.py": (frozenset({"ctxrt.forms.anthropic_body", "ctxrt.forms.body_runs", "ctxrt.forms.openai_body",
+                                              "ctxrt.forms.openai_wire"}),
                                    _UNIT + " (the request bodies' caches against their oracle)"),
-    "test_codec.py": (frozenset({"ctxrt.codec", "ctxrt.validation", "ctxrt.wire"}),
+    "test_codec.py": (frozenset({"ctxrt.content.codec", "ctxrt.content.validation", "ctxrt.forms.wire"}),
                       _UNIT + " (a message's stored and wire forms)"),
     "test_engine.py": (frozenset({"ctxrt.store.actor", "ctxrt.store.engine", "ctxrt.store.postgres"}),
                        _UNIT + " (both store engines, command by command)"),
     "test_postgres_store.py": (frozenset({"ctxrt.store.postgres"}), _UNIT),
     "typecheck/engines.py": (frozenset({"ctxrt.store.engine", "ctxrt.store.interface", "ctxrt.store.postgres"}),
                              "mypy checks that both engines satisfy the engine protocol"),
-    "test_tokens.py": (frozenset({"ctxrt.tokens"}), _UNIT),
-    "test_calibration.py": (frozenset({"ctxrt.tokens"}), _UNIT + " (the calibrated estimator's bounds)"),
-    "test_model.py": (frozenset({"ctxrt.model"}), _UNIT + " (OfflineModel's extractive summary)"),
+    "test_tokens.py": (frozenset({"ctxrt.content.tokens"}), _UNIT),
+    "test_calibration.py": (frozenset({"ctxrt.content.tokens"}), _UNIT + " (the calibrated estimator's bounds)"),
+    "test_model.py": (frozenset({"ctxrt.models.model"}), _UNIT + " (OfflineModel's extractive summary)"),
     "test_queries.py": (frozenset({"ctxrt.queries"}), _UNIT),
     "test_subscribe.py": (frozenset({"ctxrt.events"}), _UNIT + " (the diff that makes the events)"),
 }
@@ -91,7 +91,7 @@ def public(module: str) -> bool:
 
 
 def submodule(package: str, name: str) -> str | None:
-    """``package.name`` if that is a module (``from ctxrt import codec`` imports ``ctxrt.codec``)."""
+    """``package.name`` if that is a module (``from ctxrt import codec`` imports ``ctxrt.content.codec``)."""
     try:
         return f"{package}.{name}" if importlib.util.find_spec(f"{package}.{name}") is not None else None
     except ModuleNotFoundError:  # ``package`` is a module, not a package
@@ -139,8 +139,8 @@ def test_the_checker_sees_each_way_of_importing_an_internal_module() -> None:
         "from ctxrt.slots import prepare_append\n"
         "from . import support\n"
         "def later():\n"
-        "    from ctxrt.compile import build_compile_result\n"
+        "    from ctxrt.compile.pipeline import build_compile_result\n"
         "SCRIPT = 'from ctxrt.runtime import open_runtime'\n"
     )
     assert internal_imports(snippet) == {"ctxrt.views", "ctxrt.store.files", "ctxrt.memos", "ctxrt.slots",
-                                         "ctxrt.compile"}
+                                         "ctxrt.compile.pipeline"}

@@ -1,4 +1,4 @@
-"""ctxrt.tokens: the content-class-aware estimator (P2)."""
+"""ctxrt.content.tokens: the content-class-aware estimator (P2)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from ctxrt import Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
 from ctxrt.testing import estimate_block, estimate_blocks, estimate_message, estimate_text
-from ctxrt.tokens import DOCUMENT_TOKEN_ESTIMATE, IMAGE_TOKEN_ESTIMATE, REDACTED_DEFAULT_TOKENS
+from ctxrt.content.tokens import DOCUMENT_TOKEN_ESTIMATE, IMAGE_TOKEN_ESTIMATE, REDACTED_DEFAULT_TOKENS
 
 
 def test_prose_costs_one_token_per_2_9_chars():

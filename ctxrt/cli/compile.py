@@ -13,11 +13,11 @@ from typing import Any
 from rich.markup import escape
 
 from ..budget import Budget
-from ..content import Block
+from ..content.blocks import Block
 from ..inspector.pages import recorded_strategy
 from ..runtime import Runtime
-from ..tokens import estimate_blocks
-from ..validation import blocks_from_content
+from ..content.tokens import estimate_blocks
+from ..content.validation import blocks_from_content
 from .output import emit, out
 from .stores import STORE_HELP, open_readonly, require_namespace
 from .subcommand import Subcommand, in_trio, whole

@@ -10,7 +10,7 @@ import argparse
 
 from rich.markup import escape
 
-from .. import codec
+from ..content import codec
 from ..namespace import states
 from .output import emit, out
 from .stores import STORE_HELP, NotFoundError, open_readonly, require_branch

@@ -16,10 +16,10 @@ from typing import Any
 
 import attrs
 
-from .. import codec
-from ..compile_result import CompileResult
+from ..content import codec
+from ..compile.result import CompileResult
 from ..budget import Budget
-from ..content import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from ..content.blocks import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
 from ..manager import ContextManager
 from ..namespace import states
 from ..runtime import Runtime
@@ -29,7 +29,7 @@ from ..strategies.autobiographical import Autobiographical
 from ..strategies.live import IMAGE_DROPPED, TOOL_INPUT_PRUNED, TOOL_RESULT_PRUNED
 from ..strategies.passthrough import Passthrough
 from ..strategies.queue import MAX_ATTEMPTS
-from ..tokens import estimate_blocks
+from ..content.tokens import estimate_blocks
 from ..views import reader_view_of
 
 PAGE = 50  # messages (or summaries) on one page

@@ -35,13 +35,13 @@ import attrs
 
 from .. import checks
 from ..budget import Budget
-from ..compile_result import CompileResult
-from ..content import Message, Thinking, ToolResult, ToolUse, content_for_reader
+from ..compile.result import CompileResult
+from ..content.blocks import Message, Thinking, ToolResult, ToolUse, content_for_reader
 from ..errors import EmptyRequestError, MalformedContentError
-from ..provenance import Provenance, Source
-from ..openai_wire import ERROR_PREFIX
-from ..validation import blocks_from_content
-from ..wire import api_tool_id
+from ..compile.provenance import Provenance, Source
+from ..forms.openai_wire import ERROR_PREFIX
+from ..content.validation import blocks_from_content
+from ..forms.wire import api_tool_id
 
 USER = "user"
 TOOL = "tool"

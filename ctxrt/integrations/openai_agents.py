@@ -38,12 +38,12 @@ from agents.run_config import CallModelData, ModelInputData
 
 from .. import Budget, Image, MalformedContentError, Message, Text, Thinking, ToolResult, ToolUse, checks
 from ..aio import ContextManager
-from ..content import Block as StoredBlock
-from ..content import CompiledMessage
-from ..openai_wire import call_ids, message_items, replay_ids
-from ..tokens import estimate_text
-from ..validation import blocks_from_content
-from ..wire import ForeignCalls, holds_tools
+from ..content.blocks import Block as StoredBlock
+from ..content.blocks import CompiledMessage
+from ..forms.openai_wire import call_ids, message_items, replay_ids
+from ..content.tokens import estimate_text
+from ..content.validation import blocks_from_content
+from ..forms.wire import ForeignCalls, holds_tools
 from . import arguments, blocks
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ import attrs
 import trio
 
 from .. import tracing
-from ..content import Message
+from ..content.blocks import Message
 from ..errors import CtxrtError, ManagerClosedError, ModelError, ReadOnlyStoreError
 from ..mailbox import Reply
 from ..slots import SlotCache, SlotRegistry, decode_stored

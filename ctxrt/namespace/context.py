@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from .. import codec, validation
+from ..content import codec, validation
 from ..budget import Entry
 from ..errors import MalformedContentError
 from ..store.protocol import AppendItem, SetValue

@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from .. import codec
-from ..content import Block, Message, content_for_reader, hidden_by_edit
+from ..content import codec
+from ..content.blocks import Block, Message, content_for_reader, hidden_by_edit
 from ..errors import NarrowingRefusedError, ReaderConflictError, StrategyRefusedError
 from ..store.protocol import EditItem, RemoveItems
 

@@ -29,11 +29,11 @@ import attrs
 from .. import tracing
 from ..errors import StoreUnavailableError, StrategyRefusedError
 from ..asks import Reply
-from ..model_types import ModelRequest, ModelResponse
+from ..models.model_types import ModelRequest, ModelResponse
 from ..slots import prepare_append
 from ..store.protocol import AppendItem, SetValue
 from ..strategies.base import HeadWindowReset, Strategy, Unit
-from ..tokens import CalibratedEstimator, estimate_blocks, estimate_text
+from ..content.tokens import CalibratedEstimator, estimate_blocks, estimate_text
 from . import states
 from .context import ActorContext
 from .core import Place, Record, check_reader

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 
 if TYPE_CHECKING:
-    from ..content import Message
+    from ..content.blocks import Message
     from ..store.records import Item
     from ..asks import Reply
     from ..slots import SlotCache

@@ -44,10 +44,11 @@ from typing import Any
 
 import attrs
 
-from .. import codec, tracing
-from ..compile import build_compile_result
-from ..injections import validate_injections
-from ..content import Message, hidden_by_edit
+from ..content import codec
+from .. import tracing
+from ..compile.pipeline import build_compile_result
+from ..compile.injections import validate_injections
+from ..content.blocks import Message, hidden_by_edit
 from ..errors import (
     BranchNotFoundError,
     ConfigConflictError,
@@ -80,7 +81,7 @@ from ..strategies.base import (
     Strategy,
     SummaryReader,
 )
-from ..tokens import CalibratedEstimator
+from ..content.tokens import CalibratedEstimator
 from . import states
 from .context import ActorContext, Settings
 from .core import (

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..compile_result import CompileResult
-from ..injections import Injection, MessageInjection
+from ..compile.result import CompileResult
+from ..compile.injections import Injection, MessageInjection
 from ..budget import Budget, PreviewResult
-from ..content import Block, Message
+from ..content.blocks import Block, Message
 from ..errors import ManagerClosedError
 from ..asks import Ask
 from ..slots import SlotCache, SlotFigures
@@ -24,9 +24,9 @@ from ..store.protocol import AppendItem, Blob
 from ..store.records import BranchRow, ItemAppended
 
 if TYPE_CHECKING:
-    from ..model import Model
+    from ..models.model import Model
     from ..strategies.base import Pin, RenderStats, Strategy, StrategyConfig
-    from ..tokens import TokenEstimator
+    from ..content.tokens import TokenEstimator
 
 
 @attrs.frozen

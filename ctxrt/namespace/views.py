@@ -16,15 +16,15 @@ from typing import Any
 
 import attrs
 
-from .. import codec
+from ..content import codec
 from ..budget import Entry
-from ..compile import CompileMemo, ViewShare
-from ..content import Message
+from ..compile.pipeline import CompileMemo, ViewShare
+from ..content.blocks import Message
 from ..memos import IdMemo
 from ..slots import SlotCache
 from ..store.interface import StoreEngine
 from ..strategies.base import Strategy
-from ..tokens import TokenEstimator, estimate_message
+from ..content.tokens import TokenEstimator, estimate_message
 from ..views import (
     FilteredListing,
     MergedListing,

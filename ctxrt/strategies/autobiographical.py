@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..budget import Entry, PreviewResult, non_negative_int
-from ..content import CompiledMessage, Message, sequence_key
+from ..content.blocks import CompiledMessage, Message, sequence_key
 from ..errors import MessageNotFoundError, ModelError, OverBudgetError
-from ..model_types import ModelRequest, ModelResponse
-from ..tokens import estimate_text
+from ..models.model_types import ModelRequest, ModelResponse
+from ..content.tokens import estimate_text
 from .base import (
     Backlog,
     Pin,

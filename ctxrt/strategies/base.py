@@ -19,13 +19,13 @@ import attrs
 
 from .. import checks
 from ..budget import Entry, non_negative_int
-from ..content import Message, sequence_key
+from ..content.blocks import Message, sequence_key
 from ..memos import IdMemo
 
 if TYPE_CHECKING:
     from ..budget import Budget, PreviewResult
     from ..errors import ModelError
-    from ..model_types import ModelRequest, ModelResponse
+    from ..models.model_types import ModelRequest, ModelResponse
     from ..views import MessageView, Window
 
 

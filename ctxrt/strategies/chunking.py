@@ -13,7 +13,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..content import Message, ToolUse, has_block, sequence_key
+from ..content.blocks import Message, ToolUse, has_block, sequence_key
 from .records import Chunk
 
 if TYPE_CHECKING:

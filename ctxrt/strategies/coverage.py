@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, overload
 
-from ..content import Message, sequence_key
+from ..content.blocks import Message, sequence_key
 from .records import Summary
 
 if TYPE_CHECKING:

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..budget import Entry
-from ..content import Message, sequence_key
+from ..content.blocks import Message, sequence_key
 from ..memos import IdMemo
-from ..tokens import estimate_blocks
+from ..content.tokens import estimate_blocks
 from .live import holds_live_blocks
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from ..content import Message, ToolResult, ToolUse
+from ..content.blocks import Message, ToolResult, ToolUse
 from .autobiographical import Autobiographical, AutobiographicalStrategy
 from .chunking import ChunkRule
 from .policy import CompressionPolicy

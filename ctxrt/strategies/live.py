@@ -21,9 +21,9 @@ import attrs
 
 from ..anthropic_rules import MAX_IMAGE_DATA_BYTES, MAX_IMAGES
 from ..budget import Entry
-from ..content import Block, Image, Text, ToolResult, ToolUse
+from ..content.blocks import Block, Image, Text, ToolResult, ToolUse
 from ..memos import outgrown
-from ..tokens import estimate_block, estimate_blocks
+from ..content.tokens import estimate_block, estimate_blocks
 
 MIB = 1 << 20
 IMAGE_DROPPED = "[image dropped from live context: {what}]"

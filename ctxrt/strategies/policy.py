@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from ..content import Message
+from ..content.blocks import Message
 from .chunking import ChunkRule, closes_at_target
 from .selection import Chooser, choose
 

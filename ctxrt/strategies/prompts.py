@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..content import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse
+from ..content.blocks import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse
 from .records import Summary
 
 MANAGER = "Context Manager"

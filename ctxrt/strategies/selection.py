@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import attrs
 
 from ..budget import Entry
-from ..content import Message, Text, sequence_key
+from ..content.blocks import Message, Text, sequence_key
 from .base import Pin, RenderStats
 from .coverage import Coverage, RunIds, Runs, count_outside, covers, gaps, union
 from .live import JoinedDepths, LiveMemo, LiveOptions, Piece, apply_live_policy_at, holds_live_blocks, loose

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import attrs
 
 from ..budget import Entry
-from ..content import Message, Text, ToolResult
+from ..content.blocks import Message, Text, ToolResult
 from ..memos import IdMemo
-from ..tokens import estimate_message
+from ..content.tokens import estimate_message
 from .base import copy_entry, raw_entry
 
 # Cut at the densest rate the estimator prices (2.3 chars a token), less room for the marker,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..budget import Entry
-from ..content import Message, Text
+from ..content.blocks import Message, Text
 from ..memos import IdMemo
 from .prompts import MANAGER, recall_header
 from .records import Summary

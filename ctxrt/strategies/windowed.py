@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from ..budget import Entry, non_negative_int
-from ..content import Message, ToolResult, ToolUse, has_block, sequence_key
+from ..content.blocks import Message, ToolResult, ToolUse, has_block, sequence_key
 from ..errors import OverBudgetError
 from .base import (
     RenderStats,

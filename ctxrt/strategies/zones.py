@@ -18,7 +18,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..budget import Entry
-from ..content import Message, ToolResult, has_block
+from ..content.blocks import Message, ToolResult, has_block
 from .chunking import head_window
 from .coverage import Runs
 from .kept_window import KeptWindow

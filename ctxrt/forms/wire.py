@@ -15,7 +15,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from .content import (
+from ..content.blocks import (
     Block,
     CompiledMessage,
     Document,
@@ -26,7 +26,7 @@ from .content import (
     ToolResult,
     ToolUse,
 )
-from .validation import TOOL_ID
+from ..content.validation import TOOL_ID
 
 MAX_REQUEST_CACHE_CONTROLS = 4  # the provider's limit per request
 CONTINUED_TEXT = "(continued)"

@@ -21,7 +21,7 @@ from functools import partial
 from typing import Any, cast
 
 from .body_runs import BodyCache, SharedParts, carried, runs
-from .content import CompiledMessage
+from ..content.blocks import CompiledMessage
 from .wire import (
     MAX_REQUEST_CACHE_CONTROLS,
     ForeignCalls,

@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, Union
 
-from .content import (
+from ..content.blocks import (
     Block,
     CompiledMessage,
     Document,
@@ -30,7 +30,7 @@ from .content import (
     ToolResult,
     ToolUse,
 )
-from .openai_rules import CHAT_CALL_ID_MAX, RESPONSES_CALL_ID_MAX
+from ..openai_rules import CHAT_CALL_ID_MAX, RESPONSES_CALL_ID_MAX
 from .wire import CONTINUED_TEXT, ForeignCalls, ReplayedCalls, api_tool_name, block_to_api, compact_json, replay_calls
 
 NO_OUTPUT = "(no output)"  # a tool result with nothing to show, so no tool message is empty

@@ -1,7 +1,7 @@
 """A model call's data: ``ModelRequest``, ``ModelResponse`` and its ``Usage`` (DESIGN.md §9).
 
 Plain attrs values, importing no SDK and no event loop, so the pure cores (the strategies that
-plan compression requests, the namespace drain) can make and read them; ``ctxrt.model`` holds
+plan compression requests, the namespace drain) can make and read them; ``ctxrt.models.model`` holds
 the ``Model`` protocol and the models that answer them.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from .content import Block, CompiledMessage, Text
+from ..content.blocks import Block, CompiledMessage, Text
 
 DEFAULT_ASSISTANT = frozenset({"Claude", "assistant"})
 

@@ -12,12 +12,12 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from .content import Block, Text, ToolUse
-from .errors import ModelError
+from ..content.blocks import Block, Text, ToolUse
+from ..errors import ModelError
 from .model import SdkClientModel, retryable_status
 from .model_types import ModelRequest, ModelResponse, Usage
-from .openai_wire import SystemRole, chat_tools, check_system_role, to_chat_messages
-from .wire import api_tool_name
+from ..forms.openai_wire import SystemRole, chat_tools, check_system_role, to_chat_messages
+from ..forms.wire import api_tool_name
 
 if TYPE_CHECKING:
     import openai

@@ -13,11 +13,11 @@ from typing import Literal, Union
 
 import attrs
 
-from .validation import blocks_from_content, find_audience, validate_participant
-from .content import Block, CompiledMessage, ContentLike, Text, ToolResult, ToolUse
-from .errors import MalformedContentError
+from ..content.validation import blocks_from_content, find_audience, validate_participant
+from ..content.blocks import Block, CompiledMessage, ContentLike, Text, ToolResult, ToolUse
+from ..errors import MalformedContentError
 from .provenance import Source
-from .budget import non_negative_int
+from ..budget import non_negative_int
 
 INJECTION_PARTICIPANT_PREFIX = "system_context:"
 Position = Literal["system", "before_user", "after_user"]

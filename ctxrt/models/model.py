@@ -1,6 +1,6 @@
 """Models: the ``Model`` protocol, ``AnthropicModel`` and the offline ``OfflineModel`` (DESIGN.md §9).
 
-A call's data (``ModelRequest``, ``ModelResponse``, ``Usage``) is in ``ctxrt.model_types``, which
+A call's data (``ModelRequest``, ``ModelResponse``, ``Usage``) is in ``ctxrt.models.model_types``, which
 the strategies import with neither the SDK nor trio. This is the only module that imports ``anthropic`` (``openai_model`` the only one that imports
 ``openai``). SDK errors are translated here, once, into ``ModelError`` with ``retryable`` set;
 nothing else in ctxrt sees an SDK type.
@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 import trio
 
-from .content import Block, CompiledMessage, Document, Text, ToolResult
-from .errors import ModelError
+from ..content.blocks import Block, CompiledMessage, Document, Text, ToolResult
+from ..errors import ModelError
 from .model_types import ModelRequest, ModelResponse, Usage
-from .wire import blocks_from_api, to_anthropic_messages
+from ..forms.wire import blocks_from_api, to_anthropic_messages
 
 if TYPE_CHECKING:
     import anthropic

@@ -1,11 +1,11 @@
 """Entries -> a compile result (P2-P7). Pure and synchronous.
 
 A strategy's ``select`` returns entries (``ctxrt.budget``); ``build_compile_result`` turns
-them into a ``CompileResult`` (``ctxrt.compile_result``): mixed tool messages split and tool
-pairs repaired (``ctxrt.tool_pairing``), cache markers trimmed (``ctxrt.breakpoints``),
-injections placed (``ctxrt.injections``), provenance attached (``ctxrt.provenance``). What is
+them into a ``CompileResult`` (``ctxrt.compile.result``): mixed tool messages split and tool
+pairs repaired (``ctxrt.compile.tool_pairing``), cache markers trimmed (``ctxrt.compile.breakpoints``),
+injections placed (``ctxrt.compile.injections``), provenance attached (``ctxrt.compile.provenance``). What is
 here is the pipeline that runs those steps and the ``CompileMemo`` that lets a warm compile pay
-only for what changed; the namespace is its only caller. ``ctxrt.compile_reference`` runs the
+only for what changed; the namespace is its only caller. ``ctxrt.compile.reference`` runs the
 same steps with no memo: what this pipeline returns must be what it returns (``strict=True``).
 """
 
@@ -21,20 +21,20 @@ from typing import Any
 
 import attrs
 
-from .body_runs import BodyCache, SharedParts, run_length
+from ..forms.body_runs import BodyCache, SharedParts, run_length
 from .breakpoints import apply_cache_breakpoints, unmarked
-from .codec import to_jsonable
-from .compile_reference import ReferenceMismatch, compile_reference, completeness_of, differences
-from .compile_result import CompileResult
-from .content import Block, CompiledMessage, Message
-from .errors import MalformedContentError
-from .memos import IdMemo, outgrown
+from ..content.codec import to_jsonable
+from .reference import ReferenceMismatch, compile_reference, completeness_of, differences
+from .result import CompileResult
+from ..content.blocks import Block, CompiledMessage, Message
+from ..errors import MalformedContentError
+from ..memos import IdMemo, outgrown
 from .injections import Injection, MessageInjection, Origin, place_with_origins
 from .provenance import Provenance, Source, coverage_complete
-from .budget import Entry
-from .tokens import estimate_blocks
+from ..budget import Entry
+from ..content.tokens import estimate_blocks
 from .tool_pairing import ToolIds, repair_with_origins, split_mixed_tool_messages, tool_ids
-from .validation import find_audience
+from ..content.validation import find_audience
 
 
 class _Prepared:

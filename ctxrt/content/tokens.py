@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from .content import (
+from .blocks import (
     Block,
     Document,
     Image,

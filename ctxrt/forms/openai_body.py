@@ -20,7 +20,7 @@ from itertools import accumulate
 from typing import Any, cast
 
 from .body_runs import BodyCache, SharedParts, carried, runs, shifted
-from .content import CompiledMessage
+from ..content.blocks import CompiledMessage
 from .openai_wire import Api, SystemRole, call_ids, chat_finish, check_system_role, message_items, replay_ids
 from .wire import ForeignCalls
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 import attrs
 
-from .content import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from ..content.blocks import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
 
 @attrs.frozen
 class Source:

@@ -13,9 +13,9 @@ from bisect import bisect_left
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar, cast
 
-from .content import CompiledMessage
+from ..content.blocks import CompiledMessage
 from .wire import holds_tools
-from .memos import KEEP, newest, outgrown
+from ..memos import KEEP, newest, outgrown
 
 Run = tuple[int, int, int]  # (start in the new list, start in the old list, length)
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from .content import Block, CompiledMessage, ToolResult, ToolUse
+from ..content.blocks import Block, CompiledMessage, ToolResult, ToolUse
 
 ToolIds = tuple[frozenset[str], frozenset[str]]  # (tool_use ids, tool_result ids) of one message
 

@@ -14,16 +14,16 @@ from typing import Any, Literal
 
 import attrs
 
-from .anthropic_body import anthropic_messages
-from .anthropic_rules import violations
-from .body_runs import BodyCache
-from .content import Block, CompiledMessage, Text
-from .errors import EmptyRequestError, InvalidRequestError
-from .openai_rules import violations as openai_violations
-from .openai_body import chat_messages, responses_input
-from .openai_wire import OpenAIBody, SystemRole, to_chat_messages, to_responses_input
+from ..forms.anthropic_body import anthropic_messages
+from ..anthropic_rules import violations
+from ..forms.body_runs import BodyCache
+from ..content.blocks import Block, CompiledMessage, Text
+from ..errors import EmptyRequestError, InvalidRequestError
+from ..openai_rules import violations as openai_violations
+from ..forms.openai_body import chat_messages, responses_input
+from ..forms.openai_wire import OpenAIBody, SystemRole, to_chat_messages, to_responses_input
 from .provenance import Provenance
-from .wire import to_anthropic_messages
+from ..forms.wire import to_anthropic_messages
 
 @attrs.frozen
 class CompileResult:

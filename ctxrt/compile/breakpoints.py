@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from .content import CompiledMessage
+from ..content.blocks import CompiledMessage
 
 MAX_MESSAGE_BREAKPOINTS = 3  # one of the provider's 4 is left for the host
 

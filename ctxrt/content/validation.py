@@ -20,8 +20,8 @@ from typing import Any
 
 import attrs
 
-from . import checks
-from .content import (
+from .. import checks
+from .blocks import (
     BLOCK_TYPES,
     Block,
     ContentLike,
@@ -33,7 +33,7 @@ from .content import (
     ToolResult,
     ToolUse,
 )
-from .errors import MalformedContentError
+from ..errors import MalformedContentError
 
 # The media types the Messages API accepts for base64 sources.
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})

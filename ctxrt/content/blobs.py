@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from .content import Block, Document, Image, ToolResult
+from .blocks import Block, Document, Image, ToolResult
 from .validation import decode_base64
 
 

@@ -12,7 +12,7 @@ The steps, in order:
 1. split: each entry becomes its parts, a non-"user" message holding tool results cut so each
    run of results is a "user" part; the entry's cache marker goes on its last part (P4, P5);
 2. repair: tool calls not answered by the next part and results not asked by the one before
-   are dropped, a part left empty with them (``ctxrt.tool_pairing``, P4);
+   are dropped, a part left empty with them (``ctxrt.compile.tool_pairing``, P4);
 3. breakpoints: at most three cache breakpoints kept, the first and the last ones (P5);
 4. injections: placed around the last user message, at depths, and into system blocks (P3);
 5. provenance: each message's sources, raw bodies judged complete or not (P6).
@@ -25,16 +25,16 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 
 from .breakpoints import apply_cache_breakpoints
-from .codec import to_jsonable
-from .compile_result import CompileResult
-from .content import Block, CompiledMessage, Message
-from .errors import MalformedContentError
+from ..content.codec import to_jsonable
+from .result import CompileResult
+from ..content.blocks import Block, CompiledMessage, Message
+from ..errors import MalformedContentError
 from .injections import Injection, MessageInjection, place_with_origins
 from .provenance import Provenance, Source, coverage_complete
-from .budget import Entry
-from .tokens import estimate_blocks
+from ..budget import Entry
+from ..content.tokens import estimate_blocks
 from .tool_pairing import repair_with_origins, split_mixed_tool_messages
-from .validation import find_audience
+from ..content.validation import find_audience
 
 Lookup = Callable[[str], Message | None]
 Bodies = tuple[tuple[str, Message | None], ...]  # a copy entry's stored messages, by id (None: not found)

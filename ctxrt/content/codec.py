@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import cattrs
 
-from .content import (
+from .blocks import (
     BLOCK_TYPES,
     Block,
     Document,
@@ -31,7 +31,7 @@ from .content import (
     ToolResult,
     ToolUse,
 )
-from .errors import StoreCorruptError, StoreFormatError
+from ..errors import StoreCorruptError, StoreFormatError
 from .validation import type_name
 
 T = TypeVar("T")
