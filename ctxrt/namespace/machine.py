@@ -35,6 +35,7 @@ and the strategy is reloaded from the store, they are dropped, never committed o
 from __future__ import annotations
 
 import copy
+import enum
 import logging
 import math
 from collections import deque
@@ -176,7 +177,14 @@ from .views import build_views, flush_new
 
 logger = logging.getLogger("ctxrt.namespace")
 
-_READ, _EXCLUSIVE, _BARRIER = 0, 1, 2
+
+
+class Kind(enum.Enum):
+    """How a command is ordered against the write lane (the module's docstring)."""
+
+    READ = "read"  # handled at once; its own writes join the lane
+    EXCLUSIVE = "exclusive"  # handled at its turn in the lane
+    BARRIER = "barrier"  # handled at its turn; what arrives after it waits
 
 
 class _Task:
@@ -184,7 +192,7 @@ class _Task:
 
     __slots__ = ("command", "reply", "kind", "gen", "own", "trace")
 
-    def __init__(self, command: Any, reply: Reply[Any] | None, kind: int, *, own: bool = False) -> None:
+    def __init__(self, command: Any, reply: Reply[Any] | None, kind: Kind, *, own: bool = False) -> None:
         self.command = command
         self.reply = reply
         self.kind = kind
@@ -342,17 +350,17 @@ class NamespaceMachine:
             return
         if isinstance(message, UnitDone):  # its tick's reply rides with it: answered at a stop too
             reply = None if self.drain.flight is None else self.drain.flight.reply
-            task = self.unit_task = _Task(message, reply, _READ, own=True)
+            task = self.unit_task = _Task(message, reply, Kind.READ, own=True)
             self.open[task] = None
             self._begin_task(task)
             return
-        kind = PROTOCOL.get(type(message), (_READ, None))[0]  # one not in it is refused by _dispatch
+        kind = PROTOCOL.get(type(message), (Kind.READ, None))[0]  # one not in it is refused by _dispatch
         task = _Task(message, reply, kind)
         self.open[task] = None
-        if kind == _READ:
+        if kind == Kind.READ:
             self._begin_task(task)
             return
-        if kind == _BARRIER:
+        if kind == Kind.BARRIER:
             self.lane.barriers += 1
         self.lane.queue.append(_Item(task, None, self.generation))
 
@@ -446,7 +454,7 @@ class NamespaceMachine:
         if started is None:
             return False
         command, reply, gen = started
-        task = self.unit_task = _Task(command, reply, _READ, own=True)  # the tick's reply: answered at a stop
+        task = self.unit_task = _Task(command, reply, Kind.READ, own=True)  # the tick's reply: answered at a stop
         task.gen = self._drive(gen)
         self.open[task] = None
         self._step(task, None)
@@ -503,7 +511,7 @@ class NamespaceMachine:
             self.lane.holder = None
         if task is self.unit_task:
             self.unit_task = None
-        if task.kind == _BARRIER:
+        if task.kind == Kind.BARRIER:
             self.lane.barriers -= 1
         if isinstance(task.command, Attach) and not ok and not self.managers:
             self.orphaned = True  # refused with no manager attached: it stops once it owes nothing
@@ -1204,33 +1212,33 @@ Handler = Callable[[NamespaceMachine, _Task], Any]
 
 # The protocol: each command's kind (how it is ordered against the write lane, see the module's
 # docstring) and its handler, which returns the answer or a generator that yields writes.
-PROTOCOL: dict[type, tuple[int, Handler]] = {
+PROTOCOL: dict[type, tuple[Kind, Handler]] = {
     # barriers: handled at their turn in the lane; what arrives after them waits
-    Attach: (_BARRIER, lambda m, t: m._attach(t.command)),
-    SetStrategy: (_BARRIER, lambda m, t: m._set_strategy(t.command)),
+    Attach: (Kind.BARRIER, lambda m, t: m._attach(t.command)),
+    SetStrategy: (Kind.BARRIER, lambda m, t: m._set_strategy(t.command)),
     # exclusive writes: handled at their turn in the lane
-    Edit: (_EXCLUSIVE, lambda m, t: m._edit(t.command)),
-    Remove: (_EXCLUSIVE, lambda m, t: m._remove(t.command)),
-    Fork: (_EXCLUSIVE, lambda m, t: m._fork(t.command)),
-    Derive: (_EXCLUSIVE, lambda m, t: m._derive(t.command)),
+    Edit: (Kind.EXCLUSIVE, lambda m, t: m._edit(t.command)),
+    Remove: (Kind.EXCLUSIVE, lambda m, t: m._remove(t.command)),
+    Fork: (Kind.EXCLUSIVE, lambda m, t: m._fork(t.command)),
+    Derive: (Kind.EXCLUSIVE, lambda m, t: m._derive(t.command)),
     # reads: handled at once; their own writes join the lane
-    Compile: (_READ, lambda m, t: m._compile(t.command, t)),
-    Preview: (_READ, lambda m, t: m._preview(t.command)),
-    Tick: (_READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply))),
-    ResetHeadWindow: (_READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply))),
-    CheckReady: (_READ, lambda m, t: m._check_ready(t.command)),
-    Detach: (_READ, lambda m, t: m._detach(t.command)),
-    QuerySummaries: (_READ, lambda m, t: m._query(t.command)),
-    AppendAndHold: (_READ, lambda m, t: m._append_and_hold(t.command)),
-    Hold: (_READ, lambda m, t: m._hold(t.command)),
-    Release: (_READ, lambda m, t: m._release(t.command)),
-    SetSystemPrompt: (_READ, lambda m, t: m._set_system_prompt(t.command)),
-    SetTools: (_READ, lambda m, t: m._set_tools(t.command)),
-    ReportHealth: (_READ, lambda m, t: m._health()),
-    PinRange: (_READ, lambda m, t: m._pins(t.command)),
-    Unpin: (_READ, lambda m, t: m._pins(t.command)),
-    ListPins: (_READ, lambda m, t: m._pins(t.command)),
-    RetryQuarantined: (_READ, lambda m, t: m._retry_quarantined(t.command)),
-    Inspect: (_READ, lambda m, t: m._snapshot()),
-    UnitDone: (_READ, lambda m, t: m._drive(m.drain.apply(t.command))),  # its tick's reply rides with it (_take)
+    Compile: (Kind.READ, lambda m, t: m._compile(t.command, t)),
+    Preview: (Kind.READ, lambda m, t: m._preview(t.command)),
+    Tick: (Kind.READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply))),
+    ResetHeadWindow: (Kind.READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply))),
+    CheckReady: (Kind.READ, lambda m, t: m._check_ready(t.command)),
+    Detach: (Kind.READ, lambda m, t: m._detach(t.command)),
+    QuerySummaries: (Kind.READ, lambda m, t: m._query(t.command)),
+    AppendAndHold: (Kind.READ, lambda m, t: m._append_and_hold(t.command)),
+    Hold: (Kind.READ, lambda m, t: m._hold(t.command)),
+    Release: (Kind.READ, lambda m, t: m._release(t.command)),
+    SetSystemPrompt: (Kind.READ, lambda m, t: m._set_system_prompt(t.command)),
+    SetTools: (Kind.READ, lambda m, t: m._set_tools(t.command)),
+    ReportHealth: (Kind.READ, lambda m, t: m._health()),
+    PinRange: (Kind.READ, lambda m, t: m._pins(t.command)),
+    Unpin: (Kind.READ, lambda m, t: m._pins(t.command)),
+    ListPins: (Kind.READ, lambda m, t: m._pins(t.command)),
+    RetryQuarantined: (Kind.READ, lambda m, t: m._retry_quarantined(t.command)),
+    Inspect: (Kind.READ, lambda m, t: m._snapshot()),
+    UnitDone: (Kind.READ, lambda m, t: m._drive(m.drain.apply(t.command))),  # its tick's reply rides with it (_take)
 }
