@@ -66,6 +66,14 @@ from .models.model import request_chars
 from .models.model_types import ModelRequest, ModelResponse, Usage
 from .views import MessageView, StaticListing
 
+# What a host may use (docs/api.md); the seam's re-exports below are not in it, so a star import
+# brings only these.
+__all__ = [
+    "ApiReply", "MessagesApiServer", "MessagesScript", "OpenAIApiServer", "PlainContext", "Responder",
+    "ScriptedModel", "open_messages_api_server", "open_openai_api_server", "serve_messages_api",
+    "serve_openai_api",
+]
+
 # The testing seam (see the module docstring): re-exported from where each lives now.
 from .content import codec as codec
 from .content.blobs import extract_blobs as extract_blobs
