@@ -24,6 +24,7 @@ from ctxrt.namespace.drain import (
     FlushNew,
     Moment,
     RequireStrategy,
+    Resumed,
 )
 from ctxrt.namespace.effects import Answer, CallModel
 from ctxrt.namespace.protocol import NamespaceConfig, Tick, UnitDone
@@ -106,23 +107,14 @@ def test_a_read_only_lease_is_never_taken(pg_url: str) -> None:
         close_store(writer)
 
 
-@attrs.define
-class Host:
-    """What the drain reads of its machine: plain values."""
-
-    waiting: ctxrt.StoreUnavailableError | None = None
-    strategy: Any = attrs.field(factory=lambda: memory(auto_tick=True))
-    record: str | None = None
-    reader: str | None = None
-    epoch: int = 0
-    ctx: Any = None
-
-
-def drain_of(host: Host) -> Drain:
-    """A drain of a writable namespace "ns" on branch "main", reading ``host``."""
-    config = NamespaceConfig(namespace="ns", slot="messages", auxiliary=(), view_filter=None, strategy=host.strategy,
+def drain_of(strategy: Any) -> Drain:
+    """A drain of a writable namespace "ns" on branch "main" configured with ``strategy``."""
+    config = NamespaceConfig(namespace="ns", slot="messages", auxiliary=(), view_filter=None, strategy=strategy,
                              model=None)
-    return Drain(host, Place("ns", "main"), 1, config, readonly=False)
+    return Drain(Place("ns", "main"), 1, config, readonly=False)
+
+
+CONTEXT: Any = object()  # the strategy's context, a stand-in: the strategies here read none of it
 
 
 class Planner:
@@ -139,9 +131,10 @@ class Planner:
         return "request"
 
 
-def decisions_of(handler: Decisions, outcomes: dict[type, Any]) -> tuple[list[Any], Any]:
-    """Drive a drain handler as the machine does, resuming each decision with ``outcomes[type]``
-    (an exception there is raised into it): the decisions in order, and what it returned."""
+def decisions_of(handler: Decisions, outcomes: dict[type, Any], moment: Moment) -> tuple[list[Any], Any]:
+    """Drive a drain handler as the machine does, resuming each decision with ``outcomes[type]`` and
+    ``moment`` (an exception there is raised into it; a ``Resumed`` there is sent as it is): the
+    decisions in order, and what it returned."""
     made: list[Any] = []
     value: Any = None
     while True:
@@ -151,28 +144,31 @@ def decisions_of(handler: Decisions, outcomes: dict[type, Any]) -> tuple[list[An
             return made, stop.value
         made.append(decision)
         value = outcomes.get(type(decision))
+        if not isinstance(value, (BaseException, Resumed)):
+            value = Resumed(value, moment)
 
 
 def test_a_tick_raises_the_floor_to_its_unit_before_the_model_is_asked() -> None:
     """D2, D4: a manager's tick plans its unit, commits with the floor at the unit's reach, and
     only then asks the model; a floor raise that fails sends no request and answers the tick."""
     reply: Reply[Any] = Reply()
-    drain = drain_of(Host(strategy=Planner()))
-    queued, later = decisions_of(drain.queue(Tick(reader=None), reply), {})
+    moment = Moment(now=0.0, strategy=Planner(), ctx=CONTEXT)  # type: ignore[arg-type]
+    drain = drain_of(Planner())
+    queued, later = decisions_of(drain.queue(Tick(reader=None), reply, moment), {}, moment)
     assert queued == [RequireStrategy()] and later is LATER
-    started = drain.next(Moment(now=0.0, strategy=Planner()))  # type: ignore[arg-type]
+    started = drain.next(moment)
     assert started is not None
-    made, _ = decisions_of(started[2], {CommitStrategy: True})
+    made, _ = decisions_of(started[2], {CommitStrategy: True}, moment)
     assert [type(d) for d in made] == [RequireStrategy, FlushNew, CommitStrategy, CallModel]
     assert made[2] == CommitStrategy(reaches=7) and made[3].request == "request" and made[3].epoch == 0
     assert drain.model_calls() == 1
 
-    failing = drain_of(Host(strategy=Planner()))
-    decisions_of(failing.queue(Tick(reader=None), reply), {})
-    started = failing.next(Moment(now=0.0, strategy=Planner()))  # type: ignore[arg-type]
+    failing = drain_of(Planner())
+    decisions_of(failing.queue(Tick(reader=None), reply, moment), {}, moment)
+    started = failing.next(moment)
     assert started is not None
     down = ctxrt.StoreUnavailableError("postgresql://x", "down")
-    made, _ = decisions_of(started[2], {CommitStrategy: down})
+    made, _ = decisions_of(started[2], {CommitStrategy: down}, moment)
     assert [type(d) for d in made] == [RequireStrategy, FlushNew, CommitStrategy, Answer]
     assert made[3] == Answer(reply, False, down) and failing.flight is None and failing.model_calls() == 0
 
@@ -181,22 +177,38 @@ def test_a_reply_that_comes_back_after_the_view_moved_is_discarded() -> None:
     """C9: a unit's reply for an older epoch applies and commits nothing; its tick is answered
     False (no progress)."""
     reply: Reply[Any] = Reply()
-    host = Host(strategy=Planner())
-    drain = drain_of(host)
-    decisions_of(drain.queue(Tick(reader=None), reply), {})
-    started = drain.next(Moment(now=0.0, strategy=Planner()))  # type: ignore[arg-type]
+    moment = Moment(now=0.0, strategy=Planner(), ctx=CONTEXT)  # type: ignore[arg-type]
+    drain = drain_of(Planner())
+    decisions_of(drain.queue(Tick(reader=None), reply, moment), {}, moment)
+    started = drain.next(moment)
     assert started is not None
-    decisions_of(started[2], {CommitStrategy: True})
-    host.epoch += 1  # a claim landed while the call was out
-    made, returned = decisions_of(drain.apply(UnitDone(epoch=0, unit=Planner.unit, outcome="summary")), {})
+    decisions_of(started[2], {CommitStrategy: True}, moment)
+    moved = attrs.evolve(moment, epoch=1)  # a claim landed while the call was out
+    made, returned = decisions_of(drain.apply(UnitDone(epoch=0, unit=Planner.unit, outcome="summary"), moved), {},
+                                  moved)
     assert made == [Answer(reply, True, False)] and returned is LATER and drain.flight is None
+
+
+def test_a_unit_is_planned_on_the_strategy_and_epoch_as_they_are_when_its_handler_resumes() -> None:
+    """C9: what a handler reads of the machine comes with each resume: a strategy started again
+    while the handler waited (a new epoch) plans the unit, and the unit is planned at that epoch."""
+    reply: Reply[Any] = Reply()
+    before = Moment(now=0.0, strategy=memory(auto_tick=False))
+    after = Moment(now=0.0, strategy=Planner(), epoch=2, ctx=CONTEXT)  # type: ignore[arg-type]
+    drain = drain_of(Planner())
+    decisions_of(drain.queue(Tick(reader=None), reply, before), {}, before)
+    started = drain.next(before)
+    assert started is not None
+    made, _ = decisions_of(started[2], {RequireStrategy: Resumed(None, after), CommitStrategy: True}, after)
+    assert [type(d) for d in made] == [RequireStrategy, FlushNew, CommitStrategy, CallModel]
+    assert made[3].request == "request" and made[3].epoch == 2
 
 
 def test_the_drain_backs_off_doubling_up_to_its_maximum_while_the_store_is_unreachable() -> None:
     """K9: with the store unreachable, an auto-ticking namespace's drain tries again after 0.25 s,
     doubling to 5 s; a new outage starts from 0.25 s again; meanwhile the timer wakes it then."""
     down = ctxrt.StoreUnavailableError("postgresql://x", "down")
-    drain = drain_of(Host(waiting=down))
+    drain = drain_of(memory(auto_tick=True))
     delays = []
     now = 0.0
     for attempt in range(8):
@@ -216,7 +228,7 @@ def test_a_message_after_the_back_off_ends_starts_the_drain_before_the_timer_doe
     end (a message that came before the timer's turn, which then is cancelled) starts it, and a look
     during the back-off starts nothing but sets the timer for its end."""
     down = ctxrt.StoreUnavailableError("postgresql://x", "down")
-    drain = drain_of(Host(waiting=down))
+    drain = drain_of(memory(auto_tick=True))
     drain.wanted = True
     drain.back_off(first=True, now=0.0)
     during = Moment(now=0.1, strategy=memory(auto_tick=True), waiting=down)

@@ -10,10 +10,11 @@ wanted, the back-off, the calibration count) and its handlers, in the machine's 
 style. What they do beyond that they return as decisions (``CommitStrategy``, ``Answer``,
 ``CallModel``, ``AwaitStore`` ...) that the machine carries out (``NamespaceMachine._drive``).
 What never changes (the place, the config, whether the store is read-only) it is given when
-made, the timing's reads as a ``Moment`` with each call; what its handlers read of the machine
-while they run (the strategy and its view, the epoch, the wait for the store: each can change
-while they wait for a write) they read through the ``Host``. So the units' rules read on their
-own, apart from the lane and the dispatch.
+made; what it reads of the machine (the time, the strategy and its view, the epoch, the wait for
+the store) comes as a ``Moment``: with each call, to a handler when it is made, and to a handler
+again with each decision's outcome (``Resumed``), since each can change while it waits for a
+write. It holds no reference to the machine, so the units' rules read on their own, apart from
+the lane and the dispatch, and its tests drive it with plain values.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Generator
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
@@ -50,33 +51,40 @@ STORE_RETRY_MAX_S = 5.0
 LATER = object()  # what a handler returns whose caller is answered by someone else (its unit)
 
 
-class Host(Protocol):
-    """What the drain's handlers read of the machine that holds it, as it is when they resume."""
-
-    @property
-    def record(self) -> Record: ...
-    @property
-    def reader(self) -> str | None: ...
-    @property
-    def epoch(self) -> int: ...
-    @property
-    def strategy(self) -> Strategy: ...
-    @property
-    def waiting(self) -> StoreUnavailableError | None: ...
-    @property
-    def ctx(self) -> ActorContext: ...
-
-
 @attrs.frozen
 class Moment:
-    """What the drain's timing reads of the machine at one step: the time, the strategy, whether it
-    failed to start (``strategy_error``) or waits for the store, whether the last manager left."""
+    """What the drain reads of the machine at one step: the time, the strategy, whether it failed to
+    start (``strategy_error``) or waits for the store, whether the last manager left, the claim
+    (``record``), the epoch of the view, and the strategy's context (None until the views are first
+    built: nothing plans a unit before)."""
 
     now: float
     strategy: Strategy
     strategy_error: BaseException | None = None
     waiting: StoreUnavailableError | None = None
     orphaned: bool = False
+    record: Record = None
+    epoch: int = 0
+    ctx: ActorContext | None = None
+
+    @property
+    def reader(self) -> str | None:
+        return self.record if isinstance(self.record, str) else None
+
+    @property
+    def context(self) -> ActorContext:
+        """The strategy's context, which a handler reads only once the strategy is required."""
+        assert self.ctx is not None, "the views are built before a strategy is used"
+        return self.ctx
+
+
+@attrs.frozen
+class Resumed:
+    """What a drain handler is resumed with after a decision: its outcome (a write's or a commit's
+    result, else None) and the machine as it is now."""
+
+    value: Any
+    moment: Moment
 
 
 # -- what the drain's handlers decide, for the machine to carry out ------------------------------
@@ -102,7 +110,8 @@ class CommitStrategy:
 
 @attrs.frozen
 class AwaitStore:
-    """The store was unreachable while the strategy's memory changed: start it again once it answers."""
+    """The store was unreachable while the strategy's memory changed: start it again once it answers
+    (unless it waits for the store already: a failed start said so)."""
 
     error: StoreUnavailableError
 
@@ -117,8 +126,8 @@ class Report:
 
 
 Decision = Write | Answer | CallModel | RequireStrategy | FlushNew | CommitStrategy | AwaitStore | Report
-# A drain handler: it yields decisions and is resumed with a write's or a commit's result (the
-# others: None), or has the error raised into it.
+# A drain handler: it is made with the ``Moment`` it starts at, yields decisions and is resumed
+# with each one's ``Resumed``, or has the error raised into it.
 Decisions = Generator[Decision, Any, Any]
 
 
@@ -141,11 +150,10 @@ def require_capability(strategy: Strategy, command: Tick | ResetHeadWindow) -> N
 
 
 class Drain:
-    """The units of one namespace actor (``host``) at ``place`` (``branch_id``), with ``config``;
+    """The units of one namespace actor at ``place`` (``branch_id``), with ``config``;
     ``readonly``: the store refuses writes."""
 
-    def __init__(self, host: Host, place: Place, branch_id: int, config: NamespaceConfig, *, readonly: bool) -> None:
-        self.host = host
+    def __init__(self, place: Place, branch_id: int, config: NamespaceConfig, *, readonly: bool) -> None:
         self.place = place
         self.branch_id = branch_id
         self.config = config
@@ -159,13 +167,12 @@ class Drain:
 
     # -- what the machine asks ----------------------------------------------------------------
 
-    def queue(self, command: Tick | ResetHeadWindow, reply: Reply[Any] | None) -> Decisions:
-        """A manager's tick or reset: checked now and again when its turn comes (a claim may land
-        while it waits, C8). ``LATER``: its unit answers it."""
-        host = self.host
-        check_reader(host.record, command.reader, self.place)
-        yield RequireStrategy()
-        require_capability(host.strategy, command)
+    def queue(self, command: Tick | ResetHeadWindow, reply: Reply[Any] | None, moment: Moment) -> Decisions:
+        """A manager's tick or reset at ``moment``: checked now and again when its turn comes (a claim
+        may land while it waits, C8). ``LATER``: its unit answers it."""
+        check_reader(moment.record, command.reader, self.place)
+        resumed = yield RequireStrategy()
+        require_capability(resumed.moment.strategy, command)
         if reply is None:
             return None
         self.waiters.append((command, reply))
@@ -178,7 +185,7 @@ class Drain:
             return None
         if self.waiters:
             command, reply = self.waiters.popleft()
-            return command, reply, self._tick(command, reply)
+            return command, reply, self._tick(command, reply, moment)
         if (self.wanted and moment.strategy.auto_tick and not self.readonly and moment.strategy_error is None
                 and not moment.orphaned):
             wake = self.wake_at(moment)
@@ -186,7 +193,7 @@ class Drain:
                 # Still wanted: the timer is set for the wake, but any message after it (before
                 # the timer's turn, which then is cancelled) must start the drain too.
                 return None
-            return None, None, self._drain()
+            return None, None, self._drain(moment)
         return None
 
     def owes_answer(self) -> bool:
@@ -245,20 +252,18 @@ class Drain:
 
     # -- the units' handlers ------------------------------------------------------------------
 
-    def _tick(self, command: Tick | ResetHeadWindow, reply: Reply[Any]) -> Decisions:
+    def _tick(self, command: Tick | ResetHeadWindow, reply: Reply[Any], moment: Moment) -> Decisions:
         try:
-            yield from self._begin(command, reply)
+            yield from self._begin(command, reply, moment)
         except Exception as exc:  # noqa: BLE001 - answered to its caller
             yield Answer(reply, False, exc)
         return LATER
 
-    def _drain(self) -> Decisions:
-        host = self.host
+    def _drain(self, moment: Moment) -> Decisions:
         try:
-            started = yield from self._begin(None, None)
+            started = yield from self._begin(None, None, moment)
         except StoreUnavailableError as exc:
-            if host.waiting is None:  # else its failed start said so already
-                yield AwaitStore(exc)  # tried again after the back-off (wake_at)
+            yield AwaitStore(exc)  # tried again after the back-off (wake_at)
             started = False
         except Exception as exc:  # noqa: BLE001 - reported
             yield Report(exc, "compression drain of %s failed to plan a unit", (self.place,))
@@ -266,79 +271,74 @@ class Drain:
         if not started:
             self.wanted = False
 
-    def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply[Any] | None) -> Decisions:
+    def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply[Any] | None, moment: Moment) -> Decisions:
         """Plan the next unit, raise the floor, then start its model call; True if a call is out.
 
         A unit with nothing to call answers its caller at once.
         """
-        host = self.host
         if command is not None:
-            check_reader(host.record, command.reader, self.place)
-        yield RequireStrategy()  # the drain's too: a start waiting for the store is tried here
-        if command is not None:
-            require_capability(host.strategy, command)  # the strategy may have been replaced while it waited
+            check_reader(moment.record, command.reader, self.place)
+        resumed = yield RequireStrategy()  # the drain's too: a start waiting for the store is tried here
+        if command is not None:  # the strategy may have been replaced while it waited
+            require_capability(resumed.moment.strategy, command)
         if self.readonly:
             if reply is not None:
                 yield Answer(reply, True, False)
             return False
-        yield FlushNew()
+        moment = (yield FlushNew()).moment
         if isinstance(command, ResetHeadWindow):
-            return (yield from self._begin_reset(command, reply))
-        unit = host.strategy.next_unit(host.ctx)
+            return (yield from self._begin_reset(command, reply, moment))
+        unit = moment.strategy.next_unit(moment.context)
         if unit is None:
-            wrote = yield CommitStrategy()
+            wrote = (yield CommitStrategy()).value
             if reply is not None:
                 yield Answer(reply, True, wrote)
             return False
-        yield from self._raise_floor("tick" if command else "drain", unit, reply)
+        yield from self._raise_floor("tick" if command else "drain", unit, reply, moment)
         return True
 
-    def _raise_floor(self, kind: str, unit: Unit, reply: Reply[Any] | None) -> Decisions:
+    def _raise_floor(self, kind: str, unit: Unit, reply: Reply[Any] | None, moment: Moment) -> Decisions:
         """The floor covers the unit before its request exists (D2, D4); then its call goes out."""
-        host = self.host
-        flight = self.flight = Flight(kind, unit, host.epoch, reply)  # planned: no other unit meanwhile
+        flight = self.flight = Flight(kind, unit, moment.epoch, reply)  # planned: no other unit meanwhile
         try:
-            yield CommitStrategy(unit.reaches)
+            moment = (yield CommitStrategy(unit.reaches)).moment
         except BaseException:
             self.flight = None
             raise
-        flight.request = host.strategy.request_for(unit, host.ctx)
-        flight.span = tracing.start_unit(unit, kind, self.place.namespace, self.place.branch, host.reader,
+        flight.request = moment.strategy.request_for(unit, moment.context)
+        flight.span = tracing.start_unit(unit, kind, self.place.namespace, self.place.branch, moment.reader,
                                          None if reply is None else reply.trace)
         yield CallModel(flight.epoch, unit, flight.request, flight.span)
 
-    def _begin_reset(self, command: ResetHeadWindow, reply: Reply[Any] | None) -> Decisions:
-        host = self.host
-        strategy = host.strategy
+    def _begin_reset(self, command: ResetHeadWindow, reply: Reply[Any] | None, moment: Moment) -> Decisions:
+        strategy = moment.strategy
         assert isinstance(strategy, HeadWindowReset)
         if command.text is not None:
-            result = yield from self._transition(strategy.transition_content(host.ctx, command.text, None))
+            content = strategy.transition_content(moment.context, command.text, None)
+            result = yield from self._transition(strategy, content)
             if reply is not None:
                 yield Answer(reply, True, result)
             return False
-        unit = strategy.transition_unit(host.ctx)
-        yield from self._raise_floor("reset", unit, reply)  # before the transition summary reads the head window
+        unit = strategy.transition_unit(moment.context)
+        yield from self._raise_floor("reset", unit, reply, moment)  # before the transition summary reads the head window
         return True
 
-    def _transition(self, content: list[dict[str, Any]]) -> Decisions:
-        host = self.host
-        strategy = host.strategy
-        assert isinstance(strategy, HeadWindowReset)
+    def _transition(self, strategy: HeadWindowReset, content: list[dict[str, Any]]) -> Decisions:
         data, blobs, appended = prepare_append(strategy.transition_participant, content)
-        operation = yield Write(AppendItem(state=self.config.slot, branch=self.branch_id, data=data,
-                                           blobs=tuple(blobs), attachment=appended, flagged=appended.audience))
-        message_id = str(operation.sequence)
-        strategy.start_head_window(host.ctx, message_id)
+        written = yield Write(AppendItem(state=self.config.slot, branch=self.branch_id, data=data,
+                                         blobs=tuple(blobs), attachment=appended, flagged=appended.audience))
+        message_id = str(written.value.sequence)
+        strategy.start_head_window(written.moment.context, message_id)
         yield CommitStrategy()
         return message_id
 
-    def apply(self, done: UnitDone) -> Decisions:
-        """Apply a unit's reply (its caller, if a tick, is answered here: the task returns ``LATER``)."""
-        host = self.host
+    def apply(self, done: UnitDone, moment: Moment) -> Decisions:
+        """Apply a unit's reply at ``moment`` (its caller, if a tick, is answered here: the task
+        returns ``LATER``)."""
         flight, self.flight = self.flight, None
         if flight is None:
             return LATER
-        if done.epoch != host.epoch:
+        if done.epoch != moment.epoch:
             logger.warning("%s: discarded the reply to %s: the namespace's view changed while it was out (C9)",
                            self.place, flight.unit.key)
             tracing.end_unit(flight.span, "discarded")
@@ -347,16 +347,17 @@ class Drain:
             return LATER
         try:
             if flight.kind == "reset":
-                strategy = host.strategy
+                strategy = moment.strategy
                 assert isinstance(strategy, HeadWindowReset)
-                result: Any = yield from self._transition(strategy.transition_content(host.ctx, None, done.outcome))
+                content = strategy.transition_content(moment.context, None, done.outcome)
+                result: Any = yield from self._transition(strategy, content)
             else:
-                result = host.strategy.apply_unit(flight.unit, done.outcome, host.ctx)
+                result = moment.strategy.apply_unit(flight.unit, done.outcome, moment.context)
                 yield CommitStrategy()
             yield from self._calibrate(flight.request, done.outcome)
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
             tracing.end_unit(flight.span, "failed", exc)
-            if isinstance(exc, StoreUnavailableError) and host.waiting is None:
+            if isinstance(exc, StoreUnavailableError):
                 yield AwaitStore(exc)  # the unit may be half applied: done again once the store answers
             if flight.reply is not None:
                 yield Answer(flight.reply, False, exc)

@@ -110,6 +110,7 @@ from .drain import (
     Moment,
     Report,
     RequireStrategy,
+    Resumed,
 )
 from .effects import (
     Acquire,
@@ -289,7 +290,7 @@ class NamespaceMachine:
         self.orphaned = False  # its last manager left; it stops once it owes no caller an answer
         self.caches: list[SlotCache] = []
         self.seen = 0
-        self.drain: Drain = Drain(self, place, branch_id, config, readonly=not writes)
+        self.drain: Drain = Drain(place, branch_id, config, readonly=not writes)
         self.unit_task: _Task | None = None  # the unit being planned or applied: one at a time
         self.last_compile_ms: float | None = None
         self.render_stats: Any = None
@@ -526,23 +527,28 @@ class NamespaceMachine:
         self._effects.append(Answer(reply, ok, value))
 
     def _moment(self) -> Moment:
-        return Moment(self.now, self.strategy, self.strategy_error, self.waiting, self.orphaned)
+        """What the drain reads of this machine now (its context: none before the views are built)."""
+        return Moment(self.now, self.strategy, self.strategy_error, self.waiting, self.orphaned, self.record,
+                      self.epoch, getattr(self, "ctx", None))
 
     def _drive(self, decisions: Decisions) -> Gen:
         """Run a drain handler as a task's: carry out each decision it returns, its writes and
-        commits through the lane, and resume it with the outcome (or raise the error into it)."""
-        value: Any = None
+        commits through the lane, and resume it with the outcome and the machine as it is then
+        (``Resumed``), or raise the error into it."""
+        resumed: Resumed | None = None  # a generator's first resume: it was made with its moment
         error: BaseException | None = None
         while True:
             try:
-                decision = decisions.send(value) if error is None else decisions.throw(error)
+                decision = decisions.send(resumed) if error is None else decisions.throw(error)
             except StopIteration as stop:
                 return stop.value
-            value, error = None, None
+            resumed, error = None, None
             try:
                 value = yield from self._carry_out(decision)
             except BaseException as exc:  # noqa: BLE001 - the handler's to catch, as if it had made the call
                 error = exc
+            else:
+                resumed = Resumed(value, self._moment())
 
     def _carry_out(self, decision: Decision) -> Gen:
         match decision:
@@ -557,7 +563,8 @@ class NamespaceMachine:
             case FlushNew():
                 self.flush_new()
             case AwaitStore():
-                self.await_store(decision.error)
+                if self.waiting is None:  # else a failed start said so already
+                    self.await_store(decision.error)
             case Report():
                 self.report(decision.error, decision.message, *decision.args)
         return None
@@ -1224,8 +1231,8 @@ PROTOCOL: dict[type, tuple[Kind, Handler]] = {
     # reads: handled at once; their own writes join the lane
     Compile: (Kind.READ, lambda m, t: m._compile(t.command, t)),
     Preview: (Kind.READ, lambda m, t: m._preview(t.command)),
-    Tick: (Kind.READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply))),
-    ResetHeadWindow: (Kind.READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply))),
+    Tick: (Kind.READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply, m._moment()))),
+    ResetHeadWindow: (Kind.READ, lambda m, t: m._drive(m.drain.queue(t.command, t.reply, m._moment()))),
     CheckReady: (Kind.READ, lambda m, t: m._check_ready(t.command)),
     Detach: (Kind.READ, lambda m, t: m._detach(t.command)),
     QuerySummaries: (Kind.READ, lambda m, t: m._query(t.command)),
@@ -1240,5 +1247,5 @@ PROTOCOL: dict[type, tuple[Kind, Handler]] = {
     ListPins: (Kind.READ, lambda m, t: m._pins(t.command)),
     RetryQuarantined: (Kind.READ, lambda m, t: m._retry_quarantined(t.command)),
     Inspect: (Kind.READ, lambda m, t: m._snapshot()),
-    UnitDone: (Kind.READ, lambda m, t: m._drive(m.drain.apply(t.command))),  # its tick's reply rides with it (_take)
+    UnitDone: (Kind.READ, lambda m, t: m._drive(m.drain.apply(t.command, m._moment()))),  # its tick's reply rides with it (_take)
 }
