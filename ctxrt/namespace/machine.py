@@ -301,6 +301,7 @@ class NamespaceMachine:
         self.generation = 0  # the strategy's memory: moves when it is reloaded (a new context)
         self.listening = False
         self.timer = math.inf
+        self._ctx: ActorContext | None = None  # the strategy's context: made when the views are first built
         self.published = NamespaceStatus(self.strategy_config)
         self._effects: list[Effect] = []
 
@@ -526,10 +527,16 @@ class NamespaceMachine:
     def answer(self, reply: Reply[Any], ok: bool, value: Any) -> None:
         self._effects.append(Answer(reply, ok, value))
 
+    @property
+    def ctx(self) -> ActorContext:
+        """The strategy's context (there from the views' first build on, before any strategy call)."""
+        assert self._ctx is not None
+        return self._ctx
+
     def _moment(self) -> Moment:
         """What the drain reads of this machine now (its context: none before the views are built)."""
         return Moment(self.now, self.strategy, self.strategy_error, self.waiting, self.orphaned, self.record,
-                      self.epoch, getattr(self, "ctx", None))
+                      self.epoch, self._ctx)
 
     def _drive(self, decisions: Decisions) -> Gen:
         """Run a drain handler as a task's: carry out each decision it returns, its writes and
@@ -734,7 +741,7 @@ class NamespaceMachine:
         self.views = build_views(self.caches, self.reader, view_filter=self.config.view_filter,
                                  estimator=self.config.token_estimator, guard=lambda: self._guard(epoch),
                                  pricing=self.drain.pricing)
-        self.ctx = self._new_context()
+        self._ctx = self._new_context()
 
     def _new_context(self) -> ActorContext:
         self.generation += 1  # strategy writes buffered before this were made from memory it replaces
@@ -771,7 +778,7 @@ class NamespaceMachine:
     def _start_strategy(self) -> None:
         """Initialise the strategy for the current view (C5: a failure leaves a claim standing; an
         unreachable store is no failure: the start is tried again, see ``await_store``)."""
-        self.ctx = self._new_context()
+        self._ctx = self._new_context()
         self.strategy_started = True
         self._listen(self.strategy.auto_tick and not self.readonly)
         self.strategy_error = None
