@@ -89,6 +89,16 @@ class WriterThread:
         if self._ready_read < 0:
             return
         if self._thread.is_alive():
+            # An interrupt inside an earlier wait (asyncio's second Ctrl-C raises anywhere) left a
+            # turn owed: the thread still ends it, so wait it out rather than refuse to stop; none
+            # coming means that wait had taken it, cut short before counting it.
+            while self._due:
+                try:
+                    self._turns.get(timeout=1.0)
+                except queue.Empty:
+                    break
+                self._due -= 1
+            self._due = 0
             self._run(self._end_txn)
             self._jobs.put(None)
             self._thread.join()
