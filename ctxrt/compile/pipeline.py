@@ -122,6 +122,89 @@ class _Parts:
 _NO_PARTS = _Parts([], [], [], [], [], [], [])
 
 
+class _Gather:
+    """One compile's parts as they are gathered, in the lists ``_Parts`` holds: prepared entries'
+    parts appended, runs of the last compile's copied by slices. With them, the entries making
+    other than one part (``CompileMemo._odd``) and their part counts, and the bound ones."""
+
+    __slots__ = ("bound", "counts", "marks", "messages", "odd", "owners", "sources", "tokens", "tooled", "tools")
+
+    def __init__(self) -> None:
+        self.messages: list[CompiledMessage] = []
+        self.tools: list[ToolIds | None] = []
+        self.owners: list[_Prepared] = []
+        self.sources: list[tuple[Source, ...]] = []
+        self.tokens: list[int] = []
+        self.marks: list[int] = []
+        self.tooled: list[int] = []
+        self.odd: list[int] = []
+        self.counts: list[int] = []
+        self.bound: list[int] = []
+
+    def add(self, index: int, prepared: _Prepared | None) -> None:
+        """Appends the parts of ``entries[index]``, ``prepared`` (None: an empty entry, no part)."""
+        start = len(self.messages)
+        if prepared is not None:
+            self.messages += prepared.parts
+            self.tools += prepared.tools
+            self.tokens += prepared.tokens
+            self.owners += [prepared] * len(prepared.parts)
+            self.sources += [prepared.sources] * len(prepared.parts)
+            self.marks += [start + k for k, part in enumerate(prepared.parts) if part.cache_breakpoint]
+            self.tooled += [start + k for k, ids in enumerate(prepared.tools) if ids is not None]
+            if prepared.bound:
+                self.bound.append(index)
+        if len(self.messages) - start != 1:
+            self.odd.append(index)
+            self.counts.append(len(self.messages) - start)
+
+    def copy(self, was: _Parts, first: int, end: int, last: bool) -> None:
+        """Appends ``was``'s parts [first, end); ``last``: nothing follows them."""
+        to = len(self.messages)
+        if to == 0 and first == 0 and end == len(was.messages) and last:
+            # All of the last parts, and nothing else: their lists (never changed) serve again.
+            self.messages, self.tools, self.owners, self.sources, self.tokens = was.messages, was.tools, was.owners, was.sources, was.tokens
+        elif to == 0:  # the first run starts the lists: one copy, not a copy appended
+            self.messages, self.tools, self.owners = was.messages[first:end], was.tools[first:end], was.owners[first:end]
+            self.sources, self.tokens = was.sources[first:end], was.tokens[first:end]
+        else:
+            self.messages += was.messages[first:end]
+            self.tools += was.tools[first:end]
+            self.owners += was.owners[first:end]
+            self.sources += was.sources[first:end]
+            self.tokens += was.tokens[first:end]
+        self.marks += _moved(was.marks, first, end, to)
+        self.tooled += _moved(was.tooled, first, end, to)
+
+    def parts(self, lead: int, serial: int) -> _Parts:
+        return _Parts(self.messages, self.tools, self.owners, self.sources, self.tokens, self.marks, self.tooled, lead, serial)
+
+
+class _Index:
+    """Where an entry not where the last run left off sits among the last compile's entries
+    (past a trimmed front or a removed stretch), found by identity: a few steps on first (the
+    budget pushes one or two out a turn), then an index, built once, only where the last entries
+    go on further than the next few and the entry after isn't among them either (one that
+    replaced one is an edit, to prepare)."""
+
+    __slots__ = ("_old", "_where")
+
+    def __init__(self, old: list[Entry]) -> None:
+        self._old = old
+        self._where: dict[int, int] | None = None
+
+    def find(self, entries: Sequence[Entry], i: int, j: int) -> int | None:
+        """Where ``entries[i]`` is among the last entries, looking from ``j``; None: nowhere found."""
+        old, entry = self._old, entries[i]
+        found = next((k for k in range(j + 1, min(j + 4, len(old))) if old[k] is entry), None)
+        if (found is None and j + 4 < len(old)
+                and not (i + 1 < len(entries) and any(old[k] is entries[i + 1] for k in range(j, j + 5)))):
+            if self._where is None:
+                self._where = dict(zip(map(id, old), range(len(old))))
+            found = self._where.get(id(entry))
+        return found
+
+
 class ViewShare:
     """What the memos of every namespace reading one slot in one reader view share (P17), their
     raw-body lookups agreeing: the last entry prepared of each content (an entry another such
@@ -187,91 +270,57 @@ class CompileMemo:
         other entries prepared. ``stamp``: the view's, which changes whenever a message changed
         other than by an append (None: unknown); while it is the last compile's, no bound entry's
         body can have changed, and the bound ones in a run are not looked at."""
-        old, was, bound_before = self._entries, self._parts, self._bound
+        was = self._parts
         rewritten = stamp is None or stamp != self._stamp
         self._share.follow(stamp)
-        messages: list[CompiledMessage] = []
-        tools: list[ToolIds | None] = []
-        owners: list[_Prepared] = []
-        sources: list[tuple[Source, ...]] = []
-        tokens: list[int] = []
-        marks: list[int] = []
-        tooled: list[int] = []
-        odd: list[int] = []
-        counts: list[int] = []
-        bound: list[int] = []
-        where: dict[int, int] | None = None
-        leads: list[tuple[int, int, int]] = []  # the first run
+        built = _Gather()
+        index = _Index(self._entries)
+        lead: int | None = None  # how many first parts are the last compile's first ones, once known
         i, j = 0, 0
         while i < len(entries):
             entry = entries[i]
-            if not (j < len(old) and (entry is old[j] or (entry == old[j] and not _holds(bound_before, j)))):
-                # Not where the last run left off: the same object further on (past a trimmed
-                # front or a removed stretch), found by identity, else an entry to prepare. A
-                # few steps on first (the budget pushes one or two out a turn), then an index.
-                found = next((k for k in range(j + 1, min(j + 4, len(old))) if old[k] is entry), None)
-                # An index only where the last entries go on further than the next few, and the
-                # entry after this one isn't among them either (this one replaced one: an edit).
-                if (found is None and j + 4 < len(old)
-                        and not (i + 1 < len(entries) and any(old[k] is entries[i + 1] for k in range(j, j + 5)))):
-                    if where is None:
-                        where = dict(zip(map(id, old), range(len(old))))
-                    found = where.get(id(entry))
+            if not self._continues(entry, j):
+                found = index.find(entries, i, j)
                 if found is None:
-                    start = len(messages)
-                    if entry.content:  # an empty entry makes no part
-                        prepared = self.prepare(entry, i, lookup)
-                        messages += prepared.parts
-                        tools += prepared.tools
-                        tokens += prepared.tokens
-                        owners += [prepared] * len(prepared.parts)
-                        sources += [prepared.sources] * len(prepared.parts)
-                        marks += [start + k for k, part in enumerate(prepared.parts) if part.cache_breakpoint]
-                        tooled += [start + k for k, ids in enumerate(prepared.tools) if ids is not None]
-                        if prepared.bound:
-                            bound.append(i)
-                    if len(messages) - start != 1:
-                        odd.append(i)
-                        counts.append(len(messages) - start)
+                    built.add(i, self.prepare(entry, i, lookup) if entry.content else None)
                     i += 1
                     continue
                 j = found
-            length = 1 + run_length(entries, i + 1, old, j + 1)
-            lo, hi = bisect_left(bound_before, j), bisect_left(bound_before, j + length)
-            cut = None
-            if rewritten:
-                cut = next((k for k in bound_before[lo:hi] if k > j and entries[i + k - j] is not old[k]), None)
-            if cut is not None:  # an equal entry in a bound one's place: it is prepared anew
-                length, hi = cut - j, bisect_left(bound_before, cut)
-            bound += [i + k - j for k in bound_before[lo:hi]]
-            if not leads:
-                leads.append((i, j, length))
-            first, end, to = self._offset(j), self._offset(j + length), len(messages)
-            if to == 0 and first == 0 and end == len(was.messages) and i + length == len(entries):
-                # All of the last parts, and nothing else: their lists (never changed) serve again.
-                messages, tools, owners, sources, tokens = was.messages, was.tools, was.owners, was.sources, was.tokens
-            elif to == 0:  # the first run starts the lists: one copy, not a copy appended
-                messages, tools, owners = was.messages[first:end], was.tools[first:end], was.owners[first:end]
-                sources, tokens = was.sources[first:end], was.tokens[first:end]
-            else:
-                messages += was.messages[first:end]
-                tools += was.tools[first:end]
-                owners += was.owners[first:end]
-                sources += was.sources[first:end]
-                tokens += was.tokens[first:end]
-            marks += _moved(was.marks, first, end, to)
-            tooled += _moved(was.tooled, first, end, to)
-            lo, hi = bisect_left(self._odd, j), bisect_left(self._odd, j + length)
-            odd += [i + k - j for k in self._odd[lo:hi]]
-            counts += self._counts[lo:hi]
+            length = self._copy_run(built, entries, i, j, rewritten)
+            if lead is None:
+                lead = self._offset(length) if i == j == 0 else 0
             i, j = i + length, j + length
-        lead = next((self._offset(j0 + n) for i0, j0, n in leads[:1] if i0 == j0 == 0), 0)
         self._entries, self._stamp = list(entries), stamp
-        self._parts = _Parts(messages, tools, owners, sources, tokens, marks, tooled, lead, was.serial + 1)
-        self._odd, self._counts, self._shift = odd, counts, [0, *accumulate(count - 1 for count in counts)]
-        self._bound = bound
+        self._parts = built.parts(lead or 0, was.serial + 1)
+        self._odd, self._counts, self._bound = built.odd, built.counts, built.bound
+        self._shift = [0, *accumulate(count - 1 for count in built.counts)]
         self.retain_only(entries)
         return self._parts
+
+    def _continues(self, entry: Entry, j: int) -> bool:
+        """Whether ``entry`` goes on the run of the last compile's entries at ``j``: the same
+        object, or an equal one if the last one there wasn't bound."""
+        old = self._entries
+        return j < len(old) and (entry is old[j] or (entry == old[j] and not _holds(self._bound, j)))
+
+    def _copy_run(self, built: _Gather, entries: Sequence[Entry], i: int, j: int, rewritten: bool) -> int:
+        """Copies into ``built`` the run of the last compile's entries from ``j`` that ``entries``
+        go on from ``i``; its length. After a rewrite, an equal entry in a bound one's place ends
+        the run (it is prepared anew)."""
+        bound_before = self._bound
+        length = 1 + run_length(entries, i + 1, self._entries, j + 1)
+        lo, hi = bisect_left(bound_before, j), bisect_left(bound_before, j + length)
+        if rewritten:
+            cut = next((k for k in bound_before[lo:hi] if k > j and entries[i + k - j] is not self._entries[k]), None)
+            if cut is not None:
+                length, hi = cut - j, bisect_left(bound_before, cut)
+        built.bound += [i + k - j for k in bound_before[lo:hi]]
+        first, end = self._offset(j), self._offset(j + length)
+        built.copy(self._parts, first, end, last=i + length == len(entries))
+        lo, hi = bisect_left(self._odd, j), bisect_left(self._odd, j + length)
+        built.odd += [i + k - j for k in self._odd[lo:hi]]
+        built.counts += self._counts[lo:hi]
+        return length
 
     def prepare(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> _Prepared:
         found = self._prepared.get(id(entry))
@@ -301,40 +350,37 @@ class CompileMemo:
         can serve). Remembers this compile's for the next one: ``messages`` (the memo's to keep),
         its ``breaks`` (positions of its breakpoints) and ``tokens()`` (the estimate of each).
         ``parts``: what ``messages`` were made of by stripping markers alone, if they were (then
-        their first ``lead`` are known to match, when the last compile's were made so too).
-
-        The chained fingerprint's answer in O(changed): the prefixes match up to where the lists
-        first differ, found past the leading run of the same objects by comparing digests."""
-        old_breaks, stable, same = self._breaks, 0, 0
-        if not breaks and not old_breaks:
+        their first ``lead`` are known to match, when the last compile's were made so too)."""
+        if not breaks and not self._breaks:
             return 0  # no breakpoint now nor last time: nothing was or will be cached
         system = _digest(repr(to_jsonable(list(system_blocks)))) if system_blocks else b""
-        if old_breaks and system == self._system:
-            old = self._chained
-            known = parts.lead if parts is not None and parts.serial == self._chained_from + 1 else 0
-            known = min(known, len(messages), len(old))
-            same = known + run_length(messages, known, old, known)  # equal messages: the same bytes
-            while same < min(len(messages), len(old)) and _same_bytes(messages[same], old[same], self._digest):
-                same += 1 + run_length(messages, same + 1, old, same + 1)  # a marker moved: go on past it
-            stable = max((total for index, total in zip(old_breaks, self._break_totals) if index < same), default=0)
-        estimates = tokens() if breaks else []
-        # Each breakpoint's total from the nearest one before it whose total is known: this
-        # compile's, or the last one's inside the prefix both share (the same bytes, so the same estimates).
-        known_totals = [(index, total) for index, total in zip(old_breaks, self._break_totals) if index < same]
-        totals: list[int] = []
-        last, total = -1, 0
-        for index in breaks:
-            base = bisect_right(known_totals, index, key=_FIRST) - 1
-            if base >= 0 and known_totals[base][0] > last:
-                last, total = known_totals[base]
-            total += sum(estimates[last + 1:index + 1])
-            totals.append(total)
-            last = index
+        same = self._same_prefix(messages, parts) if self._breaks and system == self._system else 0
+        # The last compile's breakpoints inside the prefix both share, with their totals.
+        known = [(index, total) for index, total in zip(self._breaks, self._break_totals) if index < same]
+        stable = max((total for _, total in known), default=0)
+        self._remember(system, messages, breaks, _totals(breaks, known, tokens()) if breaks else [], parts)
+        return stable
+
+    def _remember(self, system: bytes, messages: list[CompiledMessage], breaks: list[int], totals: list[int],
+                  parts: _Parts | None) -> None:
+        """Keeps this compile's for the next one's ``stable_prefix``: its messages only if they
+        hold a breakpoint (else no prefix of them is cached)."""
         self._system, self._chained, self._breaks = system, messages if breaks else [], breaks
         self._chained_from = parts.serial if parts is not None and breaks else -1
         self._break_totals = totals
         self._digests.bound(len(self._chained), self._chained)
-        return stable
+
+    def _same_prefix(self, messages: list[CompiledMessage], parts: _Parts | None) -> int:
+        """How many first ``messages`` serialise as the last compile's, markers aside: the
+        chained fingerprint's answer in O(changed), the lists compared past their leading run of
+        the same objects (or the parts' ``lead``) by digests."""
+        old = self._chained
+        known = parts.lead if parts is not None and parts.serial == self._chained_from + 1 else 0
+        known = min(known, len(messages), len(old))
+        same = known + run_length(messages, known, old, known)  # equal messages: the same bytes
+        while same < min(len(messages), len(old)) and _same_bytes(messages[same], old[same], self._digest):
+            same += 1 + run_length(messages, same + 1, old, same + 1)  # a marker moved: go on past it
+        return same
 
     def unmarked(self, message: CompiledMessage) -> CompiledMessage:
         """``message``'s unmarked twin, the same object while ``message`` is (so what follows a
@@ -353,6 +399,22 @@ class CompileMemo:
 
 
 _FIRST = operator.itemgetter(0)
+
+
+def _totals(breaks: list[int], known: list[tuple[int, int]], estimates: Sequence[int]) -> list[int]:
+    """The estimated tokens up to each of ``breaks``, each from the nearest breakpoint before it
+    whose total is known: this compile's, or one of ``known`` (the last compile's inside the prefix
+    both share: the same bytes, so the same estimates)."""
+    totals: list[int] = []
+    last, total = -1, 0
+    for index in breaks:
+        base = bisect_right(known, index, key=_FIRST) - 1
+        if base >= 0 and known[base][0] > last:
+            last, total = known[base]
+        total += sum(estimates[last + 1:index + 1])
+        totals.append(total)
+        last = index
+    return totals
 
 
 def _holds(positions: list[int], position: int) -> bool:
