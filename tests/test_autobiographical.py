@@ -1793,11 +1793,16 @@ async def test_summaries_that_dont_all_fit_leave_out_the_oldest_history(tmp_path
     ("compression_model", None), ("compression_model", ""), ("target_chunk_tokens", 0), ("target_chunk_tokens", -5),
     ("head_window_tokens", -1), ("recent_window_tokens", -1), ("hierarchical", "yes"), ("merge_threshold", 1),
     ("summary_target_tokens", 0), ("auto_tick", 1), ("summary_participant", ""), ("max_message_tokens", -1),
-    ("l1_holdback_chunks", 2.5),
+    ("l1_holdback_chunks", 2.5), ("adaptive_resolution", 1), ("folding", "deep"), ("slack_ratio", -0.1),
+    ("slack_ratio", True), ("enforce_budget", "no"), ("over_budget_grace_ratio", 1.5), ("refusal_fallbacks", -1),
+    ("l1_budget_tokens", -1), ("l2_budget_tokens", 1.5), ("l3_budget_tokens", "9"), ("recall_budget_tokens", -3),
+    ("compression_max_tokens", 0), ("merge_max_source_span_messages", 0), ("max_speculative_l1s", -1),
+    ("summary_system_prompt", 3), ("summary_user_prompt", b"x"), ("chunk_boundary", "topic"),
 ])
 def test_every_config_option_of_the_wrong_kind_is_refused_naming_it(field: str, value: object) -> None:
-    """Bad input is refused where the config is made, naming the field: a zero chunk size, a missing
-    compression model or a merge of one summary were accepted before and only went wrong later."""
+    """(T15) Bad input is refused where the config is made, naming the field: a zero chunk size, a
+    missing compression model or a merge of one summary were accepted before and only went wrong
+    later; the long-run knobs are checked the same way."""
     options: dict[str, object] = {"compression_model": "m", field: value}
     with pytest.raises(ValueError, match=field):
         ctxrt.Autobiographical(**options)  # type: ignore[arg-type]

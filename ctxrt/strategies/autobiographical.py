@@ -21,7 +21,7 @@ import logging
 import re
 import time
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -41,8 +41,12 @@ from .base import (
     Unit,
     at_least,
     flag,
+    one_of,
+    optional_at_least,
+    optional_callable,
     optional_count,
     optional_text,
+    ratio,
     text,
 )
 from .chunking import closing
@@ -534,6 +538,27 @@ class Autobiographical:
     witnessed_before_sequence: int | None = attrs.field(default=None, validator=optional_count)
     witnessed_instruction: str | None = attrs.field(default=None, validator=optional_text)
     identity_reminder: str | None = attrs.field(default=None, validator=optional_text)
+
+    # Long runs (docs/behaviours.md T10-T15): folding under budget (adaptive resolution), refusing
+    # instead of dropping, the refusal ladder, and the knobs a host tunes.
+    adaptive_resolution: bool = attrs.field(default=False, validator=flag)
+    folding: str = attrs.field(default="kv-stable", validator=one_of("kv-stable", "flat"))
+    slack_ratio: float = attrs.field(default=0.1, validator=ratio(0.0, 0.9))
+    enforce_budget: bool = attrs.field(default=False, validator=flag)
+    over_budget_grace_ratio: float = attrs.field(default=0.0, validator=ratio(0.0, 1.0))
+    refusal_fallbacks: int = attrs.field(default=3, validator=non_negative_int)
+    l1_budget_tokens: int | None = attrs.field(default=None, validator=optional_count)
+    l2_budget_tokens: int | None = attrs.field(default=None, validator=optional_count)
+    l3_budget_tokens: int | None = attrs.field(default=None, validator=optional_count)
+    recall_budget_tokens: int | None = attrs.field(default=None, validator=optional_count)
+    compression_max_tokens: int | None = attrs.field(default=None, validator=optional_at_least(1))
+    merge_max_source_span_messages: int | None = attrs.field(default=None, validator=optional_at_least(1))
+    max_speculative_l1s: int | None = attrs.field(default=None, validator=optional_count)
+    summary_system_prompt: str | None = attrs.field(default=None, validator=optional_text)
+    summary_user_prompt: str | None = attrs.field(default=None, validator=optional_text)
+    # (previous, next, chunk) -> bool, pure: whether a chunk closes between two messages.
+    chunk_boundary: Callable[[Message, Message, Sequence[Message]], bool] | None = attrs.field(
+        default=None, validator=optional_callable)
 
     def create(self) -> AutobiographicalStrategy:
         return AutobiographicalStrategy(self, AUTOBIOGRAPHICAL)

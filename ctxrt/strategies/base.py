@@ -241,6 +241,43 @@ def optional_count(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         non_negative_int(_, attribute, value)
 
 
+def optional_at_least(minimum: int) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """An attrs validator: None or an int (not a bool) of at least ``minimum``."""
+    check = at_least(minimum)
+
+    def validate(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is not None:
+            check(_, attribute, value)
+
+    return validate
+
+
+def ratio(low: float, high: float) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """An attrs validator: a real number (not a bool) in ``[low, high]``."""
+
+    def validate(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+            raise ValueError(f"{attribute.name} must be a number from {low} to {high}, got {checks.shown(value)}")
+
+    return validate
+
+
+def one_of(*choices: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """An attrs validator: one of ``choices``."""
+
+    def validate(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value not in choices:
+            raise ValueError(f"{attribute.name} must be one of {', '.join(map(repr, choices))}, got {checks.shown(value)}")
+
+    return validate
+
+
+def optional_callable(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    """An attrs validator: None or a callable."""
+    if value is not None and not callable(value):
+        raise ValueError(f"{attribute.name} must be None or a function, got {checks.shown(value)}")
+
+
 @attrs.frozen
 class Pin:
     """A range of messages kept raw (``level`` None) or shown at summary level ``level`` at most,

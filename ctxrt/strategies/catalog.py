@@ -23,10 +23,11 @@ _NAMES = {kind: name for name, kind in _KINDS.items()}
 
 def describe(config: Any) -> dict[str, Any] | None:
     """A bundled config as JSON-ready data (``{"kind": ..., field: value...}``); None for any
-    other strategy (a host's own), which can't be rebuilt from data."""
+    other strategy (a host's own) and for one holding a host's function (``chunk_boundary``),
+    which can't be rebuilt from data."""
     name = _NAMES.get(type(config))
-    if name is None:
-        return None
+    if name is None or (isinstance(config, Autobiographical) and config.chunk_boundary is not None):
+        return None  # a host's function can't be rebuilt from data
     fields = {f.name: getattr(config, f.name) for f in attrs.fields(type(config)) if f.init}
     return {"kind": name, **fields}
 
