@@ -99,6 +99,7 @@ steps = st.lists(
         st.tuples(st.just("renew"), st.integers(0, 40)),
         st.tuples(st.just("edit"), st.integers(0, 40)),
         st.tuples(st.just("inject"), st.sampled_from(("none", "system", "around", "depth"))),
+        st.tuples(st.just("again")),
     ),
     min_size=1, max_size=14,
 )
@@ -113,9 +114,11 @@ def _injections(which: str) -> dict[str, Any]:
             return {"message_injections": [MessageInjection("user", "reminder", depth=2)]}
     return {}
 
-def _build(entries: list[Entry], pool: Pool, memo: CompileMemo, injected: dict[str, Any], strict: bool = False) -> CompileResult:
+def _build(entries: list[Entry], pool: Pool, memo: CompileMemo, injected: dict[str, Any], strict: bool = False,
+           stamp: object = None) -> CompileResult:
     return build_compile_result(entries, namespace="ns", branch="main", reader=None, strategy_name="test",
-                                lookup=pool.bodies.get, compile_id="c", memo=memo, strict=strict, **injected)
+                                lookup=pool.bodies.get, compile_id="c", memo=memo, strict=strict, stamp=stamp,
+                                **injected)
 
 def _reference(entries: list[Entry], pool: Pool, injected: dict[str, Any], previous: CompileResult | None) -> CompileResult:
     return compile_reference(entries, namespace="ns", branch="main", reader=None, strategy_name="test",
@@ -156,28 +159,34 @@ def _apply(step: tuple[Any, ...], entries: list[Entry], pool: Pool, size: int) -
             return pool.edit(at % size, entries), None
         case ("inject", which):
             return entries, which
+        case ("again",):  # the same entries compiled again (a warm compile)
+            return entries, None
     return entries, None
 
 @settings(max_examples=200)
-@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=30), start=picks, steps=steps)
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=30), start=picks, steps=steps,
+       stamped=st.booleans())
 def test_a_compile_with_the_memo_equals_the_reference(kinds: list[str], start: list[tuple[int, str]],
-                                                       steps: list[tuple[Any, ...]]) -> None:
+                                                       steps: list[tuple[Any, ...]], stamped: bool) -> None:
     """P16, P9: after front trims, appends, splices, marker moves, renewed entries, edited messages
-    (a shaped entry made anew equal to the last), tool pairs and orphans, split messages and
-    injections, each compile through one memo gives what the reference compile gives with no
-    memo (messages, system blocks, provenance, the three request bodies, ``strict=True`` agreeing),
-    and its stable_prefix_tokens is the chained definition's against the compile before it."""
+    (a shaped entry made anew equal to the last), tool pairs and orphans, split messages,
+    injections and the same entries again, each compile through one memo gives what the reference
+    compile gives with no memo (messages, system blocks, provenance, the three request bodies,
+    ``strict=True`` agreeing), and its stable_prefix_tokens is the chained definition's against the
+    compile before it; ``stamped``: the view's stamp given, moved by each edit (else unknown)."""
     pool = Pool(kinds)
     size = len(kinds)
     memo = CompileMemo()
     entries = [pool.entry(k % size, variant) for k, variant in start]
     injected: dict[str, Any] = {}
     previous: CompileResult | None = None
+    edits = 0
     for step in [("append", [])] + steps:
         entries, which = _apply(step, entries, pool, size)
         if which is not None:
             injected = _injections(which)
-        result = _build(entries, pool, memo, injected, strict=True)
+        edits += step[0] == "edit"
+        result = _build(entries, pool, memo, injected, strict=True, stamp=edits if stamped else None)
         expected = _reference(entries, pool, injected, previous)
         assert result.messages == expected.messages
         assert result.system_injections == expected.system_injections

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ctxrt import Message, NarrowingRefusedError, ReaderConflictError, StrategyRefusedError, Text
 from ctxrt.testing import CorruptRecord, EditItem, Holds, RemoveItems, record_from_value, states
@@ -139,6 +142,36 @@ def test_holds_keep_the_lowest_held_sequence_until_released_or_lapsed() -> None:
     assert holds.floor() == 7
     assert holds.lapse(14.9) == 0 and holds.lapse(15.0) == 1
     assert holds.floor() == 9 and holds.next_lapse(15.0) == math.inf
+
+
+@given(st.lists(st.one_of(
+    st.tuples(st.just("place"), st.lists(st.integers(0, 6), max_size=3), st.none() | st.integers(0, 4)),
+    st.tuples(st.just("release"), st.lists(st.integers(0, 6), max_size=3)),
+    st.tuples(st.just("wait"), st.integers(0, 3)),
+), max_size=30))
+def test_holds_lapse_each_timed_hold_at_its_time_whatever_was_placed_and_released(steps: list[tuple[Any, ...]]) -> None:
+    """T5: checked at every message (lapse, then next_lapse), holds placed, replaced and released
+    in any order lapse as a plain table of them says: the ones whose time is up, and no other."""
+    holds, now = Holds(), 0.0
+    table: dict[int, float] = {}  # each hold's lapse time
+    for step in steps:
+        match step:
+            case ("place", sequences, timeout):
+                holds.place(sequences, None if timeout is None else float(timeout), now)
+                table.update(dict.fromkeys(sequences, math.inf if timeout is None else now + timeout))
+            case ("release", sequences):
+                holds.release(sequences)
+                for sequence in sequences:
+                    table.pop(sequence, None)
+            case ("wait", seconds):
+                now += seconds
+        lapsed = [sequence for sequence, at in table.items() if at <= now]
+        assert holds.lapse(now) == len(lapsed)
+        for sequence in lapsed:
+            del table[sequence]
+        assert len(holds) == len(table)
+        assert holds.floor() == min(table, default=None)
+        assert holds.next_lapse(now) == min((at for at in table.values() if at > now), default=math.inf)
 
 
 def test_state_ids_are_built_in_one_place_and_read_back() -> None:

@@ -273,6 +273,14 @@ class CompileMemo:
         was = self._parts
         rewritten = stamp is None or stamp != self._stamp
         self._share.follow(stamp)
+        old = self._entries
+        if (not rewritten and len(entries) == len(old) and (not entries or self._continues(entries[0], 0))
+                and run_length(entries, 0, old, 0) == len(entries)):
+            # The last compile's entries again, nothing changed in the view: its parts serve whole
+            # (what the runs below make of them), and no table grew.
+            self._parts = _Parts(was.messages, was.tools, was.owners, was.sources, was.tokens, was.marks, was.tooled,
+                                 len(was.messages), was.serial + 1)
+            return self._parts
         built = _Gather()
         index = _Index(self._entries)
         lead: int | None = None  # how many first parts are the last compile's first ones, once known

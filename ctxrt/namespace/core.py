@@ -201,6 +201,9 @@ class Holds:
 
     def __init__(self) -> None:
         self._expires: dict[int, float] = {}  # message sequence -> lapse time (inf = until released)
+        # No hold lapses before this (a release may leave it early: then a lapse looks once for nothing):
+        # the check at every message costs nothing until then.
+        self._soonest = math.inf
         # Holds of messages not yet written: each holds from a sequence every later append exceeds.
         self._reserved: dict[object, int] = {}
 
@@ -211,6 +214,7 @@ class Holds:
         expires = math.inf if timeout_s is None else now + timeout_s
         for sequence in sequences:
             self._expires[sequence] = expires
+        self._soonest = min(self._soonest, expires)
 
     def release(self, sequences: Iterable[int]) -> None:
         for sequence in sequences:
@@ -218,9 +222,12 @@ class Holds:
 
     def lapse(self, now: float) -> int:
         """Drop the holds whose time is up; returns how many lapsed."""
+        if now < self._soonest:
+            return 0
         lapsed = [sequence for sequence, expires in self._expires.items() if expires <= now]
         for sequence in lapsed:
             del self._expires[sequence]
+        self._soonest = min(self._expires.values(), default=math.inf)
         return len(lapsed)
 
     def reserve(self, key: object, sequence: int) -> None:
@@ -239,4 +246,6 @@ class Holds:
 
     def next_lapse(self, now: float) -> float:
         """When the next hold lapses (inf if none is timed)."""
+        if self._soonest == math.inf:
+            return math.inf
         return min((e for e in self._expires.values() if e > now), default=math.inf)

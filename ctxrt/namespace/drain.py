@@ -196,6 +196,11 @@ class Drain:
             return None, None, self._drain(moment)
         return None
 
+    def may_start(self) -> bool:
+        """Whether ``next`` might start a unit: none is out, and a tick waits or the drain is wanted
+        (False: it won't, whatever the moment)."""
+        return self.flight is None and (self.wanted or bool(self.waiters))
+
     def owes_answer(self) -> bool:
         """A manager's tick waits or is out."""
         return bool(self.waiters) or (self.flight is not None and self.flight.reply is not None)

@@ -341,7 +341,7 @@ class NamespaceMachine:
         if self.stopping is None:
             self._check_stop()
         if self.stopping is None:
-            self._set_timer()
+            self._set_timer(now)
             self._publish()
         return effects
 
@@ -450,8 +450,8 @@ class NamespaceMachine:
 
     def _pump(self) -> bool:
         """Start the next unit when none is being planned, out or applied. True if it started one."""
-        if self.unit_task is not None or self.lane.barriers:
-            return False
+        if self.unit_task is not None or self.lane.barriers or not self.drain.may_start():
+            return False  # no unit can start: the drain needn't be shown the machine (a Moment) to say so
         started = self.drain.next(self._moment())
         if started is None:
             return False
@@ -1089,12 +1089,12 @@ class NamespaceMachine:
         self.require_strategy()
         validate_injections(command.injections, command.message_injections)  # B4: before the strategy runs
         self.flush_new()
-        stopwatch = self.given.stopwatch
+        stopwatch, ctx = self.given.stopwatch, self.ctx
         started = stopwatch()
-        options = SelectOptions(dry_run=command.dry_run, context=self.ctx, strict=command.strict)
+        options = SelectOptions(dry_run=command.dry_run, context=ctx, strict=command.strict)
         entries = self.strategy.select(self.views.view, command.budget, options)
         if command.dry_run:
-            self.ctx.take()
+            ctx.take()
         else:
             self.render_stats = self.strategy.render_stats()
         # Built before the bookkeeping commits: one snapshot of the view, whatever lands meanwhile.
@@ -1203,9 +1203,11 @@ class NamespaceMachine:
 
     # -- what the loop and managers read -----------------------------------------------------------
 
-    def _set_timer(self) -> None:
+    def _set_timer(self, now: float) -> None:
         """When the loop should look again without a message: a hold lapsing, a backoff ending."""
-        deadline = self.drain.deadline(self.holds.next_lapse(self.now), self._moment())
+        deadline = self.holds.next_lapse(now)
+        if self.strategy.auto_tick:  # else the drain never wakes by itself: it needn't be shown the machine
+            deadline = self.drain.deadline(deadline, self._moment())
         if deadline != self.timer:
             self.timer = deadline
             self._effects.append(SetTimer(deadline))
