@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import ctxrt
 from ctxrt import ModelError, ModelRequest, ModelResponse, Text, ToolUse, Unit, Usage, tracing
 from ctxrt.strategies.autobiographical import AutobiographicalStrategy
-from ctxrt.strategies.prompts import PLAIN_TEXT, SYSTEM
+from ctxrt.strategies.prompts import PLAIN_TEXT_INSTRUCTION as PLAIN_TEXT, SYSTEM
 from ctxrt.strategies.queue import MAX_ATTEMPTS
 from ctxrt.testing import PlainContext, ScriptedModel
 

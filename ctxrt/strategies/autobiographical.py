@@ -33,13 +33,13 @@ from ..models.model_types import ModelRequest, ModelResponse
 from ..content.tokens import estimate_text
 from .base import (
     Backlog,
-    UnitOutcome,
     Pin,
     RenderStats,
     SelectOptions,
     Strategy,
     StrategyContext,
     Unit,
+    UnitOutcome,
     at_least,
     flag,
     one_of,
@@ -70,6 +70,7 @@ from .prompts import (
     MANAGER,
     SYSTEM,
     TRANSITION_PREFIX,
+    PLAIN_TEXT_INSTRUCTION,
     chunk_ask,
     chunk_instruction,
     chunk_request,
@@ -77,7 +78,6 @@ from .prompts import (
     recall_pairs,
     transition_request,
 )
-from .prompts import PLAIN_TEXT as PLAIN_TEXT_INSTRUCTION
 from .queue import MAX_ATTEMPTS, Backoff, group_key, l1_queue, merge_group, quarantined
 from .records import (
     Chunk,
@@ -320,12 +320,12 @@ class AutobiographicalStrategy(Strategy):
         step = self.ladder.get(unit.key, Step())
         text = self._reply_text(ctx, outcome)
         if text is _TRANSIENT:
-            self._outcome = unit.key, UnitOutcome(step.rung, "transient", step.half, attempts=self.attempts.get(unit.key, 0))
+            self._note(unit.key, step, "transient")
             return False  # queued as it was: an outage is not the unit's fault
         if isinstance(text, str):
             if step.half == 1:  # the split's first half: the second is the unit's next request
                 self._set_step(ctx, unit.key, attrs.evolve(step, first_half=text))
-                self._outcome = unit.key, UnitOutcome(step.rung, "half", 1, attempts=self.attempts.get(unit.key, 0))
+                self._note(unit.key, step, "half")
                 return True
             if step.first_half is not None:
                 text = stitch(step.first_half, text)
@@ -334,7 +334,7 @@ class AutobiographicalStrategy(Strategy):
             else:
                 self._apply_merge(ctx, list(unit.work), text)
             self._set_step(ctx, unit.key, None)
-            self._outcome = unit.key, UnitOutcome(step.rung, "summary", step.half, attempts=self.attempts.get(unit.key, 0))
+            self._note(unit.key, step, "summary")
             return True
         failure = self._failure(outcome)
         rung = None
@@ -344,8 +344,7 @@ class AutobiographicalStrategy(Strategy):
             logger.warning("compression of %s in %r: %s at rung %r; trying %r", unit.key, ctx.namespace, failure,
                            step.rung, rung)
             self._set_step(ctx, unit.key, Step(rung, step.taken + 1, failure=failure))
-            self._outcome = unit.key, UnitOutcome(step.rung, "fallback", step.half, failure, rung,
-                                                  self.attempts.get(unit.key, 0))
+            self._note(unit.key, step, "fallback", failure, rung)
             return True  # a rung is progress: the unit's next request differs
         self._set_step(ctx, unit.key, None)  # the next attempt starts from the full request
         return self._fail(ctx, unit.key, step, failure)
@@ -354,6 +353,12 @@ class AutobiographicalStrategy(Strategy):
         if self._outcome is None or self._outcome[0] != unit.key:
             return None
         return self._outcome[1]
+
+    def _note(self, key: str, step: Step, result: str, failure: str | None = None, rung: str | None = None) -> None:
+        """What became of ``key``'s reply at ``step`` (``unit_outcome``); ``rung``: the one tried next."""
+        attempts = self.attempts.get(key, 0)
+        self._outcome = key, UnitOutcome(step.rung, result, step.half, failure, rung, attempts,
+                                         result == "failure" and attempts >= MAX_ATTEMPTS)
 
     def _changes(self, unit: Unit, ctx: StrategyContext, rung: str) -> bool:
         """Whether ``rung`` would change ``unit``'s request (one that wouldn't is skipped, uncounted)."""
@@ -407,13 +412,12 @@ class AutobiographicalStrategy(Strategy):
 
     def _fail(self, ctx: StrategyContext, key: str, step: Step, failure: str) -> bool:
         self.attempts[key] = self.attempts.get(key, 0) + 1
-        quarantine = self.attempts[key] >= MAX_ATTEMPTS
-        if quarantine:
+        if self.attempts[key] >= MAX_ATTEMPTS:
             logger.error("quarantined %s in namespace %r after %d failed attempts (the last: %s at rung %r); it "
                          "stays raw", key, ctx.namespace, self.attempts[key], failure, step.rung)
             self._pending.pop(key, None)
         ctx.set_value("attempts", self.attempts)
-        self._outcome = key, UnitOutcome(step.rung, "failure", step.half, failure, None, self.attempts[key], quarantine)
+        self._note(key, step, "failure", failure)
         return True  # an attempt is progress: the next unit may differ
 
     def _l1_context(self, ctx: StrategyContext, chunk: Chunk) -> tuple[list[Message], list[CompiledMessage]]:

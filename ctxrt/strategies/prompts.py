@@ -21,7 +21,7 @@ WITNESSED_INSTRUCTION = (
     "them as a record you have read, in the first person as the reader (\"I read that ...\"), never as your "
     "own actions or words."
 )
-PLAIN_TEXT = "Write the memory as plain text directly in your response — do not call any tools for this."
+PLAIN_TEXT_INSTRUCTION = "Write the memory as plain text directly in your response — do not call any tools for this."
 RECALL_BUDGET_TOKENS = 100_000  # recall pairs in a compression request, newest first, unless the config says
 RECALL_PAIR_OVERHEAD_TOKENS = 50
 
@@ -155,7 +155,7 @@ def merge_request(
         f"[{MANAGER}] Please consolidate the memories since my last message into a single cohesive memory. "
         f"Aim for about {options.summary_target_tokens} tokens. Write as you would to yourself — this is "
         f"your autobiography, capturing the arc of what happened.")
-    request.append(CompiledMessage(MANAGER, (Text(f"{ask}\n\n{PLAIN_TEXT}" if plain_text else ask),)))
+    request.append(CompiledMessage(MANAGER, (Text(f"{ask}\n\n{PLAIN_TEXT_INSTRUCTION}" if plain_text else ask),)))
     return request
 
 
