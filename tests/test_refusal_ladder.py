@@ -27,9 +27,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import ctxrt
 from ctxrt import ModelError, ModelRequest, ModelResponse, Text, ToolUse, Unit, Usage, tracing
-from ctxrt.strategies.autobiographical import AutobiographicalStrategy
-from ctxrt.strategies.prompts import PLAIN_TEXT_INSTRUCTION as PLAIN_TEXT, SYSTEM
-from ctxrt.strategies.queue import MAX_ATTEMPTS
 from ctxrt.testing import PlainContext, ScriptedModel
 
 GUARD_S = 20
@@ -40,6 +37,10 @@ TOOLS = ({"name": "lookup", "input_schema": {"type": "object", "properties": {}}
 REFUSED = ModelResponse((Text("I can't help with that."),), "refusal", Usage(1, 1))
 TOOL_CALL = ModelResponse((ToolUse("t1", "lookup", {}),), "tool_use", Usage(1, 1))
 EMPTY = ModelResponse((), "end_turn", Usage(1, 0))
+# What docs/api.md says: the plain-text rung's line, the bundled system text, the failures that quarantine.
+PLAIN_TEXT = "Write the memory as plain text directly in your response — do not call any tools for this."
+SYSTEM = "You are forming autobiographical memories of a conversation."
+MAX_ATTEMPTS = 3
 
 
 def say(i: int) -> str:
@@ -71,7 +72,7 @@ def markers(request: ModelRequest) -> list[int]:
 
 def planned(count: int, conf: ctxrt.Autobiographical | None = None, *, tools: bool = True,
             reader: str | None = None, messages: list[ctxrt.Message] | None = None,
-            ) -> tuple[AutobiographicalStrategy, PlainContext]:
+            ) -> tuple[Any, PlainContext]:
     ctx = PlainContext(messages if messages is not None else [msg(i) for i in range(1, count + 1)], reader=reader)
     ctx.tools = TOOLS if tools else ()
     strategy = (conf or config()).create()
@@ -79,7 +80,7 @@ def planned(count: int, conf: ctxrt.Autobiographical | None = None, *, tools: bo
     return strategy, ctx
 
 
-def step(strategy: AutobiographicalStrategy, ctx: PlainContext, reply: Callable[[ModelRequest], Any] | Any,
+def step(strategy: Any, ctx: PlainContext, reply: Callable[[ModelRequest], Any] | Any,
          ) -> tuple[Unit, ModelRequest, Any]:
     """One call of the drain: plan the next unit, raise the floor, build its request, apply the reply."""
     unit = strategy.next_unit(ctx)
