@@ -122,6 +122,7 @@ from .errors import (
 from .events import Added as Added
 from .events import Edited as Edited
 from .events import MessageEvent as MessageEvent
+from .events import QuarantineAlarm as QuarantineAlarm
 from .events import Removed as Removed
 from .compile.injections import Injection as Injection
 from .compile.injections import MessageInjection as MessageInjection

@@ -1,5 +1,5 @@
 """What ``ContextManager.subscribe()`` delivers: each change to a slot, once, in sequence order
-(docs/api.md, Host controls). Pure data, and the diff a read-only runtime makes of a slot it
+(docs/api.md, Host controls), and, to a subscriber that asks, its namespace's quarantine alarms. Pure data, and the diff a read-only runtime makes of a slot it
 saw rewritten."""
 
 from __future__ import annotations
@@ -36,6 +36,22 @@ class Removed:
 
 
 MessageEvent = Union[Added, Edited, Removed]
+
+
+@attrs.frozen
+class QuarantineAlarm:
+    """A compression unit of ``namespace`` on ``branch`` was quarantined (docs/behaviours.md T13):
+    ``unit_key`` (a chunk id, or a merge group's summary ids), its counted failures (``attempts``),
+    the rung of the refusal ladder its last request was made at (``last_rung``: "full" for the
+    request as planned) and why its last reply was not a memory (``last_error``). Its messages
+    stay raw until ``retry_quarantined``. Delivered by ``subscribe(alarms=True)``."""
+
+    namespace: str
+    branch: str
+    unit_key: str
+    attempts: int
+    last_rung: str
+    last_error: str
 
 
 def diff(old: Sequence[Message], new: Sequence[Message]) -> list[MessageEvent]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import attrs
 import trio
@@ -28,7 +28,7 @@ from .compile.injections import Injection, MessageInjection
 from .budget import Budget, PreviewResult
 from .content.blocks import ContentLike, Message
 from .errors import ManagerClosedError
-from .events import MessageEvent
+from .events import MessageEvent, QuarantineAlarm
 from .models.model import Model
 from .namespace.protocol import (
     AppendAndHold,
@@ -394,10 +394,20 @@ class ContextManager:
             if not await self.tick():
                 return
 
+    @overload
+    def subscribe(
+        self, *, poll_interval_s: float = ..., alarms: Literal[False] = ...,
+    ) -> AbstractAsyncContextManager[trio.MemoryReceiveChannel[MessageEvent]]: ...
+
+    @overload
+    def subscribe(
+        self, *, poll_interval_s: float = ..., alarms: Literal[True],
+    ) -> AbstractAsyncContextManager[trio.MemoryReceiveChannel[MessageEvent | QuarantineAlarm]]: ...
+
     @asynccontextmanager
     async def subscribe(
-        self, *, poll_interval_s: float = POLL_INTERVAL_S,
-    ) -> AsyncIterator[trio.MemoryReceiveChannel[MessageEvent]]:
+        self, *, poll_interval_s: float = POLL_INTERVAL_S, alarms: bool = False,
+    ) -> AsyncIterator[trio.MemoryReceiveChannel[Any]]:  # Any: the overloads above say which events
         """Every change to this manager's slot from now on, each once, in order: ``Added(message)``,
         ``Edited(message, previous)``, ``Removed(ids)``, as stored (A7), writes of other managers
         included. In a writing runtime on LMDB they come from each commit; a read-only runtime, or
@@ -407,7 +417,10 @@ class ContextManager:
         bound (a slow reader costs memory, never an event) and closes (a reader's ``async for``
         ends, after the events already sent) when the block exits, when this manager or its
         runtime closes, or when the branch is deleted (a read-only runtime notices that at its
-        next look).
+        next look). With ``alarms=True`` the channel also carries a ``QuarantineAlarm`` each time
+        this namespace's actor in this runtime quarantines a compression unit (T13), as it
+        happens; without it, only the message events (a host matching on those three is never
+        handed a fourth kind).
 
         Raises:
             TypeError, ValueError: ``poll_interval_s`` not a positive finite number of seconds.
@@ -415,7 +428,8 @@ class ContextManager:
         """
         slot = self._slot()
         interval = checks.timeout(poll_interval_s, "poll_interval_s")
-        async with subscription(self._registry, slot, interval, self._subscriptions) as receive:
+        namespace = self.namespace if alarms else None
+        async with subscription(self._registry, slot, interval, self._subscriptions, namespace) as receive:
             yield receive
 
     async def health(self) -> NamespaceHealth:

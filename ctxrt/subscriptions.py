@@ -1,11 +1,13 @@
-"""A manager's subscriptions: the stream of ``Added``/``Edited``/``Removed`` events of its slot.
+"""A manager's subscriptions: the stream of ``Added``/``Edited``/``Removed`` events of its slot,
+and, for a subscriber that asks, its namespace's ``QuarantineAlarm``s.
 
 Two sources feed one unbounded channel: in a writing runtime on LMDB the slot registry's watch
 hands over each commit's events as they land; otherwise (a read-only runtime, a PostgreSQL store
 other processes write) a poller looks at the slot's head every interval and reports what changed
 since. It stands apart from ``ContextManager`` (which keeps ``subscribe`` and its contract) since
 it is trio plumbing with its own lifetime: it ends when its block exits, its manager or runtime
-closes, or its branch is deleted.
+closes, or its branch is deleted. Alarms come from the registry, which the namespace's actor in
+this runtime sounds them through; they need no store, so they reach a poller's channel too.
 """
 
 from __future__ import annotations
@@ -13,28 +15,35 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Union
 
 import trio
 
-from .events import Added, MessageEvent, diff
+from .events import Added, MessageEvent, QuarantineAlarm, diff
 from .namespace.registry import NamespaceRegistry
 from .slots import SlotCache
 from .store.records import LogHead
 
 POLL_INTERVAL_S = 0.05  # how often a read-only runtime's subscription looks at the slot's head
 
+Event = Union[MessageEvent, QuarantineAlarm]  # what a subscription that asked for alarms delivers
+
 
 @asynccontextmanager
 async def subscription(
     registry: NamespaceRegistry, slot: SlotCache, interval: float, ends: set[Callable[[], None]],
-) -> AsyncIterator[trio.MemoryReceiveChannel[MessageEvent]]:
-    """The event channel of ``slot`` from now on, open while the block runs. Its end is in
-    ``ends`` meanwhile (a manager's close calls it) and registered with ``registry``'s close."""
-    send, receive = trio.open_memory_channel[MessageEvent](math.inf)
+    alarms_of: str | None = None,
+) -> AsyncIterator[trio.MemoryReceiveChannel[Event]]:
+    """The event channel of ``slot`` from now on, open while the block runs, with the alarms of
+    namespace ``alarms_of`` (None: no alarms). Its end is in ``ends`` meanwhile (a manager's close
+    calls it) and registered with ``registry``'s close."""
+    send, receive = trio.open_memory_channel[Event](math.inf)
     # Closing the manager or the runtime ends the subscription at once: the channel closes (its
     # reader's loop ends, not hangs), commits stop reaching it, and a poller stops looking.
     poller = trio.CancelScope()
     stops: list[Callable[[], None]] = [send.close, poller.cancel]
+    if alarms_of is not None:
+        stops.append(registry.on_alarm(slot.branch_id, alarms_of, send.send_nowait))
 
     def end() -> None:
         for stop in stops:
@@ -63,7 +72,7 @@ async def subscription(
 
 
 async def _poll(
-    slot: SlotCache, head: LogHead, send: trio.MemorySendChannel[MessageEvent], interval: float,
+    slot: SlotCache, head: LogHead, send: trio.MemorySendChannel[Event], interval: float,
     scope: trio.CancelScope,
 ) -> None:
     """A read-only runtime's subscription: at each look, one head read, then what changed between

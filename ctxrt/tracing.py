@@ -325,13 +325,16 @@ def unit_shape(unit: Any) -> tuple[int | None, int | None, int | None]:
     return level, min(known_first, default=None), max(known_last, default=None)
 
 
-def end_unit(span: Span | None, outcome: str, error: BaseException | None = None) -> None:
+def end_unit(span: Span | None, outcome: str, error: BaseException | None = None, made: Any = None) -> None:
     """``outcome``: applied, nothing (the reply made no change), discarded (the view changed while
-    it was out), failed, or stopped (the actor stopped first)."""
+    it was out), failed, or stopped (the actor stopped first). ``made``: what the strategy made of
+    the reply (a ``UnitOutcome``: its rung of the refusal ladder and what came of it, T12), if it says."""
     if span is None:
         return
     try:
         span.set_attribute("ctxrt.unit.outcome", outcome)
+        if made is not None:
+            span.set_attributes(_made_attributes(made))
         if error is not None:
             span.record_exception(error)
             span.set_attribute("error.type", type(error).__qualname__)
@@ -339,6 +342,17 @@ def end_unit(span: Span | None, outcome: str, error: BaseException | None = None
         span.end()
     except Exception as exc:  # noqa: BLE001 - the unit's reply is applied and answered whatever its span does
         _failed(_UNIT, exc)
+
+
+def _made_attributes(made: Any) -> dict[str, Any]:
+    """A ``UnitOutcome`` as the unit span's ``ctxrt.unit.*`` attributes (those it has)."""
+    attributes: dict[str, Any] = {"ctxrt.unit.rung": made.rung, "ctxrt.unit.result": made.result,
+                                  "ctxrt.unit.attempts": made.attempts, "ctxrt.unit.quarantined": made.quarantined}
+    for name in ("half", "failure", "next_rung"):
+        value = getattr(made, name)
+        if value is not None:
+            attributes[f"ctxrt.unit.{name}"] = value
+    return attributes
 
 
 def model_call(unit_span: Span | None, model: Any, request: Any) -> Any:

@@ -1120,8 +1120,9 @@ def test_plain_an_end_turn_text_reply_becomes_an_l1_summary() -> None:
 )
 def test_plain_a_reply_that_is_not_a_memory_counts_an_attempt(reply: Any) -> None:
     """A refusal, an empty or cut-off reply, a tool call or a non-retryable error stores nothing and counts an
-    attempt (progress); after MAX_ATTEMPTS the chunk is quarantined and the next one comes up (T4, T3, L2)."""
-    strategy_, ctx = planned(8)
+    attempt (progress), with no refusal ladder (T12); after MAX_ATTEMPTS the chunk is quarantined and the
+    next one comes up (T4, T3, L2)."""
+    strategy_, ctx = planned(8, refusal_fallbacks=0)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         unit = strategy_.next_unit(ctx)
         assert unit is not None and unit.key == "c-0"
@@ -1440,7 +1441,7 @@ async def test_model_faults_leave_the_store_consistent_and_the_chunk_queued(tmp_
                     done = trio.Event()
 
                     async def tick() -> None:
-                        # A refusal counts an attempt (progress); an outage or timeout doesn't (the drain backs off).
+                        # A refusal takes a rung (progress); an outage or timeout doesn't (the drain backs off).
                         assert await m.tick() == (fault == "refusal")
                         done.set()
 
@@ -1471,7 +1472,8 @@ async def test_model_faults_leave_the_store_consistent_and_the_chunk_queued(tmp_
                 async with ctxrt.open_runtime(store(tmp_path), model=model, durability="os") as rt:
                     m = await rt.open(NS, strategy=autobio())
                     assert [s.summary.content for s in await m.search_summaries()] == ["memory of the plan"]
-                    assert (await strategy(m)).attempts == ({"c-0": 1} if fault == "refusal" else {})  # an outage counts none
+                    # A refusal took a rung of the ladder (T12), not an attempt; an outage counts none.
+                    assert (await strategy(m)).attempts == {}
 
 
 # -- a long run ------------------------------------------------------------------------------

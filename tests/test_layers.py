@@ -45,7 +45,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.strategies.base", "ctxrt.strategies.shaping", "ctxrt.strategies.live"),
     ("ctxrt.strategies.records", "ctxrt.strategies.kept_window"),  # windowed's kept window; autobiographical memory's parts, then the policy over them
     ("ctxrt.strategies.coverage",),
-    ("ctxrt.strategies.chunking", "ctxrt.strategies.queue", "ctxrt.strategies.prompts", "ctxrt.strategies.shown_entries"),
+    ("ctxrt.strategies.chunking", "ctxrt.strategies.queue", "ctxrt.strategies.prompts", "ctxrt.strategies.shown_entries",
+     "ctxrt.strategies.ladder"),
     ("ctxrt.strategies.zones",),
     ("ctxrt.strategies.selection",),
     ("ctxrt.strategies.policy",),

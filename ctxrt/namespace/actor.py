@@ -49,6 +49,7 @@ from .effects import (
     Publish,
     ReleaseLease,
     SetTimer,
+    SoundAlarm,
     Stop,
     TakeLease,
     TimerFired,
@@ -74,6 +75,7 @@ class Services:
     model: Any  # the runtime's default model
     forget: Callable[[NamespaceRef], None]  # the registry drops a stopped actor's ref
     model_timeout_s: float = MODEL_TIMEOUT_S  # a unit's model call fails (retryably) after this
+    alarm: Callable[[int, str, Any], None] = attrs.field(default=lambda branch, namespace, event: None, kw_only=True)
 
 
 @attrs.frozen
@@ -220,6 +222,8 @@ class _Loop:
                     self.deadline = effect.at
                 case Publish():
                     self.ref.status = effect.status
+                case SoundAlarm():
+                    self.services.alarm(self.ref.branch_id, self.ref.namespace, effect.event)
                 case Stop():
                     self.stopped = effect.error
                     self.ref.retire(effect.error)  # later asks are refused with it

@@ -38,7 +38,8 @@ from ..content.tokens import CalibratedEstimator, estimate_blocks, estimate_text
 from . import states
 from .context import ActorContext
 from .core import Place, Record, check_reader
-from .effects import Answer, CallModel, CancelModel, Write
+from ..events import QuarantineAlarm
+from .effects import Answer, CallModel, CancelModel, SoundAlarm, Write
 from .protocol import NamespaceConfig, ResetHeadWindow, Tick, UnitDone
 
 logger = logging.getLogger("ctxrt.namespace")
@@ -125,7 +126,7 @@ class Report:
     args: tuple[Any, ...] = ()
 
 
-Decision = Write | Answer | CallModel | RequireStrategy | FlushNew | CommitStrategy | AwaitStore | Report
+Decision = Write | Answer | CallModel | RequireStrategy | FlushNew | CommitStrategy | AwaitStore | Report | SoundAlarm
 # A drain handler: it is made with the ``Moment`` it starts at, yields decisions and is resumed
 # with each one's ``Resumed``, or has the error raised into it.
 Decisions = Generator[Decision, Any, Any]
@@ -350,6 +351,7 @@ class Drain:
             if flight.reply is not None:
                 yield Answer(flight.reply, *((True, False) if flight.kind == "tick" else (False, self._moved_error())))
             return LATER
+        made = None  # what the strategy made of the reply: its rung of the refusal ladder and the result (T12)
         try:
             if flight.kind == "reset":
                 strategy = moment.strategy
@@ -358,10 +360,14 @@ class Drain:
                 result: Any = yield from self._transition(strategy, content)
             else:
                 result = moment.strategy.apply_unit(flight.unit, done.outcome, moment.context)
+                made = moment.strategy.unit_outcome(flight.unit)
                 yield CommitStrategy()
+                if made is not None and made.quarantined:  # stored: the alarm tells of a lasting quarantine (T13)
+                    yield SoundAlarm(QuarantineAlarm(self.place.namespace, self.place.branch, flight.unit.key,
+                                                     made.attempts, made.rung, made.failure or ""))
             yield from self._calibrate(flight.request, done.outcome)
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
-            tracing.end_unit(flight.span, "failed", exc)
+            tracing.end_unit(flight.span, "failed", exc, made)
             if isinstance(exc, StoreUnavailableError):
                 yield AwaitStore(exc)  # the unit may be half applied: done again once the store answers
             if flight.reply is not None:
@@ -370,7 +376,7 @@ class Drain:
                 yield Report(exc, "compression drain of %s failed to apply %s", (self.place, flight.unit.key))
             self.wanted = False
             return LATER
-        tracing.end_unit(flight.span, "applied" if result else "nothing")
+        tracing.end_unit(flight.span, "applied" if result else "nothing", made=made)
         if flight.reply is not None:
             yield Answer(flight.reply, True, result)
         if flight.kind == "drain" and not result:

@@ -152,6 +152,13 @@ class SetTimer:
 
 
 @attrs.frozen
+class SoundAlarm:
+    """Hand ``event`` (a ``QuarantineAlarm``) to the namespace's subscribers that asked for alarms."""
+
+    event: Any
+
+
+@attrs.frozen
 class Publish:
     """Put up a new status snapshot for the actor's managers to read."""
 
@@ -168,7 +175,7 @@ class Stop:
 
 
 Effect = (Answer | Commit | CallModel | CancelModel | Acquire | TakeLease | CheckLease | ReleaseLease | Listen
-          | SetTimer | Publish | Stop)
+          | SetTimer | Publish | SoundAlarm | Stop)
 
 
 # -- what the loop tells the machine back ------------------------------------------------------

@@ -127,6 +127,7 @@ from .effects import (
     Publish,
     ReleaseLease,
     SetTimer,
+    SoundAlarm,
     Stop,
     StoreReads,
     TakeLease,
@@ -563,7 +564,7 @@ class NamespaceMachine:
                 return (yield decision)
             case CommitStrategy():
                 return (yield from self.commit(decision.reaches))
-            case Answer() | CallModel():
+            case Answer() | CallModel() | SoundAlarm():
                 self._effects.append(decision)
             case RequireStrategy():
                 self.require_strategy()

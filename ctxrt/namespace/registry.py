@@ -7,6 +7,7 @@ stops, and retires every actor of a branch when that branch is deleted (docs/beh
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from ..store.records import BranchRow
 from .actor import Services, serve_namespace
 from .protocol import ActorRetired, Attach, Detach, NamespaceConfig
 from .ref import NamespaceRef
+
+logger = logging.getLogger("ctxrt.namespace")
 
 _tokens = itertools.count(1)
 
@@ -59,9 +62,11 @@ class NamespaceRegistry:
         self.store = store
         self.slots = slots
         self._nursery = nursery
-        self._services = Services(engine, store, slots, model, self._forget, model_timeout_s)
+        self._services = Services(engine, store, slots, model, self._forget, model_timeout_s, alarm=self._sound)
         self._refs: dict[tuple[int, str], NamespaceRef] = {}
         self._on_close: set[Callable[[], None]] = set()
+        # Subscribers that asked for alarms, by (branch id, namespace): they outlive the actors.
+        self._alarms: dict[tuple[int, str], list[Callable[[Any], None]]] = {}
         self.closed = False
 
     def __len__(self) -> int:
@@ -140,6 +145,27 @@ class NamespaceRegistry:
             if key[0] == branch_id:
                 del self._refs[key]
                 ref.retire(error)
+
+    def on_alarm(self, branch_id: int, namespace: str, deliver: Callable[[Any], None]) -> Callable[[], None]:
+        """Call ``deliver`` with each alarm the actor of (``branch_id``, ``namespace``) sounds from
+        now on (a ``QuarantineAlarm``, T13); returns the cancel."""
+        listeners = self._alarms.setdefault((branch_id, namespace), [])
+        listeners.append(deliver)
+
+        def cancel() -> None:
+            if deliver in listeners:
+                listeners.remove(deliver)
+            if not listeners and self._alarms.get((branch_id, namespace)) is listeners:
+                del self._alarms[(branch_id, namespace)]
+
+        return cancel
+
+    def _sound(self, branch_id: int, namespace: str, event: Any) -> None:
+        for deliver in list(self._alarms.get((branch_id, namespace), ())):
+            try:
+                deliver(event)
+            except Exception:  # one subscriber's failure is its own
+                logger.exception("a subscriber of the alarms of %r failed", namespace)
 
     def on_close(self, end: Callable[[], None]) -> Callable[[], None]:
         """Call ``end`` when the runtime closes (a subscription's channel ends then); returns the cancel."""

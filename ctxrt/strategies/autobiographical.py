@@ -22,7 +22,7 @@ import re
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -39,6 +39,7 @@ from .base import (
     Strategy,
     StrategyContext,
     Unit,
+    UnitOutcome,
     at_least,
     flag,
     one_of,
@@ -50,6 +51,18 @@ from .base import (
     text,
 )
 from .chunking import closing
+from .ladder import (
+    NO_TOOLS,
+    PLAIN_TEXT,
+    SOURCE_ONLY,
+    SPLIT,
+    Step,
+    ladder_from,
+    ladder_record,
+    next_rung,
+    refusal,
+    stitch,
+)
 from .coverage import Coverage
 from .live import MIB, LiveMemo
 from .policy import AUTOBIOGRAPHICAL, CompressionPolicy
@@ -57,6 +70,8 @@ from .prompts import (
     MANAGER,
     SYSTEM,
     TRANSITION_PREFIX,
+    PLAIN_TEXT_INSTRUCTION,
+    chunk_ask,
     chunk_instruction,
     chunk_request,
     merge_request,
@@ -86,6 +101,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ctxrt.autobiographical")
 
 _TRANSIENT = object()  # a retryable model failure: the unit stays queued, uncounted, and the drain backs off
+T = TypeVar("T")
+
+
+def _half(items: Sequence[T], half: int | None) -> list[T]:
+    """The older (1) or newer (2) half of ``items`` for the ladder's split rung, else all of them."""
+    if half is None:
+        return list(items)
+    middle = len(items) // 2
+    return list(items[:middle] if half == 1 else items[middle:])
 
 
 class AutobiographicalStrategy(Strategy):
@@ -101,6 +125,8 @@ class AutobiographicalStrategy(Strategy):
         self.chunks: list[Chunk] = []
         self.summaries: list[Summary] = []
         self.attempts: dict[str, int] = {}
+        self.ladder: dict[str, Step] = {}  # units part way down their refusal ladder (T12), stored as "ladder"
+        self._outcome: tuple[str, UnitOutcome] | None = None  # the last reply applied: its unit's key and outcome
         self.head_start_id: str | None = None
         self._compressed: set[str] = set()  # chunk ids with an L1
         # Kept incrementally, so a tick costs what is pending, not what the namespace holds:
@@ -132,6 +158,7 @@ class AutobiographicalStrategy(Strategy):
         self._leaf_cache = {}
         attempts = ctx.get_value("attempts", {})
         self.attempts = attempts if isinstance(attempts, dict) else {}
+        self.ladder = ladder_from(ctx.get_value("ladder"))
         self._pending = {c.id: c for c in self.chunks
                          if c.id not in self._compressed and self.attempts.get(c.id, 0) < MAX_ATTEMPTS}
         self._unmerged = {}
@@ -185,10 +212,12 @@ class AutobiographicalStrategy(Strategy):
         return self._dirty or (ctx is not None and (ctx.hold_floor() != self._built_holds
                                                     or ctx.view.window(1).stamp != self._built_stamp))
 
-    def _instruction(self, chunk_messages: Sequence[Message]) -> str:
+    def _instruction(self, chunk_messages: Sequence[Message], *, plain_text: bool = False) -> str:
+        """A chunk's instruction; ``plain_text``: and not to call a tool (the ladder's first rung, T12)."""
         plain = chunk_instruction(self.config, witnessed=self._witnessed(chunk_messages))
         detail = self.policy.instruction_detail(chunk_messages)
-        return f"{plain} {detail}" if detail else plain
+        said = f"{plain} {detail}" if detail else plain
+        return f"{said}\n\n{PLAIN_TEXT_INSTRUCTION}" if plain_text else said
 
     def _witnessed(self, chunk_messages: Sequence[Message]) -> bool:
         """Whether a chunk's events all came before ``witnessed_before_sequence`` (before the resident)."""
@@ -265,31 +294,94 @@ class AutobiographicalStrategy(Strategy):
         return None
 
     def request_for(self, unit: Unit, ctx: StrategyContext) -> ModelRequest:
+        """The unit's request at its rung of the refusal ladder (T12): the full request, then, as
+        rungs are taken, a plain-text instruction, no tools, the source alone, one half of it."""
         participant = self.config.summary_participant
+        step = self.ladder.get(unit.key, Step())
         messages: list[CompiledMessage]
         if isinstance(unit.work, Chunk):
-            messages = self._l1_request(ctx, unit.work)
+            messages = self._l1_request(ctx, unit.work, step)
         elif isinstance(unit.work, tuple) and unit.work and isinstance(unit.work[0], Summary):
-            messages = merge_request(self.config, unit.work, participant)
+            group = _half(unit.work, step.half)
+            messages = merge_request(self.config, group, participant, plain_text=step.at_least(PLAIN_TEXT))
         else:
             messages = transition_request(unit.work)
-        return ModelRequest(
-            self.config.compression_model, ctx.system_prompt or SYSTEM, tuple(messages),
-            int(self.config.summary_target_tokens * 1.5),
-            assistant=frozenset({participant}), tools=tuple(ctx.tools),
-        )
+        # A namespace's own system prompt comes first: the request is then a prefix of the agent's
+        # own (its prompt cache) and keeps its identity; the host's summary prompt stands in for none.
+        system = ctx.system_prompt or self.config.summary_system_prompt or SYSTEM
+        max_tokens = self.config.compression_max_tokens or int(self.config.summary_target_tokens * 1.5)
+        tools = () if step.at_least(NO_TOOLS) else tuple(ctx.tools)
+        return ModelRequest(self.config.compression_model, system, tuple(messages), max_tokens,
+                            assistant=frozenset({participant}), tools=tools)
 
     def apply_unit(self, unit: Unit, outcome: ModelResponse | ModelError, ctx: StrategyContext) -> bool:
+        """Take a unit's reply: a summary, the next rung of its ladder after a refusal (T12), or a
+        failure that counts (T13); an outage changes nothing."""
+        step = self.ladder.get(unit.key, Step())
         text = self._reply_text(ctx, outcome)
         if text is _TRANSIENT:
+            self._note(unit.key, step, "transient")
             return False  # queued as it was: an outage is not the unit's fault
-        if not isinstance(text, str):
-            return self._fail(ctx, unit.key)
-        if isinstance(unit.work, Chunk):
-            self._apply_l1(ctx, unit.work, text)
+        if isinstance(text, str):
+            if step.half == 1:  # the split's first half: the second is the unit's next request
+                self._set_step(ctx, unit.key, attrs.evolve(step, first_half=text))
+                self._note(unit.key, step, "half")
+                return True
+            if step.first_half is not None:
+                text = stitch(step.first_half, text)
+            if isinstance(unit.work, Chunk):
+                self._apply_l1(ctx, unit.work, text)
+            else:
+                self._apply_merge(ctx, list(unit.work), text)
+            self._set_step(ctx, unit.key, None)
+            self._note(unit.key, step, "summary")
+            return True
+        failure = self._failure(outcome)
+        rung = None
+        if isinstance(outcome, ModelResponse) and refusal(outcome) is not None:
+            rung = next_rung(step, self.config.refusal_fallbacks, lambda name: self._changes(unit, ctx, name))
+        if rung is not None:
+            logger.warning("compression of %s in %r: %s at rung %r; trying %r", unit.key, ctx.namespace, failure,
+                           step.rung, rung)
+            self._set_step(ctx, unit.key, Step(rung, step.taken + 1, failure=failure))
+            self._note(unit.key, step, "fallback", failure, rung)
+            return True  # a rung is progress: the unit's next request differs
+        self._set_step(ctx, unit.key, None)  # the next attempt starts from the full request
+        return self._fail(ctx, unit.key, step, failure)
+
+    def unit_outcome(self, unit: Unit) -> UnitOutcome | None:
+        if self._outcome is None or self._outcome[0] != unit.key:
+            return None
+        return self._outcome[1]
+
+    def _note(self, key: str, step: Step, result: str, failure: str | None = None, rung: str | None = None) -> None:
+        """What became of ``key``'s reply at ``step`` (``unit_outcome``); ``rung``: the one tried next."""
+        attempts = self.attempts.get(key, 0)
+        self._outcome = key, UnitOutcome(step.rung, result, step.half, failure, rung, attempts,
+                                         result == "failure" and attempts >= MAX_ATTEMPTS)
+
+    def _changes(self, unit: Unit, ctx: StrategyContext, rung: str) -> bool:
+        """Whether ``rung`` would change ``unit``'s request (one that wouldn't is skipped, uncounted)."""
+        work = unit.work
+        if rung == NO_TOOLS:
+            return bool(ctx.tools)
+        if rung == SOURCE_ONLY:  # a merge reads its sources alone already
+            return isinstance(work, Chunk) and any(self._l1_context(ctx, work))
+        if rung == SPLIT:
+            if isinstance(work, Chunk):
+                return sum(ctx.view.get(i) is not None for i in work.message_ids) >= 2
+            return isinstance(work, tuple) and len(work) >= 2
+        return rung == PLAIN_TEXT
+
+    def _set_step(self, ctx: StrategyContext, key: str, step: Step | None) -> None:
+        """Store where ``key`` stands on its ladder (None: at the top) beside its attempts, so a
+        restart resumes it."""
+        if step is None:
+            if self.ladder.pop(key, None) is None:
+                return
         else:
-            self._apply_merge(ctx, list(unit.work), text)
-        return True
+            self.ladder[key] = step
+        ctx.set_value("ladder", ladder_record(self.ladder))
 
     def _frontier(self) -> list[Summary]:
         return [summary for level in sorted(self._unmerged) for summary in self._unmerged[level]]
@@ -305,31 +397,49 @@ class AutobiographicalStrategy(Strategy):
             return None
         self._backoff.answered()
         text = outcome.text.strip()
-        if outcome.stop_reason != "end_turn" or not text:
+        if outcome.stop_reason != "end_turn" or not text or refusal(outcome) is not None:
             logger.warning("compression in %r gave %r with %d chars: not a memory", ctx.namespace,
                            outcome.stop_reason, len(text))
-            return None  # only a complete end_turn with text becomes a summary (T4)
+            return None  # only a complete end_turn with text (and no tool call) becomes a summary (T4)
         return text
 
-    def _fail(self, ctx: StrategyContext, key: str) -> bool:
+    @staticmethod
+    def _failure(outcome: ModelResponse | ModelError) -> str:
+        """Why a reply is not a memory, in a few words."""
+        if isinstance(outcome, ModelError):
+            return str(outcome)
+        return refusal(outcome) or outcome.stop_reason
+
+    def _fail(self, ctx: StrategyContext, key: str, step: Step, failure: str) -> bool:
         self.attempts[key] = self.attempts.get(key, 0) + 1
         if self.attempts[key] >= MAX_ATTEMPTS:
-            logger.error("quarantined %s in namespace %r after %d failed attempts; it stays raw", key,
-                         ctx.namespace, self.attempts[key])
+            logger.error("quarantined %s in namespace %r after %d failed attempts (the last: %s at rung %r); it "
+                         "stays raw", key, ctx.namespace, self.attempts[key], failure, step.rung)
             self._pending.pop(key, None)
         ctx.set_value("attempts", self.attempts)
+        self._note(key, step, "failure", failure)
         return True  # an attempt is progress: the next unit may differ
 
-    def _l1_request(self, ctx: StrategyContext, chunk: Chunk) -> list[CompiledMessage]:
-        """"As of" the chunk: head, prior recall pairs, the chunk, the instruction; nothing after (T4)."""
+    def _l1_context(self, ctx: StrategyContext, chunk: Chunk) -> tuple[list[Message], list[CompiledMessage]]:
+        """What an L1 request shows before its chunk: the head before it and prior recall pairs (T4)."""
         view = ctx.view
         messages = view.get_all()
-        chunk_messages = [m for m in (view.get(i) for i in chunk.message_ids) if m is not None]
         head_start, head_end = self._head(messages, view)
         head = [m for m in messages[head_start:head_end] if m.sequence < chunk.first_sequence]
-        participant = self.config.summary_participant
-        recalled = recall_pairs(self._frontier(), chunk.first_sequence, participant)
-        return chunk_request(head, recalled, chunk_messages, self._instruction(chunk_messages), participant)
+        recalled = recall_pairs(self._frontier(), chunk.first_sequence, self.config.summary_participant,
+                                self.config.recall_budget_tokens)
+        return head, recalled
+
+    def _l1_request(self, ctx: StrategyContext, chunk: Chunk, step: Step) -> list[CompiledMessage]:
+        """"As of" the chunk: head, prior recall pairs, the chunk, the instruction; nothing after (T4).
+        From the ladder's source-only rung on, the chunk alone; on its split rung, one half of it
+        (which reads nothing of the other)."""
+        view = ctx.view
+        chunk_messages = _half([m for m in (view.get(i) for i in chunk.message_ids) if m is not None], step.half)
+        head, recalled = ([], []) if step.at_least(SOURCE_ONLY) else self._l1_context(ctx, chunk)
+        instruction = self._instruction(chunk_messages, plain_text=step.at_least(PLAIN_TEXT))
+        return chunk_request(head, recalled, chunk_ask(self.config, chunk_messages, instruction),
+                             self.config.summary_participant)
 
     def _apply_l1(self, ctx: StrategyContext, chunk: Chunk, text: str) -> None:
         view = ctx.view

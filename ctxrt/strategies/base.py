@@ -106,6 +106,23 @@ class Unit:
 
 
 @attrs.frozen
+class UnitOutcome:
+    """What a strategy made of a unit's reply, for the unit's trace span and the quarantine alarm
+    (docs/behaviours.md T12, T13): the rung its request was made at (``half``: which half of a
+    split), the ``result`` ("summary", "half", "fallback", "failure", "transient"), why the reply
+    was not taken (``failure``), the rung tried next, the unit's counted failures and whether
+    they quarantined it."""
+
+    rung: str
+    result: str
+    half: int | None = None
+    failure: str | None = None
+    next_rung: str | None = None
+    attempts: int = 0
+    quarantined: bool = False
+
+
+@attrs.frozen
 class RenderStats:
     """What a strategy's last compile showed and left out (tokens are estimates; docs/api.md, Host controls).
 
@@ -184,6 +201,10 @@ class Strategy:
 
     def wake_at(self) -> float | None:
         """A clock time before which the drain shouldn't try again (a backoff), or None."""
+        return None
+
+    def unit_outcome(self, unit: Unit) -> UnitOutcome | None:
+        """What the last ``apply_unit`` made of ``unit``'s reply, or None if the strategy doesn't say."""
         return None
 
     def quarantined(self) -> list[str]:

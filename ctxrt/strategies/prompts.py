@@ -21,7 +21,8 @@ WITNESSED_INSTRUCTION = (
     "them as a record you have read, in the first person as the reader (\"I read that ...\"), never as your "
     "own actions or words."
 )
-RECALL_BUDGET_TOKENS = 100_000  # recall pairs in a compression request, newest first
+PLAIN_TEXT_INSTRUCTION = "Write the memory as plain text directly in your response — do not call any tools for this."
+RECALL_BUDGET_TOKENS = 100_000  # recall pairs in a compression request, newest first, unless the config says
 RECALL_PAIR_OVERHEAD_TOKENS = 50
 
 
@@ -34,6 +35,8 @@ class VoiceOptions(Protocol):
     def witnessed_instruction(self) -> str | None: ...
     @property
     def identity_reminder(self) -> str | None: ...
+    @property
+    def summary_user_prompt(self) -> str | None: ...
 
 
 def render_transcript(messages: Sequence[Message]) -> str:
@@ -70,11 +73,14 @@ def recall_header(summary_id: str) -> str:
     return f"[Recall {summary_id}]"
 
 
-def recall_pairs(frontier: Sequence[Summary], before: int, participant: str) -> list[CompiledMessage]:
+def recall_pairs(
+    frontier: Sequence[Summary], before: int, participant: str, budget: int | None = None
+) -> list[CompiledMessage]:
     """The ``frontier`` summaries wholly before ``before``, in store order, capped newest first by
-    ``RECALL_BUDGET_TOKENS`` (a backlog of unmerged L1s must not grow every request)."""
+    ``budget`` tokens (None: ``RECALL_BUDGET_TOKENS``; a backlog of unmerged L1s must not grow
+    every request)."""
     earlier = sorted((s for s in frontier if s.last_sequence < before), key=lambda s: s.first_sequence)
-    left, start = RECALL_BUDGET_TOKENS, len(earlier)
+    left, start = RECALL_BUDGET_TOKENS if budget is None else budget, len(earlier)
     while start > 0 and earlier[start - 1].tokens + RECALL_PAIR_OVERHEAD_TOKENS <= left:
         start -= 1
         left -= earlier[start].tokens + RECALL_PAIR_OVERHEAD_TOKENS
@@ -88,15 +94,20 @@ def recall_pairs(frontier: Sequence[Summary], before: int, participant: str) -> 
 def remind(options: VoiceOptions, instruction: str) -> str:
     """``instruction`` with the identity reminder, if any, after it."""
     reminder = options.identity_reminder
+    if not instruction:
+        return reminder or ""
     return f"{instruction}\n\n{reminder}" if reminder else instruction
 
 
 def chunk_instruction(options: VoiceOptions, *, witnessed: bool) -> str:
     """What a chunk's request asks: to remember it in the first person, or in the witnessed
-    voice for events before the resident joined."""
+    voice for events before the resident joined. With a ``summary_user_prompt`` the first-person
+    ask is the host's (``chunk_ask``), so only the witnessed voice is said here."""
     if witnessed:
         voice = options.witnessed_instruction or WITNESSED_INSTRUCTION
         return remind(options, f"{voice} Aim for about {options.summary_target_tokens} tokens.")
+    if options.summary_user_prompt is not None:
+        return remind(options, "")  # the reminder alone
     return remind(
         options,
         f"Starting from my last message, please describe everything that has happened. Aim for about "
@@ -105,32 +116,46 @@ def chunk_instruction(options: VoiceOptions, *, witnessed: bool) -> str:
     )
 
 
+def chunk_ask(options: VoiceOptions, chunk: Sequence[Message], instruction: str) -> str:
+    """The last message of a chunk's request: the chunk's transcript and the instruction. A host's
+    ``summary_user_prompt`` replaces the framing around the transcript: its ``{content}`` is
+    the transcript, and a prompt without one follows it."""
+    transcript = render_transcript(chunk)
+    prompt = options.summary_user_prompt
+    if prompt is None:
+        return (f"[{MANAGER}] We are ready to form a long-term memory. Here is the conversation to remember:\n\n"
+                f"{transcript}\n\n{instruction}")
+    asked = prompt.replace("{content}", transcript) if "{content}" in prompt else f"{transcript}\n\n{prompt}"
+    instruction = instruction.strip()
+    return f"{asked}\n\n{instruction}" if instruction else asked
+
+
 def chunk_request(
-    head: Sequence[Message], recalled: Sequence[CompiledMessage], chunk: Sequence[Message], instruction: str,
-    participant: str,
+    head: Sequence[Message], recalled: Sequence[CompiledMessage], ask: str, participant: str,
 ) -> list[CompiledMessage]:
-    """"As of" a chunk: the head before it, prior recall pairs, the chunk, the instruction (T4)."""
+    """"As of" a chunk: the head before it, prior recall pairs, then the chunk and what to make of
+    it (``ask``) (T4)."""
     request: list[CompiledMessage] = []
     if head:
         request.append(CompiledMessage(MANAGER, (Text(render_transcript(head)),)))
         request.append(CompiledMessage(participant, (Text("I remember."),)))
     request += recalled
-    text = (
-        f"[{MANAGER}] We are ready to form a long-term memory. Here is the conversation to remember:\n\n"
-        f"{render_transcript(chunk)}\n\n{instruction}"
-    )
-    request.append(CompiledMessage(MANAGER, (Text(text),)))
+    request.append(CompiledMessage(MANAGER, (Text(ask),)))
     return request
 
 
-def merge_request(options: VoiceOptions, group: Sequence[Summary], participant: str) -> list[CompiledMessage]:
-    """A merge's request: the group's summaries, then the ask to consolidate them."""
+def merge_request(
+    options: VoiceOptions, group: Sequence[Summary], participant: str, *, plain_text: bool = False
+) -> list[CompiledMessage]:
+    """A merge's request: the group's summaries, then the ask to consolidate them (``plain_text``:
+    and not to call a tool, the refusal ladder's first rung)."""
     request = [CompiledMessage(participant, (Text(s.content),)) for s in group]
-    request.append(CompiledMessage(MANAGER, (Text(remind(
+    ask = remind(
         options,
         f"[{MANAGER}] Please consolidate the memories since my last message into a single cohesive memory. "
         f"Aim for about {options.summary_target_tokens} tokens. Write as you would to yourself — this is "
-        f"your autobiography, capturing the arc of what happened.")),)))
+        f"your autobiography, capturing the arc of what happened.")
+    request.append(CompiledMessage(MANAGER, (Text(f"{ask}\n\n{PLAIN_TEXT_INSTRUCTION}" if plain_text else ask),)))
     return request
 
 

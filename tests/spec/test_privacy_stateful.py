@@ -5,7 +5,8 @@ Three readers (ann, bob, cy), each in its own namespace, and a namespace compili
 all over the shared slot, under Autobiographical with small chunks. Rules add messages whose
 blocks carry random audiences, edit audiences (narrowing and widening; refusals must leave the
 message unchanged, and an edit that hides nothing is never refused), remove messages, compile,
-tick, fork, derive and reopen derived managers. Every block's text holds a unique marker
+tick, fork, derive and reopen derived managers, and have the model refuse compression replies or
+answer them with a tool call (each unit then walks its refusal ladder, T12). Every block's text holds a unique marker
 ``AUD[ann,bob]#17`` (the audience it was written with, then a number); the machine keeps, per
 branch, every version of every message, so it knows who each marker was ever visible to.
 
@@ -61,7 +62,7 @@ from hypothesis.stateful import (
 from support import PostgresSchema
 
 import ctxrt
-from ctxrt import Autobiographical, Budget, Text, ToolResult
+from ctxrt import Autobiographical, Budget, ModelResponse, Text, ToolResult, ToolUse, Usage
 from ctxrt.testing import (
     Atomically,
     CorruptRecord,
@@ -207,7 +208,8 @@ class PrivacyMachine(RuleBasedStateMachine):
         super().__init__()
         self.directory = tempfile.mkdtemp(prefix="ctxrt-privacy-")
         self.loop = TrioLoop(self.location())
-        self.models = {reader: ScriptedModel(echo_markers) for reader in (*READERS, None)}
+        self.refusing = 0  # the next model replies refused or calling a tool: the ladder's rungs (T12)
+        self.models = {reader: ScriptedModel(self.reply) for reader in (*READERS, None)}
         self.checked = {reader: 0 for reader in self.models}  # requests already checked, per model
         self.handles: list[Handle] = []
         self.history: dict[str, dict[str, list[Version]]] = {"main": {}}  # branch -> message id -> versions
@@ -358,6 +360,20 @@ class PrivacyMachine(RuleBasedStateMachine):
         handle = self.pick(who)
         for _ in range(ticks):
             self.loop.run(handle.manager.tick)
+
+    def reply(self, request: ctxrt.ModelRequest) -> ModelResponse | str:
+        if self.refusing > 0:
+            self.refusing -= 1
+            if self.refusing % 2:
+                return ModelResponse((Text("I can't help with that."),), "refusal", Usage(1, 1))
+            return ModelResponse((ToolUse("t1", "lookup", {}),), "tool_use", Usage(1, 1))
+        return echo_markers(request)
+
+    @rule(count=st.integers(1, 12))
+    def refuse(self, count: int) -> None:
+        """The next ``count`` compression replies are refusals or tool calls: every rung's request
+        (plain text, source only, the split halves) is checked as every request is (T12, A1)."""
+        self.refusing = count
 
     @rule(who=st.integers(0, 50))
     def drain(self, who: int) -> None:
