@@ -398,8 +398,8 @@ def _v_tool_notice(d: Mapping[str, Any], path: str, audience: tuple[str, ...] | 
     _check_keys(d, path, "tool_notice", ("type", "notices", "tool_name", "audience", "raw"))
     notices = _required(d, "notices", path, "tool_notice")
     if isinstance(notices, (str, bytes, bytearray)) or not isinstance(notices, Sequence) or not notices:
-        raise MalformedContentError(f"{path}.notices", f"expected a non-empty list of strings, got "
-                                                       f"{type_name(notices) if notices else 'an empty list'}")
+        got = "an empty list" if isinstance(notices, Sequence) and not notices else type_name(notices)
+        raise MalformedContentError(f"{path}.notices", f"expected a non-empty list of strings, got {got}")
     texts = tuple(_string(notice, f"{path}.notices[{i}]", non_empty=True) for i, notice in enumerate(notices))
     return ToolNotice(texts, tool_name=_optional_string(d, "tool_name", path), audience=audience, raw=_raw(d, path))
 
