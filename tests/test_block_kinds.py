@@ -335,6 +335,21 @@ def test_each_form_sends_a_kind_natively_where_it_has_a_place_and_as_its_note_el
     assert responses.as_text == {"audio": 2, "video": 1, "tool_attempt": 1, "tool_notice": 1, "generated_image": 1}
 
 
+def test_the_chat_rules_check_an_input_audio_part() -> None:
+    """M8, P11: ctxrt.openai_rules refuses an input_audio part in another format, without data, with an unknown field, or outside a user message."""
+    def found(part: dict[str, Any], role: str = "user") -> list[str]:
+        return openai_violations({"messages": [{"role": role, "content": [{"type": "text", "text": "x"}, part]}]},
+                                 api="chat")
+
+    assert found({"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}}) == []
+    assert [v.split(":")[0] for v in found({"type": "input_audio", "input_audio": {"data": "", "format": "ogg",
+                                                                                   "rate": 1}})] == [
+        "messages[0].content[1].input_audio.rate", "messages[0].content[1].input_audio.data",
+        "messages[0].content[1].input_audio.format"]
+    [refused] = found({"type": "input_audio", "input_audio": {"data": WAV, "format": "mp3"}}, "assistant")
+    assert refused.startswith("messages[0].content[1].type: ") and "input_audio" in refused
+
+
 def test_a_tool_use_sends_its_input_as_given_and_keeps_its_raw_forms_for_the_host() -> None:
     """M8, P4: raw_xml and unparseable_input stay in the store; the call still pairs with its result (tool_name not sent)."""
     call = ToolUse("t1", "search", {}, raw_xml="<invoke name='search'>", unparseable_input="{q: oops")
