@@ -2,7 +2,8 @@
 ``GeneratedImage``, ``ToolAttempt``, ``ToolNotice`` and the optional fields of ``ToolResult``,
 ``ToolUse``, ``Image`` and ``Document``: checked at the edge, stored (media once, M4), read back
 as written, priced, rendered in the three request forms within their rules, kept from readers
-outside their audience, and shown by compression requests and the inspector.
+outside their audience, and shown by compression requests (the inspector's timeline:
+tests/test_inspector.py).
 
 Property tests build content as a host hands it in (dicts, checked by ``blocks_from_content``);
 stored-form tests go through the codec and blob walk ``ctxrt.testing`` exposes; the rest through
@@ -39,7 +40,6 @@ from ctxrt import (
     content_for_reader,
 )
 from ctxrt.anthropic_rules import violations as anthropic_violations
-from ctxrt.inspector import pages
 from ctxrt.openai_rules import violations as openai_violations
 from ctxrt.testing import (
     ScriptedModel,
@@ -484,21 +484,3 @@ async def test_compression_requests_show_every_new_kind_by_its_note_within_the_r
             assert note in text
         for request in model.requests:
             assert anthropic_violations({"messages": to_anthropic_messages(request.messages, request.assistant)}) == []
-
-
-def test_the_inspector_shows_each_new_kind_with_its_audience() -> None:
-    """M8, W3: a timeline row shows each new block by its kind, its note and its audience, and the new fields of the others."""
-    message = ctxrt.Message("1", 1, "user", checked([
-        *for_readers(),
-        block("tool_use", id="t", name="search", input={}, unparseable_input="{q: oops"),
-        block("tool_result", tool_use_id="t", content="r", tool_name="search"),
-        block("document", source={"type": "text", "media_type": "text/plain", "data": "d"}, filename="notes.txt"),
-    ]))
-    row = pages.row_of(0, message)
-    kinds = [(shown.type, shown.audience) for shown in row.blocks]
-    assert kinds[1:7] == [("audio", ("ann",)), ("video", ("bob",)), ("generated_image", ("ann",)),
-                          ("tool_attempt", ("bob",)), ("tool_notice", ("ann",)), ("tool_notice", ("ann", "bob"))]
-    assert row.blocks[1].text == "[audio: audio/wav, transcript: ANN-ONLY-1]"
-    assert "unparsed: {q: oops" in row.blocks[7].text
-    assert "search" in row.blocks[8].text
-    assert "notes.txt" in row.blocks[9].text
