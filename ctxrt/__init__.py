@@ -6,6 +6,9 @@ This module re-exports the public names (docs/api.md) and defines nothing.
 from .branching import Derivation as Derivation
 from .compile.result import CompileResult as CompileResult
 from .content.blocks import (
+    Audio as Audio,
+)
+from .content.blocks import (
     Block as Block,
 )
 from .content.blocks import (
@@ -16,6 +19,9 @@ from .content.blocks import (
 )
 from .content.blocks import (
     Document as Document,
+)
+from .content.blocks import (
+    GeneratedImage as GeneratedImage,
 )
 from .content.blocks import (
     Image as Image,
@@ -33,10 +39,19 @@ from .content.blocks import (
     Thinking as Thinking,
 )
 from .content.blocks import (
+    ToolAttempt as ToolAttempt,
+)
+from .content.blocks import (
+    ToolNotice as ToolNotice,
+)
+from .content.blocks import (
     ToolResult as ToolResult,
 )
 from .content.blocks import (
     ToolUse as ToolUse,
+)
+from .content.blocks import (
+    Video as Video,
 )
 from .content.blocks import (
     content_for_reader as content_for_reader,

@@ -22,7 +22,8 @@ servers (vLLM, llama.cpp, Ollama) that are:
   two calls share a call_id;
 - tool call ids are 1 to 40 characters (Chat Completions) or 1 to 64 (a Responses call_id);
   function names and a message's ``name`` match ``^[a-zA-Z0-9_-]{1,64}$``;
-- an image is an http(s) URL or a base64 ``data:image/...`` URL;
+- an image is an http(s) URL or a base64 ``data:image/...`` URL; an input_audio part holds
+  base64 ``data`` in ``format`` wav or mp3;
 - no field either API doesn't know (``audience``, ``cache_control``, ``raw``, ...);
 - stricter: no message and no text part is empty or whitespace-only;
 - stricter: a call's ``arguments`` is a string holding a JSON object.
@@ -92,6 +93,7 @@ RESPONSES_PART_FIELDS: dict[str, frozenset[str]] = {
 RESPONSES_INPUT_PARTS = frozenset({"input_text", "input_image", "input_file"})
 RESPONSES_OUTPUT_PARTS = frozenset({"output_text", "refusal"})
 IMAGE_DETAILS = frozenset({"auto", "low", "high", "original"})
+AUDIO_FORMATS = frozenset({"wav", "mp3"})
 
 
 def _blank(text: object) -> bool:
@@ -227,6 +229,14 @@ class _Checker:
                 self.fields(file, frozenset({"file_data", "file_id", "filename"}), f"{where}.file", "file")
                 if not file.get("file_data") and not file.get("file_id"):
                     self.add(f"{where}.file", "a file part needs file_data or file_id")
+        elif kind == "input_audio":
+            audio = part.get("input_audio")
+            if self.object(audio, f"{where}.input_audio", "input_audio"):
+                self.fields(audio, frozenset({"data", "format"}), f"{where}.input_audio", "input_audio")
+                if _blank(audio.get("data")):
+                    self.add(f"{where}.input_audio.data", "input_audio needs its base64 data")
+                if audio.get("format") not in AUDIO_FORMATS:
+                    self.add(f"{where}.input_audio.format", f"must be one of {sorted(AUDIO_FORMATS)}")
 
     def chat_calls(self, calls: Any, where: str) -> None:
         if not isinstance(calls, list) or not calls:

@@ -90,7 +90,7 @@ def test_null_optional_fields_from_sdk_dumps_are_taken_as_absent():
     ("content", "path"),
     [
         ([{"type": "text", "text": "a"}, {"type": "text", "text": "b"}, {"type": "image", "source": {"type": "base64", "media_type": "image/bmp", "data": PNG}}], "content[2].source.media_type"),
-        ([{"type": "video", "data": "x"}], "content[0].type"),
+        ([{"type": "hologram", "data": "x"}], "content[0].type"),
         ([{"text": "no type"}], "content[0].type"),
         ([{"type": "text", "text": 5}], "content[0].text"),
         ([{"type": "text"}], "content[0].text"),
@@ -124,8 +124,8 @@ def test_malformed_content_is_refused_naming_the_exact_place(content, path):
 
 def test_refusal_message_says_what_and_where():
     """M6: the error text carries the path and the reason."""
-    error = refused([{"type": "video"}])
-    assert str(error).startswith("content[0].type: unknown block type 'video'")
+    error = refused([{"type": "hologram"}])
+    assert str(error).startswith("content[0].type: unknown block type 'hologram'")
 
 
 def test_custom_path_prefix_is_used():

@@ -4,6 +4,7 @@ What a browser does with the pages is tests/test_inspector_browser.py's."""
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 import urllib.error
@@ -183,6 +184,39 @@ async def test_a_timeline_page_shows_its_messages_with_audience_badges_and_follo
                 _, page = await get(url + "/timeline?branch=main&live=1")
                 assert "appended while the inspector looks" in page and f'id="m{new_id}"' in page
                 assert 'http-equiv="refresh"' in page
+
+
+async def test_a_timeline_shows_every_block_kind_with_its_audience(tmp_path: Path) -> None:
+    """Audio, video, generated images, tool attempts and notices show on the timeline by their kind
+    and the note a request form sends for them, each audience a badge; the new fields of tool
+    calls, results and documents show too (W3, M8)."""
+    wav = base64.b64encode(b"RIFF0000WAVEfmt ").decode()
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            m = await writer.open("agents/ann", view_reader="ann")
+            await m.add_message("user", [
+                ctxrt.Text("media"),
+                ctxrt.Audio({"type": "base64", "media_type": "audio/wav", "data": wav}, duration=3, transcript="hi",
+                            audience=("ann",)),
+                ctxrt.Video({"type": "url", "url": "https://example.com/v"}),
+                ctxrt.GeneratedImage({"type": "url", "url": "https://example.com/g"}, prompt="a cat"),
+                ctxrt.ToolAttempt("search", {"q": 1}, reason="refused", audience=("bob",)),
+                ctxrt.ToolNotice(("search disabled",), tool_name="search"),
+                ctxrt.ToolUse("t1", "search", {}, unparseable_input="{q: oops"),
+            ])
+            await m.add_message("tool", [ctxrt.ToolResult("t1", "found", tool_name="search"), ctxrt.Document(
+                {"type": "text", "media_type": "text/plain", "data": "d"}, filename="notes.txt")])
+            async with serving(tmp_path / "s") as url:
+                status, page = await get(url + "/timeline?branch=main")
+    shown = texts(page)
+    assert status == 200
+    for expected in ("[audio: 3 s, audio/wav, transcript: hi]", "for ann", "[video: https://example.com/v]",
+                     "[generated image: https://example.com/g, prompt: a cat]", "for bob",
+                     '[tool call not run: search {"q":1}; reason: refused]', "[tool notice (search): search disabled]",
+                     "unparsed: {q: oops", "[t1] search found", "notes.txt"):
+        assert expected in shown, expected
+    for kind in ("audio", "video", "generated_image", "tool_attempt", "tool_notice"):
+        assert f'class="block {kind}"' in page
 
 
 async def test_a_readers_breakdown_is_the_compile_its_namespace_would_make(tmp_path: Path) -> None:

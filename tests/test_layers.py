@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.errors", "ctxrt.asks", "ctxrt.mailbox", "ctxrt.content.blocks", "ctxrt.models.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.store.keys", "ctxrt.store.seals",
      "ctxrt.store.files", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.pgcluster", "ctxrt.tracing"),
     ("ctxrt.checks", "ctxrt.queries"),
-    ("ctxrt.content.validation", "ctxrt.content.codec", "ctxrt.content.blobs", "ctxrt.content.tokens"),
+    ("ctxrt.content.validation", "ctxrt.content.codec", "ctxrt.content.blobs", "ctxrt.content.notes", "ctxrt.content.tokens"),
     ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.catalog", "ctxrt.store.batch", "ctxrt.store.apply", "ctxrt.store.committer", "ctxrt.store.committer_lmdb", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
      "ctxrt.store.environment", "ctxrt.store.writer", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
      "ctxrt.store.verify"),
@@ -91,7 +91,7 @@ PACKAGES = {"ctxrt.store", "ctxrt.namespace", "ctxrt.strategies", "ctxrt.inspect
 # name here (as in LAYERS); a name here that no longer names a module fails a test.
 PURE_CORES: tuple[str, ...] = (
     "ctxrt.asks", "ctxrt.content.blocks", "ctxrt.models.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.checks", "ctxrt.queries", "ctxrt.content.validation", "ctxrt.content.codec",
-    "ctxrt.content.blobs", "ctxrt.content.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.forms.wire", "ctxrt.forms.openai_wire",
+    "ctxrt.content.blobs", "ctxrt.content.notes", "ctxrt.content.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.forms.wire", "ctxrt.forms.openai_wire",
     "ctxrt.forms.body_runs", "ctxrt.forms.anthropic_body", "ctxrt.forms.openai_body", "ctxrt.budget", "ctxrt.compile.provenance", "ctxrt.compile.tool_pairing", "ctxrt.compile.breakpoints", "ctxrt.compile.injections",
     "ctxrt.compile.result", "ctxrt.compile.reference", "ctxrt.compile.pipeline",
     "ctxrt.slots", "ctxrt.views",

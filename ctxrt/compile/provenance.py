@@ -62,7 +62,7 @@ def _covers(rendered: Block, stored: Block) -> bool:
         if isinstance(s, str) or isinstance(r, str):
             return isinstance(r, str) and isinstance(s, str) and s in r
         return coverage_complete(r, s)
-    return False
+    return rendered == stored  # audio, video, generated images, tool attempts and notices: carried as they are
 
 
 def coverage_complete(rendered_blocks: Sequence[Block], stored_blocks: Sequence[Block]) -> bool:

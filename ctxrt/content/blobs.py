@@ -1,7 +1,7 @@
 """Media kept once, apart from the messages that hold it (docs/behaviours.md M4).
 
-``extract_blobs`` swaps each base64 image or document source (top level or nested in a
-tool_result) for a ``blob_ref`` naming its sha256, and returns each distinct blob to store once;
+``extract_blobs`` swaps each base64 media source (an image's, a document's, audio, video or a
+generated image's; top level or nested in a tool_result) for a ``blob_ref`` naming its sha256, and returns each distinct blob to store once;
 ``resolve_blobs`` puts the base64 back on read. Neither knows the storage form nor the store: the
 store hands in a lookup, so the same walk serves the LMDB and PostgreSQL engines and verify.
 """
@@ -14,16 +14,19 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from .blocks import Block, Document, Image, ToolResult
+from .blocks import MEDIA_TYPES, Block, ToolResult
 from .validation import decode_base64
 
 
 def _has_media(blocks: Sequence[Block]) -> bool:
     for block in blocks:
         kind = type(block)
-        if kind is Image or kind is Document or kind is ToolResult:
+        if kind in _MEDIA or kind is ToolResult:
             return True
     return False
+
+
+_MEDIA = frozenset(MEDIA_TYPES)  # a set lookup: this runs on every message written
 
 
 def extract_blobs(
@@ -33,7 +36,7 @@ def extract_blobs(
     blobs: dict[str, tuple[str, bytes, str]] = {}
 
     def swap(block: Block, where: str) -> Block:
-        if type(block) is Image or type(block) is Document:
+        if isinstance(block, MEDIA_TYPES):
             source = block.source
             if source.get("type") != "base64":
                 return block
@@ -56,7 +59,7 @@ def extract_blobs(
 def _filled(block: Block, get_blob: Callable[[str], tuple[bytes, str] | None]) -> Block:
     # A module-level helper, not a closure: a self-referencing closure is a reference cycle that
     # would keep ``get_blob`` (and the read transaction it holds) alive until a GC pass.
-    if type(block) is Image or type(block) is Document:
+    if isinstance(block, MEDIA_TYPES):
         source = block.source
         if source.get("type") != "blob_ref":
             return block

@@ -51,6 +51,10 @@ class RedactedThinking:
 class Image:
     # {"type": "base64", "media_type": ..., "data": ...} | {"type": "url", "url": ...}
     source: Mapping[str, Any]
+    # The host's own token figure for the image (it wins over the flat estimate) and where the
+    # image came from (kept for the host; a base64 image's origin, say).
+    token_estimate: int | None = attrs.field(default=None, kw_only=True)
+    source_url: str | None = attrs.field(default=None, kw_only=True)
     raw: Any = attrs.field(default=None, kw_only=True)
     type: ClassVar[str] = "image"
 
@@ -59,8 +63,48 @@ class Image:
 class Document:
     source: Mapping[str, Any]
     title: str | None = attrs.field(default=None, kw_only=True)
+    filename: str | None = attrs.field(default=None, kw_only=True)
     raw: Any = attrs.field(default=None, kw_only=True)
     type: ClassVar[str] = "document"
+
+
+@attrs.frozen
+class Audio:
+    """Sound a host stored (a voice message, a recording): a base64 or URL ``source`` with an
+    ``audio/...`` media type, its length in seconds and a transcript when the host has them."""
+
+    source: Mapping[str, Any]
+    duration: float | None = attrs.field(default=None, kw_only=True)
+    transcript: str | None = attrs.field(default=None, kw_only=True)
+    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "audio"
+
+
+@attrs.frozen
+class Video:
+    """A video a host stored: as ``Audio``, with a ``video/...`` media type."""
+
+    source: Mapping[str, Any]
+    duration: float | None = attrs.field(default=None, kw_only=True)
+    transcript: str | None = attrs.field(default=None, kw_only=True)
+    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "video"
+
+
+@attrs.frozen
+class GeneratedImage:
+    """An image a model made (model output media): a source as an ``Image``'s, the ``prompt`` it
+    was made from, whether it is a preview (a draft the model refines), and a token figure."""
+
+    source: Mapping[str, Any]
+    prompt: str | None = attrs.field(default=None, kw_only=True)
+    is_preview: bool = attrs.field(default=False, kw_only=True)
+    token_estimate: int | None = attrs.field(default=None, kw_only=True)
+    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "generated_image"
 
 
 @attrs.frozen
@@ -68,6 +112,10 @@ class ToolUse:
     id: str
     name: str
     input: Mapping[str, Any]
+    # What the model wrote when it called in XML (prefill mode), and the arguments as written
+    # when they didn't parse (then ``input`` is not to be trusted): kept for the host, never sent.
+    raw_xml: str | None = attrs.field(default=None, kw_only=True)
+    unparseable_input: str | None = attrs.field(default=None, kw_only=True)
     raw: Any = attrs.field(default=None, kw_only=True)
     type: ClassVar[str] = "tool_use"
 
@@ -77,12 +125,51 @@ class ToolResult:
     tool_use_id: str
     content: "str | tuple[Block, ...]"
     is_error: bool = attrs.field(default=False, kw_only=True)
+    tool_name: str | None = attrs.field(default=None, kw_only=True)  # as agent frameworks write it
     raw: Any = attrs.field(default=None, kw_only=True)
     type: ClassVar[str] = "tool_result"
 
 
-Block: TypeAlias = Union[Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult]
-BLOCK_TYPES: tuple[type[Block], ...] = (Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult)
+def _listed_notices(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+@attrs.frozen
+class ToolAttempt:
+    """A tool call the model attempted that was not run (refused, malformed, or written in a
+    mode that doesn't execute it): the tool's ``name`` and ``input`` where known, the call as the
+    model wrote it (``raw_xml``) and why it wasn't run. Never a call: it pairs with no result."""
+
+    name: str | None = None
+    input: Mapping[str, Any] | None = None
+    raw_xml: str | None = attrs.field(default=None, kw_only=True)
+    reason: str | None = attrs.field(default=None, kw_only=True)
+    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "tool_attempt"
+
+
+@attrs.frozen
+class ToolNotice:
+    """Notes a harness wrote about tool activity (a tool disabled, a call timed out), each a
+    string, and the tool they concern where one does."""
+
+    notices: tuple[str, ...] = attrs.field(converter=_listed_notices)
+    tool_name: str | None = attrs.field(default=None, kw_only=True)
+    audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
+    raw: Any = attrs.field(default=None, kw_only=True)
+    type: ClassVar[str] = "tool_notice"
+
+
+Block: TypeAlias = Union[Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult,
+                         Audio, Video, GeneratedImage, ToolAttempt, ToolNotice]
+BLOCK_TYPES: tuple[type[Block], ...] = (Text, Thinking, RedactedThinking, Image, Document, ToolUse, ToolResult,
+                                        Audio, Video, GeneratedImage, ToolAttempt, ToolNotice)
+# The kinds of block that may carry an audience, as a message's own top-level blocks (B1).
+AUDIENCE_TYPES: tuple[type[Block], ...] = (Text, Thinking, Audio, Video, GeneratedImage, ToolAttempt, ToolNotice)
+# Media kept once in the blob table when given as base64 (M4).
+MEDIA_TYPES = (Image, Document, Audio, Video, GeneratedImage)
+Media: TypeAlias = Union[Image, Document, Audio, Video, GeneratedImage]
 
 ContentLike: TypeAlias = "str | Sequence[Block | Mapping[str, Any]]"
 
@@ -149,7 +236,7 @@ def content_for_reader(blocks: Sequence[Block], reader: str | None) -> tuple[Blo
                 block = attrs.evolve(block, content=content_for_reader(block.content, reader), raw=None)
             kept.append(block)
         elif names_reader(audience, reader):
-            kept.append(attrs.evolve(block, audience=None))  # type: ignore[arg-type]  # only Text and Thinking carry one
+            kept.append(attrs.evolve(block, audience=None))  # type: ignore[arg-type]  # only AUDIENCE_TYPES carry one
         elif block.raw is not None:
             hidden_raws.append(block.raw)
     if hidden_raws:

@@ -21,15 +21,20 @@ import cattrs
 
 from .blocks import (
     BLOCK_TYPES,
+    Audio,
     Block,
     Document,
+    GeneratedImage,
     Image,
     Message,
     RedactedThinking,
     Text,
     Thinking,
+    ToolAttempt,
+    ToolNotice,
     ToolResult,
     ToolUse,
+    Video,
 )
 from ..errors import StoreCorruptError, StoreFormatError
 from .validation import type_name
@@ -55,6 +60,8 @@ def _enc_block(block: Any) -> dict[str, Any]:
             d["cache_control"] = block.cache_control
     elif cls is ToolUse:
         d = {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
+        _optional(d, "raw_xml", block.raw_xml)
+        _optional(d, "unparseable_input", block.unparseable_input)
     elif cls is ToolResult:
         content = block.content
         d = {
@@ -64,6 +71,7 @@ def _enc_block(block: Any) -> dict[str, Any]:
         }
         if block.is_error:
             d["is_error"] = True
+        _optional(d, "tool_name", block.tool_name)
     elif cls is Thinking:
         d = {"type": "thinking", "thinking": block.thinking}
         if block.signature is not None:
@@ -74,15 +82,51 @@ def _enc_block(block: Any) -> dict[str, Any]:
         d = {"type": "redacted_thinking", "data": block.data}
     elif cls is Image:
         d = {"type": "image", "source": block.source}
+        _optional(d, "token_estimate", block.token_estimate)
+        _optional(d, "source_url", block.source_url)
     elif cls is Document:
         d = {"type": "document", "source": block.source}
-        if block.title is not None:
-            d["title"] = block.title
+        _optional(d, "title", block.title)
+        _optional(d, "filename", block.filename)
+    elif cls is Audio or cls is Video:
+        d = {"type": cls.type, "source": block.source}
+        _optional(d, "duration", block.duration)
+        _optional(d, "transcript", block.transcript)
+        _audience(d, block.audience)
+    elif cls is GeneratedImage:
+        d = {"type": "generated_image", "source": block.source}
+        _optional(d, "prompt", block.prompt)
+        if block.is_preview:
+            d["is_preview"] = True
+        _optional(d, "token_estimate", block.token_estimate)
+        _audience(d, block.audience)
+    elif cls is ToolAttempt:
+        d = {"type": "tool_attempt"}
+        _optional(d, "name", block.name)
+        _optional(d, "input", block.input)
+        _optional(d, "raw_xml", block.raw_xml)
+        _optional(d, "reason", block.reason)
+        _audience(d, block.audience)
+    elif cls is ToolNotice:
+        d = {"type": "tool_notice", "notices": list(block.notices) if isinstance(block.notices, tuple)
+             else block.notices}
+        _optional(d, "tool_name", block.tool_name)
+        _audience(d, block.audience)
     else:
         raise TypeError(f"not a content block: {block!r}")
     if block.raw is not None:
         d["raw"] = block.raw
     return d
+
+
+def _optional(d: dict[str, Any], key: str, value: Any) -> None:
+    if value is not None:
+        d[key] = value
+
+
+def _audience(d: dict[str, Any], audience: Any) -> None:
+    if audience is not None:
+        d["audience"] = list(audience) if isinstance(audience, tuple) else audience
 
 
 def _stored_audience(value: Any) -> Any:
@@ -114,24 +158,62 @@ def _dec_thinking(d: dict[str, Any]) -> Block:
 
 
 def _dec_tool_use(d: dict[str, Any]) -> Block:
-    return ToolUse(d["id"], d["name"], d["input"], raw=d.get("raw"))
+    if len(d) == 4:
+        return ToolUse(d["id"], d["name"], d["input"])
+    return ToolUse(d["id"], d["name"], d["input"], raw_xml=d.get("raw_xml"),
+                   unparseable_input=d.get("unparseable_input"), raw=d.get("raw"))
 
 
 def _dec_tool_result(d: dict[str, Any]) -> Block:
     content = d.get("content", "")
     if type(content) is list:
         content = tuple([_DECODERS[b["type"]](b) for b in content])
-    return ToolResult(d["tool_use_id"], content, is_error=d.get("is_error", False), raw=d.get("raw"))
+    return ToolResult(d["tool_use_id"], content, is_error=d.get("is_error", False), tool_name=d.get("tool_name"),
+                      raw=d.get("raw"))
+
+
+def _dec_audience(d: dict[str, Any]) -> Any:
+    audience = d.get("audience")
+    return None if audience is None else _stored_audience(audience)
+
+
+def _dec_audio_video(cls: type[Audio] | type[Video]) -> Callable[[dict[str, Any]], Block]:
+    def decode(d: dict[str, Any]) -> Block:
+        return cls(d["source"], duration=d.get("duration"), transcript=d.get("transcript"),
+                   audience=_dec_audience(d), raw=d.get("raw"))
+    return decode
+
+
+def _dec_generated_image(d: dict[str, Any]) -> Block:
+    return GeneratedImage(d["source"], prompt=d.get("prompt"), is_preview=d.get("is_preview", False),
+                          token_estimate=d.get("token_estimate"), audience=_dec_audience(d), raw=d.get("raw"))
+
+
+def _dec_tool_attempt(d: dict[str, Any]) -> Block:
+    return ToolAttempt(d.get("name"), d.get("input"), raw_xml=d.get("raw_xml"), reason=d.get("reason"),
+                       audience=_dec_audience(d), raw=d.get("raw"))
+
+
+def _dec_tool_notice(d: dict[str, Any]) -> Block:
+    notices = d["notices"]
+    return ToolNotice(tuple(notices) if type(notices) is list else notices, tool_name=d.get("tool_name"),
+                      audience=_dec_audience(d), raw=d.get("raw"))
 
 
 _DECODERS: dict[str, Callable[[dict[str, Any]], Block]] = {
     "text": _dec_text,
     "thinking": _dec_thinking,
     "redacted_thinking": lambda d: RedactedThinking(d["data"], raw=d.get("raw")),
-    "image": lambda d: Image(d["source"], raw=d.get("raw")),
-    "document": lambda d: Document(d["source"], title=d.get("title"), raw=d.get("raw")),
+    "image": lambda d: Image(d["source"], token_estimate=d.get("token_estimate"), source_url=d.get("source_url"),
+                             raw=d.get("raw")),
+    "document": lambda d: Document(d["source"], title=d.get("title"), filename=d.get("filename"), raw=d.get("raw")),
     "tool_use": _dec_tool_use,
     "tool_result": _dec_tool_result,
+    "audio": _dec_audio_video(Audio),
+    "video": _dec_audio_video(Video),
+    "generated_image": _dec_generated_image,
+    "tool_attempt": _dec_tool_attempt,
+    "tool_notice": _dec_tool_notice,
 }
 
 
@@ -231,10 +313,19 @@ _STORED_FIELDS: dict[type, tuple[tuple[str, tuple[type, ...]], ...]] = {
     Text: (("text", (str,)), ("cache_control", (dict, type(None)))),
     Thinking: (("thinking", (str,)), ("signature", (str, type(None)))),
     RedactedThinking: (("data", (str,)),),
-    Image: (("source", (dict,)),),
-    Document: (("source", (dict,)), ("title", (str, type(None)))),
-    ToolUse: (("id", (str,)), ("name", (str,)), ("input", (dict,))),
-    ToolResult: (("tool_use_id", (str,)), ("content", (str, tuple)), ("is_error", (bool,))),
+    Image: (("source", (dict,)), ("token_estimate", (int, type(None))), ("source_url", (str, type(None)))),
+    Document: (("source", (dict,)), ("title", (str, type(None))), ("filename", (str, type(None)))),
+    ToolUse: (("id", (str,)), ("name", (str,)), ("input", (dict,)), ("raw_xml", (str, type(None))),
+              ("unparseable_input", (str, type(None)))),
+    ToolResult: (("tool_use_id", (str,)), ("content", (str, tuple)), ("is_error", (bool,)),
+                 ("tool_name", (str, type(None)))),
+    Audio: (("source", (dict,)), ("duration", (int, float, type(None))), ("transcript", (str, type(None)))),
+    Video: (("source", (dict,)), ("duration", (int, float, type(None))), ("transcript", (str, type(None)))),
+    GeneratedImage: (("source", (dict,)), ("prompt", (str, type(None))), ("is_preview", (bool,)),
+                     ("token_estimate", (int, type(None)))),
+    ToolAttempt: (("name", (str, type(None))), ("input", (dict, type(None))), ("raw_xml", (str, type(None))),
+                  ("reason", (str, type(None)))),
+    ToolNotice: (("notices", (tuple,)), ("tool_name", (str, type(None)))),
 }
 
 
@@ -245,6 +336,8 @@ def _check_blocks(blocks: Sequence[Block]) -> None:
                 raise TypeError(f"a {block.type} block's {field} is {type(getattr(block, field)).__name__}")
         if type(block) is ToolResult and type(block.content) is tuple:
             _check_blocks(block.content)
+        elif type(block) is ToolNotice and not all(type(notice) is str for notice in block.notices):
+            raise TypeError("a tool_notice block's notices are not all strings")
 
 
 # --------------------------------------------------------------------------------------------

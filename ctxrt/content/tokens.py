@@ -15,16 +15,22 @@ from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from .blocks import (
+    Audio,
     Block,
     Document,
+    GeneratedImage,
     Image,
     Message,
     RedactedThinking,
     Text,
     Thinking,
+    ToolAttempt,
+    ToolNotice,
     ToolResult,
     ToolUse,
+    Video,
 )
+from .notes import attempt_note, media_note, notice_note
 
 PROSE_CHARS_PER_TOKEN = 2.9
 DENSE_CHARS_PER_TOKEN = 2.3
@@ -36,6 +42,7 @@ REDACTED_DEFAULT_TOKENS = 600
 TOOL_USE_OVERHEAD_TOKENS = 20
 IMAGE_TOKEN_ESTIMATE = 1600
 DOCUMENT_TOKEN_ESTIMATE = 1000
+AUDIO_VIDEO_TOKEN_ESTIMATE = 1000  # the reference's; at least what the note sent in its place costs
 
 _compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -62,7 +69,9 @@ def estimate_text(text: str) -> int:
 
 
 def estimate_block(block: Block) -> int:
-    """The estimate for one block; blob refs cost what their media costs."""
+    """The estimate for one block; blob refs cost what their media costs. A tool attempt or
+    notice costs the note every request form sends in its place (``notes``); audio and video the
+    larger of that note and a flat 1,000."""
     if type(block) is Text:
         return estimate_text(block.text)
     if type(block) is ToolUse:
@@ -80,10 +89,17 @@ def estimate_block(block: Block) -> int:
     if type(block) is RedactedThinking:
         data = block.data
         return _round_half_up(len(data) / REDACTED_CHARS_PER_TOKEN) if data else REDACTED_DEFAULT_TOKENS
-    if type(block) is Image:
-        return IMAGE_TOKEN_ESTIMATE
+    if type(block) is Image or type(block) is GeneratedImage:
+        # A host's own figure wins (it knows the image's size, or what its provider charged).
+        return IMAGE_TOKEN_ESTIMATE if block.token_estimate is None else block.token_estimate
     if type(block) is Document:
         return DOCUMENT_TOKEN_ESTIMATE
+    if type(block) is Audio or type(block) is Video:
+        return max(AUDIO_VIDEO_TOKEN_ESTIMATE, estimate_text(media_note(block)))
+    if type(block) is ToolAttempt:
+        return estimate_text(attempt_note(block))
+    if type(block) is ToolNotice:
+        return estimate_text(notice_note(block))
     raise TypeError(f"not a content block: {block!r}")
 
 

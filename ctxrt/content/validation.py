@@ -22,22 +22,31 @@ import attrs
 
 from .. import checks
 from .blocks import (
+    AUDIENCE_TYPES,
     BLOCK_TYPES,
+    Audio,
     Block,
     ContentLike,
     Document,
+    GeneratedImage,
     Image,
     RedactedThinking,
     Text,
     Thinking,
+    ToolAttempt,
+    ToolNotice,
     ToolResult,
     ToolUse,
+    Video,
 )
 from ..errors import MalformedContentError
 
 # The media types the Messages API accepts for base64 sources.
 IMAGE_MEDIA_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 DOCUMENT_MEDIA_TYPES = frozenset({"application/pdf"})
+# Audio and video are kept whatever their format (a request form decides what it can send).
+_AV_MEDIA_TYPE = re.compile(r"(audio|video)/[a-z0-9][a-z0-9.+-]*\Z")
+MAX_TOKEN_ESTIMATE = 2**31 - 1
 # Deeper JSON is refused at the edge so no later walk (encode, estimate, compare) can hit the
 # interpreter's recursion limit on stored data.
 MAX_JSON_DEPTH = 200
@@ -46,6 +55,7 @@ MAX_JSON_DEPTH = 200
 MAX_INT_BITS = 14_000
 
 _BLOCK_BY_TAG: dict[str, type[Block]] = {cls.type: cls for cls in BLOCK_TYPES}
+_AUDIENCE_TAGS = tuple(cls.type for cls in AUDIENCE_TYPES)
 _NESTED_TAGS = ("text", "image", "document")  # what the API lets a tool_result hold
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # What the Messages API accepts as a tool id (P8); ingress refuses others, and wire maps ids
@@ -183,11 +193,7 @@ def _media_source(d: Mapping[str, Any], path: str, tag: str) -> dict[str, Any]:
     if kind == "base64":
         _check_keys(source, spath, f"base64 {tag} source", ("type", "media_type", "data"))
         media_type = _string(_required(source, "media_type", spath, f"{tag} source"), f"{spath}.media_type")
-        allowed = IMAGE_MEDIA_TYPES if tag == "image" else DOCUMENT_MEDIA_TYPES
-        if media_type not in allowed:
-            raise MalformedContentError(
-                f"{spath}.media_type", f"{media_type!r} is not one of {', '.join(sorted(allowed))}"
-            )
+        _check_media_type(media_type, f"{spath}.media_type", tag)
         data = _string(_required(source, "data", spath, f"{tag} source"), f"{spath}.data", non_empty=True)
         return {"type": "base64", "media_type": media_type, "data": _canonical_base64(data, f"{spath}.data")}
     if kind == "url":
@@ -203,6 +209,43 @@ def _media_source(d: Mapping[str, Any], path: str, tag: str) -> dict[str, Any]:
         return {"type": "text", "media_type": "text/plain", "data": data}
     kinds = "'base64', 'url' or 'text'" if tag == "document" else "'base64' or 'url'"
     raise MalformedContentError(f"{spath}.type", f"unknown {tag} source type {kind!r} (expected {kinds})")
+
+
+def _check_media_type(media_type: str, path: str, tag: str) -> None:
+    if tag in ("audio", "video"):
+        if not _AV_MEDIA_TYPE.match(media_type) or not media_type.startswith(f"{tag}/"):
+            raise MalformedContentError(path, f"{media_type!r} is not of the form {tag}/<subtype>, as {tag}/mp4")
+        return
+    allowed = DOCUMENT_MEDIA_TYPES if tag == "document" else IMAGE_MEDIA_TYPES
+    if media_type not in allowed:
+        raise MalformedContentError(path, f"{media_type!r} is not one of {', '.join(sorted(allowed))}")
+
+
+def _optional_string(d: Mapping[str, Any], key: str, path: str) -> str | None:
+    value = d.get(key)
+    return None if value is None else _string(value, f"{path}.{key}")
+
+
+def _token_estimate(d: Mapping[str, Any], path: str) -> int | None:
+    value = d.get("token_estimate")
+    if value is None:
+        return None
+    if type(value) is bool or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_ESTIMATE:
+        raise MalformedContentError(f"{path}.token_estimate", f"a token estimate is an integer in "
+                                    f"0..{MAX_TOKEN_ESTIMATE:,}, got {checks.shown(value)}")
+    return int(value)
+
+
+def _duration(d: Mapping[str, Any], path: str) -> float | None:
+    value = d.get("duration")
+    if value is None:
+        return None
+    if isinstance(value, int) and type(value) is not bool and 0 <= value < 2**53:
+        return int(value)
+    if isinstance(value, float) and math.isfinite(value) and value >= 0:
+        return float(value)
+    raise MalformedContentError(f"{path}.duration", f"a duration is a finite number of seconds, 0 or more, "
+                                f"got {checks.shown(value)}")
 
 
 def decode_base64(data: str, path: str) -> bytes:
@@ -244,12 +287,12 @@ def _validate_block(item: object, path: str, nested: bool) -> Block:
         if nested:
             raise MalformedContentError(
                 f"{path}.audience", f"this {tag} block is nested in a tool_result; only a message's own "
-                "top-level text and thinking blocks may carry an audience"
+                "top-level blocks may carry an audience"
             )
-        if tag not in ("text", "thinking"):
+        if tag not in _AUDIENCE_TAGS:
             raise MalformedContentError(
                 f"{path}.audience", f"a {tag} block may not carry an audience; only a message's own "
-                "top-level text and thinking blocks may"
+                f"top-level {', '.join(_AUDIENCE_TAGS)} blocks may"
             )
         audience = _audience(audience, f"{path}.audience")
     return _VALIDATORS[tag](d, path, audience)
@@ -283,31 +326,86 @@ def _v_redacted(d: Mapping[str, Any], path: str, audience: object) -> Block:
 
 
 def _v_image(d: Mapping[str, Any], path: str, audience: object) -> Block:
-    _check_keys(d, path, "image", ("type", "source", "raw"))
-    return Image(_media_source(d, path, "image"), raw=_raw(d, path))
+    _check_keys(d, path, "image", ("type", "source", "token_estimate", "source_url", "raw"))
+    return Image(_media_source(d, path, "image"), token_estimate=_token_estimate(d, path),
+                 source_url=_optional_string(d, "source_url", path), raw=_raw(d, path))
 
 
 def _v_document(d: Mapping[str, Any], path: str, audience: object) -> Block:
-    _check_keys(d, path, "document", ("type", "source", "title", "raw"))
-    title = d.get("title")
-    if title is not None:
-        title = _string(title, f"{path}.title")
-    return Document(_media_source(d, path, "document"), title=title, raw=_raw(d, path))
+    _check_keys(d, path, "document", ("type", "source", "title", "filename", "raw"))
+    return Document(_media_source(d, path, "document"), title=_optional_string(d, "title", path),
+                    filename=_optional_string(d, "filename", path), raw=_raw(d, path))
 
 
-def _v_tool_use(d: Mapping[str, Any], path: str, audience: object) -> Block:
-    _check_keys(d, path, "tool_use", ("type", "id", "name", "input", "raw"))
-    tool_id = _tool_id(_required(d, "id", path, "tool_use"), f"{path}.id")
-    name = _string(_required(d, "name", path, "tool_use"), f"{path}.name", non_empty=True)
-    tool_input = _required(d, "input", path, "tool_use")
+def _v_audio(d: Mapping[str, Any], path: str, audience: tuple[str, ...] | None) -> Block:
+    _check_keys(d, path, "audio", ("type", "source", "duration", "transcript", "audience", "raw"))
+    return Audio(_media_source(d, path, "audio"), duration=_duration(d, path),
+                 transcript=_optional_string(d, "transcript", path), audience=audience, raw=_raw(d, path))
+
+
+def _v_video(d: Mapping[str, Any], path: str, audience: tuple[str, ...] | None) -> Block:
+    _check_keys(d, path, "video", ("type", "source", "duration", "transcript", "audience", "raw"))
+    return Video(_media_source(d, path, "video"), duration=_duration(d, path),
+                 transcript=_optional_string(d, "transcript", path), audience=audience, raw=_raw(d, path))
+
+
+def _v_generated_image(d: Mapping[str, Any], path: str, audience: tuple[str, ...] | None) -> Block:
+    _check_keys(d, path, "generated_image",
+                ("type", "source", "prompt", "is_preview", "token_estimate", "audience", "raw"))
+    is_preview = d.get("is_preview", False)
+    if is_preview is None:
+        is_preview = False
+    if type(is_preview) is not bool:
+        raise MalformedContentError(f"{path}.is_preview", f"expected a bool, got {type_name(is_preview)}")
+    return GeneratedImage(_media_source(d, path, "generated_image"), prompt=_optional_string(d, "prompt", path),
+                          is_preview=is_preview, token_estimate=_token_estimate(d, path), audience=audience,
+                          raw=_raw(d, path))
+
+
+def _tool_input(d: Mapping[str, Any], path: str) -> dict[str, Any]:
+    tool_input = d["input"]
     if not isinstance(tool_input, Mapping):
         raise MalformedContentError(f"{path}.input", f"expected an object, got {type_name(tool_input)}")
     # Keys inside input (an "audience" among them) are the tool's data and mean nothing here (B2).
-    return ToolUse(tool_id, name, _json_value(tool_input, f"{path}.input"), raw=_raw(d, path))
+    checked: dict[str, Any] = _json_value(tool_input, f"{path}.input")
+    return checked
+
+
+def _v_tool_use(d: Mapping[str, Any], path: str, audience: object) -> Block:
+    _check_keys(d, path, "tool_use", ("type", "id", "name", "input", "raw_xml", "unparseable_input", "raw"))
+    tool_id = _tool_id(_required(d, "id", path, "tool_use"), f"{path}.id")
+    name = _string(_required(d, "name", path, "tool_use"), f"{path}.name", non_empty=True)
+    _required(d, "input", path, "tool_use")
+    return ToolUse(tool_id, name, _tool_input(d, path), raw_xml=_optional_string(d, "raw_xml", path),
+                   unparseable_input=_optional_string(d, "unparseable_input", path), raw=_raw(d, path))
+
+
+def _v_tool_attempt(d: Mapping[str, Any], path: str, audience: tuple[str, ...] | None) -> Block:
+    _check_keys(d, path, "tool_attempt", ("type", "name", "input", "raw_xml", "reason", "audience", "raw"))
+    name = d.get("name")
+    if name is not None:
+        name = _string(name, f"{path}.name", non_empty=True)
+    raw_xml = _optional_string(d, "raw_xml", path)
+    if name is None and raw_xml is None:
+        raise MalformedContentError(f"{path}.name", "a tool_attempt needs the tool's 'name' or the call as "
+                                                    "written ('raw_xml')")
+    tool_input = None if d.get("input") is None else _tool_input(d, path)
+    return ToolAttempt(name, tool_input, raw_xml=raw_xml, reason=_optional_string(d, "reason", path),
+                       audience=audience, raw=_raw(d, path))
+
+
+def _v_tool_notice(d: Mapping[str, Any], path: str, audience: tuple[str, ...] | None) -> Block:
+    _check_keys(d, path, "tool_notice", ("type", "notices", "tool_name", "audience", "raw"))
+    notices = _required(d, "notices", path, "tool_notice")
+    if isinstance(notices, (str, bytes, bytearray)) or not isinstance(notices, Sequence) or not notices:
+        got = "an empty list" if isinstance(notices, Sequence) and not notices else type_name(notices)
+        raise MalformedContentError(f"{path}.notices", f"expected a non-empty list of strings, got {got}")
+    texts = tuple(_string(notice, f"{path}.notices[{i}]", non_empty=True) for i, notice in enumerate(notices))
+    return ToolNotice(texts, tool_name=_optional_string(d, "tool_name", path), audience=audience, raw=_raw(d, path))
 
 
 def _v_tool_result(d: Mapping[str, Any], path: str, audience: object) -> Block:
-    _check_keys(d, path, "tool_result", ("type", "tool_use_id", "content", "is_error", "raw"))
+    _check_keys(d, path, "tool_result", ("type", "tool_use_id", "content", "is_error", "tool_name", "raw"))
     if d.get("tool_use_id") is None:
         raise MalformedContentError(f"{path}.tool_use_id", "a tool_result needs the id of the tool_use it answers")
     tool_use_id = _tool_id(d["tool_use_id"], f"{path}.tool_use_id")
@@ -326,7 +424,8 @@ def _v_tool_result(d: Mapping[str, Any], path: str, audience: object) -> Block:
         content = tuple(_validate_block(item, f"{cpath}[{i}]", True) for i, item in enumerate(content))
     else:
         raise MalformedContentError(cpath, f"expected a string or a list of blocks, got {type_name(content)}")
-    return ToolResult(tool_use_id, content, is_error=is_error, raw=_raw(d, path))
+    return ToolResult(tool_use_id, content, is_error=is_error, tool_name=_optional_string(d, "tool_name", path),
+                      raw=_raw(d, path))
 
 
 _VALIDATORS: dict[str, Callable[[Mapping[str, Any], str, Any], Block]] = {
@@ -337,6 +436,11 @@ _VALIDATORS: dict[str, Callable[[Mapping[str, Any], str, Any], Block]] = {
     "document": _v_document,
     "tool_use": _v_tool_use,
     "tool_result": _v_tool_result,
+    "audio": _v_audio,
+    "video": _v_video,
+    "generated_image": _v_generated_image,
+    "tool_attempt": _v_tool_attempt,
+    "tool_notice": _v_tool_notice,
 }
 
 

@@ -8,8 +8,9 @@ assistant, another participant's tool calls shown as text, tool names rewritten 
 API alphabet) comes from ``wire``.
 
 What a form can't carry (docs/api.md, OpenAI request forms): thinking and redacted thinking are
-left out; an image or document where the form has no place for it becomes a text note naming it
-(its URL or title where it has one); a text/plain document becomes text. ``OpenAIBody.left_out``
+left out; an image, document, generated image or audio where the form has no place for it becomes
+a text note naming it (its URL or title where it has one), as do video, tool attempts and tool
+notices everywhere (``content.notes``); a text/plain document becomes text. ``OpenAIBody.left_out``
 and ``.as_text`` count them, by block type.
 """
 
@@ -20,23 +21,40 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, Union
 
 from ..content.blocks import (
+    Audio,
     Block,
     CompiledMessage,
     Document,
+    GeneratedImage,
     Image,
     RedactedThinking,
     Text,
     Thinking,
+    ToolAttempt,
+    ToolNotice,
     ToolResult,
     ToolUse,
+    Video,
 )
+from ..content.notes import note
 from ..openai_rules import CHAT_CALL_ID_MAX, RESPONSES_CALL_ID_MAX
-from .wire import CONTINUED_TEXT, ForeignCalls, ReplayedCalls, api_tool_name, block_to_api, compact_json, replay_calls
+from .wire import (
+    CONTINUED_TEXT,
+    ForeignCalls,
+    ReplayedCalls,
+    api_tool_name,
+    block_to_api,
+    compact_json,
+    image_fits,
+    replay_calls,
+)
 
 NO_OUTPUT = "(no output)"  # a tool result with nothing to show, so no tool message is empty
 ERROR_PREFIX = "Error: "  # neither form has an is_error flag: an error result says so in its text
 DEFAULT_FILENAME = "document.pdf"
 JOIN = "\n\n"  # between the text blocks of one message sent as one string
+# The audio Chat Completions takes as input_audio, by media type (its two formats).
+AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
 SystemRole = Literal["system", "developer"]
 Api = Literal["chat", "responses"]
 
@@ -44,7 +62,8 @@ Api = Literal["chat", "responses"]
 class OpenAIBody(dict[str, Any]):
     """A request body (a dict: pass it as keyword arguments to the SDK's ``create``), with what the
     form couldn't carry as itself, by block type: ``left_out`` (thinking, redacted_thinking) and
-    ``as_text`` (image, document, tool_use, tool_result shown as a text note)."""
+    ``as_text`` (image, document, audio, video, generated_image, tool_attempt, tool_notice,
+    tool_use, tool_result shown as a text note)."""
 
     def __init__(self, body: Mapping[str, Any], left_out: Mapping[str, int], as_text: Mapping[str, int]) -> None:
         super().__init__(body)
@@ -108,20 +127,30 @@ def _data_url(source: Mapping[str, Any]) -> str | None:
     return url if url.startswith(("http://", "https://")) else None
 
 
-def _note(block: Image | Document) -> str:
-    """The text an image or document becomes where the form has no place for it."""
+def _note(block: Image | Document | GeneratedImage) -> str:
+    """The text an image or document becomes where the form has no place for it (an image by
+    its URL, or where the host says it came from; a document by its title or filename and URL)."""
+    if type(block) is GeneratedImage:
+        return note(block)
     if block.source.get("type") == "blob_ref":
         return str(block_to_api(block)["text"])  # the Messages API form's words for missing media
     url = block.source.get("url") if block.source.get("type") == "url" else None
     if type(block) is Image:
+        url = url or block.source_url
         return f"[image: {url}]" if url else "[image not shown]"
-    named = [str(part) for part in (getattr(block, "title", None), url) if part]
+    assert type(block) is Document
+    named = [str(part) for part in (block.title or block.filename, url) if part]
     return f"[document: {', '.join(named)}]" if named else "[document not shown]"
 
 
 def _document_text(block: Document) -> str:
-    title = f"[document: {block.title}]\n" if block.title else ""
+    name = block.title or block.filename
+    title = f"[document: {name}]\n" if name else ""
     return title + str(block.source.get("data", ""))
+
+
+def _filename(block: Document) -> str:
+    return block.filename or block.title or DEFAULT_FILENAME
 
 
 class _ChatForm:
@@ -130,16 +159,23 @@ class _ChatForm:
     call_id_limit = CHAT_CALL_ID_MAX
     text_type = "text"
 
-    def media_part(self, block: Image | Document, *, output: bool) -> dict[str, Any] | None:
+    def media_part(self, block: Image | Document | GeneratedImage, *, output: bool) -> dict[str, Any] | None:
         url = _data_url(block.source)
         if output or url is None:
             return None  # a tool message carries text only
-        if type(block) is Image:
+        if type(block) is not Document:
             return {"type": "image_url", "image_url": {"url": url}}
         if block.source.get("type") == "base64":
-            title = getattr(block, "title", None)
-            return {"type": "file", "file": {"filename": title or DEFAULT_FILENAME, "file_data": url}}
+            return {"type": "file", "file": {"filename": _filename(block), "file_data": url}}
         return None  # Chat Completions takes no file by URL
+
+    def audio_part(self, block: Audio) -> dict[str, Any] | None:
+        """Base64 wav or mp3 as ``input_audio``; other audio, or audio by URL, has no part here."""
+        source = block.source
+        audio_format = AUDIO_FORMATS.get(str(source.get("media_type")))
+        if source.get("type") != "base64" or audio_format is None:
+            return None
+        return {"type": "input_audio", "input_audio": {"data": source.get("data"), "format": audio_format}}
 
 
 class _ResponsesForm:
@@ -148,16 +184,18 @@ class _ResponsesForm:
     call_id_limit = RESPONSES_CALL_ID_MAX
     text_type = "input_text"
 
-    def media_part(self, block: Image | Document, *, output: bool) -> dict[str, Any] | None:
+    def media_part(self, block: Image | Document | GeneratedImage, *, output: bool) -> dict[str, Any] | None:
         url = _data_url(block.source)
         if url is None:
             return None
-        if type(block) is Image:
+        if type(block) is not Document:
             return {"type": "input_image", "image_url": url, "detail": "auto"}
         if block.source.get("type") == "base64":
-            title = getattr(block, "title", None)
-            return {"type": "input_file", "filename": title or DEFAULT_FILENAME, "file_data": url}
+            return {"type": "input_file", "filename": _filename(block), "file_data": url}
         return {"type": "input_file", "file_url": url}
+
+    def audio_part(self, block: Audio) -> dict[str, Any] | None:
+        return None  # the Responses input has no audio part
 
 
 _Form = Union[_ChatForm, _ResponsesForm]
@@ -196,11 +234,12 @@ class _Walk:
         self.as_text[block.type] = self.as_text.get(block.type, 0) + 1
         return self.text(text)
 
-    def media(self, block: Image | Document, *, output: bool, assistant: bool) -> dict[str, Any] | None:
+    def media(self, block: Image | Document | GeneratedImage, *, output: bool, assistant: bool) -> dict[str, Any] | None:
         if type(block) is Document and block.source.get("type") == "text":
             text = _document_text(block)
             return self.shown_as_text(block, text) if text.strip() else None
-        part = None if assistant else self.form.media_part(block, output=output)
+        sendable = not assistant and (type(block) is not GeneratedImage or image_fits(block))
+        part = self.form.media_part(block, output=output) if sendable else None
         return part if part is not None else self.shown_as_text(block, _note(block))
 
     def turn(self, message: CompiledMessage, assistant: bool) -> _Turn:
@@ -223,10 +262,15 @@ class _Walk:
                     turn.parts.append(self.shown_as_text(block, shown))
                 else:
                     turn.outputs.append((self.ids.output(block.tool_use_id), self.output_parts(block)))
-            elif type(block) is Image or type(block) is Document:
+            elif type(block) is Image or type(block) is Document or type(block) is GeneratedImage:
                 part = self.media(block, output=False, assistant=assistant)
                 if part is not None:
                     turn.parts.append(part)
+            elif type(block) is Audio:
+                part = None if assistant else self.form.audio_part(block)
+                turn.parts.append(part if part is not None else self.shown_as_text(block, note(block)))
+            elif type(block) is Video or type(block) is ToolAttempt or type(block) is ToolNotice:
+                turn.parts.append(self.shown_as_text(block, note(block)))
         return turn
 
     def output_parts(self, block: ToolResult) -> list[dict[str, Any]]:

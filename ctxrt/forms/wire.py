@@ -15,17 +15,24 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from ..anthropic_rules import MAX_IMAGE_DATA_BYTES
 from ..content.blocks import (
+    Audio,
     Block,
     CompiledMessage,
     Document,
+    GeneratedImage,
     Image,
     RedactedThinking,
     Text,
     Thinking,
+    ToolAttempt,
+    ToolNotice,
     ToolResult,
     ToolUse,
+    Video,
 )
+from ..content.notes import note
 from ..content.validation import TOOL_ID
 
 MAX_REQUEST_CACHE_CONTROLS = 4  # the provider's limit per request
@@ -34,13 +41,20 @@ _TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}\Z")
 _NOT_NAME_CHAR = re.compile(r"[^a-zA-Z0-9_-]")
 
 
-def _api_source(block: Image | Document) -> dict[str, Any] | None:
+def _api_source(block: Image | Document | GeneratedImage) -> dict[str, Any] | None:
     source = block.source
     return None if source.get("type") == "blob_ref" else dict(source)
 
 
 def block_to_api(block: Block) -> dict[str, Any]:
-    """The Anthropic Messages API dict for ``block``: no audience, no raw; cache_control kept."""
+    """The Anthropic Messages API dict for ``block``: no audience, no raw; cache_control kept.
+
+    Audio, video, a tool attempt and a tool notice, which the API has no block for, are their
+    note (``notes``); a generated image is an image (``message_content`` makes it a note where
+    the API takes no image). What the API has no field for (a tool use's ``raw_xml`` and
+    ``unparseable_input``, a result's ``tool_name``, an image's ``token_estimate`` and
+    ``source_url``, a document's ``filename``) stays in the store, for the host.
+    """
     if type(block) is Text:
         d: dict[str, Any] = {"type": "text", "text": block.text}
         if block.cache_control is not None:
@@ -74,7 +88,21 @@ def block_to_api(block: Block) -> dict[str, Any]:
         if type(block) is Document and block.title is not None:
             d["title"] = block.title
         return d
+    if type(block) is GeneratedImage:
+        source = _api_source(block)
+        return {"type": "text", "text": note(block)} if source is None else {"type": "image", "source": source}
+    if (type(block) is Audio or type(block) is Video or type(block) is ToolAttempt
+            or type(block) is ToolNotice):
+        return {"type": "text", "text": note(block)}
     raise TypeError(f"not a content block: {block!r}")
+
+
+def image_fits(block: GeneratedImage) -> bool:
+    """Whether a generated image can be sent as an image where the form takes one: its base64
+    data within what the Messages API takes (5 MB), or a URL. (``Image`` blocks are held to it by
+    the live policy; a generated image past it is its note, never a request the API refuses.)"""
+    data = block.source.get("data") if block.source.get("type") == "base64" else None
+    return not isinstance(data, str) or len(data) <= MAX_IMAGE_DATA_BYTES
 
 
 def _api_item(item: Any) -> Mapping[str, Any] | None:
@@ -261,6 +289,9 @@ def _api_block(block: Block, participant: str, role: str, foreign: ForeignCalls)
         shown = foreign.result_text(block)
         if shown is not None:
             return {"type": "text", "text": shown}
+    if type(block) is GeneratedImage and (role == "assistant" or not image_fits(block)):
+        # In the assistant's own turn, its note, as in the OpenAI forms (whose assistant messages hold text only).
+        return {"type": "text", "text": note(block)}
     api = block_to_api(block)
     if type(block) is ToolUse:
         api["id"], api["name"] = api_tool_id(block.id), api_tool_name(block.name)

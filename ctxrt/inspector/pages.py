@@ -19,7 +19,23 @@ import attrs
 from ..content import codec
 from ..compile.result import CompileResult
 from ..budget import Budget
-from ..content.blocks import Block, Document, Image, Message, RedactedThinking, Text, Thinking, ToolResult, ToolUse
+from ..content.blocks import (
+    Audio,
+    Block,
+    Document,
+    GeneratedImage,
+    Image,
+    Message,
+    RedactedThinking,
+    Text,
+    Thinking,
+    ToolAttempt,
+    ToolNotice,
+    ToolResult,
+    ToolUse,
+    Video,
+)
+from ..content.notes import note
 from ..manager import ContextManager
 from ..namespace import states
 from ..runtime import Runtime
@@ -64,12 +80,20 @@ def shown(block: Block) -> Shown:
     if isinstance(block, RedactedThinking):
         return Shown("redacted_thinking", "(redacted)")
     if isinstance(block, ToolUse):
-        return Shown("tool_use", f"{block.name}({json.dumps(block.input, ensure_ascii=False)[:2000]}) [{block.id}]")
+        unparsed = f" unparsed: {block.unparseable_input[:2000]}" if block.unparseable_input is not None else ""
+        return Shown("tool_use", f"{block.name}({json.dumps(block.input, ensure_ascii=False)[:2000]}) "
+                                 f"[{block.id}]{unparsed}")
     if isinstance(block, ToolResult):
         inner = block.content if isinstance(block.content, str) else " ".join(shown(b).text for b in block.content)
-        return Shown("tool_result", f"[{block.tool_use_id}]{' error' if block.is_error else ''} {inner}")
+        name = f" {block.tool_name}" if block.tool_name else ""
+        return Shown("tool_result", f"[{block.tool_use_id}]{name}{' error' if block.is_error else ''} {inner}")
     if isinstance(block, Image | Document):
-        return Shown(block.type, f"{block.source.get('media_type', block.source.get('type', ''))}")
+        what = block.source.get('media_type', block.source.get('type', ''))
+        named = block.source_url if isinstance(block, Image) else block.title or block.filename
+        return Shown(block.type, f"{what} {named}" if named else f"{what}")
+    if isinstance(block, Audio | Video | GeneratedImage | ToolAttempt | ToolNotice):
+        text = note(block)  # what a request form sends where it has no place for the block
+        return Shown(block.type, text if len(text) <= 2000 else f"{text[:2000]}...", audience)
     return Shown(getattr(block, "type", "block"), "")
 
 

@@ -10,7 +10,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..content.blocks import CompiledMessage, Document, Image, Message, Text, ToolResult, ToolUse
+from ..content.blocks import (
+    Audio,
+    CompiledMessage,
+    Document,
+    GeneratedImage,
+    Image,
+    Message,
+    Text,
+    ToolAttempt,
+    ToolNotice,
+    ToolResult,
+    ToolUse,
+    Video,
+)
+from ..content.notes import note
 from .records import Summary
 
 MANAGER = "Context Manager"
@@ -57,6 +71,8 @@ def render_transcript(messages: Sequence[Message]) -> str:
                 lines.append(f"[Tool Result] {body}")
             elif type(block) in (Image, Document):
                 lines.append("[Image]" if type(block) is Image else "[Document]")
+            elif isinstance(block, (Audio, Video, GeneratedImage, ToolAttempt, ToolNotice)):
+                lines.append(note(block))  # the words a request form sends for it
         text = "\n".join(lines)
         if not text:
             continue
