@@ -51,7 +51,7 @@ from .base import (
 )
 from .chunking import closing
 from .coverage import Coverage, Runs
-from .folding import Fold, FoldProblem, Node, solve
+from .folding import Fold, FoldProblem, Node, newest_within, solve
 from .live import MIB, LiveMemo
 from .policy import AUTOBIOGRAPHICAL, CompressionPolicy
 from .prompts import (
@@ -100,8 +100,8 @@ class _Folding(NamedTuple):
     allowance: int
 
 
-def fold_from(stored: Any) -> dict[str, int] | None:
-    """The ``fold`` value read back (each chunk's level, raw ones left out); None: no fold yet,
+def resolutions_from(stored: Any) -> dict[str, int] | None:
+    """The ``resolutions`` value read back (each chunk's level, raw ones left out); None: no fold yet,
     or a record this version can't read (logged)."""
     if stored is None:
         return None
@@ -143,7 +143,7 @@ class AutobiographicalStrategy(Strategy):
         self._coverage = Coverage()  # what summaries cover, as runs of the view
         self._made = ShownEntries(config.max_message_tokens, config.summary_participant)  # reused across compiles
         self._zones = Zones(self._made, config.head_window_tokens, config.recent_window_tokens)
-        self._fold: dict[str, int] | None = None  # each middle chunk's level in the last compile's fold (T10)
+        self.resolutions: dict[str, int] | None = None  # each middle chunk's level in the last compile's fold (T10)
         self._wanted: tuple[tuple[str, ...], ...] = ()  # the units the last compile's fold lacked (_Folding.wanted)
 
     # -- state ------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ class AutobiographicalStrategy(Strategy):
                 self._unmerged.setdefault(summary.level, []).append(summary)
         self.head_start_id = ctx.get_value("head_start")
         self.pins, self._next_pin = pins_from(ctx.get_value("pins"))
-        self._fold, self._wanted = fold_from(ctx.get_value("fold")), ()
+        self.resolutions, self._wanted = resolutions_from(ctx.get_value("resolutions")), ()
         # initialize writes nothing (the actor drops what it buffers): chunks that can close now
         # close, with their records and the floor, at the next next_unit or select.
         self._built_holds, self._built_stamp = ctx.hold_floor(), ctx.view.window(1).stamp
@@ -439,14 +439,14 @@ class AutobiographicalStrategy(Strategy):
         return entries
 
     def _keep_fold(self, folding: _Folding, ctx: StrategyContext | None) -> None:
-        """A compile's fold becomes the previous one (stored as the ``fold`` value when it
+        """A compile's fold becomes the previous one (stored as the ``resolutions`` value when it
         changed, so a restart or a fork starts from it), and what it lacked is queued (T10)."""
         self._wanted = folding.wanted
         levels = {chunk: level for chunk, level in zip(folding.chunks, folding.fold.levels) if level}
-        if levels != self._fold:
-            self._fold = levels
+        if levels != self.resolutions:
+            self.resolutions = levels
             if ctx is not None:
-                ctx.set_value("fold", levels)
+                ctx.set_value("resolutions", levels)
 
     def _refusal(self, view: MessageView, budget: Budget, selection: Selection,
                  ctx: StrategyContext | None) -> OverBudgetError:
@@ -508,11 +508,13 @@ class AutobiographicalStrategy(Strategy):
         def fold(messages: Sequence[Message], middle: Runs, pinned: Sequence[int], cost: Callable[[int], int],
                  allowance: int) -> Folded:
             chunks, problem, nodes = self._fold_problem(messages, middle, pinned, cost, price)
-            previous = None if self._fold is None else [self._fold.get(chunk.id, 0) for chunk in chunks]
+            previous = None if self.resolutions is None else [self.resolutions.get(chunk.id, 0) for chunk in chunks]
             found = solve(problem, allowance, previous=previous, folding=config.folding,
                           slack_ratio=config.slack_ratio, merge_span=config.merge_threshold)
+            grace = int(usable * config.over_budget_grace_ratio) if config.enforce_budget and not found.fits else 0
+            shown_nodes = newest_within(problem, found, allowance + grace)
             by_id = {summary.id: summary for summary in self.summaries}
-            shown = [by_id[node.key] for node in found.shown]
+            shown = [by_id[node.key] for node in shown_nodes]
             wanted: list[tuple[str, ...]] = []
             for lack in found.lacking:
                 if lack.level == 1:
@@ -520,8 +522,7 @@ class AutobiographicalStrategy(Strategy):
                 elif config.hierarchical:
                     wanted.append(tuple(node.key for node in nodes if node.level == lack.level - 1
                                         and lack.start <= node.start and node.stop <= lack.stop))
-            grace = int(usable * config.over_budget_grace_ratio) if config.enforce_budget and not found.fits else 0
-            return Folded(shown, sum(node.tokens for node in found.shown), grace,
+            return Folded(shown, sum(node.tokens for node in shown_nodes), grace,
                           _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted), allowance))
 
         return fold

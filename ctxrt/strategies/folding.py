@@ -224,3 +224,24 @@ def _later(tree: _Tree, kept: list[int], target: float, better: Callable[[list[i
                 return candidate
     overrun = tree.total(kept) > target
     return tree.flat(kept, 0, -1) if overrun else kept
+
+
+def newest_within(problem: FoldProblem, fold: Fold, limit: int) -> tuple[Node, ...]:
+    """The summaries ``fold`` shows over its newest stretch that fits ``limit`` with the fixed
+    tokens (all of them if it fits): what a fold that can't fit shows, oldest first, the older
+    chunks left for the raw messages that still fit, then to be reported left out."""
+    if fold.tokens <= limit:
+        return fold.shown
+    spent, kept, index = problem.fixed, [], len(fold.levels) - 1
+    ends = {node.stop - 1: node for node in fold.shown}
+    while index >= 0:
+        node = ends.get(index) if fold.levels[index] != RAW else None
+        cost = problem.raw[index] if node is None else node.tokens
+        if spent + cost > limit:
+            break
+        spent += cost
+        if node is not None:
+            kept.append(node)
+            index = node.start
+        index -= 1
+    return tuple(reversed(kept))
