@@ -13,8 +13,14 @@ summaries that exist (``Node``), the previous fold and the objective:
 Hysteresis (``slack_ratio``): a fold that fits and leaves at most ``slack_ratio`` of the
 allowance is kept as it is; one that overruns gets coarser (to fit the allowance); one that leaves
 more gets finer, to a fit within ``(1 - slack_ratio)`` of it, so the next few turns' growth
-doesn't undo it. What it lacks (``Lack``) when even full folding can't fit: a chunk's level-1
-summary, or a merge of level-(k-1) summaries into level k, for the strategy to produce.
+doesn't undo it. kv-stable gets finer only when it leaves more than half the allowance (or
+``slack_ratio`` if more): a finer re-layout costs the prompt cache everything after its first
+change, and folding the newest chunk frees far more than a turn adds, so a finer fold at the
+slack would be undone within a few turns, each time a cache miss.
+
+What a fold lacks (``Lack``): when even full folding can't fit, a chunk's level-1 summary or a
+merge of level-(k-1) summaries into level k; when it fits within the slack's edge (tight), the
+level-1 summaries only (a held-back chunk's), so the next overrun can fold the newest chunk.
 
 Pure and synchronous: plain numbers in and out, no store, no clock.
 """
@@ -28,6 +34,7 @@ import attrs
 RAW = 0
 TOP_LEVEL = 3
 FOLDINGS = ("kv-stable", "flat")
+KV_STABLE_FINER = 0.5  # kv-stable re-lays its fold finer only when it leaves more than this share unused
 
 
 @attrs.frozen
@@ -56,7 +63,7 @@ class Lack:
 class Fold:
     """A fold: each chunk's level, oldest first; the summaries it shows (``shown``, oldest
     first); its ``tokens`` (fixed ones included); whether it ``fits`` the allowance; and what it
-    lacks (only when it doesn't fit)."""
+    lacks (merges only when it doesn't fit, level-1 summaries when it is tight too)."""
 
     levels: tuple[int, ...]
     shown: tuple[Node, ...]
@@ -197,7 +204,8 @@ def solve(problem: FoldProblem, allowance: int, *, previous: Sequence[int] | Non
     kept = tree.repaired(previous)
     total = tree.total(kept)
     refined = allowance * (1 - slack_ratio)
-    if previous is not None and refined <= total <= allowance:
+    roomy = allowance * (1 - max(slack_ratio, KV_STABLE_FINER)) if folding == "kv-stable" else refined
+    if previous is not None and roomy <= total <= allowance:
         levels = kept  # within the slack: as it was (hysteresis)
     elif folding == "flat" or previous is None:
         levels = tree.flat(kept, 0, allowance if total > allowance or previous is None else refined)
@@ -210,7 +218,10 @@ def solve(problem: FoldProblem, allowance: int, *, previous: Sequence[int] | Non
                         lambda candidate: total < tree.total(candidate) <= refined and candidate != kept)
     total = tree.total(levels)
     fits = total <= allowance
-    return Fold(tuple(levels), tree.shown(levels), total, fits, () if fits else tree.lacking(merge_span))
+    lacking = tree.lacking(merge_span)
+    if fits:  # tight: the level-1 summaries it lacks, so the next overrun can fold the newest chunks
+        lacking = tuple(lack for lack in lacking if lack.level == 1) if total > refined else ()
+    return Fold(tuple(levels), tree.shown(levels), total, fits, lacking)
 
 
 def _later(tree: _Tree, kept: list[int], target: float, better: Callable[[list[int]], bool]) -> list[int]:
