@@ -14,6 +14,7 @@ Token arithmetic: ``say(i)`` is a 29-character text costing 10 tokens with the m
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -349,6 +350,34 @@ async def leaves(m: ctxrt.ContextManager, summary_id: str) -> list[str]:
     if summary.level == 1:
         return list(summary.source_ids)
     return [leaf for child in summary.source_ids for leaf in await leaves(m, child)]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(8, 40), st.integers(40, 300), st.lists(st.integers(0, 4), min_size=1, max_size=4), folds,
+       st.booleans())
+async def test_through_the_runtime_every_message_is_shown_covered_or_reported(
+        count: int, tokens: int, ticks: list[int], folding: str, enforce: bool) -> None:
+    """T10, T11 through compile: at every step (messages added, some units made, a compile), each message of the
+    view is in the compile's provenance raw or under a summary ``search_summaries`` knows, or reported in
+    render_stats().dropped_ids (never with enforce_budget: that compile raises OverBudgetError instead)."""
+    with tempfile.TemporaryDirectory() as directory, trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(Path(directory) / "store", model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(folding=folding, enforce_budget=enforce, l1_holdback_chunks=1))
+            ids = [await m.add_message("user", say(i)) for i in range(count)]
+            for step, units in enumerate(ticks):
+                ids += [await m.add_message("user", say(len(ids))) for _ in range(step * 3)]
+                for _ in range(units):
+                    await m.tick()
+                try:
+                    result = await m.compile(budget(tokens))
+                except OverBudgetError as refused:
+                    assert enforce and refused.diagnostics is not None
+                    continue
+                stats = m.render_stats()
+                assert stats is not None and stats.total_tokens <= tokens
+                shown, dropped = await covered(m, result), set(stats.dropped_ids)
+                assert shown | dropped == set(ids) and not shown & dropped
+                assert not (dropped and enforce)
 
 
 async def test_the_fold_survives_a_restart_and_forks_with_the_branch(tmp_path: Path) -> None:
