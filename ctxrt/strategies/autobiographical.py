@@ -90,14 +90,13 @@ _TRANSIENT = object()  # a retryable model failure: the unit stays queued, uncou
 
 
 class _Folding(NamedTuple):
-    """A compile's fold (T10): its middle chunks' ids (oldest first), the ``fold`` over them, the
-    summaries it lacked as what would make them (``wanted``: a chunk's id for its level-1
-    summary, the ids of the summaries to merge), and the middle's ``allowance``."""
+    """A compile's fold (T10): its middle chunks' ids (oldest first), the ``fold`` over them and
+    the summaries it lacked as what would make them (``wanted``: a chunk's id for its level-1
+    summary, the ids of the summaries to merge)."""
 
     chunks: tuple[str, ...]
     fold: Fold
     wanted: tuple[tuple[str, ...], ...]
-    allowance: int
 
 
 def resolutions_from(stored: Any) -> dict[str, int] | None:
@@ -459,6 +458,7 @@ class AutobiographicalStrategy(Strategy):
             actual = shown - stats.summary_tokens - stats.middle_raw_tokens + needed
             levels = tuple(zip(folding.chunks, fold.levels))
             deepest, lacking = fold.deepest, tuple(",".join(wanted) for wanted in folding.wanted)
+            reached = "at full folding"
         else:  # no folding: what is shown and what is left out
             left_out = sum(view.estimate_tokens(m) for m in map(view.get, stats.dropped_ids) if m is not None)
             needed = stats.summary_tokens + stats.middle_raw_tokens + left_out
@@ -466,10 +466,11 @@ class AutobiographicalStrategy(Strategy):
             deepest = max((level for level, _ in stats.summaries), default=0)
             group = self._merge_queue()
             lacking = (*(chunk.id for chunk in self._l1_queue()), *(() if group is None else (group_key(group),)))
+            reached = "shown and left out"
         grace = self.config.over_budget_grace_ratio
         where = f" in namespace {ctx.namespace!r}" if ctx is not None else ""
         return OverBudgetError(
-            f"compile{where} refused (enforce_budget): {actual:,} tokens at full folding exceed the budget of "
+            f"compile{where} refused (enforce_budget): {actual:,} tokens {reached} exceed the budget of "
             f"{budget.usable:,} with a grace of {grace:.0%}; {stats.dropped_reason}", budget=budget.usable,
             actual=actual, diagnostics=OverBudgetDiagnostics(
                 stats.head_tokens, stats.summary_tokens, stats.middle_raw_tokens, stats.tail_tokens, needed, levels,
@@ -523,7 +524,7 @@ class AutobiographicalStrategy(Strategy):
                     wanted.append(tuple(node.key for node in nodes if node.level == lack.level - 1
                                         and lack.start <= node.start and node.stop <= lack.stop))
             return Folded(shown, sum(node.tokens for node in shown_nodes), grace,
-                          _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted), allowance))
+                          _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted)))
 
         return fold
 
