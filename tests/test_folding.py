@@ -274,6 +274,29 @@ def test_the_fold_is_stored_and_what_it_lacks_is_made_on_demand() -> None:
     assert again.select(ctx.view, budget(90), SelectOptions(context=ctx)) == selected
 
 
+def test_a_refused_early_merge_is_quarantined_as_any_merge_and_not_asked_for_again() -> None:
+    """T10 with T4's quarantine: an early merge the fold asked for that fails MAX_ATTEMPTS times is quarantined
+    (health's keys) and the drain goes idle; its first summary is sealed as merge_group seals it, so the next
+    fold asks for a merge starting after it; what the fold can't fit meanwhile is reported."""
+    ctx = PlainContext([msg(i) for i in range(1, 19)])
+    strategy = autobio(l1_holdback_chunks=1, merge_threshold=6, refusal_fallbacks=0).create()
+    strategy.initialize(ctx)
+    drain(strategy, ctx)
+    refused = ModelResponse((Text("I won't."),), "refusal", Usage(1, 1))
+    strategy.select(ctx.view, budget(90), SelectOptions(context=ctx))
+    while (unit := strategy.next_unit(ctx)) is not None:
+        ctx.mark_compression_read(unit.reaches)
+        merge = isinstance(unit.work, tuple)
+        strategy.apply_unit(unit, refused if merge else reply(strategy.request_for(unit, ctx)), ctx)
+    assert strategy.quarantined() == ["L1-0,L1-1,L1-2"] and strategy.is_ready()
+    assert {s.level for s in strategy.summaries} == {1}
+    strategy.select(ctx.view, budget(90), SelectOptions(context=ctx))
+    unit = strategy.next_unit(ctx)
+    assert unit is not None and unit.key == "L1-1,L1-2,L1-3"  # the next group starts after the sealed summary
+    stats = strategy.render_stats()
+    assert stats is not None and stats.dropped_ids
+
+
 def test_without_adaptive_resolution_enforce_budget_refuses_a_compile_that_drops() -> None:
     """T11: enforce_budget without folding refuses a compile that would leave uncompressed history out, naming the
     units that would make it fit; a compile that fits is not refused."""

@@ -64,7 +64,7 @@ from .prompts import (
     recall_pairs,
     transition_request,
 )
-from .queue import MAX_ATTEMPTS, Backoff, group_key, l1_queue, merge_group, quarantined
+from .queue import MAX_ATTEMPTS, Backoff, group_key, l1_queue, merge_group, quarantined, sealed_summaries
 from .records import (
     Chunk,
     Summary,
@@ -517,12 +517,17 @@ class AutobiographicalStrategy(Strategy):
             by_id = {summary.id: summary for summary in self.summaries}
             shown = [by_id[node.key] for node in shown_nodes]
             wanted: list[tuple[str, ...]] = []
+            sealed = sealed_summaries(self.attempts)  # as merge_group: no merge starts from one
             for lack in found.lacking:
                 if lack.level == 1:
                     wanted.append((chunks[lack.start].id,))
                 elif config.hierarchical:
-                    wanted.append(tuple(node.key for node in nodes if node.level == lack.level - 1
-                                        and lack.start <= node.start and node.stop <= lack.stop))
+                    group = [node.key for node in nodes if node.level == lack.level - 1
+                             and lack.start <= node.start and node.stop <= lack.stop]
+                    while group and group[0] in sealed:
+                        group.pop(0)
+                    if len(group) >= 2:
+                        wanted.append(tuple(group))
             return Folded(shown, sum(node.tokens for node in shown_nodes), grace,
                           _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted)))
 
