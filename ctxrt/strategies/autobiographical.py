@@ -11,8 +11,8 @@ floor is raised before every compression read (docs/behaviours.md D2, D4).
 This module holds the strategy's state and its answers to the actor (plan a unit, build its
 request, apply the reply; select; pins; summary reads; the head-window reset); the pieces it
 runs are the records (records.py), chunking (chunking.py), the queue (queue.py), the prompts
-(prompts.py) and the selection (selection.py), and what a variant changes is its
-``CompressionPolicy`` (policy.py).
+(prompts.py), the selection (selection.py) and, with adaptive resolution, the fold (folding.py,
+T10), and what a variant changes is its ``CompressionPolicy`` (policy.py).
 """
 
 from __future__ import annotations

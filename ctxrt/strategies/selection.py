@@ -4,7 +4,9 @@ its budget, and what it reports left out (docs/behaviours.md T5, T6, P6, P9).
 A pure function of the view's messages, the zones, the pins and the summary frontier, apart
 from the strategy's state and its compression work, so a compile's choices can be checked
 without a strategy, a store or an event loop. How level-1 summaries share their budget is the
-compression policy's choice (``choose_l1``); ``choose`` is the plain one.
+compression policy's choice (``choose_l1``); ``choose`` is the plain one. With adaptive resolution
+(docs/behaviours.md T10) a ``MiddleFolder`` the strategy hands in chooses the middle's summaries
+instead (a fold: strategies/folding.py), and the rest is as without it.
 """
 
 from __future__ import annotations
