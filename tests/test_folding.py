@@ -170,6 +170,16 @@ def test_kv_stable_keeps_at_least_the_prefix_flat_keeps(problem: FoldProblem, al
         assert common_prefix(stable.levels, kept) >= common_prefix(flat.levels, kept)
 
 
+@settings(max_examples=300, deadline=None)
+@given(problems(), st.lists(st.integers(0, 3), max_size=14), st.floats(0, 1))
+def test_kv_stable_keeps_a_previous_fold_that_still_fits(problem: FoldProblem, previous: list[int], where: float) -> None:
+    """T10: kv-stable keeps the previous fold whole while it fits and leaves at most half the allowance unused
+    (a finer re-layout would cost the prompt cache its prefix)."""
+    kept = solve(problem, 10**9, previous=previous, folding="kv-stable", slack_ratio=1.0 - 1e-9)
+    allowance = int(kept.tokens * (1 + where))  # the fold fills from half of it to all of it
+    assert solve(problem, allowance, previous=kept.levels, folding="kv-stable").levels == kept.levels
+
+
 def test_the_flat_fold_folds_the_oldest_first_and_kv_stable_changes_late() -> None:
     """T10: flat is the finest fit, oldest chunks folded first; kv-stable after an all-raw fold folds the newest
     chunk it can; when only a merge fits, both show it; what can't fit names the lacking summaries."""
