@@ -26,7 +26,6 @@ from hypothesis import HealthCheck, given, settings
 import ctxrt
 from ctxrt import Budget, ModelRequest, ModelResponse, SelectOptions, Text, Usage
 from ctxrt.errors import OverBudgetDiagnostics, OverBudgetError
-from ctxrt.strategies.autobiographical import AutobiographicalStrategy
 from ctxrt.strategies.folding import Fold, FoldProblem, Node, solve
 from ctxrt.testing import PlainContext, ScriptedModel, estimate_text
 
@@ -208,7 +207,7 @@ def reply(request: ModelRequest) -> ModelResponse:
     return ModelResponse((Text(remember(request)),), "end_turn", Usage(1, 1))
 
 
-def drain(strategy: AutobiographicalStrategy, ctx: PlainContext, limit: int = 10**6) -> int:
+def drain(strategy: Any, ctx: PlainContext, limit: int = 10**6) -> int:
     """Run up to ``limit`` units as the actor would (the floor marked first); how many ran."""
     done = 0
     while done < limit:
