@@ -197,7 +197,9 @@ class _Tree:
 def solve(problem: FoldProblem, allowance: int, *, previous: Sequence[int] | None = None, folding: str = "kv-stable",
           slack_ratio: float = 0.1, merge_span: int = 6) -> Fold:
     """The fold of ``problem`` for ``allowance`` tokens after ``previous`` (each chunk's level in
-    the last fold, oldest first; None: none yet, or ``folding`` "flat", which doesn't keep one)."""
+    the last fold, oldest first, chunks past its end raw; None: no fold yet), by ``folding``'s
+    objective with ``slack_ratio``'s hysteresis; merges it lacks group up to ``merge_span``
+    summaries. Raises ValueError for a ``folding`` that is neither "kv-stable" nor "flat"."""
     if folding not in FOLDINGS:
         raise ValueError(f"folding must be one of {', '.join(map(repr, FOLDINGS))}, got {folding!r}")
     tree = _Tree(problem)
