@@ -6,6 +6,8 @@ place involved. A refused call changes nothing in the store.
 
 from __future__ import annotations
 
+import attrs
+
 
 class CtxrtError(Exception):
     """Base class of every error ctxrt raises on purpose."""
@@ -171,12 +173,35 @@ class RuntimeClosedError(CtxrtError):
     """The runtime (or one of its actors) has stopped and can't answer."""
 
 
-class OverBudgetError(CtxrtError):
-    """Even the newest message does not fit the budget."""
+@attrs.frozen
+class OverBudgetDiagnostics:
+    """Why a compile that refuses rather than drops (``enforce_budget``, docs/behaviours.md T11)
+    was refused: the zones' tokens as it would have shown them, what the middle needs at the
+    fold it reached (``middle_needed_tokens``), that fold (each middle chunk's id and level, 0
+    raw, oldest first; empty without adaptive resolution) and its ``deepest_level`` (the coarsest
+    shown), and what it lacked: the keys of the compression units that would make the missing
+    summaries (a chunk's id for its level-1 summary, the merged summaries' ids, comma-separated,
+    for a merge), as ``health().quarantined`` names units."""
 
-    def __init__(self, message: str, *, budget: int, actual: int) -> None:
+    head_tokens: int = 0
+    summary_tokens: int = 0
+    middle_raw_tokens: int = 0
+    tail_tokens: int = 0
+    middle_needed_tokens: int = 0
+    levels: tuple[tuple[str, int], ...] = ()
+    deepest_level: int = 0
+    lacking: tuple[str, ...] = ()
+
+
+class OverBudgetError(CtxrtError):
+    """Even the newest message does not fit the budget, or (``enforce_budget``) the history
+    doesn't at full folding; ``diagnostics`` says why in the second case (else None)."""
+
+    def __init__(self, message: str, *, budget: int, actual: int,
+                 diagnostics: OverBudgetDiagnostics | None = None) -> None:
         self.budget = budget
         self.actual = actual
+        self.diagnostics = diagnostics
         super().__init__(message)
 
 

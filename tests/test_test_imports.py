@@ -45,6 +45,7 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
         frozenset({"ctxrt.strategies.chunking", "ctxrt.strategies.coverage", "ctxrt.strategies.live",
                    "ctxrt.strategies.shown_entries", "ctxrt.strategies.zones"}), _MEMORY),
     "test_incremental_strategies.py": (frozenset({"ctxrt.strategies.coverage"}), _MEMORY),
+    "test_folding.py": (frozenset({"ctxrt.strategies.folding"}), _UNIT),
     "test_live_policy.py": (frozenset({"ctxrt.strategies.live"}), _MEMORY),
     "test_namespace_core.py": (frozenset({"ctxrt.namespace.core"}), _MACHINE),
     "test_namespace_machine.py": (

@@ -11,8 +11,8 @@ floor is raised before every compression read (docs/behaviours.md D2, D4).
 This module holds the strategy's state and its answers to the actor (plan a unit, build its
 request, apply the reply; select; pins; summary reads; the head-window reset); the pieces it
 runs are the records (records.py), chunking (chunking.py), the queue (queue.py), the prompts
-(prompts.py) and the selection (selection.py), and what a variant changes is its
-``CompressionPolicy`` (policy.py).
+(prompts.py), the selection (selection.py) and, with adaptive resolution, the fold (folding.py,
+T10), and what a variant changes is its ``CompressionPolicy`` (policy.py).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ import re
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import attrs
 
 from ..budget import Entry, PreviewResult, non_negative_int
 from ..content.blocks import CompiledMessage, Message, sequence_key
-from ..errors import MessageNotFoundError, ModelError, OverBudgetError
+from ..errors import MessageNotFoundError, ModelError, OverBudgetDiagnostics, OverBudgetError
 from ..models.model_types import ModelRequest, ModelResponse
 from ..content.tokens import estimate_text
 from .base import (
@@ -63,7 +63,8 @@ from .ladder import (
     refusal,
     stitch,
 )
-from .coverage import Coverage
+from .coverage import Coverage, Runs
+from .folding import Fold, FoldProblem, Node, newest_within, solve
 from .live import MIB, LiveMemo
 from .policy import AUTOBIOGRAPHICAL, CompressionPolicy
 from .prompts import (
@@ -78,7 +79,7 @@ from .prompts import (
     recall_pairs,
     transition_request,
 )
-from .queue import MAX_ATTEMPTS, Backoff, group_key, l1_queue, merge_group, quarantined
+from .queue import MAX_ATTEMPTS, Backoff, group_key, l1_queue, merge_group, quarantined, sealed_summaries
 from .records import (
     Chunk,
     Summary,
@@ -90,7 +91,7 @@ from .records import (
     summaries_from,
     summary_record,
 )
-from .selection import Selection, SummaryPrices, frontier_under_pins, select
+from .selection import Folded, LevelBudgets, MiddleFolder, Price, Selection, SummaryPrices, frontier_under_pins, select
 from .shown_entries import ShownEntries
 from .zones import Zones
 
@@ -110,6 +111,27 @@ def _half(items: Sequence[T], half: int | None) -> list[T]:
         return list(items)
     middle = len(items) // 2
     return list(items[:middle] if half == 1 else items[middle:])
+
+
+class _Folding(NamedTuple):
+    """A compile's fold (T10): its middle chunks' ids (oldest first), the ``fold`` over them and
+    the summaries it lacked as what would make them (``wanted``: a chunk's id for its level-1
+    summary, the ids of the summaries to merge)."""
+
+    chunks: tuple[str, ...]
+    fold: Fold
+    wanted: tuple[tuple[str, ...], ...]
+
+
+def resolutions_from(stored: Any) -> dict[str, int] | None:
+    """The ``resolutions`` value read back (each chunk's level, raw ones left out); None: no fold yet,
+    or a record this version can't read (logged)."""
+    if stored is None:
+        return None
+    if isinstance(stored, dict) and all(isinstance(k, str) and type(v) is int for k, v in stored.items()):
+        return dict(stored)
+    logger.error("the stored fold %r can't be read; folding afresh", stored)
+    return None
 
 
 class AutobiographicalStrategy(Strategy):
@@ -146,6 +168,8 @@ class AutobiographicalStrategy(Strategy):
         self._coverage = Coverage()  # what summaries cover, as runs of the view
         self._made = ShownEntries(config.max_message_tokens, config.summary_participant)  # reused across compiles
         self._zones = Zones(self._made, config.head_window_tokens, config.recent_window_tokens)
+        self.resolutions: dict[str, int] | None = None  # each middle chunk's level in the last compile's fold (T10)
+        self._wanted: tuple[tuple[str, ...], ...] = ()  # the units the last compile's fold lacked (_Folding.wanted)
 
     # -- state ------------------------------------------------------------------------------
 
@@ -167,6 +191,7 @@ class AutobiographicalStrategy(Strategy):
                 self._unmerged.setdefault(summary.level, []).append(summary)
         self.head_start_id = ctx.get_value("head_start")
         self.pins, self._next_pin = pins_from(ctx.get_value("pins"))
+        self.resolutions, self._wanted = resolutions_from(ctx.get_value("resolutions")), ()
         # initialize writes nothing (the actor drops what it buffers): chunks that can close now
         # close, with their records and the floor, at the next next_unit or select.
         self._built_holds, self._built_stamp = ctx.hold_floor(), ctx.view.window(1).stamp
@@ -247,7 +272,7 @@ class AutobiographicalStrategy(Strategy):
         # New messages are work only if they close a chunk (counted dry, as backlog counts them).
         ctx = self._ctx
         closing = self._closing(ctx) if ctx is not None and self._stale(ctx) else ()
-        return not self._l1_queue(closing) and self._merge_queue() is None
+        return not self._l1_queue(closing) and self._merge_queue() is None and self._demanded(None) is None
 
     def quarantined(self) -> list[str]:
         return quarantined(self.attempts)
@@ -281,16 +306,48 @@ class AutobiographicalStrategy(Strategy):
     # -- compression ------------------------------------------------------------------------
 
     def next_unit(self, ctx: StrategyContext) -> Unit | None:
-        """Close what chunks can close, then the oldest chunk without an L1, else a merge group."""
+        """Close what chunks can close, then the oldest chunk without an L1, else a level-1
+        summary the last fold lacked (a held-back chunk's), else a merge group, else an early
+        merge the last fold lacked (T10)."""
         if self._stale(ctx):
             self._rebuild(ctx)
         queue = self._l1_queue()
         if queue:
             chunk = queue[0]
             return Unit(chunk.id, chunk.last_sequence, chunk)
+        demanded = self._demanded(1)
+        if demanded is not None:
+            return demanded
         group = self._merge_queue()
         if group is not None:
             return Unit(group_key(group), max(s.last_sequence for s in group), tuple(group))
+        return self._demanded(2)
+
+    def _demanded(self, level: int | None) -> Unit | None:
+        """The first unit the last fold lacked that can still be made (of ``level``: 1 a chunk's
+        level-1 summary, 2 a merge; None either): a chunk still pending (not quarantined), or a
+        run of unmerged summaries of one level, in order, not quarantined as a group."""
+        for wanted in self._wanted:
+            if len(wanted) == 1 and level != 2:
+                chunk = self._pending.get(wanted[0])
+                if chunk is not None:
+                    return Unit(chunk.id, chunk.last_sequence, chunk)
+            elif len(wanted) > 1 and level != 1 and self.config.hierarchical:
+                group = self._unmerged_run(wanted)
+                if group is not None:
+                    return Unit(group_key(group), max(s.last_sequence for s in group), tuple(group))
+        return None
+
+    def _unmerged_run(self, ids: tuple[str, ...]) -> list[Summary] | None:
+        """The summaries ``ids`` if they are a run of one level's unmerged ones, in order, and
+        their merge isn't quarantined."""
+        for run in self._unmerged.values():
+            at = next((index for index, summary in enumerate(run) if summary.id == ids[0]), None)
+            if at is not None:
+                group = run[at : at + len(ids)]
+                if tuple(s.id for s in group) == ids and self.attempts.get(group_key(group), 0) < MAX_ATTEMPTS:
+                    return group
+                return None
         return None
 
     def request_for(self, unit: Unit, ctx: StrategyContext) -> ModelRequest:
@@ -479,12 +536,55 @@ class AutobiographicalStrategy(Strategy):
             self._rebuild(options.context)  # bookkeeping: if it can't commit, the compile goes on (P1, D4)
         entries, selection = self._plan(view, budget)
         stats = selection.stats
+        if self.config.enforce_budget and stats.dropped_ids:
+            raise self._refusal(view, budget, selection, options.context)
         if options.strict and stats.dropped_ids:
             raise OverBudgetError(f"strict compile refused: {stats.dropped_reason}", budget=budget.usable,
                                   actual=stats.total_tokens)
         if not options.dry_run:
             self._stats = stats
+            if isinstance(selection.fold, _Folding):
+                self._keep_fold(selection.fold, options.context)
         return entries
+
+    def _keep_fold(self, folding: _Folding, ctx: StrategyContext | None) -> None:
+        """A compile's fold becomes the previous one (stored as the ``resolutions`` value when it
+        changed, so a restart or a fork starts from it), and what it lacked is queued (T10)."""
+        self._wanted = folding.wanted
+        levels = {chunk: level for chunk, level in zip(folding.chunks, folding.fold.levels) if level}
+        if levels != self.resolutions:
+            self.resolutions = levels
+            if ctx is not None:
+                ctx.set_value("resolutions", levels)
+
+    def _refusal(self, view: MessageView, budget: Budget, selection: Selection,
+                 ctx: StrategyContext | None) -> OverBudgetError:
+        """The ``OverBudgetError`` of an ``enforce_budget`` compile that would leave history out (T11)."""
+        stats, folding = selection.stats, selection.fold
+        shown = stats.total_tokens
+        if isinstance(folding, _Folding):
+            fold = folding.fold
+            needed = fold.tokens
+            actual = shown - stats.summary_tokens - stats.middle_raw_tokens + needed
+            levels = tuple(zip(folding.chunks, fold.levels))
+            deepest, lacking = fold.deepest, tuple(",".join(wanted) for wanted in folding.wanted)
+            reached = "at full folding"
+        else:  # no folding: what is shown and what is left out
+            left_out = sum(view.estimate_tokens(m) for m in map(view.get, stats.dropped_ids) if m is not None)
+            needed = stats.summary_tokens + stats.middle_raw_tokens + left_out
+            actual, levels = shown + left_out, ()
+            deepest = max((level for level, _ in stats.summaries), default=0)
+            group = self._merge_queue()
+            lacking = (*(chunk.id for chunk in self._l1_queue()), *(() if group is None else (group_key(group),)))
+            reached = "shown and left out"
+        grace = self.config.over_budget_grace_ratio
+        where = f" in namespace {ctx.namespace!r}" if ctx is not None else ""
+        return OverBudgetError(
+            f"compile{where} refused (enforce_budget): {actual:,} tokens {reached} exceed the budget of "
+            f"{budget.usable:,} with a grace of {grace:.0%}; {stats.dropped_reason}", budget=budget.usable,
+            actual=actual, diagnostics=OverBudgetDiagnostics(
+                stats.head_tokens, stats.summary_tokens, stats.middle_raw_tokens, stats.tail_tokens, needed, levels,
+                deepest, lacking))
 
     def preview(self, view: MessageView, budget: Budget, options: SelectOptions) -> PreviewResult:
         _, s = self._plan(view, budget)
@@ -496,14 +596,99 @@ class AutobiographicalStrategy(Strategy):
 
     def _plan(self, view: MessageView, budget: Budget) -> tuple[list[Entry], Selection]:
         """The selection, and its entries after the live policy."""
+        config = self.config
+        price = self._prices.pricer(view)
+        budgets: LevelBudgets = (config.l1_budget_tokens, config.l2_budget_tokens, config.l3_budget_tokens)
         selection = select(
             view.get_all(), view, budget.usable, made=self._made, zones=self._zones, head_start_id=self.head_start_id,
             pins=self.pins, frontier=frontier_under_pins(self._frontier(), self.summaries, self.pins),
-            leaves=self._leaves, price=self._prices.pricer(view), choose_l1=self.policy.choose_l1,
+            leaves=self._leaves, price=price, choose_l1=self.policy.choose_l1,
             pending_units=len(self._l1_queue()) + (self._merge_queue() is not None),
-            coverage=self._coverage, stamp=view.window(1).stamp, live=self.config, live_memo=self._live_memo,
+            coverage=self._coverage, stamp=view.window(1).stamp, live=config, live_memo=self._live_memo,
+            level_budgets=None if budgets == (None, None, None) else budgets,
+            folder=self._folder(price, budget.usable) if config.adaptive_resolution else None,
         )
         return selection.entries, selection
+
+    def _folder(self, price: Price, usable: int) -> MiddleFolder:
+        """Adaptive resolution (T10): the middle's summaries from the fold ``solve`` picks for
+        its allowance after the last compile's; with ``enforce_budget``, a fold that can't fit
+        may take the grace (``over_budget_grace_ratio`` of the budget) before the compile refuses."""
+        config = self.config
+
+        def fold(messages: Sequence[Message], middle: Runs, pinned: Sequence[int], cost: Callable[[int], int],
+                 allowance: int) -> Folded:
+            chunks, problem, nodes = self._fold_problem(messages, middle, pinned, cost, price)
+            previous = None if self.resolutions is None else [self.resolutions.get(chunk.id, 0) for chunk in chunks]
+            found = solve(problem, allowance, previous=previous, folding=config.folding,
+                          slack_ratio=config.slack_ratio, merge_span=config.merge_threshold)
+            grace = int(usable * config.over_budget_grace_ratio) if config.enforce_budget and not found.fits else 0
+            shown_nodes = newest_within(problem, found, allowance + grace)
+            by_id = {summary.id: summary for summary in self.summaries}
+            shown = [by_id[node.key] for node in shown_nodes]
+            wanted: list[tuple[str, ...]] = []
+            sealed = sealed_summaries(self.attempts)  # as merge_group: no merge starts from one
+            for lack in found.lacking:
+                if lack.level == 1:
+                    wanted.append((chunks[lack.start].id,))
+                elif config.hierarchical:
+                    group = [node.key for node in nodes if node.level == lack.level - 1
+                             and lack.start <= node.start and node.stop <= lack.stop]
+                    while group and group[0] in sealed:
+                        group.pop(0)
+                    if len(group) >= 2:
+                        wanted.append(tuple(group))
+            return Folded(shown, sum(node.tokens for node in shown_nodes), grace,
+                          _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted)))
+
+        return fold
+
+    def _fold_problem(self, messages: Sequence[Message], middle: Runs, pinned: Sequence[int],
+                      cost: Callable[[int], int], price: Price) -> tuple[list[Chunk], FoldProblem, list[Node]]:
+        """The middle as a fold sees it: its chunks wholly in the middle with no pinned message
+        (oldest first), each one's raw tokens (its own messages), the summaries over runs of them
+        (a level pin keeps those above its level out) and the fixed tokens of the middle's other
+        unpinned messages."""
+        held = sorted(pinned)
+        chunks: list[Chunk] = []
+        raw: list[int] = []
+        inside: set[int] = set()
+        for chunk in self.chunks:
+            low = bisect_left(messages, chunk.first_sequence, key=sequence_key)
+            high = bisect_left(messages, chunk.last_sequence + 1, key=sequence_key)
+            if low >= high or not any(start <= low and high <= stop for start, stop in middle):
+                continue
+            at = bisect_left(held, low)
+            if at < len(held) and held[at] < high:
+                continue
+            own = set(chunk.message_ids)
+            found = [index for index in range(low, high) if messages[index].id in own]
+            chunks.append(chunk)
+            raw.append(sum(cost(index) for index in found))
+            inside.update(found)
+        inside.update(held)
+        fixed = sum(cost(index) for start, stop in middle for index in range(start, stop) if index not in inside)
+        index_of = {chunk.message_ids: at for at, chunk in enumerate(chunks)}
+        spans: dict[str, tuple[int, int]] = {}
+        nodes: list[Node] = []
+        level_pins = [pin for pin in self.pins if pin.level is not None]
+        for summary in self.summaries:
+            span: tuple[int, int] | None = None
+            if summary.level == 1:
+                one = index_of.get(summary.source_ids)
+                span = None if one is None else (one, one + 1)
+            else:
+                parts = [spans[child] for child in summary.source_ids if child in spans]
+                joined = len(parts) == len(summary.source_ids) > 0 and all(
+                    a[1] == b[0] for a, b in zip(parts, parts[1:]))
+                span = (parts[0][0], parts[-1][1]) if joined else None
+            if span is None:
+                continue
+            spans[summary.id] = span
+            if not any(pin.level is not None and summary.level > pin.level and summary.first_sequence
+                       <= pin.last_sequence and pin.first_sequence <= summary.last_sequence for pin in level_pins):
+                nodes.append(Node(summary.id, summary.level, span[0], span[1], price(summary)))
+        return chunks, FoldProblem(tuple(raw), tuple(nodes), fixed), nodes
 
     # -- pins (docs/api.md, Host controls) ---------------------------------------------------
 

@@ -40,9 +40,7 @@ def merge_group(
 ) -> list[Summary] | None:
     """The next group of ``threshold`` unmerged summaries of level 1, else of level 2, oldest
     first, that isn't quarantined; None if there is none."""
-    # A quarantined group's first summary is sealed: it stays unmerged and later groups start
-    # after it, so one refused merge doesn't stop its level for good.
-    sealed = {key.split(",")[0] for key, count in attempts.items() if count >= MAX_ATTEMPTS and "," in key}
+    sealed = sealed_summaries(attempts)
     for level in (1, 2):
         frontier = unmerged.get(level, [])
         start = 0
@@ -52,6 +50,13 @@ def merge_group(
         if len(group) >= threshold and attempts.get(group_key(group), 0) < MAX_ATTEMPTS:
             return group
     return None
+
+
+def sealed_summaries(attempts: Mapping[str, int]) -> set[str]:
+    """The ids of the summaries no merge starts from: a quarantined group's first summary is
+    sealed, it stays unmerged and later groups start after it, so one refused merge doesn't stop
+    its level for good."""
+    return {key.split(",")[0] for key, count in attempts.items() if count >= MAX_ATTEMPTS and "," in key}
 
 
 def quarantined(attempts: Mapping[str, int]) -> list[str]:

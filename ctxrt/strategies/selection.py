@@ -4,7 +4,9 @@ its budget, and what it reports left out (docs/behaviours.md T5, T6, P6, P9).
 A pure function of the view's messages, the zones, the pins and the summary frontier, apart
 from the strategy's state and its compression work, so a compile's choices can be checked
 without a strategy, a store or an event loop. How level-1 summaries share their budget is the
-compression policy's choice (``choose_l1``); ``choose`` is the plain one.
+compression policy's choice (``choose_l1``); ``choose`` is the plain one. With adaptive resolution
+(docs/behaviours.md T10) a ``MiddleFolder`` the strategy hands in chooses the middle's summaries
+instead (a fold: strategies/folding.py), and the rest is as without it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,25 @@ LEVEL_BUDGET_TOKENS = 30000  # per-level summary budgets (levels 1, 2 and 3)
 
 Price = Callable[[Summary], int]
 Chooser = Callable[[list[Summary], int, Price], list[Summary]]
+LevelBudgets = tuple[int | None, int | None, int | None]  # levels 1, 2 and 3; None: LEVEL_BUDGET_TOKENS
+
+
+class Folded(NamedTuple):
+    """The middle's summaries a fold shows (``shown``, costing ``tokens``), the tokens past the
+    allowance the middle may take (``grace``: within a refusing strategy's grace) and the
+    strategy's own record of the fold (handed back in ``Selection.fold``)."""
+
+    shown: list[Summary]
+    tokens: int
+    grace: int
+    fold: object
+
+
+MiddleFolder = Callable[[Sequence[Message], Runs, Sequence[int], Callable[[int], int], int], Folded]
+"""Adaptive resolution (docs/behaviours.md T10): given the view's messages, the middle's runs,
+the pinned indices (shown apart), what each message costs shown raw and the middle's allowance,
+the summaries the middle shows; its uncovered messages are shown raw, newest first, within the
+allowance and the grace."""
 
 
 @attrs.frozen
@@ -48,6 +69,7 @@ class Selection:
     tail_tokens: int
     total_tokens: int
     stats: RenderStats
+    fold: object = None  # the ``MiddleFolder``'s record, if one chose the middle
 
 
 def choose(candidates: list[Summary], allowance: int, price: Price) -> list[Summary]:
@@ -114,6 +136,7 @@ def select(
     head_start_id: str | None, pins: Sequence[Pin], frontier: Sequence[Summary],
     leaves: Callable[[Summary], tuple[str, ...]], price: Price, choose_l1: Chooser, pending_units: int,
     coverage: Coverage, stamp: object, live: LiveOptions, live_memo: LiveMemo,
+    level_budgets: LevelBudgets | None = None, folder: MiddleFolder | None = None,
 ) -> Selection:
     """The head window, pinned raw ranges, the recent window, and in the middle the ``frontier``
     summaries that fit (level budgets, the newest history first) and the uncovered messages that
@@ -124,18 +147,24 @@ def select(
     The zones take the budget in that order, each what is left by those before it: ``_head``,
     ``_pins``, ``_recent``, then the middle's ``_summaries`` and ``_uncovered``; ``_report`` says
     what none of them shows, ``_assemble`` lays the entries out in sequence order and
-    ``_live_policy`` applies the live policy to them."""
+    ``_live_policy`` applies the live policy to them. With a ``folder`` (adaptive resolution) the
+    fold chooses the middle's summaries instead of ``_summaries``; ``level_budgets``: see ``_summaries``."""
     head = _head(messages, view, usable, made, zones, head_start_id)
     pinned = _pins(messages, view, pins, made, head.shown, usable - head.tokens)
     recent = _recent(messages, view, zones, head.window.end, usable - head.tokens - pinned.tokens, pinned.at)
     spent = head.tokens + pinned.tokens + recent.tokens
     if pinned.ranges:  # a summary of pinned messages alone adds nothing: they are shown raw
         frontier = [s for s in frontier if not all(_pinned(pinned.ranges, int(leaf)) for leaf in leaves(s))]
-    shown, summary_tokens = _summaries(frontier, usable - spent, price, choose_l1)
+    middle = [(0, head.window.start), (head.window.end, recent.start)]
+    if folder is None:
+        shown, summary_tokens = _summaries(frontier, usable - spent, price, choose_l1, level_budgets)
+        grace, fold = 0, None
+    else:
+        shown, summary_tokens, grace, fold = folder(
+            messages, middle, pinned.at, lambda index: made.raw(messages[index], view.estimate_tokens)[1], usable - spent)
     spent += summary_tokens
     covered = coverage.runs(shown, messages, stamp, leaves, view.changes)
-    middle = [(0, head.window.start), (head.window.end, recent.start)]
-    kept = _uncovered(messages, view, zones, covered, middle, usable - spent, pinned.at)
+    kept = _uncovered(messages, view, zones, covered, middle, usable - spent + grace, pinned.at)
     spent += kept.tokens
     gone = _gone(len(messages), head, pinned, recent, covered, middle, kept)
     dropped, reason = _report(messages, gone, pinned.at, usable,
@@ -149,7 +178,7 @@ def select(
     if live_at:
         entries = _live_policy(messages, zones, entries, head.fits, live_at, placed, live, live_memo)
     zones.trim(messages)  # after the depths were read
-    return Selection(entries, head.tokens, spent - head.tokens - recent.tokens, recent.tokens, spent, stats)
+    return Selection(entries, head.tokens, spent - head.tokens - recent.tokens, recent.tokens, spent, stats, fold)
 
 
 class _HeadShown(NamedTuple):
@@ -227,14 +256,19 @@ def _recent(messages: Sequence[Message], view: MessageView, zones: Zones, head_e
     return _Recent(start, runs, runs[0][0] if runs else len(messages), tokens)
 
 
-def _summaries(frontier: Sequence[Summary], allowance: int, price: Price, choose_l1: Chooser) -> tuple[list[Summary], int]:
+def _summaries(frontier: Sequence[Summary], allowance: int, price: Price, choose_l1: Chooser,
+               level_budgets: LevelBudgets | None = None) -> tuple[list[Summary], int]:
     """The middle's shown summaries (anti-redundant: the ``frontier``) within ``allowance``, and
-    their tokens: each level within its budget and what the level below left of its own, level
-    1 first (the newest history first: under pressure the oldest summaries go)."""
+    their tokens: each level within its budget and what the level before it left of its own.
+    Without ``level_budgets``, 30,000 tokens a level, level 1 first (the newest history first:
+    under pressure the oldest summaries go). With them (``l1_budget_tokens`` and the others, any
+    None standing for 30,000), as the reference library's waterfall: level 3 first, what it
+    leaves carrying to level 2, then to level 1."""
     shown: list[Summary] = []
     spent = carry = 0
-    for level in (1, 2, 3):
-        budget = min(LEVEL_BUDGET_TOKENS + carry, allowance - spent)
+    budgets = dict(zip((1, 2, 3), (LEVEL_BUDGET_TOKENS if b is None else b for b in level_budgets or (None,) * 3)))
+    for level in (3, 2, 1) if level_budgets is not None else (1, 2, 3):
+        budget = min(budgets[level] + carry, allowance - spent)
         candidates = sorted((s for s in frontier if s.level == level), key=lambda s: s.first_sequence)
         chosen = choose_l1(candidates, budget, price) if level == 1 else choose(candidates, budget, price)
         cost = sum(price(summary) for summary in chosen)
