@@ -49,7 +49,7 @@ from .base import (
     ratio,
     text,
 )
-from .chunking import closing
+from .chunking import closing, with_boundary
 from .coverage import Coverage
 from .live import MIB, LiveMemo
 from .policy import AUTOBIOGRAPHICAL, CompressionPolicy
@@ -76,6 +76,7 @@ from .records import (
     summary_record,
 )
 from .selection import Selection, SummaryPrices, frontier_under_pins, select
+from .settings import StrategySettings
 from .shown_entries import ShownEntries
 from .zones import Zones
 
@@ -97,7 +98,8 @@ class AutobiographicalStrategy(Strategy):
         self.config = config
         self.policy = policy
         self.name = policy.name
-        self.auto_tick = config.auto_tick
+        self.settings = self.default_settings()  # the live settings (T14): read through here, not the config
+        self.auto_tick = self.settings.auto_tick
         self.chunks: list[Chunk] = []
         self.summaries: list[Summary] = []
         self.attempts: dict[str, int] = {}
@@ -119,7 +121,8 @@ class AutobiographicalStrategy(Strategy):
         self._live_memo: LiveMemo = {}
         self._coverage = Coverage()  # what summaries cover, as runs of the view
         self._made = ShownEntries(config.max_message_tokens, config.summary_participant)  # reused across compiles
-        self._zones = Zones(self._made, config.head_window_tokens, config.recent_window_tokens)
+        self._zones = Zones(self._made, self.settings.head_window_tokens, self.settings.recent_window_tokens)
+        self._boundary_failed: set[str] = set()  # messages chunk_boundary raised at (logged once each)
 
     # -- state ------------------------------------------------------------------------------
 
@@ -174,9 +177,14 @@ class AutobiographicalStrategy(Strategy):
         held = ctx.hold_floor()
         if held is not None:
             end = min(end, bisect_left(messages, held, key=sequence_key))
-        target = self.config.target_chunk_tokens
+        target, boundary = self.settings.target_chunk_tokens, self.config.chunk_boundary
         return closing(messages, view, closed=self.chunks, head=head, end=end,
-                       rule=lambda: self.policy.chunk_rule(target))
+                       rule=lambda: with_boundary(self.policy.chunk_rule(target), boundary, self._boundary_raised))
+
+    def _boundary_raised(self, message: Message, error: Exception) -> None:
+        if message.id not in self._boundary_failed:
+            self._boundary_failed.add(message.id)
+            logger.warning("chunk_boundary raised after message %s; taken as no boundary", message.id, exc_info=error)
 
     def _stale(self, ctx: StrategyContext | None) -> bool:
         """Whether chunks may close now that didn't at the last rebuild: new messages, the view
@@ -203,12 +211,27 @@ class AutobiographicalStrategy(Strategy):
 
     def _l1_queue(self, closing: Sequence[Chunk] = ()) -> list[Chunk]:
         """The chunks waiting for an L1, oldest first; ``closing``: chunks about to close, counted too."""
-        return l1_queue(self._pending.values(), self.chunks, self.config.l1_holdback_chunks, closing)
+        cap = self.config.max_speculative_l1s
+        room = None if cap is None else max(0, cap - len(self._unmerged.get(1, ())))
+        return l1_queue(self._pending.values(), self.chunks, self.config.l1_holdback_chunks, closing, room=room)
 
     def _merge_queue(self) -> list[Summary] | None:
         if not self.config.hierarchical:
             return None
-        return merge_group(self._unmerged, self.attempts, self.config.merge_threshold)
+        return merge_group(self._unmerged, self.attempts, self.settings.merge_threshold,
+                           max_span=self.config.merge_max_source_span_messages, span=lambda s: len(self._leaves(s)))
+
+    # -- live settings (T14) -----------------------------------------------------------------
+
+    def default_settings(self) -> StrategySettings:
+        c = self.config
+        return StrategySettings(c.head_window_tokens, c.recent_window_tokens, c.target_chunk_tokens, c.merge_threshold,
+                                c.auto_tick)
+
+    def use_settings(self, settings: StrategySettings) -> None:
+        self.settings, self.auto_tick = settings, settings.auto_tick
+        self._zones.resize(settings.head_window_tokens, settings.recent_window_tokens)
+        self._dirty = True  # a smaller target or window may close chunks now; those closed stay
 
     def wake_at(self) -> float | None:
         """When the drain may try again after a transient model failure (the context's clock), or None."""
