@@ -8,6 +8,7 @@ test, ordering forced with ``trio.Event``s held by the responder, never sleeps. 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 import trio
 
 import ctxrt
+import ctxrt.aio
 from ctxrt import Budget, ModelRequest, Text
 from ctxrt.testing import ScriptedModel, estimate_text, states
 from ctxrt.strategies import catalog
@@ -386,3 +388,15 @@ async def test_summary_participant_speaks_every_summary(tmp_path: Path) -> None:
             assert all(request.assistant == frozenset({"memory"}) for request in model.requests)
             assert any(message.participant == "memory" for request in model.requests for message in request.messages)
             assert "Claude" not in {message.participant for request in model.requests for message in request.messages}
+
+
+def test_the_asyncio_front_updates_and_reads_the_settings(tmp_path: Path) -> None:
+    """T14 (H1): ``ctxrt.aio`` managers have both methods, with the trio ones' answers."""
+    async def main() -> ctxrt.ContextSettings:
+        async with ctxrt.aio.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            changed = await m.update_context_settings(recent_window_tokens=20)
+            assert m.context_settings() == changed
+            return changed
+
+    assert asyncio.run(main()).recent_window_tokens == 20
