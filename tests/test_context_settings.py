@@ -365,6 +365,7 @@ async def test_max_speculative_l1s_caps_the_unmerged_l1s_made(tmp_path: Path) ->
             await m.wait_ready()
             assert await m.is_ready()
             assert len(await every_summary(m)) == 3
+            assert (await m.health()).pending_units == 7  # the chunks held back are still debt
             await m.update_context_settings(merge_threshold=2)
             await m.wait_ready()
             made = (await every_summary(m)).values()

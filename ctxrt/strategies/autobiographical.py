@@ -209,9 +209,10 @@ class AutobiographicalStrategy(Strategy):
 
     # -- queues -----------------------------------------------------------------------------
 
-    def _l1_queue(self, closing: Sequence[Chunk] = ()) -> list[Chunk]:
-        """The chunks waiting for an L1, oldest first; ``closing``: chunks about to close, counted too."""
-        cap = self.config.max_speculative_l1s
+    def _l1_queue(self, closing: Sequence[Chunk] = (), *, capped: bool = True) -> list[Chunk]:
+        """The chunks waiting for an L1, oldest first; ``closing``: chunks about to close, counted
+        too; ``capped``: only those ``max_speculative_l1s`` lets the queue make now."""
+        cap = self.config.max_speculative_l1s if capped else None
         room = None if cap is None else max(0, cap - len(self._unmerged.get(1, ())))
         return l1_queue(self._pending.values(), self.chunks, self.config.l1_holdback_chunks, closing, room=room)
 
@@ -263,7 +264,8 @@ class AutobiographicalStrategy(Strategy):
 
     def backlog(self, ctx: StrategyContext) -> Backlog:
         # As the next compile or tick would leave it: the chunks that would close count, unclosed.
-        queue = self._l1_queue(self._closing(ctx) if self._stale(ctx) else ())
+        # The debt counts the chunks max_speculative_l1s holds back too: they are still raw.
+        queue = self._l1_queue(self._closing(ctx) if self._stale(ctx) else (), capped=False)
         group = self._merge_queue()
         tokens = 0
         for chunk in queue:
