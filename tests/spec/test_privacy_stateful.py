@@ -374,6 +374,14 @@ class PrivacyMachine(RuleBasedStateMachine):
         result = self.loop.run(handle.manager.compile, Budget(max_tokens=tokens, reserve_for_response=0))
         self.check_leaks(handle, result)
 
+    @rule(who=st.integers(0, 50), head=st.integers(0, 120), recent=st.integers(0, 200), chunk=st.integers(20, 120),
+          threshold=st.integers(2, 4))
+    def change_settings(self, who: int, head: int, recent: int, chunk: int, threshold: int) -> None:
+        """Live settings (T14) move the zones and the chunking mid-run; what was made stays."""
+        change = self.pick(who).manager.update_context_settings
+        self.loop.run(lambda: change(head_window_tokens=head, recent_window_tokens=recent, target_chunk_tokens=chunk,
+                                     merge_threshold=threshold))
+
     @precondition(lambda self: self.branches < 4)
     @rule(reader=st.sampled_from((*READERS, None)))
     def fork(self, reader: str | None) -> None:
