@@ -196,7 +196,7 @@ async def test_a_unit_in_flight_lands_after_an_update(tmp_path: Path) -> None:
 
 async def test_settings_persist_across_a_restart_and_a_fork(tmp_path: Path) -> None:
     """T14: a reopen with the same config reads the settings back (no ConfigConflictError); a fork
-    carries them and changes there stay there; another config starts from its own values and
+    and a derive carry them and changes there stay there; another config starts from its own values and
     keeps only the default budget."""
     with trio.fail_after(GUARD_S):
         async with runtime(tmp_path) as rt:
@@ -215,6 +215,8 @@ async def test_settings_persist_across_a_restart_and_a_fork(tmp_path: Path) -> N
             await m.update_context_settings(head_window_tokens=10)
             assert m.context_settings().head_window_tokens == 10
             assert main.context_settings() == changed
+            child = await main.derive(branch="child")
+            assert child.context_settings() == changed
             await main.set_strategy(autobio(recent_window_tokens=70))
             assert main.context_settings() == ctxrt.ContextSettings(Budget(500, 0), 0, 70, 40, 6, False)
         async with runtime(tmp_path) as rt:
