@@ -23,6 +23,7 @@ from ctxrt.testing import ScriptedModel, estimate_text, states
 from ctxrt.strategies import catalog
 from ctxrt.strategies.queue import merge_group
 from ctxrt.strategies.records import Summary
+from support import wait_until
 
 GUARD_S = 20
 MODEL = "model-x"
@@ -189,6 +190,24 @@ async def test_a_unit_in_flight_lands_after_an_update(tmp_path: Path) -> None:
             await m.compile(Budget(1000, 0))
             # The next chunk closes at the new target (8 messages) below the new recent window (3).
             assert await chunks(m) == [tuple(ids[:4]), tuple(ids[4:8]), tuple(ids[8:16])]
+
+
+async def test_auto_tick_turned_on_live_compresses_in_the_background(tmp_path: Path) -> None:
+    """T14, T8: auto-tick set live starts the background drain on what is queued and on new messages."""
+    with trio.fail_after(GUARD_S):
+        async with runtime(tmp_path) as rt:
+            m = await rt.open(NS, strategy=autobio())
+            await add_all(m, 8)
+            await m.compile(Budget(1000, 0))
+            assert await m.search_summaries() == []
+            await m.update_context_settings(auto_tick=True)
+            await wait_until(lambda: summaries_made(m, 2))
+            await add_all(m, 4, start=8)
+            await wait_until(lambda: summaries_made(m, 3))
+
+
+async def summaries_made(m: ctxrt.ContextManager, count: int) -> bool:
+    return len(await m.search_summaries(limit=100)) >= count
 
 
 # -- persistence ---------------------------------------------------------------------------
