@@ -101,6 +101,28 @@ async def test_a_compile_after_an_update_uses_the_new_windows(tmp_path: Path) ->
             assert m.strategy == autobio(recent_window_tokens=60)  # the config stays what it was
 
 
+async def test_a_compile_after_an_update_equals_one_from_scratch(tmp_path: Path) -> None:
+    """T14, T9: what the strategy kept across compiles (its head and recent windows) follows a
+    change: the compile equals one of a restarted runtime under the same settings."""
+    changes = [{"head_window_tokens": 30, "recent_window_tokens": 50}, {"head_window_tokens": 10},
+               {"recent_window_tokens": 120, "target_chunk_tokens": 60}, {"head_window_tokens": 0}]
+    for turn, change in enumerate(changes):
+        with trio.fail_after(GUARD_S):
+            async with runtime(tmp_path) as rt:
+                m = await rt.open(NS, strategy=autobio(recent_window_tokens=40))
+                await add_all(m, 10, start=10 * turn)
+                await m.compile(Budget(150, 0))
+                await m.tick()
+                await m.update_context_settings(**change)
+                warm = await m.compile(Budget(150, 0))
+                warm_stats = m.render_stats()
+            async with runtime(tmp_path) as rt:
+                m = await rt.open(NS, strategy=autobio(recent_window_tokens=40))
+                cold = await m.compile(Budget(150, 0))
+                assert (warm.messages, warm.provenance.messages, warm_stats) == (
+                    cold.messages, cold.provenance.messages, m.render_stats())
+
+
 async def test_compile_without_a_budget_uses_the_default_budget(tmp_path: Path) -> None:
     """T14: ``default_budget`` is what ``compile()`` without a budget spends; a budget given wins."""
     with trio.fail_after(GUARD_S):
