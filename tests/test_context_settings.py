@@ -123,6 +123,20 @@ async def test_a_compile_after_an_update_equals_one_from_scratch(tmp_path: Path)
                     cold.messages, cold.provenance.messages, m.render_stats())
 
 
+async def test_knowledge_chunks_at_its_phase_ceiling_of_the_new_target(tmp_path: Path) -> None:
+    """T14, T7: Knowledge's chunks close at its phase ceiling (1.5x for dialogue) of the target set
+    live; the chunks closed before stay as they were."""
+    with trio.fail_after(GUARD_S):
+        async with runtime(tmp_path) as rt:
+            m = await rt.open(NS, strategy=ctxrt.Knowledge(MODEL, target_chunk_tokens=40, recent_window_tokens=0))
+            ids = await add_all(m, 12)
+            await m.compile(Budget(1000, 0))
+            await m.update_context_settings(target_chunk_tokens=80)
+            ids += await add_all(m, 12, start=12)
+            await m.compile(Budget(1000, 0))
+            assert await chunks(m) == [tuple(ids[:6]), tuple(ids[6:12]), tuple(ids[12:])]
+
+
 async def test_compile_without_a_budget_uses_the_default_budget(tmp_path: Path) -> None:
     """T14: ``default_budget`` is what ``compile()`` without a budget spends; a budget given wins."""
     with trio.fail_after(GUARD_S):
