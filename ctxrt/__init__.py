@@ -224,6 +224,7 @@ from .strategies.knowledge import Knowledge as Knowledge
 from .strategies.passthrough import Passthrough as Passthrough
 from .strategies.records import Summary as Summary
 from .strategies.records import SummaryMatch as SummaryMatch
+from .strategies.settings import ContextSettings as ContextSettings
 from .strategies.windowed import WindowedPassthrough as WindowedPassthrough
 from .content.tokens import CalibratedEstimator as CalibratedEstimator
 from .content.tokens import TokenEstimator as TokenEstimator

@@ -57,6 +57,7 @@ from .namespace.protocol import (
     SummariesInRange,
     Tick,
     Unpin,
+    UpdateContextSettings,
 )
 from .namespace.ref import NamespaceRef
 from .namespace.registry import NamespaceRegistry
@@ -64,7 +65,9 @@ from .queries import MessageQuery
 from .slots import SlotCache, prepare_append
 from .store.protocol import AppendItem, BranchInfo, describe_branches
 from .store.records import BranchRow
+from .strategies import settings
 from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
+from .strategies.settings import ContextSettings
 from .subscriptions import POLL_INTERVAL_S, subscription
 
 if TYPE_CHECKING:
@@ -332,7 +335,7 @@ class ContextManager:
         """
         ref = self._live()
         command = Compile(
-            self._reader, checks.optional_instance(budget, "budget", Budget) or Budget(),
+            self._reader, checks.optional_instance(budget, "budget", Budget),
             checks.instances(injections, "injections", Injection),
             checks.instances(message_injections, "message_injections", MessageInjection), checks.flag(dry_run, "dry_run"),
             checks.flag(strict, "strict"),
@@ -744,6 +747,41 @@ class ContextManager:
             checked.append(copy)
         if checked:
             ref.tell(SetTools(tuple(checked)))
+
+    async def update_context_settings(self, **changes: Any) -> ContextSettings:
+        """Change the namespace's live settings (for every manager on it); returns those in force (T14).
+
+        ``default_budget`` (a ``Budget``, or None for ``Budget()``): what ``compile()`` without a
+        budget uses. ``head_window_tokens``, ``recent_window_tokens``, ``target_chunk_tokens``,
+        ``merge_threshold``, ``auto_tick``: as the strategy config's fields of those names, which
+        they override. In force from the namespace's next command on, stored with it (a reopen
+        with the same strategy config and a fork keep them); the strategy isn't started again:
+        chunks closed stay closed and work in flight lands.
+
+        Raises:
+            TypeError: a name that isn't a setting (named); nothing changes.
+            ValueError: a value the setting refuses (named); nothing changes.
+            StrategyRefusedError: the strategy has no such setting (named: Passthrough and
+                WindowedPassthrough take ``default_budget`` only), or failed to start.
+            ReadOnlyStoreError: the runtime is read-only (nothing changes).
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+        """
+        ref = self._live()
+        checked = settings.checked(changes)
+        if not checked:
+            return self.context_settings()
+        found: ContextSettings = await ref.ask(UpdateContextSettings(self._reader, checked))
+        return found
+
+    def context_settings(self) -> ContextSettings:
+        """The namespace's live settings in force (T14): its config's, as ``update_context_settings``
+        changed them; a setting its strategy doesn't have is None.
+
+        Raises:
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        found = self._live().status.settings
+        return ContextSettings() if found is None else found
 
     def set_system_prompt(self, text: str | None) -> None:
         """The system prompt of the namespace's compression requests (in mailbox order)."""

@@ -43,7 +43,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.models.model",),
     ("ctxrt.models.openai_model",),
     ("ctxrt.strategies.base", "ctxrt.strategies.shaping", "ctxrt.strategies.live"),
-    ("ctxrt.strategies.records", "ctxrt.strategies.kept_window"),  # windowed's kept window; autobiographical memory's parts, then the policy over them
+    ("ctxrt.strategies.records", "ctxrt.strategies.kept_window", "ctxrt.strategies.settings"),  # windowed's kept window; autobiographical memory's parts, then the policy over them; live settings
     ("ctxrt.strategies.coverage", "ctxrt.strategies.folding"),
     ("ctxrt.strategies.chunking", "ctxrt.strategies.queue", "ctxrt.strategies.prompts", "ctxrt.strategies.shown_entries",
      "ctxrt.strategies.ladder"),

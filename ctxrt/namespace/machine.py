@@ -74,7 +74,8 @@ from ..store.protocol import (
     SetValue,
 )
 from ..store.records import StateKind
-from ..strategies import catalog
+from ..budget import Budget
+from ..strategies import catalog, settings
 from ..strategies.base import (
     Backlog,
     Pinning,
@@ -173,6 +174,7 @@ from .protocol import (
     Tick,
     UnitDone,
     Unpin,
+    UpdateContextSettings,
     refusal_for,
 )
 from .views import build_views, flush_new
@@ -287,6 +289,8 @@ class NamespaceMachine:
         self.waiting: StoreUnavailableError | None = None
         self.holds = Holds()
         self.settings = Settings()
+        self.settings_changes: dict[str, Any] = {}  # the live settings changed, in force (T14)
+        self.context_settings = settings.ContextSettings()
         self.managers: set[int] = set()
         self.orphaned = False  # its last manager left; it stops once it owes no caller an answer
         self.caches: list[SlotCache] = []
@@ -781,9 +785,9 @@ class NamespaceMachine:
         unreachable store is no failure: the start is tried again, see ``await_store``)."""
         self._ctx = self._new_context()
         self.strategy_started = True
-        self._listen(self.strategy.auto_tick and not self.readonly)
         self.strategy_error = None
         try:
+            self._load_settings()  # before initialize: chunks close under them
             self.strategy.initialize(self.ctx)
             self.seen = self.store.seen_now(self.caches)
         except StoreUnavailableError as exc:
@@ -797,6 +801,7 @@ class NamespaceMachine:
                                self.strategy.name)
                 self.waiting = None
                 self.drain.wanted = self.strategy.auto_tick  # work the outage held up
+        self._listen(self.strategy.auto_tick and not self.readonly)
         mark, writes = self.ctx.take()
         if mark or writes:  # initialize only reads: writes belong in next_unit or select
             logger.warning("strategy %r of %s wrote during initialize; not committed", self.strategy.name, self.place)
@@ -984,6 +989,33 @@ class NamespaceMachine:
         self._start_strategy()
         yield from self._record_config()
 
+    def _update_context_settings(self, command: UpdateContextSettings) -> Gen:
+        """Store the changed live settings, then run with them from this turn on (T14)."""
+        check_reader(self.record, command.reader, self.place)
+        self.require_strategy()
+        settings.refuse_unsupported(self.strategy, self.strategy.name, command.changes)
+        self._require_writes()
+        changes = {**self.settings_changes, **command.changes}
+        state = states.settings_state(self.place.namespace)
+        value = settings.record(changes, catalog.describe(self.strategy_config))
+
+        def build() -> Atomically:
+            register = () if self.store.has_state(state) else (RegisterState(name=state, kind="value"),)
+            return Atomically(commands=(*register, SetValue(state=state, branch=self.branch_id, value=value)))
+
+        yield Write(build=build)
+        self.settings_changes = changes
+        self.context_settings = settings.apply(self.strategy, changes)
+        self._listen(self.strategy.auto_tick and not self.readonly)
+        self.drain.wanted = self.strategy.auto_tick  # a smaller target or window may make work now
+        return self.context_settings
+
+    def _load_settings(self) -> None:
+        """Run with the live settings stored for this config (T14)."""
+        stored = self.store.read_value(states.settings_state(self.place.namespace), self.branch_id)
+        self.settings_changes = settings.in_force(stored, catalog.describe(self.strategy_config))
+        self.context_settings = settings.apply(self.strategy, self.settings_changes)
+
     def _pins(self, command: PinRange | Unpin | ListPins) -> Any:
         check_reader(self.record, command.reader, self.place)
         self.require_strategy()
@@ -1068,6 +1100,8 @@ class NamespaceMachine:
     # -- compile ----------------------------------------------------------------------------
 
     def _compile(self, command: Compile, task: _Task) -> Gen:
+        if command.budget is None:  # resolved at this turn: one whole setting (T14)
+            command = attrs.evolve(command, budget=self.context_settings.default_budget or Budget())
         # Its span is current while it compiles (never across a yield: a context attached in a
         # generator would leak into whatever the loop handles next); its commit carries it.
         with tracing.compiling(self.place.namespace, self.place.branch, self.reader, self.strategy.name,
@@ -1093,6 +1127,7 @@ class NamespaceMachine:
         stopwatch, ctx = self.given.stopwatch, self.ctx
         started = stopwatch()
         options = SelectOptions(dry_run=command.dry_run, context=ctx, strict=command.strict)
+        assert command.budget is not None  # resolved by _compile
         entries = self.strategy.select(self.views.view, command.budget, options)
         if command.dry_run:
             ctx.take()
@@ -1218,9 +1253,10 @@ class NamespaceMachine:
         published, slot = self.published, self.caches[0] if self.caches else None
         calls = self.drain.model_calls()
         if (published.strategy_config is self.strategy_config and published.slot is slot
-                and published.model_calls == calls and published.render_stats is self.render_stats):
+                and published.model_calls == calls and published.render_stats is self.render_stats
+                and published.settings is self.context_settings):
             return
-        self.published = NamespaceStatus(self.strategy_config, slot, calls, self.render_stats)
+        self.published = NamespaceStatus(self.strategy_config, slot, calls, self.render_stats, self.context_settings)
         self._effects.append(Publish(self.published))
 
 
@@ -1238,6 +1274,7 @@ PROTOCOL: dict[type, tuple[Kind, Handler]] = {
     Remove: (Kind.EXCLUSIVE, lambda m, t: m._remove(t.command)),
     Fork: (Kind.EXCLUSIVE, lambda m, t: m._fork(t.command)),
     Derive: (Kind.EXCLUSIVE, lambda m, t: m._derive(t.command)),
+    UpdateContextSettings: (Kind.EXCLUSIVE, lambda m, t: m._update_context_settings(t.command)),
     # reads: handled at once; their own writes join the lane
     Compile: (Kind.READ, lambda m, t: m._compile(t.command, t)),
     Preview: (Kind.READ, lambda m, t: m._preview(t.command)),

@@ -26,6 +26,7 @@ from ..store.records import BranchRow, ItemAppended
 if TYPE_CHECKING:
     from ..models.model import Model
     from ..strategies.base import Pin, RenderStats, Strategy, StrategyConfig
+    from ..strategies.settings import ContextSettings
     from ..content.tokens import TokenEstimator
 
 
@@ -66,7 +67,7 @@ class Detach(Ask[None]):
 @attrs.frozen
 class Compile(Ask[CompileResult]):
     reader: str | None
-    budget: Budget
+    budget: Budget | None  # None: the namespace's default budget (its live settings), else Budget()
     injections: tuple[Injection, ...]
     message_injections: tuple[MessageInjection, ...]
     dry_run: bool
@@ -115,6 +116,15 @@ class Remove(Ask[None]):
 class SetStrategy(Ask[None]):
     reader: str | None
     config: StrategyConfig | Strategy
+
+
+@attrs.frozen
+class UpdateContextSettings(Ask["ContextSettings"]):
+    """Change live settings (checked by the manager: ``settings.checked``), stored and in force
+    from the next command on (T14)."""
+
+    reader: str | None
+    changes: Mapping[str, Any]
 
 
 @attrs.frozen
@@ -326,6 +336,7 @@ class NamespaceStatus:
     slot: SlotCache | None = None  # the own slot's cache, for reads of messages as stored
     model_calls: int = 0  # model calls out
     render_stats: RenderStats | None = None  # what the last compile showed and left out
+    settings: ContextSettings | None = None  # the live settings in force (T14)
 
 
 # -- the handle ------------------------------------------------------------------------------

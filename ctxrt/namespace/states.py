@@ -1,7 +1,8 @@
 """Every state id a namespace owns, built in one place (DESIGN §6).
 
 Per branch a namespace has ``<ns>/reader`` (its reader record), ``<ns>/narrowing-floor``,
-``<ns>/context`` (its context log), ``<ns>/strategy`` (the config it runs) and its strategy's
+``<ns>/context`` (its context log), ``<ns>/strategy`` (the config it runs),
+``<ns>/context-settings`` (the live settings changed in it) and its strategy's
 ``<ns>/<strategy>:<name>`` states. Message slots are ``messages`` (shared) or ``<ns>/messages``
 (isolated). Nothing else in ctxrt formats these names.
 """
@@ -54,6 +55,11 @@ def context_state(namespace: str) -> str:
 
 def config_state(namespace: str) -> str:
     return f"{namespace}/strategy"
+
+
+def settings_state(namespace: str) -> str:
+    """The live context settings changed in it (strategies/settings.py)."""
+    return f"{namespace}/context-settings"
 
 
 def calibration_state(namespace: str) -> str:

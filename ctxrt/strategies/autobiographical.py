@@ -50,7 +50,7 @@ from .base import (
     ratio,
     text,
 )
-from .chunking import closing
+from .chunking import closing, with_boundary
 from .ladder import (
     NO_TOOLS,
     PLAIN_TEXT,
@@ -79,7 +79,7 @@ from .prompts import (
     recall_pairs,
     transition_request,
 )
-from .queue import MAX_ATTEMPTS, Backoff, group_key, l1_queue, merge_group, quarantined, sealed_summaries
+from .queue import MAX_ATTEMPTS, Backoff, group_key, l1_queue, merge_group, quarantined, sealed_summaries, within_span
 from .records import (
     Chunk,
     Summary,
@@ -92,6 +92,7 @@ from .records import (
     summary_record,
 )
 from .selection import Folded, LevelBudgets, MiddleFolder, Price, Selection, SummaryPrices, frontier_under_pins, select
+from .settings import StrategySettings
 from .shown_entries import ShownEntries
 from .zones import Zones
 
@@ -143,7 +144,8 @@ class AutobiographicalStrategy(Strategy):
         self.config = config
         self.policy = policy
         self.name = policy.name
-        self.auto_tick = config.auto_tick
+        self.settings = self.default_settings()  # the live settings (T14): read through here, not the config
+        self.auto_tick = self.settings.auto_tick
         self.chunks: list[Chunk] = []
         self.summaries: list[Summary] = []
         self.attempts: dict[str, int] = {}
@@ -167,7 +169,8 @@ class AutobiographicalStrategy(Strategy):
         self._live_memo: LiveMemo = {}
         self._coverage = Coverage()  # what summaries cover, as runs of the view
         self._made = ShownEntries(config.max_message_tokens, config.summary_participant)  # reused across compiles
-        self._zones = Zones(self._made, config.head_window_tokens, config.recent_window_tokens)
+        self._zones = Zones(self._made, self.settings.head_window_tokens, self.settings.recent_window_tokens)
+        self._boundary_failed: set[str] = set()  # messages chunk_boundary raised at (logged once each)
         self.resolutions: dict[str, int] | None = None  # each middle chunk's level in the last compile's fold (T10)
         self._wanted: tuple[tuple[str, ...], ...] = ()  # the units the last compile's fold lacked (_Folding.wanted)
 
@@ -226,9 +229,14 @@ class AutobiographicalStrategy(Strategy):
         held = ctx.hold_floor()
         if held is not None:
             end = min(end, bisect_left(messages, held, key=sequence_key))
-        target = self.config.target_chunk_tokens
+        target, boundary = self.settings.target_chunk_tokens, self.config.chunk_boundary
         return closing(messages, view, closed=self.chunks, head=head, end=end,
-                       rule=lambda: self.policy.chunk_rule(target))
+                       rule=lambda: with_boundary(self.policy.chunk_rule(target), boundary, self._boundary_raised))
+
+    def _boundary_raised(self, message: Message, error: Exception) -> None:
+        if message.id not in self._boundary_failed:
+            self._boundary_failed.add(message.id)
+            logger.warning("chunk_boundary raised after message %s; taken as no boundary", message.id, exc_info=error)
 
     def _stale(self, ctx: StrategyContext | None) -> bool:
         """Whether chunks may close now that didn't at the last rebuild: new messages, the view
@@ -255,14 +263,34 @@ class AutobiographicalStrategy(Strategy):
 
     # -- queues -----------------------------------------------------------------------------
 
-    def _l1_queue(self, closing: Sequence[Chunk] = ()) -> list[Chunk]:
-        """The chunks waiting for an L1, oldest first; ``closing``: chunks about to close, counted too."""
-        return l1_queue(self._pending.values(), self.chunks, self.config.l1_holdback_chunks, closing)
+    def _l1_queue(self, closing: Sequence[Chunk] = (), *, capped: bool = True) -> list[Chunk]:
+        """The chunks waiting for an L1, oldest first; ``closing``: chunks about to close, counted
+        too; ``capped``: only those ``max_speculative_l1s`` lets the queue make now."""
+        cap = self.config.max_speculative_l1s if capped else None
+        room = None if cap is None else max(0, cap - len(self._unmerged.get(1, ())))
+        return l1_queue(self._pending.values(), self.chunks, self.config.l1_holdback_chunks, closing, room=room)
 
     def _merge_queue(self) -> list[Summary] | None:
         if not self.config.hierarchical:
             return None
-        return merge_group(self._unmerged, self.attempts, self.config.merge_threshold)
+        return merge_group(self._unmerged, self.attempts, self.settings.merge_threshold,
+                           max_span=self.config.merge_max_source_span_messages, span=self._span)
+
+    def _span(self, summary: Summary) -> int:
+        """How many messages ``summary`` covers (what ``merge_max_source_span_messages`` bounds)."""
+        return len(self._leaves(summary))
+
+    # -- live settings (T14) -----------------------------------------------------------------
+
+    def default_settings(self) -> StrategySettings:
+        c = self.config
+        return StrategySettings(c.head_window_tokens, c.recent_window_tokens, c.target_chunk_tokens, c.merge_threshold,
+                                c.auto_tick)
+
+    def use_settings(self, settings: StrategySettings) -> None:
+        self.settings, self.auto_tick = settings, settings.auto_tick
+        self._zones.resize(settings.head_window_tokens, settings.recent_window_tokens)
+        self._dirty = True  # a smaller target or window may close chunks now; those closed stay
 
     def wake_at(self) -> float | None:
         """When the drain may try again after a transient model failure (the context's clock), or None."""
@@ -294,7 +322,8 @@ class AutobiographicalStrategy(Strategy):
 
     def backlog(self, ctx: StrategyContext) -> Backlog:
         # As the next compile or tick would leave it: the chunks that would close count, unclosed.
-        queue = self._l1_queue(self._closing(ctx) if self._stale(ctx) else ())
+        # The debt counts the chunks max_speculative_l1s holds back too: they are still raw.
+        queue = self._l1_queue(self._closing(ctx) if self._stale(ctx) else (), capped=False)
         group = self._merge_queue()
         tokens = 0
         for chunk in queue:
@@ -621,7 +650,7 @@ class AutobiographicalStrategy(Strategy):
             chunks, problem, nodes = self._fold_problem(messages, middle, pinned, cost, price)
             previous = None if self.resolutions is None else [self.resolutions.get(chunk.id, 0) for chunk in chunks]
             found = solve(problem, allowance, previous=previous, folding=config.folding,
-                          slack_ratio=config.slack_ratio, merge_span=config.merge_threshold)
+                          slack_ratio=config.slack_ratio, merge_span=self.settings.merge_threshold)
             grace = int(usable * config.over_budget_grace_ratio) if config.enforce_budget and not found.fits else 0
             shown_nodes = newest_within(problem, found, allowance + grace)
             by_id = {summary.id: summary for summary in self.summaries}
@@ -636,6 +665,9 @@ class AutobiographicalStrategy(Strategy):
                              and lack.start <= node.start and node.stop <= lack.stop]
                     while group and group[0] in sealed:
                         group.pop(0)
+                    if config.merge_max_source_span_messages is not None:  # as merge_group: T15
+                        group = [s.id for s in within_span([by_id[key] for key in group],
+                                                           config.merge_max_source_span_messages, self._span)]
                     if len(group) >= 2:
                         wanted.append(tuple(group))
             return Folded(shown, sum(node.tokens for node in shown_nodes), grace,

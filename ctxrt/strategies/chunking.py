@@ -37,6 +37,33 @@ def closes_at_target(target_chunk_tokens: int) -> ChunkRule:
     return closes
 
 
+Boundary = Callable[[Message, Message, Sequence[Message]], bool]
+"""A host's ``chunk_boundary(previous, next, chunk)``: whether the chunk ``chunk`` (ending with
+``previous``) closes before ``next``, at a topic change say. Pure."""
+
+
+def with_boundary(rule: ChunkRule, boundary: Boundary | None,
+                  raised: Callable[[Message, Exception], None]) -> ChunkRule:
+    """``rule``, and a chunk of at least 4 messages closes too where ``boundary`` says so. A
+    boundary that raises is taken as False (``raised`` hears of it): a host's bug never stops
+    the namespace or its chunking."""
+    if boundary is None:
+        return rule
+
+    def closes(pending: Sequence[Message], tokens: int, following: Message | None) -> bool:
+        if rule(pending, tokens, following):  # asked first, always: a rule may carry state along the walk
+            return True
+        if following is None or len(pending) < MIN_CHUNK_MESSAGES:
+            return False
+        try:
+            return bool(boundary(pending[-1], following, tuple(pending)))
+        except Exception as exc:  # noqa: BLE001 - the host's function: reported, taken as no boundary
+            raised(pending[-1], exc)
+            return False
+
+    return closes
+
+
 def head_window(
     messages: Sequence[Message], view: MessageView, head_start_id: str | None, window_tokens: int
 ) -> tuple[int, int]:

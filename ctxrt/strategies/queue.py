@@ -7,7 +7,7 @@ the strategy so the order of work and the quarantine rules can be read and teste
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from .records import Chunk, Summary
 
@@ -23,32 +23,50 @@ def group_key(group: Sequence[Summary]) -> str:
 
 
 def l1_queue(
-    pending: Iterable[Chunk], chunks: Sequence[Chunk], holdback: int, closing: Sequence[Chunk] = ()
+    pending: Iterable[Chunk], chunks: Sequence[Chunk], holdback: int, closing: Sequence[Chunk] = (), *,
+    room: int | None = None,
 ) -> list[Chunk]:
     """The chunks waiting for an L1, oldest first: ``pending`` and ``closing`` (chunks about to
-    close, counted too), less the newest ``holdback`` of all chunks."""
+    close, counted too), less the newest ``holdback`` of all chunks, at most ``room`` of them
+    (``max_speculative_l1s`` less the unmerged L1s; None: no cap)."""
     waiting = [*pending, *closing]
     every = [*chunks, *closing]
     if holdback > 0 and every:
         newest = {c.id for c in every[-holdback:]}
         waiting = [c for c in waiting if c.id not in newest]
-    return waiting
+    return waiting if room is None else waiting[:room]
 
 
 def merge_group(
-    unmerged: Mapping[int, Sequence[Summary]], attempts: Mapping[str, int], threshold: int
+    unmerged: Mapping[int, Sequence[Summary]], attempts: Mapping[str, int], threshold: int, *,
+    max_span: int | None = None, span: Callable[[Summary], int] = lambda summary: 0,
 ) -> list[Summary] | None:
     """The next group of ``threshold`` unmerged summaries of level 1, else of level 2, oldest
-    first, that isn't quarantined; None if there is none."""
+    first, that isn't quarantined; None if there is none.
+
+    With ``max_span``, a group covers at most that many source messages (``span`` of each
+    summary: the messages it covers; ctxrt merges up to level 3, so the reference's scaling above
+    it never applies): once ``threshold`` are waiting, the longest run of at least 2 from the
+    oldest that fits merges; a summary that can't open such a run stays unmerged, shown as it is."""
     sealed = sealed_summaries(attempts)
     for level in (1, 2):
         frontier = unmerged.get(level, [])
         start = 0
-        while start < len(frontier) and frontier[start].id in sealed:
-            start += 1
-        group = list(frontier[start : start + threshold])
-        if len(group) >= threshold and attempts.get(group_key(group), 0) < MAX_ATTEMPTS:
-            return group
+        while start < len(frontier):
+            if frontier[start].id in sealed:
+                start += 1
+                continue
+            group = list(frontier[start : start + threshold])
+            if len(group) < threshold:
+                break
+            if max_span is not None:
+                group = within_span(group, max_span, span)
+                if len(group) < 2:
+                    start += 1  # too wide to merge with its next: it stays unmerged
+                    continue
+            if attempts.get(group_key(group), 0) < MAX_ATTEMPTS:
+                return group
+            break
     return None
 
 
@@ -57,6 +75,17 @@ def sealed_summaries(attempts: Mapping[str, int]) -> set[str]:
     sealed, it stays unmerged and later groups start after it, so one refused merge doesn't stop
     its level for good."""
     return {key.split(",")[0] for key, count in attempts.items() if count >= MAX_ATTEMPTS and "," in key}
+
+
+def within_span(group: Sequence[Summary], max_span: int, span: Callable[[Summary], int]) -> list[Summary]:
+    """The longest run from ``group``'s first whose spans sum to at most ``max_span``."""
+    total, taken = 0, []
+    for summary in group:
+        total += span(summary)
+        if total > max_span:
+            break
+        taken.append(summary)
+    return taken
 
 
 def quarantined(attempts: Mapping[str, int]) -> list[str]:

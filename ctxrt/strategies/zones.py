@@ -55,6 +55,13 @@ class Zones:
         self._kept: KeptWindow | None = None
         self._needed = sys.maxsize  # the oldest index this compile's windows used (trim forgets what is older)
 
+    def resize(self, head_tokens: int, recent_tokens: int) -> None:
+        """New window sizes (live settings, T14): the head is found again; the kept recent window
+        stays (its bounds are found from its totals at each compile)."""
+        if head_tokens != self._head_tokens:
+            self._head = None
+        self._head_tokens, self._recent_tokens = head_tokens, recent_tokens
+
     def head(self, messages: Sequence[Message], view: MessageView, start_id: str | None) -> Head:
         """The head window of ``messages`` (``view``'s), from ``start_id`` (a reset, T6) or the first."""
         self._made.follow(view, len(messages))

@@ -390,6 +390,22 @@ class PrivacyMachine(RuleBasedStateMachine):
         result = self.loop.run(handle.manager.compile, Budget(max_tokens=tokens, reserve_for_response=0))
         self.check_leaks(handle, result)
 
+    @rule(who=st.integers(0, 50), head=st.integers(0, 120), recent=st.integers(0, 200), chunk=st.integers(20, 120),
+          threshold=st.integers(2, 4))
+    def change_settings(self, who: int, head: int, recent: int, chunk: int, threshold: int) -> None:
+        """Live settings (T14) move the zones and the chunking mid-run; what was made stays."""
+        manager = self.pick(who).manager
+
+        def change() -> Awaitable[ctxrt.ContextSettings]:
+            return manager.update_context_settings(head_window_tokens=head, recent_window_tokens=recent,
+                                                   target_chunk_tokens=chunk, merge_threshold=threshold)
+
+        if isinstance(manager.strategy, Autobiographical):
+            self.loop.run(change)
+        else:  # a derived namespace reopened without a strategy runs Passthrough: it has no windows
+            with pytest.raises(ctxrt.StrategyRefusedError, match="head_window_tokens"):
+                self.loop.run(change)
+
     @precondition(lambda self: self.branches < 4)
     @rule(reader=st.sampled_from((*READERS, None)))
     def fork(self, reader: str | None) -> None:
