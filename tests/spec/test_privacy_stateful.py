@@ -6,7 +6,7 @@ all over the shared slot, under Autobiographical with small chunks. Rules add me
 blocks carry random audiences, edit audiences (narrowing and widening; refusals must leave the
 message unchanged, and an edit that hides nothing is never refused), remove messages, compile,
 tick, fork, derive and reopen derived managers, and have the model refuse compression replies or
-answer them with a tool call (each unit then walks its refusal ladder, T12). Every block's text holds a unique marker
+answer them with a tool call (each unit then walks its refusal ladder, T12); a run may fold its middle by adaptive resolution (T10), kv-stable or flat. Every block's text holds a unique marker
 ``AUD[ann,bob]#17`` (the audience it was written with, then a number); the machine keeps, per
 branch, every version of every message, so it knows who each marker was ever visible to.
 
@@ -223,10 +223,14 @@ class PrivacyMachine(RuleBasedStateMachine):
 
     # -- set-up and teardown ----------------------------------------------------------------
 
-    @initialize(seed=st.lists(st.lists(audiences, min_size=1, max_size=3), min_size=10, max_size=30))
-    def open_managers(self, seed: list[list[Audience]]) -> None:
+    @initialize(seed=st.lists(st.lists(audiences, min_size=1, max_size=3), min_size=10, max_size=30),
+                folding=st.sampled_from((None, "kv-stable", "flat")))
+    def open_managers(self, seed: list[list[Audience]], folding: str | None) -> None:
+        # folding: adaptive resolution (T10) picks which summaries a small compile shows, and
+        # queues early merges of its own: neither may carry a block past its audience.
         config = Autobiographical("privacy-model", target_chunk_tokens=60, recent_window_tokens=60,
-                                  head_window_tokens=0, merge_threshold=3, l1_holdback_chunks=0)
+                                  head_window_tokens=0, merge_threshold=3, l1_holdback_chunks=0,
+                                  adaptive_resolution=folding is not None, folding=folding or "kv-stable")
         self.config = config
         rt = self.loop.runtime
         for reader in (*READERS, None):
