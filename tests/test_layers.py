@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.strategies.records", "ctxrt.strategies.kept_window", "ctxrt.strategies.settings"),  # windowed's kept window; autobiographical memory's parts, then the policy over them; live settings
     ("ctxrt.strategies.coverage", "ctxrt.strategies.folding"),
     ("ctxrt.strategies.chunking", "ctxrt.strategies.queue", "ctxrt.strategies.prompts", "ctxrt.strategies.shown_entries",
-     "ctxrt.strategies.ladder"),
+     "ctxrt.strategies.ladder", "ctxrt.strategies.fold_problem"),
     ("ctxrt.strategies.zones",),
     ("ctxrt.strategies.selection",),
     ("ctxrt.strategies.policy",),

@@ -64,7 +64,8 @@ from .ladder import (
     stitch,
 )
 from .coverage import Coverage, Runs
-from .folding import Fold, FoldProblem, Node, newest_within, solve
+from .fold_problem import fold_problem
+from .folding import Fold, newest_within, solve
 from .live import MIB, LiveMemo
 from .policy import AUTOBIOGRAPHICAL, CompressionPolicy
 from .prompts import (
@@ -647,7 +648,9 @@ class AutobiographicalStrategy(Strategy):
 
         def fold(messages: Sequence[Message], middle: Runs, pinned: Sequence[int], cost: Callable[[int], int],
                  allowance: int) -> Folded:
-            chunks, problem, nodes = self._fold_problem(messages, middle, pinned, cost, price)
+            made = fold_problem(messages, middle, pinned, cost, chunks=self.chunks, summaries=self.summaries,
+                                pins=self.pins, price=price)
+            chunks, problem, nodes = made.chunks, made.problem, made.nodes
             previous = None if self.resolutions is None else [self.resolutions.get(chunk.id, 0) for chunk in chunks]
             found = solve(problem, allowance, previous=previous, folding=config.folding,
                           slack_ratio=config.slack_ratio, merge_span=self.settings.merge_threshold)
@@ -674,53 +677,6 @@ class AutobiographicalStrategy(Strategy):
                           _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted)))
 
         return fold
-
-    def _fold_problem(self, messages: Sequence[Message], middle: Runs, pinned: Sequence[int],
-                      cost: Callable[[int], int], price: Price) -> tuple[list[Chunk], FoldProblem, list[Node]]:
-        """The middle as a fold sees it: its chunks wholly in the middle with no pinned message
-        (oldest first), each one's raw tokens (its own messages), the summaries over runs of them
-        (a level pin keeps those above its level out) and the fixed tokens of the middle's other
-        unpinned messages."""
-        held = sorted(pinned)
-        chunks: list[Chunk] = []
-        raw: list[int] = []
-        inside: set[int] = set()
-        for chunk in self.chunks:
-            low = bisect_left(messages, chunk.first_sequence, key=sequence_key)
-            high = bisect_left(messages, chunk.last_sequence + 1, key=sequence_key)
-            if low >= high or not any(start <= low and high <= stop for start, stop in middle):
-                continue
-            at = bisect_left(held, low)
-            if at < len(held) and held[at] < high:
-                continue
-            own = set(chunk.message_ids)
-            found = [index for index in range(low, high) if messages[index].id in own]
-            chunks.append(chunk)
-            raw.append(sum(cost(index) for index in found))
-            inside.update(found)
-        inside.update(held)
-        fixed = sum(cost(index) for start, stop in middle for index in range(start, stop) if index not in inside)
-        index_of = {chunk.message_ids: at for at, chunk in enumerate(chunks)}
-        spans: dict[str, tuple[int, int]] = {}
-        nodes: list[Node] = []
-        level_pins = [pin for pin in self.pins if pin.level is not None]
-        for summary in self.summaries:
-            span: tuple[int, int] | None = None
-            if summary.level == 1:
-                one = index_of.get(summary.source_ids)
-                span = None if one is None else (one, one + 1)
-            else:
-                parts = [spans[child] for child in summary.source_ids if child in spans]
-                joined = len(parts) == len(summary.source_ids) > 0 and all(
-                    a[1] == b[0] for a, b in zip(parts, parts[1:]))
-                span = (parts[0][0], parts[-1][1]) if joined else None
-            if span is None:
-                continue
-            spans[summary.id] = span
-            if not any(pin.level is not None and summary.level > pin.level and summary.first_sequence
-                       <= pin.last_sequence and pin.first_sequence <= summary.last_sequence for pin in level_pins):
-                nodes.append(Node(summary.id, summary.level, span[0], span[1], price(summary)))
-        return chunks, FoldProblem(tuple(raw), tuple(nodes), fixed), nodes
 
     # -- pins (docs/api.md, Host controls) ---------------------------------------------------
 
