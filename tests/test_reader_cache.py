@@ -109,7 +109,8 @@ async def test_a_namespace_claimed_for_a_reader_lets_go_of_the_view_it_read_befo
 
 async def test_a_compile_after_reopening_a_readers_namespace_equals_the_one_before(store_path: Path) -> None:
     """P17, A2: the reader's cache dropped with its last namespace is made again by the next: the
-    compile is the same, content and provenance (its own compile id aside), made anew (nothing of the old one was kept)."""
+    compile is the same, content and provenance (its own compile id aside), made anew (nothing of
+    the old one was kept)."""
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(store_path) as rt:
             keeper = await rt.open("keeper")
@@ -126,6 +127,33 @@ async def test_a_compile_after_reopening_a_readers_namespace_equals_the_one_befo
                 assert all(made is not old for made, old in zip(after.messages, before.messages))
                 assert after.to_anthropic(assistant="Claude") == before.to_anthropic(assistant="Claude")
                 await manager.aclose()
+
+
+async def test_a_message_no_audience_block_touches_has_one_copy_entry_for_every_reader(store_path: Path) -> None:
+    """P17, A2: the copy entry of a message every reader sees as stored is the slot cache's, made
+    once for all readers; one a reader sees projected is that reader's. What a reader compiles
+    with entries another reader made equals what it compiles on its own (a view filter: no
+    sharing), content and provenance."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store_path) as rt:
+            keeper = await rt.open("keeper", view_reader="bob")
+            ids = await fill(keeper)
+            await keeper.compile(BUDGET)  # bob's view makes the shared entries first
+            ann = await rt.open("ann-1", view_reader="ann")
+            alone = await rt.open("ann-alone", view_reader="ann", view_filter=lambda message: True)
+            shared, own = await ann.compile(BUDGET), await alone.compile(BUDGET)
+            cache = main_cache(rt)
+            projected = [message_id for k, message_id in enumerate(ids) if k % 3 == 0]
+            assert len(cache.copies) == len(ids) - len(projected)  # one per unprojected message, not per reader
+            for reader in ("ann", "bob"):
+                assert len(cache.readers[reader].copies) == len(projected)  # type: ignore[attr-defined]
+            assert shared.messages == own.messages
+            assert attrs.evolve(shared.provenance, compile_id=own.provenance.compile_id,
+                                namespace=own.provenance.namespace) == own.provenance
+            await ann.aclose()
+            await keeper.aclose()
+            assert set(cache.readers) == set()  # the filtered namespace holds none
+            await alone.aclose()
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -20,7 +20,7 @@ from ..content import codec
 from ..budget import Entry
 from ..compile.pipeline import CompileMemo, ViewShare
 from ..content.blocks import Message
-from ..memos import IdMemo
+from ..memos import IdMemo, LayeredMemo
 from ..slots import SlotCache
 from ..store.interface import StoreEngine
 from ..strategies.base import Strategy
@@ -98,14 +98,17 @@ def release_views(views: ReaderViews) -> None:
         own.users -= 1
         if own.users <= 0 and cache.readers.get(own.listing.reader) is own:
             del cache.readers[own.listing.reader]
+            if not cache.readers:  # no reader view left to share the slot's copy entries
+                cache.copies.bound(0)
 
 
 @attrs.define(eq=False)
 class ReaderCache:
     """What every namespace actor reading one slot as ``reader`` (no filter) shares, kept on the
-    slot cache while the views of one of them hold it (``build_views``): the reader's projection of the
-    slot (each message projected once per slot and reader view, not once per namespace), each
-    message's ``copy`` entry (``MessageView.copies``) and what compiles make of its messages (P17).
+    slot cache while the views of one of them hold it (``build_views``): the reader's projection of
+    the slot (each message projected once per slot and reader view, not once per namespace), each
+    message's ``copy`` entry (``MessageView.copies``: the slot's own for a message the reader sees
+    as stored) and what compiles make of its messages (P17).
     ``users``: the views holding it; the last to let go drops it (P17: shared while any of them
     holds it; a host that keeps opening and closing namespaces for new readers keeps none of theirs)."""
 
@@ -120,7 +123,11 @@ def reader_cache(cache: SlotCache, reader: str | None) -> ReaderCache:
     found = cache.readers.get(reader)
     if not isinstance(found, ReaderCache):
         listing = ReaderListing(SlotListing(cache), reader)
-        found = cache.readers[reader] = ReaderCache(listing, ViewShare(listing.changes), IdMemo())
+        # A message holding no audience block is every reader's view of it as stored (the same
+        # object): its copy entry is the slot's, one for every reader view.
+        as_stored: Callable[[Message], bool] = lambda message: cache.held(message.sequence) is message
+        copies: IdMemo[Message, Entry] = LayeredMemo(cache.copies, as_stored, lambda: cache.messages)
+        found = cache.readers[reader] = ReaderCache(listing, ViewShare(listing.changes), copies)
     return found
 
 
