@@ -20,7 +20,7 @@ import trio.testing
 
 import ctxrt
 from ctxrt import Budget, Runtime, Text
-from ctxrt.testing import SlotCache
+from ctxrt.testing import SLACK, SlotCache
 
 GUARD_S = 30
 BUDGET = Budget(max_tokens=100_000, reserve_for_response=0)
@@ -154,6 +154,29 @@ async def test_a_message_no_audience_block_touches_has_one_copy_entry_for_every_
             await keeper.aclose()
             assert set(cache.readers) == set()  # the filtered namespace holds none
             await alone.aclose()
+
+
+async def test_the_slots_copy_entries_stay_bounded_by_the_messages_it_holds_through_edits(store_path: Path) -> None:
+    """P17, S2: each edit makes a message a new object, and a new copy entry for every reader; the
+    entries of the old objects go once they outnumber what the slot holds (``memos.outgrown``), and
+    every compile shows the edited text."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store_path) as rt:
+            keeper = await rt.open("keeper", view_reader="bob")
+            ids = await fill(keeper)
+            ann = await rt.open("ann-1", view_reader="ann")
+            cache = main_cache(rt)
+            largest = 0
+            for k in range(SLACK + 4 * len(ids)):  # past the slack: the old entries are cut
+                await keeper.edit_message(ids[1], f"edit {k}")
+                for manager in (keeper, ann):
+                    texts = [block.text for message in (await manager.compile(BUDGET)).messages
+                             for block in message.content if isinstance(block, Text)]
+                    assert f"edit {k}" in texts
+                largest = max(largest, len(cache.copies))
+            assert largest > len(ids)  # old objects' entries were kept for a while ...
+            assert largest <= 2 * len(cache.messages) + SLACK + 1  # ... and cut once outgrown
+            assert len(cache.copies) <= 2 * len(cache.messages) + SLACK + 1
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
