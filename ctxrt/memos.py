@@ -1,8 +1,9 @@
 """The tables compile's caches keep, and the one rule that bounds them all.
 
 Every cache on the compile path (``compile.CompileMemo``, the strategies' kept entries, the
-bodies' parts, a view's copy entries, what one reader view of a slot shares) is owned by
-something: a memo, a strategy, a view, a slot cache's reader view. None is process-wide or weak,
+bodies' parts, a view's copy entries, what one reader view of a slot shares, the copy entries
+every reader view of a slot shares) is owned by something: a memo, a strategy, a view, a slot
+cache's reader view, the slot cache (``LayeredMemo``). None is process-wide or weak,
 so a table has to be bounded by its owner: ``outgrown`` is the rule, applied where a table grows
 (``IdMemo.bound``), and ``KEEP`` is the one count of whole records (a body per request form) a
 cache keeps. Pure and synchronous.
