@@ -25,6 +25,7 @@ from .content.blobs import extract_blobs, resolve_blobs
 from .content.blocks import Block, Message, holds_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
+from .memos import IdMemo
 from .store.interface import StoreEngine
 from .store.records import ItemAppended, ItemEdited, ItemsRemoved, LogHead, Operation
 
@@ -180,9 +181,13 @@ class SlotCache:
         self.looks = 0  # head reads before a read (a read-only runtime's, a shared store's)
         self.decoded = 0  # messages decoded from the store so far (L7 is measured with it)
         # Per reader view, what every namespace reading this slot alone so shares (its projection,
-        # its copy entries, what compiles make of them: ``namespace.views.ReaderCache``), kept as
-        # long as the cache is.
+        # its copy entries, what compiles make of them: ``namespace.views.ReaderCache``), kept while
+        # a namespace's views hold it.
         self.readers: dict[str | None, object] = {}
+        # The copy entries of messages as stored, for every reader view above that sees one so (a
+        # message no audience block touches is the same object in each): made once per message,
+        # bounded by the messages held.
+        self.copies: IdMemo[Message, Any] = IdMemo()
         if seed is None:
             self._reload("first read")
         else:

@@ -25,7 +25,8 @@ states a namespace keeps in it (the module ``states``, ``record_from_value``/``C
 for its reader record, and ``Holds``, its compression holds); the mailbox's message envelopes
 (``Ask``, ``Reply``, ``Mailbox``); the reader views' listings (``ReaderListing``,
 ``FilteredListing``, ``MergedListing``, ``shared_reader_listing``); blob extraction
-(``extract_blobs``, ``resolve_blobs``); the slots' pure parts (``prepare_append``,
+(``extract_blobs``, ``resolve_blobs``); the slack a cache's table may hold beyond twice what is
+in use (``SLACK``, ``memos.outgrown``); the slots' pure parts (``prepare_append``,
 ``SlotCache``, ``SlotRegistry``, ``ChangeLog``, ``FULL``); content as the API takes it, turned
 into blocks (``blocks_from_content``); the audience rule of an edit (``hidden_by_edit``) and the
 Messages API form of compiled messages (``to_anthropic_messages``); the token estimates
@@ -82,6 +83,7 @@ from .content.blocks import hidden_by_edit as hidden_by_edit
 from .asks import Ask as Ask
 from .mailbox import Mailbox as Mailbox
 from .asks import Reply as Reply
+from .memos import SLACK as SLACK
 from .models.model import approx_tokens as approx_tokens
 from .namespace import states as states
 from .namespace.core import CorruptRecord as CorruptRecord

@@ -277,9 +277,10 @@ class _Loop:
 
     def close(self) -> None:
         """The loop ends, however it ends: the machine answers what it holds, the mailbox what is
-        queued, and the slot caches are given back."""
+        queued, and the slot caches (and the reader's view of them) are given back."""
         if self.stopped is None:  # the runtime closing (Cancelled) or an interrupt
             self.apply(self.machine.handle(Retire(self.ref.retired or _runtime_closed(self.place)), self._inputs()))
+        self.machine.let_go_of_views()  # the slot cache may outlive this actor: its reader view need not
         for cache in self.caches:
             cache.unlisten(self.appended)
             self.services.slots.release(cache)

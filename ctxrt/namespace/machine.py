@@ -177,7 +177,7 @@ from .protocol import (
     UpdateContextSettings,
     refusal_for,
 )
-from .views import build_views, flush_new
+from .views import ReaderViews, build_views, flush_new, release_views
 
 logger = logging.getLogger("ctxrt.namespace")
 
@@ -307,6 +307,7 @@ class NamespaceMachine:
         self.listening = False
         self.timer = math.inf
         self._ctx: ActorContext | None = None  # the strategy's context: made when the views are first built
+        self._held: ReaderViews | None = None  # the views whose hold on a reader's cache is still to give back
         self.published = NamespaceStatus(self.strategy_config)
         self._effects: list[Effect] = []
 
@@ -742,11 +743,20 @@ class NamespaceMachine:
         return self.record if isinstance(self.record, str) else None
 
     def _build_views(self) -> None:
-        epoch = self.epoch
-        self.views = build_views(self.caches, self.reader, view_filter=self.config.view_filter,
-                                 estimator=self.config.token_estimator, guard=lambda: self._guard(epoch),
-                                 pricing=self.drain.pricing)
+        epoch, previous = self.epoch, self._held
+        self.views = self._held = build_views(self.caches, self.reader, view_filter=self.config.view_filter,
+                                              estimator=self.config.token_estimator, guard=lambda: self._guard(epoch),
+                                              pricing=self.drain.pricing)
+        if previous is not None:  # after the new ones took theirs: the same reader's cache stays
+            release_views(previous)
         self._ctx = self._new_context()
+
+    def let_go_of_views(self) -> None:
+        """The actor ends, however it ends (its loop's close): its views' hold on the reader's cache
+        goes, so the slot cache keeps no reader view nobody reads (P17)."""
+        held, self._held = self._held, None
+        if held is not None:
+            release_views(held)
 
     def _new_context(self) -> ActorContext:
         self.generation += 1  # strategy writes buffered before this were made from memory it replaces

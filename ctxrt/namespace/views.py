@@ -20,7 +20,7 @@ from ..content import codec
 from ..budget import Entry
 from ..compile.pipeline import CompileMemo, ViewShare
 from ..content.blocks import Message
-from ..memos import IdMemo
+from ..memos import IdMemo, LayeredMemo
 from ..slots import SlotCache
 from ..store.interface import StoreEngine
 from ..strategies.base import Strategy
@@ -39,13 +39,15 @@ from .context import ActorContext
 
 @attrs.frozen
 class ReaderViews:
-    """One epoch's views. ``shared``: the listing is the slot's shared projection for the reader."""
+    """One epoch's views. ``shared``: the listing is the slot's shared projection for the reader,
+    whose ``ReaderCache`` they hold (``held``, with its slot cache) until ``release_views``."""
 
     listing: Any
     shared: bool
     view: MessageView
     raw_body: Callable[[str], Message | None]
     memo: CompileMemo
+    held: tuple[SlotCache, ReaderCache] | None = None
 
 
 def build_views(
@@ -53,12 +55,14 @@ def build_views(
     guard: Callable[[], None], pricing: Callable[[], object],
 ) -> ReaderViews:
     """The views of ``caches`` (the own slot first) for ``reader``; ``guard`` runs before every read
-    through the view, ``pricing`` says what the view's estimates are priced by."""
+    through the view, ``pricing`` says what the view's estimates are priced by. Views of one slot
+    as it is hold its reader's cache: the caller gives them to ``release_views`` once done."""
     listings = [SlotListing(cache) for cache in caches]
     merged = listings[0] if len(listings) == 1 else MergedListing(listings)
     filtered = merged if view_filter is None else FilteredListing(merged, view_filter)
     shared = filtered is listings[0]
     copies: IdMemo[Message, Entry] | None = None
+    own: ReaderCache | None = None
     if shared:  # one slot as it is: its reader's projection, and what compiles make in it, are shared
         own = reader_cache(caches[0], reader)
         listing: Any = own.listing
@@ -79,27 +83,51 @@ def build_views(
         )
     view = MessageView(listing, guard=guard, estimate=estimate_message if estimator is None else _checked(estimator),
                        pricing=pricing, copies=copies)
-    return ReaderViews(listing, shared, view, raw_body, memo)
+    if own is None:
+        return ReaderViews(listing, shared, view, raw_body, memo)
+    own.users += 1  # last: nothing above raises, so every count taken is one ``release_views`` gives back
+    return ReaderViews(listing, shared, view, raw_body, memo, (caches[0], own))
 
 
-@attrs.frozen
+def release_views(views: ReaderViews) -> None:
+    """``views`` are done with (rebuilt for a new epoch, or their actor stopped): their hold on the
+    reader's cache goes, and the last hold's release drops that cache from its slot cache. Once per
+    ``build_views``."""
+    if views.held is not None:
+        cache, own = views.held
+        own.users -= 1
+        if own.users <= 0 and cache.readers.get(own.listing.reader) is own:
+            del cache.readers[own.listing.reader]
+            if not cache.readers:  # no reader view left to share the slot's copy entries
+                cache.copies.bound(0)
+
+
+@attrs.define(eq=False)
 class ReaderCache:
     """What every namespace actor reading one slot as ``reader`` (no filter) shares, kept on the
-    slot cache and dropped with it: the reader's projection of the slot (each message projected
-    once per slot and reader view, not once per namespace), each message's ``copy`` entry
-    (``MessageView.copies``) and what compiles make of its messages (P17)."""
+    slot cache while the views of one of them hold it (``build_views``): the reader's projection of
+    the slot (each message projected once per slot and reader view, not once per namespace), each
+    message's ``copy`` entry (``MessageView.copies``: the slot's own for a message the reader sees
+    as stored) and what compiles make of its messages (P17).
+    ``users``: the views holding it; the last to let go drops it (P17: shared while any of them
+    holds it; a host that keeps opening and closing namespaces for new readers keeps none of theirs)."""
 
     listing: ReaderListing
     compiled: ViewShare
     copies: IdMemo[Message, Entry]
+    users: int = 0
 
 
 def reader_cache(cache: SlotCache, reader: str | None) -> ReaderCache:
-    """``reader``'s cache of ``cache``, made on first use."""
+    """``reader``'s cache of ``cache``, made on first use (kept while views hold it)."""
     found = cache.readers.get(reader)
     if not isinstance(found, ReaderCache):
         listing = ReaderListing(SlotListing(cache), reader)
-        found = cache.readers[reader] = ReaderCache(listing, ViewShare(listing.changes), IdMemo())
+        # A message holding no audience block is every reader's view of it as stored (the same
+        # object): its copy entry is the slot's, one for every reader view.
+        as_stored: Callable[[Message], bool] = lambda message: cache.held(message.sequence) is message
+        copies: IdMemo[Message, Entry] = LayeredMemo(cache.copies, as_stored, lambda: cache.messages)
+        found = cache.readers[reader] = ReaderCache(listing, ViewShare(listing.changes), copies)
     return found
 
 
