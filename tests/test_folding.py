@@ -270,6 +270,8 @@ def test_the_fold_is_stored_and_what_it_lacks_is_made_on_demand() -> None:
     stats = strategy.render_stats()
     assert stats is not None and stats.dropped_ids  # 20 recent + 3 L1s or raw: it can't fit yet
     assert not strategy.is_ready()  # what the fold lacks is queued
+    backlog = strategy.backlog(ctx)  # and counted as work and debt: the held-back chunk and the early merge
+    assert backlog.units == 2 and backlog.tokens == sum(ctx.view.estimate_tokens(m) for m in ctx.messages[12:16])
     assert drain(strategy, ctx) >= 2
     assert {s.level for s in strategy.summaries} >= {1, 2}
     selected = strategy.select(ctx.view, budget(90), SelectOptions(context=ctx))
@@ -454,6 +456,8 @@ async def test_lacking_summaries_are_made_and_the_fold_improves_after_wait_ready
             await m.compile(budget(90))
             stats = m.render_stats()
             assert stats is not None and stats.dropped_ids
+            health = await m.health()
+            assert health.pending_units >= 2 and health.compression_debt_tokens > 0  # what the fold lacks is work
             await m.wait_ready()
             assert len(model.requests) > before
             result = await m.compile(budget(90))

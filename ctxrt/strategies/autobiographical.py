@@ -324,14 +324,17 @@ class AutobiographicalStrategy(Strategy):
     def backlog(self, ctx: StrategyContext) -> Backlog:
         # As the next compile or tick would leave it: the chunks that would close count, unclosed.
         # The debt counts the chunks max_speculative_l1s holds back too: they are still raw.
+        # So do the units the last fold lacked (T10) that neither queue holds.
         queue = self._l1_queue(self._closing(ctx) if self._stale(ctx) else (), capped=False)
         group = self._merge_queue()
+        queued = {chunk.id for chunk in queue} | ({group_key(group)} if group is not None else set())
+        lacking = [unit for unit in self._lacking() if unit.key not in queued]
         tokens = 0
-        for chunk in queue:
+        for chunk in [*queue, *(unit.work for unit in lacking if isinstance(unit.work, Chunk))]:
             for message_id in chunk.message_ids:
                 message = ctx.view.get(message_id)
                 tokens += 0 if message is None else ctx.view.estimate_tokens(message)
-        return Backlog(len(queue) + (group is not None), tokens)
+        return Backlog(len(queue) + (group is not None) + len(lacking), tokens)
 
     # -- compression ------------------------------------------------------------------------
 
@@ -355,18 +358,25 @@ class AutobiographicalStrategy(Strategy):
 
     def _demanded(self, level: int | None) -> Unit | None:
         """The first unit the last fold lacked that can still be made (of ``level``: 1 a chunk's
-        level-1 summary, 2 a merge; None either): a chunk still pending (not quarantined), or a
-        run of unmerged summaries of one level, in order, not quarantined as a group."""
+        level-1 summary, 2 a merge; None either)."""
+        lacking = self._lacking(level)
+        return lacking[0] if lacking else None
+
+    def _lacking(self, level: int | None = None) -> list[Unit]:
+        """The units the last fold lacked that can still be made, in its order: a chunk still
+        pending (not quarantined), or a run of unmerged summaries of one level, in order, not
+        quarantined as a group."""
+        units = []
         for wanted in self._wanted:
             if len(wanted) == 1 and level != 2:
                 chunk = self._pending.get(wanted[0])
                 if chunk is not None:
-                    return Unit(chunk.id, chunk.last_sequence, chunk)
+                    units.append(Unit(chunk.id, chunk.last_sequence, chunk))
             elif len(wanted) > 1 and level != 1 and self.config.hierarchical:
                 group = self._unmerged_run(wanted)
                 if group is not None:
-                    return Unit(group_key(group), max(s.last_sequence for s in group), tuple(group))
-        return None
+                    units.append(Unit(group_key(group), max(s.last_sequence for s in group), tuple(group)))
+        return units
 
     def _unmerged_run(self, ids: tuple[str, ...]) -> list[Summary] | None:
         """The summaries ``ids`` if they are a run of one level's unmerged ones, in order, and
