@@ -64,20 +64,30 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-async def move(
-    registry: NamespaceRegistry, ref: NamespaceRef, token: int, row: BranchRow, *, reader: str | None,
+async def attach_to(
+    registry: NamespaceRegistry, ref: NamespaceRef, row: BranchRow, *, reader: str | None,
     explicit_reader: str | None,
 ) -> Attachment:
-    """Attach to ``row``'s namespace actor, then detach ``token`` from ``ref`` (C2: a refusal
-    raises before anything changed)."""
+    """Attach a manager of ``ref`` to ``row``'s namespace actor with a fresh token, leaving it
+    attached to ``ref`` too (a move's first half; a refusal raises before anything changed)."""
     config = attrs.evolve(ref.config, strategy=ref.status.strategy_config)  # set_strategy's, if it ran
     fresh = new_token()
     new_ref, resolved = await registry.attach(
         row, config, explicit_reader if explicit_reader is not None else reader, fresh,
         compiles_for_none=reader is None,
     )
-    ref.tell(Detach(token))
     return Attachment(new_ref, fresh, resolved)
+
+
+async def move(
+    registry: NamespaceRegistry, ref: NamespaceRef, token: int, row: BranchRow, *, reader: str | None,
+    explicit_reader: str | None,
+) -> Attachment:
+    """Attach to ``row``'s namespace actor, then detach ``token`` from ``ref`` (C2: a refusal
+    raises before anything changed)."""
+    attached = await attach_to(registry, ref, row, reader=reader, explicit_reader=explicit_reader)
+    ref.tell(Detach(token))
+    return attached
 
 
 async def fork(registry: NamespaceRegistry, ref: NamespaceRef, reader: str | None, name: str | None) -> tuple[str, BranchRow]:

@@ -109,6 +109,7 @@ class ContextManager:
         self._closed = False
         self._moving = trio.Lock()  # one move (switch, fork) of this manager at a time
         self._subscriptions: set[Callable[[], None]] = set()  # each open subscription's end
+        registry.managers.add(self)
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -814,3 +815,49 @@ class ContextManager:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+
+
+def _on(manager: ContextManager, branch_id: int) -> bool:
+    return not manager._closed and manager._ref.retired is None and manager._ref.branch_id == branch_id
+
+
+async def switch_managers(registry: NamespaceRegistry, source: BranchRow, target: BranchRow) -> int:
+    """Move every open manager of ``registry`` on ``source`` to ``target`` at one point (R3); how many moved.
+
+    Each is attached to ``target``'s actor first, still attached where it is (a refusal, a cancel or a
+    deleted branch detaches those new attachments and moves none). Then, in one step with no
+    checkpoint, each manager takes its new place and leaves its old actor: between two checkpoints
+    every manager of the runtime is on one side, so no compile sent after the switch sees the old branch.
+    Managers opened on ``source`` while the attaches run are gathered too, before that step.
+    """
+    moving: dict[ContextManager, branching.Attachment] = {}
+    held: list[ContextManager] = []
+    async with registry.switching:
+        try:
+            while pending := [m for m in list(registry.managers) if m not in moving and _on(m, source.id)]:
+                for manager in pending:
+                    if manager not in held:
+                        await manager._moving.acquire()  # its own switch or fork finishes first
+                        held.append(manager)
+                    if _on(manager, source.id):
+                        moving[manager] = await branching.attach_to(
+                            registry, manager._ref, target, reader=manager._reader,
+                            explicit_reader=manager._explicit_reader)
+            for retired in [m._ref.retired for m in moving] + [a.ref.retired for a in moving.values()]:
+                if retired is not None:  # either branch was deleted meanwhile
+                    raise retired()
+        except BaseException:
+            for attachment in moving.values():
+                attachment.ref.tell(Detach(attachment.token))
+            raise
+        finally:
+            for manager in held:
+                manager._moving.release()
+        # One step from here to the return: no manager is seen on either side alone.
+        for manager, attachment in moving.items():
+            if manager._closed:  # closed while it was attached there: it leaves the new actor too
+                attachment.ref.tell(Detach(attachment.token))
+                continue
+            manager._ref.tell(Detach(manager._token))
+            manager._ref, manager._token, manager._reader = attachment.ref, attachment.token, attachment.reader
+    return len(moving)

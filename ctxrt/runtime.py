@@ -16,7 +16,7 @@ import trio
 from . import checks
 from .content.blocks import Message
 from .errors import ManagerClosedError, MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
-from .manager import ContextManager
+from .manager import ContextManager, switch_managers
 from .models.model import Model
 from .namespace import states
 from .namespace.actor import MODEL_TIMEOUT_S
@@ -294,6 +294,33 @@ class Runtime:
         if not isinstance(name, str):
             raise TypeError(f"name must be a string, not {type(name).__name__}")
         await self.store.ask(DeleteBranch(name=name))
+
+    async def switch_branch(self, from_branch: str, to_branch: str) -> int:
+        """Move every open manager of this runtime on ``from_branch`` to ``to_branch`` at one point
+        (R3): each is attached to ``to_branch`` first, then all take their new place in one step, so
+        a compile sent before it reads ``from_branch`` and one sent after reads ``to_branch``, and
+        the runtime's managers are never seen on both. Returns how many moved.
+
+        Managers of other runtimes (other processes on a PostgreSQL store) are theirs to move: each
+        runtime switches its own.
+
+        Raises:
+            BranchNotFoundError: either branch doesn't exist (named), or was deleted during the switch.
+            ReaderConflictError, StrategyRefusedError: a manager can't attach there (as its own
+                ``ContextManager.switch_branch``).
+            RuntimeClosedError: the runtime is closed.
+
+        On any refusal, or if cancelled before the last step, no manager moved (all or nothing).
+        """
+        checks.name(from_branch, "from_branch")
+        checks.name(to_branch, "to_branch")
+        if self._closed:
+            raise RuntimeClosedError(f"the runtime on {self.path} is closed")
+        source, target = self.engine.branch(from_branch), self.engine.branch(to_branch)
+        if source.id == target.id:
+            await trio.lowlevel.checkpoint()
+            return 0
+        return await switch_managers(self._namespaces, source, target)
 
     def statistics(self) -> RuntimeStatistics:
         """The store actor's mailbox depth, last batch size and commit time, and each live

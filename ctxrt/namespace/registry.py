@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,9 @@ class NamespaceRegistry:
         # Subscribers that asked for alarms, by (branch id, namespace): they outlive the actors.
         self._alarms: dict[tuple[int, str], list[Callable[[Any], None]]] = {}
         self.closed = False
+        # Every manager of this runtime, for a switch of them all (R3); one leaves when collected.
+        self.managers: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.switching = trio.Lock()  # one switch of many managers at a time
 
     def __len__(self) -> int:
         return len(self._refs)
