@@ -162,6 +162,8 @@ from .models.model_types import (
     Usage as Usage,
 )
 from .namespace.protocol import NamespaceHealth as NamespaceHealth
+from .namespace.protocol import CompileMetadata as CompileMetadata
+from .namespace.protocol import CompressionHold as CompressionHold
 from .namespace.protocol import NamespaceSnapshot as NamespaceSnapshot
 from .models.openai_model import OpenAIModel as OpenAIModel
 from .forms.openai_wire import OpenAIBody as OpenAIBody

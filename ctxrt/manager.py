@@ -27,13 +27,17 @@ from .compile.result import CompileResult
 from .compile.injections import Injection, MessageInjection
 from .budget import Budget, PreviewResult
 from .content.blocks import ContentLike, Message
-from .errors import ManagerClosedError
+from .errors import ManagerClosedError, MessageNotFoundError
 from .events import MessageEvent, QuarantineAlarm
 from .models.model import Model
 from .namespace.protocol import (
     AppendAndHold,
     CheckReady,
     Compile,
+    CompileMetadata,
+    CompressionHold,
+    DescribeCompile,
+    FindMaxSummaryLevel,
     Detach,
     Edit,
     GetSummary,
@@ -49,8 +53,11 @@ from .namespace.protocol import (
     Remove,
     ReportHealth,
     ResetHeadWindow,
+    ReportAnchor,
+    ReportHolds,
     RetryQuarantined,
     SearchSummaries,
+    SetAnchor,
     SetStrategy,
     SetSystemPrompt,
     SetTools,
@@ -62,7 +69,7 @@ from .namespace.protocol import (
 from .namespace.ref import NamespaceRef
 from .namespace.registry import NamespaceRegistry
 from .queries import MessageQuery
-from .slots import SlotCache, prepare_append
+from .slots import SlotCache, decode_stored, parse_id, prepare_append
 from .store.protocol import AppendItem, BranchInfo, describe_branches
 from .store.records import BranchRow
 from .strategies import settings
@@ -790,6 +797,98 @@ class ContextManager:
         checked = checks.optional_text(text, "text")
         if checked:
             ref.tell(SetSystemPrompt(checked))
+
+    # -- the small reads a host's UI makes (M10) ---------------------------------------------
+
+    async def get_message_at(self, message_id: str, at_sequence: int) -> Message:
+        """The message as it was at store sequence ``at_sequence``: the version an edit after it
+        had not yet replaced, there even if removed since; as stored (A7), from this manager's slot.
+
+        Raises:
+            MessageNotFoundError: the slot held no such message at that sequence (written after it,
+                removed by then, or never).
+            TypeError, ValueError: ``at_sequence`` is not a non-negative integer.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        ref = self._live()
+        checks.text(message_id, "message_id")
+        at = checks.integer(at_sequence, "at_sequence", minimum=0)
+        await trio.lowlevel.checkpoint()
+        engine, sequence = self._registry.engine, parse_id(message_id)
+        item = None if sequence is None or sequence > at else engine.read_item(
+            ref.config.slot, ref.branch_id, sequence, at=at)
+        if item is None:
+            raise MessageNotFoundError(f"no message {message_id!r} in slot {ref.config.slot!r} on branch "
+                                       f"{ref.branch_name!r} at sequence {at}")
+        return decode_stored(engine, item.data, item.sequence)
+
+    async def compression_holds(self) -> list[CompressionHold]:
+        """The holds in force (T5), oldest message first: each message's id and the seconds left
+        until its hold lapses (None: until released). Held in memory by the namespace actor.
+
+        Raises:
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        holds: list[CompressionHold] = await self._live().ask(ReportHolds())
+        return holds
+
+    async def max_summary_level(self) -> int:
+        """The deepest level of the namespace's summaries (0: none, or a strategy without summaries).
+
+        Raises:
+            StrategyRefusedError, ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+        """
+        level: int = await self._live().ask(FindMaxSummaryLevel(self._reader))
+        return level
+
+    async def mark_document(self, first_id: str, last_id: str, title: str | None = None) -> Pin:
+        """Pin ``first_id``..``last_id`` as a document: a ``pin_range`` named ``title`` (default
+        ``"document"``) with no level, so the range is always shown raw (Autobiographical).
+
+        Raises:
+            StrategyRefusedError: the strategy keeps no pins.
+            MessageNotFoundError: an id not in the view; ``ValueError``: ``first_id`` after ``last_id``.
+            ReadOnlyStoreError, ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``pin_range``.
+        """
+        first, last = checks.text(first_id, "first_id"), checks.text(last_id, "last_id")
+        name = "document" if title is None else checks.text(title, "title")
+        pin: Pin = await self._live().ask(PinRange(self._reader, first, last, name, None))
+        return pin
+
+    async def set_anchor(self, message_id: str) -> None:
+        """Start a WindowedPassthrough window at ``message_id`` (stored); an overflow re-anchors as ever (T2).
+
+        Raises:
+            StrategyRefusedError: the namespace's strategy is not WindowedPassthrough.
+            MessageNotFoundError: no such message in the view.
+            ReadOnlyStoreError, ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+        """
+        await self._live().ask(SetAnchor(self._reader, checks.text(message_id, "message_id")))
+
+    async def anchor(self) -> str | None:
+        """The id of the message a WindowedPassthrough window starts at (None: the oldest, never anchored).
+
+        Raises:
+            StrategyRefusedError: the namespace's strategy is not WindowedPassthrough.
+            ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
+        """
+        found: str | None = await self._live().ask(ReportAnchor(self._reader))
+        return found
+
+    async def compile_metadata(self, budget: Budget) -> CompileMetadata:
+        """What ``compile(budget)`` would show, without building it: the ids of the messages shown
+        raw and of the summaries, and the strategy's figures (tokens per zone). It builds no request
+        message, reads no blob and writes nothing (a dry run: an anchor it would move stays).
+
+        Raises:
+            TypeError: ``budget`` is not a ``Budget``.
+            OverBudgetError, StrategyRefusedError, ReaderConflictError, BranchNotFoundError,
+                ManagerClosedError: as ``compile``.
+        """
+        if not isinstance(budget, Budget):
+            raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
+        found: CompileMetadata = await self._live().ask(DescribeCompile(self._reader, budget))
+        return found
 
     async def aclose(self) -> None:
         """Close this manager (idempotent); the namespace actor stops with its last manager, before

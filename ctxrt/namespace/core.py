@@ -244,6 +244,10 @@ class Holds:
             return min(self._expires) if self._expires else None
         return min([*self._expires, *self._reserved.values()])
 
+    def in_force(self) -> list[tuple[int, float]]:
+        """Each held sequence and its lapse time (inf: until released), oldest first."""
+        return sorted(self._expires.items())
+
     def next_lapse(self, now: float) -> float:
         """When the next hold lapses (inf if none is timed)."""
         if self._soonest == math.inf:

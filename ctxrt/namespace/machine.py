@@ -83,7 +83,8 @@ from ..strategies.base import (
     Strategy,
     SummaryReader,
 )
-from ..content.tokens import CalibratedEstimator
+from ..content.tokens import CalibratedEstimator, estimate_blocks
+from ..strategies.windowed import WindowedPassthroughStrategy
 from . import states
 from .context import ActorContext, Settings
 from .core import (
@@ -143,6 +144,10 @@ from .protocol import (
     Attached,
     CheckReady,
     Compile,
+    CompileMetadata,
+    CompressionHold,
+    DescribeCompile,
+    FindMaxSummaryLevel,
     Derive,
     Detach,
     Edit,
@@ -164,8 +169,11 @@ from .protocol import (
     ReportHealth,
     ResetHeadWindow,
     Retire,
+    ReportAnchor,
+    ReportHolds,
     RetryQuarantined,
     SearchSummaries,
+    SetAnchor,
     SetStrategy,
     SetSystemPrompt,
     SetTools,
@@ -1045,6 +1053,48 @@ class NamespaceMachine:
             found = strategy.unpin(self.ctx, command.pin_id)
         return self._then(self.commit(), found)
 
+    # -- the small reads (M10) ----------------------------------------------------------------
+
+    def _report_holds(self) -> list[CompressionHold]:
+        now = self.now  # handle() lapsed what is due: every hold here is in force
+        return [CompressionHold(str(sequence), None if expires == math.inf else expires - now)
+                for sequence, expires in self.holds.in_force()]
+
+    def _max_summary_level(self, command: FindMaxSummaryLevel) -> int:
+        check_reader(self.record, command.reader, self.place)
+        self.require_strategy()
+        self.flush_new()
+        deepest = getattr(self.strategy, "max_summary_level", None)  # strategies without summaries: 0
+        return deepest() if callable(deepest) else 0
+
+    def _anchored(self, reader: str | None) -> WindowedPassthroughStrategy:
+        check_reader(self.record, reader, self.place)
+        self.require_strategy()
+        self.flush_new()
+        if not isinstance(self.strategy, WindowedPassthroughStrategy):
+            raise StrategyRefusedError(f"strategy {self.strategy.name!r} of {self.place} keeps no anchor; "
+                                       f"WindowedPassthrough does")
+        return self.strategy
+
+    def _set_anchor(self, command: SetAnchor) -> Gen:
+        strategy = self._anchored(command.reader)
+        self._require_writes()
+        strategy.set_anchor(self.ctx, command.message_id)
+        return self._then(self.commit(), None)
+
+    def _describe_compile(self, command: DescribeCompile) -> CompileMetadata:
+        """A dry run of the strategy's selection, read for its ids: no result is built, nothing written."""
+        check_reader(self.record, command.reader, self.place)
+        self.require_strategy()
+        self.flush_new()
+        view, options = self.views.view, SelectOptions(dry_run=True, context=self.ctx)
+        entries = self.strategy.select(view, command.budget, options)
+        zones = self.strategy.preview(view, command.budget, options)
+        self.ctx.take()
+        shown = tuple(i for e in entries if e.relation == "copy" for i in e.source_ids)
+        summaries = tuple(dict.fromkeys(i for e in entries for i in e.summary_ids))
+        return CompileMetadata(shown, summaries, sum(estimate_blocks(e.content) for e in entries), zones)
+
     def _then(self, gen: Gen, result: Any) -> Gen:
         yield from gen
         return result
@@ -1304,5 +1354,10 @@ PROTOCOL: dict[type, tuple[Kind, Handler]] = {
     ListPins: (Kind.READ, lambda m, t: m._pins(t.command)),
     RetryQuarantined: (Kind.READ, lambda m, t: m._retry_quarantined(t.command)),
     Inspect: (Kind.READ, lambda m, t: m._snapshot()),
+    ReportHolds: (Kind.READ, lambda m, t: m._report_holds()),
+    FindMaxSummaryLevel: (Kind.READ, lambda m, t: m._max_summary_level(t.command)),
+    SetAnchor: (Kind.READ, lambda m, t: m._set_anchor(t.command)),
+    ReportAnchor: (Kind.READ, lambda m, t: m._anchored(t.command.reader).anchor_id(m.ctx)),
+    DescribeCompile: (Kind.READ, lambda m, t: m._describe_compile(t.command)),
     UnitDone: (Kind.READ, lambda m, t: m._drive(m.drain.apply(t.command, m._moment()))),  # its tick's reply rides with it (_take)
 }

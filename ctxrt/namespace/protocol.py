@@ -247,6 +247,57 @@ class Inspect(Ask["NamespaceSnapshot"]):
     """For tests and debugging (``ContextManager.inspect``): a snapshot of the actor's state."""
 
 
+# The small reads a host's UI makes (M10), and what they answer.
+
+
+@attrs.frozen
+class CompressionHold:
+    """A message held from compression (T5): its id, and the seconds left until the hold lapses
+    (None: until released)."""
+
+    message_id: str
+    expires_in_s: float | None
+
+
+@attrs.frozen
+class CompileMetadata:
+    """What a compile at a budget would show, found without building it: the stored messages it
+    shows raw (in order), the summaries, the estimated tokens of what it shows, and the tokens per
+    zone where the strategy plans zones (its ``preview``; None for one that doesn't)."""
+
+    message_ids: tuple[str, ...]
+    summary_ids: tuple[str, ...]
+    estimated_tokens: int
+    zones: PreviewResult | None
+
+
+@attrs.frozen
+class ReportHolds(Ask[list[CompressionHold]]):
+    pass
+
+
+@attrs.frozen
+class FindMaxSummaryLevel(Ask[int]):
+    reader: str | None
+
+
+@attrs.frozen
+class SetAnchor(Ask[None]):
+    reader: str | None
+    message_id: str
+
+
+@attrs.frozen
+class ReportAnchor(Ask["str | None"]):
+    reader: str | None
+
+
+@attrs.frozen
+class DescribeCompile(Ask[CompileMetadata]):
+    reader: str | None
+    budget: Budget
+
+
 # -- messages from the runtime and the actor's own children --------------------------------
 
 

@@ -719,6 +719,10 @@ class AutobiographicalStrategy(Strategy):
     def list_pins(self) -> list[Pin]:
         return list(self.pins)
 
+    def max_summary_level(self) -> int:
+        """The deepest level of any summary kept (0: none yet)."""
+        return max((summary.level for summary in self.summaries), default=0)
+
     def _store_pins(self, ctx: StrategyContext) -> None:
         ctx.set_value("pins", pins_record(self.pins, self._next_pin))
 

@@ -14,7 +14,7 @@ import attrs
 
 from ..budget import Entry, non_negative_int
 from ..content.blocks import Message, ToolResult, ToolUse, has_block, sequence_key
-from ..errors import OverBudgetError
+from ..errors import MessageNotFoundError, OverBudgetError
 from .base import (
     RenderStats,
     SelectOptions,
@@ -132,6 +132,20 @@ class WindowedPassthroughStrategy(Strategy):
             if sum(shape(message, cap, view.estimate_tokens)[1] for message in messages) > usable:
                 return messages, 0, True
             window = view.window(2 * len(messages))
+
+    def set_anchor(self, ctx: StrategyContext, message_id: str) -> None:
+        """Anchor the window at ``message_id`` (stored; a later overflow re-anchors as ever).
+
+        Raises ``MessageNotFoundError`` for a message not in the view."""
+        found = ctx.view.get(message_id)
+        if found is None:
+            raise MessageNotFoundError(f"no message {message_id!r} in the view of {ctx.namespace!r} to anchor at")
+        self._persist(ctx, found.sequence)
+
+    def anchor_id(self, ctx: StrategyContext) -> str | None:
+        """The id of the message the stored window starts at (None: from the oldest, never anchored)."""
+        anchor = self._stored_anchor(ctx)
+        return str(anchor) if anchor else None
 
     def _persist(self, ctx: StrategyContext | None, anchor: int) -> None:
         if ctx is not None:
