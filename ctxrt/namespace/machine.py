@@ -1087,13 +1087,14 @@ class NamespaceMachine:
         check_reader(self.record, command.reader, self.place)
         self.require_strategy()
         self.flush_new()
-        view, options = self.views.view, SelectOptions(dry_run=True, context=self.ctx)
-        entries = self.strategy.select(view, command.budget, options)
-        zones = self.strategy.preview(view, command.budget, options)
+        entries = self.strategy.select(self.views.view, command.budget,
+                                       SelectOptions(dry_run=True, context=self.ctx))
         self.ctx.take()
-        shown = tuple(i for e in entries if e.relation == "copy" for i in e.source_ids)
-        summaries = tuple(dict.fromkeys(i for e in entries for i in e.summary_ids))
-        return CompileMetadata(shown, summaries, sum(estimate_blocks(e.content) for e in entries), zones)
+        raw = [e for e in entries if e.relation == "copy"]
+        derived = [e for e in entries if e.relation != "copy"]
+        return CompileMetadata(
+            tuple(i for e in raw for i in e.source_ids), tuple(dict.fromkeys(i for e in derived for i in e.summary_ids)),
+            sum(estimate_blocks(e.content) for e in raw), sum(estimate_blocks(e.content) for e in derived))
 
     def _then(self, gen: Gen, result: Any) -> Gen:
         yield from gen

@@ -262,13 +262,16 @@ class CompressionHold:
 @attrs.frozen
 class CompileMetadata:
     """What a compile at a budget would show, found without building it: the stored messages it
-    shows raw (in order), the summaries, the estimated tokens of what it shows, and the tokens per
-    zone where the strategy plans zones (its ``preview``; None for one that doesn't)."""
+    shows raw (in order), the summaries, and the estimated tokens of each (plain estimates)."""
 
     message_ids: tuple[str, ...]
     summary_ids: tuple[str, ...]
-    estimated_tokens: int
-    zones: PreviewResult | None
+    raw_tokens: int
+    summary_tokens: int
+
+    @property
+    def estimated_tokens(self) -> int:
+        return self.raw_tokens + self.summary_tokens
 
 
 @attrs.frozen
