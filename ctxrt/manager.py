@@ -1,7 +1,8 @@
 """``ContextManager``: the public handle a resident holds. It validates, then asks the actors.
 
 A manager is bound to one branch incarnation; ``switch_branch`` and ``fork`` move only this
-manager (they attach it to the other branch's namespace actor, then detach it from this one).
+manager (they attach it to the other branch's namespace actor, then detach it from this one);
+``switch_managers`` (``Runtime.switch_branch``) moves all of a runtime's managers on a branch at once.
 Messages are written through the store actor; everything the reader check guards goes through
 the namespace actor, in its mailbox order. Once its branch is deleted, every call raises
 ``BranchNotFoundError`` (L5). What a move, fork or derive does past validating is
