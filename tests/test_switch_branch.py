@@ -174,3 +174,18 @@ async def test_switch_branch_checks_its_arguments(lmdb_rt: Runtime) -> None:
         await lmdb_rt.switch_branch("main", None)  # type: ignore[arg-type]
     await lmdb_rt.open("a")
     assert await lmdb_rt.switch_branch("main", "main") == 0
+
+
+async def test_managers_with_readers_keep_them_across_the_switch(lmdb_rt: Runtime) -> None:
+    """R3, C7: residents that claimed their namespaces before the fork move with their readers and
+    compile for them there."""
+    rt = lmdb_rt
+    managers = [await rt.open(f"resident-{i}", view_reader=f"agent-{i}") for i in range(RESIDENTS)]
+    first = await managers[0].add_message("user", "before the fork")
+    await rt.create_branch("undo")
+    await managers[0].add_message("user", "after the fork")
+    assert await rt.switch_branch("main", "undo") == RESIDENTS
+    for i, manager in enumerate(managers):
+        assert manager.view_reader == f"agent-{i}" and manager.branch == "undo"
+        result = await manager.compile(BUDGET)
+        assert result.provenance.reader == f"agent-{i}" and shown(result) == [first]
