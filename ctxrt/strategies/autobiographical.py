@@ -118,12 +118,14 @@ def _half(items: Sequence[T], half: int | None) -> list[T]:
 class _Folding(NamedTuple):
     """A compile's fold (T10): its middle chunks' ids (oldest first), the ``fold`` over them for
     the middle's ``allowance`` and the summaries it lacked as what would make them (``wanted``: a
-    chunk's id for its level-1 summary, the ids of the summaries to merge)."""
+    chunk's id for its level-1 summary, the ids of the summaries to merge); ``fixed``: the
+    middle's tokens in no chunk (shown raw whatever the fold)."""
 
     chunks: tuple[str, ...]
     fold: Fold
     wanted: tuple[tuple[str, ...], ...]
     allowance: int
+    fixed: int
 
 
 def resolutions_from(stored: Any) -> dict[str, int] | None:
@@ -341,8 +343,8 @@ class AutobiographicalStrategy(Strategy):
 
     def next_unit(self, ctx: StrategyContext) -> Unit | None:
         """Close what chunks can close, then the oldest chunk without an L1, else a level-1
-        summary the last fold lacked (a held-back chunk's), else a merge group, else an early
-        merge the last fold lacked (T10)."""
+        summary the last fold lacked (a held-back chunk's), else a merge group, else a merge the
+        last fold lacked (T10: of merge_threshold summaries, lined up with its chunks)."""
         if self._stale(ctx):
             self._rebuild(ctx)
         queue = self._l1_queue()
@@ -614,8 +616,9 @@ class AutobiographicalStrategy(Strategy):
                 top = sum(node.level == 3 for node in fold.shown)
                 lacking, reached = (), (
                     f"at full folding (nothing can make it fit: with every level-1 summary and whole merge made, "
-                    f"the middle would still need about {fold.least:,} tokens of its {folding.allowance:,}"
-                    f"{f'; its {top} level-3 summaries never merge further' if top else ''})")
+                    f"the middle would still need about {fold.least:,} tokens of its {folding.allowance:,}: "
+                    f"{folding.fixed:,} for messages no chunk holds yet, and {top} level-3 summaries, which never "
+                    f"merge further)")
         else:  # no folding: what is shown and what is left out
             left_out = sum(view.estimate_tokens(m) for m in map(view.get, stats.dropped_ids) if m is not None)
             needed = stats.summary_tokens + stats.middle_raw_tokens + left_out
@@ -691,7 +694,8 @@ class AutobiographicalStrategy(Strategy):
                     if len(group) >= 2:
                         wanted.append(tuple(group))
             return Folded(shown, sum(node.tokens for node in shown_nodes), grace,
-                          _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted), allowance))
+                          _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted), allowance,
+                                   problem.fixed))
 
         return fold
 

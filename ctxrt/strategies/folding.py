@@ -18,9 +18,12 @@ doesn't undo it. kv-stable gets finer only when it leaves more than half the all
 change, and folding the newest chunk frees far more than a turn adds, so a finer fold at the
 slack would be undone within a few turns, each time a cache miss.
 
-What a fold lacks (``Lack``): when even full folding can't fit, a chunk's level-1 summary or a
-merge of level-(k-1) summaries into level k; when it fits within the slack's edge (tight), the
-level-1 summaries only (a held-back chunk's), so the next overrun can fold the newest chunk.
+What a fold lacks (``Lack``): when even full folding can't fit, a chunk's level-1 summary and the
+merges of ``merge_span`` level-(k-1) summaries into level k that would make it fit (never fewer:
+level 3 never merges further, so smaller merges fragment the top level for good); when it fits
+within the slack's edge (tight), the level-1 summaries only (a held-back chunk's), so the next
+overrun can fold the newest chunk. A fold that can't fit shows its summaries before raw messages
+(``newest_within``), as a compile without folding does.
 
 Pure and synchronous: plain numbers in and out, no store, no clock.
 """
