@@ -217,7 +217,12 @@ class _Tree:
             index += 1
         total = self.problem.fixed + sum(item[3] for item in items)
         asked: list[Lack] = []
-        while total > allowance and (at := self._group(items, merge_span)) is not None:
+        at = 0
+        while total > allowance:
+            found = self._group(items, merge_span, max(0, at - merge_span))  # none starts before the last one's run
+            if found is None:
+                break
+            at = found
             group = items[at : at + merge_span]
             merged = max(item[3] for item in group)
             if all(item[4] for item in group):
@@ -226,11 +231,12 @@ class _Tree:
             total -= sum(item[3] for item in group) - merged
         return asked, total
 
-    def _group(self, items: Sequence[tuple[int, int, int, int, bool]], merge_span: int) -> int | None:
-        """Where the oldest run of ``merge_span`` items of level 1 or 2, over chunks with no
-        summary a level above, starts in ``items``; None if there is none."""
+    def _group(self, items: Sequence[tuple[int, int, int, int, bool]], merge_span: int, begin: int) -> int | None:
+        """Where the oldest run of ``merge_span`` items of level 1 or 2 from ``begin`` (none before
+        it, the last merge's run aside), over chunks with no summary a level above, starts in
+        ``items``; None if there is none."""
         run = 0
-        for at, (level, start, stop, _, _) in enumerate(items):
+        for at, (level, start, stop, _, _) in enumerate(items[begin:], begin):
             mergeable = level in (1, 2) and all(self.at[level + 1][chunk] is None for chunk in range(start, stop))
             run = run + 1 if mergeable and run and items[at - 1][0] == level else int(mergeable)
             if run == merge_span:
