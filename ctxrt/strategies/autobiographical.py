@@ -116,13 +116,16 @@ def _half(items: Sequence[T], half: int | None) -> list[T]:
 
 
 class _Folding(NamedTuple):
-    """A compile's fold (T10): its middle chunks' ids (oldest first), the ``fold`` over them and
-    the summaries it lacked as what would make them (``wanted``: a chunk's id for its level-1
-    summary, the ids of the summaries to merge)."""
+    """A compile's fold (T10): its middle chunks' ids (oldest first), the ``fold`` over them for
+    the middle's ``allowance`` and the summaries it lacked as what would make them (``wanted``: a
+    chunk's id for its level-1 summary, the ids of the summaries to merge); ``fixed``: the
+    middle's tokens in no chunk (shown raw whatever the fold)."""
 
     chunks: tuple[str, ...]
     fold: Fold
     wanted: tuple[tuple[str, ...], ...]
+    allowance: int
+    fixed: int
 
 
 def resolutions_from(stored: Any) -> dict[str, int] | None:
@@ -340,8 +343,8 @@ class AutobiographicalStrategy(Strategy):
 
     def next_unit(self, ctx: StrategyContext) -> Unit | None:
         """Close what chunks can close, then the oldest chunk without an L1, else a level-1
-        summary the last fold lacked (a held-back chunk's), else a merge group, else an early
-        merge the last fold lacked (T10)."""
+        summary the last fold lacked (a held-back chunk's), else a merge group, else a merge the
+        last fold lacked (T10: of merge_threshold summaries, lined up with its chunks)."""
         if self._stale(ctx):
             self._rebuild(ctx)
         queue = self._l1_queue()
@@ -609,6 +612,13 @@ class AutobiographicalStrategy(Strategy):
             levels = tuple(zip(folding.chunks, fold.levels))
             deepest, lacking = fold.deepest, tuple(",".join(wanted) for wanted in folding.wanted)
             reached = "at full folding"
+            if fold.least > folding.allowance:  # what it lacks would not make it fit: say so, name none
+                top = sum(node.level == 3 for node in fold.shown)
+                lacking, reached = (), (
+                    f"at full folding (nothing can make it fit: with every level-1 summary and whole merge made, "
+                    f"the middle would still need about {fold.least:,} tokens of its {folding.allowance:,}: "
+                    f"{folding.fixed:,} for messages no chunk holds yet, and {top} level-3 summaries, which never "
+                    f"merge further)")
         else:  # no folding: what is shown and what is left out
             left_out = sum(view.estimate_tokens(m) for m in map(view.get, stats.dropped_ids) if m is not None)
             needed = stats.summary_tokens + stats.middle_raw_tokens + left_out
@@ -665,7 +675,7 @@ class AutobiographicalStrategy(Strategy):
             found = solve(problem, allowance, previous=previous, folding=config.folding,
                           slack_ratio=config.slack_ratio, merge_span=self.settings.merge_threshold)
             grace = int(usable * config.over_budget_grace_ratio) if config.enforce_budget and not found.fits else 0
-            shown_nodes = newest_within(problem, found, allowance + grace)
+            shown_nodes = newest_within(found, allowance + grace)
             by_id = {summary.id: summary for summary in self.summaries}
             shown = [by_id[node.key] for node in shown_nodes]
             wanted: list[tuple[str, ...]] = []
@@ -676,15 +686,16 @@ class AutobiographicalStrategy(Strategy):
                 elif config.hierarchical:
                     group = [node.key for node in nodes if node.level == lack.level - 1
                              and lack.start <= node.start and node.stop <= lack.stop]
-                    while group and group[0] in sealed:
-                        group.pop(0)
+                    if not group or group[0] in sealed:
+                        continue  # merge_group's next group starts after it
                     if config.merge_max_source_span_messages is not None:  # as merge_group: T15
                         group = [s.id for s in within_span([by_id[key] for key in group],
                                                            config.merge_max_source_span_messages, self._span)]
                     if len(group) >= 2:
                         wanted.append(tuple(group))
             return Folded(shown, sum(node.tokens for node in shown_nodes), grace,
-                          _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted)))
+                          _Folding(tuple(chunk.id for chunk in chunks), found, tuple(wanted), allowance,
+                                   problem.fixed))
 
         return fold
 

@@ -18,9 +18,12 @@ doesn't undo it. kv-stable gets finer only when it leaves more than half the all
 change, and folding the newest chunk frees far more than a turn adds, so a finer fold at the
 slack would be undone within a few turns, each time a cache miss.
 
-What a fold lacks (``Lack``): when even full folding can't fit, a chunk's level-1 summary or a
-merge of level-(k-1) summaries into level k; when it fits within the slack's edge (tight), the
-level-1 summaries only (a held-back chunk's), so the next overrun can fold the newest chunk.
+What a fold lacks (``Lack``): when even full folding can't fit, a chunk's level-1 summary and the
+merges of ``merge_span`` level-(k-1) summaries into level k that would make it fit (never fewer:
+level 3 never merges further, so smaller merges fragment the top level for good); when it fits
+within the slack's edge (tight), the level-1 summaries only (a held-back chunk's), so the next
+overrun can fold the newest chunk. A fold that can't fit shows its summaries before raw messages
+(``newest_within``), as a compile without folding does.
 
 Pure and synchronous: plain numbers in and out, no store, no clock.
 """
@@ -62,14 +65,17 @@ class Lack:
 @attrs.frozen
 class Fold:
     """A fold: each chunk's level, oldest first; the summaries it shows (``shown``, oldest
-    first); its ``tokens`` (fixed ones included); whether it ``fits`` the allowance; and what it
-    lacks (merges only when it doesn't fit, level-1 summaries when it is tight too)."""
+    first); its ``tokens`` (fixed ones included); whether it ``fits`` the allowance; what it
+    lacks (merges only when it doesn't fit and they would make it, level-1 summaries when it is
+    tight too); and the tokens it would reach once what it lacks is made (``least``, a guess:
+    more than the allowance when nothing can make it fit)."""
 
     levels: tuple[int, ...]
     shown: tuple[Node, ...]
     tokens: int
     fits: bool
     lacking: tuple[Lack, ...] = ()
+    least: int = 0
 
     @property
     def deepest(self) -> int:
@@ -171,27 +177,71 @@ class _Tree:
                 break
         return out
 
-    def lacking(self, merge_span: int) -> tuple[Lack, ...]:
-        """What a fold that can't fit lacks: each chunk's missing level-1 summary, then for each
-        level above, the oldest group (2 to ``merge_span`` summaries of the level below, in a row
-        of chunks none of which has that level) a merge would make."""
-        found = [Lack(1, index, index + 1) for index in range(self.count) if self.at[1][index] is None]
-        for level in range(2, TOP_LEVEL + 1):
-            below, row = self.at[level - 1], self.at[level]
-            group: list[Node] = []
-            index = 0
-            while index < self.count and len(group) < merge_span:
-                node = below[index]
-                if node is None or row[index] is not None:  # the row of chunks without a level-``level`` summary ends
-                    if len(group) >= 2:
-                        break
-                    group, index = [], index + 1
-                    continue
-                group.append(node)
+    def lacking(self, levels: Sequence[int], allowance: int, merge_span: int) -> tuple[tuple[Lack, ...], int]:
+        """What the full fold ``levels``, which can't fit ``allowance``, lacks: each chunk's missing
+        level-1 summary, and the merges of ``merge_span`` summaries that make it fit (``_plan``);
+        with the tokens the plan reaches (more than ``allowance``: nothing can make it fit, and
+        no merge is asked for)."""
+        merges, reached = self._plan(levels, allowance, merge_span)
+        return (*self.unsummarised(), *(merges if reached <= allowance else ())), reached
+
+    def unsummarised(self) -> tuple[Lack, ...]:
+        """The level-1 summaries the chunks lack."""
+        return tuple(Lack(1, index, index + 1) for index in range(self.count) if self.at[1][index] is None)
+
+    def _plan(self, levels: Sequence[int], allowance: int, merge_span: int) -> tuple[list[Lack], int]:
+        """Merges that would make ``levels`` fit ``allowance``: the oldest run of ``merge_span``
+        shown summaries of level 1 or 2 (none above them) first, a lacking level-1 summary
+        counted as made, until it fits or none is left. Never fewer than ``merge_span``: a summary
+        is permanent and level 3 never merges further, so a smaller merge would leave every
+        summary above it covering less, and the top level would fill sooner and leave out more
+        history over a long run than waiting for whole merges does. A made summary is guessed as
+        large as its largest part (they share one target), a level-1 one as the largest made.
+        Returns the merges whose parts exist
+        now, and the tokens the plan reaches."""
+        guess = max((node.tokens for node in self.problem.nodes), default=0)  # none made yet: none known to be large
+        items: list[tuple[int, int, int, int, bool]] = []  # (level, start, stop, tokens, exists): the fold shown
+        index = 0
+        while index < self.count:
+            level = levels[index]
+            if level != RAW:
+                node = self.at[level][index]
+                assert node is not None
+                items.append((level, node.start, node.stop, node.tokens, True))
                 index = node.stop
-            if len(group) >= 2:
-                found.append(Lack(level, group[0].start, group[-1].stop))
-        return tuple(found)
+                continue
+            if self.at[1][index] is None and guess < self.problem.raw[index]:
+                items.append((1, index, index + 1, guess, False))
+            else:
+                items.append((RAW, index, index + 1, self.problem.raw[index], True))
+            index += 1
+        total = self.problem.fixed + sum(item[3] for item in items)
+        asked: list[Lack] = []
+        at = 0
+        while total > allowance:
+            found = self._group(items, merge_span, max(0, at - merge_span))  # none starts before the last one's run
+            if found is None:
+                break
+            at = found
+            group = items[at : at + merge_span]
+            merged = max(item[3] for item in group)
+            if all(item[4] for item in group):
+                asked.append(Lack(group[0][0] + 1, group[0][1], group[-1][2]))
+            items[at : at + merge_span] = [(group[0][0] + 1, group[0][1], group[-1][2], merged, False)]
+            total -= sum(item[3] for item in group) - merged
+        return asked, total
+
+    def _group(self, items: Sequence[tuple[int, int, int, int, bool]], merge_span: int, begin: int) -> int | None:
+        """Where the oldest run of ``merge_span`` items of level 1 or 2 from ``begin`` (none before
+        it, the last merge's run aside), over chunks with no summary a level above, starts in
+        ``items``; None if there is none."""
+        run = 0
+        for at, (level, start, stop, _, _) in enumerate(items[begin:], begin):
+            mergeable = level in (1, 2) and all(self.at[level + 1][chunk] is None for chunk in range(start, stop))
+            run = run + 1 if mergeable and run and items[at - 1][0] == level else int(mergeable)
+            if run == merge_span:
+                return at - merge_span + 1
+        return None
 
 
 def solve(problem: FoldProblem, allowance: int, *, previous: Sequence[int] | None = None, folding: str = "kv-stable",
@@ -220,10 +270,11 @@ def solve(problem: FoldProblem, allowance: int, *, previous: Sequence[int] | Non
                         lambda candidate: total < tree.total(candidate) <= refined and candidate != kept)
     total = tree.total(levels)
     fits = total <= allowance
-    lacking = tree.lacking(merge_span)
     if fits:  # tight: the level-1 summaries it lacks, so the next overrun can fold the newest chunks
-        lacking = tuple(lack for lack in lacking if lack.level == 1) if total > refined else ()
-    return Fold(tuple(levels), tree.shown(levels), total, fits, lacking)
+        lacking, least = tree.unsummarised() if total > refined else (), total
+    else:  # the full fold: what would make it fit
+        lacking, least = tree.lacking(levels, allowance, merge_span)
+    return Fold(tuple(levels), tree.shown(levels), total, fits, lacking, least)
 
 
 def _later(tree: _Tree, kept: list[int], target: float, better: Callable[[list[int]], bool]) -> list[int]:
@@ -239,22 +290,17 @@ def _later(tree: _Tree, kept: list[int], target: float, better: Callable[[list[i
     return tree.flat(kept, 0, -1) if overrun else kept
 
 
-def newest_within(problem: FoldProblem, fold: Fold, limit: int) -> tuple[Node, ...]:
-    """The summaries ``fold`` shows over its newest stretch that fits ``limit`` with the fixed
-    tokens (all of them if it fits): what a fold that can't fit shows, oldest first, the older
-    chunks left for the raw messages that still fit, then to be reported left out."""
+def newest_within(fold: Fold, limit: int) -> tuple[Node, ...]:
+    """The summaries ``fold`` shows that fit ``limit`` tokens, newest first, returned oldest
+    first (all of them if the fold fits): a fold that can't fit shows its summaries before any
+    raw message, as a compile without folding does, so what it leaves out is the oldest history,
+    never a summary in favour of raw messages; the raw ones take what is left, newest first."""
     if fold.tokens <= limit:
         return fold.shown
-    spent, kept, index = problem.fixed, [], len(fold.levels) - 1
-    ends = {node.stop - 1: node for node in fold.shown}
-    while index >= 0:
-        node = ends.get(index) if fold.levels[index] != RAW else None
-        cost = problem.raw[index] if node is None else node.tokens
-        if spent + cost > limit:
-            break
-        spent += cost
-        if node is not None:
-            kept.append(node)
-            index = node.start
-        index -= 1
+    kept: list[Node] = []
+    for node in reversed(fold.shown):
+        if node.tokens > limit:
+            break  # an older one may be smaller, but showing it would leave a newer gap
+        kept.append(node)
+        limit -= node.tokens
     return tuple(reversed(kept))
