@@ -227,7 +227,7 @@ class PrivacyMachine(RuleBasedStateMachine):
                 folding=st.sampled_from((None, "kv-stable", "flat")))
     def open_managers(self, seed: list[list[Audience]], folding: str | None) -> None:
         # folding: adaptive resolution (T10) picks which summaries a small compile shows, and
-        # queues early merges of its own: neither may carry a block past its audience.
+        # asks for the summaries it lacks (merges of its own): none may carry a block past its audience.
         config = Autobiographical("privacy-model", target_chunk_tokens=60, recent_window_tokens=60,
                                   head_window_tokens=0, merge_threshold=3, l1_holdback_chunks=0,
                                   adaptive_resolution=folding is not None, folding=folding or "kv-stable")
