@@ -1134,6 +1134,48 @@ def test_plain_a_reply_that_is_not_a_memory_counts_an_attempt(reply: Any) -> Non
     assert unit is not None and unit.key == "c-1"
 
 
+def test_plain_a_units_attempts_and_ladder_step_go_once_its_summary_is_made_and_at_load() -> None:
+    """A unit's stored attempts and ladder step are dropped once its summary is made, and a done
+    unit's read back are dropped at load: neither record grows with the run (T13, T12)."""
+    strategy_, ctx = planned(12, refusal_fallbacks=0)
+    unit = strategy_.next_unit(ctx)
+    assert unit is not None and unit.key == "c-0"
+    strategy_.apply_unit(unit, answer("no", "refusal"), ctx)
+    assert ctx.values["attempts"] == {"c-0": 1}
+    strategy_.apply_unit(unit, answer("memory of the plan"), ctx)
+    assert ctx.values["attempts"] == {} and strategy_.attempts == {}
+    ctx.values["attempts"] = {"c-0": 2, "c-1": 1}  # as an earlier version left them
+    ctx.values["ladder"] = {"c-0": {"rung": "plain_text", "taken": 1}, "c-1": {"rung": "plain_text", "taken": 1}}
+    restarted = autobio(refusal_fallbacks=0).create()
+    restarted.initialize(ctx)
+    assert restarted.attempts == {"c-1": 1} and list(restarted.ladder) == ["c-1"]
+
+
+async def test_a_garbled_attempts_record_is_logged_and_its_units_count_afresh(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored ``attempts`` record this version can't read (a count that isn't a whole number) is
+    logged at ERROR naming the namespace, branch and record, and its units count from 0 again: the
+    namespace compiles and compresses on (T13)."""
+    refusing = ScriptedModel(lambda request: ModelResponse((Text("no"),), "refusal", Usage(1, 1)))
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=refusing, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(refusal_fallbacks=0))
+            ids = await add_all(m, 8)
+            assert await m.tick()
+            state = states.strategy_state(NS, "autobio", "attempts")
+            await rt.store.ask(SetValue(state=state, branch="main", value={"c-0": "3"}))
+        caplog.set_level(logging.ERROR, logger="ctxrt.autobiographical")
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(refusal_fallbacks=0))
+            await m.compile(budget(1_000))
+            assert (await strategy(m)).attempts == {}
+            await m.wait_ready()
+            assert {s.summary.source_ids for s in await m.search_summaries()} == {tuple(ids[:4]), tuple(ids[4:])}
+    [logged] = [r.getMessage() for r in caplog.records if "attempts" in r.getMessage()]
+    assert "'c-0'" in logged and f"namespace {NS!r} on branch 'main'" in logged
+
+
 def test_plain_a_retryable_error_backs_off_without_counting_an_attempt() -> None:
     """A retryable failure leaves the chunk first in line, counts nothing and sets a doubling backoff on the
     context's clock; a good reply clears it; a streak of RETRYABLE_STREAK_LIMIT counts one attempt (L2, T8)."""

@@ -19,7 +19,7 @@ import trio
 import ctxrt
 import ctxrt.aio
 from ctxrt import Budget, ModelRequest, Text
-from ctxrt.testing import ScriptedModel, estimate_text, states
+from ctxrt.testing import ScriptedModel, SetValue, estimate_text, states
 from ctxrt.strategies.queue import merge_group
 from ctxrt.strategies.records import Summary
 from support import wait_until
@@ -304,6 +304,30 @@ async def test_bad_settings_are_refused_by_name_and_change_nothing(tmp_path: Pat
             assert r.context_settings() == settings
             with pytest.raises(ctxrt.ReadOnlyStoreError):
                 await r.update_context_settings(head_window_tokens=10)
+
+
+async def test_a_garbled_settings_record_is_logged_and_the_configs_values_hold(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """T14: a stored settings record this version can't read (a value the setting refuses, as
+    another version or a host's bug might write) is logged at ERROR naming the namespace, branch and
+    record and saying the live changes are lost; the config's values are in force, and an update
+    stores a whole record again."""
+    with trio.fail_after(GUARD_S):
+        async with runtime(tmp_path) as rt:
+            m = await rt.open(NS, strategy=autobio())
+            await m.update_context_settings(recent_window_tokens=30, default_budget=Budget(500, 0))
+            garbled = {**stored_settings(rt), "changes": {"recent_window_tokens": 30, "merge_threshold": 1}}
+            await rt.store.ask(SetValue(state=states.settings_state(NS), branch="main", value=garbled))
+        with caplog.at_level(logging.ERROR, logger="ctxrt.namespace"):
+            async with runtime(tmp_path) as rt:
+                m = await rt.open(NS, strategy=autobio())
+                assert m.context_settings() == ctxrt.ContextSettings(None, 0, 0, 40, 6, False)
+                await m.update_context_settings(head_window_tokens=10)
+        async with runtime(tmp_path) as rt:
+            m = await rt.open(NS, strategy=autobio())
+            assert m.context_settings() == ctxrt.ContextSettings(None, 10, 0, 40, 6, False)
+    [logged] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "context settings" in logged and f"namespace {NS!r} on branch 'main'" in logged and "lost" in logged
 
 
 # -- the knobs (T15) -------------------------------------------------------------------------

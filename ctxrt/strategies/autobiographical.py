@@ -80,7 +80,18 @@ from .prompts import (
     recall_pairs,
     transition_request,
 )
-from .queue import MAX_ATTEMPTS, Backoff, group_key, l1_queue, merge_group, quarantined, sealed_summaries, within_span
+from .queue import (
+    MAX_ATTEMPTS,
+    Backoff,
+    attempts_from,
+    group_key,
+    l1_queue,
+    merge_group,
+    quarantined,
+    sealed_summaries,
+    settled,
+    within_span,
+)
 from .records import (
     Chunk,
     Summary,
@@ -125,14 +136,24 @@ class _Folding(NamedTuple):
     wanted: tuple[tuple[str, ...], ...]
 
 
-def resolutions_from(stored: Any) -> dict[str, int] | None:
+def resolutions_from(stored: Any, where: str = "the namespace") -> dict[str, int] | None:
     """The ``resolutions`` value read back (each chunk's level, raw ones left out); None: no fold yet,
-    or a record this version can't read (logged)."""
+    or a record this version can't read (logged, naming ``where``)."""
     if stored is None:
         return None
     if isinstance(stored, dict) and all(isinstance(k, str) and type(v) is int for k, v in stored.items()):
         return dict(stored)
-    logger.error("the stored fold %r can't be read; folding afresh", stored)
+    logger.error("the stored fold %r of %s can't be read; folding afresh", stored, where)
+    return None
+
+
+def head_start_from(stored: Any, where: str = "the namespace") -> str | None:
+    """The ``head_start`` value read back (the head-window reset's message id); None: none, or a
+    record this version can't read (logged, naming ``where``: the head starts at the first message)."""
+    if stored is None or isinstance(stored, str):
+        return stored
+    logger.error("the stored head-window start %r of %s can't be read; the head starts at the first message",
+                 stored, where)
     return None
 
 
@@ -184,18 +205,24 @@ class AutobiographicalStrategy(Strategy):
         by_ids = {chunk.message_ids: chunk.id for chunk in self.chunks}
         self._compressed = {by_ids[s.source_ids] for s in self.summaries if s.level == 1 and s.source_ids in by_ids}
         self._leaf_cache = {}
-        attempts = ctx.get_value("attempts", {})
-        self.attempts = attempts if isinstance(attempts, dict) else {}
-        self.ladder = ladder_from(ctx.get_value("ladder"))
+        # Each record of the strategy's own state is checked as it is read: one this version can't
+        # read is logged and treated as absent (attempts and ladder steps: their units start afresh).
+        where = f"namespace {ctx.namespace!r} on branch {ctx.branch!r}"
+        merged = {s.id for s in self.summaries if s.parent_id is not None}
+        # A done unit's entries are dropped (written at the next write of each record).
+        self.attempts = {key: count for key, count in attempts_from(ctx.get_value("attempts"), where).items()
+                         if not settled(key, self._compressed, merged, count)}
+        self.ladder = {key: step for key, step in ladder_from(ctx.get_value("ladder"), where).items()
+                       if not settled(key, self._compressed, merged)}
         self._pending = {c.id: c for c in self.chunks
                          if c.id not in self._compressed and self.attempts.get(c.id, 0) < MAX_ATTEMPTS}
         self._unmerged = {}
         for summary in self.summaries:
             if summary.parent_id is None:
                 self._unmerged.setdefault(summary.level, []).append(summary)
-        self.head_start_id = ctx.get_value("head_start")
-        self.pins, self._next_pin = pins_from(ctx.get_value("pins"))
-        self.resolutions, self._wanted = resolutions_from(ctx.get_value("resolutions")), ()
+        self.head_start_id = head_start_from(ctx.get_value("head_start"), where)
+        self.pins, self._next_pin = pins_from(ctx.get_value("pins"), where)
+        self.resolutions, self._wanted = resolutions_from(ctx.get_value("resolutions"), where), ()
         # initialize writes nothing (the actor drops what it buffers): chunks that can close now
         # close, with their records and the floor, at the next next_unit or select.
         self._built_holds, self._built_stamp = ctx.hold_floor(), ctx.view.window(1).stamp
@@ -428,10 +455,12 @@ class AutobiographicalStrategy(Strategy):
                 text = stitch(step.first_half, text)
             if isinstance(unit.work, Chunk):
                 self._apply_l1(ctx, unit.work, text)
+                done: tuple[set[str], set[str]] = {unit.work.id}, set()
             else:
                 self._apply_merge(ctx, list(unit.work), text)
-            self._set_step(ctx, unit.key, None)
+                done = set(), {s.id for s in unit.work}
             self._note(unit.key, step, "summary")
+            self._forget_settled(ctx, *done)
             return True
         failure = self._failure(outcome)
         rung = None
@@ -479,6 +508,19 @@ class AutobiographicalStrategy(Strategy):
         else:
             self.ladder[key] = step
         ctx.set_value("ladder", ladder_record(self.ladder))
+
+    def _forget_settled(self, ctx: StrategyContext, compressed: set[str], merged: set[str]) -> None:
+        """Drop the attempts and ladder steps of the units done now that a chunk's L1 is made
+        (``compressed``) or summaries merged (``merged``), this unit's and any other group's that
+        can't be made any more, and store each record that changed: neither grows with the run."""
+        attempts = {key: count for key, count in self.attempts.items() if not settled(key, compressed, merged, count)}
+        if len(attempts) < len(self.attempts):
+            self.attempts = attempts
+            ctx.set_value("attempts", attempts)
+        ladder = {key: step for key, step in self.ladder.items() if not settled(key, compressed, merged)}
+        if len(ladder) < len(self.ladder):
+            self.ladder = ladder
+            ctx.set_value("ladder", ladder_record(ladder))
 
     def _frontier(self) -> list[Summary]:
         return [summary for level in sorted(self._unmerged) for summary in self._unmerged[level]]

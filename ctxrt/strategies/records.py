@@ -89,13 +89,27 @@ def pins_record(pins: Sequence[Pin], next_pin: int) -> dict[str, Any]:
     return {"next": next_pin, "pins": [attrs.asdict(pin) for pin in pins]}
 
 
-def pins_from(stored: Any) -> tuple[list[Pin], int]:
-    """Pins as ``pins_record`` wrote them; a record this version can't read is logged and ignored."""
+def pins_from(stored: Any, where: str = "the namespace") -> tuple[list[Pin], int]:
+    """Pins as ``pins_record`` wrote them, checked field by field; a record this version can't read
+    is logged, naming ``where`` (the namespace and branch), and ignored."""
     if stored is None:
         return [], 0
     try:
         pins = [Pin(**record) for record in stored["pins"]]
-        return pins, int(stored["next"])
+        next_pin = stored["next"]
+        if type(next_pin) is not int or not all(map(_readable_pin, pins)):
+            raise ValueError("a field of the wrong type")
+        return pins, next_pin
     except (KeyError, TypeError, ValueError):
-        logger.error("the stored pins %r can't be read; starting with none", stored)
+        logger.error("the stored pins %r of %s can't be read; starting with none", stored, where)
         return [], 0
+
+
+def _readable_pin(pin: Pin) -> bool:
+    """Whether a pin read back has the types its fields take."""
+    def whole(value: Any) -> bool:
+        return type(value) is int
+
+    return (all(isinstance(value, str) for value in (pin.id, pin.first_id, pin.last_id))
+            and whole(pin.first_sequence) and whole(pin.last_sequence) and whole(pin.created_ms)
+            and (pin.name is None or isinstance(pin.name, str)) and (pin.level is None or whole(pin.level)))
