@@ -361,6 +361,25 @@ async def test_chunk_boundary_closes_a_chunk_early_at_a_topic_change(tmp_path: P
             assert await chunks(m) == [tuple(ids[:7]), tuple(ids[7:11]), tuple(ids[11:23])]
 
 
+async def test_chunk_boundary_is_asked_once_per_pair_of_messages_however_often_the_namespace_compiles(
+        tmp_path: Path) -> None:
+    """T15: the pending stretch is walked again at every compile, but the host's function, pure, is
+    asked about each pair of messages once (the chunk so far growing with it), not once per compile."""
+    asked: list[tuple[str, str, int]] = []
+
+    def boundary(previous: Any, following: Any, chunk: Any) -> bool:
+        asked.append((previous.id, following.id, len(chunk)))
+        return False
+
+    with trio.fail_after(GUARD_S):
+        async with runtime(tmp_path) as rt:
+            m = await rt.open(NS, strategy=autobio(target_chunk_tokens=100_000, chunk_boundary=boundary))
+            for i in range(40):
+                await m.add_message("user", say(i))
+                await m.compile(Budget(100_000, 0))
+    assert len(asked) == len(set(asked)) == 40 - 4
+
+
 async def test_a_chunk_boundary_that_raises_is_no_boundary_and_the_namespace_goes_on(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """T15: a host's ``chunk_boundary`` that raises is taken as False and logged once per message:

@@ -50,7 +50,7 @@ from .base import (
     ratio,
     text,
 )
-from .chunking import closing, with_boundary
+from .chunking import Boundary, closing, with_boundary
 from .ladder import (
     NO_TOOLS,
     PLAIN_TEXT,
@@ -193,6 +193,8 @@ class AutobiographicalStrategy(Strategy):
         self._made = ShownEntries(config.max_message_tokens, config.summary_participant)  # reused across compiles
         self._zones = Zones(self._made, self.settings.head_window_tokens, self.settings.recent_window_tokens)
         self._boundary_failed: set[str] = set()  # messages chunk_boundary raised at (logged once each)
+        self._boundary_answers: dict[tuple[str, str, str], bool] = {}  # chunk_boundary's, by ids (_remembered)
+        self._boundary_stamp: object = None  # the view stamp they were given under
         self.resolutions: dict[str, int] | None = None  # each middle chunk's level in the last compile's fold (T10)
         self._wanted: tuple[tuple[str, ...], ...] = ()  # the units the last compile's fold lacked (_Folding.wanted)
 
@@ -257,9 +259,30 @@ class AutobiographicalStrategy(Strategy):
         held = ctx.hold_floor()
         if held is not None:
             end = min(end, bisect_left(messages, held, key=sequence_key))
-        target, boundary = self.settings.target_chunk_tokens, self.config.chunk_boundary
+        target, boundary = self.settings.target_chunk_tokens, self._remembered(view.window(1).stamp)
         return closing(messages, view, closed=self.chunks, head=head, end=end,
                        rule=lambda: with_boundary(self.policy.chunk_rule(target), boundary, self._boundary_raised))
+
+    def _remembered(self, stamp: object) -> Boundary | None:
+        """The host's ``chunk_boundary``, asked once per pair: each walk re-walks the pending stretch,
+        so its answers are kept from one walk to the next (only the last walk's: bounded by the
+        stretch). Exact: under one view stamp (the view changed only by appending) a chunk's first
+        message, last message and the next message's ids name the same three arguments, and the
+        function is pure; an answer that raised isn't kept."""
+        boundary = self.config.chunk_boundary
+        if boundary is None:
+            return None
+        known = self._boundary_answers if self._boundary_stamp == stamp else {}
+        answers: dict[tuple[str, str, str], bool] = {}
+        self._boundary_answers, self._boundary_stamp = answers, stamp
+
+        def asked(previous: Message, following: Message, chunk: Sequence[Message]) -> bool:
+            key = (chunk[0].id, previous.id, following.id)
+            closes = known[key] if key in known else bool(boundary(previous, following, chunk))
+            answers[key] = closes
+            return closes
+
+        return asked
 
     def _boundary_raised(self, message: Message, error: Exception) -> None:
         if message.id not in self._boundary_failed:
