@@ -38,6 +38,7 @@ import ctxrt
 from ctxrt import Budget, ModelRequest, ModelResponse, SelectOptions, Text, ToolResult, ToolUse, Unit, Usage
 from ctxrt.testing import (
     ApiReply,
+    AppendItem,
     Atomically,
     PlainContext,
     ScriptedModel,
@@ -1174,6 +1175,30 @@ async def test_a_garbled_attempts_record_is_logged_and_its_units_count_afresh(
             assert {s.summary.source_ids for s in await m.search_summaries()} == {tuple(ids[:4]), tuple(ids[4:])}
     [logged] = [r.getMessage() for r in caplog.records if "attempts" in r.getMessage()]
     assert "'c-0'" in logged and f"namespace {NS!r} on branch 'main'" in logged
+
+
+async def test_a_garbled_summary_record_refuses_the_start_naming_it_and_another_strategy_recovers(
+    tmp_path: Path
+) -> None:
+    """A stored summary this version can't read is the namespace's memory: the strategy refuses to
+    start rather than lose it, naming the namespace, branch and record; ``set_strategy`` with a
+    config that reads it again says so at once, and one with another strategy recovers (C12, T3)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            await add_all(m, 8)
+            await m.wait_ready()
+            state = states.strategy_state(NS, "autobio", "summaries")
+            await rt.store.ask(AppendItem(state=state, branch="main", data=json.dumps({"id": "L1-9", "level": "1"}).encode()))
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            named = rf"summaries record #2 .* of namespace {NS!r} on branch 'main' can't be read"
+            with pytest.raises(ctxrt.StrategyRefusedError, match=named):
+                await m.compile(budget(1_000))
+            with pytest.raises(ctxrt.StrategyRefusedError, match=named):
+                await m.set_strategy(autobio(recent_window_tokens=30))
+            await m.set_strategy(ctxrt.WindowedPassthrough())
+            assert len((await m.compile(budget(1_000))).provenance.messages) == 8
 
 
 def test_plain_a_retryable_error_backs_off_without_counting_an_attempt() -> None:

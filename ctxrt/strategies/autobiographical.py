@@ -202,14 +202,15 @@ class AutobiographicalStrategy(Strategy):
 
     def initialize(self, ctx: StrategyContext) -> None:
         self._ctx = ctx
-        self.chunks = chunks_from(ctx.read_log("chunks"))
-        self.summaries = summaries_from(ctx.read_log("summaries"))
+        # Each record of the strategy's own state is checked as it is read: a log's record this version
+        # can't read refuses the start (ValueError: the memory is kept); any other is logged and treated
+        # as absent (attempts and ladder steps: their units start afresh).
+        where = f"namespace {ctx.namespace!r} on branch {ctx.branch!r}"
+        self.chunks = chunks_from(ctx.read_log("chunks"), where)
+        self.summaries = summaries_from(ctx.read_log("summaries"), where)
         by_ids = {chunk.message_ids: chunk.id for chunk in self.chunks}
         self._compressed = {by_ids[s.source_ids] for s in self.summaries if s.level == 1 and s.source_ids in by_ids}
         self._leaf_cache = {}
-        # Each record of the strategy's own state is checked as it is read: one this version can't
-        # read is logged and treated as absent (attempts and ladder steps: their units start afresh).
-        where = f"namespace {ctx.namespace!r} on branch {ctx.branch!r}"
         merged = {s.id for s in self.summaries if s.parent_id is not None}
         # A done unit's entries are dropped (written at the next write of each record).
         self.attempts = {key: count for key, count in attempts_from(ctx.get_value("attempts"), where).items()
