@@ -1182,7 +1182,7 @@ async def test_a_garbled_summary_record_refuses_the_start_naming_it_and_another_
 ) -> None:
     """A stored summary this version can't read is the namespace's memory: the strategy refuses to
     start rather than lose it, naming the namespace, branch and record; ``set_strategy`` with a
-    config that reads it again says so at once, and one with another strategy recovers (C12, T3)."""
+    config that reads it again says so at once, and one with another strategy recovers (T13)."""
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
             m = await rt.open(NS, strategy=autobio())
