@@ -58,22 +58,22 @@ def chunks_from(records: Sequence[Any], where: str = "the namespace") -> list[Ch
     """The ``chunks`` log read back, in the order it was written, checked field by field.
 
     Raises:
-        ValueError: a record this version can't read (``unreadable``).
+        ValueError: a record this version can't read (``_unreadable``).
     """
     chunks = []
     for index, r in enumerate(records):
         try:
             chunk = Chunk(r["id"], tuple(r["ids"]), r["first"], r["last"])
         except (KeyError, TypeError):
-            raise unreadable("chunks", index, r, where) from None
+            raise _unreadable("chunks", index, r, where) from None
         if not (isinstance(r["ids"], list) and chunk.message_ids and _texts(chunk.id, *chunk.message_ids)
                 and _wholes(chunk.first_sequence, chunk.last_sequence)):
-            raise unreadable("chunks", index, r, where)
+            raise _unreadable("chunks", index, r, where)
         chunks.append(chunk)
     return chunks
 
 
-def unreadable(log: str, index: int, record: Any, where: str) -> ValueError:
+def _unreadable(log: str, index: int, record: Any, where: str) -> ValueError:
     """The error of a strategy log's record this version can't read (another version's, a host's
     bug): the log is the strategy's memory, so the strategy refuses to start rather than lose it."""
     return ValueError(f"the stored {log} record #{index} {record!r} of {where} can't be read; the namespace's "
@@ -102,11 +102,11 @@ def summaries_from(records: Sequence[Any], where: str = "the namespace") -> list
     by field.
 
     Raises:
-        ValueError: a record this version can't read (``unreadable``).
+        ValueError: a record this version can't read (``_unreadable``).
     """
     for index, item in enumerate(records):
         if not _readable_summary(item):
-            raise unreadable("summaries", index, item, where)
+            raise _unreadable("summaries", index, item, where)
     parents: dict[str, str] = {}
     for item in records:
         for source in item["source_ids"] if item["level"] > 1 else ():
