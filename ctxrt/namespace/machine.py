@@ -998,8 +998,6 @@ class NamespaceMachine:
         self._build_views()
         self._start_strategy()
         yield from self._record_config()
-        if self.strategy_error is not None:  # set, as asked, but a start that failed is said at once
-            self.require_strategy()
 
     def _update_context_settings(self, command: UpdateContextSettings) -> Gen:
         """Store the changed live settings, then run with them from this turn on (T14)."""
