@@ -38,6 +38,7 @@ import ctxrt
 from ctxrt import Budget, ModelRequest, ModelResponse, SelectOptions, Text, ToolResult, ToolUse, Unit, Usage
 from ctxrt.testing import (
     ApiReply,
+    AppendItem,
     Atomically,
     PlainContext,
     ScriptedModel,
@@ -1132,6 +1133,73 @@ def test_plain_a_reply_that_is_not_a_memory_counts_an_attempt(reply: Any) -> Non
     assert strategy_.quarantined() == ["c-0"]
     unit = strategy_.next_unit(ctx)
     assert unit is not None and unit.key == "c-1"
+
+
+def test_plain_a_units_attempts_and_ladder_step_go_once_its_summary_is_made_and_at_load() -> None:
+    """A unit's stored attempts and ladder step are dropped once its summary is made, and a done
+    unit's read back are dropped at load: neither record grows with the run (T13, T12)."""
+    strategy_, ctx = planned(12, refusal_fallbacks=0)
+    unit = strategy_.next_unit(ctx)
+    assert unit is not None and unit.key == "c-0"
+    strategy_.apply_unit(unit, answer("no", "refusal"), ctx)
+    assert ctx.values["attempts"] == {"c-0": 1}
+    strategy_.apply_unit(unit, answer("memory of the plan"), ctx)
+    assert ctx.values["attempts"] == {} and strategy_.attempts == {}
+    ctx.values["attempts"] = {"c-0": 2, "c-1": 1}  # as an earlier version left them
+    ctx.values["ladder"] = {"c-0": {"rung": "plain_text", "taken": 1}, "c-1": {"rung": "plain_text", "taken": 1}}
+    restarted = autobio(refusal_fallbacks=0).create()
+    restarted.initialize(ctx)
+    assert restarted.attempts == {"c-1": 1} and list(restarted.ladder) == ["c-1"]
+
+
+async def test_a_garbled_attempts_record_is_logged_and_its_units_count_afresh(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored ``attempts`` record this version can't read (a count that isn't a whole number) is
+    logged at ERROR naming the namespace, branch and record, and its units count from 0 again: the
+    namespace compiles and compresses on (T13)."""
+    refusing = ScriptedModel(lambda request: ModelResponse((Text("no"),), "refusal", Usage(1, 1)))
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=refusing, durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(refusal_fallbacks=0))
+            ids = await add_all(m, 8)
+            assert await m.tick()
+            state = states.strategy_state(NS, "autobio", "attempts")
+            await rt.store.ask(SetValue(state=state, branch="main", value={"c-0": "3"}))
+        caplog.set_level(logging.ERROR, logger="ctxrt.autobiographical")
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio(refusal_fallbacks=0))
+            await m.compile(budget(1_000))
+            assert (await strategy(m)).attempts == {}
+            await m.wait_ready()
+            assert {s.summary.source_ids for s in await m.search_summaries()} == {tuple(ids[:4]), tuple(ids[4:])}
+    [logged] = [r.getMessage() for r in caplog.records if "attempts" in r.getMessage()]
+    assert "'c-0'" in logged and f"namespace {NS!r} on branch 'main'" in logged
+
+
+async def test_a_garbled_summary_record_refuses_the_start_naming_it_and_another_strategy_recovers(
+    tmp_path: Path
+) -> None:
+    """A stored summary this version can't read is the namespace's memory: the strategy refuses to
+    start rather than lose it, naming the namespace, branch and record; a config that reads it
+    again is refused the same way, and another strategy recovers (T13)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            await add_all(m, 8)
+            await m.wait_ready()
+            state = states.strategy_state(NS, "autobio", "summaries")
+            await rt.store.ask(AppendItem(state=state, branch="main", data=json.dumps({"id": "L1-9", "level": "1"}).encode()))
+        async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
+            m = await rt.open(NS, strategy=autobio())
+            named = rf"summaries record #2 .* of namespace {NS!r} on branch 'main' can't be read"
+            with pytest.raises(ctxrt.StrategyRefusedError, match=named):
+                await m.compile(budget(1_000))
+            await m.set_strategy(autobio(recent_window_tokens=30))  # it reads the same record
+            with pytest.raises(ctxrt.StrategyRefusedError, match=named):
+                await m.compile(budget(1_000))
+            await m.set_strategy(ctxrt.WindowedPassthrough())
+            assert len((await m.compile(budget(1_000))).provenance.messages) == 8
 
 
 def test_plain_a_retryable_error_backs_off_without_counting_an_attempt() -> None:

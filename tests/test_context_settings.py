@@ -19,7 +19,7 @@ import trio
 import ctxrt
 import ctxrt.aio
 from ctxrt import Budget, ModelRequest, Text
-from ctxrt.testing import ScriptedModel, estimate_text, states
+from ctxrt.testing import ScriptedModel, SetValue, estimate_text, states
 from ctxrt.strategies.queue import merge_group
 from ctxrt.strategies.records import Summary
 from support import wait_until
@@ -306,6 +306,30 @@ async def test_bad_settings_are_refused_by_name_and_change_nothing(tmp_path: Pat
                 await r.update_context_settings(head_window_tokens=10)
 
 
+async def test_a_garbled_settings_record_is_logged_and_the_configs_values_hold(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """T14: a stored settings record this version can't read (a value the setting refuses, as
+    another version or a host's bug might write) is logged at ERROR naming the namespace, branch and
+    record and saying the live changes are lost; the config's values are in force, and an update
+    stores a whole record again."""
+    with trio.fail_after(GUARD_S):
+        async with runtime(tmp_path) as rt:
+            m = await rt.open(NS, strategy=autobio())
+            await m.update_context_settings(recent_window_tokens=30, default_budget=Budget(500, 0))
+            garbled = {**stored_settings(rt), "changes": {"recent_window_tokens": 30, "merge_threshold": 1}}
+            await rt.store.ask(SetValue(state=states.settings_state(NS), branch="main", value=garbled))
+        with caplog.at_level(logging.ERROR, logger="ctxrt.namespace"):
+            async with runtime(tmp_path) as rt:
+                m = await rt.open(NS, strategy=autobio())
+                assert m.context_settings() == ctxrt.ContextSettings(None, 0, 0, 40, 6, False)
+                await m.update_context_settings(head_window_tokens=10)
+        async with runtime(tmp_path) as rt:
+            m = await rt.open(NS, strategy=autobio())
+            assert m.context_settings() == ctxrt.ContextSettings(None, 10, 0, 40, 6, False)
+    [logged] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "context settings" in logged and f"namespace {NS!r} on branch 'main'" in logged and "lost" in logged
+
+
 # -- the knobs (T15) -------------------------------------------------------------------------
 
 
@@ -335,6 +359,25 @@ async def test_chunk_boundary_closes_a_chunk_early_at_a_topic_change(tmp_path: P
             ids += [await plain(i) for i in range(12, 26)]
             await m.compile(Budget(10_000, 0))
             assert await chunks(m) == [tuple(ids[:7]), tuple(ids[7:11]), tuple(ids[11:23])]
+
+
+async def test_chunk_boundary_is_asked_once_per_pair_of_messages_however_often_the_namespace_compiles(
+        tmp_path: Path) -> None:
+    """T15: the pending stretch is walked again at every compile, but the host's function, pure, is
+    asked about each pair of messages once (the chunk so far growing with it), not once per compile."""
+    asked: list[tuple[str, str, int]] = []
+
+    def boundary(previous: Any, following: Any, chunk: Any) -> bool:
+        asked.append((previous.id, following.id, len(chunk)))
+        return False
+
+    with trio.fail_after(GUARD_S):
+        async with runtime(tmp_path) as rt:
+            m = await rt.open(NS, strategy=autobio(target_chunk_tokens=100_000, chunk_boundary=boundary))
+            for i in range(40):
+                await m.add_message("user", say(i))
+                await m.compile(Budget(100_000, 0))
+    assert len(asked) == len(set(asked)) == 40 - 4
 
 
 async def test_a_chunk_boundary_that_raises_is_no_boundary_and_the_namespace_goes_on(

@@ -13,6 +13,7 @@ chunks of four (c-0 is messages 3-6, c-1 7-10, ...), no recent window, no holdba
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -231,6 +232,33 @@ def test_the_rung_is_stored_with_the_attempts_and_survives_a_restart() -> None:
     _, second, _ = step(again, ctx, answer("second"))
     assert markers(second) == [5, 6]
     assert ctx.logs["summaries"][0]["content"] == "first\n\nsecond"
+
+
+@pytest.mark.parametrize("garbled", [
+    {"rung": "plain_text", "taken": "x"},
+    {"rung": "plain_text", "taken": -100},
+    {"rung": "split", "taken": 1, "first_half": 7},
+    {"rung": "split", "taken": 1, "first_half": {"a": 1}},
+    {"rung": "plain_text", "taken": 1, "first_half": "not a split's"},
+    {"rung": "plain_text", "taken": 1, "failure": 5},
+    {"rung": "plain_text", "taken": 1, "extra": 1},
+], ids=["taken-text", "taken-negative", "half-int", "half-dict", "half-off-split", "failure-int", "extra-field"])
+def test_a_garbled_ladder_step_is_logged_and_its_unit_starts_from_the_full_request(
+        garbled: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    """T12: a stored ladder step this version can't read, field by field, is logged at ERROR naming
+    the namespace, branch and unit, and ignored: the unit's next request is the full one and no
+    stored value reaches a request or a summary."""
+    strategy, ctx = planned(12)
+    step(strategy, ctx, REFUSED)
+    ctx.values["ladder"] = {"c-0": garbled}
+    restarted = config().create()
+    with caplog.at_level(logging.ERROR, logger="ctxrt.autobiographical"):
+        restarted.initialize(ctx)
+    [logged] = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "'c-0'" in logged and "namespace 'default' on branch 'main'" in logged
+    unit, request, outcome = step(restarted, ctx, answer("the memory"))
+    assert unit.key == "c-0" and outcome.rung == "full" and PLAIN_TEXT not in text_of(request)
+    assert ctx.logs["summaries"][0]["content"] == "the memory"
 
 
 async def test_a_restarted_runtime_resumes_the_ladder(tmp_path: Path) -> None:

@@ -1031,7 +1031,7 @@ class NamespaceMachine:
     def _load_settings(self) -> None:
         """Run with the live settings stored for this config (T14)."""
         stored = self.store.read_value(states.settings_state(self.place.namespace), self.branch_id)
-        self.settings_changes = settings.in_force(stored, catalog.describe(self.strategy_config))
+        self.settings_changes = settings.in_force(stored, catalog.describe(self.strategy_config), str(self.place))
         self.context_settings = settings.apply(self.strategy, self.settings_changes)
 
     def _pins(self, command: PinRange | Unpin | ListPins) -> Any:

@@ -50,7 +50,7 @@ from .base import (
     ratio,
     text,
 )
-from .chunking import closing, with_boundary
+from .chunking import Boundary, closing, with_boundary
 from .ladder import (
     NO_TOOLS,
     PLAIN_TEXT,
@@ -80,7 +80,18 @@ from .prompts import (
     recall_pairs,
     transition_request,
 )
-from .queue import MAX_ATTEMPTS, Backoff, group_key, l1_queue, merge_group, quarantined, sealed_summaries, within_span
+from .queue import (
+    MAX_ATTEMPTS,
+    Backoff,
+    attempts_from,
+    group_key,
+    l1_queue,
+    merge_group,
+    quarantined,
+    sealed_summaries,
+    settled,
+    within_span,
+)
 from .records import (
     Chunk,
     Summary,
@@ -128,14 +139,24 @@ class _Folding(NamedTuple):
     fixed: int
 
 
-def resolutions_from(stored: Any) -> dict[str, int] | None:
+def resolutions_from(stored: Any, where: str = "the namespace") -> dict[str, int] | None:
     """The ``resolutions`` value read back (each chunk's level, raw ones left out); None: no fold yet,
-    or a record this version can't read (logged)."""
+    or a record this version can't read (logged, naming ``where``)."""
     if stored is None:
         return None
     if isinstance(stored, dict) and all(isinstance(k, str) and type(v) is int for k, v in stored.items()):
         return dict(stored)
-    logger.error("the stored fold %r can't be read; folding afresh", stored)
+    logger.error("the stored fold %r of %s can't be read; folding afresh", stored, where)
+    return None
+
+
+def head_start_from(stored: Any, where: str = "the namespace") -> str | None:
+    """The ``head_start`` value read back (the head-window reset's message id); None: none, or a
+    record this version can't read (logged, naming ``where``: the head starts at the first message)."""
+    if stored is None or isinstance(stored, str):
+        return stored
+    logger.error("the stored head-window start %r of %s can't be read; the head starts at the first message",
+                 stored, where)
     return None
 
 
@@ -175,6 +196,8 @@ class AutobiographicalStrategy(Strategy):
         self._made = ShownEntries(config.max_message_tokens, config.summary_participant)  # reused across compiles
         self._zones = Zones(self._made, self.settings.head_window_tokens, self.settings.recent_window_tokens)
         self._boundary_failed: set[str] = set()  # messages chunk_boundary raised at (logged once each)
+        self._boundary_answers: dict[tuple[str, str, str], bool] = {}  # chunk_boundary's, by ids (_remembered)
+        self._boundary_stamp: object = None  # the view stamp they were given under
         self.resolutions: dict[str, int] | None = None  # each middle chunk's level in the last compile's fold (T10)
         self._wanted: tuple[tuple[str, ...], ...] = ()  # the units the last compile's fold lacked (_Folding.wanted)
 
@@ -182,23 +205,30 @@ class AutobiographicalStrategy(Strategy):
 
     def initialize(self, ctx: StrategyContext) -> None:
         self._ctx = ctx
-        self.chunks = chunks_from(ctx.read_log("chunks"))
-        self.summaries = summaries_from(ctx.read_log("summaries"))
+        # Each record of the strategy's own state is checked as it is read: a log's record this version
+        # can't read refuses the start (ValueError: the memory is kept); any other is logged and treated
+        # as absent (attempts and ladder steps: their units start afresh).
+        where = f"namespace {ctx.namespace!r} on branch {ctx.branch!r}"
+        self.chunks = chunks_from(ctx.read_log("chunks"), where)
+        self.summaries = summaries_from(ctx.read_log("summaries"), where)
         by_ids = {chunk.message_ids: chunk.id for chunk in self.chunks}
         self._compressed = {by_ids[s.source_ids] for s in self.summaries if s.level == 1 and s.source_ids in by_ids}
         self._leaf_cache = {}
-        attempts = ctx.get_value("attempts", {})
-        self.attempts = attempts if isinstance(attempts, dict) else {}
-        self.ladder = ladder_from(ctx.get_value("ladder"))
+        merged = {s.id for s in self.summaries if s.parent_id is not None}
+        # A done unit's entries are dropped (written at the next write of each record).
+        self.attempts = {key: count for key, count in attempts_from(ctx.get_value("attempts"), where).items()
+                         if not settled(key, self._compressed, merged, count)}
+        self.ladder = {key: step for key, step in ladder_from(ctx.get_value("ladder"), where).items()
+                       if not settled(key, self._compressed, merged)}
         self._pending = {c.id: c for c in self.chunks
                          if c.id not in self._compressed and self.attempts.get(c.id, 0) < MAX_ATTEMPTS}
         self._unmerged = {}
         for summary in self.summaries:
             if summary.parent_id is None:
                 self._unmerged.setdefault(summary.level, []).append(summary)
-        self.head_start_id = ctx.get_value("head_start")
-        self.pins, self._next_pin = pins_from(ctx.get_value("pins"))
-        self.resolutions, self._wanted = resolutions_from(ctx.get_value("resolutions")), ()
+        self.head_start_id = head_start_from(ctx.get_value("head_start"), where)
+        self.pins, self._next_pin = pins_from(ctx.get_value("pins"), where)
+        self.resolutions, self._wanted = resolutions_from(ctx.get_value("resolutions"), where), ()
         # initialize writes nothing (the actor drops what it buffers): chunks that can close now
         # close, with their records and the floor, at the next next_unit or select.
         self._built_holds, self._built_stamp = ctx.hold_floor(), ctx.view.window(1).stamp
@@ -233,9 +263,30 @@ class AutobiographicalStrategy(Strategy):
         held = ctx.hold_floor()
         if held is not None:
             end = min(end, bisect_left(messages, held, key=sequence_key))
-        target, boundary = self.settings.target_chunk_tokens, self.config.chunk_boundary
+        target, boundary = self.settings.target_chunk_tokens, self._remembered(view.window(1).stamp)
         return closing(messages, view, closed=self.chunks, head=head, end=end,
                        rule=lambda: with_boundary(self.policy.chunk_rule(target), boundary, self._boundary_raised))
+
+    def _remembered(self, stamp: object) -> Boundary | None:
+        """The host's ``chunk_boundary``, asked once per pair: each walk re-walks the pending stretch,
+        so its answers are kept from one walk to the next (only the last walk's: bounded by the
+        stretch). Exact: under one view stamp (the view changed only by appending) a chunk's first
+        message, last message and the next message's ids name the same three arguments, and the
+        function is pure; an answer that raised isn't kept."""
+        boundary = self.config.chunk_boundary
+        if boundary is None:
+            return None
+        known = self._boundary_answers if self._boundary_stamp == stamp else {}
+        answers: dict[tuple[str, str, str], bool] = {}
+        self._boundary_answers, self._boundary_stamp = answers, stamp
+
+        def asked(previous: Message, following: Message, chunk: Sequence[Message]) -> bool:
+            key = (chunk[0].id, previous.id, following.id)
+            closes = known[key] if key in known else bool(boundary(previous, following, chunk))
+            answers[key] = closes
+            return closes
+
+        return asked
 
     def _boundary_raised(self, message: Message, error: Exception) -> None:
         if message.id not in self._boundary_failed:
@@ -431,10 +482,12 @@ class AutobiographicalStrategy(Strategy):
                 text = stitch(step.first_half, text)
             if isinstance(unit.work, Chunk):
                 self._apply_l1(ctx, unit.work, text)
+                done: tuple[set[str], set[str]] = {unit.work.id}, set()
             else:
                 self._apply_merge(ctx, list(unit.work), text)
-            self._set_step(ctx, unit.key, None)
+                done = set(), {s.id for s in unit.work}
             self._note(unit.key, step, "summary")
+            self._forget_settled(ctx, *done)
             return True
         failure = self._failure(outcome)
         rung = None
@@ -482,6 +535,19 @@ class AutobiographicalStrategy(Strategy):
         else:
             self.ladder[key] = step
         ctx.set_value("ladder", ladder_record(self.ladder))
+
+    def _forget_settled(self, ctx: StrategyContext, compressed: set[str], merged: set[str]) -> None:
+        """Drop the attempts and ladder steps of the units done now that a chunk's L1 is made
+        (``compressed``) or summaries merged (``merged``), this unit's and any other group's that
+        can't be made any more, and store each record that changed: neither grows with the run."""
+        attempts = {key: count for key, count in self.attempts.items() if not settled(key, compressed, merged, count)}
+        if len(attempts) < len(self.attempts):
+            self.attempts = attempts
+            ctx.set_value("attempts", attempts)
+        ladder = {key: step for key, step in self.ladder.items() if not settled(key, compressed, merged)}
+        if len(ladder) < len(self.ladder):
+            self.ladder = ladder
+            ctx.set_value("ladder", ladder_record(ladder))
 
     def _frontier(self) -> list[Summary]:
         return [summary for level in sorted(self._unmerged) for summary in self._unmerged[level]]

@@ -92,18 +92,41 @@ def ladder_record(steps: Mapping[str, Step]) -> dict[str, Any]:
     return {key: attrs.asdict(step) for key, step in steps.items()}
 
 
-def ladder_from(stored: Any) -> dict[str, Step]:
-    """The ``ladder`` value read back; one this version can't read is logged and ignored (its
-    units start again from the full request)."""
+def ladder_from(stored: Any, where: str = "the namespace") -> dict[str, Step]:
+    """The ``ladder`` value read back, checked field by field: a step this version can't read
+    (another version's, a host's bug) is logged at ERROR, naming ``where`` (the namespace and
+    branch), and ignored: its unit starts again from the full request, which is harmless. No
+    stored value reaches a request or a summary unchecked."""
+    if stored is None:
+        return {}
     if not isinstance(stored, dict):
+        logger.error("the stored ladder %r of %s can't be read; its units start again", stored, where)
         return {}
     steps: dict[str, Step] = {}
     for key, record in stored.items():
-        try:
-            step = Step(**record)
-            _RANK[step.rung]
-        except (KeyError, TypeError):
-            logger.error("the stored ladder step %r of unit %r can't be read; it starts again", record, key)
+        problem = _unreadable(key, record)
+        if problem is not None:
+            logger.error("the stored ladder step %r of unit %r in %s can't be read (%s); it starts again", record,
+                         key, where, problem)
             continue
-        steps[key] = step
+        steps[key] = Step(**record)
     return steps
+
+
+def _unreadable(key: Any, record: Any) -> str | None:
+    """What is wrong with a stored ladder step, or None: it reads back as a ``Step``."""
+    if not isinstance(key, str):
+        return "its unit isn't named by a string"
+    if not isinstance(record, dict) or not set(record) <= set(attrs.fields_dict(Step)):
+        return "not a step"
+    rung, taken = record.get("rung", FULL), record.get("taken", 0)
+    first_half, failure = record.get("first_half"), record.get("failure")
+    if not isinstance(rung, str) or rung not in _RANK:
+        return "an unknown rung"
+    if type(taken) is not int or taken < 0:
+        return "a count of rungs taken that isn't a whole number of at least 0"
+    if first_half is not None and (rung != SPLIT or not isinstance(first_half, str)):
+        return "a first half that isn't a split's summary text"
+    if failure is not None and not isinstance(failure, str):
+        return "a failure that isn't text"
+    return None

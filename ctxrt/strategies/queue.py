@@ -7,7 +7,9 @@ the strategy so the order of work and the quarantine rules can be read and teste
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from .records import Chunk, Summary
 
@@ -15,6 +17,8 @@ MAX_ATTEMPTS = 3  # refusals and failures a unit may have before it is quarantin
 RETRYABLE_STREAK_LIMIT = 12  # consecutive retryable failures that count as one attempt
 BACKOFF_S = 0.5  # the drain's first wait after a retryable failure, doubling
 MAX_BACKOFF_S = 60.0
+
+logger = logging.getLogger("ctxrt.autobiographical")
 
 
 def group_key(group: Sequence[Summary]) -> str:
@@ -86,6 +90,39 @@ def within_span(group: Sequence[Summary], max_span: int, span: Callable[[Summary
             break
         taken.append(summary)
     return taken
+
+
+def attempts_from(stored: Any, where: str = "the namespace") -> dict[str, int]:
+    """The ``attempts`` value read back, checked entry by entry: one this version can't read
+    (not a unit's key and a whole count of at least 0: another version's, a host's bug) is logged
+    at ERROR, naming ``where`` (the namespace and branch), and ignored: its unit counts from 0
+    again, which is harmless (a quarantined one is tried again, and may be quarantined again)."""
+    if stored is None:
+        return {}
+    if not isinstance(stored, dict):
+        logger.error("the stored attempts %r of %s can't be read; every unit counts from 0 again", stored, where)
+        return {}
+    attempts: dict[str, int] = {}
+    for key, count in stored.items():
+        if isinstance(key, str) and type(count) is int and count >= 0:
+            attempts[key] = count
+        else:
+            logger.error("the stored attempts %r of unit %r in %s can't be read; it counts from 0 again", count, key,
+                         where)
+    return attempts
+
+
+def settled(key: str, compressed: Collection[str], merged: Collection[str], count: int = 0) -> bool:
+    """Whether the unit ``key`` is done, so its attempts and ladder step are spent: a chunk's once
+    its L1 is made (its id is in ``compressed``), a merge group's once any of its summaries is
+    merged (in ``merged``), by it or by another group, so it can't be made again. A quarantined
+    group (``count``) whose first summary is unmerged isn't: it seals that summary."""
+    if "," not in key:
+        return key in compressed
+    members = key.split(",")
+    if count >= MAX_ATTEMPTS and members[0] not in merged:
+        return False
+    return any(member in merged for member in members)
 
 
 def quarantined(attempts: Mapping[str, int]) -> list[str]:

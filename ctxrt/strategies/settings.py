@@ -12,6 +12,7 @@ data and functions: the namespace machine swaps the settings at one mailbox turn
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -20,6 +21,8 @@ import attrs
 from ..budget import Budget, non_negative_int
 from ..errors import StrategyRefusedError
 from .base import at_least, flag
+
+logger = logging.getLogger("ctxrt.namespace")
 
 BUDGET = "default_budget"
 
@@ -118,19 +121,27 @@ def record(changes: Mapping[str, Any], described: Any) -> dict[str, Any]:
     return {"config": described, "changes": data}
 
 
-def in_force(stored: Any, described: Any) -> dict[str, Any]:
+def in_force(stored: Any, described: Any, where: str = "the namespace") -> dict[str, Any]:
     """The changes stored in ``stored`` (``record``'s) that hold under the config described as
     ``described``: all of them under the config they were made under, else the default budget.
-    A record that isn't one (damage, another version's) holds nothing."""
-    if not isinstance(stored, dict) or not isinstance(stored.get("changes"), dict):
+    A record this version can't read (another version's, a host's bug), checked value by value as
+    ``update_context_settings`` checks them, holds nothing: the config's values are in force, and
+    an ERROR naming ``where`` (the namespace and branch) says the live changes were lost."""
+    if stored is None:
         return {}
-    data = dict(stored["changes"])
-    budget = data.get(BUDGET)
     try:
+        if not isinstance(stored, dict) or not isinstance(stored.get("changes"), dict):
+            raise ValueError("not a record of changes")
+        data = dict(stored["changes"])
+        budget = data.get(BUDGET)
         if budget is not None:
+            if not isinstance(budget, (list, tuple)) or len(budget) != 2:
+                raise ValueError(f"default_budget must be stored as [max_tokens, reserve_for_response], got {budget!r}")
             data[BUDGET] = Budget(*budget)
         changes = checked(data)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError) as exc:
+        logger.error("the stored context settings %r of %s can't be read (%s); running with the config's settings: "
+                     "the live changes made before are lost", stored, where, exc)
         return {}
     if stored.get("config") != described:
         return {BUDGET: changes[BUDGET]} if BUDGET in changes else {}
