@@ -75,9 +75,9 @@ class ChannelIndex:
                     del self.channels[channel]
         changed = messages[bisect_left(messages, low, key=sequence_key):bisect_right(messages, high, key=sequence_key)]
         for message in changed:
-            channel = channel_of(message.metadata)
-            if channel is not None:
-                sequences = self.channels.setdefault(channel, [])
+            named = channel_of(message.metadata)
+            if named is not None:
+                sequences = self.channels.setdefault(named, [])
                 sequences.insert(bisect_left(sequences, message.sequence), message.sequence)
 
     def follow(self, slot: SlotCache) -> list[Message]:
