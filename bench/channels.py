@@ -33,7 +33,7 @@ SMALL = 2_000
 PROBES = 20  # messages in the probe channel, in both stores
 CHANNELS = 50
 CONCURRENCY = 500
-ROUNDS, CALLS = 7, 100
+ROUNDS, CALLS = 15, 200
 SCAN_CALLS = 10
 
 

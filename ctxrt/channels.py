@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import weakref
-from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Mapping
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Mapping
 from typing import Any
 
 from .content.blocks import Message, sequence_key
@@ -37,11 +37,12 @@ def channel_of(metadata: Mapping[str, Any] | None) -> str | None:
 
 
 class ChannelIndex:
-    """Channel -> the sequences of the slot's messages in it, ascending; as of ``rewrites`` (the
-    cache's rewrite count when last brought in step) and ``last`` (the newest sequence indexed)."""
+    """Channel -> the slot's messages in it, oldest first (the cache's own objects: a read walks
+    its channel's list and touches nothing else); as of ``rewrites`` (the cache's rewrite count
+    when last brought in step) and ``last`` (the newest sequence indexed)."""
 
     def __init__(self) -> None:
-        self.channels: dict[str, list[int]] = {}
+        self.channels: dict[str, list[Message]] = {}
         self.rewrites = -1  # never built
         self.last = 0
 
@@ -49,7 +50,7 @@ class ChannelIndex:
         for message in messages:
             channel = channel_of(message.metadata)
             if channel is not None:
-                self.channels.setdefault(channel, []).append(message.sequence)
+                self.channels.setdefault(channel, []).append(message)
 
     def _build(self, slot: SlotCache, messages: list[Message]) -> None:
         self.channels = {}
@@ -67,22 +68,21 @@ class ChannelIndex:
         high = min(high, self.last)
         if low > high:
             return
-        for channel, sequences in list(self.channels.items()):
-            start, stop = bisect_left(sequences, low), bisect_right(sequences, high)
+        for channel, listed in list(self.channels.items()):
+            start = bisect_left(listed, low, key=sequence_key)
+            stop = bisect_right(listed, high, key=sequence_key)
             if start < stop:
-                del sequences[start:stop]
-                if not sequences:
+                del listed[start:stop]
+                if not listed:
                     del self.channels[channel]
         changed = messages[bisect_left(messages, low, key=sequence_key):bisect_right(messages, high, key=sequence_key)]
         for message in changed:
             named = channel_of(message.metadata)
             if named is not None:
-                sequences = self.channels.setdefault(named, [])
-                sequences.insert(bisect_left(sequences, message.sequence), message.sequence)
+                insort(self.channels.setdefault(named, []), message, key=sequence_key)
 
-    def follow(self, slot: SlotCache) -> list[Message]:
-        """Bring the index in step with ``slot`` (decoding the whole slot the first time); the
-        slot's messages, oldest first, as the index now describes them."""
+    def follow(self, slot: SlotCache) -> None:
+        """Bring the index in step with ``slot`` (decoding the whole slot the first time)."""
         messages = slot.current()
         changes = None if self.rewrites < 0 else slot.changes.since(self.rewrites)
         if changes is None:
@@ -93,24 +93,19 @@ class ChannelIndex:
             self._add(messages[bisect_right(messages, self.last, key=sequence_key):])
         self.rewrites = slot.changes.count
         self.last = messages[-1].sequence if messages else 0
-        return messages
 
-    def sequences(self, channel: str) -> list[int]:
+    def messages(self, channel: str) -> list[Message]:
+        """The channel's messages, oldest first: the index's own list, not to be changed."""
         return self.channels.get(channel, [])
 
 
 _INDEXES: weakref.WeakKeyDictionary[SlotCache, ChannelIndex] = weakref.WeakKeyDictionary()
 
 
-def indexed(slot: SlotCache) -> tuple[ChannelIndex, list[Message]]:
-    """The slot cache's channel index, in step with it, and the slot's messages."""
+def indexed(slot: SlotCache) -> ChannelIndex:
+    """The slot cache's channel index, in step with it."""
     index = _INDEXES.get(slot)
     if index is None:
         index = _INDEXES[slot] = ChannelIndex()
-    return index, index.follow(slot)
-
-
-def in_channel(messages: list[Message], sequences: list[int], *, reverse: bool = False) -> Iterator[Message]:
-    """The messages at ``sequences`` (each held by ``messages``, both ascending), in order."""
-    for sequence in reversed(sequences) if reverse else sequences:
-        yield messages[bisect_left(messages, sequence, key=sequence_key)]
+    index.follow(slot)
+    return index

@@ -310,8 +310,8 @@ class ContextManager:
         if limit == 0:
             return found
         if channel is not None:
-            index, messages = channels.indexed(slot)
-            candidates: Iterable[Message] = channels.in_channel(messages, index.sequences(channel), reverse=reverse)
+            listed = channels.indexed(slot).messages(channel)
+            candidates: Iterable[Message] = reversed(listed) if reverse else listed
         else:
             candidates = slot.newest_first() if reverse else slot.current()
         for message in candidates:
@@ -330,10 +330,10 @@ class ContextManager:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         slot = self._slot()
+        await trio.lowlevel.checkpoint()
+        index = channels.indexed(slot)  # first: bringing the cache up to date may find an audience
         if not slot.may_hold_audience:  # every message is in every reader's view
-            await trio.lowlevel.checkpoint()
-            index, _ = channels.indexed(slot)
-            return {channel: len(sequences) for channel, sequences in index.channels.items()}
+            return {channel: len(listed) for channel, listed in index.channels.items()}
         return {channel: figures.count for channel, figures in (await self.channel_token_stats()).items()}
 
     async def channel_token_stats(
@@ -351,12 +351,12 @@ class ContextManager:
         checks.optional_integer(since_ms, "since_ms", minimum=0)
         checks.optional_integer(until_ms, "until_ms", minimum=0)
         await trio.lowlevel.checkpoint()
-        index, messages = channels.indexed(slot)
+        index = channels.indexed(slot)
         query = MessageQuery(since_ms=since_ms, until_ms=until_ms)
         stats: dict[str, ChannelTokens] = {}
-        for channel, sequences in index.channels.items():
+        for channel, listed in index.channels.items():
             count = tokens = 0
-            for message in channels.in_channel(messages, sequences):
+            for message in listed:
                 if not query.matches(message):
                     continue
                 seen = content_for_reader(message.content, self._reader) if slot.may_hold_audience else message.content
