@@ -648,7 +648,7 @@ TARGETS = [
     method("channel_token_stats", {
         "since_ms": Param(values(None, 0, 1_700_000_000_000, 10**400), optional(o_int(0))),
         "until_ms": Param(values(None, 0, 1_700_000_000_000, 10**400), optional(o_int(0))),
-    }, (), positional=("since_ms", "until_ms"), required=()),
+    }, ()),
     # -- compiling ---------------------------------------------------------------------------
     method("compile", {
         "budget": Param(st.one_of(st.none(), budgets), optional(o_instance(Budget))),
