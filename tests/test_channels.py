@@ -14,10 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctxrt
-from ctxrt import ChannelTokens
-from ctxrt.channels import channel_of
-from ctxrt.content.blocks import Message, content_for_reader
-from ctxrt.content.tokens import estimate_blocks
+from ctxrt import ChannelTokens, Message, content_for_reader
+from ctxrt.testing import estimate_blocks
 
 
 @pytest.fixture(params=["lmdb", "postgres"])
@@ -39,14 +37,27 @@ def ids(messages: list[Message]) -> list[str]:
     return [m.id for m in messages]
 
 
-def test_a_channel_is_the_top_level_id_else_the_external_one() -> None:
+def channel_of(metadata: Any) -> str | None:
+    """The rule as docs/api.md states it: the first of the two places holding a non-empty string."""
+    metadata = metadata or {}
+    external = metadata.get("external")
+    for place in (metadata.get("channel_id"), external.get("channel_id") if isinstance(external, dict) else None):
+        if isinstance(place, str) and place:
+            return place
+    return None
+
+
+async def test_a_channel_is_the_top_level_id_else_the_external_one(rt: ctxrt.Runtime) -> None:
     """M11: metadata["channel_id"] wins, else metadata["external"]["channel_id"]; a non-string names none."""
-    assert channel_of({"channel_id": "a", "external": {"channel_id": "b"}}) == "a"
-    assert channel_of({"external": {"channel_id": "b"}}) == "b"
-    assert channel_of({"channel_id": 7, "external": {"channel_id": "b"}}) == "b"
-    assert channel_of({"channel_id": ""}) is None
-    assert channel_of({"external": "b"}) is None
-    assert channel_of(None) is None
+    m = await rt.open("a")
+    both = await m.add_message("ann", "x", metadata={"channel_id": "a", "external": {"channel_id": "b"}})
+    outer = await m.add_message("ann", "x", metadata={"external": {"channel_id": "b"}})
+    fallback = await m.add_message("ann", "x", metadata={"channel_id": 7, "external": {"channel_id": "b"}})
+    await m.add_message("ann", "x", metadata={"channel_id": ""})
+    await m.add_message("ann", "x", metadata={"external": "b"})
+    assert ids(await m.query_messages(channel="a")) == [both]
+    assert ids(await m.query_messages(channel="b")) == [outer, fallback]
+    assert await m.channel_counts() == {"a": 1, "b": 2}
 
 
 async def test_query_by_channel_finds_both_schemas_in_order(rt: ctxrt.Runtime) -> None:
