@@ -143,6 +143,7 @@ from .compile.injections import Injection as Injection
 from .compile.injections import MessageInjection as MessageInjection
 from .manager import ContextManager as ContextManager
 from .manager import MessageWindow as MessageWindow
+from .queries import ChannelTokens as ChannelTokens
 from .models.model import (
     AnthropicModel as AnthropicModel,
 )

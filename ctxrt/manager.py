@@ -12,7 +12,7 @@ in ``branching.py``; a subscription's event stream is in ``subscriptions.py``.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import attrs
 import trio
 
-from . import branching, checks, tracing
+from . import branching, channels, checks, tracing
 from .content import validation
 from .content.blobs import extract_blobs
 from .branching import Derivation
 from .compile.result import CompileResult
 from .compile.injections import Injection, MessageInjection
 from .budget import Budget, PreviewResult
-from .content.blocks import ContentLike, Message
+from .content.blocks import ContentLike, Message, content_for_reader
 from .errors import ManagerClosedError, MessageNotFoundError
 from .events import MessageEvent, QuarantineAlarm
 from .models.model import Model
@@ -69,7 +69,8 @@ from .namespace.protocol import (
 )
 from .namespace.ref import NamespaceRef
 from .namespace.registry import NamespaceRegistry
-from .queries import MessageQuery
+from .content.tokens import estimate_blocks, estimate_message
+from .queries import ChannelTokens, MessageQuery
 from .slots import SlotCache, decode_stored, parse_id, prepare_append
 from .store.protocol import AppendItem, BranchInfo, describe_branches
 from .store.records import BranchRow
@@ -287,15 +288,17 @@ class ContextManager:
     async def query_messages(
         self, *, participant: str | None = None, metadata: Mapping[str, Any] | None = None,
         since_ms: int | None = None, until_ms: int | None = None, external_id: str | None = None,
-        limit: int | None = None, reverse: bool = False,
+        limit: int | None = None, reverse: bool = False, channel: str | None = None,
     ) -> list[Message]:
         """Messages of this manager's slot matching every condition given, as stored, oldest first
         (newest first with ``reverse``), at most ``limit``.
 
         ``participant`` exactly; each dotted ``metadata`` path (``"task.id"``) by equality;
         ``timestamp_ms`` within ``since_ms``..``until_ms`` inclusive; ``external_id`` against
-        ``metadata["external"]["id"]``. Served from the slot cache; a ``reverse`` query with a
-        ``limit`` reads back only as far as it finds its matches (L7).
+        ``metadata["external"]["id"]``; ``channel`` against the message's channel
+        (``metadata["channel_id"]``, else ``metadata["external"]["channel_id"]``), served by the
+        slot's channel index so it costs what it returns (M11). Served from the slot cache; a
+        ``reverse`` query with a ``limit`` reads back only as far as it finds its matches (L7).
 
         Raises:
             TypeError, ValueError: an argument of the wrong type or out of range, naming it.
@@ -309,17 +312,69 @@ class ContextManager:
         checks.optional_text(external_id, "external_id")
         checks.optional_integer(limit, "limit", minimum=0)
         checks.flag(reverse, "reverse")
+        checks.optional_text(channel, "channel")
         query = MessageQuery(participant, metadata, since_ms, until_ms, external_id)
         await trio.lowlevel.checkpoint()
         found: list[Message] = []
         if limit == 0:
             return found
-        for message in slot.newest_first() if reverse else slot.current():
+        if channel is not None:
+            listed = channels.indexed(slot).messages(channel)
+            candidates: Iterable[Message] = reversed(listed) if reverse else listed
+        else:
+            candidates = slot.newest_first() if reverse else slot.current()
+        for message in candidates:
             if query.matches(message):
                 found.append(message)
                 if limit is not None and len(found) >= limit:
                     break
         return found
+
+    async def channel_counts(self) -> dict[str, int]:
+        """How many of this manager's slot's messages each channel holds, in its reader's view: a
+        message the reader sees no block of is not counted, and a channel only such messages hold
+        is not named (M11). Messages with no channel are not counted.
+
+        Raises:
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        slot = self._slot()
+        await trio.lowlevel.checkpoint()
+        index = channels.indexed(slot)  # first: bringing the cache up to date may find an audience
+        if not slot.may_hold_audience:  # every message is in every reader's view
+            return {channel: len(listed) for channel, listed in index.channels.items()}
+        return {channel: figures.count for channel, figures in (await self.channel_token_stats()).items()}
+
+    async def channel_token_stats(
+        self, since_ms: int | None = None, until_ms: int | None = None,
+    ) -> dict[str, ChannelTokens]:
+        """Per channel, ``ChannelTokens(count, tokens)`` of this manager's slot's messages with a
+        ``timestamp_ms`` within ``since_ms``..``until_ms`` inclusive, in its reader's view (as
+        ``channel_counts``): ``tokens`` is the plain estimate of the blocks the reader sees (M11).
+
+        Raises:
+            TypeError, ValueError: a bound of the wrong type or negative, naming it.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        slot = self._slot()
+        checks.optional_integer(since_ms, "since_ms", minimum=0)
+        checks.optional_integer(until_ms, "until_ms", minimum=0)
+        await trio.lowlevel.checkpoint()
+        index = channels.indexed(slot)
+        query = MessageQuery(since_ms=since_ms, until_ms=until_ms)
+        stats: dict[str, ChannelTokens] = {}
+        for channel, listed in index.channels.items():
+            count = tokens = 0
+            for message in listed:
+                if not query.matches(message):
+                    continue
+                seen = content_for_reader(message.content, self._reader) if slot.may_hold_audience else message.content
+                if seen:
+                    count += 1
+                    tokens += estimate_blocks(seen) if seen is not message.content else estimate_message(message)
+            if count:
+                stats[channel] = ChannelTokens(count, tokens)
+        return stats
 
     # -- compiling --------------------------------------------------------------------------
 

@@ -52,3 +52,12 @@ class MessageQuery:
         if self.external_id is not None and dotted(message.metadata, "external.id") != self.external_id:
             return False
         return not self.metadata or all(_same(dotted(message.metadata, path), value) for path, value in self.metadata.items())
+
+
+@attrs.frozen
+class ChannelTokens:
+    """One channel's figures in a reader's view (``ContextManager.channel_token_stats``): how many
+    of its messages the reader sees a block of, and the plain token estimate of those blocks."""
+
+    count: int
+    tokens: int

@@ -643,7 +643,12 @@ TARGETS = [
         "external_id": Param(values(None, "x", ""), optional(o_text), values("\ud800", StrSub("x"))),
         "limit": Param(values(None, 0, 1, 10**400), optional(o_int(0))),
         "reverse": Param(values(False, True), o_flag),
+        "channel": Param(values(None, "general", ""), optional(o_text), values("\ud800", StrSub("general"))),
     }),
+    method("channel_token_stats", {
+        "since_ms": Param(values(None, 0, 1_700_000_000_000, 10**400), optional(o_int(0))),
+        "until_ms": Param(values(None, 0, 1_700_000_000_000, 10**400), optional(o_int(0))),
+    }, ()),
     # -- compiling ---------------------------------------------------------------------------
     method("compile", {
         "budget": Param(st.one_of(st.none(), budgets), optional(o_instance(Budget))),
@@ -981,7 +986,7 @@ def fuzz(targets: Sequence[Target], examples: int) -> None:
 RUNTIME_TARGETS = [t for t in TARGETS if not t.manager]
 MESSAGE_TARGETS = [TARGET_BY_NAME[n] for n in ("add_message", "edit_message", "remove_message", "remove_messages",
                                                 "get_message", "get_message_window", "query_messages",
-                                                "hold_compression", "release_compression")]
+                                                "channel_token_stats", "hold_compression", "release_compression")]
 COMPILE_TARGETS = [TARGET_BY_NAME[n] for n in ("compile", "preview_context", "search_summaries",
                                                 "get_summaries_in_range", "get_summary", "reset_head_window",
                                                 "pin_range", "unpin",

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
      "ctxrt.store.environment", "ctxrt.store.writer", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
      "ctxrt.store.verify"),
     ("ctxrt.slots",),
-    ("ctxrt.views",),
+    ("ctxrt.views", "ctxrt.channels"),  # a reader's view of a slot; a slot's channel index
     ("ctxrt.forms.wire", "ctxrt.forms.openai_wire", "ctxrt.forms.body_runs", "ctxrt.forms.anthropic_body", "ctxrt.forms.openai_body"),
     ("ctxrt.budget", "ctxrt.compile.provenance", "ctxrt.compile.tool_pairing", "ctxrt.compile.breakpoints"),
     ("ctxrt.compile.injections", "ctxrt.compile.result"),
@@ -94,7 +94,7 @@ PURE_CORES: tuple[str, ...] = (
     "ctxrt.content.blobs", "ctxrt.content.notes", "ctxrt.content.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.forms.wire", "ctxrt.forms.openai_wire",
     "ctxrt.forms.body_runs", "ctxrt.forms.anthropic_body", "ctxrt.forms.openai_body", "ctxrt.budget", "ctxrt.compile.provenance", "ctxrt.compile.tool_pairing", "ctxrt.compile.breakpoints", "ctxrt.compile.injections",
     "ctxrt.compile.result", "ctxrt.compile.reference", "ctxrt.compile.pipeline",
-    "ctxrt.slots", "ctxrt.views",
+    "ctxrt.slots", "ctxrt.views", "ctxrt.channels",
     "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.records", "ctxrt.store.protocol", "ctxrt.store.batch",
     "ctxrt.strategies",
     "ctxrt.namespace.states", "ctxrt.namespace.core", "ctxrt.namespace.context", "ctxrt.namespace.effects",
