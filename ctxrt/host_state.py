@@ -69,7 +69,8 @@ def with_message(writes: tuple[Any, ...], append: AppendItem) -> AppendItem | At
 
 def appended(result: Any) -> ItemAppended:
     """The message's ``ItemAppended`` in what ``with_message``'s command was answered with."""
-    return result[-1] if isinstance(result, tuple) else result
+    operation: ItemAppended = result[-1] if isinstance(result, tuple) else result
+    return operation
 
 
 class HostState:

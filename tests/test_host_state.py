@@ -6,8 +6,8 @@ Determinism rules: each test runs on both engines where it says so (a fresh LMDB
 fresh database of the session's PostgreSQL cluster). The kill -9 test starts a real writer process
 (``host_state_writer.py``) and kills it with SIGKILL after a number of acknowledged messages drawn
 from a seeded generator (the seed in every failure message, ``CTXRT_CRASH_SEED`` replays it); 3
-rounds on each engine, one store through them all. Corruption is a flipped bit in the LMDB data
-file (as test_failsafe_bits does) or a rewritten PostgreSQL row.
+rounds on each engine (50 under ``CTXRT_SOAK=1``), one store through them all. Corruption is a
+flipped bit in the LMDB data file (as test_failsafe_bits does) or a rewritten PostgreSQL row.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -197,17 +197,19 @@ async def test_host_state_reads_back_after_a_restart_and_in_a_read_only_runtime(
                 await state.set(3)
 
 
+@pytest.mark.soak
 async def test_a_writer_killed_mid_loop_leaves_no_message_without_its_state_nor_state_without_its_message(
-    store: Path | str,
+    store: Path | str, soak_scale: Callable[[int, int], int],
 ) -> None:
     """M9, K3: a writer process adding messages with host_state is killed with SIGKILL at a random
-    point (3 rounds); after each, the progress the store holds is exactly the last stored
+    point (3 rounds, 50 under soak); after each, the progress the store holds is exactly the last stored
     message's turn, the turns run unbroken from 0, and every acknowledged turn is there."""
     seed = int(os.environ.get("CTXRT_CRASH_SEED") or random.randrange(1 << 32))
     rng = random.Random(seed)
     acked = -1
-    with trio.fail_after(240):
-        for round_ in range(3):
+    rounds = soak_scale(3, 50)
+    with trio.fail_after(60 + rounds * 20):
+        for round_ in range(rounds):
             context = f"round {round_} (seed {seed})"
             process = await trio.lowlevel.open_process([sys.executable, str(WRITER), str(store)],
                                                        stdout=subprocess.PIPE)
