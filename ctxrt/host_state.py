@@ -25,7 +25,7 @@ from .namespace import states
 from .store.interface import StoreEngine
 from .store.protocol import AppendItem, Atomically, RegisterState, SetValue
 from .store.actor import StoreRef
-from .store.records import BranchRow, ItemAppended, encode_json
+from .store.records import BranchRow, encode_json
 
 
 @attrs.frozen
@@ -60,17 +60,6 @@ def message_writes(host_state: object, branch: int) -> tuple[Any, ...]:
         checked = states.host_state_name(name, f"host_state[{name!r}]")
         commands += set_commands(checked, branch, checked_json(value, f"host_state[{checked!r}]"))
     return tuple(commands)
-
-
-def with_message(writes: tuple[Any, ...], append: AppendItem) -> AppendItem | Atomically:
-    """The one command that commits ``writes`` and then the message's ``append`` (or either with none)."""
-    return Atomically(commands=(*writes, append)) if writes else append
-
-
-def appended(result: Any) -> ItemAppended:
-    """The message's ``ItemAppended`` in what ``with_message``'s command was answered with."""
-    operation: ItemAppended = result[-1] if isinstance(result, tuple) else result
-    return operation
 
 
 class HostState:

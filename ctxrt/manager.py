@@ -65,6 +65,7 @@ from .namespace.registry import NamespaceRegistry
 from .queries import MessageQuery
 from .slots import SlotCache, prepare_append
 from .store.protocol import AppendItem, BranchInfo, describe_branches
+from .store.protocol import append_after, append_result
 from .store.records import BranchRow
 from .strategies import settings
 from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
@@ -190,7 +191,7 @@ class ContextManager:
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
                             attachment=appended, flagged=appended.audience)
         if hold is False:
-            operation = host_states.appended(await store.ask(host_states.with_message(writes, append)))
+            operation = append_result(await store.ask(append_after(writes, append)))
         else:  # the hold rides the append through the namespace actor, in place before it commits
             operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
         return str(operation.sequence)

@@ -63,7 +63,6 @@ from ..errors import (
     ValueConflictError,
 )
 from ..asks import Reply
-from ..host_state import appended, with_message
 from ..slots import Appended, SlotCache, parse_id
 from ..store.protocol import (
     AppendItem,
@@ -136,6 +135,7 @@ from .effects import (
     TimerFired,
     Write,
 )
+from ..store.protocol import append_after, append_result
 from .lease import Lease
 from .protocol import (
     ActorRetired,
@@ -1055,7 +1055,7 @@ class NamespaceMachine:
         key = object()
         self.holds.reserve(key, self.store.last_sequence + 1)  # every append from now on is above it
         try:
-            operation = appended((yield Write(with_message(command.writes, command.append))))  # M9: one batch
+            operation = append_result((yield Write(append_after(command.writes, command.append))))  # M9: one batch
         finally:
             self.holds.unreserve(key)
         self.holds.place([operation.sequence], command.timeout_s, self.now)
