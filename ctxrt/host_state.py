@@ -54,7 +54,8 @@ def message_writes(host_state: object, branch: int) -> tuple[Any, ...]:
     if host_state is None:
         return ()
     if not isinstance(host_state, Mapping):
-        raise TypeError(f"host_state must be a mapping of names to JSON values or None, not {type(host_state).__name__}")
+        raise TypeError(f"host_state must be a mapping of names to JSON values or None, "
+                        f"not {type(host_state).__name__}")
     commands: list[Any] = []
     for name, value in host_state.items():
         checked = states.host_state_name(name, f"host_state[{name!r}]")
@@ -66,7 +67,9 @@ class HostState:
     """A host's named state on one branch: a JSON value and a log of JSON entries. Made by
     ``Runtime.host_state``; don't construct it. Reads are async like the runtime's other reads."""
 
-    def __init__(self, name: str, row: BranchRow, engine: Callable[[], StoreEngine], store: Callable[[], StoreRef]) -> None:
+    def __init__(
+        self, name: str, row: BranchRow, engine: Callable[[], StoreEngine], store: Callable[[], StoreRef],
+    ) -> None:
         self._name = name
         self._row = row
         self._engine = engine  # raises RuntimeClosedError once the runtime is closed
@@ -140,7 +143,8 @@ class HostState:
             try:
                 found.append(HostEntry(item.sequence, json.loads(item.data)))
             except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-                raise StoreCorruptError(engine.data_path, f"log state {state!r} item @{item.sequence} doesn't decode: {exc}") from None
+                raise StoreCorruptError(
+                    engine.data_path, f"log state {state!r} item @{item.sequence} doesn't decode: {exc}") from None
         return found
 
     def _live(self) -> StoreEngine:

@@ -88,7 +88,8 @@ async def test_refuses_what_isnt_json_naming_the_place_and_stores_nothing(rt: ct
         (lambda: state.append("\ud800"), "entry"),
         (lambda: rt.host_state("a/b"), "name"),
         (lambda: rt.host_state(""), "name"),
-        (lambda: manager.add_message("user", "hi", host_state={"framework": {"a": {1, 2}}}), "host_state['framework'].a"),
+        (lambda: manager.add_message("user", "hi", host_state={"framework": {"a": {1, 2}}}),
+         "host_state['framework'].a"),
         (lambda: manager.add_message("user", "hi", host_state={"bad/name": 1}), "host_state['bad/name']"),
     ]
     for call, path in refusals:
@@ -96,7 +97,8 @@ async def test_refuses_what_isnt_json_naming_the_place_and_stores_nothing(rt: ct
             await call()
         assert caught.value.path == path, (path, caught.value)
     for call, message in [(lambda: rt.host_state(3), "name must be a string"),
-                          (lambda: manager.add_message("user", "hi", host_state=[("a", 1)]), "host_state must be a mapping"),
+                          (lambda: manager.add_message("user", "hi", host_state=[("a", 1)]),
+                           "host_state must be a mapping"),
                           (lambda: state.entries(since="3"), "since must be an integer")]:
         with pytest.raises(TypeError, match=message):
             await call()
@@ -228,7 +230,8 @@ async def test_a_writer_killed_mid_loop_leaves_no_message_without_its_state_nor_
             assert status == -signal.SIGKILL, f"{context}: the writer ended with {status}"
             async with open_runtime(store) as rt:
                 manager = await rt.open("writer")
-                turns = [int(m.content[0].text.split()[1]) for m in await manager.get_all_messages()]  # type: ignore[union-attr]
+                texts = [m.content[0].text for m in await manager.get_all_messages()]  # type: ignore[union-attr]
+                turns = [int(text.split()[1]) for text in texts]
                 assert turns == list(range(len(turns))), f"{context}: turns {turns[-5:]}"
                 assert turns[-1] >= acked, f"{context}: acknowledged turn {acked} lost"
                 assert await (await rt.host_state("progress")).get() == turns[-1], context

@@ -99,7 +99,8 @@ def host_state_name(name: object, parameter: str = "name") -> str:
     """
     checked = checks.name(name, parameter, max_bytes=MAX_HOST_STATE_BYTES)
     if "/" in checked:
-        raise MalformedContentError(parameter, f"a host state's name must not contain '/' (namespace states do): {checked!r}")
+        raise MalformedContentError(
+            parameter, f"a host state's name must not contain '/' (namespace states do): {checked!r}")
     return checked
 
 

@@ -6,8 +6,8 @@ all over the shared slot, under Autobiographical with small chunks. Rules add me
 blocks carry random audiences, edit audiences (narrowing and widening; refusals must leave the
 message unchanged, and an edit that hides nothing is never refused), remove messages, compile,
 tick, fork, derive and reopen derived managers, add a message with a host state (M9: each branch
-holds the one last set on it or before its fork, and none reaches a compile or a request), and have the model refuse compression replies or
-answer them with a tool call (each unit then walks its refusal ladder, T12); a run may fold its middle by adaptive resolution (T10), kv-stable or flat. Every block's text holds a unique marker
+holds the one last set on it or before its fork, and none reaches a compile or a request), and
+have the model refuse compression replies or answer them with a tool call (each unit then walks its refusal ladder, T12); a run may fold its middle by adaptive resolution (T10), kv-stable or flat. Every block's text holds a unique marker
 ``AUD[ann,bob]#17`` (the audience it was written with, then a number); the machine keeps, per
 branch, every version of every message, so it knows who each marker was ever visible to.
 
