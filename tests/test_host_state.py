@@ -205,7 +205,8 @@ async def test_a_writer_killed_mid_loop_leaves_no_message_without_its_state_nor_
 ) -> None:
     """M9, K3: a writer process adding messages with host_state is killed with SIGKILL at a random
     point (3 rounds, 50 under soak); after each, the progress the store holds is exactly the last stored
-    message's turn, the turns run unbroken from 0, and every acknowledged turn is there."""
+    message's turn, as of each message it was that message's turn, the turns run unbroken from 0,
+    and every acknowledged turn is there."""
     seed = int(os.environ.get("CTXRT_CRASH_SEED") or random.randrange(1 << 32))
     rng = random.Random(seed)
     acked = -1
@@ -230,11 +231,14 @@ async def test_a_writer_killed_mid_loop_leaves_no_message_without_its_state_nor_
             assert status == -signal.SIGKILL, f"{context}: the writer ended with {status}"
             async with open_runtime(store) as rt:
                 manager = await rt.open("writer")
-                texts = [m.content[0].text for m in await manager.get_all_messages()]  # type: ignore[union-attr]
-                turns = [int(text.split()[1]) for text in texts]
+                messages = await manager.get_all_messages()
+                turns = [int(m.content[0].text.split()[1]) for m in messages]  # type: ignore[union-attr]
                 assert turns == list(range(len(turns))), f"{context}: turns {turns[-5:]}"
                 assert turns[-1] >= acked, f"{context}: acknowledged turn {acked} lost"
                 assert await (await rt.host_state("progress")).get() == turns[-1], context
+                main = rt.engine.branch("main").id
+                for message, turn in zip(messages, turns):  # as of each message, the state set with it
+                    assert rt.engine.read_value("host:value:progress", main, at=message.sequence) == turn, context
 
 
 async def test_verify_passes_with_host_state_and_names_a_damaged_record(store_path: Path) -> None:
