@@ -29,8 +29,7 @@ import ctxrt
 import ctxrt.aio
 from ctxrt import HostEntry, MalformedContentError, open_runtime
 from ctxrt.errors import BranchNotFoundError, ReadOnlyStoreError, StoreCorruptError
-from ctxrt.testing import files, verify_store
-from ctxrt.verification import verify_postgres
+from ctxrt.testing import files, verify, verify_store
 from support import LineReader, flip
 
 WRITER = Path(__file__).with_name("host_state_writer.py")
@@ -273,11 +272,11 @@ async def test_verify_on_postgresql_names_a_host_entry_that_isnt_json(pg_url: st
         state = await rt.host_state("framework")
         await state.set({"turn": 1})
         await state.append({"request": 1})
-    assert verify_postgres(pg_url).status == "sound"
+    assert verify(pg_url).status == "sound"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("UPDATE ctxrt_items SET data = '\\x7b6e6f74'::bytea WHERE state = "
                      "(SELECT number FROM ctxrt_states WHERE name = 'host:log:framework')")
-    report = verify_postgres(pg_url)
+    report = verify(pg_url)
     assert report.status == "damaged"
     assert any("host:log:framework" in item.place for item in report.damage), report.damage
     async with open_runtime(pg_url) as rt:
