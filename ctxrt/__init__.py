@@ -141,6 +141,8 @@ from .events import QuarantineAlarm as QuarantineAlarm
 from .events import Removed as Removed
 from .compile.injections import Injection as Injection
 from .compile.injections import MessageInjection as MessageInjection
+from .host_state import HostEntry as HostEntry
+from .host_state import HostState as HostState
 from .manager import ContextManager as ContextManager
 from .manager import MessageWindow as MessageWindow
 from .queries import ChannelTokens as ChannelTokens

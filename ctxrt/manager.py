@@ -21,6 +21,7 @@ import attrs
 import trio
 
 from . import branching, channels, checks, tracing
+from . import host_state as host_states
 from .content import validation
 from .content.blobs import extract_blobs
 from .branching import Derivation
@@ -73,6 +74,7 @@ from .content.tokens import estimate_blocks, estimate_message
 from .queries import ChannelTokens, MessageQuery
 from .slots import SlotCache, decode_stored, parse_id, prepare_append
 from .store.protocol import AppendItem, BranchInfo, describe_branches
+from .store.protocol import append_after, append_result
 from .store.records import BranchRow
 from .strategies import settings
 from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
@@ -170,15 +172,20 @@ class ContextManager:
     async def add_message(
         self, participant: str, content: ContentLike, *, metadata: Mapping[str, Any] | None = None,
         caused_by: Sequence[str] = (), hold_compression: bool | float = False, timestamp_ms: int | None = None,
+        host_state: Mapping[str, Any] | None = None,
     ) -> str:
         """Append a message to this manager's slot; returns its id (M1).
 
         ``hold_compression`` True (or a timeout in seconds) keeps it and everything after it raw
-        until released (T5).
+        until released (T5). ``host_state`` ``{name: value}`` sets each of the host's states
+        (``Runtime.host_state``) in the message's own transaction, just before it: both commit or
+        neither (M9).
 
         Raises:
-            MalformedContentError: bad content, participant, metadata, caused_by or timestamp,
-                naming the place (M6, B1); nothing is stored.
+            MalformedContentError: bad content, participant, metadata, caused_by, timestamp or
+                host_state (a name or a value that isn't JSON), naming the place (M6, B1, M9);
+                nothing is stored.
+            TypeError: ``host_state`` isn't a mapping.
             ValueError: a ``hold_compression`` that is neither a bool nor a positive finite timeout.
             BranchNotFoundError, ManagerClosedError: the branch was deleted; the manager is closed.
 
@@ -189,13 +196,14 @@ class ContextManager:
         hold = hold_compression
         if hold is not False and hold is not True:
             hold = checks.timeout(hold, "hold_compression")  # True, False, or a bounded timeout in seconds
+        writes = host_states.message_writes(host_state, ref.branch_id)
         store = self._registry.store_ref()
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
                             attachment=appended, flagged=appended.audience)
         if hold is False:
-            operation = await store.ask(append)
+            operation = append_result(await store.ask(append_after(writes, append)))
         else:  # the hold rides the append through the namespace actor, in place before it commits
-            operation = await ref.ask(AppendAndHold(append, None if hold is True else hold))
+            operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
         return str(operation.sequence)
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:

@@ -15,6 +15,7 @@ import trio
 
 from . import checks
 from .content.blocks import Message
+from .host_state import HostState
 from .errors import ManagerClosedError, MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
 from .manager import ContextManager, switch_managers
 from .models.model import Model
@@ -243,6 +244,26 @@ class Runtime:
             found.append(NamespaceInfo(namespace, reader if isinstance(reader, str) else None,
                                        floor if isinstance(floor, int) else 0))
         return found
+
+    async def host_state(self, name: str, *, branch: str = "main") -> HostState:
+        """The host's state ``name`` on ``branch``: a JSON value (``get``/``set``) and a log of JSON
+        entries (``append``/``entries``), kept in the store and branched like namespace state (M9).
+
+        Raises:
+            TypeError: ``name`` or ``branch`` isn't a string.
+            MalformedContentError: a name a store can't hold, or one holding ``/`` (naming it).
+            BranchNotFoundError: no such branch.
+            RuntimeClosedError: the runtime is closed.
+        """
+        checked = states.host_state_name(name)
+        checks.name(branch, "branch")
+        await trio.lowlevel.checkpoint()
+        return HostState(checked, self._live_engine().branch(branch), self._live_engine, lambda: self.store)
+
+    def _live_engine(self) -> StoreEngine:
+        if self._closed:
+            raise RuntimeClosedError(f"the runtime on {self.path} is closed")
+        return self.engine
 
     # -- branches ---------------------------------------------------------------------------
 

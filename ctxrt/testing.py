@@ -16,7 +16,7 @@ modules that define them, so a module split or rename changes this list and not 
 re-exports, from where they live now: the store's commands (``AppendItem``, ``SetValue``, ...,
 what ``Runtime.store.ask`` takes) and the records it reads back (``ItemAppended``, ``LogHead``,
 ...); the store's own opening without a runtime (``open_store``, ``close_store``,
-``StoreHandle``, ``open_environments``) and its checker (``verify_store``, ``verify_in_child``);
+``StoreHandle``, ``open_environments``) and its checker (``verify``, ``verify_store``, ``verify_in_child``);
 the store actor without a runtime (``open_store_actor``, ``serve_store``, and ``execute``, one
 command applied to a write batch); a message's stored form (the module ``codec``); the store's
 on-disk layout, for tests that read a store's bytes or damage them on purpose (the modules
@@ -123,6 +123,7 @@ from .store.records import LogHead as LogHead
 from .store.records import Operation as Operation
 from .store.records import StateInfo as StateInfo
 from .store.records import ValueSet as ValueSet
+from .verification import verify as verify
 from .verification import verify_in_child as verify_in_child
 from .verification import verify_store as verify_store
 from .content.tokens import estimate_block as estimate_block

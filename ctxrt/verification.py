@@ -28,7 +28,7 @@ from typing import Any
 
 from .content import blobs, codec
 from .errors import StoreFormatError
-from .namespace.states import is_slot
+from .namespace.states import is_host_log, is_slot
 from .store.engine import BACKEND_ERRORS as BACKEND_ERRORS
 from .store.environment import close_store, open_store
 from .store.files import STORE_FILE_NAMES as STORE_FILE_NAMES
@@ -38,7 +38,11 @@ from .store.verify import VerifyReport, report_from_stream, walk_store
 
 def check_item(state: str, data: bytes, origin: int, place: str) -> list[str]:
     """A log item as the layers above read it: in a message slot, a message (raises if it doesn't
-    decode), and the blobs it refers to (sha-256 hex); another state's item is its strategy's own."""
+    decode), and the blobs it refers to (sha-256 hex); in a host state's log, JSON (M9); another
+    state's item is its strategy's own."""
+    if is_host_log(state):
+        json.loads(data)  # raises if it doesn't decode, as HostState.entries would
+        return []
     if not is_slot(state):
         return []
     named: list[str] = []

@@ -33,11 +33,12 @@ def public(cls: type) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("trio_class", "front"), [
     (ctxrt.Runtime, ctxrt.aio.Runtime), (ctxrt.ContextManager, ctxrt.aio.ContextManager),
+    (ctxrt.HostState, ctxrt.aio.HostState),
 ])
 def test_the_front_has_every_public_member_of_the_trio_class_with_its_signature_and_docstring(
     trio_class: type, front: type
 ) -> None:
-    """Every public member of Runtime and ContextManager is on the front under the same name, of the
+    """Every public member of Runtime, ContextManager and HostState (M9) is on the front under the same name, of the
     same kind (awaited, async context, plain, property), with the same signature and docstring (H1)."""
     assert sorted(public(front)) == sorted(public(trio_class))
     assert front.__doc__ == trio_class.__doc__

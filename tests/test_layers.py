@@ -60,7 +60,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.namespace.machine",),
     ("ctxrt.namespace.actor",),
     ("ctxrt.namespace.registry",),
-    ("ctxrt.branching", "ctxrt.subscriptions"),
+    ("ctxrt.branching", "ctxrt.subscriptions", "ctxrt.host_state"),
     ("ctxrt.manager",),
     ("ctxrt.trio_guard",),
     ("ctxrt.runtime", "ctxrt.verification"),  # the facade; what tools ask of a store without a runtime (verify)

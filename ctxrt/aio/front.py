@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import sniffio
 import trio
 
+from .. import host_state as trio_host_state
 from .. import manager as trio_manager
 from .. import runtime as trio_runtime
 from .guest import Guest, each, entered, join, left, logger
@@ -60,9 +61,11 @@ class ManagerFront(Front):
 
 
 def fronted(guest: Guest, value: Any) -> Any:
-    """A call's result for the asyncio caller: a trio manager gets its front; the rest is plain data."""
+    """A call's result for the asyncio caller: a trio manager or host state gets its front; the rest is plain data."""
     if isinstance(value, trio_manager.ContextManager):
         return _ManagerFront(guest, value)
+    if isinstance(value, trio_host_state.HostState):
+        return _HostStateFront(guest, value)
     return value
 
 
@@ -153,6 +156,7 @@ def derive(trio_class: type, base: type[Front]) -> type[Front]:
 
 _RuntimeFront: Any = derive(trio_runtime.Runtime, Front)
 _ManagerFront: Any = derive(trio_manager.ContextManager, ManagerFront)
+_HostStateFront: Any = derive(trio_host_state.HostState, Front)
 
 
 class RuntimeBlock:
@@ -222,10 +226,12 @@ _open_runtime.__doc__ = (
 )
 
 if TYPE_CHECKING:
+    from ..host_state import HostState as HostState
     from ..manager import ContextManager as ContextManager
     from ..runtime import Runtime as Runtime
     from ..runtime import open_runtime as open_runtime
 else:
     Runtime = _RuntimeFront
     ContextManager = _ManagerFront
+    HostState = _HostStateFront
     open_runtime = _open_runtime

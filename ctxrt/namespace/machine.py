@@ -136,6 +136,7 @@ from .effects import (
     TimerFired,
     Write,
 )
+from ..store.protocol import append_after, append_result
 from .lease import Lease
 from .protocol import (
     ActorRetired,
@@ -1105,7 +1106,7 @@ class NamespaceMachine:
         key = object()
         self.holds.reserve(key, self.store.last_sequence + 1)  # every append from now on is above it
         try:
-            operation = yield Write(command.append)
+            operation = append_result((yield Write(append_after(command.writes, command.append))))  # M9: one batch
         finally:
             self.holds.unreserve(key)
         self.holds.place([operation.sequence], command.timeout_s, self.now)

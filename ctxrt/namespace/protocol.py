@@ -185,10 +185,11 @@ class ResetHeadWindow(Ask[str]):
 class AppendAndHold(Ask[ItemAppended]):
     """Append ``append`` (made and checked by the manager) and hold its message from compression
     until released or ``timeout_s`` (T5). Held from before it is written: no unit planned while
-    it commits reads it."""
+    it commits reads it. ``writes`` commit before it in its batch (``add_message(host_state=)``, M9)."""
 
     append: AppendItem
     timeout_s: float | None
+    writes: tuple[Any, ...] = ()
 
 
 @attrs.frozen

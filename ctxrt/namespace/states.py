@@ -4,12 +4,16 @@ Per branch a namespace has ``<ns>/reader`` (its reader record), ``<ns>/narrowing
 ``<ns>/context`` (its context log), ``<ns>/strategy`` (the config it runs),
 ``<ns>/context-settings`` (the live settings changed in it) and its strategy's
 ``<ns>/<strategy>:<name>`` states. Message slots are ``messages`` (shared) or ``<ns>/messages``
-(isolated). Nothing else in ctxrt formats these names.
+(isolated). A host's own states (``Runtime.host_state``, M9) are ``host:value:<name>`` and
+``host:log:<name>``: a host state's name holds no ``/`` and every namespace state's does, so no
+namespace, however named, owns one, and none is read as a slot. Nothing else in ctxrt formats
+these names.
 """
 
 from __future__ import annotations
 
 from .. import checks
+from ..errors import MalformedContentError
 
 DEFAULT_NAMESPACE = "default"
 MAX_NAMESPACE_BYTES = 300  # leaves room for the longest suffix within the store's 400-byte state names
@@ -81,3 +85,32 @@ def namespace_of_strategy_state(state: str, name: str) -> str | None:
 def namespace_of_reader_state(state: str) -> str | None:
     """The namespace whose reader record ``state`` is, or None for any other state."""
     return state[: -len(_READER)] if state.endswith(_READER) else None
+
+
+_HOST_VALUE = "host:value:"
+_HOST_LOG = "host:log:"
+MAX_HOST_STATE_BYTES = 300  # as a namespace: the prefix fits within the store's 400-byte state names
+
+
+def host_state_name(name: object, parameter: str = "name") -> str:
+    """A host state's name: a name (``checks.name``) without ``/``, which every namespace state holds.
+
+    Raises ``TypeError`` for a non-string and ``MalformedContentError`` naming ``parameter`` otherwise.
+    """
+    checked = checks.name(name, parameter, max_bytes=MAX_HOST_STATE_BYTES)
+    if "/" in checked:
+        raise MalformedContentError(
+            parameter, f"a host state's name must not contain '/' (namespace states do): {checked!r}")
+    return checked
+
+
+def host_value_state(name: str) -> str:
+    return f"{_HOST_VALUE}{name}"
+
+
+def host_log_state(name: str) -> str:
+    return f"{_HOST_LOG}{name}"
+
+
+def is_host_log(state: str) -> bool:
+    return state.startswith(_HOST_LOG) and "/" not in state

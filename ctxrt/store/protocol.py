@@ -93,6 +93,17 @@ class Atomically(Ask[tuple[Any, ...]]):
     commands: tuple[Any, ...]
 
 
+def append_after(writes: tuple[Any, ...], append: AppendItem) -> AppendItem | Atomically:
+    """``append`` with ``writes`` committed before it in one batch (alone without any)."""
+    return Atomically(commands=(*writes, append)) if writes else append
+
+
+def append_result(result: ItemAppended | tuple[Any, ...]) -> ItemAppended:
+    """The append's ``ItemAppended`` in what ``append_after``'s command was answered with."""
+    operation: ItemAppended = result[-1] if isinstance(result, tuple) else result
+    return operation
+
+
 StoreCommand = RegisterState | AppendItem | EditItem | RemoveItems | SetValue | CreateBranch | DeleteBranch | Atomically
 
 

@@ -5,8 +5,9 @@ Three readers (ann, bob, cy), each in its own namespace, and a namespace compili
 all over the shared slot, under Autobiographical with small chunks. Rules add messages whose
 blocks carry random audiences, edit audiences (narrowing and widening; refusals must leave the
 message unchanged, and an edit that hides nothing is never refused), remove messages, compile,
-tick, fork, derive and reopen derived managers, and have the model refuse compression replies or
-answer them with a tool call (each unit then walks its refusal ladder, T12); a run may fold its middle by adaptive resolution (T10), kv-stable or flat. Every block's text holds a unique marker
+tick, fork, derive and reopen derived managers, add a message with a host state (M9: each branch
+holds the one last set on it or before its fork, and none reaches a compile or a request), and
+have the model refuse compression replies or answer them with a tool call (each unit then walks its refusal ladder, T12); a run may fold its middle by adaptive resolution (T10), kv-stable or flat. Every block's text holds a unique marker
 ``AUD[ann,bob]#17`` (the audience it was written with, then a number); the machine keeps, per
 branch, every version of every message, so it knows who each marker was ever visible to.
 
@@ -79,6 +80,7 @@ READERS = ("ann", "bob", "cy")
 BIG = Budget(max_tokens=10_000_000, reserve_for_response=0)
 MARKER = re.compile(r"AUD\[[a-z,*]*\]#(\d+)")
 FILLER = " and then some ordinary words follow here"
+HOST_SECRET = "HOST-STATE-SECRET-"  # what the host state holds (M9): never in a compile or a request
 
 T = TypeVar("T")
 Audience = tuple[str, ...] | None
@@ -220,6 +222,7 @@ class PrivacyMachine(RuleBasedStateMachine):
         self.recreated = 0
         self.fresh = 0  # namespaces opened (and claimed, or not) under a cancelled open
         self.attempts = 0  # names of branches a retired manager tried to make
+        self.host: dict[str, Any] = {"main": None}  # branch -> the host state "privacy" it holds (M9)
 
     # -- set-up and teardown ----------------------------------------------------------------
 
@@ -284,6 +287,7 @@ class PrivacyMachine(RuleBasedStateMachine):
 
     def copy_history(self, parent: str, child: str) -> None:
         self.history[child] = {mid: list(versions) for mid, versions in self.history[parent].items()}
+        self.host[child] = self.host[parent]  # every branch is made at its parent's head
 
     def record_edit(self, handle: Handle, message: ctxrt.Message, new_content: Any) -> None:
         """An edit that went through: legal (D1, D5), and a new version of the message on its branch."""
@@ -358,6 +362,16 @@ class PrivacyMachine(RuleBasedStateMachine):
         messages = self.stored(handle)
         if messages:
             self.loop.run(handle.manager.remove_message, messages[which % len(messages)].id)  # never refused (D1)
+
+    @rule(who=st.integers(0, 50), audience=audiences)
+    def add_with_host_state(self, who: int, audience: Audience) -> None:
+        """M9: a message and the host state set with it; the state is the host's, never compiled."""
+        handle = self.pick(who)
+        number, block = self.new_block(audience)
+        value = {"secret": f"{HOST_SECRET}{number}"}
+        mid = self.loop.run(lambda: handle.manager.add_message("user", [block], host_state={"privacy": value}))
+        self.history[handle.branch][mid] = [{number: audience}]
+        self.host[handle.branch] = value
 
     @rule(who=st.integers(0, 50), ticks=st.integers(1, 4))
     def tick(self, who: int, ticks: int) -> None:
@@ -646,6 +660,16 @@ class PrivacyMachine(RuleBasedStateMachine):
                     assert visible(reader, current.get(number, ())), f"raw body #{number} for {reader!r}"
 
     @invariant()
+    def host_state_is_branched_and_never_sent(self) -> None:
+        """M9: each branch holds the host state last set on it or on its parent before the fork,
+        and no model request ever holds it (nor a compile: ``nothing_leaks_and_nothing_is_lost``)."""
+        for branch in self.live_branches():
+            state = self.loop.run(lambda: self.loop.runtime.host_state("privacy", branch=branch))
+            assert self.loop.run(state.get) == self.host[branch], branch
+        for model in self.models.values():
+            assert not any(HOST_SECRET in text_of(b) for r in model.requests for m in r.messages for b in m.content)
+
+    @invariant()
     def retired_managers_stay_retired(self) -> None:
         for handle in self.retired:
             self.check_retired(handle)
@@ -656,7 +680,9 @@ class PrivacyMachine(RuleBasedStateMachine):
             reader = handle.reader
             result = self.loop.run(handle.manager.compile, BIG)
             self.check_leaks(handle, result)
-            compiled = set(markers_in(" ".join(text_of(b) for m in result.messages for b in m.content)))
+            compiled_text = " ".join(text_of(b) for m in result.messages for b in m.content)
+            assert HOST_SECRET not in compiled_text, "a host state reached a compile (M9)"
+            compiled = set(markers_in(compiled_text))
             for message in self.stored(handle):
                 assert message.id in self.history[handle.branch], (
                     f"message {message.id} on {handle.branch!r} was written by no call the machine made"
