@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 import trio
 import uvloop
@@ -33,6 +34,7 @@ import uvloop
 import ctxrt
 import ctxrt.aio
 import ctxrt.aio.guest
+from ctxrt.store.writer import WriterThread
 from ctxrt.testing import ScriptedModel, verify_store
 
 GUARD_S = 60
@@ -575,10 +577,6 @@ def test_a_writer_stop_cut_short_by_ctrl_c_at_any_line_and_made_again_ends_the_t
     raised inside ``Thread.is_alive`` marks a thread still running as stopped), the second stop
     ends the thread's transaction and the thread, so the environment closes (it hung closing under
     the transaction; H4)."""
-    import lmdb
-
-    from ctxrt.store.writer import WriterThread
-
     count = 0
     while True:
         count += 1
@@ -647,3 +645,43 @@ def test_a_second_ctrl_c_at_any_line_of_stopping_the_guest_run_still_ends_the_lo
     assert lines > 10, lines  # the sweep reaches trio's wake-up of the run
     for count in range(1, lines + 1, soak_scale(5, 1)):
         _second_ctrl_c_while_stopping(tmp_path / f"store{count}", count)
+
+
+def test_a_wait_for_a_commit_cut_short_by_ctrl_c_at_any_line_leaves_the_writer_usable(tmp_path: Path) -> None:
+    """The loop waits for the writer thread's commit (its turns); a KeyboardInterrupt at each line
+    in turn of that wait, one raised just after it took the thread's token among them, may be
+    swallowed (trio disables the instrument it landed in) and the store go on: the commit still
+    lands, ``landed`` returns, and the writer stops. Taking a token then lost its count, and the
+    loop blocked for a turn that had ended (H4)."""
+    count = 0
+    while True:
+        count += 1
+        env = lmdb.open(str(tmp_path / f"env{count}"), map_size=1 << 20)
+        writer = WriterThread(env)
+        writer.start()
+        writer.begin().put(b"key", b"value")
+        outcomes: list[object] = []
+
+        def commit_and_land() -> None:
+            writer.commit()
+            try:
+                traced(interrupt_in_first_call(WriterThread.wait.__code__, count, raise_it=True),
+                       lambda: writer.wait(GUARD_S))
+            except KeyboardInterrupt:
+                outcomes.append("interrupted")
+            ready, _, _ = select.select([writer.ready], [], [], GUARD_S)
+            assert ready
+            outcomes.append(writer.landed())
+            writer.stop()
+
+        thread = threading.Thread(target=commit_and_land)  # a hang fails the test instead
+        thread.start()
+        thread.join(GUARD_S)
+        assert not thread.is_alive(), f"the loop waits for a turn that ended (interrupt at line {count})"
+        assert outcomes[-1] is None, outcomes
+        with env.begin() as txn:
+            assert txn.get(b"key") == b"value"
+        env.close()
+        if "interrupted" not in outcomes:
+            break
+    assert count > 5

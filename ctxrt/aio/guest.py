@@ -234,6 +234,7 @@ class Guest:
         # What asyncio callers wait on, so a run that dies (of anything) answers every one of them.
         self._calls: set[Call] = set()
         self._held: set[Held[Any]] = set()
+        self._host_raises_anywhere = False
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -243,6 +244,7 @@ class Guest:
                 "ctxrt.aio can't start its trio guest run: this thread already runs trio (a trio.run, or a guest "
                 "run another library started on this loop). From trio code, use ctxrt.open_runtime"
             )
+        host_handler = signal.getsignal(signal.SIGINT)
         trio.lowlevel.start_guest_run(
             self._main,
             run_sync_soon_threadsafe=self._guarded(self.loop.call_soon_threadsafe),
@@ -250,6 +252,10 @@ class Guest:
             done_callback=self._done,
             host_uses_signal_set_wakeup_fd=True,
         )
+        # Trio installs a SIGINT handler of its own when the host left Python's default in place: it
+        # honours trio's protection, and puts the default back at the run's end (unseen by a step
+        # deferring Ctrl-C). Else the host's handler (asyncio's) raises wherever the thread is.
+        self._host_raises_anywhere = signal.getsignal(signal.SIGINT) is host_handler
         self.keeper = self.loop.create_task(self._keep(), name="ctxrt.aio trio guest run")
 
     async def _main(self) -> None:
@@ -267,15 +273,16 @@ class Guest:
         thread is; the run is then taken as ended by it, so no caller, keeper or loop shutdown
         waits for it, and the interrupt goes on out of the loop's run as asyncio means it to.
 
-        Once the run is stopping, each step runs with Ctrl-C deferred to its end: an interrupt
-        inside trio's own shutdown (its ``run_sync_soon`` task, say) ended that task and left the
-        run waiting on it for good, the loop's shutdown waiting on the run. A step costs the
-        handler's swap then, a few microseconds, paid only by the last steps of a run."""
+        Once the run is stopping, each step runs with the host's Ctrl-C deferred to its end (trio's
+        own handler needs no help): an interrupt inside trio's own shutdown (its ``run_sync_soon``
+        task, say) ended that task and left the run waiting on it for good, the loop's shutdown
+        waiting on the run. A step costs the handler's swap then, a few microseconds, paid only by
+        the last steps of a run."""
 
         def run_soon(step: Callable[[], object]) -> None:
             def guarded_step() -> None:
                 try:
-                    if self.stopping:
+                    if self.stopping and self._host_raises_anywhere:
                         with ctrl_c_deferred():
                             step()
                     else:
