@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 import trio
 import uvloop
@@ -33,6 +34,7 @@ import uvloop
 import ctxrt
 import ctxrt.aio
 import ctxrt.aio.guest
+from ctxrt.store.writer import WriterThread
 from ctxrt.testing import ScriptedModel, verify_store
 
 GUARD_S = 60
@@ -527,3 +529,159 @@ def test_a_second_ctrl_c_under_asyncio_run_ends_the_host_and_leaves_its_store_so
         except BaseException as exc:
             exc.add_note(f"round {round_}, seed {seed}")
             raise
+
+
+def interrupt_in_first_call(code: types.CodeType, count: int, raise_it: bool) -> Callable[..., Any]:
+    """A trace function for the first call of ``code``: at the ``count``-th line it and what it
+    calls run, a KeyboardInterrupt there (``raise_it``), or a real SIGINT to this process (whose
+    Python handler then acts at that very point). ``lines`` on it: how many lines that call ran."""
+    depth = 0
+    done = False
+
+    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+        nonlocal depth, done
+        if done or (depth == 0 and frame.f_code is not code):
+            return None
+        if event == "call":
+            depth += 1
+        elif event == "return":
+            depth -= 1
+            done = depth == 0
+        elif event == "line":
+            trace.lines += 1  # type: ignore[attr-defined]
+            if trace.lines == count:  # type: ignore[attr-defined]
+                if raise_it:
+                    raise KeyboardInterrupt
+                os.kill(os.getpid(), signal.SIGINT)
+        return trace
+
+    trace.lines = 0  # type: ignore[attr-defined]
+    return trace
+
+
+def traced(trace: Callable[..., Any], function: Callable[[], Any]) -> Any:
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        return function()
+    finally:
+        sys.settrace(previous)
+
+
+def test_a_writer_stop_cut_short_by_ctrl_c_at_any_line_and_made_again_ends_the_threads_transaction(
+    tmp_path: Path,
+) -> None:
+    """The store's writer thread holds a write transaction between batches; a second Ctrl-C under
+    ``asyncio.run`` may cut its stop short at any line, and the store's close stops it again. For a
+    KeyboardInterrupt at each line in turn of the first stop (Python's threading included: one
+    raised inside ``Thread.is_alive`` marks a thread still running as stopped), the second stop
+    ends the thread's transaction and the thread, so the environment closes (it hung closing under
+    the transaction; H4)."""
+    count = 0
+    while True:
+        count += 1
+        env = lmdb.open(str(tmp_path / f"env{count}"), map_size=1 << 20)
+        writer = WriterThread(env)
+        writer.start()
+        writer.begin()  # the thread holds the next batch's transaction, as between batches
+        trace = interrupt_in_first_call(WriterThread.stop.__code__, count, raise_it=True)
+        try:
+            traced(trace, writer.stop)
+        except KeyboardInterrupt:
+            interrupted = True
+        else:
+            interrupted = False
+        writer.stop()
+        # Another thread's write transaction begins only once the writer thread's has ended.
+        other = threading.Thread(target=lambda: env.begin(write=True).abort())
+        other.start()
+        other.join(GUARD_S)
+        assert not other.is_alive(), f"the writer thread still holds its transaction (interrupt at line {count})"
+        env.close()
+        if not interrupted:
+            break
+    assert count > 10  # the sweep reached the thread's join
+
+
+async def _closing_at_a_second_ctrl_c(path: Path, trace: Callable[..., Any]) -> None:
+    async with ctxrt.aio.open_runtime(path) as rt:
+        manager = await rt.open("agents/a", view_reader="a")
+        await manager.add_message("user", "kept")
+        sys.settrace(trace)
+        os.kill(os.getpid(), signal.SIGINT)  # asyncio's handler: the first Ctrl-C cancels this task
+        await asyncio.Event().wait()
+
+
+def _second_ctrl_c_while_stopping(store: Path, count: int) -> int:
+    """One round: the second Ctrl-C at the ``count``-th line of the guest run's stop (none at 0);
+    how many lines that stop ran."""
+    trace = interrupt_in_first_call(ctxrt.aio.guest.Guest.stop.__code__, count, raise_it=False)
+    previous = sys.gettrace()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with asyncio.Runner() as runner:
+                # A guard that holds even when the shutdown waits on a run nobody wakes.
+                runner.get_loop().call_later(GUARD_S, runner.get_loop().stop)
+                runner.run(_closing_at_a_second_ctrl_c(store, trace))
+    finally:
+        sys.settrace(previous)
+    assert not trio.lowlevel.in_trio_run(), count
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, count
+    assert trio.run(stored_texts, store) == ["kept"], count  # closed: its lock is free
+    return int(trace.lines)  # type: ignore[attr-defined]
+
+
+@pytest.mark.soak
+def test_a_second_ctrl_c_at_any_line_of_stopping_the_guest_run_still_ends_the_loop_and_the_run(
+    tmp_path: Path, soak_scale: Callable[[int, int], int]
+) -> None:
+    """Under ``asyncio.run``, a first Ctrl-C cancels the main task, which closes its runtime and so
+    stops the guest run; a second real SIGINT at each line in turn of that stop (trio's wake-up of
+    the run included; every 5th line in ``make test``) comes out of the loop's run as
+    KeyboardInterrupt, and the loop's shutdown still ends the trio run and closes the store. A stop
+    cut in half once left trio waiting for a wake-up nobody would make again, and the shutdown
+    waiting for trio (H4)."""
+    lines = _second_ctrl_c_while_stopping(tmp_path / "store", 0)
+    assert lines > 10, lines  # the sweep reaches trio's wake-up of the run
+    for count in range(1, lines + 1, soak_scale(5, 1)):
+        _second_ctrl_c_while_stopping(tmp_path / f"store{count}", count)
+
+
+def test_a_wait_for_a_commit_cut_short_by_ctrl_c_at_any_line_leaves_the_writer_usable(tmp_path: Path) -> None:
+    """The loop waits for the writer thread's commit (its turns); a KeyboardInterrupt at each line
+    in turn of that wait, one raised just after it took the thread's token among them, may be
+    swallowed (trio disables the instrument it landed in) and the store go on: the commit still
+    lands, ``landed`` returns, and the writer stops. Taking a token then lost its count, and the
+    loop blocked for a turn that had ended (H4)."""
+    count = 0
+    while True:
+        count += 1
+        env = lmdb.open(str(tmp_path / f"env{count}"), map_size=1 << 20)
+        writer = WriterThread(env)
+        writer.start()
+        writer.begin().put(b"key", b"value")
+        outcomes: list[object] = []
+
+        def commit_and_land() -> None:
+            writer.commit()
+            try:
+                traced(interrupt_in_first_call(WriterThread.wait.__code__, count, raise_it=True),
+                       lambda: writer.wait(GUARD_S))
+            except KeyboardInterrupt:
+                outcomes.append("interrupted")
+            ready, _, _ = select.select([writer.ready], [], [], GUARD_S)
+            assert ready
+            outcomes.append(writer.landed())
+            writer.stop()
+
+        thread = threading.Thread(target=commit_and_land)  # a hang fails the test instead
+        thread.start()
+        thread.join(GUARD_S)
+        assert not thread.is_alive(), f"the loop waits for a turn that ended (interrupt at line {count})"
+        assert outcomes[-1] is None, outcomes
+        with env.begin() as txn:
+            assert txn.get(b"key") == b"value"
+        env.close()
+        if "interrupted" not in outcomes:
+            break
+    assert count > 5

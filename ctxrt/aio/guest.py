@@ -24,6 +24,10 @@ Pitfalls of guest mode, and what this module does about each:
   (every runtime is closed, as a trio host's would be, L8) and the interrupt is raised on the
   loop as itself, out of ``run_until_complete``/``asyncio.run``. A step that would leave trio's
   bookkeeping half done (a worker listing itself idle and parking) runs with it deferred.
+  ``asyncio.run``'s handler raises it (at a second Ctrl-C) wherever the main thread is, trio's
+  protection aside: each step of asyncio code that wakes trio (stopping the run, leaving a held
+  context, cancelling a call) runs with it deferred (``ctrl_c_deferred``), or a wake-up cut in
+  half would leave a trio task waiting for it, and the loop's shutdown waiting for that task.
 - A run that dies without unwinding its tasks (trio's bookkeeping broken): every call and held
   context still waiting is failed with ``RuntimeClosedError`` naming the cause, so no asyncio
   caller waits forever (H7).
@@ -36,8 +40,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+import threading
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
@@ -78,6 +84,29 @@ def _interrupt(result: outcome.Outcome[Any]) -> BaseException | None:
         found, _ = error.split((KeyboardInterrupt, SystemExit))
         return None if found is None else single(found)
     return error if isinstance(error, (KeyboardInterrupt, SystemExit)) else None
+
+
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[None]:
+    """Hold back the SIGINT handler's Python call (and so its ``KeyboardInterrupt``) for the
+    block, then make it with what it would have had. For host code that wakes trio: asyncio's
+    handler raises wherever the main thread is, and a wake-up cut in half (a trio ``Event`` set
+    but its waiter not rescheduled, a task rescheduled but trio's tick not asked for) is lost for
+    good: the flag says it happened, so no later call makes it again. Trio's own handler, given
+    the frame, honours trio's protection as usual. Python runs signal handlers only in the main
+    thread, so a loop in another thread has nothing to defer."""
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        if caught:
+            handler(*caught[0])
 
 
 async def outlast_cancels(future: asyncio.Future[T]) -> T:
@@ -175,8 +204,9 @@ class Held(Generic[T]):
 
     def leave(self) -> None:
         """From the asyncio block's exit: stop ``during`` and leave the context."""
-        self.release.set()
-        self.during_scope.cancel()
+        with ctrl_c_deferred():
+            self.release.set()
+            self.during_scope.cancel()
 
     def settle(self, error: BaseException | None) -> None:
         if not self.entered.done():
@@ -204,6 +234,7 @@ class Guest:
         # What asyncio callers wait on, so a run that dies (of anything) answers every one of them.
         self._calls: set[Call] = set()
         self._held: set[Held[Any]] = set()
+        self._host_raises_anywhere = False
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -213,6 +244,7 @@ class Guest:
                 "ctxrt.aio can't start its trio guest run: this thread already runs trio (a trio.run, or a guest "
                 "run another library started on this loop). From trio code, use ctxrt.open_runtime"
             )
+        host_handler = signal.getsignal(signal.SIGINT)
         trio.lowlevel.start_guest_run(
             self._main,
             run_sync_soon_threadsafe=self._guarded(self.loop.call_soon_threadsafe),
@@ -220,6 +252,10 @@ class Guest:
             done_callback=self._done,
             host_uses_signal_set_wakeup_fd=True,
         )
+        # Trio installs a SIGINT handler of its own when the host left Python's default in place: it
+        # honours trio's protection, and puts the default back at the run's end (unseen by a step
+        # deferring Ctrl-C). Else the host's handler (asyncio's) raises wherever the thread is.
+        self._host_raises_anywhere = signal.getsignal(signal.SIGINT) is host_handler
         self.keeper = self.loop.create_task(self._keep(), name="ctxrt.aio trio guest run")
 
     async def _main(self) -> None:
@@ -235,12 +271,22 @@ class Guest:
         schedules its next step, nor calls ``_done``. Only a KeyboardInterrupt gets out of a step,
         raised by asyncio's own handler (``asyncio.run``'s, at a second Ctrl-C) wherever the main
         thread is; the run is then taken as ended by it, so no caller, keeper or loop shutdown
-        waits for it, and the interrupt goes on out of the loop's run as asyncio means it to."""
+        waits for it, and the interrupt goes on out of the loop's run as asyncio means it to.
+
+        Once the run is stopping, each step runs with the host's Ctrl-C deferred to its end (trio's
+        own handler needs no help): an interrupt inside trio's own shutdown (its ``run_sync_soon``
+        task, say) ended that task and left the run waiting on it for good, the loop's shutdown
+        waiting on the run. A step costs the handler's swap then, a few microseconds, paid only by
+        the last steps of a run."""
 
         def run_soon(step: Callable[[], object]) -> None:
             def guarded_step() -> None:
                 try:
-                    step()
+                    if self.stopping and self._host_raises_anywhere:
+                        with ctrl_c_deferred():
+                            step()
+                    else:
+                        step()
                 except BaseException as exc:
                     self._done(outcome.Error(exc), raised=True)
                     raise
@@ -311,9 +357,10 @@ class Guest:
     def stop(self) -> None:
         """End the run: every call and runtime still in it is cancelled (their callers hear
         ``RuntimeClosedError``), each runtime closing as on leaving its block."""
-        if not self.stopping:
-            self.stopping = True
-            self._stop.set()
+        with ctrl_c_deferred():
+            if not self.stopping:
+                self.stopping = True
+                self._stop.set()
 
     def release(self) -> None:
         """A runtime on this run has closed; the last one ends the run."""
@@ -387,7 +434,8 @@ class Guest:
                 if not call.finished:  # else it ended (answering no one) before this handler ran
                     call.unwound = self.loop.create_future()
                     assert call.worker is not None
-                    call.worker.scope.cancel()
+                    with ctrl_c_deferred():
+                        call.worker.scope.cancel()
                     await outlast_cancels(call.unwound)
             elif call.future.exception() is None:  # answered as the cancel came: nobody will hold it
                 await outlast_cancels(asyncio.ensure_future(self._discard_later(call.future.result())))
@@ -512,7 +560,8 @@ async def entered(held: Held[T]) -> T:
     try:
         return await held.entered
     except asyncio.CancelledError:
-        held.scope.cancel()
+        with ctrl_c_deferred():
+            held.scope.cancel()
         await outlast_cancels(held.exited)
         raise
 

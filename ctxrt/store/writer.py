@@ -54,9 +54,15 @@ class WriterThread:
         self._turns: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._txn: lmdb.Transaction[bytes] | None = None
         self._error: BaseException | None = None  # a short job's failure, raised in the loop
-        self._due = 0  # turns of the thread whose end the loop hasn't taken
+        # Turns handed to the thread (the loop counts them) and turns it ended (the thread counts
+        # them, before each token): the tokens only wake the loop. A KeyboardInterrupt that
+        # asyncio's handler raises as a wait takes a token loses no count (it once left a turn
+        # counted owed for good, and the loop blocked for it forever).
+        self._turns_handed = 0
+        self._turns_ended = 0
         self._last_txnid = 0  # LMDB's, when the commit out was handed over
         self._offered_at = 0.0
+        self._told_to_end = False  # its transaction ended for good, and it ends at the next job (or never ran)
         self.commit_s = 0.0  # how long the last commit took LMDB (both flushes), timed on the thread
         self._ready_read, self._ready_write = os.pipe()
         self._thread = threading.Thread(target=self._serve, name="ctxrt-store-writer", daemon=True)
@@ -85,26 +91,35 @@ class WriterThread:
         self._run(self._end_txn)
 
     def stop(self) -> None:
-        """End the transaction held and the thread, and close ``ready``. Idempotent."""
+        """End the transaction held and the thread, and close ``ready``. Idempotent, and whole when
+        called again after an interrupt cut it short (asyncio's second Ctrl-C raises anywhere).
+
+        Never ``Thread.is_alive``: a ``KeyboardInterrupt`` raised inside it (or inside ``join``)
+        marks a thread that still runs as stopped (CPython 3.11's bpo-45274 handling), and a stop
+        that then skipped the thread would leave it holding its transaction: closing the
+        environment under it hangs. The thread was started if it has an ident."""
         if self._ready_read < 0:
             return
-        if self._thread.is_alive():
-            # An interrupt inside an earlier wait (asyncio's second Ctrl-C raises anywhere) left a
-            # turn owed: the thread still ends it, so wait it out rather than refuse to stop; none
-            # coming means that wait had taken it, cut short before counting it.
+        if self._thread.ident is None:  # never started
+            self._told_to_end = True
+        if not self._told_to_end:
+            # An interrupt inside an earlier wait left turns owed: the thread still ends them, so
+            # wait them out rather than refuse to stop; none ending for a second means one was
+            # counted but never handed over (the interrupt came in between).
             while self._due:
-                try:
-                    self._turns.get(timeout=1.0)
-                except queue.Empty:
-                    break
-                self._due -= 1
-            self._due = 0
+                ended = self._turns_ended
+                self.give_turn(1.0)
+                if self._turns_ended == ended:
+                    self._turns_handed = ended
             self._run(self._end_txn)
-            self._jobs.put(None)
+            self._told_to_end = True
+        if self._thread.ident is not None:
+            self._jobs.put(None)  # again after an interrupt: the thread ends at the first
             self._thread.join()
-        os.close(self._ready_read)
-        os.close(self._ready_write)
-        self._ready_read = self._ready_write = -1
+        ready_read, ready_write = self._ready_read, self._ready_write
+        self._ready_read = self._ready_write = -1  # first: a stop cut short here closes nothing twice
+        os.close(ready_read)
+        os.close(ready_write)
 
     def commit(self) -> None:
         """Hand the filled transaction over to be committed; returns at once.
@@ -117,7 +132,8 @@ class WriterThread:
         txn, self._txn = self._txn, None
         self._last_txnid = self._env.info()["last_txnid"]
         self._offered_at = time.monotonic()
-        self._due = 2  # taking the job up to the commit; beginning the next and saying so
+        self._drop_stale_tokens()
+        self._turns_handed += 2  # taking the job up to the commit; beginning the next and saying so
         self._jobs.put(lambda: self._commit(txn))
         # Its first turn at once: the thread wakes straight into a free GIL (waiting for the loop's
         # next pass, it would wake, wait for the GIL, and wake again), and is in the C call after.
@@ -161,40 +177,48 @@ class WriterThread:
         """
         if self._due == 0:
             return
-        self._take_ended_turns()
         if self._due == 2 or (self._due == 1 and self._env.info()["last_txnid"] != self._last_txnid):
             self.give_turn(TURN_S)
         elif self._due == 1 and time.monotonic() - self._offered_at > STALLED_S:
             self.give_turn(PROBE_S)
             self._offered_at = time.monotonic()
 
+    @property
+    def _due(self) -> int:
+        """Turns handed to the thread that it hasn't ended yet."""
+        return self._turns_handed - self._turns_ended
+
     def give_turn(self, timeout: float | None = None) -> None:
         """Block (the GIL released) until the thread's current turn ends, or for ``timeout``."""
-        if self._due:
+        ended = self._turns_ended
+        if self._turns_handed == ended:
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._turns_ended == ended:  # a token left by a wait cut short wakes it once more
             try:
-                self._turns.get(timeout=timeout)
+                self._turns.get(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 return
-            self._due -= 1
 
     # -- the loop's side of a short job ---------------------------------------------------------
 
     def _run(self, job: Callable[[], None]) -> None:
         assert self._due == 0, "a commit is still out"
-        self._due = 1
+        self._drop_stale_tokens()
+        self._turns_handed += 1
         self._jobs.put(lambda: self._short(job))
         self.give_turn()
         error, self._error = self._error, None
         if error is not None:
             raise error
 
-    def _take_ended_turns(self) -> None:
-        while self._due:
+    def _drop_stale_tokens(self) -> None:
+        """No turn is out: a token still queued is one a wait didn't take (it had returned)."""
+        while True:
             try:
                 self._turns.get_nowait()
             except queue.Empty:
                 return
-            self._due -= 1
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -211,6 +235,7 @@ class WriterThread:
         except BaseException as exc:
             self._error = exc
         finally:
+            self._turns_ended += 1
             self._turns.put(None)
 
     def _begin_txn(self) -> None:
@@ -227,6 +252,7 @@ class WriterThread:
 
     def _commit(self, txn: lmdb.Transaction[bytes]) -> None:
         try:
+            self._turns_ended += 1
             self._turns.put(None)  # the first turn ends: the GIL is free from here to the commit's end
             started = time.perf_counter()
             txn.commit()
@@ -238,4 +264,5 @@ class WriterThread:
         except BaseException as exc:
             self._error = exc
         os.write(self._ready_write, b"\0")
+        self._turns_ended += 1
         self._turns.put(None)  # last: the loop this wakes finds the GIL free (the thread is parking)
