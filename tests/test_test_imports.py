@@ -2,7 +2,8 @@
 which re-exports from where they live now the internals tests need (store commands, store
 layout, slots, ...; see its docstring). A module split or rename then changes ``ctxrt.testing``
 and not every test (issue 35, item 7). Only the files in ``INTERNAL_IMPORTS`` import an internal
-module directly, each for the reason given; the list only shrinks."""
+module directly, each for the reason given; the list grows only by the unit tests of new pure parts
+(the fold solver, the queue's merge limits), never by a test of behaviour a public name reaches."""
 
 from __future__ import annotations
 
