@@ -18,7 +18,8 @@ what ``Runtime.store.ask`` takes) and the records it reads back (``ItemAppended`
 ...); the store's own opening without a runtime (``open_store``, ``close_store``,
 ``StoreHandle``, ``open_environments``) and its checker (``verify``, ``verify_store``, ``verify_in_child``);
 the store actor without a runtime (``open_store_actor``, ``serve_store``, and ``execute``, one
-command applied to a write batch); a message's stored form (the module ``codec``); the store's
+command applied to a write batch); the durable store's writer thread (``WriterThread``, driven
+line by line under injected interrupts); a message's stored form (the module ``codec``); the store's
 on-disk layout, for tests that read a store's bytes or damage them on purpose (the modules
 ``files``, ``keys`` and ``seals``, ``LOCK_NAME``, ``FORMAT_VERSION``) and the names of the
 states a namespace keeps in it (the module ``states``, ``record_from_value``/``CorruptRecord``
@@ -121,6 +122,7 @@ from .store.records import BranchRow as BranchRow
 from .store.records import ItemAppended as ItemAppended
 from .store.records import LogHead as LogHead
 from .store.records import Operation as Operation
+from .store.writer import WriterThread as WriterThread
 from .store.records import StateInfo as StateInfo
 from .store.records import ValueSet as ValueSet
 from .verification import verify as verify

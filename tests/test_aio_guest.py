@@ -34,7 +34,7 @@ import uvloop
 import ctxrt
 import ctxrt.aio
 import ctxrt.aio.guest
-from ctxrt.store.writer import WriterThread
+from ctxrt.testing import WriterThread
 from ctxrt.testing import ScriptedModel, verify_store
 
 GUARD_S = 60
