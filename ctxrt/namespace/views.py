@@ -19,7 +19,7 @@ import attrs
 from ..content import codec
 from ..budget import Entry
 from ..compile.pipeline import CompileMemo, ViewShare
-from ..content.blocks import Message, holds_audience
+from ..content.blocks import Message
 from ..memos import IdMemo, LayeredMemo
 from ..slots import SlotCache
 from ..store.interface import StoreEngine
@@ -124,10 +124,8 @@ def reader_cache(cache: SlotCache, reader: str | None) -> ReaderCache:
     if not isinstance(found, ReaderCache):
         listing = ReaderListing(SlotListing(cache), reader)
         # A message holding no audience block is every reader's view of it as stored (the same
-        # object, reader_view_of): its copy entry is the slot's, one for every reader view. Asked
-        # of the blocks, not by finding the message in the slot: a bisect per entry cost a first
-        # compile after a fork 15% (bench.turn).
-        as_stored: Callable[[Message], bool] = lambda message: not holds_audience(message.content)
+        # object): its copy entry is the slot's, one for every reader view.
+        as_stored: Callable[[Message], bool] = lambda message: cache.held(message.sequence) is message
         copies: IdMemo[Message, Entry] = LayeredMemo(cache.copies, as_stored, lambda: cache.messages)
         found = cache.readers[reader] = ReaderCache(listing, ViewShare(listing.changes), copies)
     return found
