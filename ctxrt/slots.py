@@ -165,6 +165,7 @@ class SlotCache:
         self._steps = steps
         self._looked_at = -1
         self.messages: list[Message] = []
+        self._last_held = -1  # where ``_held`` last found one: readers ask in order, so next is likely
         self.length = 0
         self.changes = ChangeLog()
         self.revision = 0
@@ -439,10 +440,13 @@ class SlotCache:
     def _held(self, sequence: int) -> int | None:
         """The index in ``messages`` of the message appended at ``sequence``, if held."""
         messages = self.messages
-        index = bisect_left(messages, sequence, key=sequence_key)
-        if index < len(messages) and messages[index].sequence == sequence:
-            return index
-        return None
+        index = self._last_held + 1
+        if not (index < len(messages) and messages[index].sequence == sequence):
+            index = bisect_left(messages, sequence, key=sequence_key)
+            if not (index < len(messages) and messages[index].sequence == sequence):
+                return None
+        self._last_held = index
+        return index
 
     def get(self, message_id: str) -> Message | None:
         """The message, as stored, or None: read from the store, not decoded into the cache, when

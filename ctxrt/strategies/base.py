@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import attrs
 
@@ -379,40 +379,47 @@ class HeadWindowReset(Protocol):
 
 
 class RawEntries:
-    """``copy`` entries and cumulative token counts for the newest messages of a view, kept across
-    compiles and read back only as far as a budget needs (docs/behaviours.md L7).
+    """The newest messages of a view with their cumulative token counts, kept across compiles and
+    read back only as far as a budget needs (docs/behaviours.md L7); their ``copy`` entries are
+    made only for the suffix a compile takes (``suffix``): reading back doubles what it holds, so
+    most of what it holds past the budget is never shown.
 
     A warm compile extends them with what was appended (handing back the same ``Entry`` objects,
-    which compile's memo keys on); a view edited or cut since replaces just the entries of the
-    messages that changed (``MessageView.changes``), and starts over only when those can't be named.
+    which compile's memo keys on); a view edited or cut since replaces just the messages that
+    changed (``MessageView.changes``), and starts over only when those can't be named.
     """
 
     def __init__(self) -> None:
         self._stamp: object = None
-        self.entries: list[Entry] = []
-        self.totals: list[int] = [0]  # totals[i] = tokens of entries[:i]
-        self.complete = False  # the entries are the whole view
+        self.messages: list[Message] = []
+        self._entries: list[Entry | None] = []  # each message's entry, once a suffix needed it
+        self.totals: list[int] = [0]  # totals[i] = tokens of messages[:i]
+        self.complete = False  # the messages are the whole view
         self._newest = -1  # sequence of the newest message taken
         self._pricing: object = None  # the view's pricing the totals were made with
+        self._copies: IdMemo[Message, Entry] = IdMemo()  # the view's, as of the last ``cover``
 
     def cover(self, view: MessageView, tokens: int) -> None:
-        """Hold entries for the newest messages until they cost more than ``tokens`` or are all of
-        the view. Decodes older messages only when the newest held fit in ``tokens``."""
+        """Hold the newest messages until they cost more than ``tokens`` or are all of the view.
+        Decodes older messages only when the newest held fit in ``tokens``."""
+        self._copies = view.copies
         window = view.window(1)
         if view.pricing != self._pricing or (window.stamp != self._stamp and not self._patched(view, window)):
-            self._stamp, self.entries, self.totals, self.complete, self._newest = window.stamp, [], [0], False, -1
-            self._pricing = view.pricing
+            self._stamp, self.messages, self._entries, self.totals = window.stamp, [], [], [0]
+            self.complete, self._newest, self._pricing = False, -1, view.pricing
             self._prepend(window.messages, window.complete, view)
         elif window.messages and window.messages[-1].sequence > self._newest:
             messages = window.messages
+            fresh = messages[bisect_right(messages, self._newest, key=sequence_key) :]
+            self.messages += fresh
+            self._entries += [None] * len(fresh)
             total = self.totals[-1]
-            for message in messages[bisect_right(messages, self._newest, key=sequence_key) :]:
-                self.entries.append(raw_entry(message, view.copies))
+            for message in fresh:
                 total += view.estimate_tokens(message)
                 self.totals.append(total)
             self._newest = messages[-1].sequence
         while self.totals[-1] <= tokens and not self.complete:
-            window = view.window(2 * len(self.entries) + 64)
+            window = view.window(2 * len(self.messages) + 64)
             if window.stamp != self._stamp:
                 return self.cover(view, tokens)  # rewritten as it read back: start over
             messages = window.messages
@@ -421,19 +428,27 @@ class RawEntries:
                           window.complete, view)
         self._trim(tokens)
 
+    def suffix(self, start: int) -> list[Entry]:
+        """The ``copy`` entries of ``messages[start:]``, each made once (from the view's ``copies``)."""
+        entries, messages, copies = self._entries, self.messages, self._copies
+        for index in range(start, len(entries)):
+            if entries[index] is None:
+                entries[index] = raw_entry(messages[index], copies)
+        return cast("list[Entry]", entries[start:])
+
     def _oldest(self) -> int | None:
-        return int(self.entries[0].source_ids[0]) if self.entries else None
+        return self.messages[0].sequence if self.messages else None
 
     def _patched(self, view: MessageView, window: Window) -> bool:
-        """Replace the entries of the messages changed since they were taken; False if the changes
-        can't be named or ``window`` no longer holds them (the caller starts over)."""
+        """Replace the messages changed since they were taken; False if the changes can't be named
+        or ``window`` no longer holds them (the caller starts over)."""
         oldest = self._oldest()
         changes = None if oldest is None else view.changes(self._stamp)
         if changes is None or oldest is None:
             return False
         held = window.messages
         for low, high in changes:
-            # Entries that are all of the view cover everything before them too: a message hidden
+            # Messages that are all of the view cover everything before them too: a message hidden
             # from the reader until then may have just come into view there.
             low, high = (low if self.complete else max(low, oldest)), min(high, self._newest)
             if low > high:
@@ -441,9 +456,10 @@ class RawEntries:
             if not window.complete and (not held or held[0].sequence > low):
                 return False
             fresh = held[bisect_left(held, low, key=sequence_key) : bisect_right(held, high, key=sequence_key)]
-            start = bisect_left(self.entries, low, key=_entry_sequence)
-            stop = bisect_right(self.entries, high, key=_entry_sequence)
-            self.entries[start:stop] = [raw_entry(message, view.copies) for message in fresh]
+            start = bisect_left(self.messages, low, key=sequence_key)
+            stop = bisect_right(self.messages, high, key=sequence_key)
+            self.messages[start:stop] = fresh
+            self._entries[start:stop] = [None] * len(fresh)
             totals = self.totals
             made = list(accumulate((view.estimate_tokens(message) for message in fresh), initial=totals[start]))
             shift = made[-1] - totals[stop]
@@ -455,32 +471,29 @@ class RawEntries:
         return True
 
     def _prepend(self, messages: Sequence[Message], complete: bool, view: MessageView) -> None:
-        entries = [raw_entry(message, view.copies) for message in messages] + self.entries
         costs = [view.estimate_tokens(message) for message in messages]
         costs += [b - a for a, b in zip(self.totals, self.totals[1:])]
-        self.entries, self.totals = entries, [0, *accumulate(costs)]
+        self.messages = [*messages, *self.messages]
+        self._entries = [*([None] * len(messages)), *self._entries]
+        self.totals = [0, *accumulate(costs)]
         if messages:
             self._newest = max(self._newest, messages[-1].sequence)
         self.complete = complete
 
     def _trim(self, tokens: int) -> None:
-        """Drop entries far older than ``tokens`` reaches, once they are most of what is held (a long
-        session appends to these for as long as the actor lives)."""
+        """Drop messages far older than ``tokens`` reaches, once they are most of what is held (a
+        long session appends to these for as long as the actor lives)."""
         start = self.suffix_start(tokens)
-        if start > 4096 and start > 2 * (len(self.entries) - start):
+        if start > 4096 and start > 2 * (len(self.messages) - start):
             keep = max(0, start - 64)
-            self.entries = self.entries[keep:]
+            self.messages, self._entries = self.messages[keep:], self._entries[keep:]
             base = self.totals[keep]
             self.totals = [total - base for total in self.totals[keep:]]
             self.complete = False
 
     def suffix_start(self, usable: int) -> int:
-        """The start of the longest suffix of ``entries`` whose tokens fit ``usable``."""
+        """The start of the longest suffix of ``messages`` whose tokens fit ``usable``."""
         return bisect_left(self.totals, self.totals[-1] - usable)
-
-
-def _entry_sequence(entry: Entry) -> int:
-    return int(entry.source_ids[0])
 
 
 def raw_entry(message: Message, copies: IdMemo[Message, Entry]) -> Entry:

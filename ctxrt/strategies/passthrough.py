@@ -28,7 +28,7 @@ class PassthroughStrategy(Strategy):
         start = raw.suffix_start(budget.usable)
         if not options.dry_run:
             self._stats = RenderStats(tail_tokens=raw.totals[-1] - raw.totals[start])
-        return raw.entries[start:]
+        return raw.suffix(start)
 
     def render_stats(self) -> RenderStats | None:
         return self._stats
