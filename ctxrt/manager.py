@@ -714,7 +714,10 @@ class ContextManager:
         """Replace the namespace's strategy (for every manager on it).
 
         Raises:
-            StrategyRefusedError: it doesn't mark compression reads under a reader; the old one stays (D6).
+            StrategyRefusedError: it doesn't mark compression reads under a reader (D6), or it fails
+                to start on this namespace's memory (C5): the old one stays, nothing recorded.
+            ConfigConflictError: another process serves the namespace with a strategy that keeps
+                its memory there.
             TypeError: not a strategy config.
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as for ``compile``.
         """

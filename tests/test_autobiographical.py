@@ -1181,8 +1181,8 @@ async def test_a_garbled_summary_record_refuses_the_start_naming_it_and_another_
     tmp_path: Path
 ) -> None:
     """A stored summary this version can't read is the namespace's memory: the strategy refuses to
-    start rather than lose it, naming the namespace, branch and record; a config that reads it
-    again is refused the same way, and another strategy recovers (T13)."""
+    start rather than lose it, naming the namespace, branch and record; set_strategy to a config
+    that reads it again is refused the same way, and another strategy recovers (T13, C5)."""
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(store(tmp_path), model=ScriptedModel(remember), durability="os") as rt:
             m = await rt.open(NS, strategy=autobio())
@@ -1195,7 +1195,8 @@ async def test_a_garbled_summary_record_refuses_the_start_naming_it_and_another_
             named = rf"summaries record #2 .* of namespace {NS!r} on branch 'main' can't be read"
             with pytest.raises(ctxrt.StrategyRefusedError, match=named):
                 await m.compile(budget(1_000))
-            await m.set_strategy(autobio(recent_window_tokens=30))  # it reads the same record
+            with pytest.raises(ctxrt.StrategyRefusedError, match=named):  # it reads the same record
+                await m.set_strategy(autobio(recent_window_tokens=30))
             with pytest.raises(ctxrt.StrategyRefusedError, match=named):
                 await m.compile(budget(1_000))
             await m.set_strategy(ctxrt.WindowedPassthrough())

@@ -689,3 +689,17 @@ class Broken(Copying):
 
     def initialize(self, ctx: Any) -> None:
         raise RuntimeError("broken on purpose")
+
+
+def test_set_strategy_refuses_one_that_fails_to_start_and_keeps_the_old(handle: StoreHandle) -> None:
+    """C5: a strategy that raises as it starts is refused by set_strategy (StrategyRefusedError
+    naming it and its error) and the namespace keeps compiling with the old one, its config
+    unrecorded."""
+    ns = Driven(handle)
+    value(ns.start("ann"))
+    ns.append(text("hello"))
+    described = ns.engine.read_value(states.config_state("ns"), ns.branch_id)
+    refused(ns.ask(SetStrategy("ann", Broken())), ctxrt.StrategyRefusedError, "broken on purpose")
+    assert ns.engine.read_value(states.config_state("ns"), ns.branch_id) == described
+    result = value(ns.ask(Compile("ann", BIG, (), (), False)))
+    assert [m.content[0].text for m in result.messages] == ["hello"]

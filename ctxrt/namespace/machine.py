@@ -998,15 +998,30 @@ class NamespaceMachine:
         return created[0], child_reader
 
     def _set_strategy(self, command: SetStrategy) -> Gen:
+        """Run the new strategy from now on, or refuse it and keep the old one: one that fails to
+        start here (``StrategyRefusedError``) or whose lease another process holds."""
         check_reader(self.record, command.reader, self.place)
         strategy = build_strategy(command.config)
         require_marking(strategy.marks_compression_reads, strategy.name, self.reader, self.place.namespace)
-        yield from self.lease.follow(strategy)
-        self.strategy, self.strategy_config = strategy, command.config
-        self.epoch += 1  # a unit of the old strategy writes nothing
+        old = self.strategy, self.strategy_config
+        self._run_strategy(strategy, command.config)
+        try:
+            if self.strategy_error is not None:
+                raise StrategyRefusedError(
+                    f"strategy {strategy.name!r} failed to start on {self.place}: {self.strategy_error!r}; "
+                    f"the namespace keeps strategy {old[0].name!r}"
+                ) from self.strategy_error
+            yield from self.lease.follow(strategy)
+        except Exception:
+            self._run_strategy(*old)
+            raise
+        yield from self._record_config()
+
+    def _run_strategy(self, strategy: Strategy, config: Any) -> None:
+        self.strategy, self.strategy_config = strategy, config
+        self.epoch += 1  # a unit of the strategy running until now writes nothing
         self._build_views()
         self._start_strategy()
-        yield from self._record_config()
 
     def _update_context_settings(self, command: UpdateContextSettings) -> Gen:
         """Store the changed live settings, then run with them from this turn on (T14)."""

@@ -989,7 +989,10 @@ async def test_derive_after_close_or_a_failed_strategy_start_is_refused_writing_
     await closed.aclose()
     fenced = await rt.open("agents/y", view_reader="ann")
     await fenced.add_message("user", "Before.")
-    await fenced.set_strategy(Probe(fail_on=""))  # the strategy fails to start: the actor keeps the failure
+    with pytest.raises(ctxrt.StrategyRefusedError, match="initialize failed"):
+        await fenced.set_strategy(Probe(fail_on=""))  # refused: the namespace keeps its strategy
+    await fenced.aclose()
+    fenced = await rt.open("agents/y", view_reader="ann", strategy=Probe(fail_on=""))  # fails to start: kept
     await refused_for_its_failed_strategy(fenced)
     before = snapshot(rt)
     with pytest.raises(ctxrt.ManagerClosedError):
