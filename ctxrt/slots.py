@@ -21,7 +21,7 @@ import attrs
 
 from . import checks
 from .content import codec, validation
-from .content.blobs import extract_blobs, resolve_blobs
+from .content.blobs import MediaCache, extract_blobs, resolve_blobs, sized_refs
 from .content.blocks import Block, Message, holds_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
@@ -42,14 +42,23 @@ class Appended:
     """What a writer attaches to its append so caches need not decode it."""
 
     participant: str
-    content: tuple[Block, ...]  # blobs resolved
+    content: tuple[Block, ...]  # blobs resolved: as the host wrote it
     metadata: Any
     timestamp_ms: int
     caused_by: tuple[str, ...]
+    # As a slot cache holds it: media as references (M13); the content itself when it holds none.
+    stored: tuple[Block, ...] = attrs.field(
+        default=attrs.Factory(lambda self: self.content, takes_self=True), kw_only=True
+    )
 
     def message(self, sequence: int) -> Message:
-        """The message this append made, committed at ``sequence`` (its id)."""
+        """The message this append made, committed at ``sequence`` (its id), as a host is handed it."""
         return Message(str(sequence), sequence, self.participant, self.content, self.metadata, self.timestamp_ms,
+                       self.caused_by)
+
+    def held(self, sequence: int) -> Message:
+        """The message this append made, as a slot cache holds it (its media as references)."""
+        return Message(str(sequence), sequence, self.participant, self.stored, self.metadata, self.timestamp_ms,
                        self.caused_by)
 
     # Written with the item as its store flag, so a cache knows without reading every message
@@ -74,7 +83,7 @@ def prepare_append(
     # A string is one text block: no media to take out.
     stored_blocks, blobs = (blocks, []) if type(content) is str else extract_blobs(blocks)
     data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
-    return data, blobs, Appended(participant, blocks, metadata, timestamp, causes)
+    return data, blobs, Appended(participant, blocks, metadata, timestamp, causes, stored=stored_blocks)
 
 
 def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:
@@ -155,8 +164,12 @@ class SlotCache:
     def __init__(
         self, engine: StoreEngine, state: str, branch_id: int, *, live: bool,
         seed: tuple[list[Message], LogHead, bool] | None = None, steps: Callable[[], int] | None = None,
+        media: MediaCache | None = None,
     ) -> None:
         self.engine = engine
+        # Where its messages' media bytes are read, when they leave the runtime (M13): the
+        # registry's, shared by the runtime's caches; a cache made alone has its own.
+        self.media = MediaCache(engine.read_blob) if media is None else media
         self.state = state
         self.branch_id = branch_id
         self.live = live  # kept current by commit events (a writing runtime's cache)
@@ -223,7 +236,11 @@ class SlotCache:
 
     def _decode(self, data: bytes, sequence: int) -> Message:
         self.decoded += 1
-        return decode_stored(self.engine, data, sequence)
+        return decode_held(self.engine, data, sequence)
+
+    def public(self, message: Message) -> Message:
+        """``message`` as a host is handed it: its media read back as base64 (M13)."""
+        return self.media.message(message)
 
     def held(self, sequence: int) -> Message | None:
         """The message appended at ``sequence`` if this cache holds it decoded (no store read)."""
@@ -231,7 +248,8 @@ class SlotCache:
         return None if index is None else self.messages[index]
 
     def as_of(self, revision: int, start: int = 0) -> list[Message]:
-        """The slot's messages from index ``start`` as of ``revision`` (decoded afresh, not kept)."""
+        """The slot's messages from index ``start`` as of ``revision`` (decoded afresh, not kept),
+        as a host is handed them (their media as base64)."""
         items = self.engine.read_items(self.state, self.branch_id, at=revision, start=start)
         return [decode_stored(self.engine, item.data, item.sequence) for item in items]
 
@@ -384,8 +402,10 @@ class SlotCache:
                 message = self._decode(operation.data, operation.sequence)
                 audience = holds_audience(message.content)
             else:
-                message = appended.message(operation.sequence)
+                message = appended.held(operation.sequence)
                 audience = appended.audience
+                if message.content is not appended.content:
+                    self.media.keep(appended.content, message.content)
             self._push(message, audience)
             self.revision = operation.sequence
             for notify in self.listeners:
@@ -393,7 +413,7 @@ class SlotCache:
         elif isinstance(operation, ItemEdited):
             self.revision = self.rewrite_revision = operation.sequence
             appended = operation.attachment
-            content = appended.content if appended is not None else self._decode(
+            content = appended.stored if appended is not None else self._decode(
                 operation.data, operation.item_sequence
             ).content
             index = self._held(operation.item_sequence)
@@ -445,8 +465,8 @@ class SlotCache:
         return None
 
     def get(self, message_id: str) -> Message | None:
-        """The message, as stored, or None: read from the store, not decoded into the cache, when
-        it is older than what the cache holds."""
+        """The message, as held (media as references: ``public`` for a host), or None: read from
+        the store, not decoded into the cache, when it is older than what the cache holds."""
         sequence = parse_id(message_id)
         if sequence is None:
             return None
@@ -459,11 +479,18 @@ class SlotCache:
 
 
 def decode_stored(engine: StoreEngine, data: bytes, sequence: int) -> Message:
-    """A stored message decoded with its blobs put back (blobs are content-addressed and never
-    change, so they are read apart from the item)."""
+    """A stored message decoded with its blobs put back, as a host is handed it (blobs are
+    content-addressed and never change, so they are read apart from the item)."""
     message = codec.message_from_json(data, sequence=sequence, store=engine.data_path)
     resolved = resolve_blobs(message.content, engine.read_blob)
     return message if resolved is message.content else attrs.evolve(message, content=resolved)
+
+
+def decode_held(engine: StoreEngine, data: bytes, sequence: int) -> Message:
+    """A stored message decoded as a slot cache holds it: its media left as references (M13)."""
+    message = codec.message_from_json(data, sequence=sequence, store=engine.data_path)
+    sized = sized_refs(message.content, engine.read_blob)
+    return message if sized is message.content else attrs.evolve(message, content=sized)
 
 
 
@@ -486,6 +513,7 @@ class SlotRegistry:
         self._caches: dict[tuple[str, int], SlotCache] = {}
         self._watchers: dict[tuple[str, int], list[Callable[[MessageEvent], None]]] = {}
         self._ends: dict[Callable[[MessageEvent], None], Callable[[], None]] = {}
+        self.media = MediaCache(engine.read_blob)  # every cache's: blobs are the whole store's
 
     def __len__(self) -> int:
         return len(self._caches)
@@ -500,7 +528,7 @@ class SlotRegistry:
         if cache is None:
             seed = self._seed(state, branch_id)
             cache = self._caches[key] = SlotCache(self.engine, state, branch_id, live=self.live, seed=seed,
-                                                  steps=self.steps)
+                                                  steps=self.steps, media=self.media)
         return cache
 
     def acquire(self, state: str, branch_id: int) -> SlotCache:
@@ -557,7 +585,7 @@ class SlotRegistry:
                     cache.apply(operation)
                 continue
             # What an edit replaced is known only before the cache applies it; the rest after, so the
-            # event carries the very message the cache holds (decoded once).
+            # event carries the message the cache holds (decoded once), its media read back (M13).
             previous = cache.held(operation.item_sequence) if isinstance(operation, ItemEdited) and cache else None
             if cache is not None:
                 cache.apply(operation)
@@ -595,12 +623,14 @@ class SlotRegistry:
         engine = self.engine
         if isinstance(operation, ItemAppended | ItemEdited):
             sequence = operation.sequence if isinstance(operation, ItemAppended) else operation.item_sequence
-            message = cache.held(sequence) if cache is not None and not cache.stale else None
-            if message is None:
-                appended: Appended | None = operation.attachment
-                message = (appended.message(sequence) if isinstance(operation, ItemAppended) and appended is not None
-                           else decode_stored(engine, operation.data, sequence))
-            return Added(message) if isinstance(operation, ItemAppended) else Edited(message, previous)
+            appended: Appended | None = operation.attachment
+            if isinstance(operation, ItemAppended) and appended is not None:
+                return Added(appended.message(sequence))  # the host's own content: nothing to read
+            held = cache.held(sequence) if cache is not None and not cache.stale else None
+            message = decode_stored(engine, operation.data, sequence) if held is None else self.media.message(held)
+            if isinstance(operation, ItemAppended):
+                return Added(message)
+            return Edited(message, None if previous is None else self.media.message(previous))
         if isinstance(operation, ItemsRemoved):
             # The ids removed: the visible items in the range just before the removal.
             items = engine.read_items_appended(operation.state, operation.branch, operation.from_sequence,

@@ -1200,7 +1200,7 @@ class NamespaceMachine:
             entries, namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
             strategy_name=self.strategy.name, lookup=self.views.raw_body, injections=command.injections,
             message_injections=command.message_injections, memo=self.views.memo,
-            stamp=self.views.view.window(1).stamp,
+            stamp=self.views.view.window(1).stamp, media=self.caches[0].media,
         )
         self.last_compile_ms = (stopwatch() - started) * 1000
         return result
@@ -1244,7 +1244,7 @@ class NamespaceMachine:
             data = codec.message_to_json(current.participant, command.stored, current.metadata, current.timestamp_ms,
                                          current.caused_by)
             appended = Appended(current.participant, command.content, current.metadata, current.timestamp_ms,
-                                current.caused_by)
+                                current.caused_by, stored=command.stored)
             narrows = any(hidden_by_edit(current.content, command.content))
             edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
                             blobs=command.blobs, attachment=appended, flagged=appended.audience,
