@@ -169,7 +169,7 @@ class SlotCache:
         self.engine = engine
         # Where its messages' media bytes are read, when they leave the runtime (M13): the
         # registry's, shared by the runtime's caches; a cache made alone has its own.
-        self.media = MediaCache(engine.read_blob) if media is None else media
+        self.media = media_of(engine) if media is None else media
         self.state = state
         self.branch_id = branch_id
         self.live = live  # kept current by commit events (a writing runtime's cache)
@@ -486,6 +486,11 @@ def decode_stored(engine: StoreEngine, data: bytes, sequence: int) -> Message:
     return message if resolved is message.content else attrs.evolve(message, content=resolved)
 
 
+def media_of(engine: StoreEngine) -> MediaCache:
+    """A media cache reading ``engine``'s blobs (through its ``read_blob`` as it is at each read)."""
+    return MediaCache(lambda sha256: engine.read_blob(sha256))
+
+
 def decode_held(engine: StoreEngine, data: bytes, sequence: int) -> Message:
     """A stored message decoded as a slot cache holds it: its media left as references (M13)."""
     message = codec.message_from_json(data, sequence=sequence, store=engine.data_path)
@@ -513,7 +518,7 @@ class SlotRegistry:
         self._caches: dict[tuple[str, int], SlotCache] = {}
         self._watchers: dict[tuple[str, int], list[Callable[[MessageEvent], None]]] = {}
         self._ends: dict[Callable[[MessageEvent], None], Callable[[], None]] = {}
-        self.media = MediaCache(engine.read_blob)  # every cache's: blobs are the whole store's
+        self.media = media_of(engine)  # every cache's: blobs are the whole store's
 
     def __len__(self) -> int:
         return len(self._caches)
