@@ -348,6 +348,15 @@ class CompileMemo:
             self._prepared[id(entry)] = table.put(entry.content, found)
         return found
 
+    def tokens(self, entry: Entry) -> int:
+        """``estimate_blocks(entry.content)``, read off the parts an earlier compile prepared of this
+        very entry when there are some (a dry run of a strategy that keeps its entries hands back
+        the ones the last compile built), else estimated."""
+        found = self._prepared.get(id(entry))
+        if found is not None and found.entry is entry:
+            return sum(found.tokens)
+        return estimate_blocks(entry.content)
+
     def retain_only(self, entries: Sequence[Entry]) -> None:
         """Forget entries no longer compiled (``memos.outgrown``), here and in the view's share."""
         if outgrown(len(self._prepared), len(entries)):

@@ -83,7 +83,7 @@ from ..strategies.base import (
     Strategy,
     SummaryReader,
 )
-from ..content.tokens import CalibratedEstimator, estimate_blocks
+from ..content.tokens import CalibratedEstimator
 from ..strategies.windowed import WindowedPassthroughStrategy
 from . import states
 from .context import ActorContext, Settings
@@ -1084,7 +1084,8 @@ class NamespaceMachine:
         return self._then(self.commit(), None)
 
     def _describe_compile(self, command: DescribeCompile) -> CompileMetadata:
-        """A dry run of the strategy's selection, read for its ids: no result is built, nothing written."""
+        """A dry run of the strategy's selection, read for its ids: no result is built, nothing
+        written, no blob read (M13). An entry a compile prepared is priced off its parts."""
         check_reader(self.record, command.reader, self.place)
         self.require_strategy()
         self.flush_new()
@@ -1095,7 +1096,7 @@ class NamespaceMachine:
         derived = [e for e in entries if e.relation != "copy"]
         return CompileMetadata(
             tuple(i for e in raw for i in e.source_ids), tuple(dict.fromkeys(i for e in derived for i in e.summary_ids)),
-            sum(estimate_blocks(e.content) for e in raw), sum(estimate_blocks(e.content) for e in derived))
+            sum(map(self.views.memo.tokens, raw)), sum(map(self.views.memo.tokens, derived)))
 
     def _then(self, gen: Gen, result: Any) -> Gen:
         yield from gen
