@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from ..memos import IdMemo
 from .blocks import MEDIA_TYPES, Block, Message, ToolResult
 from .validation import decode_base64
 
@@ -34,6 +35,7 @@ def _has_media(blocks: Sequence[Block]) -> bool:
 
 
 _MEDIA = frozenset(MEDIA_TYPES)  # a set lookup: this runs on every message written
+_MEDIA_OR_RESULT = (*MEDIA_TYPES, ToolResult)
 
 
 def extract_blobs(
@@ -143,7 +145,9 @@ class MediaCache:
     recently used first to stay, up to ``limit`` characters (blobs differ a thousandfold in size,
     so the bound is in characters, not entries). Owned by a runtime's slot registry: one per
     runtime, never process-wide. ``reads`` counts the blobs read from the store (a test's seam:
-    M13 says a ``compile_metadata`` reads none)."""
+    M13 says a ``compile_metadata`` reads none). A block once read back is kept by the held
+    block's identity (``memos``), so a message read again costs a lookup, not a copy; that table
+    goes whenever a text does (its blocks hold the texts)."""
 
     def __init__(self, get_blob: Callable[[str], tuple[bytes, str] | None], limit: int = MEDIA_CACHE_CHARS) -> None:
         self._get_blob = get_blob
@@ -151,6 +155,7 @@ class MediaCache:
         self._chars = 0
         self.limit = limit
         self.reads = 0
+        self._made: IdMemo[Block, Block] = IdMemo()
 
     def __len__(self) -> int:
         return len(self._texts)
@@ -171,8 +176,12 @@ class MediaCache:
 
     def keep(self, blocks: Sequence[Block], held: Sequence[Block]) -> None:
         """Keep the base64 of ``blocks`` (a host's new content) under the digests ``held`` (the same
-        content, as the cache holds it) names: what was just written is the likeliest next read."""
+        content, as the cache holds it) names, and each block as ``held``'s is read back: what was
+        just written is the likeliest next read, and the host's own block is what it wrote."""
         for block, ref in zip(blocks, held):
+            if block is not ref:
+                self._made.put(ref, block)
+                self._made.bound(len(self._texts))
             if isinstance(block, MEDIA_TYPES) and block is not ref:
                 source, digest = block.source, ref.source.get("sha256")  # type: ignore[union-attr]
                 if digest is not None and digest not in self._texts and isinstance(source.get("data"), str):
@@ -187,13 +196,21 @@ class MediaCache:
         while self._chars > self.limit and len(self._texts) > 1:
             oldest = next(iter(self._texts))
             self._chars -= len(self._texts.pop(oldest))
+            self._made = IdMemo()
 
     def resolve(self, blocks: Sequence[Block]) -> tuple[Block, ...]:
         """``blocks`` with their references put back as base64 (``resolve_blobs``, through this cache);
         the same tuple when they hold none."""
         if not _has_media(blocks):
             return blocks if type(blocks) is tuple else tuple(blocks)
-        return tuple(_filled(b, self.text) for b in blocks)
+        return tuple(self._public(b) if isinstance(b, _MEDIA_OR_RESULT) else b for b in blocks)
+
+    def _public(self, block: Block) -> Block:
+        made = self._made.get(block)
+        if made is None:
+            made = self._made.put(block, _filled(block, self.text))
+            self._made.bound(len(self._texts))
+        return made
 
     def message(self, message: Message) -> Message:
         """``message`` as a host is handed it: its media as base64 (the same object if it holds none)."""
