@@ -5,6 +5,10 @@ In a writing runtime the store actor publishes every commit; a cache extends its
 because a sibling appended (spec/slot-cache.md S1, S2, S4). A read-only runtime has no events:
 it revalidates at each read from the slot's head (S3). ``CTXRT_CACHE_DIAG=1`` logs every reload
 with its reason and every tail fill with its count (S5).
+
+A cache holds media by reference (M13): what it decodes or is handed by an append keeps each
+medium's sha256, media type and size, never its bytes; the registry's ``MediaCache`` reads them
+back where a message leaves for a host (``SlotCache.public``, the events) or a compile.
 """
 
 from __future__ import annotations

@@ -112,7 +112,8 @@ def resolve_blobs(
     """Blocks with ``blob_ref`` sources put back as base64; a missing blob leaves its ref in place."""
     if not _has_media(blocks):
         return tuple(blocks)
-    return tuple(_filled(b, _text_reader(get_blob)) for b in blocks)
+    text_of = _text_reader(get_blob)
+    return tuple(_filled(b, text_of) for b in blocks)
 
 
 def _sized(block: Block, get_blob: Callable[[str], tuple[bytes, str] | None]) -> Block:
