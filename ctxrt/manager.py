@@ -269,7 +269,7 @@ class ContextManager:
         """
         slot = self._slot()
         await trio.lowlevel.checkpoint()
-        return tuple(map(slot.public, slot.current()))
+        return slot.public_all(slot.current())
 
     async def message_count(self) -> int:
         """How many messages this manager's slot holds on its branch.
@@ -292,7 +292,7 @@ class ContextManager:
         checks.integer(limit, "limit", minimum=0)
         await trio.lowlevel.checkpoint()
         messages, start, total = slot.window(offset, limit)
-        return MessageWindow(tuple(map(slot.public, messages)), start, total)
+        return MessageWindow(slot.public_all(messages), start, total)
 
     async def query_messages(
         self, *, participant: str | None = None, metadata: Mapping[str, Any] | None = None,

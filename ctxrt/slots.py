@@ -25,7 +25,7 @@ import attrs
 
 from . import checks
 from .content import codec, validation
-from .content.blobs import MediaCache, extract_blobs, resolve_blobs, sized_refs
+from .content.blobs import MediaCache, extract_blobs, holds_media, resolve_blobs, sized_refs
 from .content.blocks import Block, Message, holds_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
@@ -167,7 +167,7 @@ class SlotCache:
 
     def __init__(
         self, engine: StoreEngine, state: str, branch_id: int, *, live: bool,
-        seed: tuple[list[Message], LogHead, bool] | None = None, steps: Callable[[], int] | None = None,
+        seed: tuple[list[Message], LogHead, bool, bool] | None = None, steps: Callable[[], int] | None = None,
         media: MediaCache | None = None,
     ) -> None:
         self.engine = engine
@@ -187,6 +187,9 @@ class SlotCache:
         self.revision = 0
         self.rewrite_revision = 0
         self.may_hold_audience = False
+        # Whether a held message may hold media (a reference to read back for a host): until one
+        # does, the public reads hand out the held messages themselves, whatever the slot's length.
+        self.may_hold_media = False
         # Who hears of every append, after the commit (``listen``): the namespaces whose strategy
         # drains in the background. So an append costs O(1) plus those, however many namespaces
         # read the slot.
@@ -209,7 +212,7 @@ class SlotCache:
             self._reload("first read")
         else:
             # A new branch's slot as its parent's cache holds it up to the fork: no decode at all.
-            self.messages, head, self.may_hold_audience = seed
+            self.messages, head, self.may_hold_audience, self.may_hold_media = seed
             self.length = head.length
             self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
             self.may_hold_audience = self.may_hold_audience or head.flagged is not False
@@ -240,11 +243,19 @@ class SlotCache:
 
     def _decode(self, data: bytes, sequence: int) -> Message:
         self.decoded += 1
-        return decode_held(self.engine, data, sequence)
+        message = decode_held(self.engine, data, sequence)
+        if not self.may_hold_media and holds_media(message.content):
+            self.may_hold_media = True
+        return message
 
     def public(self, message: Message) -> Message:
-        """``message`` as a host is handed it: its media read back as base64 (M13)."""
-        return self.media.message(message)
+        """``message`` (held, or decoded by this cache) as a host is handed it: its media read back
+        as base64 (M13)."""
+        return self.media.message(message) if self.may_hold_media else message
+
+    def public_all(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """``public`` of each of ``messages`` (held ones), in O(1) but the copy while none holds media."""
+        return tuple(map(self.media.message, messages)) if self.may_hold_media else tuple(messages)
 
     def held(self, sequence: int) -> Message | None:
         """The message appended at ``sequence`` if this cache holds it decoded (no store read)."""
@@ -410,6 +421,7 @@ class SlotCache:
                 audience = appended.audience
                 if message.content is not appended.content:
                     self.media.keep(appended.content, message.content)
+                    self.may_hold_media = True
             self._push(message, audience)
             self.revision = operation.sequence
             for notify in self.listeners:
@@ -430,6 +442,7 @@ class SlotCache:
                 return
             # else older than the held suffix: it is read, edited, as of the new revision
             self.may_hold_audience = self.may_hold_audience or holds_audience(content)
+            self.may_hold_media = self.may_hold_media or holds_media(content)
             self.changes.add((operation.item_sequence, operation.item_sequence))
         elif isinstance(operation, ItemsRemoved):
             self.revision = self.rewrite_revision = operation.sequence
@@ -552,7 +565,7 @@ class SlotRegistry:
         if cache.users <= 0 and self._caches.get((cache.state, cache.branch_id)) is cache:
             del self._caches[(cache.state, cache.branch_id)]
 
-    def _seed(self, state: str, branch_id: int) -> tuple[list[Message], LogHead, bool] | None:
+    def _seed(self, state: str, branch_id: int) -> tuple[list[Message], LogHead, bool, bool] | None:
         """What the parent's cache holds up to the fork, when it is exactly this branch's newest."""
         if not self.live or self.engine.shared:  # on a shared store the parent's cache may be behind
             return None
@@ -569,7 +582,7 @@ class SlotRegistry:
         before = parent.length - len(parent.messages)  # messages older than the parent holds
         if before + held != head.length:
             return None
-        return parent.messages[:held], head, parent.may_hold_audience
+        return parent.messages[:held], head, parent.may_hold_audience, parent.may_hold_media
 
     def drop_branch(self, branch_id: int) -> None:
         """A deleted branch's caches go (their actors were retired; a later branch of the name is another)."""

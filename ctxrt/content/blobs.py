@@ -26,7 +26,8 @@ from .blocks import MEDIA_TYPES, Block, Message, ToolResult
 from .validation import decode_base64
 
 
-def _has_media(blocks: Sequence[Block]) -> bool:
+def holds_media(blocks: Sequence[Block]) -> bool:
+    """Whether ``blocks`` may hold media: a media block, or a tool result (which may nest one)."""
     for block in blocks:
         kind = type(block)
         if kind in _MEDIA or kind is ToolResult:
@@ -54,12 +55,12 @@ def extract_blobs(
             blobs.setdefault(digest, (digest, raw, source["media_type"]))
             ref = {"type": "blob_ref", "sha256": digest, "media_type": source["media_type"], "size": len(raw)}
             return attrs.evolve(block, source=ref)
-        if type(block) is ToolResult and not isinstance(block.content, str) and _has_media(block.content):
+        if type(block) is ToolResult and not isinstance(block.content, str) and holds_media(block.content):
             nested = tuple(swap(b, f"{where}.content[{i}]") for i, b in enumerate(block.content))
             return attrs.evolve(block, content=nested)
         return block
 
-    if not _has_media(blocks):
+    if not holds_media(blocks):
         return tuple(blocks), []
     out = tuple(swap(b, f"{path}[{i}]") for i, b in enumerate(blocks))
     return out, list(blobs.values())
@@ -94,7 +95,7 @@ def _filled(block: Block, text_of: Callable[[str], str | None]) -> Block:
         return attrs.evolve(
             block, source={"type": "base64", "media_type": source["media_type"], "data": data}
         )
-    if type(block) is ToolResult and not isinstance(block.content, str) and _has_media(block.content):
+    if type(block) is ToolResult and not isinstance(block.content, str) and holds_media(block.content):
         return attrs.evolve(block, content=tuple(_filled(b, text_of) for b in block.content))
     return block
 
@@ -110,7 +111,7 @@ def resolve_blobs(
     blocks: Sequence[Block], get_blob: Callable[[str], tuple[bytes, str] | None]
 ) -> tuple[Block, ...]:
     """Blocks with ``blob_ref`` sources put back as base64; a missing blob leaves its ref in place."""
-    if not _has_media(blocks):
+    if not holds_media(blocks):
         return tuple(blocks)
     text_of = _text_reader(get_blob)
     return tuple(_filled(b, text_of) for b in blocks)
@@ -123,7 +124,7 @@ def _sized(block: Block, get_blob: Callable[[str], tuple[bytes, str] | None]) ->
             return block
         found = get_blob(source["sha256"])
         return block if found is None else attrs.evolve(block, source={**source, "size": len(found[0])})
-    if type(block) is ToolResult and not isinstance(block.content, str) and _has_media(block.content):
+    if type(block) is ToolResult and not isinstance(block.content, str) and holds_media(block.content):
         return attrs.evolve(block, content=tuple(_sized(b, get_blob) for b in block.content))
     return block
 
@@ -133,7 +134,7 @@ def sized_refs(
 ) -> tuple[Block, ...]:
     """Blocks as a slot cache holds them: references as stored, each given its size if it was
     stored without one (by a ctxrt before M13: the blob is read once for it, as every read did then)."""
-    if not _has_media(blocks):
+    if not holds_media(blocks):
         return tuple(blocks)
     return tuple(_sized(b, get_blob) for b in blocks)
 
@@ -202,7 +203,7 @@ class MediaCache:
     def resolve(self, blocks: Sequence[Block]) -> tuple[Block, ...]:
         """``blocks`` with their references put back as base64 (``resolve_blobs``, through this cache);
         the same tuple when they hold none."""
-        if not _has_media(blocks):
+        if not holds_media(blocks):
             return blocks if type(blocks) is tuple else tuple(blocks)
         return tuple(self._public(b) if isinstance(b, _MEDIA_OR_RESULT) else b for b in blocks)
 
