@@ -420,7 +420,7 @@ class SlotCache:
                 message = appended.held(operation.sequence)
                 audience = appended.audience
                 if message.content is not appended.content:
-                    self.media.keep(appended.content, message.content)
+                    self.media.keep(message, appended.message(operation.sequence))
                     self.may_hold_media = True
             self._push(message, audience)
             self.revision = operation.sequence
@@ -646,9 +646,9 @@ class SlotRegistry:
         if isinstance(operation, ItemAppended | ItemEdited):
             sequence = operation.sequence if isinstance(operation, ItemAppended) else operation.item_sequence
             appended: Appended | None = operation.attachment
-            if isinstance(operation, ItemAppended) and appended is not None:
-                return Added(appended.message(sequence))  # the host's own content: nothing to read
             held = cache.held(sequence) if cache is not None and not cache.stale else None
+            if held is None and isinstance(operation, ItemAppended) and appended is not None:
+                return Added(appended.message(sequence))  # the host's own content: nothing to read
             message = decode_stored(engine, operation.data, sequence) if held is None else self.media.message(held)
             if isinstance(operation, ItemAppended):
                 return Added(message)

@@ -64,8 +64,8 @@ async def test_compile_metadata_reads_no_blob_of_a_history_read_from_the_store(
     store: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """M13, M10: messages decoded from the store hold their media by reference, so a
-    compile_metadata reads no blob; the compile after it reads just the images it shows, and its
-    messages carry them as written; a warm compile reads none again."""
+    compile_metadata reads no blob; the compile after it reads each shown message's once (its
+    messages and raw bodies carry them as written); a warm compile reads none again."""
     ids = await written(store, 12)
     async with open_runtime(store) as rt:
         reads = counting(rt, monkeypatch)
@@ -74,11 +74,13 @@ async def test_compile_metadata_reads_no_blob_of_a_history_read_from_the_store(
         assert reads == []
         assert metadata.message_ids == tuple(ids)  # all shown, the images past two as notes
         result = await m.compile(budget(50_000))
-        assert shown_images(result) == [png(10), png(11)]
-        assert len(reads) == len(set(reads)) == 2
+        assert shown_images(result) == [png(10), png(11)]  # the others as the image policy's notes
+        assert len(reads) == len(set(reads)) == 12
+        first = result.provenance.raw_bodies[ids[0]].content[1]
+        assert isinstance(first, Image) and first.source["data"] == png(0)
         await m.add_message("user", "and a line of text")
         again = await m.compile(budget(50_000))
-        assert shown_images(again) == [png(10), png(11)] and len(reads) == 2
+        assert shown_images(again) == [png(10), png(11)] and len(reads) == 12
 
 
 async def test_a_host_reads_media_as_written_from_every_read(store: Any) -> None:

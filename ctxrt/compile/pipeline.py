@@ -40,8 +40,9 @@ from ..content.validation import find_audience
 
 class _Prepared:
     """One entry made ready to compile: its parts, their tool ids and tokens, its sources and raw
-    bodies. Its parts carry media as base64, read through ``media`` once per entry the memo
-    hasn't seen (M13); its sources are judged against the entry and bodies as held (references)."""
+    bodies. Its parts and bodies carry media as base64, read through ``media`` once per entry the
+    memo hasn't seen (M13): a result is the host's, whole, even after the runtime closes. Its
+    sources are judged against the entry and bodies as held (references) first."""
 
     __slots__ = ("bodies", "bound", "entry", "parts", "sources", "tokens", "tools")
 
@@ -74,6 +75,8 @@ class _Prepared:
             else Source("message", sid)
             for sid, body in (self.bodies or ((sid, None) for sid in entry.source_ids))
         ) + tuple(Source("summary", sid) for sid in entry.summary_ids)
+        if media is not None and self.bodies:  # judged again (a repair) against the parts, read back
+            self.bodies = tuple((sid, None if body is None else media.message(body)) for sid, body in self.bodies)
 
     def twin(self, entry: Entry) -> _Prepared | None:
         """``entry`` prepared from this one, if it differs from this one's entry in its cache marker
@@ -511,7 +514,7 @@ def build_compile_result(
     parts = memo.parts(entries, lookup, stamp, media)
     repaired, kept = _repaired(parts)
     whole = repaired is parts.messages  # every part as made
-    judged = {} if whole else _rejudged(parts, entries, repaired, kept, media)
+    judged = {} if whole else _rejudged(parts, entries, repaired, kept)
     marked = apply_cache_breakpoints(repaired, marked=parts.marks if whole else None, strip=memo.unmarked)
     injected = bool(injections or message_injections)
     origins: Sequence[Origin]
@@ -527,10 +530,9 @@ def build_compile_result(
         reader=reader,
         strategy=strategy_name,
         messages=per_message,
-        # Built on first use (most hosts never read them, so their media is read then, M13); bodies
-        # of the parts the repair dropped included.
-        raw_bodies=_Lazy(lambda: {sid: body if media is None else media.message(body)
-                                  for prepared in parts.owners for sid, body in prepared.bodies if body is not None}),
+        # Built on first use (most hosts never read them); bodies of the parts the repair dropped included.
+        raw_bodies=_Lazy(lambda: {sid: body for prepared in parts.owners for sid, body in prepared.bodies
+                                  if body is not None}),
         completeness=_Lazy(lambda: completeness_of(per_message)),
     )
     breaks, tokens = _breaks(parts, placed, kept, injected, whole)
@@ -572,7 +574,7 @@ def _sources(parts: _Parts, judged: dict[int, tuple[Source, ...]], kept: Sequenc
 
 
 def _rejudged(parts: _Parts, entries: Sequence[Entry], repaired: list[CompiledMessage],
-              kept: Sequence[int], media: MediaCache | None) -> dict[int, tuple[Source, ...]]:
+              kept: Sequence[int]) -> dict[int, tuple[Source, ...]]:
     """The sources of the parts of the entries the repair changed (a part rewritten or dropped),
     by part: each raw body judged again against what the repair kept of the changed entries
     carrying it (they no longer carry their bodies whole). An entry is one ``Entry`` object,
@@ -591,16 +593,12 @@ def _rejudged(parts: _Parts, entries: Sequence[Entry], repaired: list[CompiledMe
         if id(entry_of[k]) in changed:
             for sid, _ in owners[k].bodies:
                 rendered.setdefault(sid, []).extend(message.content)
-    return {k: _judged_again(owners[k], rendered, media) for k in range(len(messages)) if id(entry_of[k]) in changed}
+    return {k: _judged_again(owners[k], rendered) for k in range(len(messages)) if id(entry_of[k]) in changed}
 
 
-def _judged_again(prepared: _Prepared, rendered: Mapping[str, list[Block]],
-                  media: MediaCache | None) -> tuple[Source, ...]:
-    # What the repair kept carries media as base64: its bodies are judged read back the same way.
-    seen = (lambda blocks: blocks) if media is None else media.resolve
+def _judged_again(prepared: _Prepared, rendered: Mapping[str, list[Block]]) -> tuple[Source, ...]:
     return tuple(
-        attrs.evolve(source, complete=body is not None and coverage_complete(rendered.get(source.id, []),
-                                                                             seen(body.content)))
+        attrs.evolve(source, complete=body is not None and coverage_complete(rendered.get(source.id, []), body.content))
         if source.complete is not None else source
         for source, (_, body) in zip(prepared.sources, prepared.bodies + ((None, None),) * len(prepared.sources))
     )

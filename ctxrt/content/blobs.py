@@ -147,9 +147,9 @@ class MediaCache:
     recently used first to stay, up to ``limit`` characters (blobs differ a thousandfold in size,
     so the bound is in characters, not entries). Owned by a runtime's slot registry: one per
     runtime, never process-wide. ``reads`` counts the blobs read from the store (a test's seam:
-    M13 says a ``compile_metadata`` reads none). A block once read back is kept by the held
-    block's identity (``memos``), so a message read again costs a lookup, not a copy; that table
-    goes whenever a text does (its blocks hold the texts)."""
+    M13 says a ``compile_metadata`` reads none). A block or message once read back is kept by the
+    held one's identity (``memos``), so reading it again costs a lookup, not a copy; those tables
+    go whenever a text does (what they hold holds the texts)."""
 
     def __init__(self, get_blob: Callable[[str], tuple[bytes, str] | None], limit: int = MEDIA_CACHE_CHARS) -> None:
         self._get_blob = get_blob
@@ -158,6 +158,7 @@ class MediaCache:
         self.limit = limit
         self.reads = 0
         self._made: IdMemo[Block, Block] = IdMemo()
+        self._messages: IdMemo[Message, Message] = IdMemo()
 
     def __len__(self) -> int:
         return len(self._texts)
@@ -176,10 +177,15 @@ class MediaCache:
         self._trim()
         return found
 
-    def keep(self, blocks: Sequence[Block], held: Sequence[Block]) -> None:
-        """Keep the base64 of ``blocks`` (a host's new content) under the digests ``held`` (the same
-        content, as the cache holds it) names, and each block as ``held``'s is read back: what was
-        just written is the likeliest next read, and the host's own block is what it wrote."""
+    def keep(self, held: Message, written: Message) -> None:
+        """Keep what a host just wrote (``written``) as what ``held`` (the same message, as a cache
+        holds it) and its blocks are read back as, and its media's base64 under their digests:
+        the likeliest next read, and the host's own message is what it wrote."""
+        self._messages.put(held, written)
+        self._messages.bound(len(self._texts))
+        self._keep(written.content, held.content)
+
+    def _keep(self, blocks: Sequence[Block], held: Sequence[Block]) -> None:
         for block, ref in zip(blocks, held):
             if block is not ref:
                 self._made.put(ref, block)
@@ -191,14 +197,14 @@ class MediaCache:
                     self._chars += len(source["data"])
             elif type(block) is ToolResult and type(ref) is ToolResult and block is not ref:
                 if not isinstance(block.content, str) and not isinstance(ref.content, str):
-                    self.keep(block.content, ref.content)
+                    self._keep(block.content, ref.content)
         self._trim()
 
     def _trim(self) -> None:
         while self._chars > self.limit and len(self._texts) > 1:
             oldest = next(iter(self._texts))
             self._chars -= len(self._texts.pop(oldest))
-            self._made = IdMemo()
+            self._made, self._messages = IdMemo(), IdMemo()
 
     def resolve(self, blocks: Sequence[Block]) -> tuple[Block, ...]:
         """``blocks`` with their references put back as base64 (``resolve_blobs``, through this cache);
@@ -216,6 +222,12 @@ class MediaCache:
 
     def message(self, message: Message) -> Message:
         """``message`` as a host is handed it: its media as base64 (the same object if it holds none)."""
-        content = message.content
-        resolved = self.resolve(content)
-        return message if resolved is content else attrs.evolve(message, content=resolved)
+        made = self._messages.get(message)
+        if made is None:
+            content = message.content
+            resolved = self.resolve(content)
+            if resolved is content:
+                return message
+            made = self._messages.put(message, attrs.evolve(message, content=resolved))
+            self._messages.bound(len(self._texts))
+        return made
