@@ -106,13 +106,18 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
                      f"{each['ratio']:.2f} (paired {each['paired_ratio']:.2f}) | <= {each['target']:g} | {verdict} |")
     lines += ["", "- Each sample appends one message (text and an image) first, so neither call is answered "
               "from the compile memo of an unchanged view.",
-              "- compile_metadata runs the strategy's selection as a dry run and reads its entries' ids; "
-              "a compile also builds the result: compiled messages, provenance and raw bodies.",
-              "- The target is missed, and why: a compile here reads no blob either (the slot cache holds "
-              "messages decoded, media included, from when they were written or first read), so all "
-              "compile_metadata leaves out is the result's build, which the compile memo keeps small. Both pay "
-              "a mailbox turn and the strategy's selection, the larger part of either. A 0.5x figure needs "
-              "media kept as references in the cache and put back only when a result is built."]
+              "- compile_metadata runs the strategy's selection as a dry run and reads its entries' ids, pricing "
+              "an entry a compile prepared off the compile memo's parts; a compile also builds the result: "
+              "compiled messages, provenance and raw bodies.",
+              "- Media is held by reference in the slot cache (M13): neither call reads a blob here (an append "
+              "carries its content, kept in the runtime's media cache), so M13 changes neither figure much; it "
+              "shows when messages are decoded from the store (a reopen, another process's writes), where "
+              "compile_metadata reads none and a compile reads only the media it shows "
+              "(tests/test_media_refs.py).",
+              "- What is left of compile_metadata is a mailbox turn (about 0.03 ms of a no-op ask) and the "
+              "strategy's selection (for WindowedPassthrough and Autobiographical with the image policy's pass "
+              "over the selected entries), which a compile runs too: below these figures only a cheaper "
+              "selection takes it."]
     return "\n".join(lines) + "\n"
 
 

@@ -258,7 +258,8 @@ class ContextManager:
         slot = self._slot()
         checks.text(message_id, "message_id")
         await trio.lowlevel.checkpoint()
-        return slot.get(message_id)
+        found = slot.get(message_id)
+        return None if found is None else slot.public(found)
 
     async def get_all_messages(self) -> Sequence[Message]:
         """Every message of this manager's slot, as stored (A7), oldest first.
@@ -268,7 +269,7 @@ class ContextManager:
         """
         slot = self._slot()
         await trio.lowlevel.checkpoint()
-        return tuple(slot.current())
+        return slot.public_all(slot.current())
 
     async def message_count(self) -> int:
         """How many messages this manager's slot holds on its branch.
@@ -291,7 +292,7 @@ class ContextManager:
         checks.integer(limit, "limit", minimum=0)
         await trio.lowlevel.checkpoint()
         messages, start, total = slot.window(offset, limit)
-        return MessageWindow(tuple(messages), start, total)
+        return MessageWindow(slot.public_all(messages), start, total)
 
     async def query_messages(
         self, *, participant: str | None = None, metadata: Mapping[str, Any] | None = None,
@@ -333,7 +334,7 @@ class ContextManager:
             candidates = slot.newest_first() if reverse else slot.current()
         for message in candidates:
             if query.matches(message):
-                found.append(message)
+                found.append(slot.public(message))
                 if limit is not None and len(found) >= limit:
                     break
         return found

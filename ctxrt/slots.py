@@ -5,6 +5,10 @@ In a writing runtime the store actor publishes every commit; a cache extends its
 because a sibling appended (spec/slot-cache.md S1, S2, S4). A read-only runtime has no events:
 it revalidates at each read from the slot's head (S3). ``CTXRT_CACHE_DIAG=1`` logs every reload
 with its reason and every tail fill with its count (S5).
+
+A cache holds media by reference (M13): what it decodes or is handed by an append keeps each
+medium's sha256, media type and size, never its bytes; the registry's ``MediaCache`` reads them
+back where a message leaves for a host (``SlotCache.public``, the events) or a compile.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import attrs
 
 from . import checks
 from .content import codec, validation
-from .content.blobs import extract_blobs, resolve_blobs
+from .content.blobs import MediaCache, extract_blobs, holds_media, resolve_blobs, sized_refs
 from .content.blocks import Block, Message, holds_audience, sequence_key
 from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
@@ -42,14 +46,23 @@ class Appended:
     """What a writer attaches to its append so caches need not decode it."""
 
     participant: str
-    content: tuple[Block, ...]  # blobs resolved
+    content: tuple[Block, ...]  # blobs resolved: as the host wrote it
     metadata: Any
     timestamp_ms: int
     caused_by: tuple[str, ...]
+    # As a slot cache holds it: media as references (M13); the content itself when it holds none.
+    stored: tuple[Block, ...] = attrs.field(
+        default=attrs.Factory(lambda self: self.content, takes_self=True), kw_only=True
+    )
 
     def message(self, sequence: int) -> Message:
-        """The message this append made, committed at ``sequence`` (its id)."""
+        """The message this append made, committed at ``sequence`` (its id), as a host is handed it."""
         return Message(str(sequence), sequence, self.participant, self.content, self.metadata, self.timestamp_ms,
+                       self.caused_by)
+
+    def held(self, sequence: int) -> Message:
+        """The message this append made, as a slot cache holds it (its media as references)."""
+        return Message(str(sequence), sequence, self.participant, self.stored, self.metadata, self.timestamp_ms,
                        self.caused_by)
 
     # Written with the item as its store flag, so a cache knows without reading every message
@@ -74,7 +87,7 @@ def prepare_append(
     # A string is one text block: no media to take out.
     stored_blocks, blobs = (blocks, []) if type(content) is str else extract_blobs(blocks)
     data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
-    return data, blobs, Appended(participant, blocks, metadata, timestamp, causes)
+    return data, blobs, Appended(participant, blocks, metadata, timestamp, causes, stored=stored_blocks)
 
 
 def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:
@@ -154,9 +167,13 @@ class SlotCache:
 
     def __init__(
         self, engine: StoreEngine, state: str, branch_id: int, *, live: bool,
-        seed: tuple[list[Message], LogHead, bool] | None = None, steps: Callable[[], int] | None = None,
+        seed: tuple[list[Message], LogHead, bool, bool] | None = None, steps: Callable[[], int] | None = None,
+        media: MediaCache | None = None,
     ) -> None:
         self.engine = engine
+        # Where its messages' media bytes are read, when they leave the runtime (M13): the
+        # registry's, shared by the runtime's caches; a cache made alone has its own.
+        self.media = media_of(engine) if media is None else media
         self.state = state
         self.branch_id = branch_id
         self.live = live  # kept current by commit events (a writing runtime's cache)
@@ -171,6 +188,9 @@ class SlotCache:
         self.revision = 0
         self.rewrite_revision = 0
         self.may_hold_audience = False
+        # Whether a held message may hold media (a reference to read back for a host): until one
+        # does, the public reads hand out the held messages themselves, whatever the slot's length.
+        self.may_hold_media = False
         # Who hears of every append, after the commit (``listen``): the namespaces whose strategy
         # drains in the background. So an append costs O(1) plus those, however many namespaces
         # read the slot.
@@ -193,7 +213,7 @@ class SlotCache:
             self._reload("first read")
         else:
             # A new branch's slot as its parent's cache holds it up to the fork: no decode at all.
-            self.messages, head, self.may_hold_audience = seed
+            self.messages, head, self.may_hold_audience, self.may_hold_media = seed
             self.length = head.length
             self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
             self.may_hold_audience = self.may_hold_audience or head.flagged is not False
@@ -224,7 +244,19 @@ class SlotCache:
 
     def _decode(self, data: bytes, sequence: int) -> Message:
         self.decoded += 1
-        return decode_stored(self.engine, data, sequence)
+        message = decode_held(self.engine, data, sequence)
+        if not self.may_hold_media and holds_media(message.content):
+            self.may_hold_media = True
+        return message
+
+    def public(self, message: Message) -> Message:
+        """``message`` (held, or decoded by this cache) as a host is handed it: its media read back
+        as base64 (M13)."""
+        return self.media.message(message) if self.may_hold_media else message
+
+    def public_all(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """``public`` of each of ``messages`` (held ones), in O(1) but the copy while none holds media."""
+        return tuple(map(self.media.message, messages)) if self.may_hold_media else tuple(messages)
 
     def held(self, sequence: int) -> Message | None:
         """The message appended at ``sequence`` if this cache holds it decoded (no store read)."""
@@ -232,7 +264,8 @@ class SlotCache:
         return None if index is None else self.messages[index]
 
     def as_of(self, revision: int, start: int = 0) -> list[Message]:
-        """The slot's messages from index ``start`` as of ``revision`` (decoded afresh, not kept)."""
+        """The slot's messages from index ``start`` as of ``revision`` (decoded afresh, not kept),
+        as a host is handed them (their media as base64)."""
         items = self.engine.read_items(self.state, self.branch_id, at=revision, start=start)
         return [decode_stored(self.engine, item.data, item.sequence) for item in items]
 
@@ -385,8 +418,11 @@ class SlotCache:
                 message = self._decode(operation.data, operation.sequence)
                 audience = holds_audience(message.content)
             else:
-                message = appended.message(operation.sequence)
+                message = appended.held(operation.sequence)
                 audience = appended.audience
+                if message.content is not appended.content:
+                    self.media.keep(message, appended.message(operation.sequence))
+                    self.may_hold_media = True
             self._push(message, audience)
             self.revision = operation.sequence
             for notify in self.listeners:
@@ -394,7 +430,7 @@ class SlotCache:
         elif isinstance(operation, ItemEdited):
             self.revision = self.rewrite_revision = operation.sequence
             appended = operation.attachment
-            content = appended.content if appended is not None else self._decode(
+            content = appended.stored if appended is not None else self._decode(
                 operation.data, operation.item_sequence
             ).content
             index = self._held(operation.item_sequence)
@@ -407,6 +443,7 @@ class SlotCache:
                 return
             # else older than the held suffix: it is read, edited, as of the new revision
             self.may_hold_audience = self.may_hold_audience or holds_audience(content)
+            self.may_hold_media = self.may_hold_media or holds_media(content)
             self.changes.add((operation.item_sequence, operation.item_sequence))
         elif isinstance(operation, ItemsRemoved):
             self.revision = self.rewrite_revision = operation.sequence
@@ -449,8 +486,8 @@ class SlotCache:
         return index
 
     def get(self, message_id: str) -> Message | None:
-        """The message, as stored, or None: read from the store, not decoded into the cache, when
-        it is older than what the cache holds."""
+        """The message, as held (media as references: ``public`` for a host), or None: read from
+        the store, not decoded into the cache, when it is older than what the cache holds."""
         sequence = parse_id(message_id)
         if sequence is None:
             return None
@@ -463,11 +500,23 @@ class SlotCache:
 
 
 def decode_stored(engine: StoreEngine, data: bytes, sequence: int) -> Message:
-    """A stored message decoded with its blobs put back (blobs are content-addressed and never
-    change, so they are read apart from the item)."""
+    """A stored message decoded with its blobs put back, as a host is handed it (blobs are
+    content-addressed and never change, so they are read apart from the item)."""
     message = codec.message_from_json(data, sequence=sequence, store=engine.data_path)
     resolved = resolve_blobs(message.content, engine.read_blob)
     return message if resolved is message.content else attrs.evolve(message, content=resolved)
+
+
+def media_of(engine: StoreEngine) -> MediaCache:
+    """A media cache reading ``engine``'s blobs (through its ``read_blob`` as it is at each read)."""
+    return MediaCache(lambda sha256: engine.read_blob(sha256))
+
+
+def decode_held(engine: StoreEngine, data: bytes, sequence: int) -> Message:
+    """A stored message decoded as a slot cache holds it: its media left as references (M13)."""
+    message = codec.message_from_json(data, sequence=sequence, store=engine.data_path)
+    sized = sized_refs(message.content, engine.read_blob)
+    return message if sized is message.content else attrs.evolve(message, content=sized)
 
 
 
@@ -490,6 +539,7 @@ class SlotRegistry:
         self._caches: dict[tuple[str, int], SlotCache] = {}
         self._watchers: dict[tuple[str, int], list[Callable[[MessageEvent], None]]] = {}
         self._ends: dict[Callable[[MessageEvent], None], Callable[[], None]] = {}
+        self.media = media_of(engine)  # every cache's: blobs are the whole store's
 
     def __len__(self) -> int:
         return len(self._caches)
@@ -504,7 +554,7 @@ class SlotRegistry:
         if cache is None:
             seed = self._seed(state, branch_id)
             cache = self._caches[key] = SlotCache(self.engine, state, branch_id, live=self.live, seed=seed,
-                                                  steps=self.steps)
+                                                  steps=self.steps, media=self.media)
         return cache
 
     def acquire(self, state: str, branch_id: int) -> SlotCache:
@@ -519,7 +569,7 @@ class SlotRegistry:
         if cache.users <= 0 and self._caches.get((cache.state, cache.branch_id)) is cache:
             del self._caches[(cache.state, cache.branch_id)]
 
-    def _seed(self, state: str, branch_id: int) -> tuple[list[Message], LogHead, bool] | None:
+    def _seed(self, state: str, branch_id: int) -> tuple[list[Message], LogHead, bool, bool] | None:
         """What the parent's cache holds up to the fork, when it is exactly this branch's newest."""
         if not self.live or self.engine.shared:  # on a shared store the parent's cache may be behind
             return None
@@ -536,7 +586,7 @@ class SlotRegistry:
         before = parent.length - len(parent.messages)  # messages older than the parent holds
         if before + held != head.length:
             return None
-        return parent.messages[:held], head, parent.may_hold_audience
+        return parent.messages[:held], head, parent.may_hold_audience, parent.may_hold_media
 
     def drop_branch(self, branch_id: int) -> None:
         """A deleted branch's caches go (their actors were retired; a later branch of the name is another)."""
@@ -561,7 +611,7 @@ class SlotRegistry:
                     cache.apply(operation)
                 continue
             # What an edit replaced is known only before the cache applies it; the rest after, so the
-            # event carries the very message the cache holds (decoded once).
+            # event carries the message the cache holds (decoded once), its media read back (M13).
             previous = cache.held(operation.item_sequence) if isinstance(operation, ItemEdited) and cache else None
             if cache is not None:
                 cache.apply(operation)
@@ -599,12 +649,14 @@ class SlotRegistry:
         engine = self.engine
         if isinstance(operation, ItemAppended | ItemEdited):
             sequence = operation.sequence if isinstance(operation, ItemAppended) else operation.item_sequence
-            message = cache.held(sequence) if cache is not None and not cache.stale else None
-            if message is None:
-                appended: Appended | None = operation.attachment
-                message = (appended.message(sequence) if isinstance(operation, ItemAppended) and appended is not None
-                           else decode_stored(engine, operation.data, sequence))
-            return Added(message) if isinstance(operation, ItemAppended) else Edited(message, previous)
+            appended: Appended | None = operation.attachment
+            held = cache.held(sequence) if cache is not None and not cache.stale else None
+            if held is None and isinstance(operation, ItemAppended) and appended is not None:
+                return Added(appended.message(sequence))  # the host's own content: nothing to read
+            message = decode_stored(engine, operation.data, sequence) if held is None else self.media.message(held)
+            if isinstance(operation, ItemAppended):
+                return Added(message)
+            return Edited(message, None if previous is None else self.media.message(previous))
         if isinstance(operation, ItemsRemoved):
             # The ids removed: the visible items in the range just before the removal.
             items = engine.read_items_appended(operation.state, operation.branch, operation.from_sequence,

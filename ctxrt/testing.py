@@ -26,8 +26,8 @@ states a namespace keeps in it (the module ``states``, ``record_from_value``/``C
 for its reader record, and ``Holds``, its compression holds); the mailbox's message envelopes
 (``Ask``, ``Reply``, ``Mailbox``); the reader views' listings (``ReaderListing``,
 ``FilteredListing``, ``MergedListing``, ``shared_reader_listing``); blob extraction
-(``extract_blobs``, ``resolve_blobs``); the slack a cache's table may hold beyond twice what is
-in use (``SLACK``, ``memos.outgrown``); the slots' pure parts (``prepare_append``,
+(``extract_blobs``, ``resolve_blobs``, and ``MediaCache``, where media bytes are read back,
+M13); the slack a cache's table may hold beyond twice what is in use (``SLACK``, ``memos.outgrown``); the slots' pure parts (``prepare_append``,
 ``SlotCache``, ``SlotRegistry``, ``ChangeLog``, ``FULL``); content as the API takes it, turned
 into blocks (``blocks_from_content``); the audience rule of an edit (``hidden_by_edit``) and the
 Messages API form of compiled messages (``to_anthropic_messages``); the token estimates
@@ -80,6 +80,7 @@ __all__ = [
 from .content import codec as codec
 from .content.blobs import extract_blobs as extract_blobs
 from .content.blobs import resolve_blobs as resolve_blobs
+from .content.blobs import MediaCache as MediaCache
 from .content.blocks import hidden_by_edit as hidden_by_edit
 from .asks import Ask as Ask
 from .mailbox import Mailbox as Mailbox

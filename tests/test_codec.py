@@ -486,12 +486,13 @@ def test_api_form_round_trips_blocks_without_audience_or_raw(content):
 
 
 def test_identical_media_is_extracted_once():
-    """M4: the same bytes in two places (one nested in a tool result) make one blob."""
+    """M4, M13: the same bytes in two places (one nested in a tool result) make one blob; each
+    reference names its size, so a cache holding it needs no read to price or describe it."""
     image = Image({"type": "base64", "media_type": "image/png", "data": PNG})
     stored, blobs = extract_blobs((image, ToolResult("t", (image,)), Image({"type": "url", "url": "https://x"})))
     digest = hashlib.sha256(base64.b64decode(PNG)).hexdigest()
     assert blobs == [(digest, base64.b64decode(PNG), "image/png")]
-    ref = {"type": "blob_ref", "sha256": digest, "media_type": "image/png"}
+    ref = {"type": "blob_ref", "sha256": digest, "media_type": "image/png", "size": len(base64.b64decode(PNG))}
     assert stored == (Image(ref), ToolResult("t", (Image(ref),)), Image({"type": "url", "url": "https://x"}))
 
 

@@ -164,7 +164,7 @@ class Pure:
                 case Commit():
                     self.commits.append(effect)
                 case Acquire():
-                    self.tell(Acquired([SlotCache(self.engine, name, BRANCH, live=True, seed=([], LogHead(), False))
+                    self.tell(Acquired([SlotCache(self.engine, name, BRANCH, live=True, seed=([], LogHead(), False, False))
                                         for name in effect.slots]))
                 case TakeLease() | CheckLease():
                     self.tell(self.lease)

@@ -26,6 +26,7 @@ from .breakpoints import apply_cache_breakpoints, unmarked
 from ..content.codec import to_jsonable
 from .reference import ReferenceMismatch, compile_reference, completeness_of, differences
 from .result import CompileResult
+from ..content.blobs import MediaCache
 from ..content.blocks import Block, CompiledMessage, Message
 from ..errors import MalformedContentError
 from ..memos import IdMemo, outgrown
@@ -38,11 +39,15 @@ from ..content.validation import find_audience
 
 
 class _Prepared:
-    """One entry made ready to compile: its parts, their tool ids and tokens, its sources and raw bodies."""
+    """One entry made ready to compile: its parts, their tool ids and tokens, its sources and raw
+    bodies. Its parts and bodies carry media as base64, read through ``media`` once per entry the
+    memo hasn't seen (M13): a result is the host's, whole, even after the runtime closes. Its
+    sources are judged against the entry and bodies as held (references) first."""
 
     __slots__ = ("bodies", "bound", "entry", "parts", "sources", "tokens", "tools")
 
-    def __init__(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> None:
+    def __init__(self, entry: Entry, index: int, lookup: Callable[[str], Message | None],
+                 media: MediaCache | None = None) -> None:
         raw = entry.relation == "copy"
         self.bodies = tuple((sid, lookup(sid)) for sid in entry.source_ids) if raw else ()
         # Bound to the bodies it was judged against beyond what its own content says (a copy made
@@ -57,18 +62,21 @@ class _Prepared:
                 raise MalformedContentError(where, "a compiled entry may not carry an audience (B3, A8)")
         self.entry = entry
         split = split_mixed_tool_messages(entry.participant, entry.content)
+        resolve = (lambda blocks: blocks) if media is None else media.resolve
         self.parts = [
-            CompiledMessage(participant, content, cache_breakpoint=entry.cache_marker and k == len(split) - 1)
+            CompiledMessage(participant, resolve(content), cache_breakpoint=entry.cache_marker and k == len(split) - 1)
             for k, (participant, content) in enumerate(split)
         ]
         self.tools = [tool_ids(part) for part in self.parts]
         self.tokens = [estimate_blocks(part.content) for part in self.parts]
-        rendered = [block for part in self.parts for block in part.content]
+        rendered = [block for _, content in split for block in content]
         self.sources = tuple(
             Source("message", sid, body is not None and _complete(rendered, entry.content, body)) if raw
             else Source("message", sid)
             for sid, body in (self.bodies or ((sid, None) for sid in entry.source_ids))
         ) + tuple(Source("summary", sid) for sid in entry.summary_ids)
+        if media is not None and self.bodies:  # judged again (a repair) against the parts, read back
+            self.bodies = tuple((sid, None if body is None else media.message(body)) for sid, body in self.bodies)
 
     def twin(self, entry: Entry) -> _Prepared | None:
         """``entry`` prepared from this one, if it differs from this one's entry in its cache marker
@@ -264,7 +272,8 @@ class CompileMemo:
         """Where the parts of the last compile's ``entries[index]`` start."""
         return index + self._shift[bisect_left(self._odd, index)]
 
-    def parts(self, entries: Sequence[Entry], lookup: Callable[[str], Message | None], stamp: object = None) -> _Parts:
+    def parts(self, entries: Sequence[Entry], lookup: Callable[[str], Message | None], stamp: object = None,
+              media: MediaCache | None = None) -> _Parts:
         """The compiled parts of ``entries``: runs of the last compile's entries (the same objects,
         or equal ones in place, but for a bound one: the same object only) copied by slices, the
         other entries prepared. ``stamp``: the view's, which changes whenever a message changed
@@ -290,7 +299,7 @@ class CompileMemo:
             if not self._continues(entry, j):
                 found = index.find(entries, i, j)
                 if found is None:
-                    built.add(i, self.prepare(entry, i, lookup) if entry.content else None)
+                    built.add(i, self.prepare(entry, i, lookup, media) if entry.content else None)
                     i += 1
                     continue
                 j = found
@@ -330,16 +339,26 @@ class CompileMemo:
         built.counts += self._counts[lo:hi]
         return length
 
-    def prepare(self, entry: Entry, index: int, lookup: Callable[[str], Message | None]) -> _Prepared:
+    def prepare(self, entry: Entry, index: int, lookup: Callable[[str], Message | None],
+                media: MediaCache | None = None) -> _Prepared:
         found = self._prepared.get(id(entry))
         if found is None or found.entry is not entry:
             table, twins = self._share.prepared[entry.cache_marker], self._share.prepared[not entry.cache_marker]
             other = table.get(entry.content) or twins.get(entry.content)
             found = other if other is None or other.entry is entry else other.twin(entry)
             if found is None:
-                found = _Prepared(entry, index, lookup)
+                found = _Prepared(entry, index, lookup, media)
             self._prepared[id(entry)] = table.put(entry.content, found)
         return found
+
+    def tokens(self, entry: Entry) -> int:
+        """``estimate_blocks(entry.content)``, read off the parts an earlier compile prepared of this
+        very entry when there are some (a dry run of a strategy that keeps its entries hands back
+        the ones the last compile built), else estimated."""
+        found = self._prepared.get(id(entry))
+        if found is not None and found.entry is entry:
+            return sum(found.tokens)
+        return estimate_blocks(entry.content)
 
     def retain_only(self, entries: Sequence[Entry]) -> None:
         """Forget entries no longer compiled (``memos.outgrown``), here and in the view's share."""
@@ -480,17 +499,19 @@ def build_compile_result(
     memo: CompileMemo | None = None,
     stamp: object = None,
     strict: bool = False,
+    media: MediaCache | None = None,
 ) -> CompileResult:
     """Entries -> CompileResult: split, cache markers, tool pairing, injections, provenance (P3-P6).
 
     ``lookup(id)`` returns a stored message as the reader sees it, or None. With a ``memo``,
     entries seen by an earlier compile are not prepared again; ``stamp`` is the view's (see
-    ``CompileMemo.parts``). With ``strict``, the result is compared with the one
+    ``CompileMemo.parts``). ``media``: where the entries' media references are read back as
+    base64, in the result's messages and raw bodies (M13; None: the entries hold none). With ``strict``, the result is compared with the one
     ``compile_reference`` makes afresh (its stable prefix aside): ``ReferenceMismatch`` names
     what differs (a bug in ctxrt).
     """
     memo = memo or CompileMemo()
-    parts = memo.parts(entries, lookup, stamp)
+    parts = memo.parts(entries, lookup, stamp, media)
     repaired, kept = _repaired(parts)
     whole = repaired is parts.messages  # every part as made
     judged = {} if whole else _rejudged(parts, entries, repaired, kept)
@@ -521,7 +542,8 @@ def build_compile_result(
     if strict:
         reference = compile_reference(
             entries, namespace=namespace, branch=branch, reader=reader, strategy_name=strategy_name, lookup=lookup,
-            injections=injections, message_injections=message_injections, compile_id=provenance.compile_id)
+            injections=injections, message_injections=message_injections, compile_id=provenance.compile_id,
+            media=media)
         found = differences(result, reference)
         if found:
             raise ReferenceMismatch(f"the memo's compile differs from the reference's: {', '.join(found)}")

@@ -27,6 +27,7 @@ import attrs
 from .breakpoints import apply_cache_breakpoints
 from ..content.codec import to_jsonable
 from .result import CompileResult
+from ..content.blobs import MediaCache
 from ..content.blocks import Block, CompiledMessage, Message
 from ..errors import MalformedContentError
 from .injections import Injection, MessageInjection, place_with_origins
@@ -97,9 +98,13 @@ def compile_reference(
     message_injections: Sequence[MessageInjection] = (),
     compile_id: str,
     previous: CompileResult | None = None,
+    media: MediaCache | None = None,
 ) -> CompileResult:
     """What ``build_compile_result`` must return for ``entries``; ``previous``: the compile before
-    it of the same memo, for ``stable_prefix_tokens`` (0 without one)."""
+    it of the same memo, for ``stable_prefix_tokens`` (0 without one); ``media``: where media
+    references are read back (every entry and body with its media as base64 first, M13)."""
+    if media is not None:
+        entries, lookup = _resolved(entries, lookup, media)
     parts = [_Part(message, entry) for index, entry in enumerate(entries) for message in split_entry(entry, index)]
     bodies = {id(part.entry): bodies_of(part.entry, lookup) for part in parts}
     repaired, kept = repair_with_origins([part.message for part in parts])
@@ -115,6 +120,20 @@ def compile_reference(
         completeness=completeness_of(per_message),
     )
     return CompileResult(placed, system_blocks, provenance, stable_prefix_tokens(previous, placed, system_blocks))
+
+
+def _resolved(entries: Sequence[Entry], lookup: Lookup, media: MediaCache) -> tuple[list[Entry], Lookup]:
+    # One resolved entry per Entry object, however often it is given (the judging is by object).
+    made: dict[int, Entry] = {}
+    for entry in entries:
+        if id(entry) not in made:
+            made[id(entry)] = attrs.evolve(entry, content=media.resolve(entry.content))
+
+    def found(sid: str) -> Message | None:
+        body = lookup(sid)
+        return None if body is None else media.message(body)
+
+    return [made[id(entry)] for entry in entries], found
 
 
 def completeness_of(per_message: Sequence[tuple[Source, ...]]) -> dict[str, bool]:

@@ -23,9 +23,11 @@ import attrs
 import trio
 
 from .. import tracing
+from ..content.blobs import MediaCache
 from ..content.blocks import Message
 from ..errors import CtxrtError, ManagerClosedError, ModelError, ReadOnlyStoreError
 from ..mailbox import Reply
+from ..models.model_types import ModelRequest
 from ..slots import SlotCache, SlotRegistry, decode_stored
 from ..store.actor import StoreRef
 from ..store.interface import StoreEngine
@@ -204,7 +206,8 @@ class _Loop:
                     self.children.start_soon(self._commit, effect.token, effect.command, effect.trace)
                 case CallModel():
                     scope = self.call_scope = trio.CancelScope()
-                    self.children.start_soon(_complete, self.ref, self.model, effect.request, effect.unit,
+                    request = _with_media(effect.request, self.services.slots.media)  # M13: the model's bytes
+                    self.children.start_soon(_complete, self.ref, self.model, request, effect.unit,
                                              effect.epoch, self.services.model_timeout_s, scope, effect.span)
                 case CancelModel():
                     if self.call_scope is not None:
@@ -285,6 +288,14 @@ class _Loop:
             cache.unlisten(self.appended)
             self.services.slots.release(cache)
         self.caches = []
+
+
+def _with_media(request: ModelRequest, media: MediaCache) -> ModelRequest:
+    """``request`` with its messages' media references read back as base64 (M13)."""
+    messages = tuple(message if (content := media.resolve(message.content)) is message.content
+                     else attrs.evolve(message, content=content) for message in request.messages)
+    changed = any(a is not b for a, b in zip(messages, request.messages))
+    return attrs.evolve(request, messages=messages) if changed else request
 
 
 async def _complete(

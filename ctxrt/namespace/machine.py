@@ -83,7 +83,7 @@ from ..strategies.base import (
     Strategy,
     SummaryReader,
 )
-from ..content.tokens import CalibratedEstimator, estimate_blocks
+from ..content.tokens import CalibratedEstimator
 from ..strategies.windowed import WindowedPassthroughStrategy
 from . import states
 from .context import ActorContext, Settings
@@ -1099,7 +1099,8 @@ class NamespaceMachine:
         return self._then(self.commit(), None)
 
     def _describe_compile(self, command: DescribeCompile) -> CompileMetadata:
-        """A dry run of the strategy's selection, read for its ids: no result is built, nothing written."""
+        """A dry run of the strategy's selection, read for its ids: no result is built, nothing
+        written, no blob read (M13). An entry a compile prepared is priced off its parts."""
         check_reader(self.record, command.reader, self.place)
         self.require_strategy()
         self.flush_new()
@@ -1110,7 +1111,7 @@ class NamespaceMachine:
         derived = [e for e in entries if e.relation != "copy"]
         return CompileMetadata(
             tuple(i for e in raw for i in e.source_ids), tuple(dict.fromkeys(i for e in derived for i in e.summary_ids)),
-            sum(estimate_blocks(e.content) for e in raw), sum(estimate_blocks(e.content) for e in derived))
+            sum(map(self.views.memo.tokens, raw)), sum(map(self.views.memo.tokens, derived)))
 
     def _then(self, gen: Gen, result: Any) -> Gen:
         yield from gen
@@ -1215,7 +1216,7 @@ class NamespaceMachine:
             entries, namespace=self.place.namespace, branch=self.place.branch, reader=self.reader,
             strategy_name=self.strategy.name, lookup=self.views.raw_body, injections=command.injections,
             message_injections=command.message_injections, memo=self.views.memo,
-            stamp=self.views.view.window(1).stamp,
+            stamp=self.views.view.window(1).stamp, media=self.caches[0].media,
         )
         self.last_compile_ms = (stopwatch() - started) * 1000
         return result
@@ -1259,7 +1260,7 @@ class NamespaceMachine:
             data = codec.message_to_json(current.participant, command.stored, current.metadata, current.timestamp_ms,
                                          current.caused_by)
             appended = Appended(current.participant, command.content, current.metadata, current.timestamp_ms,
-                                current.caused_by)
+                                current.caused_by, stored=command.stored)
             narrows = any(hidden_by_edit(current.content, command.content))
             edit = EditItem(state=self.config.slot, branch=self.branch_id, item_sequence=current.sequence, data=data,
                             blobs=command.blobs, attachment=appended, flagged=appended.audience,

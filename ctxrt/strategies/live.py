@@ -21,6 +21,7 @@ import attrs
 
 from ..anthropic_rules import MAX_IMAGE_DATA_BYTES, MAX_IMAGES
 from ..budget import Entry
+from ..content.blobs import request_bytes
 from ..content.blocks import Block, Image, Text, ToolResult, ToolUse
 from ..memos import outgrown
 from ..content.tokens import estimate_block, estimate_blocks
@@ -47,9 +48,9 @@ class LiveOptions(Protocol):
 
 
 def image_bytes(image: Image) -> int:
-    """The size of a base64 image's data in the request (a URL image's bytes aren't in it: 0)."""
-    data = image.source.get("data") if image.source.get("type") == "base64" else None
-    return len(data) if isinstance(data, str) else 0
+    """The size of a base64 image's data in the request, held by reference or not (M13; a URL
+    image's bytes aren't in it: 0)."""
+    return request_bytes(image.source)
 
 
 def _describe(image: Image, where: str) -> str:
