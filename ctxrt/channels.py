@@ -1,27 +1,47 @@
-"""Channel indexes: which messages of a slot cache carry each channel (docs/api.md, Channels).
+"""Channel indexes: which messages of a slot carry each channel (docs/api.md, Channels; M11, K10).
 
 A message's channel is ``metadata["channel_id"]``, else ``metadata["external"]["channel_id"]``
-(hosts write either schema): the first of the two that is a non-empty string. The index is
-derived, per slot cache (so per branch, and shared by every manager of a runtime reading the
-slot): built from the cache's messages at the first channel read, then kept in step with the
-cache's own record of what changed (``SlotCache.changes``), so a read costs what it returns plus
-a bisect, however long the slot. Nothing is stored: a store of any age opens unchanged.
+(hosts write either schema): the first of the two that is a non-empty string.
+
+The index is stored (K10): each message with a channel files an entry in its slot's index log for
+that channel (``store.records.index_state``, keyed by a digest of the channel) in the message's own
+append, and its edit rewrites the entry, its removal removes it, in the same batch; a fork sees
+its parent's entries up to the fork point, as it sees its messages. An entry holds what channel
+reads need without decoding the message: the channel, its ``timestamp_ms``, the plain token
+estimate of its content and whether every reader sees all of it. A channel read reads the slot's
+index as of the revision its slot cache holds, so the two agree, and decodes only the messages it
+returns (or, for counts, the messages some reader sees only part of).
+
+A slot whose index doesn't cover it (written before the index existed, or with items written
+below the slot layer since: ``store.records.index_marker``) is served as before the index
+existed: an index derived from the slot cache (``ChannelIndex``), built by decoding the whole
+slot at the first channel read (logged with its progress), then kept in step with the cache.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import weakref
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .content.blocks import Message, sequence_key
-from .slots import SlotCache
+import attrs
+
+from .content.blocks import Block, Message, content_for_reader, holds_audience, sequence_key
+from .content.tokens import estimate_blocks, estimate_message
+from .queries import ChannelTokens, MessageQuery
+from .store.records import IndexEntry, Item, index_key, index_marker, index_state
+
+if TYPE_CHECKING:
+    from .slots import SlotCache
 
 logger = logging.getLogger("ctxrt.channels")
 LOGGED_BUILD = 50_000  # a build over at least this many messages is logged, with its progress
 PROGRESS_EVERY = 100_000
+_KEY_BYTES = 20  # a channel's index key: this many bytes of its digest, in hex
 
 
 def channel_of(metadata: Mapping[str, Any] | None) -> str | None:
@@ -34,6 +54,164 @@ def channel_of(metadata: Mapping[str, Any] | None) -> str | None:
     external = metadata.get("external")
     channel = external.get("channel_id") if isinstance(external, Mapping) else None
     return channel if isinstance(channel, str) and channel else None
+
+
+def channel_key(channel: str) -> str:
+    """The key of a channel's index log: a digest, so any channel fits a state name."""
+    return hashlib.blake2b(channel.encode("utf-8", "surrogatepass"), digest_size=_KEY_BYTES).hexdigest()
+
+
+@attrs.frozen
+class ChannelEntry:
+    """One message's entry in its channel's index log."""
+
+    channel: str
+    timestamp_ms: int
+    tokens: int  # the plain estimate of its whole content
+    whole: bool  # every reader sees all of it (no block has an audience), so ``tokens`` is each reader's
+
+    def encode(self) -> bytes:
+        return json.dumps([self.channel, self.timestamp_ms, self.tokens, int(self.whole)], separators=(",", ":"),
+                          ensure_ascii=False).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> ChannelEntry:
+        channel, timestamp_ms, tokens, whole = json.loads(data)
+        return cls(channel, timestamp_ms, tokens, bool(whole))
+
+
+def index_entries(content: tuple[Block, ...], metadata: Any, timestamp_ms: int) -> tuple[IndexEntry, ...]:
+    """The index entries a message with this content, metadata and time files (none without a channel)."""
+    channel = channel_of(metadata)
+    if channel is None:
+        return ()
+    entry = ChannelEntry(channel, timestamp_ms, estimate_blocks(content), bool(content) and not holds_audience(content))
+    return (IndexEntry(channel_key(channel), entry.encode()),)
+
+
+def expected_entry(message: Message) -> bytes | None:
+    """The entry bytes ``message`` should have in its channel's index log (None: it files none)."""
+    found = index_entries(message.content, message.metadata, message.timestamp_ms)
+    return found[0].data if found else None
+
+
+# -- reading the stored index ---------------------------------------------------------------------
+
+
+def covered(slot: SlotCache) -> bool:
+    """Whether the slot's stored index covers it, as of the revision its cache holds (after a look
+    at the head where the cache needs one)."""
+    slot.suffix(0)  # brings the cache up to date (a read-only or shared store's look at the head)
+    return slot.revision > 0 and slot.engine.read_value(index_marker(slot.state), slot.branch_id, False,
+                                                          at=slot.revision) is True
+
+
+def _index_logs(slot: SlotCache) -> list[str]:
+    """The names of the slot's index logs (on any branch: one may be empty on this one)."""
+    return [info.name for info in slot.engine.list_states()
+            if info.kind == "log" and _is_channel_key(index_key(slot.state, info.name))]
+
+
+def _is_channel_key(key: str | None) -> bool:
+    return key is not None and len(key) == 2 * _KEY_BYTES and all(c in "0123456789abcdef" for c in key)
+
+
+def _entries(slot: SlotCache, state: str) -> list[Item]:
+    return slot.engine.read_items(state, slot.branch_id, at=slot.revision)
+
+
+# Per slot cache: the messages channel reads decoded, by sequence, with the version decoded (an
+# index entry's version is its message's: an edit rewrites both at its own sequence).
+_DECODED: weakref.WeakKeyDictionary[SlotCache, dict[int, tuple[int, Message]]] = weakref.WeakKeyDictionary()
+
+
+def _message(slot: SlotCache, entry: Item) -> Message:
+    """The message an index entry stands for, as of the slot cache's revision."""
+    held = slot.held(entry.sequence)
+    if held is not None:
+        return held
+    decoded = _DECODED.get(slot)
+    if decoded is None:
+        decoded = _DECODED[slot] = {}
+    known = decoded.get(entry.sequence)
+    if known is not None and known[0] == entry.version:
+        return known[1]
+    from .slots import decode_stored  # the slot layer imports this module
+
+    item = slot.engine.read_item(slot.state, slot.branch_id, entry.sequence, at=slot.revision)
+    if item is None:
+        raise LookupError(f"channel index entry {entry.sequence} of {slot.state!r} on branch {slot.branch_id} "
+                          "names no message")
+    message = decode_stored(slot.engine, item.data, item.sequence)
+    decoded[entry.sequence] = (item.version, message)
+    return message
+
+
+def channel_messages(slot: SlotCache, channel: str) -> list[Message]:
+    """The channel's messages, oldest first: from the stored index where it covers the slot (decoding
+    only those), else from the cache's derived index."""
+    if not covered(slot):
+        return indexed(slot).messages(channel)
+    state = index_state(slot.state, channel_key(channel))
+    if not slot.engine.has_state(state):
+        return []
+    return [_message(slot, entry) for entry in _entries(slot, state)]
+
+
+def channel_counts(slot: SlotCache, reader: str | None) -> dict[str, int]:
+    """Per channel, how many of the slot's messages ``reader`` sees a block of (M11)."""
+    if covered(slot) and not slot.may_hold_audience:  # every message is whole in every view: the heads say
+        counts = {}
+        for state in _index_logs(slot):
+            length = slot.engine.read_head(state, slot.branch_id, at=slot.revision).length
+            if length:
+                first = slot.engine.read_items(state, slot.branch_id, at=slot.revision, stop=1)[0]
+                counts[ChannelEntry.decode(first.data).channel] = length
+        return counts
+    return {channel: figures.count for channel, figures in channel_token_stats(slot, reader, None, None).items()}
+
+
+def channel_token_stats(
+    slot: SlotCache, reader: str | None, since_ms: int | None, until_ms: int | None,
+) -> dict[str, ChannelTokens]:
+    """Per channel, ``ChannelTokens`` of the slot's messages within the bounds in ``reader``'s view
+    (M11): folded from the index entries, decoding only a message some reader sees part of."""
+    query = MessageQuery(since_ms=since_ms, until_ms=until_ms)
+    stats: dict[str, ChannelTokens] = {}
+    if not covered(slot):
+        index = indexed(slot)
+        for channel, listed in index.channels.items():
+            figures = [_seen(slot, message, reader) for message in listed if query.matches(message)]
+            _add(stats, channel, figures)
+        return stats
+    for state in _index_logs(slot):
+        figures, channel = [], None
+        for item in _entries(slot, state):
+            entry = ChannelEntry.decode(item.data)
+            channel = entry.channel
+            if since_ms is not None and entry.timestamp_ms < since_ms or until_ms is not None and entry.timestamp_ms > until_ms:
+                continue
+            figures.append(entry.tokens if entry.whole else _seen(slot, _message(slot, item), reader))
+        if channel is not None:
+            _add(stats, channel, figures)
+    return stats
+
+
+def _seen(slot: SlotCache, message: Message, reader: str | None) -> int | None:
+    """The plain estimate of the blocks of ``message`` the reader sees, or None if it sees none."""
+    seen = content_for_reader(message.content, reader) if slot.may_hold_audience else message.content
+    if not seen:
+        return None
+    return estimate_blocks(seen) if seen is not message.content else estimate_message(message)
+
+
+def _add(stats: dict[str, ChannelTokens], channel: str, figures: list[int | None]) -> None:
+    seen = [tokens for tokens in figures if tokens is not None]
+    if seen:
+        stats[channel] = ChannelTokens(len(seen), sum(seen))
+
+
+# -- the derived index, for a slot the stored one doesn't cover -----------------------------------
 
 
 class ChannelIndex:
