@@ -37,11 +37,13 @@ from .store.records import IndexEntry, Item, index_key, index_marker, index_stat
 
 if TYPE_CHECKING:
     from .slots import SlotCache
+    from .store.interface import StoreEngine
 
 logger = logging.getLogger("ctxrt.channels")
 LOGGED_BUILD = 50_000  # a build over at least this many messages is logged, with its progress
 PROGRESS_EVERY = 100_000
 _KEY_BYTES = 20  # a channel's index key: this many bytes of its digest, in hex
+_HEX = frozenset("0123456789abcdef")
 
 
 def channel_of(metadata: Mapping[str, Any] | None) -> str | None:
@@ -106,14 +108,19 @@ def covered(slot: SlotCache) -> bool:
                                                           at=slot.revision) is True
 
 
+def index_logs(engine: StoreEngine, slot: str) -> list[tuple[str, str]]:
+    """(key, state name) of each of the slot's channel index logs (on any branch: one may be empty
+    on a given branch)."""
+    found = []
+    for info in engine.list_states():
+        key = index_key(slot, info.name)
+        if info.kind == "log" and key is not None and len(key) == 2 * _KEY_BYTES and all(c in _HEX for c in key):
+            found.append((key, info.name))
+    return found
+
+
 def _index_logs(slot: SlotCache) -> list[str]:
-    """The names of the slot's index logs (on any branch: one may be empty on this one)."""
-    return [info.name for info in slot.engine.list_states()
-            if info.kind == "log" and _is_channel_key(index_key(slot.state, info.name))]
-
-
-def _is_channel_key(key: str | None) -> bool:
-    return key is not None and len(key) == 2 * _KEY_BYTES and all(c in "0123456789abcdef" for c in key)
+    return [name for _, name in index_logs(slot.engine, slot.state)]
 
 
 def _entries(slot: SlotCache, state: str) -> list[Item]:
@@ -143,6 +150,7 @@ def _message(slot: SlotCache, entry: Item) -> Message:
         raise LookupError(f"channel index entry {entry.sequence} of {slot.state!r} on branch {slot.branch_id} "
                           "names no message")
     message = decode_stored(slot.engine, item.data, item.sequence)
+    slot.decoded += 1
     decoded[entry.sequence] = (item.version, message)
     return message
 
