@@ -193,15 +193,13 @@ def channel_token_stats(
             _add(stats, channel, figures)
         return stats
     for state in _index_logs(slot):
-        figures, channel = [], None
-        for item in _entries(slot, state):
-            entry = ChannelEntry.decode(item.data)
-            channel = entry.channel
-            if since_ms is not None and entry.timestamp_ms < since_ms or until_ms is not None and entry.timestamp_ms > until_ms:
-                continue
-            figures.append(entry.tokens if entry.whole else _seen(slot, _message(slot, item), reader))
-        if channel is not None:
-            _add(stats, channel, figures)
+        entries = [(item, ChannelEntry.decode(item.data)) for item in _entries(slot, state)]
+        if entries:
+            _add(stats, entries[0][1].channel, [
+                entry.tokens if entry.whole else _seen(slot, _message(slot, item), reader)
+                for item, entry in entries
+                if (since_ms is None or entry.timestamp_ms >= since_ms) and (until_ms is None or entry.timestamp_ms <= until_ms)
+            ])
     return stats
 
 
@@ -292,6 +290,8 @@ def indexed(slot: SlotCache) -> ChannelIndex:
     """The slot cache's channel index, in step with it."""
     index = _INDEXES.get(slot)
     if index is None:
+        logger.info("the stored channel index doesn't cover %s on branch %d (written before it, or below the slot "
+                    "layer): its channel reads are served from its messages", slot.state, slot.branch_id)
         index = _INDEXES[slot] = ChannelIndex()
     index.follow(slot)
     return index
