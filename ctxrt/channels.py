@@ -33,7 +33,7 @@ import attrs
 from .content.blocks import Block, Message, content_for_reader, holds_audience, sequence_key
 from .content.tokens import estimate_blocks, estimate_message
 from .queries import ChannelTokens, MessageQuery
-from .store.records import IndexEntry, Item, index_key, index_marker, index_state
+from .store.records import IndexEntry, Item, LogHead, index_key, index_marker, index_state, split_index_item
 
 if TYPE_CHECKING:
     from .slots import SlotCache
@@ -91,12 +91,6 @@ def index_entries(content: tuple[Block, ...], metadata: Any, timestamp_ms: int) 
     return (IndexEntry(channel_key(channel), entry.encode()),)
 
 
-def expected_entry(message: Message) -> bytes | None:
-    """The entry bytes ``message`` should have in its channel's index log (None: it files none)."""
-    found = index_entries(message.content, message.metadata, message.timestamp_ms)
-    return found[0].data if found else None
-
-
 # -- reading the stored index ---------------------------------------------------------------------
 
 
@@ -123,6 +117,10 @@ def _index_logs(slot: SlotCache) -> list[str]:
     return [name for _, name in index_logs(slot.engine, slot.state)]
 
 
+def _entry(item: Item) -> ChannelEntry:
+    return ChannelEntry.decode(split_index_item(item.data)[1])
+
+
 def _entries(slot: SlotCache, state: str) -> list[Item]:
     return slot.engine.read_items(state, slot.branch_id, at=slot.revision)
 
@@ -132,8 +130,9 @@ def _entries(slot: SlotCache, state: str) -> list[Item]:
 _DECODED: weakref.WeakKeyDictionary[SlotCache, dict[int, tuple[int, Message]]] = weakref.WeakKeyDictionary()
 
 
-def _message(slot: SlotCache, entry: Item) -> Message:
-    """The message an index entry stands for, as of the slot cache's revision."""
+def _message(slot: SlotCache, entry: Item, head: LogHead) -> Message:
+    """The message an index entry stands for, as of the slot cache's revision (``head``: the slot's
+    head then), read by its ordinal (no search) unless the cache holds it."""
     held = slot.held(entry.sequence)
     if held is not None:
         return held
@@ -145,14 +144,20 @@ def _message(slot: SlotCache, entry: Item) -> Message:
         return known[1]
     from .slots import decode_stored  # the slot layer imports this module
 
-    item = slot.engine.read_item(slot.state, slot.branch_id, entry.sequence, at=slot.revision)
-    if item is None:
+    index = head.ordinal_to_index(split_index_item(entry.data)[0])
+    items = [] if index is None else slot.engine.read_items(slot.state, slot.branch_id, at=slot.revision, start=index,
+                                                           stop=index + 1)
+    if not items or items[0].sequence != entry.sequence:
         raise LookupError(f"channel index entry {entry.sequence} of {slot.state!r} on branch {slot.branch_id} "
-                          "names no message")
-    message = decode_stored(slot.engine, item.data, item.sequence)
+                          "names no message there")
+    message = decode_stored(slot.engine, items[0].data, items[0].sequence)
     slot.decoded += 1
-    decoded[entry.sequence] = (item.version, message)
+    decoded[entry.sequence] = (items[0].version, message)
     return message
+
+
+def _slot_head(slot: SlotCache) -> LogHead:
+    return slot.engine.read_head(slot.state, slot.branch_id, at=slot.revision)
 
 
 def channel_messages(slot: SlotCache, channel: str) -> list[Message]:
@@ -163,7 +168,9 @@ def channel_messages(slot: SlotCache, channel: str) -> list[Message]:
     state = index_state(slot.state, channel_key(channel))
     if not slot.engine.has_state(state):
         return []
-    return [_message(slot, entry) for entry in _entries(slot, state)]
+    entries = _entries(slot, state)
+    head = _slot_head(slot) if entries else LogHead()
+    return [_message(slot, entry, head) for entry in entries]
 
 
 def channel_counts(slot: SlotCache, reader: str | None) -> dict[str, int]:
@@ -174,7 +181,7 @@ def channel_counts(slot: SlotCache, reader: str | None) -> dict[str, int]:
             length = slot.engine.read_head(state, slot.branch_id, at=slot.revision).length
             if length:
                 first = slot.engine.read_items(state, slot.branch_id, at=slot.revision, stop=1)[0]
-                counts[ChannelEntry.decode(first.data).channel] = length
+                counts[_entry(first).channel] = length
         return counts
     return {channel: figures.count for channel, figures in channel_token_stats(slot, reader, None, None).items()}
 
@@ -192,11 +199,12 @@ def channel_token_stats(
             figures = [_seen(slot, message, reader) for message in listed if query.matches(message)]
             _add(stats, channel, figures)
         return stats
+    head = _slot_head(slot)
     for state in _index_logs(slot):
-        entries = [(item, ChannelEntry.decode(item.data)) for item in _entries(slot, state)]
+        entries = [(item, _entry(item)) for item in _entries(slot, state)]
         if entries:
             _add(stats, entries[0][1].channel, [
-                entry.tokens if entry.whole else _seen(slot, _message(slot, item), reader)
+                entry.tokens if entry.whole else _seen(slot, _message(slot, item, head), reader)
                 for item, entry in entries
                 if (since_ms is None or entry.timestamp_ms >= since_ms) and (until_ms is None or entry.timestamp_ms <= until_ms)
             ])

@@ -37,7 +37,7 @@ from .store.engine import BACKEND_ERRORS as BACKEND_ERRORS
 from .store.environment import close_store, open_store
 from .store.files import STORE_FILE_NAMES as STORE_FILE_NAMES
 from .store.interface import StoreEngine
-from .store.records import index_marker
+from .store.records import index_item, index_marker
 from .store.urls import driver_missing, is_postgres_url
 from .store.verify import VerifyReport, report_from_stream, walk_store
 
@@ -73,7 +73,7 @@ def check_indexes(engine: StoreEngine) -> Iterator[tuple[str, str]]:
             for item in engine.read_items(info.name, branch.id, at=at):
                 message = decode_stored(engine, item.data, item.sequence)
                 for entry in channels.index_entries(message.content, message.metadata, message.timestamp_ms):
-                    expected.setdefault(entry.key, []).append((item.sequence, entry.data))
+                    expected.setdefault(entry.key, []).append((item.sequence, index_item(item.ordinal, entry.data)))
             stored = {key: [(item.sequence, item.data) for item in engine.read_items(state, branch.id, at=at)]
                       for key, state in channels.index_logs(engine, info.name)}
             for key in sorted(set(expected) | set(stored)):

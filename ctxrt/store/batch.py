@@ -41,6 +41,7 @@ from .records import (
     StateKind,
     ValueSet,
     encode_json,
+    index_item,
     index_key,
     index_marker,
     index_state,
@@ -237,7 +238,7 @@ class Batch:
                 self._mark(state, row, sequence, True)
             if index and self._marker(state) is not None:  # else the log was never indexed: no reader looks
                 for entry in index:
-                    self._file(state, row, sequence, entry)
+                    self._file(state, row, sequence, ordinal, entry)
         elif self._marker(state) is not None:
             self._mark(state, row, sequence, False)  # written below the indexing layer: no longer covered
         operation = ItemAppended(state, row.id, sequence, ordinal, data, attachment, head.revision)
@@ -276,7 +277,8 @@ class Batch:
             index: tuple[IndexEntry, ...] | None = getattr(attachment, "index", None)
             # An edit keeps its item's keys (the layer above keeps a message's metadata): its entries
             # are rewritten in place. One it can't find there leaves the index uncovered.
-            if index is None or not all([self._refile(state, row, sequence, item_sequence, entry) for entry in index]):
+            if index is None or not all([self._refile(state, row, sequence, item_sequence, ordinal, entry)
+                                         for entry in index]):
                 self._mark(state, row, sequence, False)
         operation = ItemEdited(state, row.id, sequence, item_sequence, data, attachment, head.revision)
         self.operations.append(operation)
@@ -322,19 +324,21 @@ class Batch:
         info = self._marker(log) or self.register_state(index_marker(log), "value")
         self.put_value(value_state(info), row, sequence, b"true" if covered else b"false")
 
-    def _file(self, log: str, row: BranchRow, sequence: int, entry: IndexEntry) -> None:
-        """Append the entry of the item appended at ``sequence`` to its index log."""
+    def _file(self, log: str, row: BranchRow, sequence: int, item_ordinal: int, entry: IndexEntry) -> None:
+        """Append the entry of the item appended at ``sequence`` (``item_ordinal``) to its index log."""
         name = index_state(log, entry.key)
         info = log_state(self.new_states.get(name) or self.engine.known_states.get(name)
                          or self.register_state(name, "log"))
         key = (info.number, row.id)
         head = self.heads.get(key) or self.engine.known_heads.get(key) or self.read_head(info, row)
         ordinal = head.next_ordinal
-        self.put_item(info, row, ordinal, sequence, sequence, entry.data)
+        self.put_item(info, row, ordinal, sequence, sequence, index_item(item_ordinal, entry.data))
         self._moved(info, row, key, LogHead(head.length + 1, ordinal + 1, head.removed, sequence,
                                             head.rewrite_revision, head.flagged))
 
-    def _refile(self, log: str, row: BranchRow, sequence: int, item_sequence: int, entry: IndexEntry) -> bool:
+    def _refile(
+        self, log: str, row: BranchRow, sequence: int, item_sequence: int, item_ordinal: int, entry: IndexEntry,
+    ) -> bool:
         """Rewrite the entry of item ``item_sequence`` in its index log; False if it isn't there."""
         name = index_state(log, entry.key)
         info = self.new_states.get(name) or self.engine.known_states.get(name)
@@ -344,7 +348,7 @@ class Batch:
         if located is None:
             return False
         _, ordinal, head = located
-        self.put_item(info, row, ordinal, sequence, item_sequence, entry.data)
+        self.put_item(info, row, ordinal, sequence, item_sequence, index_item(item_ordinal, entry.data))
         self._set_head(info, row, sequence, attrs.evolve(head, revision=sequence, rewrite_revision=sequence),
                        rewrite=True)
         return True

@@ -156,11 +156,22 @@ class IndexEntry:
 
 
 # A log's index logs: ``<log>#index:<key>``, one per key, each holding the entries its log's items
-# filed under that key, oldest first, each item under its own append's sequence (an index entry is
+# filed under that key (``index_item``), oldest first, each item under its own append's sequence (an index entry is
 # written at the sequence of the item write that changes it, so a view of the past sees both as
 # one). The value ``<log>#index`` says, per branch, whether the index covers every item of the log
 # (True: indexed from the log's first item; False: an item was written without its entries).
 _INDEX = "#index"
+
+
+def index_item(ordinal: int, data: bytes) -> bytes:
+    """An index log's item: the ordinal of the item it indexes in its log (which never changes: a
+    reader finds the item without a search), then the entry's bytes."""
+    return keys.encode_u64(ordinal) + data
+
+
+def split_index_item(item: bytes) -> tuple[int, bytes]:
+    """(ordinal of the indexed item, entry bytes) of an index log's item."""
+    return keys.decode_u64(item[:8]), item[8:]
 
 
 def index_marker(log: str) -> str:
