@@ -98,8 +98,9 @@ def covered(slot: SlotCache) -> bool:
     """Whether the slot's stored index covers it, as of the revision its cache holds (after a look
     at the head where the cache needs one)."""
     slot.suffix(0)  # brings the cache up to date (a read-only or shared store's look at the head)
-    return slot.revision > 0 and slot.engine.read_value(index_marker(slot.state), slot.branch_id, False,
-                                                          at=slot.revision) is True
+    if not slot.revision:
+        return True  # nothing written yet: an index of nothing
+    return slot.engine.read_value(index_marker(slot.state), slot.branch_id, False, at=slot.revision) is True
 
 
 def index_logs(engine: StoreEngine, slot: str) -> list[tuple[str, str]]:
@@ -160,9 +161,19 @@ def _slot_head(slot: SlotCache) -> LogHead:
     return slot.engine.read_head(slot.state, slot.branch_id, at=slot.revision)
 
 
+# Per slot cache: each channel's messages as last read, with the cache's revision and rewrite count
+# then (a repeated read of an unchanged slot reads nothing).
+_READ: weakref.WeakKeyDictionary[SlotCache, dict[str, tuple[int, int, list[Message]]]] = weakref.WeakKeyDictionary()
+
+
 def channel_messages(slot: SlotCache, channel: str) -> list[Message]:
-    """The channel's messages, oldest first: from the stored index where it covers the slot (decoding
-    only those), else from the cache's derived index."""
+    """The channel's messages, oldest first (a list not to be changed): from the stored index where
+    it covers the slot (decoding only those), else from the cache's derived index."""
+    slot.suffix(0)  # up to date first: the revision below is the slot's now
+    read = _READ.get(slot)
+    last = None if read is None else read.get(channel)
+    if last is not None and last[0] == slot.revision and last[1] == slot.rewrites:
+        return last[2]
     if not covered(slot):
         return indexed(slot).messages(channel)
     state = index_state(slot.state, channel_key(channel))
@@ -170,7 +181,11 @@ def channel_messages(slot: SlotCache, channel: str) -> list[Message]:
         return []
     entries = _entries(slot, state)
     head = _slot_head(slot) if entries else LogHead()
-    return [_message(slot, entry, head) for entry in entries]
+    messages = [_message(slot, entry, head) for entry in entries]
+    if read is None:
+        read = _READ[slot] = {}
+    read[channel] = (slot.revision, slot.rewrites, messages)
+    return messages
 
 
 def channel_counts(slot: SlotCache, reader: str | None) -> dict[str, int]:

@@ -360,6 +360,8 @@ class Batch:
             if info.kind != "log" or index_key(log, name) is None:
                 continue
             head = self._log_head(info, row)
+            if not head.length or not self._overlaps(info, row, head, first, last):
+                continue
             low, high = self._bound(info, row, head, first), self._bound(info, row, head, last + 1)
             if low == high:
                 continue
@@ -368,6 +370,13 @@ class Batch:
                 head, length=head.length - (high - low), removed=_merged(head.removed, start, stop),
                 revision=sequence, rewrite_revision=sequence,
             ), rewrite=True)
+
+    def _overlaps(self, info: StateInfo, row: BranchRow, head: LogHead, first: int, last: int) -> bool:
+        """Whether the log's items may include ones appended at ``first`` through ``last`` (two reads:
+        most index logs end before a removal of the newest messages, or begin after an old one's)."""
+        oldest, = self.read_range(info, row, head, 0, 1)
+        newest, = self.read_range(info, row, head, head.length - 1, head.length)
+        return oldest.sequence <= last and newest.sequence >= first
 
     def _bound(self, info: StateInfo, row: BranchRow, head: LogHead, sequence: int) -> int:
         """How many of the log's visible items were appended before ``sequence`` (they are in sequence order)."""
