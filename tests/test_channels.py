@@ -99,7 +99,8 @@ async def test_query_by_channel_finds_both_schemas_in_order(rt: ctxrt.Runtime) -
 
 
 async def test_removals_and_edits_keep_the_index_right(rt: ctxrt.Runtime) -> None:
-    """M11: a removal takes messages out of their channel; an edit keeps the channel and is read edited."""
+    """M11, K10: a removal takes messages out of their channel; an edit keeps the channel, is read
+    edited and its tokens counted as edited."""
     m = await rt.open("a")
     made = [await m.add_message("ann", f"m{i}", metadata=top("c" if i % 2 else "d")) for i in range(8)]
     assert await m.channel_counts() == {"c": 4, "d": 4}
@@ -108,6 +109,9 @@ async def test_removals_and_edits_keep_the_index_right(rt: ctxrt.Runtime) -> Non
     assert ids(await m.query_messages(channel="c")) == [made[5], made[7]]
     assert [b.text for b in (await m.query_messages(channel="c"))[0].content] == ["edited"]  # type: ignore[union-attr]
     assert await m.channel_counts() == {"c": 2, "d": 3}
+    await m.edit_message(made[7], "a longer text than the message had " * 3)  # its entry's tokens follow
+    listed = await m.query_messages(channel="c")
+    assert (await m.channel_token_stats())["c"] == ChannelTokens(2, sum(estimate_blocks(x.content) for x in listed))
     await m.remove_message(made[5])
     await m.remove_message(made[7])
     assert await m.channel_counts() == {"d": 3}
