@@ -20,75 +20,22 @@ slot at the first channel read (logged with its progress), then kept in step wit
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import weakref
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
-import attrs
-
-from .content.blocks import Block, Message, content_for_reader, holds_audience, sequence_key
+from .channel_entries import KEY_BYTES, ChannelEntry, channel_key, channel_of
+from .content.blocks import Message, content_for_reader, sequence_key
 from .content.tokens import estimate_blocks, estimate_message
 from .queries import ChannelTokens, MessageQuery
-from .store.records import IndexEntry, Item, LogHead, index_key, index_marker, index_state, split_index_item
-
-if TYPE_CHECKING:
-    from .slots import SlotCache
-    from .store.interface import StoreEngine
+from .slots import SlotCache, decode_stored
+from .store.interface import StoreEngine
+from .store.records import Item, LogHead, index_key, index_marker, index_state, split_index_item
 
 logger = logging.getLogger("ctxrt.channels")
 LOGGED_BUILD = 50_000  # a build over at least this many messages is logged, with its progress
 PROGRESS_EVERY = 100_000
-_KEY_BYTES = 20  # a channel's index key: this many bytes of its digest, in hex
 _HEX = frozenset("0123456789abcdef")
-
-
-def channel_of(metadata: Mapping[str, Any] | None) -> str | None:
-    """The channel a message's metadata names, or None (either schema; a non-string names none)."""
-    if not isinstance(metadata, Mapping):
-        return None
-    channel = metadata.get("channel_id")
-    if isinstance(channel, str) and channel:
-        return channel
-    external = metadata.get("external")
-    channel = external.get("channel_id") if isinstance(external, Mapping) else None
-    return channel if isinstance(channel, str) and channel else None
-
-
-def channel_key(channel: str) -> str:
-    """The key of a channel's index log: a digest, so any channel fits a state name."""
-    return hashlib.blake2b(channel.encode("utf-8", "surrogatepass"), digest_size=_KEY_BYTES).hexdigest()
-
-
-@attrs.frozen
-class ChannelEntry:
-    """One message's entry in its channel's index log."""
-
-    channel: str
-    timestamp_ms: int
-    tokens: int  # the plain estimate of its whole content
-    whole: bool  # every reader sees all of it (no block has an audience), so ``tokens`` is each reader's
-
-    def encode(self) -> bytes:
-        return json.dumps([self.channel, self.timestamp_ms, self.tokens, int(self.whole)], separators=(",", ":"),
-                          ensure_ascii=False).encode()
-
-    @classmethod
-    def decode(cls, data: bytes) -> ChannelEntry:
-        channel, timestamp_ms, tokens, whole = json.loads(data)
-        return cls(channel, timestamp_ms, tokens, bool(whole))
-
-
-def index_entries(content: tuple[Block, ...], metadata: Any, timestamp_ms: int) -> tuple[IndexEntry, ...]:
-    """The index entries a message with this content, metadata and time files (none without a channel)."""
-    channel = channel_of(metadata)
-    if channel is None:
-        return ()
-    entry = ChannelEntry(channel, timestamp_ms, estimate_blocks(content), bool(content) and not holds_audience(content))
-    return (IndexEntry(channel_key(channel), entry.encode()),)
 
 
 # -- reading the stored index ---------------------------------------------------------------------
@@ -109,7 +56,7 @@ def index_logs(engine: StoreEngine, slot: str) -> list[tuple[str, str]]:
     found = []
     for info in engine.list_states():
         key = index_key(slot, info.name)
-        if info.kind == "log" and key is not None and len(key) == 2 * _KEY_BYTES and all(c in _HEX for c in key):
+        if info.kind == "log" and key is not None and len(key) == 2 * KEY_BYTES and all(c in _HEX for c in key):
             found.append((key, info.name))
     return found
 
@@ -143,8 +90,6 @@ def _message(slot: SlotCache, entry: Item, head: LogHead) -> Message:
     known = decoded.get(entry.sequence)
     if known is not None and known[0] == entry.version:
         return known[1]
-    from .slots import decode_stored  # the slot layer imports this module
-
     index = head.ordinal_to_index(split_index_item(entry.data)[0])
     items = [] if index is None else slot.engine.read_items(slot.state, slot.branch_id, at=slot.revision, start=index,
                                                            stop=index + 1)

@@ -19,7 +19,8 @@ from typing import Any
 
 import attrs
 
-from . import channels, checks
+from . import checks
+from .channel_entries import index_entries
 from .content import codec, validation
 from .content.blobs import extract_blobs, resolve_blobs
 from .content.blocks import Block, Message, holds_audience, sequence_key
@@ -60,7 +61,7 @@ class Appended:
     # The entries the item files in its slot's channel index, in its own append or edit (K10).
     index: tuple[IndexEntry, ...] = attrs.field(
         init=False, default=attrs.Factory(
-            lambda self: channels.index_entries(self.content, self.metadata, self.timestamp_ms), takes_self=True)
+            lambda self: index_entries(self.content, self.metadata, self.timestamp_ms), takes_self=True)
     )
 
 

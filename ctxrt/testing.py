@@ -77,7 +77,7 @@ __all__ = [
 ]
 
 # The testing seam (see the module docstring): re-exported from where each lives now.
-from .channels import channel_key as channel_key
+from .channel_entries import channel_key as channel_key
 from .content import codec as codec
 from .content.blobs import extract_blobs as extract_blobs
 from .content.blobs import resolve_blobs as resolve_blobs

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import channels
+from .channel_entries import index_entries
 from .content import blobs, codec
 from .errors import StoreFormatError
 from .namespace.states import is_host_log, is_slot
@@ -72,7 +73,7 @@ def check_indexes(engine: StoreEngine) -> Iterator[tuple[str, str]]:
             expected: dict[str, list[tuple[int, bytes]]] = {}
             for item in engine.read_items(info.name, branch.id, at=at):
                 message = decode_stored(engine, item.data, item.sequence)
-                for entry in channels.index_entries(message.content, message.metadata, message.timestamp_ms):
+                for entry in index_entries(message.content, message.metadata, message.timestamp_ms):
                     expected.setdefault(entry.key, []).append((item.sequence, index_item(item.ordinal, entry.data)))
             stored = {key: [(item.sequence, item.data) for item in engine.read_items(state, branch.id, at=at)]
                       for key, state in channels.index_logs(engine, info.name)}
