@@ -28,7 +28,7 @@ from .branching import Derivation
 from .compile.result import CompileResult
 from .compile.injections import Injection, MessageInjection
 from .budget import Budget, PreviewResult
-from .content.blocks import ContentLike, Message, content_for_reader
+from .content.blocks import ContentLike, Message
 from .errors import ManagerClosedError, MessageNotFoundError
 from .events import MessageEvent, QuarantineAlarm
 from .models.model import Model
@@ -70,7 +70,6 @@ from .namespace.protocol import (
 )
 from .namespace.ref import NamespaceRef
 from .namespace.registry import NamespaceRegistry
-from .content.tokens import estimate_blocks, estimate_message
 from .queries import ChannelTokens, MessageQuery
 from .slots import SlotCache, decode_stored, parse_id, prepare_append
 from .store.protocol import AppendItem, BranchInfo, describe_branches
@@ -328,7 +327,7 @@ class ContextManager:
         if limit == 0:
             return found
         if channel is not None:
-            listed = channels.indexed(slot).messages(channel)
+            listed = channels.channel_messages(slot, channel)
             candidates: Iterable[Message] = reversed(listed) if reverse else listed
         else:
             candidates = slot.newest_first() if reverse else slot.current()
@@ -342,24 +341,23 @@ class ContextManager:
     async def channel_counts(self) -> dict[str, int]:
         """How many of this manager's slot's messages each channel holds, in its reader's view: a
         message the reader sees no block of is not counted, and a channel only such messages hold
-        is not named (M11). Messages with no channel are not counted.
+        is not named (M11). Messages with no channel are not counted. Read from the slot's stored
+        channel index (K10), decoding no message the reader sees whole.
 
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         slot = self._slot()
         await trio.lowlevel.checkpoint()
-        index = channels.indexed(slot)  # first: bringing the cache up to date may find an audience
-        if not slot.may_hold_audience:  # every message is in every reader's view
-            return {channel: len(listed) for channel, listed in index.channels.items()}
-        return {channel: figures.count for channel, figures in (await self.channel_token_stats()).items()}
+        return channels.channel_counts(slot, self._reader)
 
     async def channel_token_stats(
         self, since_ms: int | None = None, until_ms: int | None = None,
     ) -> dict[str, ChannelTokens]:
         """Per channel, ``ChannelTokens(count, tokens)`` of this manager's slot's messages with a
         ``timestamp_ms`` within ``since_ms``..``until_ms`` inclusive, in its reader's view (as
-        ``channel_counts``): ``tokens`` is the plain estimate of the blocks the reader sees (M11).
+        ``channel_counts``): ``tokens`` is the plain estimate of the blocks the reader sees (M11),
+        folded from the slot's stored channel index (K10).
 
         Raises:
             TypeError, ValueError: a bound of the wrong type or negative, naming it.
@@ -369,21 +367,7 @@ class ContextManager:
         checks.optional_integer(since_ms, "since_ms", minimum=0)
         checks.optional_integer(until_ms, "until_ms", minimum=0)
         await trio.lowlevel.checkpoint()
-        index = channels.indexed(slot)
-        query = MessageQuery(since_ms=since_ms, until_ms=until_ms)
-        stats: dict[str, ChannelTokens] = {}
-        for channel, listed in index.channels.items():
-            count = tokens = 0
-            for message in listed:
-                if not query.matches(message):
-                    continue
-                seen = content_for_reader(message.content, self._reader) if slot.may_hold_audience else message.content
-                if seen:
-                    count += 1
-                    tokens += estimate_blocks(seen) if seen is not message.content else estimate_message(message)
-            if count:
-                stats[channel] = ChannelTokens(count, tokens)
-        return stats
+        return channels.channel_token_stats(slot, self._reader, since_ms, until_ms)
 
     # -- compiling --------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from . import checks
+from .channel_entries import index_entries
 from .content import codec, validation
 from .content.blobs import MediaCache, extract_blobs, holds_media, resolve_blobs, sized_refs
 from .content.blocks import Block, Message, holds_audience, sequence_key
@@ -31,7 +32,7 @@ from .errors import MalformedContentError
 from .events import Added, Edited, MessageEvent, Removed
 from .memos import IdMemo
 from .store.interface import StoreEngine
-from .store.records import ItemAppended, ItemEdited, ItemsRemoved, LogHead, Operation
+from .store.records import IndexEntry, ItemAppended, ItemEdited, ItemsRemoved, LogHead, Operation
 
 logger = logging.getLogger("ctxrt.slots")
 FULL = sys.maxsize  # a count that asks for every message
@@ -69,6 +70,11 @@ class Appended:
     # whether a reader's view must be projected (LogHead.flagged).
     audience: bool = attrs.field(
         init=False, default=attrs.Factory(lambda self: holds_audience(self.content), takes_self=True)
+    )
+    # The entries the item files in its slot's channel index, in its own append or edit (K10).
+    index: tuple[IndexEntry, ...] = attrs.field(
+        init=False, default=attrs.Factory(
+            lambda self: index_entries(self.content, self.metadata, self.timestamp_ms), takes_self=True)
     )
 
 

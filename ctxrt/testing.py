@@ -77,6 +77,7 @@ __all__ = [
 ]
 
 # The testing seam (see the module docstring): re-exported from where each lives now.
+from .channel_entries import channel_key as channel_key
 from .content import codec as codec
 from .content.blobs import extract_blobs as extract_blobs
 from .content.blobs import resolve_blobs as resolve_blobs
@@ -121,6 +122,7 @@ from .store.protocol import RemoveItems as RemoveItems
 from .store.protocol import SetValue as SetValue
 from .store.records import BranchRow as BranchRow
 from .store.records import ItemAppended as ItemAppended
+from .store.records import index_state as index_state
 from .store.records import LogHead as LogHead
 from .store.records import Operation as Operation
 from .store.writer import WriterThread as WriterThread

@@ -2,7 +2,9 @@
 
 The store checks its records' seals and structure (``ctxrt.store.verify``, ``verify_postgres``)
 and never decodes a message; here each log item of a message slot is decoded as the layers above
-read it (``codec``) and the blobs it names are handed back for the store to look up (``blobs``).
+read it (``codec``) and the blobs it names are handed back for the store to look up (``blobs``);
+and each message slot's stored channel index, where it covers the slot, is checked against the
+slot's messages (``check_indexes``, K10): the first entry that differs is named.
 ``verify`` is what the CLI calls: a directory is walked in a child process (``verify_in_child``:
 ``python -m ctxrt.verification --stream PATH``), so a damaged file that makes LMDB abort or
 raise SIGBUS kills only the child, whose death is reported as damage; a postgresql:// store is
@@ -22,16 +24,21 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import channels
+from .channel_entries import index_entries
 from .content import blobs, codec
 from .errors import StoreFormatError
 from .namespace.states import is_host_log, is_slot
+from .slots import decode_stored
 from .store.engine import BACKEND_ERRORS as BACKEND_ERRORS
 from .store.environment import close_store, open_store
 from .store.files import STORE_FILE_NAMES as STORE_FILE_NAMES
+from .store.interface import StoreEngine
+from .store.records import index_item, index_marker
 from .store.urls import driver_missing, is_postgres_url
 from .store.verify import VerifyReport, report_from_stream, walk_store
 
@@ -49,6 +56,46 @@ def check_item(state: str, data: bytes, origin: int, place: str) -> list[str]:
     message = codec.message_from_json(data, sequence=origin, store=place)
     blobs.resolve_blobs(message.content, named.append)  # answers None: nothing is read, each ref named
     return named
+
+
+def check_indexes(engine: StoreEngine) -> Iterator[tuple[str, str]]:
+    """Per live branch, each message slot's channel index where it covers the slot (K10), against
+    the entries its messages should have filed: the first that differs in each, as (place, what)."""
+    states = engine.list_states()
+    at = engine.last_sequence  # one moment for messages and index alike, whatever commits meanwhile
+    for branch in engine.list_branches():
+        for info in states:
+            if info.kind != "log" or not is_slot(info.name):
+                continue
+            if engine.read_value(index_marker(info.name), branch.id, False, at=at) is not True:
+                continue
+            place = f"the channel index of {info.name!r} on branch {branch.name!r}"
+            expected: dict[str, list[tuple[int, bytes]]] = {}
+            for item in engine.read_items(info.name, branch.id, at=at):
+                message = decode_stored(engine, item.data, item.sequence)
+                for entry in index_entries(message.content, message.metadata, message.timestamp_ms):
+                    expected.setdefault(entry.key, []).append((item.sequence, index_item(item.ordinal, entry.data)))
+            stored = {key: [(item.sequence, item.data) for item in engine.read_items(state, branch.id, at=at)]
+                      for key, state in channels.index_logs(engine, info.name)}
+            for key in sorted(set(expected) | set(stored)):
+                problem = _first_difference(expected.get(key, []), stored.get(key, []))
+                if problem is not None:
+                    yield place, problem
+                    break
+
+
+def _first_difference(expected: list[tuple[int, bytes]], stored: list[tuple[int, bytes]]) -> str | None:
+    for (want, data), (have, entry) in zip(expected, stored):
+        if want != have:
+            return (f"message {want} has no entry (the entry there is message {have}'s)" if want < have
+                    else f"holds an entry for message {have}, which files none there")
+        if data != entry:
+            return f"the entry of message {want} is {entry!r}, not {data!r}"
+    if len(expected) > len(stored):
+        return f"message {expected[len(stored)][0]} has no entry"
+    if len(stored) > len(expected):
+        return f"holds an entry for message {stored[len(expected)][0]}, which files none there"
+    return None
 
 
 def verify(store: str, *, timeout: float | None = None) -> VerifyReport:
@@ -70,7 +117,7 @@ def verify_postgres(url: str, *, emit: Callable[[dict[str, Any]], None] | None =
         from .store.verify_postgres import walk_postgres
     except ImportError as exc:
         raise driver_missing(exc) from None
-    return walk_postgres(url, check_item, emit=emit)
+    return walk_postgres(url, check_item, emit=emit, check_engine=check_indexes)
 
 
 def verify_store(path: str | os.PathLike[str], *, emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
@@ -79,7 +126,7 @@ def verify_store(path: str | os.PathLike[str], *, emit: Callable[[dict[str, Any]
     Reading a damaged store through LMDB can crash the process that reads it; call
     ``verify_in_child`` unless this process is expendable. Never writes to the store.
     """
-    return walk_store(path, check_item, emit=emit)
+    return walk_store(path, check_item, emit=emit, check_engine=check_indexes)
 
 
 def verify_in_child(path: str | os.PathLike[str], *, timeout: float | None = None) -> VerifyReport:

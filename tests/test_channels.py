@@ -1,5 +1,5 @@
 """Channels (M11): ``query_messages(channel=)``, ``channel_counts()`` and ``channel_token_stats()``,
-served by a slot cache's channel index, on both engines."""
+served by the slot's stored channel index (K10), on both engines."""
 
 from __future__ import annotations
 
@@ -14,15 +14,36 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ctxrt
-from ctxrt import ChannelTokens, Message, content_for_reader
-from ctxrt.testing import estimate_blocks
+from ctxrt import ChannelTokens, Message, Passthrough, Text, content_for_reader
+from ctxrt.testing import (
+    AppendItem,
+    EditItem,
+    RemoveItems,
+    SlotCache,
+    channel_key,
+    estimate_blocks,
+    index_state,
+    prepare_append,
+    verify,
+)
 
 
 @pytest.fixture(params=["lmdb", "postgres"])
-async def rt(request: pytest.FixtureRequest, store_path: Path) -> AsyncIterator[ctxrt.Runtime]:
-    store = store_path if request.param == "lmdb" else request.getfixturevalue("pg_url")
+def store(request: pytest.FixtureRequest, store_path: Path) -> str:
+    """A fresh store on each engine: a directory, or a database's URL."""
+    return str(store_path) if request.param == "lmdb" else request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+async def rt(store: str) -> AsyncIterator[ctxrt.Runtime]:
     async with ctxrt.open_runtime(store, durability="os") as runtime:
         yield runtime
+
+
+async def cache_of(rt: ctxrt.Runtime, manager: ctxrt.ContextManager) -> SlotCache:
+    """The slot cache ``manager`` reads (``inspect()`` names it)."""
+    figures = (await manager.inspect()).caches[0]
+    return rt.slots.cache(figures.state, figures.branch_id)
 
 
 def top(channel: str, **more: Any) -> dict[str, Any]:
@@ -78,7 +99,8 @@ async def test_query_by_channel_finds_both_schemas_in_order(rt: ctxrt.Runtime) -
 
 
 async def test_removals_and_edits_keep_the_index_right(rt: ctxrt.Runtime) -> None:
-    """M11: a removal takes messages out of their channel; an edit keeps the channel and is read edited."""
+    """M11, K10: a removal takes messages out of their channel; an edit keeps the channel, is read
+    edited and its tokens counted as edited."""
     m = await rt.open("a")
     made = [await m.add_message("ann", f"m{i}", metadata=top("c" if i % 2 else "d")) for i in range(8)]
     assert await m.channel_counts() == {"c": 4, "d": 4}
@@ -87,6 +109,9 @@ async def test_removals_and_edits_keep_the_index_right(rt: ctxrt.Runtime) -> Non
     assert ids(await m.query_messages(channel="c")) == [made[5], made[7]]
     assert [b.text for b in (await m.query_messages(channel="c"))[0].content] == ["edited"]  # type: ignore[union-attr]
     assert await m.channel_counts() == {"c": 2, "d": 3}
+    await m.edit_message(made[7], "a longer text than the message had " * 3)  # its entry's tokens follow
+    listed = await m.query_messages(channel="c")
+    assert (await m.channel_token_stats())["c"] == ChannelTokens(2, sum(estimate_blocks(x.content) for x in listed))
     await m.remove_message(made[5])
     await m.remove_message(made[7])
     assert await m.channel_counts() == {"d": 3}
@@ -143,9 +168,9 @@ async def test_token_stats_are_bounded_by_time(rt: ctxrt.Runtime) -> None:
         await m.query_messages(channel=3)  # type: ignore[arg-type]
 
 
-async def test_a_store_written_before_channels_opens_and_answers(store_path: Path) -> None:
-    """M11: nothing is stored for the index, so a store of any age opens unchanged; a reopened store,
-    read-only included, answers channel reads from its messages."""
+async def test_a_reopened_store_answers_from_its_stored_index(store_path: Path) -> None:
+    """M11, K10: a reopened store, read-only included, answers channel reads from the index its
+    writes stored, and goes on indexing its appends."""
     async with ctxrt.open_runtime(store_path, durability="os") as rt:
         m = await rt.open("a")
         made = [await m.add_message("ann", f"m{i}", metadata=(top if i % 2 else external)(f"c{i % 3}")) for i in range(9)]
@@ -159,6 +184,87 @@ async def test_a_store_written_before_channels_opens_and_answers(store_path: Pat
         assert await m.channel_counts() == {"c0": 2, "c1": 3, "c2": 3}
         await m.add_message("ann", "new", metadata=top("c0"))
         assert len(await m.query_messages(channel="c0")) == 3
+
+
+async def test_the_first_channel_read_after_opening_decodes_only_what_it_returns(store: str) -> None:
+    """M11, K10: on a reopened store, the first query by channel decodes just the messages it
+    returns; counts and token stats (no audience anywhere) decode none."""
+    async with ctxrt.open_runtime(store, durability="os") as rt:
+        m = await rt.open("writer")
+        for i in range(300):
+            await m.add_message("ann", f"m{i}", metadata=top("probe") if i % 60 == 0 else external(f"c{i % 5}"))
+    async with ctxrt.open_runtime(store) as rt:
+        m = await rt.open("reader", strategy=Passthrough())
+        cache = await cache_of(rt, m)
+        before = cache.decoded
+        found = await m.query_messages(channel="probe")
+        assert [x.content[0].text for x in found] == [f"m{i}" for i in range(0, 300, 60)]  # type: ignore[union-attr]
+        assert cache.decoded - before == 5
+        assert await m.channel_counts() == {"probe": 5, "c0": 55, **{f"c{k}": 60 for k in range(1, 5)}}
+        stats = await m.channel_token_stats()
+        assert stats["probe"] == ChannelTokens(5, sum(estimate_blocks(x.content) for x in found))
+        assert cache.decoded - before == 5
+
+
+async def test_a_store_written_before_the_index_is_served_from_its_messages(store: str) -> None:
+    """M11, K10: a slot whose first messages were stored without index entries (as before the
+    index) is served from its messages, exactly, before and after a reopen; verify finds it sound."""
+    made = []
+    async with ctxrt.open_runtime(store, durability="os") as rt:
+        m = await rt.open("a")
+        for i in range(6):
+            data, _, _ = prepare_append("ann", f"old {i}", {"channel_id": f"c{i % 2}"})
+            made.append(str((await rt.store.ask(AppendItem(state="messages", branch="main", data=data))).sequence))
+        made.append(await m.add_message("ann", "new", metadata=external("c0")))
+        assert ids(await m.query_messages(channel="c0")) == made[0:6:2] + made[6:]
+        assert await m.channel_counts() == {"c0": 4, "c1": 3}
+        await m.remove_message(made[0])
+        assert ids(await m.query_messages(channel="c0")) == made[2:6:2] + made[6:]
+    async with ctxrt.open_runtime(store, durability="os") as rt:
+        m = await rt.open("a")
+        assert await m.channel_counts() == {"c0": 3, "c1": 3}
+        assert ids(await m.query_messages(channel="c1", reverse=True, limit=1)) == [made[5]]
+    assert verify(store).status == "sound"
+
+
+async def test_an_item_written_below_the_slot_layer_leaves_the_index_aside(rt: ctxrt.Runtime) -> None:
+    """K10: an item appended or edited in a slot without its index entries (below the slot layer)
+    marks the index as not covering the slot: reads are served from the messages and stay exact."""
+    m = await rt.open("a")
+    first = await m.add_message("ann", "one", metadata=top("c"))
+    data, _, _ = prepare_append("ann", "raw", {"channel_id": "c"})
+    raw = str((await rt.store.ask(AppendItem(state="messages", branch="main", data=data))).sequence)
+    assert ids(await m.query_messages(channel="c")) == [first, raw]
+    await m.add_message("ann", "three", metadata=top("d"))
+    longer = "a longer text than it was " * 4
+    data, _, _ = prepare_append("ann", longer, {"channel_id": "c"})
+    await rt.store.ask(EditItem(state="messages", branch="main", item_sequence=int(first), data=data))
+    stored = await m.query_messages(channel="c")
+    assert [x.content[0].text for x in stored] == [longer, "raw"]  # type: ignore[union-attr]
+    assert await m.channel_token_stats() == {"c": ChannelTokens(2, sum(estimate_blocks(x.content) for x in stored)),
+                                             "d": ChannelTokens(1, estimate_blocks([Text("three")]))}
+
+
+async def test_verify_names_a_missing_or_wrong_index_entry(store: str) -> None:
+    """K10, K7: verify reads each covered slot's channel index against its messages and names the
+    first entry that differs, per branch: one removed on main, one rewritten on a fork."""
+    async with ctxrt.open_runtime(store, durability="os") as rt:
+        m = await rt.open("a")
+        made = [await m.add_message("ann", f"m{i}", metadata=top("c")) for i in range(4)]
+        await m.fork("side")
+        assert verify(store).status == "sound"
+        state = index_state("messages", channel_key("c"))
+        await rt.store.ask(RemoveItems(state=state, branch="main", from_sequence=int(made[1]), to_sequence=int(made[1])))
+        await rt.store.ask(EditItem(state=state, branch="side", item_sequence=int(made[2]), data=b'["c",1,1,1]'))
+    report = verify(store)
+    assert report.status == "damaged"
+    found = {damage.place: damage.what for damage in report.damage}
+    assert found.keys() == {"the channel index of 'messages' on branch 'main'",
+                            "the channel index of 'messages' on branch 'side'"}
+    assert found["the channel index of 'messages' on branch 'main'"] == (
+        f"message {made[1]} has no entry (the entry there is message {made[2]}'s)")
+    assert found["the channel index of 'messages' on branch 'side'"].startswith(
+        f"the entry of message {made[2]} is b'[\"c\",1,1,1]', not ")
 
 
 # -- the index equals a scan over random histories -------------------------------------------------
@@ -188,9 +294,14 @@ async def check(m: ctxrt.ContextManager) -> None:
         assert ids(await m.query_messages(channel=channel, reverse=True, limit=2)) == ids(scanned[::-1][:2])
     visible = [x for x in everything if channel_of(x.metadata) and content_for_reader(x.content, "ann")]
     expected: dict[str, int] = {}
+    tokens: dict[str, int] = {}
     for x in visible:
-        expected[channel_of(x.metadata)] = expected.get(channel_of(x.metadata), 0) + 1  # type: ignore[index]
+        channel = channel_of(x.metadata)
+        assert channel is not None
+        expected[channel] = expected.get(channel, 0) + 1
+        tokens[channel] = tokens.get(channel, 0) + estimate_blocks(content_for_reader(x.content, "ann"))
     assert await m.channel_counts() == expected
+    assert await m.channel_token_stats() == {c: ChannelTokens(n, tokens[c]) for c, n in expected.items()}
 
 
 async def replay(history: list[tuple[Any, ...]], path: Path) -> None:
@@ -220,7 +331,8 @@ async def replay(history: list[tuple[Any, ...]], path: Path) -> None:
 @settings(max_examples=40)
 @given(steps)
 def test_the_indexed_query_equals_a_scan_over_random_histories(history: list[tuple[Any, ...]]) -> None:
-    """M11: over random adds (both schemas, hidden or not), edits, removals, forks and switches, checked
-    after each step, the channel reads equal a filter over every message."""
+    """M11, K10: over random adds (both schemas, hidden or not), edits, removals, forks and switches,
+    checked after each step, the channel reads (queries, counts, token stats) equal a filter over
+    every message."""
     with tempfile.TemporaryDirectory() as tmp:
         trio.run(replay, history, Path(tmp) / "store")

@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.store.urls", "ctxrt.store.records", "ctxrt.store.interface", "ctxrt.store.catalog", "ctxrt.store.batch", "ctxrt.store.apply", "ctxrt.store.committer", "ctxrt.store.committer_lmdb", "ctxrt.store.engine", "ctxrt.store.postgres", "ctxrt.store.protocol",
      "ctxrt.store.environment", "ctxrt.store.writer", "ctxrt.store.actor", "ctxrt.store.verify_postgres",
      "ctxrt.store.verify"),
-    ("ctxrt.slots",),
+    ("ctxrt.channel_entries", "ctxrt.slots"),  # what a message files in its channel index; slot caches
     ("ctxrt.views", "ctxrt.channels"),  # a reader's view of a slot; a slot's channel index
     ("ctxrt.forms.wire", "ctxrt.forms.openai_wire", "ctxrt.forms.body_runs", "ctxrt.forms.anthropic_body", "ctxrt.forms.openai_body"),
     ("ctxrt.budget", "ctxrt.compile.provenance", "ctxrt.compile.tool_pairing", "ctxrt.compile.breakpoints"),

@@ -32,6 +32,8 @@ from .records import (
     BranchRow,
     ItemAppended,
     ItemEdited,
+    IndexEntry,
+    Item,
     ItemsRemoved,
     LogHead,
     Operation,
@@ -39,6 +41,10 @@ from .records import (
     StateKind,
     ValueSet,
     encode_json,
+    index_item,
+    index_key,
+    index_marker,
+    index_state,
     validate_branch_name,
     validate_state_name,
 )
@@ -82,6 +88,10 @@ class Batch:
     ) -> tuple[int, int, LogHead] | None:
         """(index, ordinal, head) of the visible item appended at ``item_sequence`` under ``head`` (the
         log's current head in this transaction), or None."""
+        raise NotImplementedError
+
+    def read_range(self, info: StateInfo, row: BranchRow, head: LogHead, start: int, stop: int) -> list[Item]:
+        """The log's visible items ``[start, stop)`` under ``head`` (its current head in this transaction)."""
         raise NotImplementedError
 
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
@@ -220,14 +230,17 @@ class Batch:
         self.sequence = sequence
         ordinal = head.next_ordinal
         self.put_item(info, row, ordinal, sequence, sequence, data)
-        new_head = LogHead(head.length + 1, ordinal + 1, head.removed, sequence, head.rewrite_revision,
-                           True if flagged else head.flagged)
-        self.heads[key] = new_head
-        if self.defer_heads:
-            self._unwritten[key] = (info, row)  # written once by flush_heads, however many appends move it
-        else:
-            self._unwritten.pop(key, None)
-            self.put_head(info, row, new_head, None)
+        self._moved(info, row, key, LogHead(head.length + 1, ordinal + 1, head.removed, sequence,
+                                            head.rewrite_revision, True if flagged else head.flagged))
+        index: tuple[IndexEntry, ...] | None = getattr(attachment, "index", None)
+        if index is not None:
+            if not ordinal:  # the log's first item on this lineage: its index covers it from the start
+                self._mark(state, row, sequence, True)
+            if index and self._marker(state) is not None:  # else the log was never indexed: no reader looks
+                for entry in index:
+                    self._file(state, row, sequence, ordinal, entry)
+        elif self._marker(state) is not None:
+            self._mark(state, row, sequence, False)  # written below the indexing layer: no longer covered
         operation = ItemAppended(state, row.id, sequence, ordinal, data, attachment, head.revision)
         self.operations.append(operation)
         return operation
@@ -260,6 +273,13 @@ class Batch:
         new_head = attrs.evolve(head, revision=sequence, rewrite_revision=sequence,
                                 flagged=True if flagged else head.flagged)
         self._set_head(info, row, sequence, new_head, rewrite=True)
+        if self._marker(state) is not None:
+            index: tuple[IndexEntry, ...] | None = getattr(attachment, "index", None)
+            # An edit keeps its item's keys (the layer above keeps a message's metadata): its entries
+            # are rewritten in place. One it can't find there leaves the index uncovered.
+            if index is None or not all([self._refile(state, row, sequence, item_sequence, ordinal, entry)
+                                         for entry in index]):
+                self._mark(state, row, sequence, False)
         operation = ItemEdited(state, row.id, sequence, item_sequence, data, attachment, head.revision)
         self.operations.append(operation)
         return operation
@@ -273,20 +293,101 @@ class Batch:
         last_index, last, head = self._locate(info, row, to_sequence, head)
         count = last_index - first_index + 1
         sequence = self._next_sequence()
-        intervals = sorted(head.removed + ((first, last + 1),))
-        merged: list[tuple[int, int]] = []
-        for start, stop in intervals:
-            if merged and start <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
-            else:
-                merged.append((start, stop))
         new_head = attrs.evolve(
-            head, length=head.length - count, removed=tuple(merged), revision=sequence, rewrite_revision=sequence
+            head, length=head.length - count, removed=_merged(head.removed, first, last), revision=sequence,
+            rewrite_revision=sequence,
         )
         self._set_head(info, row, sequence, new_head, rewrite=True)
+        if self._marker(state) is not None:
+            self._unfile(state, row, sequence, from_sequence, to_sequence)
         operation = ItemsRemoved(state, row.id, sequence, from_sequence, to_sequence, count, head.revision)
         self.operations.append(operation)
         return operation
+
+    # -- index logs (records.index_state): written at the sequence of the item write they follow ----
+
+    def _moved(self, info: StateInfo, row: BranchRow, key: tuple[int, int], head: LogHead) -> None:
+        """An append moved a log's head to ``head``."""
+        self.heads[key] = head
+        if self.defer_heads:
+            self._unwritten[key] = (info, row)  # written once by flush_heads, however many appends move it
+        else:
+            self._unwritten.pop(key, None)
+            self.put_head(info, row, head, None)
+
+    def _marker(self, log: str) -> StateInfo | None:
+        """The value saying whether ``log``'s index covers it, if it was ever indexed."""
+        name = index_marker(log)
+        return self.new_states.get(name) or self.engine.known_states.get(name)
+
+    def _mark(self, log: str, row: BranchRow, sequence: int, covered: bool) -> None:
+        info = self._marker(log) or self.register_state(index_marker(log), "value")
+        self.put_value(value_state(info), row, sequence, b"true" if covered else b"false")
+
+    def _file(self, log: str, row: BranchRow, sequence: int, item_ordinal: int, entry: IndexEntry) -> None:
+        """Append the entry of the item appended at ``sequence`` (``item_ordinal``) to its index log."""
+        name = index_state(log, entry.key)
+        info = log_state(self.new_states.get(name) or self.engine.known_states.get(name)
+                         or self.register_state(name, "log"))
+        key = (info.number, row.id)
+        head = self.heads.get(key) or self.engine.known_heads.get(key) or self.read_head(info, row)
+        ordinal = head.next_ordinal
+        self.put_item(info, row, ordinal, sequence, sequence, index_item(item_ordinal, entry.data))
+        self._moved(info, row, key, LogHead(head.length + 1, ordinal + 1, head.removed, sequence,
+                                            head.rewrite_revision, head.flagged))
+
+    def _refile(
+        self, log: str, row: BranchRow, sequence: int, item_sequence: int, item_ordinal: int, entry: IndexEntry,
+    ) -> bool:
+        """Rewrite the entry of item ``item_sequence`` in its index log; False if it isn't there."""
+        name = index_state(log, entry.key)
+        info = self.new_states.get(name) or self.engine.known_states.get(name)
+        if info is None:
+            return False
+        located = self.locate(info, row, item_sequence, self._log_head(info, row))
+        if located is None:
+            return False
+        _, ordinal, head = located
+        self.put_item(info, row, ordinal, sequence, item_sequence, index_item(item_ordinal, entry.data))
+        self._set_head(info, row, sequence, attrs.evolve(head, revision=sequence, rewrite_revision=sequence),
+                       rewrite=True)
+        return True
+
+    def _unfile(self, log: str, row: BranchRow, sequence: int, first: int, last: int) -> None:
+        """Remove the entries of the items appended at ``first`` through ``last`` from every index log."""
+        states = {**self.engine.known_states, **self.new_states}
+        for name, info in states.items():
+            if info.kind != "log" or index_key(log, name) is None:
+                continue
+            head = self._log_head(info, row)
+            if not head.length or not self._overlaps(info, row, head, first, last):
+                continue
+            low, high = self._bound(info, row, head, first), self._bound(info, row, head, last + 1)
+            if low == high:
+                continue
+            start, stop = head.index_to_ordinal(low), head.index_to_ordinal(high - 1)
+            self._set_head(info, row, sequence, attrs.evolve(
+                head, length=head.length - (high - low), removed=_merged(head.removed, start, stop),
+                revision=sequence, rewrite_revision=sequence,
+            ), rewrite=True)
+
+    def _overlaps(self, info: StateInfo, row: BranchRow, head: LogHead, first: int, last: int) -> bool:
+        """Whether the log's items may include ones appended at ``first`` through ``last`` (two reads:
+        most index logs end before a removal of the newest messages, or begin after an old one's)."""
+        oldest, = self.read_range(info, row, head, 0, 1)
+        newest, = self.read_range(info, row, head, head.length - 1, head.length)
+        return oldest.sequence <= last and newest.sequence >= first
+
+    def _bound(self, info: StateInfo, row: BranchRow, head: LogHead, sequence: int) -> int:
+        """How many of the log's visible items were appended before ``sequence`` (they are in sequence order)."""
+        low, high = 0, head.length
+        while low < high:
+            middle = (low + high) // 2
+            if self.read_range(info, row, head, middle, middle + 1)[0].sequence < sequence:
+                low = middle + 1
+            else:
+                high = middle
+        return low
 
     def set_value(self, state: str, branch: str | int, value: Any, expect: Any = ANY, rising: bool = False) -> ValueSet:
         """Set a value state. ``expect`` makes it conditional (``ValueConflictError`` unless the
@@ -345,6 +446,17 @@ class Batch:
 
     def put_blob(self, sha256: str, data: bytes, media_type: str) -> None:
         self.put_blob_row(*_checked_blob(sha256, data, media_type))
+
+
+def _merged(removed: tuple[tuple[int, int], ...], first: int, last: int) -> tuple[tuple[int, int], ...]:
+    """A head's removed intervals with ordinals ``first`` through ``last`` added, sorted and merged."""
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(removed + ((first, last + 1),)):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return tuple(merged)
 
 
 def _checked_blob(sha256: str, data: bytes, media_type: str) -> tuple[str, bytes, str]:

@@ -1098,6 +1098,9 @@ class LmdbBatch(Batch):
     ) -> tuple[int, int, LogHead] | None:
         return self.lmdb._locate(self.txn, info, row.levels(), item_sequence, head)
 
+    def read_range(self, info: StateInfo, row: BranchRow, head: LogHead, start: int, stop: int) -> list[Item]:
+        return self.lmdb._log_items(self.txn, info, row.levels(), start, stop, head)
+
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
         return self.lmdb.get_value(self.txn, info.name, row)
 

@@ -778,6 +778,9 @@ class PgBatch(Batch):
     ) -> tuple[int, int, LogHead] | None:
         return self.pg._locate(self._fetch, info, row.levels(), item_sequence, head)
 
+    def read_range(self, info: StateInfo, row: BranchRow, head: LogHead, start: int, stop: int) -> list[Item]:
+        return self.pg._items(self._fetch, info, row.levels(), start, stop, head)
+
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
         return self.pg._value(self._fetch, info, row.levels())
 

@@ -146,6 +146,53 @@ class LogHead:
 
 
 @attrs.frozen
+class IndexEntry:
+    """What a log item files in one of its log's index logs (``index_state``): the index's key and
+    the entry's bytes, both the writing layer's own (the store reads neither). An item's entries
+    ride its append or edit as its attachment's ``index`` (a tuple of them; absent: not indexed)."""
+
+    key: str
+    data: bytes
+
+
+# A log's index logs: ``<log>#index:<key>``, one per key, each holding the entries its log's items
+# filed under that key (``index_item``), oldest first, each item under its own append's sequence (an index entry is
+# written at the sequence of the item write that changes it, so a view of the past sees both as
+# one). The value ``<log>#index`` says, per branch, whether the index covers every item of the log
+# (True: indexed from the log's first item; False: an item was written without its entries).
+_INDEX = "#index"
+
+
+def index_item(ordinal: int, data: bytes) -> bytes:
+    """An index log's item: the ordinal of the item it indexes in its log (which never changes: a
+    reader finds the item without a search), then the entry's bytes."""
+    return keys.encode_u64(ordinal) + data
+
+
+def split_index_item(item: bytes) -> tuple[int, bytes]:
+    """(ordinal of the indexed item, entry bytes) of an index log's item."""
+    return keys.decode_u64(item[:8]), item[8:]
+
+
+def index_marker(log: str) -> str:
+    return log + _INDEX
+
+
+def index_state(log: str, key: str) -> str:
+    return f"{log}{_INDEX}:{key}"
+
+
+def index_key(log: str, state: str) -> str | None:
+    """The key of ``log``'s index log named ``state``, or None if it isn't one of its index logs (a
+    key holds no ``/``: every namespace state's name does, so none is taken for an index log)."""
+    prefix = f"{log}{_INDEX}:"
+    if not state.startswith(prefix) or len(state) == len(prefix):
+        return None
+    key = state[len(prefix):]
+    return None if "/" in key else key
+
+
+@attrs.frozen
 class Item:
     """One item of an append-log state as a view sees it."""
 

@@ -22,7 +22,8 @@ The walk, in order, stopping where going on could crash:
    seal (its checksum, format 3), then the meta rows, branch rows and names, state rows, every
    head and item row (each log item handed to ``check_item``, the blobs it names looked up), every
    blob against its hash; then every log state of every live branch read whole through the
-   engine, and every value state.
+   engine, and every value state; then whatever ``check_engine``, handed in from above too,
+   finds reading through the engine (the channel indexes against their messages, K10).
 
 The child prints one JSON object per line as it goes (``Findings``' ``emit``), so what it found
 before a crash survives it.
@@ -57,6 +58,8 @@ Status = Literal["sound", "damaged", "not checked"]
 # off), its origin sequence and its place, the blobs it refers to (sha-256 hex; none for an item
 # that isn't a message), or it raises if the item doesn't decode.
 ItemCheck = Callable[[str, bytes, int, str], Iterable[str]]
+# Reads the store through its engine and yields (place, what is wrong) for each finding.
+EngineCheck = Callable[[StoreEngine], Iterable[tuple[str, str]]]
 
 
 @attrs.frozen
@@ -135,9 +138,10 @@ class Findings:
 
 
 def walk_store(path: str | os.PathLike[str], check_item: ItemCheck, *,
-               emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
+               emit: Callable[[dict[str, Any]], None] | None = None,
+               check_engine: EngineCheck | None = None) -> VerifyReport:
     """Walk the store at ``path`` in THIS process and report what is damaged, each log item
-    checked by ``check_item``.
+    checked by ``check_item``, then the store as the engine reads it by ``check_engine``.
 
     Reading a damaged store through LMDB can crash the process that reads it; walk it in a child
     process unless this process is expendable. Never writes to the store.
@@ -154,7 +158,7 @@ def walk_store(path: str | os.PathLike[str], check_item: ItemCheck, *,
     elif not _walk_pages(directory, meta, found):
         found.note("the record walk was skipped: pages are damaged, and reading them through LMDB could crash")
         return found.report()
-    _walk_records(directory, found, check_item)
+    _walk_records(directory, found, check_item, check_engine)
     return found.report()
 
 
@@ -216,7 +220,7 @@ def _walk_pages(directory: Path, meta: files.Meta, found: Findings) -> bool:
 # -- the record walk ----------------------------------------------------------------------------
 
 
-def _walk_records(directory: Path, found: Findings, check_item: ItemCheck) -> None:
+def _walk_records(directory: Path, found: Findings, check_item: ItemCheck, check_engine: EngineCheck | None) -> None:
     from .environment import close_store, open_store
 
     try:
@@ -229,6 +233,8 @@ def _walk_records(directory: Path, found: Findings, check_item: ItemCheck) -> No
         return
     try:
         _Walk(handle.engine, found, check_item).run()
+        if check_engine is not None and not found.damage:
+            engine_findings(handle.engine, found, check_engine)
     finally:
         close_store(handle)
 
@@ -391,6 +397,15 @@ class _Walk:
 
     def through_engine(self) -> None:
         read_through_engine(self.engine, self.found)
+
+
+def engine_findings(engine: StoreEngine, found: Findings, check_engine: EngineCheck) -> None:
+    """Report what ``check_engine`` finds (once the records are sound: it reads through the engine)."""
+    try:
+        for place, what in check_engine(engine):
+            found.damaged(place, what)
+    except Exception as exc:  # noqa: BLE001 - a checker reports whatever a record does, and goes on
+        found.damaged("the checks through the engine", f"stopped: {exc!r}")
 
 
 def check_head(value: bytes, place: str, found: Findings) -> None:

@@ -16,17 +16,21 @@ from .postgres import PostgresEngine
 from .urls import redact
 from .verify import (
     Findings,
+    EngineCheck,
     ItemCheck,
     VerifyReport,
     check_head,
+    engine_findings,
     read_through_engine,
 )
 
 
 def walk_postgres(url: str, check_item: ItemCheck, *,
-                  emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
+                  emit: Callable[[dict[str, Any]], None] | None = None,
+                  check_engine: EngineCheck | None = None) -> VerifyReport:
     """Walk the store in the database at ``url`` and report what is damaged (a report, never
-    raised), each log item checked by ``check_item``."""
+    raised), each log item checked by ``check_item``, then the store as the engine reads it by
+    ``check_engine``."""
     found = Findings(redact(url), emit)
     try:
         engine = PostgresEngine(url, create=False)
@@ -41,6 +45,8 @@ def walk_postgres(url: str, check_item: ItemCheck, *,
         _check_meta(engine, found)
         _walk_rows(engine, found, check_item)
         read_through_engine(engine, found)
+        if check_engine is not None and not found.damage:
+            engine_findings(engine, found, check_engine)
     except Exception as exc:  # noqa: BLE001 - a table that can't be read (dropped, altered) is a finding
         found.damaged("ctxrt's tables", f"can't be walked: {exc!r}")
     finally:
