@@ -21,7 +21,6 @@ slot at the first channel read (logged with its progress), then kept in step wit
 from __future__ import annotations
 
 import logging
-import weakref
 from bisect import bisect_left, bisect_right, insort
 
 from .channel_entries import KEY_BYTES, ChannelEntry, channel_key, channel_of
@@ -73,9 +72,25 @@ def _entries(slot: SlotCache, state: str) -> list[Item]:
     return slot.engine.read_items(state, slot.branch_id, at=slot.revision)
 
 
-# Per slot cache: the messages channel reads decoded, by sequence, with the version decoded (an
-# index entry's version is its message's: an edit rewrites both at its own sequence).
-_DECODED: weakref.WeakKeyDictionary[SlotCache, dict[int, tuple[int, Message]]] = weakref.WeakKeyDictionary()
+class ChannelReads:
+    """What channel reads keep of one slot cache, owned by it (``SlotCache.channel_reads``), so
+    they go with it: the messages they decoded by sequence, with the version decoded (an index
+    entry's version is its message's: an edit rewrites both at its own sequence), at most one per
+    message of the slot; each channel's messages as last read, with the cache's revision and
+    rewrite count then (a repeated read of an unchanged slot reads nothing); and the derived index
+    of a slot the stored one doesn't cover."""
+
+    def __init__(self) -> None:
+        self.decoded: dict[int, tuple[int, Message]] = {}
+        self.read: dict[str, tuple[int, int, list[Message]]] = {}
+        self.index: ChannelIndex | None = None
+
+
+def _reads(slot: SlotCache) -> ChannelReads:
+    found = slot.channel_reads
+    if not isinstance(found, ChannelReads):
+        found = slot.channel_reads = ChannelReads()
+    return found
 
 
 def _message(slot: SlotCache, entry: Item, head: LogHead) -> Message:
@@ -84,9 +99,7 @@ def _message(slot: SlotCache, entry: Item, head: LogHead) -> Message:
     held = slot.held(entry.sequence)
     if held is not None:
         return held
-    decoded = _DECODED.get(slot)
-    if decoded is None:
-        decoded = _DECODED[slot] = {}
+    decoded = _reads(slot).decoded
     known = decoded.get(entry.sequence)
     if known is not None and known[0] == entry.version:
         return known[1]
@@ -106,17 +119,12 @@ def _slot_head(slot: SlotCache) -> LogHead:
     return slot.engine.read_head(slot.state, slot.branch_id, at=slot.revision)
 
 
-# Per slot cache: each channel's messages as last read, with the cache's revision and rewrite count
-# then (a repeated read of an unchanged slot reads nothing).
-_READ: weakref.WeakKeyDictionary[SlotCache, dict[str, tuple[int, int, list[Message]]]] = weakref.WeakKeyDictionary()
-
-
 def channel_messages(slot: SlotCache, channel: str) -> list[Message]:
     """The channel's messages, oldest first (a list not to be changed): from the stored index where
     it covers the slot (decoding only those), else from the cache's derived index."""
     slot.suffix(0)  # up to date first: the revision below is the slot's now
-    read = _READ.get(slot)
-    last = None if read is None else read.get(channel)
+    read = _reads(slot).read
+    last = read.get(channel)
     if last is not None and last[0] == slot.revision and last[1] == slot.rewrites:
         return last[2]
     if not covered(slot):
@@ -127,8 +135,6 @@ def channel_messages(slot: SlotCache, channel: str) -> list[Message]:
     entries = _entries(slot, state)
     head = _slot_head(slot) if entries else LogHead()
     messages = [_message(slot, entry, head) for entry in entries]
-    if read is None:
-        read = _READ[slot] = {}
     read[channel] = (slot.revision, slot.rewrites, messages)
     return messages
 
@@ -251,15 +257,13 @@ class ChannelIndex:
         return self.channels.get(channel, [])
 
 
-_INDEXES: weakref.WeakKeyDictionary[SlotCache, ChannelIndex] = weakref.WeakKeyDictionary()
-
-
 def indexed(slot: SlotCache) -> ChannelIndex:
     """The slot cache's channel index, in step with it."""
-    index = _INDEXES.get(slot)
+    reads = _reads(slot)
+    index = reads.index
     if index is None:
         logger.info("the stored channel index doesn't cover %s on branch %d (written before it, or below the slot "
                     "layer): its channel reads are served from its messages", slot.state, slot.branch_id)
-        index = _INDEXES[slot] = ChannelIndex()
+        index = reads.index = ChannelIndex()
     index.follow(slot)
     return index

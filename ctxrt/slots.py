@@ -211,6 +211,8 @@ class SlotCache:
         # its copy entries, what compiles make of them: ``namespace.views.ReaderCache``), kept while
         # a namespace's views hold it.
         self.readers: dict[str | None, object] = {}
+        # What channel reads keep of this slot (``channels.ChannelReads``), made at the first.
+        self.channel_reads: object = None
         # The copy entries of messages as stored, for every reader view above that sees one so (a
         # message no audience block touches is the same object in each): made once per message,
         # bounded by the messages held.
