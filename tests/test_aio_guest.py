@@ -685,3 +685,14 @@ def test_a_wait_for_a_commit_cut_short_by_ctrl_c_at_any_line_leaves_the_writer_u
         if "interrupted" not in outcomes:
             break
     assert count > 5
+
+
+def test_a_ctrl_c_python_drops_in_a_weakref_callback_still_stops_the_loops_run(tmp_path: Path) -> None:
+    """H4: a hand-run loop (trio's SIGINT handler in place): a Ctrl-C whose handler runs inside a
+    weakref callback fired in trio code raises there, where Python drops it ("Exception
+    ignored"); the guest run raises it again outside trio code, so the loop's run ends with
+    KeyboardInterrupt rather than running on (before: "ran on", about 1 Ctrl-C in 30)."""
+    script = Path(__file__).with_name("aio_lost_ctrl_c_host.py")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(Path(ctxrt.__file__).parent.parent)})
+    assert done.stdout.splitlines()[:2] == ["caught KeyboardInterrupt", "hook restored True"], done.stdout + done.stderr
