@@ -476,8 +476,9 @@ class ContextManager:
         appends in order; a rewrite as its removals, edits and appends). The channel buffers without
         bound (a slow reader costs memory, never an event) and closes (a reader's ``async for``
         ends, after the events already sent) when the block exits, when this manager or its
-        runtime closes, or when the branch is deleted (a read-only runtime notices that at its
-        next look). With ``alarms=True`` the channel also carries a ``QuarantineAlarm`` each time
+        runtime closes, when the branch is deleted (a read-only runtime notices that at its
+        next look), or when this manager moves to another branch (``fork``, ``switch_branch``,
+        ``Runtime.switch_branch``: subscribe again there). With ``alarms=True`` the channel also carries a ``QuarantineAlarm`` each time
         this namespace's actor in this runtime quarantines a compression unit (T13), as it
         happens; without it, only the message events (a host matching on those three is never
         handed a fourth kind).
@@ -620,7 +621,16 @@ class ContextManager:
     async def _move_once(self, row: BranchRow) -> None:
         moved = await branching.move(self._registry, self._live(), self._token, row, reader=self._reader,
                                      explicit_reader=self._explicit_reader)
-        self._ref, self._token, self._reader = moved.ref, moved.token, moved.reader
+        self._take(moved.ref, moved.token, moved.reader)
+
+    def _take(self, ref: NamespaceRef, token: int, reader: str | None) -> None:
+        """Take a place (fork, switch_branch, Runtime.switch_branch); no checkpoint. A move to another
+        branch ends this manager's subscriptions, as a deleted branch does: they watch the slot it
+        left, and going on with them would hand its host the old branch's events as its own."""
+        if ref.branch_id != self._ref.branch_id:
+            for end in list(self._subscriptions):
+                end()
+        self._ref, self._token, self._reader = ref, token, reader
 
     async def switch_branch(self, name: str) -> None:
         """Move this manager (only) to branch ``name``.
@@ -1010,5 +1020,5 @@ async def switch_managers(registry: NamespaceRegistry, source: BranchRow, target
                 attachment.ref.tell(Detach(attachment.token))
                 continue
             manager._ref.tell(Detach(manager._token))
-            manager._ref, manager._token, manager._reader = attachment.ref, attachment.token, attachment.reader
+            manager._take(attachment.ref, attachment.token, attachment.reader)
     return len(moving)

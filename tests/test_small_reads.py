@@ -80,6 +80,19 @@ async def test_get_message_at_refuses_a_message_not_yet_written_or_unknown(rt: R
         await m.get_message_at(later, -1)
 
 
+async def test_get_message_at_reads_a_sequence_past_every_write_as_now(rt: Runtime) -> None:
+    """M10, M7: a sequence past any a store can write (2**64, or more) is the version in force now,
+    never a report that the store is damaged (it isn't: the number was the host's)."""
+    m = await rt.open("reads")
+    first = await m.add_message("user", "as first written")
+    await m.edit_message(first, "as edited")
+    for far in (2**63 - 1, 2**63, 2**64, 2**200):
+        assert (await m.get_message_at(first, far)).content == (Text("as edited"),)
+    await m.remove_message(first)
+    with pytest.raises(ctxrt.MessageNotFoundError, match=repr(first)):
+        await m.get_message_at(first, 2**64)
+
+
 # -- compression_holds ---------------------------------------------------------------------------
 
 

@@ -123,6 +123,32 @@ async def test_a_subscription_ends_when_its_branch_is_deleted(tmp_path: Path) ->
             assert [type(e) for e in seen] == [Added]
 
 
+@pytest.mark.parametrize("move", ["fork", "switch_branch", "Runtime.switch_branch"])
+async def test_a_subscription_ends_when_its_manager_moves_to_another_branch(tmp_path: Path, move: str) -> None:
+    """R1, R3 (from a host-style attack): the subscription watched the slot the manager left; it
+    ends (after the events already sent) rather than handing its host the old branch's writes as
+    the manager's while the manager's own writes go unseen. Subscribed again, it hears the new branch."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "store", durability="os") as rt:
+            await rt.create_branch("side")
+            manager = await rt.open("watcher")
+            async with manager.subscribe() as events:
+                await manager.add_message("user", "on main")
+                if move == "fork":
+                    await manager.fork("forked")
+                elif move == "switch_branch":
+                    await manager.switch_branch("side")
+                else:
+                    assert await rt.switch_branch("main", "side") == 1
+                assert isinstance(events.receive_nowait(), Added)
+                with pytest.raises(trio.EndOfChannel):
+                    events.receive_nowait()
+            async with manager.subscribe() as events:
+                added = await manager.add_message("user", "on the new branch")
+                event = await events.receive()
+                assert isinstance(event, Added) and event.message.id == added
+
+
 async def test_a_subscription_ends_when_its_manager_closes(tmp_path: Path) -> None:
     """Item 5 (from a host-style attack): a host's reader task loops over the events in a task of
     its own; closing the manager ends that loop after the events already sent, instead of leaving

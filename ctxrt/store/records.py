@@ -45,7 +45,8 @@ class BranchRow:
 
     def levels(self, at: int | None = None) -> list[tuple[int, int]]:
         """The (branch, limit) levels a view of this branch at ``at`` reads, leaf first."""
-        limit = keys.MAX_U64 if at is None else at
+        # An ``at`` past every sequence (a host may pass any integer to get_message_at) reads as now.
+        limit = keys.MAX_U64 if at is None else min(at, keys.MAX_U64)
         return [(self.id, limit)] + [(branch, min(limit, bound)) for branch, bound in self.lineage]
 
     def to_json(self) -> bytes:
