@@ -61,6 +61,7 @@ from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
 from .committer import Committer, WorkerCommitter
+from .protocol import AppendItem, Atomically
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -708,7 +709,7 @@ class PostgresEngine(Catalog):
             self._began = True  # the server answered: from here a failure may follow writes
             if catalog != self._committed or not self.known_states:
                 self._load(conn)  # another process changed the tables since: what this one knew is out of date
-            batch = PgBatch(self, cursor, catalog, len(commands))
+            batch = PgBatch(self, cursor, catalog, _appends(commands))
             results = run_commands(batch, commands, execute, unnested, _Savepoints(self, batch, pipeline))
             batch.flush()
             if batch.catalog != catalog:
@@ -812,7 +813,8 @@ class _Savepoints:
 class PgBatch(Batch):
     """A batch's rows in one PostgreSQL transaction, buffered until the next read or the commit."""
 
-    def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], catalog: int, planned: int) -> None:
+    def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], catalog: int,
+                 appends: dict[tuple[str, str | int], int]) -> None:
         super().__init__(engine, 0)  # ``sequence``: the last this batch drew
         self.catalog = catalog  # moved by every branch or state row this batch writes
         self.pg = engine
@@ -826,8 +828,10 @@ class PgBatch(Batch):
         self._drawn: tuple[int, ...] = ()
         self._drawing: psycopg.Cursor[Any] | None = None  # a draw sent with the last lock, unread
         self._exclusive = False  # the catalog lock is held exclusive
-        self._planned = planned  # how many sequences to draw at once: the batch's commands, less those drawn
-        self._taken = 0
+        # The batch's appends per (state, branch as named): a slot's lock draws as many sequences in
+        # its round trip (an append is refused, if at all, before it takes one: no gap). Other
+        # commands draw theirs when they take it, so a refused one takes none.
+        self._appends = appends
 
     def _fetch(self, query: str, params: Sequence[Any]) -> list[Any]:
         self.flush()
@@ -889,20 +893,19 @@ class PgBatch(Batch):
         self.flush()
         self.cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_slot_key(self.pg._catalog_key, info.number, row.id),))
         self._locked |= {(info.number, row.id)}
-        self._drawing = self.pg._writer.cursor()
-        self._drawing.execute("SELECT nextval('ctxrt_sequence')")
-        self._drawn = ()
+        self._drawn, self._drawing = (), None
+        count = self._appends.get((info.name, row.id), 0) + self._appends.get((info.name, row.name), 0)
+        if count:
+            self._drawing = self.pg._writer.cursor()
+            self._drawing.execute(_DRAW, (count,))
 
     def _next_sequence(self) -> int:
         if self._drawing is not None:
             drawing, self._drawing = self._drawing, None
             self._drawn = tuple(int(value) for (value,) in drawing.fetchall())
         if not self._drawn:
-            count = max(1, self._planned - self._taken)
-            self._drawn = tuple(int(value) for (value,) in self._fetch(
-                "SELECT nextval('ctxrt_sequence') FROM generate_series(1, %s)", (count,)))
+            self._drawn = tuple(int(value) for (value,) in self._fetch(_DRAW, (1,)))
         self.sequence, self._drawn = self._drawn[0], self._drawn[1:]
-        self._taken += 1
         return self.sequence
 
     def store_sequence(self) -> int:
@@ -961,6 +964,7 @@ class PgBatch(Batch):
 _TRY_LEASE = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema() || '/' || %s))"
 _UNLEASE = "SELECT pg_advisory_unlock(%s, hashtext(current_schema() || '/' || %s))"
 _CATALOG = "SELECT value FROM ctxrt_meta WHERE key = 'catalog'"
+_DRAW = "SELECT nextval('ctxrt_sequence') FROM generate_series(1, %s)"
 # The last sequence drawn (a sequence never drawn from has is_called false: none yet).
 _LAST_VALUE = "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ctxrt_sequence"
 # The write transactions holding the catalog lock (a bigint key's halves, as pg_locks shows them).
@@ -971,6 +975,18 @@ _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, seque
                 " VALUES (%s, %s, %s, %s, %s, %s)")
 _UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)"
                 " ON CONFLICT (state, branch, version) DO UPDATE SET revision = EXCLUDED.revision, head = EXCLUDED.head")
+
+
+def _appends(commands: Sequence[Any]) -> dict[tuple[str, str | int], int]:
+    """How many appends ``commands`` make to each (state, branch as the command names it)."""
+    counts: dict[tuple[str, str | int], int] = {}
+    for command in commands:
+        if type(command) is AppendItem:
+            counts[(command.state, command.branch)] = counts.get((command.state, command.branch), 0) + 1
+        elif type(command) is Atomically:
+            for key, count in _appends(command.commands).items():
+                counts[key] = counts.get(key, 0) + count
+    return counts
 
 
 def _catalog(rows: list[Any]) -> int:
