@@ -61,7 +61,7 @@ from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
 from .committer import Committer, WorkerCommitter
-from .protocol import AppendItem, Atomically
+from .protocol import AppendItem, Atomically, CreateBranch, DeleteBranch, RegisterState
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -128,7 +128,7 @@ class PostgresEngine(Catalog):
         # a branch, or registered a state: those move the catalog, not the sequence).
         self._committed = 0
         self._schema = SCHEMA_VERSION
-        self._began = False  # the running batch's lock was granted (a retry would no longer be safe)
+        self._began = False  # the server answered the running batch (a retry would no longer be safe)
         if create:  # a writer, which may take leases (and the schema's creation lock)
             self._require_leases()
         self._ensure_schema(create)
@@ -646,20 +646,33 @@ class PostgresEngine(Catalog):
         if self._schema != SCHEMA_VERSION:  # a read-only engine on a schema-1 store
             raise StoreUnsupportedError(self.data_path, f"it holds ctxrt schema {self._schema}; a writing "
                                                         f"runtime's open moves it to {SCHEMA_VERSION}")
+        # A batch that changes the tables holds the catalog lock exclusive from its start (two
+        # batches upgrading from shared would each wait for the other).
+        exclusive, settled = _changes_catalog(commands, self.known_states), False
         try:
             for attempt in range(DEADLOCK_RETRIES + 1):
                 try:
                     try:
-                        results, batch = self._apply_reconnecting(commands, execute, unnested)
+                        results, batch = self._apply_reconnecting(commands, execute, unnested, exclusive, settled)
                     except Unsafe:
-                        results, batch = self._apply(commands, execute, None)
+                        results, batch = self._apply(commands, execute, None, exclusive, settled)
                     break
+                except _CatalogMoved:
+                    # Another process made or deleted a branch or registered a state since this one
+                    # last read the tables: the batch ran on old ones and was rolled back. Run it
+                    # again, reading the tables first (under the catalog lock: they can't move again
+                    # before it commits).
+                    settled = True
                 except psycopg.errors.DeadlockDetected:
-                    # Two batches took slot locks in opposite orders and the server rolled this one
-                    # back whole: nothing of it was written, so it runs again.
+                    # Two batches took locks in opposite orders and the server rolled this one back
+                    # whole: nothing of it was written. It runs again holding the catalog lock
+                    # exclusive (no other write in flight: it can't meet a cycle again).
                     if attempt == DEADLOCK_RETRIES:
                         raise
                     logger.info("%s: a batch met a lock cycle; running it again", self.data_path)
+                    exclusive = True
+            else:
+                raise StoreUnavailableError(self.data_path, "the branch and state tables kept changing under a batch")
         except psycopg.errors.DiskFull as exc:
             raise StoreFullError(self.data_path, f"the server's disk is full ({self._reason(exc)})") from None
         except psycopg.errors.UniqueViolation as exc:
@@ -682,35 +695,44 @@ class PostgresEngine(Catalog):
 
     def _apply_reconnecting(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool] | None,
+        exclusive: bool, settled: bool,
     ) -> tuple[list[tuple[bool, Any]], PgBatch]:
         """``_apply``, again on a new connection if the server had dropped the old one before the
         batch could begin (an idle connection killed by a restart: nothing was sent, nothing written)."""
         self._began = False
         try:
-            return self._apply(commands, execute, unnested)
+            return self._apply(commands, execute, unnested, exclusive, settled)
         except psycopg.OperationalError:
             if self._began or not (self._writer.broken or self._writer.closed):
                 raise
             self._writer = self._connect(self._writer, writer=True)
-            return self._apply(commands, execute, unnested)
+            return self._apply(commands, execute, unnested, exclusive, settled)
 
     def _apply(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool] | None,
+        exclusive: bool, settled: bool,
     ) -> tuple[list[tuple[bool, Any]], PgBatch]:
         conn = self._writer
-        # Pipelined: statements are sent without waiting for each answer; a read (the catalog's, a
-        # head's) waits. An append batch is three round trips: the catalog lock and counter; each
-        # slot's lock, head and first sequence; its rows and the commit.
+        # Pipelined: statements are sent without waiting for each answer; a read (a head's) waits.
+        # An append batch is two round trips: the catalog lock and counter with the slot's lock,
+        # head and sequences; then its rows and the commit.
         with conn.pipeline() as pipeline, conn.transaction():
             cursor = conn.cursor()
-            cursor.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._catalog_key,))
-            # Read after the lock is granted (a statement of its own: its snapshot is taken then).
-            catalog = _catalog(conn.execute(_CATALOG).fetchall())
-            self._began = True  # the server answered: from here a failure may follow writes
-            if catalog != self._committed or not self.known_states:
-                self._load(conn)  # another process changed the tables since: what this one knew is out of date
-            batch = PgBatch(self, cursor, catalog, _appends(commands))
+            cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
+            # Read after the lock is granted (a statement of its own: its snapshot is taken then),
+            # answered with the batch's first read: the tables it knows are checked then.
+            found = conn.cursor().execute(_CATALOG)
+            counter: psycopg.Cursor[Any] | None = found
+            if settled or not self.known_states:  # nothing read yet, or they moved: read the tables first
+                self._began = True
+                if _catalog(found.fetchall()) != self._committed or not self.known_states:
+                    self._load(conn)
+                counter = None
+            catalog = self._committed  # what the commands are judged against (a reload may move it meanwhile)
+            batch = PgBatch(self, cursor, catalog, _appends(commands), counter)
+            batch.exclusive = exclusive
             results = run_commands(batch, commands, execute, unnested, _Savepoints(self, batch, pipeline))
+            batch.check_catalog()
             batch.flush()
             if batch.catalog != catalog:
                 cursor.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('catalog', %s)"
@@ -810,13 +832,18 @@ class _Savepoints:
         """Nothing: the batch's transaction rolls back whole."""
 
 
+class _CatalogMoved(Exception):
+    """A batch ran on branch and state tables older than its transaction's: it runs again."""
+
+
 class PgBatch(Batch):
     """A batch's rows in one PostgreSQL transaction, buffered until the next read or the commit."""
 
     def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], catalog: int,
-                 appends: dict[tuple[str, str | int], int]) -> None:
+                 appends: dict[tuple[str, str | int], int], counter: psycopg.Cursor[Any] | None) -> None:
         super().__init__(engine, 0)  # ``sequence``: the last this batch drew
         self.catalog = catalog  # moved by every branch or state row this batch writes
+        self._counter = counter  # the catalog counter as the transaction found it, not read yet
         self.pg = engine
         self.cursor = cursor
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
@@ -827,7 +854,7 @@ class PgBatch(Batch):
         self._locked: frozenset[tuple[int, int]] = frozenset()
         self._drawn: tuple[int, ...] = ()
         self._drawing: psycopg.Cursor[Any] | None = None  # a draw sent with the last lock, unread
-        self._exclusive = False  # the catalog lock is held exclusive
+        self.exclusive = False  # the catalog lock is held exclusive
         # The batch's appends per (state, branch as named): a slot's lock draws as many sequences in
         # its round trip (an append is refused, if at all, before it takes one: no gap). Other
         # commands draw theirs when they take it, so a refused one takes none.
@@ -835,7 +862,18 @@ class PgBatch(Batch):
 
     def _fetch(self, query: str, params: Sequence[Any]) -> list[Any]:
         self.flush()
-        return self.cursor.execute(query, params).fetchall()
+        rows = self.cursor.execute(query, params).fetchall()
+        self.pg._began = True  # the server answered: from here a failure may follow writes
+        self.check_catalog()
+        return rows
+
+    def check_catalog(self) -> None:
+        """Raise ``_CatalogMoved`` if the catalog counter the transaction found (answered by now, or
+        read here) isn't the one this batch's commands were judged against."""
+        if self._counter is not None:
+            counter, self._counter = self._counter, None
+            if _catalog(counter.fetchall()) != self.catalog:
+                raise _CatalogMoved
 
     def flush(self) -> None:
         """Send the buffered rows (pipelined)."""
@@ -878,11 +916,11 @@ class PgBatch(Batch):
         return int(found[0][0])
 
     def savepoint(self) -> tuple[Any, ...]:
-        return (*super().savepoint(), self.catalog, self._locked, self._exclusive)
+        return (*super().savepoint(), self.catalog, self._locked, self.exclusive)
 
     def restore(self, saved: tuple[Any, ...]) -> None:
         super().restore(saved[:-3])
-        self.catalog, self._locked, self._exclusive = saved[-3:]
+        self.catalog, self._locked, self.exclusive = saved[-3:]
         self._drawn, self._drawing = (), None  # maybe drawn before a lock now taken again
 
     def _lock_slot(self, info: StateInfo, row: BranchRow) -> None:
@@ -918,10 +956,10 @@ class PgBatch(Batch):
     def _lock_catalog(self) -> None:
         """Hold the catalog lock exclusive (from the shared hold every batch has): wait for every other
         write in flight to end, and keep new ones out until this batch commits."""
-        if not self._exclusive:
+        if not self.exclusive:
             self.flush()
             self.cursor.execute("SELECT pg_advisory_xact_lock(%s)", (self.pg._catalog_key,))
-            self._exclusive = True
+            self.exclusive = True
 
     def put_state(self, info: StateInfo) -> None:
         self._lock_catalog()
@@ -987,6 +1025,16 @@ def _appends(commands: Sequence[Any]) -> dict[tuple[str, str | int], int]:
             for key, count in _appends(command.commands).items():
                 counts[key] = counts.get(key, 0) + count
     return counts
+
+
+def _changes_catalog(commands: Sequence[Any], states: dict[str, StateInfo]) -> bool:
+    """Whether ``commands`` may make or delete a branch or register a state (one not known yet)."""
+    for command in commands:
+        if type(command) in (CreateBranch, DeleteBranch) or (type(command) is RegisterState and command.name not in states):
+            return True
+        if type(command) is Atomically and _changes_catalog(command.commands, states):
+            return True
+    return False
 
 
 def _catalog(rows: list[Any]) -> int:
