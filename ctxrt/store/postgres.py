@@ -23,8 +23,9 @@ Design (docs/architecture.md, Beyond one machine):
   before the next read and at the commit.
 - Whatever other processes did is found at the start of each batch: a catalog counter other
   than the last this process saw means the branch and state tables are read again; heads are
-  never cached between batches (another process may move any slot's). Conditional writes (a namespace's claim) and rising floors are decided inside
-  the transaction (``Batch.set_value``), so the audience rules hold across processes.
+  never cached between batches (another process may move any slot's). Conditional writes (a
+  namespace's claim) and rising floors are decided inside the transaction, under the value's
+  slot lock (``Batch.set_value``), so the audience rules hold across processes.
 - Reads run on the caller's thread, one statement each on a connection of their own; batches
   run on a worker thread (``committer``: a ``WorkerCommitter``) on the writing connection.
 
@@ -641,7 +642,9 @@ class PostgresEngine(Catalog):
         (before the batch began: nothing was written; once it began, the rows and the COMMIT went
         out together, so the message says whether it committed is unknown), ``StoreFullError`` when
         the server's disk is full, ``StoreCorruptError`` when a stored row doesn't decode or the
-        sequence row is behind the stored rows.
+        database sequence is behind the stored rows. A batch the server broke a lock cycle in
+        (two batches locking slots in opposite orders) runs again, holding the catalog lock exclusive.
+        ``StoreUnsupportedError`` from an engine opened read-only on a schema-1 store.
         """
         if self._schema != SCHEMA_VERSION:  # a read-only engine on a schema-1 store
             raise StoreUnsupportedError(self.data_path, f"it holds ctxrt schema {self._schema}; a writing "
