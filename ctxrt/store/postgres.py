@@ -281,15 +281,18 @@ class PostgresEngine(Catalog):
         try:
             with self._writer.transaction():
                 self._writer.execute("SELECT pg_advisory_xact_lock(hashtext('ctxrt schema'))")
-                if self._format() == 1:
+                # Only a store's tables are moved (a foreign ctxrt_meta is refused by the load that follows).
+                tables = self._writer.execute("SELECT to_regclass('ctxrt_branches') IS NOT NULL"
+                                              " AND to_regclass('ctxrt_items') IS NOT NULL").fetchone()
+                if self._format() == 1 and tables and tables[0]:
                     row = self._writer.execute("DELETE FROM ctxrt_meta WHERE key = 'sequence' RETURNING value").fetchone()
                     self._writer.execute("CREATE SEQUENCE ctxrt_sequence")
                     if row is not None and int(row[0]) > 0:
                         self._writer.execute("SELECT setval('ctxrt_sequence', %s)", (int(row[0]),))
                     self._writer.execute("UPDATE ctxrt_meta SET value = 2 WHERE key = 'format'")
+                    logger.info("%s: moving the store from ctxrt schema 1 to 2", self.data_path)
         except psycopg.Error as exc:
             raise StoreUnavailableError(self.data_path, f"moving the store to schema 2 failed: {self._reason(exc)}") from None
-        logger.info("%s: moved the store from ctxrt schema 1 to 2", self.data_path)
         self._schema = 2
 
     def _format(self) -> int | None:
