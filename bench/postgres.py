@@ -36,7 +36,10 @@ LangGraph's ``messages`` channel (a plain dict: the cheapest value it stores).
     and end time (``time.monotonic``, one clock for all processes) once all are ready. From the
     start, 8 trio tasks per process await ``add_message`` on that namespace's manager in a loop
     until the end; appends completed inside the window count. Figure: messages/s of all processes
-    together; ratio to 1 process. Every message is then counted back from the store. Beside it:
+    together; ratio to 1 process. The same processes each writing a database of its own on the
+    same server (the server's shared-nothing figure: nothing of one store in common), and 4
+    processes all appending to the store's shared slot (namespaces not isolated), run in the same
+    rounds. Every message is then counted back from the store. Beside it:
     the host's CPU use in the window (2 cores shared by the writers and the server), how many
     appends each group commit carried, and, sampling ``pg_stat_activity`` every 20 ms, how many
     backends waited for a lock and how many sat in a transaction waiting for their client.
@@ -91,7 +94,9 @@ HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results-postgres.md"
 SIZES = (1_000, 20_000)
 QUICK_SIZES = (1_000,)
-PROCESSES = (1, 4, 8)
+# (2): (layout, processes); "own database" is the server's shared-nothing figure for "own slot"
+WRITER_VARIANTS = (("own slot", 1), ("own slot", 4), ("own slot", 8), ("own database", 4), ("own database", 8),
+                   ("shared slot", 4))
 TASKS = 8  # trio tasks per writer process
 TURNS_PER_ROUND = 3
 COMPILES_PER_ROUND = 3
@@ -361,11 +366,17 @@ def _host_cpu() -> tuple[int, int]:
     return total - idle, total
 
 
-def writers_round(cluster: Cluster, processes: int, seconds: float, name: str) -> dict[str, float]:
-    """One round of ``processes`` writer processes on a fresh database: their figures together."""
-    url = cluster.create_database(name)
+def writers_round(cluster: Cluster, processes: int, seconds: float, name: str, layout: str = "own slot") -> dict[str, float]:
+    """One round of ``processes`` writer processes on a fresh database: their figures together.
+    ``layout``: each on its own slot of one store ("own slot"), all on the store's shared slot
+    ("shared slot"), or each on its own slot in a database of its own ("own database": the server's
+    shared-nothing figure, no row or lock of one store in common)."""
+    names = [f"{name}_{p}" for p in range(processes)] if layout == "own database" else [name] * processes
+    urls = {database: cluster.create_database(database) for database in dict.fromkeys(names)}
+    extra = ["shared"] if layout == "shared slot" else []
     children = [
-        subprocess.Popen([sys.executable, "-m", "bench.postgres_writer", url, "writers", str(p), str(TASKS)],
+        subprocess.Popen([sys.executable, "-m", "bench.postgres_writer", urls[names[p]], "writers", str(p), str(TASKS),
+                          *extra],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_child_env(), cwd=HERE.parent)
         for p in range(processes)
     ]
@@ -384,7 +395,7 @@ def writers_round(cluster: Cluster, processes: int, seconds: float, name: str) -
             child.stdin.flush()
         time.sleep(max(0.0, start - time.monotonic()))
         cpu_before = _host_cpu()
-        waits = _sample_waits(cluster, name, end)
+        waits = _sample_waits(cluster, list(urls), end)
         cpu_after = _host_cpu()
         results = []
         for child in children:
@@ -401,11 +412,15 @@ def writers_round(cluster: Cluster, processes: int, seconds: float, name: str) -
             if child.poll() is None:
                 child.kill()
                 child.wait()
-    stored = trio.run(_count_writers, url, processes)
-    for result in results:
-        if stored[result["process"]] != result["appended"]:
-            raise AssertionError(f"writer-{result['process']}: {result['appended']} appends acknowledged, "
-                                 f"{stored[result['process']]} in the store")
+    if layout == "shared slot":
+        stored = trio.run(_count_writers, urls[name], [0], False)[0]
+        if stored != sum(r["appended"] for r in results):
+            raise AssertionError(f"{sum(r['appended'] for r in results)} appends acknowledged, {stored} in the store")
+    for result in results if layout != "shared slot" else ():
+        p = result["process"]
+        stored = trio.run(_count_writers, urls[names[p]], [p], True)[p]
+        if stored != result["appended"]:
+            raise AssertionError(f"writer-{p}: {result['appended']} appends acknowledged, {stored} in the store")
     busy = (cpu_after[0] - cpu_before[0]) / max(1, cpu_after[1] - cpu_before[1])
     counted = sum(r["counted"] for r in results)
     return {
@@ -417,7 +432,7 @@ def writers_round(cluster: Cluster, processes: int, seconds: float, name: str) -
     }
 
 
-def _sample_waits(cluster: Cluster, database: str, until: float) -> dict[str, float]:
+def _sample_waits(cluster: Cluster, databases: list[str], until: float) -> dict[str, float]:
     """Until ``until`` (monotonic), every ``SAMPLE_S``: how many of ``database``'s backends wait for a
     lock, and how many sit in an open transaction waiting for their client (a lock holder whose
     process hasn't sent its next statement yet). Means over the samples."""
@@ -429,7 +444,7 @@ def _sample_waits(cluster: Cluster, database: str, until: float) -> dict[str, fl
             row = conn.execute(
                 "SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'),"
                 " count(*) FILTER (WHERE state = 'idle in transaction')"
-                " FROM pg_stat_activity WHERE datname = %s", (database,)).fetchone()
+                " FROM pg_stat_activity WHERE datname = ANY(%s)", (databases,)).fetchone()
             locked += row[0]
             holding += row[1]
             samples += 1
@@ -437,21 +452,22 @@ def _sample_waits(cluster: Cluster, database: str, until: float) -> dict[str, fl
     return {"lock_waiters": locked / max(1, samples), "client_waits": holding / max(1, samples)}
 
 
-async def _count_writers(url: str, processes: int) -> dict[int, int]:
+async def _count_writers(url: str, processes: list[int], isolate: bool) -> dict[int, int]:
     async with ctxrt.open_runtime(url) as rt:
-        return {p: await (await rt.open(f"writer-{p}", isolate=True)).message_count() for p in range(processes)}
+        return {p: await (await rt.open(f"writer-{p}", isolate=isolate)).message_count() for p in processes}
 
 
 def _processes(cluster: Cluster, quick: bool, rng: random.Random) -> dict[str, Any]:
     rounds = 2 if quick else 7
     seconds = 1.5 if quick else 3.0
     fresh = iter(range(1_000_000))
-    figures: dict[int, list[dict[str, float]]] = {n: [] for n in PROCESSES}
+    figures: dict[tuple[str, int], list[dict[str, float]]] = {variant: [] for variant in WRITER_VARIANTS}
     for _ in range(rounds):
-        order = list(PROCESSES)
+        order = list(WRITER_VARIANTS)
         rng.shuffle(order)
-        for processes in order:
-            figures[processes].append(writers_round(cluster, processes, seconds, f"writers_{next(fresh)}"))
+        for layout, processes in order:
+            figures[layout, processes].append(
+                writers_round(cluster, processes, seconds, f"writers_{next(fresh)}", layout))
     return {"writers": figures, "writer_rounds": rounds, "writer_seconds": seconds}
 
 
@@ -479,13 +495,22 @@ def _rows(info: dict[str, Any], quick: bool) -> list[dict[str, Any]]:
                 "ms", ms(("ctxrt on PostgreSQL", size), "turn"), ms(("PostgresSaver", size), "turn"),
                 "PostgresSaver", inverse=True, target=None, op=None), "PostgresSaver time / PG-ctxrt time"))
     writers = info["writers"]
-    rates = {n: [f["rate"] for f in writers[n]] for n in PROCESSES}
+    rates = {variant: [f["rate"] for f in writers[variant]] for variant in WRITER_VARIANTS}
+    one = rates["own slot", 1]
     rows.append(reported(harness.row(
-        f"(2) durable appends/s, 1 writer process ({TASKS} tasks)", "msg/s", rates[1], target=None, op=None), ""))
-    for n in PROCESSES[1:]:
+        f"(2) durable appends/s, 1 writer process ({TASKS} tasks)", "msg/s", one, target=None, op=None), ""))
+    for n in (4, 8):
         rows.append(reported(versus(
-            f"(2) durable appends/s, {n} writer processes ({TASKS} tasks each), all together", "msg/s",
-            rates[n], rates[1], "1 process", target=None, op=None), f"{n} processes / 1"))
+            f"(2) durable appends/s, {n} writer processes ({TASKS} tasks each, each its own slot), all together",
+            "msg/s", rates["own slot", n], one, "1 process", target=1.5 if n == 4 else None, op=">=" if n == 4 else None),
+            f"{n} processes / 1"))
+        rows.append(reported(versus(
+            f"(2) durable appends/s, {n} writer processes on one store vs each writing its own database "
+            "(the server's shared-nothing figure)", "msg/s", rates["own slot", n], rates["own database", n],
+            f"{n} processes, own databases", target=0.8, op=">="), "one store / own databases"))
+    rows.append(reported(versus(
+        f"(2) durable appends/s, 4 writer processes ({TASKS} tasks each) all on the store's shared slot", "msg/s",
+        rates["shared slot", 4], one, "1 process", target=1.0, op=">="), "4 processes / 1"))
     compiles = {name: [v * 1e3 for v in values] for name, values in info["compiles"].items()}
     size = info["foreign_size"]
     rows.append(reported(versus(
@@ -619,24 +644,26 @@ def to_markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) 
     writers = info.get("writers", {})
     if writers:
         lines += [
-            f"(2) Writer processes ({TASKS} trio tasks each, own namespace with `isolate=True`), median (min–max) "
+            f"(2) Writer processes ({TASKS} trio tasks each; own slot: own namespace with `isolate=True`; shared "
+            "slot: own namespace, not isolated; own database: as own slot, each process's store a database of its "
+            "own on the same server), median (min–max) "
             "across rounds: all processes' appends/s; the host's CPU busy in the window (2 cores, shared with the "
             "server); the writer processes' own CPU as a share of all cores; appends per group commit (the store "
             "actor of each process batches its tasks' appends into one transaction); from `pg_stat_activity` sampled "
             f"every {SAMPLE_S * 1e3:.0f} ms in the window, the mean number of the round's backends waiting for a lock "
-            "(a commit begins by locking the one sequence row, `SELECT ... FOR UPDATE`) and of those inside a "
+            "(a batch waits for the lock of a slot another process's batch is writing) and of those inside a "
             "transaction waiting for their client to send the next statement (the lock holder, mostly).",
             "",
-            "| processes | appends/s | host CPU busy | writers' CPU | appends per commit | backends waiting for a "
-            "lock | in a transaction, waiting for their client |",
-            "|---|---|---|---|---|---|---|",
+            "| layout | processes | appends/s | host CPU busy | writers' CPU | appends per commit | backends waiting "
+            "for a lock | in a transaction, waiting for their client |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        for n, figures in writers.items():
+        for (layout, n), figures in writers.items():
             cells = [_figure(summary([f[key] for f in figures]), unit) for key, unit in (
                 ("rate", ""), ("host_cpu", "%"), ("writers_cpu", "%"), ("per_commit", ""))]
             cells += [harness.figure(summary([f[key] for f in figures]), "", ((1, ".1f"), (0, ".2f")))
                       for key in ("lock_waiters", "client_waits")]
-            lines.append(f"| {n} | " + " | ".join(cells) + " |")
+            lines.append(f"| {layout} | {n} | " + " | ".join(cells) + " |")
         lines += ["", "Every acknowledged append was counted back from the store after each round.", ""]
     compiles = info.get("compiles", {})
     if compiles:
@@ -659,7 +686,8 @@ def to_markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) 
                   + "; ".join(f"{key}: {seconds:.3f}" for key, seconds in firsts.items()) + ".", ""]
     lines.append(
         "Notes: the PostgreSQL engine commits a batch on a worker thread (`trio.to_thread`) in one transaction: "
-        "lock the sequence row, insert the item, upsert the head, move the sequence, commit; and a slot cache "
+        "take the store's catalog lock shared; per slot, its lock, its head and sequences drawn after the lock "
+        "(one round trip); then the items, the heads and the commit (one round trip); and a slot cache "
         "on a store other processes write asks the server for the head before each read. PostgresSaver stores "
         "the whole `messages` channel in every checkpoint (one blob), so each append rewrites the history. "
         "Durable figures on a shared virtual disk vary between rounds: read the ranges.")

@@ -1,10 +1,11 @@
 """A child process of ``bench/postgres.py``: one runtime on a PostgreSQL store, driven over stdin.
 
-    python -m bench.postgres_writer URL writers PROCESS TASKS
+    python -m bench.postgres_writer URL writers PROCESS TASKS [shared]
     python -m bench.postgres_writer URL appender
 
 ``writers`` (figure 2): open ``URL`` (durability "sync"), open namespace ``writer-PROCESS`` with
-``isolate=True`` (this process's own slot), append one message (warm-up), print ``ready``, then
+``isolate=True`` (this process's own slot; with ``shared``, not isolated: the store's shared slot,
+which every process appends to), append one message (warm-up), print ``ready``, then
 wait for ``go START END`` on stdin (``time.monotonic()`` values: on Linux one clock for every
 process). From START, TASKS trio tasks each await ``add_message`` in a loop until END; prints one
 JSON line: the appends that completed inside the window (``counted``), every append this process
@@ -33,9 +34,9 @@ def text(head: str) -> str:
     return head + "x" * max(0, 200 - len(head))
 
 
-async def writers(url: str, process: int, tasks: int) -> None:
+async def writers(url: str, process: int, tasks: int, shared: bool) -> None:
     async with ctxrt.open_runtime(url, durability="sync") as rt:
-        manager = await rt.open(f"writer-{process}", isolate=True)
+        manager = await rt.open(f"writer-{process}", isolate=not shared)
         await manager.add_message("user", text(f"p{process} warm-up"))
         appended = 1
         print("ready", flush=True)
@@ -83,7 +84,7 @@ async def appender(url: str) -> None:
 def main(argv: list[str]) -> None:
     url, mode = argv[0], argv[1]
     if mode == "writers":
-        trio.run(writers, url, int(argv[2]), int(argv[3]))
+        trio.run(writers, url, int(argv[2]), int(argv[3]), argv[4:] == ["shared"])
     elif mode == "appender":
         trio.run(appender, url)
     else:

@@ -249,7 +249,7 @@ async def test_a_lease_lost_with_its_connection_stops_the_namespace_here(pg_url:
 
 
 @pytest.mark.parametrize("damage, finding", [
-    ("UPDATE ctxrt_meta SET value = 1 WHERE key = 'sequence'", "'sequence'"),
+    ("SELECT setval('ctxrt_sequence', 1)", "ctxrt_sequence"),
     ("DELETE FROM ctxrt_meta WHERE key = 'next_branch'", "next_branch"),
     ("UPDATE ctxrt_states SET kind = 'x' WHERE number = 1", "kind"),
     ("DROP TABLE ctxrt_blobs", "ctxrt's tables"),

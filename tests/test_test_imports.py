@@ -79,6 +79,8 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
     "test_engine.py": (frozenset({"ctxrt.store.actor", "ctxrt.store.engine", "ctxrt.store.postgres"}),
                        _UNIT + " (both store engines, command by command)"),
     "test_postgres_store.py": (frozenset({"ctxrt.store.postgres"}), _UNIT),
+    "test_postgres_ordering.py": (frozenset({"ctxrt.store.postgres"}),
+                                  _UNIT + " (the engine's visible horizon, last_sequence, read as the ordering contract states it)"),
     "typecheck/engines.py": (frozenset({"ctxrt.store.engine", "ctxrt.store.interface", "ctxrt.store.postgres"}),
                              "mypy checks that both engines satisfy the engine protocol"),
     "test_tokens.py": (frozenset({"ctxrt.content.tokens"}), _UNIT),

@@ -134,6 +134,11 @@ class Batch:
         self.sequence += 1
         return self.sequence
 
+    def store_sequence(self) -> int:
+        """The store's sequence as this batch sees it: a fork's default point, and the bound of an
+        explicit one (an engine whose writers commit in parallel settles it first)."""
+        return self.sequence
+
     def state(self, name: str) -> StateInfo:
         info = self.new_states.get(name) or self.engine.known_states.get(name)
         if info is None:
@@ -223,11 +228,10 @@ class Batch:
         key = (info.number, row.id)
         head = self.heads.get(key) or self.engine.known_heads.get(key) or self.read_head(info, row)
         checked = [_checked_blob(*blob) for blob in blobs] if blobs else ()
-        sequence = self.sequence + 1
         self.wrote = True
         for blob in checked:
             self.put_blob_row(*blob)
-        self.sequence = sequence
+        sequence = self._next_sequence()
         ordinal = head.next_ordinal
         self.put_item(info, row, ordinal, sequence, sequence, data)
         self._moved(info, row, key, LogHead(head.length + 1, ordinal + 1, head.removed, sequence,
@@ -415,10 +419,11 @@ class Batch:
         except ValueError as exc:
             raise MalformedContentError("name", str(exc)) from None
         # The arguments' own faults first, whatever the store holds; then what the store says.
-        fork = self.sequence if at_sequence is None else at_sequence
-        if not isinstance(fork, int) or isinstance(fork, bool) or not 0 <= fork <= self.sequence:
+        latest = self.store_sequence()
+        fork = latest if at_sequence is None else at_sequence
+        if not isinstance(fork, int) or isinstance(fork, bool) or not 0 <= fork <= latest:
             raise MalformedContentError(
-                "at_sequence", f"must be an integer in [0, {self.sequence}] (the store's sequence), not {checks.shown(fork)}"
+                "at_sequence", f"must be an integer in [0, {latest}] (the store's sequence), not {checks.shown(fork)}"
             )
         try:
             self.branch(name)

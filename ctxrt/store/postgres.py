@@ -3,19 +3,29 @@ versioned items and heads, blobs by SHA-256) in tables, for a store many process
 
 Design (docs/architecture.md, Beyond one machine):
 
-- One global sequence, kept in the ``ctxrt_meta`` row ``sequence``. A write transaction begins
-  by locking that row (``SELECT ... FOR UPDATE``): writers of every process commit one after
-  another, in sequence order, exactly as LMDB's one writer does. So "as of sequence T" is a
-  consistent snapshot for any T a reader has seen committed, and reads need no transaction of
-  their own: each read asks for rows as of a sequence.
+- One global sequence, a database sequence (``ctxrt_sequence``), and no global write lock:
+  writers of every process commit in parallel (their WAL flushes shared by the server's group
+  commit). What keeps the LMDB engine's orders true (docs/guarantees.md, Ordering):
+
+  * a slot (a state on a branch) is written under a transaction advisory lock of its own, taken
+    before its head is read, and the sequences a batch writes there are drawn from the database
+    sequence only after that lock was granted: along a slot, sequence order is commit order, so
+    "as of the slot's revision T" is a consistent snapshot and reads need no transaction;
+  * every write transaction holds the store's catalog lock shared; one that makes or deletes a
+    branch or registers a state takes it exclusive, so it runs with no other write in flight:
+    a fork's point (the sequence's last value then) has every write at or below it committed,
+    and the branch and state tables change only there;
+  * ``last_sequence`` is a visibility horizon: the sequence's last value, once every write
+    transaction in flight when it was read has ended (nothing at or below it appears later).
 - A batch is one transaction (each process's store actor still group-commits); each command
   that isn't an append runs under a savepoint, so a refused one leaves the others intact (what
   LMDB's nested transactions give). Rows are buffered and sent with ``executemany`` (pipelined)
   before the next read and at the commit.
-- Whatever other processes did is found at the start of each batch: a sequence other than the
-  last this process committed means the branch and state tables are read again and cached
-  heads forgotten. Conditional writes (a namespace's claim) and rising floors are decided inside
-  the transaction (``Batch.set_value``), so the audience rules hold across processes.
+- Whatever other processes did is found at the start of each batch: a catalog counter other
+  than the last this process saw means the branch and state tables are read again; heads are
+  never cached between batches (another process may move any slot's). Conditional writes (a
+  namespace's claim) and rising floors are decided inside the transaction, under the value's
+  slot lock (``Batch.set_value``), so the audience rules hold across processes.
 - Reads run on the caller's thread, one statement each on a connection of their own; batches
   run on a worker thread (``committer``: a ``WorkerCommitter``) on the writing connection.
 
@@ -25,6 +35,7 @@ with pipelined ``executemany``, binary ``bytea`` and server-side prepared statem
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -51,6 +62,7 @@ from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
 from .committer import Committer, WorkerCommitter
+from .protocol import AppendItem, Atomically, CreateBranch, DeleteBranch, RegisterState
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -64,8 +76,10 @@ from .urls import redact
 logger = logging.getLogger("ctxrt.store")
 _R = TypeVar("_R")
 
-SCHEMA_VERSION = 1
-READABLE_SCHEMAS = (1,)
+SCHEMA_VERSION = 2  # 2: the sequence is a database sequence (1: a ctxrt_meta row under a lock)
+READABLE_SCHEMAS = (1, 2)  # a schema-1 store is read as it is; a writer's open migrates it to 2
+DEADLOCK_RETRIES = 5  # a batch the server broke a lock cycle in is run again (nothing was written)
+HORIZON_POLL_S = 0.001  # how often ``last_sequence`` looks whether the writes in flight have ended
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_MS = 30_000  # per statement, and per wait for a lock (another process's write)
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
@@ -88,6 +102,7 @@ CREATE TABLE ctxrt_values (
     PRIMARY KEY (state, branch, version));
 CREATE INDEX ctxrt_values_by_branch ON ctxrt_values (branch, version);
 CREATE TABLE ctxrt_blobs (sha256 bytea PRIMARY KEY, media_type text NOT NULL, data bytea NOT NULL);
+CREATE SEQUENCE ctxrt_sequence;
 """
 
 
@@ -112,11 +127,13 @@ class PostgresEngine(Catalog):
         # (sequence, catalog) as of what this process last read or committed: a batch that finds
         # others reads the branch and state tables again (another process wrote, made or deleted
         # a branch, or registered a state: those move the catalog, not the sequence).
-        self._committed = (0, 0)
-        self._began = False  # the running batch's lock was granted (a retry would no longer be safe)
+        self._committed = 0
+        self._schema = SCHEMA_VERSION
+        self._began = False  # the server answered the running batch (a retry would no longer be safe)
         if create:  # a writer, which may take leases (and the schema's creation lock)
             self._require_leases()
         self._ensure_schema(create)
+        self._catalog_key = _lock_key(self._reader, "catalog")
         self.reload()
 
     # -- set-up -----------------------------------------------------------------------------
@@ -253,6 +270,30 @@ class PostgresEngine(Catalog):
                 f"{self.data_path} records ctxrt schema {found!r}; this ctxrt reads schemas "
                 f"{', '.join(map(str, READABLE_SCHEMAS))}"
             )
+        self._schema = found
+        if found == 1 and create:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Schema 1 to 2, in one transaction: the sequence row becomes a database sequence that goes
+        on from it. Deleting the row waits for schema-1 writers' batches (they lock it) and stops
+        their next ones (they find no sequence row and write nothing)."""
+        try:
+            with self._writer.transaction():
+                self._writer.execute("SELECT pg_advisory_xact_lock(hashtext('ctxrt schema'))")
+                # Only a store's tables are moved (a foreign ctxrt_meta is refused by the load that follows).
+                tables = self._writer.execute("SELECT to_regclass('ctxrt_branches') IS NOT NULL"
+                                              " AND to_regclass('ctxrt_items') IS NOT NULL").fetchone()
+                if self._format() == 1 and tables and tables[0]:
+                    row = self._writer.execute("DELETE FROM ctxrt_meta WHERE key = 'sequence' RETURNING value").fetchone()
+                    self._writer.execute("CREATE SEQUENCE ctxrt_sequence")
+                    if row is not None and int(row[0]) > 0:
+                        self._writer.execute("SELECT setval('ctxrt_sequence', %s)", (int(row[0]),))
+                    self._writer.execute("UPDATE ctxrt_meta SET value = 2 WHERE key = 'format'")
+                    logger.info("%s: moving the store from ctxrt schema 1 to 2", self.data_path)
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(self.data_path, f"moving the store to schema 2 failed: {self._reason(exc)}") from None
+        self._schema = 2
 
     def _format(self) -> int | None:
         exists = self._writer.execute("SELECT to_regclass('ctxrt_meta') IS NOT NULL").fetchone()
@@ -270,7 +311,7 @@ class PostgresEngine(Catalog):
                 conn.execute(statement)
         conn.cursor().executemany(
             "INSERT INTO ctxrt_meta (key, value) VALUES (%s, %s)",
-            [("format", SCHEMA_VERSION), ("sequence", 0), ("next_branch", 2), ("next_state", 1)],
+            [("format", SCHEMA_VERSION), ("next_branch", 2), ("next_state", 1)],
         )
         main = BranchRow(1, MAIN_BRANCH, None, None, (), int(time.time() * 1000))
         conn.execute("INSERT INTO ctxrt_branches (id, name, deleted, row) VALUES (1, %s, false, %s)",
@@ -290,9 +331,9 @@ class PostgresEngine(Catalog):
 
     def _load(self, conn: psycopg.Connection[Any]) -> None:
         try:
-            # The counters first: the tables read after them are at least as new as they say, so a
-            # batch that finds the same counters needs no reload.
-            counters = dict(conn.execute(_COUNTERS).fetchall())
+            # The counter first: the tables read after it are at least as new as it says, so a
+            # batch that finds the same counter needs no reload.
+            catalog = _catalog(conn.execute(_CATALOG).fetchall())
             branch_rows = conn.execute("SELECT id, row FROM ctxrt_branches").fetchall()
             state_rows = conn.execute("SELECT name, number, kind FROM ctxrt_states").fetchall()
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
@@ -314,22 +355,46 @@ class PostgresEngine(Catalog):
             if kind not in ("log", "value"):
                 raise self._damaged(f"state {name!r} has kind {kind!r}")
             states[name] = StateInfo(number, name, kind)
-        read = (int(counters.get("sequence", 0)), int(counters.get("catalog", 0)))
         with self._install:
             # A reload on the loop's thread can race a batch's commit on the worker: never install
-            # tables older than what is installed (the counters say which is newer).
-            if read[0] < self._committed[0] or read[1] < self._committed[1]:
+            # tables older than what is installed (the counter says which is newer).
+            if catalog < self._committed:
                 return
             self.install(branches, states)
-            self._committed = read
+            self._committed = catalog
 
     # -- lookups ----------------------------------------------------------------------------
 
     @property
     def last_sequence(self) -> int:
-        """The store's sequence now (one read: other processes write too)."""
-        row = self._fetchone("SELECT value FROM ctxrt_meta WHERE key = 'sequence'", ())
-        return int(row[0]) if row else 0
+        """The store's visible horizon: a sequence at or below which every write is committed and
+        none will appear later (the database sequence's last value, once every write transaction
+        in flight when it was read has ended). Writers commit in parallel, so a higher sequence
+        may already be readable in its own slot. Raises ``StoreUnavailableError``."""
+        if self._schema == 1:  # read as it is (a schema-1 writer commits one batch at a time)
+            row = self._fetchone("SELECT value FROM ctxrt_meta WHERE key = 'sequence'", ())
+            return int(row[0]) if row else 0
+        with self._lock:
+            try:
+                return self._horizon(self._reader)
+            except psycopg.OperationalError as exc:
+                self._reader = self._reconnect(self._reader, exc)
+                return self._horizon(self._reader)
+
+    def _horizon(self, conn: psycopg.Connection[Any]) -> int:
+        # The last value first, then who holds the catalog lock: a writer that drew a sequence at or
+        # below it took that lock before, and holds it until its rows are visible.
+        row = conn.execute(_LAST_VALUE).fetchone()
+        last = int(row[0]) if row else 0
+        holding = set(conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall())
+        deadline = time.monotonic() + STATEMENT_TIMEOUT_MS / 1000
+        while holding:
+            if time.monotonic() > deadline:
+                raise StoreUnavailableError(self.data_path, f"writes in flight didn't end within "
+                                                            f"{STATEMENT_TIMEOUT_MS} ms")
+            time.sleep(HORIZON_POLL_S)
+            holding &= set(conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall())
+        return last
 
     def rereads(self) -> bool:
         """Always: other processes write the tables too."""
@@ -580,21 +645,48 @@ class PostgresEngine(Catalog):
         (before the batch began: nothing was written; once it began, the rows and the COMMIT went
         out together, so the message says whether it committed is unknown), ``StoreFullError`` when
         the server's disk is full, ``StoreCorruptError`` when a stored row doesn't decode or the
-        sequence row is behind the stored rows.
+        database sequence is behind the stored rows. A batch the server broke a lock cycle in
+        (two batches locking slots in opposite orders) runs again, holding the catalog lock exclusive.
+        ``StoreUnsupportedError`` from an engine opened read-only on a schema-1 store.
         """
+        if self._schema != SCHEMA_VERSION:  # a read-only engine on a schema-1 store
+            raise StoreUnsupportedError(self.data_path, f"it holds ctxrt schema {self._schema}; a writing "
+                                                        f"runtime's open moves it to {SCHEMA_VERSION}")
+        # A batch that changes the tables holds the catalog lock exclusive from its start (two
+        # batches upgrading from shared would each wait for the other).
+        exclusive, settled = _changes_catalog(commands, self.known_states), False
         try:
-            try:
-                results, batch = self._apply_reconnecting(commands, execute, unnested)
-            except Unsafe:
-                results, batch = self._apply(commands, execute, None)
+            for attempt in range(DEADLOCK_RETRIES + 1):
+                try:
+                    try:
+                        results, batch = self._apply_reconnecting(commands, execute, unnested, exclusive, settled)
+                    except Unsafe:
+                        results, batch = self._apply(commands, execute, None, exclusive, settled)
+                    break
+                except _CatalogMoved:
+                    # Another process made or deleted a branch or registered a state since this one
+                    # last read the tables: the batch ran on old ones and was rolled back. Run it
+                    # again, reading the tables first (under the catalog lock: they can't move again
+                    # before it commits).
+                    settled = True
+                except psycopg.errors.DeadlockDetected:
+                    # Two batches took locks in opposite orders and the server rolled this one back
+                    # whole: nothing of it was written. It runs again holding the catalog lock
+                    # exclusive (no other write in flight: it can't meet a cycle again).
+                    if attempt == DEADLOCK_RETRIES:
+                        raise
+                    logger.info("%s: a batch met a lock cycle; running it again", self.data_path)
+                    exclusive = True
+            else:
+                raise StoreUnavailableError(self.data_path, "the branch and state tables kept changing under a batch")
         except psycopg.errors.DiskFull as exc:
             raise StoreFullError(self.data_path, f"the server's disk is full ({self._reason(exc)})") from None
         except psycopg.errors.UniqueViolation as exc:
             if exc.diag.constraint_name != "ctxrt_items_appended":
                 raise StoreUnavailableError(self.data_path, f"a write collided with another process's: "
                                                             f"{self._reason(exc)}; nothing was written") from None
-            # A sequence handed out twice: the sequence row went back.
-            raise self._damaged(f"a write reused a stored sequence; ctxrt_meta's 'sequence' row is behind the "
+            # A sequence handed out twice: the database sequence went back.
+            raise self._damaged(f"a write reused a stored sequence; the sequence ctxrt_sequence is behind the "
                                 f"stored rows ({self._reason(exc)})") from None
         except psycopg.Error as exc:
             lost = self._writer.broken or self._writer.closed
@@ -609,40 +701,45 @@ class PostgresEngine(Catalog):
 
     def _apply_reconnecting(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool] | None,
+        exclusive: bool, settled: bool,
     ) -> tuple[list[tuple[bool, Any]], PgBatch]:
         """``_apply``, again on a new connection if the server had dropped the old one before the
         batch could begin (an idle connection killed by a restart: nothing was sent, nothing written)."""
         self._began = False
         try:
-            return self._apply(commands, execute, unnested)
+            return self._apply(commands, execute, unnested, exclusive, settled)
         except psycopg.OperationalError:
             if self._began or not (self._writer.broken or self._writer.closed):
                 raise
             self._writer = self._connect(self._writer, writer=True)
-            return self._apply(commands, execute, unnested)
+            return self._apply(commands, execute, unnested, exclusive, settled)
 
     def _apply(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool] | None,
+        exclusive: bool, settled: bool,
     ) -> tuple[list[tuple[bool, Any]], PgBatch]:
         conn = self._writer
-        # Pipelined: statements are sent without waiting for each answer; a read (the lock's, a
-        # head's) waits. An append batch is two round trips: the lock, then its rows and the commit.
+        # Pipelined: statements are sent without waiting for each answer; a read (a head's) waits.
+        # An append batch is two round trips: the catalog lock and counter with the slot's lock,
+        # head and sequences; then its rows and the commit.
         with conn.pipeline() as pipeline, conn.transaction():
             cursor = conn.cursor()
-            cursor.execute("SELECT value FROM ctxrt_meta WHERE key = 'sequence' FOR UPDATE")
-            # Read after the lock is granted (a statement of its own: its snapshot is taken then).
-            counters = dict(conn.execute(_COUNTERS).fetchall())
-            self._began = True  # the server answered: from here a failure may follow writes
-            if "sequence" not in counters:
-                raise self._damaged("ctxrt_meta has no 'sequence' row")
-            sequence, catalog = int(counters["sequence"]), int(counters.get("catalog", 0))
-            if (sequence, catalog) != self._committed or not self.known_states:
-                self._load(conn)  # another process wrote since: what this one knew may be out of date
-            batch = PgBatch(self, cursor, sequence, catalog)
+            cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
+            # Read after the lock is granted (a statement of its own: its snapshot is taken then),
+            # answered with the batch's first read: the tables it knows are checked then.
+            found = conn.cursor().execute(_CATALOG)
+            counter: psycopg.Cursor[Any] | None = found
+            if settled or not self.known_states:  # nothing read yet, or they moved: read the tables first
+                self._began = True
+                if _catalog(found.fetchall()) != self._committed or not self.known_states:
+                    self._load(conn)
+                counter = None
+            catalog = self._committed  # what the commands are judged against (a reload may move it meanwhile)
+            batch = PgBatch(self, cursor, catalog, _appends(commands), counter)
+            batch.exclusive = exclusive
             results = run_commands(batch, commands, execute, unnested, _Savepoints(self, batch, pipeline))
+            batch.check_catalog()
             batch.flush()
-            if batch.sequence != sequence:
-                cursor.execute("UPDATE ctxrt_meta SET value = %s WHERE key = 'sequence'", (batch.sequence,))
             if batch.catalog != catalog:
                 cursor.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('catalog', %s)"
                                " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (batch.catalog,))
@@ -657,8 +754,9 @@ class PostgresEngine(Catalog):
 
     def _committed_batch(self, batch: PgBatch) -> None:
         with self._install:
-            self._committed = (batch.sequence, batch.catalog)
+            self._committed = batch.catalog
             self.take_batch(batch)
+            self.known_heads.clear()  # another process may move any head before the next batch
 
 
 _Fetch = Callable[[str, Sequence[Any]], list[Any]]
@@ -740,20 +838,48 @@ class _Savepoints:
         """Nothing: the batch's transaction rolls back whole."""
 
 
+class _CatalogMoved(Exception):
+    """A batch ran on branch and state tables older than its transaction's: it runs again."""
+
+
 class PgBatch(Batch):
     """A batch's rows in one PostgreSQL transaction, buffered until the next read or the commit."""
 
-    def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], sequence: int, catalog: int) -> None:
-        super().__init__(engine, sequence)
+    def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], catalog: int,
+                 appends: dict[tuple[str, str | int], int], counter: psycopg.Cursor[Any] | None) -> None:
+        super().__init__(engine, 0)  # ``sequence``: the last this batch drew
         self.catalog = catalog  # moved by every branch or state row this batch writes
+        self._counter = counter  # the catalog counter as the transaction found it, not read yet
         self.pg = engine
         self.cursor = cursor
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
         self._current: dict[tuple[int, int], tuple[Any, ...]] = {}  # current heads, one row each
+        # Slot locks held, and sequences drawn since the last of them was granted (a slot's writes
+        # take only sequences drawn after its lock). A lock taken under a savepoint that is rolled
+        # back is released with it: both are part of ``savepoint``.
+        self._locked: frozenset[tuple[int, int]] = frozenset()
+        self._drawn: tuple[int, ...] = ()
+        self._drawing: psycopg.Cursor[Any] | None = None  # a draw sent with the last lock, unread
+        self.exclusive = False  # the catalog lock is held exclusive
+        # The batch's appends per (state, branch as named): a slot's lock draws as many sequences in
+        # its round trip (an append is refused, if at all, before it takes one: no gap). Other
+        # commands draw theirs when they take it, so a refused one takes none.
+        self._appends = appends
 
     def _fetch(self, query: str, params: Sequence[Any]) -> list[Any]:
         self.flush()
-        return self.cursor.execute(query, params).fetchall()
+        rows = self.cursor.execute(query, params).fetchall()
+        self.pg._began = True  # the server answered: from here a failure may follow writes
+        self.check_catalog()
+        return rows
+
+    def check_catalog(self) -> None:
+        """Raise ``_CatalogMoved`` if the catalog counter the transaction found (answered by now, or
+        read here) isn't the one this batch's commands were judged against."""
+        if self._counter is not None:
+            counter, self._counter = self._counter, None
+            if _catalog(counter.fetchall()) != self.catalog:
+                raise _CatalogMoved
 
     def flush(self) -> None:
         """Send the buffered rows (pipelined)."""
@@ -771,6 +897,7 @@ class PgBatch(Batch):
         self._rows.setdefault(statement, []).append(row)
 
     def read_head(self, info: StateInfo, row: BranchRow) -> LogHead:
+        self._lock_slot(info, row)  # heads are never cached between batches: this is a slot's first touch
         return self.pg._head_at(self._fetch, info.number, row.levels())
 
     def locate(
@@ -782,6 +909,7 @@ class PgBatch(Batch):
         return self.pg._items(self._fetch, info, row.levels(), start, stop, head)
 
     def read_value(self, info: StateInfo, row: BranchRow) -> tuple[Any, int]:
+        self._lock_slot(info, row)  # a conditional write or a floor: decided against the newest value
         return self.pg._value(self._fetch, info, row.levels())
 
     def item_version(self, info: StateInfo, row: BranchRow, located: tuple[int, int, LogHead]) -> int:
@@ -789,6 +917,7 @@ class PgBatch(Batch):
         return self.pg._items(self._fetch, info, row.levels(), index, index + 1, head)[0].version
 
     def next_number(self, counter: Counter) -> int:
+        self._lock_catalog()
         key = "next_state" if counter == "state" else "next_branch"
         found = self._fetch("UPDATE ctxrt_meta SET value = value + 1 WHERE key = %s RETURNING value - 1", (key,))
         if not found:
@@ -796,13 +925,53 @@ class PgBatch(Batch):
         return int(found[0][0])
 
     def savepoint(self) -> tuple[Any, ...]:
-        return (*super().savepoint(), self.catalog)
+        return (*super().savepoint(), self.catalog, self._locked, self.exclusive)
 
     def restore(self, saved: tuple[Any, ...]) -> None:
-        super().restore(saved[:-1])
-        self.catalog = saved[-1]
+        super().restore(saved[:-3])
+        self.catalog, self._locked, self.exclusive = saved[-3:]
+        self._drawn, self._drawing = (), None  # maybe drawn before a lock now taken again
+
+    def _lock_slot(self, info: StateInfo, row: BranchRow) -> None:
+        """Take the slot's lock (waiting for another batch writing it to end) and draw one sequence
+        after it, sent ahead of the read that follows (the same round trip)."""
+        if (info.number, row.id) in self._locked:
+            return
+        self.flush()
+        self.cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_slot_key(self.pg._catalog_key, info.number, row.id),))
+        self._locked |= {(info.number, row.id)}
+        self._drawn, self._drawing = (), None
+        count = self._appends.get((info.name, row.id), 0) + self._appends.get((info.name, row.name), 0)
+        if count:
+            self._drawing = self.pg._writer.cursor()
+            self._drawing.execute(_DRAW, (count,))
+
+    def _next_sequence(self) -> int:
+        if self._drawing is not None:
+            drawing, self._drawing = self._drawing, None
+            self._drawn = tuple(int(value) for (value,) in drawing.fetchall())
+        if not self._drawn:
+            self._drawn = tuple(int(value) for (value,) in self._fetch(_DRAW, (1,)))
+        self.sequence, self._drawn = self._drawn[0], self._drawn[1:]
+        return self.sequence
+
+    def store_sequence(self) -> int:
+        """The sequence's last value with no other write in flight (this batch holds the catalog
+        lock exclusive): every write at or below it is committed."""
+        self._lock_catalog()
+        [(last,)] = self._fetch(_LAST_VALUE, ())
+        return max(int(last), self.sequence)
+
+    def _lock_catalog(self) -> None:
+        """Hold the catalog lock exclusive (from the shared hold every batch has): wait for every other
+        write in flight to end, and keep new ones out until this batch commits."""
+        if not self.exclusive:
+            self.flush()
+            self.cursor.execute("SELECT pg_advisory_xact_lock(%s)", (self.pg._catalog_key,))
+            self.exclusive = True
 
     def put_state(self, info: StateInfo) -> None:
+        self._lock_catalog()
         self.catalog += 1
         self._buffer("INSERT INTO ctxrt_states (name, number, kind) VALUES (%s, %s, %s)",
                      (info.name, info.number, info.kind))
@@ -823,6 +992,7 @@ class PgBatch(Batch):
                      (info.number, row.id, version, data))
 
     def put_branch(self, row: BranchRow, *, created: bool) -> None:
+        self._lock_catalog()
         self.catalog += 1
         if created:
             self._buffer("INSERT INTO ctxrt_branches (id, name, deleted, row) VALUES (%s, %s, %s, %s)",
@@ -840,11 +1010,58 @@ class PgBatch(Batch):
 # database don't share leases).
 _TRY_LEASE = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema() || '/' || %s))"
 _UNLEASE = "SELECT pg_advisory_unlock(%s, hashtext(current_schema() || '/' || %s))"
-_COUNTERS = "SELECT key, value FROM ctxrt_meta WHERE key IN ('sequence', 'catalog')"
+_CATALOG = "SELECT value FROM ctxrt_meta WHERE key = 'catalog'"
+_DRAW = "SELECT nextval('ctxrt_sequence') FROM generate_series(1, %s)"
+# The last sequence drawn (a sequence never drawn from has is_called false: none yet).
+_LAST_VALUE = "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ctxrt_sequence"
+# The write transactions holding the catalog lock (a bigint key's halves, as pg_locks shows them).
+_WRITERS = ("SELECT pid, virtualtransaction FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+            " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND classid = ((%(key)s::bigint >> 32) & 4294967295)::oid AND objid = (%(key)s::bigint & 4294967295)::oid")
 _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, sequence, data)"
                 " VALUES (%s, %s, %s, %s, %s, %s)")
 _UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)"
                 " ON CONFLICT (state, branch, version) DO UPDATE SET revision = EXCLUDED.revision, head = EXCLUDED.head")
+
+
+def _appends(commands: Sequence[Any]) -> dict[tuple[str, str | int], int]:
+    """How many appends ``commands`` make to each (state, branch as the command names it)."""
+    counts: dict[tuple[str, str | int], int] = {}
+    for command in commands:
+        if type(command) is AppendItem:
+            counts[(command.state, command.branch)] = counts.get((command.state, command.branch), 0) + 1
+        elif type(command) is Atomically:
+            for key, count in _appends(command.commands).items():
+                counts[key] = counts.get(key, 0) + count
+    return counts
+
+
+def _changes_catalog(commands: Sequence[Any], states: dict[str, StateInfo]) -> bool:
+    """Whether ``commands`` may make or delete a branch or register a state (one not known yet)."""
+    for command in commands:
+        if type(command) in (CreateBranch, DeleteBranch) or (type(command) is RegisterState and command.name not in states):
+            return True
+        if type(command) is Atomically and _changes_catalog(command.commands, states):
+            return True
+    return False
+
+
+def _catalog(rows: list[Any]) -> int:
+    return int(rows[0][0]) if rows else 0
+
+
+def _lock_key(conn: psycopg.Connection[Any], what: str) -> int:
+    """A 64-bit advisory lock key for ``what`` of the store in this connection's schema (stores in
+    other schemas of the database don't share it; leases use two 32-bit keys, another key space)."""
+    row = conn.execute("SELECT current_schema()").fetchone()
+    digest = hashlib.blake2b(f"ctxrt {row[0] if row else ''}/{what}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _slot_key(catalog_key: int, state: int, branch: int) -> int:
+    """The lock key of one slot (state, branch) of the store whose catalog lock is ``catalog_key``."""
+    digest = hashlib.blake2b(f"{catalog_key}/{state}/{branch}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _limit(limit: int) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import CtxrtError, StoreCorruptError
-from .postgres import PostgresEngine
+from .postgres import _LAST_VALUE, PostgresEngine
 from .urls import redact
 from .verify import (
     Findings,
@@ -57,9 +57,13 @@ def walk_postgres(url: str, check_item: ItemCheck, *,
 def _check_meta(engine: PostgresEngine, found: Findings) -> None:
     """The counters a write relies on: present, and past every stored row (or writes reuse them)."""
     meta = {key: int(value) for key, value in engine.rows("SELECT key, value FROM ctxrt_meta")}
-    for key in ("format", "sequence", "next_branch", "next_state"):
+    # Schema 2 draws sequences from the database sequence ctxrt_sequence; schema 1 kept a row.
+    counters = ("format", "next_branch", "next_state") + (("sequence",) if meta.get("format") == 1 else ())
+    for key in counters:
         if key not in meta:
             found.damaged("ctxrt_meta", f"has no {key!r} row (every write needs it)")
+    if meta.get("format") != 1:
+        meta["sequence"] = int(engine.rows(_LAST_VALUE)[0][0])
     [(top, branch, state)] = engine.rows(
         "SELECT greatest((SELECT max(version) FROM ctxrt_items), (SELECT max(version) FROM ctxrt_values),"
         " (SELECT max(revision) FROM ctxrt_heads)), (SELECT max(id) FROM ctxrt_branches),"
@@ -69,8 +73,9 @@ def _check_meta(engine: PostgresEngine, found: Findings) -> None:
         if key in meta and stored is not None:
             limit = meta[key] if key == "sequence" else meta[key] - 1
             if stored > limit:
-                found.damaged(f"ctxrt_meta {key!r}", f"{meta[key]} is behind the stored rows (a {what} up to "
-                                                     f"{stored}): new writes would reuse it")
+                where = "ctxrt_sequence" if key == "sequence" and meta.get("format") != 1 else f"ctxrt_meta {key!r}"
+                found.damaged(where, f"{meta[key]} is behind the stored rows (a {what} up to {stored}): new writes "
+                                     f"would reuse it")
 
 
 def _walk_rows(engine: PostgresEngine, found: Findings, check_item: ItemCheck) -> None:

@@ -1,0 +1,117 @@
+"""The ordering contract of a PostgreSQL store whose writers commit in parallel (issue 39, K11):
+real writer processes race a reader that follows the store's visible horizon and makes forks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import trio
+
+import ctxrt
+from ctxrt.store.postgres import PostgresEngine
+
+CHILD = Path(__file__).with_name("pg_ordering_writer.py")
+
+
+def _appended(url: str) -> dict[int, int]:
+    """Every appended item's sequence -> its slot (state number), read with SQL."""
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT sequence, state FROM ctxrt_items WHERE version = sequence AND branch = 1"))
+
+
+def _slot_sequences(url: str) -> dict[int, list[int]]:
+    """Each slot's appended sequences in slot (ordinal) order."""
+    slots: dict[int, list[int]] = {}
+    with psycopg.connect(url) as conn:
+        for state, sequence in conn.execute("SELECT state, sequence FROM ctxrt_items WHERE version = sequence"
+                                            " AND branch = 1 ORDER BY state, ordinal"):
+            slots.setdefault(state, []).append(sequence)
+    return slots
+
+
+async def test_readers_racing_parallel_writers_never_skip_a_message_that_appears_later(pg_url: str) -> None:
+    """K11: while 3 processes append in parallel (each to its own slot and to the shared slot), every
+    horizon a reader is given (``last_sequence``) is final: the messages at or below it are exactly
+    those it saw then, none appears below it later; the horizon never goes back; each slot lists its
+    messages in sequence order; and a fork made meanwhile keeps exactly what it held when made (K2)."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        await rt.open("forker")  # the store and its states exist before the writers open
+        children = [subprocess.Popen([sys.executable, str(CHILD), pg_url, str(p), "40"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in range(3)]
+        try:
+            for child in children:
+                assert child.stdout is not None and child.stdin is not None
+                assert child.stdout.readline().strip() == "ready", child.stderr.read() if child.stderr else ""
+            for child in children:
+                assert child.stdin is not None
+                child.stdin.write("go\n")
+                child.stdin.flush()
+            reader = PostgresEngine(pg_url, create=False)
+            seen: list[tuple[int, frozenset[int]]] = []
+            forks: list[tuple[str, list[int]]] = []
+            try:
+                while any(child.poll() is None for child in children) or len(seen) < 3:
+                    horizon = await trio.to_thread.run_sync(lambda: reader.last_sequence)
+                    visible = await trio.to_thread.run_sync(_appended, pg_url)
+                    seen.append((horizon, frozenset(s for s in visible if s <= horizon)))
+                    if len(forks) < 5:
+                        name = f"fork-{len(forks)}"
+                        await rt.create_branch(name)
+                        row = await trio.to_thread.run_sync(reader.branch, name)
+                        held = await trio.to_thread.run_sync(reader.read_log, "messages", row.id)
+                        forks.append((name, [item.sequence for item in held]))
+                for child in children:
+                    await trio.to_thread.run_sync(child.wait)
+                final_horizon = await trio.to_thread.run_sync(lambda: reader.last_sequence)
+                forks_after = [(name, [item.sequence for item in reader.read_log("messages", reader.branch(name).id)])
+                               for name, _ in forks]
+            finally:
+                reader.close()
+            outputs = [child.communicate(timeout=120) for child in children]
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+    assert all(child.returncode == 0 for child in children), [err[-2000:] for _, err in outputs]
+    acknowledged = {int(i) for out, _ in outputs for i in json.loads(out.strip().splitlines()[-1])}
+    assert len(acknowledged) == 3 * 4 * 40
+
+    final = _appended(pg_url)
+    assert acknowledged <= set(final)
+    horizons = [horizon for horizon, _ in seen]
+    assert horizons == sorted(horizons), "the horizon never goes back"
+    assert horizons[-1] <= final_horizon and final_horizon >= max(acknowledged), "the horizon reaches every write"
+    for horizon, saw in seen:
+        assert saw == {s for s in final if s <= horizon}, f"a message appeared at or below horizon {horizon}"
+    for slot, sequences in _slot_sequences(pg_url).items():
+        assert sequences == sorted(sequences), f"slot {slot} lists its messages in sequence order"
+    assert forks == forks_after, "a fork holds what it held when it was made"
+    assert any(held for _, held in forks)
+
+
+async def test_a_schema_1_store_is_read_as_it_is_and_moved_to_schema_2_by_a_writer(pg_url: str) -> None:
+    """K11, K5: a store written by the ctxrt before parallel writers (schema 1: the sequence a row of
+    ctxrt_meta) opens read-only as it is; a writer's open moves it to schema 2, whose sequence goes on
+    from the row's value; the row is gone, so a schema-1 writer still running writes nothing more."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        manager = await rt.open("ann")
+        first = [await manager.add_message("user", f"line {n}") for n in range(3)]
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as the schema-1 ctxrt left it
+        conn.execute("DROP SEQUENCE ctxrt_sequence")
+        conn.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('sequence', %s)", (int(first[-1]),))
+        conn.execute("UPDATE ctxrt_meta SET value = 1 WHERE key = 'format'")
+    async with ctxrt.open_runtime(pg_url, readonly=True) as rt:
+        reader = await rt.open("ann")
+        assert [m.id for m in await reader.get_all_messages()] == first
+    async with ctxrt.open_runtime(pg_url) as rt:
+        manager = await rt.open("ann")
+        later = await manager.add_message("user", "after the move")
+        assert int(later) == int(first[-1]) + 1
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        meta = dict(conn.execute("SELECT key, value FROM ctxrt_meta").fetchall())
+    assert meta["format"] == 2 and "sequence" not in meta
