@@ -78,6 +78,9 @@ from .errors import (
     MalformedContentError as MalformedContentError,
 )
 from .errors import (
+    LedgerOffError as LedgerOffError,
+)
+from .errors import (
     ManagerClosedError as ManagerClosedError,
 )
 from .errors import (

@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
 
+from .compile.provenance import Provenance
 from .compile.result import CompileResult
-from .content.blocks import Block, CompiledMessage
+from .content.blocks import Block, CompiledMessage, Text
 from .content.codec import from_jsonable, to_jsonable
-from .content.tokens import estimate_blocks
-from .models.model_types import ModelRequest, Usage
+from .content.tokens import estimate_blocks, estimate_text
+from .errors import StoreCorruptError
+from .models.model_types import ModelRequest, ModelResponse, Usage
+from .store.interface import StoreEngine
+from .store.records import Item
 
 # The forms a record names: a compile result's request forms (``CompileResult.to_anthropic``,
 # ``to_openai_chat``, ``to_openai_responses``), and a compression call the namespace made.
@@ -159,6 +164,34 @@ def text_digest(text: str) -> str:
 # -- making records ------------------------------------------------------------------------------
 
 
+def check_latency(value: object) -> float | None:
+    """``latency_ms``: None, or a non-negative finite number of milliseconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"latency_ms must be a number of milliseconds or None, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"latency_ms must be a non-negative finite number, not {value!r}")
+    return float(value)
+
+
+def stored_options(options: Mapping[str, Any], result: CompileResult) -> dict[str, Any]:
+    """A form's keyword arguments as a record keeps them (JSON): ``assistant`` as a sorted list,
+    and the result's system injections' text (``system_injections``), which a rebuilt result
+    carries again."""
+    kept = dict(options)
+    assistant = kept.get("assistant")
+    if assistant is not None and not isinstance(assistant, str):
+        kept["assistant"] = sorted(assistant)
+    texts = [b.text for b in result.system_injections if isinstance(b, Text)]
+    if texts:
+        kept[_INJECTIONS] = texts
+    return kept
+
+
+_INJECTIONS = "system_injections"
+
+
 def make_body(result: CompileResult, form: str, options: Mapping[str, Any]) -> Any:
     """The body ``form`` makes of ``result`` with ``options`` (its keyword arguments)."""
     if form == "anthropic":
@@ -222,7 +255,7 @@ def held_and_parts(result: CompileResult, version: int) -> tuple[tuple[HeldItem,
             held[source.id] = HeldItem(source.id, source.kind, version)
         if len(found) == 1 and found[0].kind == "message" and found[0].complete:
             body = raw.get(found[0].id)
-            if body is not None and body.content == message.content:
+            if body is not None and (body.content is message.content or body.content == message.content):
                 named = found[0].id
         parts.append(Part(message.participant, message.cache_breakpoint, named,
                           None if named is not None else tuple(to_jsonable(list(message.content)))))
@@ -239,6 +272,36 @@ def compression_held(request: ModelRequest, unit_work: Any, version: int) -> tup
         if hasattr(item, "level") and hasattr(item, "id") and not hasattr(item, "message_ids"):
             held.setdefault(str(item.id), HeldItem(str(item.id), "summary", version))
     return tuple(held.values())
+
+
+def compression_record(
+    *, record_id: str, at_ms: int, sequence: int, namespace: str, branch: str, reader: str | None,
+    request: ModelRequest, response: ModelResponse, unit_work: Any, latency_ms: float | None,
+    trace_id: str | None = None, span_id: str | None = None,
+) -> RequestRecord:
+    """The record of a compression call the namespace made (Q6): what its unit read, the request
+    as sent (its parts kept whole: the reader's view of the chunk), the usage and latency."""
+    tokens = estimate_text(request.system or "") + sum(estimate_blocks(m.content) for m in request.messages)
+    text = response.text
+    return RequestRecord(
+        id=record_id, at_ms=at_ms, sequence=sequence, namespace=namespace, branch=branch, reader=reader,
+        form=COMPRESSION, model=request.model, budget=request.max_tokens, zone_tokens={COMPRESSION: tokens},
+        total_tokens=tokens, body_digest=body_digest(request_body(request)),
+        held=compression_held(request, unit_work, sequence), usage=RequestUsage.of(response.usage),
+        latency_ms=latency_ms, response=text_digest(text), response_chars=len(text), trace_id=trace_id,
+        span_id=span_id,
+        options={"model": request.model, "max_tokens": request.max_tokens, "system": request.system,
+                 "assistant": sorted(request.assistant)},
+        parts=tuple(Part(m.participant, m.cache_breakpoint, None, tuple(to_jsonable(list(m.content))))
+                    for m in request.messages),
+    )
+
+
+def compression_request(record: RequestRecord, messages: Sequence[CompiledMessage]) -> ModelRequest:
+    """The compression request a record keeps, made again from its options and messages."""
+    options = record.options
+    return ModelRequest(str(options["model"]), options.get("system"), messages, int(options["max_tokens"]),
+                        assistant=frozenset(options.get("assistant", ())))
 
 
 def request_body(request: ModelRequest) -> dict[str, Any]:
@@ -306,7 +369,62 @@ def decode_record(data: bytes) -> RequestRecord:
         raise ValueError(f"a request record that doesn't decode: {exc!r}") from None
 
 
-def rebuilt_messages(parts: Iterable[Part], content_of: Any) -> list[CompiledMessage]:
+def rebuilt_body(record: RequestRecord, content_of: Callable[[str], Sequence[Block]]) -> Any:
+    """The body ``record`` keeps, made again: its parts' messages (a named message's content from
+    ``content_of(id)``) through its form with its options."""
+    messages = rebuilt_messages(record.parts, content_of)
+    if record.form == COMPRESSION:
+        return request_body(compression_request(record, messages))
+    options = dict(record.options)
+    injections = [Text(text) for text in options.pop(_INJECTIONS, ())]
+    provenance = Provenance(f"rebuilt:{record.id}", record.namespace, record.branch, record.reader, "",
+                            tuple(() for _ in messages), {}, {})
+    return make_body(CompileResult(messages, injections, provenance), record.form, options)
+
+
+def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int | None, limit: int,
+                 holding: str | None) -> list[RequestRecord]:
+    """The records of ledger ``state`` on a branch, oldest first: the newest ``limit`` (with
+    ``since``, the first ``limit`` recorded after that sequence), only those holding ``holding`` if
+    given. Reads O(limit) items (and O(log n) to find ``since``); ``holding`` looks at the bytes of
+    each record, newest first, decoding only those that name the id."""
+    length = engine.read_head(state, branch_id).length
+    start = 0
+    if since is not None:  # the first record whose sequence is above ``since``: records are in sequence order
+        low, high = 0, length
+        while low < high:
+            middle = (low + high) // 2
+            if _decoded(engine, state, engine.read_items(state, branch_id, start=middle, stop=middle + 1)[0]).sequence <= since:
+                low = middle + 1
+            else:
+                high = middle
+        start = low
+    if holding is None:
+        window = (start, min(length, start + limit)) if since is not None else (max(start, length - limit), length)
+        return [_decoded(engine, state, item) for item in engine.read_items(state, branch_id, start=window[0], stop=window[1])]
+    needle = json.dumps(holding, ensure_ascii=False).encode()
+    found: list[RequestRecord] = []
+    stop = length
+    while stop > start and (since is not None or len(found) < limit):
+        low = max(start, stop - 256)
+        for item in reversed(engine.read_items(state, branch_id, start=low, stop=stop)):
+            if needle in item.data:
+                record = _decoded(engine, state, item)
+                if record.holds(holding):
+                    found.append(record)
+        stop = low
+    found.reverse()
+    return found[:limit] if since is not None else found[-limit:]
+
+
+def _decoded(engine: StoreEngine, state: str, item: Item) -> RequestRecord:
+    try:
+        return decode_record(item.data)
+    except ValueError as exc:
+        raise StoreCorruptError(engine.data_path, f"log state {state!r} item @{item.sequence}: {exc}") from None
+
+
+def rebuilt_messages(parts: Iterable[Part], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:
     """The compiled messages of a record's ``parts``: a named message's content from
     ``content_of(id)`` (the reader's view of it now), any other's as kept."""
     messages = []
