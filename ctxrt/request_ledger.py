@@ -80,7 +80,7 @@ class RequestUsage:
 
 
 @attrs.frozen
-class Part:
+class RequestPart:
     """One message of the request as the record keeps it, to rebuild the body: who spoke, whether
     the cache broke after it, and either the stored message it carried unaltered (``message``) or
     its content (summaries, injections, a message shown other than as stored: ``content``, in the
@@ -105,7 +105,7 @@ class RequestRecord:
     form: str  # one of FORMS, or "compression"
     model: str | None = None
     budget: int | None = None  # Budget.max_tokens of the compile
-    zone_tokens: Mapping[str, int] = attrs.field(factory=dict)
+    zone_tokens: Mapping[str, int]
     total_tokens: int = 0
     stable_prefix_tokens: int = 0
     body_digest: str = ""  # sha256 hex of the body's canonical JSON (``body_digest``)
@@ -117,8 +117,8 @@ class RequestRecord:
     trace_id: str | None = None
     span_id: str | None = None
     # What a rebuild needs besides the stored messages: the form's options and the request's parts.
-    options: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
-    parts: tuple[Part, ...] = attrs.field(default=(), repr=False)
+    options: Mapping[str, Any] = attrs.field(repr=False)
+    parts: tuple[RequestPart, ...] = attrs.field(default=(), repr=False)
 
     def holds(self, item_id: str) -> bool:
         """Whether the request held the message or summary ``item_id``."""
@@ -241,7 +241,7 @@ def zones_of_stats(stats: Any) -> dict[str, int]:
             "recent": stats.tail_tokens}
 
 
-def held_and_parts(result: CompileResult, version: int) -> tuple[tuple[HeldItem, ...], tuple[Part, ...]]:
+def held_and_parts(result: CompileResult, version: int) -> tuple[tuple[HeldItem, ...], tuple[RequestPart, ...]]:
     """What ``result`` held (messages and summaries, once each, in order) and its parts: a message
     carried as stored is named, anything else kept as compiled (in the reader's view)."""
     held: dict[str, HeldItem] = {}
@@ -257,7 +257,7 @@ def held_and_parts(result: CompileResult, version: int) -> tuple[tuple[HeldItem,
             body = raw.get(found[0].id)
             if body is not None and (body.content is message.content or body.content == message.content):
                 named = found[0].id
-        parts.append(Part(message.participant, message.cache_breakpoint, named,
+        parts.append(RequestPart(message.participant, message.cache_breakpoint, named,
                           None if named is not None else tuple(to_jsonable(list(message.content)))))
     return tuple(held.values()), tuple(parts)
 
@@ -292,7 +292,7 @@ def compression_record(
         span_id=span_id,
         options={"model": request.model, "max_tokens": request.max_tokens, "system": request.system,
                  "assistant": sorted(request.assistant)},
-        parts=tuple(Part(m.participant, m.cache_breakpoint, None, tuple(to_jsonable(list(m.content))))
+        parts=tuple(RequestPart(m.participant, m.cache_breakpoint, None, tuple(to_jsonable(list(m.content))))
                     for m in request.messages),
     )
 
@@ -341,7 +341,7 @@ def _encode_held(held: Sequence[HeldItem]) -> list[Any]:
     return [common, items]
 
 
-def _encode_part(part: Part) -> list[Any]:
+def _encode_part(part: RequestPart) -> list[Any]:
     return [part.participant, part.cache_breakpoint, part.message, None if part.content is None else list(part.content)]
 
 
@@ -355,7 +355,7 @@ def decode_record(data: bytes) -> RequestRecord:
         held = tuple(HeldItem(str(item[1]), "message" if item[0] == "m" else "summary",
                               int(common if common is not None else item[2])) for item in items)
         usage = None if raw["usage"] is None else RequestUsage(*raw["usage"])
-        parts = tuple(Part(str(p[0]), bool(p[1]), p[2], None if p[3] is None else tuple(p[3])) for p in raw["parts"])
+        parts = tuple(RequestPart(str(p[0]), bool(p[1]), p[2], None if p[3] is None else tuple(p[3])) for p in raw["parts"])
         return RequestRecord(
             id=str(raw["id"]), at_ms=int(raw["at_ms"]), sequence=int(raw["sequence"]), namespace=str(raw["namespace"]),
             branch=str(raw["branch"]), reader=raw["reader"], form=str(raw["form"]), model=raw["model"],
@@ -376,7 +376,7 @@ def rebuilt_body(record: RequestRecord, content_of: Callable[[str], Sequence[Blo
     if record.form == COMPRESSION:
         return request_body(compression_request(record, messages))
     options = dict(record.options)
-    injections = [Text(text) for text in options.pop(_INJECTIONS, ())]
+    injections: list[Block] = [Text(text) for text in options.pop(_INJECTIONS, ())]
     provenance = Provenance(f"rebuilt:{record.id}", record.namespace, record.branch, record.reader, "",
                             tuple(() for _ in messages), {}, {})
     return make_body(CompileResult(messages, injections, provenance), record.form, options)
@@ -424,7 +424,7 @@ def _decoded(engine: StoreEngine, state: str, item: Item) -> RequestRecord:
         raise StoreCorruptError(engine.data_path, f"log state {state!r} item @{item.sequence}: {exc}") from None
 
 
-def rebuilt_messages(parts: Iterable[Part], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:
+def rebuilt_messages(parts: Iterable[RequestPart], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:
     """The compiled messages of a record's ``parts``: a named message's content from
     ``content_of(id)`` (the reader's view of it now), any other's as kept."""
     messages = []
