@@ -92,6 +92,31 @@ async def test_requests_pages_newest_first_window_and_since(rt: ctxrt.Runtime) -
     await m.aclose()
 
 
+async def test_records_kept_as_what_each_turn_adds_read_back_whole(rt: ctxrt.Runtime) -> None:
+    """Q1, Q3, Q5: over many turns (records kept against earlier ones, and whole now and then), with
+    an edit and a second namespace's records between, every record reads back as it was made and
+    rebuilds to its digest; a record waits for the next message's batch to commit."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    other = await rt.open("agents/bob", view_reader="bob", ledger=True)
+    made = []
+    for i in range(40):
+        made.append(await _turn(m, f"turn {i} of a long talk"))
+        if i % 7 == 3:
+            await _turn(other, f"bob's turn {i}")
+        if i == 20:
+            await m.edit_message(made[5].held[0].id, "the first line, edited")
+    before = rt.engine.last_sequence
+    last = await m.record_request(await m.compile(BUDGET), form="anthropic", options={"assistant": "Claude"})
+    assert rt.engine.last_sequence == before  # no commit of its own: it waits for the next write
+    made.append(last)
+    assert await m.requests(limit=100) == made
+    assert await m.requests(since=made[29].sequence, limit=5) == made[30:35]
+    for record in made[::9]:
+        assert (await m.rebuild_request(record)).matches
+    await m.aclose()
+    await other.aclose()
+
+
 async def test_record_request_refuses_a_namespace_without_the_ledger(rt: ctxrt.Runtime) -> None:
     """Q2: record_request on a namespace that keeps no ledger raises LedgerOffError naming
     ledger=True, and stores nothing."""
