@@ -29,7 +29,8 @@ from ctxrt import (
     Usage,
     open_runtime,
 )
-from ctxrt.testing import verify
+from ctxrt.errors import StoreCorruptError
+from ctxrt.testing import AppendItem, verify
 
 
 @pytest.fixture(params=["lmdb", "postgres"])
@@ -236,13 +237,25 @@ async def test_compression_calls_are_recorded_when_the_ledger_is_on(rt: ctxrt.Ru
 
 
 async def test_verify_reads_every_record_and_reports_a_damaged_one(store: Path | str) -> None:
-    """Q3, K7: verify decodes each ledger item as requests() reads it: sound after records."""
+    """Q3, K7: verify decodes each ledger item as requests() reads it: sound after records; an
+    item that isn't a record is reported, naming the ledger, and requests() raises
+    StoreCorruptError for it."""
     async with open_runtime(store) as rt:
         m = await rt.open("agents/ann", view_reader="ann", ledger=True)
         await _turn(m, "one")
+        await _turn(m, "two")
         await m.aclose()
     report = verify(str(store))
     assert report.status == "sound", report
+    async with open_runtime(store) as rt:
+        await rt.store.ask(AppendItem(state="agents/ann/requests", branch="main", data=b'{"id":"x"}'))
+        m = await rt.open("agents/ann")
+        with pytest.raises(StoreCorruptError, match="agents/ann/requests"):
+            await m.requests()
+        await m.aclose()
+    report = verify(str(store))
+    assert report.status == "damaged"
+    assert any("agents/ann/requests" in f"{item.place} {item.what}" for item in report.damage), report.damage
 
 
 async def test_the_asyncio_front_offers_the_ledger(store_path: Path) -> None:
