@@ -112,6 +112,8 @@ async def test_records_kept_as_what_each_turn_adds_read_back_whole(rt: ctxrt.Run
     made.append(last)
     assert await m.requests(limit=100) == made
     assert await m.requests(since=made[29].sequence, limit=5) == made[30:35]
+    for audited in (made[3].held[0].id, made[20].held[-1].id, made[35].held[-1].id):
+        assert await m.requests(holding=audited, limit=100) == [r for r in made if r.holds(audited)]
     for record in made[::9]:
         assert (await m.rebuild_request(record)).matches
     await m.aclose()
