@@ -211,7 +211,7 @@ class ContextManager:
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
                             attachment=appended, flagged=appended.audience)
         ledger = self._registry.ledger
-        writes = (*ledger.take(self._registry.engine.has_state), *writes)  # the request records waiting commit with it (Q1)
+        writes = (*ledger.take(self._registry.engine), *writes)  # the request records waiting commit with it (Q1)
         try:
             if hold is False:
                 operation = append_result(await store.ask(append_after(writes, append)))

@@ -275,3 +275,20 @@ async def test_the_asyncio_front_offers_the_ledger(store_path: Path) -> None:
 
     found, record = await trio.to_thread.run_sync(asyncio.run, host())
     assert found == [record]
+
+
+async def test_a_record_waiting_on_a_branch_deleted_since_is_dropped_not_refusing_the_next_write(
+    rt: ctxrt.Runtime,
+) -> None:
+    """Q1, L5: a record still waiting when its branch is deleted is dropped; the next message, on
+    another branch, is written as ever."""
+    main = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await _turn(main, "one")
+    doomed = await rt.open("agents/ann")
+    await doomed.fork("doomed")
+    await doomed.add_message("user", "on the doomed branch")
+    await doomed.record_request(await doomed.compile(BUDGET), form="anthropic", options={"assistant": "Claude"})
+    await rt.delete_branch("doomed")
+    assert await main.add_message("user", "still written")
+    assert [r.branch for r in await main.requests()] == ["main"]
+    await main.aclose()
