@@ -15,6 +15,7 @@ records its compression calls.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import operator
@@ -337,6 +338,9 @@ _HEAD_LOOK = 3  # a request's own first parts before the shared run: a re-render
 _DROP_LOOK = 64  # how far a window may slide between two records that share a run
 
 
+_ID = operator.attrgetter("id")
+
+
 class Parts:
     """A request's parts and the items each held (``held`` is their first appearances, in order)."""
 
@@ -346,7 +350,13 @@ class Parts:
 
     @property
     def held(self) -> tuple[HeldItem, ...]:
-        return tuple({item.id: item for items in reversed(self.each) for item in reversed(items)}.values())[::-1]
+        flat = tuple(itertools.chain.from_iterable(self.each))
+        if len(dict.fromkeys(map(_ID, flat))) == len(flat):  # the common case, at C speed: no item twice
+            return flat
+        first: dict[str, HeldItem] = {}
+        for item in flat:  # an item twice (a message split in two parts): held once, at its first part
+            first.setdefault(item.id, item)
+        return tuple(first.values())
 
     def then(self, shared: Shared, head: Sequence[RequestPart], tail: Sequence[RequestPart]) -> Parts:
         """``head``, this one's run ``shared`` names, then ``tail``."""
