@@ -1,0 +1,709 @@
+"""The request ledger's records (Q1-Q8): what a namespace's reader was sent, kept.
+
+``RequestRecord`` is one request as the ledger keeps it: who it was for, the ids and versions of
+the messages and summaries it held (``HeldItem``), tokens per zone, the stable prefix, a digest of
+the body, the model, its usage (``RequestUsage``) and latency. A record holds no content but the
+system text and the injected text of the request (the reader's own request: nothing of another
+reader's view), so a request is rebuilt (``RebuiltRequest``) from the stored messages it names.
+
+Pure: records are made from a compile result (``record_of``) or a compression request
+(``compression_record``), encoded to and decoded from a log item's bytes, and a body is digested
+here; the manager stores them (``ContextManager.record_request``) and the namespace's drain
+records its compression calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import operator
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from .compile.provenance import Provenance
+from .compile.result import CompileResult
+from .content.blocks import Block, CompiledMessage, Text
+from .content.codec import from_jsonable, to_jsonable
+from .content.tokens import estimate_blocks, estimate_text
+from .errors import StoreCorruptError
+from .models.model_types import ModelRequest, ModelResponse, Usage
+from .store.interface import StoreEngine
+from .store.records import Item
+
+# The forms a record names: a compile result's request forms (``CompileResult.to_anthropic``,
+# ``to_openai_chat``, ``to_openai_responses``), and a compression call the namespace made.
+FORMS = ("anthropic", "openai_chat", "openai_responses")
+COMPRESSION = "compression"
+RECORD_FORMAT = 1
+
+
+@attrs.frozen
+class HeldItem:
+    """A message or summary a request held. ``version``: the store sequence as of which it was held
+    (``get_message_at(id, version)`` is the message exactly as sent)."""
+
+    id: str
+    kind: Literal["message", "summary"]
+    version: int
+
+
+@attrs.frozen
+class RequestUsage:
+    """What the provider reported a request cost; None where it reported nothing."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+
+    @classmethod
+    def of(cls, usage: RequestUsage | Usage | Mapping[str, Any] | None) -> RequestUsage | None:
+        """A ``RequestUsage`` from one, from ``ctxrt.Usage`` (a model's), or from a mapping with
+        this class's field names (TypeError, ValueError otherwise)."""
+        if usage is None or isinstance(usage, RequestUsage):
+            return usage
+        if isinstance(usage, Usage):
+            return cls(usage.input_tokens, usage.output_tokens, usage.cache_read_input_tokens,
+                       usage.cache_creation_input_tokens)
+        if not isinstance(usage, Mapping):
+            raise TypeError(f"usage must be a RequestUsage, a ctxrt.Usage, a mapping or None, not {type(usage).__name__}")
+        fields = {f.name for f in attrs.fields(cls)}
+        unknown = sorted(set(usage) - fields)
+        if unknown:
+            raise ValueError(f"usage: unknown field(s) {unknown}; known: {sorted(fields)}")
+        for name, value in usage.items():
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"usage[{name!r}] must be a non-negative int or None, not {value!r}")
+        return cls(**usage)
+
+
+@attrs.frozen
+class RequestPart:
+    """One message of the request as the record keeps it, to rebuild the body: who spoke, whether
+    the cache broke after it, and either the stored message it carried unaltered (``message``) or
+    its content (summaries, injections, a message shown other than as stored: ``content``, in the
+    reader's view, as the codec writes blocks). ``sources``: the (kind, id) of each message and
+    summary it came from; ``version``: the store sequence as of which it was held."""
+
+    participant: str
+    cache_breakpoint: bool = False
+    message: str | None = None
+    content: tuple[Any, ...] | None = None
+    sources: tuple[tuple[str, str], ...] = ()
+    version: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class RequestRecord:
+    """One request a namespace's reader was sent, as the ledger keeps it (Q1)."""
+
+    id: str
+    at_ms: int  # wall clock, ms since the epoch
+    sequence: int  # the store's sequence when it was recorded: what the request saw
+    namespace: str
+    branch: str
+    reader: str | None
+    form: str  # one of FORMS, or "compression"
+    model: str | None = None
+    budget: int | None = None  # Budget.max_tokens of the compile
+    zone_tokens: Mapping[str, int]
+    total_tokens: int = 0
+    stable_prefix_tokens: int = 0
+    body_digest: str = ""  # sha256 hex of the body's canonical JSON (``body_digest``)
+    held: tuple[HeldItem, ...] = ()
+    usage: RequestUsage | None = None
+    latency_ms: float | None = None
+    response: str | None = None  # sha256 hex of the reply's text: never the text itself
+    response_chars: int | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    # What a rebuild needs besides the stored messages: the form's options and the request's parts.
+    options: Mapping[str, Any] = attrs.field(repr=False)
+    parts: tuple[RequestPart, ...] = attrs.field(default=(), repr=False)
+
+    def holds(self, item_id: str) -> bool:
+        """Whether the request held the message or summary ``item_id``."""
+        return any(item.id == item_id for item in self.held)
+
+
+@attrs.frozen
+class RebuiltRequest:
+    """A recorded request's body made again from the store (Q5). ``edited``: the held messages
+    edited or removed since (their content now differs from what was sent: the body is made of
+    what they hold now); ``matches``: the body's digest is the recorded one."""
+
+    body: Any
+    edited: tuple[str, ...]
+    matches: bool
+
+
+# -- digests -----------------------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> bytes:
+    """The canonical JSON a digest is taken of: sorted keys, no spaces, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_plain).encode()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def _items_key(body: Mapping[str, Any]) -> str:
+    return "input" if "input" in body and "messages" not in body else "messages"
+
+
+def body_digest(body: Any, memo: BodyDigests | None = None) -> str:
+    """sha256 hex over ``body``'s canonical JSON without its item list (``messages``, or a
+    Responses body's ``input``), then the sha256 of each item's canonical JSON in order. Items are
+    digested one by one so a body that shares its earlier items with the last one (P14) is
+    digested for its new items only (``memo``); the value is the same either way."""
+    body = dict(body)
+    key = _items_key(body)
+    items = body.pop(key, [])
+    digests = memo.digests(items) if memo is not None else [hashlib.sha256(canonical_json(i)).digest() for i in items]
+    whole = hashlib.sha256(canonical_json(body))
+    whole.update(key.encode())
+    whole.update(b"".join(digests))
+    return whole.hexdigest()
+
+
+class BodyDigests:
+    """The item digests of the last body digested: the items it shares with the next one, by
+    identity, are not digested again (the last one is: the host may have edited it, P14)."""
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._digests: list[bytes] = []
+
+    def digests(self, items: Sequence[Any]) -> list[bytes]:
+        shared = shared_run(items, self._items)
+        keep = shared.keep
+        if shared.drop + keep == len(self._items):
+            keep = max(keep - 1, 0)
+        stop = shared.head + keep
+        digests = [*self._digest(items[:shared.head if keep else 0]),
+                   *self._digests[shared.drop:shared.drop + keep], *self._digest(items[stop if keep else 0:])]
+        self._items, self._digests = list(items), digests
+        return digests
+
+    @staticmethod
+    def _digest(items: Sequence[Any]) -> list[bytes]:
+        return [hashlib.sha256(canonical_json(i)).digest() for i in items]
+
+
+def _shared_prefix(new: Sequence[Any], old: Sequence[Any]) -> int:
+    """How many leading items ``new`` and ``old`` share, by identity (in C: a compile's shared prefix
+    is thousands of items)."""
+    same = list(map(operator.is_, new, old))
+    try:
+        return same.index(False)
+    except ValueError:
+        return len(same)
+
+
+def text_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- making records ------------------------------------------------------------------------------
+
+
+def check_latency(value: object) -> float | None:
+    """``latency_ms``: None, or a non-negative finite number of milliseconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"latency_ms must be a number of milliseconds or None, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"latency_ms must be a non-negative finite number, not {value!r}")
+    return float(value)
+
+
+def stored_options(options: Mapping[str, Any], result: CompileResult) -> dict[str, Any]:
+    """A form's keyword arguments as a record keeps them (JSON): ``assistant`` as a sorted list,
+    and the result's system injections' text (``system_injections``), which a rebuilt result
+    carries again."""
+    kept = dict(options)
+    assistant = kept.get("assistant")
+    if assistant is not None and not isinstance(assistant, str):
+        kept["assistant"] = sorted(assistant)
+    texts = [b.text for b in result.system_injections if isinstance(b, Text)]
+    if texts:
+        kept[_INJECTIONS] = texts
+    return kept
+
+
+_INJECTIONS = "system_injections"
+
+
+def make_body(result: CompileResult, form: str, options: Mapping[str, Any]) -> Any:
+    """The body ``form`` makes of ``result`` with ``options`` (its keyword arguments)."""
+    if form == "anthropic":
+        return result.to_anthropic(**options)
+    if form == "openai_chat":
+        return result.to_openai_chat(**options)
+    if form == "openai_responses":
+        return result.to_openai_responses(**options)
+    raise ValueError(f"form must be one of {FORMS}, not {form!r}")
+
+
+def check_form(form: object) -> str:
+    if not isinstance(form, str):
+        raise TypeError(f"form must be a str, not {type(form).__name__}")
+    if form not in FORMS:
+        raise ValueError(f"form must be one of {', '.join(map(repr, FORMS))} (the CompileResult method's name "
+                         f"without 'to_'), not {form!r}")
+    return form
+
+
+def zone_tokens_of(result: CompileResult) -> dict[str, int]:
+    """Tokens per zone read off the result's provenance (as the inspector classes them): head
+    (raw before the first summary), summaries, middle (raw among them), recent (raw after the
+    last), injections. Used when the namespace's own figures for this compile are gone."""
+    sources = result.provenance.messages
+    summary_at = [i for i, found in enumerate(sources) if any(s.kind == "summary" for s in found)]
+    first, last = (summary_at[0], summary_at[-1]) if summary_at else (len(sources), -1)
+    zones: dict[str, int] = {}
+    for index, (message, found) in enumerate(zip(result.messages, sources)):
+        if any(s.kind == "injection" for s in found):
+            zone = "injections"
+        elif any(s.kind == "summary" for s in found):
+            zone = "summaries"
+        elif index < first:
+            zone = "head" if summary_at else "recent"
+        elif index > last:
+            zone = "recent"
+        else:
+            zone = "middle"
+        zones[zone] = zones.get(zone, 0) + estimate_blocks(message.content)
+    return zones
+
+
+def zones_of_stats(stats: Any) -> dict[str, int]:
+    """Tokens per zone as a strategy's ``RenderStats`` reports them."""
+    return {"head": stats.head_tokens, "summaries": stats.summary_tokens, "middle": stats.middle_raw_tokens,
+            "recent": stats.tail_tokens}
+
+
+def part_of(message: CompiledMessage, found: Sequence[Any], raw: Mapping[str, Any], version: int) -> RequestPart:
+    """A compiled message as a record keeps it: named, if it carries one stored message unaltered."""
+    sources = tuple((s.kind, s.id) for s in found if s.kind != "injection")
+    if len(found) == 1 and found[0].kind == "message" and found[0].complete:
+        body = raw.get(found[0].id)
+        if body is not None and (body.content is message.content or body.content == message.content):
+            return RequestPart(message.participant, message.cache_breakpoint, found[0].id, None, sources, version)
+    return RequestPart(message.participant, message.cache_breakpoint, None,
+                       tuple(to_jsonable(list(message.content))), sources, version)
+
+
+@attrs.frozen
+class Shared:
+    """Where a request shares a run of its parts (or body items) with the last one: its first
+    ``head`` are its own, then ``keep`` of the last one's from ``drop`` on (a window that slid
+    dropped the first ``drop``), then its own again."""
+
+    head: int = 0
+    drop: int = 0
+    keep: int = 0
+
+
+def shared_run(new: Sequence[Any], old: Sequence[Any]) -> Shared:
+    """The longest run of ``old`` that ``new`` holds by identity, found where a turn leaves it: from
+    ``new``'s first few items, at ``old``'s first few (a window sliding drops a few at a time)."""
+    best = Shared()
+    for head in range(min(_HEAD_LOOK, len(new))):
+        try:
+            drop = old.index(new[head], 0, _DROP_LOOK)
+        except ValueError:
+            continue
+        keep = _shared_prefix(new[head:], old[drop:])
+        if keep > best.keep:
+            best = Shared(head, drop, keep)
+        if keep:
+            break
+    return best
+
+
+_HEAD_LOOK = 3  # a request's own first parts before the shared run: a re-rendered first message, say
+_DROP_LOOK = 64  # how far a window may slide between two records that share a run
+
+
+_ID = operator.attrgetter("id")
+
+
+class Parts:
+    """A request's parts and the items each held (``held`` is their first appearances, in order)."""
+
+    def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] = ()) -> None:
+        self.parts = parts
+        self.each = each
+
+    @property
+    def held(self) -> tuple[HeldItem, ...]:
+        flat = tuple(itertools.chain.from_iterable(self.each))
+        if len(dict.fromkeys(map(_ID, flat))) == len(flat):  # the common case, at C speed: no item twice
+            return flat
+        first: dict[str, HeldItem] = {}
+        for item in flat:  # an item twice (a message split in two parts): held once, at its first part
+            first.setdefault(item.id, item)
+        return tuple(first.values())
+
+    def then(self, shared: Shared, head: Sequence[RequestPart], tail: Sequence[RequestPart]) -> Parts:
+        """``head``, this one's run ``shared`` names, then ``tail``."""
+        own = [*head, *tail]
+        held = [tuple(HeldItem(i, "summary" if k == "summary" else "message", p.version) for k, i in p.sources)
+                for p in own]
+        stop = shared.drop + shared.keep
+        return Parts((*head, *self.parts[shared.drop:stop], *tail),
+                     (*held[:len(head)], *self.each[shared.drop:stop], *held[len(head):]))
+
+
+CHAIN = 256  # a record names at most this many before it back to one kept whole (a whole one costs ~100 turns' records)
+
+
+class RequestEncoder:
+    """A (branch, namespace)'s records, each kept as the run of parts it shares with the last one
+    this encoder made (its ``base``: a turn shares all but its newest messages, less those a window
+    dropped) and its own parts: a record costs what the turn changed, not the whole request. Every
+    ``CHAIN``-th record, and one that shares nothing, is whole."""
+
+    def __init__(self) -> None:
+        self.record_id: str | None = None
+        self.chain = 0
+        self.messages: Sequence[Any] = ()
+        self.sources: Sequence[Any] = ()
+        self.state = Parts()
+        self.bodies = BodyDigests()
+
+    def encode(self, result: CompileResult, version: int) -> tuple[str | None, Shared, list[RequestPart],
+                                                                   list[RequestPart], Parts]:
+        """(base record id, the run shared with it, the parts before it, the parts after it, the
+        request's parts) for ``result``, recorded at store sequence ``version``."""
+        messages, sources = result.messages, result.provenance.messages
+        shared = Shared()
+        if self.record_id is not None and self.chain < CHAIN:
+            shared = shared_run(messages, self.messages)
+            if shared.keep and any(a is not b for a, b in zip(sources[shared.head:shared.head + shared.keep],
+                                                              self.sources[shared.drop:shared.drop + shared.keep])):
+                shared = Shared()  # the same messages from other sources: none shared
+        raw = result.provenance.raw_bodies
+        after = shared.head + shared.keep
+        head = [part_of(messages[i], sources[i], raw, version) for i in range(shared.head if shared.keep else 0)]
+        tail = [part_of(messages[i], sources[i], raw, version) for i in range(after if shared.keep else 0, len(messages))]
+        state = self.state.then(shared, head, tail)
+        base = self.record_id if shared.keep else None
+        self.chain = self.chain + 1 if shared.keep else 0
+        self.messages, self.sources, self.state = messages, sources, state
+        return base, shared, head, tail, state
+
+    def wrote(self, record_id: str) -> None:
+        self.record_id = record_id
+
+    def forget(self) -> None:
+        """The last record was not kept (its write failed): the next is whole."""
+        self.record_id = None
+
+
+def compression_record(
+    *, record_id: str, at_ms: int, sequence: int, namespace: str, branch: str, reader: str | None,
+    request: ModelRequest, response: ModelResponse, unit_work: Any, latency_ms: float | None,
+    trace_id: str | None = None, span_id: str | None = None,
+) -> RequestRecord:
+    """The record of a compression call the namespace made (Q6): what its unit read, the request
+    as sent (its parts kept whole: the reader's view of the chunk), the usage and latency."""
+    tokens = estimate_text(request.system or "") + sum(estimate_blocks(m.content) for m in request.messages)
+    text = response.text
+    return RequestRecord(
+        id=record_id, at_ms=at_ms, sequence=sequence, namespace=namespace, branch=branch, reader=reader,
+        form=COMPRESSION, model=request.model, budget=request.max_tokens, zone_tokens={COMPRESSION: tokens},
+        total_tokens=tokens, body_digest=body_digest(request_body(request)),
+        held=compression_held(unit_work, sequence), usage=RequestUsage.of(response.usage),
+        latency_ms=latency_ms, response=text_digest(text), response_chars=len(text), trace_id=trace_id,
+        span_id=span_id,
+        options={"model": request.model, "max_tokens": request.max_tokens, "system": request.system,
+                 "assistant": sorted(request.assistant)},
+        parts=tuple(RequestPart(m.participant, m.cache_breakpoint, None, tuple(to_jsonable(list(m.content))),
+                                version=sequence) for m in request.messages),
+    )
+
+
+def compression_held(unit_work: Any, version: int) -> tuple[HeldItem, ...]:
+    """What a compression unit read: the messages of a chunk, or the summaries it merges."""
+    items = unit_work if isinstance(unit_work, tuple) else (unit_work,)
+    held: dict[str, HeldItem] = {}
+    for item in items:
+        for message_id in getattr(item, "message_ids", ()) or ():
+            held.setdefault(str(message_id), HeldItem(str(message_id), "message", version))
+        if hasattr(item, "level") and hasattr(item, "id") and not hasattr(item, "message_ids"):
+            held.setdefault(str(item.id), HeldItem(str(item.id), "summary", version))
+    return tuple(held.values())
+
+
+def compression_request(record: RequestRecord, messages: Sequence[CompiledMessage]) -> ModelRequest:
+    """The compression request a record keeps, made again from its options and messages."""
+    options = record.options
+    return ModelRequest(str(options["model"]), options.get("system"), messages, int(options["max_tokens"]),
+                        assistant=frozenset(options.get("assistant", ())))
+
+
+def request_body(request: ModelRequest) -> dict[str, Any]:
+    """A compression request as a JSON body (what its digest is taken of): the Messages API's shape."""
+    body: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens,
+                            "messages": [{"participant": m.participant, "content": to_jsonable(list(m.content))}
+                                         for m in request.messages]}
+    if request.system:
+        body["system"] = request.system
+    return body
+
+
+# -- encoding --------------------------------------------------------------------------------------
+# A record is one log item of compact JSON. Its first fields are its id, its base and how many parts
+# it keeps of it ({"id":..,"base":..,"keep":..,...}), so an audit (``holding``) reads them off each
+# item's bytes without decoding it. A compression record lists what it held ("held"); any other's
+# held items are those of its parts' sources.
+
+_HEADER = re.compile(rb'^\{"id":("(?:[^"\\]|\\.)*"),"base":(null|"(?:[^"\\]|\\.)*"),"shared":\[(\d+),(\d+),(\d+)\],')
+
+
+def encode_record(record: RequestRecord, *, base: str | None = None, shared: Shared = Shared(),
+                  head: Sequence[RequestPart] = (), tail: Sequence[RequestPart] | None = None) -> bytes:
+    """``record`` as a log item's bytes: whole, or (``base``) as ``head``, the run ``shared`` of
+    that record's parts, and ``tail``."""
+    own = [*head, *(record.parts if tail is None else tail)]
+    data: dict[str, Any] = {
+        "id": record.id, "base": base, "shared": [len(head), shared.drop, shared.keep], "f": RECORD_FORMAT,
+        "at_ms": record.at_ms, "sequence": record.sequence, "namespace": record.namespace, "branch": record.branch,
+        "reader": record.reader, "form": record.form, "model": record.model, "budget": record.budget,
+        "zones": dict(record.zone_tokens), "total": record.total_tokens, "stable": record.stable_prefix_tokens,
+        "digest": record.body_digest, "usage": None if record.usage is None else attrs.astuple(record.usage),
+        "latency_ms": record.latency_ms, "response": record.response, "response_chars": record.response_chars,
+        "trace_id": record.trace_id, "span_id": record.span_id, "options": dict(record.options),
+        "parts": [_encode_part(p) for p in own],
+    }
+    if record.form == COMPRESSION:
+        data["held"] = [[item.kind[0], item.id, item.version] for item in record.held]
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _encode_part(part: RequestPart) -> list[Any]:
+    return [part.participant, int(part.cache_breakpoint), part.message,
+            None if part.content is None else list(part.content), [[k[0], i] for k, i in part.sources], part.version]
+
+
+def header(data: bytes) -> tuple[str, str | None, Shared]:
+    """(id, base, the run shared with it) read off a record's bytes; ValueError if they don't
+    start as a record's."""
+    found = _HEADER.match(data)
+    if found is None:
+        raise ValueError("not a request record")
+    base = found.group(2)
+    return (json.loads(found.group(1)), None if base == b"null" else json.loads(base),
+            Shared(int(found.group(3)), int(found.group(4)), int(found.group(5))))
+
+
+def check_record(data: bytes) -> None:
+    """Whether ``data`` decodes as a record, its base aside (``verify``): ValueError if not."""
+    header(data)
+    decode_record(data, alone=True)
+
+
+def decode_record(data: bytes, base: Parts | None = None, *, alone: bool = False) -> tuple[RequestRecord, Parts]:
+    """A record from a log item's bytes, and its parts; ``base``: its base record's (required when
+    it names one, unless ``alone``: then its own parts only). Raises ``ValueError`` (naming what)
+    for bytes that aren't one."""
+    try:
+        raw = json.loads(data)
+        if not isinstance(raw, dict) or raw.get("f") != RECORD_FORMAT:
+            raise ValueError(f"not a request record of format {RECORD_FORMAT}")
+        own = [RequestPart(str(p[0]), bool(p[1]), p[2], None if p[3] is None else tuple(p[3]),
+                           tuple(("summary" if k == "s" else "message", str(i)) for k, i in p[4]), int(p[5]))
+               for p in raw["parts"]]
+        heads, drop, keep = (int(n) for n in raw["shared"])
+        if alone or raw["base"] is None:
+            heads, drop, keep, base = 0, 0, 0, Parts()
+        elif base is None or len(base.parts) < drop + keep or heads > len(own):
+            raise ValueError(f"its base record {raw['base']!r} is missing or short")
+        state = base.then(Shared(heads, drop, keep), own[:heads], own[heads:])
+        if "held" in raw:
+            held = tuple(HeldItem(str(i), "message" if k == "m" else "summary", int(v)) for k, i, v in raw["held"])
+        else:
+            held = state.held
+        usage = None if raw["usage"] is None else RequestUsage(*raw["usage"])
+        record = RequestRecord(
+            id=str(raw["id"]), at_ms=int(raw["at_ms"]), sequence=int(raw["sequence"]), namespace=str(raw["namespace"]),
+            branch=str(raw["branch"]), reader=raw["reader"], form=str(raw["form"]), model=raw["model"],
+            budget=raw["budget"], zone_tokens={str(k): int(v) for k, v in raw["zones"].items()},
+            total_tokens=int(raw["total"]), stable_prefix_tokens=int(raw["stable"]), body_digest=str(raw["digest"]),
+            held=held, usage=usage, latency_ms=raw["latency_ms"], response=raw["response"],
+            response_chars=raw["response_chars"], trace_id=raw["trace_id"], span_id=raw["span_id"],
+            options=dict(raw["options"]), parts=state.parts,
+        )
+        return record, state
+    except (KeyError, IndexError, TypeError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError are ValueErrors
+        raise ValueError(f"a request record that doesn't decode: {exc!r}") from None
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int | None, limit: int,
+                 holding: str | None) -> list[RequestRecord]:
+    """The records of ledger ``state`` on a branch, oldest first: the newest ``limit`` (with
+    ``since``, the first ``limit`` recorded after that sequence), only those holding ``holding`` if
+    given. Without ``holding`` it reads the records it returns, those before them they are kept
+    against (at most ``CHAIN`` of each writer's), and O(log n) more to find ``since``; with it, the
+    header of every record (and the whole of those whose own parts name the id)."""
+    reader = _Reader(engine, state, branch_id)
+    length = reader.length
+    start = 0
+    if since is not None:  # the first record whose sequence is above ``since``: records are in sequence order
+        low, high = 0, length
+        while low < high:
+            middle = (low + high) // 2
+            if _sequence(reader.item(middle)) <= since:
+                low = middle + 1
+            else:
+                high = middle
+        start = low
+    if holding is None:
+        lo, hi = (start, min(length, start + limit)) if since is not None else (max(start, length - limit), length)
+        return [reader.record(index) for index in range(lo, hi)]
+    needle = json.dumps(holding, ensure_ascii=False).encode()
+    where: dict[str, int | None] = {}  # record id -> the index of the first part holding it, if any
+    found: list[int] = []
+    for index in range(length):
+        item = reader.item(index)
+        record_id, base, shared = reader.header(index)
+        at = None
+        if base is not None:  # held in the run it keeps of its base?
+            kept = where.get(base)
+            if kept is not None and shared.drop <= kept < shared.drop + shared.keep:
+                at = kept - shared.drop + shared.head
+        if at is None and needle in item.data:
+            record = reader.record(index)
+            at = next((n for n, part in enumerate(record.parts) if any(i == holding for _, i in part.sources)), None)
+            if at is None and record.holds(holding):
+                at = 0
+        where[record_id] = at
+        if at is not None and index >= start:
+            found.append(index)
+    chosen = found[:limit] if since is not None else found[-limit:]
+    return [reader.record(index) for index in chosen]
+
+
+def _sequence(item: Item) -> int:
+    found = re.search(rb',"sequence":(\d+),', item.data)
+    if found is None:
+        raise ValueError("not a request record")
+    return int(found.group(1))
+
+
+class _Reader:
+    """One read of a ledger: items read in pages, records decoded once, each against its base
+    (found by id, looking further back as needed)."""
+
+    PAGE = 64
+
+    def __init__(self, engine: StoreEngine, state: str, branch_id: int) -> None:
+        self.engine, self.state, self.branch_id = engine, state, branch_id
+        self.length = engine.read_head(state, branch_id).length
+        self.items: dict[int, Item] = {}
+        self.index_of: dict[str, int] = {}  # record id -> its index, for the headers read so far
+        self.decoded: dict[int, tuple[RequestRecord, Parts]] = {}
+
+    def item(self, index: int, *, back: bool = False) -> Item:
+        """Item ``index``, read with the page after it (``back``: before it)."""
+        if index not in self.items:
+            low = max(0, index - self.PAGE + 1) if back else index
+            for offset, item in enumerate(self.engine.read_items(self.state, self.branch_id, start=low,
+                                                                stop=min(self.length, low + self.PAGE))):
+                self.items.setdefault(low + offset, item)
+        return self.items[index]
+
+    def header(self, index: int, *, back: bool = False) -> tuple[str, str | None, Shared]:
+        """Item ``index``'s header (its id, base and shared run); its id is then known."""
+        item = self.item(index, back=back)
+        try:
+            found = header(item.data)
+        except ValueError as exc:
+            raise self.corrupt(item, exc) from None
+        self.index_of[found[0]] = index
+        return found
+
+    def corrupt(self, item: Item, exc: Exception) -> StoreCorruptError:
+        return StoreCorruptError(self.engine.data_path, f"log state {self.state!r} item @{item.sequence}: {exc}")
+
+    def find(self, record_id: str, before: int) -> int:
+        """The index of record ``record_id``, which comes before index ``before`` (usually just
+        before: a writer's records follow each other, others' between them)."""
+        found = self.index_of.get(record_id)
+        index = before
+        while (found is None or found >= before) and index > 0:
+            index -= 1
+            if self.header(index, back=True)[0] == record_id:
+                found = index
+        if found is None or found >= before:
+            raise self.corrupt(self.item(before), ValueError(f"its base record {record_id!r} is not before it"))
+        return found
+
+    def record(self, index: int) -> RequestRecord:
+        return self._decoded(index)[0]
+
+    def _decoded(self, index: int) -> tuple[RequestRecord, Parts]:
+        pending = [index]  # the chain of bases back to one decoded or whole, newest first
+        bases: dict[int, int] = {}  # index -> its base's
+        while pending[-1] not in self.decoded:
+            _, base, _ = self.header(pending[-1])
+            if base is None:
+                break
+            bases[pending[-1]] = self.find(base, pending[-1])
+            pending.append(bases[pending[-1]])
+        for at in reversed(pending):
+            if at in self.decoded:
+                continue
+            item = self.item(at)
+            state = None if at not in bases else self.decoded[bases[at]][1]
+            try:
+                self.decoded[at] = decode_record(item.data, state)
+            except ValueError as exc:
+                raise self.corrupt(item, exc) from None
+        return self.decoded[index]
+
+
+# -- rebuilding --------------------------------------------------------------------------------------
+
+
+def rebuilt_body(record: RequestRecord, content_of: Callable[[str], Sequence[Block]]) -> Any:
+    """The body ``record`` keeps, made again: its parts' messages (a named message's content from
+    ``content_of(id)``) through its form with its options."""
+    messages = rebuilt_messages(record.parts, content_of)
+    if record.form == COMPRESSION:
+        return request_body(compression_request(record, messages))
+    options = dict(record.options)
+    injections: list[Block] = [Text(text) for text in options.pop(_INJECTIONS, ())]
+    provenance = Provenance(f"rebuilt:{record.id}", record.namespace, record.branch, record.reader, "",
+                            tuple(() for _ in messages), {}, {})
+    return make_body(CompileResult(messages, injections, provenance), record.form, options)
+
+
+def rebuilt_messages(parts: Iterable[RequestPart], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:
+    """The compiled messages of a record's ``parts``: a named message's content from
+    ``content_of(id)`` (the reader's view of it as sent), any other's as kept."""
+    messages = []
+    for part in parts:
+        if part.message is not None:
+            content = tuple(content_of(part.message))
+        else:
+            content = tuple(from_jsonable(list[Block], list(part.content or ())))
+        messages.append(CompiledMessage(part.participant, content, part.cache_breakpoint))
+    return messages
