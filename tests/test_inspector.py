@@ -216,7 +216,7 @@ async def test_a_timeline_shows_every_block_kind_with_its_audience(tmp_path: Pat
                      "unparsed: {q: oops", "[t1] search found", "notes.txt"):
         assert expected in shown, expected
     for kind in ("audio", "video", "generated_image", "tool_attempt", "tool_notice"):
-        assert f'class="block {kind}"' in page
+        assert re.search(f'class="block {kind}( private)?"', page), kind
 
 
 async def test_a_readers_breakdown_is_the_compile_its_namespace_would_make(tmp_path: Path) -> None:

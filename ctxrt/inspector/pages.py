@@ -34,6 +34,8 @@ from ..content.blocks import (
     ToolResult,
     ToolUse,
     Video,
+    content_for_reader,
+    has_audience,
 )
 from ..content.notes import note
 from ..manager import ContextManager
@@ -69,8 +71,10 @@ class Shown:
     audience: tuple[str, ...] | None = None
 
 
-def shown(block: Block) -> Shown:
-    audience = getattr(block, "audience", None)
+def shown(block: Block, audience: Any = None) -> Shown:
+    """``block`` for a page; ``audience`` is the one its stored form had, for a reader's copy (whose
+    audience fields are stripped)."""
+    audience = getattr(block, "audience", None) if audience is None else audience
     audience = tuple(str(name) for name in audience) if isinstance(audience, tuple) else (
         None if audience is None else (repr(audience),))
     if isinstance(block, Text):
@@ -95,6 +99,20 @@ def shown(block: Block) -> Shown:
         text = note(block)  # what a request form sends where it has no place for the block
         return Shown(block.type, text if len(text) <= 2000 else f"{text[:2000]}...", audience)
     return Shown(getattr(block, "type", "block"), "")
+
+
+def badged(blocks: Sequence[Block], stored: Sequence[Message]) -> tuple[Shown, ...]:
+    """A reader's copy of ``blocks`` for a page, each block that was private in the stored
+    messages it came from shown with the audience it had there (the copy's is stripped)."""
+    private = [(attrs.evolve(b, audience=None), b.audience) for message in stored for b in message.content  # type: ignore[attr-defined]
+               if has_audience(b)]
+    return tuple(shown(block, next((audience for copy, audience in private if copy == block), None))
+                 for block in blocks)
+
+
+def reader_blocks(message: Message, reader: str | None) -> tuple[Shown, ...]:
+    """What ``reader`` sees of a stored message, each private block with its audience; () for nothing."""
+    return badged(content_for_reader(message.content, reader), (message,))
 
 
 @attrs.frozen
@@ -161,23 +179,38 @@ class NamespaceLine:
     namespace: str
     reader: str | None
     narrowing_floor: int
-    strategy: str
+    strategy: str  # its kind
+    settings: tuple[tuple[str, str], ...]  # the recorded config's settings with a value, a line each
+    unset: tuple[str, ...]  # and those left None
     summaries: int
     quarantined: tuple[str, ...]
+    slot: str
+
+
+def setting(value: Any) -> str:
+    """A recorded config's value as one line of the branch page: text as it is, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 async def namespaces(runtime: Runtime, row: BranchRow) -> list[NamespaceLine]:
     engine, lines = runtime.engine, []
     for info in await runtime.list_namespaces(row.name):
         described = engine.read_value(states.config_state(info.namespace), row.id)
-        strategy = (", ".join(f"{k}={v}" for k, v in described.items() if k != "kind") if isinstance(described, dict)
-                    else "")
-        kind = described.get("kind", "?") if isinstance(described, dict) else "not recorded"
+        recorded = {str(k): v for k, v in described.items() if k != "kind"} if isinstance(described, dict) else {}
+        settings = tuple((k, setting(v)) for k, v in recorded.items() if v is not None)
+        unset = tuple(k for k, v in recorded.items() if v is None)
+        kind = str(described.get("kind", "?")) if isinstance(described, dict) else "not recorded"
         summaries = sum(engine.read_head(name, row.id).length for name in _summary_states(runtime, info.namespace))
-        lines.append(NamespaceLine(info.namespace, info.reader, info.narrowing_floor,
-                                   f"{kind}({strategy})" if strategy else str(kind), summaries,
-                                   tuple(quarantined(runtime, row, info.namespace))))
+        lines.append(NamespaceLine(info.namespace, info.reader, info.narrowing_floor, kind, settings, unset, summaries,
+                                   tuple(quarantined(runtime, row, info.namespace)),
+                                   slot_of_namespace(runtime, info.namespace)))
     return lines
+
+
+def slot_of_namespace(runtime: Runtime, namespace: str) -> str:
+    """The slot ``namespace`` reads: its own if it was opened isolated, else the shared one."""
+    own = states.slot_state(namespace, True)
+    return own if runtime.engine.has_state(own) else states.SHARED_SLOT
 
 
 def _summary_states(runtime: Runtime, namespace: str) -> list[str]:
@@ -229,15 +262,19 @@ def timeline(runtime: Runtime, row: BranchRow, slot: str, page: int | None, at_s
     else:
         page = min(max(page, 0), pages - 1)
         start = page * PAGE
-    items = engine.read_items(slot, row.id, at=head.revision, start=start, stop=start + PAGE)
-    messages = tuple(codec.message_from_json(item.data, sequence=item.sequence, store=engine.data_path) for item in items)
-    return Timeline(slot, head.length, start, tuple(row_of(start + i, m) for i, m in enumerate(messages)), pages, page,
-                    messages)
+    read = _read(runtime, row, slot, head.revision, start, start + PAGE)
+    return Timeline(slot, head.length, start, tuple(row_of(i, m) for i, m in read), pages, page,
+                    tuple(m for _, m in read))
 
 
 def index_at(runtime: Runtime, row: BranchRow, slot: str, revision: int, length: int, sequence: int) -> int:
-    """The index of the first message appended at or after ``sequence``: a binary search of
-    one-item reads, so finding a place costs log(slot) reads, never the slot."""
+    """The index of the first message appended at or after ``sequence`` (the last message's if
+    none): a binary search of one-item reads, so finding a place costs log(slot) reads, never the slot."""
+    return min(_first_index(runtime, row, slot, revision, length, sequence), max(length - 1, 0))
+
+
+def _first_index(runtime: Runtime, row: BranchRow, slot: str, revision: int, length: int, sequence: int) -> int:
+    """The index of the first message at or after ``sequence`` (``length`` if none), by binary search."""
     low, high = 0, length
     while low < high:
         middle = (low + high) // 2
@@ -246,7 +283,15 @@ def index_at(runtime: Runtime, row: BranchRow, slot: str, revision: int, length:
             low = middle + 1
         else:
             high = middle
-    return min(low, max(length - 1, 0))
+    return low
+
+
+def _read(runtime: Runtime, row: BranchRow, slot: str, revision: int, start: int, stop: int) -> list[tuple[int, Message]]:
+    """Messages ``[start, stop)`` of ``slot`` as of ``revision``, each with its index."""
+    engine = runtime.engine
+    items = engine.read_items(slot, row.id, at=revision, start=start, stop=stop)
+    return [(start + i, codec.message_from_json(item.data, sequence=item.sequence, store=engine.data_path))
+            for i, item in enumerate(items)]
 
 
 # -- as reader X: the breakdown of a compile --------------------------------------------------------
@@ -349,11 +394,155 @@ async def _parts(manager: ContextManager, result: CompileResult) -> list[Part]:
             zone = "middle"
         notes = tuple(b.text for b in message.content if isinstance(b, Text) and b.text.startswith(_LIVE_NOTES)) if any(
             s.complete is False for s in found) else ()
-        parts.append(Part(index, zone, message.participant, tuple(shown(b) for b in message.content),
+        stored = [m for m in [await manager.get_message(s.id) for s in found if s.kind == "message"] if m is not None]
+        parts.append(Part(index, zone, message.participant, badged(message.content, stored),
                           estimate_blocks(message.content),
                           tuple(s.id for s in found if s.kind == "message" and s.complete is not None),
                           tuple(summaries), message.cache_breakpoint, notes))
     return parts
+
+
+ANY_AUDIENCE = "*"  # the audience filter's value for "any private line"
+NO_AUDIENCE = "-"  # and for "no private line"
+
+
+def audience_matches(blocks: Sequence[Shown], audience: str | None) -> bool:
+    """Whether blocks pass the audience filter: None passes all; ``*`` wants a private block, ``-``
+    none, a name a block whose audience names it."""
+    if audience is None:
+        return True
+    private = [b.audience for b in blocks if b.audience is not None]
+    if audience == ANY_AUDIENCE:
+        return bool(private)
+    if audience == NO_AUDIENCE:
+        return not private
+    return any(audience in names for names in private)
+
+
+def text_matches(blocks: Sequence[Shown], text: str | None) -> bool:
+    return text is None or any(text.casefold() in b.text.casefold() for b in blocks)
+
+
+def filter_parts(parts: Sequence[Part], *, zone: str | None = None, participant: str | None = None,
+                 audience: str | None = None, text: str | None = None) -> tuple[Part, ...]:
+    """The parts of a breakdown that pass each filter given: a zone, a participant exactly, an
+    audience (``audience_matches``), a text in a block (case ignored)."""
+    return tuple(part for part in parts if (zone is None or part.zone == zone)
+                 and (participant is None or part.participant == participant)
+                 and audience_matches(part.blocks, audience) and text_matches(part.blocks, text))
+
+
+def percent(part: int, whole: int) -> int:
+    """``part`` of ``whole`` as a whole percentage (0 to 100), for a token bar's width class."""
+    return 0 if whole <= 0 else max(0, min(100, round(100 * part / whole)))
+
+
+# -- a summary's covered messages, as its namespace's reader sees them --------------------------------
+
+
+@attrs.frozen
+class ReaderRow:
+    index: int
+    id: str
+    sequence: int
+    participant: str
+    blocks: tuple[Shown, ...]  # the reader's view, each private block with its audience
+
+
+@attrs.frozen
+class Covered:
+    namespace: str
+    reader: str | None
+    summary: SummaryShown
+    slot: str
+    total: int  # messages in the covered range
+    rows: tuple[ReaderRow, ...]
+    hidden: int  # messages of this page the reader sees nothing of (left out)
+    pages: int
+    page: int
+
+
+async def covered(runtime: Runtime, row: BranchRow, manager: ContextManager, summary_id: str,
+                  page: int | None) -> Covered:
+    """One page (50) of the messages summary ``summary_id`` covers, as ``manager``'s reader sees
+    them: a message it sees nothing of is left out, counted. Reads the summary, two binary searches
+    and the page's items."""
+    summary = await manager.get_summary(summary_id)
+    if summary is None:
+        raise NotFound(f"no summary {summary_id!r} in namespace {manager.namespace!r}")
+    shown_summary = summary_shown(summary)
+    slot = slot_of_namespace(runtime, manager.namespace)
+    head = runtime.engine.read_head(slot, row.id)
+    first = _first_index(runtime, row, slot, head.revision, head.length, shown_summary.first_sequence)
+    stop = _first_index(runtime, row, slot, head.revision, head.length, shown_summary.last_sequence + 1)
+    total = max(0, stop - first)
+    pages = max(1, -(-total // PAGE))
+    page = 0 if page is None else min(max(page, 0), pages - 1)
+    start = first + page * PAGE
+    rows, hidden = [], 0
+    for index, message in _read(runtime, row, slot, head.revision, start, min(stop, start + PAGE)):
+        blocks = reader_blocks(message, manager.view_reader)
+        if blocks:
+            rows.append(ReaderRow(index, message.id, message.sequence, message.participant, blocks))
+        else:
+            hidden += 1
+    return Covered(manager.namespace, manager.view_reader, shown_summary, slot, total, tuple(rows), hidden, pages, page)
+
+
+# -- search ----------------------------------------------------------------------------------------
+
+SEARCH_BATCH = 500  # messages read per step of a search, newest first
+
+
+@attrs.frozen
+class Found:
+    """A search's page: the matching messages newest first, summaries whose text matches, and where
+    the next page's scan starts (None: the slot was read to its start)."""
+
+    slot: str
+    namespace: str | None
+    reader: str | None
+    rows: tuple[ReaderRow, ...]
+    summaries: tuple[tuple[str, SummaryShown], ...]  # (namespace, summary)
+    before: int  # the scan of this page started below this index
+    next_before: int | None
+    scanned: int
+
+
+def search(runtime: Runtime, row: BranchRow, slot: str, *, namespace: str | None, reader: str | None,
+           text: str | None, participant: str | None, audience: str | None, before: int | None,
+           summaries_of: Sequence[str]) -> Found:
+    """Messages of ``slot`` passing every filter given, newest first, at most ``PAGE`` of them,
+    scanning from below index ``before`` (None: the newest). With a ``namespace``, each message
+    is what its ``reader`` sees of it, filters and text search included: a line private to
+    another reader is never searched, so never found. Summaries of the namespaces ``summaries_of``
+    whose text holds ``text`` come with the first page (a text-only search)."""
+    _slot_of(runtime, row, slot)
+    engine = runtime.engine
+    head = engine.read_head(slot, row.id)
+    top = head.length if before is None else min(max(before, 0), head.length)
+    stop, rows = top, []
+    while stop > 0 and len(rows) < PAGE:
+        start = max(0, stop - SEARCH_BATCH)
+        for index, message in reversed(_read(runtime, row, slot, head.revision, start, stop)):
+            blocks = reader_blocks(message, reader) if namespace is not None else tuple(shown(b) for b in message.content)
+            if (blocks and (participant is None or message.participant == participant)
+                    and audience_matches(blocks, audience) and text_matches(blocks, text)):
+                rows.append(ReaderRow(index, message.id, message.sequence, message.participant, blocks))
+                if len(rows) == PAGE:
+                    stop = index
+                    break
+        else:
+            stop = start
+    summaries: list[tuple[str, SummaryShown]] = []
+    if text and before is None and participant is None and audience is None:
+        for name in summaries_of:
+            for state in _summary_states(runtime, name):
+                items = engine.read_items(state, row.id, at=engine.read_head(state, row.id).revision)
+                summaries += [(name, found) for found in map(_summary_from, (json.loads(i.data) for i in items))
+                              if text.casefold() in found.text.casefold()]
+    return Found(slot, namespace, reader, tuple(rows), tuple(summaries[:PAGE]), top, stop if stop > 0 else None,
+                 top - stop)
 
 
 # -- summaries --------------------------------------------------------------------------------------
