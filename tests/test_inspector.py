@@ -26,7 +26,7 @@ from support import damage, rename_items_table
 
 GUARD_S = 30
 HOSTILE = '<script>window.pwned=1</script><img id="pwned" src=x onerror="window.pwned=2">'
-ROUTES = ("/", "/branch", "/timeline", "/reader", "/summaries", "/diff")
+ROUTES = ("/", "/branch", "/timeline", "/reader", "/summaries", "/diff", "/search")
 
 
 def fetch(url: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, str]:
@@ -340,3 +340,175 @@ async def test_a_store_damaged_while_served_is_said_on_every_page(tmp_path: Path
                     shown = texts(page)
                     assert status == 500 and "StoreCorruptError" in shown, (route, page[:300])
                     assert str(files.data_path(store)) in shown and "Traceback" not in page
+
+
+def beside_forms(page: str) -> str:
+    """The page's main part without its forms, which echo the filters asked for (as the header's
+    links to follow the page live do)."""
+    main = re.search(r"<main>(.*)</main>", page, re.S)
+    assert main
+    return re.sub(r"<form.*?</form>", "", main.group(1), flags=re.S)
+
+
+def rows_of(page: str, table: str) -> list[str]:
+    """The text of each body row of table ``#table``."""
+    body = re.search(rf'<table id="{table}">.*?<tbody>(.*?)</tbody>', page, re.S)
+    assert body, table
+    return [texts(row) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body.group(1), re.S)]
+
+
+async def test_a_readers_request_badges_its_private_lines_and_filters_keep_to_its_view(tmp_path: Path) -> None:
+    """On ann's request each line private to ann carries its audience as a badge; bob's request
+    holds none of ann's lines, and no filter or text search on bob's page finds one. Filters by
+    zone, participant, audience and text show only the messages that pass (W9, W10, W4)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            await two_readers(writer, 60)
+            async with serving(tmp_path / "s") as url:
+                base = url + "/reader?branch=main&budget=800&reserve=100&namespace="
+                _, ann = await get(base + "agents/ann")
+                bob_pages = [(await get(base + "agents/bob" + query))[1] for query in (
+                    "", "&q=vault", "&audience=ann", "&audience=*", "&q=ann+only&zone=recent")]
+                _, ann_private = await get(base + "agents/ann&audience=ann")
+                _, ann_vault = await get(base + "agents/ann&q=VAULT")
+                _, ann_recent = await get(base + "agents/ann&zone=recent")
+                _, ann_user = await get(base + "agents/ann&participant=user")
+                _, ann_shared = await get(base + "agents/ann&audience=-")
+    private = re.findall(r'<div class="block text private">(.*?)</div>', ann, re.S)
+    assert private and all("for ann" in texts(block) and "ann only" in texts(block) for block in private)
+    for page in map(beside_forms, bob_pages):
+        assert "ann only" not in page and "vault" not in page and "for ann" not in texts(page)
+    assert rows_of(bob_pages[1], "parts") == [" No message of this request passes the filters. "]
+    for page in (ann_private, ann_vault):
+        rows = rows_of(page, "parts")
+        assert rows and all("ann only" in row and "for ann" in row for row in rows)
+    assert rows_of(ann_recent, "parts") and all(" recent " in row for row in rows_of(ann_recent, "parts"))
+    assert all(" user " in row for row in rows_of(ann_user, "parts"))
+    assert rows_of(ann_shared, "parts") and not any("ann only" in row for row in rows_of(ann_shared, "parts"))
+    assert len(rows_of(ann_recent, "parts")) < len(rows_of(ann, "parts"))
+
+
+async def test_a_summarys_covered_range_shows_in_its_readers_view(tmp_path: Path) -> None:
+    """A summary's covered messages page lists exactly the messages from its first to its last,
+    as its namespace's reader sees them: ann's private lines badged on ann's, never on bob's; the
+    reader page and the summary tree link to it (W9)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            ann, bob = await two_readers(writer, 80)
+            summaries = {name: [s for s in await m.search_summaries(text="gist", include_merged=True)]
+                         for name, m in (("agents/ann", ann), ("agents/bob", bob))}
+            async with serving(tmp_path / "s") as url:
+                _, reader = await get(url + "/reader?branch=main&namespace=agents/bob&budget=800&reserve=100")
+                _, tree = await get(url + "/summaries?branch=main&namespace=agents/ann")
+                seen = {}
+                for namespace, found in summaries.items():
+                    for match in found:
+                        summary = match.summary if hasattr(match, "summary") else match
+                        _, page = await get(url + f"/covered?branch=main&namespace={namespace}&summary={summary.id}")
+                        seen[(namespace, summary.id)] = (summary, page)
+                status, missing = await get(url + "/covered?branch=main&namespace=agents/bob&summary=nope")
+    assert status == 404 and "nope" in texts(missing)
+    assert 'class="covers" href="/covered?branch=main&amp;namespace=agents%2Fbob&amp;summary=' in reader
+    assert 'class="covers" href="/covered?branch=main&amp;namespace=agents%2Fann&amp;summary=' in tree
+    assert {namespace for namespace, _ in seen} == {"agents/ann", "agents/bob"}
+    ann_private = False
+    for (namespace, _), (summary, page) in seen.items():
+        ids = [int(i) for i in re.findall(r'<tr id="m(\d+)"', page)]
+        assert ids and ids[0] == int(summary.first_id) and ids[-1] == int(summary.last_id), (summary, ids)
+        if namespace == "agents/bob":
+            assert "ann only" not in page
+        else:
+            ann_private |= "ann only" in page
+            assert all("for ann" in texts(b) for b in re.findall(r'class="block text private">(.*?)</div>', page, re.S))
+    assert ann_private
+
+
+async def test_a_search_finds_only_what_its_reader_sees(tmp_path: Path) -> None:
+    """A search as ann finds her private lines, badged; the same search as bob finds nothing, nor
+    does any filter naming ann; a search as stored finds every line; a text search finds a
+    namespace's summaries; a search reads back page by page, newest first (W10)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            await two_readers(writer, 120)
+            async with serving(tmp_path / "s") as url:
+                search = url + "/search?branch=main"
+                _, ann = await get(search + "&namespace=agents/ann&q=vault")
+                bob = [(await get(search + "&namespace=agents/bob" + query))[1] for query in (
+                    "&q=vault", "&audience=ann", "&audience=*", "&q=ann+only&participant=user", "&q=gist")]
+                _, stored = await get(search + "&q=VAULT")
+                _, users = await get(search + "&namespace=agents/ann&participant=user")
+                _, first = await get(search + "&q=shared+talk")
+                older = re.search(r'id="older" href="([^"]+)"', first)
+                assert older
+                _, second = await get(url + html.unescape(older.group(1)))
+                _, gist = await get(search + "&namespace=agents/ann&q=gist")
+    hits = rows_of(ann, "hits")
+    assert len(hits) == len([i for i in range(120) if i % 7 == 3])
+    assert all("ann only" in row and "for ann" in row for row in hits)
+    for page in map(beside_forms, bob[:4]):
+        assert "ann only" not in page and "for ann" not in texts(page) and rows_of(page, "hits") == [" Nothing found. "]
+    assert "ann only" not in bob[4] and 'id="summary-hits"' in bob[4]
+    assert len(rows_of(stored, "hits")) == len(hits) and "for ann" in texts(stored)
+    assert rows_of(users, "hits") and all(" user " in row for row in rows_of(users, "hits"))
+    numbers = [int(n) for page in (first, second) for n in re.findall(r"line (\d{3}) of", texts(page))]
+    assert numbers == list(range(119, 19, -1))  # 50 a page, newest first, no line twice
+    assert 'id="summary-hits"' in gist and "the gist" in texts(gist)
+
+
+async def test_every_page_that_shows_the_store_can_follow_it_live(tmp_path: Path) -> None:
+    """Each page that shows the store offers to follow it live; followed, it reloads itself (an
+    HTML refresh, no script) and shows what the writer adds: a reader's request, a search and the
+    branch page included (W12)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            ann, _ = await two_readers(writer, 10)
+            async with serving(tmp_path / "s") as url:
+                query = "?branch=main&namespace=agents/ann&a=agents/ann&b=agents/bob"
+                for route in ROUTES:
+                    _, still = await get(url + route + query)
+                    _, live = await get(url + route + query + "&live=1")
+                    assert 'http-equiv="refresh"' not in still and "follow live" in texts(still), route
+                    assert 'http-equiv="refresh"' in live and "stop" in texts(live), route
+                await ann.add_message("user", "said after the pages were opened")
+                for route in ("/reader", "/search", "/timeline"):
+                    _, live = await get(url + route + query + "&live=1")
+                    assert "said after the pages were opened" in texts(live), route
+
+
+async def test_the_branch_page_lists_a_namespaces_strategy_a_setting_a_line(tmp_path: Path) -> None:
+    """The branch page shows a namespace's recorded strategy as its kind with each setting given a
+    value on a line of its own, and names those left unset, not as one long string (W13)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            await two_readers(writer, 3)
+            async with serving(tmp_path / "s") as url:
+                _, page = await get(url + "/branch?branch=main")
+    cell = re.search(r'<td class="config">(.*?)</td>', page, re.S)
+    assert cell and "<summary>autobiographical" in cell.group(1)
+    pairs = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", cell.group(1)))
+    assert pairs["target_chunk_tokens"] == "60" and pairs["compression_model"] == "model-x"
+    assert "unset (defaults):" in texts(cell.group(1))
+
+
+async def test_a_refused_host_and_an_inspector_fault_get_the_styled_error_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Host that isn't loopback's is refused (400) and a fault of the inspector's own is 500,
+    each on the inspector's error page saying what happened, never a bare text body or a
+    traceback; the inspector goes on serving (W8)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            await two_readers(writer, 3)
+        async with serving(tmp_path / "s") as url:
+            status, page = await get(url + "/", headers={"Host": "attacker.example"})
+            assert status == 400 and "<html" in page and "attacker.example" in texts(page)
+
+            def broken(*args: Any) -> None:
+                raise RuntimeError("a fault of the inspector's own")
+
+            monkeypatch.setattr(pages, "slots", broken)
+            status, page = await get(url + "/branch?branch=main")
+            assert status == 500 and "<html" in page and "RuntimeError" in texts(page)
+            assert "Traceback" not in page and "a fault of the inspector" not in page
+            monkeypatch.undo()
+            assert (await get(url + "/branch?branch=main"))[0] == 200
