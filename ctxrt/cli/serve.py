@@ -50,7 +50,9 @@ SERVE = Subcommand(
     "serve", "a read-only web inspector of a store, on 127.0.0.1",
     "Serve a read-only web inspector of the store on 127.0.0.1: branches and fork points, "
     "namespaces (reader, strategy, floor, health, quarantined units), a paged timeline with "
-    "audience badges that follows the writer, each reader's request broken down, summary trees "
-    "and two readers' views side by side. Works beside a live writer; writes nothing. Needs "
+    "audience badges that follows the writer, each reader's request broken down (private lines "
+    "badged, token bars, filters), summary trees and what each summary covers in its reader's view, "
+    "two readers' views side by side and a search, as stored or as a reader; every page can follow "
+    "the writer live. Works beside a live writer; writes nothing. Needs "
     "pip install 'ctxrt[inspector]'.",
     _options, in_trio(_serve))

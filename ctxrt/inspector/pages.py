@@ -104,8 +104,8 @@ def shown(block: Block, audience: Any = None) -> Shown:
 def badged(blocks: Sequence[Block], stored: Sequence[Message]) -> tuple[Shown, ...]:
     """A reader's copy of ``blocks`` for a page, each block that was private in the stored
     messages it came from shown with the audience it had there (the copy's is stripped)."""
-    private = [(attrs.evolve(b, audience=None), b.audience) for message in stored for b in message.content  # type: ignore[attr-defined]
-               if has_audience(b)]
+    private = [(attrs.evolve(b, audience=None), getattr(b, "audience"))  # type: ignore[arg-type]  # only AUDIENCE_TYPES carry one
+               for message in stored for b in message.content if has_audience(b)]
     return tuple(shown(block, next((audience for copy, audience in private if copy == block), None))
                  for block in blocks)
 
@@ -521,7 +521,7 @@ def search(runtime: Runtime, row: BranchRow, slot: str, *, namespace: str | None
     engine = runtime.engine
     head = engine.read_head(slot, row.id)
     top = head.length if before is None else min(max(before, 0), head.length)
-    stop, rows = top, []
+    stop, rows = top, list[ReaderRow]()
     while stop > 0 and len(rows) < PAGE:
         start = max(0, stop - SEARCH_BATCH)
         for index, message in reversed(_read(runtime, row, slot, head.revision, start, stop)):
