@@ -78,6 +78,9 @@ from .errors import (
     MalformedContentError as MalformedContentError,
 )
 from .errors import (
+    LedgerOffError as LedgerOffError,
+)
+from .errors import (
     ManagerClosedError as ManagerClosedError,
 )
 from .errors import (
@@ -173,6 +176,10 @@ from .forms.openai_wire import OpenAIBody as OpenAIBody
 from .namespace.registry import NamespaceStatistics as NamespaceStatistics
 from .compile.provenance import Provenance as Provenance
 from .compile.provenance import Source as Source
+from .request_ledger import HeldItem as HeldItem
+from .request_ledger import RebuiltRequest as RebuiltRequest
+from .request_ledger import RequestRecord as RequestRecord
+from .request_ledger import RequestUsage as RequestUsage
 from .runtime import (
     NamespaceInfo as NamespaceInfo,
 )

@@ -50,6 +50,10 @@ class ConfigConflictError(CtxrtError):
     """An open disagrees with the configuration of the running namespace actor."""
 
 
+class LedgerOffError(CtxrtError):
+    """``record_request`` on a namespace that keeps no request ledger (open it with ``ledger=True``, Q2)."""
+
+
 class MessageNotFoundError(CtxrtError, KeyError):
     """No message with this id on the manager's branch and slot."""
 

@@ -12,6 +12,8 @@ in ``branching.py``; a subscription's event stream is in ``subscriptions.py``.
 from __future__ import annotations
 
 import re
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import attrs
 import trio
 
-from . import branching, channels, checks, tracing
+from . import branching, channels, checks, request_ledger, tracing
 from . import host_state as host_states
 from .content import validation
 from .content.blobs import extract_blobs
@@ -28,10 +30,12 @@ from .branching import Derivation
 from .compile.result import CompileResult
 from .compile.injections import Injection, MessageInjection
 from .budget import Budget, PreviewResult
-from .content.blocks import ContentLike, Message, content_for_reader
-from .errors import ManagerClosedError, MessageNotFoundError
+from .content.blocks import Block, ContentLike, Message, content_for_reader
+from .errors import LedgerOffError, ManagerClosedError, MessageNotFoundError
 from .events import MessageEvent, QuarantineAlarm
 from .models.model import Model
+from .models.model_types import DEFAULT_ASSISTANT, Usage
+from .namespace import states
 from .namespace.protocol import (
     AppendAndHold,
     CheckReady,
@@ -73,9 +77,10 @@ from .namespace.registry import NamespaceRegistry
 from .content.tokens import estimate_blocks, estimate_message
 from .queries import ChannelTokens, MessageQuery
 from .slots import SlotCache, decode_stored, parse_id, prepare_append
-from .store.protocol import AppendItem, BranchInfo, describe_branches
+from .request_ledger import RebuiltRequest, RequestRecord, RequestUsage
+from .store.protocol import AppendItem, Atomically, BranchInfo, RegisterState, describe_branches
 from .store.protocol import append_after, append_result
-from .store.records import BranchRow
+from .store.records import BranchRow, Item
 from .strategies import settings
 from .strategies.base import Pin, RenderStats, Strategy, StrategyConfig
 from .strategies.settings import ContextSettings
@@ -120,6 +125,7 @@ class ContextManager:
         self._closed = False
         self._moving = trio.Lock()  # one move (switch, fork) of this manager at a time
         self._subscriptions: set[Callable[[], None]] = set()  # each open subscription's end
+        self._budgets: dict[str, int | None] = {}  # the last compile's id -> its budget (record_request's)
         registry.managers.add(self)
 
     # -- identity ---------------------------------------------------------------------------
@@ -413,6 +419,8 @@ class ContextManager:
             checks.flag(strict, "strict"),
         )
         result: CompileResult = await ref.ask(command)
+        if not dry_run:  # what record_request names as the record's budget
+            self._budgets = {result.provenance.compile_id: None if budget is None else budget.max_tokens}
         return result
 
     async def preview_context(
@@ -953,6 +961,146 @@ class ContextManager:
             raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
         found: CompileMetadata = await self._live().ask(DescribeCompile(self._reader, budget))
         return found
+
+    # -- the request ledger (Q) ------------------------------------------------------------------
+
+    async def record_request(
+        self, result: CompileResult, *, form: str, model: str | None = None,
+        usage: RequestUsage | Usage | Mapping[str, Any] | None = None, latency_ms: float | None = None,
+        response: str | None = None, options: Mapping[str, Any] | None = None,
+    ) -> RequestRecord:
+        """Keep in the namespace's request ledger what ``result`` sent (Q1): its reader, the ids and
+        versions of the messages and summaries it held, tokens per zone, the stable prefix, the
+        digest of the body ``form`` makes of it, and ``model``, ``usage`` (a ``RequestUsage``, the
+        ``ctxrt.Usage`` a model reports, or a mapping of ``RequestUsage`` fields), ``latency_ms``
+        and a digest of the ``response`` text (never the text). ``form`` is the result's method
+        that made the body, without ``to_``: "anthropic", "openai_chat" or "openai_responses";
+        ``options`` its keyword arguments (default ``assistant={"Claude", "assistant"}``), so the
+        body can be rebuilt (``rebuild_request``). The record is committed before this returns;
+        a live trace span carries its id (``ctxrt.request.id``, V8).
+
+        Raises:
+            LedgerOffError: the namespace keeps no ledger on this branch (open it with ``ledger=True``).
+            ValueError: ``result`` was compiled for another namespace, branch or reader (a record
+                holds only what this namespace's reader could see, Q4); a ``form`` not named above;
+                bad ``usage`` or ``latency_ms``.
+            TypeError: an argument of the wrong type; ``options`` the form's method doesn't take.
+            EmptyRequestError, InvalidRequestError: as the form's method raises them.
+            ReadOnlyStoreError, BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        ref = self._live()
+        if not isinstance(result, CompileResult):
+            raise TypeError(f"result must be a CompileResult, not {type(result).__name__}")
+        form = request_ledger.check_form(form)
+        provenance = result.provenance
+        if (provenance.namespace, provenance.branch, provenance.reader) != (self.namespace, ref.branch_name, self._reader):
+            raise ValueError(
+                f"result was compiled for namespace {provenance.namespace!r} on branch {provenance.branch!r} "
+                f"for reader {provenance.reader!r}; this manager's ledger keeps only {self.namespace!r} on "
+                f"{ref.branch_name!r} for {self._reader!r} (Q4)")
+        checks.optional_text(model, "model")
+        checks.optional_text(response, "response")
+        kept = request_ledger.RequestUsage.of(usage)
+        latency = request_ledger.check_latency(latency_ms)
+        engine = self._registry.engine
+        if engine.read_value(states.ledger_flag_state(self.namespace), ref.branch_id) is not True:
+            raise LedgerOffError(
+                f"namespace {self.namespace!r} keeps no request ledger on branch {ref.branch_name!r}: open it "
+                f"with rt.open(..., ledger=True) to record its requests")
+        given = dict(options) if options is not None else {"assistant": sorted(DEFAULT_ASSISTANT)}
+        body = request_ledger.make_body(result, form, given)
+        stored = request_ledger.stored_options(given, result)
+        status = ref.status
+        stats = status.render_stats if status.stats_compile_id == provenance.compile_id else None
+        zones = request_ledger.zones_of_stats(stats) if stats is not None else request_ledger.zone_tokens_of(result)
+        sequence = engine.last_sequence
+        held, parts = request_ledger.held_and_parts(result, sequence)
+        span, trace_id, span_id = tracing.request_span()
+        budget = self._budgets.get(provenance.compile_id)
+        record = request_ledger.RequestRecord(
+            id=uuid.uuid4().hex, at_ms=int(time.time() * 1000), sequence=sequence, namespace=self.namespace,
+            branch=ref.branch_name, reader=self._reader, form=form, model=model, budget=budget, zone_tokens=zones,
+            total_tokens=sum(zones.values()), stable_prefix_tokens=result.stable_prefix_tokens,
+            body_digest=request_ledger.body_digest(body), held=held, usage=kept, latency_ms=latency,
+            response=None if response is None else request_ledger.text_digest(response),
+            response_chars=None if response is None else len(response), trace_id=trace_id, span_id=span_id,
+            options=stored, parts=parts)
+        state = states.ledger_state(self.namespace)
+        await self._registry.store_ref().ask(Atomically(commands=(
+            RegisterState(name=state, kind="log"),
+            AppendItem(state=state, branch=ref.branch_id, data=request_ledger.encode_record(record)))))
+        tracing.recorded(span, record.id)
+        return record
+
+    async def requests(
+        self, *, since: int | None = None, limit: int = 50, holding: str | None = None,
+    ) -> list[RequestRecord]:
+        """The namespace's recorded requests on this branch (its parent's up to the fork point
+        included, R1), oldest first: the newest ``limit``, or with ``since`` (a store sequence,
+        such as a record's ``sequence``) the first ``limit`` recorded after it, so a reader pages
+        forward with ``since=records[-1].sequence``. ``holding``: only those that held that message
+        or summary id (an audit). A namespace whose ledger is off answers what it recorded while on.
+
+        Raises:
+            TypeError, ValueError: ``since`` or ``limit`` not a non-negative (positive) integer.
+            StoreCorruptError: a record is damaged (it is named).
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        ref = self._live()
+        since = checks.optional_integer(since, "since", minimum=0)
+        limit = checks.integer(limit, "limit", minimum=1)
+        if holding is not None:
+            checks.text(holding, "holding")
+        await trio.lowlevel.checkpoint()
+        engine, state = self._registry.engine, states.ledger_state(self.namespace)
+        if not engine.has_state(state):
+            return []
+        return request_ledger.read_records(engine, state, ref.branch_id, since=since, limit=limit, holding=holding)
+
+    async def rebuild_request(self, record: RequestRecord) -> RebuiltRequest:
+        """``record``'s body made again from the store (Q5): each message it carried as stored read
+        as of the record (``get_message_at``), in the record's reader's view, the rest as the record
+        keeps it. ``edited`` names the held messages edited or removed since; ``matches`` says the
+        body's digest is the recorded one.
+
+        Raises:
+            TypeError: ``record`` is not a ``RequestRecord``.
+            ValueError: ``record`` is another namespace's.
+            MessageNotFoundError: a message it carried is no longer in the store's history.
+            BranchNotFoundError, ManagerClosedError: as ``add_message``.
+        """
+        ref = self._live()
+        if not isinstance(record, RequestRecord):
+            raise TypeError(f"record must be a RequestRecord, not {type(record).__name__}")
+        if record.namespace != self.namespace:
+            raise ValueError(f"record {record.id!r} is namespace {record.namespace!r}'s, not {self.namespace!r}'s")
+        await trio.lowlevel.checkpoint()
+        engine = self._registry.engine
+        slots = (ref.config.slot, *ref.config.auxiliary)
+        versions = {item.id: item.version for item in record.held if item.kind == "message"}
+
+        def find(message_id: str, at: int | None) -> Item | None:
+            sequence = parse_id(message_id)
+            for slot in slots:
+                item = None if sequence is None or not engine.has_state(slot) else engine.read_item(
+                    slot, ref.branch_id, sequence, at=at)
+                if item is not None:
+                    return item
+            return None
+
+        def as_sent(message_id: str) -> tuple[Block, ...]:
+            item = find(message_id, versions.get(message_id, record.sequence))
+            if item is None:
+                raise MessageNotFoundError(f"message {message_id!r} of request {record.id!r} is not in the store's history")
+            return content_for_reader(decode_stored(engine, item.data, item.sequence).content, record.reader)
+
+        edited = []
+        for message_id, version in versions.items():
+            now = find(message_id, None)
+            if now is None or now.version > version:
+                edited.append(message_id)
+        body = request_ledger.rebuilt_body(record, as_sent)
+        return RebuiltRequest(body, tuple(edited), request_ledger.body_digest(body) == record.body_digest)
 
     async def aclose(self) -> None:
         """Close this manager (idempotent); the namespace actor stops with its last manager, before

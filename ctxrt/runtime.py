@@ -131,7 +131,7 @@ class Runtime:
         view_reader: str | None = None, branch: str = "main", isolate: bool = False,
         view_filter: Callable[[Message], bool] | None = None,
         auxiliary_views: Sequence[str | None] = (), model: Model | None = None,
-        token_estimator: TokenEstimator | None = None,
+        token_estimator: TokenEstimator | None = None, ledger: bool | None = None,
     ) -> ContextManager:
         """Open a manager on ``namespace`` (None, "" and "default" are one) on ``branch``.
 
@@ -140,7 +140,10 @@ class Runtime:
         estimate; ``CalibratedEstimator()`` learns from the usage its compression requests
         report, stored with the namespace); a later open while it runs must pass None or equal
         settings. An open with a ``view_reader`` claims an unclaimed namespace;
-        one without compiles for the reader the namespace records (C1, C6).
+        one without compiles for the reader the namespace records (C1, C6). ``ledger=True`` turns
+        the namespace's request ledger on (``record_request``, Q2), ``False`` off; either is stored
+        on the branch (a fork inherits it), so an open with None (the default) keeps what it
+        records (off if never set). A read-only runtime keeps what is stored.
 
         Raises:
             TypeError: an argument of the wrong type (named), such as a strategy that isn't one.
@@ -164,6 +167,8 @@ class Runtime:
             raise ValueError('"isolate" requires a namespace to be set')
         own = states.slot_state(name, checks.flag(isolate, "isolate"))
         checks.callable_or_none(view_filter, "view_filter")
+        if ledger is not None:
+            checks.flag(ledger, "ledger")
         _check_model(model)
         if token_estimator is not None and not isinstance(token_estimator, TokenEstimator):
             raise TypeError(f"token_estimator must have estimate(message) and observe(model, estimated, actual), "
@@ -184,7 +189,7 @@ class Runtime:
             raise RuntimeClosedError(f"the runtime on {self.path} is closed")
         row = self.engine.branch(branch)
         config = NamespaceConfig(name, own, tuple(auxiliary), view_filter,
-                                 strategy if strategy is not None else Passthrough(), model, token_estimator)
+                                 strategy if strategy is not None else Passthrough(), model, token_estimator, ledger)
         token = new_token()
         ref, reader = await self._namespaces.attach(row, config, view_reader, token,
                                                     explicit_strategy=strategy is not None)

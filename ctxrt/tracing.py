@@ -4,7 +4,9 @@ Spans: ``ctxrt.compile`` per compile (namespace, reader, budget, tokens per zone
 summarised and dropped, ``stable_prefix_tokens``); ``ctxrt.compression_unit`` per compression
 unit (level, sequence range, outcome) wrapping the GenAI ``chat {model}`` span of its model call
 (``gen_ai.*`` attributes, usage with cache-read and cache-creation tokens); ``ctxrt.store.commit``
-per write transaction (engine, batch size; its duration is the span's). Metrics: each
+per write transaction (engine, batch size; its duration is the span's); a request ledger entry's
+id (``ctxrt.request.id``) on the span it was recorded under (the unit's for a compression call,
+the caller's current one for ``record_request``; the entry keeps the span's ids). Metrics: each
 ``health()`` answer sets the namespace's gauges.
 
 Everything here is a no-op, at the cost of a function call, until a tracer or meter provider
@@ -62,6 +64,7 @@ _PROVIDER, _CONTEXT = "the tracer provider", "the trace context"
 _COMPILE, _UNIT, _CHAT, _COMMIT = ("the ctxrt.compile span", "the ctxrt.compression_unit span", "the chat span",
                                    "the ctxrt.store.commit span")
 _GAUGES = "the namespace gauges"
+_LEDGER = "a ledger entry's span"
 
 
 class _Settings:
@@ -279,6 +282,35 @@ def _compiled_attributes(result: Any, strategy: Any) -> dict[str, Any]:
         attributes["ctxrt.compile.request"] = json.dumps(
             [{"participant": m.participant, "parts": _parts(m.content)} for m in result.messages], ensure_ascii=False)
     return attributes
+
+
+# -- the request ledger (V8, Q7) ----------------------------------------------------------------
+
+
+def request_span(span: Span | None = None) -> tuple[Any, str | None, str | None]:
+    """The span a ledger entry is recorded under (``span``, else the caller's current one, if
+    recording) with its trace and span ids in hex; (None, None, None) while tracing is off."""
+    if _tracer() is None:
+        return None, None, None
+    try:
+        if span is None:
+            span = otel_trace.get_current_span()
+        if span is None or not span.is_recording():
+            return None, None, None
+        context = span.get_span_context()
+        return span, format(context.trace_id, "032x"), format(context.span_id, "016x")
+    except Exception as exc:  # noqa: BLE001 - the entry is recorded without its span
+        _failed(_LEDGER, exc)
+        return None, None, None
+
+
+def recorded(span: Any, request_id: str) -> None:
+    """The span carries the id of the ledger entry recorded under it (``ctxrt.request.id``)."""
+    try:
+        if span is not None:
+            span.set_attribute("ctxrt.request.id", request_id)
+    except Exception as exc:  # noqa: BLE001 - the entry stands whatever its span does
+        _failed(_LEDGER, exc)
 
 
 # -- compression units and their model calls --------------------------------------------------

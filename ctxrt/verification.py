@@ -28,7 +28,8 @@ from typing import Any
 
 from .content import blobs, codec
 from .errors import StoreFormatError
-from .namespace.states import is_host_log, is_slot
+from .namespace.states import is_host_log, is_ledger, is_slot
+from .request_ledger import decode_record
 from .store.engine import BACKEND_ERRORS as BACKEND_ERRORS
 from .store.environment import close_store, open_store
 from .store.files import STORE_FILE_NAMES as STORE_FILE_NAMES
@@ -38,10 +39,14 @@ from .store.verify import VerifyReport, report_from_stream, walk_store
 
 def check_item(state: str, data: bytes, origin: int, place: str) -> list[str]:
     """A log item as the layers above read it: in a message slot, a message (raises if it doesn't
-    decode), and the blobs it refers to (sha-256 hex); in a host state's log, JSON (M9); another
+    decode), and the blobs it refers to (sha-256 hex); in a host state's log, JSON (M9); in a
+    request ledger, a request record (Q3); another
     state's item is its strategy's own."""
     if is_host_log(state):
         json.loads(data)  # raises if it doesn't decode, as HostState.entries would
+        return []
+    if is_ledger(state):
+        decode_record(data)  # raises if it isn't a request record, as ContextManager.requests would (Q3)
         return []
     if not is_slot(state):
         return []

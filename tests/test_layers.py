@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.budget", "ctxrt.compile.provenance", "ctxrt.compile.tool_pairing", "ctxrt.compile.breakpoints"),
     ("ctxrt.compile.injections", "ctxrt.compile.result"),
     ("ctxrt.compile.reference", "ctxrt.compile.pipeline"),
+    ("ctxrt.request_ledger",),  # the request ledger's records, made from compile results and model requests
     ("ctxrt.models.model",),
     ("ctxrt.models.openai_model",),
     ("ctxrt.strategies.base", "ctxrt.strategies.shaping", "ctxrt.strategies.live"),
@@ -93,7 +94,7 @@ PURE_CORES: tuple[str, ...] = (
     "ctxrt.asks", "ctxrt.content.blocks", "ctxrt.models.model_types", "ctxrt.events", "ctxrt.memos", "ctxrt.checks", "ctxrt.queries", "ctxrt.content.validation", "ctxrt.content.codec",
     "ctxrt.content.blobs", "ctxrt.content.notes", "ctxrt.content.tokens", "ctxrt.anthropic_rules", "ctxrt.openai_rules", "ctxrt.forms.wire", "ctxrt.forms.openai_wire",
     "ctxrt.forms.body_runs", "ctxrt.forms.anthropic_body", "ctxrt.forms.openai_body", "ctxrt.budget", "ctxrt.compile.provenance", "ctxrt.compile.tool_pairing", "ctxrt.compile.breakpoints", "ctxrt.compile.injections",
-    "ctxrt.compile.result", "ctxrt.compile.reference", "ctxrt.compile.pipeline",
+    "ctxrt.compile.result", "ctxrt.compile.reference", "ctxrt.compile.pipeline", "ctxrt.request_ledger",
     "ctxrt.slots", "ctxrt.views", "ctxrt.channels",
     "ctxrt.store.keys", "ctxrt.store.seals", "ctxrt.store.records", "ctxrt.store.protocol", "ctxrt.store.batch",
     "ctxrt.strategies",

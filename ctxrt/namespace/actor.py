@@ -295,6 +295,7 @@ async def _complete(
     UnitDone. Its chat span (inside the unit's ``span``) is current while it calls."""
     with scope, tracing.model_call(span, model, request) as call:
         outcome: Any
+        started = trio.current_time()
         if model is None:
             outcome = ModelError(f"namespace {ref.namespace!r} has no model for compression", retryable=False)
         else:
@@ -309,7 +310,7 @@ async def _complete(
                 logger.exception("model call for %s in %r failed", unit.key, ref.namespace)
                 outcome = ModelError(f"the model raised {exc!r}", retryable=False)
         tracing.answered(call, outcome)
-        ref.tell(UnitDone(epoch, unit, outcome))
+        ref.tell(UnitDone(epoch, unit, outcome, (trio.current_time() - started) * 1000))
 
 
 async def serve_namespace(services: Services, ref: NamespaceRef, started: Reply[None]) -> None:

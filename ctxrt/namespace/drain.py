@@ -21,18 +21,20 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+import uuid
 from collections import deque
 from collections.abc import Generator
 from typing import Any
 
 import attrs
 
-from .. import tracing
+from .. import request_ledger, tracing
 from ..errors import StoreUnavailableError, StrategyRefusedError
 from ..asks import Reply
 from ..models.model_types import ModelRequest, ModelResponse
 from ..slots import prepare_append
-from ..store.protocol import AppendItem, SetValue
+from ..store.protocol import AppendItem, Atomically, RegisterState, SetValue
 from ..strategies.base import HeadWindowReset, Strategy, Unit
 from ..content.tokens import CalibratedEstimator, estimate_blocks, estimate_text
 from . import states
@@ -67,6 +69,8 @@ class Moment:
     record: Record = None
     epoch: int = 0
     ctx: ActorContext | None = None
+    ledger: bool = False  # the namespace keeps a request ledger (Q2): its compression calls are recorded
+    sequence: int = 0  # the store's last sequence (read only while the ledger is on)
 
     @property
     def reader(self) -> str | None:
@@ -366,6 +370,8 @@ class Drain:
                     yield SoundAlarm(QuarantineAlarm(self.place.namespace, self.place.branch, flight.unit.key,
                                                      made.attempts, made.rung, made.failure or ""))
             yield from self._calibrate(flight.request, done.outcome)
+            if moment.ledger:
+                yield from self._record(flight, done, moment)
         except Exception as exc:  # noqa: BLE001 - answered to its caller, or reported
             tracing.end_unit(flight.span, "failed", exc, made)
             if isinstance(exc, StoreUnavailableError):
@@ -403,6 +409,28 @@ class Drain:
                                      value=estimator.to_json()))
             except Exception:
                 logger.warning("%s: the token calibration could not be stored", self.place, exc_info=True)
+
+    def _record(self, flight: Flight, done: UnitDone, moment: Moment) -> Decisions:
+        """Keep a compression call in the namespace's request ledger (Q6). A failure here costs only
+        the entry, never the unit."""
+        request, outcome = flight.request, done.outcome
+        if self.readonly or not isinstance(outcome, ModelResponse) or not isinstance(request, ModelRequest):
+            return
+        span, trace_id, span_id = tracing.request_span(flight.span) if flight.span is not None else (None, None, None)
+        record = request_ledger.compression_record(
+            record_id=uuid.uuid4().hex, at_ms=int(time.time() * 1000), sequence=moment.sequence,
+            namespace=self.place.namespace, branch=self.place.branch, reader=moment.reader, request=request,
+            response=outcome, unit_work=flight.unit.work, latency_ms=done.latency_ms, trace_id=trace_id,
+            span_id=span_id)
+        state = states.ledger_state(self.place.namespace)
+        try:
+            yield Write(Atomically(commands=(
+                RegisterState(name=state, kind="log"),
+                AppendItem(state=state, branch=self.branch_id, data=request_ledger.encode_record(record)))))
+        except Exception:
+            logger.warning("%s: a compression call could not be kept in the request ledger", self.place, exc_info=True)
+            return
+        tracing.recorded(span, record.id)
 
     def _moved_error(self) -> BaseException:
         return StrategyRefusedError(f"the strategy or reader of {self.place} changed while this request ran; "

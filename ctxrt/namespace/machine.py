@@ -308,6 +308,8 @@ class NamespaceMachine:
         self.unit_task: _Task | None = None  # the unit being planned or applied: one at a time
         self.last_compile_ms: float | None = None
         self.render_stats: Any = None
+        self.stats_compile_id: str | None = None
+        self.ledger = False  # the namespace keeps a request ledger on this branch (Q2): read at set-up
         self.lease = lease
         self.stopping: Callable[[], BaseException] | None = None
         self.lane = _Lane()
@@ -551,7 +553,7 @@ class NamespaceMachine:
     def _moment(self) -> Moment:
         """What the drain reads of this machine now (its context: none before the views are built)."""
         return Moment(self.now, self.strategy, self.strategy_error, self.waiting, self.orphaned, self.record,
-                      self.epoch, self._ctx)
+                      self.epoch, self._ctx, self.ledger, self.store.last_sequence if self.ledger else 0)
 
     def _drive(self, decisions: Decisions) -> Gen:
         """Run a drain handler as a task's: carry out each decision it returns, its writes and
@@ -666,6 +668,7 @@ class NamespaceMachine:
             if missing:
                 yield Write(Atomically(commands=missing))
         self.floor = self._stored_floor() or 0
+        self.ledger = store.read_value(states.ledger_flag_state(ns), self.branch_id) is True
         if isinstance(self.config.token_estimator, CalibratedEstimator):  # the calibration so far
             self.config.token_estimator.restore(store.read_value(states.calibration_state(ns), self.branch_id))
         yield from self.lease.follow(self.strategy)  # before the caches: a refused lease leaves the next attach to set up
@@ -935,6 +938,7 @@ class NamespaceMachine:
         if not self.strategy_started:
             self._start_strategy()
         yield from self._record_config()
+        yield from self._switch_ledger(command.config.ledger)
         self.managers.add(command.token)
         self.orphaned = False
         return Attached(resolved)
@@ -948,6 +952,17 @@ class NamespaceMachine:
         described = catalog.describe(self.strategy_config)
         if self.store.read_value(state, self.branch_id) != described:
             yield Write(SetValue(state=state, branch=self.branch_id, value=described))
+
+    def _switch_ledger(self, wanted: bool | None) -> Gen:
+        """An open's ``ledger=True`` or ``False`` turns the request ledger on or off for the
+        namespace on its branch (stored, so a reopen without it keeps it, Q2)."""
+        if wanted is None or wanted == self.ledger or self.readonly:
+            return
+        flag = states.ledger_flag_state(self.place.namespace)
+        yield Write(Atomically(commands=(RegisterState(name=flag, kind="value"),
+                                         RegisterState(name=states.ledger_state(self.place.namespace), kind="log"),
+                                         SetValue(state=flag, branch=self.branch_id, value=wanted))))
+        self.ledger = wanted
 
     def _check_config(self, command: Attach) -> None:
         wanted, running = command.config, self.config
@@ -1203,6 +1218,8 @@ class NamespaceMachine:
             stamp=self.views.view.window(1).stamp,
         )
         self.last_compile_ms = (stopwatch() - started) * 1000
+        if not command.dry_run:
+            self.stats_compile_id = result.provenance.compile_id
         return result
 
     def _query(self, command: QuerySummaries) -> Any:
@@ -1316,9 +1333,10 @@ class NamespaceMachine:
         calls = self.drain.model_calls()
         if (published.strategy_config is self.strategy_config and published.slot is slot
                 and published.model_calls == calls and published.render_stats is self.render_stats
-                and published.settings is self.context_settings):
+                and published.settings is self.context_settings and published.stats_compile_id == self.stats_compile_id):
             return
-        self.published = NamespaceStatus(self.strategy_config, slot, calls, self.render_stats, self.context_settings)
+        self.published = NamespaceStatus(self.strategy_config, slot, calls, self.render_stats, self.context_settings,
+                                         self.stats_compile_id)
         self._effects.append(Publish(self.published))
 
 

@@ -41,6 +41,7 @@ class NamespaceConfig:
     strategy: StrategyConfig | Strategy
     model: Model | None
     token_estimator: TokenEstimator | None = None  # None: the plain estimate (tokens.estimate_message)
+    ledger: bool | None = None  # turn the request ledger on or off (Q2); None: as the branch records
 
 
 # -- commands from managers ----------------------------------------------------------------
@@ -312,6 +313,7 @@ class UnitDone(Ask[None]):
     epoch: int
     unit: Any
     outcome: Any
+    latency_ms: float | None = None  # how long the model call took (the request ledger's, Q6)
 
 
 @attrs.frozen
@@ -391,6 +393,7 @@ class NamespaceStatus:
     slot: SlotCache | None = None  # the own slot's cache, for reads of messages as stored
     model_calls: int = 0  # model calls out
     render_stats: RenderStats | None = None  # what the last compile showed and left out
+    stats_compile_id: str | None = None  # the compile ``render_stats`` reports (its provenance's compile_id)
     settings: ContextSettings | None = None  # the live settings in force (T14)
 
 

@@ -2,7 +2,8 @@
 
 Per branch a namespace has ``<ns>/reader`` (its reader record), ``<ns>/narrowing-floor``,
 ``<ns>/context`` (its context log), ``<ns>/strategy`` (the config it runs),
-``<ns>/context-settings`` (the live settings changed in it) and its strategy's
+``<ns>/context-settings`` (the live settings changed in it), ``<ns>/ledger`` (whether it keeps
+a request ledger) and ``<ns>/requests`` (the ledger, Q1), and its strategy's
 ``<ns>/<strategy>:<name>`` states. Message slots are ``messages`` (shared) or ``<ns>/messages``
 (isolated). A host's own states (``Runtime.host_state``, M9) are ``host:value:<name>`` and
 ``host:log:<name>``: a host state's name holds no ``/`` and every namespace state's does, so no
@@ -19,6 +20,7 @@ DEFAULT_NAMESPACE = "default"
 MAX_NAMESPACE_BYTES = 300  # leaves room for the longest suffix within the store's 400-byte state names
 SHARED_SLOT = "messages"
 _READER = "/reader"
+_REQUESTS = "/requests"
 
 
 def normalise_namespace(namespace: object) -> str:
@@ -64,6 +66,20 @@ def config_state(namespace: str) -> str:
 def settings_state(namespace: str) -> str:
     """The live context settings changed in it (strategies/settings.py)."""
     return f"{namespace}/context-settings"
+
+
+def ledger_flag_state(namespace: str) -> str:
+    """Whether the namespace keeps a request ledger (a value: True or False; never set is off)."""
+    return f"{namespace}/ledger"
+
+
+def ledger_state(namespace: str) -> str:
+    """The namespace's request ledger: a log of encoded ``RequestRecord`` items (request_ledger.py)."""
+    return f"{namespace}{_REQUESTS}"
+
+
+def is_ledger(state: str) -> bool:
+    return state.endswith(_REQUESTS)
 
 
 def calibration_state(namespace: str) -> str:

@@ -1,0 +1,237 @@
+"""The request ledger (Q1-Q8): what each namespace's reader was sent, kept as namespace state.
+
+Each test runs on both engines where it says so (a fresh LMDB directory, or a fresh database of the
+session's PostgreSQL cluster), through the public API; the compression calls are made by
+``OfflineModel`` (deterministic, no network).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import trio
+
+import ctxrt
+import ctxrt.aio
+from ctxrt import request_ledger
+from ctxrt import (
+    Autobiographical,
+    Budget,
+    HeldItem,
+    LedgerOffError,
+    OfflineModel,
+    RequestRecord,
+    RequestUsage,
+    Text,
+    Usage,
+    open_runtime,
+)
+from ctxrt.testing import verify
+
+
+@pytest.fixture(params=["lmdb", "postgres"])
+def store(request: pytest.FixtureRequest, store_path: Path) -> Path | str:
+    """An LMDB store's directory, or a PostgreSQL store's URL (a database of the test cluster)."""
+    return store_path if request.param == "lmdb" else request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+async def rt(store: Path | str) -> AsyncIterator[ctxrt.Runtime]:
+    async with open_runtime(store, durability="os") as runtime:
+        yield runtime
+
+
+BUDGET = Budget(max_tokens=10_000)
+
+
+async def _turn(m: ctxrt.ContextManager, text: str, **kwargs: object) -> RequestRecord:
+    await m.add_message("user", text)
+    result = await m.compile(BUDGET)
+    return await m.record_request(result, form="anthropic", options={"assistant": "Claude"}, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_record_keeps_what_the_request_held_and_reads_back(rt: ctxrt.Runtime) -> None:
+    """Q1: a record names its reader, the messages it held with their versions, tokens per zone,
+    the stable prefix, the body's digest, the model, usage and latency, and a digest of the reply
+    (never its text); requests() reads it back equal."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await m.add_message("user", "hello there")
+    reply = await m.add_message("Claude", "hi, ann")
+    result = await m.compile(BUDGET)
+    body = result.to_anthropic(assistant="Claude")
+    record = await m.record_request(
+        result, form="anthropic", options={"assistant": "Claude"}, model="claude-x",
+        usage=Usage(120, 30, cache_read_input_tokens=100), latency_ms=812.5, response="the reply text")
+    assert (record.namespace, record.branch, record.reader, record.form, record.model) == (
+        "agents/ann", "main", "ann", "anthropic", "claude-x")
+    assert [(h.id, h.kind) for h in record.held] == [(first, "message"), (reply, "message")]
+    assert all(h.version == record.sequence for h in record.held)
+    assert record.usage == RequestUsage(120, 30, 100, 0)
+    assert record.latency_ms == 812.5
+    assert record.total_tokens > 0 and record.total_tokens == sum(record.zone_tokens.values())
+    assert record.budget == BUDGET.max_tokens
+    assert record.body_digest == request_ledger.body_digest(body)
+    assert record.response_chars == len("the reply text") and "reply" not in (record.response or "")
+    assert await m.requests() == [record]
+    await m.aclose()
+
+
+async def test_requests_pages_newest_first_window_and_since(rt: ctxrt.Runtime) -> None:
+    """Q3: requests(limit=n) is the newest n, oldest first; since=s the first n recorded after s."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    records = [await _turn(m, f"message {i}") for i in range(7)]
+    assert await m.requests(limit=3) == records[-3:]
+    assert await m.requests() == records
+    assert await m.requests(since=records[1].sequence, limit=2) == records[2:4]
+    assert await m.requests(since=records[-1].sequence) == []
+    with pytest.raises(ValueError):
+        await m.requests(limit=0)
+    await m.aclose()
+
+
+async def test_record_request_refuses_a_namespace_without_the_ledger(rt: ctxrt.Runtime) -> None:
+    """Q2: record_request on a namespace that keeps no ledger raises LedgerOffError naming
+    ledger=True, and stores nothing."""
+    m = await rt.open("agents/ann", view_reader="ann")
+    await m.add_message("user", "hello")
+    result = await m.compile(BUDGET)
+    with pytest.raises(LedgerOffError, match="ledger=True"):
+        await m.record_request(result, form="anthropic")
+    assert await m.requests() == []
+    await m.aclose()
+
+
+async def test_the_ledger_switch_is_stored_and_a_reopen_without_it_keeps_it(rt: ctxrt.Runtime) -> None:
+    """Q2: ledger=True is stored on the branch: a later open without it keeps recording; an open
+    with ledger=False turns it off (what was recorded stays readable)."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await _turn(m, "one")
+    await m.aclose()
+    m = await rt.open("agents/ann")
+    await _turn(m, "two")
+    await m.aclose()
+    m = await rt.open("agents/ann", ledger=False)
+    await m.add_message("user", "three")
+    with pytest.raises(LedgerOffError):
+        await m.record_request(await m.compile(BUDGET), form="anthropic")
+    assert len(await m.requests()) == 2
+    await m.aclose()
+
+
+async def test_a_result_of_another_reader_is_refused(rt: ctxrt.Runtime) -> None:
+    """Q4: a record holds only what its namespace's reader could see: a result compiled for
+    another namespace (another reader) is refused, naming both."""
+    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    bob = await rt.open("agents/bob", view_reader="bob", ledger=True)
+    await ann.add_message("user", [Text("for ann only", audience=("ann",)), Text("for all")])
+    with pytest.raises(ValueError, match="agents/ann"):
+        await bob.record_request(await ann.compile(BUDGET), form="anthropic")
+    assert await bob.requests() == []
+    record = await bob.record_request(await bob.compile(BUDGET), form="anthropic")
+    rebuilt = await bob.rebuild_request(record)
+    assert "for ann only" not in str(rebuilt.body) and "for all" in str(rebuilt.body)
+    await ann.aclose()
+    await bob.aclose()
+
+
+async def test_a_request_is_rebuilt_exactly_and_names_the_messages_edited_since(rt: ctxrt.Runtime) -> None:
+    """Q5: rebuild_request makes the body again from the store, digest equal to the recorded one;
+    after an edit it is still what was sent (the version as of the record), and names the edited
+    message; the openai forms too."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await m.add_message("user", "what is the plan?")
+    await m.add_message("Claude", [Text("the plan is "), Text("secret", audience=("ann",))])
+    result = await m.compile(BUDGET, injections=[ctxrt.Injection("agents/ann", "system", "be brief")])
+    sent = result.to_anthropic(assistant="Claude", system="you help")
+    record = await m.record_request(result, form="anthropic", options={"assistant": "Claude", "system": "you help"})
+    rebuilt = await m.rebuild_request(record)
+    assert rebuilt.body == sent and rebuilt.matches and rebuilt.edited == ()
+    chat = await m.record_request(result, form="openai_chat", options={"assistant": ["Claude"]})
+    assert (await m.rebuild_request(chat)).body == result.to_openai_chat(assistant=["Claude"]).copy()
+    await m.edit_message(first, "what is the new plan?")
+    again = await m.rebuild_request(record)
+    assert again.body == sent and again.matches and again.edited == (first,)
+    await m.aclose()
+
+
+async def test_a_fork_inherits_the_ledger_and_its_records_then_keeps_its_own(rt: ctxrt.Runtime) -> None:
+    """Q3, R1: a fork reads its parent's records up to the fork point and only its own after;
+    the ledger switch is inherited; the parent never sees the fork's."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    before = await _turn(m, "one")
+    await m.fork("what-if")  # m moves to the fork
+    main = await rt.open("agents/ann")
+    on_fork = await _turn(m, "two on the fork")
+    on_main = await _turn(main, "two on main")
+    assert on_fork.branch == "what-if"
+    assert await m.requests() == [before, on_fork]
+    assert await main.requests() == [before, on_main]
+    await main.aclose()
+    await m.aclose()
+
+
+async def test_requests_holding_finds_every_request_that_held_a_message(rt: ctxrt.Runtime) -> None:
+    """Q3: requests(holding=id) is every request that held that message, and no other."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await _turn(m, "first")
+    target = await m.add_message("user", "the one to audit")
+    held = [await m.record_request(await m.compile(BUDGET), form="anthropic") for _ in range(2)]
+    await m.remove_message(target)
+    await _turn(m, "after its removal")
+    assert await m.requests(holding=target) == held
+    assert await m.requests(holding=target, limit=1) == held[-1:]
+    assert all(HeldItem(target, "message", r.sequence) in r.held for r in held)
+    await m.aclose()
+
+
+async def test_compression_calls_are_recorded_when_the_ledger_is_on(rt: ctxrt.Runtime) -> None:
+    """Q6: the namespace's compression calls are kept in its ledger: form "compression", the
+    messages the unit read, the model, its usage and latency; none while the ledger is off."""
+    strategy = Autobiographical("model-x", target_chunk_tokens=40, recent_window_tokens=20, l1_holdback_chunks=0,
+                                summary_target_tokens=50, head_window_tokens=20)
+    off = await rt.open("agents/bob", view_reader="bob", model=OfflineModel(), strategy=strategy)
+    on = await rt.open("agents/ann", view_reader="ann", model=OfflineModel(), strategy=strategy, ledger=True)
+    for i in range(30):
+        await on.add_message("user" if i % 2 else "Claude", f"message number {i} about the plan and its parts.")
+        await off.add_message("user" if i % 2 else "Claude", f"message number {i} about the plan and its parts.")
+    await on.wait_ready()
+    await off.wait_ready()
+    records = await on.requests(limit=1000)
+    assert records and all(r.form == "compression" and r.reader == "ann" for r in records)
+    assert all(r.usage is not None and r.usage.input_tokens and r.latency_ms is not None for r in records)
+    assert any(h.kind == "message" for r in records for h in r.held)
+    rebuilt = await on.rebuild_request(records[0])
+    assert rebuilt.matches
+    assert await off.requests() == []
+    await on.aclose()
+    await off.aclose()
+
+
+async def test_verify_reads_every_record_and_reports_a_damaged_one(store: Path | str) -> None:
+    """Q3, K7: verify decodes each ledger item as requests() reads it: sound after records."""
+    async with open_runtime(store) as rt:
+        m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+        await _turn(m, "one")
+        await m.aclose()
+    report = verify(str(store))
+    assert report.status == "sound", report
+
+
+async def test_the_asyncio_front_offers_the_ledger(store_path: Path) -> None:
+    """Q8, H1: under asyncio the same methods answer the same records."""
+
+    async def host() -> tuple[list[RequestRecord], RequestRecord]:
+        async with ctxrt.aio.open_runtime(store_path, durability="os") as rt:
+            m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+            await m.add_message("user", "hello")
+            record = await m.record_request(await m.compile(BUDGET), form="openai_responses",
+                                            options={"assistant": "Claude"})
+            found = await m.requests()
+            await m.aclose()
+            return found, record
+
+    found, record = await trio.to_thread.run_sync(asyncio.run, host())
+    assert found == [record]
