@@ -13,6 +13,7 @@ import errno
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -44,6 +45,7 @@ from ..manager import ContextManager
 from ..runtime import Runtime
 from ..store.records import BranchRow
 from . import pages
+from .prices import Price
 
 logger = logging.getLogger("ctxrt.inspector")
 
@@ -162,8 +164,10 @@ def _budget(request: Request) -> Budget:
         raise BadRequest(str(exc)) from None
 
 
-def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
-    """The inspector of ``runtime``'s store (read-only), titled ``label``."""
+def build_app(runtime: Runtime, label: str, managers: Managers, prices: dict[str, Price] | None = None) -> Starlette:
+    """The inspector of ``runtime``'s store (read-only), titled ``label``; ``prices`` (a model's
+    dollars per million tokens) prices the recorded requests."""
+    prices = prices or {}
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined,
     )
@@ -172,7 +176,10 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
         return path + ("?" + urlencode({k: v for k, v in query.items() if v is not None}) if query else "")
 
     environment.globals.update(link=link, label=label, page_numbers=pages.page_numbers, percent=pages.percent,
-                               refresh=LIVE_REFRESH_S, live=False, follow=None)
+                               refresh=LIVE_REFRESH_S, live=False, follow=None, record_zones=pages.RECORD_ZONES,
+                               part_label=pages.part_label)
+    environment.filters["when"] = lambda ms: (datetime.fromtimestamp(ms / 1000, timezone.utc)
+                                               .strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC")
 
     def render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = environment.get_template(template).render(**context)
@@ -273,11 +280,53 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
                                  await managers.get(row, a), await managers.get(row, b), _budget(request))
         return render("diff.html", branch=row.name, diff=shown, **follow(request))
 
+    async def ledger_manager(request: Request) -> tuple[Any, ContextManager]:
+        row = branch_of(request)
+        namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
+        return row, await managers.get(row, namespace)
+
+    def index_of(request: Request, name: str) -> int:
+        index = _query_int(request, name, None, 0)
+        if index is None:
+            raise BadRequest(f"{name} (a request's number in the ledger) is missing")
+        return index
+
+    async def history(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
+        shown = pages.history(runtime, row, namespace, _query_int(request, "page", None), prices)
+        return render("history.html", branch=row.name, history=shown, **follow(request))
+
+    async def one_request(request: Request) -> HTMLResponse:
+        row, manager = await ledger_manager(request)
+        found = pages.entry(runtime, row, manager.namespace, index_of(request, "n"), prices)
+        return render("request.html", branch=row.name, namespace=manager.namespace, priced=bool(prices),
+                      sent=await pages.as_sent(manager, found),
+                      newer=found.index + 1 < pages.ledger_length(runtime, row, manager.namespace))
+
+    async def request_diff(request: Request) -> HTMLResponse:
+        row, manager = await ledger_manager(request)
+        a, b = (pages.entry(runtime, row, manager.namespace, index_of(request, name), prices) for name in ("a", "b"))
+        return render("request_diff.html", branch=row.name, namespace=manager.namespace, diff=pages.request_diff(a, b))
+
+    async def audit(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        item = request.query_params.get("item", "")
+        if not item:
+            raise BadRequest("item (the id of a message or summary) is missing")
+        asked = _query_text(request, "namespace")
+        names = [await pages.require_namespace(runtime, row, asked)] if asked is not None else sorted(
+            info.namespace for info in await runtime.list_namespaces(row.name) if pages.has_ledger(runtime, info.namespace))
+        since = _query_int(request, "since", None, 0)
+        lines = [await pages.audit(runtime, row, await managers.get(row, name), item, since, prices) for name in names]
+        return render("audit.html", branch=row.name, item=item, lines=lines, asked=asked, **follow(request))
+
     routes: list[BaseRoute] = [
         Route(path, page(handler), methods=["GET"])
         for path, handler in (("/", index), ("/branch", branch), ("/timeline", timeline), ("/reader", reader),
                               ("/summaries", summaries), ("/diff", diff), ("/covered", covered),
-                              ("/search", search))
+                              ("/search", search), ("/history", history), ("/request", one_request),
+                              ("/request-diff", request_diff), ("/audit", audit))
     ]
     routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
 
@@ -305,18 +354,19 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
 
 
 async def serve(
-    runtime: Runtime, label: str, *, port: int = 0,
+    runtime: Runtime, label: str, *, port: int = 0, prices: dict[str, Price] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Serve the inspector of ``runtime`` (opened read-only) on 127.0.0.1 until cancelled (or
-    ``shutdown_trigger`` returns); ``task_status.started`` gets its URL (``port`` 0: any free one)."""
+    ``shutdown_trigger`` returns); ``task_status.started`` gets its URL (``port`` 0: any free one).
+    ``prices``: each model's dollars per million tokens, to price recorded requests (prices.py)."""
     config = Config()
     config.bind = [f"{HOST}:{port}"]
     config.accesslog = None
     config.errorlog = logger
     managers = Managers(runtime)
-    app = build_app(runtime, label, managers)
+    app = build_app(runtime, label, managers, prices)
     try:
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(_serve_app, app, config, shutdown_trigger)

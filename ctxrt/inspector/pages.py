@@ -38,8 +38,11 @@ from ..content.blocks import (
     has_audience,
 )
 from ..content.notes import note
+from ..errors import MessageNotFoundError, StoreCorruptError
 from ..manager import ContextManager
 from ..namespace import states
+from ..request_ledger import Part as RecordPart
+from ..request_ledger import RequestRecord, decode_record
 from ..runtime import Runtime
 from ..store.records import BranchRow
 from ..strategies import catalog
@@ -49,6 +52,7 @@ from ..strategies.passthrough import Passthrough
 from ..strategies.queue import MAX_ATTEMPTS
 from ..content.tokens import estimate_blocks
 from ..views import reader_view_of
+from .prices import Price
 
 PAGE = 50  # messages (or summaries) on one page
 SUMMARY_STRATEGIES = ("autobio", "knowledge")  # the bundled strategies that keep summaries
@@ -185,6 +189,7 @@ class NamespaceLine:
     summaries: int
     quarantined: tuple[str, ...]
     slot: str
+    ledger: bool  # it recorded requests
 
 
 def setting(value: Any) -> str:
@@ -203,7 +208,7 @@ async def namespaces(runtime: Runtime, row: BranchRow) -> list[NamespaceLine]:
         summaries = sum(engine.read_head(name, row.id).length for name in _summary_states(runtime, info.namespace))
         lines.append(NamespaceLine(info.namespace, info.reader, info.narrowing_floor, kind, settings, unset, summaries,
                                    tuple(quarantined(runtime, row, info.namespace)),
-                                   slot_of_namespace(runtime, info.namespace)))
+                                   slot_of_namespace(runtime, info.namespace), has_ledger(runtime, info.namespace)))
     return lines
 
 
@@ -543,6 +548,205 @@ def search(runtime: Runtime, row: BranchRow, slot: str, *, namespace: str | None
                               if text.casefold() in found.text.casefold()]
     return Found(slot, namespace, reader, tuple(rows), tuple(summaries[:PAGE]), top, stop if stop > 0 else None,
                  top - stop)
+
+
+# -- the request ledger: what each request sent, kept --------------------------------------------------
+
+# A record's zones (request_ledger.zones_of_stats, zone_tokens_of) and the class a page colours each by.
+RECORD_ZONES = {"head": "head", "summaries": "summary", "middle": "middle", "recent": "recent",
+                "injections": "injection"}
+
+
+def has_ledger(runtime: Runtime, namespace: str) -> bool:
+    """Whether ``namespace`` ever recorded a request (on any branch)."""
+    return runtime.engine.has_state(states.ledger_state(namespace))
+
+
+@attrs.frozen
+class Entry:
+    """One recorded request on a page: its place in the ledger (a link's address), the record,
+    its cost (None: no price for its model, or no usage reported)."""
+
+    index: int
+    record: RequestRecord
+    cost: float | None
+
+
+def _entry(index: int, record: RequestRecord, prices: dict[str, Price]) -> Entry:
+    price = prices.get(record.model) if record.model is not None else None
+    usage = record.usage
+    cost = None if price is None or usage is None else price.cost(
+        usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_creation_tokens)
+    return Entry(index, record, cost)
+
+
+def _records(runtime: Runtime, row: BranchRow, namespace: str, start: int, stop: int, at: int) -> list[tuple[int, RequestRecord]]:
+    state = states.ledger_state(namespace)
+    engine, found = runtime.engine, []
+    for offset, item in enumerate(engine.read_items(state, row.id, at=at, start=start, stop=stop)):
+        try:
+            found.append((start + offset, decode_record(item.data)))
+        except ValueError as exc:
+            raise StoreCorruptError(engine.data_path, f"log state {state!r} item @{item.sequence}: {exc}") from None
+    return found
+
+
+@attrs.frozen
+class History:
+    namespace: str
+    total: int
+    page: int
+    pages: int
+    entries: tuple[Entry, ...]  # newest first
+    largest: int  # the page's largest request, in tokens (the bars' scale)
+    priced: bool  # a price table was given
+
+
+def history(runtime: Runtime, row: BranchRow, namespace: str, page: int | None, prices: dict[str, Price]) -> History:
+    """One page (50) of ``namespace``'s recorded requests on the branch (its parent's up to the
+    fork point included), newest first: page ``page`` counting from the oldest (None: the newest
+    50). Reads the ledger's head and that page's records, whatever the ledger holds."""
+    state = states.ledger_state(namespace)
+    engine = runtime.engine
+    if not engine.has_state(state):
+        return History(namespace, 0, 0, 1, (), 0, bool(prices))
+    head = engine.read_head(state, row.id)
+    pages = max(1, -(-head.length // PAGE))
+    if page is None:
+        page, start = pages - 1, max(0, head.length - PAGE)
+    else:
+        page = min(max(page, 0), pages - 1)
+        start = page * PAGE
+    entries = [_entry(i, r, prices) for i, r in reversed(_records(runtime, row, namespace, start, start + PAGE, head.revision))]
+    return History(namespace, head.length, page, pages, tuple(entries),
+                   max((e.record.total_tokens for e in entries), default=0), bool(prices))
+
+
+def ledger_length(runtime: Runtime, row: BranchRow, namespace: str) -> int:
+    """How many requests ``namespace``'s ledger holds on the branch (its head: one read)."""
+    state = states.ledger_state(namespace)
+    return runtime.engine.read_head(state, row.id).length if runtime.engine.has_state(state) else 0
+
+
+def entry(runtime: Runtime, row: BranchRow, namespace: str, index: int, prices: dict[str, Price]) -> Entry:
+    """The request at ``index`` in ``namespace``'s ledger on the branch (numbered from 0, oldest first)."""
+    length = ledger_length(runtime, row, namespace)
+    if not 0 <= index < length:
+        raise NotFound(f"no request {index} in namespace {namespace!r}'s ledger on branch {row.name!r} "
+                       f"(it holds {length}, numbered from 0)")
+    [(_, record)] = _records(runtime, row, namespace, index, index + 1, runtime.engine.read_head(
+        states.ledger_state(namespace), row.id).revision)
+    return _entry(index, record, prices)
+
+
+@attrs.frozen
+class AsSent:
+    entry: Entry
+    body: str  # the rebuilt body, as indented JSON
+    edited: tuple[str, ...]
+    matches: bool
+    problem: str | None  # why it couldn't be rebuilt
+
+
+async def as_sent(manager: ContextManager, found: Entry) -> AsSent:
+    """``found``'s request made again from the store (``rebuild_request``), and the held messages
+    edited or removed since; a message no longer in the store's history is said, not raised."""
+    try:
+        rebuilt = await manager.rebuild_request(found.record)
+    except MessageNotFoundError as exc:
+        return AsSent(found, "", (), False, str(exc))
+    body = json.dumps(rebuilt.body, indent=2, ensure_ascii=False, default=_jsonable)
+    return AsSent(found, body, tuple(rebuilt.edited), rebuilt.matches, None)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict | list | tuple):
+        return list(value) if not isinstance(value, dict) else dict(value)
+    if hasattr(value, "items"):
+        return dict(value.items())
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def part_label(part: RecordPart) -> str:
+    """A request's message for a diff: the stored message it carried, or (a summary, an
+    injection, a message shown other than as stored) the start of its content as kept."""
+    if part.message is not None:
+        return f"message {part.message}"
+    texts = [str(block.get("text", block.get("type", ""))) for block in part.content or () if isinstance(block, dict)]
+    text = " ".join(texts)
+    return text if len(text) <= 160 else f"{text[:160]}..."
+
+
+@attrs.frozen
+class PartPair:
+    index: int
+    a: RecordPart | None
+    b: RecordPart | None
+    same: bool
+
+
+@attrs.frozen
+class RequestDiff:
+    a: Entry
+    b: Entry
+    joined: tuple[str, ...]  # held by b, not a (ids; a summary's prefixed "summary ")
+    left: tuple[str, ...]
+    pairs: tuple[PartPair, ...]
+    first_change: int | None  # the first message that differs (None: none does)
+    cached_a: int  # a's messages up to its last cache breakpoint: the prefix a provider could cache
+    prefix_held: bool  # b begins with all of them
+
+
+def request_diff(a: Entry, b: Entry) -> RequestDiff:
+    """What joined and left between two requests (the messages and summaries each held), message by
+    message which differ, and whether the second kept the first's cached prefix (its messages up to
+    its last cache breakpoint) or where that broke."""
+    held_a = [("summary " if h.kind == "summary" else "") + h.id for h in a.record.held]
+    held_b = [("summary " if h.kind == "summary" else "") + h.id for h in b.record.held]
+    parts_a, parts_b = a.record.parts, b.record.parts
+    pairs = []
+    for index in range(max(len(parts_a), len(parts_b))):
+        pa = parts_a[index] if index < len(parts_a) else None
+        pb = parts_b[index] if index < len(parts_b) else None
+        same = pa is not None and pb is not None and (pa.participant, pa.message, pa.content) == (
+            pb.participant, pb.message, pb.content)
+        pairs.append(PartPair(index, pa, pb, same))
+    first_change = next((pair.index for pair in pairs if not pair.same), None)
+    marks = [i for i, part in enumerate(parts_a) if part.cache_breakpoint]
+    cached = marks[-1] + 1 if marks else 0
+    return RequestDiff(a, b, tuple(i for i in held_b if i not in set(held_a)), tuple(i for i in held_a if i not in set(held_b)),
+                       tuple(pairs), first_change, cached, first_change is None or first_change >= cached)
+
+
+@attrs.frozen
+class AuditLine:
+    namespace: str
+    entries: tuple[Entry, ...]  # oldest first
+    more_since: int | None  # the next page's ``since`` (None: no more)
+
+
+async def audit(runtime: Runtime, row: BranchRow, manager: ContextManager, item_id: str, since: int | None,
+                prices: dict[str, Price]) -> AuditLine:
+    """The requests of ``manager``'s namespace that held message or summary ``item_id``
+    (``requests(holding=...)``), oldest first, ``PAGE`` of them from ``since`` (a store sequence;
+    None: from the start), each with its place in the ledger (a binary search by sequence)."""
+    found = await manager.requests(since=since or 0, limit=PAGE + 1, holding=item_id)
+    more = found[PAGE - 1].sequence if len(found) > PAGE else None
+    state = states.ledger_state(manager.namespace)
+    head = runtime.engine.read_head(state, row.id)
+
+    def index_of(record: RequestRecord) -> int:  # records are in sequence order
+        low, high = 0, head.length
+        while low < high:
+            middle = (low + high) // 2
+            [(_, probed)] = _records(runtime, row, manager.namespace, middle, middle + 1, head.revision)
+            if probed.sequence < record.sequence:
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    return AuditLine(manager.namespace, tuple(_entry(index_of(r), r, prices) for r in found[:PAGE]), more)
 
 
 # -- summaries --------------------------------------------------------------------------------------
