@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import re
 import urllib.error
 import urllib.request
@@ -514,3 +515,155 @@ async def test_a_refused_host_and_an_inspector_fault_get_the_styled_error_page(t
             assert status == 500 and "<html" in page and "RuntimeError" in texts(page)
             assert "Traceback" not in page and "a fault of the inspector" not in page
             nursery.cancel_scope.cancel()
+
+
+PRICES = {"claude-x": {"input": 3.0, "output": 15.0, "cache_read": 0.3}}
+
+
+async def record_turns(writer: ctxrt.Runtime, namespace: str, turns: int, budget: ctxrt.Budget) -> list[Any]:
+    """``turns`` turns of ``namespace`` (its ledger on), each a line appended, then the compile
+    recorded as sent in the anthropic form, with usage and latency."""
+    manager = await writer.open(namespace, ledger=True)
+    records = []
+    for turn in range(turns):
+        await manager.add_message("user", f"turn {turn} of {namespace}")
+        result = await manager.compile(budget)
+        records.append(await manager.record_request(
+            result, form="anthropic", model="claude-x", latency_ms=700.0 + turn,
+            usage=ctxrt.Usage(1_000_000, 100_000, cache_read_input_tokens=500_000)))
+    return records
+
+
+@asynccontextmanager
+async def serving_priced(store: Any, prices: Any = None) -> AsyncIterator[str]:
+    from ctxrt.inspector.prices import parse_prices
+    async with ctxrt.open_runtime(store, readonly=True) as runtime, trio.open_nursery() as nursery:
+        url = await nursery.start(partial(app.serve, runtime, "the store", port=0,
+                                          prices=None if prices is None else parse_prices(prices)))
+        yield url
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_namespaces_request_history_pages_its_records_newest_first_with_costs(tmp_path: Path) -> None:
+    """The history lists a namespace's recorded requests newest first, 50 a page: time, tokens by
+    zone, usage and cache read, cost from the price table (a model it has no price for shows
+    none), latency; each links to the request and a diff with the one before; a namespace that
+    recorded nothing says so (W14)."""
+    budget = ctxrt.Budget(800, 100)
+    with trio.fail_after(GUARD_S * 2):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            await two_readers(writer, 20)
+            records = await record_turns(writer, "agents/ann", 55, budget)
+        async with serving_priced(tmp_path / "s", PRICES) as url:
+            _, newest = await get(url + "/history?branch=main&namespace=agents/ann")
+            _, oldest = await get(url + "/history?branch=main&namespace=agents/ann&page=0")
+            _, none = await get(url + "/history?branch=main&namespace=agents/bob")
+            _, branch = await get(url + "/branch?branch=main")
+        async with serving_priced(tmp_path / "s") as url:
+            _, unpriced = await get(url + "/history?branch=main&namespace=agents/ann")
+    numbers = [int(n) for n in re.findall(r'<tr id="r(\d+)" class="request">', newest)]
+    assert numbers == list(range(54, 4, -1))
+    assert [int(n) for n in re.findall(r'<tr id="r(\d+)"', oldest)] == list(range(49, -1, -1))
+    rows = rows_of(newest, "history")
+    # (1M - 0.5M fresh) x $3 + 0.5M read x $0.3 + 0.1M out x $15 per million: $1.5 + $0.15 + $1.5
+    assert all("$3.1500" in row and "500000" in row and "ms" in row and "claude-x" in row for row in rows)
+    assert str(records[-1].total_tokens) in rows[0] and "754 ms" in rows[0]
+    assert 'class="seg zone-' in newest and 'href="/request-diff?branch=main&amp;namespace=agents%2Fann&amp;a=53&amp;b=54"' in newest
+    assert "$" not in "".join(rows_of(unpriced, "history")) and "cost" not in texts(unpriced).split("Request history")[1][:0]
+    assert "recorded no request" in texts(none)
+    assert 'class="history" href="/history?branch=main&amp;namespace=agents%2Fann"' in branch
+    assert 'class="history" href="/history?branch=main&amp;namespace=agents%2Fbob"' not in branch
+
+
+async def test_one_request_is_shown_as_sent_and_names_what_was_edited_since(tmp_path: Path) -> None:
+    """A request's page rebuilds its body from the store, the very body that was sent, in its
+    reader's view (bob's never holds ann's line); once a message it held is edited, the page
+    names that message as edited since and still shows it as sent (W15)."""
+    budget = ctxrt.Budget(800, 100)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            ann, _ = await two_readers(writer, 20)
+            bob = await writer.open("agents/bob", ledger=True)
+            sent = (await bob.compile(budget))
+            await bob.record_request(sent, form="anthropic", options={"assistant": "Claude"})
+            body = sent.to_anthropic(assistant="Claude")
+            await record_turns(writer, "agents/ann", 2, budget)
+            async with serving_priced(tmp_path / "s") as url:
+                _, bob_page = await get(url + "/request?branch=main&namespace=agents/bob&n=0")
+                _, before = await get(url + "/request?branch=main&namespace=agents/ann&n=1")
+                held = re.findall(r'href="/audit\?branch=main&amp;item=(\d+)"', before)
+                await ann.edit_message(held[-1], "a line edited after it was sent")
+                _, after = await get(url + "/request?branch=main&namespace=agents/ann&n=1")
+                status, missing = await get(url + "/request?branch=main&namespace=agents/ann&n=2")
+    shown = re.search(r'<pre id="body">(.*?)</pre>', bob_page, re.S)
+    assert shown and json.loads(html.unescape(shown.group(1))) == json.loads(json.dumps(body, default=dict))
+    assert "byte for byte what was sent" in texts(bob_page) and "ann only" not in bob_page
+    assert "byte for byte" in texts(before) and "edited" not in texts(before)
+    assert "messages edited or removed since" in texts(after) and held[-1] in texts(after).split("edited or removed since")[1]
+    assert "a line edited after it was sent" not in texts(after) and "byte for byte" in texts(after)
+    assert status == 404 and "holds 2" in texts(missing)
+
+
+async def test_the_diff_of_two_requests_says_what_joined_left_and_where_the_cache_broke(tmp_path: Path) -> None:
+    """The diff of two requests names the messages that joined and left, marks the first message
+    that differs, and says whether the second kept the first's cached prefix (up to its last cache
+    breakpoint) or where it broke: a message both carried, edited between them, breaks it (W16)."""
+    budget = ctxrt.Budget(800, 100)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            ann, _ = await two_readers(writer, 30)
+            await record_turns(writer, "agents/ann", 2, budget)
+            async with serving_priced(tmp_path / "s") as url:
+                _, kept = await get(url + "/request-diff?branch=main&namespace=agents/ann&a=0&b=1")
+                first = re.search(r'<tr class="pair[^"]*">\s*<td>0</td>\s*<td>\w+: message (\d+)', kept)
+                assert first, kept
+                await ann.edit_message(first.group(1), "the first line, edited")
+                await record_turns(writer, "agents/ann", 1, budget)
+                _, broke = await get(url + "/request-diff?branch=main&namespace=agents/ann&a=1&b=2")
+    assert "Held: request 1 begins with request 0's first" in texts(kept), re.search(r'<p id="prefix">(.*?)</p>', kept, re.S)
+    joined = texts(re.search(r'<td id="joined">(.*?)</td>', kept, re.S).group(1)).split()  # type: ignore[union-attr]
+    assert len(joined) == 1 and texts(re.search(r'<td id="left">(.*?)</td>', kept, re.S).group(1)).strip() == "none"  # type: ignore[union-attr]
+    assert "Broke at message 0" in texts(broke) and 'class="pair changed first-change"' in broke
+
+
+async def test_an_audit_lists_every_request_that_held_a_message_and_only_those(tmp_path: Path) -> None:
+    """The audit of a message lists, per namespace, every recorded request that held it, each
+    linking to the request; a message only ann may read is held by ann's requests and never by
+    bob's (W17)."""
+    budget = ctxrt.Budget(100_000, 100)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            ann, bob = await two_readers(writer, 6)
+            private = await ann.add_message("user", [{"type": "text", "text": "ann's alone", "audience": ["ann"]}])
+            shared = await ann.add_message("user", "for both")
+            await record_turns(writer, "agents/ann", 3, budget)
+            await record_turns(writer, "agents/bob", 2, budget)
+            async with serving_priced(tmp_path / "s") as url:
+                _, of_private = await get(url + f"/audit?branch=main&item={private}")
+                _, of_shared = await get(url + f"/audit?branch=main&item={shared}")
+                _, timeline = await get(url + "/timeline?branch=main")
+    sections = dict(re.findall(r"<h2>(agents/\w+) <small>.*?</small></h2>\s*<table class=\"audit\">(.*?)</table>",
+                               of_shared, re.S))
+    assert set(sections) == {"agents/ann", "agents/bob"}
+    assert len(re.findall(r'<tr class="request">', sections["agents/ann"])) == 3
+    assert len(re.findall(r'<tr class="request">', sections["agents/bob"])) == 2
+    private_sections = dict(re.findall(r"<h2>(agents/\w+) <small>.*?</small></h2>\s*<table class=\"audit\">(.*?)</table>",
+                                       of_private, re.S))
+    assert len(re.findall(r'<tr class="request">', private_sections["agents/ann"])) == 3
+    assert "<tr class=\"request\">" not in private_sections["agents/bob"] and "None held it." in texts(private_sections["agents/bob"])
+    assert 'href="/request?branch=main&amp;namespace=agents%2Fbob&amp;n=1"' in of_shared
+    assert f'href="/audit?branch=main&amp;item={private}"' in timeline
+
+
+def test_serve_refuses_a_price_table_it_cant_read(tmp_path: Path) -> None:
+    """``ctxrt serve --prices FILE`` with a file that isn't a price table is a usage error naming
+    the file and what is wrong, before anything is served (W14)."""
+    import subprocess
+    import sys
+    bad = tmp_path / "prices.json"
+    for text, said in (('{"claude-x": {"input": 3}}', "no 'output' price"), ("[1]", "JSON object"),
+                       ('{"m": {"input": 1, "output": -2}}', "non-negative"), ("{", "can't read")):
+        bad.write_text(text)
+        done = subprocess.run([sys.executable, "-m", "ctxrt", "serve", str(tmp_path / "none"), "--prices", str(bad)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and str(bad) in done.stderr and said in done.stderr, done.stderr

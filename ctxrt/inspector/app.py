@@ -307,7 +307,7 @@ def build_app(runtime: Runtime, label: str, managers: Managers, prices: dict[str
     async def request_diff(request: Request) -> HTMLResponse:
         row, manager = await ledger_manager(request)
         a, b = (pages.entry(runtime, row, manager.namespace, index_of(request, name), prices) for name in ("a", "b"))
-        return render("request_diff.html", branch=row.name, namespace=manager.namespace, diff=pages.request_diff(a, b))
+        return render("request_diff.html", branch=row.name, namespace=manager.namespace, diff=await pages.request_diff(manager, a, b))
 
     async def audit(request: Request) -> HTMLResponse:
         row = branch_of(request)

@@ -697,19 +697,32 @@ class RequestDiff:
     prefix_held: bool  # b begins with all of them
 
 
-def request_diff(a: Entry, b: Entry) -> RequestDiff:
-    """What joined and left between two requests (the messages and summaries each held), message by
-    message which differ, and whether the second kept the first's cached prefix (its messages up to
-    its last cache breakpoint) or where that broke."""
+async def request_diff(manager: ContextManager, a: Entry, b: Entry) -> RequestDiff:
+    """What joined and left between two requests of ``manager``'s namespace (the messages and
+    summaries each held), message by message which differ (a message both carried differs when
+    it was edited between them: each side is read as of its request, ``get_message_at``), and
+    whether the second kept the first's cached prefix (its messages up to its last cache
+    breakpoint) or where that broke."""
     held_a = [("summary " if h.kind == "summary" else "") + h.id for h in a.record.held]
     held_b = [("summary " if h.kind == "summary" else "") + h.id for h in b.record.held]
     parts_a, parts_b = a.record.parts, b.record.parts
+
+    async def version(message_id: str, record: RequestRecord) -> Any:
+        at = next((h.version for h in record.held if h.id == message_id), record.sequence)
+        try:
+            return (await manager.get_message_at(message_id, at)).content
+        except MessageNotFoundError:
+            return None  # gone from the store's history: no longer comparable
+
     pairs = []
     for index in range(max(len(parts_a), len(parts_b))):
         pa = parts_a[index] if index < len(parts_a) else None
         pb = parts_b[index] if index < len(parts_b) else None
         same = pa is not None and pb is not None and (pa.participant, pa.message, pa.content) == (
             pb.participant, pb.message, pb.content)
+        if same and pa is not None and pa.message is not None:
+            was, now = await version(pa.message, a.record), await version(pa.message, b.record)
+            same = was is not None and was == now
         pairs.append(PartPair(index, pa, pb, same))
     first_change = next((pair.index for pair in pairs if not pair.same), None)
     marks = [i for i, part in enumerate(parts_a) if part.cache_breakpoint]
