@@ -29,6 +29,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 import ctxrt
 from ctxrt.demo import run_demo
+from ctxrt.inspector import pages
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -236,6 +237,55 @@ def test_searching_and_filtering_keep_to_the_readers_view(browser: webdriver.Chr
     WebDriverWait(driver, WAIT_S).until(gone(driver.find_element(By.TAG_NAME, "html")))  # it reloads itself
     follow(driver, driver.find_element(By.LINK_TEXT, "stop"))
     assert "follow live" in text(driver, "header")
+
+
+def test_clicking_through_the_request_history_diff_and_audit(browser: webdriver.Chrome, demo_store: Path,
+                                                             demo_url: str, screenshots: Path) -> None:
+    """On the demo store with its readers' requests recorded (each namespace's ledger on): from the
+    branch page to ann's request history, one request as sent (in ann's view), the diff with the
+    one before, and the audit of a message it held, listing ann's and bob's requests (W14-W17)."""
+
+    async def record() -> None:
+        async with ctxrt.open_runtime(demo_store) as writer:
+            for name in ("agents/ann", "agents/bob"):
+                manager = await writer.open(name, ledger=True, strategy=pages.recorded_strategy(
+                    writer, name, "main", 20_000))
+                for turn in range(3):
+                    await manager.add_message("user", f"turn {turn} for {name}")
+                    result = await manager.compile(ctxrt.Budget(20_000, 2_000))
+                    await manager.record_request(result, form="anthropic", model="claude-x", latency_ms=900.0,
+                                                 usage=ctxrt.Usage(5_000, 300, cache_read_input_tokens=4_000))
+
+    trio.run(record)
+    driver = browser
+    driver.get(demo_url + "/branch?branch=main")
+    follow(driver, driver.find_elements(By.CSS_SELECTOR, "a.history")[0])
+    assert "Request history" in text(driver) and "agents/ann" in text(driver, "h1")
+    rows = driver.find_elements(By.CSS_SELECTOR, "#history tr.request")
+    assert len(rows) >= 3 and all("claude-x" in row.text and "4000" in row.text for row in rows)
+    assert driver.find_elements(By.CSS_SELECTOR, "#history .stack .seg")  # tokens by zone
+    driver.save_screenshot(str(screenshots / "history.png"))
+
+    follow(driver, rows[0].find_element(By.CSS_SELECTOR, "td a"))
+    assert "byte for byte what was sent" in text(driver, "#rebuilt")
+    body = text(driver, "#body")
+    assert "[for ann #" in body or "turn 2 for agents/ann" in body
+    assert "[for bob #" not in body and "[for cy #" not in body
+    driver.save_screenshot(str(screenshots / "request.png"))
+
+    follow(driver, driver.find_element(By.LINK_TEXT, "diff with the one before"))
+    assert "Held:" in text(driver, "#prefix") or "Broke at" in text(driver, "#prefix")
+    assert text(driver, "#joined") != "none"  # the turn appended between them
+    driver.save_screenshot(str(screenshots / "request-diff.png"))
+    driver.back()
+
+    held = [a for a in driver.find_elements(By.CSS_SELECTOR, "#held a") if "turn" not in a.text]
+    follow(driver, held[-1])  # the newest message it held: a turn both readers' later requests hold too
+    audited = text(driver)
+    assert "Every request that held" in audited and "agents/ann" in audited
+    assert driver.find_elements(By.CSS_SELECTOR, "table.audit tr.request")
+    driver.save_screenshot(str(screenshots / "audit.png"))
+    nothing_ran(driver)
 
 
 def fragment_links(driver: webdriver.Chrome) -> set[str]:
