@@ -64,7 +64,8 @@ SERVE = Subcommand(
     "namespaces (reader, strategy, floor, health, quarantined units), a paged timeline with "
     "audience badges that follows the writer, each reader's request broken down (private lines "
     "badged, token bars, filters), summary trees and what each summary covers in its reader's view, "
-    "two readers' views side by side and a search, as stored or as a reader; every page can follow "
+    "two readers' views side by side, a search, as stored or as a reader, and each namespace's "
+    "recorded requests (history, one as sent, a diff of two, an audit of a message); every page can follow "
     "the writer live. Works beside a live writer; writes nothing. Needs "
     "pip install 'ctxrt[inspector]'.",
     _options, in_trio(_serve))
