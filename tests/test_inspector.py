@@ -233,7 +233,7 @@ async def test_a_readers_breakdown_is_the_compile_its_namespace_would_make(tmp_p
                 bob = await reader_rt.open("agents/bob", branch="main", strategy=strategy)
                 expected = await bob.compile(budget)
                 stats = bob.render_stats()
-                view = await pages.breakdown(bob, budget)
+                view = await pages.breakdown(reader_rt, bob, budget)
                 assert [p.blocks for p in view.parts] == [tuple(pages.shown(b) for b in m.content)
                                                           for m in expected.messages]
                 assert stats is not None and view.dropped_ids == stats.dropped_ids
@@ -457,15 +457,15 @@ async def test_a_search_finds_only_what_its_reader_sees(tmp_path: Path) -> None:
 
 
 async def test_every_page_that_shows_the_store_can_follow_it_live(tmp_path: Path) -> None:
-    """Each page that shows the store offers to follow it live; followed, it reloads itself (an
-    HTML refresh, no script) and shows what the writer adds: a reader's request, a search and the
-    branch page included (W12)."""
+    """Each page that shows the store offers to follow it live (the request history and the audit
+    included); followed, it reloads itself (an HTML refresh, no script) and shows what the writer
+    adds: a reader's request, a search and the timeline (W12)."""
     with trio.fail_after(GUARD_S):
         async with ctxrt.open_runtime(tmp_path / "s") as writer:
             ann, _ = await two_readers(writer, 10)
             async with serving(tmp_path / "s") as url:
-                query = "?branch=main&namespace=agents/ann&a=agents/ann&b=agents/bob"
-                for route in ROUTES:
+                query = "?branch=main&namespace=agents/ann&a=agents/ann&b=agents/bob&item=1"
+                for route in (*ROUTES, "/history", "/audit"):
                     _, still = await get(url + route + query)
                     _, live = await get(url + route + query + "&live=1")
                     assert 'http-equiv="refresh"' not in still and "follow live" in texts(still), route

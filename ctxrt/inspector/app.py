@@ -230,7 +230,7 @@ def build_app(runtime: Runtime, label: str, managers: Managers, prices: dict[str
         namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
         budget = _budget(request)
         manager = await managers.get(row, namespace)
-        view = await pages.breakdown(manager, budget)
+        view = await pages.breakdown(runtime, manager, budget)
         filters = {name: _query_text(request, name) for name in ("zone", "participant", "audience", "q")}
         shown = pages.filter_parts(view.parts, zone=filters["zone"], participant=filters["participant"],
                                    audience=filters["audience"], text=filters["q"])

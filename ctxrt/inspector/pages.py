@@ -44,6 +44,7 @@ from ..namespace import states
 from ..request_ledger import Part as RecordPart
 from ..request_ledger import RequestRecord, decode_record
 from ..runtime import Runtime
+from ..slots import parse_id
 from ..store.records import BranchRow
 from ..strategies import catalog
 from ..strategies.autobiographical import Autobiographical
@@ -357,11 +358,12 @@ class Breakdown:
     health: Any
 
 
-async def breakdown(manager: ContextManager, budget: Budget) -> Breakdown:
-    """The request ``manager``'s namespace would compile now for its reader, broken down."""
+async def breakdown(runtime: Runtime, manager: ContextManager, budget: Budget) -> Breakdown:
+    """The request ``manager``'s namespace (opened on ``runtime``) would compile now for its
+    reader, broken down."""
     result = await manager.compile(budget)  # not a dry run: render_stats() reports this compile (a read-only
     stats = manager.render_stats()  # runtime writes nothing either way)
-    parts = await _parts(manager, result)
+    parts = await _parts(runtime, manager, result)
     tokens = sum(part.tokens for part in parts)
     marked = [part.index for part in parts if part.breakpoint]
     cached = sum(part.tokens for part in parts if marked and part.index <= marked[-1])
@@ -375,8 +377,45 @@ async def breakdown(manager: ContextManager, budget: Budget) -> Breakdown:
     )
 
 
-async def _parts(manager: ContextManager, result: CompileResult) -> list[Part]:
+RUN = 64  # slot items read at once when looking up a compile's messages
+
+
+def _private_sources(runtime: Runtime, manager: ContextManager, ids: Sequence[str]) -> dict[str, Message]:
+    """The stored messages among ``ids`` that hold an audience block (a badge's source), read
+    straight from the slot, decoded only when their bytes name an audience. A request's raw
+    messages come in a few runs (the head, stretches between summaries, the recent window): each
+    run costs one binary search and its items read in order, where an await per message would
+    re-read the slot's head at each (some 0.25 ms apiece)."""
+    engine = runtime.engine
+    slot, row = slot_of_namespace(runtime, manager.namespace), engine.branch(manager.branch)
+    head = engine.read_head(slot, row.id)
+    wanted = sorted({sequence: i for i in ids if (sequence := parse_id(i)) is not None}.items())
+    found: dict[str, Message] = {}
+    at = 0
+    while at < len(wanted):
+        index = _first_index(runtime, row, slot, head.revision, head.length, wanted[at][0])
+        while at < len(wanted) and index < head.length:
+            items = engine.read_items(slot, row.id, at=head.revision, start=index, stop=index + RUN)
+            matched = False
+            for item in items:
+                while at < len(wanted) and wanted[at][0] < item.sequence:
+                    at += 1  # not in the slot as of now: nothing to badge
+                if at < len(wanted) and wanted[at][0] == item.sequence:
+                    if b'"audience"' in bytes(item.data):
+                        found[wanted[at][1]] = codec.message_from_json(item.data, sequence=item.sequence,
+                                                                       store=engine.data_path)
+                    at, matched = at + 1, True
+            index += len(items)
+            if not matched or not items:
+                break  # the next run starts further on: search for it
+        else:
+            at = len(wanted) if index >= head.length else at
+    return found
+
+
+async def _parts(runtime: Runtime, manager: ContextManager, result: CompileResult) -> list[Part]:
     sources = result.provenance.messages
+    private = _private_sources(runtime, manager, [s.id for found in sources for s in found if s.kind == "message"])
     summary_at = [i for i, found in enumerate(sources) if any(s.kind == "summary" for s in found)]
     first, last = (summary_at[0], summary_at[-1]) if summary_at else (len(sources), -1)
     parts = []
@@ -399,7 +438,7 @@ async def _parts(manager: ContextManager, result: CompileResult) -> list[Part]:
             zone = "middle"
         notes = tuple(b.text for b in message.content if isinstance(b, Text) and b.text.startswith(_LIVE_NOTES)) if any(
             s.complete is False for s in found) else ()
-        stored = [m for m in [await manager.get_message(s.id) for s in found if s.kind == "message"] if m is not None]
+        stored = [private[s.id] for s in found if s.kind == "message" and s.id in private]
         parts.append(Part(index, zone, message.participant, badged(message.content, stored),
                           estimate_blocks(message.content),
                           tuple(s.id for s in found if s.kind == "message" and s.complete is not None),
@@ -743,6 +782,8 @@ async def audit(runtime: Runtime, row: BranchRow, manager: ContextManager, item_
     """The requests of ``manager``'s namespace that held message or summary ``item_id``
     (``requests(holding=...)``), oldest first, ``PAGE`` of them from ``since`` (a store sequence;
     None: from the start), each with its place in the ledger (a binary search by sequence)."""
+    if not has_ledger(runtime, manager.namespace):
+        return AuditLine(manager.namespace, (), None)
     found = await manager.requests(since=since or 0, limit=PAGE + 1, holding=item_id)
     more = found[PAGE - 1].sequence if len(found) > PAGE else None
     state = states.ledger_state(manager.namespace)
