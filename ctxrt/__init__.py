@@ -178,6 +178,7 @@ from .compile.provenance import Provenance as Provenance
 from .compile.provenance import Source as Source
 from .request_ledger import HeldItem as HeldItem
 from .request_ledger import RebuiltRequest as RebuiltRequest
+from .request_ledger import RequestPart as RequestPart
 from .request_ledger import RequestRecord as RequestRecord
 from .request_ledger import RequestUsage as RequestUsage
 from .runtime import (

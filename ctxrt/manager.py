@@ -11,6 +11,7 @@ in ``branching.py``; a subscription's event stream is in ``subscriptions.py``.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -90,7 +91,10 @@ if TYPE_CHECKING:
     from .strategies.records import Summary, SummaryMatch
 
 
-CLOSE_WAIT_S = 10.0  # how long aclose waits for its namespace actor to take the detach
+logger = logging.getLogger("ctxrt.manager")
+
+CLOSE_WAIT_S = 10.0
+LEDGER_WAITING = 64  # request records waiting for a write to ride with: at this many they commit by themselves  # how long aclose waits for its namespace actor to take the detach
 
 
 @attrs.frozen
@@ -206,10 +210,16 @@ class ContextManager:
         store = self._registry.store_ref()
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
                             attachment=appended, flagged=appended.audience)
-        if hold is False:
-            operation = append_result(await store.ask(append_after(writes, append)))
-        else:  # the hold rides the append through the namespace actor, in place before it commits
-            operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
+        ledger = self._registry.ledger
+        writes = (*ledger.take(self._registry.engine.has_state), *writes)  # the request records waiting commit with it (Q1)
+        try:
+            if hold is False:
+                operation = append_result(await store.ask(append_after(writes, append)))
+            else:  # the hold rides the append through the namespace actor, in place before it commits
+                operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
+        except BaseException:
+            ledger.lost()
+            raise
         return str(operation.sequence)
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:
@@ -671,6 +681,7 @@ class ContextManager:
         # Whole or not at all (L4): a caller cancelled once the branch is asked for still gets the
         # manager moved onto it, or the branch would be left behind with the manager elsewhere.
         with trio.CancelScope(shield=True):
+            await self._registry.commit_ledger()  # a fork holds the request records made before it (Q3)
             made, row = await branching.fork(self._registry, ref, self._reader, asked)
             await self._move_to(row)
         await trio.lowlevel.checkpoint_if_cancelled()
@@ -686,6 +697,7 @@ class ContextManager:
         """
         ref = self._live()
         checks.optional_name(name, "name")
+        await self._registry.commit_ledger()
         return await branching.branch_at(self._registry, ref, self._slot(), checks.text(message_id, "message_id"), name)
 
     async def derive(
@@ -708,6 +720,7 @@ class ContextManager:
         checks.optional_integer(at_sequence, "at_sequence", minimum=0)
         if model is not None and not isinstance(model, Model):
             raise TypeError(f"model must be a Model or None, not {type(model).__name__}")
+        await self._registry.commit_ledger()
         child = await branching.derive(
             self._registry, ref, reader=self._reader, branch=branch, strategy=strategy, at_sequence=at_sequence,
             model=model, isolate=self._isolate, auxiliary_views=self._auxiliary_views,
@@ -976,8 +989,15 @@ class ContextManager:
         and a digest of the ``response`` text (never the text). ``form`` is the result's method
         that made the body, without ``to_``: "anthropic", "openai_chat" or "openai_responses";
         ``options`` its keyword arguments (default ``assistant={"Claude", "assistant"}``), so the
-        body can be rebuilt (``rebuild_request``). The record is committed before this returns;
-        a live trace span carries its id (``ctxrt.request.id``, V8).
+        body can be rebuilt (``rebuild_request``). A live trace span carries its id
+        (``ctxrt.request.id``, V8).
+
+        The record costs no commit of its own: it commits in the batch of the runtime's next
+        ``add_message`` (so a reply added next lands with its request's record), or when
+        ``requests()`` reads, a manager or the runtime closes, or ``LEDGER_WAITING`` records wait.
+        A process that dies first loses the records still waiting. It is kept as what it adds to
+        the namespace's last record (the messages after those they share), so its cost follows
+        the turn, not the size of the request.
 
         Raises:
             LedgerOffError: the namespace keeps no ledger on this branch (open it with ``ledger=True``).
@@ -1007,28 +1027,33 @@ class ContextManager:
             raise LedgerOffError(
                 f"namespace {self.namespace!r} keeps no request ledger on branch {ref.branch_name!r}: open it "
                 f"with rt.open(..., ledger=True) to record its requests")
+        self._registry.store_ref()  # ReadOnlyStoreError before anything is made
         given = dict(options) if options is not None else {"assistant": sorted(DEFAULT_ASSISTANT)}
         body = request_ledger.make_body(result, form, given)
-        stored = request_ledger.stored_options(given, result)
         status = ref.status
         stats = status.render_stats if status.stats_compile_id == provenance.compile_id else None
         zones = request_ledger.zones_of_stats(stats) if stats is not None else request_ledger.zone_tokens_of(result)
         sequence = engine.last_sequence
-        held, parts = request_ledger.held_and_parts(result, sequence)
+        encoder = self._registry.ledger.encoder(ref.branch_id, self.namespace)
+        base, shared, head, tail, parts = encoder.encode(result, sequence)
         span, trace_id, span_id = tracing.request_span()
-        budget = self._budgets.get(provenance.compile_id)
         record = request_ledger.RequestRecord(
             id=uuid.uuid4().hex, at_ms=int(time.time() * 1000), sequence=sequence, namespace=self.namespace,
-            branch=ref.branch_name, reader=self._reader, form=form, model=model, budget=budget, zone_tokens=zones,
-            total_tokens=sum(zones.values()), stable_prefix_tokens=result.stable_prefix_tokens,
-            body_digest=request_ledger.body_digest(body), held=held, usage=kept, latency_ms=latency,
-            response=None if response is None else request_ledger.text_digest(response),
+            branch=ref.branch_name, reader=self._reader, form=form, model=model,
+            budget=self._budgets.get(provenance.compile_id), zone_tokens=zones, total_tokens=sum(zones.values()),
+            stable_prefix_tokens=result.stable_prefix_tokens,
+            body_digest=request_ledger.body_digest(body, encoder.bodies), held=parts.held, usage=kept,
+            latency_ms=latency, response=None if response is None else request_ledger.text_digest(response),
             response_chars=None if response is None else len(response), trace_id=trace_id, span_id=span_id,
-            options=stored, parts=parts)
-        state = states.ledger_state(self.namespace)
-        await self._registry.store_ref().ask(Atomically(commands=(
-            RegisterState(name=state, kind="log"),
-            AppendItem(state=state, branch=ref.branch_id, data=request_ledger.encode_record(record)))))
+            options=request_ledger.stored_options(given, result), parts=parts.parts)
+        data = request_ledger.encode_record(record, base=base, shared=shared, head=head, tail=tail)
+        self._registry.ledger.pending.append(AppendItem(state=states.ledger_state(self.namespace), branch=ref.branch_id,
+                                                        data=data))
+        encoder.wrote(record.id)
+        if len(self._registry.ledger.pending) >= LEDGER_WAITING:
+            await self._registry.commit_ledger()
+        else:
+            await trio.lowlevel.checkpoint()
         tracing.recorded(span, record.id)
         return record
 
@@ -1040,10 +1065,12 @@ class ContextManager:
         such as a record's ``sequence``) the first ``limit`` recorded after it, so a reader pages
         forward with ``since=records[-1].sequence``. ``holding``: only those that held that message
         or summary id (an audit). A namespace whose ledger is off answers what it recorded while on.
+        The records waiting to commit (``record_request``) are committed first.
 
         Raises:
             TypeError, ValueError: ``since`` or ``limit`` not a non-negative (positive) integer.
             StoreCorruptError: a record is damaged (it is named).
+            StoreFullError, StoreUnavailableError: the records waiting could not commit (they are lost).
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
         ref = self._live()
@@ -1051,6 +1078,8 @@ class ContextManager:
         limit = checks.integer(limit, "limit", minimum=1)
         if holding is not None:
             checks.text(holding, "holding")
+        if self._registry.ledger.pending:
+            await self._registry.commit_ledger()
         await trio.lowlevel.checkpoint()
         engine, state = self._registry.engine, states.ledger_state(self.namespace)
         if not engine.has_state(state):
@@ -1112,6 +1141,12 @@ class ContextManager:
         self._closed = True
         for end in list(self._subscriptions):
             end()
+        if self._registry.ledger.pending and not self._registry.closed:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_WAIT_S):
+                try:
+                    await self._registry.commit_ledger()
+                except Exception:  # noqa: BLE001 - a close never raises; the records waiting are lost (Q1)
+                    logger.warning("closing a manager: the request records waiting could not commit", exc_info=True)
         # Shielded, so a cancelled close still detaches; bounded, so a close never hangs its host: past
         # the bound the detach stays queued and the actor takes it after what it is doing.
         with trio.CancelScope(shield=True, deadline=trio.current_time() + CLOSE_WAIT_S):

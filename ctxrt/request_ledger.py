@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -80,16 +82,19 @@ class RequestUsage:
 
 
 @attrs.frozen
-class Part:
+class RequestPart:
     """One message of the request as the record keeps it, to rebuild the body: who spoke, whether
     the cache broke after it, and either the stored message it carried unaltered (``message``) or
     its content (summaries, injections, a message shown other than as stored: ``content``, in the
-    reader's view, as the codec writes blocks)."""
+    reader's view, as the codec writes blocks). ``sources``: the (kind, id) of each message and
+    summary it came from; ``version``: the store sequence as of which it was held."""
 
     participant: str
     cache_breakpoint: bool = False
     message: str | None = None
     content: tuple[Any, ...] | None = None
+    sources: tuple[tuple[str, str], ...] = ()
+    version: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -105,7 +110,7 @@ class RequestRecord:
     form: str  # one of FORMS, or "compression"
     model: str | None = None
     budget: int | None = None  # Budget.max_tokens of the compile
-    zone_tokens: Mapping[str, int] = attrs.field(factory=dict)
+    zone_tokens: Mapping[str, int]
     total_tokens: int = 0
     stable_prefix_tokens: int = 0
     body_digest: str = ""  # sha256 hex of the body's canonical JSON (``body_digest``)
@@ -117,8 +122,8 @@ class RequestRecord:
     trace_id: str | None = None
     span_id: str | None = None
     # What a rebuild needs besides the stored messages: the form's options and the request's parts.
-    options: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
-    parts: tuple[Part, ...] = attrs.field(default=(), repr=False)
+    options: Mapping[str, Any] = attrs.field(repr=False)
+    parts: tuple[RequestPart, ...] = attrs.field(default=(), repr=False)
 
     def holds(self, item_id: str) -> bool:
         """Whether the request held the message or summary ``item_id``."""
@@ -152,9 +157,57 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
-def body_digest(body: Any) -> str:
-    """sha256 hex of ``body``'s canonical JSON (an ``OpenAIBody`` is its dict)."""
-    return hashlib.sha256(canonical_json(dict(body) if isinstance(body, Mapping) else body)).hexdigest()
+def _items_key(body: Mapping[str, Any]) -> str:
+    return "input" if "input" in body and "messages" not in body else "messages"
+
+
+def body_digest(body: Any, memo: BodyDigests | None = None) -> str:
+    """sha256 hex over ``body``'s canonical JSON without its item list (``messages``, or a
+    Responses body's ``input``), then the sha256 of each item's canonical JSON in order. Items are
+    digested one by one so a body that shares its earlier items with the last one (P14) is
+    digested for its new items only (``memo``); the value is the same either way."""
+    body = dict(body)
+    key = _items_key(body)
+    items = body.pop(key, [])
+    digests = memo.digests(items) if memo is not None else [hashlib.sha256(canonical_json(i)).digest() for i in items]
+    whole = hashlib.sha256(canonical_json(body))
+    whole.update(key.encode())
+    whole.update(b"".join(digests))
+    return whole.hexdigest()
+
+
+class BodyDigests:
+    """The item digests of the last body digested: the items it shares with the next one, by
+    identity, are not digested again (the last one is: the host may have edited it, P14)."""
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._digests: list[bytes] = []
+
+    def digests(self, items: Sequence[Any]) -> list[bytes]:
+        shared = shared_run(items, self._items)
+        keep = shared.keep
+        if shared.drop + keep == len(self._items):
+            keep = max(keep - 1, 0)
+        stop = shared.head + keep
+        digests = [*self._digest(items[:shared.head if keep else 0]),
+                   *self._digests[shared.drop:shared.drop + keep], *self._digest(items[stop if keep else 0:])]
+        self._items, self._digests = list(items), digests
+        return digests
+
+    @staticmethod
+    def _digest(items: Sequence[Any]) -> list[bytes]:
+        return [hashlib.sha256(canonical_json(i)).digest() for i in items]
+
+
+def _shared_prefix(new: Sequence[Any], old: Sequence[Any]) -> int:
+    """How many leading items ``new`` and ``old`` share, by identity (in C: a compile's shared prefix
+    is thousands of items)."""
+    same = list(map(operator.is_, new, old))
+    try:
+        return same.index(False)
+    except ValueError:
+        return len(same)
 
 
 def text_digest(text: str) -> str:
@@ -241,37 +294,114 @@ def zones_of_stats(stats: Any) -> dict[str, int]:
             "recent": stats.tail_tokens}
 
 
-def held_and_parts(result: CompileResult, version: int) -> tuple[tuple[HeldItem, ...], tuple[Part, ...]]:
-    """What ``result`` held (messages and summaries, once each, in order) and its parts: a message
-    carried as stored is named, anything else kept as compiled (in the reader's view)."""
-    held: dict[str, HeldItem] = {}
-    parts = []
-    raw = result.provenance.raw_bodies
-    for message, found in zip(result.messages, result.provenance.messages):
-        named = None
-        for source in found:
-            if source.kind == "injection" or source.id in held:
-                continue
-            held[source.id] = HeldItem(source.id, source.kind, version)
-        if len(found) == 1 and found[0].kind == "message" and found[0].complete:
-            body = raw.get(found[0].id)
-            if body is not None and (body.content is message.content or body.content == message.content):
-                named = found[0].id
-        parts.append(Part(message.participant, message.cache_breakpoint, named,
-                          None if named is not None else tuple(to_jsonable(list(message.content)))))
-    return tuple(held.values()), tuple(parts)
+def part_of(message: CompiledMessage, found: Sequence[Any], raw: Mapping[str, Any], version: int) -> RequestPart:
+    """A compiled message as a record keeps it: named, if it carries one stored message unaltered."""
+    sources = tuple((s.kind, s.id) for s in found if s.kind != "injection")
+    if len(found) == 1 and found[0].kind == "message" and found[0].complete:
+        body = raw.get(found[0].id)
+        if body is not None and (body.content is message.content or body.content == message.content):
+            return RequestPart(message.participant, message.cache_breakpoint, found[0].id, None, sources, version)
+    return RequestPart(message.participant, message.cache_breakpoint, None,
+                       tuple(to_jsonable(list(message.content))), sources, version)
 
 
-def compression_held(request: ModelRequest, unit_work: Any, version: int) -> tuple[HeldItem, ...]:
-    """What a compression unit read: the messages of a chunk, or the summaries it merges."""
-    items = unit_work if isinstance(unit_work, tuple) else (unit_work,)
-    held: dict[str, HeldItem] = {}
-    for item in items:
-        for message_id in getattr(item, "message_ids", ()) or ():
-            held.setdefault(str(message_id), HeldItem(str(message_id), "message", version))
-        if hasattr(item, "level") and hasattr(item, "id") and not hasattr(item, "message_ids"):
-            held.setdefault(str(item.id), HeldItem(str(item.id), "summary", version))
-    return tuple(held.values())
+@attrs.frozen
+class Shared:
+    """Where a request shares a run of its parts (or body items) with the last one: its first
+    ``head`` are its own, then ``keep`` of the last one's from ``drop`` on (a window that slid
+    dropped the first ``drop``), then its own again."""
+
+    head: int = 0
+    drop: int = 0
+    keep: int = 0
+
+
+def shared_run(new: Sequence[Any], old: Sequence[Any]) -> Shared:
+    """The longest run of ``old`` that ``new`` holds by identity, found where a turn leaves it: from
+    ``new``'s first few items, at ``old``'s first few (a window sliding drops a few at a time)."""
+    best = Shared()
+    for head in range(min(_HEAD_LOOK, len(new))):
+        try:
+            drop = old.index(new[head], 0, _DROP_LOOK)
+        except ValueError:
+            continue
+        keep = _shared_prefix(new[head:], old[drop:])
+        if keep > best.keep:
+            best = Shared(head, drop, keep)
+        if keep:
+            break
+    return best
+
+
+_HEAD_LOOK = 3  # a request's own first parts before the shared run: a re-rendered first message, say
+_DROP_LOOK = 64  # how far a window may slide between two records that share a run
+
+
+class Parts:
+    """A request's parts and the items each held (``held`` is their first appearances, in order)."""
+
+    def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] = ()) -> None:
+        self.parts = parts
+        self.each = each
+
+    @property
+    def held(self) -> tuple[HeldItem, ...]:
+        return tuple({item.id: item for items in reversed(self.each) for item in reversed(items)}.values())[::-1]
+
+    def then(self, shared: Shared, head: Sequence[RequestPart], tail: Sequence[RequestPart]) -> Parts:
+        """``head``, this one's run ``shared`` names, then ``tail``."""
+        own = [*head, *tail]
+        held = [tuple(HeldItem(i, "summary" if k == "summary" else "message", p.version) for k, i in p.sources)
+                for p in own]
+        stop = shared.drop + shared.keep
+        return Parts((*head, *self.parts[shared.drop:stop], *tail),
+                     (*held[:len(head)], *self.each[shared.drop:stop], *held[len(head):]))
+
+
+CHAIN = 256  # a record names at most this many before it back to one kept whole (a whole one costs ~100 turns' records)
+
+
+class RequestEncoder:
+    """A (branch, namespace)'s records, each kept as the run of parts it shares with the last one
+    this encoder made (its ``base``: a turn shares all but its newest messages, less those a window
+    dropped) and its own parts: a record costs what the turn changed, not the whole request. Every
+    ``CHAIN``-th record, and one that shares nothing, is whole."""
+
+    def __init__(self) -> None:
+        self.record_id: str | None = None
+        self.chain = 0
+        self.messages: Sequence[Any] = ()
+        self.sources: Sequence[Any] = ()
+        self.state = Parts()
+        self.bodies = BodyDigests()
+
+    def encode(self, result: CompileResult, version: int) -> tuple[str | None, Shared, list[RequestPart],
+                                                                   list[RequestPart], Parts]:
+        """(base record id, the run shared with it, the parts before it, the parts after it, the
+        request's parts) for ``result``, recorded at store sequence ``version``."""
+        messages, sources = result.messages, result.provenance.messages
+        shared = Shared()
+        if self.record_id is not None and self.chain < CHAIN:
+            shared = shared_run(messages, self.messages)
+            if shared.keep and any(a is not b for a, b in zip(sources[shared.head:shared.head + shared.keep],
+                                                              self.sources[shared.drop:shared.drop + shared.keep])):
+                shared = Shared()  # the same messages from other sources: none shared
+        raw = result.provenance.raw_bodies
+        after = shared.head + shared.keep
+        head = [part_of(messages[i], sources[i], raw, version) for i in range(shared.head if shared.keep else 0)]
+        tail = [part_of(messages[i], sources[i], raw, version) for i in range(after if shared.keep else 0, len(messages))]
+        state = self.state.then(shared, head, tail)
+        base = self.record_id if shared.keep else None
+        self.chain = self.chain + 1 if shared.keep else 0
+        self.messages, self.sources, self.state = messages, sources, state
+        return base, shared, head, tail, state
+
+    def wrote(self, record_id: str) -> None:
+        self.record_id = record_id
+
+    def forget(self) -> None:
+        """The last record was not kept (its write failed): the next is whole."""
+        self.record_id = None
 
 
 def compression_record(
@@ -287,14 +417,26 @@ def compression_record(
         id=record_id, at_ms=at_ms, sequence=sequence, namespace=namespace, branch=branch, reader=reader,
         form=COMPRESSION, model=request.model, budget=request.max_tokens, zone_tokens={COMPRESSION: tokens},
         total_tokens=tokens, body_digest=body_digest(request_body(request)),
-        held=compression_held(request, unit_work, sequence), usage=RequestUsage.of(response.usage),
+        held=compression_held(unit_work, sequence), usage=RequestUsage.of(response.usage),
         latency_ms=latency_ms, response=text_digest(text), response_chars=len(text), trace_id=trace_id,
         span_id=span_id,
         options={"model": request.model, "max_tokens": request.max_tokens, "system": request.system,
                  "assistant": sorted(request.assistant)},
-        parts=tuple(Part(m.participant, m.cache_breakpoint, None, tuple(to_jsonable(list(m.content))))
-                    for m in request.messages),
+        parts=tuple(RequestPart(m.participant, m.cache_breakpoint, None, tuple(to_jsonable(list(m.content))),
+                                version=sequence) for m in request.messages),
     )
+
+
+def compression_held(unit_work: Any, version: int) -> tuple[HeldItem, ...]:
+    """What a compression unit read: the messages of a chunk, or the summaries it merges."""
+    items = unit_work if isinstance(unit_work, tuple) else (unit_work,)
+    held: dict[str, HeldItem] = {}
+    for item in items:
+        for message_id in getattr(item, "message_ids", ()) or ():
+            held.setdefault(str(message_id), HeldItem(str(message_id), "message", version))
+        if hasattr(item, "level") and hasattr(item, "id") and not hasattr(item, "message_ids"):
+            held.setdefault(str(item.id), HeldItem(str(item.id), "summary", version))
+    return tuple(held.values())
 
 
 def compression_request(record: RequestRecord, messages: Sequence[CompiledMessage]) -> ModelRequest:
@@ -315,58 +457,218 @@ def request_body(request: ModelRequest) -> dict[str, Any]:
 
 
 # -- encoding --------------------------------------------------------------------------------------
+# A record is one log item of compact JSON. Its first fields are its id, its base and how many parts
+# it keeps of it ({"id":..,"base":..,"keep":..,...}), so an audit (``holding``) reads them off each
+# item's bytes without decoding it. A compression record lists what it held ("held"); any other's
+# held items are those of its parts' sources.
+
+_HEADER = re.compile(rb'^\{"id":("(?:[^"\\]|\\.)*"),"base":(null|"(?:[^"\\]|\\.)*"),"shared":\[(\d+),(\d+),(\d+)\],')
 
 
-def encode_record(record: RequestRecord) -> bytes:
-    """A record as a log item's bytes (compact JSON)."""
+def encode_record(record: RequestRecord, *, base: str | None = None, shared: Shared = Shared(),
+                  head: Sequence[RequestPart] = (), tail: Sequence[RequestPart] | None = None) -> bytes:
+    """``record`` as a log item's bytes: whole, or (``base``) as ``head``, the run ``shared`` of
+    that record's parts, and ``tail``."""
+    own = [*head, *(record.parts if tail is None else tail)]
     data: dict[str, Any] = {
-        "f": RECORD_FORMAT, "id": record.id, "at_ms": record.at_ms, "sequence": record.sequence,
-        "namespace": record.namespace, "branch": record.branch, "reader": record.reader, "form": record.form,
-        "model": record.model, "budget": record.budget, "zones": dict(record.zone_tokens),
-        "total": record.total_tokens, "stable": record.stable_prefix_tokens, "digest": record.body_digest,
-        "held": _encode_held(record.held),
-        "usage": None if record.usage is None else attrs.astuple(record.usage),
+        "id": record.id, "base": base, "shared": [len(head), shared.drop, shared.keep], "f": RECORD_FORMAT,
+        "at_ms": record.at_ms, "sequence": record.sequence, "namespace": record.namespace, "branch": record.branch,
+        "reader": record.reader, "form": record.form, "model": record.model, "budget": record.budget,
+        "zones": dict(record.zone_tokens), "total": record.total_tokens, "stable": record.stable_prefix_tokens,
+        "digest": record.body_digest, "usage": None if record.usage is None else attrs.astuple(record.usage),
         "latency_ms": record.latency_ms, "response": record.response, "response_chars": record.response_chars,
         "trace_id": record.trace_id, "span_id": record.span_id, "options": dict(record.options),
-        "parts": [_encode_part(p) for p in record.parts],
+        "parts": [_encode_part(p) for p in own],
     }
+    if record.form == COMPRESSION:
+        data["held"] = [[item.kind[0], item.id, item.version] for item in record.held]
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _encode_held(held: Sequence[HeldItem]) -> list[Any]:
-    # [kind, id] pairs and their one version; [kind, id, version] where one differs.
-    versions = {item.version for item in held}
-    common = next(iter(versions)) if len(versions) == 1 else None
-    items = [[item.kind[0], item.id] if common is not None else [item.kind[0], item.id, item.version] for item in held]
-    return [common, items]
+def _encode_part(part: RequestPart) -> list[Any]:
+    return [part.participant, int(part.cache_breakpoint), part.message,
+            None if part.content is None else list(part.content), [[k[0], i] for k, i in part.sources], part.version]
 
 
-def _encode_part(part: Part) -> list[Any]:
-    return [part.participant, part.cache_breakpoint, part.message, None if part.content is None else list(part.content)]
+def header(data: bytes) -> tuple[str, str | None, Shared]:
+    """(id, base, the run shared with it) read off a record's bytes; ValueError if they don't
+    start as a record's."""
+    found = _HEADER.match(data)
+    if found is None:
+        raise ValueError("not a request record")
+    base = found.group(2)
+    return (json.loads(found.group(1)), None if base == b"null" else json.loads(base),
+            Shared(int(found.group(3)), int(found.group(4)), int(found.group(5))))
 
 
-def decode_record(data: bytes) -> RequestRecord:
-    """A record from a log item's bytes. Raises ``ValueError`` (naming what) for bytes that aren't one."""
+def check_record(data: bytes) -> None:
+    """Whether ``data`` decodes as a record, its base aside (``verify``): ValueError if not."""
+    header(data)
+    decode_record(data, alone=True)
+
+
+def decode_record(data: bytes, base: Parts | None = None, *, alone: bool = False) -> tuple[RequestRecord, Parts]:
+    """A record from a log item's bytes, and its parts; ``base``: its base record's (required when
+    it names one, unless ``alone``: then its own parts only). Raises ``ValueError`` (naming what)
+    for bytes that aren't one."""
     try:
         raw = json.loads(data)
         if not isinstance(raw, dict) or raw.get("f") != RECORD_FORMAT:
             raise ValueError(f"not a request record of format {RECORD_FORMAT}")
-        common, items = raw["held"]
-        held = tuple(HeldItem(str(item[1]), "message" if item[0] == "m" else "summary",
-                              int(common if common is not None else item[2])) for item in items)
+        own = [RequestPart(str(p[0]), bool(p[1]), p[2], None if p[3] is None else tuple(p[3]),
+                           tuple(("summary" if k == "s" else "message", str(i)) for k, i in p[4]), int(p[5]))
+               for p in raw["parts"]]
+        heads, drop, keep = (int(n) for n in raw["shared"])
+        if alone or raw["base"] is None:
+            heads, drop, keep, base = 0, 0, 0, Parts()
+        elif base is None or len(base.parts) < drop + keep or heads > len(own):
+            raise ValueError(f"its base record {raw['base']!r} is missing or short")
+        state = base.then(Shared(heads, drop, keep), own[:heads], own[heads:])
+        if "held" in raw:
+            held = tuple(HeldItem(str(i), "message" if k == "m" else "summary", int(v)) for k, i, v in raw["held"])
+        else:
+            held = state.held
         usage = None if raw["usage"] is None else RequestUsage(*raw["usage"])
-        parts = tuple(Part(str(p[0]), bool(p[1]), p[2], None if p[3] is None else tuple(p[3])) for p in raw["parts"])
-        return RequestRecord(
+        record = RequestRecord(
             id=str(raw["id"]), at_ms=int(raw["at_ms"]), sequence=int(raw["sequence"]), namespace=str(raw["namespace"]),
             branch=str(raw["branch"]), reader=raw["reader"], form=str(raw["form"]), model=raw["model"],
             budget=raw["budget"], zone_tokens={str(k): int(v) for k, v in raw["zones"].items()},
             total_tokens=int(raw["total"]), stable_prefix_tokens=int(raw["stable"]), body_digest=str(raw["digest"]),
             held=held, usage=usage, latency_ms=raw["latency_ms"], response=raw["response"],
             response_chars=raw["response_chars"], trace_id=raw["trace_id"], span_id=raw["span_id"],
-            options=dict(raw["options"]), parts=parts,
+            options=dict(raw["options"]), parts=state.parts,
         )
+        return record, state
     except (KeyError, IndexError, TypeError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError are ValueErrors
         raise ValueError(f"a request record that doesn't decode: {exc!r}") from None
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int | None, limit: int,
+                 holding: str | None) -> list[RequestRecord]:
+    """The records of ledger ``state`` on a branch, oldest first: the newest ``limit`` (with
+    ``since``, the first ``limit`` recorded after that sequence), only those holding ``holding`` if
+    given. Without ``holding`` it reads the records it returns, those before them they are kept
+    against (at most ``CHAIN`` of each writer's), and O(log n) more to find ``since``; with it, the
+    header of every record (and the whole of those whose own parts name the id)."""
+    reader = _Reader(engine, state, branch_id)
+    length = reader.length
+    start = 0
+    if since is not None:  # the first record whose sequence is above ``since``: records are in sequence order
+        low, high = 0, length
+        while low < high:
+            middle = (low + high) // 2
+            if _sequence(reader.item(middle)) <= since:
+                low = middle + 1
+            else:
+                high = middle
+        start = low
+    if holding is None:
+        lo, hi = (start, min(length, start + limit)) if since is not None else (max(start, length - limit), length)
+        return [reader.record(index) for index in range(lo, hi)]
+    needle = json.dumps(holding, ensure_ascii=False).encode()
+    where: dict[str, int | None] = {}  # record id -> the index of the first part holding it, if any
+    found: list[int] = []
+    for index in range(length):
+        item = reader.item(index)
+        record_id, base, shared = reader.header(item)
+        at = None
+        if base is not None:  # held in the run it keeps of its base?
+            kept = where.get(base)
+            if kept is not None and shared.drop <= kept < shared.drop + shared.keep:
+                at = kept - shared.drop + shared.head
+        if at is None and needle in item.data:
+            record = reader.record(index)
+            at = next((n for n, part in enumerate(record.parts) if any(i == holding for _, i in part.sources)), None)
+            if at is None and record.holds(holding):
+                at = 0
+        where[record_id] = at
+        if at is not None and index >= start:
+            found.append(index)
+    chosen = found[:limit] if since is not None else found[-limit:]
+    return [reader.record(index) for index in chosen]
+
+
+def _sequence(item: Item) -> int:
+    found = re.search(rb',"sequence":(\d+),', item.data)
+    if found is None:
+        raise ValueError("not a request record")
+    return int(found.group(1))
+
+
+class _Reader:
+    """One read of a ledger: items read in pages, records decoded once, each against its base
+    (found by id, looking further back as needed)."""
+
+    PAGE = 64
+
+    def __init__(self, engine: StoreEngine, state: str, branch_id: int) -> None:
+        self.engine, self.state, self.branch_id = engine, state, branch_id
+        self.length = engine.read_head(state, branch_id).length
+        self.items: dict[int, Item] = {}
+        self.index_of: dict[str, int] = {}  # record id -> its index, for the headers read so far
+        self.low = self.length  # the lowest index whose header is read
+        self.decoded: dict[int, tuple[RequestRecord, Parts]] = {}
+
+    def item(self, index: int) -> Item:
+        if index not in self.items:
+            low = max(0, index - self.PAGE + 1) if index < self.low else index
+            for offset, item in enumerate(self.engine.read_items(self.state, self.branch_id, start=low,
+                                                                stop=min(self.length, low + self.PAGE))):
+                self.items.setdefault(low + offset, item)
+        return self.items[index]
+
+    def header(self, item: Item) -> tuple[str, str | None, Shared]:
+        try:
+            return header(item.data)
+        except ValueError as exc:
+            raise self.corrupt(item, exc) from None
+
+    def corrupt(self, item: Item, exc: Exception) -> StoreCorruptError:
+        return StoreCorruptError(self.engine.data_path, f"log state {self.state!r} item @{item.sequence}: {exc}")
+
+    def find(self, record_id: str, before: int) -> int:
+        """The index of record ``record_id``, which comes before index ``before``."""
+        found = self.index_of.get(record_id)
+        index = min(before, self.low)
+        while found is None and index > 0:
+            index -= 1
+            item = self.item(index)
+            self.index_of[self.header(item)[0]] = index
+            self.low = min(self.low, index)
+            found = self.index_of.get(record_id)
+        if found is None:
+            raise self.corrupt(self.item(before), ValueError(f"its base record {record_id!r} is not before it"))
+        return found
+
+    def record(self, index: int) -> RequestRecord:
+        return self._decoded(index)[0]
+
+    def _decoded(self, index: int) -> tuple[RequestRecord, Parts]:
+        pending = [index]  # the chain of bases back to one decoded or whole, newest first
+        while pending[-1] not in self.decoded:
+            item = self.item(pending[-1])
+            record_id, base, _ = self.header(item)
+            self.index_of[record_id] = pending[-1]
+            if base is None:
+                break
+            pending.append(self.find(base, pending[-1]))
+        for at in reversed(pending):
+            if at in self.decoded:
+                continue
+            item = self.item(at)
+            base = self.header(item)[1]
+            state = None if base is None else self.decoded[self.index_of[base]][1]
+            try:
+                self.decoded[at] = decode_record(item.data, state)
+            except ValueError as exc:
+                raise self.corrupt(item, exc) from None
+        return self.decoded[index]
+
+
+# -- rebuilding --------------------------------------------------------------------------------------
 
 
 def rebuilt_body(record: RequestRecord, content_of: Callable[[str], Sequence[Block]]) -> Any:
@@ -376,57 +678,15 @@ def rebuilt_body(record: RequestRecord, content_of: Callable[[str], Sequence[Blo
     if record.form == COMPRESSION:
         return request_body(compression_request(record, messages))
     options = dict(record.options)
-    injections = [Text(text) for text in options.pop(_INJECTIONS, ())]
+    injections: list[Block] = [Text(text) for text in options.pop(_INJECTIONS, ())]
     provenance = Provenance(f"rebuilt:{record.id}", record.namespace, record.branch, record.reader, "",
                             tuple(() for _ in messages), {}, {})
     return make_body(CompileResult(messages, injections, provenance), record.form, options)
 
 
-def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int | None, limit: int,
-                 holding: str | None) -> list[RequestRecord]:
-    """The records of ledger ``state`` on a branch, oldest first: the newest ``limit`` (with
-    ``since``, the first ``limit`` recorded after that sequence), only those holding ``holding`` if
-    given. Reads O(limit) items (and O(log n) to find ``since``); ``holding`` looks at the bytes of
-    each record, newest first, decoding only those that name the id."""
-    length = engine.read_head(state, branch_id).length
-    start = 0
-    if since is not None:  # the first record whose sequence is above ``since``: records are in sequence order
-        low, high = 0, length
-        while low < high:
-            middle = (low + high) // 2
-            if _decoded(engine, state, engine.read_items(state, branch_id, start=middle, stop=middle + 1)[0]).sequence <= since:
-                low = middle + 1
-            else:
-                high = middle
-        start = low
-    if holding is None:
-        window = (start, min(length, start + limit)) if since is not None else (max(start, length - limit), length)
-        return [_decoded(engine, state, item) for item in engine.read_items(state, branch_id, start=window[0], stop=window[1])]
-    needle = json.dumps(holding, ensure_ascii=False).encode()
-    found: list[RequestRecord] = []
-    stop = length
-    while stop > start and (since is not None or len(found) < limit):
-        low = max(start, stop - 256)
-        for item in reversed(engine.read_items(state, branch_id, start=low, stop=stop)):
-            if needle in item.data:
-                record = _decoded(engine, state, item)
-                if record.holds(holding):
-                    found.append(record)
-        stop = low
-    found.reverse()
-    return found[:limit] if since is not None else found[-limit:]
-
-
-def _decoded(engine: StoreEngine, state: str, item: Item) -> RequestRecord:
-    try:
-        return decode_record(item.data)
-    except ValueError as exc:
-        raise StoreCorruptError(engine.data_path, f"log state {state!r} item @{item.sequence}: {exc}") from None
-
-
-def rebuilt_messages(parts: Iterable[Part], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:
+def rebuilt_messages(parts: Iterable[RequestPart], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:
     """The compiled messages of a record's ``parts``: a named message's content from
-    ``content_of(id)`` (the reader's view of it now), any other's as kept."""
+    ``content_of(id)`` (the reader's view of it as sent), any other's as kept."""
     messages = []
     for part in parts:
         if part.message is not None:

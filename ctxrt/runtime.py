@@ -302,6 +302,7 @@ class Runtime:
             raise TypeError(f"name must be a string, not {type(name).__name__}")
         checks.name(from_branch, "from_branch")
         checks.optional_integer(at_sequence, "at_sequence")  # its range is the store's to judge, at commit
+        await self._namespaces.commit_ledger()  # a branch holds the request records made before it (Q3)
         row = await self.store.ask(CreateBranch(name=name, from_branch=from_branch, at_sequence=at_sequence))
         # From the row the commit made: on a shared store another process may delete it at once.
         parent = None if row.parent is None else self.engine.branch_by_id(row.parent).name
@@ -494,6 +495,12 @@ async def open_runtime(
             finally:
                 if runtime._steps is not None:
                     trio.lowlevel.remove_instrument(runtime._steps)
+                if runtime._store is not None and runtime._namespaces.ledger.pending:
+                    with trio.CancelScope(shield=True):  # the request records still waiting (Q1)
+                        try:
+                            await runtime._namespaces.commit_ledger()
+                        except Exception:
+                            logger.exception("closing the runtime: the request records waiting could not commit")
                 runtime._closed = True
                 runtime._namespaces.close()
                 if runtime._store is not None:

@@ -29,7 +29,7 @@ from typing import Any
 from .content import blobs, codec
 from .errors import StoreFormatError
 from .namespace.states import is_host_log, is_ledger, is_slot
-from .request_ledger import decode_record
+from .request_ledger import check_record
 from .store.engine import BACKEND_ERRORS as BACKEND_ERRORS
 from .store.environment import close_store, open_store
 from .store.files import STORE_FILE_NAMES as STORE_FILE_NAMES
@@ -46,7 +46,7 @@ def check_item(state: str, data: bytes, origin: int, place: str) -> list[str]:
         json.loads(data)  # raises if it doesn't decode, as HostState.entries would
         return []
     if is_ledger(state):
-        decode_record(data)  # raises if it isn't a request record, as ContextManager.requests would (Q3)
+        check_record(data)  # raises if it isn't a request record, as ContextManager.requests would (Q3)
         return []
     if not is_slot(state):
         return []

@@ -502,3 +502,23 @@ def test_a_context_dumped_and_loaded_into_the_hosts_runtime_gives_the_same_view(
                     CtxrtModelContext.load_component(dumped)
 
     run(body)
+
+
+def test_each_view_a_model_context_compiles_is_kept_in_a_ledger_that_is_on(tmp_path: Path) -> None:
+    """Q6: with ann's namespace's ledger on, each view her model context compiled is in her ledger
+    (form openai_chat, her reader, rebuilt to its digest); bob's namespace keeps none."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            switch = await team.runtime.open("agents/ann", ledger=True)
+            await switch.aclose()
+            await team.write_for_ann()
+            ann_client, bob_client = replay("ann", 1, call_first=True), replay("bob", 1)
+            chat, _ = group(team, ann_client, bob_client)
+            await chat.run(task="what's new?")
+            records = await team.ann.requests()
+            assert records and all(r.form == "openai_chat" and r.reader == "ann" for r in records)
+            assert all([(await team.ann.rebuild_request(r)).matches for r in records])
+            assert await team.bob.requests() == []
+
+    run(body)

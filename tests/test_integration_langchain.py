@@ -645,3 +645,25 @@ def test_a_thread_checkpointed_by_the_earlier_counting_middleware_resumes_writin
             assert await team.ann.message_count() == 6
 
     run(body)
+
+
+def test_each_request_the_middleware_compiles_is_kept_in_a_ledger_that_is_on(tmp_path: Path) -> None:
+    """Q6: with ann's namespace's ledger on, each model request her middleware compiled is in her
+    ledger (form openai_chat, her reader, rebuilt to its digest); bob's namespace keeps none."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            switch = await team.runtime.open("agents/ann", ledger=True)
+            await switch.aclose()
+            await team.write_for_ann()
+            ann_seen = Received()
+            await agent("ann", team.ann, call_first=True).ainvoke(
+                {"messages": [{"role": "user", "content": "ann, look yourself up"}]}, config={"callbacks": [ann_seen]})
+            await agent("bob", team.bob).ainvoke({"messages": [{"role": "user", "content": "bob, what's new?"}]})
+            records = await team.ann.requests()
+            assert len(records) == len(ann_seen.calls)
+            assert all(r.form == "openai_chat" and r.reader == "ann" for r in records)
+            assert all([(await team.ann.rebuild_request(r)).matches for r in records])
+            assert await team.bob.requests() == []
+
+    run(body)

@@ -712,3 +712,24 @@ def test_wrong_argument_types_are_refused_naming_the_parameter_before_anything_i
             assert await team.ann.message_count() == 0
 
     run(body)
+
+
+def test_each_view_the_session_compiles_is_kept_in_a_ledger_that_is_on(tmp_path: Path) -> None:
+    """Q6: with ann's namespace's ledger on, each view her CtxrtSession compiled is in her ledger
+    (form openai_responses, her reader, rebuilt to its digest); bob's namespace keeps none."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            switch = await team.runtime.open("agents/ann", ledger=True)
+            await switch.aclose()
+            await team.write_for_ann()
+            ann = Agent(name="ann", instructions="You are ann.", model=scripted("ann", 2), tools=[lookup])
+            bob = Agent(name="bob", instructions="You are bob.", model=scripted("bob", 1))
+            await Runner.run(ann, "ann, look yourself up", session=CtxrtSession(team.ann, budget=BUDGET))
+            await Runner.run(bob, "bob, what's new?", session=CtxrtSession(team.bob, budget=BUDGET))
+            records = await team.ann.requests()
+            assert records and all(r.form == "openai_responses" and r.reader == "ann" for r in records)
+            assert all([(await team.ann.rebuild_request(r)).matches for r in records])
+            assert await team.bob.requests() == []
+
+    run(body)

@@ -433,3 +433,24 @@ def test_two_agents_at_once_with_trims_and_rewinds_write_each_message_once(tmp_p
             assert len(texts) == len(set(texts)) == 24
 
     run(body)
+
+
+def test_each_request_the_adapter_compiles_is_kept_in_a_ledger_that_is_on(tmp_path: Path) -> None:
+    """Q6: with ann's namespace's ledger on, each model request her CtxrtHistory compiled is in her
+    ledger (form openai_chat, her reader, rebuilt to its digest); bob's namespace keeps none."""
+
+    async def body() -> None:
+        async with residents(tmp_path / "store") as team:
+            switch = await team.runtime.open("agents/ann", ledger=True)
+            await switch.aclose()
+            await team.write_for_ann()
+            ann_model = Scripted("ann", call_first=True)
+            await agent("ann", team.ann, FunctionModel(ann_model)).run("ann, look yourself up")
+            await agent("bob", team.bob, FunctionModel(Scripted("bob"))).run("bob, what's new?")
+            records = await team.ann.requests()
+            assert len(records) == len(ann_model.calls)
+            assert all(r.form == "openai_chat" and r.reader == "ann" for r in records)
+            assert all([(await team.ann.rebuild_request(r)).matches for r in records])
+            assert await team.bob.requests() == []
+
+    run(body)

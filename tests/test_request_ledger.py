@@ -29,7 +29,8 @@ from ctxrt import (
     Usage,
     open_runtime,
 )
-from ctxrt.testing import verify
+from ctxrt.errors import StoreCorruptError
+from ctxrt.testing import AppendItem, verify
 
 
 @pytest.fixture(params=["lmdb", "postgres"])
@@ -90,6 +91,31 @@ async def test_requests_pages_newest_first_window_and_since(rt: ctxrt.Runtime) -
     with pytest.raises(ValueError):
         await m.requests(limit=0)
     await m.aclose()
+
+
+async def test_records_kept_as_what_each_turn_adds_read_back_whole(rt: ctxrt.Runtime) -> None:
+    """Q1, Q3, Q5: over many turns (records kept against earlier ones, and whole now and then), with
+    an edit and a second namespace's records between, every record reads back as it was made and
+    rebuilds to its digest; a record waits for the next message's batch to commit."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    other = await rt.open("agents/bob", view_reader="bob", ledger=True)
+    made = []
+    for i in range(40):
+        made.append(await _turn(m, f"turn {i} of a long talk"))
+        if i % 7 == 3:
+            await _turn(other, f"bob's turn {i}")
+        if i == 20:
+            await m.edit_message(made[5].held[0].id, "the first line, edited")
+    before = rt.engine.last_sequence
+    last = await m.record_request(await m.compile(BUDGET), form="anthropic", options={"assistant": "Claude"})
+    assert rt.engine.last_sequence == before  # no commit of its own: it waits for the next write
+    made.append(last)
+    assert await m.requests(limit=100) == made
+    assert await m.requests(since=made[29].sequence, limit=5) == made[30:35]
+    for record in made[::9]:
+        assert (await m.rebuild_request(record)).matches
+    await m.aclose()
+    await other.aclose()
 
 
 async def test_record_request_refuses_a_namespace_without_the_ledger(rt: ctxrt.Runtime) -> None:
@@ -211,13 +237,25 @@ async def test_compression_calls_are_recorded_when_the_ledger_is_on(rt: ctxrt.Ru
 
 
 async def test_verify_reads_every_record_and_reports_a_damaged_one(store: Path | str) -> None:
-    """Q3, K7: verify decodes each ledger item as requests() reads it: sound after records."""
+    """Q3, K7: verify decodes each ledger item as requests() reads it: sound after records; an
+    item that isn't a record is reported, naming the ledger, and requests() raises
+    StoreCorruptError for it."""
     async with open_runtime(store) as rt:
         m = await rt.open("agents/ann", view_reader="ann", ledger=True)
         await _turn(m, "one")
+        await _turn(m, "two")
         await m.aclose()
     report = verify(str(store))
     assert report.status == "sound", report
+    async with open_runtime(store) as rt:
+        await rt.store.ask(AppendItem(state="agents/ann/requests", branch="main", data=b'{"id":"x"}'))
+        m = await rt.open("agents/ann")
+        with pytest.raises(StoreCorruptError, match="agents/ann/requests"):
+            await m.requests()
+        await m.aclose()
+    report = verify(str(store))
+    assert report.status == "damaged"
+    assert any("agents/ann/requests" in f"{item.place} {item.what}" for item in report.damage), report.damage
 
 
 async def test_the_asyncio_front_offers_the_ledger(store_path: Path) -> None:

@@ -146,6 +146,34 @@ async def test_a_ticks_unit_span_wraps_a_genai_chat_span_with_cache_usage(traces
     assert list(chat_attributes["gen_ai.response.finish_reasons"]) == ["end_turn"]
 
 
+async def test_a_ledger_entry_links_the_span_it_was_recorded_under(traces: Traces, tmp_path: Path) -> None:
+    """V8, Q6: an AnthropicModel compression call kept in the ledger names its unit span, which
+    carries the entry's id, with the usage the Messages API reported; a record_request under the
+    host's span puts the entry's id on that span and keeps its trace and span ids."""
+    reply = ApiReply.text("a memory of the talk").with_usage(30, 9, cache_read=200, cache_creation=50)
+    with trio.fail_after(GUARD_S):
+        async with open_messages_api_server(lambda _: reply) as server:
+            async with anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test") as client:
+                model = ctxrt.AnthropicModel(client, max_retries=0)
+                async with ctxrt.open_runtime(tmp_path / "s", model=model, durability="os") as rt:
+                    m = await rt.open("agents/ann", view_reader="ann", strategy=autobio(auto_tick=False), ledger=True)
+                    for i in range(12):
+                        await m.add_message("user", say(i))
+                    assert await m.tick()
+                    with traces.host.start_as_current_span("turn") as turn:
+                        recorded = await m.record_request(await m.compile(ctxrt.Budget(10_000, 1_000)), form="anthropic")
+                    [compression, again] = await m.requests()
+    [unit] = traces.spans("ctxrt.compression_unit")
+    assert compression.form == "compression" and compression.model == "model-x"
+    assert compression.usage == ctxrt.RequestUsage(30 + 200 + 50, 9, 200, 50) and compression.latency_ms is not None
+    assert dict(unit.attributes or {})["ctxrt.request.id"] == compression.id
+    assert (compression.trace_id, compression.span_id) == (f"{unit.context.trace_id:032x}", f"{unit.context.span_id:016x}")
+    [host] = traces.spans("turn")
+    assert again == recorded and dict(host.attributes or {})["ctxrt.request.id"] == recorded.id
+    assert (recorded.trace_id, recorded.span_id) == (f"{turn.get_span_context().trace_id:032x}",
+                                                     f"{turn.get_span_context().span_id:016x}")
+
+
 async def test_a_failed_model_call_marks_its_chat_and_unit_spans(traces: Traces, tmp_path: Path) -> None:
     """A model call that fails leaves an error on its chat span (``error.type``) and the unit's
     outcome ``failed`` (V2)."""

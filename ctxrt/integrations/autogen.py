@@ -57,6 +57,7 @@ from typing_extensions import Self
 
 from .. import Budget, ContextManager, MalformedContentError, aio, checks
 from . import arguments, blocks
+from .ledger import record_compiled
 
 METADATA_KEY = "autogen_agent"  # metadata naming the agent whose context wrote a message
 
@@ -384,6 +385,7 @@ class CtxrtModelContext(ChatCompletionContext, Component[CtxrtModelContextConfig
                     before.add(summary_id)
             result = blocks.without(result, lambda source: self._hidden(int(source.id)) if source.kind == "message"
                                     else source.id in before)
+        await record_compiled(self.manager, result, "openai_chat", self.agent)
         messages, self._made = _llm_messages(blocks.chat_messages(result, self.agent), self.agent,
                                              blocks.failed_calls(result), self._made)
         return messages

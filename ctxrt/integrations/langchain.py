@@ -49,7 +49,7 @@ from typing_extensions import NotRequired
 
 from .. import Budget, ContextManager, checks
 from . import arguments, blocks
-from .ledger import Ledger
+from .ledger import Ledger, record_compiled
 
 PRESENT = "ctxrt_present"  # the state's message keys (``_keys``) the slot held at the last step
 HIDDEN = "ctxrt_hidden"  # stored message ids this thread's view leaves out: removed from its state
@@ -233,6 +233,7 @@ class CtxrtMiddleware(AgentMiddleware[CtxrtState, Any, Any]):
                         if keys and not any(key in shown for key in keys))
         if gone:
             result = blocks.without(result, lambda source: source.kind == "message" and source.id in gone)
+        await record_compiled(self.manager, result, "openai_chat", self.agent)
         reasoned = blocks.reasoned_calls(result, self.agent)
         # LangChain wants every dict to carry content; an assistant message of calls alone has none.
         messages = convert_to_messages([_with_reasoning({"content": "", **m}, reasoned)

@@ -1,6 +1,8 @@
-"""``Ledger``: which framework messages a slot holds, by identity, so an adapter writes each once.
+"""``Ledger``: which framework messages a slot holds, by identity, so an adapter writes each once;
+and ``record_compiled``, which keeps each request an adapter compiles in its namespace's request
+ledger (Q6) when that is on.
 
-The one piece of the adapters' shared rules that waits (it reads the slot and writes through a
+The pieces of the adapters' shared rules that wait (they read the slot and write through a
 manager); the rest, synchronous, is in ``blocks``.
 """
 
@@ -10,8 +12,19 @@ import asyncio
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from .. import aio
+from .. import CompileResult, EmptyRequestError, LedgerOffError, aio
 from .blocks import KEYS, TOOL, Block, Writes, answers, calls_alone
+
+
+async def record_compiled(manager: aio.ContextManager, result: CompileResult, form: str, agent: str) -> None:
+    """Keep the request ``result`` makes (``form``, ``agent`` speaking as the assistant) in the
+    namespace's request ledger, when the namespace keeps one (``rt.open(..., ledger=True)``, Q6):
+    the body before the adapter turns it into its framework's types. Nothing when it keeps none,
+    or when there is nothing to send."""
+    try:
+        await manager.record_request(result, form=form, options={"assistant": agent})
+    except (LedgerOffError, EmptyRequestError):
+        pass
 
 
 class Ledger:

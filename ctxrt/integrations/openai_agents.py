@@ -45,6 +45,7 @@ from ..content.tokens import estimate_text
 from ..content.validation import blocks_from_content
 from ..forms.wire import ForeignCalls, holds_tools
 from . import arguments, blocks
+from .ledger import record_compiled
 
 if TYPE_CHECKING:
     from agents.memory import SessionSettings  # newer SDKs only: typed here, never imported
@@ -327,6 +328,7 @@ class CtxrtSession:
     async def _view(self, budget: Budget) -> list[str]:
         """The view compiled under ``budget``, as its items' JSON texts."""
         result = await self.manager.compile(budget)
+        await record_compiled(self.manager, result, "openai_responses", self.agent)
         foreign, ids = ForeignCalls(), call_ids("responses")
         made: dict[int, tuple[CompiledMessage, list[str], bool]] = {}
         out: list[str] = []

@@ -60,7 +60,7 @@ from pydantic_ai.tools import RunContext
 
 from .. import Budget, ContextManager, MalformedContentError, checks
 from . import arguments, blocks
-from .ledger import Ledger
+from .ledger import Ledger, record_compiled
 
 MARK = "ctxrt_recorded"  # the metadata key holding the identity of a message the slot holds
 VIEW = "view"  # the mark of a message made from the compiled view: the slot holds what it shows
@@ -242,6 +242,7 @@ class CtxrtHistory(AbstractCapability[Any]):
         """The history processor: writes what's new, returns the reader's compiled view."""
         await self.record(messages)
         result = await self.manager.compile(self.budget)
+        await record_compiled(self.manager, result, "openai_chat", self.agent)
         view = _model_messages(blocks.chat_messages(result, self.agent), blocks.reasoned_calls(result, self.agent))
         for message in view:
             _mark(message, VIEW)

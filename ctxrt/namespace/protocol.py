@@ -393,8 +393,8 @@ class NamespaceStatus:
     slot: SlotCache | None = None  # the own slot's cache, for reads of messages as stored
     model_calls: int = 0  # model calls out
     render_stats: RenderStats | None = None  # what the last compile showed and left out
-    stats_compile_id: str | None = None  # the compile ``render_stats`` reports (its provenance's compile_id)
     settings: ContextSettings | None = None  # the live settings in force (T14)
+    stats_compile_id: str | None = None  # the compile ``render_stats`` reports (its provenance's compile_id)
 
 
 # -- the handle ------------------------------------------------------------------------------

@@ -25,7 +25,9 @@ from ..errors import (
 from ..mailbox import Reply
 from ..slots import SlotRegistry
 from ..store.actor import StoreRef
+from ..request_ledger import RequestEncoder
 from ..store.interface import StoreEngine
+from ..store.protocol import AppendItem, Atomically, RegisterState
 from ..store.records import BranchRow
 from .actor import Services, serve_namespace
 from .protocol import ActorRetired, Attach, Detach, NamespaceConfig
@@ -51,6 +53,34 @@ class NamespaceStatistics:
     in_flight_model_calls: int
 
 
+class LedgerQueue:
+    """The request records a runtime's managers made (``record_request``, Q1), waiting to commit in
+    the batch of the next write that goes with them (a message's, or a flush), so a record costs no
+    commit of its own; and each (branch, namespace)'s encoder, which keeps a record as what it adds
+    to the last (``request_ledger.RequestEncoder``)."""
+
+    def __init__(self) -> None:
+        self.pending: list[AppendItem] = []
+        self.encoders: dict[tuple[int, str], RequestEncoder] = {}
+
+    def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
+        return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
+
+    def take(self, known: Callable[[str], bool]) -> tuple[Any, ...]:
+        """The commands that commit what waits (each ledger's state registered first, unless
+        ``known``), leaving none."""
+        if not self.pending:
+            return ()
+        pending, self.pending = self.pending, []
+        states = [state for state in dict.fromkeys(append.state for append in pending) if not known(state)]
+        return (*(RegisterState(name=state, kind="log") for state in states), *pending)
+
+    def lost(self) -> None:
+        """What was taken did not commit: the next record of each encoder is kept whole."""
+        for encoder in self.encoders.values():
+            encoder.forget()
+
+
 class NamespaceRegistry:
     """Every live namespace actor of one runtime."""
 
@@ -72,6 +102,17 @@ class NamespaceRegistry:
         # Every manager of this runtime, for a switch of them all (R3); one leaves when collected.
         self.managers: weakref.WeakSet[Any] = weakref.WeakSet()
         self.switching = trio.Lock()  # one switch of many managers at a time
+        self.ledger = LedgerQueue()
+
+    async def commit_ledger(self) -> None:
+        """Commit the request records waiting (Q1), if any: what ``requests`` reads and a close leaves."""
+        commands = self.ledger.take(self.engine.has_state)
+        if commands:
+            try:
+                await self.store_ref().ask(Atomically(commands=commands))
+            except BaseException:
+                self.ledger.lost()
+                raise
 
     def __len__(self) -> int:
         return len(self._refs)

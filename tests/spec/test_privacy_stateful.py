@@ -709,6 +709,39 @@ class PrivacyMachine(RuleBasedStateMachine):
                     assert number in ever_visible, f"#{number} in a request for {reader!r}"
             self.checked[reader] = len(model.requests)
 
+    @rule(who=st.integers(0, 50), tokens=st.integers(50, 2000))
+    def record_request(self, who: int, tokens: int) -> None:
+        """Q4: a request recorded in a namespace's ledger (turned on here for the namespace, with its
+        compression calls from then on) holds nothing its reader was never named for: its record,
+        read back, and the body rebuilt from it."""
+        handle = self.pick(who)
+        manager, rt = handle.manager, self.loop.runtime
+        on = self.loop.run(lambda: rt.open(manager.namespace, branch=manager.branch, ledger=True))
+        self.loop.run(on.aclose)
+        result = self.loop.run(manager.compile, Budget(max_tokens=tokens, reserve_for_response=0))
+        try:
+            self.loop.run(lambda: manager.record_request(result, form="anthropic", options={"assistant": "Claude"}))
+        except ctxrt.EmptyRequestError:  # P8: nothing to send, nothing recorded
+            return
+        self.check_ledger(handle)
+
+    def check_ledger(self, handle: Handle) -> None:
+        """Q4: no entry of the handle's ledger (records, compression calls) names or holds a marker
+        its reader was never named for, nor an audience; rebuilt, none carries one either."""
+        reader, manager = handle.reader, handle.manager
+        ever_visible = self.ever_visible(reader)
+        for record in self.loop.run(lambda: manager.requests(limit=1_000_000)):
+            assert record.reader == reader and record.namespace == manager.namespace
+            kept = repr(attrs.asdict(record))
+            assert "audience" not in kept, f"a ledger entry of {reader!r} holds an audience"
+            for number in markers_in(kept):
+                assert number in ever_visible, f"#{number} in a ledger entry of {reader!r}"
+            if record.form == "anthropic":
+                body = json.dumps(self.loop.run(lambda r=record: manager.rebuild_request(r)).body)
+                assert '"audience"' not in body
+                for number in markers_in(body):
+                    assert number in ever_visible, f"#{number} in a rebuilt request of {reader!r}"
+
 
 async def test_list_branches_of_a_manager_on_a_deleted_branch_raises_branch_not_found(
     runtime: ctxrt.Runtime,
