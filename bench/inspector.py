@@ -20,7 +20,10 @@ rounds of each round's median of 5 fetches. Target: the large store's figure <= 
 
 History. Two stores whose namespace ``agents/ann`` (ledger on, 20 messages, WindowedPassthrough)
 recorded 1,000 and 100,000 requests (quick: 1,000 and 10,000) through ``record_request`` (one compile
-recorded again and again, 500 at once: the store actor group-commits them), served the same way:
+recorded again and again, 50 at once, then a message appended, in whose commit they are kept: so
+50 records share each store sequence, where a host recording a turn at a time has one each; a
+page the history finds by sequence reads those before it that share its first's), served the
+same way:
 
 (g) the request history's newest page (``/history``, 50 requests);
 (h) a history page in the middle of the ledger (``/history?page=N``).
@@ -142,11 +145,12 @@ async def _ledger(directory: Path, requests: int) -> float:
             await ann.add_message("user" if n % 2 else "Claude", _content(n))
         result = await ann.compile(ctxrt.Budget(20_000, 4_000))
         usage = ctxrt.Usage(12_000, 400, cache_read_input_tokens=9_000)
-        for first in range(0, requests, 500):
+        for first in range(0, requests, 50):
             async with trio.open_nursery() as nursery:
-                for _ in range(first, min(requests, first + 500)):
+                for _ in range(first, min(requests, first + 50)):
                     nursery.start_soon(partial(ann.record_request, result, form="anthropic", model="claude-x",
                                                usage=usage, latency_ms=850.0))
+            await ann.add_message("user", "the next turn")
     return time.perf_counter() - started
 
 

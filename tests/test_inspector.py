@@ -522,7 +522,7 @@ PRICES = {"claude-x": {"input": 3.0, "output": 15.0, "cache_read": 0.3}}
 
 async def record_turns(writer: ctxrt.Runtime, namespace: str, turns: int, budget: ctxrt.Budget) -> list[Any]:
     """``turns`` turns of ``namespace`` (its ledger on), each a line appended, then the compile
-    recorded as sent in the anthropic form, with usage and latency."""
+    recorded as sent in the anthropic form, with usage and latency; committed before it returns."""
     manager = await writer.open(namespace, ledger=True)
     records = []
     for turn in range(turns):
@@ -531,6 +531,7 @@ async def record_turns(writer: ctxrt.Runtime, namespace: str, turns: int, budget
         records.append(await manager.record_request(
             result, form="anthropic", model="claude-x", latency_ms=700.0 + turn,
             usage=ctxrt.Usage(1_000_000, 100_000, cache_read_input_tokens=500_000)))
+    await manager.requests(limit=1)  # the records waiting for the next commit are committed (Q1)
     return records
 
 
@@ -586,6 +587,7 @@ async def test_one_request_is_shown_as_sent_and_names_what_was_edited_since(tmp_
             bob = await writer.open("agents/bob", ledger=True)
             sent = (await bob.compile(budget))
             await bob.record_request(sent, form="anthropic", options={"assistant": "Claude"})
+            await bob.requests(limit=1)  # committed, for the inspector's runtime to read
             body = sent.to_anthropic(assistant="Claude")
             await record_turns(writer, "agents/ann", 2, budget)
             async with serving_priced(tmp_path / "s") as url:
@@ -667,3 +669,27 @@ def test_serve_refuses_a_price_table_it_cant_read(tmp_path: Path) -> None:
         done = subprocess.run([sys.executable, "-m", "ctxrt", "serve", str(tmp_path / "none"), "--prices", str(bad)],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and str(bad) in done.stderr and said in done.stderr, done.stderr
+
+
+async def test_requests_recorded_at_one_store_sequence_each_keep_their_place(tmp_path: Path) -> None:
+    """Requests recorded with no commit between them share a store sequence: the history, each
+    request's page and the audit still show each once, at its own place (W14, W15, W17)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            await two_readers(writer, 4)
+            await record_turns(writer, "agents/ann", 2, ctxrt.Budget(100_000, 100))
+            ann = await writer.open("agents/ann")
+            result = await ann.compile(ctxrt.Budget(100_000, 100))
+            for latency in (11.0, 12.0, 13.0):
+                await ann.record_request(result, form="anthropic", latency_ms=latency)
+            await record_turns(writer, "agents/ann", 1, ctxrt.Budget(100_000, 100))
+            ids = [record.id for record in await ann.requests(limit=50)]
+            held = (await ann.requests(limit=1))[0].held[0].id
+        async with serving_priced(tmp_path / "s") as url:
+            shown = [(await get(url + f"/request?branch=main&namespace=agents/ann&n={n}"))[1] for n in range(6)]
+            _, history = await get(url + "/history?branch=main&namespace=agents/ann&page=0")
+            _, audit = await get(url + f"/audit?branch=main&item={held}")
+    assert len(ids) == 6 and [re.search(r"<th>id</th><td>(\w+)</td>", page).group(1) for page in shown] == ids  # type: ignore[union-attr]
+    assert [texts(page).count(f"{latency:.0f} ms") for page, latency in zip(shown[2:5], (11, 12, 13))] == [1, 1, 1]
+    assert [int(n) for n in re.findall(r'<tr id="r(\d+)"', history)] == [5, 4, 3, 2, 1, 0]
+    assert re.findall(r'n=(\d+)">\1</a>', audit) == [str(n) for n in range(6)]

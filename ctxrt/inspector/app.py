@@ -292,21 +292,20 @@ def build_app(runtime: Runtime, label: str, managers: Managers, prices: dict[str
         return index
 
     async def history(request: Request) -> HTMLResponse:
-        row = branch_of(request)
-        namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
-        shown = pages.history(runtime, row, namespace, _query_int(request, "page", None), prices)
+        row, manager = await ledger_manager(request)
+        shown = await pages.history(runtime, row, manager, _query_int(request, "page", None), prices)
         return render("history.html", branch=row.name, history=shown, **follow(request))
 
     async def one_request(request: Request) -> HTMLResponse:
         row, manager = await ledger_manager(request)
-        found = pages.entry(runtime, row, manager.namespace, index_of(request, "n"), prices)
+        found = await pages.entry(runtime, row, manager, index_of(request, "n"), prices)
         return render("request.html", branch=row.name, namespace=manager.namespace, priced=bool(prices),
                       sent=await pages.as_sent(manager, found),
                       newer=found.index + 1 < pages.ledger_length(runtime, row, manager.namespace))
 
     async def request_diff(request: Request) -> HTMLResponse:
         row, manager = await ledger_manager(request)
-        a, b = (pages.entry(runtime, row, manager.namespace, index_of(request, name), prices) for name in ("a", "b"))
+        a, b = [await pages.entry(runtime, row, manager, index_of(request, name), prices) for name in ("a", "b")]
         return render("request_diff.html", branch=row.name, namespace=manager.namespace, diff=await pages.request_diff(manager, a, b))
 
     async def audit(request: Request) -> HTMLResponse:

@@ -41,8 +41,8 @@ from ..content.notes import note
 from ..errors import MessageNotFoundError, StoreCorruptError
 from ..manager import ContextManager
 from ..namespace import states
-from ..request_ledger import Part as RecordPart
-from ..request_ledger import RequestRecord, decode_record
+from ..request_ledger import RequestPart as RecordPart
+from ..request_ledger import RequestRecord
 from ..runtime import Runtime
 from ..slots import parse_id
 from ..store.records import BranchRow
@@ -619,15 +619,42 @@ def _entry(index: int, record: RequestRecord, prices: dict[str, Price]) -> Entry
     return Entry(index, record, cost)
 
 
-def _records(runtime: Runtime, row: BranchRow, namespace: str, start: int, stop: int, at: int) -> list[tuple[int, RequestRecord]]:
+def _recorded_sequence(runtime: Runtime, row: BranchRow, namespace: str, index: int, at: int) -> int:
+    """The store sequence record ``index`` of the ledger was recorded at (its JSON's ``sequence``:
+    records are in sequence order, several may share one)."""
     state = states.ledger_state(namespace)
-    engine, found = runtime.engine, []
-    for offset, item in enumerate(engine.read_items(state, row.id, at=at, start=start, stop=stop)):
-        try:
-            found.append((start + offset, decode_record(item.data)))
-        except ValueError as exc:
-            raise StoreCorruptError(engine.data_path, f"log state {state!r} item @{item.sequence}: {exc}") from None
-    return found
+    [item] = runtime.engine.read_items(state, row.id, at=at, start=index, stop=index + 1)
+    try:
+        return int(json.loads(item.data)["sequence"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreCorruptError(runtime.engine.data_path, f"log state {state!r} item @{item.sequence}: {exc!r}") from None
+
+
+def _first_recorded(runtime: Runtime, row: BranchRow, namespace: str, length: int, at: int, sequence: int) -> int:
+    """The index of the first record recorded at ``sequence`` or later (``length`` if none)."""
+    low, high = 0, length
+    while low < high:
+        middle = (low + high) // 2
+        if _recorded_sequence(runtime, row, namespace, middle, at) < sequence:
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+async def _ledger_page(runtime: Runtime, row: BranchRow, manager: ContextManager, start: int,
+                       count: int) -> list[RequestRecord]:
+    """Records ``start`` to ``start + count`` of the namespace's ledger, oldest first, read by
+    ``requests(since=...)``: the sequence ``start`` was recorded at and the first record of that
+    sequence are found by binary search, and the records sharing it before ``start`` read and left
+    out."""
+    state = states.ledger_state(manager.namespace)
+    head = runtime.engine.read_head(state, row.id)
+    sequence = _recorded_sequence(runtime, row, manager.namespace, start, head.revision)
+    first = _first_recorded(runtime, row, manager.namespace, head.length, head.revision, sequence)
+    # A request holds a message, so it was recorded at sequence 1 or later: ``since`` is never negative.
+    found = await manager.requests(since=max(sequence - 1, 0), limit=start - first + count)
+    return found[start - first:]
 
 
 @attrs.frozen
@@ -641,23 +668,24 @@ class History:
     priced: bool  # a price table was given
 
 
-def history(runtime: Runtime, row: BranchRow, namespace: str, page: int | None, prices: dict[str, Price]) -> History:
-    """One page (50) of ``namespace``'s recorded requests on the branch (its parent's up to the
+async def history(runtime: Runtime, row: BranchRow, manager: ContextManager, page: int | None,
+                  prices: dict[str, Price]) -> History:
+    """One page (50) of the namespace's recorded requests on the branch (its parent's up to the
     fork point included), newest first: page ``page`` counting from the oldest (None: the newest
-    50). Reads the ledger's head and that page's records, whatever the ledger holds."""
-    state = states.ledger_state(namespace)
-    engine = runtime.engine
-    if not engine.has_state(state):
-        return History(namespace, 0, 0, 1, (), 0, bool(prices))
-    head = engine.read_head(state, row.id)
-    pages = max(1, -(-head.length // PAGE))
+    50). The newest page is ``requests(limit=50)``; another finds where it starts (``_ledger_page``)."""
+    length = ledger_length(runtime, row, manager.namespace)
+    if not length:
+        return History(manager.namespace, 0, 0, 1, (), 0, bool(prices))
+    pages = max(1, -(-length // PAGE))
     if page is None:
-        page, start = pages - 1, max(0, head.length - PAGE)
+        page, start = pages - 1, max(0, length - PAGE)
+        records = await manager.requests(limit=PAGE)
     else:
         page = min(max(page, 0), pages - 1)
         start = page * PAGE
-    entries = [_entry(i, r, prices) for i, r in reversed(_records(runtime, row, namespace, start, start + PAGE, head.revision))]
-    return History(namespace, head.length, page, pages, tuple(entries),
+        records = await _ledger_page(runtime, row, manager, start, PAGE)
+    entries = [_entry(start + i, r, prices) for i, r in enumerate(records)][::-1]
+    return History(manager.namespace, length, page, pages, tuple(entries),
                    max((e.record.total_tokens for e in entries), default=0), bool(prices))
 
 
@@ -667,14 +695,14 @@ def ledger_length(runtime: Runtime, row: BranchRow, namespace: str) -> int:
     return runtime.engine.read_head(state, row.id).length if runtime.engine.has_state(state) else 0
 
 
-def entry(runtime: Runtime, row: BranchRow, namespace: str, index: int, prices: dict[str, Price]) -> Entry:
-    """The request at ``index`` in ``namespace``'s ledger on the branch (numbered from 0, oldest first)."""
-    length = ledger_length(runtime, row, namespace)
+async def entry(runtime: Runtime, row: BranchRow, manager: ContextManager, index: int,
+                prices: dict[str, Price]) -> Entry:
+    """The request at ``index`` in the namespace's ledger on the branch (numbered from 0, oldest first)."""
+    length = ledger_length(runtime, row, manager.namespace)
     if not 0 <= index < length:
-        raise NotFound(f"no request {index} in namespace {namespace!r}'s ledger on branch {row.name!r} "
+        raise NotFound(f"no request {index} in namespace {manager.namespace!r}'s ledger on branch {row.name!r} "
                        f"(it holds {length}, numbered from 0)")
-    [(_, record)] = _records(runtime, row, namespace, index, index + 1, runtime.engine.read_head(
-        states.ledger_state(namespace), row.id).revision)
+    [record] = await _ledger_page(runtime, row, manager, index, 1)
     return _entry(index, record, prices)
 
 
@@ -746,10 +774,10 @@ async def request_diff(manager: ContextManager, a: Entry, b: Entry) -> RequestDi
     held_b = [("summary " if h.kind == "summary" else "") + h.id for h in b.record.held]
     parts_a, parts_b = a.record.parts, b.record.parts
 
-    async def version(message_id: str, record: RequestRecord) -> Any:
-        at = next((h.version for h in record.held if h.id == message_id), record.sequence)
+    async def as_sent(part: RecordPart) -> Any:
+        assert part.message is not None
         try:
-            return (await manager.get_message_at(message_id, at)).content
+            return (await manager.get_message_at(part.message, part.version)).content
         except MessageNotFoundError:
             return None  # gone from the store's history: no longer comparable
 
@@ -759,8 +787,8 @@ async def request_diff(manager: ContextManager, a: Entry, b: Entry) -> RequestDi
         pb = parts_b[index] if index < len(parts_b) else None
         same = pa is not None and pb is not None and (pa.participant, pa.message, pa.content) == (
             pb.participant, pb.message, pb.content)
-        if same and pa is not None and pa.message is not None:
-            was, now = await version(pa.message, a.record), await version(pa.message, b.record)
+        if same and pa is not None and pb is not None and pa.message is not None:
+            was, now = await as_sent(pa), await as_sent(pb)
             same = was is not None and was == now
         pairs.append(PartPair(index, pa, pb, same))
     first_change = next((pair.index for pair in pairs if not pair.same), None)
@@ -789,18 +817,13 @@ async def audit(runtime: Runtime, row: BranchRow, manager: ContextManager, item_
     state = states.ledger_state(manager.namespace)
     head = runtime.engine.read_head(state, row.id)
 
-    def index_of(record: RequestRecord) -> int:  # records are in sequence order
-        low, high = 0, head.length
-        while low < high:
-            middle = (low + high) // 2
-            [(_, probed)] = _records(runtime, row, manager.namespace, middle, middle + 1, head.revision)
-            if probed.sequence < record.sequence:
-                low = middle + 1
-            else:
-                high = middle
-        return low
+    async def index_of(record: RequestRecord) -> int:  # its place among those recorded at its sequence
+        first = _first_recorded(runtime, row, manager.namespace, head.length, head.revision, record.sequence)
+        stop = _first_recorded(runtime, row, manager.namespace, head.length, head.revision, record.sequence + 1)
+        same = await manager.requests(since=max(record.sequence - 1, 0), limit=stop - first)
+        return next(first + i for i, found in enumerate(same) if found.id == record.id)
 
-    return AuditLine(manager.namespace, tuple(_entry(index_of(r), r, prices) for r in found[:PAGE]), more)
+    return AuditLine(manager.namespace, tuple([_entry(await index_of(r), r, prices) for r in found[:PAGE]]), more)
 
 
 # -- summaries --------------------------------------------------------------------------------------
