@@ -23,8 +23,8 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
