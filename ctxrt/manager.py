@@ -211,7 +211,7 @@ class ContextManager:
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
                             attachment=appended, flagged=appended.audience)
         ledger = self._registry.ledger
-        writes = (*ledger.take(self._registry.engine.has_state), *writes)  # the request records waiting commit with it (Q1)
+        writes = (*ledger.take(self._registry.engine), *writes)  # the request records waiting commit with it (Q1)
         try:
             if hold is False:
                 operation = append_result(await store.ask(append_after(writes, append)))
@@ -1064,7 +1064,8 @@ class ContextManager:
         included, R1), oldest first: the newest ``limit``, or with ``since`` (a store sequence,
         such as a record's ``sequence``) the first ``limit`` recorded after it, so a reader pages
         forward with ``since=records[-1].sequence``. ``holding``: only those that held that message
-        or summary id (an audit). A namespace whose ledger is off answers what it recorded while on.
+        or summary id (an audit: it reads every record's header, decoding only those whose own
+        parts name the id). A namespace whose ledger is off answers what it recorded while on.
         The records waiting to commit (``record_request``) are committed first.
 
         Raises:

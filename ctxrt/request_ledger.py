@@ -15,6 +15,7 @@ records its compression calls.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import operator
@@ -337,6 +338,9 @@ _HEAD_LOOK = 3  # a request's own first parts before the shared run: a re-render
 _DROP_LOOK = 64  # how far a window may slide between two records that share a run
 
 
+_ID = operator.attrgetter("id")
+
+
 class Parts:
     """A request's parts and the items each held (``held`` is their first appearances, in order)."""
 
@@ -346,7 +350,13 @@ class Parts:
 
     @property
     def held(self) -> tuple[HeldItem, ...]:
-        return tuple({item.id: item for items in reversed(self.each) for item in reversed(items)}.values())[::-1]
+        flat = tuple(itertools.chain.from_iterable(self.each))
+        if len(dict.fromkeys(map(_ID, flat))) == len(flat):  # the common case, at C speed: no item twice
+            return flat
+        first: dict[str, HeldItem] = {}
+        for item in flat:  # an item twice (a message split in two parts): held once, at its first part
+            first.setdefault(item.id, item)
+        return tuple(first.values())
 
     def then(self, shared: Shared, head: Sequence[RequestPart], tail: Sequence[RequestPart]) -> Parts:
         """``head``, this one's run ``shared`` names, then ``tail``."""
@@ -573,7 +583,7 @@ def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int 
     found: list[int] = []
     for index in range(length):
         item = reader.item(index)
-        record_id, base, shared = reader.header(item)
+        record_id, base, shared = reader.header(index)
         at = None
         if base is not None:  # held in the run it keeps of its base?
             kept = where.get(base)
@@ -609,37 +619,40 @@ class _Reader:
         self.length = engine.read_head(state, branch_id).length
         self.items: dict[int, Item] = {}
         self.index_of: dict[str, int] = {}  # record id -> its index, for the headers read so far
-        self.low = self.length  # the lowest index whose header is read
         self.decoded: dict[int, tuple[RequestRecord, Parts]] = {}
 
-    def item(self, index: int) -> Item:
+    def item(self, index: int, *, back: bool = False) -> Item:
+        """Item ``index``, read with the page after it (``back``: before it)."""
         if index not in self.items:
-            low = max(0, index - self.PAGE + 1) if index < self.low else index
+            low = max(0, index - self.PAGE + 1) if back else index
             for offset, item in enumerate(self.engine.read_items(self.state, self.branch_id, start=low,
                                                                 stop=min(self.length, low + self.PAGE))):
                 self.items.setdefault(low + offset, item)
         return self.items[index]
 
-    def header(self, item: Item) -> tuple[str, str | None, Shared]:
+    def header(self, index: int, *, back: bool = False) -> tuple[str, str | None, Shared]:
+        """Item ``index``'s header (its id, base and shared run); its id is then known."""
+        item = self.item(index, back=back)
         try:
-            return header(item.data)
+            found = header(item.data)
         except ValueError as exc:
             raise self.corrupt(item, exc) from None
+        self.index_of[found[0]] = index
+        return found
 
     def corrupt(self, item: Item, exc: Exception) -> StoreCorruptError:
         return StoreCorruptError(self.engine.data_path, f"log state {self.state!r} item @{item.sequence}: {exc}")
 
     def find(self, record_id: str, before: int) -> int:
-        """The index of record ``record_id``, which comes before index ``before``."""
+        """The index of record ``record_id``, which comes before index ``before`` (usually just
+        before: a writer's records follow each other, others' between them)."""
         found = self.index_of.get(record_id)
-        index = min(before, self.low)
-        while found is None and index > 0:
+        index = before
+        while (found is None or found >= before) and index > 0:
             index -= 1
-            item = self.item(index)
-            self.index_of[self.header(item)[0]] = index
-            self.low = min(self.low, index)
-            found = self.index_of.get(record_id)
-        if found is None:
+            if self.header(index, back=True)[0] == record_id:
+                found = index
+        if found is None or found >= before:
             raise self.corrupt(self.item(before), ValueError(f"its base record {record_id!r} is not before it"))
         return found
 
@@ -648,19 +661,18 @@ class _Reader:
 
     def _decoded(self, index: int) -> tuple[RequestRecord, Parts]:
         pending = [index]  # the chain of bases back to one decoded or whole, newest first
+        bases: dict[int, int] = {}  # index -> its base's
         while pending[-1] not in self.decoded:
-            item = self.item(pending[-1])
-            record_id, base, _ = self.header(item)
-            self.index_of[record_id] = pending[-1]
+            _, base, _ = self.header(pending[-1])
             if base is None:
                 break
-            pending.append(self.find(base, pending[-1]))
+            bases[pending[-1]] = self.find(base, pending[-1])
+            pending.append(bases[pending[-1]])
         for at in reversed(pending):
             if at in self.decoded:
                 continue
             item = self.item(at)
-            base = self.header(item)[1]
-            state = None if base is None else self.decoded[self.index_of[base]][1]
+            state = None if at not in bases else self.decoded[bases[at]][1]
             try:
                 self.decoded[at] = decode_record(item.data, state)
             except ValueError as exc:

@@ -16,7 +16,6 @@ import trio
 
 import ctxrt
 import ctxrt.aio
-from ctxrt import request_ledger
 from ctxrt import (
     Autobiographical,
     Budget,
@@ -74,7 +73,8 @@ async def test_a_record_keeps_what_the_request_held_and_reads_back(rt: ctxrt.Run
     assert record.latency_ms == 812.5
     assert record.total_tokens > 0 and record.total_tokens == sum(record.zone_tokens.values())
     assert record.budget == BUDGET.max_tokens
-    assert record.body_digest == request_ledger.body_digest(body)
+    rebuilt = await m.rebuild_request(record)
+    assert rebuilt.body == body and rebuilt.matches  # the digest is the body's
     assert record.response_chars == len("the reply text") and "reply" not in (record.response or "")
     assert await m.requests() == [record]
     await m.aclose()
@@ -112,6 +112,8 @@ async def test_records_kept_as_what_each_turn_adds_read_back_whole(rt: ctxrt.Run
     made.append(last)
     assert await m.requests(limit=100) == made
     assert await m.requests(since=made[29].sequence, limit=5) == made[30:35]
+    for audited in (made[3].held[0].id, made[20].held[-1].id, made[35].held[-1].id):
+        assert await m.requests(holding=audited, limit=100) == [r for r in made if r.holds(audited)]
     for record in made[::9]:
         assert (await m.rebuild_request(record)).matches
     await m.aclose()
@@ -273,3 +275,20 @@ async def test_the_asyncio_front_offers_the_ledger(store_path: Path) -> None:
 
     found, record = await trio.to_thread.run_sync(asyncio.run, host())
     assert found == [record]
+
+
+async def test_a_record_waiting_on_a_branch_deleted_since_is_dropped_not_refusing_the_next_write(
+    rt: ctxrt.Runtime,
+) -> None:
+    """Q1, L5: a record still waiting when its branch is deleted is dropped; the next message, on
+    another branch, is written as ever."""
+    main = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await _turn(main, "one")
+    doomed = await rt.open("agents/ann")
+    await doomed.fork("doomed")
+    await doomed.add_message("user", "on the doomed branch")
+    await doomed.record_request(await doomed.compile(BUDGET), form="anthropic", options={"assistant": "Claude"})
+    await rt.delete_branch("doomed")
+    assert await main.add_message("user", "still written")
+    assert [r.branch for r in await main.requests()] == ["main"]
+    await main.aclose()

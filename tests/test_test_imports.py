@@ -48,6 +48,7 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
     "test_context_settings.py": (frozenset({"ctxrt.strategies.queue", "ctxrt.strategies.records"}), _MEMORY),
     "test_incremental_strategies.py": (frozenset({"ctxrt.strategies.coverage"}), _MEMORY),
     "test_folding.py": (frozenset({"ctxrt.strategies.folding"}), _UNIT),
+    "test_request_ledger_encoding.py": (frozenset({"ctxrt.request_ledger"}), _UNIT),
     "test_live_policy.py": (frozenset({"ctxrt.strategies.live"}), _MEMORY),
     "test_namespace_core.py": (frozenset({"ctxrt.namespace.core"}), _MACHINE),
     "test_namespace_machine.py": (

@@ -66,12 +66,16 @@ class LedgerQueue:
     def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
         return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
 
-    def take(self, known: Callable[[str], bool]) -> tuple[Any, ...]:
-        """The commands that commit what waits (each ledger's state registered first, unless
-        ``known``), leaving none."""
+    def take(self, engine: StoreEngine) -> tuple[Any, ...]:
+        """The commands that commit what waits (each ledger's state registered first, unless the
+        engine knows it), leaving none; a record of a branch deleted since is dropped with it (L5),
+        or it would refuse the write it rides in."""
         if not self.pending:
             return ()
-        pending, self.pending = self.pending, []
+        gone = {branch for branch in {int(append.branch) for append in self.pending} if engine.branch_deleted(branch)}
+        pending = [append for append in self.pending if int(append.branch) not in gone]
+        self.pending = []
+        known = engine.has_state
         states = [state for state in dict.fromkeys(append.state for append in pending) if not known(state)]
         return (*(RegisterState(name=state, kind="log") for state in states), *pending)
 
@@ -106,7 +110,7 @@ class NamespaceRegistry:
 
     async def commit_ledger(self) -> None:
         """Commit the request records waiting (Q1), if any: what ``requests`` reads and a close leaves."""
-        commands = self.ledger.take(self.engine.has_state)
+        commands = self.ledger.take(self.engine)
         if commands:
             try:
                 await self.store_ref().ask(Atomically(commands=commands))

@@ -1,0 +1,117 @@
+"""The request ledger's encoding (``ctxrt.request_ledger``, a pure part; Q1, Q3): a record kept as
+the run of parts it shares with the last one and its own decodes to exactly the parts and held
+items the request had, and a body digested item by item against the last body is the digest made
+afresh, whatever the turns between did (append, a window sliding, an edit, a re-rendered first
+message). Property tests: sequences of requests drawn by hypothesis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxrt import CompiledMessage, CompileResult, Message, Provenance, Source, Text
+from ctxrt.request_ledger import (
+    BodyDigests,
+    Parts,
+    RequestEncoder,
+    RequestRecord,
+    body_digest,
+    decode_record,
+    encode_record,
+)
+
+# One step between two requests: (messages a window drops at the front, messages appended, an edit
+# at a position (as a fraction of the request), whether the first message is rendered afresh).
+steps = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.none() | st.floats(0, 0.999), st.booleans()),
+                 min_size=1, max_size=40)
+
+
+class Turns:
+    """Requests as a compile makes them: the same objects for what is unchanged."""
+
+    def __init__(self) -> None:
+        self.next = 1
+        self.window: list[tuple[CompiledMessage, tuple[Source, ...], Message]] = []
+
+    def made(self, text: str) -> tuple[CompiledMessage, tuple[Source, ...], Message]:
+        sequence, self.next = self.next, self.next + 1
+        content = (Text(text),)
+        stored = Message(str(sequence), sequence, "user" if sequence % 2 else "Claude", content)
+        if sequence % 7 == 0:  # a message split in two parts (its calls and its text): held once
+            return (CompiledMessage(stored.participant, (Text(f"part of {text}"),)),
+                    (Source("message", str(sequence - 1), False),), stored)
+        if sequence % 5 == 0:  # a summary's message: kept whole, not named
+            return CompiledMessage("user", (Text(f"summary {text}"),)), (Source("summary", f"S{sequence}"),), stored
+        return CompiledMessage(stored.participant, content), (Source("message", str(sequence), True),), stored
+
+    def step(self, drop: int, append: int, edit: float | None, fresh_first: bool) -> CompileResult:
+        self.window = self.window[drop:] + [self.made(f"line {self.next}") for _ in range(append)]
+        if edit is not None and self.window:
+            at = int(edit * len(self.window))
+            old = self.window[at]
+            content = (Text(f"edited {old[2].id}"),)
+            stored = Message(old[2].id, old[2].sequence, old[2].participant, content)
+            self.window[at] = (CompiledMessage(stored.participant, content), old[1], stored)
+        if fresh_first and self.window:
+            first = self.window[0]
+            self.window[0] = (CompiledMessage(first[0].participant, first[0].content), first[1], first[2])
+        raw = {stored.id: stored for _, _, stored in self.window}
+        provenance = Provenance("c", "agents/ann", "main", "ann", "passthrough",
+                                tuple(sources for _, sources, _ in self.window), raw, {})
+        return CompileResult([message for message, _, _ in self.window], [], provenance)
+
+
+def record(record_id: str, parts: Parts, sequence: int) -> RequestRecord:
+    return RequestRecord(id=record_id, at_ms=0, sequence=sequence, namespace="agents/ann", branch="main",
+                         reader="ann", form="anthropic", zone_tokens={}, held=parts.held, options={},
+                         parts=parts.parts)
+
+
+def held_afresh(result: CompileResult) -> list[str]:
+    seen: dict[str, None] = {}
+    for sources in result.provenance.messages:
+        seen.update((s.id, None) for s in sources)
+    return list(seen)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps)
+def test_records_kept_against_the_last_decode_to_the_request_they_recorded(turns: list[Any]) -> None:
+    """Q1, Q3: each record, decoded against the one it names, has the request's parts (a stored
+    message named, anything else kept whole) and held items in order, with versions as of the
+    record that first held them."""
+    made, encoder, decoded = Turns(), RequestEncoder(), {}
+    for n, (drop, append, edit, fresh_first) in enumerate(turns):
+        result = made.step(drop, append, edit, fresh_first)
+        base, shared, head, tail, parts = encoder.encode(result, n)
+        data = encode_record(record(f"r{n}", parts, n), base=base, shared=shared, head=head, tail=tail)
+        encoder.wrote(f"r{n}")
+        back, state = decode_record(data, None if base is None else decoded[base])
+        decoded[f"r{n}"] = state
+        assert back.parts == parts.parts and back.held == parts.held
+        assert [item.id for item in back.held] == held_afresh(result)
+        assert len(back.parts) == len(result.messages)
+        for part, message, sources in zip(back.parts, result.messages, result.provenance.messages):
+            assert part.participant == message.participant
+            assert part.message is None or sources[0].kind == "message"
+            assert part.version <= n
+
+
+item = st.builds(lambda n, text: {"role": "user" if n % 2 else "assistant", "content": text},
+                 st.integers(0, 3), st.text(max_size=8))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.lists(item, max_size=3), st.booleans()), min_size=1, max_size=20))
+def test_a_body_digested_against_the_last_is_the_digest_made_afresh(changes: list[Any]) -> None:
+    """Q1: the digest of a body sharing items with the last (a window that slid, items appended,
+    the last item edited in place by the host) is the digest of the body made afresh."""
+    memo, items = BodyDigests(), []
+    for drop, appended, edit_last in changes:
+        items = items[drop:] + appended
+        if edit_last and items:
+            items[-1]["content"] = items[-1]["content"] + "!"  # the host's to edit (P14)
+        body = {"system": "s", "messages": list(items)}
+        assert body_digest(body, memo) == body_digest(body)
