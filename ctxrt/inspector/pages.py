@@ -548,7 +548,6 @@ class Found:
     reader: str | None
     rows: tuple[ReaderRow, ...]
     summaries: tuple[tuple[str, SummaryShown], ...]  # (namespace, summary)
-    before: int  # the scan of this page started below this index
     next_before: int | None
     scanned: int
 
@@ -585,8 +584,7 @@ def search(runtime: Runtime, row: BranchRow, slot: str, *, namespace: str | None
                 items = engine.read_items(state, row.id, at=engine.read_head(state, row.id).revision)
                 summaries += [(name, found) for found in map(_summary_from, (json.loads(i.data) for i in items))
                               if text.casefold() in found.text.casefold()]
-    return Found(slot, namespace, reader, tuple(rows), tuple(summaries[:PAGE]), top, stop if stop > 0 else None,
-                 top - stop)
+    return Found(slot, namespace, reader, tuple(rows), tuple(summaries[:PAGE]), stop if stop > 0 else None, top - stop)
 
 
 # -- the request ledger: what each request sent, kept --------------------------------------------------
@@ -664,7 +662,6 @@ class History:
     page: int
     pages: int
     entries: tuple[Entry, ...]  # newest first
-    largest: int  # the page's largest request, in tokens (the bars' scale)
     priced: bool  # a price table was given
 
 
@@ -675,7 +672,7 @@ async def history(runtime: Runtime, row: BranchRow, manager: ContextManager, pag
     50). The newest page is ``requests(limit=50)``; another finds where it starts (``_ledger_page``)."""
     length = ledger_length(runtime, row, manager.namespace)
     if not length:
-        return History(manager.namespace, 0, 0, 1, (), 0, bool(prices))
+        return History(manager.namespace, 0, 0, 1, (), bool(prices))
     pages = max(1, -(-length // PAGE))
     if page is None:
         page, start = pages - 1, max(0, length - PAGE)
@@ -685,8 +682,7 @@ async def history(runtime: Runtime, row: BranchRow, manager: ContextManager, pag
         start = page * PAGE
         records = await _ledger_page(runtime, row, manager, start, PAGE)
     entries = [_entry(start + i, r, prices) for i, r in enumerate(records)][::-1]
-    return History(manager.namespace, length, page, pages, tuple(entries),
-                   max((e.record.total_tokens for e in entries), default=0), bool(prices))
+    return History(manager.namespace, length, page, pages, tuple(entries), bool(prices))
 
 
 def ledger_length(runtime: Runtime, row: BranchRow, namespace: str) -> int:
