@@ -18,6 +18,18 @@ loopback round trip both:
 Each round fetches every page of both stores, in a shuffled order; a figure is the median across
 rounds of each round's median of 5 fetches. Target: the large store's figure <= 2x the small one's.
 
+History. Two stores whose namespace ``agents/ann`` (ledger on, 20 messages, WindowedPassthrough)
+recorded 1,000 and 100,000 requests (quick: 1,000 and 10,000) through ``record_request`` (one compile
+recorded again and again, 50 at once, then a message appended, in whose commit they are kept: so
+50 records share each store sequence, where a host recording a turn at a time has one each; a
+page the history finds by sequence reads those before it that share its first's), served the
+same way:
+
+(g) the request history's newest page (``/history``, 50 requests);
+(h) a history page in the middle of the ledger (``/history?page=N``).
+
+Target: the large ledger's figure <= 2x the small one's.
+
 Tracing. On a 20,000-message store (quick: 5,000), one runtime, tracing switched on and off
 between variants with ``ctxrt.tracing.configure``: on is the OpenTelemetry SDK's ``TracerProvider``
 with a ``BatchSpanProcessor`` into an ``InMemorySpanExporter`` and a ``MeterProvider`` with an
@@ -117,6 +129,71 @@ async def _pages(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
               "reader": "(c) reader ann's breakdown (WindowedPassthrough, budget 20,000)"}
     rows = [versus(f"{labels[name]} at {large:,} messages", "µs", figures[(large, name)], figures[(small, name)],
                    f"at {small:,} messages", target=2.0) for name in paths]
+    return rows, info
+
+
+async def _ledger(directory: Path, requests: int) -> float:
+    """A store whose ``agents/ann`` recorded ``requests`` requests; the seconds it took."""
+    import trio
+
+    import ctxrt
+
+    started = time.perf_counter()
+    async with ctxrt.open_runtime(directory, durability="os") as writer:
+        ann = await writer.open("agents/ann", view_reader="ann", strategy=ctxrt.WindowedPassthrough(), ledger=True)
+        for n in range(20):
+            await ann.add_message("user" if n % 2 else "Claude", _content(n))
+        result = await ann.compile(ctxrt.Budget(20_000, 4_000))
+        usage = ctxrt.Usage(12_000, 400, cache_read_input_tokens=9_000)
+        for first in range(0, requests, 50):
+            async with trio.open_nursery() as nursery:
+                for _ in range(first, min(requests, first + 50)):
+                    nursery.start_soon(partial(ann.record_request, result, form="anthropic", model="claude-x",
+                                               usage=usage, latency_ms=850.0))
+            await ann.add_message("user", "the next turn")
+    return time.perf_counter() - started
+
+
+async def _history(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    import trio
+
+    from ctxrt.inspector import app
+    from ctxrt.inspector.prices import parse_prices
+
+    sizes = (1_000, 10_000 if quick else 100_000)
+    rounds = 8 if quick else 30
+    prices = parse_prices({"claude-x": {"input": 3, "output": 15, "cache_read": 0.3}})
+    info: dict[str, Any] = {"ledger_sizes": sizes, "rounds_history": rounds}
+    with scratch("ctxrt-history-") as directory:
+        for size in sizes:
+            info[f"ledger_build_s_{size}"] = await _ledger(directory / str(size), size)
+        async with trio.open_nursery() as nursery:
+            urls = {}
+            for size in sizes:
+                runtime = await nursery.start(_readonly, directory / str(size))
+                urls[size] = await nursery.start(partial(app.serve, runtime, str(size), port=0, prices=prices))
+            paths = {"newest": "/history?branch=main&namespace=agents/ann",
+                     "middle": "/history?branch=main&namespace=agents/ann&page={middle}"}
+
+            def variant(size: int, path: str) -> Any:
+                url = urls[size] + path.format(middle=size // 100)
+
+                async def fetch(_: int) -> float:
+                    times = [await trio.to_thread.run_sync(_get, url) for _ in range(FETCHES)]
+                    return statistics.median(times) * 1e6
+
+                return fetch
+
+            for size in sizes:
+                for path in paths.values():
+                    await variant(size, path)(0)
+            figures = await interleave(rounds, {(size, name): variant(size, path) for size in sizes
+                                                for name, path in paths.items()}, random.Random(38))
+            nursery.cancel_scope.cancel()
+    small, large = sizes
+    labels = {"newest": "(g) the request history's newest page", "middle": "(h) a request history page in the middle"}
+    rows = [versus(f"{labels[name]} at {large:,} requests", "µs", figures[(large, name)], figures[(small, name)],
+                   f"at {small:,} requests", target=2.0) for name in paths]
     return rows, info
 
 
@@ -238,8 +315,9 @@ def _off_path_ns() -> list[float]:
 
 async def _body(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     page_rows, page_info = await _pages(quick)
+    history_rows, history_info = await _history(quick)
     trace_rows, trace_info = await _tracing(quick)
-    return page_rows + trace_rows, {**page_info, **trace_info, "quick": quick}
+    return page_rows + history_rows + trace_rows, {**page_info, **history_info, **trace_info, "quick": quick}
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -255,7 +333,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         measured("inspector", quick, f"stores of {sizes[0]:,} and {sizes[1]:,} messages (built in "
                                      f"{first.get(f'build_s_{sizes[0]}', 0):.1f} s and "
                                      f"{first.get(f'build_s_{sizes[1]}', 0):.1f} s), "
-                                     f"{first.get('rounds_pages')} rounds of page fetches; tracing on a "
+                                     f"{first.get('rounds_pages')} rounds of page fetches; ledgers of "
+                                     f"{first.get('ledger_sizes', (0, 0))[0]:,} and {first.get('ledger_sizes', (0, 0))[1]:,} "
+                                     f"requests (built in {first.get('ledger_build_s_' + str(first.get('ledger_sizes', (0, 0))[0]), 0):.1f} s and "
+                                     f"{first.get('ledger_build_s_' + str(first.get('ledger_sizes', (0, 0))[1]), 0):.1f} s), "
+                                     f"{first.get('rounds_history')} rounds; tracing on a "
                                      f"{first.get('messages_tracing', 0):,}-message store, "
                                      f"{first.get('rounds_tracing')} rounds"), "",
         "Pages are whole HTTP requests to the inspector on 127.0.0.1 (median of 5 per round); tracing on is "

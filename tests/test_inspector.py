@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import re
 import urllib.error
 import urllib.request
@@ -26,7 +27,7 @@ from support import damage, rename_items_table
 
 GUARD_S = 30
 HOSTILE = '<script>window.pwned=1</script><img id="pwned" src=x onerror="window.pwned=2">'
-ROUTES = ("/", "/branch", "/timeline", "/reader", "/summaries", "/diff")
+ROUTES = ("/", "/branch", "/timeline", "/reader", "/summaries", "/diff", "/search")
 
 
 def fetch(url: str, *, method: str = "GET", headers: dict[str, str] | None = None) -> tuple[int, str]:
@@ -216,7 +217,7 @@ async def test_a_timeline_shows_every_block_kind_with_its_audience(tmp_path: Pat
                      "unparsed: {q: oops", "[t1] search found", "notes.txt"):
         assert expected in shown, expected
     for kind in ("audio", "video", "generated_image", "tool_attempt", "tool_notice"):
-        assert f'class="block {kind}"' in page
+        assert re.search(f'class="block {kind}( private)?"', page), kind
 
 
 async def test_a_readers_breakdown_is_the_compile_its_namespace_would_make(tmp_path: Path) -> None:
@@ -232,7 +233,7 @@ async def test_a_readers_breakdown_is_the_compile_its_namespace_would_make(tmp_p
                 bob = await reader_rt.open("agents/bob", branch="main", strategy=strategy)
                 expected = await bob.compile(budget)
                 stats = bob.render_stats()
-                view = await pages.breakdown(bob, budget)
+                view = await pages.breakdown(reader_rt, bob, budget)
                 assert [p.blocks for p in view.parts] == [tuple(pages.shown(b) for b in m.content)
                                                           for m in expected.messages]
                 assert stats is not None and view.dropped_ids == stats.dropped_ids
@@ -340,3 +341,355 @@ async def test_a_store_damaged_while_served_is_said_on_every_page(tmp_path: Path
                     shown = texts(page)
                     assert status == 500 and "StoreCorruptError" in shown, (route, page[:300])
                     assert str(files.data_path(store)) in shown and "Traceback" not in page
+
+
+def beside_forms(page: str) -> str:
+    """The page's main part without its forms, which echo the filters asked for (as the header's
+    links to follow the page live do)."""
+    main = re.search(r"<main>(.*)</main>", page, re.S)
+    assert main
+    return re.sub(r"<form.*?</form>", "", main.group(1), flags=re.S)
+
+
+def rows_of(page: str, table: str) -> list[str]:
+    """The text of each body row of table ``#table``."""
+    body = re.search(rf'<table id="{table}">.*?<tbody>(.*?)</tbody>', page, re.S)
+    assert body, table
+    return [texts(row) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body.group(1), re.S)]
+
+
+async def test_a_readers_request_badges_its_private_lines_and_filters_keep_to_its_view(tmp_path: Path) -> None:
+    """On ann's request each line private to ann carries its audience as a badge; bob's request
+    holds none of ann's lines, and no filter or text search on bob's page finds one. Filters by
+    zone, participant, audience and text show only the messages that pass (W9, W10, W4)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            await two_readers(writer, 60)
+            async with serving(tmp_path / "s") as url:
+                base = url + "/reader?branch=main&budget=800&reserve=100&namespace="
+                _, ann = await get(base + "agents/ann")
+                bob_pages = [(await get(base + "agents/bob" + query))[1] for query in (
+                    "", "&q=vault", "&audience=ann", "&audience=*", "&q=ann+only&zone=recent")]
+                _, ann_private = await get(base + "agents/ann&audience=ann")
+                _, ann_vault = await get(base + "agents/ann&q=VAULT")
+                _, ann_recent = await get(base + "agents/ann&zone=recent")
+                _, ann_user = await get(base + "agents/ann&participant=user")
+                _, ann_shared = await get(base + "agents/ann&audience=-")
+    private = re.findall(r'<div class="block text private">(.*?)</div>', ann, re.S)
+    assert private and all("for ann" in texts(block) and "ann only" in texts(block) for block in private)
+    for page in map(beside_forms, bob_pages):
+        assert "ann only" not in page and "vault" not in page and "for ann" not in texts(page)
+    assert rows_of(bob_pages[1], "parts") == [" No message of this request passes the filters. "]
+    for page in (ann_private, ann_vault):
+        rows = rows_of(page, "parts")
+        assert rows and all("ann only" in row and "for ann" in row for row in rows)
+    assert rows_of(ann_recent, "parts") and all(" recent " in row for row in rows_of(ann_recent, "parts"))
+    assert all(" user " in row for row in rows_of(ann_user, "parts"))
+    assert rows_of(ann_shared, "parts") and not any("ann only" in row for row in rows_of(ann_shared, "parts"))
+    assert len(rows_of(ann_recent, "parts")) < len(rows_of(ann, "parts"))
+
+
+async def test_a_summarys_covered_range_shows_in_its_readers_view(tmp_path: Path) -> None:
+    """A summary's covered messages page lists exactly the messages from its first to its last,
+    as its namespace's reader sees them: ann's private lines badged on ann's, never on bob's; the
+    reader page and the summary tree link to it (W9)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            ann, bob = await two_readers(writer, 80)
+            summaries = {name: [s for s in await m.search_summaries(text="gist", include_merged=True)]
+                         for name, m in (("agents/ann", ann), ("agents/bob", bob))}
+            async with serving(tmp_path / "s") as url:
+                _, reader = await get(url + "/reader?branch=main&namespace=agents/bob&budget=800&reserve=100")
+                _, tree = await get(url + "/summaries?branch=main&namespace=agents/ann")
+                seen = {}
+                for namespace, found in summaries.items():
+                    for match in found:
+                        summary = match.summary if hasattr(match, "summary") else match
+                        _, page = await get(url + f"/covered?branch=main&namespace={namespace}&summary={summary.id}")
+                        seen[(namespace, summary.id)] = (summary, page)
+                status, missing = await get(url + "/covered?branch=main&namespace=agents/bob&summary=nope")
+    assert status == 404 and "nope" in texts(missing)
+    assert 'class="covers" href="/covered?branch=main&amp;namespace=agents%2Fbob&amp;summary=' in reader
+    assert 'class="covers" href="/covered?branch=main&amp;namespace=agents%2Fann&amp;summary=' in tree
+    assert {namespace for namespace, _ in seen} == {"agents/ann", "agents/bob"}
+    ann_private = False
+    for (namespace, _), (summary, page) in seen.items():
+        ids = [int(i) for i in re.findall(r'<tr id="m(\d+)"', page)]
+        assert ids and ids[0] == int(summary.first_id) and ids[-1] == int(summary.last_id), (summary, ids)
+        if namespace == "agents/bob":
+            assert "ann only" not in page
+        else:
+            ann_private |= "ann only" in page
+            assert all("for ann" in texts(b) for b in re.findall(r'class="block text private">(.*?)</div>', page, re.S))
+    assert ann_private
+
+
+async def test_a_search_finds_only_what_its_reader_sees(tmp_path: Path) -> None:
+    """A search as ann finds her private lines, badged; the same search as bob finds nothing, nor
+    does any filter naming ann; a search as stored finds every line; a text search finds a
+    namespace's summaries; a search reads back page by page, newest first (W10)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            await two_readers(writer, 120)
+            async with serving(tmp_path / "s") as url:
+                search = url + "/search?branch=main"
+                _, ann = await get(search + "&namespace=agents/ann&q=vault")
+                bob = [(await get(search + "&namespace=agents/bob" + query))[1] for query in (
+                    "&q=vault", "&audience=ann", "&audience=*", "&q=ann+only&participant=user", "&q=gist")]
+                _, stored = await get(search + "&q=VAULT")
+                _, users = await get(search + "&namespace=agents/ann&participant=user")
+                _, first = await get(search + "&q=shared+talk")
+                older = re.search(r'id="older" href="([^"]+)"', first)
+                assert older
+                _, second = await get(url + html.unescape(older.group(1)))
+                _, gist = await get(search + "&namespace=agents/ann&q=gist")
+    hits = rows_of(ann, "hits")
+    assert len(hits) == len([i for i in range(120) if i % 7 == 3])
+    assert all("ann only" in row and "for ann" in row for row in hits)
+    for page in map(beside_forms, bob[:4]):
+        assert "ann only" not in page and "for ann" not in texts(page) and rows_of(page, "hits") == [" Nothing found. "]
+    assert "ann only" not in bob[4] and 'id="summary-hits"' in bob[4]
+    assert len(rows_of(stored, "hits")) == len(hits) and "for ann" in texts(stored)
+    assert rows_of(users, "hits") and all(" user " in row for row in rows_of(users, "hits"))
+    numbers = [int(n) for page in (first, second) for n in re.findall(r"line (\d{3}) of", texts(page))]
+    assert numbers == list(range(119, 19, -1))  # 50 a page, newest first, no line twice
+    assert 'id="summary-hits"' in gist and "the gist" in texts(gist)
+
+
+async def test_every_page_that_shows_the_store_can_follow_it_live(tmp_path: Path) -> None:
+    """Each page that shows the store offers to follow it live (the request history and the audit
+    included); followed, it reloads itself (an HTML refresh, no script) and shows what the writer
+    adds: a reader's request, a search and the timeline (W12)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            ann, _ = await two_readers(writer, 10)
+            async with serving(tmp_path / "s") as url:
+                query = "?branch=main&namespace=agents/ann&a=agents/ann&b=agents/bob&item=1"
+                for route in (*ROUTES, "/history", "/audit"):
+                    _, still = await get(url + route + query)
+                    _, live = await get(url + route + query + "&live=1")
+                    assert 'http-equiv="refresh"' not in still and "follow live" in texts(still), route
+                    assert 'http-equiv="refresh"' in live and "stop" in texts(live), route
+                await ann.add_message("user", "said after the pages were opened")
+                for route in ("/reader", "/search", "/timeline"):
+                    _, live = await get(url + route + query + "&live=1")
+                    assert "said after the pages were opened" in texts(live), route
+
+
+async def test_the_branch_page_lists_a_namespaces_strategy_a_setting_a_line(tmp_path: Path) -> None:
+    """The branch page shows a namespace's recorded strategy as its kind with each setting given a
+    value on a line of its own, and names those left unset, not as one long string (W13)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            await two_readers(writer, 3)
+            async with serving(tmp_path / "s") as url:
+                _, page = await get(url + "/branch?branch=main")
+    cell = re.search(r'<td class="config">(.*?)</td>', page, re.S)
+    assert cell and "<summary>autobiographical" in cell.group(1)
+    pairs = dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", cell.group(1)))
+    assert pairs["target_chunk_tokens"] == "60" and pairs["compression_model"] == "model-x"
+    assert "unset (defaults):" in texts(cell.group(1))
+
+
+class FaultyRuntime:
+    """A runtime whose store listing fails with an error no ctxrt error names: a fault the
+    inspector didn't foresee."""
+
+    async def list_branches(self) -> list[Any]:
+        raise RuntimeError("a fault of the inspector's own")
+
+
+async def test_a_refused_host_and_an_inspector_fault_get_the_styled_error_page(tmp_path: Path) -> None:
+    """A Host that isn't loopback's is refused (400) and a fault of the inspector's own is 500,
+    each on the inspector's error page saying what happened, never a bare text body or a
+    traceback (W8)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            await two_readers(writer, 3)
+        async with serving(tmp_path / "s") as url:
+            status, page = await get(url + "/", headers={"Host": "attacker.example"})
+            assert status == 400 and "<html" in page and "attacker.example" in texts(page)
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(partial(app.serve, FaultyRuntime(), "a faulty store", port=0))
+            status, page = await get(url + "/")
+            assert status == 500 and "<html" in page and "RuntimeError" in texts(page)
+            assert "Traceback" not in page and "a fault of the inspector" not in page
+            nursery.cancel_scope.cancel()
+
+
+PRICES = {"claude-x": {"input": 3.0, "output": 15.0, "cache_read": 0.3}}
+
+
+async def record_turns(writer: ctxrt.Runtime, namespace: str, turns: int, budget: ctxrt.Budget) -> list[Any]:
+    """``turns`` turns of ``namespace`` (its ledger on), each a line appended, then the compile
+    recorded as sent in the anthropic form, with usage and latency; committed before it returns."""
+    manager = await writer.open(namespace, ledger=True)
+    records = []
+    for turn in range(turns):
+        await manager.add_message("user", f"turn {turn} of {namespace}")
+        result = await manager.compile(budget)
+        records.append(await manager.record_request(
+            result, form="anthropic", model="claude-x", latency_ms=700.0 + turn,
+            usage=ctxrt.Usage(1_000_000, 100_000, cache_read_input_tokens=500_000)))
+    await manager.requests(limit=1)  # the records waiting for the next commit are committed (Q1)
+    return records
+
+
+@asynccontextmanager
+async def serving_priced(store: Any, prices: Any = None) -> AsyncIterator[str]:
+    from ctxrt.inspector.prices import parse_prices
+    async with ctxrt.open_runtime(store, readonly=True) as runtime, trio.open_nursery() as nursery:
+        url = await nursery.start(partial(app.serve, runtime, "the store", port=0,
+                                          prices=None if prices is None else parse_prices(prices)))
+        yield url
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_namespaces_request_history_pages_its_records_newest_first_with_costs(tmp_path: Path) -> None:
+    """The history lists a namespace's recorded requests newest first, 50 a page: time, tokens by
+    zone, usage and cache read, cost from the price table (a model it has no price for shows
+    none), latency; each links to the request and a diff with the one before; a namespace that
+    recorded nothing says so (W14)."""
+    budget = ctxrt.Budget(800, 100)
+    with trio.fail_after(GUARD_S * 2):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            await two_readers(writer, 20)
+            records = await record_turns(writer, "agents/ann", 55, budget)
+        async with serving_priced(tmp_path / "s", PRICES) as url:
+            _, newest = await get(url + "/history?branch=main&namespace=agents/ann")
+            _, oldest = await get(url + "/history?branch=main&namespace=agents/ann&page=0")
+            _, none = await get(url + "/history?branch=main&namespace=agents/bob")
+            _, branch = await get(url + "/branch?branch=main")
+        async with serving_priced(tmp_path / "s") as url:
+            _, unpriced = await get(url + "/history?branch=main&namespace=agents/ann")
+    numbers = [int(n) for n in re.findall(r'<tr id="r(\d+)" class="request">', newest)]
+    assert numbers == list(range(54, 4, -1))
+    assert [int(n) for n in re.findall(r'<tr id="r(\d+)"', oldest)] == list(range(49, -1, -1))
+    rows = rows_of(newest, "history")
+    # (1M - 0.5M fresh) x $3 + 0.5M read x $0.3 + 0.1M out x $15 per million: $1.5 + $0.15 + $1.5
+    assert all("$3.1500" in row and "500000" in row and "ms" in row and "claude-x" in row for row in rows)
+    assert str(records[-1].total_tokens) in rows[0] and "754 ms" in rows[0]
+    assert 'class="seg zone-' in newest and 'href="/request-diff?branch=main&amp;namespace=agents%2Fann&amp;a=53&amp;b=54"' in newest
+    assert "$" not in "".join(rows_of(unpriced, "history")) and "cost" not in texts(unpriced).split("Request history")[1][:0]
+    assert "recorded no request" in texts(none)
+    assert 'class="history" href="/history?branch=main&amp;namespace=agents%2Fann"' in branch
+    assert 'class="history" href="/history?branch=main&amp;namespace=agents%2Fbob"' not in branch
+
+
+async def test_one_request_is_shown_as_sent_and_names_what_was_edited_since(tmp_path: Path) -> None:
+    """A request's page rebuilds its body from the store, the very body that was sent, in its
+    reader's view (bob's never holds ann's line); once a message it held is edited, the page
+    names that message as edited since and still shows it as sent (W15)."""
+    budget = ctxrt.Budget(800, 100)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            ann, _ = await two_readers(writer, 20)
+            bob = await writer.open("agents/bob", ledger=True)
+            sent = (await bob.compile(budget))
+            await bob.record_request(sent, form="anthropic", options={"assistant": "Claude"})
+            await bob.requests(limit=1)  # committed, for the inspector's runtime to read
+            body = sent.to_anthropic(assistant="Claude")
+            await record_turns(writer, "agents/ann", 2, budget)
+            async with serving_priced(tmp_path / "s") as url:
+                _, bob_page = await get(url + "/request?branch=main&namespace=agents/bob&n=0")
+                _, before = await get(url + "/request?branch=main&namespace=agents/ann&n=1")
+                held = re.findall(r'href="/audit\?branch=main&amp;item=(\d+)"', before)
+                await ann.edit_message(held[-1], "a line edited after it was sent")
+                _, after = await get(url + "/request?branch=main&namespace=agents/ann&n=1")
+                status, missing = await get(url + "/request?branch=main&namespace=agents/ann&n=2")
+    shown = re.search(r'<pre id="body">(.*?)</pre>', bob_page, re.S)
+    assert shown and json.loads(html.unescape(shown.group(1))) == json.loads(json.dumps(body, default=dict))
+    assert "byte for byte what was sent" in texts(bob_page) and "ann only" not in bob_page
+    assert "byte for byte" in texts(before) and "edited" not in texts(before)
+    assert "messages edited or removed since" in texts(after) and held[-1] in texts(after).split("edited or removed since")[1]
+    assert "a line edited after it was sent" not in texts(after) and "byte for byte" in texts(after)
+    assert status == 404 and "holds 2" in texts(missing)
+
+
+async def test_the_diff_of_two_requests_says_what_joined_left_and_where_the_cache_broke(tmp_path: Path) -> None:
+    """The diff of two requests names the messages that joined and left, marks the first message
+    that differs, and says whether the second kept the first's cached prefix (up to its last cache
+    breakpoint) or where it broke: a message both carried, edited between them, breaks it (W16)."""
+    budget = ctxrt.Budget(800, 100)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s", model=ScriptedModel(lambda r: "the gist")) as writer:
+            ann, _ = await two_readers(writer, 30)
+            await record_turns(writer, "agents/ann", 2, budget)
+            async with serving_priced(tmp_path / "s") as url:
+                _, kept = await get(url + "/request-diff?branch=main&namespace=agents/ann&a=0&b=1")
+                first = re.search(r'<tr class="pair[^"]*">\s*<td>0</td>\s*<td>\w+: message (\d+)', kept)
+                assert first, kept
+                await ann.edit_message(first.group(1), "the first line, edited")
+                await record_turns(writer, "agents/ann", 1, budget)
+                _, broke = await get(url + "/request-diff?branch=main&namespace=agents/ann&a=1&b=2")
+    assert "Held: request 1 begins with request 0's first" in texts(kept), re.search(r'<p id="prefix">(.*?)</p>', kept, re.S)
+    joined = texts(re.search(r'<td id="joined">(.*?)</td>', kept, re.S).group(1)).split()  # type: ignore[union-attr]
+    assert len(joined) == 1 and texts(re.search(r'<td id="left">(.*?)</td>', kept, re.S).group(1)).strip() == "none"  # type: ignore[union-attr]
+    assert "Broke at message 0" in texts(broke) and 'class="pair changed first-change"' in broke
+
+
+async def test_an_audit_lists_every_request_that_held_a_message_and_only_those(tmp_path: Path) -> None:
+    """The audit of a message lists, per namespace, every recorded request that held it, each
+    linking to the request; a message only ann may read is held by ann's requests and never by
+    bob's (W17)."""
+    budget = ctxrt.Budget(100_000, 100)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            ann, bob = await two_readers(writer, 6)
+            private = await ann.add_message("user", [{"type": "text", "text": "ann's alone", "audience": ["ann"]}])
+            shared = await ann.add_message("user", "for both")
+            await record_turns(writer, "agents/ann", 3, budget)
+            await record_turns(writer, "agents/bob", 2, budget)
+            async with serving_priced(tmp_path / "s") as url:
+                _, of_private = await get(url + f"/audit?branch=main&item={private}")
+                _, of_shared = await get(url + f"/audit?branch=main&item={shared}")
+                _, timeline = await get(url + "/timeline?branch=main")
+    sections = dict(re.findall(r"<h2>(agents/\w+) <small>.*?</small></h2>\s*<table class=\"audit\">(.*?)</table>",
+                               of_shared, re.S))
+    assert set(sections) == {"agents/ann", "agents/bob"}
+    assert len(re.findall(r'<tr class="request">', sections["agents/ann"])) == 3
+    assert len(re.findall(r'<tr class="request">', sections["agents/bob"])) == 2
+    private_sections = dict(re.findall(r"<h2>(agents/\w+) <small>.*?</small></h2>\s*<table class=\"audit\">(.*?)</table>",
+                                       of_private, re.S))
+    assert len(re.findall(r'<tr class="request">', private_sections["agents/ann"])) == 3
+    assert "<tr class=\"request\">" not in private_sections["agents/bob"] and "None held it." in texts(private_sections["agents/bob"])
+    assert 'href="/request?branch=main&amp;namespace=agents%2Fbob&amp;n=1"' in of_shared
+    assert f'href="/audit?branch=main&amp;item={private}"' in timeline
+
+
+def test_serve_refuses_a_price_table_it_cant_read(tmp_path: Path) -> None:
+    """``ctxrt serve --prices FILE`` with a file that isn't a price table is a usage error naming
+    the file and what is wrong, before anything is served (W14)."""
+    import subprocess
+    import sys
+    bad = tmp_path / "prices.json"
+    for text, said in (('{"claude-x": {"input": 3}}', "no 'output' price"), ("[1]", "JSON object"),
+                       ('{"m": {"input": 1, "output": -2}}', "non-negative"), ("{", "can't read")):
+        bad.write_text(text)
+        done = subprocess.run([sys.executable, "-m", "ctxrt", "serve", str(tmp_path / "none"), "--prices", str(bad)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and str(bad) in done.stderr and said in done.stderr, done.stderr
+
+
+async def test_requests_recorded_at_one_store_sequence_each_keep_their_place(tmp_path: Path) -> None:
+    """Requests recorded with no commit between them share a store sequence: the history, each
+    request's page and the audit still show each once, at its own place (W14, W15, W17)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(tmp_path / "s") as writer:
+            await two_readers(writer, 4)
+            await record_turns(writer, "agents/ann", 2, ctxrt.Budget(100_000, 100))
+            ann = await writer.open("agents/ann")
+            result = await ann.compile(ctxrt.Budget(100_000, 100))
+            for latency in (11.0, 12.0, 13.0):
+                await ann.record_request(result, form="anthropic", latency_ms=latency)
+            await record_turns(writer, "agents/ann", 1, ctxrt.Budget(100_000, 100))
+            ids = [record.id for record in await ann.requests(limit=50)]
+            held = (await ann.requests(limit=1))[0].held[0].id
+        async with serving_priced(tmp_path / "s") as url:
+            shown = [(await get(url + f"/request?branch=main&namespace=agents/ann&n={n}"))[1] for n in range(6)]
+            _, history = await get(url + "/history?branch=main&namespace=agents/ann&page=0")
+            _, audit = await get(url + f"/audit?branch=main&item={held}")
+    assert len(ids) == 6 and [re.search(r"<th>id</th><td>(\w+)</td>", page).group(1) for page in shown] == ids  # type: ignore[union-attr]
+    assert [texts(page).count(f"{latency:.0f} ms") for page, latency in zip(shown[2:5], (11, 12, 13))] == [1, 1, 1]
+    assert [int(n) for n in re.findall(r'<tr id="r(\d+)"', history)] == [5, 4, 3, 2, 1, 0]
+    assert re.findall(r'n=(\d+)">\1</a>', audit) == [str(n) for n in range(6)]

@@ -29,6 +29,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 import ctxrt
 from ctxrt.demo import run_demo
+from ctxrt.inspector import pages
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -159,9 +160,15 @@ def test_clicking_through_each_view_of_the_demo_store(
     assert "[for bob #" not in shown and "[for cy #" not in shown
     assert "cache breakpoint" in shown and "render_stats()" in shown
     driver.save_screenshot(str(screenshots / "reader-ann.png"))
+    assert driver.find_elements(By.CSS_SELECTOR, "#parts .block.private")  # ann's own lines, badged
+    assert all("for ann" in badge.text for badge in driver.find_elements(By.CSS_SELECTOR, "#parts .block.private"))
+    bars = driver.find_elements(By.CSS_SELECTOR, "#zone-bar .seg")  # token bars by zone, CSS only
+    assert len(bars) == 4 and sum(bar.size["width"] for bar in bars) > 0
     follow(driver, driver.find_elements(By.CSS_SELECTOR, "a.covers")[0])  # the messages a summary stands in for
-    assert driver.find_elements(By.CSS_SELECTOR, "#timeline tr.marked")
-    assert "for ann" in text(driver, "#timeline") or "for bob" in text(driver, "#timeline")  # audience badges
+    covered = text(driver)
+    assert "What summary" in covered and "as reader ann" in covered
+    assert driver.find_elements(By.CSS_SELECTOR, "#covered tr.message")
+    assert "[for bob #" not in covered and "[for cy #" not in covered  # in ann's view
     driver.save_screenshot(str(screenshots / "covered.png"))
     driver.back()
     follow(driver, driver.find_element(By.LINK_TEXT, "summary tree"))
@@ -192,6 +199,92 @@ def test_clicking_through_each_view_of_the_demo_store(
     assert any("[for ann #" in cell for cell in only_ann) and any("[for bob #" in cell for cell in only_bob)
     assert not any("[for ann #" in cell for cell in only_bob) and not any("[for bob #" in cell for cell in only_ann)
     driver.save_screenshot(str(screenshots / "diff.png"))
+    nothing_ran(driver)
+
+
+def test_searching_and_filtering_keep_to_the_readers_view(browser: webdriver.Chrome, demo_url: str,
+                                                          screenshots: Path) -> None:
+    """Searching as bob for ann's lines finds nothing and as ann finds them, badged; the reader
+    page's zone and audience filters narrow its request; a reader page followed live reloads
+    itself (W9, W10, W12)."""
+    driver = browser
+    driver.get(demo_url + "/branch?branch=main")
+    follow(driver, driver.find_element(By.LINK_TEXT, "search as bob"))
+    driver.find_element(By.NAME, "q").send_keys("[for ann #")
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "#search button"))
+    assert text(driver, "#hits") .endswith("Nothing found.") and "[for ann #" not in text(driver, "#hits")
+    Select(driver.find_element(By.NAME, "namespace")).select_by_value("agents/ann")
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "#search button"))
+    hits = driver.find_elements(By.CSS_SELECTOR, "#hits tr.message")
+    assert hits and all("[for ann #" in hit.text and "for ann" in hit.text for hit in hits)
+    assert not any("[for bob #" in hit.text for hit in hits)
+    driver.save_screenshot(str(screenshots / "search.png"))
+
+    driver.get(demo_url + "/reader?branch=main&namespace=agents%2Fann")
+    every = len(driver.find_elements(By.CSS_SELECTOR, "#parts tr.part"))
+    Select(driver.find_element(By.NAME, "zone")).select_by_value("recent")
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "#filters button"))
+    zones = [cell.text for cell in driver.find_elements(By.CSS_SELECTOR, "#parts td.zone")]
+    assert zones and all(zone.startswith("recent") for zone in zones) and len(zones) < every
+    Select(driver.find_element(By.NAME, "zone")).select_by_value("")
+    Select(driver.find_element(By.NAME, "audience")).select_by_value("ann")
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "#filters button"))
+    parts = driver.find_elements(By.CSS_SELECTOR, "#parts tr.part")
+    assert parts and all("for ann" in part.text for part in parts)
+    driver.save_screenshot(str(screenshots / "reader-filtered.png"))
+    follow(driver, driver.find_element(By.LINK_TEXT, "follow live"))
+    assert "live: reloads every" in text(driver, "header")
+    WebDriverWait(driver, WAIT_S).until(gone(driver.find_element(By.TAG_NAME, "html")))  # it reloads itself
+    follow(driver, driver.find_element(By.LINK_TEXT, "stop"))
+    assert "follow live" in text(driver, "header")
+
+
+def test_clicking_through_the_request_history_diff_and_audit(browser: webdriver.Chrome, demo_store: Path,
+                                                             demo_url: str, screenshots: Path) -> None:
+    """On the demo store with its readers' requests recorded (each namespace's ledger on): from the
+    branch page to ann's request history, one request as sent (in ann's view), the diff with the
+    one before, and the audit of a message it held, listing ann's and bob's requests (W14-W17)."""
+
+    async def record() -> None:
+        async with ctxrt.open_runtime(demo_store) as writer:
+            for name in ("agents/ann", "agents/bob"):
+                manager = await writer.open(name, ledger=True, strategy=pages.recorded_strategy(
+                    writer, name, "main", 20_000))
+                for turn in range(3):
+                    await manager.add_message("user", f"turn {turn} for {name}")
+                    result = await manager.compile(ctxrt.Budget(20_000, 2_000))
+                    await manager.record_request(result, form="anthropic", model="claude-x", latency_ms=900.0,
+                                                 usage=ctxrt.Usage(5_000, 300, cache_read_input_tokens=4_000))
+
+    trio.run(record)
+    driver = browser
+    driver.get(demo_url + "/branch?branch=main")
+    follow(driver, driver.find_elements(By.CSS_SELECTOR, "a.history")[0])
+    assert "Request history" in text(driver) and "agents/ann" in text(driver, "h1")
+    rows = driver.find_elements(By.CSS_SELECTOR, "#history tr.request")
+    assert len(rows) >= 3 and all("claude-x" in row.text and "4000" in row.text for row in rows)
+    assert driver.find_elements(By.CSS_SELECTOR, "#history .stack .seg")  # tokens by zone
+    driver.save_screenshot(str(screenshots / "history.png"))
+
+    follow(driver, rows[0].find_element(By.CSS_SELECTOR, "td a"))
+    assert "byte for byte what was sent" in text(driver, "#rebuilt")
+    body = text(driver, "#body")
+    assert "[for ann #" in body or "turn 2 for agents/ann" in body
+    assert "[for bob #" not in body and "[for cy #" not in body
+    driver.save_screenshot(str(screenshots / "request.png"))
+
+    follow(driver, driver.find_element(By.LINK_TEXT, "diff with the one before"))
+    assert "Held:" in text(driver, "#prefix") or "Broke at" in text(driver, "#prefix")
+    assert text(driver, "#joined") != "none"  # the turn appended between them
+    driver.save_screenshot(str(screenshots / "request-diff.png"))
+    driver.back()
+
+    held = [a for a in driver.find_elements(By.CSS_SELECTOR, "#held a") if "turn" not in a.text]
+    follow(driver, held[-1])  # the newest message it held: a turn both readers' later requests hold too
+    audited = text(driver)
+    assert "Every request that held" in audited and "agents/ann" in audited
+    assert driver.find_elements(By.CSS_SELECTOR, "table.audit tr.request")
+    driver.save_screenshot(str(screenshots / "audit.png"))
     nothing_ran(driver)
 
 

@@ -70,7 +70,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ctxrt.aio",),
     ("ctxrt.testing",),
     ("ctxrt.loadtest", "ctxrt.demo"),
-    ("ctxrt.inspector.pages", "ctxrt.inspector.app"),
+    ("ctxrt.inspector.prices", "ctxrt.inspector.pages", "ctxrt.inspector.app"),
     ("ctxrt.cli.output", "ctxrt.cli.exits", "ctxrt.cli.subcommand", "ctxrt.cli.stores"),  # what the commands share
     ("ctxrt.cli.demo", "ctxrt.cli.inspect", "ctxrt.cli.messages", "ctxrt.cli.compile", "ctxrt.cli.summaries",
      "ctxrt.cli.serve", "ctxrt.cli.verify", "ctxrt.cli.bench", "ctxrt.cli.load_test"),  # one module per command

@@ -31,8 +31,8 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
     "test_cli.py": (frozenset({"ctxrt.demo", "ctxrt.loadtest"}), _CLI),
     "test_cli_demo.py": (frozenset({"ctxrt.cli.demo", "ctxrt.demo"}), _CLI),
     "test_cli_errors.py": (frozenset({"ctxrt.cli"}), _CLI),
-    "test_inspector.py": (frozenset({"ctxrt.inspector.app", "ctxrt.inspector.pages"}), _CLI),
-    "test_inspector_browser.py": (frozenset({"ctxrt.demo"}), _CLI),
+    "test_inspector.py": (frozenset({"ctxrt.inspector.app", "ctxrt.inspector.pages", "ctxrt.inspector.prices"}), _CLI),
+    "test_inspector_browser.py": (frozenset({"ctxrt.demo", "ctxrt.inspector.pages"}), _CLI),
     "test_interrupt.py": (frozenset({"ctxrt.demo"}), _CLI),
     "test_autobiographical.py": (
         frozenset({"ctxrt.namespace.actor", "ctxrt.strategies.autobiographical",

@@ -13,6 +13,7 @@ import errno
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -22,13 +23,14 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..budget import Budget
 from ..errors import (
@@ -43,11 +45,13 @@ from ..manager import ContextManager
 from ..runtime import Runtime
 from ..store.records import BranchRow
 from . import pages
+from .prices import Price
 
 logger = logging.getLogger("ctxrt.inspector")
 
 HERE = Path(__file__).parent
 HOST = "127.0.0.1"
+LOOPBACK_NAMES = (HOST, "localhost")
 OPEN_MANAGERS = 16  # managers kept open for breakdowns (warm compiles); the oldest is closed past this
 DEFAULT_BUDGET = 100_000
 DEFAULT_RESERVE = 4_000
@@ -62,6 +66,28 @@ SECURITY_HEADERS = {
 
 class BadRequest(Exception):
     """A query parameter that isn't what the page takes."""
+
+
+class LoopbackOnly:
+    """Refuses a request whose Host isn't this machine's loopback name (DNS rebinding) with
+    ``refuse``'s page: Starlette's own middleware answers a bare text body."""
+
+    def __init__(self, app: ASGIApp, refuse: Callable[[str], Response]) -> None:
+        self.app = app
+        self.refuse = refuse
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = Headers(scope=scope).get("host", "").split(":")[0]
+            if host not in LOOPBACK_NAMES:
+                await self.refuse(host)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _query_text(request: Request, name: str) -> str | None:
+    """A text query parameter, None when absent or empty (an empty filter filters nothing)."""
+    return request.query_params.get(name) or None
 
 
 def status_of(error: CtxrtError) -> int:
@@ -138,8 +164,10 @@ def _budget(request: Request) -> Budget:
         raise BadRequest(str(exc)) from None
 
 
-def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
-    """The inspector of ``runtime``'s store (read-only), titled ``label``."""
+def build_app(runtime: Runtime, label: str, managers: Managers, prices: dict[str, Price] | None = None) -> Starlette:
+    """The inspector of ``runtime``'s store (read-only), titled ``label``; ``prices`` (a model's
+    dollars per million tokens) prices the recorded requests."""
+    prices = prices or {}
     environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined,
     )
@@ -147,11 +175,22 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
     def link(path: str, **query: Any) -> str:
         return path + ("?" + urlencode({k: v for k, v in query.items() if v is not None}) if query else "")
 
-    environment.globals.update(link=link, label=label, page_numbers=pages.page_numbers)
+    environment.globals.update(link=link, label=label, page_numbers=pages.page_numbers, percent=pages.percent,
+                               refresh=LIVE_REFRESH_S, live=False, follow=None, record_zones=pages.RECORD_ZONES,
+                               part_label=pages.part_label)
+    environment.filters["when"] = lambda ms: (datetime.fromtimestamp(ms / 1000, timezone.utc)
+                                               .strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC")
 
     def render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
         html = environment.get_template(template).render(**context)
         return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+    def follow(request: Request) -> dict[str, Any]:
+        """What a page that follows the store needs: ``live`` (``live=1`` asked; the page reloads
+        every ``LIVE_REFRESH_S``, an HTML refresh, no script) and the links on and off."""
+        query = {k: v for k, v in request.query_params.items() if k != "live"}
+        return {"live": request.query_params.get("live") == "1",
+                "follow": (link(request.url.path, **query, live=1), link(request.url.path, **query))}
 
     def page(handler: Callable[[Request], Awaitable[HTMLResponse]]) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -170,12 +209,12 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
 
     async def index(request: Request) -> HTMLResponse:
         branches = await runtime.list_branches()
-        return render("index.html", branches=branches, sequence=runtime.engine.last_sequence)
+        return render("index.html", branches=branches, sequence=runtime.engine.last_sequence, **follow(request))
 
     async def branch(request: Request) -> HTMLResponse:
         row = branch_of(request)
         return render("branch.html", branch=row.name, slots=pages.slots(runtime, row),
-                      namespaces=await pages.namespaces(runtime, row))
+                      namespaces=await pages.namespaces(runtime, row), **follow(request))
 
     async def timeline(request: Request) -> HTMLResponse:
         row = branch_of(request)
@@ -183,22 +222,54 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
         at = _query_int(request, "at", None, 0)
         shown = pages.timeline(runtime, row, slot, _query_int(request, "page", None), at)
         live = request.query_params.get("live") == "1" and shown.page == shown.pages - 1
-        return render("timeline.html", branch=row.name, timeline=shown, live=live, refresh=LIVE_REFRESH_S,
-                      marked=at)
+        return render("timeline.html", branch=row.name, timeline=shown, marked=at,
+                      **{**follow(request), "live": live})
 
     async def reader(request: Request) -> HTMLResponse:
         row = branch_of(request)
         namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
         budget = _budget(request)
         manager = await managers.get(row, namespace)
-        return render("reader.html", branch=row.name, view=await pages.breakdown(manager, budget))
+        view = await pages.breakdown(runtime, manager, budget)
+        filters = {name: _query_text(request, name) for name in ("zone", "participant", "audience", "q")}
+        shown = pages.filter_parts(view.parts, zone=filters["zone"], participant=filters["participant"],
+                                   audience=filters["audience"], text=filters["q"])
+        return render("reader.html", branch=row.name, view=view, parts=shown, filters=filters,
+                      audiences=sorted({name for part in view.parts for block in part.blocks
+                                        for name in block.audience or ()}),
+                      participants=sorted({part.participant for part in view.parts}), **follow(request))
+
+    async def covered(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
+        shown = await pages.covered(runtime, row, await managers.get(row, namespace),
+                                    request.query_params.get("summary", ""), _query_int(request, "page", None))
+        return render("covered.html", branch=row.name, covered=shown, **follow(request))
+
+    async def search(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        known = [line.namespace for line in await runtime.list_namespaces(row.name)]
+        namespace, reader = _query_text(request, "namespace"), None
+        if namespace is not None:
+            namespace = await pages.require_namespace(runtime, row, namespace)
+            reader = (await managers.get(row, namespace)).view_reader
+            slot = pages.slot_of_namespace(runtime, namespace)
+        else:
+            slot = request.query_params.get("slot", "messages")
+        filters = {name: _query_text(request, name) for name in ("participant", "audience", "q")}
+        found = pages.search(runtime, row, slot, namespace=namespace, reader=reader, text=filters["q"],
+                             participant=filters["participant"], audience=filters["audience"],
+                             before=_query_int(request, "before", None),
+                             summaries_of=known if namespace is None else [namespace])
+        return render("search.html", branch=row.name, found=found, filters=filters, namespaces=sorted(known),
+                      **follow(request))
 
     async def summaries(request: Request) -> HTMLResponse:
         row = branch_of(request)
         namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
         shown = pages.summary_page(runtime, row, namespace, _query_int(request, "page", None),
                                    request.query_params.get("at"))
-        return render("summaries.html", branch=row.name, summaries=shown)
+        return render("summaries.html", branch=row.name, summaries=shown, **follow(request))
 
     async def diff(request: Request) -> HTMLResponse:
         row = branch_of(request)
@@ -207,12 +278,54 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
         slot = request.query_params.get("slot", "messages")
         shown = await pages.diff(runtime, row, slot, _query_int(request, "page", None),
                                  await managers.get(row, a), await managers.get(row, b), _budget(request))
-        return render("diff.html", branch=row.name, diff=shown)
+        return render("diff.html", branch=row.name, diff=shown, **follow(request))
+
+    async def ledger_manager(request: Request) -> tuple[Any, ContextManager]:
+        row = branch_of(request)
+        namespace = await pages.require_namespace(runtime, row, request.query_params.get("namespace", ""))
+        return row, await managers.get(row, namespace)
+
+    def index_of(request: Request, name: str) -> int:
+        index = _query_int(request, name, None, 0)
+        if index is None:
+            raise BadRequest(f"{name} (a request's number in the ledger) is missing")
+        return index
+
+    async def history(request: Request) -> HTMLResponse:
+        row, manager = await ledger_manager(request)
+        shown = await pages.history(runtime, row, manager, _query_int(request, "page", None), prices)
+        return render("history.html", branch=row.name, history=shown, **follow(request))
+
+    async def one_request(request: Request) -> HTMLResponse:
+        row, manager = await ledger_manager(request)
+        found = await pages.entry(runtime, row, manager, index_of(request, "n"), prices)
+        return render("request.html", branch=row.name, namespace=manager.namespace, priced=bool(prices),
+                      sent=await pages.as_sent(manager, found),
+                      newer=found.index + 1 < pages.ledger_length(runtime, row, manager.namespace))
+
+    async def request_diff(request: Request) -> HTMLResponse:
+        row, manager = await ledger_manager(request)
+        a, b = [await pages.entry(runtime, row, manager, index_of(request, name), prices) for name in ("a", "b")]
+        return render("request_diff.html", branch=row.name, namespace=manager.namespace, diff=await pages.request_diff(manager, a, b))
+
+    async def audit(request: Request) -> HTMLResponse:
+        row = branch_of(request)
+        item = request.query_params.get("item", "")
+        if not item:
+            raise BadRequest("item (the id of a message or summary) is missing")
+        asked = _query_text(request, "namespace")
+        names = [await pages.require_namespace(runtime, row, asked)] if asked is not None else sorted(
+            info.namespace for info in await runtime.list_namespaces(row.name) if pages.has_ledger(runtime, info.namespace))
+        since = _query_int(request, "since", None, 0)
+        lines = [await pages.audit(runtime, row, await managers.get(row, name), item, since, prices) for name in names]
+        return render("audit.html", branch=row.name, item=item, lines=lines, asked=asked, **follow(request))
 
     routes: list[BaseRoute] = [
         Route(path, page(handler), methods=["GET"])
         for path, handler in (("/", index), ("/branch", branch), ("/timeline", timeline), ("/reader", reader),
-                              ("/summaries", summaries), ("/diff", diff))
+                              ("/summaries", summaries), ("/diff", diff), ("/covered", covered),
+                              ("/search", search), ("/history", history), ("/request", one_request),
+                              ("/request-diff", request_diff), ("/audit", audit))
     ]
     routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
 
@@ -224,24 +337,35 @@ def build_app(runtime: Runtime, label: str, managers: Managers) -> Starlette:
         response.headers.update(exc.headers or {})
         return response
 
-    return Starlette(routes=routes, middleware=[
-        Middleware(TrustedHostMiddleware, allowed_hosts=[HOST, "localhost"]),
-    ], exception_handlers={404: http_error, 405: http_error})
+    async def server_error(request: Request, exc: Exception) -> Response:
+        # A fault of the inspector's own (not a ctxrt error, which its page says): the styled page
+        # naming its type, never the traceback (Starlette re-raises it after, for the server's log).
+        return render("error.html", 500, title="internal error",
+                      message=f"{request.method} {request.url.path}: {type(exc).__name__} (the server's log has the rest)")
+
+    def refuse(host: str) -> Response:
+        return render("error.html", 400, title="bad request",
+                      message=f"the Host {host!r} isn't this machine's loopback name ({', '.join(LOOPBACK_NAMES)}): "
+                              "the inspector answers only those (DNS rebinding)")
+
+    return Starlette(routes=routes, middleware=[Middleware(LoopbackOnly, refuse=refuse)],
+                     exception_handlers={404: http_error, 405: http_error, Exception: server_error})
 
 
 async def serve(
-    runtime: Runtime, label: str, *, port: int = 0,
+    runtime: Runtime, label: str, *, port: int = 0, prices: dict[str, Price] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Serve the inspector of ``runtime`` (opened read-only) on 127.0.0.1 until cancelled (or
-    ``shutdown_trigger`` returns); ``task_status.started`` gets its URL (``port`` 0: any free one)."""
+    ``shutdown_trigger`` returns); ``task_status.started`` gets its URL (``port`` 0: any free one).
+    ``prices``: each model's dollars per million tokens, to price recorded requests (prices.py)."""
     config = Config()
     config.bind = [f"{HOST}:{port}"]
     config.accesslog = None
     config.errorlog = logger
     managers = Managers(runtime)
-    app = build_app(runtime, label, managers)
+    app = build_app(runtime, label, managers, prices)
     try:
         async with trio.open_nursery() as nursery:
             binds = await nursery.start(_serve_app, app, config, shutdown_trigger)
