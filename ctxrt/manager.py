@@ -109,6 +109,11 @@ class ContextManager:
     ``BranchNotFoundError`` once its branch is deleted. Reads of messages return them as stored
     (A7); everything compiled is in the reader's view. A call cancelled after
     it reached the namespace actor is still carried out whole; only its answer is lost (L4).
+
+    Every async method but ``switch_branch``, ``list_branches`` and ``aclose`` first follows a
+    switch of its branch that another runtime recorded since this manager was bound there (R4),
+    raising what ``switch_branch`` raises (``ReaderConflictError``, ``StrategyRefusedError``,
+    ``BranchNotFoundError``) when it can't.
     """
 
     def __init__(
