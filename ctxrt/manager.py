@@ -35,6 +35,7 @@ from .errors import (
     ManagerClosedError,
     MessageNotFoundError,
     ReaderConflictError,
+    StoreUnavailableError,
     StrategyRefusedError,
 )
 from .events import MessageEvent, QuarantineAlarm
@@ -188,10 +189,13 @@ class ContextManager:
         ref = self._live() if self._closed or self._registry.closed else self._ref
         engine = self._registry.engine
         branch_id, seen = ref.branch_id, self._seen
-        # Hops to each later switch's target; each record followed was made after the one before
-        # it, so the walk ends (a switch back included: the target's count then is what was seen).
-        while (row := engine.fresh_branch(branch_id)) is not None and row.switches > seen and row.switched_to:
-            branch_id, seen = row.switched_to
+        try:
+            # Hops to each later switch's target; each record followed was made after the one before
+            # it, so the walk ends (a switch back included: the target's count then is what was seen).
+            while (row := engine.fresh_branch(branch_id)) is not None and row.switches > seen and row.switched_to:
+                branch_id, seen = row.switched_to
+        except StoreUnavailableError:  # a switch the store can't show yet is followed once it answers
+            return self._live()
         if branch_id == ref.branch_id:
             return self._live()
         async with self._moving:
@@ -1033,7 +1037,10 @@ class ContextManager:
 
 def _switches(registry: NamespaceRegistry, branch_id: int) -> int:
     """How many switches are recorded from branch ``branch_id`` now (read afresh on a shared store)."""
-    row = registry.engine.fresh_branch(branch_id)
+    try:
+        row = registry.engine.fresh_branch(branch_id)
+    except StoreUnavailableError:  # what this process last read of it
+        row = registry.engine.branch_by_id(branch_id)
     return 0 if row is None else row.switches
 
 
