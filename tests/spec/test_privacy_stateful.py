@@ -3,7 +3,9 @@ isn't named for, and nothing named for a reader is lost to it.
 
 Three readers (ann, bob, cy), each in its own namespace, and a namespace compiling for no reader,
 all over the shared slot, under Autobiographical with small chunks. Rules add messages whose
-blocks carry random audiences, edit audiences (narrowing and widening; refusals must leave the
+blocks carry random audiences (text, and every other kind: audio, video, generated images, tool
+attempts and tool notices with audiences; tool uses, tool results, images and documents, which
+carry none (B1), beside them, their host-only fields holding the marker too), edit audiences (narrowing and widening; refusals must leave the
 message unchanged, and an edit that hides nothing is never refused), remove messages, compile,
 tick, fork, derive and reopen derived managers, add a message with a host state (M9: each branch
 holds the one last set on it or before its fork, and none reaches a compile or a request), and
@@ -12,11 +14,13 @@ have the model refuse compression replies or answer them with a tool call (each 
 branch, every version of every message, so it knows who each marker was ever visible to.
 
 After every step, for every live manager (reader r, branch b):
-  * its compile, its provenance bodies, its summaries and every model request its namespaces
-    sent hold no ``audience`` field and no marker r was never named for; a raw (not summarised)
+  * its compile, its three request bodies (Anthropic, Chat Completions, Responses), its provenance
+    bodies, its summaries and every model request its namespaces sent hold no ``audience`` field
+    and no marker r was never named for; a raw (not summarised)
     compiled block's marker is visible to r now;
   * its compile holds every marker visible to r in every version of its message on b, raw or
-    inside a summary (the ScriptedModel echoes the markers it was shown into each summary).
+    inside a summary (the ScriptedModel echoes the markers it was shown into each summary); a
+    tool use or result left unpaired, and an image's marker (in fields no model is shown), aside.
 
 Branches come and go under live managers (L5): a rule deletes a branch and
 creates one of the same name from another branch. Every manager on the deleted branch is
@@ -765,8 +769,11 @@ class PrivacyMachine(RuleBasedStateMachine):
                 versions = self.history[handle.branch].get(message.id, [])
                 for b in message.content:
                     number = marker_of(b)
-                    if isinstance(b, (ToolUse, ToolResult)):
-                        continue  # a call or result without its pair is left out of a compile (P8): no loss
+                    if isinstance(b, (ToolUse, ToolResult, Image, GeneratedImage)):
+                        # A call or result without its pair is left out of a compile (P8); an image's
+                        # marker sits where no model is shown it (a source URL, a prompt), so a summary
+                        # of it can't echo it: neither is a loss.
+                        continue
                     if versions and all(number in v and visible(reader, v[number]) for v in versions):
                         assert number in compiled, (
                             f"#{number}, visible to {reader!r} in every version of message {message.id}, is "
