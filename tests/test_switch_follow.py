@@ -160,3 +160,32 @@ async def test_a_follow_refused_for_its_reader_raises_and_leaves_the_manager_whe
         await ann.switch_branch("main")  # the way to stay: a move of its own
         assert on(await ann.compile(BUDGET), ids) == "main"
 
+
+
+async def test_compiles_of_another_runtime_racing_switches_each_read_one_branch(
+    runtimes: tuple[Runtime, Runtime],
+) -> None:
+    """R4: three managers of the other runtime compile without pause while this one switches main and
+    undo back and forth; every compile reads one branch whole, and once the switching stops each
+    compiles where the last switch went."""
+    rt, other = runtimes
+    with trio.fail_after(GUARD_S):
+        ids = await history(rt)
+        followers = [await other.open(f"follower-{i}") for i in range(3)]
+        branches: set[str] = set()
+        done = trio.Event()
+
+        async def compile_loop(manager: ctxrt.ContextManager) -> None:
+            while not done.is_set():
+                branches.add(on(await manager.compile(BUDGET), ids))
+
+        async with trio.open_nursery() as nursery:
+            for manager in followers:
+                nursery.start_soon(compile_loop, manager)
+            for turn in range(9):
+                await rt.switch_branch(*(("main", "undo") if turn % 2 == 0 else ("undo", "main")))
+                await trio.lowlevel.checkpoint()
+            done.set()
+        for manager in followers:
+            assert on(await manager.compile(BUDGET), ids) == "undo"
+        assert branches <= {"main", "undo"}

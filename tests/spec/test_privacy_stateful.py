@@ -104,6 +104,8 @@ def markers_in(text: str) -> list[int]:
 def text_of(block: Any) -> str:
     """Every string a block holds, in any field (a transcript, a prompt, a tool call's raw XML, an
     image's source URL, a document's file name...), nested blocks and mappings included."""
+    if type(block) is Text:  # the most of them, first
+        return block.text
     if isinstance(block, str):
         return block
     if isinstance(block, Mapping):
