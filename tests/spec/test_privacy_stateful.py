@@ -68,8 +68,22 @@ from hypothesis.stateful import (
 from support import PostgresSchema
 
 import ctxrt
-from ctxrt import Autobiographical, Budget, ModelResponse, Text, ToolResult, ToolUse, Usage
-from ctxrt.content.blocks import AUDIENCE_TYPES, Audio, Document, GeneratedImage, Image, ToolAttempt, ToolNotice, Video
+from ctxrt import (
+    Audio,
+    Autobiographical,
+    Budget,
+    Document,
+    GeneratedImage,
+    Image,
+    ModelResponse,
+    Text,
+    ToolAttempt,
+    ToolNotice,
+    ToolResult,
+    ToolUse,
+    Usage,
+    Video,
+)
 from ctxrt.testing import (
     Atomically,
     CorruptRecord,
@@ -367,7 +381,7 @@ class PrivacyMachine(RuleBasedStateMachine):
         slot = position % len(blocks)
         if isinstance(blocks[slot], dict):
             blocks[slot] = {"type": "text", "text": blocks[slot]["text"], **({"audience": list(audience)} if audience else {})}
-        elif isinstance(blocks[slot], AUDIENCE_TYPES):
+        elif isinstance(blocks[slot], (Audio, Video, GeneratedImage, ToolAttempt, ToolNotice)):
             blocks[slot] = attrs.evolve(blocks[slot], audience=audience)
         if append is not None:
             blocks.append(self.new_block(append)[1])
