@@ -20,7 +20,8 @@ After every step, for every live manager (reader r, branch b):
     compiled block's marker is visible to r now;
   * its compile holds every marker visible to r in every version of its message on b, raw or
     inside a summary (the ScriptedModel echoes the markers it was shown into each summary); a
-    tool use or result left unpaired, and an image's marker (in fields no model is shown), aside.
+    tool use or result left unpaired, and an image's or a document's marker (in fields no
+    summarising model is shown), aside.
 
 Branches come and go under live managers (L5): a rule deletes a branch and
 creates one of the same name from another branch. Every manager on the deleted branch is
@@ -785,10 +786,10 @@ class PrivacyMachine(RuleBasedStateMachine):
                 versions = self.history[handle.branch].get(message.id, [])
                 for b in message.content:
                     number = marker_of(b)
-                    if isinstance(b, (ToolUse, ToolResult, Image, GeneratedImage)):
-                        # A call or result without its pair is left out of a compile (P8); an image's
-                        # marker sits where no model is shown it (a source URL, a prompt), so a summary
-                        # of it can't echo it: neither is a loss.
+                    if isinstance(b, (ToolUse, ToolResult, Image, GeneratedImage, Document)):
+                        # A call or result without its pair is left out of a compile (P8); an image's or
+                        # a document's marker sits where a summarising model isn't shown it (a source
+                        # URL, a prompt, a title, a file name), so its summary can't echo it: no loss.
                         continue
                     if versions and all(number in v and visible(reader, v[number]) for v in versions):
                         assert number in compiled, (
