@@ -32,7 +32,16 @@ from .compile.result import CompileResult
 from .compile.injections import Injection, MessageInjection
 from .budget import Budget, PreviewResult
 from .content.blocks import Block, ContentLike, Message, content_for_reader
-from .errors import LedgerOffError, ManagerClosedError, MessageNotFoundError
+from .errors import (
+    BranchNotFoundError,
+    ConfigConflictError,
+    LedgerOffError,
+    ManagerClosedError,
+    MessageNotFoundError,
+    ReaderConflictError,
+    StoreUnavailableError,
+    StrategyRefusedError,
+)
 from .events import MessageEvent, QuarantineAlarm
 from .models.model import Model
 from .models.model_types import DEFAULT_ASSISTANT, Usage
@@ -78,7 +87,7 @@ from .namespace.registry import NamespaceRegistry
 from .queries import ChannelTokens, MessageQuery
 from .slots import SlotCache, decode_stored, parse_id, prepare_append
 from .request_ledger import RebuiltRequest, RequestRecord, RequestUsage
-from .store.protocol import AppendItem, Atomically, BranchInfo, RegisterState, describe_branches
+from .store.protocol import AppendItem, Atomically, BranchInfo, RecordSwitch, RegisterState, describe_branches
 from .store.protocol import append_after, append_result
 from .store.records import BranchRow, Item
 from .strategies import settings
@@ -110,6 +119,11 @@ class ContextManager:
     ``BranchNotFoundError`` once its branch is deleted. Reads of messages return them as stored
     (A7); everything compiled is in the reader's view. A call cancelled after
     it reached the namespace actor is still carried out whole; only its answer is lost (L4).
+
+    Every async method but ``switch_branch``, ``list_branches`` and ``aclose`` first follows a
+    switch of its branch that another runtime recorded since this manager was bound there (R4),
+    raising what ``switch_branch`` raises (``ReaderConflictError``, ``StrategyRefusedError``,
+    ``BranchNotFoundError``) when it can't.
     """
 
     def __init__(
@@ -127,6 +141,8 @@ class ContextManager:
         self.derivation = derivation
         self._closed = False
         self._moving = trio.Lock()  # one move (switch, fork) of this manager at a time
+        # Its branch's count of recorded switches when it was bound there: later ones it follows (R4).
+        self._seen = _switches(registry, ref.branch_id)
         self._subscriptions: set[Callable[[], None]] = set()  # each open subscription's end
         self._budgets: dict[str, int | None] = {}  # the last compile's id -> its budget (record_request's)
         registry.managers.add(self)
@@ -176,6 +192,45 @@ class ContextManager:
         assert slot is not None  # set before the actor answered the attach that made this manager
         return slot
 
+    async def _followed(self) -> NamespaceRef:
+        """This manager's namespace ref, once it has followed every switch of its branch recorded in
+        the store (by any runtime, ``Runtime.switch_branch``) since it was bound there (R4): a
+        switch it hasn't seen moves it as its own ``switch_branch`` would, before the call runs."""
+        ref = self._live() if self._closed or self._registry.closed else self._ref
+        engine = self._registry.engine
+        branch_id, seen = ref.branch_id, self._seen
+        try:
+            # Hops to each later switch's target; each record followed was made after the one before
+            # it, so the walk ends (a switch back included: the target's count then is what was seen).
+            while (row := engine.fresh_branch(branch_id)) is not None and row.switches > seen and row.switched_to:
+                branch_id, seen = row.switched_to
+        except StoreUnavailableError:  # a switch the store can't show yet is followed once it answers
+            return self._live()
+        if branch_id == ref.branch_id:
+            return self._live()
+        async with self._moving:
+            if self._ref is ref:  # not moved meanwhile (its own switch, or another call that followed)
+                await self._follow(ref, branch_id, seen)
+        return self._live()
+
+    async def _follow(self, ref: NamespaceRef, branch_id: int, seen: int) -> None:
+        target = self._registry.engine.fresh_branch(branch_id)
+        what = f"branch {ref.branch_name!r} was switched to branch"
+        if target is None or target.deleted:
+            name = "?" if target is None else target.name
+            raise BranchNotFoundError(f"{what} {name!r} (id {branch_id}), which was deleted")
+        try:
+            moved = await branching.move(self._registry, ref, self._token, target, reader=self._reader,
+                                         explicit_reader=self._explicit_reader)
+        except (ReaderConflictError, StrategyRefusedError, ConfigConflictError) as exc:
+            raise type(exc)(f"{what} {target.name!r}; this manager can't follow: {exc}") from exc
+        self._ref, self._token, self._reader, self._seen = moved.ref, moved.token, moved.reader, seen
+
+    async def _followed_slot(self) -> SlotCache:
+        slot = (await self._followed()).status.slot
+        assert slot is not None  # as in _slot
+        return slot
+
     # -- messages ---------------------------------------------------------------------------
 
     async def add_message(
@@ -200,7 +255,7 @@ class ContextManager:
 
         If cancelled after sending, the message may still be stored; its id is lost.
         """
-        ref = self._live()
+        ref = await self._followed()
         stored, blobs, appended = prepare_append(participant, content, metadata, caused_by, timestamp_ms)
         hold = hold_compression
         if hold is not False and hold is not True:
@@ -234,7 +289,7 @@ class ContextManager:
             ReaderConflictError: the namespace records a reader this manager doesn't compile for.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         checks.name(message_id, "message_id")
         blocks = validation.blocks_from_content(content)
         stored, blobs = extract_blobs(blocks)
@@ -247,7 +302,7 @@ class ContextManager:
         Raises:
             MessageNotFoundError, BranchNotFoundError, ManagerClosedError.
         """
-        ref = self._live()
+        ref = await self._followed()
         checks.name(message_id, "message_id")
         await ref.ask(Remove(message_id, message_id))
 
@@ -259,7 +314,7 @@ class ContextManager:
             ValueError: ``from_id`` comes after ``to_id``.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         checks.name(from_id, "from_id")
         checks.name(to_id, "to_id")
         await ref.ask(Remove(from_id, to_id))
@@ -270,7 +325,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        slot = self._slot()
+        slot = await self._followed_slot()
         checks.text(message_id, "message_id")
         await trio.lowlevel.checkpoint()
         found = slot.get(message_id)
@@ -282,7 +337,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        slot = self._slot()
+        slot = await self._followed_slot()
         await trio.lowlevel.checkpoint()
         return slot.public_all(slot.current())
 
@@ -292,7 +347,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        slot = self._slot()
+        slot = await self._followed_slot()
         await trio.lowlevel.checkpoint()
         return slot.count()
 
@@ -302,7 +357,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        slot = self._slot()
+        slot = await self._followed_slot()
         checks.integer(offset, "offset")
         checks.integer(limit, "limit", minimum=0)
         await trio.lowlevel.checkpoint()
@@ -328,7 +383,7 @@ class ContextManager:
             TypeError, ValueError: an argument of the wrong type or out of range, naming it.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        slot = self._slot()
+        slot = await self._followed_slot()
         checks.optional_text(participant, "participant")
         checks.mapping_with_names(metadata, "metadata")
         checks.optional_integer(since_ms, "since_ms", minimum=0)
@@ -363,7 +418,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        slot = self._slot()
+        slot = await self._followed_slot()
         await trio.lowlevel.checkpoint()
         return channels.channel_counts(slot, self._reader)
 
@@ -379,7 +434,7 @@ class ContextManager:
             TypeError, ValueError: a bound of the wrong type or negative, naming it.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        slot = self._slot()
+        slot = await self._followed_slot()
         checks.optional_integer(since_ms, "since_ms", minimum=0)
         checks.optional_integer(until_ms, "until_ms", minimum=0)
         await trio.lowlevel.checkpoint()
@@ -406,7 +461,7 @@ class ContextManager:
                 ``strict``, uncovered history doesn't fit (Autobiographical; the message says what).
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         command = Compile(
             self._reader, checks.optional_instance(budget, "budget", Budget),
             checks.instances(injections, "injections", Injection),
@@ -427,7 +482,7 @@ class ContextManager:
             ReaderConflictError, StrategyRefusedError, BranchNotFoundError, ManagerClosedError: as ``compile``.
             MalformedContentError: a message injection carries an audience or is malformed (B4).
         """
-        ref = self._live()
+        ref = await self._followed()
         if not isinstance(budget, Budget):
             raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
         preview: PreviewResult | None = await ref.ask(
@@ -447,7 +502,7 @@ class ContextManager:
         If this manager moves (``switch_branch``, ``fork``) while the tick waits, the unit finishes on
         the branch the tick was sent on and the tick answers as it would have.
         """
-        progress: bool = await self._live().ask(Tick(self._reader))
+        progress: bool = await (await self._followed()).ask(Tick(self._reader))
         return progress
 
     async def is_ready(self) -> bool:
@@ -459,7 +514,7 @@ class ContextManager:
                 stopped it; ``StoreUnavailableError`` while a PostgreSQL store's server is away), as
                 ``tick`` raises.
         """
-        ready: bool = await self._live().ask(CheckReady(self._reader))
+        ready: bool = await (await self._followed()).ask(CheckReady(self._reader))
         return ready
 
     async def wait_ready(self) -> None:
@@ -505,7 +560,7 @@ class ContextManager:
             TypeError, ValueError: ``poll_interval_s`` not a positive finite number of seconds.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        slot = self._slot()
+        slot = await self._followed_slot()
         interval = checks.timeout(poll_interval_s, "poll_interval_s")
         namespace = self.namespace if alarms else None
         async with subscription(self._registry, slot, interval, self._subscriptions, namespace) as receive:
@@ -519,7 +574,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        health: NamespaceHealth = await self._live().ask(ReportHealth())
+        health: NamespaceHealth = await (await self._followed()).ask(ReportHealth())
         tracing.record_health(health)  # the namespace's gauges, when a meter provider is installed
         return health
 
@@ -547,7 +602,7 @@ class ContextManager:
             ValueError: ``first_id`` comes after ``last_id``, or ``level`` isn't None or an int >= 1.
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        ref = self._live()
+        ref = await self._followed()
         command = PinRange(self._reader, checks.text(first_id, "first_id"), checks.text(last_id, "last_id"),
                            checks.optional_text(name, "name"), checks.optional_integer(level, "level", minimum=1))
         pin: Pin = await ref.ask(command)
@@ -560,7 +615,7 @@ class ContextManager:
             StrategyRefusedError, ReadOnlyStoreError, ReaderConflictError, BranchNotFoundError,
                 ManagerClosedError: as ``pin_range``.
         """
-        removed: bool = await self._live().ask(Unpin(self._reader, checks.text(pin_id, "pin_id")))
+        removed: bool = await (await self._followed()).ask(Unpin(self._reader, checks.text(pin_id, "pin_id")))
         return removed
 
     async def list_pins(self) -> list[Pin]:
@@ -569,7 +624,7 @@ class ContextManager:
         Raises:
             StrategyRefusedError, ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        pins: list[Pin] = await self._live().ask(ListPins(self._reader))
+        pins: list[Pin] = await (await self._followed()).ask(ListPins(self._reader))
         return pins
 
     async def retry_quarantined(self) -> list[str]:
@@ -580,7 +635,7 @@ class ContextManager:
             ReadOnlyStoreError: the runtime is read-only (nothing changes).
             ReaderConflictError, StrategyRefusedError, BranchNotFoundError, ManagerClosedError: as ``tick``.
         """
-        keys: list[str] = await self._live().ask(RetryQuarantined(self._reader))
+        keys: list[str] = await (await self._followed()).ask(RetryQuarantined(self._reader))
         return keys
 
     async def inspect(self) -> NamespaceSnapshot:
@@ -591,7 +646,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        snapshot: NamespaceSnapshot = await self._live().ask(Inspect())
+        snapshot: NamespaceSnapshot = await (await self._followed()).ask(Inspect())
         return snapshot
 
     # -- holds ------------------------------------------------------------------------------
@@ -605,7 +660,7 @@ class ContextManager:
             ValueError: a timeout that isn't positive and finite.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         ids = checks.names(message_ids, "message_ids")
         seconds = None if timeout_s is None else checks.timeout(timeout_s, "timeout_s")
         await ref.ask(Hold(ids, seconds))
@@ -616,7 +671,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         await ref.ask(Release(checks.names(message_ids, "message_ids")))
 
     # -- branches ---------------------------------------------------------------------------
@@ -640,6 +695,7 @@ class ContextManager:
         moved = await branching.move(self._registry, self._live(), self._token, row, reader=self._reader,
                                      explicit_reader=self._explicit_reader)
         self._take(moved.ref, moved.token, moved.reader)
+        self._seen = _switches(self._registry, row.id)  # a switch made from there before it came isn't followed
 
     def _take(self, ref: NamespaceRef, token: int, reader: str | None) -> None:
         """Take a place (fork, switch_branch, Runtime.switch_branch); no checkpoint. A move to another
@@ -670,7 +726,7 @@ class ContextManager:
         ``StrategyRefusedError`` when the strategy failed to start (C12); ``BranchExistsError``
         when ``name`` is taken.
         """
-        ref = self._live()
+        ref = await self._followed()
         asked = checks.optional_name(name, "name")
         await trio.lowlevel.checkpoint_if_cancelled()
         # Whole or not at all (L4): a caller cancelled once the branch is asked for still gets the
@@ -690,7 +746,7 @@ class ContextManager:
             BranchExistsError: ``name`` is taken.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         checks.optional_name(name, "name")
         await self._registry.commit_ledger()
         return await branching.branch_at(self._registry, ref, self._slot(), checks.text(message_id, "message_id"), name)
@@ -710,7 +766,7 @@ class ContextManager:
             BranchExistsError: ``branch`` is taken.
             BranchNotFoundError: this manager's branch was deleted.
         """
-        ref = self._live()
+        ref = await self._followed()
         checks.name(branch, "branch")
         checks.optional_integer(at_sequence, "at_sequence", minimum=0)
         if model is not None and not isinstance(model, Model):
@@ -737,7 +793,7 @@ class ContextManager:
             TypeError: not a strategy config.
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as for ``compile``.
         """
-        await self._live().ask(SetStrategy(self._reader, strategy))
+        await (await self._followed()).ask(SetStrategy(self._reader, strategy))
 
     # -- summaries --------------------------------------------------------------------------
 
@@ -755,7 +811,7 @@ class ContextManager:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
             re.error: an invalid ``regex``.
         """
-        ref = self._live()
+        ref = await self._followed()
         checks.optional_text(text, "text")
         if regex is not None:
             try:
@@ -780,7 +836,7 @@ class ContextManager:
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        ref = self._live()
+        ref = await self._followed()
         query = SummariesInRange(checks.optional_integer(from_ms, "from_ms"), checks.optional_integer(to_ms, "to_ms"),
                                  checks.optional_integer(level, "level", minimum=1))
         result: list[Summary] | None = await ref.ask(QuerySummaries(self._reader, query))
@@ -794,7 +850,7 @@ class ContextManager:
         Raises:
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        ref = self._live()
+        ref = await self._followed()
         summary: Summary | None = await ref.ask(
             QuerySummaries(self._reader, GetSummary(checks.text(summary_id, "summary_id")))
         )
@@ -808,7 +864,7 @@ class ContextManager:
             ModelError: no transition text was given and the model made none.
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        ref = self._live()
+        ref = await self._followed()
         message_id: str = await ref.ask(
             ResetHeadWindow(self._reader, checks.optional_text(transition_text, "transition_text"))
         )
@@ -857,7 +913,7 @@ class ContextManager:
             ReadOnlyStoreError: the runtime is read-only (nothing changes).
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        ref = self._live()
+        ref = await self._followed()
         checked = settings.checked(changes)
         if not checked:
             return self.context_settings()
@@ -893,7 +949,7 @@ class ContextManager:
             TypeError, ValueError: ``at_sequence`` is not a non-negative integer.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         checks.text(message_id, "message_id")
         at = checks.integer(at_sequence, "at_sequence", minimum=0)
         await trio.lowlevel.checkpoint()
@@ -912,7 +968,7 @@ class ContextManager:
         Raises:
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        holds: list[CompressionHold] = await self._live().ask(ReportHolds())
+        holds: list[CompressionHold] = await (await self._followed()).ask(ReportHolds())
         return holds
 
     async def max_summary_level(self) -> int:
@@ -921,7 +977,7 @@ class ContextManager:
         Raises:
             StrategyRefusedError, ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        level: int = await self._live().ask(FindMaxSummaryLevel(self._reader))
+        level: int = await (await self._followed()).ask(FindMaxSummaryLevel(self._reader))
         return level
 
     async def mark_document(self, first_id: str, last_id: str, title: str | None = None) -> Pin:
@@ -935,7 +991,7 @@ class ContextManager:
         """
         first, last = checks.text(first_id, "first_id"), checks.text(last_id, "last_id")
         name = "document" if title is None else checks.text(title, "title")
-        pin: Pin = await self._live().ask(PinRange(self._reader, first, last, name, None))
+        pin: Pin = await (await self._followed()).ask(PinRange(self._reader, first, last, name, None))
         return pin
 
     async def set_anchor(self, message_id: str) -> None:
@@ -946,7 +1002,7 @@ class ContextManager:
             MessageNotFoundError: no such message in the view.
             ReadOnlyStoreError, ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        await self._live().ask(SetAnchor(self._reader, checks.text(message_id, "message_id")))
+        await (await self._followed()).ask(SetAnchor(self._reader, checks.text(message_id, "message_id")))
 
     async def anchor(self) -> str | None:
         """The id of the message a WindowedPassthrough window starts at (None: the oldest, never anchored).
@@ -955,7 +1011,7 @@ class ContextManager:
             StrategyRefusedError: the namespace's strategy is not WindowedPassthrough.
             ReaderConflictError, BranchNotFoundError, ManagerClosedError: as ``compile``.
         """
-        found: str | None = await self._live().ask(ReportAnchor(self._reader))
+        found: str | None = await (await self._followed()).ask(ReportAnchor(self._reader))
         return found
 
     async def compile_metadata(self, budget: Budget) -> CompileMetadata:
@@ -970,7 +1026,7 @@ class ContextManager:
         """
         if not isinstance(budget, Budget):
             raise TypeError(f"budget must be a Budget, not {type(budget).__name__}")
-        found: CompileMetadata = await self._live().ask(DescribeCompile(self._reader, budget))
+        found: CompileMetadata = await (await self._followed()).ask(DescribeCompile(self._reader, budget))
         return found
 
     # -- the request ledger (Q) ------------------------------------------------------------------
@@ -1162,6 +1218,15 @@ class ContextManager:
 
 
 
+def _switches(registry: NamespaceRegistry, branch_id: int) -> int:
+    """How many switches are recorded from branch ``branch_id`` now (read afresh on a shared store)."""
+    try:
+        row = registry.engine.fresh_branch(branch_id)
+    except StoreUnavailableError:  # what this process last read of it
+        row = registry.engine.branch_by_id(branch_id)
+    return 0 if row is None else row.switches
+
+
 def _on(manager: ContextManager, branch_id: int) -> bool:
     return not manager._closed and manager._ref.retired is None and manager._ref.branch_id == branch_id
 
@@ -1191,6 +1256,14 @@ async def switch_managers(registry: NamespaceRegistry, source: BranchRow, target
             for retired in [m._ref.retired for m in moving] + [a.ref.retired for a in moving.values()]:
                 if retired is not None:  # either branch was deleted meanwhile
                     raise retired()
+            # The record other runtimes' managers follow (R4); it refuses a branch deleted meanwhile.
+            # From its send on the switch is made: a cancel waits for it, so this runtime moves too.
+            seen = 0
+            if registry.store is not None:  # a read-only runtime records nothing: it moves its own
+                with trio.CancelScope(shield=True):
+                    recorded = await registry.store.ask(RecordSwitch(from_branch=source.id, to_branch=target.id))
+                assert recorded.switched_to is not None
+                seen = recorded.switched_to[1]
         except BaseException:
             for attachment in moving.values():
                 attachment.ref.tell(Detach(attachment.token))
@@ -1205,4 +1278,5 @@ async def switch_managers(registry: NamespaceRegistry, source: BranchRow, target
                 continue
             manager._ref.tell(Detach(manager._token))
             manager._take(attachment.ref, attachment.token, attachment.reader)
+            manager._seen = seen
     return len(moving)

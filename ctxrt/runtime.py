@@ -328,8 +328,9 @@ class Runtime:
         a compile sent before it reads ``from_branch`` and one sent after reads ``to_branch``, and
         the runtime's managers are never seen on both. Returns how many moved.
 
-        Managers of other runtimes (other processes on a PostgreSQL store) are theirs to move: each
-        runtime switches its own.
+        The switch is recorded on ``from_branch``'s row in the store (one commit; none in a read-only
+        runtime): a manager of another runtime (another process on a PostgreSQL store) bound to
+        ``from_branch`` before it follows at its next async call (R4).
 
         Raises:
             BranchNotFoundError: either branch doesn't exist (named), or was deleted during the switch.

@@ -47,6 +47,7 @@ from .protocol import (
     CreateBranch,
     DeleteBranch,
     EditItem,
+    RecordSwitch,
     RegisterState,
     RemoveItems,
     SetValue,
@@ -170,6 +171,8 @@ def execute(batch: Batch, command: Any) -> Any:
             return batch.create_branch(command.name, command.from_branch, command.at_sequence)
         case DeleteBranch():
             return batch.delete_branch(command.name)
+        case RecordSwitch():
+            return batch.record_switch(command.from_branch, command.to_branch)
         case Atomically():
             return tuple(execute(batch, inner) for inner in command.commands)
     raise TypeError(f"not a store command: {command!r}")

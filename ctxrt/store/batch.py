@@ -449,6 +449,16 @@ class Batch:
         self.operations.append(BranchDeleted(row))
         return row
 
+    def record_switch(self, from_branch: int, to_branch: int) -> BranchRow:
+        """Record on ``from_branch``'s row that its managers moved to ``to_branch`` (R4): the count of
+        its switches rises, and the target's own count now is kept, so a manager that follows
+        there follows only the target's later switches. Both must be live (``BranchNotFoundError``)."""
+        source, target = self.branch(from_branch), self.branch(to_branch)
+        row = attrs.evolve(source, switches=source.switches + 1, switched_to=(target.id, target.switches))
+        self.put_branch(row, created=False)
+        self.branches[row.id] = row
+        return row
+
     def put_blob(self, sha256: str, data: bytes, media_type: str) -> None:
         self.put_blob_row(*_checked_blob(sha256, data, media_type))
 

@@ -354,7 +354,8 @@ class Engine(Catalog):
         doesn't decode."""
         try:
             row = BranchRow.from_json(value)
-            ints = (row.id, row.created_ms, *(n for level in row.lineage for n in level))
+            ints = (row.id, row.created_ms, row.switches, *(n for level in row.lineage for n in level),
+                    *(row.switched_to or ()))
             if not (
                 all(type(n) is int for n in ints) and isinstance(row.name, str) and type(row.deleted) is bool
                 and all(n is None or type(n) is int for n in (row.parent, row.fork_sequence))
@@ -794,15 +795,21 @@ class Engine(Catalog):
     def branch_deleted(self, branch_id: int) -> bool:
         """Whether branch ``branch_id`` was deleted. A read-only engine reads the row afresh: the
         writer that deleted it may be another process."""
+        row = self.fresh_branch(branch_id)
+        return row is None or row.deleted
+
+    def fresh_branch(self, branch_id: int) -> BranchRow | None:
+        """Branch ``branch_id``'s row as stored now (None if there is none). A read-only engine reads
+        it afresh: the writer may be another process; a writer's commits keep its own copy current."""
         if not self.readonly:
-            return self.known_branches[branch_id].deleted
+            return self.known_branches.get(branch_id)
         key = keys.encode_u32(branch_id)
         try:
             with self.reader() as txn:
                 raw = self._get(txn, keys.DB_BRANCHES, key)
         except _LMDB_READ_DAMAGE as exc:
             raise self._damaged(f"the row of branch {branch_id} can't be read: {exc!r}") from None
-        return raw is None or self.decode_branch_row(key, raw).deleted
+        return None if raw is None else self.decode_branch_row(key, raw)
 
     def find_index(
         self, txn: lmdb.Transaction[bytes], state: str, branch: BranchRow, sequence: int, at: int | None = None

@@ -422,6 +422,17 @@ class PostgresEngine(Catalog):
         row = self._fetchone("SELECT deleted FROM ctxrt_branches WHERE id = %s", (branch_id,))
         return row is None or bool(row[0])
 
+    def fresh_branch(self, branch_id: int) -> BranchRow | None:
+        """Branch ``branch_id``'s row as stored now (read afresh: another process may have switched
+        or deleted it); None if there is none."""
+        found = self._fetchone("SELECT row FROM ctxrt_branches WHERE id = %s", (branch_id,))
+        if found is None:
+            return None
+        try:
+            return BranchRow.from_json(bytes(found[0]))
+        except _DAMAGE as exc:
+            raise self._damaged(f"the row of branch {branch_id} doesn't decode ({exc!r})") from None
+
     # -- reads ------------------------------------------------------------------------------
 
     def _fetchone(self, query: str, params: Sequence[Any]) -> Any:

@@ -87,6 +87,15 @@ class DeleteBranch(Ask[BranchRow]):
 
 
 @attrs.frozen(kw_only=True)
+class RecordSwitch(Ask[BranchRow]):
+    """Record that the managers on branch ``from_branch`` moved to ``to_branch`` (both ids), for
+    other runtimes' managers to follow (R4); answered with ``from_branch``'s new row."""
+
+    from_branch: int
+    to_branch: int
+
+
+@attrs.frozen(kw_only=True)
 class Atomically(Ask[tuple[Any, ...]]):
     """Several commands that commit together or not at all; the result is a tuple of theirs."""
 
@@ -104,7 +113,8 @@ def append_result(result: ItemAppended | tuple[Any, ...]) -> ItemAppended:
     return operation
 
 
-StoreCommand = RegisterState | AppendItem | EditItem | RemoveItems | SetValue | CreateBranch | DeleteBranch | Atomically
+StoreCommand = (RegisterState | AppendItem | EditItem | RemoveItems | SetValue | CreateBranch | DeleteBranch
+                | RecordSwitch | Atomically)
 
 
 @attrs.frozen

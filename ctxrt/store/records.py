@@ -42,6 +42,10 @@ class BranchRow:
     lineage: tuple[tuple[int, int], ...]
     created_ms: int
     deleted: bool = False
+    # The switches made from this branch (Runtime.switch_branch, R4), and the last one's target with
+    # the target's own count then: another runtime's manager follows a count it hasn't seen.
+    switches: int = 0
+    switched_to: tuple[int, int] | None = None
 
     def levels(self, at: int | None = None) -> list[tuple[int, int]]:
         """The (branch, limit) levels a view of this branch at ``at`` reads, leaf first."""
@@ -50,18 +54,18 @@ class BranchRow:
         return [(self.id, limit)] + [(branch, min(limit, bound)) for branch, bound in self.lineage]
 
     def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "id": self.id,
-                "name": self.name,
-                "parent": self.parent,
-                "fork": self.fork_sequence,
-                "lineage": [list(level) for level in self.lineage],
-                "created_ms": self.created_ms,
-                "deleted": self.deleted,
-            },
-            separators=(",", ":"),
-        ).encode()
+        fields: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "parent": self.parent,
+            "fork": self.fork_sequence,
+            "lineage": [list(level) for level in self.lineage],
+            "created_ms": self.created_ms,
+            "deleted": self.deleted,
+        }
+        if self.switched_to is not None:  # absent otherwise: a row never switched reads as before
+            fields["switches"], fields["switched_to"] = self.switches, list(self.switched_to)
+        return json.dumps(fields, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> BranchRow:
@@ -74,6 +78,8 @@ class BranchRow:
             lineage=tuple((level[0], level[1]) for level in raw["lineage"]),
             created_ms=raw["created_ms"],
             deleted=raw["deleted"],
+            switches=raw.get("switches", 0),
+            switched_to=None if raw.get("switched_to") is None else (raw["switched_to"][0], raw["switched_to"][1]),
         )
 
 

@@ -3,7 +3,9 @@ isn't named for, and nothing named for a reader is lost to it.
 
 Three readers (ann, bob, cy), each in its own namespace, and a namespace compiling for no reader,
 all over the shared slot, under Autobiographical with small chunks. Rules add messages whose
-blocks carry random audiences, edit audiences (narrowing and widening; refusals must leave the
+blocks carry random audiences (text, and every other kind: audio, video, generated images, tool
+attempts and tool notices with audiences; tool uses, tool results, images and documents, which
+carry none (B1), beside them, their host-only fields holding the marker too), edit audiences (narrowing and widening; refusals must leave the
 message unchanged, and an edit that hides nothing is never refused), remove messages, compile,
 tick, fork, derive and reopen derived managers, add a message with a host state (M9: each branch
 holds the one last set on it or before its fork, and none reaches a compile or a request), and
@@ -12,11 +14,14 @@ have the model refuse compression replies or answer them with a tool call (each 
 branch, every version of every message, so it knows who each marker was ever visible to.
 
 After every step, for every live manager (reader r, branch b):
-  * its compile, its provenance bodies, its summaries and every model request its namespaces
-    sent hold no ``audience`` field and no marker r was never named for; a raw (not summarised)
+  * its compile, its three request bodies (Anthropic, Chat Completions, Responses), its provenance
+    bodies, its summaries and every model request its namespaces sent hold no ``audience`` field
+    and no marker r was never named for; a raw (not summarised)
     compiled block's marker is visible to r now;
   * its compile holds every marker visible to r in every version of its message on b, raw or
-    inside a summary (the ScriptedModel echoes the markers it was shown into each summary).
+    inside a summary (the ScriptedModel echoes the markers it was shown into each summary); a
+    tool use or result left unpaired, and an image's or a document's marker (in fields no
+    summarising model is shown), aside.
 
 Branches come and go under live managers (L5): a rule deletes a branch and
 creates one of the same name from another branch. Every manager on the deleted branch is
@@ -44,7 +49,8 @@ import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable
+import base64
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -63,7 +69,22 @@ from hypothesis.stateful import (
 from support import PostgresSchema
 
 import ctxrt
-from ctxrt import Autobiographical, Budget, ModelResponse, Text, ToolResult, ToolUse, Usage
+from ctxrt import (
+    Audio,
+    Autobiographical,
+    Budget,
+    Document,
+    GeneratedImage,
+    Image,
+    ModelResponse,
+    Text,
+    ToolAttempt,
+    ToolNotice,
+    ToolResult,
+    ToolUse,
+    Usage,
+    Video,
+)
 from ctxrt.testing import (
     Atomically,
     CorruptRecord,
@@ -96,11 +117,25 @@ def markers_in(text: str) -> list[int]:
 
 
 def text_of(block: Any) -> str:
-    if isinstance(block, Text):
+    """Every string a block holds, in any field (a transcript, a prompt, a tool call's raw XML, an
+    image's source URL, a document's file name...), nested blocks and mappings included."""
+    if type(block) is Text:  # the most of them, first
         return block.text
-    if isinstance(block, ToolResult):
-        return block.content if isinstance(block.content, str) else " ".join(text_of(b) for b in block.content)
-    return getattr(block, "thinking", "")
+    if isinstance(block, str):
+        return block
+    if isinstance(block, Mapping):
+        return " ".join(text_of(value) for value in block.values())
+    if isinstance(block, (tuple, list)):
+        return " ".join(text_of(value) for value in block)
+    if attrs.has(type(block)):
+        return " ".join(text_of(getattr(block, field.name)) for field in attrs.fields(type(block))
+                        if field.name not in ("audience", "source"))
+    return ""
+
+
+def marker_of(block: Any) -> int:
+    """The marker number the machine wrote into the block (each block it writes holds one)."""
+    return markers_in(text_of(block))[0]
 
 
 def echo_markers(request: ctxrt.ModelRequest) -> str:
@@ -200,6 +235,41 @@ class Handle:
 # counts cut them at every await on their way (in the caller, the actor's mailbox, the store).
 CHECKPOINTS = st.one_of(st.integers(0, 6), st.integers(0, 30))
 
+# The kinds a message may hold besides text. The first five carry an audience; a tool use, a tool
+# result, an image and a document can't (B1): every reader's, their host-only fields (raw_xml,
+# unparseable_input, tool_name, source_url, filename) still hold the block's marker.
+KINDS = ("audio", "video", "generated_image", "tool_attempt", "tool_notice", "tool_use", "tool_result", "image",
+         "document")
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(16)).decode()
+
+
+def other_block(kind: str, marker: str, audience: Audience) -> Any:
+    """A block of ``kind`` holding ``marker`` in each of its strings."""
+    media = {"type": "base64", "data": base64.b64encode(marker.encode()).decode()}
+    text = f"{marker}{FILLER}"
+    if kind in ("audio", "video"):
+        cls = Audio if kind == "audio" else Video
+        return cls({**media, "media_type": f"{kind}/{'wav' if kind == 'audio' else 'mp4'}"}, transcript=text,
+                   audience=audience)
+    if kind == "generated_image":
+        return GeneratedImage({"type": "base64", "media_type": "image/png", "data": PNG}, prompt=text, audience=audience)
+    if kind == "tool_attempt":
+        return ToolAttempt("lookup", {"q": marker}, raw_xml=f"<lookup>{marker}</lookup>", reason=text, audience=audience)
+    if kind == "tool_notice":
+        return ToolNotice([text], tool_name="lookup", audience=audience)
+    number = markers_in(marker)[0]
+    if kind == "tool_use":
+        return ToolUse(f"toolu_{number}", "lookup", {"q": marker}, raw_xml=f"<lookup>{marker}</lookup>",
+                       unparseable_input=f"{{{marker}")
+    if kind == "tool_result":
+        return ToolResult(f"toolu_{number}", text, tool_name=f"lookup {marker}")
+    if kind == "image":
+        return Image({"type": "base64", "media_type": "image/png", "data": PNG}, token_estimate=40,
+                     source_url=f"https://example.com/{marker}")
+    return Document({"type": "text", "media_type": "text/plain", "data": "a document"}, title=text,
+                    filename=f"{marker}.txt")
+
+
 audiences = st.one_of(
     st.none(), st.lists(st.sampled_from(READERS), min_size=1, max_size=3, unique=True).map(tuple)
 )
@@ -260,10 +330,14 @@ class PrivacyMachine(RuleBasedStateMachine):
     def pick(self, index: int) -> Handle:
         return self.handles[index % len(self.handles)]
 
-    def new_block(self, audience: Audience) -> tuple[int, dict[str, Any]]:
+    def new_block(self, audience: Audience, kind: str = "text") -> tuple[int, Any]:
         number = self.next_marker
         self.next_marker += 1
+        if kind not in ("text", *KINDS[:5]):
+            audience = None  # B1: this kind carries none
         label = ",".join(audience) if audience else "*"
+        if kind != "text":
+            return number, other_block(kind, f"AUD[{label}]#{number}", audience)
         block: dict[str, Any] = {"type": "text", "text": f"AUD[{label}]#{number}{FILLER}"}
         if audience is not None:
             block["audience"] = list(audience)
@@ -294,18 +368,22 @@ class PrivacyMachine(RuleBasedStateMachine):
         names, others = hidden_by_edit(message.content, new_content)
         assert not (handle.reader is None and (names or others)), "a manager for no reader may only widen (D5)"
         assert not (others or names - {handle.reader}), "hiding from another reader is always refused (D5)"
-        version = {markers_in(b.text)[0]: b.audience for b in new_content}  # type: ignore[union-attr]
+        version = {marker_of(b): getattr(b, "audience", None) for b in new_content}
         self.history[handle.branch].setdefault(message.id, []).append(version)
 
     def edited_blocks(self, message: ctxrt.Message, position: int, audience: Audience,
-                      append: Audience | None) -> list[dict[str, Any]]:
-        """The message's blocks with the one at ``position`` given ``audience`` (and a block appended)."""
-        blocks = [
+                      append: Audience | None) -> list[Any]:
+        """The message's blocks with the one at ``position`` given ``audience`` (and a block appended);
+        a kind that carries no audience (B1) stays as it is."""
+        blocks: list[Any] = [
             {"type": "text", "text": b.text, **({"audience": list(b.audience)} if b.audience else {})}
-            for b in message.content
+            if isinstance(b, Text) else b for b in message.content
         ]
         slot = position % len(blocks)
-        blocks[slot] = {"type": "text", "text": blocks[slot]["text"], **({"audience": list(audience)} if audience else {})}
+        if isinstance(blocks[slot], dict):
+            blocks[slot] = {"type": "text", "text": blocks[slot]["text"], **({"audience": list(audience)} if audience else {})}
+        elif isinstance(blocks[slot], (Audio, Video, GeneratedImage, ToolAttempt, ToolNotice)):
+            blocks[slot] = attrs.evolve(blocks[slot], audience=audience)
         if append is not None:
             blocks.append(self.new_block(append)[1])
         return blocks
@@ -336,6 +414,18 @@ class PrivacyMachine(RuleBasedStateMachine):
             made = [self.new_block(audience) for audience in blocks]
             mid = self.loop.run(handle.manager.add_message, participant, [b for _, b in made])
             self.history[handle.branch][mid] = [{number: audience for (number, _), audience in zip(made, blocks)}]
+
+    @rule(who=st.integers(0, 50), participant=st.sampled_from(["user", "Claude"]),
+          blocks=st.lists(st.tuples(st.sampled_from(("text", *KINDS)), audiences), min_size=1, max_size=4))
+    def add_other_kinds(self, who: int, participant: str, blocks: list[tuple[str, Audience]]) -> None:
+        """A2-A8 for every kind of block: audio, video, a generated image, a tool attempt and a tool
+        notice for their audiences; a tool use, a tool result, an image and a document beside them."""
+        handle = self.pick(who)
+        made = [self.new_block(audience, kind) for kind, audience in blocks]
+        mid = self.loop.run(handle.manager.add_message, participant, [b for _, b in made])
+        self.history[handle.branch][mid] = [{number: (tuple(b["audience"]) if b.get("audience") else None)
+                                             if isinstance(b, dict) else getattr(b, "audience", None)
+                                             for number, b in made}]
 
     @rule(who=st.integers(0, 50), which=st.integers(0, 1000), position=st.integers(0, 10),
           audience=audiences, append=st.one_of(st.none(), audiences))
@@ -504,10 +594,10 @@ class PrivacyMachine(RuleBasedStateMachine):
             assert outcome != "raised", value
             self.loop.run(self.caught_up, manager)
             numbers = {number for number, _ in made}
-            landed = [m for m in self.stored(handle) if any(markers_in(b.text)[0] in numbers for b in m.content)]  # type: ignore[union-attr]
+            landed = [m for m in self.stored(handle) if any(marker_of(b) in numbers for b in m.content)]
             assert len(landed) <= 1
             if landed:
-                assert [markers_in(b.text)[0] for b in landed[0].content] == [n for n, _ in made]  # type: ignore[union-attr]
+                assert [marker_of(b) for b in landed[0].content] == [n for n, _ in made]
                 self.history[handle.branch][landed[0].id] = [{number: a for (number, _), a in
                                                               zip(made, [audience, append])}]
         else:
@@ -637,13 +727,19 @@ class PrivacyMachine(RuleBasedStateMachine):
     def check_leaks(self, handle: Handle, result: ctxrt.CompileResult) -> None:
         """No audience field, no marker the reader was never named for; raw blocks visible now."""
         reader = handle.reader
-        try:
-            assert '"audience"' not in json.dumps(result.to_anthropic(assistant="Claude", strict=True))
-        except ctxrt.EmptyRequestError:  # P8: a reader who sees nothing has nothing to send
-            assert not any(b for m in result.messages for b in m.content if getattr(b, "text", "x").strip())
-        current = {number: audience for m in self.stored(handle) for b in m.content
-                   for number, audience in [(markers_in(b.text)[0], b.audience)]}  # type: ignore[union-attr]
         ever_visible = self.ever_visible(reader)
+        forms = (lambda: result.to_anthropic(assistant="Claude", strict=True),
+                 lambda: result.to_openai_chat(assistant="Claude"), lambda: result.to_openai_responses(assistant="Claude"))
+        for form in forms:  # the request bodies, each form's own rendering of every kind of block
+            try:
+                body = json.dumps(form())
+            except ctxrt.EmptyRequestError:  # P8: a reader who sees nothing has nothing to send
+                assert not any(b for m in result.messages for b in m.content if getattr(b, "text", "x").strip())
+                continue
+            assert '"audience"' not in body
+            assert set(markers_in(body)) <= ever_visible, f"a marker reached {reader!r}'s request body"
+        current = {number: audience for m in self.stored(handle) for b in m.content
+                   for number, audience in [(marker_of(b), getattr(b, "audience", None))]}
         for message, sources in zip(result.messages, result.provenance.messages):
             assert all(getattr(b, "audience", None) is None for b in message.content)
             summarised = any(s.kind == "summary" for s in sources)
@@ -689,7 +785,12 @@ class PrivacyMachine(RuleBasedStateMachine):
                 )
                 versions = self.history[handle.branch].get(message.id, [])
                 for b in message.content:
-                    number = markers_in(b.text)[0]  # type: ignore[union-attr]
+                    number = marker_of(b)
+                    if isinstance(b, (ToolUse, ToolResult, Image, GeneratedImage, Document)):
+                        # A call or result without its pair is left out of a compile (P8); an image's or
+                        # a document's marker sits where a summarising model isn't shown it (a source
+                        # URL, a prompt, a title, a file name), so its summary can't echo it: no loss.
+                        continue
                     if versions and all(number in v and visible(reader, v[number]) for v in versions):
                         assert number in compiled, (
                             f"#{number}, visible to {reader!r} in every version of message {message.id}, is "
