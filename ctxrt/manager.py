@@ -1062,7 +1062,7 @@ class ContextManager:
             EmptyRequestError, InvalidRequestError: as the form's method raises them.
             ReadOnlyStoreError, BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         if not isinstance(result, CompileResult):
             raise TypeError(f"result must be a CompileResult, not {type(result).__name__}")
         form = request_ledger.check_form(form)
@@ -1128,7 +1128,7 @@ class ContextManager:
             StoreFullError, StoreUnavailableError: the records waiting could not commit (they are lost).
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         since = checks.optional_integer(since, "since", minimum=0)
         limit = checks.integer(limit, "limit", minimum=1)
         if holding is not None:
@@ -1153,7 +1153,7 @@ class ContextManager:
             MessageNotFoundError: a message it carried is no longer in the store's history.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
-        ref = self._live()
+        ref = await self._followed()
         if not isinstance(record, RequestRecord):
             raise TypeError(f"record must be a RequestRecord, not {type(record).__name__}")
         if record.namespace != self.namespace:
