@@ -266,25 +266,32 @@ def check_form(form: object) -> str:
     return form
 
 
-def zone_tokens_of(result: CompileResult) -> dict[str, int]:
-    """Tokens per zone read off the result's provenance (as the inspector classes them): head
-    (raw before the first summary), summaries, middle (raw among them), recent (raw after the
-    last), injections. Used when the namespace's own figures for this compile are gone."""
+def part_zones(result: CompileResult) -> list[str]:
+    """Each message's zone, read off the result's provenance: head (raw before the first summary),
+    summaries, middle (raw among them), recent (raw after the last), injections."""
     sources = result.provenance.messages
     summary_at = [i for i, found in enumerate(sources) if any(s.kind == "summary" for s in found)]
     first, last = (summary_at[0], summary_at[-1]) if summary_at else (len(sources), -1)
-    zones: dict[str, int] = {}
-    for index, (message, found) in enumerate(zip(result.messages, sources)):
+    zones = []
+    for index, found in enumerate(sources):
         if any(s.kind == "injection" for s in found):
-            zone = "injections"
+            zones.append("injections")
         elif any(s.kind == "summary" for s in found):
-            zone = "summaries"
+            zones.append("summaries")
         elif index < first:
-            zone = "head" if summary_at else "recent"
+            zones.append("head" if summary_at else "recent")
         elif index > last:
-            zone = "recent"
+            zones.append("recent")
         else:
-            zone = "middle"
+            zones.append("middle")
+    return zones
+
+
+def zone_tokens_of(result: CompileResult) -> dict[str, int]:
+    """Tokens per zone (``part_zones``), as the inspector classes them. Used when the
+    namespace's own figures for this compile are gone."""
+    zones: dict[str, int] = {}
+    for message, zone in zip(result.messages, part_zones(result)):
         zones[zone] = zones.get(zone, 0) + estimate_blocks(message.content)
     return zones
 

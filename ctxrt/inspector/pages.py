@@ -42,7 +42,7 @@ from ..errors import MessageNotFoundError, StoreCorruptError
 from ..manager import ContextManager
 from ..namespace import states
 from ..request_ledger import RequestPart as RecordPart
-from ..request_ledger import RequestRecord
+from ..request_ledger import RequestRecord, part_zones
 from ..runtime import Runtime
 from ..slots import parse_id
 from ..store.records import BranchRow
@@ -416,26 +416,15 @@ def _private_sources(runtime: Runtime, manager: ContextManager, ids: Sequence[st
 async def _parts(runtime: Runtime, manager: ContextManager, result: CompileResult) -> list[Part]:
     sources = result.provenance.messages
     private = _private_sources(runtime, manager, [s.id for found in sources for s in found if s.kind == "message"])
-    summary_at = [i for i, found in enumerate(sources) if any(s.kind == "summary" for s in found)]
-    first, last = (summary_at[0], summary_at[-1]) if summary_at else (len(sources), -1)
+    zones = [RECORD_ZONES[zone] for zone in part_zones(result)]
     parts = []
-    for index, (message, found) in enumerate(zip(result.messages, sources)):
+    for index, (message, found, zone) in enumerate(zip(result.messages, sources, zones)):
         summary_ids = [s.id for s in found if s.kind == "summary"]
         summaries = []
         for summary_id in summary_ids:
             summary = await manager.get_summary(summary_id)
             if summary is not None:
                 summaries.append(summary_shown(summary))
-        if any(s.kind == "injection" for s in found):
-            zone = "injection"
-        elif summary_ids:
-            zone = "summary"
-        elif index < first:
-            zone = "head" if summary_at else "recent"
-        elif index > last:
-            zone = "recent"
-        else:
-            zone = "middle"
         notes = tuple(b.text for b in message.content if isinstance(b, Text) and b.text.startswith(_LIVE_NOTES)) if any(
             s.complete is False for s in found) else ()
         stored = [private[s.id] for s in found if s.kind == "message" and s.id in private]
