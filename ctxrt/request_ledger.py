@@ -349,16 +349,22 @@ _ID = operator.attrgetter("id")
 
 
 class Parts:
-    """A request's parts and the items each held (``held`` is their first appearances, in order)."""
+    """A request's parts and the items each held (``held`` is their first appearances, in order).
+    ``counts`` (how many parts hold each item id) and ``twice`` (how many ids more than one part
+    holds) follow the parts as ``then`` changes them, so a record's ``held`` costs nothing to check
+    when no item is held twice, the common case."""
 
-    def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] = ()) -> None:
+    def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] = (),
+                 counts: dict[str, int] | None = None, twice: int = 0) -> None:
         self.parts = parts
         self.each = each
+        self.counts = {} if counts is None else counts
+        self.twice = twice
 
     @property
     def held(self) -> tuple[HeldItem, ...]:
         flat = tuple(itertools.chain.from_iterable(self.each))
-        if len(dict.fromkeys(map(_ID, flat))) == len(flat):  # the common case, at C speed: no item twice
+        if not self.twice:
             return flat
         first: dict[str, HeldItem] = {}
         for item in flat:  # an item twice (a message split in two parts): held once, at its first part
@@ -371,8 +377,19 @@ class Parts:
         held = [tuple(HeldItem(i, "summary" if k == "summary" else "message", p.version) for k, i in p.sources)
                 for p in own]
         stop = shared.drop + shared.keep
+        counts, twice = self.counts.copy(), self.twice
+        for items in itertools.chain(self.each[:shared.drop], self.each[stop:]):  # the parts it leaves
+            for item in items:
+                counts[item.id] -= 1
+                twice -= counts[item.id] == 1
+                if not counts[item.id]:
+                    del counts[item.id]
+        for items in held:
+            for item in items:
+                counts[item.id] = counts.get(item.id, 0) + 1
+                twice += counts[item.id] == 2
         return Parts((*head, *self.parts[shared.drop:stop], *tail),
-                     (*held[:len(head)], *self.each[shared.drop:stop], *held[len(head):]))
+                     (*held[:len(head)], *self.each[shared.drop:stop], *held[len(head):]), counts, twice)
 
 
 CHAIN = 256  # a record names at most this many before it back to one kept whole (a whole one costs ~100 turns' records)
@@ -400,8 +417,8 @@ class RequestEncoder:
         shared = Shared()
         if self.record_id is not None and self.chain < CHAIN:
             shared = shared_run(messages, self.messages)
-            if shared.keep and any(a is not b for a, b in zip(sources[shared.head:shared.head + shared.keep],
-                                                              self.sources[shared.drop:shared.drop + shared.keep])):
+            if shared.keep and not all(map(operator.is_, sources[shared.head:shared.head + shared.keep],
+                                            self.sources[shared.drop:shared.drop + shared.keep])):
                 shared = Shared()  # the same messages from other sources: none shared
         raw = result.provenance.raw_bodies
         after = shared.head + shared.keep

@@ -460,6 +460,35 @@ def _digest(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+class _Bodies(Mapping[str, Any]):
+    """A compile's raw bodies by source id (the last part's, where two hold one): a lookup reads
+    the parts from the newest back only as far as it must (a request ledger asks for a turn's
+    newest few), iterating reads them all."""
+
+    def __init__(self, owners: Sequence[Any]) -> None:
+        self._owners = owners
+        self._found: dict[str, Any] = {}
+        self._unread = len(owners)  # owners[:_unread] not read yet
+
+    def __getitem__(self, key: str) -> Any:
+        found = self._found
+        while key not in found and self._unread:
+            self._unread -= 1
+            for sid, body in self._owners[self._unread].bodies:
+                if body is not None:
+                    found.setdefault(sid, body)  # read newest first: a later part's body wins
+        return found[key]
+
+    def _all(self) -> dict[str, Any]:
+        return {sid: body for prepared in self._owners for sid, body in prepared.bodies if body is not None}
+
+    def __iter__(self) -> Any:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
 class _Lazy(Mapping[str, Any]):
     """A mapping built on first use: most hosts never read a compile's raw bodies."""
 
@@ -531,8 +560,7 @@ def build_compile_result(
         strategy=strategy_name,
         messages=per_message,
         # Built on first use (most hosts never read them); bodies of the parts the repair dropped included.
-        raw_bodies=_Lazy(lambda: {sid: body for prepared in parts.owners for sid, body in prepared.bodies
-                                  if body is not None}),
+        raw_bodies=_Bodies(parts.owners),
         completeness=_Lazy(lambda: completeness_of(per_message)),
     )
     breaks, tokens = _breaks(parts, placed, kept, injected, whole)
