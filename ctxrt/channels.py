@@ -27,7 +27,7 @@ from .channel_entries import KEY_BYTES, ChannelEntry, channel_key, channel_of
 from .content.blocks import Message, content_for_reader, sequence_key
 from .content.tokens import estimate_blocks, estimate_message
 from .queries import ChannelTokens, MessageQuery
-from .slots import SlotCache, decode_stored
+from .slots import SlotCache
 from .store.interface import StoreEngine
 from .store.records import Item, LogHead, index_key, index_marker, index_state, split_index_item
 
@@ -109,8 +109,7 @@ def _message(slot: SlotCache, entry: Item, head: LogHead) -> Message:
     if not items or items[0].sequence != entry.sequence:
         raise LookupError(f"channel index entry {entry.sequence} of {slot.state!r} on branch {slot.branch_id} "
                           "names no message there")
-    message = decode_stored(slot.engine, items[0].data, items[0].sequence)
-    slot.decoded += 1
+    message = slot.decode(items[0].data, items[0].sequence)  # media as references: a host's read goes through the media cache
     decoded[entry.sequence] = (items[0].version, message)
     return message
 

@@ -250,7 +250,9 @@ class SlotCache:
 
     # -- loading ----------------------------------------------------------------------------
 
-    def _decode(self, data: bytes, sequence: int) -> Message:
+    def decode(self, data: bytes, sequence: int) -> Message:
+        """An item of this slot decoded as the cache holds it (media as references, M13), counted,
+        and noted if it holds media (so ``public`` reads its bytes back for a host)."""
         self.decoded += 1
         message = decode_held(self.engine, data, sequence)
         if not self.may_hold_media and holds_media(message.content):
@@ -300,7 +302,7 @@ class SlotCache:
         stop = self.length - len(self.messages)
         start = max(0, stop - count)
         items = self.engine.read_items(self.state, self.branch_id, at=self.revision, start=start, stop=stop)
-        older = [self._decode(item.data, item.sequence) for item in items]
+        older = [self.decode(item.data, item.sequence) for item in items]
         if not self.may_hold_audience and holds_audience([b for m in older for b in m.content]):
             # An item stored without its flag (written below the slot layer): project from now on.
             self.may_hold_audience = True
@@ -383,7 +385,7 @@ class SlotCache:
         else:
             # Only appends since: the new tail, read with the head (one range scan).
             for item in items:
-                message = self._decode(item.data, item.sequence)
+                message = self.decode(item.data, item.sequence)
                 self._push(message, holds_audience(message.content))
             self.revision = head.revision
             self.tail_fills += 1
@@ -423,7 +425,7 @@ class SlotCache:
         if isinstance(operation, ItemAppended):
             appended: Appended | None = operation.attachment
             if appended is None:
-                message = self._decode(operation.data, operation.sequence)
+                message = self.decode(operation.data, operation.sequence)
                 audience = holds_audience(message.content)
             else:
                 message = appended.held(operation.sequence)
@@ -438,7 +440,7 @@ class SlotCache:
         elif isinstance(operation, ItemEdited):
             self.revision = self.rewrite_revision = operation.sequence
             appended = operation.attachment
-            content = appended.stored if appended is not None else self._decode(
+            content = appended.stored if appended is not None else self.decode(
                 operation.data, operation.item_sequence
             ).content
             index = self._held(operation.item_sequence)
@@ -504,7 +506,7 @@ class SlotCache:
             index = self._held(sequence)
             return None if index is None else self.messages[index]
         item = self.engine.read_item(self.state, self.branch_id, sequence, at=self.revision)
-        return None if item is None else self._decode(item.data, item.sequence)
+        return None if item is None else self.decode(item.data, item.sequence)
 
 
 def decode_stored(engine: StoreEngine, data: bytes, sequence: int) -> Message:

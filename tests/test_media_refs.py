@@ -10,6 +10,8 @@ here are written by one runtime and read by another, so every message is decoded
 from __future__ import annotations
 
 import base64
+import gc
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -139,3 +141,30 @@ def test_a_media_cache_keeps_the_newest_used_blobs_within_its_bound() -> None:
     cache.text("1")
     assert reads == ["0", "1", "2", "1"] and cache.reads == 4
     assert cache.text("missing") is None and len(cache) == 2
+
+
+async def test_a_channel_query_keeps_media_by_reference(store: Any) -> None:
+    """M13, M11: a channel query hands out the base64 as written, first read after opening
+    included, yet what its slot keeps afterwards holds references, not bytes: the media cache's
+    bound is all the bytes the runtime keeps."""
+    big = [base64.b64encode(n.to_bytes(4, "big") + bytes(range(256)) * 800).decode() for n in range(12)]
+    async with open_runtime(store) as rt:
+        m = await rt.open()
+        for data in big:
+            await m.add_message("user", [Image(source={"type": "base64", "media_type": "image/png", "data": data})],
+                                metadata={"channel_id": "shots"})
+    async with open_runtime(store) as rt:
+        m = await rt.open()
+        rt.slots.media.limit = 2 * len(big[0])  # the runtime's media cache keeps two of the twelve
+        gc.collect()
+        tracemalloc.start()
+        try:
+            found = await m.query_messages(channel="shots")
+            assert [message.content[0].source["data"] for message in found] == big  # type: ignore[union-attr]
+            del found
+            gc.collect()
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert held < 5 * len(big[0])  # twelve images' base64 is 12 of them
+        assert [message.content[0].source["data"] for message in await m.query_messages(channel="shots")] == big  # type: ignore[union-attr]

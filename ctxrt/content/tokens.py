@@ -123,7 +123,8 @@ class TokenEstimator(Protocol):
 
     ``estimate`` must be cheap and stable between ``observe`` calls; ``observe`` hears, after each
     compression request the namespace's model answered, the model's name, the plain estimate of
-    the request and the ``input_tokens`` the model reported.
+    the request and the ``input_tokens`` the model reported. ``estimate`` sees a message as stored:
+    each medium's source a ``blob_ref`` (sha256, media type, size), with no ``data`` (M13).
     """
 
     def estimate(self, message: Message) -> int: ...
