@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 import trio
 
 import ctxrt
+from ctxrt.store import postgres
 from ctxrt.store.postgres import PostgresEngine
 
 CHILD = Path(__file__).with_name("pg_ordering_writer.py")
@@ -115,3 +117,33 @@ async def test_a_schema_1_store_is_read_as_it_is_and_moved_to_schema_2_by_a_writ
     with psycopg.connect(pg_url, autocommit=True) as conn:
         meta = dict(conn.execute("SELECT key, value FROM ctxrt_meta").fetchall())
     assert meta["format"] == 2 and "sequence" not in meta
+
+
+async def test_a_stalled_writer_holds_up_the_horizon_and_forks_only_until_its_idle_transaction_is_ended(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """K11: a writer process stopped mid-batch (SIGSTOP, a stall) keeps its transaction, and the
+    catalog lock it holds, open: ``last_sequence`` waits for it, and a fork waits with every other
+    write queued behind it. The server ends a writer's transaction left idle for
+    ``IDLE_IN_TRANSACTION_MS``, so the horizon and the fork go on after that, and the horizon is
+    still final (the stalled batch's sequence drawn but never written)."""
+    monkeypatch.setattr(postgres, "IDLE_IN_TRANSACTION_MS", 500)
+    async with ctxrt.open_runtime(pg_url) as rt:
+        manager = await rt.open("ann")
+        await manager.add_message("user", "before the stall")
+        stalled = PostgresEngine(pg_url)  # another process's writer, stopped with its batch begun
+        reader = PostgresEngine(pg_url, create=False)
+        try:
+            stalled._writer.execute("BEGIN")
+            stalled._writer.execute("SELECT pg_advisory_xact_lock_shared(%s)", (stalled._catalog_key,))
+            stalled._writer.execute("SELECT nextval('ctxrt_sequence')")
+            with trio.fail_after(postgres.STATEMENT_TIMEOUT_MS / 2000):  # before the horizon's wait gives up
+                horizon = await trio.to_thread.run_sync(lambda: reader.last_sequence)
+                await manager.fork("during-the-stall")
+                later = await manager.add_message("user", "after the fork")
+            assert horizon == int(later) - 1  # the stalled batch's sequence: never written, no gap below it
+            with pytest.raises(psycopg.Error):  # the server ended the stalled transaction
+                stalled._writer.execute("SELECT 1")
+        finally:
+            stalled.close()
+            reader.close()

@@ -82,6 +82,10 @@ DEADLOCK_RETRIES = 5  # a batch the server broke a lock cycle in is run again (n
 HORIZON_POLL_S = 0.001  # how often ``last_sequence`` looks whether the writes in flight have ended
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_MS = 30_000  # per statement, and per wait for a lock (another process's write)
+# A writer's transaction left idle this long (its process stopped or stalled mid-batch) is ended by
+# the server: it holds the catalog lock, so until then ``last_sequence`` waits, and a fork waits
+# with every other write queued behind it. Well under STATEMENT_TIMEOUT_MS, so those wait, not fail.
+IDLE_IN_TRANSACTION_MS = 10_000
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
 
@@ -144,6 +148,8 @@ class PostgresEngine(Catalog):
         if old is not None:
             old.close()
         settings = f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}"
+        if writer:
+            settings += f"; SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}"
         if writer and not self._synchronous:  # the server acknowledges before its WAL is flushed
             settings += "; SET synchronous_commit = off"
         try:
