@@ -147,3 +147,26 @@ async def test_a_stalled_writer_holds_up_the_horizon_and_forks_only_until_its_id
         finally:
             stalled.close()
             reader.close()
+
+
+async def test_a_reader_opened_on_a_schema_1_store_keeps_its_horizon_when_a_writer_moves_the_store(pg_url: str) -> None:
+    """K11: a read-only engine (a read-only runtime, ``ctxrt serve``) opened on a schema-1 store reads
+    its horizon from the sequence row; a writer of this version then moves the store to schema 2 and
+    the row goes: the reader's horizon goes on from schema 2's sequence, never back (it read 0)."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        manager = await rt.open("ann")
+        await manager.add_message("user", "line")
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as the schema-1 ctxrt left it
+        (last,) = conn.execute("SELECT last_value FROM ctxrt_sequence").fetchone() or (0,)
+        conn.execute("DROP SEQUENCE ctxrt_sequence")
+        conn.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('sequence', %s)", (last,))
+        conn.execute("UPDATE ctxrt_meta SET value = 1 WHERE key = 'format'")
+    reader = PostgresEngine(pg_url, create=False)
+    try:
+        before = reader.last_sequence
+        assert before == last
+        async with ctxrt.open_runtime(pg_url) as rt:  # moves the store to schema 2
+            later = await (await rt.open("ann")).add_message("user", "after the move")
+        assert reader.last_sequence == int(later) > before
+    finally:
+        reader.close()

@@ -379,7 +379,14 @@ class PostgresEngine(Catalog):
         may already be readable in its own slot. Raises ``StoreUnavailableError``."""
         if self._schema == 1:  # read as it is (a schema-1 writer commits one batch at a time)
             row = self._fetchone("SELECT value FROM ctxrt_meta WHERE key = 'sequence'", ())
-            return int(row[0]) if row else 0
+            if row is not None:
+                return int(row[0])
+            # No row: a writer of this version moved the store to schema 2 since this engine opened
+            # (the row went in the move); the horizon is schema 2's from now on, never 0.
+            row = self._fetchone("SELECT value FROM ctxrt_meta WHERE key = 'format'", ())
+            if row is None or int(row[0]) != SCHEMA_VERSION:
+                raise self._damaged("ctxrt_meta has no 'sequence' row")
+            self._schema = SCHEMA_VERSION
         with self._lock:
             try:
                 return self._horizon(self._reader)
