@@ -7,12 +7,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 import trio
 
 import ctxrt
+from ctxrt.errors import StoreUnavailableError
 from ctxrt.store import postgres
 from ctxrt.store.postgres import PostgresEngine
 
@@ -170,3 +172,42 @@ async def test_a_reader_opened_on_a_schema_1_store_keeps_its_horizon_when_a_writ
         assert reader.last_sequence == int(later) > before
     finally:
         reader.close()
+
+
+def _fill_lock_table(conn: psycopg.Connection[Any]) -> int:
+    """Take transaction advisory locks on ``conn`` until the server's lock table has no room for
+    one more (chunks halving under savepoints: a refused chunk's locks go with its rollback)."""
+    taken, chunk = 0, 4096
+    conn.execute("BEGIN")
+    while chunk:
+        conn.execute("SAVEPOINT fill")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(k) FROM generate_series(%s::bigint, %s) AS k",
+                         (1 << 40 | taken, (1 << 40 | taken) + chunk - 1))
+        except psycopg.errors.OutOfMemory:
+            conn.execute("ROLLBACK TO SAVEPOINT fill")
+            chunk //= 2
+        else:
+            taken += chunk
+    return taken
+
+
+def test_a_full_lock_table_refuses_a_lease_and_keeps_the_ones_held(pg_url: str) -> None:
+    """K11, K8: with the server's lock table full (``max_locks_per_transaction`` too low for the
+    slots and leases of every process), taking one more lease raises ``StoreUnavailableError``
+    with the server's hint, and the leases this process holds stay held: the connection holding
+    them was taken for lost, dropped (every lease let go, for any other process to take) and the
+    driver's error raised."""
+    holder, other = PostgresEngine(pg_url), PostgresEngine(pg_url)
+    try:
+        assert all(holder.hold(1, f"ns{n}") for n in range(3))
+        with psycopg.connect(pg_url, autocommit=True) as hog:
+            assert _fill_lock_table(hog)
+            with pytest.raises(StoreUnavailableError, match="max_locks_per_transaction"):
+                holder.hold(1, "one more")
+            hog.execute("ROLLBACK")
+        assert all(holder.holds(1, f"ns{n}") for n in range(3))
+        assert not any(other.hold(1, f"ns{n}") for n in range(3))
+    finally:
+        holder.close()
+        other.close()

@@ -229,18 +229,27 @@ class PostgresEngine(Catalog):
         if self._leases is not None and not self._leases.closed and not self._leases.broken:
             try:
                 return self._leases.execute(query, params).fetchone()
-            except psycopg.OperationalError:  # it died while idle
-                pass
+            except psycopg.OperationalError as exc:
+                if not (self._leases.closed or self._leases.broken):
+                    # Refused, not lost (the server's lock table full): the leases held stay held.
+                    raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
         if self._held:
             logger.warning("%s: the connection holding leases was lost; taking them again", self.data_path)
         self._leases = self._connect(self._leases)
-        regained = set()
-        for key in self._held:
-            row = self._leases.execute(_TRY_LEASE, key).fetchone()
-            if row and row[0]:
-                regained.add(key)
-        self._held = regained
-        return self._leases.execute(query, params).fetchone()
+        regained: set[tuple[int, str]] = set()
+        try:
+            for key in self._held:
+                row = self._leases.execute(_TRY_LEASE, key).fetchone()
+                if row and row[0]:
+                    regained.add(key)
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+        finally:
+            self._held = regained  # never more than the new connection holds
+        try:
+            return self._leases.execute(query, params).fetchone()
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
 
     def sync(self) -> None:
         """Nothing to do: the server flushes its log itself (``synchronous_commit=off`` within 3 × wal_writer_delay)."""
