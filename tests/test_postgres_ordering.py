@@ -7,6 +7,7 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ import trio
 import ctxrt
 from ctxrt.errors import StoreUnavailableError
 from ctxrt.store import postgres
+from ctxrt.store.actor import execute
 from ctxrt.store.postgres import PostgresEngine
+from ctxrt.store.protocol import AppendItem
 
 CHILD = Path(__file__).with_name("pg_ordering_writer.py")
 
@@ -126,28 +129,54 @@ async def test_a_stalled_writer_holds_up_the_horizon_and_forks_only_until_its_id
     pg_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """K11: a writer process stopped mid-batch (SIGSTOP, a stall) keeps its transaction, and the
-    catalog lock it holds, open: ``last_sequence`` waits for it, and a fork waits with every other
-    write queued behind it. The server ends a writer's transaction left idle for
-    ``IDLE_IN_TRANSACTION_MS``, so the horizon and the fork go on after that, and the horizon is
-    still final (the stalled batch's sequence drawn but never written)."""
+    catalog and slot locks it holds, open: ``last_sequence`` waits for it, and a fork waits with
+    every other write queued behind it. Each round trip of a batch ends with a Sync, so a stalled
+    one is idle in transaction and the server ends it after ``IDLE_IN_TRANSACTION_MS``: the
+    horizon and the fork go on (the horizon final: the stalled batch wrote nothing), and the
+    stalled batch, resumed, fails with nothing written (before, the server saw a statement in
+    progress and waited as long as the process stayed stopped)."""
     monkeypatch.setattr(postgres, "IDLE_IN_TRANSACTION_MS", 500)
     async with ctxrt.open_runtime(pg_url) as rt:
         manager = await rt.open("ann")
         await manager.add_message("user", "before the stall")
-        stalled = PostgresEngine(pg_url)  # another process's writer, stopped with its batch begun
+        stalled = PostgresEngine(pg_url)  # another process's writer
         reader = PostgresEngine(pg_url, create=False)
+        state = next(info.name for info in stalled.list_states() if info.kind == "log")
+        began, resume = threading.Event(), threading.Event()
+
+        def stop_mid_batch(batch: Any, command: Any) -> Any:
+            result = execute(batch, command)  # its slot locked, its head read, its sequence drawn
+            began.set()
+            resume.wait()
+            return result
+
+        def stalled_batch() -> None:
+            stalled.apply([AppendItem(state=state, branch=1, data=b"never")], stop_mid_batch)
+
         try:
-            stalled._writer.execute("BEGIN")
-            stalled._writer.execute("SELECT pg_advisory_xact_lock_shared(%s)", (stalled._catalog_key,))
-            stalled._writer.execute("SELECT nextval('ctxrt_sequence')")
-            with trio.fail_after(postgres.STATEMENT_TIMEOUT_MS / 2000):  # before the horizon's wait gives up
-                horizon = await trio.to_thread.run_sync(lambda: reader.last_sequence)
-                await manager.fork("during-the-stall")
-                later = await manager.add_message("user", "after the fork")
-            assert horizon == int(later) - 1  # the stalled batch's sequence: never written, no gap below it
-            with pytest.raises(psycopg.Error):  # the server ended the stalled transaction
-                stalled._writer.execute("SELECT 1")
+            async with trio.open_nursery() as nursery:
+                failed: list[BaseException] = []
+
+                async def run_stalled() -> None:
+                    try:
+                        await trio.to_thread.run_sync(stalled_batch)
+                    except StoreUnavailableError as exc:
+                        failed.append(exc)
+
+                nursery.start_soon(run_stalled)
+                try:
+                    await trio.to_thread.run_sync(began.wait)
+                    with trio.fail_after(postgres.STATEMENT_TIMEOUT_MS / 2000):  # before the horizon's wait gives up
+                        horizon = await trio.to_thread.run_sync(lambda: reader.last_sequence)
+                        await manager.fork("during-the-stall")
+                        later = await manager.add_message("user", "after the fork")
+                finally:
+                    resume.set()
+            assert failed, "the stalled batch, resumed, finds its transaction ended"
+            assert horizon < int(later)
+            assert all(item.data != b"never" for item in reader.read_log(state, 1))
         finally:
+            resume.set()
             stalled.close()
             reader.close()
 
@@ -231,6 +260,8 @@ async def test_batches_appending_to_the_same_slots_in_opposite_orders_meet_no_lo
         async def append(manager: ctxrt.ContextManager, text: str) -> None:
             ids.append(await manager.add_message("user", text))
 
+        for manager in (*ascending, *descending):  # each runtime's tables know every slot's state
+            await append(manager, "warm-up")
         with trio.fail_after(60):
             for round_ in range(40):
                 async with trio.open_nursery() as nursery:
@@ -238,4 +269,4 @@ async def test_batches_appending_to_the_same_slots_in_opposite_orders_meet_no_lo
                         for manager in managers:
                             nursery.start_soon(append, manager, f"round {round_}")
     assert not [r for r in caplog.records if "lock cycle" in r.getMessage()]
-    assert len(set(_appended(pg_url)) & {int(i) for i in ids}) == 40 * 6
+    assert len(set(_appended(pg_url)) & {int(i) for i in ids}) == 41 * 6

@@ -753,12 +753,13 @@ class PostgresEngine(Catalog):
             counter: psycopg.Cursor[Any] | None = found
             if settled or not self.known_states:  # nothing read yet, or they moved: read the tables first
                 self._began = True
+                pipeline.sync()
                 if _catalog(found.fetchall()) != self._committed or not self.known_states:
                     self._load(conn)
                 counter = None
             catalog = self._committed  # what the commands are judged against (a reload may move it meanwhile)
             appends = _appends(commands)
-            batch = PgBatch(self, cursor, catalog, appends, counter, self._lock_appended(cursor, appends))
+            batch = PgBatch(self, cursor, pipeline, catalog, appends, counter, self._lock_appended(cursor, appends))
             batch.exclusive = exclusive
             results = run_commands(batch, commands, execute, unnested, _Savepoints(self, batch, pipeline))
             batch.check_catalog()
@@ -887,7 +888,7 @@ class _CatalogMoved(Exception):
 class PgBatch(Batch):
     """A batch's rows in one PostgreSQL transaction, buffered until the next read or the commit."""
 
-    def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], catalog: int,
+    def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], pipeline: psycopg.Pipeline, catalog: int,
                  appends: dict[tuple[str, str | int], int], counter: psycopg.Cursor[Any] | None,
                  prelocked: frozenset[tuple[int, int]] = frozenset()) -> None:
         super().__init__(engine, 0)  # ``sequence``: the last this batch drew
@@ -895,6 +896,11 @@ class PgBatch(Batch):
         self._counter = counter  # the catalog counter as the transaction found it, not read yet
         self.pg = engine
         self.cursor = cursor
+        # Every wait for an answer ends the pipeline's statement with a Sync (not only a flush): the
+        # session is then idle in transaction while this process works, so a process stopped
+        # mid-batch is ended by the server (IDLE_IN_TRANSACTION_MS); left mid-statement, it held its
+        # locks, and the horizon, for as long as it stayed stopped. The same round trips.
+        self._pipeline = pipeline
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
         self._current: dict[tuple[int, int], tuple[Any, ...]] = {}  # current heads, one row each
         # Slot locks held, and sequences drawn since the last of them was granted (a slot's writes
@@ -912,7 +918,9 @@ class PgBatch(Batch):
 
     def _fetch(self, query: str, params: Sequence[Any]) -> list[Any]:
         self.flush()
-        rows = self.cursor.execute(query, params).fetchall()
+        self.cursor.execute(query, params)
+        self._pipeline.sync()
+        rows = self.cursor.fetchall()
         self.pg._began = True  # the server answered: from here a failure may follow writes
         self.check_catalog()
         return rows
@@ -994,6 +1002,7 @@ class PgBatch(Batch):
     def _next_sequence(self) -> int:
         if self._drawing is not None:
             drawing, self._drawing = self._drawing, None
+            self._pipeline.sync()
             self._drawn = tuple(int(value) for (value,) in drawing.fetchall())
         if not self._drawn:
             self._drawn = tuple(int(value) for (value,) in self._fetch(_DRAW, (1,)))
