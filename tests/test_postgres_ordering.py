@@ -4,15 +4,23 @@ real writer processes race a reader that follows the store's visible horizon and
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import psycopg
+import pytest
 import trio
 
 import ctxrt
+from ctxrt.errors import StoreUnavailableError
+from ctxrt.store import postgres
+from ctxrt.store.actor import execute
 from ctxrt.store.postgres import PostgresEngine
+from ctxrt.store.protocol import AppendItem
 
 CHILD = Path(__file__).with_name("pg_ordering_writer.py")
 
@@ -115,3 +123,150 @@ async def test_a_schema_1_store_is_read_as_it_is_and_moved_to_schema_2_by_a_writ
     with psycopg.connect(pg_url, autocommit=True) as conn:
         meta = dict(conn.execute("SELECT key, value FROM ctxrt_meta").fetchall())
     assert meta["format"] == 2 and "sequence" not in meta
+
+
+async def test_a_stalled_writer_holds_up_the_horizon_and_forks_only_until_its_idle_transaction_is_ended(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """K11: a writer process stopped mid-batch (SIGSTOP, a stall) keeps its transaction, and the
+    catalog and slot locks it holds, open: ``last_sequence`` waits for it, and a fork waits with
+    every other write queued behind it. Each round trip of a batch ends with a Sync, so a stalled
+    one is idle in transaction and the server ends it after ``IDLE_IN_TRANSACTION_MS``: the
+    horizon and the fork go on (the horizon final: the stalled batch wrote nothing), and the
+    stalled batch, resumed, fails with nothing written (before, the server saw a statement in
+    progress and waited as long as the process stayed stopped)."""
+    monkeypatch.setattr(postgres, "IDLE_IN_TRANSACTION_MS", 500)
+    async with ctxrt.open_runtime(pg_url) as rt:
+        manager = await rt.open("ann")
+        await manager.add_message("user", "before the stall")
+        stalled = PostgresEngine(pg_url)  # another process's writer
+        reader = PostgresEngine(pg_url, create=False)
+        state = next(info.name for info in stalled.list_states() if info.kind == "log")
+        began, resume = threading.Event(), threading.Event()
+
+        def stop_mid_batch(batch: Any, command: Any) -> Any:
+            result = execute(batch, command)  # its slot locked, its head read, its sequence drawn
+            began.set()
+            resume.wait()
+            return result
+
+        def stalled_batch() -> None:
+            stalled.apply([AppendItem(state=state, branch=1, data=b"never")], stop_mid_batch)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                failed: list[BaseException] = []
+
+                async def run_stalled() -> None:
+                    try:
+                        await trio.to_thread.run_sync(stalled_batch)
+                    except StoreUnavailableError as exc:
+                        failed.append(exc)
+
+                nursery.start_soon(run_stalled)
+                try:
+                    await trio.to_thread.run_sync(began.wait)
+                    with trio.fail_after(postgres.STATEMENT_TIMEOUT_MS / 2000):  # before the horizon's wait gives up
+                        horizon = await trio.to_thread.run_sync(lambda: reader.last_sequence)
+                        await manager.fork("during-the-stall")
+                        later = await manager.add_message("user", "after the fork")
+                finally:
+                    resume.set()
+            assert failed, "the stalled batch, resumed, finds its transaction ended"
+            assert horizon < int(later)
+            assert all(item.data != b"never" for item in reader.read_log(state, 1))
+        finally:
+            resume.set()
+            stalled.close()
+            reader.close()
+
+
+async def test_a_reader_opened_on_a_schema_1_store_keeps_its_horizon_when_a_writer_moves_the_store(pg_url: str) -> None:
+    """K11: a read-only engine (a read-only runtime, ``ctxrt serve``) opened on a schema-1 store reads
+    its horizon from the sequence row; a writer of this version then moves the store to schema 2 and
+    the row goes: the reader's horizon goes on from schema 2's sequence, never back (it read 0)."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        manager = await rt.open("ann")
+        await manager.add_message("user", "line")
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as the schema-1 ctxrt left it
+        (last,) = conn.execute("SELECT last_value FROM ctxrt_sequence").fetchone() or (0,)
+        conn.execute("DROP SEQUENCE ctxrt_sequence")
+        conn.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('sequence', %s)", (last,))
+        conn.execute("UPDATE ctxrt_meta SET value = 1 WHERE key = 'format'")
+    reader = PostgresEngine(pg_url, create=False)
+    try:
+        before = reader.last_sequence
+        assert before == last
+        async with ctxrt.open_runtime(pg_url) as rt:  # moves the store to schema 2
+            later = await (await rt.open("ann")).add_message("user", "after the move")
+        assert reader.last_sequence == int(later) > before
+    finally:
+        reader.close()
+
+
+def _fill_lock_table(conn: psycopg.Connection[Any]) -> int:
+    """Take transaction advisory locks on ``conn`` until the server's lock table has no room for
+    one more (chunks halving under savepoints: a refused chunk's locks go with its rollback)."""
+    taken, chunk = 0, 4096
+    conn.execute("BEGIN")
+    while chunk:
+        conn.execute("SAVEPOINT fill")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(k) FROM generate_series(%s::bigint, %s) AS k",
+                         (1 << 40 | taken, (1 << 40 | taken) + chunk - 1))
+        except psycopg.errors.OutOfMemory:
+            conn.execute("ROLLBACK TO SAVEPOINT fill")
+            chunk //= 2
+        else:
+            taken += chunk
+    return taken
+
+
+def test_a_full_lock_table_refuses_a_lease_and_keeps_the_ones_held(pg_url: str) -> None:
+    """K11, K8: with the server's lock table full (``max_locks_per_transaction`` too low for the
+    slots and leases of every process), taking one more lease raises ``StoreUnavailableError``
+    with the server's hint, and the leases this process holds stay held: the connection holding
+    them was taken for lost, dropped (every lease let go, for any other process to take) and the
+    driver's error raised."""
+    holder, other = PostgresEngine(pg_url), PostgresEngine(pg_url)
+    try:
+        assert all(holder.hold(1, f"ns{n}") for n in range(3))
+        with psycopg.connect(pg_url, autocommit=True) as hog:
+            assert _fill_lock_table(hog)
+            with pytest.raises(StoreUnavailableError, match="max_locks_per_transaction"):
+                holder.hold(1, "one more")
+            hog.execute("ROLLBACK")
+        assert all(holder.holds(1, f"ns{n}") for n in range(3))
+        assert not any(other.hold(1, f"ns{n}") for n in range(3))
+    finally:
+        holder.close()
+        other.close()
+
+
+async def test_batches_appending_to_the_same_slots_in_opposite_orders_meet_no_lock_cycle(
+    pg_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """K11: two runtimes (two processes' writers) append to the same three namespaces, one in one
+    order and one in the other, so their batches hold several slots each: the slots' locks are
+    taken in one order, so no batch waits in a cycle (the server broke each after a second and
+    the batch ran again, 20x fewer appends than one writer), and every message is stored."""
+    caplog.set_level(logging.INFO, logger="ctxrt.store")
+    names = [f"ns{n}" for n in range(3)]
+    async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
+        ascending = [await first.open(name, isolate=True) for name in names]
+        descending = [await second.open(name, isolate=True) for name in reversed(names)]
+        ids: list[str] = []
+
+        async def append(manager: ctxrt.ContextManager, text: str) -> None:
+            ids.append(await manager.add_message("user", text))
+
+        for manager in (*ascending, *descending):  # each runtime's tables know every slot's state
+            await append(manager, "warm-up")
+        with trio.fail_after(60):
+            for round_ in range(40):
+                async with trio.open_nursery() as nursery:
+                    for managers in (ascending, descending):
+                        for manager in managers:
+                            nursery.start_soon(append, manager, f"round {round_}")
+    assert not [r for r in caplog.records if "lock cycle" in r.getMessage()]
+    assert len(set(_appended(pg_url)) & {int(i) for i in ids}) == 41 * 6
