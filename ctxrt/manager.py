@@ -1093,7 +1093,7 @@ class ContextManager:
 
         Raises:
             TypeError: ``record`` is not a ``RequestRecord``.
-            ValueError: ``record`` is another namespace's.
+            ValueError: ``record`` is another namespace's, or names another reader.
             MessageNotFoundError: a message it carried is no longer in the store's history.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
@@ -1102,6 +1102,9 @@ class ContextManager:
             raise TypeError(f"record must be a RequestRecord, not {type(record).__name__}")
         if record.namespace != self.namespace:
             raise ValueError(f"record {record.id!r} is namespace {record.namespace!r}'s, not {self.namespace!r}'s")
+        if record.reader != self._reader:  # a record's messages are read in its reader's view: only this one's (Q4)
+            raise ValueError(f"record {record.id!r} is for reader {record.reader!r}; this manager reads for "
+                             f"{self._reader!r} (Q4)")
         await trio.lowlevel.checkpoint()
         engine = self._registry.engine
         slots = (ref.config.slot, *ref.config.auxiliary)

@@ -292,3 +292,20 @@ async def test_a_record_waiting_on_a_branch_deleted_since_is_dropped_not_refusin
     assert await main.add_message("user", "still written")
     assert [r.branch for r in await main.requests()] == ["main"]
     await main.aclose()
+
+
+async def test_a_record_given_another_reader_is_not_rebuilt_in_that_readers_view(rt: ctxrt.Runtime) -> None:
+    """Q4, Q5: bob's manager refuses to rebuild a record that names reader ann (one changed with
+    attrs.evolve, say), naming both readers, rather than reading ann's private blocks."""
+    import attrs
+
+    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    bob = await rt.open("agents/bob", view_reader="bob", ledger=True)
+    await ann.add_message("user", [Text("for ann only", audience=("ann",)), Text("for all")])
+    record = await bob.record_request(await bob.compile(BUDGET), form="anthropic")
+    with pytest.raises(ValueError, match="'ann'.*'bob'"):
+        await bob.rebuild_request(attrs.evolve(record, reader="ann"))
+    assert "for ann only" not in str((await bob.rebuild_request(record)).body)
+    await ann.aclose()
+    await bob.aclose()
+
