@@ -210,15 +210,17 @@ class ContextManager:
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
                             attachment=appended, flagged=appended.audience)
         ledger = self._registry.ledger
-        writes = (*ledger.take(self._registry.engine), *writes)  # the request records waiting commit with it (Q1)
+        taken = ledger.take(self._registry.engine)
+        writes = (*taken.commands, *writes)  # the request records waiting commit with it (Q1)
         try:
             if hold is False:
                 operation = append_result(await store.ask(append_after(writes, append)))
             else:  # the hold rides the append through the namespace actor, in place before it commits
                 operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
         except BaseException:
-            ledger.lost()
+            ledger.lost(taken)
             raise
+        ledger.landed(taken)
         return str(operation.sequence)
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:
@@ -1045,9 +1047,8 @@ class ContextManager:
             response_chars=None if response is None else len(response), trace_id=trace_id, span_id=span_id,
             options=request_ledger.stored_options(given, result), parts=parts.parts)
         data = request_ledger.encode_record(record, base=base, shared=shared, head=head, tail=tail)
-        self._registry.ledger.pending.append(AppendItem(state=states.ledger_state(self.namespace), branch=ref.branch_id,
-                                                        data=data))
-        encoder.wrote(record.id)
+        self._registry.ledger.add(encoder, record.id, AppendItem(state=states.ledger_state(self.namespace),
+                                                                 branch=ref.branch_id, data=data))
         if len(self._registry.ledger.pending) >= LEDGER_WAITING:
             await self._registry.commit_ledger()
         else:

@@ -379,6 +379,7 @@ class RequestEncoder:
 
     def __init__(self) -> None:
         self.record_id: str | None = None
+        self.in_flight = False  # the last record rides a batch not yet known committed: no base
         self.chain = 0
         self.messages: Sequence[Any] = ()
         self.sources: Sequence[Any] = ()
@@ -391,7 +392,7 @@ class RequestEncoder:
         request's parts) for ``result``, recorded at store sequence ``version``."""
         messages, sources = result.messages, result.provenance.messages
         shared = Shared()
-        if self.record_id is not None and self.chain < CHAIN:
+        if self.record_id is not None and not self.in_flight and self.chain < CHAIN:
             shared = shared_run(messages, self.messages)
             if shared.keep and any(a is not b for a, b in zip(sources[shared.head:shared.head + shared.keep],
                                                               self.sources[shared.drop:shared.drop + shared.keep])):
@@ -407,11 +408,22 @@ class RequestEncoder:
         return base, shared, head, tail, state
 
     def wrote(self, record_id: str) -> None:
-        self.record_id = record_id
+        self.record_id, self.in_flight = record_id, False
 
-    def forget(self) -> None:
-        """The last record was not kept (its write failed): the next is whole."""
-        self.record_id = None
+    def flying(self, record_id: str) -> None:
+        """Record ``record_id`` was taken into a batch: until it is known committed, the next
+        record is kept whole (that batch may commit after the next one, or not at all)."""
+        if record_id == self.record_id:
+            self.in_flight = True
+
+    def landed(self, record_id: str) -> None:
+        if record_id == self.record_id:
+            self.in_flight = False
+
+    def lost(self, record_id: str) -> None:
+        """Record ``record_id`` was not kept (its write failed or was cancelled): the next is whole."""
+        if record_id == self.record_id:
+            self.record_id, self.in_flight = None, False
 
 
 def compression_record(

@@ -309,3 +309,19 @@ async def test_a_record_given_another_reader_is_not_rebuilt_in_that_readers_view
     await ann.aclose()
     await bob.aclose()
 
+
+async def test_a_record_made_while_its_base_rides_a_held_append_reads_back(rt: ctxrt.Runtime) -> None:
+    """Q1, Q3: a record made while the one before it rides an add_message(hold_compression=True)
+    through the namespace actor (a batch another may overtake) is not kept against it: both read
+    back, neither named damaged."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "hi")
+    first = await m.record_request(await m.compile(BUDGET), form="anthropic")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: m.add_message("user", "held", hold_compression=True))
+        await trio.lowlevel.checkpoint()  # the held append took the waiting record
+        second = await m.record_request(await m.compile(BUDGET), form="anthropic")
+        assert {r.id for r in await m.requests()} == {first.id, second.id}
+    assert {r.id for r in await m.requests()} == {first.id, second.id}
+    assert (await m.rebuild_request(second)).matches
+    await m.aclose()
