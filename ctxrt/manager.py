@@ -1061,8 +1061,9 @@ class ContextManager:
     ) -> list[RequestRecord]:
         """The namespace's recorded requests on this branch (its parent's up to the fork point
         included, R1), oldest first: the newest ``limit``, or with ``since`` (a store sequence,
-        such as a record's ``sequence``) the first ``limit`` recorded after it, so a reader pages
-        forward with ``since=records[-1].sequence``. ``holding``: only those that held that message
+        such as a record's ``sequence``) the first ``limit`` recorded after it and any more at the
+        last one's sequence, so a reader pages forward with ``since=records[-1].sequence`` and
+        misses none. ``holding``: only those that held that message
         or summary id (an audit: it reads every record's header, decoding only those whose own
         parts name the id). A namespace whose ledger is off answers what it recorded while on.
         The records waiting to commit (``record_request``) are committed first.

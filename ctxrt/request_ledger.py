@@ -571,7 +571,8 @@ def decode_record(data: bytes, base: Parts | None = None, *, alone: bool = False
 def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int | None, limit: int,
                  holding: str | None) -> list[RequestRecord]:
     """The records of ledger ``state`` on a branch, oldest first: the newest ``limit`` (with
-    ``since``, the first ``limit`` recorded after that sequence), only those holding ``holding`` if
+    ``since``, the first ``limit`` recorded after that sequence, and any more recorded at the
+    last one's sequence), only those holding ``holding`` if
     given. Without ``holding`` it reads the records it returns, those before them they are kept
     against (at most ``CHAIN`` of each writer's), and O(log n) more to find ``since``; with it, the
     header of every record (and the whole of those whose own parts name the id)."""
@@ -589,6 +590,8 @@ def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int 
         start = low
     if holding is None:
         lo, hi = (start, min(length, start + limit)) if since is not None else (max(start, length - limit), length)
+        if since is not None:
+            hi = _whole_sequence(reader, range(hi, length), hi)
         return [reader.record(index) for index in range(lo, hi)]
     needle = json.dumps(holding, ensure_ascii=False).encode()
     where: dict[str, int | None] = {}  # record id -> the index of the first part holding it, if any
@@ -609,8 +612,25 @@ def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int 
         where[record_id] = at
         if at is not None and index >= start:
             found.append(index)
-    chosen = found[:limit] if since is not None else found[-limit:]
+    if since is None:
+        chosen = found[-limit:]
+    else:
+        chosen = found[:_whole_sequence(reader, found[limit:], limit, found)]
     return [reader.record(index) for index in chosen]
+
+
+def _whole_sequence(reader: _Reader, after: Sequence[int], stop: int, indices: Sequence[int] | None = None) -> int:
+    """Where a page forward (``since``) ends: ``stop``, past the records ``after`` it (indices) that
+    share the last one's sequence, so the next page, ``since`` that sequence, misses none of them
+    (records made between two commits share one; at most ``LEDGER_WAITING`` a runtime)."""
+    if stop == 0 or not after:
+        return stop
+    last = _sequence(reader.item(stop - 1 if indices is None else indices[stop - 1]))
+    for index in after:
+        if _sequence(reader.item(index)) != last:
+            break
+        stop += 1
+    return stop
 
 
 def _sequence(item: Item) -> int:

@@ -325,3 +325,22 @@ async def test_a_record_made_while_its_base_rides_a_held_append_reads_back(rt: c
     assert {r.id for r in await m.requests()} == {first.id, second.id}
     assert (await m.rebuild_request(second)).matches
     await m.aclose()
+
+
+async def test_paging_forward_by_the_last_records_sequence_misses_none_that_share_it(rt: ctxrt.Runtime) -> None:
+    """Q3: records made between two commits share a sequence (a request retried, say); a page
+    forward ends after all of those sharing its last one's, so paging with
+    since=records[-1].sequence reads every record once, the audit (holding=) too."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await m.add_message("user", "hi")
+    result = await m.compile(BUDGET)
+    made = [(await m.record_request(result, form="anthropic")).id for _ in range(7)]
+    made.append((await _turn(m, "again")).id)
+    for holding in (None, first):
+        paged: list[str] = []
+        since = 0
+        while page := await m.requests(since=since, limit=3, holding=holding):
+            paged += [r.id for r in page]
+            since = page[-1].sequence
+        assert paged == made
+    await m.aclose()
