@@ -1030,6 +1030,7 @@ class ContextManager:
         self._registry.store_ref()  # ReadOnlyStoreError before anything is made
         given = dict(options) if options is not None else {"assistant": sorted(DEFAULT_ASSISTANT)}
         body = request_ledger.make_body(result, form, given)
+        stored = request_ledger.stored_options(given, result)
         status = ref.status
         stats = status.render_stats if status.stats_compile_id == provenance.compile_id else None
         zones = request_ledger.zones_of_stats(stats) if stats is not None else request_ledger.zone_tokens_of(result)
@@ -1045,7 +1046,7 @@ class ContextManager:
             body_digest=request_ledger.body_digest(body, encoder.bodies), held=parts.held, usage=kept,
             latency_ms=latency, response=None if response is None else request_ledger.text_digest(response),
             response_chars=None if response is None else len(response), trace_id=trace_id, span_id=span_id,
-            options=request_ledger.stored_options(given, result), parts=parts.parts)
+            options=stored, parts=parts.parts)
         data = request_ledger.encode_record(record, base=base, shared=shared, head=head, tail=tail)
         self._registry.ledger.add(encoder, record.id, AppendItem(state=states.ledger_state(self.namespace),
                                                                  branch=ref.branch_id, data=data))

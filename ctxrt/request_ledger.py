@@ -236,6 +236,8 @@ def stored_options(options: Mapping[str, Any], result: CompileResult) -> dict[st
     kept = dict(options)
     assistant = kept.get("assistant")
     if assistant is not None and not isinstance(assistant, str):
+        if not all(isinstance(name, str) for name in assistant):
+            raise TypeError(f"options['assistant'] must be a str or a collection of str, not {assistant!r}")
         kept["assistant"] = sorted(assistant)
     texts = [b.text for b in result.system_injections if isinstance(b, Text)]
     if texts:
@@ -384,6 +386,7 @@ class RequestEncoder:
         self.messages: Sequence[Any] = ()
         self.sources: Sequence[Any] = ()
         self.state = Parts()
+        self._made: tuple[int, Sequence[Any], Sequence[Any], Parts] = (0, (), (), Parts())
         self.bodies = BodyDigests()
 
     def encode(self, result: CompileResult, version: int) -> tuple[str | None, Shared, list[RequestPart],
@@ -403,11 +406,13 @@ class RequestEncoder:
         tail = [part_of(messages[i], sources[i], raw, version) for i in range(after if shared.keep else 0, len(messages))]
         state = self.state.then(shared, head, tail)
         base = self.record_id if shared.keep else None
-        self.chain = self.chain + 1 if shared.keep else 0
-        self.messages, self.sources, self.state = messages, sources, state
+        # Taken up by ``wrote`` only: a record refused after this is not the next one's base.
+        self._made = (self.chain + 1 if shared.keep else 0, messages, sources, state)
         return base, shared, head, tail, state
 
     def wrote(self, record_id: str) -> None:
+        """The record last encoded is kept (waiting) as ``record_id``: the next is kept against it."""
+        self.chain, self.messages, self.sources, self.state = self._made
         self.record_id, self.in_flight = record_id, False
 
     def flying(self, record_id: str) -> None:

@@ -344,3 +344,19 @@ async def test_paging_forward_by_the_last_records_sequence_misses_none_that_shar
             since = page[-1].sequence
         assert paged == made
     await m.aclose()
+
+
+async def test_a_record_refused_for_its_options_leaves_the_next_one_readable(rt: ctxrt.Runtime) -> None:
+    """Q1, Q3: options the form takes but a record can't keep (an assistant name that isn't a str)
+    are refused naming options['assistant']; the next record, kept against the last one kept,
+    reads back and rebuilds to its digest."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await _turn(m, "one")
+    await m.add_message("user", "two")
+    with pytest.raises(TypeError, match=r"options\['assistant'\]"):
+        await m.record_request(await m.compile(BUDGET), form="anthropic", options={"assistant": {"Claude", 3}})
+    third = await _turn(m, "three")
+    assert await m.requests() == [first, third]
+    assert (await m.rebuild_request(third)).matches
+    await m.aclose()
+
