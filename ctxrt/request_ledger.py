@@ -67,9 +67,10 @@ class RequestUsage:
         this class's field names (TypeError, ValueError otherwise)."""
         if usage is None or isinstance(usage, RequestUsage):
             return usage
-        if isinstance(usage, Usage):
-            return cls(usage.input_tokens, usage.output_tokens, usage.cache_read_input_tokens,
-                       usage.cache_creation_input_tokens)
+        if isinstance(usage, Usage):  # checked as a mapping is: a host's own model may report anything
+            usage = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                     "cache_read_tokens": usage.cache_read_input_tokens,
+                     "cache_creation_tokens": usage.cache_creation_input_tokens}
         if not isinstance(usage, Mapping):
             raise TypeError(f"usage must be a RequestUsage, a ctxrt.Usage, a mapping or None, not {type(usage).__name__}")
         fields = {f.name for f in attrs.fields(cls)}

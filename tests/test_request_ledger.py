@@ -360,3 +360,15 @@ async def test_a_record_refused_for_its_options_leaves_the_next_one_readable(rt:
     assert (await m.rebuild_request(third)).matches
     await m.aclose()
 
+
+async def test_a_models_usage_is_checked_as_a_mapping_is(rt: ctxrt.Runtime) -> None:
+    """Q1: a ctxrt.Usage with a negative or NaN count (a host's own model reports it) is refused as
+    the same mapping would be, naming the field; nothing is stored."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "one")
+    result = await m.compile(BUDGET)
+    for bad in (Usage(input_tokens=-5, output_tokens=1), Usage(input_tokens=1, output_tokens=float("nan"))):  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="usage"):
+            await m.record_request(result, form="anthropic", usage=bad)
+    assert await m.requests() == []
+    await m.aclose()
