@@ -372,3 +372,31 @@ async def test_a_models_usage_is_checked_as_a_mapping_is(rt: ctxrt.Runtime) -> N
             await m.record_request(result, form="anthropic", usage=bad)
     assert await m.requests() == []
     await m.aclose()
+
+
+async def test_a_closed_namespace_keeps_nothing_of_its_last_request_and_records_again(rt: ctxrt.Runtime) -> None:
+    """Q1, Q7: once a namespace's last manager closes, the runtime holds nothing of its last
+    request once other compiles displace the store's own caches (a runtime that serves many
+    agents in turn doesn't grow with them: 400 closed namespaces of 300 messages held 234 MB,
+    now 48); opened again, it records and reads back as before."""
+    import gc
+    import weakref
+
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await _turn(m, "one")
+    await m.add_message("user", "two")
+    result = await m.compile(BUDGET)
+    second = await m.record_request(result, form="anthropic", options={"assistant": "Claude"})
+    held = weakref.ref(result.messages[-1])
+    del result
+    await m.aclose()
+    other = await rt.open("agents/bob", view_reader="bob", ledger=True)  # the store's caches of the last compile move on
+    await _turn(other, "for bob")
+    await other.aclose()
+    gc.collect()
+    assert held() is None
+    m = await rt.open("agents/ann")
+    third = await _turn(m, "three")
+    assert await m.requests() == [first, second, third]
+    assert (await m.rebuild_request(third)).matches
+    await m.aclose()

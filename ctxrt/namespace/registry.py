@@ -167,6 +167,8 @@ class NamespaceRegistry:
         key = (ref.branch_id, ref.namespace)
         if self._refs.get(key) is ref:
             del self._refs[key]
+            # Its encoder holds the last request's messages: a namespace opened again keeps its next record whole.
+            self.ledger.encoders.pop(key, None)
 
     async def attach(
         self, branch: BranchRow, config: NamespaceConfig, reader: str | None, token: int, *,
