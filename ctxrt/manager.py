@@ -995,7 +995,9 @@ class ContextManager:
         The record costs no commit of its own: it commits in the batch of the runtime's next
         ``add_message`` (so a reply added next lands with its request's record), or when
         ``requests()`` reads, a manager or the runtime closes, or ``LEDGER_WAITING`` records wait.
-        A process that dies first loses the records still waiting. It is kept as what it adds to
+        A process that dies first loses the records still waiting. Cancelled, it keeps nothing,
+        unless the cancel comes while it commits the ``LEDGER_WAITING``-th: then the records
+        waiting may or may not be kept. It is kept as what it adds to
         the namespace's last record (the messages after those they share), so its cost follows
         the turn, not the size of the request.
 
@@ -1022,6 +1024,8 @@ class ContextManager:
         checks.optional_text(response, "response")
         kept = request_ledger.RequestUsage.of(usage)
         latency = request_ledger.check_latency(latency_ms)
+        await trio.lowlevel.checkpoint()  # before anything is kept: a cancelled call keeps nothing
+        ref = self._live()
         engine = self._registry.engine
         if engine.read_value(states.ledger_flag_state(self.namespace), ref.branch_id) is not True:
             raise LedgerOffError(
@@ -1050,11 +1054,9 @@ class ContextManager:
         data = request_ledger.encode_record(record, base=base, shared=shared, head=head, tail=tail)
         self._registry.ledger.add(encoder, record.id, AppendItem(state=states.ledger_state(self.namespace),
                                                                  branch=ref.branch_id, data=data))
+        tracing.recorded(span, record.id)
         if len(self._registry.ledger.pending) >= LEDGER_WAITING:
             await self._registry.commit_ledger()
-        else:
-            await trio.lowlevel.checkpoint()
-        tracing.recorded(span, record.id)
         return record
 
     async def requests(

@@ -400,3 +400,18 @@ async def test_a_closed_namespace_keeps_nothing_of_its_last_request_and_records_
     assert await m.requests() == [first, second, third]
     assert (await m.rebuild_request(third)).matches
     await m.aclose()
+
+
+async def test_a_cancelled_record_request_keeps_nothing(rt: ctxrt.Runtime) -> None:
+    """Q1: record_request cancelled (before it returns a record) keeps no record; the next one,
+    and the ledger, read back as before."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await _turn(m, "one")
+    result = await m.compile(BUDGET)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await m.record_request(result, form="anthropic")
+    assert scope.cancelled_caught
+    second = await _turn(m, "two")
+    assert await m.requests() == [first, second]
+    await m.aclose()
