@@ -265,15 +265,17 @@ class ContextManager:
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
                             attachment=appended, flagged=appended.audience)
         ledger = self._registry.ledger
-        writes = (*ledger.take(self._registry.engine), *writes)  # the request records waiting commit with it (Q1)
+        taken = ledger.take(self._registry.engine)
+        writes = (*taken.commands, *writes)  # the request records waiting commit with it (Q1)
         try:
             if hold is False:
                 operation = append_result(await store.ask(append_after(writes, append)))
             else:  # the hold rides the append through the namespace actor, in place before it commits
                 operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
         except BaseException:
-            ledger.lost()
+            ledger.lost(taken)
             raise
+        ledger.landed(taken)
         return str(operation.sequence)
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:
@@ -1049,7 +1051,9 @@ class ContextManager:
         The record costs no commit of its own: it commits in the batch of the runtime's next
         ``add_message`` (so a reply added next lands with its request's record), or when
         ``requests()`` reads, a manager or the runtime closes, or ``LEDGER_WAITING`` records wait.
-        A process that dies first loses the records still waiting. It is kept as what it adds to
+        A process that dies first loses the records still waiting. Cancelled, it keeps nothing,
+        unless the cancel comes while it commits the ``LEDGER_WAITING``-th: then the records
+        waiting may or may not be kept. It is kept as what it adds to
         the namespace's last record (the messages after those they share), so its cost follows
         the turn, not the size of the request.
 
@@ -1076,6 +1080,8 @@ class ContextManager:
         checks.optional_text(response, "response")
         kept = request_ledger.RequestUsage.of(usage)
         latency = request_ledger.check_latency(latency_ms)
+        await trio.lowlevel.checkpoint()  # before anything is kept: a cancelled call keeps nothing
+        ref = self._live()
         engine = self._registry.engine
         if engine.read_value(states.ledger_flag_state(self.namespace), ref.branch_id) is not True:
             raise LedgerOffError(
@@ -1084,6 +1090,7 @@ class ContextManager:
         self._registry.store_ref()  # ReadOnlyStoreError before anything is made
         given = dict(options) if options is not None else {"assistant": sorted(DEFAULT_ASSISTANT)}
         body = request_ledger.make_body(result, form, given)
+        stored = request_ledger.stored_options(given, result)
         status = ref.status
         stats = status.render_stats if status.stats_compile_id == provenance.compile_id else None
         zones = request_ledger.zones_of_stats(stats) if stats is not None else request_ledger.zone_tokens_of(result)
@@ -1099,16 +1106,13 @@ class ContextManager:
             body_digest=request_ledger.body_digest(body, encoder.bodies), held=parts.held, usage=kept,
             latency_ms=latency, response=None if response is None else request_ledger.text_digest(response),
             response_chars=None if response is None else len(response), trace_id=trace_id, span_id=span_id,
-            options=request_ledger.stored_options(given, result), parts=parts.parts)
+            options=stored, parts=parts.parts)
         data = request_ledger.encode_record(record, base=base, shared=shared, head=head, tail=tail)
-        self._registry.ledger.pending.append(AppendItem(state=states.ledger_state(self.namespace), branch=ref.branch_id,
-                                                        data=data))
-        encoder.wrote(record.id)
+        self._registry.ledger.add(encoder, record.id, AppendItem(state=states.ledger_state(self.namespace),
+                                                                 branch=ref.branch_id, data=data))
+        tracing.recorded(span, record.id)
         if len(self._registry.ledger.pending) >= LEDGER_WAITING:
             await self._registry.commit_ledger()
-        else:
-            await trio.lowlevel.checkpoint()
-        tracing.recorded(span, record.id)
         return record
 
     async def requests(
@@ -1116,8 +1120,9 @@ class ContextManager:
     ) -> list[RequestRecord]:
         """The namespace's recorded requests on this branch (its parent's up to the fork point
         included, R1), oldest first: the newest ``limit``, or with ``since`` (a store sequence,
-        such as a record's ``sequence``) the first ``limit`` recorded after it, so a reader pages
-        forward with ``since=records[-1].sequence``. ``holding``: only those that held that message
+        such as a record's ``sequence``) the first ``limit`` recorded after it and any more at the
+        last one's sequence, so a reader pages forward with ``since=records[-1].sequence`` and
+        misses none. ``holding``: only those that held that message
         or summary id (an audit: it reads every record's header, decoding only those whose own
         parts name the id). A namespace whose ledger is off answers what it recorded while on.
         The records waiting to commit (``record_request``) are committed first.
@@ -1149,7 +1154,7 @@ class ContextManager:
 
         Raises:
             TypeError: ``record`` is not a ``RequestRecord``.
-            ValueError: ``record`` is another namespace's.
+            ValueError: ``record`` is another namespace's, or names another reader.
             MessageNotFoundError: a message it carried is no longer in the store's history.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
@@ -1158,6 +1163,9 @@ class ContextManager:
             raise TypeError(f"record must be a RequestRecord, not {type(record).__name__}")
         if record.namespace != self.namespace:
             raise ValueError(f"record {record.id!r} is namespace {record.namespace!r}'s, not {self.namespace!r}'s")
+        if record.reader != self._reader:  # a record's messages are read in its reader's view: only this one's (Q4)
+            raise ValueError(f"record {record.id!r} is for reader {record.reader!r}; this manager reads for "
+                             f"{self._reader!r} (Q4)")
         await trio.lowlevel.checkpoint()
         engine = self._registry.engine
         slots = (ref.config.slot, *ref.config.auxiliary)

@@ -67,9 +67,10 @@ class RequestUsage:
         this class's field names (TypeError, ValueError otherwise)."""
         if usage is None or isinstance(usage, RequestUsage):
             return usage
-        if isinstance(usage, Usage):
-            return cls(usage.input_tokens, usage.output_tokens, usage.cache_read_input_tokens,
-                       usage.cache_creation_input_tokens)
+        if isinstance(usage, Usage):  # checked as a mapping is: a host's own model may report anything
+            usage = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                     "cache_read_tokens": usage.cache_read_input_tokens,
+                     "cache_creation_tokens": usage.cache_creation_input_tokens}
         if not isinstance(usage, Mapping):
             raise TypeError(f"usage must be a RequestUsage, a ctxrt.Usage, a mapping or None, not {type(usage).__name__}")
         fields = {f.name for f in attrs.fields(cls)}
@@ -236,6 +237,8 @@ def stored_options(options: Mapping[str, Any], result: CompileResult) -> dict[st
     kept = dict(options)
     assistant = kept.get("assistant")
     if assistant is not None and not isinstance(assistant, str):
+        if not all(isinstance(name, str) for name in assistant):
+            raise TypeError(f"options['assistant'] must be a str or a collection of str, not {assistant!r}")
         kept["assistant"] = sorted(assistant)
     texts = [b.text for b in result.system_injections if isinstance(b, Text)]
     if texts:
@@ -403,10 +406,12 @@ class RequestEncoder:
 
     def __init__(self) -> None:
         self.record_id: str | None = None
+        self.in_flight = False  # the last record rides a batch not yet known committed: no base
         self.chain = 0
         self.messages: Sequence[Any] = ()
         self.sources: Sequence[Any] = ()
         self.state = Parts()
+        self._made: tuple[int, Sequence[Any], Sequence[Any], Parts] = (0, (), (), Parts())
         self.bodies = BodyDigests()
 
     def encode(self, result: CompileResult, version: int) -> tuple[str | None, Shared, list[RequestPart],
@@ -415,7 +420,7 @@ class RequestEncoder:
         request's parts) for ``result``, recorded at store sequence ``version``."""
         messages, sources = result.messages, result.provenance.messages
         shared = Shared()
-        if self.record_id is not None and self.chain < CHAIN:
+        if self.record_id is not None and not self.in_flight and self.chain < CHAIN:
             shared = shared_run(messages, self.messages)
             if shared.keep and not all(map(operator.is_, sources[shared.head:shared.head + shared.keep],
                                             self.sources[shared.drop:shared.drop + shared.keep])):
@@ -426,16 +431,29 @@ class RequestEncoder:
         tail = [part_of(messages[i], sources[i], raw, version) for i in range(after if shared.keep else 0, len(messages))]
         state = self.state.then(shared, head, tail)
         base = self.record_id if shared.keep else None
-        self.chain = self.chain + 1 if shared.keep else 0
-        self.messages, self.sources, self.state = messages, sources, state
+        # Taken up by ``wrote`` only: a record refused after this is not the next one's base.
+        self._made = (self.chain + 1 if shared.keep else 0, messages, sources, state)
         return base, shared, head, tail, state
 
     def wrote(self, record_id: str) -> None:
-        self.record_id = record_id
+        """The record last encoded is kept (waiting) as ``record_id``: the next is kept against it."""
+        self.chain, self.messages, self.sources, self.state = self._made
+        self.record_id, self.in_flight = record_id, False
 
-    def forget(self) -> None:
-        """The last record was not kept (its write failed): the next is whole."""
-        self.record_id = None
+    def flying(self, record_id: str) -> None:
+        """Record ``record_id`` was taken into a batch: until it is known committed, the next
+        record is kept whole (that batch may commit after the next one, or not at all)."""
+        if record_id == self.record_id:
+            self.in_flight = True
+
+    def landed(self, record_id: str) -> None:
+        if record_id == self.record_id:
+            self.in_flight = False
+
+    def lost(self, record_id: str) -> None:
+        """Record ``record_id`` was not kept (its write failed or was cancelled): the next is whole."""
+        if record_id == self.record_id:
+            self.record_id, self.in_flight = None, False
 
 
 def compression_record(
@@ -583,7 +601,8 @@ def decode_record(data: bytes, base: Parts | None = None, *, alone: bool = False
 def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int | None, limit: int,
                  holding: str | None) -> list[RequestRecord]:
     """The records of ledger ``state`` on a branch, oldest first: the newest ``limit`` (with
-    ``since``, the first ``limit`` recorded after that sequence), only those holding ``holding`` if
+    ``since``, the first ``limit`` recorded after that sequence, and any more recorded at the
+    last one's sequence), only those holding ``holding`` if
     given. Without ``holding`` it reads the records it returns, those before them they are kept
     against (at most ``CHAIN`` of each writer's), and O(log n) more to find ``since``; with it, the
     header of every record (and the whole of those whose own parts name the id)."""
@@ -601,6 +620,8 @@ def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int 
         start = low
     if holding is None:
         lo, hi = (start, min(length, start + limit)) if since is not None else (max(start, length - limit), length)
+        if since is not None:
+            hi = _whole_sequence(reader, range(hi, length), hi)
         return [reader.record(index) for index in range(lo, hi)]
     needle = json.dumps(holding, ensure_ascii=False).encode()
     where: dict[str, int | None] = {}  # record id -> the index of the first part holding it, if any
@@ -621,8 +642,25 @@ def read_records(engine: StoreEngine, state: str, branch_id: int, *, since: int 
         where[record_id] = at
         if at is not None and index >= start:
             found.append(index)
-    chosen = found[:limit] if since is not None else found[-limit:]
+    if since is None:
+        chosen = found[-limit:]
+    else:
+        chosen = found[:_whole_sequence(reader, found[limit:], limit, found)]
     return [reader.record(index) for index in chosen]
+
+
+def _whole_sequence(reader: _Reader, after: Sequence[int], stop: int, indices: Sequence[int] | None = None) -> int:
+    """Where a page forward (``since``) ends: ``stop``, past the records ``after`` it (indices) that
+    share the last one's sequence, so the next page, ``since`` that sequence, misses none of them
+    (records made between two commits share one; at most ``LEDGER_WAITING`` a runtime)."""
+    if stop == 0 or not after:
+        return stop
+    last = _sequence(reader.item(stop - 1 if indices is None else indices[stop - 1]))
+    for index in after:
+        if _sequence(reader.item(index)) != last:
+            break
+        stop += 1
+    return stop
 
 
 def _sequence(item: Item) -> int:

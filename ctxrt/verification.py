@@ -4,7 +4,9 @@ The store checks its records' seals and structure (``ctxrt.store.verify``, ``ver
 and never decodes a message; here each log item of a message slot is decoded as the layers above
 read it (``codec``) and the blobs it names are handed back for the store to look up (``blobs``);
 and each message slot's stored channel index, where it covers the slot, is checked against the
-slot's messages (``check_indexes``, K10): the first entry that differs is named.
+slot's messages (``check_indexes``, K10): the first entry that differs is named; and each request
+ledger's records are kept against earlier ones that are there and long enough (``check_ledgers``,
+Q3), as ``requests()`` reads them.
 ``verify`` is what the CLI calls: a directory is walked in a child process (``verify_in_child``:
 ``python -m ctxrt.verification --stream PATH``), so a damaged file that makes LMDB abort or
 raise SIGBUS kills only the child, whose death is reported as damage; a postgresql:// store is
@@ -33,7 +35,7 @@ from .channel_entries import index_entries
 from .content import blobs, codec
 from .errors import StoreFormatError
 from .namespace.states import is_host_log, is_ledger, is_slot
-from .request_ledger import check_record
+from .request_ledger import check_record, decode_record, header
 from .slots import decode_stored
 from .store.engine import BACKEND_ERRORS as BACKEND_ERRORS
 from .store.environment import close_store, open_store
@@ -89,6 +91,35 @@ def check_indexes(engine: StoreEngine) -> Iterator[tuple[str, str]]:
                     break
 
 
+def check_ledgers(engine: StoreEngine) -> Iterator[tuple[str, str]]:
+    """Per live branch, each request ledger's first record kept against one that is not before it
+    or has fewer parts than it keeps (Q3): ``requests()`` would name it damaged. (Each record's own
+    decoding is ``check_item``'s: one that doesn't decode is skipped here.)"""
+    at = engine.last_sequence
+    ledgers = [info.name for info in engine.list_states() if info.kind == "log" and is_ledger(info.name)]
+    for branch in engine.list_branches():
+        for state in ledgers:
+            lengths: dict[str, int] = {}  # record id -> how many parts it has, base's included
+            for item in engine.read_items(state, branch.id, at=at):
+                try:
+                    record_id, base, shared = header(item.data)
+                    own = len(decode_record(item.data, alone=True)[0].parts)
+                except ValueError:
+                    continue
+                if base is not None and lengths.get(base, -1) < shared.drop + shared.keep:
+                    yield (f"request ledger {state!r} on branch {branch.name!r}",
+                           f"record {record_id!r} @{item.sequence} is kept against {base!r}, which is "
+                           f"{'not before it' if base not in lengths else 'shorter than it keeps'}")
+                    break
+                lengths[record_id] = own + (shared.keep if base is not None else 0)
+
+
+def check_store(engine: StoreEngine) -> Iterator[tuple[str, str]]:
+    """What is checked of the store as the engine reads it: the channel indexes, the ledgers."""
+    yield from check_indexes(engine)
+    yield from check_ledgers(engine)
+
+
 def _first_difference(expected: list[tuple[int, bytes]], stored: list[tuple[int, bytes]]) -> str | None:
     for (want, data), (have, entry) in zip(expected, stored):
         if want != have:
@@ -122,7 +153,7 @@ def verify_postgres(url: str, *, emit: Callable[[dict[str, Any]], None] | None =
         from .store.verify_postgres import walk_postgres
     except ImportError as exc:
         raise driver_missing(exc) from None
-    return walk_postgres(url, check_item, emit=emit, check_engine=check_indexes)
+    return walk_postgres(url, check_item, emit=emit, check_engine=check_store)
 
 
 def verify_store(path: str | os.PathLike[str], *, emit: Callable[[dict[str, Any]], None] | None = None) -> VerifyReport:
@@ -131,7 +162,7 @@ def verify_store(path: str | os.PathLike[str], *, emit: Callable[[dict[str, Any]
     Reading a damaged store through LMDB can crash the process that reads it; call
     ``verify_in_child`` unless this process is expendable. Never writes to the store.
     """
-    return walk_store(path, check_item, emit=emit, check_engine=check_indexes)
+    return walk_store(path, check_item, emit=emit, check_engine=check_store)
 
 
 def verify_in_child(path: str | os.PathLike[str], *, timeout: float | None = None) -> VerifyReport:

@@ -292,3 +292,126 @@ async def test_a_record_waiting_on_a_branch_deleted_since_is_dropped_not_refusin
     assert await main.add_message("user", "still written")
     assert [r.branch for r in await main.requests()] == ["main"]
     await main.aclose()
+
+
+async def test_a_record_given_another_reader_is_not_rebuilt_in_that_readers_view(rt: ctxrt.Runtime) -> None:
+    """Q4, Q5: bob's manager refuses to rebuild a record that names reader ann (one changed with
+    attrs.evolve, say), naming both readers, rather than reading ann's private blocks."""
+    import attrs
+
+    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    bob = await rt.open("agents/bob", view_reader="bob", ledger=True)
+    await ann.add_message("user", [Text("for ann only", audience=("ann",)), Text("for all")])
+    record = await bob.record_request(await bob.compile(BUDGET), form="anthropic")
+    with pytest.raises(ValueError, match="'ann'.*'bob'"):
+        await bob.rebuild_request(attrs.evolve(record, reader="ann"))
+    assert "for ann only" not in str((await bob.rebuild_request(record)).body)
+    await ann.aclose()
+    await bob.aclose()
+
+
+async def test_a_record_made_while_its_base_rides_a_held_append_reads_back(rt: ctxrt.Runtime) -> None:
+    """Q1, Q3: a record made while the one before it rides an add_message(hold_compression=True)
+    through the namespace actor (a batch another may overtake) is not kept against it: both read
+    back, neither named damaged."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "hi")
+    first = await m.record_request(await m.compile(BUDGET), form="anthropic")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: m.add_message("user", "held", hold_compression=True))
+        await trio.lowlevel.checkpoint()  # the held append took the waiting record
+        second = await m.record_request(await m.compile(BUDGET), form="anthropic")
+        assert {r.id for r in await m.requests()} == {first.id, second.id}
+    assert {r.id for r in await m.requests()} == {first.id, second.id}
+    assert (await m.rebuild_request(second)).matches
+    await m.aclose()
+
+
+async def test_paging_forward_by_the_last_records_sequence_misses_none_that_share_it(rt: ctxrt.Runtime) -> None:
+    """Q3: records made between two commits share a sequence (a request retried, say); a page
+    forward ends after all of those sharing its last one's, so paging with
+    since=records[-1].sequence reads every record once, the audit (holding=) too."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await m.add_message("user", "hi")
+    result = await m.compile(BUDGET)
+    made = [(await m.record_request(result, form="anthropic")).id for _ in range(7)]
+    made.append((await _turn(m, "again")).id)
+    for holding in (None, first):
+        paged: list[str] = []
+        since = 0
+        while page := await m.requests(since=since, limit=3, holding=holding):
+            paged += [r.id for r in page]
+            since = page[-1].sequence
+        assert paged == made
+    await m.aclose()
+
+
+async def test_a_record_refused_for_its_options_leaves_the_next_one_readable(rt: ctxrt.Runtime) -> None:
+    """Q1, Q3: options the form takes but a record can't keep (an assistant name that isn't a str)
+    are refused naming options['assistant']; the next record, kept against the last one kept,
+    reads back and rebuilds to its digest."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await _turn(m, "one")
+    await m.add_message("user", "two")
+    with pytest.raises(TypeError, match=r"options\['assistant'\]"):
+        await m.record_request(await m.compile(BUDGET), form="anthropic", options={"assistant": {"Claude", 3}})
+    third = await _turn(m, "three")
+    assert await m.requests() == [first, third]
+    assert (await m.rebuild_request(third)).matches
+    await m.aclose()
+
+
+async def test_a_models_usage_is_checked_as_a_mapping_is(rt: ctxrt.Runtime) -> None:
+    """Q1: a ctxrt.Usage with a negative or NaN count (a host's own model reports it) is refused as
+    the same mapping would be, naming the field; nothing is stored."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "one")
+    result = await m.compile(BUDGET)
+    for bad in (Usage(input_tokens=-5, output_tokens=1), Usage(input_tokens=1, output_tokens=float("nan"))):  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="usage"):
+            await m.record_request(result, form="anthropic", usage=bad)
+    assert await m.requests() == []
+    await m.aclose()
+
+
+async def test_a_closed_namespace_keeps_nothing_of_its_last_request_and_records_again(rt: ctxrt.Runtime) -> None:
+    """Q1, Q7: once a namespace's last manager closes, the runtime holds nothing of its last
+    request once other compiles displace the store's own caches (a runtime that serves many
+    agents in turn doesn't grow with them: 400 closed namespaces of 300 messages held 234 MB,
+    now 48); opened again, it records and reads back as before."""
+    import gc
+    import weakref
+
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await _turn(m, "one")
+    await m.add_message("user", "two")
+    result = await m.compile(BUDGET)
+    second = await m.record_request(result, form="anthropic", options={"assistant": "Claude"})
+    held = weakref.ref(result.messages[-1])
+    del result
+    await m.aclose()
+    other = await rt.open("agents/bob", view_reader="bob", ledger=True)  # the store's caches of the last compile move on
+    await _turn(other, "for bob")
+    await other.aclose()
+    gc.collect()
+    assert held() is None
+    m = await rt.open("agents/ann")
+    third = await _turn(m, "three")
+    assert await m.requests() == [first, second, third]
+    assert (await m.rebuild_request(third)).matches
+    await m.aclose()
+
+
+async def test_a_cancelled_record_request_keeps_nothing(rt: ctxrt.Runtime) -> None:
+    """Q1: record_request cancelled (before it returns a record) keeps no record; the next one,
+    and the ledger, read back as before."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await _turn(m, "one")
+    result = await m.compile(BUDGET)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await m.record_request(result, form="anthropic")
+    assert scope.cancelled_caught
+    second = await _turn(m, "two")
+    assert await m.requests() == [first, second]
+    await m.aclose()

@@ -6,21 +6,27 @@ message). Property tests: sequences of requests drawn by hypothesis."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxrt import CompiledMessage, CompileResult, Message, Provenance, Source, Text
+from ctxrt import Budget, CompiledMessage, CompileResult, Message, Provenance, Source, Text, open_runtime
+from ctxrt.errors import StoreCorruptError
 from ctxrt.request_ledger import (
     BodyDigests,
     Parts,
     RequestEncoder,
     RequestRecord,
+    Shared,
     body_digest,
     decode_record,
     encode_record,
 )
+from ctxrt.testing import AppendItem, verify
 
 # One step between two requests: (messages a window drops at the front, messages appended, an edit
 # at a position (as a fraction of the request), whether the first message is rendered afresh).
@@ -115,3 +121,21 @@ def test_a_body_digested_against_the_last_is_the_digest_made_afresh(changes: lis
             items[-1]["content"] = items[-1]["content"] + "!"  # the host's to edit (P14)
         body = {"system": "s", "messages": list(items)}
         assert body_digest(body, memo) == body_digest(body)
+
+
+async def test_verify_reports_a_record_kept_against_one_not_before_it(store_path: Path) -> None:
+    """Q3, K7: a record whose base is not before it in the ledger (what a base that committed late,
+    or never, left) makes requests() raise StoreCorruptError; verify reports it too, naming the
+    ledger and the base."""
+    async with open_runtime(store_path) as rt:
+        m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+        await m.add_message("user", "one")
+        record = await m.record_request(await m.compile(Budget(max_tokens=10_000)), form="anthropic")
+        orphan = encode_record(attrs.evolve(record, id="orphan"), base="not-there", shared=Shared(0, 0, 1), tail=())
+        await rt.store.ask(AppendItem(state="agents/ann/requests", branch="main", data=orphan))
+        with pytest.raises(StoreCorruptError, match="agents/ann/requests"):
+            await m.requests()
+        await m.aclose()
+    report = verify(str(store_path))
+    assert report.status == "damaged"
+    assert any("agents/ann/requests" in item.place and "not-there" in item.what for item in report.damage), report

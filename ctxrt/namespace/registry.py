@@ -62,27 +62,54 @@ class LedgerQueue:
     def __init__(self) -> None:
         self.pending: list[AppendItem] = []
         self.encoders: dict[tuple[int, str], RequestEncoder] = {}
+        self._wrote: list[tuple[RequestEncoder, str]] = []  # (encoder, record id) of each record waiting
 
     def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
         return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
 
-    def take(self, engine: StoreEngine) -> tuple[Any, ...]:
+    def add(self, encoder: RequestEncoder, record_id: str, append: AppendItem) -> None:
+        """Keep ``encoder``'s record ``record_id`` (``append``) waiting for the next batch."""
+        self.pending.append(append)
+        self._wrote.append((encoder, record_id))
+        encoder.wrote(record_id)
+
+    def take(self, engine: StoreEngine) -> Taken:
         """The commands that commit what waits (each ledger's state registered first, unless the
         engine knows it), leaving none; a record of a branch deleted since is dropped with it (L5),
-        or it would refuse the write it rides in."""
+        or it would refuse the write it rides in. Until the batch is known committed (``landed``)
+        or not (``lost``), no record is kept against one it took: another batch may commit first,
+        or this one fail, and a record must follow its base in the log."""
+        taken = Taken((), tuple(self._wrote))
+        for encoder, record_id in self._wrote:
+            encoder.flying(record_id)
+        self._wrote = []
         if not self.pending:
-            return ()
+            return taken
         gone = {branch for branch in {int(append.branch) for append in self.pending} if engine.branch_deleted(branch)}
         pending = [append for append in self.pending if int(append.branch) not in gone]
         self.pending = []
         known = engine.has_state
         states = [state for state in dict.fromkeys(append.state for append in pending) if not known(state)]
-        return (*(RegisterState(name=state, kind="log") for state in states), *pending)
+        return attrs.evolve(taken, commands=(*(RegisterState(name=state, kind="log") for state in states), *pending))
 
-    def lost(self) -> None:
-        """What was taken did not commit: the next record of each encoder is kept whole."""
-        for encoder in self.encoders.values():
-            encoder.forget()
+    def landed(self, taken: Taken) -> None:
+        """What ``taken`` took committed: a record may be kept against them."""
+        for encoder, record_id in taken.records:
+            encoder.landed(record_id)
+
+    def lost(self, taken: Taken) -> None:
+        """What ``taken`` took did not commit (or may not have): the next record of their
+        encoders is kept whole."""
+        for encoder, record_id in taken.records:
+            encoder.lost(record_id)
+
+
+@attrs.frozen
+class Taken:
+    """A batch's share of the waiting records: its commands, and which encoder wrote each."""
+
+    commands: tuple[Any, ...]
+    records: tuple[tuple[RequestEncoder, str], ...]
 
 
 class NamespaceRegistry:
@@ -110,13 +137,14 @@ class NamespaceRegistry:
 
     async def commit_ledger(self) -> None:
         """Commit the request records waiting (Q1), if any: what ``requests`` reads and a close leaves."""
-        commands = self.ledger.take(self.engine)
-        if commands:
+        taken = self.ledger.take(self.engine)
+        if taken.commands:
             try:
-                await self.store_ref().ask(Atomically(commands=commands))
+                await self.store_ref().ask(Atomically(commands=taken.commands))
             except BaseException:
-                self.ledger.lost()
+                self.ledger.lost(taken)
                 raise
+        self.ledger.landed(taken)
 
     def __len__(self) -> int:
         return len(self._refs)
@@ -139,6 +167,8 @@ class NamespaceRegistry:
         key = (ref.branch_id, ref.namespace)
         if self._refs.get(key) is ref:
             del self._refs[key]
+            # Its encoder holds the last request's messages: a namespace opened again keeps its next record whole.
+            self.ledger.encoders.pop(key, None)
 
     async def attach(
         self, branch: BranchRow, config: NamespaceConfig, reader: str | None, token: int, *,
