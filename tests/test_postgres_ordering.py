@@ -18,9 +18,8 @@ import trio
 import ctxrt
 from ctxrt.errors import StoreUnavailableError
 from ctxrt.store import postgres
-from ctxrt.store.actor import execute
 from ctxrt.store.postgres import PostgresEngine
-from ctxrt.store.protocol import AppendItem
+from ctxrt.testing import AppendItem, execute
 
 CHILD = Path(__file__).with_name("pg_ordering_writer.py")
 
