@@ -125,7 +125,7 @@ async def test_a_schema_1_store_is_read_as_it_is_and_moved_to_schema_2_by_a_writ
 
 
 async def test_a_stalled_writer_holds_up_the_horizon_and_forks_only_until_its_idle_transaction_is_ended(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch,
+    pg_url: str,
 ) -> None:
     """K11: a writer process stopped mid-batch (SIGSTOP, a stall) keeps its transaction, and the
     catalog and slot locks it holds, open: ``last_sequence`` waits for it, and a fork waits with
@@ -134,11 +134,10 @@ async def test_a_stalled_writer_holds_up_the_horizon_and_forks_only_until_its_id
     horizon and the fork go on (the horizon final: the stalled batch wrote nothing), and the
     stalled batch, resumed, fails with nothing written (before, the server saw a statement in
     progress and waited as long as the process stayed stopped)."""
-    monkeypatch.setattr(postgres, "IDLE_IN_TRANSACTION_MS", 500)
     async with ctxrt.open_runtime(pg_url) as rt:
         manager = await rt.open("ann")
         await manager.add_message("user", "before the stall")
-        stalled = PostgresEngine(pg_url)  # another process's writer
+        stalled = PostgresEngine(pg_url, idle_in_transaction_ms=500)  # another process's writer
         reader = PostgresEngine(pg_url, create=False)
         state = next(info.name for info in stalled.list_states() if info.kind == "log")
         began, resume = threading.Event(), threading.Event()

@@ -641,7 +641,7 @@ async def _ledger_page(runtime: Runtime, row: BranchRow, manager: ContextManager
     first = _first_recorded(runtime, row, manager.namespace, head.length, head.revision, sequence)
     # A request holds a message, so it was recorded at sequence 1 or later: ``since`` is never negative.
     found = await manager.requests(since=max(sequence - 1, 0), limit=start - first + count)
-    return found[start - first:]
+    return found[start - first:start - first + count]  # a page runs on through the records sharing its last sequence
 
 
 @attrs.frozen

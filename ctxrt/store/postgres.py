@@ -116,9 +116,11 @@ class PostgresEngine(Catalog):
 
     shared = True  # other processes write it too: caches check the head before a read
 
-    def __init__(self, url: str, *, synchronous: bool = True, create: bool = True) -> None:
+    def __init__(self, url: str, *, synchronous: bool = True, create: bool = True,
+                 idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS) -> None:
         super().__init__()
         self.url = url
+        self._idle_ms = idle_in_transaction_ms  # how long the server lets a stalled batch hold its locks
         self.data_path = redact(url)
         self._synchronous = synchronous
         self._lock = threading.Lock()  # the read connection is used by one thread at a time
@@ -149,7 +151,7 @@ class PostgresEngine(Catalog):
             old.close()
         settings = f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}"
         if writer:
-            settings += f"; SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}"
+            settings += f"; SET idle_in_transaction_session_timeout = {int(self._idle_ms)}"
         if writer and not self._synchronous:  # the server acknowledges before its WAL is flushed
             settings += "; SET synchronous_commit = off"
         try:
@@ -762,7 +764,10 @@ class PostgresEngine(Catalog):
             # answered with the batch's first read: the tables it knows are checked then.
             found = conn.cursor().execute(_CATALOG)
             counter: psycopg.Cursor[Any] | None = found
-            if settled or not self.known_states:  # nothing read yet, or they moved: read the tables first
+            # Nothing read yet, or they moved: read the tables first. So does a batch that changes
+            # them (it holds the lock exclusive): it judges a branch's name against the tables as
+            # they are, not as this process last read them (another may have just made that name).
+            if settled or exclusive or not self.known_states:
                 self._began = True
                 pipeline.sync()
                 if _catalog(found.fetchall()) != self._committed or not self.known_states:
