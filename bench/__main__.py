@@ -2,7 +2,7 @@
 
 Runs each bench module present, in order (store, context, compression, audience, peers, actors, flush,
 committer, machine, prefix, costs, controls, postgres, aio, edits, inspector, adapters, turn, ladder, folding,
-metadata, channels),
+metadata, channels, ledger),
 each imported only when its turn comes. A module that is missing, fails to import or raises is
 reported as one line, and the run goes on. Then writes ``bench/results.md``: a header (date,
 machine), a summary table of every figure with its comparison, ratio, target and pass/fail, and
@@ -39,14 +39,14 @@ from .harness import figure
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results.md"
 MODULES = ("store", "context", "compression", "audience", "peers", "actors", "flush", "committer", "machine", "prefix", "costs",
-           "controls", "postgres", "aio", "edits", "inspector", "adapters", "turn", "ladder", "folding", "metadata", "channels")
+           "controls", "postgres", "aio", "edits", "inspector", "adapters", "turn", "ladder", "folding", "metadata", "channels", "ledger")
 TITLES = {"store": "Store", "context": "Context", "compression": "Compression", "audience": "Audience",
           "peers": "Peers", "actors": "Actors", "prefix": "Prefix", "costs": "Costs",
           "controls": "Controls", "postgres": "PostgreSQL", "aio": "From asyncio",
           "edits": "Compiles after edits", "inspector": "Inspector",
           "adapters": "Framework adapters", "flush": "Flushes off the loop", "committer": "The committer", "machine": "The namespace machine",
           "turn": "A turn", "ladder": "The refusal ladder", "folding": "Folding under budget",
-          "metadata": "compile_metadata against a compile", "channels": "Channels"}
+          "metadata": "compile_metadata against a compile", "channels": "Channels", "ledger": "The request ledger"}
 
 
 class Outcome:
