@@ -8,16 +8,17 @@ thread fills it, the thread commits it. Filling on the trio thread, not the whol
 appends of 130-500 ms under load); the thread needs the GIL only in two short turns per commit,
 which the loop hands it (``GiveTurns``) when it is busy.
 
-How the loop waits for the commit it chooses by what it measures, as group commit already does:
-
-- others wait for the loop (a task runnable, a deadline near), or the flush measures slow: the
-  actor awaits the commit through trio's I/O wait, and the loop serves everything else
-  meanwhile (reads, compiles, timers) while the next batch gathers in the mailbox;
-- nobody else waits and the flush measures fast (``FAST_FLUSH_S``, a moving average of the
-  commit's own time, timed on the thread): the loop blocks for it right there, the GIL released,
-  for at most ``IDLE_WAIT_S`` and never past the next deadline, then falls back to the I/O wait.
-  That saves a lone durable append the pass through ``epoll`` and the wake-ups after it, and a
-  disk that stalls (a frozen filesystem) holds the loop no longer than that bound.
+How the loop waits for the commit it chooses by what it measures, as group commit already does.
+A task always awaits it through trio's I/O wait, and the loop serves everything else meanwhile
+(reads, compiles, timers) while the next batch gathers in the mailbox. When the scheduler finds
+nothing else to do (it is about to sleep in ``epoll`` at least ``BUSY_WAIT_S``) and the flush
+measures fast (``FAST_FLUSH_S``, a moving average of the commit's own time, timed on the thread),
+it blocks for the commit right there instead (``GiveTurns``), the GIL released, for at most
+``IDLE_WAIT_S`` and never past the next deadline: that spares a lone durable append the sleep in
+``epoll`` and the wake-ups after it, and a disk that stalls (a frozen filesystem) holds the loop
+no longer than that bound. Only the scheduler knows the loop is idle: a task that blocked when
+``current_statistics()`` counted nothing runnable held up the tasks later in its own batch, which
+trio doesn't count (a compile under a task appending durably took 2x as long).
 
 Either way the callers are answered only after LMDB's commit returned, that is after its meta page
 is on disk, and in LMDB's order (data, flush, meta, flush). A map that fills grows between
@@ -48,7 +49,8 @@ logger = logging.getLogger("ctxrt.store")
 # GIL by itself; a shorter one hands it its turn (GiveTurns).
 BUSY_WAIT_S = 0.001
 # An idle loop blocks for a durable commit whose flush takes at most FAST_FLUSH_S (moving average),
-# for at most IDLE_WAIT_S: what an arrival meanwhile (a request, a thread's message) may wait.
+# for at most IDLE_WAIT_S: what an arrival meanwhile (a request, a thread's message) may wait. A
+# lone caller commits from its own task only while the flush measures that fast.
 FAST_FLUSH_S = 0.001
 IDLE_WAIT_S = 0.002
 _AVERAGED = 0.2  # each commit's weight in the moving average of the flush time
@@ -94,7 +96,7 @@ class DurableCommitter:
         self._execute = execute
         self._unnested = unnested
         self._writer = WriterThread(engine.env)
-        self._turns = GiveTurns(self._writer)
+        self._turns = GiveTurns(self._writer, self._fast)
         self._instrumented = False
         self.commit_now: Apply | None = None  # the flush is the writer thread's, never the trio thread's
         self.commit_lone: CommitLone | None = self._commit_lone
@@ -131,30 +133,32 @@ class DurableCommitter:
 
     def _commit_lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Awaitable[Applied] | None:
         """``commit`` from a lone caller's own task, sparing it the hop to the actor; None if a commit
-        is out, or the loop isn't idle, or the flush doesn't measure fast (the caller goes through
-        the mailbox then). A commit that doesn't land within the idle wait is landed by a system
-        task, so that a caller cancelled meanwhile loses only its reply; ``on_landed`` gets what
-        landed in whichever task landed it, before the caller is answered."""
-        idle_wait = self._idle_wait()
-        if self._out or idle_wait <= 0:
+        is out or the flush doesn't measure fast (the caller goes through the mailbox then). A
+        Ctrl-C while the commit is out hands its landing to a system task, as does a commit that
+        failed (it is retried), so that a caller interrupted meanwhile loses only its reply;
+        ``on_landed`` gets what landed in whichever task landed it, before the caller is answered."""
+        if self._out or not self._fast():
             return None
         self._out = True
-        return self._lone(commands, on_landed, idle_wait)
+        return self._lone(commands, on_landed)
 
-    async def _lone(self, commands: list[Any], on_landed: Callable[[Applied], None], idle_wait: float) -> Applied:
+    async def _lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Applied:
         landing: Landing | None = None
         try:
             prepared = self._fill(commands)
             if prepared.txn is not None:
                 self._writer.commit()
-                if not self._writer.wait(idle_wait):
+                try:
+                    with trio.CancelScope(shield=True):  # a cancelled caller loses only its reply
+                        await trio.lowlevel.wait_readable(self._writer.ready)
+                except BaseException:  # a KeyboardInterrupt, which no shield stops: the commit is out
                     landing = Landing(prepared, None)
+                    raise
+                error = self._writer.landed()
+                if error is not None:
+                    landing = Landing(prepared, error)
                 else:
-                    error = self._writer.landed()
-                    if error is not None:
-                        landing = Landing(prepared, error)
-                    else:
-                        self._measured()
+                    self._measured()
             if landing is None:
                 applied = self._engine.committed(prepared)
                 on_landed(applied)
@@ -162,8 +166,9 @@ class DurableCommitter:
         finally:
             if landing is None:
                 self._release()
-        trio.lowlevel.spawn_system_task(self._land, commands, landing, on_landed, name="ctxrt-store-landing")
-        await landing.done.wait()  # cancelled here, the landing goes on; only the answer is lost
+            else:
+                trio.lowlevel.spawn_system_task(self._land, commands, landing, on_landed, name="ctxrt-store-landing")
+        await landing.done.wait()
         if landing.failure is not None:
             raise landing.failure
         assert landing.applied is not None
@@ -194,15 +199,9 @@ class DurableCommitter:
     async def tend(self) -> None:
         """Nothing to tend: every commit is flushed."""
 
-    def _idle_wait(self) -> float:
-        """How long the loop may block for the commit out: 0 unless the flush measures fast and
-        nobody else waits for the loop."""
-        if self.flush_s > FAST_FLUSH_S:
-            return 0.0
-        statistics = trio.lowlevel.current_statistics()
-        if statistics.tasks_runnable:
-            return 0.0
-        return min(IDLE_WAIT_S, statistics.seconds_to_next_deadline)
+    def _fast(self) -> bool:
+        """Whether the flush measures fast enough for the loop to block for it while idle."""
+        return self.flush_s <= FAST_FLUSH_S
 
     def _measured(self) -> None:
         """A commit landed: the flush's moving average takes its time."""
@@ -230,7 +229,7 @@ class DurableCommitter:
                 prepared = self._fill(commands)
                 if prepared.txn is None:
                     return prepared
-                error = await await_commit(writer, self._idle_wait())
+                error = await await_commit(writer)
             else:
                 prepared, error = landing.prepared, landing.error
                 if error is None:  # still out
@@ -260,31 +259,33 @@ class Landing:
     failure: BaseException | None = None
 
 
-async def await_commit(writer: WriterThread, idle_wait: float = 0.0, handed_over: bool = False) -> BaseException | None:
+async def await_commit(writer: WriterThread, handed_over: bool = False) -> BaseException | None:
     """Hand the filled transaction to the writer thread (unless ``handed_over`` already) and wait for
-    its commit: what it raised, or None. First block for it up to ``idle_wait`` (the loop has nothing
-    else to do), then through trio's I/O wait. Not cancellable: the commit is underway, and its
-    callers get what it did."""
+    its commit through trio's I/O wait (``GiveTurns`` may block for it when the loop is idle): what
+    it raised, or None. Not cancellable: the commit is underway, and its callers get what it did."""
     if not handed_over:
         writer.commit()
-    if not writer.wait(idle_wait):
-        with trio.CancelScope(shield=True):
-            await trio.lowlevel.wait_readable(writer.ready)
+    with trio.CancelScope(shield=True):
+        await trio.lowlevel.wait_readable(writer.ready)
     return writer.landed()
 
 
 class GiveTurns(trio.abc.Instrument):
     """While a commit is out: before a scheduler pass that won't sleep, if the writer thread waits
     for the GIL, hand it its turn (store/writer.py says why: otherwise the thread may wait for
-    seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway.
-    Installed for the store actor's life: between commits a pass costs it one attribute check."""
+    seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway, and
+    blocks for the commit instead while ``idle_block()`` says so (the module doc). Installed for the
+    store actor's life: between commits a pass costs it one attribute check."""
 
-    def __init__(self, writer: WriterThread) -> None:
+    def __init__(self, writer: WriterThread, idle_block: Callable[[], bool] = lambda: False) -> None:
         self._writer = writer
+        self._idle_block = idle_block
 
     def before_io_wait(self, timeout: float) -> None:
         if timeout < BUSY_WAIT_S:
             self._writer.offer_turn()
+        elif self._idle_block():
+            self._writer.wait(min(timeout, IDLE_WAIT_S))
 
 
 def grow_map(engine: Writing) -> None:

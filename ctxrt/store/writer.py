@@ -142,6 +142,8 @@ class WriterThread:
     def wait(self, timeout: float) -> bool:
         """Block (the GIL released) up to ``timeout`` for the commit out to end; whether it ended
         (then ``landed`` says how, without waiting)."""
+        if not self._due:
+            return True
         deadline = time.monotonic() + timeout
         while self._due:
             left = deadline - time.monotonic()
