@@ -99,6 +99,32 @@ async def test_a_read_only_command_on_a_missing_store_fails_clearly(tmp_path: Pa
     assert err == f"ctxrt: error: no ctxrt store at {tmp_path / 'nothing'} (no data.mdb)\n"
 
 
+HOSTILE = "clear \x1b[2J\x1b]0;owned\x07 back\rover \u202eesrever"
+
+
+async def test_stored_text_with_terminal_controls_prints_as_escapes_never_as_controls(tmp_path: Path) -> None:
+    """W18: a message holding an escape sequence, a bell, a carriage return and a bidi override
+    prints through `messages` and `compile` with each shown as its escape; none reaches the
+    terminal, and `--json` keeps the text exact."""
+    store = tmp_path / "hostile"
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(store) as rt:
+            m = await rt.open("agents/ann", view_reader="ann")
+            await m.add_message("user", HOSTILE)
+        outputs = []
+        for command in (["messages", str(store), "--tail", "1"],
+                        ["compile", str(store), "--namespace", "agents/ann", "--budget", "8000"]):
+            code, out, err = await ctxrt_cli(*command)
+            assert code == 0, err
+            outputs.append(out)
+        code, as_json, err = await ctxrt_cli("messages", str(store), "--tail", "1", "--json")
+    for shown in outputs:
+        assert not any(control in shown for control in "\x1b\x07\r\u202e"), repr(shown)
+        assert "clear \\x1b[2J\\x1b]0;owned\\x07 back\\rover \\u202eesrever" in shown
+    assert code == 0, err
+    assert json.loads(as_json)["messages"][0]["content"][0]["text"] == HOSTILE
+
+
 @pytest.mark.soak
 async def test_the_bounded_load_test_loses_nothing_claims_once_and_leaks_nothing(tmp_path: Path) -> None:
     """50 namespaces, 200 managers, 5 readers: no lost message, one claim per namespace, no leak, no deadlock."""

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import CtxrtError
 from ..verification import BACKEND_ERRORS
+from .output import printable
 
 TRACEBACK_VARIABLE = "CTXRT_TRACEBACK"
 
@@ -103,4 +104,4 @@ def _report(kind: str, message: str, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"error": kind, "message": message}, ensure_ascii=False), file=sys.stderr)
     else:
-        print(message, file=sys.stderr)
+        print(printable(message), file=sys.stderr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,13 +18,30 @@ from typing import Any
 import attrs
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 LOG_LEVEL_VARIABLE = "CTXRT_LOG_LEVEL"
 UNWRAPPED_WIDTH = 100_000  # "never wrap" for rich, which always lays text out to some width
 
 
+# What a terminal acts on rather than shows: C0 and C1 controls but newline and tab (an escape
+# sequence in a stored message could clear the screen or retitle the window), and the bidi
+# overrides (which reorder what follows them on the line).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on shown as its escape (``\\x1b``)."""
+    return _CONTROLS.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
+
+
 class _Console(Console):
-    """rich's console, with a closed stdout reported as BrokenPipeError."""
+    """rich's console, with a closed stdout reported as BrokenPipeError, and stored text (a message,
+    a name) shown, never acted on: every string it renders, table cells included, goes through
+    ``printable`` (rich itself drops only a few controls, and passes escape sequences through)."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(printable(text), **options)
 
     def on_broken_pipe(self) -> None:
         # rich exits with status 1 here; a reader that stopped early (`| head`) is no failure,
