@@ -12,7 +12,7 @@ import trio
 
 import ctxrt
 from ctxrt.errors import UnknownStateError
-from ctxrt.pgcluster import Cluster, temporary_cluster
+from ctxrt.testing import Cluster, temporary_cluster
 
 GUARD_S = 120
 CONVERSATIONS = [f"conversation-{n}" for n in range(8)]
