@@ -518,15 +518,17 @@ class Cluster:
             yield replica
 
     def replayed(self, timeout: float = START_TIMEOUT) -> None:
-        """Wait until this replica has replayed everything its primary wrote before the call (by
-        polling ``pg_last_wal_replay_lsn``). Raises ClusterError if it hasn't within ``timeout``."""
+        """Wait until this replica has replayed everything its primary (or upstream standby) had
+        before the call (by polling ``pg_last_wal_replay_lsn``). Raises ClusterError if it hasn't within ``timeout``."""
         import psycopg
 
         if self.primary is None:
             raise ClusterError(f"{self!r} is not a replica")
         with psycopg.connect(self.primary.url(), autocommit=True) as primary, \
                 psycopg.connect(self.url(), autocommit=True) as standby:
-            row = primary.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
+            # A cascading replica's upstream is a standby: what it has replayed is what it has.
+            row = primary.execute("SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
+                                  " ELSE pg_current_wal_insert_lsn() END").fetchone()
             deadline = time.monotonic() + timeout
             while not (standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (row[0] if row else "0/0",))
                        .fetchone() or (False,))[0]:

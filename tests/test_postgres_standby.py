@@ -16,7 +16,7 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt.errors import ReadOnlyStoreError
+from ctxrt.errors import ReadOnlyStoreError, StoreUnavailableError
 from ctxrt.testing import Cluster
 from test_inspector import get, serving
 from test_postgres_ordering import _appended, _slot_sequences
@@ -136,3 +136,22 @@ async def test_the_inspector_serves_a_standby_following_the_primary(
                 await trio.to_thread.run_sync(pg_standby.replayed)
                 status, page = await get(url + "/timeline?branch=main")
                 assert status == 200 and "a line from the primary's writer" in html.unescape(page)
+
+
+async def test_a_standby_of_a_standby_reads_but_gives_no_horizon(
+    pg_url: str, standby_url: str, pg_standby: Cluster,
+) -> None:
+    """K14: a replica streaming from the standby (cascading) serves reads, but its ``last_sequence``
+    raises ``StoreUnavailableError`` naming the cascade: its upstream's ``pg_locks`` shows no writer."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(pg_url) as rt:
+            await (await rt.open("ann")).add_message("user", "on the primary")
+        await trio.to_thread.run_sync(pg_standby.replayed)
+        with pg_standby.replica() as cascade:
+            await trio.to_thread.run_sync(cascade.replayed)
+            async with ctxrt.open_runtime(cascade.url(urlsplit(pg_url).path.lstrip("/")), readonly=True) as reader:
+                ann = await reader.open("ann")
+                assert [b.text for m in await ann.get_all_messages() for b in m.content
+                        if isinstance(b, ctxrt.Text)] == ["on the primary"]
+                with pytest.raises(StoreUnavailableError, match="cascading"):
+                    reader.engine.last_sequence

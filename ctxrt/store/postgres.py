@@ -442,6 +442,11 @@ class PostgresEngine(Catalog):
         try:
             if self._primary is None or self._primary.closed or self._primary.broken:
                 self._primary = self._connect(self._primary, conninfo=self._primary_conninfo())
+                row = self._primary.execute("SELECT pg_is_in_recovery()").fetchone()
+                if row and row[0]:  # its pg_locks would show no writer either: a horizon too high
+                    self._primary.close()
+                    raise StoreUnavailableError(self.data_path, "it is a hot standby whose upstream is itself a standby "
+                                                                "(cascading replication): its horizon needs the primary")
             horizon = self._horizon(self._primary)
             row = self._primary.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
         except psycopg.Error as exc:
