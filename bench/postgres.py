@@ -54,6 +54,8 @@ LangGraph's ``messages`` channel (a plain dict: the cheapest value it stores).
     (autocommit: one commit), the ``SELECT 1`` round trip, and a raw transaction shaped like
     ctxrt's append (BEGIN; SELECT ... FOR UPDATE of one row; two INSERTs; UPDATE; COMMIT). These
     run in the rounds of (1), so the append/INSERT ratio compares figures measured side by side.
+(5) Reads on a hot standby of the same server vs on the primary, and the replica's lag
+    (``bench/postgres_standby.py``).
 
 Every variant runs in every round, in a shuffled order each round; for (1), (3) and (4) a round's
 figure is the median of several consecutive operations (3 turns, 3 compiles, 20 raw statements),
@@ -85,7 +87,7 @@ import trio
 import ctxrt
 from ctxrt.pgcluster import Cluster, find_binaries, temporary_cluster
 
-from . import harness
+from . import harness, postgres_standby
 from .harness import fill, interleave, scratch, summary, versus
 from .peers import EVERYTHING, CheckpointerTurns, CtxrtTurns, _figure, _text, ctxrt_build
 from .postgres_writer import text as _marked
@@ -534,6 +536,7 @@ def _rows(info: dict[str, Any], quick: bool) -> list[dict[str, Any]]:
         "raw append-shaped transaction", target=None, op=None), "add_message / raw transaction"))
     rows.append(reported(harness.row("(4) raw psycopg SELECT 1 round trip", "ms", raw["raw SELECT 1"],
                                      target=None, op=None), ""))
+    rows.extend(postgres_standby.rows(info, reported))
     return rows
 
 
@@ -551,7 +554,7 @@ def _missing() -> str | None:
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
-    """Measure (1)-(4) on a throwaway cluster; one dict per figure (reported, no targets)."""
+    """Measure (1)-(5) on a throwaway cluster; one dict per figure (reported, no targets)."""
     missing = _missing()
     if missing:
         print(missing, file=sys.stderr)
@@ -563,6 +566,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         server = _server(cluster)
         info = trio.run(_in_trio, cluster, root, quick, rng)
         info.update(_processes(cluster, quick, rng))
+        info.update(postgres_standby.measure(cluster, quick, rng))
     info.update(server=server, quick=quick, load=(load, os.getloadavg()), seconds=time.perf_counter() - started,
                 commit=_commit(),
                 versions={"ctxrt": _version("ctxrt"), "trio": trio.__version__, "psycopg": _version("psycopg"),

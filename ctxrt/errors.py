@@ -88,7 +88,8 @@ class StoreLockedError(CtxrtError):
 
 
 class ReadOnlyStoreError(CtxrtError):
-    """A write was attempted through a runtime opened with ``readonly=True``."""
+    """A write was attempted through a runtime opened with ``readonly=True``, or a PostgreSQL hot
+    standby (a read-only replica) was opened to write."""
 
 
 class StoreFormatError(CtxrtError):

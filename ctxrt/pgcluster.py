@@ -20,6 +20,13 @@ cluster lives in a fresh ``/tmp/ctxrt-pg-*`` directory (mode 0755 under the worl
 ``/tmp``) and not under pytest's ``tmp_path``: pytest's base ``/tmp/pytest-of-root`` is mode 0700.
 ``/tmp`` also keeps the socket path well under the 107-byte limit of a Unix socket's name.
 
+``Cluster.replica()`` is a hot standby of a running cluster: ``pg_basebackup -R`` copies its data
+directory (streaming the WAL written meanwhile) into a fresh directory and starts a server there
+that streams the primary's WAL and answers read-only queries (``hot_standby``, with
+``hot_standby_feedback`` so a long read isn't cancelled by the cleanup it would conflict with).
+It has a socket and port of its own; ``Cluster.url(dbname)`` reaches the same databases as the
+primary's, as of its replay.
+
 No stray servers: a running cluster is stopped by ``stop()``, by the context manager's exit, at
 interpreter exit (``atexit``), and, if this process dies without any of those (SIGKILL, a
 crash), by a small watchdog process that waits for this process's end on a pipe.
@@ -64,7 +71,7 @@ SUPERUSER = "ctxrt"
 SERVER_USER = "postgres"
 """The system user that runs the server when this process is root."""
 
-REQUIRED = ("initdb", "pg_ctl", "postgres")
+REQUIRED = ("initdb", "pg_ctl", "postgres")  # and pg_basebackup for a replica (same package)
 
 # A throwaway cluster's settings. Durability (fsync, synchronous_commit, full_page_writes) is left
 # at PostgreSQL's defaults on purpose. max_connections: 4 processes x 25 residents x 2 connections
@@ -104,6 +111,10 @@ class ClusterError(RuntimeError):
         if log_tail:
             parts.append("log tail:\n" + log_tail)
         super().__init__("\n".join(parts))
+
+
+# A replica's own settings, over the primary's (pg_basebackup copies its postgresql.conf).
+REPLICA_SETTINGS: dict[str, str] = {"hot_standby": "on", "hot_standby_feedback": "on"}
 
 
 # --- finding the binaries ---------------------------------------------------------------------------
@@ -266,6 +277,7 @@ class Cluster:
         self._lock = threading.Lock()
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._running = False
+        self.primary: Cluster | None = None  # the cluster this one streams from (a replica)
         self.start_seconds = 0.0
         self.stop_seconds = 0.0
 
@@ -274,7 +286,9 @@ class Cluster:
 
     # -- lifecycle --
 
-    def _start(self) -> None:
+    def _start(self, primary: Cluster | None = None) -> None:
+        """initdb and start; or, given a running ``primary``, copy it with pg_basebackup -R and
+        start the copy as its hot standby."""
         began = time.perf_counter()
         runner = self._runner
         socket_name = self.socket_dir / f".s.PGSQL.{self.port}"
@@ -297,14 +311,23 @@ class Cluster:
                     f"isn't searchable by that user (pytest's /tmp/pytest-of-root is mode 0700); "
                     f"use temporary_cluster() or a directory under /tmp")
 
-        # --no-sync: initdb's files aren't flushed (a throwaway cluster needn't survive a power
-        # cut); it saves a few hundred ms and changes nothing about later commits, which fsync.
-        initdb = runner.command(
-            "initdb", "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
-            "--locale=C", "--no-sync", "--no-instructions")
-        done = runner.run(initdb, cwd=self.directory, timeout=120)
+        if primary is None:
+            # --no-sync: initdb's files aren't flushed (a throwaway cluster needn't survive a power
+            # cut); it saves a few hundred ms and changes nothing about later commits, which fsync.
+            create = runner.command(
+                "initdb", "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust", "--encoding=UTF8",
+                "--locale=C", "--no-sync", "--no-instructions")
+        else:
+            # -R: standby.signal and primary_conninfo (the primary's socket); -X stream: the WAL
+            # written during the copy comes along (initdb's pg_hba trusts local replication).
+            # --checkpoint=fast: don't wait for the primary's next spread checkpoint.
+            create = runner.command(
+                "pg_basebackup", "-D", str(self.data_dir), "-R", "-X", "stream", "--checkpoint=fast",
+                "--no-sync", "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", SUPERUSER)
+            self.primary = primary
+        done = runner.run(create, cwd=self.directory, timeout=120)
         if done.returncode != 0:
-            raise ClusterError("initdb failed", command=initdb, returncode=done.returncode,
+            raise ClusterError(f"{Path(create[0]).name} failed", command=create, returncode=done.returncode,
                                log_tail=_tail(done.stdout + done.stderr))
         # Settings go in postgresql.conf (later lines win) rather than on pg_ctl's -o, which pg_ctl
         # hands to a shell: no quoting trouble with paths or values.
@@ -363,7 +386,7 @@ class Cluster:
         polls = 0
         while time.monotonic() < deadline:
             pid, status = self._postmaster_status()
-            if status == "ready":
+            if status in ("ready", "standby"):  # "standby": a hot standby accepting reads
                 return
             if pid is not None and not _alive(pid):
                 break
@@ -483,6 +506,37 @@ class Cluster:
                           .format(sql.Identifier(name)))
         return self.url(name)
 
+    @contextlib.contextmanager
+    def replica(self, *, settings: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+        """A hot standby of this running cluster (``pg_basebackup -R``, streaming replication) in a
+        fresh ``/tmp/ctxrt-pg-*`` directory, stopped and removed on exit. ``settings`` go over
+        ``REPLICA_SETTINGS``. Raises ClusterError when the copy or the start fails."""
+        if not self._running:
+            raise ClusterError("the cluster is not running")
+        merged = {**REPLICA_SETTINGS, **(settings or {})}
+        with _temporary(merged, self.bindir, self) as replica:
+            yield replica
+
+    def replayed(self, timeout: float = START_TIMEOUT) -> None:
+        """Wait until this replica has replayed everything its primary (or upstream standby) had
+        before the call (by polling ``pg_last_wal_replay_lsn``). Raises ClusterError if it hasn't within ``timeout``."""
+        import psycopg
+
+        if self.primary is None:
+            raise ClusterError(f"{self!r} is not a replica")
+        with psycopg.connect(self.primary.url(), autocommit=True) as primary, \
+                psycopg.connect(self.url(), autocommit=True) as standby:
+            # A cascading replica's upstream is a standby: what it has replayed is what it has.
+            row = primary.execute("SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
+                                  " ELSE pg_current_wal_insert_lsn() END").fetchone()
+            deadline = time.monotonic() + timeout
+            while not (standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (row[0] if row else "0/0",))
+                       .fetchone() or (False,))[0]:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"the replica did not replay its primary's WAL within {timeout:g} s",
+                                       log_tail=self._log_tail())
+                time.sleep(0.002)
+
     def _admin_connection(self) -> psycopg.Connection[tuple[object, ...]]:
         import psycopg
 
@@ -559,10 +613,17 @@ def temporary_cluster(*, settings: Mapping[str, str] | None = None,
                       bindir: Path | None = None) -> Iterator[Cluster]:
     """``start_cluster`` in a fresh ``/tmp/ctxrt-pg-*`` directory (mode 0755, reachable by the
     ``postgres`` user when root), removed when the cluster stops."""
+    with _temporary(settings, bindir, None) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def _temporary(settings: Mapping[str, str] | None, bindir: Path | None,
+               primary: Cluster | None) -> Iterator[Cluster]:
     base = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
     directory = Path(tempfile.mkdtemp(prefix="ctxrt-pg-", dir=base))
     try:
-        with _started(directory, settings, bindir, remove=True) as cluster:
+        with _started(directory, settings, bindir, remove=True, primary=primary) as cluster:
             yield cluster
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -570,7 +631,7 @@ def temporary_cluster(*, settings: Mapping[str, str] | None = None,
 
 @contextlib.contextmanager
 def _started(directory: Path, settings: Mapping[str, str] | None, bindir: Path | None, *,
-             remove: bool) -> Iterator[Cluster]:
+             remove: bool, primary: Cluster | None = None) -> Iterator[Cluster]:
     if bindir is None:
         bindir = find_binaries()
     if bindir is None:
@@ -583,7 +644,7 @@ def _started(directory: Path, settings: Mapping[str, str] | None, bindir: Path |
     cluster = Cluster(directory, bindir=bindir, settings=_settings(settings, directory / "socket"),
                       remove_directory=remove)
     try:
-        cluster._start()
+        cluster._start(primary)
         yield cluster
     finally:
         cluster.stop()

@@ -112,7 +112,8 @@ class Runtime:
         if self._closed:
             raise RuntimeClosedError(f"the runtime on {self.path} is closed")
         if self._store is None:
-            raise ReadOnlyStoreError(f"the runtime on {self.path} was opened read-only; it refuses every write")
+            standby = " (a hot standby: its primary takes the writes)" if getattr(self._handle.engine, "standby", False) else ""
+            raise ReadOnlyStoreError(f"the runtime on {self.path}{standby} was opened read-only; it refuses every write")
         return self._store
 
     def _publish(self, operations: Sequence[Operation]) -> None:

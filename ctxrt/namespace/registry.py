@@ -160,7 +160,8 @@ class NamespaceRegistry:
         if self.closed:
             raise RuntimeClosedError("the runtime is closed")
         if self.store is None:
-            raise ReadOnlyStoreError("the runtime was opened read-only; it refuses every write")
+            standby = " on a hot standby (its primary takes the writes)" if getattr(self.engine, "standby", False) else ""
+            raise ReadOnlyStoreError(f"the runtime was opened read-only{standby}; it refuses every write")
         return self.store
 
     def _forget(self, ref: NamespaceRef) -> None:

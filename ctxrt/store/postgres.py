@@ -28,6 +28,11 @@ Design (docs/architecture.md, Beyond one machine):
   slot lock (``Batch.set_value``), so the audience rules hold across processes.
 - Reads run on the caller's thread, one statement each on a connection of their own; batches
   run on a worker thread (``committer``: a ``WorkerCommitter``) on the writing connection.
+- A hot standby (a server in recovery: ``pg_is_in_recovery()``) is opened read-only or refused.
+  Its ``last_sequence`` can't be found on it (its ``pg_locks`` doesn't show the primary's writes
+  in flight, and its sequence reads ahead): the primary's horizon is asked of the primary, with
+  the primary's WAL insert position after it, and given once the standby has replayed up to
+  that position (docs/guarantees.md, Reads from a standby).
 
 Driver: psycopg 3 (its C implementation, ``psycopg[binary]``): the maintained libpq binding,
 with pipelined ``executemany``, binary ``bytea`` and server-side prepared statements (for reads).
@@ -46,12 +51,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
+import psycopg.conninfo
 import psycopg.errors
 
 from ..errors import (
     BranchNotFoundError,
     CtxrtError,
     MalformedContentError,
+    ReadOnlyStoreError,
     StoreCorruptError,
     StoreFormatError,
     StoreFullError,
@@ -127,6 +134,13 @@ class PostgresEngine(Catalog):
         self._install = threading.Lock()  # the cached tables and counters change together
         self._secrets = _passwords(url)
         self._reader = self._connect()
+        self.standby = self._in_recovery()  # a hot standby: read-only (its primary takes the writes)
+        if self.standby and create:
+            self._reader.close()
+            raise ReadOnlyStoreError(f"{self.data_path} is a hot standby (a PostgreSQL server in recovery, replaying its "
+                                     f"primary's WAL): it takes no writes; open it with readonly=True to read, and "
+                                     f"write through its primary")
+        self._primary: psycopg.Connection[Any] | None = None  # a standby's link to its primary (the horizon)
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         self._held: set[tuple[int, str]] = set()  # the leases this engine took
@@ -144,9 +158,19 @@ class PostgresEngine(Catalog):
 
     # -- set-up -----------------------------------------------------------------------------
 
-    def _connect(self, old: psycopg.Connection[Any] | None = None, *, writer: bool = False) -> psycopg.Connection[Any]:
-        """A connection (replacing ``old``, closed): every statement and lock wait bounded, and for the
-        writer, ``synchronous_commit=off`` under durability "os"."""
+    def _in_recovery(self) -> bool:
+        try:
+            row = self._reader.execute("SELECT pg_is_in_recovery()").fetchone()
+        except psycopg.Error as exc:
+            self._reader.close()
+            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+        return bool(row and row[0])
+
+    def _connect(self, old: psycopg.Connection[Any] | None = None, *, writer: bool = False,
+                 conninfo: str | None = None) -> psycopg.Connection[Any]:
+        """A connection (replacing ``old``, closed) to this store's server, or to ``conninfo``: every
+        statement and lock wait bounded, and for the writer, ``synchronous_commit=off`` under
+        durability "os"."""
         if old is not None:
             old.close()
         settings = f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}"
@@ -155,7 +179,7 @@ class PostgresEngine(Catalog):
         if writer and not self._synchronous:  # the server acknowledges before its WAL is flushed
             settings += "; SET synchronous_commit = off"
         try:
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            conn = psycopg.connect(conninfo or self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
             # Bounds, so a stalled server or a peer holding the write lock is an error, not a hang.
             conn.execute(settings)
             if writer:
@@ -165,7 +189,8 @@ class PostgresEngine(Catalog):
                 conn.prepare_threshold = None
             return conn
         except psycopg.Error as exc:
-            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+            where = "" if conninfo is None else f"its primary ({_server(conninfo)}): "
+            raise StoreUnavailableError(self.data_path, where + self._reason(exc)) from None
 
     def _require_leases(self) -> None:
         """Refuse a server whose advisory locks don't keep a second session out (CockroachDB's are
@@ -194,7 +219,7 @@ class PostgresEngine(Catalog):
         return text
 
     def close(self) -> None:
-        for conn in (self._reader, self._writer, self._leases):
+        for conn in (self._reader, self._writer, self._leases, self._primary):
             if conn is not None:
                 conn.close()
 
@@ -387,7 +412,10 @@ class PostgresEngine(Catalog):
         """The store's visible horizon: a sequence at or below which every write is committed and
         none will appear later (the database sequence's last value, once every write transaction
         in flight when it was read has ended). Writers commit in parallel, so a higher sequence
-        may already be readable in its own slot. Raises ``StoreUnavailableError``."""
+        may already be readable in its own slot. On a hot standby, the primary's horizon, given
+        once the standby has replayed the primary's WAL up to where it stood after it (within the
+        replica's lag). Raises ``StoreUnavailableError`` (on a standby, also when its primary
+        can't be reached or named, or the standby doesn't catch up within the statement timeout)."""
         if self._schema == 1:  # read as it is (a schema-1 writer commits one batch at a time)
             row = self._fetchone("SELECT value FROM ctxrt_meta WHERE key = 'sequence'", ())
             if row is not None:
@@ -399,11 +427,62 @@ class PostgresEngine(Catalog):
                 raise self._damaged("ctxrt_meta has no 'sequence' row")
             self._schema = SCHEMA_VERSION
         with self._lock:
+            if self.standby:
+                return self._standby_horizon()
             try:
                 return self._horizon(self._reader)
             except psycopg.OperationalError as exc:
                 self._reader = self._reconnect(self._reader, exc)
                 return self._horizon(self._reader)
+
+    def _standby_horizon(self) -> int:
+        """The primary's horizon, once this standby has replayed the primary's WAL up to its insert
+        position read after it: the writes at or below the horizon had ended (their commit records
+        written) before that position, so this standby's next snapshots see them. Call with ``_lock``."""
+        try:
+            if self._primary is None or self._primary.closed or self._primary.broken:
+                self._primary = self._connect(self._primary, conninfo=self._primary_conninfo())
+                row = self._primary.execute("SELECT pg_is_in_recovery()").fetchone()
+                if row and row[0]:  # its pg_locks would show no writer either: a horizon too high
+                    self._primary.close()
+                    raise StoreUnavailableError(self.data_path, "it is a hot standby whose upstream is itself a standby "
+                                                                "(cascading replication): its horizon needs the primary")
+            horizon = self._horizon(self._primary)
+            row = self._primary.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
+        except psycopg.Error as exc:
+            raise StoreUnavailableError(self.data_path, f"its primary, asked for the horizon: {self._reason(exc)}") from None
+        lsn = str(row[0]) if row else "0/0"
+        deadline = time.monotonic() + STATEMENT_TIMEOUT_MS / 1000
+        while True:  # within the replica's lag
+            try:
+                if self._replayed(lsn):
+                    return horizon
+            except psycopg.OperationalError as exc:
+                self._reader = self._reconnect(self._reader, exc)
+                continue
+            if time.monotonic() > deadline:
+                raise StoreUnavailableError(self.data_path, f"the standby didn't replay its primary's WAL up to {lsn} "
+                                                            f"within {STATEMENT_TIMEOUT_MS} ms")
+            time.sleep(HORIZON_POLL_S)
+
+    def _replayed(self, lsn: str) -> bool:
+        row = self._reader.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()
+        return bool(row and row[0])
+
+    def _primary_conninfo(self) -> str:
+        """How this standby's WAL receiver reaches its primary, for this store's database as this
+        engine's user (and password, if its URL has one). Call with ``_lock``."""
+        row = self._reader.execute("SELECT conninfo FROM pg_stat_wal_receiver").fetchone()
+        if row is None or not row[0]:
+            raise StoreUnavailableError(
+                self.data_path, "it is a hot standby, whose horizon is asked of its primary, and it names none: its WAL "
+                                "receiver isn't streaming, or this role can't read pg_stat_wal_receiver's conninfo "
+                                "(grant it pg_read_all_stats)")
+        params = {k: v for k, v in psycopg.conninfo.conninfo_to_dict(str(row[0])).items()
+                  if k not in ("dbname", "replication", "fallback_application_name")}
+        own = psycopg.conninfo.conninfo_to_dict(self.url)
+        params.update({k: v for k, v in own.items() if k not in ("host", "hostaddr", "port")})
+        return psycopg.conninfo.make_conninfo("", **params)
 
     def _horizon(self, conn: psycopg.Connection[Any]) -> int:
         # The last value first, then who holds the catalog lock: a writer that drew a sequence at or
@@ -682,8 +761,11 @@ class PostgresEngine(Catalog):
         the server's disk is full, ``StoreCorruptError`` when a stored row doesn't decode or the
         database sequence is behind the stored rows. A batch the server broke a lock cycle in
         (two batches locking slots in opposite orders) runs again, holding the catalog lock exclusive.
-        ``StoreUnsupportedError`` from an engine opened read-only on a schema-1 store.
+        ``StoreUnsupportedError`` from an engine opened read-only on a schema-1 store;
+        ``ReadOnlyStoreError`` from an engine on a hot standby (nothing is sent).
         """
+        if self.standby:
+            raise ReadOnlyStoreError(f"{self.data_path} is a hot standby: it takes no writes (write through its primary)")
         if self._schema != SCHEMA_VERSION:  # a read-only engine on a schema-1 store
             raise StoreUnsupportedError(self.data_path, f"it holds ctxrt schema {self._schema}; a writing "
                                                         f"runtime's open moves it to {SCHEMA_VERSION}")
@@ -1132,6 +1214,12 @@ def _slot_key(catalog_key: int, state: int, branch: int) -> int:
     """The lock key of one slot (state, branch) of the store whose catalog lock is ``catalog_key``."""
     digest = hashlib.blake2b(f"{catalog_key}/{state}/{branch}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def _server(conninfo: str) -> str:
+    """Where ``conninfo`` leads (host and port), for a message: never its password."""
+    params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    return f"host {params.get('host') or params.get('hostaddr') or 'default'}, port {params.get('port') or 5432}"
 
 
 def _limit(limit: int) -> int:
