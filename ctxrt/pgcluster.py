@@ -53,8 +53,10 @@ __all__ = [
     "SUPERUSER",
     "Cluster",
     "ClusterError",
+    "Pooler",
     "find_binaries",
     "start_cluster",
+    "start_pooler",
     "temporary_cluster",
 ]
 
@@ -612,6 +614,88 @@ def _watchdog_main() -> None:
     finally:
         if spec["remove"]:
             shutil.rmtree(spec["remove"], ignore_errors=True)
+
+
+# --- a pooler in front (PgBouncer) ---------------------------------------------------------------
+
+PGBOUNCER = "/usr/sbin/pgbouncer"  # Debian's package (`make test` installs it)
+
+
+class Pooler:
+    """A PgBouncer in front of a cluster: ``url(dbname)`` reaches the cluster's ``dbname`` through
+    it. In transaction mode (the default) each transaction gets whichever server connection is
+    free: what a session set up (a ``SET``, a session advisory lock) stays on that server
+    connection, not with the client."""
+
+    def __init__(self, cluster: Cluster, directory: Path, port: int, process: subprocess.Popen[bytes]) -> None:
+        self.cluster = cluster
+        self.directory = directory
+        self.port = port
+        self.process = process
+        self.log_path = directory / "pgbouncer.log"
+
+    def url(self, dbname: str = "postgres") -> str:
+        return (f"postgresql://{SUPERUSER}@/{quote(dbname, safe='')}"
+                f"?host={quote(str(self.directory), safe='/')}&port={self.port}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()  # SIGTERM: PgBouncer closes its connections and exits at once
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@contextlib.contextmanager
+def start_pooler(cluster: Cluster, *, pool_mode: str = "transaction", pool_size: int = 20) -> Iterator[Pooler]:
+    """Start PgBouncer in front of ``cluster`` (its socket only, no TCP; ``auth_type = trust``), its
+    configuration, socket and log in a directory of the cluster's; stop it on exit. Debian's 1.18
+    knows no protocol-level prepared statements (the engine's writer uses none). Runs as the
+    server's user when root (PgBouncer refuses root too). Raises ClusterError if it isn't
+    installed or doesn't start."""
+    if not os.access(PGBOUNCER, os.X_OK):
+        raise ClusterError(f"{PGBOUNCER} isn't installed (Debian: apt-get install pgbouncer; `make test` does it)")
+    directory = Path(tempfile.mkdtemp(prefix="pooler-", dir=cluster.directory))
+    directory.chmod(0o755)
+    runner = cluster._runner
+    runner.give(directory)
+    port = _free_port()
+    (directory / "users.txt").write_text(f'"{SUPERUSER}" ""\n')
+    (directory / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={cluster.socket_dir} port={cluster.port}\n"
+        "[pgbouncer]\n"
+        "listen_addr =\n"
+        f"listen_port = {port}\n"
+        f"unix_socket_dir = {directory}\n"
+        "auth_type = trust\n"
+        f"auth_file = {directory / 'users.txt'}\n"
+        f"pool_mode = {pool_mode}\n"
+        f"default_pool_size = {pool_size}\n"
+        "max_client_conn = 500\n"
+        f"logfile = {directory / 'pgbouncer.log'}\n"
+        "log_connections = 0\nlog_disconnections = 0\n"
+    )
+    for name in ("users.txt", "pgbouncer.ini"):
+        runner.give(directory / name)
+    command = [PGBOUNCER, str(directory / "pgbouncer.ini")]
+    process = subprocess.Popen(command, cwd=directory, env=runner.env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               user=runner.uid, group=runner.gid, extra_groups=[] if runner.as_root else None)
+    pooler = Pooler(cluster, directory, port, process)
+    try:
+        socket_path = directory / f".s.PGSQL.{port}"
+        deadline = time.monotonic() + START_TIMEOUT
+        while not socket_path.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                log = (directory / "pgbouncer.log")
+                raise ClusterError("pgbouncer didn't start", command=command, returncode=process.poll(), log_tail=_tail(log.read_text()) if log.exists() else "")
+            time.sleep(0.01)
+        yield pooler
+    finally:
+        pooler.stop()
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--watchdog"]:
