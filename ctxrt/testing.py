@@ -94,6 +94,8 @@ from .namespace.core import Holds as Holds
 from .namespace.core import record_from_value as record_from_value
 from .pgcluster import Cluster as Cluster
 from .pgcluster import ClusterError as ClusterError
+from .pgcluster import Pooler as Pooler
+from .pgcluster import start_pooler as start_pooler
 from .pgcluster import temporary_cluster as temporary_cluster
 from .slots import FULL as FULL
 from .slots import ChangeLog as ChangeLog

@@ -129,11 +129,11 @@ class PostgresEngine(Catalog):
     shared = True  # other processes write it too: caches check the head before a read
 
     def __init__(self, url: str, *, synchronous: bool = True, create: bool = True,
-                 idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS, lease_ms: int = LEASE_MS) -> None:
+                 idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS, lease_ms: int | None = None) -> None:
         super().__init__()
         self.url = url
         self._idle_ms = idle_in_transaction_ms  # how long the server lets a stalled batch hold its locks
-        self._lease_ms = lease_ms
+        self._lease_ms = LEASE_MS if lease_ms is None else lease_ms  # the module's, as it is at the open
         self.data_path = redact(url)
         self._synchronous = synchronous
         self._lock = threading.Lock()  # the read connection is used by one thread at a time
