@@ -255,3 +255,24 @@ def test_the_horizon_waits_behind_the_pooler_for_a_write_in_flight(pooled_url: s
         assert answered == [drawn]
     finally:
         reader.close()
+
+
+def test_a_writers_settings_stay_in_its_transactions_behind_the_pooler(pooled_url: str) -> None:
+    """K13: the writer's settings (``synchronous_commit=off`` under durability "os", the idle-in-
+    transaction bound) are its transactions' own: after its batches, the server connections the
+    pooler hands other clients keep the server's settings."""
+    writer = PostgresEngine(pooled_url, synchronous=False)
+    try:
+        writer.apply([RegisterState(name="notes", kind="value")], execute)
+        for n in range(5):
+            assert writer.apply([SetValue(state="notes", branch=1, value=n)], execute)[0][0][0]
+        others = [psycopg.connect(pooled_url, autocommit=True) for _ in range(4)]
+        try:
+            for other in others:
+                assert other.execute("SELECT current_setting('synchronous_commit'),"
+                                     " current_setting('idle_in_transaction_session_timeout')").fetchone() == ("on", "0")
+        finally:
+            for other in others:
+                other.close()
+    finally:
+        writer.close()

@@ -191,10 +191,11 @@ class PostgresEngine(Catalog):
         session's SET stays on a server connection other clients get next. Every statement and lock
         wait bounded, a transaction left idle ended, and under durability "os"
         ``synchronous_commit=off`` (the server acknowledges before its WAL is flushed)."""
+        # Durability "sync" leaves synchronous_commit as the server has it (remote_apply for one).
         cursor.execute("SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
-                       " set_config('idle_in_transaction_session_timeout', %s, true), set_config('synchronous_commit', %s, true)",
-                       (str(STATEMENT_TIMEOUT_MS), str(STATEMENT_TIMEOUT_MS), str(int(self._idle_ms)),
-                        "on" if self._synchronous else "off"))
+                       " set_config('idle_in_transaction_session_timeout', %s, true)"
+                       + ("" if self._synchronous else ", set_config('synchronous_commit', 'off', true)"),
+                       (str(STATEMENT_TIMEOUT_MS), str(STATEMENT_TIMEOUT_MS), str(int(self._idle_ms))))
 
     def _require_locks(self) -> None:
         """Refuse a server whose transaction advisory locks don't keep a second session out
