@@ -26,6 +26,11 @@ Design (docs/architecture.md, Beyond one machine):
   never cached between batches (another process may move any slot's). Conditional writes (a
   namespace's claim) and rising floors are decided inside the transaction, under the value's
   slot lock (``Batch.set_value``), so the audience rules hold across processes.
+- A remembering namespace's lease is a row (``ctxrt_leases``, K12): a holder, an expiry renewed on
+  a thread of the engine's own, and a fencing token each take raises; a batch writing under a
+  lease checks it among its first statements (``_Fence``: no round trip of its own). Nothing lives
+  in a session (the writer's settings are per transaction, no server-side prepared statements),
+  so a transaction-mode pooler in front works (K13).
 - Reads run on the caller's thread, one statement each on a connection of their own; batches
   run on a worker thread (``committer``: a ``WorkerCommitter``) on the writing connection.
 
@@ -282,7 +287,7 @@ class PostgresEngine(Catalog):
 
     def _renew_leases(self) -> None:
         """The renewer's thread: every third of ``lease_ms``, push the expiry of every lease held on;
-        one found taken over or lapsed is dropped (``holds`` says so; its writes are refused)."""
+        one found taken over or lapsed is marked lost (``holds`` says so; its writes are refused)."""
         while not self._closing.wait(self._lease_ms / 3000):
             with self._lease_lock:
                 held = dict(self._held)
@@ -391,7 +396,7 @@ class PostgresEngine(Catalog):
         sequence that goes on from it; deleting the row waits for schema-1 writers' batches (they
         lock it) and stops their next ones (they find no sequence row and write nothing). 2 to 3:
         the lease table (a schema-2 writer still running keeps its session-lock leases, which
-        exclude no one of this version: stop the old writers first, docs/architecture.md)."""
+        exclude no one of this version: stop the old writers first, docs/api.md)."""
         try:
             with self._writer.transaction():
                 self._writer.execute("SELECT pg_advisory_xact_lock(hashtext('ctxrt schema'))")
