@@ -21,8 +21,8 @@ import pytest
 
 import ctxrt
 from ctxrt import ConfigConflictError
-from ctxrt.store.postgres import PostgresEngine, _lock_key
-from ctxrt.testing import Cluster, Pooler, RegisterState, SetValue, execute, start_pooler
+from ctxrt.store.postgres import PostgresEngine
+from ctxrt.testing import AppendItem, Cluster, Pooler, RegisterState, SetValue, execute, start_pooler
 
 CHILD = Path(__file__).with_name("pg_lease_holder.py")
 LEASE = ("agents/a/context", 1)  # the namespace's lease row: (name, branch)
@@ -238,22 +238,36 @@ async def test_a_schema_2_store_is_moved_to_schema_3_with_a_lease_table_by_a_wri
 
 def test_the_horizon_waits_behind_the_pooler_for_a_write_in_flight(pooled_url: str) -> None:
     """K13, K11: through a transaction-mode pooler ``last_sequence`` still reads the server's lock
-    table: with a write transaction in flight (the catalog lock held, a sequence drawn, not yet
-    committed) a reader's horizon doesn't answer until that transaction ends, and then answers
-    at least its sequence."""
-    reader = PostgresEngine(pooled_url)  # makes the store; its writer writes nothing here
+    table: with another engine's batch in flight (its append's sequence drawn, not committed) a
+    reader's horizon doesn't answer until that batch ends, and then answers its sequence."""
+    writer, reader = PostgresEngine(pooled_url), PostgresEngine(pooled_url, create=False)
     try:
-        with psycopg.connect(pooled_url, autocommit=True) as writer, writer.transaction():
-            writer.execute("SELECT pg_advisory_xact_lock_shared(%s)", (_lock_key(writer, "catalog"),))
-            (drawn,) = writer.execute("SELECT nextval('ctxrt_sequence')").fetchone() or (0,)
-            answered: list[int] = []
-            horizon = threading.Thread(target=lambda: answered.append(reader.last_sequence))
-            horizon.start()
-            horizon.join(timeout=1.0)  # a horizon that didn't wait would have answered by now
-            assert horizon.is_alive() and not answered
+        writer.apply([RegisterState(name="log", kind="log")], execute)
+        in_flight, go = threading.Event(), threading.Event()
+
+        def stalled(batch: object, command: object) -> object:
+            result = execute(batch, command)
+            in_flight.set()  # the slot's lock held and its sequence drawn, the rows not sent
+            go.wait()
+            return result
+
+        applied: list[object] = []
+        batch = threading.Thread(target=lambda: applied.append(
+            writer.apply([AppendItem(state="log", branch=1, data=b"x")], stalled)))
+        batch.start()
+        in_flight.wait()
+        answered: list[int] = []
+        horizon = threading.Thread(target=lambda: answered.append(reader.last_sequence))
+        horizon.start()
+        horizon.join(timeout=1.0)  # a horizon that didn't wait would have answered by now
+        assert horizon.is_alive() and not answered
+        go.set()
+        batch.join()
         horizon.join()
-        assert answered == [drawn]
+        [([(ok, appended)], _)] = applied
+        assert ok and answered == [appended.sequence]
     finally:
+        writer.close()
         reader.close()
 
 
