@@ -223,11 +223,10 @@ def _fill_lock_table(conn: psycopg.Connection[Any]) -> int:
 
 
 def test_a_full_lock_table_refuses_a_lease_and_keeps_the_ones_held(pg_url: str) -> None:
-    """K11, K8: with the server's lock table full (``max_locks_per_transaction`` too low for the
-    slots and leases of every process), taking one more lease raises ``StoreUnavailableError``
-    with the server's hint, and the leases this process holds stay held: the connection holding
-    them was taken for lost, dropped (every lease let go, for any other process to take) and the
-    driver's error raised."""
+    """K11, K12: with the server's lock table full (``max_locks_per_transaction`` too low for the
+    slots of every process's batches), taking one more lease (a row: its statement needs its
+    table's lock) raises ``StoreUnavailableError`` with the server's hint, and the leases this
+    process holds stay held (rows: nothing of them is in a session to lose)."""
     holder, other = PostgresEngine(pg_url), PostgresEngine(pg_url)
     try:
         assert all(holder.hold(1, f"ns{n}") for n in range(3))
