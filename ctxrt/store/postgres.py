@@ -147,7 +147,9 @@ class PostgresEngine(Catalog):
         self._reader = self._connect()
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
-        self._lease_lock = threading.Lock()  # the lease connection and ``_held`` (the renewer's thread too)
+        # The lease connection and changes to ``_held`` (the renewer's thread too). Never taken inside
+        # a batch: the renewer holds it while it may wait for a lease row a batch locked.
+        self._lease_lock = threading.Lock()
         self._holder = secrets.token_hex(16)  # this engine, as the lease rows name their holder
         # The leases this engine took: their fencing tokens, and until when (monotonic) the last
         # renewal holds them, as this process counts (the server's expiry is later).
@@ -269,9 +271,10 @@ class PostgresEngine(Catalog):
         """Whether this engine still holds the lease, as its last renewal says (no round trip): a
         lease the renewer found taken, or couldn't renew before its expiry, is gone. The server's
         word is the fencing check each write makes."""
+        # No lock: the renewer may sit waiting for a row a batch of this engine holds, and this runs
+        # on the loop's thread (a dict lookup is atomic).
         key = (branch_id, name)
-        with self._lease_lock:
-            return key in self._held and time.monotonic() < self._valid[key]
+        return key in self._held and time.monotonic() < self._valid.get(key, 0.0)
 
     def release(self, branch_id: int, name: str) -> None:
         """Give the lease back: it expires now (its row, and the token, stay for the next take).
@@ -327,10 +330,10 @@ class PostgresEngine(Catalog):
         raise AssertionError("unreachable")
 
     def lapsed(self, keys: Sequence[tuple[int, str]]) -> None:
-        """Leases a write found gone: ``holds`` answers False for them from now."""
-        with self._lease_lock:
-            for key in keys:
-                self._valid[key] = 0.0
+        """Leases a write found gone: ``holds`` answers False for them from now. No lock: this runs in
+        a batch holding the lease rows, which the renewer (holding the lock) may be waiting for."""
+        for key in keys:
+            self._valid[key] = 0.0
 
     def fenced(self, commands: Sequence[Any]) -> dict[tuple[int, str], int]:
         """The leases taken (and not given back) that ``commands`` write under, with their tokens: a
