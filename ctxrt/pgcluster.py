@@ -20,6 +20,10 @@ cluster lives in a fresh ``/tmp/ctxrt-pg-*`` directory (mode 0755 under the worl
 ``/tmp``) and not under pytest's ``tmp_path``: pytest's base ``/tmp/pytest-of-root`` is mode 0700.
 ``/tmp`` also keeps the socket path well under the 107-byte limit of a Unix socket's name.
 
+``start_pooler(cluster)`` starts Debian's PgBouncer in front of a cluster (transaction mode by
+default, its socket only, ``auth_type = trust``): ``Pooler.url(dbname)`` reaches the cluster's
+``dbname`` through it. It runs as the server's user when root, and stops on the context's exit.
+
 No stray servers: a running cluster is stopped by ``stop()``, by the context manager's exit, at
 interpreter exit (``atexit``), and, if this process dies without any of those (SIGKILL, a
 crash), by a small watchdog process that waits for this process's end on a pipe.
