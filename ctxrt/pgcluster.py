@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import pwd
@@ -685,7 +686,11 @@ def start_pooler(cluster: Cluster, *, pool_mode: str = "transaction", pool_size:
     for name in ("users.txt", "pgbouncer.ini"):
         runner.give(directory / name)
     command = [PGBOUNCER, str(directory / "pgbouncer.ini")]
-    process = subprocess.Popen(command, cwd=directory, env=runner.env,
+    # In the child before its exec: SIGTERM it when this process dies (PR_SET_PDEATHSIG), so a
+    # SIGKILLed run leaves no pooler (the cluster's watchdog stops the server). Looked up here: the
+    # child between fork and exec imports nothing.
+    prctl = ctypes.CDLL(None).prctl
+    process = subprocess.Popen(command, cwd=directory, env=runner.env, preexec_fn=lambda: prctl(1, signal.SIGTERM),
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                user=runner.uid, group=runner.gid, extra_groups=[] if runner.as_root else None)
     pooler = Pooler(cluster, directory, port, process)
