@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 # The tests start throwaway PostgreSQL clusters (ctxrt/pgcluster.py): they need the server's
-# binaries (initdb, pg_ctl, postgres), not only the psql client; the inspector's browser tests the
+# binaries (initdb, pg_ctl, postgres), not only the psql client, and PgBouncer, which the lease tests
+# start in front of a cluster (ctxrt.pgcluster.start_pooler); the inspector's browser tests the
 # OS's headless Chromium and its chromedriver (Chromium can't download a build of its own here).
 # apt-get as root, else via sudo.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -18,6 +19,10 @@ $(STAMP): pyproject.toml
 	@{ [ -n "$$PG_BINDIR" ] && [ -x "$$PG_BINDIR/initdb" ]; } || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	  || { echo "installing the PostgreSQL server (apt-get install postgresql)"; log=$$(mktemp); \
 	       { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
+	         >$$log 2>&1 || { cat $$log; rm -f $$log; exit 1; }; rm -f $$log; }
+	@[ -x /usr/sbin/pgbouncer ] \
+	  || { echo "installing PgBouncer (apt-get install pgbouncer)"; log=$$(mktemp); \
+	       { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer; } \
 	         >$$log 2>&1 || { cat $$log; rm -f $$log; exit 1; }; rm -f $$log; }
 	@{ [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; } \
 	  || { echo "installing headless Chromium and its driver (apt-get install chromium chromium-driver)"; log=$$(mktemp); \

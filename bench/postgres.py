@@ -54,6 +54,9 @@ LangGraph's ``messages`` channel (a plain dict: the cheapest value it stores).
     (autocommit: one commit), the ``SELECT 1`` round trip, and a raw transaction shaped like
     ctxrt's append (BEGIN; SELECT ... FOR UPDATE of one row; two INSERTs; UPDATE; COMMIT). These
     run in the rounds of (1), so the append/INSERT ratio compares figures measured side by side.
+    With PgBouncer installed (Debian's 1.18), the largest size's turn also runs through it in
+    transaction mode in front of the same server (``start_pooler``), in the same rounds: its
+    ``add_message`` and turn against the direct ones.
 (5) Reads on a hot standby of the same server vs on the primary, and the replica's lag
     (``bench/postgres_standby.py``).
 
@@ -85,7 +88,7 @@ from typing import Any
 import trio
 
 import ctxrt
-from ctxrt.pgcluster import Cluster, find_binaries, temporary_cluster
+from ctxrt.pgcluster import PGBOUNCER, Cluster, Pooler, find_binaries, start_pooler, temporary_cluster
 
 from . import harness, postgres_standby
 from .harness import fill, interleave, scratch, summary, versus
@@ -205,7 +208,10 @@ def _server(cluster: Cluster) -> dict[str, str]:
 # -- (1), (3), (4): one trio run ---------------------------------------------------------------------
 
 
-async def _in_trio(cluster: Cluster, root: Path, quick: bool, rng: random.Random) -> dict[str, Any]:
+POOLED = "ctxrt on PostgreSQL via PgBouncer"  # transaction mode, in front of the same server
+
+
+async def _in_trio(cluster: Cluster, pooler: Pooler | None, root: Path, quick: bool, rng: random.Random) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else SIZES
     rounds = 5 if quick else 21
     info: dict[str, Any] = {"build_s": {}, "first_compile_s": {}, "turn_rounds": rounds, "sizes": sizes}
@@ -235,6 +241,14 @@ async def _in_trio(cluster: Cluster, root: Path, quick: bool, rng: random.Random
                     await manager.compile(EVERYTHING)
                     info["first_compile_s"][f"ctxrt on {system} @ {size:,} (own slot)"] = time.perf_counter() - started
                     turners[f"ctxrt on {system}", size] = CtxrtTurns(manager, size).turn
+                if pooler is not None and size == sizes[-1]:  # the same turn, each statement through the pooler
+                    database = f"pooled_{size}"
+                    cluster.create_database(database)
+                    await ctxrt_build(pooler.url(database), size)
+                    rt = await stack.enter_async_context(ctxrt.open_runtime(pooler.url(database), durability="sync"))
+                    manager = await rt.open("chat", isolate=True)
+                    await manager.compile(EVERYTHING)
+                    turners[POOLED, size] = CtxrtTurns(manager, size).turn
                 if have_langgraph:
                     peer = PostgresSaverTurns(cluster.create_database(f"langgraph_{size}"), sync_stack)
                     started = time.perf_counter()
@@ -534,6 +548,15 @@ def _rows(info: dict[str, Any], quick: bool) -> list[dict[str, Any]]:
         f"(4) ctxrt add_message on PostgreSQL (at {big:,}) vs a raw transaction shaped like its append", "ms",
         ms(("ctxrt on PostgreSQL", big), "append"), raw["raw append-shaped transaction"],
         "raw append-shaped transaction", target=None, op=None), "add_message / raw transaction"))
+    if (POOLED, big) in info["turns"]:
+        rows.append(reported(versus(
+            f"(4) ctxrt add_message on PostgreSQL (at {big:,}) through PgBouncer in transaction mode vs direct", "ms",
+            ms((POOLED, big), "append"), ms(("ctxrt on PostgreSQL", big), "append"), "direct",
+            target=None, op=None), "through PgBouncer / direct"))
+        rows.append(reported(versus(
+            f"(1) turn at {big:,} messages through PgBouncer in transaction mode vs direct (PostgreSQL)", "ms",
+            ms((POOLED, big), "turn"), ms(("ctxrt on PostgreSQL", big), "turn"), "direct",
+            target=None, op=None), "through PgBouncer / direct"))
     rows.append(reported(harness.row("(4) raw psycopg SELECT 1 round trip", "ms", raw["raw SELECT 1"],
                                      target=None, op=None), ""))
     rows.extend(postgres_standby.rows(info, reported))
@@ -562,9 +585,10 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     rng = random.Random(20240615)
     load = os.getloadavg()
     started = time.perf_counter()
-    with temporary_cluster() as cluster, scratch("ctxrt-bench-postgres-") as root:
+    with temporary_cluster() as cluster, scratch("ctxrt-bench-postgres-") as root, contextlib.ExitStack() as stack:
         server = _server(cluster)
-        info = trio.run(_in_trio, cluster, root, quick, rng)
+        pooler = stack.enter_context(start_pooler(cluster)) if os.access(PGBOUNCER, os.X_OK) else None
+        info = trio.run(_in_trio, cluster, pooler, root, quick, rng)
         info.update(_processes(cluster, quick, rng))
         info.update(postgres_standby.measure(cluster, quick, rng))
     info.update(server=server, quick=quick, load=(load, os.getloadavg()), seconds=time.perf_counter() - started,

@@ -26,6 +26,9 @@ that streams the primary's WAL and answers read-only queries (``hot_standby``, w
 ``hot_standby_feedback`` so a long read isn't cancelled by the cleanup it would conflict with).
 It has a socket and port of its own; ``Cluster.url(dbname)`` reaches the same databases as the
 primary's, as of its replay.
+``start_pooler(cluster)`` starts Debian's PgBouncer in front of a cluster (transaction mode by
+default, its socket only, ``auth_type = trust``): ``Pooler.url(dbname)`` reaches the cluster's
+``dbname`` through it. It runs as the server's user when root, and stops on the context's exit.
 
 No stray servers: a running cluster is stopped by ``stop()``, by the context manager's exit, at
 interpreter exit (``atexit``), and, if this process dies without any of those (SIGKILL, a
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import pwd
@@ -60,8 +64,10 @@ __all__ = [
     "SUPERUSER",
     "Cluster",
     "ClusterError",
+    "Pooler",
     "find_binaries",
     "start_cluster",
+    "start_pooler",
     "temporary_cluster",
 ]
 
@@ -673,6 +679,92 @@ def _watchdog_main() -> None:
     finally:
         if spec["remove"]:
             shutil.rmtree(spec["remove"], ignore_errors=True)
+
+
+# --- a pooler in front (PgBouncer) ---------------------------------------------------------------
+
+PGBOUNCER = "/usr/sbin/pgbouncer"  # Debian's package (`make test` installs it)
+
+
+class Pooler:
+    """A PgBouncer in front of a cluster: ``url(dbname)`` reaches the cluster's ``dbname`` through
+    it. In transaction mode (the default) each transaction gets whichever server connection is
+    free: what a session set up (a ``SET``, a session advisory lock) stays on that server
+    connection, not with the client."""
+
+    def __init__(self, cluster: Cluster, directory: Path, port: int, process: subprocess.Popen[bytes]) -> None:
+        self.cluster = cluster
+        self.directory = directory
+        self.port = port
+        self.process = process
+        self.log_path = directory / "pgbouncer.log"
+
+    def url(self, dbname: str = "postgres") -> str:
+        return (f"postgresql://{SUPERUSER}@/{quote(dbname, safe='')}"
+                f"?host={quote(str(self.directory), safe='/')}&port={self.port}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()  # SIGTERM: PgBouncer closes its connections and exits at once
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@contextlib.contextmanager
+def start_pooler(cluster: Cluster, *, pool_mode: str = "transaction", pool_size: int = 20) -> Iterator[Pooler]:
+    """Start PgBouncer in front of ``cluster`` (its socket only, no TCP; ``auth_type = trust``), its
+    configuration, socket and log in a directory of the cluster's; stop it on exit. Debian's 1.18
+    knows no protocol-level prepared statements (the engine's writer uses none). Runs as the
+    server's user when root (PgBouncer refuses root too). Raises ClusterError if it isn't
+    installed or doesn't start."""
+    if not os.access(PGBOUNCER, os.X_OK):
+        raise ClusterError(f"{PGBOUNCER} isn't installed (Debian: apt-get install pgbouncer; `make test` does it)")
+    directory = Path(tempfile.mkdtemp(prefix="pooler-", dir=cluster.directory))
+    directory.chmod(0o755)
+    runner = cluster._runner
+    runner.give(directory)
+    port = _free_port()
+    (directory / "users.txt").write_text(f'"{SUPERUSER}" ""\n')
+    (directory / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={cluster.socket_dir} port={cluster.port}\n"
+        "[pgbouncer]\n"
+        "listen_addr =\n"
+        f"listen_port = {port}\n"
+        f"unix_socket_dir = {directory}\n"
+        "auth_type = trust\n"
+        f"auth_file = {directory / 'users.txt'}\n"
+        f"pool_mode = {pool_mode}\n"
+        f"default_pool_size = {pool_size}\n"
+        "max_client_conn = 500\n"
+        f"logfile = {directory / 'pgbouncer.log'}\n"
+        "log_connections = 0\nlog_disconnections = 0\n"
+    )
+    for name in ("users.txt", "pgbouncer.ini"):
+        runner.give(directory / name)
+    command = [PGBOUNCER, str(directory / "pgbouncer.ini")]
+    # In the child before its exec: SIGTERM it when this process dies (PR_SET_PDEATHSIG), so a
+    # SIGKILLed run leaves no pooler (the cluster's watchdog stops the server). Looked up here: the
+    # child between fork and exec imports nothing.
+    prctl = ctypes.CDLL(None).prctl
+    process = subprocess.Popen(command, cwd=directory, env=runner.env, preexec_fn=lambda: prctl(1, signal.SIGTERM),
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               user=runner.uid, group=runner.gid, extra_groups=[] if runner.as_root else None)
+    pooler = Pooler(cluster, directory, port, process)
+    try:
+        socket_path = directory / f".s.PGSQL.{port}"
+        deadline = time.monotonic() + START_TIMEOUT
+        while not socket_path.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                log = (directory / "pgbouncer.log")
+                raise ClusterError("pgbouncer didn't start", command=command, returncode=process.poll(), log_tail=_tail(log.read_text()) if log.exists() else "")
+            time.sleep(0.01)
+        yield pooler
+    finally:
+        pooler.stop()
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--watchdog"]:

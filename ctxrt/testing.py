@@ -33,7 +33,7 @@ into blocks (``blocks_from_content``); the audience rule of an edit (``hidden_by
 Messages API form of compiled messages (``to_anthropic_messages``); the token estimates
 (``estimate_text``, ``estimate_blocks``, ..., and ``approx_tokens``, the scripted models'
 count); and a throwaway PostgreSQL cluster (``Cluster``, ``ClusterError``,
-``temporary_cluster``). These names are for tests: they carry no compatibility promise beyond
+``temporary_cluster``) with PgBouncer in front of it on demand (``start_pooler``, ``Pooler``). These names are for tests: they carry no compatibility promise beyond
 the public API's.
 """
 
@@ -94,6 +94,8 @@ from .namespace.core import Holds as Holds
 from .namespace.core import record_from_value as record_from_value
 from .pgcluster import Cluster as Cluster
 from .pgcluster import ClusterError as ClusterError
+from .pgcluster import Pooler as Pooler
+from .pgcluster import start_pooler as start_pooler
 from .pgcluster import temporary_cluster as temporary_cluster
 from .slots import FULL as FULL
 from .slots import ChangeLog as ChangeLog

@@ -592,21 +592,26 @@ def test_status_is_published_as_a_frozen_snapshot(handle: StoreHandle) -> None:
 # -- the lease (PostgreSQL) --------------------------------------------------------------------
 
 
-def test_a_lease_lost_before_a_strategy_write_stops_the_machine_without_writing(pg_url: str) -> None:
-    """K4: a remembering namespace's lease went with its connection and another process took it: the
-    next strategy write isn't sent; its caller and every other get ConfigConflictError, and the
-    machine stops."""
+def test_a_lease_taken_over_refuses_the_next_strategy_write_and_stops_the_machine_without_writing(pg_url: str) -> None:
+    """K4, K12: a remembering namespace's lease lapsed and another process took it over (its fencing
+    token raised) while this process still counts it held: the next strategy write goes out and the
+    store's fencing check refuses it, writing nothing; its caller and every other get
+    ConfigConflictError, and the machine stops."""
     first, second = open_store(pg_url), open_store(pg_url)
     try:
         ns = Driven(first, strategy=memory())
         value(ns.start("ann"))
         ids = ns.fill(3)
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+            conn.execute("UPDATE ctxrt_leases SET expires = now() - interval '1 second'")  # its holder cut off
+            written = conn.execute("SELECT (SELECT count(*) FROM ctxrt_values) + (SELECT count(*) FROM ctxrt_items)").fetchone()
         assert second.engine.hold(ns.branch_id, states.context_state("ns"))
         pin = ns.ask(ctxrt.namespace.protocol.PinRange("ann", ids[0], ids[1], None, None))
+        ns.commit()
         refused(pin, ctxrt.ConfigConflictError, "lost its lease")
         assert not ns.commits and ns.stopped is not None
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            assert conn.execute("SELECT (SELECT count(*) FROM ctxrt_values) + (SELECT count(*) FROM ctxrt_items)").fetchone() == written
     finally:
         close_store(second)
         close_store(first)

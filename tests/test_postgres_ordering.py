@@ -110,6 +110,7 @@ async def test_a_schema_1_store_is_read_as_it_is_and_moved_to_schema_2_by_a_writ
         first = [await manager.add_message("user", f"line {n}") for n in range(3)]
     with psycopg.connect(pg_url, autocommit=True) as conn:  # as the schema-1 ctxrt left it
         conn.execute("DROP SEQUENCE ctxrt_sequence")
+        conn.execute("DROP TABLE ctxrt_leases")
         conn.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('sequence', %s)", (int(first[-1]),))
         conn.execute("UPDATE ctxrt_meta SET value = 1 WHERE key = 'format'")
     async with ctxrt.open_runtime(pg_url, readonly=True) as rt:
@@ -121,7 +122,7 @@ async def test_a_schema_1_store_is_read_as_it_is_and_moved_to_schema_2_by_a_writ
         assert int(later) == int(first[-1]) + 1
     with psycopg.connect(pg_url, autocommit=True) as conn:
         meta = dict(conn.execute("SELECT key, value FROM ctxrt_meta").fetchall())
-    assert meta["format"] == 2 and "sequence" not in meta
+    assert meta["format"] == 3 and "sequence" not in meta  # moved on to schema 3 (row leases) too
 
 
 async def test_a_stalled_writer_holds_up_the_horizon_and_forks_only_until_its_idle_transaction_is_ended(
@@ -189,6 +190,7 @@ async def test_a_reader_opened_on_a_schema_1_store_keeps_its_horizon_when_a_writ
     with psycopg.connect(pg_url, autocommit=True) as conn:  # as the schema-1 ctxrt left it
         (last,) = conn.execute("SELECT last_value FROM ctxrt_sequence").fetchone() or (0,)
         conn.execute("DROP SEQUENCE ctxrt_sequence")
+        conn.execute("DROP TABLE ctxrt_leases")
         conn.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('sequence', %s)", (last,))
         conn.execute("UPDATE ctxrt_meta SET value = 1 WHERE key = 'format'")
     reader = PostgresEngine(pg_url, create=False)
@@ -221,11 +223,10 @@ def _fill_lock_table(conn: psycopg.Connection[Any]) -> int:
 
 
 def test_a_full_lock_table_refuses_a_lease_and_keeps_the_ones_held(pg_url: str) -> None:
-    """K11, K8: with the server's lock table full (``max_locks_per_transaction`` too low for the
-    slots and leases of every process), taking one more lease raises ``StoreUnavailableError``
-    with the server's hint, and the leases this process holds stay held: the connection holding
-    them was taken for lost, dropped (every lease let go, for any other process to take) and the
-    driver's error raised."""
+    """K11, K12: with the server's lock table full (``max_locks_per_transaction`` too low for the
+    slots of every process's batches), taking one more lease (a row: its statement needs its
+    table's lock) raises ``StoreUnavailableError`` with the server's hint, and the leases this
+    process holds stay held (rows: nothing of them is in a session to lose)."""
     holder, other = PostgresEngine(pg_url), PostgresEngine(pg_url)
     try:
         assert all(holder.hold(1, f"ns{n}") for n in range(3))

@@ -233,15 +233,15 @@ async def test_branches_and_states_another_runtime_made_are_seen_by_the_next_wri
         assert await opened[1].message_count() == 1
 
 
-async def test_a_lease_lost_with_its_connection_stops_the_namespace_here(pg_url: str) -> None:
-    """The server drops a process's leases with their connection; if another process then takes the
-    namespace, this process's next write for it raises ConfigConflictError instead of compressing
+async def test_a_lease_that_lapsed_and_was_taken_over_stops_the_namespace_here(pg_url: str) -> None:
+    """K12: a process's lease lapsed (its holder cut off past its expiry) and another process took the
+    namespace: this process's next write for it raises ConfigConflictError instead of compressing
     beside the other (two servers of one remembering namespace)."""
     async with ctxrt.open_runtime(pg_url) as first, ctxrt.open_runtime(pg_url) as second:
         holder = await first.open("agents/a", strategy=ctxrt.Autobiographical("claude-haiku-4-5"))
         ids = [await holder.add_message("user", f"line {n}") for n in range(3)]
         with psycopg.connect(pg_url, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'")
+            conn.execute("UPDATE ctxrt_leases SET expires = now() - interval '1 second'")
         taker = await second.open("agents/a", strategy=ctxrt.Autobiographical("claude-haiku-4-5"))
         with pytest.raises(ctxrt.ConfigConflictError, match="lost its lease"):
             await holder.pin_range(ids[0], ids[1])
@@ -319,8 +319,9 @@ async def test_a_password_is_never_quoted_back_in_an_error() -> None:
 # answer true and lock nothing): this database's sessions find the shim's functions first.
 NO_OP_LOCKS = """
 CREATE SCHEMA shim;
-CREATE FUNCTION shim.pg_try_advisory_lock(integer, integer) RETURNS boolean LANGUAGE sql AS 'SELECT true';
-CREATE FUNCTION shim.pg_advisory_unlock(integer, integer) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION shim.pg_try_advisory_xact_lock(bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION shim.pg_advisory_xact_lock(bigint) RETURNS void LANGUAGE sql AS '';
+CREATE FUNCTION shim.pg_advisory_xact_lock_shared(bigint) RETURNS void LANGUAGE sql AS '';
 """
 
 
@@ -336,9 +337,9 @@ def without_advisory_locks(url: str) -> None:
 
 
 def test_the_lease_probe_tells_locks_that_exclude_from_locks_that_do_not(pg_url: str) -> None:
-    """K8: on PostgreSQL a lock one session holds keeps another out; one session taking its own lock
-    again, or two sessions of a server whose locks are no-ops, prove nothing is kept out. The probe
-    leaves no lock behind."""
+    """K8: on PostgreSQL a transaction lock one session holds keeps another out; one session taking its
+    own lock again, or two sessions of a server whose locks are no-ops, prove nothing is kept out.
+    The probe leaves no lock behind."""
     with psycopg.connect(pg_url, autocommit=True) as first, psycopg.connect(pg_url, autocommit=True) as second:
         assert advisory_locks_exclude(first, second)
         assert not advisory_locks_exclude(first, first)
@@ -349,8 +350,8 @@ def test_the_lease_probe_tells_locks_that_exclude_from_locks_that_do_not(pg_url:
 
 
 async def test_a_server_whose_advisory_locks_exclude_no_one_is_refused_at_open(pg_url: str) -> None:
-    """K8: a writer's open of a database whose advisory locks are no-ops (two processes would both
-    hold one namespace's lease) raises StoreUnsupportedError naming the server, and writes nothing."""
+    """K8: a writer's open of a database whose advisory locks are no-ops (two processes would write one
+    slot at once) raises StoreUnsupportedError naming the server, and writes nothing."""
     without_advisory_locks(pg_url)
     with pytest.raises(ctxrt.StoreUnsupportedError, match="advisory locks don't exclude") as refused:
         async with ctxrt.open_runtime(pg_url):

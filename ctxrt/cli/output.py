@@ -24,7 +24,7 @@ LOG_LEVEL_VARIABLE = "CTXRT_LOG_LEVEL"
 UNWRAPPED_WIDTH = 100_000  # "never wrap" for rich, which always lays text out to some width
 
 
-# What a terminal acts on rather than shows: C0 and C1 controls but newline and tab (an escape
+# What a terminal acts on rather than shows: the control characters but newline and tab (an escape
 # sequence in a stored message could clear the screen or retitle the window), and the bidi
 # overrides (which reorder what follows them on the line).
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

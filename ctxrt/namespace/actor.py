@@ -241,7 +241,7 @@ class _Loop:
         answer = answer_lease(self.services.engine, self.ref.branch_id, effect)
         if not (isinstance(effect, ReleaseLease) and effect.at_stop):
             return self.machine.handle(answer, self._inputs())
-        if answer.error is not None:  # the connection is gone: so is the lease
+        if answer.error is not None:  # the store unreachable: the lease lapses at its expiry
             logger.warning("couldn't give back the lease of %s", self.place, exc_info=answer.error)
         return []
 

@@ -123,7 +123,8 @@ class TakeLease:
 
 @attrs.frozen
 class CheckLease:
-    """Look whether the lease is still held (before a strategy write goes out): ``LeaseAnswer``."""
+    """Look whether the lease is still held, as the engine counts it (before a strategy write goes out;
+    no round trip: the write's own transaction checks the fencing token): ``LeaseAnswer``."""
 
     state: str
 
@@ -131,7 +132,7 @@ class CheckLease:
 @attrs.frozen
 class ReleaseLease:
     """Give the lease back: ``LeaseAnswer``; ``at_stop``: the actor stops, nothing comes back (a
-    failure is only logged: a connection gone took the lease with it)."""
+    failure is only logged: the lease then lapses at its expiry)."""
 
     state: str
     at_stop: bool = False

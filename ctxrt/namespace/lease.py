@@ -3,10 +3,11 @@
 On a shared store (PostgreSQL) several processes may open the same namespace; a strategy that
 keeps its memory in the process (``Strategy.keeps_memory``) may run in one of them at a time, so
 its actor holds the namespace's lease while it runs such a strategy and gives it back otherwise.
-The lease is held through the engine (a session lock on PostgreSQL); it goes with a lost
-connection, and another process may then take it. Kept apart from the machine since it is one
-small piece of state with its own rules, read by the machine at three points: when the strategy
-changes, before a strategy write goes out, and at the stop.
+The lease is held through the engine (a row on PostgreSQL: a holder, an expiry the engine renews,
+and a fencing token every write of the namespace's states checks in its own transaction, K12); it
+lapses when its holder stops renewing it, and another process may then take it. Kept apart from
+the machine since it is one small piece of state with its own rules, read by the machine at three
+points: when the strategy changes, before a strategy write goes out, and at the stop.
 
 Nothing here touches the engine: taking, looking at and giving back the lease are effects
 (``TakeLease``, ``CheckLease``, ``ReleaseLease``) the loop carries out (``actor.answer_lease``),
@@ -52,8 +53,9 @@ class Lease:
             self.held = False
 
     def check(self) -> CheckLease | None:
-        """Before a strategy write goes out: what to ask, whether the lease this process held went
-        (with a lost connection); None while none is held."""
+        """Before a strategy write goes out: what to ask, whether the lease this process held lapsed
+        (the engine's own count, no round trip; the store's fencing check refuses the write if it
+        went since); None while none is held."""
         return CheckLease(self.state) if self.held else None
 
     def forfeit(self) -> Callable[[], ConfigConflictError]:

@@ -449,8 +449,8 @@ class NamespaceMachine:
         self._effects.append(Commit(self.lane.token, command, item.task.trace))
 
     def _lose_lease(self, task: _Task) -> None:
-        """The lease went with a lost connection, and another process serves the namespace now: the
-        write isn't sent, and the actor stops."""
+        """The lease lapsed (or was taken over), and another process may serve the namespace now: the
+        write wasn't made (not sent, or refused by the store's fencing check), and the actor stops."""
         refusal = self.lease.forfeit()
         self._step(task, error=refusal())
         self._stop(refusal)
@@ -462,6 +462,8 @@ class NamespaceMachine:
         self.lane.out = None
         if committed.ok:
             self._step(item.task, committed.value)
+        elif item.write is not None and item.write.strategy and self.lease.held and isinstance(committed.value, ConfigConflictError):
+            self._lose_lease(item.task)  # the store's fencing check refused it: the lease lapsed or was taken
         else:
             self._step(item.task, error=committed.value)
 

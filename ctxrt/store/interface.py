@@ -63,12 +63,12 @@ class StoreEngine(Protocol):
 
     def hold(self, branch_id: int, name: str) -> bool:
         """Take this process's lease on ``name`` on a branch (a namespace that keeps its strategy's
-        memory); False while another process holds it. Released by ``release`` or when this
-        process's connection ends (it died)."""
+        memory); False while another process holds it. Released by ``release``, or lapses when this
+        process stops renewing it (it died; PostgreSQL: K12)."""
 
     def holds(self, branch_id: int, name: str) -> bool:
-        """Whether this process still holds a lease ``hold`` took (it takes it again if its connection
-        was lost and no other process took it meanwhile)."""
+        """Whether this process still holds a lease ``hold`` took, as the engine counts it (no round
+        trip; a write under a lease lost since is refused by the store, K12)."""
 
     def release(self, branch_id: int, name: str) -> None:
         """Give a lease ``hold`` took back."""

@@ -26,6 +26,11 @@ Design (docs/architecture.md, Beyond one machine):
   never cached between batches (another process may move any slot's). Conditional writes (a
   namespace's claim) and rising floors are decided inside the transaction, under the value's
   slot lock (``Batch.set_value``), so the audience rules hold across processes.
+- A remembering namespace's lease is a row (``ctxrt_leases``, K12): a holder, an expiry renewed on
+  a thread of the engine's own, and a fencing token each take raises; a batch writing under a
+  lease checks it among its first statements (``_Fence``: no round trip of its own). Nothing lives
+  in a session (the writer's settings are per transaction, no server-side prepared statements),
+  so a transaction-mode pooler in front works (K13).
 - Reads run on the caller's thread, one statement each on a connection of their own; batches
   run on a worker thread (``committer``: a ``WorkerCommitter``) on the writing connection.
 - A hot standby (a server in recovery: ``pg_is_in_recovery()``) is opened read-only or refused.
@@ -44,6 +49,7 @@ import hashlib
 import json
 import logging
 import re
+import secrets
 import threading
 import time
 import urllib.parse
@@ -56,6 +62,7 @@ import psycopg.errors
 
 from ..errors import (
     BranchNotFoundError,
+    ConfigConflictError,
     CtxrtError,
     MalformedContentError,
     ReadOnlyStoreError,
@@ -69,7 +76,7 @@ from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
 from .committer import Committer, WorkerCommitter
-from .protocol import AppendItem, Atomically, CreateBranch, DeleteBranch, RegisterState
+from .protocol import AppendItem, Atomically, CreateBranch, DeleteBranch, EditItem, RegisterState, RemoveItems, SetValue
 from .records import (
     MAIN_BRANCH,
     BranchRow,
@@ -83,8 +90,10 @@ from .urls import redact
 logger = logging.getLogger("ctxrt.store")
 _R = TypeVar("_R")
 
-SCHEMA_VERSION = 2  # 2: the sequence is a database sequence (1: a ctxrt_meta row under a lock)
-READABLE_SCHEMAS = (1, 2)  # a schema-1 store is read as it is; a writer's open migrates it to 2
+# 3: leases are rows (ctxrt_leases); 2: the sequence is a database sequence (1: a ctxrt_meta row
+# under a lock). A schema-1 or -2 store is read as it is; a writer's open moves it to 3.
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (1, 2, 3)
 DEADLOCK_RETRIES = 5  # a batch the server broke a lock cycle in is run again (nothing was written)
 HORIZON_POLL_S = 0.001  # how often ``last_sequence`` looks whether the writes in flight have ended
 CONNECT_TIMEOUT_S = 10
@@ -93,8 +102,16 @@ STATEMENT_TIMEOUT_MS = 30_000  # per statement, and per wait for a lock (another
 # the server: it holds the catalog lock, so until then ``last_sequence`` waits, and a fork waits
 # with every other write queued behind it. Well under STATEMENT_TIMEOUT_MS, so those wait, not fail.
 IDLE_IN_TRANSACTION_MS = 10_000
+# A lease lasts this long unrenewed (its holder renews it every third of it): a holder killed or
+# cut off is taken over this long after its last renewal, and stops writing by then.
+LEASE_MS = 10_000
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
+
+# A namespace's lease (K12): who holds it (an engine's random id) until when (the server's clock),
+# and the fencing token, raised by every take, that each write under the lease checks.
+_LEASES_TABLE = ("CREATE TABLE ctxrt_leases (branch integer NOT NULL, name text NOT NULL, holder text NOT NULL,"
+                 " token bigint NOT NULL, expires timestamptz NOT NULL, PRIMARY KEY (branch, name))")
 
 _SCHEMA = """
 CREATE TABLE ctxrt_meta (key text PRIMARY KEY, value bigint NOT NULL);
@@ -114,7 +131,7 @@ CREATE TABLE ctxrt_values (
 CREATE INDEX ctxrt_values_by_branch ON ctxrt_values (branch, version);
 CREATE TABLE ctxrt_blobs (sha256 bytea PRIMARY KEY, media_type text NOT NULL, data bytea NOT NULL);
 CREATE SEQUENCE ctxrt_sequence;
-"""
+""" + "\n" + _LEASES_TABLE + ";\n"
 
 
 class PostgresEngine(Catalog):
@@ -124,10 +141,11 @@ class PostgresEngine(Catalog):
     shared = True  # other processes write it too: caches check the head before a read
 
     def __init__(self, url: str, *, synchronous: bool = True, create: bool = True,
-                 idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS) -> None:
+                 idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS, lease_ms: int | None = None) -> None:
         super().__init__()
         self.url = url
         self._idle_ms = idle_in_transaction_ms  # how long the server lets a stalled batch hold its locks
+        self._lease_ms = LEASE_MS if lease_ms is None else lease_ms  # the module's, as it is at the open
         self.data_path = redact(url)
         self._synchronous = synchronous
         self._lock = threading.Lock()  # the read connection is used by one thread at a time
@@ -143,15 +161,24 @@ class PostgresEngine(Catalog):
         self._primary: psycopg.Connection[Any] | None = None  # a standby's link to its primary (the horizon)
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
-        self._held: set[tuple[int, str]] = set()  # the leases this engine took
+        # The lease connection and changes to ``_held`` (the renewer's thread too). Never taken inside
+        # a batch: the renewer holds it while it may wait for a lease row a batch locked.
+        self._lease_lock = threading.Lock()
+        self._holder = secrets.token_hex(16)  # this engine, as the lease rows name their holder
+        # The leases this engine took: their fencing tokens, and until when (monotonic) the last
+        # renewal holds them, as this process counts (the server's expiry is later).
+        self._held: dict[tuple[int, str], int] = {}
+        self._valid: dict[tuple[int, str], float] = {}
+        self._renewer: threading.Thread | None = None  # started at the first hold
+        self._closing = threading.Event()
         # (sequence, catalog) as of what this process last read or committed: a batch that finds
         # others reads the branch and state tables again (another process wrote, made or deleted
         # a branch, or registered a state: those move the catalog, not the sequence).
         self._committed = 0
         self._schema = SCHEMA_VERSION
         self._began = False  # the server answered the running batch (a retry would no longer be safe)
-        if create:  # a writer, which may take leases (and the schema's creation lock)
-            self._require_leases()
+        if create:  # a writer: it locks slots (and the schema's creation lock)
+            self._require_locks()
         self._ensure_schema(create)
         self._catalog_key = _lock_key(self._reader, "catalog")
         self.reload()
@@ -168,34 +195,45 @@ class PostgresEngine(Catalog):
 
     def _connect(self, old: psycopg.Connection[Any] | None = None, *, writer: bool = False,
                  conninfo: str | None = None) -> psycopg.Connection[Any]:
-        """A connection (replacing ``old``, closed) to this store's server, or to ``conninfo``: every
-        statement and lock wait bounded, and for the writer, ``synchronous_commit=off`` under
-        durability "os"."""
+        """A connection (replacing ``old``, closed) to this store's server, or to ``conninfo``. A
+        reader's statements and lock waits are bounded for its session; the writer's settings are
+        its transactions' own (``_local_settings``)."""
         if old is not None:
             old.close()
-        settings = f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}"
-        if writer:
-            settings += f"; SET idle_in_transaction_session_timeout = {int(self._idle_ms)}"
-        if writer and not self._synchronous:  # the server acknowledges before its WAL is flushed
-            settings += "; SET synchronous_commit = off"
         try:
             conn = psycopg.connect(conninfo or self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
-            # Bounds, so a stalled server or a peer holding the write lock is an error, not a hang.
-            conn.execute(settings)
-            if writer:
-                # No server-side prepared statements on the writer: psycopg forgets them at every
-                # ROLLBACK (a refused command's ROLLBACK TO SAVEPOINT too), and in pipeline mode that
-                # fell out of step with statements already sent ("prepared statement does not exist").
-                conn.prepare_threshold = None
+            if not writer:
+                # Bounds, so a stalled server is an error, not a hang. Behind a transaction-mode pooler
+                # this lands on whichever server connection the pooler gave (the same bounds every
+                # ctxrt process sets; nothing else a session SET would carry to another client).
+                conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}")
+            # No server-side prepared statements: a transaction-mode pooler (PgBouncer before 1.21)
+            # gives the next statement another server connection, which doesn't know them; and on the
+            # writer psycopg forgets them at every ROLLBACK (a refused command's ROLLBACK TO
+            # SAVEPOINT too), which in pipeline mode fell out of step with statements already sent.
+            conn.prepare_threshold = None
             return conn
         except psycopg.Error as exc:
             where = "" if conninfo is None else f"its primary ({_server(conninfo)}): "
             raise StoreUnavailableError(self.data_path, where + self._reason(exc)) from None
 
-    def _require_leases(self) -> None:
-        """Refuse a server whose advisory locks don't keep a second session out (CockroachDB's are
-        no-ops that answer true): two processes would both hold one namespace's lease. Proved on
-        this engine's two connections, before anything is written."""
+    def _local_settings(self, cursor: psycopg.Cursor[Any]) -> None:
+        """The writer's bounds, set for the transaction just begun (sent with its first statements:
+        no round trip of their own): ``SET LOCAL`` holds behind a transaction-mode pooler, where a
+        session's SET stays on a server connection other clients get next. Every statement and lock
+        wait bounded, a transaction left idle ended, and under durability "os"
+        ``synchronous_commit=off`` (the server acknowledges before its WAL is flushed)."""
+        # Durability "sync" leaves synchronous_commit as the server has it (remote_apply for one).
+        cursor.execute("SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
+                       " set_config('idle_in_transaction_session_timeout', %s, true)"
+                       + ("" if self._synchronous else ", set_config('synchronous_commit', 'off', true)"),
+                       (str(STATEMENT_TIMEOUT_MS), str(STATEMENT_TIMEOUT_MS), str(int(self._idle_ms))))
+
+    def _require_locks(self) -> None:
+        """Refuse a server whose transaction advisory locks don't keep a second session out
+        (CockroachDB's are no-ops that answer true): two processes would write one slot at once, out
+        of sequence order, and ``last_sequence`` would see no write in flight. Proved on this
+        engine's two connections, before anything is written."""
         try:
             if advisory_locks_exclude(self._writer, self._reader):
                 return
@@ -206,9 +244,10 @@ class PostgresEngine(Catalog):
         self.close()
         raise StoreUnsupportedError(
             self.data_path,
-            f"its advisory locks don't exclude another session (a second session took a lock the first held), so "
-            f"two processes could both serve a namespace that keeps its memory; ctxrt needs PostgreSQL's session "
-            f"advisory locks (CockroachDB's, for one, are no-ops; server: {' '.join(version.split())[:200]})",
+            f"its advisory locks don't exclude another session (a second session took a lock the first held in "
+            f"its transaction), so two processes could write one slot at once and readers could skip a write in "
+            f"flight; ctxrt needs PostgreSQL's transaction advisory locks (CockroachDB's, for one, are no-ops; "
+            f"server: {' '.join(version.split())[:200]})",
         )
 
     def _reason(self, exc: BaseException) -> str:
@@ -219,64 +258,128 @@ class PostgresEngine(Catalog):
         return text
 
     def close(self) -> None:
+        """Give back the leases held (another process may take them at once) and close."""
+        self._closing.set()
+        if self._renewer is not None:
+            self._renewer.join()
+        with self._lease_lock:
+            if self._held:
+                try:
+                    self._on_leases(_RELEASE, (*self._lease_arrays(self._held), self._holder))
+                except StoreUnavailableError as exc:  # they lapse at their expiry instead
+                    logger.warning("%s: couldn't give back the leases at the close: %s", self.data_path, exc.reason)
+                self._held.clear()
         for conn in (self._reader, self._writer, self._leases, self._primary):
             if conn is not None:
                 conn.close()
 
     def hold(self, branch_id: int, name: str) -> bool:
-        """A session advisory lock on (branch, hash of ``name``), on a connection of its own: the
-        server releases it when this process's connection ends, so a killed process holds nothing.
-        (Two names whose 32-bit hashes collide share a lease: a rare, safe refusal.)"""
-        with self._lock:
-            row = self._on_leases(_TRY_LEASE, (branch_id, name))
-            if row and row[0]:
-                self._held.add((branch_id, name))
-                return True
-            return False
+        """Take the lease on (branch, ``name``) (K12): a row naming this engine its holder until an
+        expiry the engine renews in the background, with a fencing token raised by this take that
+        every write of the namespace's states checks in its own transaction. Taken over only once
+        its holder let it lapse (killed, cut off: ``lease_ms`` after its last renewal) or gave it
+        back. False if another holder's is still running. Raises ``StoreUnavailableError``."""
+        key = (branch_id, name)
+        with self._lease_lock:
+            sent = time.monotonic()
+            row = self._on_leases(_TAKE_LEASE, (branch_id, name, self._holder, self._lease_ms))
+            if row is None:
+                return False
+            self._held[key] = int(row[0])
+            self._valid[key] = sent + self._lease_ms / 1000
+            if self._renewer is None:
+                self._renewer = threading.Thread(target=self._renew_leases, name="ctxrt lease renewer", daemon=True)
+                self._renewer.start()
+            return True
 
     def holds(self, branch_id: int, name: str) -> bool:
-        """Whether this process still holds the lease (its connection may have been dropped, and the
-        server dropped its leases with it: then each is taken again unless another process has)."""
-        with self._lock:
-            self._on_leases("SELECT 1", ())
-            return (branch_id, name) in self._held
+        """Whether this engine still holds the lease, as its last renewal says (no round trip): a
+        lease the renewer found taken, or couldn't renew before its expiry, is gone. The server's
+        word is the fencing check each write makes."""
+        # No lock: the renewer may sit waiting for a row a batch of this engine holds, and this runs
+        # on the loop's thread (a dict lookup is atomic).
+        key = (branch_id, name)
+        return key in self._held and time.monotonic() < self._valid.get(key, 0.0)
 
     def release(self, branch_id: int, name: str) -> None:
-        with self._lock:
-            self._held.discard((branch_id, name))
-            if self._leases is not None and not self._leases.closed and not self._leases.broken:
-                try:
-                    self._leases.execute(_UNLEASE, (branch_id, name))
-                except psycopg.OperationalError:
-                    pass  # the connection is gone, and the lease with it
+        """Give the lease back: it expires now (its row, and the token, stay for the next take).
+        Raises ``StoreUnavailableError`` (it then lapses at its expiry)."""
+        key = (branch_id, name)
+        with self._lease_lock:
+            token = self._held.pop(key, None)
+            if token is not None:
+                self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder))
 
-    def _on_leases(self, query: str, params: Sequence[Any]) -> Any:
-        """One statement on the lease connection; a connection found lost (its leases went with it)
-        is made again and the held leases taken again first. Call with ``_lock`` held."""
-        if self._leases is not None and not self._leases.closed and not self._leases.broken:
+    def _lease_arrays(self, held: dict[tuple[int, str], int]) -> tuple[list[int], list[str], list[int]]:
+        return [b for b, _ in held], [n for _, n in held], list(held.values())
+
+    def _renew_leases(self) -> None:
+        """The renewer's thread: every third of ``lease_ms``, push the expiry of every lease held on;
+        one found taken over or lapsed is marked lost (``holds`` says so; its writes are refused)."""
+        while not self._closing.wait(self._lease_ms / 3000):
+            with self._lease_lock:
+                held = dict(self._held)
+                if not held:
+                    continue
+                sent = time.monotonic()
+                try:
+                    renewed = {(int(b), str(n)) for b, n in self._on_leases(
+                        _RENEW, (self._lease_ms, *self._lease_arrays(held), self._holder), every=True)}
+                except StoreUnavailableError as exc:  # held until their expiry: tried again next time
+                    logger.warning("%s: couldn't renew the leases: %s", self.data_path, exc.reason)
+                    continue
+                for key, token in held.items():
+                    if key in renewed:
+                        self._valid[key] = sent + self._lease_ms / 1000
+                    elif self._held.get(key) == token and self._valid[key]:
+                        # Kept in ``_held``: the writes still name its token, and the server refuses them.
+                        logger.warning("%s: the lease on %s lapsed or was taken over", self.data_path, key)
+                        self._valid[key] = 0.0
+
+    def _on_leases(self, query: str, params: Sequence[Any], *, every: bool = False) -> Any:
+        """One statement on the lease connection (made again if it was lost: the leases are rows, they
+        stay); its first row, or every row. Call with ``_lease_lock`` held."""
+        for attempt in (0, 1):
+            if self._leases is None or self._leases.closed or self._leases.broken:
+                self._leases = self._connect(self._leases)
             try:
-                return self._leases.execute(query, params).fetchone()
+                cursor = self._leases.execute(query, params)
+                if cursor.description is None:  # a statement returning no rows (a release)
+                    return None
+                return cursor.fetchall() if every else cursor.fetchone()
             except psycopg.OperationalError as exc:
-                if not (self._leases.closed or self._leases.broken):
-                    # Refused, not lost (the server's lock table full): the leases held stay held.
+                if attempt or not (self._leases.closed or self._leases.broken):
                     raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
-        if self._held:
-            logger.warning("%s: the connection holding leases was lost; taking them again", self.data_path)
-        self._leases = self._connect(self._leases)
-        regained: set[tuple[int, str]] = set()
-        try:
-            for key in self._held:
-                row = self._leases.execute(_TRY_LEASE, key).fetchone()
-                if row and row[0]:
-                    regained.add(key)
-        except psycopg.Error as exc:
-            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
-        finally:
-            self._held = regained  # never more than the new connection holds
-        try:
-            return self._leases.execute(query, params).fetchone()
-        except psycopg.Error as exc:
-            raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+            except psycopg.Error as exc:
+                raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+        raise AssertionError("unreachable")
+
+    def lapsed(self, keys: Sequence[tuple[int, str]]) -> None:
+        """Leases a write found gone: ``holds`` answers False for them from now. No lock: this runs in
+        a batch holding the lease rows, which the renewer (holding the lock) may be waiting for."""
+        for key in keys:
+            self._valid[key] = 0.0
+
+    def fenced(self, commands: Sequence[Any]) -> dict[tuple[int, str], int]:
+        """The leases taken (and not given back) that ``commands`` write under, with their tokens: a
+        write of a namespace's state (not its message slot, which any process writes) on a branch
+        whose lease on that namespace this engine took. A lease lost since still counts: the
+        server refuses the write."""
+        held = dict(self._held)
+        if not held:
+            return {}
+        found: dict[tuple[int, str], int] = {}
+        for command in commands:
+            if type(command) is Atomically:
+                found.update(self.fenced(command.commands))
+                continue
+            if type(command) not in (AppendItem, EditItem, RemoveItems, SetValue) or command.state.endswith("/messages"):
+                continue
+            branch = command.branch if isinstance(command.branch, int) else self.known_branch_ids.get(command.branch)
+            for (held_branch, name), token in held.items():
+                if held_branch == branch and command.state.startswith(name.removesuffix("/context") + "/"):
+                    found[(held_branch, name)] = token
+        return found
 
     def sync(self) -> None:
         """Nothing to do: the server flushes its log itself (``synchronous_commit=off`` within 3 × wal_writer_delay)."""
@@ -313,29 +416,35 @@ class PostgresEngine(Catalog):
                 f"{', '.join(map(str, READABLE_SCHEMAS))}"
             )
         self._schema = found
-        if found == 1 and create:
+        if found < SCHEMA_VERSION and create:
             self._migrate()
 
     def _migrate(self) -> None:
-        """Schema 1 to 2, in one transaction: the sequence row becomes a database sequence that goes
-        on from it. Deleting the row waits for schema-1 writers' batches (they lock it) and stops
-        their next ones (they find no sequence row and write nothing)."""
+        """Schema 1 or 2 to 3, in one transaction. 1 to 2: the sequence row becomes a database
+        sequence that goes on from it; deleting the row waits for schema-1 writers' batches (they
+        lock it) and stops their next ones (they find no sequence row and write nothing). 2 to 3:
+        the lease table (a schema-2 writer still running keeps its session-lock leases, which
+        exclude no one of this version: stop the old writers first, docs/api.md)."""
         try:
             with self._writer.transaction():
                 self._writer.execute("SELECT pg_advisory_xact_lock(hashtext('ctxrt schema'))")
                 # Only a store's tables are moved (a foreign ctxrt_meta is refused by the load that follows).
                 tables = self._writer.execute("SELECT to_regclass('ctxrt_branches') IS NOT NULL"
                                               " AND to_regclass('ctxrt_items') IS NOT NULL").fetchone()
-                if self._format() == 1 and tables and tables[0]:
-                    row = self._writer.execute("DELETE FROM ctxrt_meta WHERE key = 'sequence' RETURNING value").fetchone()
-                    self._writer.execute("CREATE SEQUENCE ctxrt_sequence")
-                    if row is not None and int(row[0]) > 0:
-                        self._writer.execute("SELECT setval('ctxrt_sequence', %s)", (int(row[0]),))
-                    self._writer.execute("UPDATE ctxrt_meta SET value = 2 WHERE key = 'format'")
-                    logger.info("%s: moving the store from ctxrt schema 1 to 2", self.data_path)
+                found = self._format()
+                if found in (1, 2) and tables and tables[0]:
+                    if found == 1:
+                        row = self._writer.execute("DELETE FROM ctxrt_meta WHERE key = 'sequence' RETURNING value").fetchone()
+                        self._writer.execute("CREATE SEQUENCE ctxrt_sequence")
+                        if row is not None and int(row[0]) > 0:
+                            self._writer.execute("SELECT setval('ctxrt_sequence', %s)", (int(row[0]),))
+                    self._writer.execute(_LEASES_TABLE)
+                    self._writer.execute("UPDATE ctxrt_meta SET value = %s WHERE key = 'format'", (SCHEMA_VERSION,))
+                    logger.info("%s: moving the store from ctxrt schema %s to %s", self.data_path, found, SCHEMA_VERSION)
         except psycopg.Error as exc:
-            raise StoreUnavailableError(self.data_path, f"moving the store to schema 2 failed: {self._reason(exc)}") from None
-        self._schema = 2
+            raise StoreUnavailableError(self.data_path, f"moving the store to schema {SCHEMA_VERSION} failed: "
+                                                        f"{self._reason(exc)}") from None
+        self._schema = SCHEMA_VERSION
 
     def _format(self) -> int | None:
         exists = self._writer.execute("SELECT to_regclass('ctxrt_meta') IS NOT NULL").fetchone()
@@ -423,9 +532,9 @@ class PostgresEngine(Catalog):
             # No row: a writer of this version moved the store to schema 2 since this engine opened
             # (the row went in the move); the horizon is schema 2's from now on, never 0.
             row = self._fetchone("SELECT value FROM ctxrt_meta WHERE key = 'format'", ())
-            if row is None or int(row[0]) != SCHEMA_VERSION:
+            if row is None or int(row[0]) not in READABLE_SCHEMAS[1:]:
                 raise self._damaged("ctxrt_meta has no 'sequence' row")
-            self._schema = SCHEMA_VERSION
+            self._schema = int(row[0])
         with self._lock:
             if self.standby:
                 return self._standby_horizon()
@@ -766,7 +875,7 @@ class PostgresEngine(Catalog):
         """
         if self.standby:
             raise ReadOnlyStoreError(f"{self.data_path} is a hot standby: it takes no writes (write through its primary)")
-        if self._schema != SCHEMA_VERSION:  # a read-only engine on a schema-1 store
+        if self._schema != SCHEMA_VERSION:  # a read-only engine on an older store
             raise StoreUnsupportedError(self.data_path, f"it holds ctxrt schema {self._schema}; a writing "
                                                         f"runtime's open moves it to {SCHEMA_VERSION}")
         # A batch that changes the tables holds the catalog lock exclusive from its start (two
@@ -841,7 +950,9 @@ class PostgresEngine(Catalog):
         # head and sequences; then its rows and the commit.
         with conn.pipeline() as pipeline, conn.transaction():
             cursor = conn.cursor()
+            self._local_settings(cursor)
             cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
+            fence = _Fence(self, conn, self.fenced(commands))  # answered with the batch's first read
             # Read after the lock is granted (a statement of its own: its snapshot is taken then),
             # answered with the batch's first read: the tables it knows are checked then.
             found = conn.cursor().execute(_CATALOG)
@@ -859,7 +970,7 @@ class PostgresEngine(Catalog):
             appends = _appends(commands)
             batch = PgBatch(self, cursor, pipeline, catalog, appends, counter, self._lock_appended(cursor, appends))
             batch.exclusive = exclusive
-            results = run_commands(batch, commands, execute, unnested, _Savepoints(self, batch, pipeline))
+            results = run_commands(batch, commands, fence.around(execute), unnested, _Savepoints(self, batch, pipeline))
             batch.check_catalog()
             batch.flush()
             if batch.catalog != catalog:
@@ -903,29 +1014,66 @@ class PostgresEngine(Catalog):
 _Fetch = Callable[[str, Sequence[Any]], list[Any]]
 
 
+class _Fence:
+    """A batch's fencing check (K12): the leases its commands write under, looked at (and locked
+    until the batch ends) among its first statements, in the same pipeline; a command writing
+    under one no longer this engine's is refused (``ConfigConflictError``) and writes nothing."""
+
+    def __init__(self, engine: PostgresEngine, conn: psycopg.Connection[Any], wanted: dict[tuple[int, str], int]) -> None:
+        self._engine = engine
+        self._wanted = wanted
+        self._granted: set[tuple[int, str]] | None = None
+        self._answer = conn.cursor()
+        if wanted:
+            self._answer.execute(_FENCE, (*engine._lease_arrays(wanted), engine._holder))
+
+    def around(self, execute: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """``execute``, then the check (the command's reads brought the answer: no round trip of its
+        own), before its rows are sent: a refused command's rows are discarded with its scope."""
+        if not self._wanted:
+            return execute
+
+        def fenced(batch: Any, command: Any) -> Any:
+            value = execute(batch, command)
+            self.check(command)
+            return value
+        return fenced
+
+    def check(self, command: Any) -> None:
+        needed = [key for key in self._engine.fenced([command]) if key in self._wanted]
+        if not needed:
+            return
+        if self._granted is None:
+            self._granted = {(int(branch), str(name)) for branch, name in self._answer.fetchall()}
+        lost = [key for key in needed if key not in self._granted]
+        if lost:
+            branch, name = lost[0]
+            self._engine.lapsed(lost)
+            raise ConfigConflictError(
+                f"namespace {name.removesuffix('/context')!r} on branch {branch} lost its lease (it lapsed, or another "
+                f"process took it over): this write wasn't made; reopen the namespace where it is served")
+
+
 def advisory_locks_exclude(first: psycopg.Connection[Any], second: psycopg.Connection[Any]) -> bool:
-    """Whether a session advisory lock ``first`` holds keeps ``second`` from taking it, tried with
-    the statements leases use. Sessions are what counts: ``first`` and ``second`` as one session
-    (which may take its own lock again) answer False, as a server whose locks are no-ops does.
+    """Whether a transaction advisory lock ``first`` holds keeps ``second`` from taking it, tried with
+    the statement slot and catalog locks use. Sessions are what counts: ``first`` and ``second`` as
+    one session (which may take its own lock again) answer False, as a server whose locks are
+    no-ops does. (Behind a transaction-mode pooler ``first``'s open transaction keeps its server
+    connection: ``second`` gets another.)
 
-    The key is branch 0 (no branch has it) and a name holding ``first``'s backend pid, so probes
-    of processes opening at once don't meet; a key someone else holds answers True (it excluded ``first``).
-    Raises ``psycopg.Error``.
+    The key holds ``first``'s backend pid, so probes of processes opening at once don't meet; a
+    key someone else holds answers True (it excluded ``first``). Raises ``psycopg.Error``.
     """
-    key = (0, f"lease probe {first.info.backend_pid}")
-    if not _granted(first, _TRY_LEASE, key):
-        return True
-    try:
-        if not _granted(second, _TRY_LEASE, key):
+    key = hashlib.blake2b(f"ctxrt lock probe {first.info.backend_pid}".encode(), digest_size=8).digest()
+    probe = "SELECT pg_try_advisory_xact_lock(%s)"
+    with first.transaction():
+        if not _granted(first, probe, int.from_bytes(key, "big", signed=True)):
             return True
-        _granted(second, _UNLEASE, key)
-        return False
-    finally:
-        _granted(first, _UNLEASE, key)
+        return not _granted(second, probe, int.from_bytes(key, "big", signed=True))
 
 
-def _granted(conn: psycopg.Connection[Any], query: str, key: tuple[int, str]) -> bool:
-    row = conn.execute(query, key).fetchone()
+def _granted(conn: psycopg.Connection[Any], query: str, key: int) -> bool:
+    row = conn.execute(query, (key,)).fetchone()
     return bool(row and row[0])
 
 
@@ -1158,10 +1306,22 @@ class PgBatch(Batch):
                      (bytes.fromhex(sha256), media_type, data))
 
 
-# A lease key: the branch, and the name within this store's schema (stores in other schemas of the
-# database don't share leases).
-_TRY_LEASE = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema() || '/' || %s))"
-_UNLEASE = "SELECT pg_advisory_unlock(%s, hashtext(current_schema() || '/' || %s))"
+# Leases (K12), on the server's clock. A take wins a lease that expired (or was given back), or its
+# own; every take raises the token, so whatever the last holder still sends is refused.
+_TAKE_LEASE = ("INSERT INTO ctxrt_leases AS l (branch, name, holder, token, expires)"
+               " VALUES (%s, %s, %s, 1, clock_timestamp() + %s * interval '1 millisecond')"
+               " ON CONFLICT (branch, name) DO UPDATE SET holder = EXCLUDED.holder, token = l.token + 1,"
+               " expires = EXCLUDED.expires WHERE l.expires <= clock_timestamp() OR l.holder = EXCLUDED.holder"
+               " RETURNING l.token")
+# The lease rows of (branches, names, tokens) held by a holder.
+_HELD = ("unnest(%s::integer[], %s::text[], %s::bigint[]) AS h(branch, name, token) WHERE l.branch = h.branch"
+         " AND l.name = h.name AND l.token = h.token AND l.holder = %s")
+_RENEW = (f"UPDATE ctxrt_leases AS l SET expires = clock_timestamp() + %s * interval '1 millisecond' FROM {_HELD}"
+          " AND l.expires > clock_timestamp() RETURNING l.branch, l.name")
+_RELEASE = f"UPDATE ctxrt_leases AS l SET expires = '-infinity' FROM {_HELD}"
+# The fencing check, among a batch's first statements: the leases its writes need, still this
+# engine's (same token) and unexpired, locked until the batch ends (a take waits for it to commit).
+_FENCE = f"SELECT l.branch, l.name FROM ctxrt_leases AS l, {_HELD} AND l.expires > clock_timestamp() FOR SHARE OF l"
 _CATALOG = "SELECT value FROM ctxrt_meta WHERE key = 'catalog'"
 _DRAW = "SELECT nextval('ctxrt_sequence') FROM generate_series(1, %s)"
 # The last sequence drawn (a sequence never drawn from has is_called false: none yet).

@@ -1,0 +1,292 @@
+"""Leases as rows behind a transaction-mode pooler (issue 39 item 3): K12, K13.
+
+The pooler is Debian's PgBouncer 1.18 in transaction mode, started in front of the session's
+throwaway cluster (``ctxrt.pgcluster.start_pooler``); the host processes run
+``tests/pg_lease_holder.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import ctxrt
+from ctxrt import ConfigConflictError
+from ctxrt.store.postgres import PostgresEngine
+from ctxrt.testing import AppendItem, Cluster, Pooler, RegisterState, SetValue, execute, start_pooler
+
+CHILD = Path(__file__).with_name("pg_lease_holder.py")
+LEASE = ("agents/a/context", 1)  # the namespace's lease row: (name, branch)
+LEASE_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def pooler(pg_cluster: Cluster) -> Iterator[Pooler]:
+    with start_pooler(pg_cluster) as started:
+        yield started
+
+
+@pytest.fixture
+def pooled_url(pooler: Pooler, pg_url: str) -> str:
+    """``pg_url``'s database, reached through the pooler."""
+    return pooler.url(urllib.parse.unquote(urllib.parse.urlparse(pg_url).path.lstrip("/")))
+
+
+class Host:
+    """A host process holding (or trying to hold) the namespace's lease."""
+
+    def __init__(self, url: str, lease_ms: int = LEASE_MS) -> None:
+        self.process = subprocess.Popen([sys.executable, str(CHILD), url, str(lease_ms)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.answer() == {"ready": True}
+
+    def answer(self) -> dict:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise AssertionError(f"the host ended early: {self.process.wait()} {self.process.stderr.read()[-3000:]}")
+        return json.loads(line)
+
+    def ask(self, line: str) -> dict:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        return self.answer()
+
+    def end(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def lease_row(url: str) -> tuple[str, int, bool]:
+    """(holder, token, whether it is unexpired) of the namespace's lease, read directly."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT holder, token, expires > clock_timestamp() FROM ctxrt_leases"
+                           " WHERE name = %s AND branch = %s", LEASE).fetchone()
+    assert row is not None
+    return str(row[0]), int(row[1]), bool(row[2])
+
+
+def written(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT (SELECT count(*) FROM ctxrt_values) + (SELECT count(*) FROM ctxrt_items)").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_two_processes_behind_the_pooler_contend_for_one_namespace_and_exactly_one_serves_it(
+    pooled_url: str,
+) -> None:
+    """K12, K13: two host processes behind PgBouncer in transaction mode open one remembering namespace
+    at once: exactly one holds its lease and writes; the other is refused (ConfigConflictError)
+    while the holder runs, and again after the holder renewed its lease past its first expiry."""
+    hosts = [Host(pooled_url), Host(pooled_url)]
+    try:
+        answers: list[dict] = [{}, {}]
+
+        def take(n: int) -> None:
+            answers[n] = hosts[n].ask("take")
+
+        racers = [threading.Thread(target=take, args=(n,)) for n in range(2)]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join()
+        assert sorted(answer["held"] for answer in answers) == [False, True]
+        holder, other = (hosts[0], hosts[1]) if answers[0]["held"] else (hosts[1], hosts[0])
+        assert "pinned" in holder.ask("pin 0")
+        _, token, _ = lease_row(pooled_url)
+        with psycopg.connect(pooled_url, autocommit=True) as conn:
+            # Until the first take's expiry has passed on the server's clock (renewed meanwhile, or lost).
+            (first_expiry,) = conn.execute("SELECT expires FROM ctxrt_leases").fetchone() or (None,)
+            conn.execute("SELECT pg_sleep(greatest(0, extract(epoch FROM %s::timestamptz - clock_timestamp())))",
+                         (first_expiry,))
+        assert other.ask("take") == {"held": False}
+        assert lease_row(pooled_url)[1:] == (token, True)  # still the first take's: renewed, never taken
+        assert "pinned" in holder.ask("pin 1")
+    finally:
+        for host in hosts:
+            host.end()
+
+
+def test_a_killed_holder_is_taken_over_only_after_its_expiry_and_the_takers_writes_land(pooled_url: str) -> None:
+    """K12, K13: the holder SIGKILLed (no clean close: its lease stays until its expiry), the other
+    process behind the pooler is refused until the lease's expiry has passed on the server's
+    clock, then takes it (the token raised) and its strategy writes land."""
+    first, second = Host(pooled_url), Host(pooled_url)
+    try:
+        assert first.ask("take") == {"held": True}
+        holder, token, _ = lease_row(pooled_url)
+        first.process.send_signal(signal.SIGKILL)
+        first.process.wait()
+        with psycopg.connect(pooled_url, autocommit=True) as conn:
+            (expiry,) = conn.execute("SELECT expires FROM ctxrt_leases WHERE name = %s AND branch = %s", LEASE).fetchone() or (None,)
+        tries = []
+        while not (answer := second.ask("take"))["held"]:  # each a take's round trip, until one wins
+            tries.append(answer)
+        with psycopg.connect(pooled_url, autocommit=True) as conn:
+            (taken_at,) = conn.execute("SELECT expires - %s * interval '1 millisecond' FROM ctxrt_leases"
+                                       " WHERE name = %s AND branch = %s", (LEASE_MS, *LEASE)).fetchone() or (None,)
+        assert tries, "the killed holder's lease was taken before its expiry"
+        assert expiry is not None and taken_at is not None and taken_at >= expiry
+        new_holder, new_token, _ = lease_row(pooled_url)
+        assert new_holder != holder and new_token == token + 1
+        before = written(pooled_url)
+        assert "pinned" in second.ask("pin 2")
+        assert written(pooled_url) > before
+    finally:
+        first.end()
+        second.end()
+
+
+def test_a_holder_whose_lease_was_taken_over_gets_the_error_and_writes_nothing(pooled_url: str) -> None:
+    """K12, K13: a holder stopped past its lease's expiry (SIGSTOP: its renewer stops too) is taken over
+    by another process; resumed, its next strategy write raises ConfigConflictError ("lost its
+    lease") and writes nothing, and the new holder's writes go on."""
+    first, second = Host(pooled_url), Host(pooled_url)
+    try:
+        assert first.ask("take") == {"held": True}
+        first.process.send_signal(signal.SIGSTOP)
+        while not (answer := second.ask("take"))["held"]:
+            assert answer == {"held": False}
+        before = written(pooled_url)
+        first.process.send_signal(signal.SIGCONT)
+        refused = first.ask("pin 0")
+        assert refused["error"] == "ConfigConflictError" and "lost its lease" in refused["message"]
+        assert written(pooled_url) == before
+        assert "pinned" in second.ask("pin 1")
+    finally:
+        first.process.send_signal(signal.SIGCONT)
+        first.end()
+        second.end()
+
+
+def test_the_fencing_check_refuses_a_write_under_a_lease_taken_over_while_its_holder_still_counts_it_held(
+    pooled_url: str,
+) -> None:
+    """K12: the fencing token decides, not the holder's own count: a lease taken over after its expiry
+    while its holder's renewer hasn't looked yet refuses the holder's next write of the namespace's
+    states in that write's transaction (ConfigConflictError, nothing written), and ``holds`` says
+    False from then; a write of another namespace in the same batch commits."""
+    holder, taker = PostgresEngine(pooled_url, lease_ms=60_000), PostgresEngine(pooled_url)
+    try:
+        assert holder.hold(1, "agents/a/context") and not taker.hold(1, "agents/a/context")
+        with psycopg.connect(pooled_url, autocommit=True) as conn:
+            conn.execute("UPDATE ctxrt_leases SET expires = now() - interval '1 second'")  # as if it lapsed
+        assert taker.hold(1, "agents/a/context") and holder.holds(1, "agents/a/context")
+        for name in ("agents/a/notes", "agents/b/notes"):
+            holder.apply([RegisterState(name=name, kind="value")], execute)
+        results, _ = holder.apply([SetValue(state="agents/a/notes", branch=1, value=1),
+                                   SetValue(state="agents/b/notes", branch=1, value=2)], execute)
+        (ok, error), (other_ok, _) = results
+        assert not ok and isinstance(error, ConfigConflictError) and "lost its lease" in str(error)
+        assert other_ok
+        assert holder.read_value("agents/a/notes", 1) is None and holder.read_value("agents/b/notes", 1) == 2
+        assert not holder.holds(1, "agents/a/context")
+        results, _ = taker.apply([SetValue(state="agents/a/notes", branch=1, value=3)], execute)
+        assert results == [(True, results[0][1])] and taker.read_value("agents/a/notes", 1) == 3
+    finally:
+        holder.close()
+        taker.close()
+
+
+def test_a_clean_close_gives_the_lease_back_at_once(pooled_url: str) -> None:
+    """K12: a holder that closes cleanly gives its lease back: another engine takes it at once, long
+    before its expiry, with the token raised."""
+    holder, taker = PostgresEngine(pooled_url, lease_ms=600_000), PostgresEngine(pooled_url)
+    try:
+        assert holder.hold(1, "agents/a/context")
+        _, token, _ = lease_row(pooled_url)
+        assert not taker.hold(1, "agents/a/context")
+        holder.close()
+        assert taker.hold(1, "agents/a/context")
+        assert lease_row(pooled_url)[1:] == (token + 1, True)
+    finally:
+        holder.close()
+        taker.close()
+
+
+async def test_a_schema_2_store_is_moved_to_schema_3_with_a_lease_table_by_a_writer(pg_url: str) -> None:
+    """K12, K5: a store written before row leases (schema 2: no ctxrt_leases) opens read-only as it is;
+    a writer's open adds the lease table and records schema 3, and its namespace's lease is a row."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        await (await rt.open("ann")).add_message("user", "line")
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # as the schema-2 ctxrt left it
+        conn.execute("DROP TABLE ctxrt_leases")
+        conn.execute("UPDATE ctxrt_meta SET value = 2 WHERE key = 'format'")
+    async with ctxrt.open_runtime(pg_url, readonly=True) as rt:
+        assert await (await rt.open("ann")).message_count() == 1
+    async with ctxrt.open_runtime(pg_url) as rt:
+        await rt.open("agents/a", strategy=ctxrt.Autobiographical("claude-haiku-4-5"))
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            assert conn.execute("SELECT value FROM ctxrt_meta WHERE key = 'format'").fetchone() == (3,)
+            assert conn.execute("SELECT count(*) FROM ctxrt_leases WHERE expires > now()").fetchone() == (1,)
+
+
+def test_the_horizon_waits_behind_the_pooler_for_a_write_in_flight(pooled_url: str) -> None:
+    """K13, K11: through a transaction-mode pooler ``last_sequence`` still reads the server's lock
+    table: with another engine's batch in flight (its append's sequence drawn, not committed) a
+    reader's horizon doesn't answer until that batch ends, and then answers its sequence."""
+    writer, reader = PostgresEngine(pooled_url), PostgresEngine(pooled_url, create=False)
+    try:
+        writer.apply([RegisterState(name="log", kind="log")], execute)
+        in_flight, go = threading.Event(), threading.Event()
+
+        def stalled(batch: object, command: object) -> object:
+            result = execute(batch, command)
+            in_flight.set()  # the slot's lock held and its sequence drawn, the rows not sent
+            go.wait()
+            return result
+
+        applied: list[object] = []
+        batch = threading.Thread(target=lambda: applied.append(
+            writer.apply([AppendItem(state="log", branch=1, data=b"x")], stalled)))
+        batch.start()
+        in_flight.wait()
+        answered: list[int] = []
+        horizon = threading.Thread(target=lambda: answered.append(reader.last_sequence))
+        horizon.start()
+        horizon.join(timeout=1.0)  # a horizon that didn't wait would have answered by now
+        assert horizon.is_alive() and not answered
+        go.set()
+        batch.join()
+        horizon.join()
+        [([(ok, appended)], _)] = applied
+        assert ok and answered == [appended.sequence]
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_writers_settings_stay_in_its_transactions_behind_the_pooler(pooled_url: str) -> None:
+    """K13: the writer's settings (``synchronous_commit=off`` under durability "os", the idle-in-
+    transaction bound) are its transactions' own: after its batches, the server connections the
+    pooler hands other clients keep the server's settings."""
+    writer = PostgresEngine(pooled_url, synchronous=False)
+    try:
+        writer.apply([RegisterState(name="notes", kind="value")], execute)
+        for n in range(5):
+            assert writer.apply([SetValue(state="notes", branch=1, value=n)], execute)[0][0][0]
+        others = [psycopg.connect(pooled_url, autocommit=True) for _ in range(4)]
+        try:
+            for other in others:
+                assert other.execute("SELECT current_setting('synchronous_commit'),"
+                                     " current_setting('idle_in_transaction_session_timeout')").fetchone() == ("on", "0")
+        finally:
+            for other in others:
+                other.close()
+    finally:
+        writer.close()
