@@ -473,6 +473,7 @@ class ContextManager:
         result: CompileResult = await ref.ask(command)
         if not dry_run:  # what record_request names as the record's budget
             self._budgets = {result.provenance.compile_id: None if budget is None else budget.max_tokens}
+        self._registry.ledger.compiled(result)  # record_request keeps only this runtime's results (Q9)
         return result
 
     async def preview_context(
@@ -1060,7 +1061,8 @@ class ContextManager:
         Raises:
             LedgerOffError: the namespace keeps no ledger on this branch (open it with ``ledger=True``).
             ValueError: ``result`` was compiled for another namespace, branch or reader (a record
-                holds only what this namespace's reader could see, Q4); a ``form`` not named above;
+                holds only what this namespace's reader could see, Q4), or by another runtime's
+                manager (Q9); nothing is kept; a ``form`` not named above;
                 bad ``usage`` or ``latency_ms``.
             TypeError: an argument of the wrong type; ``options`` the form's method doesn't take.
             EmptyRequestError, InvalidRequestError: as the form's method raises them.
@@ -1076,6 +1078,11 @@ class ContextManager:
                 f"result was compiled for namespace {provenance.namespace!r} on branch {provenance.branch!r} "
                 f"for reader {provenance.reader!r}; this manager's ledger keeps only {self.namespace!r} on "
                 f"{ref.branch_name!r} for {self._reader!r} (Q4)")
+        if not self._registry.ledger.compiled_here(result):
+            raise ValueError(
+                f"result (compile {provenance.compile_id!r} of namespace {provenance.namespace!r}) was not compiled by "
+                f"a manager of this runtime: record it with the runtime that compiled it, whose store holds the "
+                f"messages it names (Q9)")
         checks.optional_text(model, "model")
         checks.optional_text(response, "response")
         kept = request_ledger.RequestUsage.of(usage)

@@ -415,3 +415,22 @@ async def test_a_cancelled_record_request_keeps_nothing(rt: ctxrt.Runtime) -> No
     second = await _turn(m, "two")
     assert await m.requests() == [first, second]
     await m.aclose()
+
+
+async def test_a_result_compiled_by_another_runtime_is_refused_and_nothing_kept(rt: ctxrt.Runtime,
+                                                                                 tmp_path: Path) -> None:
+    """Q9: a result another runtime's manager compiled (the same namespace, branch and reader, over
+    another store) is refused with ValueError naming this runtime; the ledger is as it was, and the
+    next record is kept against the last as before."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await _turn(m, "one")
+    async with open_runtime(tmp_path / "elsewhere", durability="os") as other:
+        twin = await other.open("agents/ann", view_reader="ann", ledger=True)
+        await twin.add_message("user", "a line of another store")
+        with pytest.raises(ValueError, match="not compiled by a manager of this runtime"):
+            await m.record_request(await twin.compile(BUDGET), form="anthropic")
+        await twin.aclose()
+    second = await _turn(m, "two")
+    assert await m.requests() == [first, second]
+    assert (await m.rebuild_request(second)).matches
+    await m.aclose()

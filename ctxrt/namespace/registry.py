@@ -63,6 +63,18 @@ class LedgerQueue:
         self.pending: list[AppendItem] = []
         self.encoders: dict[tuple[int, str], RequestEncoder] = {}
         self._wrote: list[tuple[RequestEncoder, str]] = []  # (encoder, record id) of each record waiting
+        # The compile results this runtime's managers handed out, alive, by id: only those are recorded (Q9).
+        self._compiled: dict[int, weakref.ref[Any]] = {}
+
+    def compiled(self, result: Any) -> None:
+        """``result`` was compiled by one of this runtime's managers (``ContextManager.compile``)."""
+        key, known = id(result), self._compiled
+        known[key] = weakref.ref(result, lambda _: known.pop(key, None))
+
+    def compiled_here(self, result: Any) -> bool:
+        """Whether ``result`` is one this runtime's managers compiled (not another runtime's, nor a copy)."""
+        found = self._compiled.get(id(result))
+        return found is not None and found() is result
 
     def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
         return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
