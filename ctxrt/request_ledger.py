@@ -766,6 +766,12 @@ def rebuilt_body(record: RequestRecord, content_of: Callable[[str], Sequence[Blo
     return make_body(CompileResult(messages, injections, provenance), record.form, options)
 
 
+def rebuilt_digested(record: RequestRecord, content_of: Callable[[str], Sequence[Block]]) -> tuple[Any, str]:
+    """``rebuilt_body`` and its ``body_digest``."""
+    body = rebuilt_body(record, content_of)
+    return body, body_digest(body)
+
+
 def rebuilt_messages(parts: Iterable[RequestPart], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:
     """The compiled messages of a record's ``parts``: a named message's content from
     ``content_of(id)`` (the reader's view of it as sent), any other's as kept."""

@@ -434,3 +434,31 @@ async def test_a_result_compiled_by_another_runtime_is_refused_and_nothing_kept(
     assert await m.requests() == [first, second]
     assert (await m.rebuild_request(second)).matches
     await m.aclose()
+
+
+async def test_a_rebuild_lets_other_tasks_run_while_it_reads(rt: ctxrt.Runtime) -> None:
+    """Q10: rebuild_request reads the store a few messages at a time and makes the body off the
+    event loop: a task that counts its turns keeps getting them during a rebuild of 200 messages
+    (read all at once, it got at most the one at the call's start)."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    for n in range(199):
+        await m.add_message("user" if n % 2 else "Claude", f"line {n}")
+    record = await _turn(m, "the last")
+    ticks, done = 0, trio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.lowlevel.checkpoint()  # the ticker's first turn
+        before = ticks
+        rebuilt = await m.rebuild_request(record)
+        during = ticks - before
+        done.set()
+    assert rebuilt.matches and rebuilt.edited == ()
+    assert during >= 10, during
+    await m.aclose()
