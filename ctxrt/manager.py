@@ -265,18 +265,22 @@ class ContextManager:
         store = self._registry.store_ref()
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
                             attachment=appended, flagged=appended.audience)
+        if hold is not False:  # the hold rides the append through the namespace actor, in place before it commits
+            # It takes no request record: its batch may commit after a later one's (Q11).
+            operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
+            return str(operation.sequence)
         ledger = self._registry.ledger
         taken = ledger.take(self._registry.engine)
-        writes = (*taken.commands, *writes)  # the request records waiting commit with it (Q1)
         try:
-            if hold is False:
-                operation = append_result(await store.ask(append_after(writes, append)))
-            else:  # the hold rides the append through the namespace actor, in place before it commits
-                operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
+            # The request records waiting commit with it (Q1); taken, they are sent whatever comes (Q11).
+            with trio.CancelScope(shield=bool(taken.commands)):
+                operation = append_result(await store.ask(append_after((*taken.commands, *writes), append)))
         except BaseException:
             ledger.lost(taken)
             raise
         ledger.landed(taken)
+        if taken.commands:
+            await trio.lowlevel.checkpoint_if_cancelled()  # a cancel while it committed: the message is stored
         return str(operation.sequence)
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:

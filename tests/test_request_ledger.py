@@ -462,3 +462,43 @@ async def test_a_rebuild_lets_other_tasks_run_while_it_reads(rt: ctxrt.Runtime) 
     assert rebuilt.matches and rebuilt.edited == ()
     assert during >= 10, during
     await m.aclose()
+
+
+async def test_racing_writers_keep_records_in_the_ledgers_order(rt: ctxrt.Runtime) -> None:
+    """Q11: records made by callers racing, their batches riding appends with and without a
+    compression hold (through the namespace actor, or straight to the store) and some of those
+    cancelled at a checkpoint, are stored in the ledger's order: requests() reads them by
+    sequence, the order they were made in among those sharing one, and paging forward by the last
+    one's sequence reads each once."""
+    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    bob = await rt.open("agents/bob", view_reader="bob")
+    await ann.add_message("user", "hi")
+    made: list[RequestRecord] = []
+
+    async def turn(k: int) -> None:
+        made.append(await ann.record_request(await ann.compile(BUDGET), form="anthropic"))
+        with trio.CancelScope() as scope:
+            if k % 5 == 4:
+                scope.cancel()  # cancelled at its first checkpoint: its append may or may not be stored
+            await ann.add_message("user", f"turn {k}", hold_compression=k % 2 == 0)
+
+    async def other(k: int) -> None:
+        await bob.add_message("user", f"bob {k}")  # a commit between records: their sequences differ
+
+    for _ in range(3):
+        async with trio.open_nursery() as nursery:
+            for k in range(12):
+                nursery.start_soon(turn, k)
+                nursery.start_soon(other, k)
+    found = await ann.requests(limit=1_000)
+    assert sorted(r.id for r in found) == sorted(r.id for r in made)
+    order = {r.id: n for n, r in enumerate(made)}
+    assert [(r.sequence, order[r.id]) for r in found] == sorted((r.sequence, order[r.id]) for r in found)
+    paged: list[str] = []
+    since = 0
+    while page := await ann.requests(since=since, limit=5):
+        paged += [r.id for r in page]
+        since = page[-1].sequence
+    assert paged == [r.id for r in found]
+    await ann.aclose()
+    await bob.aclose()

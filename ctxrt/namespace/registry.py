@@ -63,6 +63,9 @@ class LedgerQueue:
         self.pending: list[AppendItem] = []
         self.encoders: dict[tuple[int, str], RequestEncoder] = {}
         self._wrote: list[tuple[RequestEncoder, str]] = []  # (encoder, record id) of each record waiting
+        # A batch carrying records is out until it is answered; till then none other takes any, so
+        # records are stored in the order they were made (Q11).
+        self._out: trio.Event | None = None
         # The compile results this runtime's managers handed out, alive, by id: only those are recorded (Q9).
         self._compiled: dict[int, weakref.ref[Any]] = {}
 
@@ -89,8 +92,11 @@ class LedgerQueue:
         """The commands that commit what waits (each ledger's state registered first, unless the
         engine knows it), leaving none; a record of a branch deleted since is dropped with it (L5),
         or it would refuse the write it rides in. Until the batch is known committed (``landed``)
-        or not (``lost``), no record is kept against one it took: another batch may commit first,
-        or this one fail, and a record must follow its base in the log."""
+        or not (``lost``), no record is kept against one it took: it may fail, and a record must
+        follow its base in the log. While an earlier batch carrying records is out, it takes none:
+        they wait for the next (``commit`` waits for that one)."""
+        if self._out is not None:
+            return Taken((), ())
         taken = Taken((), tuple(self._wrote))
         for encoder, record_id in self._wrote:
             encoder.flying(record_id)
@@ -102,18 +108,46 @@ class LedgerQueue:
         self.pending = []
         known = engine.has_state
         states = [state for state in dict.fromkeys(append.state for append in pending) if not known(state)]
+        if pending:
+            self._out = trio.Event()
         return attrs.evolve(taken, commands=(*(RegisterState(name=state, kind="log") for state in states), *pending))
 
     def landed(self, taken: Taken) -> None:
         """What ``taken`` took committed: a record may be kept against them."""
         for encoder, record_id in taken.records:
             encoder.landed(record_id)
+        self._answered(taken)
 
     def lost(self, taken: Taken) -> None:
-        """What ``taken`` took did not commit (or may not have): the next record of their
-        encoders is kept whole."""
+        """What ``taken`` took did not commit: the next record of their encoders is kept whole."""
         for encoder, record_id in taken.records:
             encoder.lost(record_id)
+        self._answered(taken)
+
+    def _answered(self, taken: Taken) -> None:
+        if taken.commands and self._out is not None:
+            self._out.set()
+            self._out = None
+
+    async def commit(self, engine: StoreEngine, store: Callable[[], StoreRef]) -> None:
+        """Commit the records waiting in a batch of their own, after the batch carrying records
+        that is out, if one is. Shielded from the moment it takes them: taken and cancelled before
+        it sends them, they would be lost (a cancel takes effect once it is answered)."""
+        while self._out is not None:
+            await self._out.wait()
+        taken = self.take(engine)
+        if not taken.commands:
+            self.landed(taken)
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            with trio.CancelScope(shield=True):
+                await store().ask(Atomically(commands=taken.commands))
+        except BaseException:
+            self.lost(taken)
+            raise
+        self.landed(taken)
+        await trio.lowlevel.checkpoint_if_cancelled()
 
 
 @attrs.frozen
@@ -149,14 +183,7 @@ class NamespaceRegistry:
 
     async def commit_ledger(self) -> None:
         """Commit the request records waiting (Q1), if any: what ``requests`` reads and a close leaves."""
-        taken = self.ledger.take(self.engine)
-        if taken.commands:
-            try:
-                await self.store_ref().ask(Atomically(commands=taken.commands))
-            except BaseException:
-                self.ledger.lost(taken)
-                raise
-        self.ledger.landed(taken)
+        await self.ledger.commit(self.engine, self.store_ref)
 
     def __len__(self) -> int:
         return len(self._refs)
