@@ -66,18 +66,22 @@ class LedgerQueue:
         # A batch carrying records is out until it is answered; till then none other takes any, so
         # records are stored in the order they were made (Q11).
         self._out: trio.Event | None = None
-        # The compile results this runtime's managers handed out, alive, by id: only those are recorded (Q9).
+        # The compiles this runtime's managers handed out, alive, by their raw bodies (a compile's
+        # own, shared by what a host or an adapter derives from its result): only those are recorded (Q9).
         self._compiled: dict[int, weakref.ref[Any]] = {}
 
     def compiled(self, result: Any) -> None:
         """``result`` was compiled by one of this runtime's managers (``ContextManager.compile``)."""
-        key, known = id(result), self._compiled
-        known[key] = weakref.ref(result, lambda _: known.pop(key, None))
+        bodies, known = result.provenance.raw_bodies, self._compiled
+        key = id(bodies)
+        known[key] = weakref.ref(bodies, lambda _: known.pop(key, None))
 
     def compiled_here(self, result: Any) -> bool:
-        """Whether ``result`` is one this runtime's managers compiled (not another runtime's, nor a copy)."""
-        found = self._compiled.get(id(result))
-        return found is not None and found() is result
+        """Whether ``result`` is, or was derived from, a result this runtime's managers compiled
+        (not another runtime's)."""
+        bodies = result.provenance.raw_bodies
+        found = self._compiled.get(id(bodies))
+        return found is not None and found() is bodies
 
     def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
         return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
