@@ -29,7 +29,7 @@ from ctxrt import (
     open_runtime,
 )
 from ctxrt.errors import StoreCorruptError
-from ctxrt.testing import AppendItem, verify
+from ctxrt.testing import AppendItem, ScriptedModel, verify
 
 
 @pytest.fixture(params=["lmdb", "postgres"])
@@ -502,3 +502,38 @@ async def test_racing_writers_keep_records_in_the_ledgers_order(rt: ctxrt.Runtim
     assert paged == [r.id for r in found]
     await ann.aclose()
     await bob.aclose()
+
+
+async def test_a_compression_call_answered_after_turns_keeps_the_ledgers_order(rt: ctxrt.Runtime) -> None:
+    """Q6, Q11: a compression call whose reply comes after turns recorded their requests (the last
+    one's record still waiting for a write) is kept after them, in line with the records waiting:
+    the ledger reads in sequence order, and paging forward reads it once."""
+    asked, release = trio.Event(), trio.Event()
+
+    async def answer(request: object) -> str:
+        asked.set()
+        await release.wait()
+        return "the gist of what was said"
+
+    strategy = Autobiographical("model-x", target_chunk_tokens=40, recent_window_tokens=20, l1_holdback_chunks=0,
+                                summary_target_tokens=50, head_window_tokens=20)
+    m = await rt.open("agents/ann", view_reader="ann", model=ScriptedModel(answer), strategy=strategy, ledger=True)
+    for n in range(30):
+        await m.add_message("user" if n % 2 else "Claude", f"message number {n} about the plan and its parts.")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(m.wait_ready)  # its first unit's call waits for the release
+        await asked.wait()
+        turns = [await _turn(m, f"turn {k}") for k in range(3)]
+        release.set()
+    paged: list[str] = []
+    since = 0
+    while page := await m.requests(since=since, limit=2):
+        paged += [r.id for r in page]
+        since = page[-1].sequence
+    found = await m.requests(limit=1_000)  # a later unit may have been kept since
+    compressions = [r for r in found if r.form == "compression"]
+    assert compressions and {r.id for r in turns} <= {r.id for r in found}
+    assert [r.sequence for r in found] == sorted(r.sequence for r in found)
+    assert compressions[0].sequence >= turns[-1].sequence
+    assert paged == [r.id for r in found][:len(paged)] and set(r.id for r in turns) <= set(paged)
+    await m.aclose()

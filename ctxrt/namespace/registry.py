@@ -25,10 +25,11 @@ from ..errors import (
 from ..mailbox import Reply
 from ..slots import SlotRegistry
 from ..store.actor import StoreRef
-from ..request_ledger import RequestEncoder
+from ..request_ledger import RequestEncoder, encode_record
 from ..store.interface import StoreEngine
 from ..store.protocol import AppendItem, Atomically, RegisterState
 from ..store.records import BranchRow
+from . import states
 from .actor import Services, serve_namespace
 from .protocol import ActorRetired, Attach, Detach, NamespaceConfig
 from .ref import NamespaceRef
@@ -85,6 +86,10 @@ class LedgerQueue:
 
     def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
         return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
+
+    def keep(self, append: AppendItem) -> None:
+        """Keep a record kept whole and by no encoder (a compression call's) waiting for the next batch."""
+        self.pending.append(append)
 
     def add(self, encoder: RequestEncoder, record_id: str, append: AppendItem) -> None:
         """Keep ``encoder``'s record ``record_id`` (``append``) waiting for the next batch."""
@@ -174,7 +179,8 @@ class NamespaceRegistry:
         self.store = store
         self.slots = slots
         self._nursery = nursery
-        self._services = Services(engine, store, slots, model, self._forget, model_timeout_s, alarm=self._sound)
+        self._services = Services(engine, store, slots, model, self._forget, model_timeout_s, alarm=self._sound,
+                                  keep_record=self._keep_record)
         self._refs: dict[tuple[int, str], NamespaceRef] = {}
         self._on_close: set[Callable[[], None]] = set()
         # Subscribers that asked for alarms, by (branch id, namespace): they outlive the actors.
@@ -188,6 +194,22 @@ class NamespaceRegistry:
     async def commit_ledger(self) -> None:
         """Commit the request records waiting (Q1), if any: what ``requests`` reads and a close leaves."""
         await self.ledger.commit(self.engine, self.store_ref)
+
+    def _keep_record(self, branch_id: int, namespace: str, record: Any) -> None:
+        """A namespace's compression call (Q6): recorded now (its ``held`` say what its unit read),
+        in line with the records waiting, and committed soon by itself (a model call is rare beside
+        a turn's records), so the ledger keeps the order they were made in (Q11)."""
+        if self.closed or self.store is None:
+            return
+        record = attrs.evolve(record, sequence=self.engine.last_sequence)
+        self.ledger.keep(AppendItem(state=states.ledger_state(namespace), branch=branch_id, data=encode_record(record)))
+        self._nursery.start_soon(self._commit_records)
+
+    async def _commit_records(self) -> None:
+        try:
+            await self.commit_ledger()
+        except Exception:  # noqa: BLE001 - it costs the records waiting, never the runtime
+            logger.warning("the request records waiting could not commit", exc_info=True)
 
     def __len__(self) -> int:
         return len(self._refs)
