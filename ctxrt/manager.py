@@ -254,7 +254,8 @@ class ContextManager:
             ValueError: a ``hold_compression`` that is neither a bool nor a positive finite timeout.
             BranchNotFoundError, ManagerClosedError: the branch was deleted; the manager is closed.
 
-        If cancelled after sending, the message may still be stored; its id is lost.
+        If cancelled after sending, the message may still be stored; its id is lost. Carrying
+        request records (Q1), it is sent whatever comes: a cancel then takes effect once it is stored.
         """
         ref = await self._followed()
         stored, blobs, appended = prepare_append(participant, content, metadata, caused_by, timestamp_ms)
@@ -1055,11 +1056,12 @@ class ContextManager:
         (``ctxrt.request.id``, V8).
 
         The record costs no commit of its own: it commits in the batch of the runtime's next
-        ``add_message`` (so a reply added next lands with its request's record), or when
+        ``add_message`` without ``hold_compression`` (so a reply added next lands with its
+        request's record), or when
         ``requests()`` reads, a manager or the runtime closes, or ``LEDGER_WAITING`` records wait.
         A process that dies first loses the records still waiting. Cancelled, it keeps nothing,
-        unless the cancel comes while it commits the ``LEDGER_WAITING``-th: then the records
-        waiting may or may not be kept. It is kept as what it adds to
+        unless the cancel comes while it commits the ``LEDGER_WAITING``-th: then it is kept all
+        the same, with those waiting (Q11). It is kept as what it adds to
         the namespace's last record (the messages after those they share), so its cost follows
         the turn, not the size of the request.
 
@@ -1137,7 +1139,8 @@ class ContextManager:
         misses none. ``holding``: only those that held that message
         or summary id (an audit: it reads every record's header, decoding only those whose own
         parts name the id). A namespace whose ledger is off answers what it recorded while on.
-        The records waiting to commit (``record_request``) are committed first.
+        The records waiting to commit (``record_request``) are committed first (after a batch
+        carrying records that is out), and the ledger reads in its order (Q11).
 
         Raises:
             TypeError, ValueError: ``since`` or ``limit`` not a non-negative (positive) integer.
@@ -1162,7 +1165,8 @@ class ContextManager:
         """``record``'s body made again from the store (Q5): each message it carried as stored read
         as of the record (``get_message_at``), in the record's reader's view, the rest as the record
         keeps it. ``edited`` names the held messages edited or removed since; ``matches`` says the
-        body's digest is the recorded one.
+        body's digest is the recorded one. The loop runs meanwhile (Q10): it reads a few messages
+        between schedule points, and makes the body on a worker thread.
 
         Raises:
             TypeError: ``record`` is not a ``RequestRecord``.
