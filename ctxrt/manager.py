@@ -102,6 +102,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ctxrt.manager")
 
 CLOSE_WAIT_S = 10.0
+REBUILD_READS = 8  # messages rebuild_request reads between two schedule points (~1 ms on LMDB)
 LEDGER_WAITING = 64  # request records waiting for a write to ride with: at this many they commit by themselves  # how long aclose waits for its namespace actor to take the detach
 
 
@@ -253,7 +254,8 @@ class ContextManager:
             ValueError: a ``hold_compression`` that is neither a bool nor a positive finite timeout.
             BranchNotFoundError, ManagerClosedError: the branch was deleted; the manager is closed.
 
-        If cancelled after sending, the message may still be stored; its id is lost.
+        If cancelled after sending, the message may still be stored; its id is lost. Carrying
+        request records (Q1), it is sent whatever comes: a cancel then takes effect once it is stored.
         """
         ref = await self._followed()
         stored, blobs, appended = prepare_append(participant, content, metadata, caused_by, timestamp_ms)
@@ -264,18 +266,22 @@ class ContextManager:
         store = self._registry.store_ref()
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
                             attachment=appended, flagged=appended.audience)
+        if hold is not False:  # the hold rides the append through the namespace actor, in place before it commits
+            # It takes no request record: its batch may commit after a later one's (Q11).
+            operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
+            return str(operation.sequence)
         ledger = self._registry.ledger
         taken = ledger.take(self._registry.engine)
-        writes = (*taken.commands, *writes)  # the request records waiting commit with it (Q1)
         try:
-            if hold is False:
-                operation = append_result(await store.ask(append_after(writes, append)))
-            else:  # the hold rides the append through the namespace actor, in place before it commits
-                operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
+            # The request records waiting commit with it (Q1); taken, they are sent whatever comes (Q11).
+            with trio.CancelScope(shield=bool(taken.commands)):
+                operation = append_result(await store.ask(append_after((*taken.commands, *writes), append)))
         except BaseException:
             ledger.lost(taken)
             raise
         ledger.landed(taken)
+        if taken.commands:
+            await trio.lowlevel.checkpoint_if_cancelled()  # a cancel while it committed: the message is stored
         return str(operation.sequence)
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:
@@ -473,6 +479,7 @@ class ContextManager:
         result: CompileResult = await ref.ask(command)
         if not dry_run:  # what record_request names as the record's budget
             self._budgets = {result.provenance.compile_id: None if budget is None else budget.max_tokens}
+        self._registry.ledger.compiled(result)  # record_request keeps only this runtime's results (Q9)
         return result
 
     async def preview_context(
@@ -1049,18 +1056,20 @@ class ContextManager:
         (``ctxrt.request.id``, V8).
 
         The record costs no commit of its own: it commits in the batch of the runtime's next
-        ``add_message`` (so a reply added next lands with its request's record), or when
+        ``add_message`` without ``hold_compression`` (so a reply added next lands with its
+        request's record), or when
         ``requests()`` reads, a manager or the runtime closes, or ``LEDGER_WAITING`` records wait.
         A process that dies first loses the records still waiting. Cancelled, it keeps nothing,
-        unless the cancel comes while it commits the ``LEDGER_WAITING``-th: then the records
-        waiting may or may not be kept. It is kept as what it adds to
+        unless the cancel comes while it commits the ``LEDGER_WAITING``-th: then it is kept all
+        the same, with those waiting (Q11). It is kept as what it adds to
         the namespace's last record (the messages after those they share), so its cost follows
         the turn, not the size of the request.
 
         Raises:
             LedgerOffError: the namespace keeps no ledger on this branch (open it with ``ledger=True``).
             ValueError: ``result`` was compiled for another namespace, branch or reader (a record
-                holds only what this namespace's reader could see, Q4); a ``form`` not named above;
+                holds only what this namespace's reader could see, Q4), or by another runtime's
+                manager (Q9); nothing is kept; a ``form`` not named above;
                 bad ``usage`` or ``latency_ms``.
             TypeError: an argument of the wrong type; ``options`` the form's method doesn't take.
             EmptyRequestError, InvalidRequestError: as the form's method raises them.
@@ -1076,6 +1085,11 @@ class ContextManager:
                 f"result was compiled for namespace {provenance.namespace!r} on branch {provenance.branch!r} "
                 f"for reader {provenance.reader!r}; this manager's ledger keeps only {self.namespace!r} on "
                 f"{ref.branch_name!r} for {self._reader!r} (Q4)")
+        if not self._registry.ledger.compiled_here(result):
+            raise ValueError(
+                f"result (compile {provenance.compile_id!r} of namespace {provenance.namespace!r}) was not compiled by "
+                f"a manager of this runtime: record it with the runtime that compiled it, whose store holds the "
+                f"messages it names (Q9)")
         checks.optional_text(model, "model")
         checks.optional_text(response, "response")
         kept = request_ledger.RequestUsage.of(usage)
@@ -1125,7 +1139,8 @@ class ContextManager:
         misses none. ``holding``: only those that held that message
         or summary id (an audit: it reads every record's header, decoding only those whose own
         parts name the id). A namespace whose ledger is off answers what it recorded while on.
-        The records waiting to commit (``record_request``) are committed first.
+        The records waiting to commit (``record_request``) are committed first (after a batch
+        carrying records that is out), and the ledger reads in its order (Q11).
 
         Raises:
             TypeError, ValueError: ``since`` or ``limit`` not a non-negative (positive) integer.
@@ -1150,7 +1165,8 @@ class ContextManager:
         """``record``'s body made again from the store (Q5): each message it carried as stored read
         as of the record (``get_message_at``), in the record's reader's view, the rest as the record
         keeps it. ``edited`` names the held messages edited or removed since; ``matches`` says the
-        body's digest is the recorded one.
+        body's digest is the recorded one. The loop runs meanwhile (Q10): it reads a few messages
+        between schedule points, and makes the body on a worker thread.
 
         Raises:
             TypeError: ``record`` is not a ``RequestRecord``.
@@ -1166,10 +1182,10 @@ class ContextManager:
         if record.reader != self._reader:  # a record's messages are read in its reader's view: only this one's (Q4)
             raise ValueError(f"record {record.id!r} is for reader {record.reader!r}; this manager reads for "
                              f"{self._reader!r} (Q4)")
-        await trio.lowlevel.checkpoint()
         engine = self._registry.engine
         slots = (ref.config.slot, *ref.config.auxiliary)
         versions = {item.id: item.version for item in record.held if item.kind == "message"}
+        named = {part.message for part in record.parts if part.message is not None}
 
         def find(message_id: str, at: int | None) -> Item | None:
             sequence = parse_id(message_id)
@@ -1180,19 +1196,28 @@ class ContextManager:
                     return item
             return None
 
-        def as_sent(message_id: str) -> tuple[Block, ...]:
-            item = find(message_id, versions.get(message_id, record.sequence))
-            if item is None:
-                raise MessageNotFoundError(f"message {message_id!r} of request {record.id!r} is not in the store's history")
-            return content_for_reader(decode_stored(engine, item.data, item.sequence).content, record.reader)
-
+        # Read a few messages at a time, the loop let run between (Q10): thousands of reads at once
+        # would hold it for a third of a second.
+        contents: dict[str, tuple[Block, ...]] = {}
         edited = []
-        for message_id, version in versions.items():
+        for n, message_id in enumerate(dict.fromkeys([*versions, *named])):
+            if n % REBUILD_READS == 0:
+                await trio.lowlevel.checkpoint()
+                self._live()  # closed meanwhile: its store may be too
+            at = versions.get(message_id, record.sequence)
             now = find(message_id, None)
-            if now is None or now.version > version:
+            if message_id in versions and (now is None or now.version > at):
                 edited.append(message_id)
-        body = request_ledger.rebuilt_body(record, as_sent)
-        return RebuiltRequest(body, tuple(edited), request_ledger.body_digest(body) == record.body_digest)
+            if message_id in named:
+                item = now if now is not None and now.version <= at else find(message_id, at)
+                if item is None:
+                    raise MessageNotFoundError(
+                        f"message {message_id!r} of request {record.id!r} is not in the store's history")
+                contents[message_id] = content_for_reader(decode_stored(engine, item.data, item.sequence).content,
+                                                          record.reader)
+        # The body and its digest are pure work on what was read: on a worker thread, off the loop.
+        body, digest = await trio.to_thread.run_sync(request_ledger.rebuilt_digested, record, contents.__getitem__)
+        return RebuiltRequest(body, tuple(edited), digest == record.body_digest)
 
     async def aclose(self) -> None:
         """Close this manager (idempotent); the namespace actor stops with its last manager, before

@@ -31,6 +31,7 @@ from .content.blocks import Block, CompiledMessage, Text
 from .content.codec import from_jsonable, to_jsonable
 from .content.tokens import estimate_blocks, estimate_text
 from .errors import StoreCorruptError
+from .forms.body_runs import run_length
 from .models.model_types import ModelRequest, ModelResponse, Usage
 from .store.interface import StoreEngine
 from .store.records import Item
@@ -203,13 +204,10 @@ class BodyDigests:
 
 
 def _shared_prefix(new: Sequence[Any], old: Sequence[Any]) -> int:
-    """How many leading items ``new`` and ``old`` share, by identity (in C: a compile's shared prefix
-    is thousands of items)."""
-    same = list(map(operator.is_, new, old))
-    try:
-        return same.index(False)
-    except ValueError:
-        return len(same)
+    """How many leading items ``new`` and ``old`` share (the same object, or an equal one: it
+    makes the same part and digest), by slice compares in C: a compile's shared prefix is
+    thousands of items, and a compare stops at the first object that differs."""
+    return run_length(new, 0, old, 0)
 
 
 def text_digest(text: str) -> str:
@@ -355,18 +353,24 @@ class Parts:
     """A request's parts and the items each held (``held`` is their first appearances, in order).
     ``counts`` (how many parts hold each item id) and ``twice`` (how many ids more than one part
     holds) follow the parts as ``then`` changes them, so a record's ``held`` costs nothing to check
-    when no item is held twice, the common case."""
+    when no item is held twice, the common case; and while every part holds exactly one item
+    (``flat`` is then their items), ``held`` is a slice of the last one's and what changed, not a
+    walk over every part."""
 
     def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] = (),
-                 counts: dict[str, int] | None = None, twice: int = 0) -> None:
+                 counts: dict[str, int] | None = None, twice: int = 0,
+                 flat: tuple[HeldItem, ...] | None = ()) -> None:
         self.parts = parts
         self.each = each
         self.counts = {} if counts is None else counts
         self.twice = twice
+        self.flat = flat
 
     @property
     def held(self) -> tuple[HeldItem, ...]:
-        flat = tuple(itertools.chain.from_iterable(self.each))
+        flat = self.flat
+        if flat is None:
+            flat = tuple(itertools.chain.from_iterable(self.each))
         if not self.twice:
             return flat
         first: dict[str, HeldItem] = {}
@@ -391,8 +395,12 @@ class Parts:
             for item in items:
                 counts[item.id] = counts.get(item.id, 0) + 1
                 twice += counts[item.id] == 2
+        flat = None
+        if self.flat is not None and all(len(items) == 1 for items in held):
+            flat = (*(items[0] for items in held[:len(head)]), *self.flat[shared.drop:stop],
+                    *(items[0] for items in held[len(head):]))
         return Parts((*head, *self.parts[shared.drop:stop], *tail),
-                     (*held[:len(head)], *self.each[shared.drop:stop], *held[len(head):]), counts, twice)
+                     (*held[:len(head)], *self.each[shared.drop:stop], *held[len(head):]), counts, twice, flat)
 
 
 CHAIN = 256  # a record names at most this many before it back to one kept whole (a whole one costs ~100 turns' records)
@@ -422,8 +430,8 @@ class RequestEncoder:
         shared = Shared()
         if self.record_id is not None and not self.in_flight and self.chain < CHAIN:
             shared = shared_run(messages, self.messages)
-            if shared.keep and not all(map(operator.is_, sources[shared.head:shared.head + shared.keep],
-                                            self.sources[shared.drop:shared.drop + shared.keep])):
+            if shared.keep and (sources[shared.head:shared.head + shared.keep]
+                                != self.sources[shared.drop:shared.drop + shared.keep]):
                 shared = Shared()  # the same messages from other sources: none shared
         raw = result.provenance.raw_bodies
         after = shared.head + shared.keep
@@ -756,6 +764,12 @@ def rebuilt_body(record: RequestRecord, content_of: Callable[[str], Sequence[Blo
     provenance = Provenance(f"rebuilt:{record.id}", record.namespace, record.branch, record.reader, "",
                             tuple(() for _ in messages), {}, {})
     return make_body(CompileResult(messages, injections, provenance), record.form, options)
+
+
+def rebuilt_digested(record: RequestRecord, content_of: Callable[[str], Sequence[Block]]) -> tuple[Any, str]:
+    """``rebuilt_body`` and its ``body_digest``."""
+    body = rebuilt_body(record, content_of)
+    return body, body_digest(body)
 
 
 def rebuilt_messages(parts: Iterable[RequestPart], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:

@@ -29,7 +29,7 @@ from ctxrt import (
     open_runtime,
 )
 from ctxrt.errors import StoreCorruptError
-from ctxrt.testing import AppendItem, verify
+from ctxrt.testing import AppendItem, ScriptedModel, verify
 
 
 @pytest.fixture(params=["lmdb", "postgres"])
@@ -414,4 +414,126 @@ async def test_a_cancelled_record_request_keeps_nothing(rt: ctxrt.Runtime) -> No
     assert scope.cancelled_caught
     second = await _turn(m, "two")
     assert await m.requests() == [first, second]
+    await m.aclose()
+
+
+async def test_a_result_compiled_by_another_runtime_is_refused_and_nothing_kept(rt: ctxrt.Runtime,
+                                                                                 tmp_path: Path) -> None:
+    """Q9: a result another runtime's manager compiled (the same namespace, branch and reader, over
+    another store) is refused with ValueError naming this runtime; the ledger is as it was, and the
+    next record is kept against the last as before."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    first = await _turn(m, "one")
+    async with open_runtime(tmp_path / "elsewhere", durability="os") as other:
+        twin = await other.open("agents/ann", view_reader="ann", ledger=True)
+        await twin.add_message("user", "a line of another store")
+        with pytest.raises(ValueError, match="not compiled by a manager of this runtime"):
+            await m.record_request(await twin.compile(BUDGET), form="anthropic")
+        await twin.aclose()
+    second = await _turn(m, "two")
+    assert await m.requests() == [first, second]
+    assert (await m.rebuild_request(second)).matches
+    await m.aclose()
+
+
+async def test_a_rebuild_lets_other_tasks_run_while_it_reads(rt: ctxrt.Runtime) -> None:
+    """Q10: rebuild_request reads the store a few messages at a time and makes the body off the
+    event loop: a task that counts its turns keeps getting them during a rebuild of 200 messages
+    (read all at once, it got at most the one at the call's start)."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    for n in range(199):
+        await m.add_message("user" if n % 2 else "Claude", f"line {n}")
+    record = await _turn(m, "the last")
+    ticks, done = 0, trio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.lowlevel.checkpoint()  # the ticker's first turn
+        before = ticks
+        rebuilt = await m.rebuild_request(record)
+        during = ticks - before
+        done.set()
+    assert rebuilt.matches and rebuilt.edited == ()
+    assert during >= 10, during
+    await m.aclose()
+
+
+async def test_racing_writers_keep_records_in_the_ledgers_order(rt: ctxrt.Runtime) -> None:
+    """Q11: records made by callers racing, their batches riding appends with and without a
+    compression hold (through the namespace actor, or straight to the store) and some of those
+    cancelled at a checkpoint, are stored in the ledger's order: requests() reads them by
+    sequence, the order they were made in among those sharing one, and paging forward by the last
+    one's sequence reads each once."""
+    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    bob = await rt.open("agents/bob", view_reader="bob")
+    await ann.add_message("user", "hi")
+    made: list[RequestRecord] = []
+
+    async def turn(k: int) -> None:
+        made.append(await ann.record_request(await ann.compile(BUDGET), form="anthropic"))
+        with trio.CancelScope() as scope:
+            if k % 5 == 4:
+                scope.cancel()  # cancelled at its first checkpoint: its append may or may not be stored
+            await ann.add_message("user", f"turn {k}", hold_compression=k % 2 == 0)
+
+    async def other(k: int) -> None:
+        await bob.add_message("user", f"bob {k}")  # a commit between records: their sequences differ
+
+    for _ in range(3):
+        async with trio.open_nursery() as nursery:
+            for k in range(12):
+                nursery.start_soon(turn, k)
+                nursery.start_soon(other, k)
+    found = await ann.requests(limit=1_000)
+    assert sorted(r.id for r in found) == sorted(r.id for r in made)
+    order = {r.id: n for n, r in enumerate(made)}
+    assert [(r.sequence, order[r.id]) for r in found] == sorted((r.sequence, order[r.id]) for r in found)
+    paged: list[str] = []
+    since = 0
+    while page := await ann.requests(since=since, limit=5):
+        paged += [r.id for r in page]
+        since = page[-1].sequence
+    assert paged == [r.id for r in found]
+    await ann.aclose()
+    await bob.aclose()
+
+
+async def test_a_compression_call_answered_after_turns_keeps_the_ledgers_order(rt: ctxrt.Runtime) -> None:
+    """Q6, Q11: a compression call whose reply comes after turns recorded their requests (the last
+    one's record still waiting for a write) is kept after them, in line with the records waiting:
+    the ledger reads in sequence order, and paging forward reads it once."""
+    asked, release = trio.Event(), trio.Event()
+
+    async def answer(request: object) -> str:
+        asked.set()
+        await release.wait()
+        return "the gist of what was said"
+
+    strategy = Autobiographical("model-x", target_chunk_tokens=40, recent_window_tokens=20, l1_holdback_chunks=0,
+                                summary_target_tokens=50, head_window_tokens=20)
+    m = await rt.open("agents/ann", view_reader="ann", model=ScriptedModel(answer), strategy=strategy, ledger=True)
+    for n in range(30):
+        await m.add_message("user" if n % 2 else "Claude", f"message number {n} about the plan and its parts.")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(m.wait_ready)  # its first unit's call waits for the release
+        await asked.wait()
+        turns = [await _turn(m, f"turn {k}") for k in range(3)]
+        release.set()
+    paged: list[str] = []
+    since = 0
+    while page := await m.requests(since=since, limit=2):
+        paged += [r.id for r in page]
+        since = page[-1].sequence
+    found = await m.requests(limit=1_000)  # a later unit may have been kept since
+    compressions = [r for r in found if r.form == "compression"]
+    assert compressions and {r.id for r in turns} <= {r.id for r in found}
+    assert [r.sequence for r in found] == sorted(r.sequence for r in found)
+    assert compressions[0].sequence >= turns[-1].sequence
+    assert paged == [r.id for r in found][:len(paged)] and set(r.id for r in turns) <= set(paged)
     await m.aclose()

@@ -51,6 +51,7 @@ from .effects import (
     Publish,
     ReleaseLease,
     SetTimer,
+    KeepRecord,
     SoundAlarm,
     Stop,
     TakeLease,
@@ -78,6 +79,9 @@ class Services:
     forget: Callable[[NamespaceRef], None]  # the registry drops a stopped actor's ref
     model_timeout_s: float = MODEL_TIMEOUT_S  # a unit's model call fails (retryably) after this
     alarm: Callable[[int, str, Any], None] = attrs.field(default=lambda branch, namespace, event: None, kw_only=True)
+    # Keeps a request record (the ledger's, Q6) waiting for the runtime's next write.
+    keep_record: Callable[[int, str, Any], None] = attrs.field(default=lambda branch, namespace, record: None,
+                                                               kw_only=True)
 
 
 @attrs.frozen
@@ -227,6 +231,8 @@ class _Loop:
                     self.ref.status = effect.status
                 case SoundAlarm():
                     self.services.alarm(self.ref.branch_id, self.ref.namespace, effect.event)
+                case KeepRecord():
+                    self.services.keep_record(self.ref.branch_id, self.ref.namespace, effect.record)
                 case Stop():
                     self.stopped = effect.error
                     self.ref.retire(effect.error)  # later asks are refused with it

@@ -34,14 +34,14 @@ from ..errors import StoreUnavailableError, StrategyRefusedError
 from ..asks import Reply
 from ..models.model_types import ModelRequest, ModelResponse
 from ..slots import prepare_append
-from ..store.protocol import AppendItem, Atomically, RegisterState, SetValue
+from ..store.protocol import AppendItem, SetValue
 from ..strategies.base import HeadWindowReset, Strategy, Unit
 from ..content.tokens import CalibratedEstimator, estimate_blocks, estimate_text
 from . import states
 from .context import ActorContext
 from .core import Place, Record, check_reader
 from ..events import QuarantineAlarm
-from .effects import Answer, CallModel, CancelModel, SoundAlarm, Write
+from .effects import Answer, CallModel, CancelModel, KeepRecord, SoundAlarm, Write
 from .protocol import NamespaceConfig, ResetHeadWindow, Tick, UnitDone
 
 logger = logging.getLogger("ctxrt.namespace")
@@ -130,7 +130,8 @@ class Report:
     args: tuple[Any, ...] = ()
 
 
-Decision = Write | Answer | CallModel | RequireStrategy | FlushNew | CommitStrategy | AwaitStore | Report | SoundAlarm
+Decision = (Write | Answer | CallModel | RequireStrategy | FlushNew | CommitStrategy | AwaitStore | Report | SoundAlarm
+            | KeepRecord)
 # A drain handler: it is made with the ``Moment`` it starts at, yields decisions and is resumed
 # with each one's ``Resumed``, or has the error raised into it.
 Decisions = Generator[Decision, Any, Any]
@@ -411,8 +412,9 @@ class Drain:
                 logger.warning("%s: the token calibration could not be stored", self.place, exc_info=True)
 
     def _record(self, flight: Flight, done: UnitDone, moment: Moment) -> Decisions:
-        """Keep a compression call in the namespace's request ledger (Q6). A failure here costs only
-        the entry, never the unit."""
+        """Keep a compression call in the namespace's request ledger (Q6): it waits, with the
+        managers' records, for the runtime's next write (Q11). A failure there costs only the
+        entry, never the unit."""
         request, outcome = flight.request, done.outcome
         if self.readonly or not isinstance(outcome, ModelResponse) or not isinstance(request, ModelRequest):
             return
@@ -422,14 +424,7 @@ class Drain:
             namespace=self.place.namespace, branch=self.place.branch, reader=moment.reader, request=request,
             response=outcome, unit_work=flight.unit.work, latency_ms=done.latency_ms, trace_id=trace_id,
             span_id=span_id)
-        state = states.ledger_state(self.place.namespace)
-        try:
-            yield Write(Atomically(commands=(
-                RegisterState(name=state, kind="log"),
-                AppendItem(state=state, branch=self.branch_id, data=request_ledger.encode_record(record)))))
-        except Exception:
-            logger.warning("%s: a compression call could not be kept in the request ledger", self.place, exc_info=True)
-            return
+        yield KeepRecord(record)
         tracing.recorded(span, record.id)
 
     def _moved_error(self) -> BaseException:

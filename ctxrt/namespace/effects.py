@@ -160,6 +160,15 @@ class SoundAlarm:
 
 
 @attrs.frozen
+class KeepRecord:
+    """Keep ``record`` (a compression call's) in the namespace's request ledger: it waits with the
+    managers' records for the runtime's next write, so the ledger keeps the order they were made
+    in (Q6, Q11)."""
+
+    record: Any
+
+
+@attrs.frozen
 class Publish:
     """Put up a new status snapshot for the actor's managers to read."""
 
@@ -176,7 +185,7 @@ class Stop:
 
 
 Effect = (Answer | Commit | CallModel | CancelModel | Acquire | TakeLease | CheckLease | ReleaseLease | Listen
-          | SetTimer | Publish | SoundAlarm | Stop)
+          | SetTimer | Publish | SoundAlarm | KeepRecord | Stop)
 
 
 # -- what the loop tells the machine back ------------------------------------------------------

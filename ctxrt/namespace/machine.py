@@ -129,6 +129,7 @@ from .effects import (
     Publish,
     ReleaseLease,
     SetTimer,
+    KeepRecord,
     SoundAlarm,
     Stop,
     StoreReads,
@@ -582,7 +583,7 @@ class NamespaceMachine:
                 return (yield decision)
             case CommitStrategy():
                 return (yield from self.commit(decision.reaches))
-            case Answer() | CallModel() | SoundAlarm():
+            case Answer() | CallModel() | SoundAlarm() | KeepRecord():
                 self._effects.append(decision)
             case RequireStrategy():
                 self.require_strategy()

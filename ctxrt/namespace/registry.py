@@ -25,10 +25,11 @@ from ..errors import (
 from ..mailbox import Reply
 from ..slots import SlotRegistry
 from ..store.actor import StoreRef
-from ..request_ledger import RequestEncoder
+from ..request_ledger import RequestEncoder, encode_record
 from ..store.interface import StoreEngine
 from ..store.protocol import AppendItem, Atomically, RegisterState
 from ..store.records import BranchRow
+from . import states
 from .actor import Services, serve_namespace
 from .protocol import ActorRetired, Attach, Detach, NamespaceConfig
 from .ref import NamespaceRef
@@ -63,9 +64,32 @@ class LedgerQueue:
         self.pending: list[AppendItem] = []
         self.encoders: dict[tuple[int, str], RequestEncoder] = {}
         self._wrote: list[tuple[RequestEncoder, str]] = []  # (encoder, record id) of each record waiting
+        # A batch carrying records is out until it is answered; till then none other takes any, so
+        # records are stored in the order they were made (Q11).
+        self._out: trio.Event | None = None
+        # The compiles this runtime's managers handed out, alive, by their raw bodies (a compile's
+        # own, shared by what a host or an adapter derives from its result): only those are recorded (Q9).
+        self._compiled: dict[int, weakref.ref[Any]] = {}
+
+    def compiled(self, result: Any) -> None:
+        """``result`` was compiled by one of this runtime's managers (``ContextManager.compile``)."""
+        bodies, known = result.provenance.raw_bodies, self._compiled
+        key = id(bodies)
+        known[key] = weakref.ref(bodies, lambda _: known.pop(key, None))
+
+    def compiled_here(self, result: Any) -> bool:
+        """Whether ``result`` is, or was derived from, a result this runtime's managers compiled
+        (not another runtime's)."""
+        bodies = result.provenance.raw_bodies
+        found = self._compiled.get(id(bodies))
+        return found is not None and found() is bodies
 
     def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
         return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
+
+    def keep(self, append: AppendItem) -> None:
+        """Keep a record kept whole and by no encoder (a compression call's) waiting for the next batch."""
+        self.pending.append(append)
 
     def add(self, encoder: RequestEncoder, record_id: str, append: AppendItem) -> None:
         """Keep ``encoder``'s record ``record_id`` (``append``) waiting for the next batch."""
@@ -77,8 +101,11 @@ class LedgerQueue:
         """The commands that commit what waits (each ledger's state registered first, unless the
         engine knows it), leaving none; a record of a branch deleted since is dropped with it (L5),
         or it would refuse the write it rides in. Until the batch is known committed (``landed``)
-        or not (``lost``), no record is kept against one it took: another batch may commit first,
-        or this one fail, and a record must follow its base in the log."""
+        or not (``lost``), no record is kept against one it took: it may fail, and a record must
+        follow its base in the log. While an earlier batch carrying records is out, it takes none:
+        they wait for the next (``commit`` waits for that one)."""
+        if self._out is not None:
+            return Taken((), ())
         taken = Taken((), tuple(self._wrote))
         for encoder, record_id in self._wrote:
             encoder.flying(record_id)
@@ -90,18 +117,46 @@ class LedgerQueue:
         self.pending = []
         known = engine.has_state
         states = [state for state in dict.fromkeys(append.state for append in pending) if not known(state)]
+        if pending:
+            self._out = trio.Event()
         return attrs.evolve(taken, commands=(*(RegisterState(name=state, kind="log") for state in states), *pending))
 
     def landed(self, taken: Taken) -> None:
         """What ``taken`` took committed: a record may be kept against them."""
         for encoder, record_id in taken.records:
             encoder.landed(record_id)
+        self._answered(taken)
 
     def lost(self, taken: Taken) -> None:
-        """What ``taken`` took did not commit (or may not have): the next record of their
-        encoders is kept whole."""
+        """What ``taken`` took did not commit: the next record of their encoders is kept whole."""
         for encoder, record_id in taken.records:
             encoder.lost(record_id)
+        self._answered(taken)
+
+    def _answered(self, taken: Taken) -> None:
+        if taken.commands and self._out is not None:
+            self._out.set()
+            self._out = None
+
+    async def commit(self, engine: StoreEngine, store: Callable[[], StoreRef]) -> None:
+        """Commit the records waiting in a batch of their own, after the batch carrying records
+        that is out, if one is. Shielded from the moment it takes them: taken and cancelled before
+        it sends them, they would be lost (a cancel takes effect once it is answered)."""
+        while self._out is not None:
+            await self._out.wait()
+        taken = self.take(engine)
+        if not taken.commands:
+            self.landed(taken)
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            with trio.CancelScope(shield=True):
+                await store().ask(Atomically(commands=taken.commands))
+        except BaseException:
+            self.lost(taken)
+            raise
+        self.landed(taken)
+        await trio.lowlevel.checkpoint_if_cancelled()
 
 
 @attrs.frozen
@@ -124,7 +179,8 @@ class NamespaceRegistry:
         self.store = store
         self.slots = slots
         self._nursery = nursery
-        self._services = Services(engine, store, slots, model, self._forget, model_timeout_s, alarm=self._sound)
+        self._services = Services(engine, store, slots, model, self._forget, model_timeout_s, alarm=self._sound,
+                                  keep_record=self._keep_record)
         self._refs: dict[tuple[int, str], NamespaceRef] = {}
         self._on_close: set[Callable[[], None]] = set()
         # Subscribers that asked for alarms, by (branch id, namespace): they outlive the actors.
@@ -137,14 +193,23 @@ class NamespaceRegistry:
 
     async def commit_ledger(self) -> None:
         """Commit the request records waiting (Q1), if any: what ``requests`` reads and a close leaves."""
-        taken = self.ledger.take(self.engine)
-        if taken.commands:
-            try:
-                await self.store_ref().ask(Atomically(commands=taken.commands))
-            except BaseException:
-                self.ledger.lost(taken)
-                raise
-        self.ledger.landed(taken)
+        await self.ledger.commit(self.engine, self.store_ref)
+
+    def _keep_record(self, branch_id: int, namespace: str, record: Any) -> None:
+        """A namespace's compression call (Q6): recorded now (its ``held`` say what its unit read),
+        in line with the records waiting, and committed soon by itself (a model call is rare beside
+        a turn's records), so the ledger keeps the order they were made in (Q11)."""
+        if self.closed or self.store is None:
+            return
+        record = attrs.evolve(record, sequence=self.engine.last_sequence)
+        self.ledger.keep(AppendItem(state=states.ledger_state(namespace), branch=branch_id, data=encode_record(record)))
+        self._nursery.start_soon(self._commit_records)
+
+    async def _commit_records(self) -> None:
+        try:
+            await self.commit_ledger()
+        except Exception:  # noqa: BLE001 - it costs the records waiting, never the runtime
+            logger.warning("the request records waiting could not commit", exc_info=True)
 
     def __len__(self) -> int:
         return len(self._refs)
