@@ -31,7 +31,19 @@ import trio
 
 import ctxrt
 import ctxrt.aio
+from ctxrt.store import committer_lmdb
 from ctxrt.testing import verify_store
+
+LANDINGS = [0]  # system-task landings (a lone commit handed over), counted per case
+_land = committer_lmdb.DurableCommitter._land
+
+
+async def _counted_land(self: Any, *args: Any) -> None:
+    LANDINGS[0] += 1
+    await _land(self, *args)
+
+
+committer_lmdb.DurableCommitter._land = _counted_land  # type: ignore[method-assign]
 
 ROOT = str(Path(ctxrt.__file__).parent / "store") + os.sep
 FILES = tuple(ROOT + name for name in ("committer_lmdb.py", "writer.py"))
@@ -180,6 +192,7 @@ def main() -> int:
             path = base / f"s{number}"
             faulthandler.dump_traceback_later(HANG_S, exit=True)
             started = time.monotonic()
+            LANDINGS[0] = 0
             raised, sent, acks = interrupt_at(how, role, site, k, path)
             faulthandler.cancel_dump_traceback_later()
             problems = []
@@ -208,7 +221,7 @@ def main() -> int:
             status = "FAIL " + "; ".join(problems) if problems else "ok"
             if problems:
                 failures += 1
-            print(f"{status} {where_} sent={sent} acks={len(acks.ids)} {time.monotonic() - started:.1f}s", flush=True)
+            print(f"{status} {where_} sent={sent} acks={len(acks.ids)} landings={LANDINGS[0]} {time.monotonic() - started:.1f}s", flush=True)
             shutil.rmtree(path, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
