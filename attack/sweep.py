@@ -49,6 +49,9 @@ ROOT = str(Path(ctxrt.__file__).parent / "store") + os.sep
 FILES = tuple(ROOT + name for name in ("committer_lmdb.py", "writer.py"))
 APPENDS = 30
 HANG_S = 90
+# SMALL_MAP=1: a 64 KiB map and appends of up to 30 KB, so the map fills (and grows) mid lone commit.
+SMALL_MAP = bool(os.environ.get("SMALL_MAP"))
+MAP = {"map_size": 64 << 10} if SMALL_MAP else {}
 
 
 class Acks:
@@ -58,12 +61,13 @@ class Acks:
 
 async def appender(manager: Any, acks: Acks, who: int, count: int) -> None:
     for number in range(count):
-        message_id = await manager.add_message("user", f"{who} line {number}")
+        padding = "x" * ((number * 7919) % 30_000) if SMALL_MAP else ""
+        message_id = await manager.add_message("user", f"{who} line {number} {padding}")
         acks.ids.append((f"agents/a{who}", message_id))
 
 
 async def trio_host(path: Path, role: str, acks: Acks) -> None:
-    async with ctxrt.open_runtime(path) as runtime:
+    async with ctxrt.open_runtime(path, **MAP) as runtime:
         managers = [await runtime.open(f"agents/a{who}") for who in range(4)]
         if role == "main":
             await appender(managers[0], acks, 0, APPENDS)
@@ -78,7 +82,7 @@ async def trio_host(path: Path, role: str, acks: Acks) -> None:
 
 
 async def aio_host(path: Path, role: str, acks: Acks) -> None:
-    async with ctxrt.aio.open_runtime(path) as runtime:
+    async with ctxrt.aio.open_runtime(path, **MAP) as runtime:
         managers = [await runtime.open(f"agents/a{who}") for who in range(4)]
         if role == "main":
             await appender(managers[0], acks, 0, APPENDS)
