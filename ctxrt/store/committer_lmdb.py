@@ -134,8 +134,8 @@ class DurableCommitter:
     def _commit_lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Awaitable[Applied] | None:
         """``commit`` from a lone caller's own task, sparing it the hop to the actor; None if a commit
         is out or the flush doesn't measure fast (the caller goes through the mailbox then). A
-        Ctrl-C while the commit is out hands its landing to a system task, as does a commit that
-        failed (it is retried), so that a caller interrupted meanwhile loses only its reply;
+        cancel or a Ctrl-C while the commit is out hands its landing to a system task, as does a
+        commit that failed (it is retried), so that a caller that leaves meanwhile loses only its reply;
         ``on_landed`` gets what landed in whichever task landed it, before the caller is answered."""
         if self._out or not self._fast():
             return None
@@ -149,9 +149,10 @@ class DurableCommitter:
             if prepared.txn is not None:
                 self._writer.commit()
                 try:
-                    with trio.CancelScope(shield=True):  # a cancelled caller loses only its reply
-                        await trio.lowlevel.wait_readable(self._writer.ready)
-                except BaseException:  # a KeyboardInterrupt, which no shield stops: the commit is out
+                    # Not shielded: a caller cancelled meanwhile (its timeout, while the disk stalls)
+                    # leaves now, as through the actor; the commit is out, and a system task lands it.
+                    await trio.lowlevel.wait_readable(self._writer.ready)
+                except BaseException:  # cancelled, or a KeyboardInterrupt
                     landing = Landing(prepared, None)
                     raise
                 error = self._writer.landed()
