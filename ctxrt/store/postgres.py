@@ -16,7 +16,10 @@ Design (docs/architecture.md, Beyond one machine):
     a fork's point (the sequence's last value then) has every write at or below it committed,
     and the branch and state tables change only there;
   * ``last_sequence`` is a visibility horizon: the sequence's last value, once every write
-    transaction in flight when it was read has ended (nothing at or below it appears later).
+    transaction in flight when it was read has ended (nothing at or below it appears later). Each
+    write transaction holds a lock of its own connection (its backend's key) from before the
+    catalog lock: the horizon waits on those locks of the catalog lock's holders, woken when each
+    ends (no polling).
 - A batch is one transaction (each process's store actor still group-commits); each command
   that isn't an append runs under a savepoint, so a refused one leaves the others intact (what
   LMDB's nested transactions give). Rows are buffered and sent with ``executemany`` (pipelined)
@@ -79,7 +82,6 @@ _R = TypeVar("_R")
 SCHEMA_VERSION = 2  # 2: the sequence is a database sequence (1: a ctxrt_meta row under a lock)
 READABLE_SCHEMAS = (1, 2)  # a schema-1 store is read as it is; a writer's open migrates it to 2
 DEADLOCK_RETRIES = 5  # a batch the server broke a lock cycle in is run again (nothing was written)
-HORIZON_POLL_S = 0.001  # how often ``last_sequence`` looks whether the writes in flight have ended
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_MS = 30_000  # per statement, and per wait for a lock (another process's write)
 # A writer's transaction left idle this long (its process stopped or stalled mid-batch) is ended by
@@ -407,17 +409,20 @@ class PostgresEngine(Catalog):
 
     def _horizon(self, conn: psycopg.Connection[Any]) -> int:
         # The last value first, then who holds the catalog lock: a writer that drew a sequence at or
-        # below it took that lock before, and holds it until its rows are visible.
+        # below it took that lock before, and holds it until its rows are visible. Each holder took
+        # its backend's lock before the catalog lock: wait for each of those (shared, for this
+        # statement only), which ends with its transaction. A holder's backend that begins another
+        # batch meanwhile may be waited for too: later than needed, never earlier.
         row = conn.execute(_LAST_VALUE).fetchone()
         last = int(row[0]) if row else 0
-        holding = set(conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall())
-        deadline = time.monotonic() + STATEMENT_TIMEOUT_MS / 1000
-        while holding:
-            if time.monotonic() > deadline:
+        holders = [_backend_key(self._catalog_key, int(pid))
+                   for (pid,) in conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall()]
+        if holders:
+            try:
+                conn.execute(_AWAIT_WRITERS, (holders,))
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
                 raise StoreUnavailableError(self.data_path, f"writes in flight didn't end within "
-                                                            f"{STATEMENT_TIMEOUT_MS} ms")
-            time.sleep(HORIZON_POLL_S)
-            holding &= set(conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall())
+                                                            f"{STATEMENT_TIMEOUT_MS} ms") from None
         return last
 
     def rereads(self) -> bool:
@@ -759,6 +764,8 @@ class PostgresEngine(Catalog):
         # head and sequences; then its rows and the commit.
         with conn.pipeline() as pipeline, conn.transaction():
             cursor = conn.cursor()
+            # This backend's own lock first (no one else takes it exclusive): the horizon waits on it.
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_backend_key(self._catalog_key, conn.info.backend_pid),))
             cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
             # Read after the lock is granted (a statement of its own: its snapshot is taken then),
             # answered with the batch's first read: the tables it knows are checked then.
@@ -1018,7 +1025,8 @@ class PgBatch(Batch):
     def _next_sequence(self) -> int:
         if self._drawing is not None:
             drawing, self._drawing = self._drawing, None
-            self._pipeline.sync()
+            if drawing.pgresult is None:  # not answered yet (a head's read, sent after it, answers it too)
+                self._pipeline.sync()
             self._drawn = tuple(int(value) for (value,) in drawing.fetchall())
         if not self._drawn:
             self._drawn = tuple(int(value) for (value,) in self._fetch(_DRAW, (1,)))
@@ -1085,9 +1093,12 @@ _DRAW = "SELECT nextval('ctxrt_sequence') FROM generate_series(1, %s)"
 # The last sequence drawn (a sequence never drawn from has is_called false: none yet).
 _LAST_VALUE = "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ctxrt_sequence"
 # The write transactions holding the catalog lock (a bigint key's halves, as pg_locks shows them).
-_WRITERS = ("SELECT pid, virtualtransaction FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+_WRITERS = ("SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
             " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND classid = ((%(key)s::bigint >> 32) & 4294967295)::oid AND objid = (%(key)s::bigint & 4294967295)::oid")
+# Wait for each holder's backend lock to be released (its transaction ended), shared: holders
+# don't wait for one another, nor for this.
+_AWAIT_WRITERS = "SELECT count(pg_advisory_xact_lock_shared(key)) FROM unnest(%s::bigint[]) AS key"
 _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, sequence, data)"
                 " VALUES (%s, %s, %s, %s, %s, %s)")
 _UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)"
@@ -1125,6 +1136,13 @@ def _lock_key(conn: psycopg.Connection[Any], what: str) -> int:
     other schemas of the database don't share it; leases use two 32-bit keys, another key space)."""
     row = conn.execute("SELECT current_schema()").fetchone()
     digest = hashlib.blake2b(f"ctxrt {row[0] if row else ''}/{what}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _backend_key(catalog_key: int, pid: int) -> int:
+    """The lock key a write transaction of backend ``pid`` holds exclusive (taken before the catalog
+    lock of the store whose catalog lock is ``catalog_key``)."""
+    digest = hashlib.blake2b(f"{catalog_key}/backend/{pid}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
 
