@@ -368,9 +368,9 @@ async def _in_trio(cluster: Cluster, pooler: Pooler | None, root: Path, quick: b
 # -- (2) writer processes -----------------------------------------------------------------------
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(tree: Path = HERE.parent) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH")]))
     return env
 
 
@@ -382,18 +382,20 @@ def _host_cpu() -> tuple[int, int]:
     return total - idle, total
 
 
-def writers_round(cluster: Cluster, processes: int, seconds: float, name: str, layout: str = "own slot") -> dict[str, float]:
+def writers_round(cluster: Cluster, processes: int, seconds: float, name: str, layout: str = "own slot",
+                  tree: Path = HERE.parent) -> dict[str, float]:
     """One round of ``processes`` writer processes on a fresh database: their figures together.
     ``layout``: each on its own slot of one store ("own slot"), all on the store's shared slot
     ("shared slot"), or each on its own slot in a database of its own ("own database": the server's
-    shared-nothing figure, no row or lock of one store in common)."""
+    shared-nothing figure, no row or lock of one store in common). ``tree``: the checkout whose
+    ctxrt and writer the processes run (another commit's, for ``bench/postgres_compare.py``)."""
     names = [f"{name}_{p}" for p in range(processes)] if layout == "own database" else [name] * processes
     urls = {database: cluster.create_database(database) for database in dict.fromkeys(names)}
     extra = ["shared"] if layout == "shared slot" else []
     children = [
         subprocess.Popen([sys.executable, "-m", "bench.postgres_writer", urls[names[p]], "writers", str(p), str(TASKS),
                           *extra],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_child_env(), cwd=HERE.parent)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_child_env(tree), cwd=tree)
         for p in range(processes)
     ]
     try:

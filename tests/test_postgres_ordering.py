@@ -269,3 +269,55 @@ async def test_batches_appending_to_the_same_slots_in_opposite_orders_meet_no_lo
                             nursery.start_soon(append, manager, f"round {round_}")
     assert not [r for r in caplog.records if "lock cycle" in r.getMessage()]
     assert len(set(_appended(pg_url)) & {int(i) for i in ids}) == 41 * 6
+
+
+async def test_the_horizon_waits_on_the_lock_of_a_write_in_flight_and_wakes_when_it_commits(pg_url: str) -> None:
+    """K16, K11: ``last_sequence`` with another process's batch in flight waits for that batch's own
+    lock, as a lock wait on the server (no polling), and returns once the batch committed: a horizon
+    at or past the batch's sequence, whose item is then readable."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        await (await rt.open("ann")).add_message("user", "before")
+    writer = PostgresEngine(pg_url)  # another process's writer
+    reader = PostgresEngine(pg_url, create=False)
+    state = next(info.name for info in writer.list_states() if info.kind == "log")
+    began, resume = threading.Event(), threading.Event()
+
+    def hold_mid_batch(batch: Any, command: Any) -> Any:
+        result = execute(batch, command)  # its slot locked, its sequence drawn
+        began.set()
+        resume.wait()
+        return result
+
+    try:
+        async with trio.open_nursery() as nursery:
+            applied: list[Any] = []
+            horizons: list[int] = []
+
+            async def apply() -> None:
+                applied.append(await trio.to_thread.run_sync(
+                    lambda: writer.apply([AppendItem(state=state, branch=1, data=b"in flight")], hold_mid_batch)))
+
+            async def horizon() -> None:
+                horizons.append(await trio.to_thread.run_sync(lambda: reader.last_sequence))
+
+            nursery.start_soon(apply)
+            try:
+                await trio.to_thread.run_sync(began.wait)
+                nursery.start_soon(horizon)
+                with psycopg.connect(pg_url, autocommit=True) as conn, trio.fail_after(10):
+                    while not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                           " AND wait_event = 'advisory' AND query LIKE"
+                                           " '%%pg_advisory_xact_lock_shared%%' AND datname = current_database()"
+                                           ).fetchone()[0]:
+                        await trio.sleep(0.01)  # until the server shows the horizon's lock wait
+                assert not horizons, "the horizon waits while the batch is in flight"
+            finally:
+                resume.set()
+        (results, operations) = applied[0]
+        sequence = results[0][1].sequence
+        assert horizons[0] >= sequence
+        assert any(item.data == b"in flight" and item.sequence == sequence for item in reader.read_log(state, 1))
+    finally:
+        resume.set()
+        writer.close()
+        reader.close()

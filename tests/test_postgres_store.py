@@ -360,3 +360,28 @@ async def test_a_server_whose_advisory_locks_exclude_no_one_is_refused_at_open(p
     assert refused.value.url == pg_url  # it holds no password to hide
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'ctxrt_%'").fetchone() == (0,)
+
+
+async def test_an_append_batch_waits_for_the_server_once_before_its_commit(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """K16: a durable append's batch is two round trips on the writing connection: its slot's lock,
+    head and sequence in one (a single Sync: the sequence drawn with the lock is answered with the
+    head's read sent after it), then its rows and the commit."""
+    async with ctxrt.open_runtime(pg_url, durability="sync") as rt:
+        manager = await rt.open("ann", isolate=True)
+        await manager.add_message("user", "warm-up")  # the tables read, the slot's state registered
+        syncs = 0
+        sync = psycopg.Pipeline.sync
+
+        def counted(pipeline: psycopg.Pipeline) -> None:
+            nonlocal syncs
+            syncs += 1
+            sync(pipeline)
+
+        monkeypatch.setattr(psycopg.Pipeline, "sync", counted)
+        before = rt.statistics().batches
+        for n in range(5):
+            await manager.add_message("user", f"line {n}")
+        assert rt.statistics().batches - before == 5
+        assert syncs == 5

@@ -16,7 +16,10 @@ Design (docs/architecture.md, Beyond one machine):
     a fork's point (the sequence's last value then) has every write at or below it committed,
     and the branch and state tables change only there;
   * ``last_sequence`` is a visibility horizon: the sequence's last value, once every write
-    transaction in flight when it was read has ended (nothing at or below it appears later).
+    transaction in flight when it was read has ended (nothing at or below it appears later). Each
+    write transaction holds a lock of its own connection (its backend's key) from before the
+    catalog lock: the horizon waits on those locks of the catalog lock's holders, woken when each
+    ends (no polling).
 - A batch is one transaction (each process's store actor still group-commits); each command
   that isn't an append runs under a savepoint, so a refused one leaves the others intact (what
   LMDB's nested transactions give). Rows are buffered and sent with ``executemany`` (pipelined)
@@ -95,9 +98,9 @@ _R = TypeVar("_R")
 SCHEMA_VERSION = 3
 READABLE_SCHEMAS = (1, 2, 3)
 DEADLOCK_RETRIES = 5  # a batch the server broke a lock cycle in is run again (nothing was written)
-HORIZON_POLL_S = 0.001  # how often ``last_sequence`` looks whether the writes in flight have ended
 CONNECT_TIMEOUT_S = 10
 STATEMENT_TIMEOUT_MS = 30_000  # per statement, and per wait for a lock (another process's write)
+REPLAY_POLL_S = 0.001  # how often a standby's ``last_sequence`` looks whether it replayed far enough
 # A writer's transaction left idle this long (its process stopped or stalled mid-batch) is ended by
 # the server: it holds the catalog lock, so until then ``last_sequence`` waits, and a fork waits
 # with every other write queued behind it. Well under STATEMENT_TIMEOUT_MS, so those wait, not fail.
@@ -572,7 +575,7 @@ class PostgresEngine(Catalog):
             if time.monotonic() > deadline:
                 raise StoreUnavailableError(self.data_path, f"the standby didn't replay its primary's WAL up to {lsn} "
                                                             f"within {STATEMENT_TIMEOUT_MS} ms")
-            time.sleep(HORIZON_POLL_S)
+            time.sleep(REPLAY_POLL_S)
 
     def _replayed(self, lsn: str) -> bool:
         row = self._reader.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()
@@ -595,17 +598,19 @@ class PostgresEngine(Catalog):
 
     def _horizon(self, conn: psycopg.Connection[Any]) -> int:
         # The last value first, then who holds the catalog lock: a writer that drew a sequence at or
-        # below it took that lock before, and holds it until its rows are visible.
+        # below it took that lock before, and holds it until its rows are visible. Each holder took
+        # its backend's lock before the catalog lock: wait for each of those (shared, for this
+        # statement only), which ends with its transaction. A holder's backend that begins another
+        # batch meanwhile may be waited for too: later than needed, never earlier.
         row = conn.execute(_LAST_VALUE).fetchone()
         last = int(row[0]) if row else 0
-        holding = set(conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall())
-        deadline = time.monotonic() + STATEMENT_TIMEOUT_MS / 1000
-        while holding:
-            if time.monotonic() > deadline:
+        holders = [int(pid) for (pid,) in conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall()]
+        if holders:
+            try:
+                conn.execute(_AWAIT_WRITERS, (str(self._catalog_key), holders))
+            except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
                 raise StoreUnavailableError(self.data_path, f"writes in flight didn't end within "
-                                                            f"{STATEMENT_TIMEOUT_MS} ms")
-            time.sleep(HORIZON_POLL_S)
-            holding &= set(conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall())
+                                                            f"{STATEMENT_TIMEOUT_MS} ms") from None
         return last
 
     def rereads(self) -> bool:
@@ -951,6 +956,9 @@ class PostgresEngine(Catalog):
         with conn.pipeline() as pipeline, conn.transaction():
             cursor = conn.cursor()
             self._local_settings(cursor)
+            # This backend's own lock first (no one else takes it exclusive): the horizon waits on it.
+            # Keyed in SQL by the server's pid: behind a pooler the client's backend_pid is the pooler's.
+            cursor.execute(_BACKEND_LOCK, (str(self._catalog_key),))
             cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
             fence = _Fence(self, conn, self.fenced(commands))  # answered with the batch's first read
             # Read after the lock is granted (a statement of its own: its snapshot is taken then),
@@ -1248,7 +1256,8 @@ class PgBatch(Batch):
     def _next_sequence(self) -> int:
         if self._drawing is not None:
             drawing, self._drawing = self._drawing, None
-            self._pipeline.sync()
+            if drawing.pgresult is None:  # not answered yet (a head's read, sent after it, answers it too)
+                self._pipeline.sync()
             self._drawn = tuple(int(value) for (value,) in drawing.fetchall())
         if not self._drawn:
             self._drawn = tuple(int(value) for (value,) in self._fetch(_DRAW, (1,)))
@@ -1327,9 +1336,17 @@ _DRAW = "SELECT nextval('ctxrt_sequence') FROM generate_series(1, %s)"
 # The last sequence drawn (a sequence never drawn from has is_called false: none yet).
 _LAST_VALUE = "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ctxrt_sequence"
 # The write transactions holding the catalog lock (a bigint key's halves, as pg_locks shows them).
-_WRITERS = ("SELECT pid, virtualtransaction FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+_WRITERS = ("SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
             " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND classid = ((%(key)s::bigint >> 32) & 4294967295)::oid AND objid = (%(key)s::bigint & 4294967295)::oid")
+# Wait for each holder's backend lock to be released (its transaction ended), shared: holders
+# don't wait for one another, nor for this.
+# The lock a write transaction holds exclusive before the catalog lock, keyed by the store's
+# catalog key and its server backend's pid.
+_BACKEND_KEY = "hashtextextended(%s::text || '/backend/' || {pid}, 0)"
+_BACKEND_LOCK = f"SELECT pg_advisory_xact_lock({_BACKEND_KEY.format(pid='pg_backend_pid()')})"
+_AWAIT_WRITERS = (f"SELECT count(pg_advisory_xact_lock_shared({_BACKEND_KEY.format(pid='pid')}))"
+                  " FROM unnest(%s::int[]) AS pid")
 _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, sequence, data)"
                 " VALUES (%s, %s, %s, %s, %s, %s)")
 _UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)"
