@@ -210,11 +210,14 @@ class PostgresEngine(Catalog):
                 # this lands on whichever server connection the pooler gave (the same bounds every
                 # ctxrt process sets; nothing else a session SET would carry to another client).
                 conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}")
-            # No server-side prepared statements: a transaction-mode pooler (PgBouncer before 1.21)
-            # gives the next statement another server connection, which doesn't know them; and on the
-            # writer psycopg forgets them at every ROLLBACK (a refused command's ROLLBACK TO
-            # SAVEPOINT too), which in pipeline mode fell out of step with statements already sent.
-            conn.prepare_threshold = None
+            # No server-side prepared statements on the writer, nor behind a pooler: psycopg forgets
+            # them at every ROLLBACK (a refused command's ROLLBACK TO SAVEPOINT too), which in
+            # pipeline mode fell out of step with statements already sent; and a transaction-mode
+            # pooler (PgBouncer before 1.21) gives the next statement another server connection,
+            # which doesn't know them (or knows another client's of the same name). A direct
+            # reader keeps them: they spare each of its reads the planning (about 0.15 ms).
+            if writer or _pooled(conn):
+                conn.prepare_threshold = None
             return conn
         except psycopg.Error as exc:
             where = "" if conninfo is None else f"its primary ({_server(conninfo)}): "
@@ -1385,6 +1388,13 @@ def _lock_key(conn: psycopg.Connection[Any], what: str) -> int:
     row = conn.execute("SELECT current_schema()").fetchone()
     digest = hashlib.blake2b(f"ctxrt {row[0] if row else ''}/{what}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def _pooled(conn: psycopg.Connection[Any]) -> bool:
+    """Whether ``conn`` reaches its server through a pooler: a pooler (PgBouncer, Pgpool) hands the
+    client a backend pid of its own, not the server backend's that answers."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    return not row or int(row[0]) != conn.info.backend_pid
 
 
 def _slot_key(catalog_key: int, state: int, branch: int) -> int:
