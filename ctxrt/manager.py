@@ -1080,16 +1080,18 @@ class ContextManager:
             raise TypeError(f"result must be a CompileResult, not {type(result).__name__}")
         form = request_ledger.check_form(form)
         provenance = result.provenance
-        if (provenance.namespace, provenance.branch, provenance.reader) != (self.namespace, ref.branch_name, self._reader):
-            raise ValueError(
-                f"result was compiled for namespace {provenance.namespace!r} on branch {provenance.branch!r} "
-                f"for reader {provenance.reader!r}; this manager's ledger keeps only {self.namespace!r} on "
-                f"{ref.branch_name!r} for {self._reader!r} (Q4)")
-        if not self._registry.ledger.compiled_here(result):
+        place = self._registry.ledger.compiled_for(result)
+        if place is None:
             raise ValueError(
                 f"result (compile {provenance.compile_id!r} of namespace {provenance.namespace!r}) was not compiled by "
                 f"a manager of this runtime: record it with the runtime that compiled it, whose store holds the "
                 f"messages it names (Q9)")
+        # Where this runtime compiled it, whatever its provenance now says (Q4).
+        if place != (self.namespace, ref.branch_name, self._reader):
+            namespace, branch, reader = place
+            raise ValueError(
+                f"result was compiled for namespace {namespace!r} on branch {branch!r} for reader {reader!r}; this "
+                f"manager's ledger keeps only {self.namespace!r} on {ref.branch_name!r} for {self._reader!r} (Q4)")
         checks.optional_text(model, "model")
         checks.optional_text(response, "response")
         kept = request_ledger.RequestUsage.of(usage)

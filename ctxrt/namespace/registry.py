@@ -68,21 +68,24 @@ class LedgerQueue:
         # records are stored in the order they were made (Q11).
         self._out: trio.Event | None = None
         # The compiles this runtime's managers handed out, alive, by their raw bodies (a compile's
-        # own, shared by what a host or an adapter derives from its result): only those are recorded (Q9).
-        self._compiled: dict[int, weakref.ref[Any]] = {}
+        # own, shared by what a host or an adapter derives from its result), with the (namespace,
+        # branch, reader) each was for, which a relabelled provenance can't change: only those are
+        # recorded, by that place's managers (Q4, Q9).
+        self._compiled: dict[int, tuple[weakref.ref[Any], tuple[str, str, str | None]]] = {}
 
     def compiled(self, result: Any) -> None:
         """``result`` was compiled by one of this runtime's managers (``ContextManager.compile``)."""
-        bodies, known = result.provenance.raw_bodies, self._compiled
-        key = id(bodies)
-        known[key] = weakref.ref(bodies, lambda _: known.pop(key, None))
+        provenance, known = result.provenance, self._compiled
+        key = id(provenance.raw_bodies)
+        known[key] = (weakref.ref(provenance.raw_bodies, lambda _: known.pop(key, None)),
+                      (provenance.namespace, provenance.branch, provenance.reader))
 
-    def compiled_here(self, result: Any) -> bool:
-        """Whether ``result`` is, or was derived from, a result this runtime's managers compiled
-        (not another runtime's)."""
+    def compiled_for(self, result: Any) -> tuple[str, str, str | None] | None:
+        """The (namespace, branch, reader) ``result``, or the result it was derived from, was
+        compiled for by this runtime's managers; None if another runtime compiled it."""
         bodies = result.provenance.raw_bodies
         found = self._compiled.get(id(bodies))
-        return found is not None and found() is bodies
+        return found[1] if found is not None and found[0]() is bodies else None
 
     def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
         return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
