@@ -276,6 +276,9 @@ class ContextManager:
             # The request records waiting commit with it (Q1); taken, they are sent whatever comes (Q11).
             with trio.CancelScope(shield=bool(taken.commands)):
                 operation = append_result(await store.ask(append_after((*taken.commands, *writes), append)))
+        except BranchNotFoundError:
+            ledger.returned(taken)  # the message's branch was deleted meanwhile: refused, the records not lost
+            raise
         except BaseException:
             ledger.lost(taken)
             raise

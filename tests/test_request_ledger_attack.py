@@ -112,3 +112,35 @@ async def test_a_turn_cancelled_at_each_schedule_point_keeps_the_ledgers_order(r
             assert (await manager.rebuild_request(record)).matches
     for manager in (ann, twin, bob):
         await manager.aclose()
+
+
+async def test_an_append_refused_as_its_branch_is_deleted_loses_no_record_it_carried(rt: ctxrt.Runtime) -> None:
+    """Q11: an append whose branch is deleted while it is out is refused (BranchNotFoundError);
+    the records of other namespaces it took to carry were acknowledged, so they wait for the next
+    write and are read back, in order."""
+    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await ann.add_message("user", "hi")
+    made: list[RequestRecord] = []
+    refused = 0
+    for k in range(30):
+        name = (await rt.create_branch(f"gone-{k}")).name
+        doomed = await rt.open("agents/x", branch=name)
+        made.append(await ann.record_request(await ann.compile(BUDGET), form="anthropic"))
+
+        async def append() -> None:
+            nonlocal refused
+            for _ in range(k % 5):  # the deletion overtakes it at one point or another
+                await trio.lowlevel.checkpoint()
+            try:
+                await doomed.add_message("user", "on a branch being deleted")
+            except ctxrt.errors.BranchNotFoundError:
+                refused += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rt.delete_branch, name)
+            nursery.start_soon(append)
+        await doomed.aclose()
+    assert refused
+    assert [r.id for r in await ann.requests(limit=1_000)] == [r.id for r in made]
+    assert (await ann.rebuild_request(made[-1])).matches
+    await ann.aclose()

@@ -136,6 +136,16 @@ class LedgerQueue:
             encoder.lost(record_id)
         self._answered(taken)
 
+    def returned(self, taken: Taken) -> None:
+        """The batch ``taken`` rode was refused for its own write (its branch deleted meanwhile),
+        nothing of it committed: its records wait again, ahead of those made since, for the next
+        (they were acknowledged: a refusal of another's write must not lose them, Q11)."""
+        self.pending[:0] = [command for command in taken.commands if isinstance(command, AppendItem)]
+        self._wrote[:0] = taken.records
+        for encoder, record_id in taken.records:
+            encoder.landed(record_id)  # waiting again: a valid base, as one never taken
+        self._answered(taken)
+
     def _answered(self, taken: Taken) -> None:
         if taken.commands and self._out is not None:
             self._out.set()
