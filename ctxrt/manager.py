@@ -271,21 +271,29 @@ class ContextManager:
             operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
             return str(operation.sequence)
         ledger = self._registry.ledger
-        taken = ledger.take(self._registry.engine)
-        try:
-            # The request records waiting commit with it (Q1); taken, they are sent whatever comes (Q11).
-            with trio.CancelScope(shield=bool(taken.commands)):
-                operation = append_result(await store.ask(append_after((*taken.commands, *writes), append)))
-        except BranchNotFoundError:
-            ledger.returned(taken)  # the message's branch was deleted meanwhile: refused, the records not lost
-            raise
-        except BaseException:
-            ledger.lost(taken)
-            raise
-        ledger.landed(taken)
-        if taken.commands:
-            await trio.lowlevel.checkpoint_if_cancelled()  # a cancel while it committed: the message is stored
-        return str(operation.sequence)
+        retried = False
+        while True:
+            taken = ledger.take(self._registry.engine)
+            try:
+                # The request records waiting commit with it (Q1); taken, they are sent whatever comes (Q11).
+                with trio.CancelScope(shield=bool(taken.commands)):
+                    operation = append_result(await store.ask(append_after((*taken.commands, *writes), append)))
+            except BranchNotFoundError:
+                # A branch deleted meanwhile, the message's or a record's: nothing committed, the
+                # records wait again. Once more, the deleted branch's records dropped: a record's
+                # branch must not refuse the message (Q11).
+                ledger.returned(taken)
+                if retried or not taken.commands:
+                    raise
+                retried = True
+                continue
+            except BaseException:
+                ledger.lost(taken)
+                raise
+            ledger.landed(taken)
+            if taken.commands:
+                await trio.lowlevel.checkpoint_if_cancelled()  # a cancel while it committed: the message is stored
+            return str(operation.sequence)
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:
         """Replace a message's content. Edits reach ``copy`` entries of the context log, never summaries.

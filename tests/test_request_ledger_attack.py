@@ -144,3 +144,36 @@ async def test_an_append_refused_as_its_branch_is_deleted_loses_no_record_it_car
     assert [r.id for r in await ann.requests(limit=1_000)] == [r.id for r in made]
     assert (await ann.rebuild_request(made[-1])).matches
     await ann.aclose()
+
+
+@pytest.mark.parametrize("write", ["add_message", "requests"])
+async def test_a_record_of_a_branch_deleted_while_its_batch_is_out_refuses_no_other_write(
+        rt: ctxrt.Runtime, write: str) -> None:
+    """Q11 (L5): a record waiting on a branch deleted while the batch carrying it is out (a
+    message's on a live branch, or the ledger's own flush) refuses neither that write nor the
+    records of other branches it carried: the write succeeds, every record of the live branch is
+    read back in order."""
+    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await ann.add_message("user", "hi")
+    made: list[RequestRecord] = []
+    for k in range(30):
+        name = (await rt.create_branch(f"gone-{k}")).name
+        doomed = await rt.open("agents/ann", view_reader="ann", branch=name, ledger=True)
+        await doomed.record_request(await doomed.compile(BUDGET), form="anthropic")
+        made.append(await ann.record_request(await ann.compile(BUDGET), form="anthropic"))
+
+        async def carry() -> None:
+            for _ in range(k % 5):  # the deletion overtakes the batch at one point or another
+                await trio.lowlevel.checkpoint()
+            if write == "add_message":
+                await ann.add_message("user", f"live {k}")
+            else:
+                await ann.requests(limit=1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rt.delete_branch, name)
+            nursery.start_soon(carry)
+        await doomed.aclose()
+    assert [r.id for r in await ann.requests(limit=1_000)] == [r.id for r in made]
+    assert (await ann.rebuild_request(made[-1])).matches
+    await ann.aclose()

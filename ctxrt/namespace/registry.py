@@ -155,21 +155,32 @@ class LedgerQueue:
         """Commit the records waiting in a batch of their own, after the batch carrying records
         that is out, if one is. Shielded from the moment it takes them: taken and cancelled before
         it sends them, they would be lost (a cancel takes effect once it is answered)."""
-        while self._out is not None:
-            await self._out.wait()
-        taken = self.take(engine)
-        if not taken.commands:
+        retried = False
+        while True:
+            while self._out is not None:
+                await self._out.wait()
+            taken = self.take(engine)
+            if not taken.commands:
+                self.landed(taken)
+                await trio.lowlevel.checkpoint()
+                return
+            try:
+                with trio.CancelScope(shield=True):
+                    await store().ask(Atomically(commands=taken.commands))
+            except BranchNotFoundError:
+                # A record's branch deleted since it was taken: nothing committed. Once more, that
+                # branch's records dropped (``take``), so it costs no other branch's records (Q11).
+                self.returned(taken)
+                if retried:
+                    raise
+                retried = True
+                continue
+            except BaseException:
+                self.lost(taken)
+                raise
             self.landed(taken)
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint_if_cancelled()
             return
-        try:
-            with trio.CancelScope(shield=True):
-                await store().ask(Atomically(commands=taken.commands))
-        except BaseException:
-            self.lost(taken)
-            raise
-        self.landed(taken)
-        await trio.lowlevel.checkpoint_if_cancelled()
 
 
 @attrs.frozen
