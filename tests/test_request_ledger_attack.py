@@ -1,6 +1,6 @@
 """The request ledger attacked as a host would (Q4, Q9, Q11): results relabelled or copied,
-and callers racing, cancelled at every schedule point. LMDB only: these are about what the
-runtime keeps in memory, not about an engine."""
+callers racing, cancelled at every schedule point, and branches deleted under a batch carrying
+records (on both engines: each refuses such a batch its own way)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,14 @@ BUDGET = Budget(max_tokens=10_000)
 @pytest.fixture
 async def rt(store_path: Path) -> AsyncIterator[ctxrt.Runtime]:
     async with open_runtime(store_path, durability="os") as runtime:
+        yield runtime
+
+
+@pytest.fixture(params=["lmdb", "postgres"])
+async def both(request: pytest.FixtureRequest, store_path: Path) -> AsyncIterator[ctxrt.Runtime]:
+    """A runtime on a fresh LMDB directory, or on a fresh database of the session's PostgreSQL cluster."""
+    store = store_path if request.param == "lmdb" else request.getfixturevalue("pg_url")
+    async with open_runtime(store, durability="os") as runtime:
         yield runtime
 
 
@@ -114,17 +122,17 @@ async def test_a_turn_cancelled_at_each_schedule_point_keeps_the_ledgers_order(r
         await manager.aclose()
 
 
-async def test_an_append_refused_as_its_branch_is_deleted_loses_no_record_it_carried(rt: ctxrt.Runtime) -> None:
+async def test_an_append_refused_as_its_branch_is_deleted_loses_no_record_it_carried(both: ctxrt.Runtime) -> None:
     """Q11: an append whose branch is deleted while it is out is refused (BranchNotFoundError);
     the records of other namespaces it took to carry were acknowledged, so they wait for the next
     write and are read back, in order."""
-    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    ann = await both.open("agents/ann", view_reader="ann", ledger=True)
     await ann.add_message("user", "hi")
     made: list[RequestRecord] = []
     refused = 0
     for k in range(30):
-        name = (await rt.create_branch(f"gone-{k}")).name
-        doomed = await rt.open("agents/x", branch=name)
+        name = (await both.create_branch(f"gone-{k}")).name
+        doomed = await both.open("agents/x", branch=name)
         made.append(await ann.record_request(await ann.compile(BUDGET), form="anthropic"))
 
         async def append() -> None:
@@ -137,7 +145,7 @@ async def test_an_append_refused_as_its_branch_is_deleted_loses_no_record_it_car
                 refused += 1
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(rt.delete_branch, name)
+            nursery.start_soon(both.delete_branch, name)
             nursery.start_soon(append)
         await doomed.aclose()
     assert refused
@@ -148,17 +156,17 @@ async def test_an_append_refused_as_its_branch_is_deleted_loses_no_record_it_car
 
 @pytest.mark.parametrize("write", ["add_message", "requests"])
 async def test_a_record_of_a_branch_deleted_while_its_batch_is_out_refuses_no_other_write(
-        rt: ctxrt.Runtime, write: str) -> None:
+        both: ctxrt.Runtime, write: str) -> None:
     """Q11 (L5): a record waiting on a branch deleted while the batch carrying it is out (a
     message's on a live branch, or the ledger's own flush) refuses neither that write nor the
     records of other branches it carried: the write succeeds, every record of the live branch is
     read back in order."""
-    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    ann = await both.open("agents/ann", view_reader="ann", ledger=True)
     await ann.add_message("user", "hi")
     made: list[RequestRecord] = []
     for k in range(30):
-        name = (await rt.create_branch(f"gone-{k}")).name
-        doomed = await rt.open("agents/ann", view_reader="ann", branch=name, ledger=True)
+        name = (await both.create_branch(f"gone-{k}")).name
+        doomed = await both.open("agents/ann", view_reader="ann", branch=name, ledger=True)
         await doomed.record_request(await doomed.compile(BUDGET), form="anthropic")
         made.append(await ann.record_request(await ann.compile(BUDGET), form="anthropic"))
 
@@ -171,7 +179,7 @@ async def test_a_record_of_a_branch_deleted_while_its_batch_is_out_refuses_no_ot
                 await ann.requests(limit=1)
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(rt.delete_branch, name)
+            nursery.start_soon(both.delete_branch, name)
             nursery.start_soon(carry)
         await doomed.aclose()
     assert [r.id for r in await ann.requests(limit=1_000)] == [r.id for r in made]
