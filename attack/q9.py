@@ -84,10 +84,10 @@ async def main():
             gc.collect()
             s2 = tracemalloc.take_snapshot()
             size = lambda s: sum(st.size for st in s.statistics("filename"))
-            print("tracked compiles:", len(rt._registry.ledger._compiled) if hasattr(rt, "_registry") else "?",
+            print("tracked compiles:", len(rt._namespaces.ledger._compiled),
                   "mem after 1k:", size(s1) - size(s0), "after 10k:", size(s2) - size(s0))
             kept = []
             for i in range(2000):
                 kept.append(await ann.compile(BUDGET))
-            print("tracked with 2000 held by host:", len(rt._registry.ledger._compiled) if hasattr(rt, "_registry") else "?")
+            print("tracked with 2000 held by host:", len(rt._namespaces.ledger._compiled))
 trio.run(main)

@@ -1183,7 +1183,8 @@ class ContextManager:
 
         Raises:
             TypeError: ``record`` is not a ``RequestRecord``.
-            ValueError: ``record`` is another namespace's, or names another reader.
+            ValueError: ``record`` is another namespace's, names another reader, or is another
+                branch's that this branch doesn't see (one made after this branch forked from it).
             MessageNotFoundError: a message it carried is no longer in the store's history.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
@@ -1196,6 +1197,15 @@ class ContextManager:
             raise ValueError(f"record {record.id!r} is for reader {record.reader!r}; this manager reads for "
                              f"{self._reader!r} (Q4)")
         engine = self._registry.engine
+        # Its messages are read on this branch: only a record this branch sees (its own, or an
+        # ancestor's up to the fork point) names messages this branch holds as the record did.
+        row = engine.branch_by_id(ref.branch_id)
+        if record.branch != row.name and not any(
+                engine.branch_by_id(level).name == record.branch and record.sequence <= bound
+                for level, bound in row.lineage):
+            raise ValueError(f"record {record.id!r} was made on branch {record.branch!r}, which branch {row.name!r} "
+                             f"doesn't see it on (made after the fork, or on no branch it forked from): rebuild it "
+                             f"with a manager on {record.branch!r}")
         slots = (ref.config.slot, *ref.config.auxiliary)
         versions = {item.id: item.version for item in record.held if item.kind == "message"}
         named = {part.message for part in record.parts if part.message is not None}

@@ -185,3 +185,21 @@ async def test_a_record_of_a_branch_deleted_while_its_batch_is_out_refuses_no_ot
     assert [r.id for r in await ann.requests(limit=1_000)] == [r.id for r in made]
     assert (await ann.rebuild_request(made[-1])).matches
     await ann.aclose()
+
+
+async def test_a_record_made_after_a_fork_is_refused_by_a_rebuild_on_the_fork(both: ctxrt.Runtime) -> None:
+    """Q5 (R1): a branch rebuilds the records it sees (its own, its parent's up to the fork
+    point); one its parent made after the fork names messages the fork doesn't hold: refused with
+    ValueError naming the record's branch, not a message missing from the store."""
+    main = await both.open("agents/ann", view_reader="ann", ledger=True)
+    await main.add_message("user", "before the fork")
+    before = await main.record_request(await main.compile(BUDGET), form="anthropic")
+    fork = await both.open("agents/ann", view_reader="ann", branch=(await both.create_branch("f1")).name)
+    await main.add_message("user", "on main after the fork")
+    after = await main.record_request(await main.compile(BUDGET), form="anthropic")
+    assert (await fork.rebuild_request(before)).matches
+    with pytest.raises(ValueError, match="made on branch 'main'.*manager on 'main'"):
+        await fork.rebuild_request(after)
+    assert (await main.rebuild_request(after)).matches
+    await main.aclose()
+    await fork.aclose()
