@@ -271,18 +271,29 @@ class ContextManager:
             operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
             return str(operation.sequence)
         ledger = self._registry.ledger
-        taken = ledger.take(self._registry.engine)
-        try:
-            # The request records waiting commit with it (Q1); taken, they are sent whatever comes (Q11).
-            with trio.CancelScope(shield=bool(taken.commands)):
-                operation = append_result(await store.ask(append_after((*taken.commands, *writes), append)))
-        except BaseException:
-            ledger.lost(taken)
-            raise
-        ledger.landed(taken)
-        if taken.commands:
-            await trio.lowlevel.checkpoint_if_cancelled()  # a cancel while it committed: the message is stored
-        return str(operation.sequence)
+        retried = False
+        while True:
+            taken = ledger.take(self._registry.engine)
+            try:
+                # The request records waiting commit with it (Q1); taken, they are sent whatever comes (Q11).
+                with trio.CancelScope(shield=bool(taken.commands)):
+                    operation = append_result(await store.ask(append_after((*taken.commands, *writes), append)))
+            except BranchNotFoundError:
+                # A branch deleted meanwhile, the message's or a record's: nothing committed, the
+                # records wait again. Once more, the deleted branch's records dropped: a record's
+                # branch must not refuse the message (Q11).
+                ledger.returned(taken)
+                if retried or not taken.commands:
+                    raise
+                retried = True
+                continue
+            except BaseException:
+                ledger.lost(taken)
+                raise
+            ledger.landed(taken)
+            if taken.commands:
+                await trio.lowlevel.checkpoint_if_cancelled()  # a cancel while it committed: the message is stored
+            return str(operation.sequence)
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:
         """Replace a message's content. Edits reach ``copy`` entries of the context log, never summaries.
@@ -1080,16 +1091,18 @@ class ContextManager:
             raise TypeError(f"result must be a CompileResult, not {type(result).__name__}")
         form = request_ledger.check_form(form)
         provenance = result.provenance
-        if (provenance.namespace, provenance.branch, provenance.reader) != (self.namespace, ref.branch_name, self._reader):
-            raise ValueError(
-                f"result was compiled for namespace {provenance.namespace!r} on branch {provenance.branch!r} "
-                f"for reader {provenance.reader!r}; this manager's ledger keeps only {self.namespace!r} on "
-                f"{ref.branch_name!r} for {self._reader!r} (Q4)")
-        if not self._registry.ledger.compiled_here(result):
+        place = self._registry.ledger.compiled_for(result)
+        if place is None:
             raise ValueError(
                 f"result (compile {provenance.compile_id!r} of namespace {provenance.namespace!r}) was not compiled by "
                 f"a manager of this runtime: record it with the runtime that compiled it, whose store holds the "
                 f"messages it names (Q9)")
+        # Where this runtime compiled it, whatever its provenance now says (Q4).
+        if place != (self.namespace, ref.branch_name, self._reader):
+            namespace, branch, reader = place
+            raise ValueError(
+                f"result was compiled for namespace {namespace!r} on branch {branch!r} for reader {reader!r}; this "
+                f"manager's ledger keeps only {self.namespace!r} on {ref.branch_name!r} for {self._reader!r} (Q4)")
         checks.optional_text(model, "model")
         checks.optional_text(response, "response")
         kept = request_ledger.RequestUsage.of(usage)
@@ -1170,7 +1183,8 @@ class ContextManager:
 
         Raises:
             TypeError: ``record`` is not a ``RequestRecord``.
-            ValueError: ``record`` is another namespace's, or names another reader.
+            ValueError: ``record`` is another namespace's, names another reader, or is another
+                branch's that this branch doesn't see (one made after this branch forked from it).
             MessageNotFoundError: a message it carried is no longer in the store's history.
             BranchNotFoundError, ManagerClosedError: as ``add_message``.
         """
@@ -1183,6 +1197,15 @@ class ContextManager:
             raise ValueError(f"record {record.id!r} is for reader {record.reader!r}; this manager reads for "
                              f"{self._reader!r} (Q4)")
         engine = self._registry.engine
+        # Its messages are read on this branch: only a record this branch sees (its own, or an
+        # ancestor's up to the fork point) names messages this branch holds as the record did.
+        row = engine.branch_by_id(ref.branch_id)
+        if record.branch != row.name and not any(
+                engine.branch_by_id(level).name == record.branch and record.sequence <= bound
+                for level, bound in row.lineage):
+            raise ValueError(f"record {record.id!r} was made on branch {record.branch!r}, which branch {row.name!r} "
+                             f"doesn't see it on (made after the fork, or on no branch it forked from): rebuild it "
+                             f"with a manager on {record.branch!r}")
         slots = (ref.config.slot, *ref.config.auxiliary)
         versions = {item.id: item.version for item in record.held if item.kind == "message"}
         named = {part.message for part in record.parts if part.message is not None}

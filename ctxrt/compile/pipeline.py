@@ -488,6 +488,11 @@ class _Bodies(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._all())
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Bodies:
+        # Read-only: a deep copy of a result shares its compile's bodies, so the runtime that
+        # compiled it still knows it (a request ledger records only its own compiles, Q9).
+        return self
+
 
 class _Lazy(Mapping[str, Any]):
     """A mapping built on first use: most hosts never read a compile's raw bodies."""

@@ -68,21 +68,24 @@ class LedgerQueue:
         # records are stored in the order they were made (Q11).
         self._out: trio.Event | None = None
         # The compiles this runtime's managers handed out, alive, by their raw bodies (a compile's
-        # own, shared by what a host or an adapter derives from its result): only those are recorded (Q9).
-        self._compiled: dict[int, weakref.ref[Any]] = {}
+        # own, shared by what a host or an adapter derives from its result), with the (namespace,
+        # branch, reader) each was for, which a relabelled provenance can't change: only those are
+        # recorded, by that place's managers (Q4, Q9).
+        self._compiled: dict[int, tuple[weakref.ref[Any], tuple[str, str, str | None]]] = {}
 
     def compiled(self, result: Any) -> None:
         """``result`` was compiled by one of this runtime's managers (``ContextManager.compile``)."""
-        bodies, known = result.provenance.raw_bodies, self._compiled
-        key = id(bodies)
-        known[key] = weakref.ref(bodies, lambda _: known.pop(key, None))
+        provenance, known = result.provenance, self._compiled
+        key = id(provenance.raw_bodies)
+        known[key] = (weakref.ref(provenance.raw_bodies, lambda _: known.pop(key, None)),
+                      (provenance.namespace, provenance.branch, provenance.reader))
 
-    def compiled_here(self, result: Any) -> bool:
-        """Whether ``result`` is, or was derived from, a result this runtime's managers compiled
-        (not another runtime's)."""
+    def compiled_for(self, result: Any) -> tuple[str, str, str | None] | None:
+        """The (namespace, branch, reader) ``result``, or the result it was derived from, was
+        compiled for by this runtime's managers; None if another runtime compiled it."""
         bodies = result.provenance.raw_bodies
         found = self._compiled.get(id(bodies))
-        return found is not None and found() is bodies
+        return found[1] if found is not None and found[0]() is bodies else None
 
     def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
         return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
@@ -133,6 +136,16 @@ class LedgerQueue:
             encoder.lost(record_id)
         self._answered(taken)
 
+    def returned(self, taken: Taken) -> None:
+        """The batch ``taken`` rode was refused for its own write (its branch deleted meanwhile),
+        nothing of it committed: its records wait again, ahead of those made since, for the next
+        (they were acknowledged: a refusal of another's write must not lose them, Q11)."""
+        self.pending[:0] = [command for command in taken.commands if isinstance(command, AppendItem)]
+        self._wrote[:0] = taken.records
+        for encoder, record_id in taken.records:
+            encoder.landed(record_id)  # waiting again: a valid base, as one never taken
+        self._answered(taken)
+
     def _answered(self, taken: Taken) -> None:
         if taken.commands and self._out is not None:
             self._out.set()
@@ -142,21 +155,32 @@ class LedgerQueue:
         """Commit the records waiting in a batch of their own, after the batch carrying records
         that is out, if one is. Shielded from the moment it takes them: taken and cancelled before
         it sends them, they would be lost (a cancel takes effect once it is answered)."""
-        while self._out is not None:
-            await self._out.wait()
-        taken = self.take(engine)
-        if not taken.commands:
+        retried = False
+        while True:
+            while self._out is not None:
+                await self._out.wait()
+            taken = self.take(engine)
+            if not taken.commands:
+                self.landed(taken)
+                await trio.lowlevel.checkpoint()
+                return
+            try:
+                with trio.CancelScope(shield=True):
+                    await store().ask(Atomically(commands=taken.commands))
+            except BranchNotFoundError:
+                # A record's branch deleted since it was taken: nothing committed. Once more, that
+                # branch's records dropped (``take``), so it costs no other branch's records (Q11).
+                self.returned(taken)
+                if retried:
+                    raise
+                retried = True
+                continue
+            except BaseException:
+                self.lost(taken)
+                raise
             self.landed(taken)
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint_if_cancelled()
             return
-        try:
-            with trio.CancelScope(shield=True):
-                await store().ask(Atomically(commands=taken.commands))
-        except BaseException:
-            self.lost(taken)
-            raise
-        self.landed(taken)
-        await trio.lowlevel.checkpoint_if_cancelled()
 
 
 @attrs.frozen

@@ -1,0 +1,205 @@
+"""The request ledger attacked as a host would (Q4, Q9, Q11): results relabelled or copied,
+callers racing, cancelled at every schedule point, and branches deleted under a batch carrying
+records (on both engines: each refuses such a batch its own way)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+
+import ctxrt
+from ctxrt import Budget, RequestRecord, Text, open_runtime
+
+BUDGET = Budget(max_tokens=10_000)
+
+
+@pytest.fixture
+async def rt(store_path: Path) -> AsyncIterator[ctxrt.Runtime]:
+    async with open_runtime(store_path, durability="os") as runtime:
+        yield runtime
+
+
+@pytest.fixture(params=["lmdb", "postgres"])
+async def both(request: pytest.FixtureRequest, store_path: Path) -> AsyncIterator[ctxrt.Runtime]:
+    """A runtime on a fresh LMDB directory, or on a fresh database of the session's PostgreSQL cluster."""
+    store = store_path if request.param == "lmdb" else request.getfixturevalue("pg_url")
+    async with open_runtime(store, durability="os") as runtime:
+        yield runtime
+
+
+async def test_a_result_relabelled_as_another_namespaces_is_refused(rt: ctxrt.Runtime) -> None:
+    """Q4, Q9: this runtime knows which namespace, branch and reader each of its compiles was for:
+    ann's result with its provenance relabelled as bob's (the same bodies) is refused by bob's
+    ledger, naming where it was compiled, and nothing is kept."""
+    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    bob = await rt.open("agents/bob", view_reader="bob", ledger=True)
+    await ann.add_message("user", [Text("for ann only", audience=("ann",)), Text("for all")])
+    result = await ann.compile(BUDGET)
+    relabelled = attrs.evolve(result, provenance=attrs.evolve(result.provenance, namespace="agents/bob", reader="bob"))
+    with pytest.raises(ValueError, match="compiled for namespace 'agents/ann'"):
+        await bob.record_request(relabelled, form="anthropic")
+    assert await bob.requests() == []
+    await ann.aclose()
+    await bob.aclose()
+
+
+async def test_a_deep_copy_of_this_runtimes_result_is_recorded_as_the_result(rt: ctxrt.Runtime) -> None:
+    """Q9: a deep copy of a result this runtime compiled is derived from it: recorded as the
+    result itself would be, its body rebuilt exactly."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "hello")
+    record = await m.record_request(copy.deepcopy(await m.compile(BUDGET)), form="anthropic")
+    assert await m.requests() == [record]
+    assert (await m.rebuild_request(record)).matches
+    await m.aclose()
+
+
+class _CancelAtStep(trio.abc.Instrument):
+    """Cancels ``scope`` when ``task`` is scheduled for the ``limit``-th time: each schedule point in turn."""
+
+    def __init__(self, task: trio.lowlevel.Task, scope: trio.CancelScope, limit: int) -> None:
+        self.task, self.scope, self.limit, self.steps = task, scope, limit, 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+            if self.steps == self.limit:
+                self.scope.cancel()
+
+
+@pytest.mark.parametrize("hold", [False, True])
+async def test_a_turn_cancelled_at_each_schedule_point_keeps_the_ledgers_order(rt: ctxrt.Runtime, hold: bool) -> None:
+    """Q11: a turn (compile, record_request, add_message, record_request, requests) cancelled at
+    each of its schedule points in turn, while another manager of the namespace and one of
+    another namespace record: every record acknowledged is read back once, in sequence order,
+    each caller's in the order it made them, and each rebuilt exactly."""
+    ann = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    twin = await rt.open("agents/ann", view_reader="ann")
+    bob = await rt.open("agents/bob", view_reader="bob", ledger=True)
+    await ann.add_message("user", "hi")
+    made: dict[str, list[RequestRecord]] = {"ann": [], "twin": [], "bob": []}
+    cancelled = 0
+    for limit in range(1, 40):
+        async def turn() -> None:
+            nonlocal cancelled
+            with trio.CancelScope() as scope:
+                instrument = _CancelAtStep(trio.lowlevel.current_task(), scope, limit)
+                trio.lowlevel.add_instrument(instrument)
+                try:
+                    made["ann"].append(await ann.record_request(await ann.compile(BUDGET), form="anthropic"))
+                    await ann.add_message("Claude", f"reply {limit}", hold_compression=hold)
+                    made["ann"].append(await ann.record_request(await ann.compile(BUDGET), form="openai_chat"))
+                    await ann.requests(limit=1)
+                finally:
+                    trio.lowlevel.remove_instrument(instrument)
+            cancelled += scope.cancelled_caught
+
+        async def others() -> None:
+            made["twin"].append(await twin.record_request(await twin.compile(BUDGET), form="anthropic"))
+            await twin.add_message("user", f"twin {limit}")
+            made["bob"].append(await bob.record_request(await bob.compile(BUDGET), form="anthropic"))
+            await bob.add_message("user", f"bob {limit}")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(turn)
+            nursery.start_soon(others)
+    assert cancelled >= 5  # the sweep reached the turn's schedule points
+    for manager, callers in ((ann, ("ann", "twin")), (bob, ("bob",))):
+        found = await manager.requests(limit=100_000)
+        ids = [r.id for r in found]
+        assert len(ids) == len(set(ids))
+        assert [r.sequence for r in found] == sorted(r.sequence for r in found)
+        for caller in callers:
+            assert [r.id for r in made[caller]] == [i for i in ids if i in {r.id for r in made[caller]}]
+        for record in found[::7]:
+            assert (await manager.rebuild_request(record)).matches
+    for manager in (ann, twin, bob):
+        await manager.aclose()
+
+
+async def test_an_append_refused_as_its_branch_is_deleted_loses_no_record_it_carried(both: ctxrt.Runtime) -> None:
+    """Q11: an append whose branch is deleted while it is out is refused (BranchNotFoundError);
+    the records of other namespaces it took to carry were acknowledged, so they wait for the next
+    write and are read back, in order."""
+    ann = await both.open("agents/ann", view_reader="ann", ledger=True)
+    await ann.add_message("user", "hi")
+    made: list[RequestRecord] = []
+    refused = 0
+    for k in range(30):
+        name = (await both.create_branch(f"gone-{k}")).name
+        doomed = await both.open("agents/x", branch=name)
+        made.append(await ann.record_request(await ann.compile(BUDGET), form="anthropic"))
+
+        async def append() -> None:
+            nonlocal refused
+            for _ in range(k % 5):  # the deletion overtakes it at one point or another
+                await trio.lowlevel.checkpoint()
+            try:
+                await doomed.add_message("user", "on a branch being deleted")
+            except ctxrt.errors.BranchNotFoundError:
+                refused += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(both.delete_branch, name)
+            nursery.start_soon(append)
+        await doomed.aclose()
+    assert refused
+    assert [r.id for r in await ann.requests(limit=1_000)] == [r.id for r in made]
+    assert (await ann.rebuild_request(made[-1])).matches
+    await ann.aclose()
+
+
+@pytest.mark.parametrize("write", ["add_message", "requests"])
+async def test_a_record_of_a_branch_deleted_while_its_batch_is_out_refuses_no_other_write(
+        both: ctxrt.Runtime, write: str) -> None:
+    """Q11 (L5): a record waiting on a branch deleted while the batch carrying it is out (a
+    message's on a live branch, or the ledger's own flush) refuses neither that write nor the
+    records of other branches it carried: the write succeeds, every record of the live branch is
+    read back in order."""
+    ann = await both.open("agents/ann", view_reader="ann", ledger=True)
+    await ann.add_message("user", "hi")
+    made: list[RequestRecord] = []
+    for k in range(30):
+        name = (await both.create_branch(f"gone-{k}")).name
+        doomed = await both.open("agents/ann", view_reader="ann", branch=name, ledger=True)
+        await doomed.record_request(await doomed.compile(BUDGET), form="anthropic")
+        made.append(await ann.record_request(await ann.compile(BUDGET), form="anthropic"))
+
+        async def carry() -> None:
+            for _ in range(k % 5):  # the deletion overtakes the batch at one point or another
+                await trio.lowlevel.checkpoint()
+            if write == "add_message":
+                await ann.add_message("user", f"live {k}")
+            else:
+                await ann.requests(limit=1)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(both.delete_branch, name)
+            nursery.start_soon(carry)
+        await doomed.aclose()
+    assert [r.id for r in await ann.requests(limit=1_000)] == [r.id for r in made]
+    assert (await ann.rebuild_request(made[-1])).matches
+    await ann.aclose()
+
+
+async def test_a_record_made_after_a_fork_is_refused_by_a_rebuild_on_the_fork(both: ctxrt.Runtime) -> None:
+    """Q5 (R1): a branch rebuilds the records it sees (its own, its parent's up to the fork
+    point); one its parent made after the fork names messages the fork doesn't hold: refused with
+    ValueError naming the record's branch, not a message missing from the store."""
+    main = await both.open("agents/ann", view_reader="ann", ledger=True)
+    await main.add_message("user", "before the fork")
+    before = await main.record_request(await main.compile(BUDGET), form="anthropic")
+    fork = await both.open("agents/ann", view_reader="ann", branch=(await both.create_branch("f1")).name)
+    await main.add_message("user", "on main after the fork")
+    after = await main.record_request(await main.compile(BUDGET), form="anthropic")
+    assert (await fork.rebuild_request(before)).matches
+    with pytest.raises(ValueError, match="made on branch 'main'.*manager on 'main'"):
+        await fork.rebuild_request(after)
+    assert (await main.rebuild_request(after)).matches
+    await main.aclose()
+    await fork.aclose()
