@@ -522,15 +522,17 @@ class Cluster:
         before the call (by polling ``pg_last_wal_replay_lsn``). Raises ClusterError if it hasn't within ``timeout``."""
         import psycopg
 
+        from ctxrt.store.postgres import replay_target
+
         if self.primary is None:
             raise ClusterError(f"{self!r} is not a replica")
         with psycopg.connect(self.primary.url(), autocommit=True) as primary, \
                 psycopg.connect(self.url(), autocommit=True) as standby:
             # A cascading replica's upstream is a standby: what it has replayed is what it has.
-            row = primary.execute("SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
-                                  " ELSE pg_current_wal_insert_lsn() END").fetchone()
+            row = primary.execute("SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() END").fetchone()
+            target = str(row[0]) if row and row[0] is not None else replay_target(primary)
             deadline = time.monotonic() + timeout
-            while not (standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (row[0] if row else "0/0",))
+            while not (standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,))
                        .fetchone() or (False,))[0]:
                 if time.monotonic() > deadline:
                     raise ClusterError(f"the replica did not replay its primary's WAL within {timeout:g} s",

@@ -448,10 +448,9 @@ class PostgresEngine(Catalog):
                     raise StoreUnavailableError(self.data_path, "it is a hot standby whose upstream is itself a standby "
                                                                 "(cascading replication): its horizon needs the primary")
             horizon = self._horizon(self._primary)
-            row = self._primary.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
+            lsn = replay_target(self._primary)
         except psycopg.Error as exc:
             raise StoreUnavailableError(self.data_path, f"its primary, asked for the horizon: {self._reason(exc)}") from None
-        lsn = str(row[0]) if row else "0/0"
         deadline = time.monotonic() + STATEMENT_TIMEOUT_MS / 1000
         while True:  # within the replica's lag
             try:
@@ -924,6 +923,22 @@ def advisory_locks_exclude(first: psycopg.Connection[Any], second: psycopg.Conne
         _granted(first, _UNLEASE, key)
 
 
+def replay_target(primary: psycopg.Connection[Any]) -> str:
+    """The WAL position a standby of ``primary`` has replayed up to once it has every record the
+    primary had inserted now. That is the insert position, except just past a page's header: the
+    last record then ended at the page's end, which is where a standby's replay stops (no record
+    ends past that header until the primary writes again, which an idle one may not for 15 s)."""
+    row = primary.execute(_INSERT_POSITION).fetchone()
+    assert row is not None
+    high, low = str(row[0]).split("/")
+    position, block, segment = (int(high, 16) << 32) | int(low, 16), int(row[1]), int(row[2])
+    if position % segment == _LONG_PAGE_HEADER:  # a segment's first page has the long header
+        position -= _LONG_PAGE_HEADER
+    elif position % block == _PAGE_HEADER and position % segment > block:
+        position -= _PAGE_HEADER
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"
+
+
 def _granted(conn: psycopg.Connection[Any], query: str, key: tuple[int, str]) -> bool:
     row = conn.execute(query, key).fetchone()
     return bool(row and row[0])
@@ -1160,6 +1175,10 @@ class PgBatch(Batch):
 
 # A lease key: the branch, and the name within this store's schema (stores in other schemas of the
 # database don't share leases).
+_INSERT_POSITION = ("SELECT pg_current_wal_insert_lsn(), current_setting('wal_block_size'),"
+                    " (SELECT setting FROM pg_settings WHERE name = 'wal_segment_size')")
+# A WAL page's header (SizeOfXLogShortPHD), and the longer one a segment's first page has.
+_PAGE_HEADER, _LONG_PAGE_HEADER = 24, 40
 _TRY_LEASE = "SELECT pg_try_advisory_lock(%s, hashtext(current_schema() || '/' || %s))"
 _UNLEASE = "SELECT pg_advisory_unlock(%s, hashtext(current_schema() || '/' || %s))"
 _CATALOG = "SELECT value FROM ctxrt_meta WHERE key = 'catalog'"
