@@ -4,7 +4,7 @@ primary and standby from outside the suite (attack/ in the helper's tree)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 import psycopg
@@ -12,6 +12,7 @@ import pytest
 import trio
 
 import ctxrt
+from ctxrt.errors import StoreUnavailableError
 from ctxrt.testing import Cluster
 
 GUARD_S = 120
@@ -85,3 +86,89 @@ def test_a_replica_is_replayed_at_once_when_the_primarys_wal_ends_at_a_page_boun
     began = time.monotonic()
     pg_standby.replayed(timeout=60)
     assert time.monotonic() - began < 5
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    """Poll ``condition`` (a look at a server) until it holds."""
+    deadline = time.monotonic() + GUARD_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} didn't happen within {GUARD_S} s")
+        time.sleep(0.01)
+
+
+async def test_a_standby_readers_other_reads_go_on_while_its_horizon_waits_for_replay(
+    pg_url: str, pg_standby: Cluster,
+) -> None:
+    """K14: while a standby reader's ``last_sequence`` waits for a replay that stands still (paused
+    with ``pg_wal_replay_pause()``), the same runtime's other reads answer at once, and the horizon is
+    given once replay resumes. The wait held the engine's read lock: every read of the process (on
+    the loop's thread) waited the 30 s with it."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(pg_url) as rt:
+            await (await rt.open("ann")).add_message("user", "replayed")
+        standby_url = pg_standby.url(urlsplit(pg_url).path.lstrip("/"))
+        await trio.to_thread.run_sync(pg_standby.replayed)
+        with psycopg.connect(standby_url, autocommit=True) as standby:
+            standby.execute("SELECT pg_wal_replay_pause()")
+            try:
+                async with ctxrt.open_runtime(pg_url) as rt:
+                    await (await rt.open("ann")).add_message("user", "not replayed yet")
+                async with ctxrt.open_runtime(standby_url, readonly=True) as reader:
+                    ann = await reader.open("ann")
+                    given: list[int] = []
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(trio.to_thread.run_sync, lambda: given.append(reader.engine.last_sequence))
+
+                        def waiting() -> bool:  # the horizon's wait has looked at the replay at least once
+                            row = standby.execute(
+                                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                " AND pid <> pg_backend_pid() AND query LIKE '%pg_last_wal_replay_lsn() >=%'").fetchone()
+                            return bool(row and row[0])
+
+                        await trio.to_thread.run_sync(_wait_for, waiting, "the horizon's wait")
+                        began = time.monotonic()
+                        texts = [b.text for m in await ann.get_all_messages() for b in m.content
+                                 if isinstance(b, ctxrt.Text)]
+                        took = time.monotonic() - began
+                        assert not given, "the horizon waits while replay is paused"
+                        standby.execute("SELECT pg_wal_replay_resume()")
+            finally:
+                standby.execute("SELECT pg_wal_replay_resume()")
+        assert texts == ["replayed"]
+        assert took < 5, f"a read beside the horizon's wait took {took:.1f} s"
+        assert given and given[0] >= 2
+
+
+async def test_a_standby_reader_says_its_primary_is_down_and_gives_the_horizon_once_it_is_back(
+    pg_url: str, pg_cluster: Cluster, pg_standby: Cluster,
+) -> None:
+    """K14: while the primary is down and the standby's WAL receiver has stopped, a standby reader's
+    ``last_sequence`` raises ``StoreUnavailableError`` saying the standby isn't streaming from its
+    primary (it said to grant pg_read_all_stats, which a superuser has); its other reads go on. Once
+    the primary is back and streaming, the first ``last_sequence`` of a reader that didn't ask
+    during the outage gives the horizon (it failed on its link to the primary, which the restart
+    had ended)."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(pg_url) as rt:
+            await (await rt.open("ann")).add_message("user", "before the outage")
+        standby_url = pg_standby.url(urlsplit(pg_url).path.lstrip("/"))
+        await trio.to_thread.run_sync(pg_standby.replayed)
+        async with ctxrt.open_runtime(standby_url, readonly=True) as asking, \
+                ctxrt.open_runtime(standby_url, readonly=True) as quiet:
+            first = asking.engine.last_sequence
+            assert quiet.engine.last_sequence == first
+            with psycopg.connect(standby_url, autocommit=True) as standby:
+                def receiving(status: str | None) -> Callable[[], bool]:
+                    return lambda: standby.execute("SELECT status FROM pg_stat_wal_receiver").fetchone() == (
+                        None if status is None else (status,))
+
+                with pg_cluster.down():
+                    await trio.to_thread.run_sync(_wait_for, receiving(None), "the WAL receiver's stop")
+                    with pytest.raises(StoreUnavailableError) as raised:
+                        asking.engine.last_sequence
+                    assert "isn't streaming" in str(raised.value) and "pg_read_all_stats" not in str(raised.value)
+                    assert len(await (await asking.open("ann")).get_all_messages()) == 1
+                await trio.to_thread.run_sync(_wait_for, receiving("streaming"), "the WAL receiver's return")
+            assert quiet.engine.last_sequence >= first
+            assert asking.engine.last_sequence >= first
