@@ -539,6 +539,18 @@ class Cluster:
                                        log_tail=self._log_tail())
                 time.sleep(0.002)
 
+    def promote(self) -> None:
+        """Make this replica a primary (``pg_ctl promote``, waiting until it takes writes): it stops
+        streaming from its primary, for good. Raises ClusterError if it isn't a replica or fails."""
+        if self.primary is None:
+            raise ClusterError(f"{self!r} is not a replica")
+        command = self._runner.command("pg_ctl", "promote", "-D", str(self.data_dir), "-w")
+        done = self._runner.run(command, cwd=self.directory, timeout=START_TIMEOUT)
+        if done.returncode != 0:
+            raise ClusterError("pg_ctl promote failed", command=command, returncode=done.returncode,
+                               log_tail="\n".join(filter(None, [_tail(done.stdout + done.stderr), self._log_tail()])))
+        self.primary = None
+
     def _admin_connection(self) -> psycopg.Connection[tuple[object, ...]]:
         import psycopg
 

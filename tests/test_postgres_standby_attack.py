@@ -172,3 +172,39 @@ async def test_a_standby_reader_says_its_primary_is_down_and_gives_the_horizon_o
                 await trio.to_thread.run_sync(_wait_for, receiving("streaming"), "the WAL receiver's return")
             assert quiet.engine.last_sequence >= first
             assert asking.engine.last_sequence >= first
+
+
+def _top(url: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT max(sequence) FROM ctxrt_items").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+
+async def test_a_standby_promoted_under_a_reader_gives_its_own_horizon(pg_url: str, pg_cluster: Cluster) -> None:
+    """K14: a standby promoted (``pg_ctl promote``) under a read-only runtime is a primary: the
+    reader's ``last_sequence`` reaches the writes made on it, at once, whatever the old primary does
+    (writes there no longer reach it). Before, the reader kept asking the old primary: an idle one
+    gave its stale horizon for ever, one still written made each call wait 30 s and fail, one
+    stopped made it say the standby wasn't streaming."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(pg_url) as rt:
+            await (await rt.open("ann")).add_message("user", "before the promotion")
+        with pg_cluster.replica() as standby:
+            await trio.to_thread.run_sync(standby.replayed)
+            standby_url = standby.url(urlsplit(pg_url).path.lstrip("/"))
+            async with ctxrt.open_runtime(standby_url, readonly=True) as reader:
+                first = reader.engine.last_sequence
+                assert first == _top(pg_url)
+                await trio.to_thread.run_sync(standby.promote)
+                async with ctxrt.open_runtime(standby_url) as promoted:
+                    for n in range(3):
+                        await (await promoted.open("ann")).add_message("user", f"on the promoted server {n}")
+                assert reader.engine.last_sequence >= _top(standby_url) > first
+                async with ctxrt.open_runtime(pg_url) as old:
+                    await (await old.open("ann")).add_message("user", "on the old primary")
+                began = time.monotonic()
+                assert reader.engine.last_sequence >= _top(standby_url)
+                assert time.monotonic() - began < 5
+                texts = [b.text for m in await (await reader.open("ann")).get_all_messages() for b in m.content
+                         if isinstance(b, ctxrt.Text)]
+                assert texts == ["before the promotion"] + [f"on the promoted server {n}" for n in range(3)]

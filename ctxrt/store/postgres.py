@@ -142,6 +142,7 @@ class PostgresEngine(Catalog):
                                      f"write through its primary")
         self._primary: psycopg.Connection[Any] | None = None  # a standby's link to its primary (the horizon)
         self._asking = threading.Lock()  # the link to the primary is used by one thread at a time
+        self._was_promoted = False  # a standby found promoted since its open
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         self._held: set[tuple[int, str]] = set()  # the leases this engine took
@@ -427,20 +428,16 @@ class PostgresEngine(Catalog):
             if row is None or int(row[0]) != SCHEMA_VERSION:
                 raise self._damaged("ctxrt_meta has no 'sequence' row")
             self._schema = SCHEMA_VERSION
-        if self.standby:
-            return self._standby_horizon()
-        with self._lock:
-            try:
-                return self._horizon(self._reader)
-            except psycopg.OperationalError as exc:
-                self._reader = self._reconnect(self._reader, exc)
-                return self._horizon(self._reader)
+        return self._standby_horizon() if self.standby else self._own_horizon()
 
     def _standby_horizon(self) -> int:
         """The primary's horizon, once this standby has replayed the primary's WAL up to its insert
         position read after it: the writes at or below the horizon had ended (their commit records
         written) before that position, so this standby's next snapshots see them. The reads on the
-        standby take ``_lock`` one look at a time: this process's other reads go on meanwhile."""
+        standby take ``_lock`` one look at a time: this process's other reads go on meanwhile. A
+        standby promoted since (``pg_ctl promote``) is a primary: its own horizon is given."""
+        if self._promoted():
+            return self._own_horizon()
         with self._asking:
             try:
                 try:
@@ -458,11 +455,16 @@ class PostgresEngine(Catalog):
         while True:  # within the replica's lag
             with self._lock:
                 try:
-                    if self._replayed(lsn):
-                        return horizon
+                    recovering, replayed = self._replayed(lsn)
                 except psycopg.OperationalError as exc:
                     self._reader = self._reconnect(self._reader, exc)
                     continue
+            if replayed:
+                return horizon
+            if not recovering:  # promoted short of ``lsn``: its writes may draw sequences at or below ``horizon``
+                self._was_promoted = True
+                return self._own_horizon()
+            with self._lock:
                 if time.monotonic() > deadline:
                     raise StoreUnavailableError(self.data_path, f"the standby didn't replay its primary's WAL up to "
                                                                 f"{lsn} within {STATEMENT_TIMEOUT_MS} ms{self._paused()}")
@@ -489,9 +491,27 @@ class PostgresEngine(Catalog):
         return ": its replay is paused (pg_wal_replay_pause(); resume it with pg_wal_replay_resume())" \
             if row and row[0] else ""
 
-    def _replayed(self, lsn: str) -> bool:
-        row = self._reader.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()
-        return bool(row and row[0])
+    def _replayed(self, lsn: str) -> tuple[bool, bool]:
+        """Whether this server is still a standby, and has replayed its primary's WAL up to ``lsn``."""
+        row = self._reader.execute("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                   (lsn,)).fetchone()
+        return (bool(row[0]), bool(row[1])) if row else (True, False)
+
+    def _promoted(self) -> bool:
+        """Whether this standby was promoted since its open (it is then a primary, for good)."""
+        if not self._was_promoted:
+            row = self._fetchone("SELECT pg_is_in_recovery()", ())
+            self._was_promoted = bool(row) and not row[0]
+        return self._was_promoted
+
+    def _own_horizon(self) -> int:
+        """The horizon as a primary finds it, on this engine's server."""
+        with self._lock:
+            try:
+                return self._horizon(self._reader)
+            except psycopg.OperationalError as exc:
+                self._reader = self._reconnect(self._reader, exc)
+                return self._horizon(self._reader)
 
     def _primary_conninfo(self) -> str:
         """How this standby's WAL receiver reaches its primary, for this store's database as this
