@@ -3,6 +3,7 @@ primary and standby from outside the suite (attack/ in the helper's tree)."""
 
 from __future__ import annotations
 
+import html
 import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
@@ -14,6 +15,7 @@ import trio
 import ctxrt
 from ctxrt.errors import StoreUnavailableError
 from ctxrt.testing import Cluster
+from test_inspector import get, serving
 
 GUARD_S = 120
 
@@ -208,3 +210,47 @@ async def test_a_standby_promoted_under_a_reader_gives_its_own_horizon(pg_url: s
                 texts = [b.text for m in await (await reader.open("ann")).get_all_messages() for b in m.content
                          if isinstance(b, ctxrt.Text)]
                 assert texts == ["before the promotion"] + [f"on the promoted server {n}" for n in range(3)]
+
+
+async def test_the_inspector_on_a_standby_serves_other_pages_while_its_index_waits_for_replay(
+    pg_url: str, pg_standby: Cluster,
+) -> None:
+    """K14: ``ctxrt serve`` on a standby whose replay stands still (paused): the index, which shows
+    the horizon, waits for it, and the other pages answer meanwhile; once replay resumes the index
+    answers too. The horizon was read on the loop's thread: every page waited 30 s with it and
+    the index answered 503."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(pg_url) as rt:
+            await (await rt.open("agents/ann")).add_message("user", "replayed")
+        standby_url = pg_standby.url(urlsplit(pg_url).path.lstrip("/"))
+        await trio.to_thread.run_sync(pg_standby.replayed)
+        with psycopg.connect(standby_url, autocommit=True) as standby:
+            standby.execute("SELECT pg_wal_replay_pause()")
+            try:
+                async with ctxrt.open_runtime(pg_url) as rt:
+                    await (await rt.open("agents/ann")).add_message("user", "not replayed yet")
+                async with serving(standby_url) as url, trio.open_nursery() as nursery:
+                    index: list[int] = []
+
+                    async def ask_index() -> None:
+                        index.append((await get(url + "/"))[0])
+
+                    nursery.start_soon(ask_index)
+
+                    def waiting() -> bool:
+                        row = standby.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                            " AND pid <> pg_backend_pid() AND query LIKE '%pg_last_wal_replay_lsn() >=%'").fetchone()
+                        return bool(row and row[0])
+
+                    await trio.to_thread.run_sync(_wait_for, waiting, "the index's wait for replay")
+                    began = time.monotonic()
+                    status, page = await get(url + "/timeline?branch=main")
+                    took = time.monotonic() - began
+                    assert not index, "the index waits while replay is paused"
+                    standby.execute("SELECT pg_wal_replay_resume()")
+            finally:
+                standby.execute("SELECT pg_wal_replay_resume()")
+        assert status == 200 and "replayed" in html.unescape(page)
+        assert took < 5, f"the timeline took {took:.1f} s beside the index's wait"
+        assert index == [200]
