@@ -55,6 +55,34 @@ async def main(which):
                         print("error samples:", {e[2] for e in errs})
                     oks_after = [r for r in results if r[1] == "ok" and r[0] > t1]
                     print("recovered after restart:", bool(oks_after), (oks_after[0][0] - t1) if oks_after else None)
+                if "standby" in which:
+                    results = []
+                    stop = threading.Event()
+                    def loop():
+                        while not stop.is_set():
+                            results.append((round(time.monotonic(), 2),) + timed(lambda: eng.last_sequence))
+                    th = threading.Thread(target=loop); th.start()
+                    time.sleep(0.3)
+                    for mode in ("fast", "immediate"):
+                        with standby._lock:
+                            standby._halt(mode)
+                        time.sleep(1)
+                        try:
+                            m = await reader.open("ann")
+                            print(mode, "read during standby outage:", len(await m.get_all_messages()))
+                        except Exception as exc:
+                            print(mode, "read during standby outage:", type(exc).__name__, str(exc)[:200])
+                        t1 = time.monotonic()
+                        standby._launch()
+                        time.sleep(2)
+                        print(mode, "read after:", len(await (await reader.open("ann")).get_all_messages()))
+                    stop.set(); th.join()
+                    kinds = {}
+                    for r in results:
+                        kinds.setdefault((r[1], str(r[2])[:150] if r[1] != "ok" else ""), []).append(r)
+                    for k, v in kinds.items():
+                        print(len(v), k, "max dur", max(x[3] for x in v))
+                    print("last:", results[-1])
                 if "pause" in which:
                     with psycopg.connect(surl, autocommit=True) as s:
                         s.execute("SELECT pg_wal_replay_pause()")

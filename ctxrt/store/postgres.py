@@ -143,6 +143,7 @@ class PostgresEngine(Catalog):
         self._primary: psycopg.Connection[Any] | None = None  # a standby's link to its primary (the horizon)
         self._asking = threading.Lock()  # the link to the primary is used by one thread at a time
         self._was_promoted = False  # a standby found promoted since its open
+        self._closed = False
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         self._held: set[tuple[int, str]] = set()  # the leases this engine took
@@ -221,6 +222,7 @@ class PostgresEngine(Catalog):
         return text
 
     def close(self) -> None:
+        self._closed = True  # a standby's horizon wait in a thread its caller left ends, reconnecting nothing
         for conn in (self._reader, self._writer, self._leases, self._primary):
             if conn is not None:
                 conn.close()
@@ -443,7 +445,7 @@ class PostgresEngine(Catalog):
                 try:
                     horizon, lsn = self._ask_primary()
                 except psycopg.OperationalError as exc:
-                    if self._primary is None or not (self._primary.closed or self._primary.broken):
+                    if self._closed or self._primary is None or not (self._primary.closed or self._primary.broken):
                         raise
                     # The primary restarted (or dropped this link) since the last horizon: once more.
                     logger.warning("%s: connection to its primary lost (%s); reconnecting", self.data_path,
@@ -602,8 +604,9 @@ class PostgresEngine(Catalog):
         return self._fetchall(query, ())
 
     def _reconnect(self, conn: psycopg.Connection[Any], exc: BaseException) -> psycopg.Connection[Any]:
-        """A connection the server dropped is made again once; a second failure is the caller's."""
-        if not conn.closed and not conn.broken:
+        """A connection the server dropped is made again once; a second failure is the caller's. A
+        closed engine makes none (a read in a thread its caller left, on a standby, may still run)."""
+        if self._closed or (not conn.closed and not conn.broken):
             raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
         logger.warning("%s: connection lost (%s); reconnecting", self.data_path, self._reason(exc))
         return self._connect(conn)
