@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from urllib.parse import urlsplit
 
 import psycopg
@@ -13,7 +13,7 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt.errors import StoreUnavailableError
+from ctxrt.errors import ReadOnlyStoreError, StoreUnavailableError
 from ctxrt.testing import Cluster
 from test_inspector import get, serving
 
@@ -254,3 +254,40 @@ async def test_the_inspector_on_a_standby_serves_other_pages_while_its_index_wai
         assert status == 200 and "replayed" in html.unescape(page)
         assert took < 5, f"the timeline took {took:.1f} s beside the index's wait"
         assert index == [200]
+
+
+async def test_every_write_through_a_standby_runtime_is_refused_naming_the_standby(
+    pg_url: str, pg_standby: Cluster,
+) -> None:
+    """K14: each write through a read-only runtime on a hot standby (a namespace's edit, removal,
+    fork, branch and ledger record; the runtime's branches and host state) raises
+    ``ReadOnlyStoreError`` naming the hot standby, and the runtime still reads. The namespace's own
+    refusals (edit, removal, fork) said only "read-only runtime"."""
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(pg_url) as rt:
+            ann = await rt.open("ann", ledger=True)
+            first = await ann.add_message("user", "hi")
+            last = await ann.add_message("assistant", "hello")
+            await rt.create_branch("feat")
+        standby_url = pg_standby.url(urlsplit(pg_url).path.lstrip("/"))
+        await trio.to_thread.run_sync(pg_standby.replayed)
+        async with ctxrt.open_runtime(standby_url, readonly=True) as reader:
+            ann = await reader.open("ann", ledger=True)
+            compiled = await ann.compile()
+            state = await reader.host_state("settings")
+            writes: dict[str, Callable[[], Awaitable[object]]] = {
+                "add_message": lambda: ann.add_message("user", "x"),
+                "edit_message": lambda: ann.edit_message(first, "y"),
+                "remove_message": lambda: ann.remove_message(first),
+                "remove_messages": lambda: ann.remove_messages(first, last),
+                "fork": lambda: ann.fork("f"),
+                "branch_at": lambda: ann.branch_at(first, "g"),
+                "record_request": lambda: ann.record_request(compiled, form="anthropic", model="m"),
+                "host_state.set": lambda: state.set({"x": 1}),
+                "create_branch": lambda: reader.create_branch("h"),
+                "delete_branch": lambda: reader.delete_branch("feat"),
+            }
+            for name, write in writes.items():
+                with pytest.raises(ReadOnlyStoreError, match="hot standby"):
+                    await write()
+            assert [m.id for m in await ann.get_all_messages()] == [first, last]
