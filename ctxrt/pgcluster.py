@@ -54,7 +54,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 if TYPE_CHECKING:
@@ -533,15 +533,27 @@ class Cluster:
         with psycopg.connect(self.primary.url(), autocommit=True) as primary, \
                 psycopg.connect(self.url(), autocommit=True) as standby:
             # A cascading replica's upstream is a standby: what it has replayed is what it has.
-            row = primary.execute("SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()"
-                                  " ELSE pg_current_wal_insert_lsn() END").fetchone()
+            row = primary.execute("SELECT CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() END").fetchone()
+            target = str(row[0]) if row and row[0] is not None else replay_target(primary)
             deadline = time.monotonic() + timeout
-            while not (standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (row[0] if row else "0/0",))
+            while not (standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,))
                        .fetchone() or (False,))[0]:
                 if time.monotonic() > deadline:
                     raise ClusterError(f"the replica did not replay its primary's WAL within {timeout:g} s",
                                        log_tail=self._log_tail())
                 time.sleep(0.002)
+
+    def promote(self) -> None:
+        """Make this replica a primary (``pg_ctl promote``, waiting until it takes writes): it stops
+        streaming from its primary, for good. Raises ClusterError if it isn't a replica or fails."""
+        if self.primary is None:
+            raise ClusterError(f"{self!r} is not a replica")
+        command = self._runner.command("pg_ctl", "promote", "-D", str(self.data_dir), "-w")
+        done = self._runner.run(command, cwd=self.directory, timeout=START_TIMEOUT)
+        if done.returncode != 0:
+            raise ClusterError("pg_ctl promote failed", command=command, returncode=done.returncode,
+                               log_tail="\n".join(filter(None, [_tail(done.stdout + done.stderr), self._log_tail()])))
+        self.primary = None
 
     def _admin_connection(self) -> psycopg.Connection[tuple[object, ...]]:
         import psycopg
@@ -769,3 +781,25 @@ def start_pooler(cluster: Cluster, *, pool_mode: str = "transaction", pool_size:
 
 if __name__ == "__main__" and sys.argv[1:] == ["--watchdog"]:
     _watchdog_main()
+
+
+_INSERT_POSITION = ("SELECT pg_current_wal_insert_lsn(), current_setting('wal_block_size'),"
+                    " (SELECT setting FROM pg_settings WHERE name = 'wal_segment_size')")
+# A WAL page's header (SizeOfXLogShortPHD), and the longer one a segment's first page has.
+_PAGE_HEADER, _LONG_PAGE_HEADER = 24, 40
+
+
+def replay_target(primary: psycopg.Connection[Any]) -> str:
+    """The WAL position a standby of ``primary`` has replayed up to once it has every record the
+    primary had inserted now. That is the insert position, except just past a page's header: the
+    last record then ended at the page's end, which is where a standby's replay stops (no record
+    ends past that header until the primary writes again, which an idle one may not for 15 s)."""
+    row = primary.execute(_INSERT_POSITION).fetchone()
+    assert row is not None
+    high, low = str(row[0]).split("/")
+    position, block, segment = (int(high, 16) << 32) | int(low, 16), int(row[1]), int(row[2])
+    if position % segment == _LONG_PAGE_HEADER:  # a segment's first page has the long header
+        position -= _LONG_PAGE_HEADER
+    elif position % block == _PAGE_HEADER and position % segment > block:
+        position -= _PAGE_HEADER
+    return f"{position >> 32:X}/{position & 0xFFFFFFFF:X}"

@@ -209,7 +209,14 @@ def build_app(runtime: Runtime, label: str, managers: Managers, prices: dict[str
 
     async def index(request: Request) -> HTMLResponse:
         branches = await runtime.list_branches()
-        return render("index.html", branches=branches, sequence=runtime.engine.last_sequence, **follow(request))
+        engine = runtime.engine
+        if getattr(engine, "standby", False):
+            # A standby's horizon waits for its replay (up to 30 s): off the loop, so the other pages
+            # answer meanwhile and a cancel (Ctrl-C) doesn't wait for it.
+            sequence = await trio.to_thread.run_sync(lambda: engine.last_sequence, abandon_on_cancel=True)
+        else:
+            sequence = engine.last_sequence
+        return render("index.html", branches=branches, sequence=sequence, **follow(request))
 
     async def branch(request: Request) -> HTMLResponse:
         row = branch_of(request)

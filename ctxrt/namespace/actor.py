@@ -58,7 +58,7 @@ from .effects import (
     TimerFired,
 )
 from .lease import Lease
-from .machine import NamespaceMachine
+from .machine import NamespaceMachine, read_only_refusal
 from .protocol import Retire, SlotAppended, UnitDone
 from .ref import NamespaceRef
 
@@ -154,7 +154,8 @@ class _Loop:
         self.place = Place(ref.namespace, ref.branch_name)
         writes = services.store is not None
         self.machine = NamespaceMachine(ref.config, self.place, ref.branch_id, Lease(self.place, readonly=not writes),
-                                        writes=writes, model_timeout_s=services.model_timeout_s)
+                                        writes=writes, model_timeout_s=services.model_timeout_s,
+                                        standby=bool(getattr(services.engine, "standby", False)))
         self.reads = EngineReads(services.engine)
         config = ref.config
         self.model = config.model if config.model is not None else services.model
@@ -257,7 +258,7 @@ class _Loop:
         store = self.services.store
         if store is None:
             outcome: tuple[bool, Any] = (False, ReadOnlyStoreError(
-                f"{self.place} is open in a read-only runtime; it refuses every write"))
+                read_only_refusal(self.place, self.machine.standby)))
         else:
             try:
                 with tracing.resumed(trace):

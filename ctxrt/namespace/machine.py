@@ -273,17 +273,24 @@ def retired(place: Place) -> Callable[[], BaseException]:
     return lambda: ActorRetired(str(place))
 
 
+def read_only_refusal(place: Place, standby: bool) -> str:
+    """Why a write in a read-only runtime is refused (naming a hot standby, which takes none)."""
+    where = " on a hot standby (its primary takes the writes)" if standby else ""
+    return f"{place} is open in a read-only runtime{where}; it refuses every write"
+
+
 class NamespaceMachine:
     """One (branch incarnation, namespace)'s actor state. ``handle`` is its only way in."""
 
     def __init__(
         self, config: NamespaceConfig, place: Place, branch_id: int, lease: Lease, *, writes: bool,
-        model_timeout_s: float,
+        model_timeout_s: float, standby: bool = False,
     ) -> None:
         self.config = config
         self.place = place
         self.branch_id = branch_id
         self.readonly = not writes
+        self.standby = standby  # the store is a hot standby (its primary takes the writes): refusals say so
         self.model_timeout_s = model_timeout_s
         self.inputs: Inputs | None = None  # what came with the message being handled
         self.record: Record = None
@@ -749,7 +756,7 @@ class NamespaceMachine:
 
     def _require_writes(self) -> None:
         if self.readonly:
-            raise ReadOnlyStoreError(f"{self.place} is open in a read-only runtime; it refuses every write")
+            raise ReadOnlyStoreError(read_only_refusal(self.place, self.standby))
 
     # -- views and the strategy -------------------------------------------------------------
 

@@ -75,6 +75,7 @@ from ..errors import (
     StoreUnavailableError,
     StoreUnsupportedError,
 )
+from ..pgcluster import replay_target
 from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
@@ -162,6 +163,9 @@ class PostgresEngine(Catalog):
                                      f"primary's WAL): it takes no writes; open it with readonly=True to read, and "
                                      f"write through its primary")
         self._primary: psycopg.Connection[Any] | None = None  # a standby's link to its primary (the horizon)
+        self._asking = threading.Lock()  # the link to the primary is used by one thread at a time
+        self._was_promoted = False  # a standby found promoted since its open
+        self._closed = False
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         # The lease connection and changes to ``_held`` (the renewer's thread too). Never taken inside
@@ -265,6 +269,7 @@ class PostgresEngine(Catalog):
 
     def close(self) -> None:
         """Give back the leases held (another process may take them at once) and close."""
+        self._closed = True  # a standby's horizon wait in a thread its caller left ends, reconnecting nothing
         self._closing.set()
         if self._renewer is not None:
             self._renewer.join()
@@ -541,59 +546,104 @@ class PostgresEngine(Catalog):
             if row is None or int(row[0]) not in READABLE_SCHEMAS[1:]:
                 raise self._damaged("ctxrt_meta has no 'sequence' row")
             self._schema = int(row[0])
-        with self._lock:
-            if self.standby:
-                return self._standby_horizon()
-            try:
-                return self._horizon(self._reader)
-            except psycopg.OperationalError as exc:
-                self._reader = self._reconnect(self._reader, exc)
-                return self._horizon(self._reader)
+        return self._standby_horizon() if self.standby else self._own_horizon()
 
     def _standby_horizon(self) -> int:
         """The primary's horizon, once this standby has replayed the primary's WAL up to its insert
         position read after it: the writes at or below the horizon had ended (their commit records
-        written) before that position, so this standby's next snapshots see them. Call with ``_lock``."""
-        try:
-            if self._primary is None or self._primary.closed or self._primary.broken:
-                self._primary = self._connect(self._primary, conninfo=self._primary_conninfo())
-                row = self._primary.execute("SELECT pg_is_in_recovery()").fetchone()
-                if row and row[0]:  # its pg_locks would show no writer either: a horizon too high
-                    self._primary.close()
-                    raise StoreUnavailableError(self.data_path, "it is a hot standby whose upstream is itself a standby "
-                                                                "(cascading replication): its horizon needs the primary")
-            horizon = self._horizon(self._primary)
-            row = self._primary.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
-        except psycopg.Error as exc:
-            raise StoreUnavailableError(self.data_path, f"its primary, asked for the horizon: {self._reason(exc)}") from None
-        lsn = str(row[0]) if row else "0/0"
+        written) before that position, so this standby's next snapshots see them. The reads on the
+        standby take ``_lock`` one look at a time: this process's other reads go on meanwhile. A
+        standby promoted since (``pg_ctl promote``) is a primary: its own horizon is given."""
+        if self._promoted():
+            return self._own_horizon()
+        with self._asking:
+            try:
+                try:
+                    horizon, lsn = self._ask_primary()
+                except psycopg.OperationalError as exc:
+                    if self._closed or self._primary is None or not (self._primary.closed or self._primary.broken):
+                        raise
+                    # The primary restarted (or dropped this link) since the last horizon: once more.
+                    logger.warning("%s: connection to its primary lost (%s); reconnecting", self.data_path,
+                                   self._reason(exc))
+                    horizon, lsn = self._ask_primary()
+            except psycopg.Error as exc:
+                raise StoreUnavailableError(self.data_path, f"its primary, asked for the horizon: {self._reason(exc)}") from None
         deadline = time.monotonic() + STATEMENT_TIMEOUT_MS / 1000
         while True:  # within the replica's lag
-            try:
-                if self._replayed(lsn):
-                    return horizon
-            except psycopg.OperationalError as exc:
-                self._reader = self._reconnect(self._reader, exc)
-                continue
-            if time.monotonic() > deadline:
-                raise StoreUnavailableError(self.data_path, f"the standby didn't replay its primary's WAL up to {lsn} "
-                                                            f"within {STATEMENT_TIMEOUT_MS} ms")
+            with self._lock:
+                try:
+                    recovering, replayed = self._replayed(lsn)
+                except psycopg.OperationalError as exc:
+                    self._reader = self._reconnect(self._reader, exc)
+                    continue
+            if replayed:
+                return horizon
+            if not recovering:  # promoted short of ``lsn``: its writes may draw sequences at or below ``horizon``
+                self._was_promoted = True
+                return self._own_horizon()
+            with self._lock:
+                if time.monotonic() > deadline:
+                    raise StoreUnavailableError(self.data_path, f"the standby didn't replay its primary's WAL up to "
+                                                                f"{lsn} within {STATEMENT_TIMEOUT_MS} ms{self._paused()}")
             time.sleep(REPLAY_POLL_S)
 
-    def _replayed(self, lsn: str) -> bool:
-        row = self._reader.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()
-        return bool(row and row[0])
+    def _ask_primary(self) -> tuple[int, str]:
+        """The primary's horizon and the WAL position to replay up to, on the link to the primary
+        (made if there is none, or it was lost). Call with ``_asking``."""
+        if self._primary is None or self._primary.closed or self._primary.broken:
+            self._primary = self._connect(self._primary, conninfo=self._primary_conninfo())
+            row = self._primary.execute("SELECT pg_is_in_recovery()").fetchone()
+            if row and row[0]:  # its pg_locks would show no writer either: a horizon too high
+                self._primary.close()
+                raise StoreUnavailableError(self.data_path, "it is a hot standby whose upstream is itself a standby "
+                                                            "(cascading replication): its horizon needs the primary")
+        return self._horizon(self._primary), replay_target(self._primary)
+
+    def _paused(self) -> str:
+        """Why the standby's replay stands still, if it was paused (``pg_wal_replay_pause()``)."""
+        try:
+            row = self._reader.execute("SELECT pg_is_wal_replay_paused()").fetchone()
+        except psycopg.Error:
+            return ""
+        return ": its replay is paused (pg_wal_replay_pause(); resume it with pg_wal_replay_resume())" \
+            if row and row[0] else ""
+
+    def _replayed(self, lsn: str) -> tuple[bool, bool]:
+        """Whether this server is still a standby, and has replayed its primary's WAL up to ``lsn``."""
+        row = self._reader.execute("SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                   (lsn,)).fetchone()
+        return (bool(row[0]), bool(row[1])) if row else (True, False)
+
+    def _promoted(self) -> bool:
+        """Whether this standby was promoted since its open (it is then a primary, for good)."""
+        if not self._was_promoted:
+            row = self._fetchone("SELECT pg_is_in_recovery()", ())
+            self._was_promoted = bool(row) and not row[0]
+        return self._was_promoted
+
+    def _own_horizon(self) -> int:
+        """The horizon as a primary finds it, on this engine's server."""
+        with self._lock:
+            try:
+                return self._horizon(self._reader)
+            except psycopg.OperationalError as exc:
+                self._reader = self._reconnect(self._reader, exc)
+                return self._horizon(self._reader)
 
     def _primary_conninfo(self) -> str:
         """How this standby's WAL receiver reaches its primary, for this store's database as this
-        engine's user (and password, if its URL has one). Call with ``_lock``."""
-        row = self._reader.execute("SELECT conninfo FROM pg_stat_wal_receiver").fetchone()
-        if row is None or not row[0]:
+        engine's user (and password, if its URL has one)."""
+        row = self._fetchone("SELECT pid, conninfo FROM pg_stat_wal_receiver", ())
+        if row is None:  # its WAL receiver isn't running: it lost its primary and tries again
             raise StoreUnavailableError(
-                self.data_path, "it is a hot standby, whose horizon is asked of its primary, and it names none: its WAL "
-                                "receiver isn't streaming, or this role can't read pg_stat_wal_receiver's conninfo "
-                                "(grant it pg_read_all_stats)")
-        params = {k: v for k, v in psycopg.conninfo.conninfo_to_dict(str(row[0])).items()
+                self.data_path, "it is a hot standby, whose horizon is asked of its primary, and it isn't streaming "
+                                "from one now (its primary is down or unreachable; see its log)")
+        if not row[1]:
+            raise StoreUnavailableError(
+                self.data_path, "it is a hot standby, whose horizon is asked of its primary, and this role can't read "
+                                "which server that is (pg_stat_wal_receiver's conninfo): grant it pg_read_all_stats")
+        params = {k: v for k, v in psycopg.conninfo.conninfo_to_dict(str(row[1])).items()
                   if k not in ("dbname", "replication", "fallback_application_name")}
         own = psycopg.conninfo.conninfo_to_dict(self.url)
         params.update({k: v for k, v in own.items() if k not in ("host", "hostaddr", "port")})
@@ -672,8 +722,9 @@ class PostgresEngine(Catalog):
         return self._fetchall(query, ())
 
     def _reconnect(self, conn: psycopg.Connection[Any], exc: BaseException) -> psycopg.Connection[Any]:
-        """A connection the server dropped is made again once; a second failure is the caller's."""
-        if not conn.closed and not conn.broken:
+        """A connection the server dropped is made again once; a second failure is the caller's. A
+        closed engine makes none (a read in a thread its caller left, on a standby, may still run)."""
+        if self._closed or (not conn.closed and not conn.broken):
             raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
         logger.warning("%s: connection lost (%s); reconnecting", self.data_path, self._reason(exc))
         return self._connect(conn)
