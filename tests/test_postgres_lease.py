@@ -7,11 +7,13 @@ throwaway cluster (``ctxrt.pgcluster.start_pooler``); the host processes run
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 
 import ctxrt
 from ctxrt import ConfigConflictError
-from ctxrt.store.postgres import PostgresEngine
+from ctxrt.store.postgres import LEASE_CLOSE_S, PostgresEngine
 from ctxrt.testing import AppendItem, Cluster, Pooler, RegisterState, SetValue, execute, start_pooler
 
 CHILD = Path(__file__).with_name("pg_lease_holder.py")
@@ -290,3 +292,38 @@ def test_a_writers_settings_stay_in_its_transactions_behind_the_pooler(pooled_ur
                 other.close()
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("outage", ["pooler stalled", "server down behind the pooler"])
+def test_a_close_returns_while_the_server_behind_the_pooler_doesnt_answer_the_renewal(
+    outage: str, pooler: Pooler, pg_cluster: Cluster, pooled_url: str, pg_url: str,
+) -> None:
+    """K12, K13 (from an attack): an engine closed while its renewer waits for a server that doesn't
+    answer (PgBouncer stopped mid-stream; or the server down, where PgBouncer queues the renewal
+    for two minutes) returns within ``LEASE_CLOSE_S`` with its renewer thread ended; the lease
+    lapses at its expiry, and another engine takes it then (directly: PgBouncer holds off new
+    logins for a while after the server's were failing)."""
+    holder = PostgresEngine(pooled_url, lease_ms=600)
+    try:
+        assert holder.hold(1, "agents/a/context")
+        with contextlib.ExitStack() as outages:
+            if outage == "pooler stalled":
+                pooler.process.send_signal(signal.SIGSTOP)
+                outages.callback(pooler.process.send_signal, signal.SIGCONT)
+            else:
+                outages.enter_context(pg_cluster.down())
+            while holder.holds(1, "agents/a/context"):  # a renewal is unanswered once the lease ran out
+                time.sleep(0.05)
+            closing = threading.Thread(target=holder.close)
+            closing.start()
+            closing.join(timeout=LEASE_CLOSE_S + 5)
+            assert not closing.is_alive(), "the close hung on the renewal"
+            assert not any(thread.name == "ctxrt lease renewer" for thread in threading.enumerate())
+        taker = PostgresEngine(pg_url)
+        try:
+            while not taker.hold(1, "agents/a/context"):  # lapsed at its expiry (not given back)
+                time.sleep(0.05)
+        finally:
+            taker.close()
+    finally:
+        holder.close()

@@ -45,11 +45,14 @@ with pipelined ``executemany``, binary ``bytea`` and server-side prepared statem
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
 import secrets
+import socket
 import threading
 import time
 import urllib.parse
@@ -105,6 +108,9 @@ IDLE_IN_TRANSACTION_MS = 10_000
 # A lease lasts this long unrenewed (its holder renews it every third of it): a holder killed or
 # cut off is taken over this long after its last renewal, and stops writing by then.
 LEASE_MS = 10_000
+# At the close, a lease statement the server hasn't answered in this long is cut (a stalled pooler,
+# or a server down behind one, where PgBouncer queues it for 120 s): the leases lapse instead.
+LEASE_CLOSE_S = 1.0
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
 
@@ -258,17 +264,28 @@ class PostgresEngine(Catalog):
         return text
 
     def close(self) -> None:
-        """Give back the leases held (another process may take them at once) and close."""
+        """Give back the leases held (another process may take them at once) and close. Returns
+        within ``LEASE_CLOSE_S`` (and a connect timeout) when the server doesn't answer (a stalled
+        pooler, a server down behind one): the lease statement in flight is cut, and the leases
+        lapse at their expiry."""
         self._closing.set()
+        answering = True
         if self._renewer is not None:
-            self._renewer.join()
+            self._renewer.join(LEASE_CLOSE_S)
+            if self._renewer.is_alive():  # its renewal unanswered: the server won't take a release either
+                answering = False
+                self._cut_leases()
+                self._renewer.join()
         with self._lease_lock:
-            if self._held:
+            if self._held and answering:
                 try:
-                    self._on_leases(_RELEASE, (*self._lease_arrays(self._held), self._holder))
+                    self._on_leases(_RELEASE, (*self._lease_arrays(self._held), self._holder), within=LEASE_CLOSE_S)
                 except StoreUnavailableError as exc:  # they lapse at their expiry instead
                     logger.warning("%s: couldn't give back the leases at the close: %s", self.data_path, exc.reason)
-                self._held.clear()
+            elif self._held:
+                logger.warning("%s: the server didn't answer the lease renewal at the close: the leases lapse at"
+                               " their expiry", self.data_path)
+            self._held.clear()
         for conn in (self._reader, self._writer, self._leases, self._primary):
             if conn is not None:
                 conn.close()
@@ -326,7 +343,8 @@ class PostgresEngine(Catalog):
                     renewed = {(int(b), str(n)) for b, n in self._on_leases(
                         _RENEW, (self._lease_ms, *self._lease_arrays(held), self._holder), every=True)}
                 except StoreUnavailableError as exc:  # held until their expiry: tried again next time
-                    logger.warning("%s: couldn't renew the leases: %s", self.data_path, exc.reason)
+                    if not self._closing.is_set():  # (cut by the close otherwise)
+                        logger.warning("%s: couldn't renew the leases: %s", self.data_path, exc.reason)
                     continue
                 for key, token in held.items():
                     if key in renewed:
@@ -336,23 +354,39 @@ class PostgresEngine(Catalog):
                         logger.warning("%s: the lease on %s lapsed or was taken over", self.data_path, key)
                         self._valid[key] = 0.0
 
-    def _on_leases(self, query: str, params: Sequence[Any], *, every: bool = False) -> Any:
+    def _on_leases(self, query: str, params: Sequence[Any], *, every: bool = False, within: float | None = None) -> Any:
         """One statement on the lease connection (made again if it was lost: the leases are rows, they
-        stay); its first row, or every row. Call with ``_lease_lock`` held."""
+        stay, unless the engine is closing); its first row, or every row; cut if unanswered
+        ``within`` seconds. Call with ``_lease_lock`` held."""
         for attempt in (0, 1):
             if self._leases is None or self._leases.closed or self._leases.broken:
                 self._leases = self._connect(self._leases)
+            cut = None if within is None else threading.Timer(within, self._cut_leases)
             try:
+                if cut is not None:
+                    cut.start()
                 cursor = self._leases.execute(query, params)
                 if cursor.description is None:  # a statement returning no rows (a release)
                     return None
                 return cursor.fetchall() if every else cursor.fetchone()
             except psycopg.OperationalError as exc:
-                if attempt or not (self._leases.closed or self._leases.broken):
+                if attempt or self._closing.is_set() or not (self._leases.closed or self._leases.broken):
                     raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
             except psycopg.Error as exc:
                 raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+            finally:
+                if cut is not None:
+                    cut.cancel()
         raise AssertionError("unreachable")
+
+    def _cut_leases(self) -> None:
+        """Fail the lease connection's statement in flight, from another thread: its socket shut
+        (PgBouncer queues a statement for a server that is down; a stalled pooler never answers)."""
+        conn = self._leases
+        if conn is None or conn.closed:
+            return
+        with contextlib.suppress(OSError, psycopg.Error), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
 
     def lapsed(self, keys: Sequence[tuple[int, str]]) -> None:
         """Leases a write found gone: ``holds`` answers False for them from now. No lock: this runs in
