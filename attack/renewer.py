@@ -13,9 +13,9 @@ NAME = "agents/a/context"
 def attempt(engine, v):
     try:
         (ok, res), = engine.apply([SetValue(state="agents/a/notes", branch=1, value=v)], execute)[0]
-        return "ok" if ok else f"refused:{type(res).__name__}:{str(res)[:80]}"
+        return "ok" if ok else f"refused:{type(res).__name__}:{str(res)[:60]}"
     except Exception as exc:
-        return f"raised:{type(exc).__name__}:{str(exc)[:100]}"
+        return f"raised:{type(exc).__name__}:{str(exc)[-160:]}"
 
 def close_bounded(engine, limit=20.0):
     t = threading.Thread(target=engine.close); began = time.monotonic(); t.start(); t.join(limit)

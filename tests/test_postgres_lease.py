@@ -327,3 +327,23 @@ def test_a_close_returns_while_the_server_behind_the_pooler_doesnt_answer_the_re
             taker.close()
     finally:
         holder.close()
+
+
+@pytest.mark.parametrize("name", ["agents/a/context", "agents/b/context"])  # hashtext < 0, > 0 in "public"
+def test_a_take_is_refused_while_a_schema_2_writer_holds_the_namespace_as_a_session_lock(pg_url: str, name: str) -> None:
+    """K12, K5 (from an attack: a ctxrt of schema 2 kept serving a namespace while a writer of this
+    version moved the store and served it too): while a session holds the advisory lock a schema-2
+    writer held a namespace's lease with, (branch, hashtext(schema/name)), the take is refused;
+    once it lets go, the take wins."""
+    with psycopg.connect(pg_url, autocommit=True) as old_writer:
+        key = "hashtext(current_schema() || '/' || %s)"
+        old_writer.execute(f"SELECT pg_advisory_lock(1, {key})", (name,))
+        (sign,) = old_writer.execute(f"SELECT sign({key})", (name,)).fetchone() or (None,)
+        engine = PostgresEngine(pg_url)
+        try:
+            assert not engine.hold(1, name)
+            old_writer.execute(f"SELECT pg_advisory_unlock(1, {key})", (name,))
+            assert engine.hold(1, name)
+        finally:
+            engine.close()
+    assert sign == (-1 if name == "agents/a/context" else 1)

@@ -299,7 +299,8 @@ class PostgresEngine(Catalog):
         key = (branch_id, name)
         with self._lease_lock:
             sent = time.monotonic()
-            row = self._on_leases(_TAKE_LEASE, (branch_id, name, self._holder, self._lease_ms))
+            row = self._on_leases(_TAKE_LEASE, {"branch": branch_id, "name": name, "holder": self._holder,
+                                                    "ms": self._lease_ms})
             if row is None:
                 return False
             self._held[key] = int(row[0])
@@ -354,7 +355,7 @@ class PostgresEngine(Catalog):
                         logger.warning("%s: the lease on %s lapsed or was taken over", self.data_path, key)
                         self._valid[key] = 0.0
 
-    def _on_leases(self, query: str, params: Sequence[Any], *, every: bool = False, within: float | None = None) -> Any:
+    def _on_leases(self, query: str, params: Sequence[Any] | dict[str, Any], *, every: bool = False, within: float | None = None) -> Any:
         """One statement on the lease connection (made again if it was lost: the leases are rows, they
         stay, unless the engine is closing); its first row, or every row; cut if unanswered
         ``within`` seconds. Call with ``_lease_lock`` held."""
@@ -1342,8 +1343,16 @@ class PgBatch(Batch):
 
 # Leases (K12), on the server's clock. A take wins a lease that expired (or was given back), or its
 # own; every take raises the token, so whatever the last holder still sends is refused.
+# Nor while a schema-2 writer (ctxrt before row leases, still running when the store was moved)
+# holds the namespace as a session advisory lock on (branch, hashtext(schema/name)): pg_locks shows
+# its two keys as unsigned oids.
 _TAKE_LEASE = ("INSERT INTO ctxrt_leases AS l (branch, name, holder, token, expires)"
-               " VALUES (%s, %s, %s, 1, clock_timestamp() + %s * interval '1 millisecond')"
+               " SELECT %(branch)s::integer, %(name)s::text, %(holder)s::text, 1,"
+               " clock_timestamp() + %(ms)s * interval '1 millisecond'"
+               " WHERE NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted"
+               " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+               " AND classid::bigint = (%(branch)s::integer::bigint & 4294967295)"
+               " AND objid::bigint = (hashtext(current_schema() || '/' || %(name)s::text)::bigint & 4294967295))"
                " ON CONFLICT (branch, name) DO UPDATE SET holder = EXCLUDED.holder, token = l.token + 1,"
                " expires = EXCLUDED.expires WHERE l.expires <= clock_timestamp() OR l.holder = EXCLUDED.holder"
                " RETURNING l.token")
