@@ -62,6 +62,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.conninfo
 import psycopg.errors
+import trio
 
 from ..errors import (
     BranchNotFoundError,
@@ -263,6 +264,10 @@ class PostgresEngine(Catalog):
             text = text.replace(secret, "(hidden)")
         return text
 
+    # A Ctrl-C in a trio host waits for the close's end (trio raises it at the next checkpoint, or
+    # out of ``trio.run``): cut short, the close left the renewer renewing the leases for as long as
+    # the process lived.
+    @trio.lowlevel.enable_ki_protection
     def close(self) -> None:
         """Give back the leases held (another process may take them at once) and close. Returns
         within ``LEASE_CLOSE_S`` (and a connect timeout) when the server doesn't answer (a stalled
@@ -306,8 +311,11 @@ class PostgresEngine(Catalog):
             self._held[key] = int(row[0])
             self._valid[key] = sent + self._lease_ms / 1000
             if self._renewer is None:
-                self._renewer = threading.Thread(target=self._renew_leases, name="ctxrt lease renewer", daemon=True)
-                self._renewer.start()
+                # Started before it is recorded: a Ctrl-C between the two leaves a thread the close's
+                # ``_closing`` still ends, never one the close would join unstarted.
+                renewer = threading.Thread(target=self._renew_leases, name="ctxrt lease renewer", daemon=True)
+                renewer.start()
+                self._renewer = renewer
             return True
 
     def holds(self, branch_id: int, name: str) -> bool:
