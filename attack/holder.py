@@ -44,7 +44,7 @@ async def main(url, mode):
                 say(ok=op, n=n)
             except ctxrt.CtxrtError as exc:
                 say(error=type(exc).__name__, op=op, message=str(exc)[:200])
-                if mode == "take":
+                if mode == "take" and n <= 30:
                     continue
                 return
             if mode == "take" and n > 30:

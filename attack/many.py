@@ -16,7 +16,8 @@ with temporary_cluster() as cluster, start_pooler(cluster) as pooler:
         for _ in range(30):
             with e._lease_lock:
                 t = time.perf_counter()
-                rows = e._on_leases(_RENEW, (e._lease_ms, *e._lease_arrays(dict(e._held)), e._holder), every=True)
+                arrays = (*e._lease_arrays(dict(e._held)), e._holder)
+                rows = e._on_leases(_RENEW, (*arrays, e._lease_ms, *arrays), every=True)
                 times.append(time.perf_counter() - t)
             assert len(rows) == 200
         if label == "direct":

@@ -309,7 +309,7 @@ class PostgresEngine(Catalog):
             if row is None:
                 return False
             self._held[key] = int(row[0])
-            self._valid[key] = sent + self._lease_ms / 1000
+            self._valid[key] = sent + float(row[1])
             if self._renewer is None:
                 # Started before it is recorded: a Ctrl-C between the two leaves a thread the close's
                 # ``_closing`` still ends, never one the close would join unstarted.
@@ -348,16 +348,19 @@ class PostgresEngine(Catalog):
                 if not held:
                     continue
                 sent = time.monotonic()
+                arrays = (*self._lease_arrays(held), self._holder)
                 try:
-                    renewed = {(int(b), str(n)) for b, n in self._on_leases(
-                        _RENEW, (self._lease_ms, *self._lease_arrays(held), self._holder), every=True)}
+                    answer = {(int(b), str(n)): bool(done) for b, n, done in self._on_leases(
+                        _RENEW, (*arrays, self._lease_ms, *arrays), every=True)}
                 except StoreUnavailableError as exc:  # held until their expiry: tried again next time
                     if not self._closing.is_set():  # (cut by the close otherwise)
                         logger.warning("%s: couldn't renew the leases: %s", self.data_path, exc.reason)
                     continue
                 for key, token in held.items():
-                    if key in renewed:
+                    if answer.get(key):
                         self._valid[key] = sent + self._lease_ms / 1000
+                    elif key in answer:  # held, its row locked by a batch in flight: renewed next time
+                        continue
                     elif self._held.get(key) == token and self._valid[key]:
                         # Kept in ``_held``: the writes still name its token, and the server refuses them.
                         logger.warning("%s: the lease on %s lapsed or was taken over", self.data_path, key)
@@ -1350,7 +1353,10 @@ class PgBatch(Batch):
 
 
 # Leases (K12), on the server's clock. A take wins a lease that expired (or was given back), or its
-# own; every take raises the token, so whatever the last holder still sends is refused.
+# own; every take raises the token, so whatever the last holder still sends is refused. The expiry
+# is counted from when the take won (after waiting for the last holder's batch, which keeps the row
+# locked: an expiry from before the wait was already past); the take answers how long after the
+# statement began it runs (the holder counts from its send, earlier).
 # Nor while a schema-2 writer (ctxrt before row leases, still running when the store was moved)
 # holds the namespace as a session advisory lock on (branch, hashtext(schema/name)): pg_locks shows
 # its two keys as unsigned oids.
@@ -1362,13 +1368,21 @@ _TAKE_LEASE = ("INSERT INTO ctxrt_leases AS l (branch, name, holder, token, expi
                " AND classid::bigint = (%(branch)s::integer::bigint & 4294967295)"
                " AND objid::bigint = (hashtext(current_schema() || '/' || %(name)s::text)::bigint & 4294967295))"
                " ON CONFLICT (branch, name) DO UPDATE SET holder = EXCLUDED.holder, token = l.token + 1,"
-               " expires = EXCLUDED.expires WHERE l.expires <= clock_timestamp() OR l.holder = EXCLUDED.holder"
-               " RETURNING l.token")
+               " expires = clock_timestamp() + %(ms)s * interval '1 millisecond'"
+               " WHERE l.expires <= clock_timestamp() OR l.holder = EXCLUDED.holder"
+               " RETURNING l.token, extract(epoch FROM l.expires - statement_timestamp())")
 # The lease rows of (branches, names, tokens) held by a holder.
 _HELD = ("unnest(%s::integer[], %s::text[], %s::bigint[]) AS h(branch, name, token) WHERE l.branch = h.branch"
          " AND l.name = h.name AND l.token = h.token AND l.holder = %s")
-_RENEW = (f"UPDATE ctxrt_leases AS l SET expires = clock_timestamp() + %s * interval '1 millisecond' FROM {_HELD}"
-          " AND l.expires > clock_timestamp() RETURNING l.branch, l.name")
+# A renewal: each lease still held pushed on, but one the engine's own batch in flight keeps locked
+# (its fencing check, to the batch's end) is passed over, not waited for: a stalled batch must not
+# hold up the others' renewals. Answers (branch, name, renewed) for each still held.
+_RENEW = ("WITH free AS (SELECT l.branch, l.name FROM ctxrt_leases AS l, " + _HELD + " AND l.expires > clock_timestamp()"
+          " FOR NO KEY UPDATE OF l SKIP LOCKED),"
+          " renewed AS (UPDATE ctxrt_leases AS l SET expires = clock_timestamp() + %s * interval '1 millisecond'"
+          " FROM free WHERE l.branch = free.branch AND l.name = free.name RETURNING l.branch, l.name)"
+          " SELECT branch, name, true FROM renewed UNION ALL SELECT l.branch, l.name, false FROM ctxrt_leases AS l, "
+          + _HELD + " AND l.expires > clock_timestamp() AND (l.branch, l.name) NOT IN (SELECT branch, name FROM renewed)")
 _RELEASE = f"UPDATE ctxrt_leases AS l SET expires = '-infinity' FROM {_HELD}"
 # The fencing check, among a batch's first statements: the leases its writes need, still this
 # engine's (same token) and unexpired, locked until the batch ends (a take waits for it to commit).
