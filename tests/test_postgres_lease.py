@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 import ctxrt
+import ctxrt.store.postgres
 from ctxrt import ConfigConflictError
 from ctxrt.store.postgres import LEASE_CLOSE_S, PostgresEngine
 from ctxrt.testing import AppendItem, Cluster, Pooler, RegisterState, SetValue, execute, start_pooler
@@ -347,3 +348,37 @@ def test_a_take_is_refused_while_a_schema_2_writer_holds_the_namespace_as_a_sess
         finally:
             engine.close()
     assert sign == (-1 if name == "agents/a/context" else 1)
+
+
+def test_a_take_through_a_pooler_gone_silent_fails_instead_of_hanging(
+    pooler: Pooler, pooled_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """K12, K13 (from an attack: a take, run on the event loop's thread, waited forever for a pooler
+    that stopped answering, and so did every take and give-back after a renewal stuck there): a
+    take unanswered for ``LEASE_STATEMENT_S`` is cut and raises StoreUnavailableError, and the
+    engine's takes work again once the pooler answers."""
+    monkeypatch.setattr(ctxrt.store.postgres, "LEASE_STATEMENT_S", 0.5)
+    monkeypatch.setattr(ctxrt.store.postgres, "CONNECT_TIMEOUT_S", 2)
+    engine = PostgresEngine(pooled_url, lease_ms=600)
+    try:
+        assert engine.hold(1, "agents/a/context")
+        outcome: list[BaseException | bool] = []
+
+        def take() -> None:
+            try:
+                outcome.append(engine.hold(1, "agents/b/context"))
+            except ctxrt.StoreUnavailableError as exc:
+                outcome.append(exc)
+
+        pooler.process.send_signal(signal.SIGSTOP)
+        try:
+            taking = threading.Thread(target=take)
+            taking.start()
+            taking.join(timeout=15)
+            assert not taking.is_alive(), "the take hung on the silent pooler"
+        finally:
+            pooler.process.send_signal(signal.SIGCONT)
+        assert isinstance(outcome[0], ctxrt.StoreUnavailableError)
+        assert engine.hold(1, "agents/b/context")
+    finally:
+        engine.close()

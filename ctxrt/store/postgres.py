@@ -112,6 +112,10 @@ LEASE_MS = 10_000
 # At the close, a lease statement the server hasn't answered in this long is cut (a stalled pooler,
 # or a server down behind one, where PgBouncer queues it for 120 s): the leases lapse instead.
 LEASE_CLOSE_S = 1.0
+# A take or give-back unanswered this long is cut (StoreUnavailableError), as is a renewal unanswered
+# for a lease's length: a pooler gone silent (a host vanished, no RST) never answers, and the
+# renewer, stuck, kept the lease lock every later take and give-back of the loop waited for.
+LEASE_STATEMENT_S = STATEMENT_TIMEOUT_MS / 1000
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
 
@@ -305,7 +309,7 @@ class PostgresEngine(Catalog):
         with self._lease_lock:
             sent = time.monotonic()
             row = self._on_leases(_TAKE_LEASE, {"branch": branch_id, "name": name, "holder": self._holder,
-                                                    "ms": self._lease_ms})
+                                                    "ms": self._lease_ms}, within=LEASE_STATEMENT_S)
             if row is None:
                 return False
             self._held[key] = int(row[0])
@@ -334,7 +338,7 @@ class PostgresEngine(Catalog):
         with self._lease_lock:
             token = self._held.pop(key, None)
             if token is not None:
-                self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder))
+                self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder), within=LEASE_STATEMENT_S)
 
     def _lease_arrays(self, held: dict[tuple[int, str], int]) -> tuple[list[int], list[str], list[int]]:
         return [b for b, _ in held], [n for _, n in held], list(held.values())
@@ -351,7 +355,7 @@ class PostgresEngine(Catalog):
                 arrays = (*self._lease_arrays(held), self._holder)
                 try:
                     answer = {(int(b), str(n)): bool(done) for b, n, done in self._on_leases(
-                        _RENEW, (*arrays, self._lease_ms, *arrays), every=True)}
+                        _RENEW, (*arrays, self._lease_ms, *arrays), every=True, within=self._lease_ms / 1000)}
                 except StoreUnavailableError as exc:  # held until their expiry: tried again next time
                     if not self._closing.is_set():  # (cut by the close otherwise)
                         logger.warning("%s: couldn't renew the leases: %s", self.data_path, exc.reason)
