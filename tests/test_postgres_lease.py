@@ -297,13 +297,15 @@ def test_a_writers_settings_stay_in_its_transactions_behind_the_pooler(pooled_ur
 
 @pytest.mark.parametrize("outage", ["pooler stalled", "server down behind the pooler"])
 def test_a_close_returns_while_the_server_behind_the_pooler_doesnt_answer_the_renewal(
-    outage: str, pooler: Pooler, pg_cluster: Cluster, pooled_url: str, pg_url: str,
+    outage: str, pooler: Pooler, pg_cluster: Cluster, pooled_url: str, pg_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """K12, K13 (from an attack): an engine closed while its renewer waits for a server that doesn't
     answer (PgBouncer stopped mid-stream; or the server down, where PgBouncer queues the renewal
-    for two minutes) returns within ``LEASE_CLOSE_S`` with its renewer thread ended; the lease
+    for two minutes) returns within ``LEASE_CLOSE_S`` and a connect timeout with its renewer thread
+    ended; the lease
     lapses at its expiry, and another engine takes it then (directly: PgBouncer holds off new
     logins for a while after the server's were failing)."""
+    monkeypatch.setattr(ctxrt.store.postgres, "CONNECT_TIMEOUT_S", 2)  # a renewer connecting again meanwhile
     holder = PostgresEngine(pooled_url, lease_ms=600)
     try:
         assert holder.hold(1, "agents/a/context")
@@ -378,7 +380,7 @@ def test_a_take_through_a_pooler_gone_silent_fails_instead_of_hanging(
             assert not taking.is_alive(), "the take hung on the silent pooler"
         finally:
             pooler.process.send_signal(signal.SIGCONT)
-        assert isinstance(outcome[0], ctxrt.StoreUnavailableError)
+        assert isinstance(outcome[0], ctxrt.StoreUnavailableError) and "no answer in 0.5 s" in str(outcome[0])
         assert engine.hold(1, "agents/b/context")
     finally:
         engine.close()

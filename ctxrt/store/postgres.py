@@ -377,7 +377,12 @@ class PostgresEngine(Catalog):
         for attempt in (0, 1):
             if self._leases is None or self._leases.closed or self._leases.broken:
                 self._leases = self._connect(self._leases)
-            cut = None if within is None else threading.Timer(within, self._cut_leases)
+            fired: list[bool] = []  # cut for taking too long: not tried again (the server is silent)
+
+            def overdue() -> None:
+                fired.append(True)
+                self._cut_leases()
+            cut = None if within is None else threading.Timer(within, overdue)
             try:
                 if cut is not None:
                     cut.start()
@@ -386,6 +391,9 @@ class PostgresEngine(Catalog):
                     return None
                 return cursor.fetchall() if every else cursor.fetchone()
             except psycopg.OperationalError as exc:
+                if fired:
+                    raise StoreUnavailableError(self.data_path, f"the lease statement had no answer in {within:g} s"
+                                                                f" (the server or its pooler is silent)") from None
                 if attempt or self._closing.is_set() or not (self._leases.closed or self._leases.broken):
                     raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
             except psycopg.Error as exc:
