@@ -1,4 +1,4 @@
-"""Leases as rows behind a transaction-mode pooler (issue 39 item 3): K12, K13.
+"""Leases as rows behind a transaction-mode pooler (issue 39 item 3): K12, K13; and what an attack on them found.
 
 The pooler is Debian's PgBouncer 1.18 in transaction mode, started in front of the session's
 throwaway cluster (``ctxrt.pgcluster.start_pooler``); the host processes run
@@ -7,21 +7,28 @@ throwaway cluster (``ctxrt.pgcluster.start_pooler``); the host processes run
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
+import time
+import types
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+import trio
 
 import ctxrt
+import ctxrt.store.postgres
 from ctxrt import ConfigConflictError
-from ctxrt.store.postgres import PostgresEngine
+from ctxrt.store.postgres import LEASE_CLOSE_S, PostgresEngine
 from ctxrt.testing import AppendItem, Cluster, Pooler, RegisterState, SetValue, execute, start_pooler
 
 CHILD = Path(__file__).with_name("pg_lease_holder.py")
@@ -290,3 +297,243 @@ def test_a_writers_settings_stay_in_its_transactions_behind_the_pooler(pooled_ur
                 other.close()
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("outage", ["pooler stalled", "server down behind the pooler"])
+def test_a_close_returns_while_the_server_behind_the_pooler_doesnt_answer_the_renewal(
+    outage: str, pooler: Pooler, pg_cluster: Cluster, pooled_url: str, pg_url: str,
+) -> None:
+    """K12, K13 (from an attack): an engine closed while its renewer waits for a server that doesn't
+    answer (PgBouncer stopped mid-stream; or the server down, where PgBouncer queues the renewal
+    for two minutes) returns within ``LEASE_CLOSE_S`` and a connect timeout with its renewer thread
+    ended; the lease
+    lapses at its expiry, and another engine takes it then (directly: PgBouncer holds off new
+    logins for a while after the server's were failing)."""
+    # Connect timeout 2 s: a renewer connecting again meanwhile.
+    holder = PostgresEngine(pooled_url, lease_ms=600, connect_timeout_s=2)
+    try:
+        assert holder.hold(1, "agents/a/context")
+        with contextlib.ExitStack() as outages:
+            if outage == "pooler stalled":
+                pooler.process.send_signal(signal.SIGSTOP)
+                outages.callback(pooler.process.send_signal, signal.SIGCONT)
+            else:
+                outages.enter_context(pg_cluster.down())
+            while holder.holds(1, "agents/a/context"):  # a renewal is unanswered once the lease ran out
+                time.sleep(0.05)
+            closing = threading.Thread(target=holder.close)
+            closing.start()
+            closing.join(timeout=LEASE_CLOSE_S + 5)
+            assert not closing.is_alive(), "the close hung on the renewal"
+            assert not any(thread.name == "ctxrt lease renewer" for thread in threading.enumerate())
+        taker = PostgresEngine(pg_url)
+        try:
+            while not taker.hold(1, "agents/a/context"):  # lapsed at its expiry (not given back)
+                time.sleep(0.05)
+        finally:
+            taker.close()
+    finally:
+        holder.close()
+
+
+@pytest.mark.parametrize("name", ["agents/a/context", "agents/b/context"])  # hashtext < 0, > 0 in "public"
+def test_a_take_is_refused_while_a_schema_2_writer_holds_the_namespace_as_a_session_lock(pg_url: str, name: str) -> None:
+    """K12, K5 (from an attack: a ctxrt of schema 2 kept serving a namespace while a writer of this
+    version moved the store and served it too): while a session holds the advisory lock a schema-2
+    writer held a namespace's lease with, (branch, hashtext(schema/name)), the take is refused;
+    once it lets go, the take wins."""
+    with psycopg.connect(pg_url, autocommit=True) as old_writer:
+        key = "hashtext(current_schema() || '/' || %s)"
+        old_writer.execute(f"SELECT pg_advisory_lock(1, {key})", (name,))
+        (sign,) = old_writer.execute(f"SELECT sign({key})", (name,)).fetchone() or (None,)
+        engine = PostgresEngine(pg_url)
+        try:
+            assert not engine.hold(1, name)
+            old_writer.execute(f"SELECT pg_advisory_unlock(1, {key})", (name,))
+            assert engine.hold(1, name)
+        finally:
+            engine.close()
+    assert sign == (-1 if name == "agents/a/context" else 1)
+
+
+def test_a_take_through_a_pooler_gone_silent_fails_instead_of_hanging(
+    pooler: Pooler, pooled_url: str,
+) -> None:
+    """K12, K13 (from an attack: a take, run on the event loop's thread, waited forever for a pooler
+    that stopped answering, and so did every take and give-back after a renewal stuck there): a
+    take unanswered for the engine's ``lease_statement_s`` is cut and raises StoreUnavailableError, and the
+    engine's takes work again once the pooler answers."""
+    engine = PostgresEngine(pooled_url, lease_ms=600, connect_timeout_s=2, lease_statement_s=0.5)
+    try:
+        assert engine.hold(1, "agents/a/context")
+        outcome: list[BaseException | bool] = []
+
+        def take() -> None:
+            try:
+                outcome.append(engine.hold(1, "agents/b/context"))
+            except ctxrt.StoreUnavailableError as exc:
+                outcome.append(exc)
+
+        pooler.process.send_signal(signal.SIGSTOP)
+        try:
+            taking = threading.Thread(target=take)
+            taking.start()
+            taking.join(timeout=15)
+            assert not taking.is_alive(), "the take hung on the silent pooler"
+        finally:
+            pooler.process.send_signal(signal.SIGCONT)
+        assert isinstance(outcome[0], ctxrt.StoreUnavailableError) and "no answer in 0.5 s" in str(outcome[0])
+        assert engine.hold(1, "agents/b/context")
+    finally:
+        engine.close()
+
+
+# Ctrl-C in the lease code, from a host-style attack: a real SIGINT at a line of
+# ``PostgresEngine.close`` or ``hold`` in a trio host, as tests/test_interrupt_sweep.py sends them
+# (attack/sigint.py sweeps every line of the lease code a host reaches).
+NAME = "agents/a/context"
+
+
+def interrupted(function: str, at: Callable[[str], bool], run: Callable[[], Any]) -> None:
+    """``run`` in a trio run, a real SIGINT sent at the first line of ``function`` (of the engine's
+    module) whose text ``at`` accepts: the run must end in KeyboardInterrupt."""
+    with open(ctxrt.store.postgres.__file__) as source:
+        lines = source.read().splitlines()
+    sent = []
+
+    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename != ctxrt.store.postgres.__file__ or frame.f_code.co_name != function:
+            return None
+        if event == "line" and not sent and at(lines[frame.f_lineno - 1]):
+            sent.append(frame.f_lineno)
+            os.kill(os.getpid(), signal.SIGINT)
+        return trace
+
+    async def host() -> None:
+        sys.settrace(trace)
+        try:
+            run()
+        finally:
+            sys.settrace(None)
+        await trio.lowlevel.checkpoint()
+
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(host)
+    assert sent
+
+
+def renewers() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "ctxrt lease renewer"]
+
+
+def test_ctrl_c_at_the_first_line_of_the_close_still_gives_the_lease_back_and_ends_the_renewer(pg_url: str) -> None:
+    """K12: a Ctrl-C as a trio host's close of the engine begins waits for the close's end (raised
+    after it): the lease is given back (another engine takes it at once) and the renewer ends.
+    Cut short, the close left the renewer renewing the lease for as long as the process lived."""
+    engine, taker = PostgresEngine(pg_url), PostgresEngine(pg_url)
+    try:
+        assert engine.hold(1, NAME)
+        interrupted("close", lambda line: "_closing.set()" in line, engine.close)
+        assert not renewers()
+        assert taker.hold(1, NAME)
+    finally:
+        engine.close()
+        taker.close()
+
+
+def test_ctrl_c_as_the_first_hold_starts_the_renewer_leaves_a_close_that_ends_cleanly(pg_url: str) -> None:
+    """K12: a Ctrl-C in the first take, at the line starting the renewer: the engine's close then ends
+    cleanly with no renewer left (it raised RuntimeError, joining a thread never started), and
+    the lease taken lapses at its expiry."""
+    engine = PostgresEngine(pg_url, lease_ms=500)
+    try:
+        interrupted("hold", lambda line: ".start()" in line, lambda: engine.hold(1, NAME))
+    finally:
+        engine.close()
+    assert not renewers()
+
+
+def test_a_batch_stalled_under_one_lease_doesnt_hold_up_the_renewal_of_the_engines_others(pg_url: str) -> None:
+    """K12 (from an attack: one statement renews every lease an engine holds, and it waited for the
+    row of the engine's own batch in flight, which its fencing check keeps locked to the batch's
+    end: a batch stalled past the lease's length, waiting for another process's slot lock say,
+    cost the engine every lease it held): while a batch under one lease is stalled, the other
+    leases are renewed on the server, and held."""
+    engine = PostgresEngine(pg_url, lease_ms=600)
+    try:
+        engine.apply([RegisterState(name="agents/a/notes", kind="value")], execute)
+        assert engine.hold(1, "agents/a/context") and engine.hold(1, "agents/b/context")
+        in_flight, go = threading.Event(), threading.Event()
+
+        def stalled(batch: object, command: Any) -> object:
+            result = execute(batch, command)
+            if command.value == 2:  # the first's fencing check answered: the lease row is locked
+                in_flight.set()
+                go.wait()
+            return result
+
+        writes = threading.Thread(target=engine.apply, args=(
+            [SetValue(state="agents/a/notes", branch=1, value=1), SetValue(state="agents/a/notes", branch=1, value=2)],
+            stalled))
+        writes.start()
+        try:
+            in_flight.wait()
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                def expiry() -> Any:
+                    return (conn.execute("SELECT expires FROM ctxrt_leases WHERE name = 'agents/b/context'").fetchone()
+                            or (None,))[0]
+                seen = [expiry()]
+                deadline = time.monotonic() + 5.0  # 8 lease lengths: the failure's bound, not a timing
+                while len(set(seen)) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    seen.append(expiry())
+            assert len(set(seen)) >= 3, "the other lease wasn't renewed while the batch was stalled"
+            assert engine.holds(1, "agents/b/context")
+        finally:
+            go.set()
+            writes.join()
+    finally:
+        engine.close()
+
+
+def test_a_take_that_waited_for_the_last_holders_batch_gets_a_full_lease(pg_url: str) -> None:
+    """K12 (from an attack: a holder stopped mid-batch, its lease expired meanwhile; the taker's take
+    waited for that batch to end and won, with an expiry counted from before its wait, already
+    past: its first write was refused, "lost its lease"): the lease a take wins runs ``lease_ms``
+    from when it was won, and the taker's writes land."""
+    holder, taker = PostgresEngine(pg_url, lease_ms=300), PostgresEngine(pg_url, lease_ms=300)
+    try:
+        holder.apply([RegisterState(name="agents/a/notes", kind="value")], execute)
+        assert holder.hold(1, NAME)
+        in_flight, go = threading.Event(), threading.Event()
+
+        def stalled(batch: object, command: Any) -> object:
+            result = execute(batch, command)
+            if command.value == 2:  # the first's fencing check answered: the lease row is locked
+                in_flight.set()
+                go.wait()
+            return result
+
+        writes = threading.Thread(target=holder.apply, args=(
+            [SetValue(state="agents/a/notes", branch=1, value=1), SetValue(state="agents/a/notes", branch=1, value=2)],
+            stalled))
+        writes.start()
+        taken: list[bool] = []
+        try:
+            in_flight.wait()
+            # The holder's lease runs out (its renewer passes the locked row over); the take
+            # waits for the batch's lock for three lease lengths.
+            take = threading.Thread(target=lambda: taken.append(taker.hold(1, NAME)))
+            take.start()
+            with psycopg.connect(pg_url, autocommit=True) as conn:
+                conn.execute("SELECT pg_sleep(0.9)")
+        finally:
+            go.set()
+            writes.join()
+        take.join()
+        assert taken == [True] and taker.holds(1, NAME)
+        [(ok, _)] = taker.apply([SetValue(state="agents/a/notes", branch=1, value=3)], execute)[0]
+        assert ok
+    finally:
+        holder.close()
+        taker.close()

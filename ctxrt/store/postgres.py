@@ -48,11 +48,14 @@ with pipelined ``executemany``, binary ``bytea`` and server-side prepared statem
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import os
 import re
 import secrets
+import socket
 import threading
 import time
 import urllib.parse
@@ -62,6 +65,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.conninfo
 import psycopg.errors
+import trio
 
 from ..errors import (
     BranchNotFoundError,
@@ -109,6 +113,13 @@ IDLE_IN_TRANSACTION_MS = 10_000
 # A lease lasts this long unrenewed (its holder renews it every third of it): a holder killed or
 # cut off is taken over this long after its last renewal, and stops writing by then.
 LEASE_MS = 10_000
+# At the close, a lease statement the server hasn't answered in this long is cut (a stalled pooler,
+# or a server down behind one, where PgBouncer queues it for 120 s): the leases lapse instead.
+LEASE_CLOSE_S = 1.0
+# A take or give-back unanswered this long is cut (StoreUnavailableError), as is a renewal unanswered
+# for a lease's length: a pooler gone silent (a host vanished, no RST) never answers, and the
+# renewer, stuck, kept the lease lock every later take and give-back of the loop waited for.
+LEASE_STATEMENT_S = STATEMENT_TIMEOUT_MS / 1000
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
 
@@ -145,9 +156,12 @@ class PostgresEngine(Catalog):
     shared = True  # other processes write it too: caches check the head before a read
 
     def __init__(self, url: str, *, synchronous: bool = True, create: bool = True,
-                 idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS, lease_ms: int | None = None) -> None:
+                 idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS, lease_ms: int | None = None,
+                 connect_timeout_s: int = CONNECT_TIMEOUT_S, lease_statement_s: float = LEASE_STATEMENT_S) -> None:
         super().__init__()
         self.url = url
+        self._connect_timeout_s = connect_timeout_s
+        self._lease_statement_s = lease_statement_s  # how long a take or give-back waits for its answer
         self._idle_ms = idle_in_transaction_ms  # how long the server lets a stalled batch hold its locks
         self._lease_ms = LEASE_MS if lease_ms is None else lease_ms  # the module's, as it is at the open
         self.data_path = redact(url)
@@ -208,7 +222,7 @@ class PostgresEngine(Catalog):
         if old is not None:
             old.close()
         try:
-            conn = psycopg.connect(conninfo or self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+            conn = psycopg.connect(conninfo or self.url, autocommit=True, connect_timeout=self._connect_timeout_s)
             if not writer:
                 # Bounds, so a stalled server is an error, not a hang. Behind a transaction-mode pooler
                 # this lands on whichever server connection the pooler gave (the same bounds every
@@ -267,19 +281,34 @@ class PostgresEngine(Catalog):
             text = text.replace(secret, "(hidden)")
         return text
 
+    # A Ctrl-C in a trio host waits for the close's end (trio raises it at the next checkpoint, or
+    # out of ``trio.run``): cut short, the close left the renewer renewing the leases for as long as
+    # the process lived.
+    @trio.lowlevel.enable_ki_protection
     def close(self) -> None:
-        """Give back the leases held (another process may take them at once) and close."""
+        """Give back the leases held (another process may take them at once) and close. Returns
+        within ``LEASE_CLOSE_S`` (and a connect timeout) when the server doesn't answer (a stalled
+        pooler, a server down behind one): the lease statement in flight is cut, and the leases
+        lapse at their expiry."""
         self._closed = True  # a standby's horizon wait in a thread its caller left ends, reconnecting nothing
         self._closing.set()
+        answering = True
         if self._renewer is not None:
-            self._renewer.join()
+            self._renewer.join(LEASE_CLOSE_S)
+            if self._renewer.is_alive():  # its renewal unanswered: the server won't take a release either
+                answering = False
+                self._cut_leases()
+                self._renewer.join()
         with self._lease_lock:
-            if self._held:
+            if self._held and answering:
                 try:
-                    self._on_leases(_RELEASE, (*self._lease_arrays(self._held), self._holder))
+                    self._on_leases(_RELEASE, (*self._lease_arrays(self._held), self._holder), within=LEASE_CLOSE_S)
                 except StoreUnavailableError as exc:  # they lapse at their expiry instead
                     logger.warning("%s: couldn't give back the leases at the close: %s", self.data_path, exc.reason)
-                self._held.clear()
+            elif self._held:
+                logger.warning("%s: the server didn't answer the lease renewal at the close: the leases lapse at"
+                               " their expiry", self.data_path)
+            self._held.clear()
         for conn in (self._reader, self._writer, self._leases, self._primary):
             if conn is not None:
                 conn.close()
@@ -293,14 +322,18 @@ class PostgresEngine(Catalog):
         key = (branch_id, name)
         with self._lease_lock:
             sent = time.monotonic()
-            row = self._on_leases(_TAKE_LEASE, (branch_id, name, self._holder, self._lease_ms))
+            row = self._on_leases(_TAKE_LEASE, {"branch": branch_id, "name": name, "holder": self._holder,
+                                                    "ms": self._lease_ms}, within=self._lease_statement_s)
             if row is None:
                 return False
             self._held[key] = int(row[0])
-            self._valid[key] = sent + self._lease_ms / 1000
+            self._valid[key] = sent + float(row[1])
             if self._renewer is None:
-                self._renewer = threading.Thread(target=self._renew_leases, name="ctxrt lease renewer", daemon=True)
-                self._renewer.start()
+                # Started before it is recorded: a Ctrl-C between the two leaves a thread the close's
+                # ``_closing`` still ends, never one the close would join unstarted.
+                renewer = threading.Thread(target=self._renew_leases, name="ctxrt lease renewer", daemon=True)
+                renewer.start()
+                self._renewer = renewer
             return True
 
     def holds(self, branch_id: int, name: str) -> bool:
@@ -319,7 +352,7 @@ class PostgresEngine(Catalog):
         with self._lease_lock:
             token = self._held.pop(key, None)
             if token is not None:
-                self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder))
+                self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder), within=self._lease_statement_s)
 
     def _lease_arrays(self, held: dict[tuple[int, str], int]) -> tuple[list[int], list[str], list[int]]:
         return [b for b, _ in held], [n for _, n in held], list(held.values())
@@ -333,37 +366,65 @@ class PostgresEngine(Catalog):
                 if not held:
                     continue
                 sent = time.monotonic()
+                arrays = (*self._lease_arrays(held), self._holder)
                 try:
-                    renewed = {(int(b), str(n)) for b, n in self._on_leases(
-                        _RENEW, (self._lease_ms, *self._lease_arrays(held), self._holder), every=True)}
+                    answer = {(int(b), str(n)): bool(done) for b, n, done in self._on_leases(
+                        _RENEW, (*arrays, self._lease_ms, *arrays), every=True, within=self._lease_ms / 1000)}
                 except StoreUnavailableError as exc:  # held until their expiry: tried again next time
-                    logger.warning("%s: couldn't renew the leases: %s", self.data_path, exc.reason)
+                    if not self._closing.is_set():  # (cut by the close otherwise)
+                        logger.warning("%s: couldn't renew the leases: %s", self.data_path, exc.reason)
                     continue
                 for key, token in held.items():
-                    if key in renewed:
+                    if answer.get(key):
                         self._valid[key] = sent + self._lease_ms / 1000
+                    elif key in answer:  # held, its row locked by a batch in flight: renewed next time
+                        continue
                     elif self._held.get(key) == token and self._valid[key]:
                         # Kept in ``_held``: the writes still name its token, and the server refuses them.
                         logger.warning("%s: the lease on %s lapsed or was taken over", self.data_path, key)
                         self._valid[key] = 0.0
 
-    def _on_leases(self, query: str, params: Sequence[Any], *, every: bool = False) -> Any:
+    def _on_leases(self, query: str, params: Sequence[Any] | dict[str, Any], *, every: bool = False, within: float | None = None) -> Any:
         """One statement on the lease connection (made again if it was lost: the leases are rows, they
-        stay); its first row, or every row. Call with ``_lease_lock`` held."""
+        stay, unless the engine is closing); its first row, or every row; cut if unanswered
+        ``within`` seconds. Call with ``_lease_lock`` held."""
         for attempt in (0, 1):
             if self._leases is None or self._leases.closed or self._leases.broken:
                 self._leases = self._connect(self._leases)
+            fired: list[bool] = []  # cut for taking too long: not tried again (the server is silent)
+
+            def overdue() -> None:
+                fired.append(True)
+                self._cut_leases()
+            cut = None if within is None else threading.Timer(within, overdue)
             try:
+                if cut is not None:
+                    cut.start()
                 cursor = self._leases.execute(query, params)
                 if cursor.description is None:  # a statement returning no rows (a release)
                     return None
                 return cursor.fetchall() if every else cursor.fetchone()
             except psycopg.OperationalError as exc:
-                if attempt or not (self._leases.closed or self._leases.broken):
+                if fired:
+                    raise StoreUnavailableError(self.data_path, f"the lease statement had no answer in {within:g} s"
+                                                                f" (the server or its pooler is silent)") from None
+                if attempt or self._closing.is_set() or not (self._leases.closed or self._leases.broken):
                     raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
             except psycopg.Error as exc:
                 raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
+            finally:
+                if cut is not None:
+                    cut.cancel()
         raise AssertionError("unreachable")
+
+    def _cut_leases(self) -> None:
+        """Fail the lease connection's statement in flight, from another thread: its socket shut
+        (PgBouncer queues a statement for a server that is down; a stalled pooler never answers)."""
+        conn = self._leases
+        if conn is None or conn.closed:
+            return
+        with contextlib.suppress(OSError, psycopg.Error), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
 
     def lapsed(self, keys: Sequence[tuple[int, str]]) -> None:
         """Leases a write found gone: ``holds`` answers False for them from now. No lock: this runs in
@@ -1370,17 +1431,36 @@ class PgBatch(Batch):
 
 
 # Leases (K12), on the server's clock. A take wins a lease that expired (or was given back), or its
-# own; every take raises the token, so whatever the last holder still sends is refused.
+# own; every take raises the token, so whatever the last holder still sends is refused. The expiry
+# is counted from when the take won (after waiting for the last holder's batch, which keeps the row
+# locked: an expiry from before the wait was already past); the take answers how long after the
+# statement began it runs (the holder counts from its send, earlier).
+# Nor while a schema-2 writer (ctxrt before row leases, still running when the store was moved)
+# holds the namespace as a session advisory lock on (branch, hashtext(schema/name)): pg_locks shows
+# its two keys as unsigned oids.
 _TAKE_LEASE = ("INSERT INTO ctxrt_leases AS l (branch, name, holder, token, expires)"
-               " VALUES (%s, %s, %s, 1, clock_timestamp() + %s * interval '1 millisecond')"
+               " SELECT %(branch)s::integer, %(name)s::text, %(holder)s::text, 1,"
+               " clock_timestamp() + %(ms)s * interval '1 millisecond'"
+               " WHERE NOT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted"
+               " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+               " AND classid::bigint = (%(branch)s::integer::bigint & 4294967295)"
+               " AND objid::bigint = (hashtext(current_schema() || '/' || %(name)s::text)::bigint & 4294967295))"
                " ON CONFLICT (branch, name) DO UPDATE SET holder = EXCLUDED.holder, token = l.token + 1,"
-               " expires = EXCLUDED.expires WHERE l.expires <= clock_timestamp() OR l.holder = EXCLUDED.holder"
-               " RETURNING l.token")
+               " expires = clock_timestamp() + %(ms)s * interval '1 millisecond'"
+               " WHERE l.expires <= clock_timestamp() OR l.holder = EXCLUDED.holder"
+               " RETURNING l.token, extract(epoch FROM l.expires - statement_timestamp())")
 # The lease rows of (branches, names, tokens) held by a holder.
 _HELD = ("unnest(%s::integer[], %s::text[], %s::bigint[]) AS h(branch, name, token) WHERE l.branch = h.branch"
          " AND l.name = h.name AND l.token = h.token AND l.holder = %s")
-_RENEW = (f"UPDATE ctxrt_leases AS l SET expires = clock_timestamp() + %s * interval '1 millisecond' FROM {_HELD}"
-          " AND l.expires > clock_timestamp() RETURNING l.branch, l.name")
+# A renewal: each lease still held pushed on, but one the engine's own batch in flight keeps locked
+# (its fencing check, to the batch's end) is passed over, not waited for: a stalled batch must not
+# hold up the others' renewals. Answers (branch, name, renewed) for each still held.
+_RENEW = ("WITH free AS (SELECT l.branch, l.name FROM ctxrt_leases AS l, " + _HELD + " AND l.expires > clock_timestamp()"
+          " FOR NO KEY UPDATE OF l SKIP LOCKED),"
+          " renewed AS (UPDATE ctxrt_leases AS l SET expires = clock_timestamp() + %s * interval '1 millisecond'"
+          " FROM free WHERE l.branch = free.branch AND l.name = free.name RETURNING l.branch, l.name)"
+          " SELECT branch, name, true FROM renewed UNION ALL SELECT l.branch, l.name, false FROM ctxrt_leases AS l, "
+          + _HELD + " AND l.expires > clock_timestamp() AND (l.branch, l.name) NOT IN (SELECT branch, name FROM renewed)")
 _RELEASE = f"UPDATE ctxrt_leases AS l SET expires = '-infinity' FROM {_HELD}"
 # The fencing check, among a batch's first statements: the leases its writes need, still this
 # engine's (same token) and unexpired, locked until the batch ends (a take waits for it to commit).
