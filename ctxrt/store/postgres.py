@@ -607,7 +607,7 @@ class PostgresEngine(Catalog):
         holders = [int(pid) for (pid,) in conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall()]
         if holders:
             try:
-                conn.execute(_AWAIT_WRITERS, (str(self._catalog_key), holders))
+                conn.execute(_AWAIT_WRITERS, (str(STATEMENT_TIMEOUT_MS), str(self._catalog_key), holders))
             except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
                 raise StoreUnavailableError(self.data_path, f"writes in flight didn't end within "
                                                             f"{STATEMENT_TIMEOUT_MS} ms") from None
@@ -1339,14 +1339,18 @@ _LAST_VALUE = "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 EN
 _WRITERS = ("SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
             " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND classid = ((%(key)s::bigint >> 32) & 4294967295)::oid AND objid = (%(key)s::bigint & 4294967295)::oid")
-# Wait for each holder's backend lock to be released (its transaction ended), shared: holders
-# don't wait for one another, nor for this.
 # The lock a write transaction holds exclusive before the catalog lock, keyed by the store's
 # catalog key and its server backend's pid.
 _BACKEND_KEY = "hashtextextended(%s::text || '/backend/' || {pid}, 0)"
 _BACKEND_LOCK = f"SELECT pg_advisory_xact_lock({_BACKEND_KEY.format(pid='pg_backend_pid()')})"
-_AWAIT_WRITERS = (f"SELECT count(pg_advisory_xact_lock_shared({_BACKEND_KEY.format(pid='pid')}))"
-                  " FROM unnest(%s::int[]) AS pid")
+# Wait for each holder's backend lock to be released (its transaction ended), shared: holders
+# don't wait for one another, nor for this. Its bound is set in the statement, for its own
+# transaction (a CTE with a volatile function runs once, before the rows it joins): behind a
+# transaction-mode pooler the reader's session ``SET lock_timeout`` is on another server connection,
+# and the wait lasted as long as a stalled writer did.
+_AWAIT_WRITERS = ("WITH bound AS (SELECT set_config('lock_timeout', %s, true))"
+                  f" SELECT count(pg_advisory_xact_lock_shared({_BACKEND_KEY.format(pid='pid')}))"
+                  " FROM bound, unnest(%s::int[]) AS pid")
 _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, sequence, data)"
                 " VALUES (%s, %s, %s, %s, %s, %s)")
 _UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)"

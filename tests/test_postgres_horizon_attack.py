@@ -1,0 +1,67 @@
+"""The PostgreSQL horizon attacked as a host would meet it (issue 39; K11, K13, K16): a writer stalled
+inside its transaction behind a transaction-mode pooler."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ctxrt.errors import StoreUnavailableError
+from ctxrt.store import postgres
+from ctxrt.store.postgres import PostgresEngine
+from ctxrt.testing import AppendItem, Cluster, RegisterState, execute, start_pooler
+
+BOUND_MS = 1000
+
+
+def test_the_horizon_gives_up_at_its_bound_behind_a_pooler_whatever_server_connection_it_gets(
+    pg_cluster: Cluster, pg_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """K16, K13: with a writer stalled inside its transaction (its locks held), ``last_sequence``
+    through a transaction-mode pooler waits at most the lock bound, then raises
+    ``StoreUnavailableError``, though its wait runs on a server connection the reader's session
+    ``SET`` never reached (a pool of 2: the stalled writer holds the one the reader set up). It
+    waited for as long as the writer stayed stalled."""
+    monkeypatch.setattr(postgres, "STATEMENT_TIMEOUT_MS", BOUND_MS)
+    database = pg_url.split("?")[0].rsplit("/", 1)[1]
+    with start_pooler(pg_cluster, pool_size=2) as pooler:
+        url = pooler.url(database)
+        writer = PostgresEngine(url, idle_in_transaction_ms=60_000)
+        reader = PostgresEngine(url, create=False)
+        in_flight, go = threading.Event(), threading.Event()
+        try:
+            writer.apply([RegisterState(name="log", kind="log")], execute)
+
+            def stalled(batch: object, command: object) -> object:
+                result = execute(batch, command)
+                in_flight.set()  # the slot's lock held and its sequence drawn, the rows not sent
+                go.wait(30)
+                return result
+
+            batch = threading.Thread(target=lambda: writer.apply([AppendItem(state="log", branch=1, data=b"x")], stalled))
+            batch.start()
+            in_flight.wait()
+            outcome: list[object] = []
+
+            def horizon() -> None:
+                began = time.monotonic()
+                try:
+                    outcome.append(reader.last_sequence)
+                except StoreUnavailableError as exc:
+                    outcome.append(exc)
+                outcome.append(time.monotonic() - began)
+
+            waiting = threading.Thread(target=horizon)
+            waiting.start()
+            waiting.join(timeout=10 * BOUND_MS / 1000)
+            go.set()
+            batch.join()
+            waiting.join()
+            assert isinstance(outcome[0], StoreUnavailableError), f"the horizon answered {outcome[0]} after {outcome[1]:.1f} s"
+            assert "didn't end within" in outcome[0].reason, outcome[0].reason
+        finally:
+            go.set()
+            writer.close()
+            reader.close()
