@@ -7,6 +7,10 @@ import threading
 import time
 
 import pytest
+import trio
+from psycopg._pipeline_base import BasePipeline
+
+import ctxrt
 
 from ctxrt.errors import StoreUnavailableError
 from ctxrt.store import postgres
@@ -65,3 +69,31 @@ def test_the_horizon_gives_up_at_its_bound_behind_a_pooler_whatever_server_conne
             go.set()
             writer.close()
             reader.close()
+
+
+def test_a_durable_append_is_two_round_trips_on_the_wire(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """K16: a durable add_message's batch sends two Syncs on the writing connection (each a wait for
+    the server): the locks, head and sequences, then the rows and the commit. Counted where psycopg
+    sends every Sync, its own included: a transaction block opened in a pipeline synced after the
+    BEGIN, again after the rows, after the COMMIT and at the pipeline's end (5)."""
+    syncs = 0
+    enqueue = BasePipeline._enqueue_sync
+
+    def counted(pipeline: BasePipeline) -> None:
+        nonlocal syncs
+        syncs += 1
+        enqueue(pipeline)
+
+    async def main() -> None:
+        nonlocal syncs
+        async with ctxrt.open_runtime(pg_url, durability="sync") as rt:
+            manager = await rt.open("ann", isolate=True)
+            await manager.add_message("user", "warm-up")  # the tables read, the slot's state registered
+            monkeypatch.setattr(BasePipeline, "_enqueue_sync", counted)
+            for n in range(5):
+                await manager.add_message("user", f"line {n}")
+            monkeypatch.undo()
+            assert await manager.message_count() == 6
+
+    trio.run(main)
+    assert syncs == 5 * 2, f"{syncs / 5} Syncs per append"

@@ -62,6 +62,7 @@ from typing import Any, TypeVar
 import psycopg
 import psycopg.conninfo
 import psycopg.errors
+from psycopg.pq import TransactionStatus
 
 from ..errors import (
     BranchNotFoundError,
@@ -953,37 +954,51 @@ class PostgresEngine(Catalog):
         # Pipelined: statements are sent without waiting for each answer; a read (a head's) waits.
         # An append batch is two round trips: the catalog lock and counter with the slot's lock,
         # head and sequences; then its rows and the commit.
-        with conn.pipeline() as pipeline, conn.transaction():
-            cursor = conn.cursor()
-            self._local_settings(cursor)
-            # This backend's own lock first (no one else takes it exclusive): the horizon waits on it.
-            # Keyed in SQL by the server's pid: behind a pooler the client's backend_pid is the pooler's.
-            cursor.execute(_BACKEND_LOCK, (str(self._catalog_key),))
-            cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
-            fence = _Fence(self, conn, self.fenced(commands))  # answered with the batch's first read
-            # Read after the lock is granted (a statement of its own: its snapshot is taken then),
-            # answered with the batch's first read: the tables it knows are checked then.
-            found = conn.cursor().execute(_CATALOG)
-            counter: psycopg.Cursor[Any] | None = found
-            # Nothing read yet, or they moved: read the tables first. So does a batch that changes
-            # them (it holds the lock exclusive): it judges a branch's name against the tables as
-            # they are, not as this process last read them (another may have just made that name).
-            if settled or exclusive or not self.known_states:
-                self._began = True
-                pipeline.sync()
-                if _catalog(found.fetchall()) != self._committed or not self.known_states:
-                    self._load(conn)
-                counter = None
-            catalog = self._committed  # what the commands are judged against (a reload may move it meanwhile)
-            appends = _appends(commands)
-            batch = PgBatch(self, cursor, pipeline, catalog, appends, counter, self._lock_appended(cursor, appends))
-            batch.exclusive = exclusive
-            results = run_commands(batch, commands, fence.around(execute), unnested, _Savepoints(self, batch, pipeline))
-            batch.check_catalog()
-            batch.flush()
-            if batch.catalog != catalog:
-                cursor.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('catalog', %s)"
-                               " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (batch.catalog,))
+        # BEGIN and COMMIT are sent as statements, not with ``conn.transaction()``: in a pipeline that
+        # syncs after its BEGIN, after the block and after the COMMIT (5 round trips, not 2).
+        try:
+            with conn.pipeline() as pipeline:
+                cursor = conn.cursor()
+                cursor.execute("BEGIN")
+                self._local_settings(cursor)
+                # This backend's own lock first (no one else takes it exclusive): the horizon waits on it.
+                # Keyed in SQL by the server's pid: behind a pooler the client's backend_pid is the pooler's.
+                cursor.execute(_BACKEND_LOCK, (str(self._catalog_key),))
+                cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
+                fence = _Fence(self, conn, self.fenced(commands))  # answered with the batch's first read
+                # Read after the lock is granted (a statement of its own: its snapshot is taken then),
+                # answered with the batch's first read: the tables it knows are checked then.
+                found = conn.cursor().execute(_CATALOG)
+                counter: psycopg.Cursor[Any] | None = found
+                # Nothing read yet, or they moved: read the tables first. So does a batch that changes
+                # them (it holds the lock exclusive): it judges a branch's name against the tables as
+                # they are, not as this process last read them (another may have just made that name).
+                if settled or exclusive or not self.known_states:
+                    self._began = True
+                    pipeline.sync()
+                    if _catalog(found.fetchall()) != self._committed or not self.known_states:
+                        self._load(conn)
+                    counter = None
+                catalog = self._committed  # what the commands are judged against (a reload may move it meanwhile)
+                appends = _appends(commands)
+                batch = PgBatch(self, cursor, pipeline, catalog, appends, counter, self._lock_appended(cursor, appends))
+                batch.exclusive = exclusive
+                results = run_commands(batch, commands, fence.around(execute), unnested, _Savepoints(self, batch, pipeline))
+                batch.check_catalog()
+                batch.flush()
+                if batch.catalog != catalog:
+                    cursor.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('catalog', %s)"
+                                   " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (batch.catalog,))
+                cursor.execute("COMMIT")  # with the rows: the pipeline's end is their one Sync
+        except BaseException:
+            # What the server still holds of it (a refused row left it aborted; a Python error left it open).
+            if not (conn.closed or conn.broken) and conn.info.transaction_status in (TransactionStatus.INTRANS,
+                                                                                     TransactionStatus.INERROR):
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error as exc:  # the batch's own error is the one to report
+                    logger.warning("%s: rolling a failed batch back failed: %s", self.data_path, self._reason(exc))
+            raise
         return results, batch
 
     def _lock_appended(self, cursor: psycopg.Cursor[Any], appends: dict[tuple[str, str | int], int]) -> frozenset[tuple[int, int]]:
