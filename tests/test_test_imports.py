@@ -79,6 +79,7 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
                       _UNIT + " (a message's stored and wire forms)"),
     "test_engine.py": (frozenset({"ctxrt.store.actor", "ctxrt.store.engine", "ctxrt.store.postgres"}),
                        _UNIT + " (both store engines, command by command)"),
+    "test_postgres_horizon_attack.py": (frozenset({"ctxrt.store.postgres"}), _UNIT),
     "test_postgres_store.py": (frozenset({"ctxrt.store.postgres"}), _UNIT),
     "test_postgres_lease.py": (frozenset({"ctxrt.store.postgres"}),
                                _UNIT + " (the engine's leases and their fencing check, engine by engine)"),

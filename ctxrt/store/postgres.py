@@ -66,6 +66,7 @@ import psycopg
 import psycopg.conninfo
 import psycopg.errors
 import trio
+from psycopg.pq import TransactionStatus
 
 from ..errors import (
     BranchNotFoundError,
@@ -157,9 +158,11 @@ class PostgresEngine(Catalog):
 
     def __init__(self, url: str, *, synchronous: bool = True, create: bool = True,
                  idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS, lease_ms: int | None = None,
-                 connect_timeout_s: int = CONNECT_TIMEOUT_S, lease_statement_s: float = LEASE_STATEMENT_S) -> None:
+                 connect_timeout_s: int = CONNECT_TIMEOUT_S, lease_statement_s: float = LEASE_STATEMENT_S,
+                 statement_timeout_ms: int = STATEMENT_TIMEOUT_MS) -> None:
         super().__init__()
         self.url = url
+        self._statement_ms = statement_timeout_ms  # the bound of a statement and of a lock wait
         self._connect_timeout_s = connect_timeout_s
         self._lease_statement_s = lease_statement_s  # how long a take or give-back waits for its answer
         self._idle_ms = idle_in_transaction_ms  # how long the server lets a stalled batch hold its locks
@@ -227,7 +230,7 @@ class PostgresEngine(Catalog):
                 # Bounds, so a stalled server is an error, not a hang. Behind a transaction-mode pooler
                 # this lands on whichever server connection the pooler gave (the same bounds every
                 # ctxrt process sets; nothing else a session SET would carry to another client).
-                conn.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}; SET lock_timeout = {STATEMENT_TIMEOUT_MS}")
+                conn.execute(f"SET statement_timeout = {self._statement_ms}; SET lock_timeout = {self._statement_ms}")
             # No server-side prepared statements on the writer, nor behind a pooler: psycopg forgets
             # them at every ROLLBACK (a refused command's ROLLBACK TO SAVEPOINT too), which in
             # pipeline mode fell out of step with statements already sent; and a transaction-mode
@@ -251,7 +254,7 @@ class PostgresEngine(Catalog):
         cursor.execute("SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
                        " set_config('idle_in_transaction_session_timeout', %s, true)"
                        + ("" if self._synchronous else ", set_config('synchronous_commit', 'off', true)"),
-                       (str(STATEMENT_TIMEOUT_MS), str(STATEMENT_TIMEOUT_MS), str(int(self._idle_ms))))
+                       (str(self._statement_ms), str(self._statement_ms), str(int(self._idle_ms))))
 
     def _require_locks(self) -> None:
         """Refuse a server whose transaction advisory locks don't keep a second session out
@@ -630,7 +633,7 @@ class PostgresEngine(Catalog):
                     horizon, lsn = self._ask_primary()
             except psycopg.Error as exc:
                 raise StoreUnavailableError(self.data_path, f"its primary, asked for the horizon: {self._reason(exc)}") from None
-        deadline = time.monotonic() + STATEMENT_TIMEOUT_MS / 1000
+        deadline = time.monotonic() + self._statement_ms / 1000
         while True:  # within the replica's lag
             with self._lock:
                 try:
@@ -646,7 +649,7 @@ class PostgresEngine(Catalog):
             with self._lock:
                 if time.monotonic() > deadline:
                     raise StoreUnavailableError(self.data_path, f"the standby didn't replay its primary's WAL up to "
-                                                                f"{lsn} within {STATEMENT_TIMEOUT_MS} ms{self._paused()}")
+                                                                f"{lsn} within {self._statement_ms} ms{self._paused()}")
             time.sleep(REPLAY_POLL_S)
 
     def _ask_primary(self) -> tuple[int, str]:
@@ -721,10 +724,10 @@ class PostgresEngine(Catalog):
         holders = [int(pid) for (pid,) in conn.execute(_WRITERS, {"key": self._catalog_key}).fetchall()]
         if holders:
             try:
-                conn.execute(_AWAIT_WRITERS, (str(self._catalog_key), holders))
+                conn.execute(_AWAIT_WRITERS, (str(self._statement_ms), str(self._catalog_key), holders))
             except (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled):
                 raise StoreUnavailableError(self.data_path, f"writes in flight didn't end within "
-                                                            f"{STATEMENT_TIMEOUT_MS} ms") from None
+                                                            f"{self._statement_ms} ms") from None
         return last
 
     def rereads(self) -> bool:
@@ -1068,37 +1071,51 @@ class PostgresEngine(Catalog):
         # Pipelined: statements are sent without waiting for each answer; a read (a head's) waits.
         # An append batch is two round trips: the catalog lock and counter with the slot's lock,
         # head and sequences; then its rows and the commit.
-        with conn.pipeline() as pipeline, conn.transaction():
-            cursor = conn.cursor()
-            self._local_settings(cursor)
-            # This backend's own lock first (no one else takes it exclusive): the horizon waits on it.
-            # Keyed in SQL by the server's pid: behind a pooler the client's backend_pid is the pooler's.
-            cursor.execute(_BACKEND_LOCK, (str(self._catalog_key),))
-            cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
-            fence = _Fence(self, conn, self.fenced(commands))  # answered with the batch's first read
-            # Read after the lock is granted (a statement of its own: its snapshot is taken then),
-            # answered with the batch's first read: the tables it knows are checked then.
-            found = conn.cursor().execute(_CATALOG)
-            counter: psycopg.Cursor[Any] | None = found
-            # Nothing read yet, or they moved: read the tables first. So does a batch that changes
-            # them (it holds the lock exclusive): it judges a branch's name against the tables as
-            # they are, not as this process last read them (another may have just made that name).
-            if settled or exclusive or not self.known_states:
-                self._began = True
-                pipeline.sync()
-                if _catalog(found.fetchall()) != self._committed or not self.known_states:
-                    self._load(conn)
-                counter = None
-            catalog = self._committed  # what the commands are judged against (a reload may move it meanwhile)
-            appends = _appends(commands)
-            batch = PgBatch(self, cursor, pipeline, catalog, appends, counter, self._lock_appended(cursor, appends))
-            batch.exclusive = exclusive
-            results = run_commands(batch, commands, fence.around(execute), unnested, _Savepoints(self, batch, pipeline))
-            batch.check_catalog()
-            batch.flush()
-            if batch.catalog != catalog:
-                cursor.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('catalog', %s)"
-                               " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (batch.catalog,))
+        # BEGIN and COMMIT are sent as statements, not with ``conn.transaction()``: in a pipeline that
+        # syncs after its BEGIN, after the block and after the COMMIT (5 round trips, not 2).
+        try:
+            with conn.pipeline() as pipeline:
+                cursor = conn.cursor()
+                cursor.execute("BEGIN")
+                self._local_settings(cursor)
+                # This backend's own lock first (no one else takes it exclusive): the horizon waits on it.
+                # Keyed in SQL by the server's pid: behind a pooler the client's backend_pid is the pooler's.
+                cursor.execute(_BACKEND_LOCK, (str(self._catalog_key),))
+                cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
+                fence = _Fence(self, conn, self.fenced(commands))  # answered with the batch's first read
+                # Read after the lock is granted (a statement of its own: its snapshot is taken then),
+                # answered with the batch's first read: the tables it knows are checked then.
+                found = conn.cursor().execute(_CATALOG)
+                counter: psycopg.Cursor[Any] | None = found
+                # Nothing read yet, or they moved: read the tables first. So does a batch that changes
+                # them (it holds the lock exclusive): it judges a branch's name against the tables as
+                # they are, not as this process last read them (another may have just made that name).
+                if settled or exclusive or not self.known_states:
+                    self._began = True
+                    pipeline.sync()
+                    if _catalog(found.fetchall()) != self._committed or not self.known_states:
+                        self._load(conn)
+                    counter = None
+                catalog = self._committed  # what the commands are judged against (a reload may move it meanwhile)
+                appends = _appends(commands)
+                batch = PgBatch(self, cursor, pipeline, catalog, appends, counter, self._lock_appended(cursor, appends))
+                batch.exclusive = exclusive
+                results = run_commands(batch, commands, fence.around(execute), unnested, _Savepoints(self, batch, pipeline))
+                batch.check_catalog()
+                batch.flush()
+                if batch.catalog != catalog:
+                    cursor.execute("INSERT INTO ctxrt_meta (key, value) VALUES ('catalog', %s)"
+                                   " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value", (batch.catalog,))
+                cursor.execute("COMMIT")  # with the rows: the pipeline's end is their one Sync
+        except BaseException:
+            # What the server still holds of it (a refused row left it aborted; a Python error left it open).
+            if not (conn.closed or conn.broken) and conn.info.transaction_status in (TransactionStatus.INTRANS,
+                                                                                     TransactionStatus.INERROR):
+                try:
+                    conn.execute("ROLLBACK")
+                except psycopg.Error as exc:  # the batch's own error is the one to report
+                    logger.warning("%s: rolling a failed batch back failed: %s", self.data_path, self._reason(exc))
+            raise
         return results, batch
 
     def _lock_appended(self, cursor: psycopg.Cursor[Any], appends: dict[tuple[str, str | int], int]) -> frozenset[tuple[int, int]]:
@@ -1473,14 +1490,18 @@ _LAST_VALUE = "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 EN
 _WRITERS = ("SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
             " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND classid = ((%(key)s::bigint >> 32) & 4294967295)::oid AND objid = (%(key)s::bigint & 4294967295)::oid")
-# Wait for each holder's backend lock to be released (its transaction ended), shared: holders
-# don't wait for one another, nor for this.
 # The lock a write transaction holds exclusive before the catalog lock, keyed by the store's
 # catalog key and its server backend's pid.
 _BACKEND_KEY = "hashtextextended(%s::text || '/backend/' || {pid}, 0)"
 _BACKEND_LOCK = f"SELECT pg_advisory_xact_lock({_BACKEND_KEY.format(pid='pg_backend_pid()')})"
-_AWAIT_WRITERS = (f"SELECT count(pg_advisory_xact_lock_shared({_BACKEND_KEY.format(pid='pid')}))"
-                  " FROM unnest(%s::int[]) AS pid")
+# Wait for each holder's backend lock to be released (its transaction ended), shared: holders
+# don't wait for one another, nor for this. Its bound is set in the statement, for its own
+# transaction (a CTE with a volatile function runs once, before the rows it joins): behind a
+# transaction-mode pooler the reader's session ``SET lock_timeout`` is on another server connection,
+# and the wait lasted as long as a stalled writer did.
+_AWAIT_WRITERS = ("WITH bound AS (SELECT set_config('lock_timeout', %s, true))"
+                  f" SELECT count(pg_advisory_xact_lock_shared({_BACKEND_KEY.format(pid='pid')}))"
+                  " FROM bound, unnest(%s::int[]) AS pid")
 _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, sequence, data)"
                 " VALUES (%s, %s, %s, %s, %s, %s)")
 _UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)"
