@@ -51,7 +51,7 @@ BUSY_WAIT_S = 0.001
 # An idle loop blocks for a durable commit whose flush takes at most FAST_FLUSH_S (moving average),
 # for at most IDLE_WAIT_S: what an arrival meanwhile (a request, a thread's message) may wait. A
 # lone caller commits from its own task only while the flush measures that fast.
-FAST_FLUSH_S = 0.001
+FAST_FLUSH_S = 0.0002
 IDLE_WAIT_S = 0.002
 _AVERAGED = 0.2  # each commit's weight in the moving average of the flush time
 # The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
