@@ -381,8 +381,9 @@ class HeadWindowReset(Protocol):
 class RawEntries:
     """The newest messages of a view with their cumulative token counts, kept across compiles and
     read back only as far as a budget needs (docs/behaviours.md L7); their ``copy`` entries are
-    made only for the suffix a compile takes (``suffix``): reading back doubles what it holds, so
-    most of what it holds past the budget is never shown.
+    made only for the suffix a compile takes (``suffix``) and for appends (every suffix holds
+    them): reading back doubles what it holds, so most of what it holds past the budget is never
+    shown. The entries from ``_made`` on are all made, so a warm compile's suffix checks none.
 
     A warm compile extends them with what was appended (handing back the same ``Entry`` objects,
     which compile's memo keys on); a view edited or cut since replaces just the messages that
@@ -393,6 +394,7 @@ class RawEntries:
         self._stamp: object = None
         self.messages: list[Message] = []
         self._entries: list[Entry | None] = []  # each message's entry, once a suffix needed it
+        self._made = 0  # every entry from here on is made: a warm compile's suffix checks none of them
         self.totals: list[int] = [0]  # totals[i] = tokens of messages[:i]
         self.complete = False  # the messages are the whole view
         self._newest = -1  # sequence of the newest message taken
@@ -405,14 +407,14 @@ class RawEntries:
         self._copies = view.copies
         window = view.window(1)
         if view.pricing != self._pricing or (window.stamp != self._stamp and not self._patched(view, window)):
-            self._stamp, self.messages, self._entries, self.totals = window.stamp, [], [], [0]
+            self._stamp, self.messages, self._entries, self.totals, self._made = window.stamp, [], [], [0], 0
             self.complete, self._newest, self._pricing = False, -1, view.pricing
             self._prepend(window.messages, window.complete, view)
         elif window.messages and window.messages[-1].sequence > self._newest:
             messages = window.messages
             fresh = messages[bisect_right(messages, self._newest, key=sequence_key) :]
             self.messages += fresh
-            self._entries += [None] * len(fresh)
+            self._entries += [raw_entry(message, self._copies) for message in fresh]  # every suffix holds them
             total = self.totals[-1]
             for message in fresh:
                 total += view.estimate_tokens(message)
@@ -431,9 +433,10 @@ class RawEntries:
     def suffix(self, start: int) -> list[Entry]:
         """The ``copy`` entries of ``messages[start:]``, each made once (from the view's ``copies``)."""
         entries, messages, copies = self._entries, self.messages, self._copies
-        for index in range(start, len(entries)):
+        for index in range(start, self._made):
             if entries[index] is None:
                 entries[index] = raw_entry(messages[index], copies)
+        self._made = min(self._made, start)
         return cast("list[Entry]", entries[start:])
 
     def _oldest(self) -> int | None:
@@ -460,6 +463,8 @@ class RawEntries:
             stop = bisect_right(self.messages, high, key=sequence_key)
             self.messages[start:stop] = fresh
             self._entries[start:stop] = [None] * len(fresh)
+            moved = len(fresh) - (stop - start)
+            self._made = self._made + moved if self._made >= stop else start + len(fresh)
             totals = self.totals
             made = list(accumulate((view.estimate_tokens(message) for message in fresh), initial=totals[start]))
             shift = made[-1] - totals[stop]
@@ -475,6 +480,7 @@ class RawEntries:
         costs += [b - a for a, b in zip(self.totals, self.totals[1:])]
         self.messages = [*messages, *self.messages]
         self._entries = [*([None] * len(messages)), *self._entries]
+        self._made += len(messages)
         self.totals = [0, *accumulate(costs)]
         if messages:
             self._newest = max(self._newest, messages[-1].sequence)
@@ -487,6 +493,7 @@ class RawEntries:
         if start > 4096 and start > 2 * (len(self.messages) - start):
             keep = max(0, start - 64)
             self.messages, self._entries = self.messages[keep:], self._entries[keep:]
+            self._made = max(0, self._made - keep)
             base = self.totals[keep]
             self.totals = [total - base for total in self.totals[keep:]]
             self.complete = False
