@@ -8,13 +8,14 @@ import time
 
 import pytest
 import trio
-from psycopg._pipeline_base import BasePipeline
 
 import ctxrt
 
 from ctxrt.errors import StoreUnavailableError
 from ctxrt.store.postgres import PostgresEngine
 from ctxrt.testing import AppendItem, Cluster, RegisterState, execute, start_pooler
+
+from wire_counter import WireCounter
 
 BOUND_MS = 1000
 
@@ -69,29 +70,22 @@ def test_the_horizon_gives_up_at_its_bound_behind_a_pooler_whatever_server_conne
             reader.close()
 
 
-def test_a_durable_append_is_two_round_trips_on_the_wire(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_durable_append_is_two_round_trips_on_the_wire(pg_url: str) -> None:
     """K16: a durable add_message's batch sends two Syncs on the writing connection (each a wait for
-    the server): the locks, head and sequences, then the rows and the commit. Counted where psycopg
-    sends every Sync, its own included: a transaction block opened in a pipeline synced after the
+    the server): the locks, head and sequences, then the rows and the commit. Counted on the wire,
+    by a proxy in front of the server: a transaction block opened in a pipeline synced after the
     BEGIN, again after the rows, after the COMMIT and at the pipeline's end (5)."""
-    syncs = 0
-    enqueue = BasePipeline._enqueue_sync
 
-    def counted(pipeline: BasePipeline) -> None:
-        nonlocal syncs
-        syncs += 1
-        enqueue(pipeline)
-
-    async def main() -> None:
-        nonlocal syncs
-        async with ctxrt.open_runtime(pg_url, durability="sync") as rt:
+    async def main(wire: WireCounter) -> None:
+        async with ctxrt.open_runtime(wire.url, durability="sync") as rt:
             manager = await rt.open("ann", isolate=True)
             await manager.add_message("user", "warm-up")  # the tables read, the slot's state registered
-            monkeypatch.setattr(BasePipeline, "_enqueue_sync", counted)
+            [before] = wire.syncs_of(b"INSERT INTO ctxrt_items")
             for n in range(5):
                 await manager.add_message("user", f"line {n}")
-            monkeypatch.undo()
+            [after] = wire.syncs_of(b"INSERT INTO ctxrt_items")
             assert await manager.message_count() == 6
+            assert after - before == 5 * 2, f"{(after - before) / 5} Syncs per append"
 
-    trio.run(main)
-    assert syncs == 5 * 2, f"{syncs / 5} Syncs per append"
+    with WireCounter(pg_url) as wire:
+        trio.run(main, wire)
