@@ -1243,8 +1243,8 @@ class ContextManager:
                 contents[message_id] = content_for_reader(decode_stored(engine, item.data, item.sequence).content,
                                                           record.reader)
         # The body and its digest are pure work on what was read: on a worker thread, off the loop.
-        body, digest = await trio.to_thread.run_sync(request_ledger.rebuilt_digested, record, contents.__getitem__)
-        return RebuiltRequest(body, tuple(edited), digest == record.body_digest)
+        body, matches = await trio.to_thread.run_sync(request_ledger.rebuilt_matching, record, contents.__getitem__)
+        return RebuiltRequest(body, tuple(edited), matches)
 
     async def aclose(self) -> None:
         """Close this manager (idempotent); the namespace actor stops with its last manager, before

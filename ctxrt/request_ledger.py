@@ -40,7 +40,10 @@ from .store.records import Item
 # ``to_openai_chat``, ``to_openai_responses``), and a compression call the namespace made.
 FORMS = ("anthropic", "openai_chat", "openai_responses")
 COMPRESSION = "compression"
-RECORD_FORMAT = 1
+# 2: a body's item whose content is a list is digested block by block (``item_digest``). Records of
+# format 1 are read as ever; their digest is checked by format 1's definition (``body_digest_v1``).
+RECORD_FORMAT = 2
+FORMATS = (1, 2)
 
 
 @attrs.frozen
@@ -166,48 +169,120 @@ def _items_key(body: Mapping[str, Any]) -> str:
 
 def body_digest(body: Any, memo: BodyDigests | None = None) -> str:
     """sha256 hex over ``body``'s canonical JSON without its item list (``messages``, or a
-    Responses body's ``input``), then the sha256 of each item's canonical JSON in order. Items are
-    digested one by one so a body that shares its earlier items with the last one (P14) is
-    digested for its new items only (``memo``); the value is the same either way."""
+    Responses body's ``input``), the list's key, then each item's digest (``item_digest``) in
+    order. Items, and an item's blocks, are digested one by one so a body that shares its earlier
+    items with the last one (P14), or an item that shares a run of blocks with one of the last
+    body's (a merged turn grown or trimmed), is digested for what is new only (``memo``); the
+    value is the same either way."""
     body = dict(body)
     key = _items_key(body)
     items = body.pop(key, [])
-    digests = memo.digests(items) if memo is not None else [hashlib.sha256(canonical_json(i)).digest() for i in items]
+    digests = memo.digests(items) if memo is not None else [item_digest(i) for i in items]
     whole = hashlib.sha256(canonical_json(body))
     whole.update(key.encode())
     whole.update(b"".join(digests))
     return whole.hexdigest()
 
 
+def item_digest(item: Any, blocks: Sequence[bytes] | None = None) -> bytes:
+    """An item's sha256: of its canonical JSON, or for an item whose ``content`` is a list (a turn's
+    blocks, a message's parts), of the canonical JSON of the item without it, ``content``, then
+    the sha256 of each block's canonical JSON in order (``blocks``, if known), so a turn merging
+    thousands of blocks costs what changed in it (record format 2; format 1 took every item
+    whole, ``body_digest_v1``)."""
+    content = _blocks_of(item)
+    if content is None:
+        return hashlib.sha256(canonical_json(item)).digest()
+    if blocks is None:
+        blocks = _digested(content)
+    whole = hashlib.sha256(canonical_json({k: v for k, v in item.items() if k != "content"}))
+    whole.update(b"content")
+    whole.update(b"".join(blocks))
+    return whole.digest()
+
+
+def body_digest_v1(body: Any) -> str:
+    """The digest records of format 1 hold: as ``body_digest``, each item taken whole (the sha256
+    of its canonical JSON). A rebuild checks an older record's digest by it."""
+    body = dict(body)
+    key = _items_key(body)
+    items = body.pop(key, [])
+    whole = hashlib.sha256(canonical_json(body))
+    whole.update(key.encode())
+    whole.update(b"".join(_digested(items)))
+    return whole.hexdigest()
+
+
+def _digested(values: Iterable[Any]) -> list[bytes]:
+    return [hashlib.sha256(canonical_json(value)).digest() for value in values]
+
+
+def _blocks_of(item: Any) -> list[Any] | tuple[Any, ...] | None:
+    """An item's ``content``, if it is a list of blocks."""
+    content = item.get("content") if isinstance(item, Mapping) else None
+    return content if isinstance(content, (list, tuple)) else None
+
+
 class BodyDigests:
-    """The item digests of the last body digested: the items it shares with the next one, by
-    identity, are not digested again (the last one is: the host may have edited it, P14)."""
+    """The item digests of the last body digested: the items it shares with the next one are not
+    digested again, nor the blocks an item of the next one shares with its first or last item
+    (a turn merging one role's messages, trimmed at the front or grown at the back). The last
+    body's last item, and that item's last block, are digested again: the host may have edited
+    them in place (P14, P15)."""
 
     def __init__(self) -> None:
         self._items: list[Any] = []
         self._digests: list[bytes] = []
+        # The first and last items whose content is a list: the item, its blocks as digested, their
+        # digests, and whether it was the last item (its last block the host's).
+        self._ends: list[tuple[Any, list[Any], list[bytes], bool]] = []
 
     def digests(self, items: Sequence[Any]) -> list[bytes]:
         shared = shared_run(items, self._items)
         keep = shared.keep
         if shared.drop + keep == len(self._items):
             keep = max(keep - 1, 0)
-        stop = shared.head + keep
-        digests = [*self._digest(items[:shared.head if keep else 0]),
-                   *self._digests[shared.drop:shared.drop + keep], *self._digest(items[stop if keep else 0:])]
-        self._items, self._digests = list(items), digests
+        head = shared.head if keep else 0
+        made: dict[int, tuple[list[Any], list[bytes]]] = {}
+        digests = [*self._digest(items, 0, head, made), *self._digests[shared.drop:shared.drop + keep],
+                   *self._digest(items, head + keep, len(items), made)]
+        ends = []
+        for at in dict.fromkeys((0, len(items) - 1)) if items else ():
+            found = made.get(at) or next(((blocks, each) for item, blocks, each, _ in self._ends if item is items[at]), None)
+            if found is not None:
+                ends.append((items[at], *found, at == len(items) - 1))
+        self._items, self._digests, self._ends = list(items), digests, ends
         return digests
 
-    @staticmethod
-    def _digest(items: Sequence[Any]) -> list[bytes]:
-        return [hashlib.sha256(canonical_json(i)).digest() for i in items]
+    def _digest(self, items: Sequence[Any], start: int, stop: int,
+                made: dict[int, tuple[list[Any], list[bytes]]]) -> list[bytes]:
+        out = []
+        for at in range(start, stop):
+            item = items[at]
+            content = _blocks_of(item)
+            if content is None:
+                out.append(item_digest(item))
+                continue
+            blocks = list(content)  # as digested: the host may change its list
+            each = self._blocks(blocks)
+            out.append(item_digest(item, each))
+            if at in (0, len(items) - 1):
+                made[at] = (blocks, each)
+        return out
 
-
-def _shared_prefix(new: Sequence[Any], old: Sequence[Any]) -> int:
-    """How many leading items ``new`` and ``old`` share (the same object, or an equal one: it
-    makes the same part and digest), by slice compares in C: a compile's shared prefix is
-    thousands of items, and a compare stops at the first object that differs."""
-    return run_length(new, 0, old, 0)
+    def _blocks(self, blocks: list[Any]) -> list[bytes]:
+        """The digests of ``blocks``, those of the longest run it shares with the last body's first
+        or last item taken as they were (but the last item's last block)."""
+        best, kept = Shared(), None
+        for _, old, each, last in self._ends:
+            run = shared_run(blocks, old)
+            keep = run.keep - (last and run.drop + run.keep == len(old))
+            if keep > best.keep:
+                best, kept = Shared(run.head, run.drop, keep), each
+        if kept is None:
+            return _digested(blocks)
+        return [*_digested(blocks[:best.head]), *kept[best.drop:best.drop + best.keep],
+                *_digested(blocks[best.head + best.keep:])]
 
 
 def text_digest(text: str) -> str:
@@ -326,15 +401,18 @@ class Shared:
 
 
 def shared_run(new: Sequence[Any], old: Sequence[Any]) -> Shared:
-    """The longest run of ``old`` that ``new`` holds by identity, found where a turn leaves it: from
-    ``new``'s first few items, at ``old``'s first few (a window sliding drops a few at a time)."""
+    """The longest run of ``old`` that ``new`` holds, found where a turn leaves it: from ``new``'s
+    first few items, at ``old``'s first few (a window sliding drops a few at a time). Its first
+    item is found by identity (an equal item elsewhere is compared only as a run goes on): a
+    body's item that merges thousands of blocks would be compared whole at each look."""
     best = Shared()
+    look = old[:_DROP_LOOK]
     for head in range(min(_HEAD_LOOK, len(new))):
-        try:
-            drop = old.index(new[head], 0, _DROP_LOOK)
-        except ValueError:
+        item = new[head]
+        drop = next((k for k, each in enumerate(look) if each is item), None)
+        if drop is None:
             continue
-        keep = _shared_prefix(new[head:], old[drop:])
+        keep = run_length(new, head, old, drop)  # slice compares in C: the same object, or an equal one
         if keep > best.keep:
             best = Shared(head, drop, keep)
         if keep:
@@ -573,8 +651,8 @@ def decode_record(data: bytes, base: Parts | None = None, *, alone: bool = False
     for bytes that aren't one."""
     try:
         raw = json.loads(data)
-        if not isinstance(raw, dict) or raw.get("f") != RECORD_FORMAT:
-            raise ValueError(f"not a request record of format {RECORD_FORMAT}")
+        if not isinstance(raw, dict) or raw.get("f") not in FORMATS:
+            raise ValueError(f"not a request record of format {' or '.join(map(str, FORMATS))}")
         own = [RequestPart(str(p[0]), bool(p[1]), p[2], None if p[3] is None else tuple(p[3]),
                            tuple(("summary" if k == "s" else "message", str(i)) for k, i in p[4]), int(p[5]))
                for p in raw["parts"]]
@@ -766,10 +844,12 @@ def rebuilt_body(record: RequestRecord, content_of: Callable[[str], Sequence[Blo
     return make_body(CompileResult(messages, injections, provenance), record.form, options)
 
 
-def rebuilt_digested(record: RequestRecord, content_of: Callable[[str], Sequence[Block]]) -> tuple[Any, str]:
-    """``rebuilt_body`` and its ``body_digest``."""
+def rebuilt_matching(record: RequestRecord, content_of: Callable[[str], Sequence[Block]]) -> tuple[Any, bool]:
+    """``rebuilt_body``, and whether its digest is the one ``record`` holds: by ``body_digest``, or
+    for a record of format 1 (whose digest no format-2 digest equals), by ``body_digest_v1``."""
     body = rebuilt_body(record, content_of)
-    return body, body_digest(body)
+    digest = record.body_digest
+    return body, body_digest(body) == digest or body_digest_v1(body) == digest
 
 
 def rebuilt_messages(parts: Iterable[RequestPart], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:

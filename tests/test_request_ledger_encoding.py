@@ -23,8 +23,10 @@ from ctxrt.request_ledger import (
     RequestRecord,
     Shared,
     body_digest,
+    body_digest_v1,
     decode_record,
     encode_record,
+    item_digest,
 )
 from ctxrt.testing import AppendItem, verify
 
@@ -121,6 +123,49 @@ def test_a_body_digested_against_the_last_is_the_digest_made_afresh(changes: lis
             items[-1]["content"] = items[-1]["content"] + "!"  # the host's to edit (P14)
         body = {"system": "s", "messages": list(items)}
         assert body_digest(body, memo) == body_digest(body)
+
+
+# One step between two bodies whose items merge runs of blocks (every message a user's, say): blocks
+# a window drops from the first item, items dropped at the front, blocks appended to the last item,
+# items appended, and the host's edits of the last item in place (its last block, its block list).
+merged_steps = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 3), st.integers(0, 2),
+                                  st.booleans(), st.booleans()), min_size=1, max_size=20)
+
+
+@settings(max_examples=80, deadline=None)
+@given(merged_steps)
+def test_a_merged_turn_digested_block_by_block_against_the_last_is_the_digest_made_afresh(steps: list[Any]) -> None:
+    """Q1, P14: a body whose items merge many blocks, digested against the last (a turn trimmed at
+    the front, grown at the back, the host's cache_control set on the last block in place, a block
+    added to the last item's list), is the digest made afresh; an item's digest is of its blocks'."""
+    memo, counter = BodyDigests(), iter(range(10_000))
+    block = lambda: {"type": "text", "text": f"b{next(counter)}"}  # noqa: E731
+    items: list[dict[str, Any]] = [{"role": "user", "content": [block()]}]
+    for trim, drop, grow, add, mark_last, append_in_place in steps:
+        items = [dict(item) for item in items]  # a body's turns are new dicts; their blocks are shared
+        if items:
+            items[0]["content"] = items[0]["content"][trim:]
+            items[-1]["content"] = items[-1]["content"] + [block() for _ in range(grow)]
+        items = items[drop:] + [{"role": "user" if n % 2 else "assistant", "content": [block(), block()]}
+                                for n in range(add)]
+        body = {"system": "s", "messages": items}
+        assert body_digest(body, memo) == body_digest(body)
+        if items and items[-1]["content"]:
+            if mark_last:  # the host's to edit (P15): in place, after the digest
+                items[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+            if append_in_place:
+                items[-1]["content"].append(block())
+            assert body_digest(body, memo) == body_digest(body)
+    assert item_digest({"role": "user", "content": []}) != item_digest({"role": "user", "content": ""})
+
+
+def test_a_format_1_digest_takes_each_item_whole() -> None:
+    """Q5: the digest a record of format 1 holds (each item's canonical JSON hashed whole) differs
+    from format 2's for a body with block lists and is the same for one with none."""
+    listed = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+    plain = {"messages": [{"role": "user", "content": "hi"}]}
+    assert body_digest_v1(listed) != body_digest(listed)
+    assert body_digest_v1(plain) == body_digest(plain)
 
 
 async def test_verify_reports_a_record_kept_against_one_not_before_it(store_path: Path) -> None:
