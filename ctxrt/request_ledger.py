@@ -499,6 +499,7 @@ class RequestEncoder:
         self.state = Parts()
         self._made: tuple[int, Sequence[Any], Sequence[Any], Parts] = (0, (), (), Parts())
         self.bodies = BodyDigests()
+        self.on_at: int | None = None  # the runtime's ledger switches when its flag was last read on
 
     def encode(self, result: CompileResult, version: int) -> tuple[str | None, Shared, list[RequestPart],
                                                                    list[RequestPart], Parts]:
