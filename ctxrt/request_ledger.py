@@ -20,6 +20,7 @@ import json
 import math
 import operator
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -169,41 +170,42 @@ def _items_key(body: Mapping[str, Any]) -> str:
 
 def body_digest(body: Any, memo: BodyDigests | None = None) -> str:
     """sha256 hex over ``body``'s canonical JSON without its item list (``messages``, or a
-    Responses body's ``input``), the list's key, then each item's digest (``item_digest``) in
-    order. Items, and an item's blocks, are digested one by one so a body that shares its earlier
-    items with the last one (P14), or an item that shares a run of blocks with one of the last
-    body's (a merged turn grown or trimmed), is digested for what is new only (``memo``); the
-    value is the same either way."""
+    Responses body's ``input``), the list's key, then the digests of the list's chunks
+    (``Chunked``: runs of item digests, ``item_digest``, cut where an item's digest says so).
+    Items, an item's blocks, and chunks are digested one by one so a body that shares a run of
+    items with the last one (P14), or an item that shares a run of blocks with the last body's
+    first or last item (a merged turn trimmed or grown), costs what is new (``memo``); the value
+    is the same either way (record format 2)."""
     body = dict(body)
     key = _items_key(body)
     items = body.pop(key, [])
-    digests = memo.digests(items) if memo is not None else [item_digest(i) for i in items]
+    chunked = memo.digested(items) if memo is not None else Chunked.of([item_digest(i) for i in items])
     whole = hashlib.sha256(canonical_json(body))
     whole.update(key.encode())
-    whole.update(b"".join(digests))
+    whole.update(b"".join(chunked.sums))
     return whole.hexdigest()
 
 
-def item_digest(item: Any, blocks: Sequence[bytes] | None = None) -> bytes:
+def item_digest(item: Any, blocks: Chunked | None = None) -> bytes:
     """An item's sha256: of its canonical JSON, or for an item whose ``content`` is a list (a turn's
     blocks, a message's parts), of the canonical JSON of the item without it, ``content``, then
-    the sha256 of each block's canonical JSON in order (``blocks``, if known), so a turn merging
-    thousands of blocks costs what changed in it (record format 2; format 1 took every item
-    whole, ``body_digest_v1``)."""
+    the digests of its blocks' chunks (``Chunked`` of the sha256 of each block's canonical JSON;
+    ``blocks``, if known), so a turn merging thousands of blocks costs what changed in it."""
     content = _blocks_of(item)
     if content is None:
         return hashlib.sha256(canonical_json(item)).digest()
     if blocks is None:
-        blocks = _digested(content)
+        blocks = Chunked.of(_digested(content))
     whole = hashlib.sha256(canonical_json({k: v for k, v in item.items() if k != "content"}))
     whole.update(b"content")
-    whole.update(b"".join(blocks))
+    whole.update(b"".join(blocks.sums))
     return whole.digest()
 
 
 def body_digest_v1(body: Any) -> str:
-    """The digest records of format 1 hold: as ``body_digest``, each item taken whole (the sha256
-    of its canonical JSON). A rebuild checks an older record's digest by it."""
+    """The digest records of format 1 hold: the sha256 over the body's canonical JSON without its
+    item list, the list's key, then the sha256 of each item's canonical JSON. A rebuild checks an
+    older record's digest by it."""
     body = dict(body)
     key = _items_key(body)
     items = body.pop(key, [])
@@ -223,39 +225,99 @@ def _blocks_of(item: Any) -> list[Any] | tuple[Any, ...] | None:
     return content if isinstance(content, (list, tuple)) else None
 
 
+_CUT = 8  # a digest whose first byte is below this ends a chunk: one in 32
+
+
+def _cuts(digests: Sequence[bytes], offset: int) -> list[int]:
+    """Where chunks end among ``digests`` (from ``offset`` on in a list): past each digest that
+    ends one."""
+    return [offset + n + 1 for n, digest in enumerate(digests) if digest[0] < _CUT]
+
+
+class Chunked:
+    """A list of digests (items', or an item's blocks') cut into chunks by content: a chunk ends
+    after each digest whose first byte is below ``_CUT``, and at the list's end. ``sums``: each
+    chunk's sha256 (of its digests, concatenated). Where a window slid or grew, the cuts are where
+    they were, so a list sharing a run with the last one takes the chunks inside the run as they
+    were (``then``): a turn digests what it adds, a few chunks, and one digest per chunk."""
+
+    __slots__ = ("digests", "ends", "sums")
+
+    def __init__(self, digests: list[bytes], ends: list[int], sums: list[bytes]) -> None:
+        self.digests, self.ends, self.sums = digests, ends, sums
+
+    @classmethod
+    def of(cls, digests: list[bytes]) -> Chunked:
+        ends = _ended(digests, _cuts(digests, 0), 0)
+        return cls(digests, ends, _sums(digests, ends, 0))
+
+    def then(self, shared: Shared, head: list[bytes], tail: list[bytes]) -> Chunked:
+        """``head``, the run ``shared`` names of these digests, then ``tail``: the chunks wholly
+        inside the run kept, the others digested."""
+        drop, keep = shared.drop, shared.keep
+        digests = [*head, *self.digests[drop:drop + keep], *tail]
+        first = bisect_right(self.ends, drop)
+        inner = self.ends[first:bisect_right(self.ends, drop + keep)]  # the cuts inside the run
+        if inner and inner[-1] == len(self.digests) and self.digests[-1][0] >= _CUT:
+            inner.pop()  # the list's end, not a cut: the run's last chunk may go on
+        if len(inner) < 2:  # no chunk wholly inside it
+            return Chunked.of(digests)
+        shift = len(head) - drop
+        ends = _cuts(head, 0)
+        ends.append(inner[0] + shift)
+        sums = _sums(digests, ends, 0)  # up to the run's first cut
+        ends += [end + shift for end in inner[1:]]
+        sums += self.sums[first + 1:first + len(inner)]
+        start = ends[-1]
+        rest = _ended(digests, _cuts(digests[start:], start), start)
+        return Chunked(digests, ends + rest, sums + _sums(digests, rest, start))
+
+
+def _ended(digests: Sequence[bytes], ends: list[int], start: int) -> list[int]:
+    """``ends`` (of the chunks from ``start`` on), and the list's end if digests follow the last."""
+    if len(digests) > (ends[-1] if ends else start):
+        ends.append(len(digests))
+    return ends
+
+
+def _sums(digests: Sequence[bytes], ends: Sequence[int], start: int) -> list[bytes]:
+    """The sha256 of each chunk of ``digests`` ending at ``ends``, the first from ``start``."""
+    return [hashlib.sha256(b"".join(digests[a:b])).digest() for a, b in zip([start, *ends], ends)]
+
+
 class BodyDigests:
-    """The item digests of the last body digested: the items it shares with the next one are not
+    """The digests of the last body digested: the items it shares with the next one are not
     digested again, nor the blocks an item of the next one shares with its first or last item
-    (a turn merging one role's messages, trimmed at the front or grown at the back). The last
-    body's last item, and that item's last block, are digested again: the host may have edited
-    them in place (P14, P15)."""
+    (a turn merging one role's messages, trimmed at the front or grown at the back), nor the
+    chunks inside those runs (``Chunked``). The last body's last item, and that item's last
+    block, are digested again: the host may have edited them in place (P14, P15)."""
 
     def __init__(self) -> None:
         self._items: list[Any] = []
-        self._digests: list[bytes] = []
+        self._chunked = Chunked.of([])
         # The first and last items whose content is a list: the item, its blocks as digested, their
         # digests, and whether it was the last item (its last block the host's).
-        self._ends: list[tuple[Any, list[Any], list[bytes], bool]] = []
+        self._ends: list[tuple[Any, list[Any], Chunked, bool]] = []
 
-    def digests(self, items: Sequence[Any]) -> list[bytes]:
+    def digested(self, items: Sequence[Any]) -> Chunked:
         shared = shared_run(items, self._items)
         keep = shared.keep
         if shared.drop + keep == len(self._items):
             keep = max(keep - 1, 0)
         head = shared.head if keep else 0
-        made: dict[int, tuple[list[Any], list[bytes]]] = {}
-        digests = [*self._digest(items, 0, head, made), *self._digests[shared.drop:shared.drop + keep],
-                   *self._digest(items, head + keep, len(items), made)]
+        made: dict[int, tuple[list[Any], Chunked]] = {}
+        chunked = self._chunked.then(Shared(head, shared.drop, keep), self._digest(items, 0, head, made),
+                                     self._digest(items, head + keep, len(items), made))
         ends = []
         for at in dict.fromkeys((0, len(items) - 1)) if items else ():
             found = made.get(at) or next(((blocks, each) for item, blocks, each, _ in self._ends if item is items[at]), None)
             if found is not None:
                 ends.append((items[at], *found, at == len(items) - 1))
-        self._items, self._digests, self._ends = list(items), digests, ends
-        return digests
+        self._items, self._chunked, self._ends = list(items), chunked, ends
+        return chunked
 
     def _digest(self, items: Sequence[Any], start: int, stop: int,
-                made: dict[int, tuple[list[Any], list[bytes]]]) -> list[bytes]:
+                made: dict[int, tuple[list[Any], Chunked]]) -> list[bytes]:
         out = []
         for at in range(start, stop):
             item = items[at]
@@ -270,9 +332,9 @@ class BodyDigests:
                 made[at] = (blocks, each)
         return out
 
-    def _blocks(self, blocks: list[Any]) -> list[bytes]:
-        """The digests of ``blocks``, those of the longest run it shares with the last body's first
-        or last item taken as they were (but the last item's last block)."""
+    def _blocks(self, blocks: list[Any]) -> Chunked:
+        """The chunked digests of ``blocks``, those of the longest run it shares with the last
+        body's first or last item taken as they were (but the last item's last block)."""
         best, kept = Shared(), None
         for _, old, each, last in self._ends:
             run = shared_run(blocks, old)
@@ -280,9 +342,8 @@ class BodyDigests:
             if keep > best.keep:
                 best, kept = Shared(run.head, run.drop, keep), each
         if kept is None:
-            return _digested(blocks)
-        return [*_digested(blocks[:best.head]), *kept[best.drop:best.drop + best.keep],
-                *_digested(blocks[best.head + best.keep:])]
+            return Chunked.of(_digested(blocks))
+        return kept.then(best, _digested(blocks[:best.head]), _digested(blocks[best.head + best.keep:]))
 
 
 def text_digest(text: str) -> str:

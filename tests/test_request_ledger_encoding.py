@@ -6,6 +6,7 @@ message). Property tests: sequences of requests drawn by hypothesis."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,14 @@ from ctxrt import Budget, CompiledMessage, CompileResult, Message, Provenance, S
 from ctxrt.errors import StoreCorruptError
 from ctxrt.request_ledger import (
     BodyDigests,
+    Chunked,
     Parts,
     RequestEncoder,
     RequestRecord,
     Shared,
     body_digest,
     body_digest_v1,
+    canonical_json,
     decode_record,
     encode_record,
     item_digest,
@@ -140,7 +143,7 @@ def test_a_merged_turn_digested_block_by_block_against_the_last_is_the_digest_ma
     added to the last item's list), is the digest made afresh; an item's digest is of its blocks'."""
     memo, counter = BodyDigests(), iter(range(10_000))
     block = lambda: {"type": "text", "text": f"b{next(counter)}"}  # noqa: E731
-    items: list[dict[str, Any]] = [{"role": "user", "content": [block()]}]
+    items: list[dict[str, Any]] = [{"role": "user", "content": [block() for _ in range(150)]}]  # a few chunks
     for trim, drop, grow, add, mark_last, append_in_place in steps:
         items = [dict(item) for item in items]  # a body's turns are new dicts; their blocks are shared
         if items:
@@ -160,12 +163,36 @@ def test_a_merged_turn_digested_block_by_block_against_the_last_is_the_digest_ma
 
 
 def test_a_format_1_digest_takes_each_item_whole() -> None:
-    """Q5: the digest a record of format 1 holds (each item's canonical JSON hashed whole) differs
-    from format 2's for a body with block lists and is the same for one with none."""
-    listed = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
-    plain = {"messages": [{"role": "user", "content": "hi"}]}
-    assert body_digest_v1(listed) != body_digest(listed)
-    assert body_digest_v1(plain) == body_digest(plain)
+    """Q5: format 1's digest (what older records hold) is the sha256 over the body's canonical JSON
+    without its items, the key, then each item's sha256 taken whole; format 2's is another."""
+    item = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    body = {"system": "s", "messages": [item]}
+    by_hand = hashlib.sha256(b'{"system":"s"}messages' + hashlib.sha256(canonical_json(item)).digest())
+    assert body_digest_v1(body) == by_hand.hexdigest() != body_digest(body)
+
+
+def _digest(n: int) -> bytes:
+    return hashlib.sha256(str(n).encode()).digest()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 40), st.integers(0, 3)),
+                min_size=1, max_size=12))
+def test_chunks_kept_across_a_shared_run_are_the_chunks_made_afresh(steps: list[Any]) -> None:
+    """Q1: a list of digests cut into chunks by content, made from the last one's run (a window that
+    slid and grew, items new at the front) has the cuts and chunk digests of the list made afresh."""
+    counter = iter(range(10**6))
+    digests = [_digest(next(counter)) for _ in range(300)]
+    chunked = Chunked.of(digests)
+    for head, drop, cut_back, grow in steps:
+        drop = min(drop, len(digests))
+        keep = max(len(digests) - drop - cut_back, 0)
+        own_head = [_digest(next(counter)) for _ in range(head)]
+        tail = [_digest(next(counter)) for _ in range(grow * 10)]
+        chunked = chunked.then(Shared(head, drop, keep), own_head, tail)
+        digests = [*own_head, *digests[drop:drop + keep], *tail]
+        afresh = Chunked.of(digests)
+        assert (chunked.digests, chunked.ends, chunked.sums) == (afresh.digests, afresh.ends, afresh.sums)
 
 
 async def test_verify_reports_a_record_kept_against_one_not_before_it(store_path: Path) -> None:
