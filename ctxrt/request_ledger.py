@@ -536,10 +536,16 @@ class Parts:
                 twice += counts[item.id] == 2
         flat = None
         if self.flat is not None and all(len(items) == 1 for items in held):
-            flat = (*(items[0] for items in held[:len(head)]), *self.flat[shared.drop:stop],
-                    *(items[0] for items in held[len(head):]))
-        return Parts((*head, *self.parts[shared.drop:stop], *tail),
-                     (*held[:len(head)], *self.each[shared.drop:stop], *held[len(head):]), counts, twice, flat)
+            flat = _spliced([items[0] for items in held[:len(head)]], self.flat[shared.drop:stop],
+                            [items[0] for items in held[len(head):]])
+        return Parts(_spliced(head, self.parts[shared.drop:stop], tail),
+                     _spliced(held[:len(head)], self.each[shared.drop:stop], held[len(head):]), counts, twice, flat)
+
+
+def _spliced(head: Sequence[Any], kept: tuple[Any, ...], tail: Sequence[Any]) -> tuple[Any, ...]:
+    """``head``, ``kept`` and ``tail`` as one tuple, the long ``kept`` copied once (a turn's own
+    parts are few: most often none before the run)."""
+    return (tuple(head) + kept if head else kept) + tuple(tail)
 
 
 CHAIN = 256  # a record names at most this many before it back to one kept whole (a whole one costs ~100 turns' records)
