@@ -494,14 +494,15 @@ class Parts:
     holds) follow the parts as ``then`` changes them, so a record's ``held`` costs nothing to check
     when no item is held twice, the common case; and while every part holds exactly one item
     (``flat`` is then their items), ``held`` is a slice of the last one's and what changed, not a
-    walk over every part."""
+    walk over every part. ``counts`` is handed on to the next state, edited in place, not copied
+    (a copy cost every turn O(items)); a state whose next was refused counts its parts again."""
 
     def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] = (),
                  counts: dict[str, int] | None = None, twice: int = 0,
                  flat: tuple[HeldItem, ...] | None = ()) -> None:
         self.parts = parts
         self.each = each
-        self.counts = {} if counts is None else counts
+        self.counts: dict[str, int] | None = {} if counts is None else counts  # None: handed on
         self.twice = twice
         self.flat = flat
 
@@ -523,7 +524,13 @@ class Parts:
         held = [tuple(HeldItem(i, "summary" if k == "summary" else "message", p.version) for k, i in p.sources)
                 for p in own]
         stop = shared.drop + shared.keep
-        counts, twice = self.counts.copy(), self.twice
+        counts, twice = self.counts, self.twice
+        if counts is None:  # handed on to a state made of this one before (its record refused)
+            counts = {}
+            for items in self.each:
+                for item in items:
+                    counts[item.id] = counts.get(item.id, 0) + 1
+        self.counts = None
         for items in itertools.chain(self.each[:shared.drop], self.each[stop:]):  # the parts it leaves
             for item in items:
                 counts[item.id] -= 1
