@@ -174,7 +174,9 @@ class BodyCache:
         record names its ``messages``), else None: a result's second body of one form (the host's,
         then the request ledger's) takes the first one's record as it is, not assembled again."""
         record = self.get(key)
-        return record if record is not None and record.messages == list(messages) else None
+        if record is None or len(record.messages) != len(messages):
+            return None
+        return record if record.messages == (messages if isinstance(messages, list) else list(messages)) else None
 
     def clear(self) -> None:
         """Drop every record, and the parts shared with other caches (a host edited one, P15):
