@@ -221,11 +221,12 @@ def _digested(values: Iterable[Any]) -> list[bytes]:
 
 def _blocks_of(item: Any) -> list[Any] | tuple[Any, ...] | None:
     """An item's ``content``, if it is a list of blocks."""
-    content = item.get("content") if isinstance(item, Mapping) else None
+    content = item.get("content") if type(item) is dict or isinstance(item, Mapping) else None
     return content if isinstance(content, (list, tuple)) else None
 
 
 _CUT = 8  # a digest whose first byte is below this ends a chunk: one in 32
+_FEW = 8  # an item of at most this many blocks is digested whole, not looked for in the last body's
 
 
 def _cuts(digests: Sequence[bytes], offset: int) -> list[int]:
@@ -336,6 +337,8 @@ class BodyDigests:
         """The chunked digests of ``blocks``, those of the longest run it shares with the last
         body's first or last item taken as they were (but the last item's last block)."""
         best, kept = Shared(), None
+        if len(blocks) <= _FEW:  # digested at once: cheaper than a look for a run
+            return Chunked.of(_digested(blocks))
         for _, old, each, last in self._ends:
             run = shared_run(blocks, old)
             keep = run.keep - (last and run.drop + run.keep == len(old))
