@@ -41,8 +41,9 @@ from .store.records import Item
 # ``to_openai_chat``, ``to_openai_responses``), and a compression call the namespace made.
 FORMS = ("anthropic", "openai_chat", "openai_responses")
 COMPRESSION = "compression"
-# 2: a body's item whose content is a list is digested block by block (``item_digest``). Records of
-# format 1 are read as ever; their digest is checked by format 1's definition (``body_digest_v1``).
+# 2: a body's digest takes its items' digests in chunks cut by content, an item whose content is a
+# list its blocks' likewise (``body_digest``, ``item_digest``). Records of format 1 are read as
+# ever; their digest is checked by format 1's definition (``body_digest_v1``).
 RECORD_FORMAT = 2
 FORMATS = (1, 2)
 
@@ -336,9 +337,9 @@ class BodyDigests:
     def _blocks(self, blocks: list[Any]) -> Chunked:
         """The chunked digests of ``blocks``, those of the longest run it shares with the last
         body's first or last item taken as they were (but the last item's last block)."""
-        best, kept = Shared(), None
         if len(blocks) <= _FEW:  # digested at once: cheaper than a look for a run
             return Chunked.of(_digested(blocks))
+        best, kept = Shared(), None
         for _, old, each, last in self._ends:
             run = shared_run(blocks, old)
             keep = run.keep - (last and run.drop + run.keep == len(old))
@@ -464,16 +465,19 @@ class Shared:
     keep: int = 0
 
 
-def shared_run(new: Sequence[Any], old: Sequence[Any]) -> Shared:
+def shared_run(new: Sequence[Any], old: Sequence[Any], *, equal: bool = False) -> Shared:
     """The longest run of ``old`` that ``new`` holds, found where a turn leaves it: from ``new``'s
     first few items, at ``old``'s first few (a window sliding drops a few at a time). Its first
-    item is found by identity (an equal item elsewhere is compared only as a run goes on): a
-    body's item that merges thousands of blocks would be compared whole at each look."""
+    item is found by identity, or failing that, with ``equal``, by equality (a compile's messages
+    made again, equal); a run goes on while items are the same or equal. Body items are looked
+    for by identity only: one merging thousands of blocks would be compared whole at each look."""
     best = Shared()
     look = old[:_DROP_LOOK]
     for head in range(min(_HEAD_LOOK, len(new))):
         item = new[head]
         drop = next((k for k, each in enumerate(look) if each is item), None)
+        if drop is None and equal:
+            drop = next((k for k, each in enumerate(look) if each == item), None)
         if drop is None:
             continue
         keep = run_length(new, head, old, drop)  # slice compares in C: the same object, or an equal one
@@ -585,7 +589,7 @@ class RequestEncoder:
         messages, sources = result.messages, result.provenance.messages
         shared = Shared()
         if self.record_id is not None and not self.in_flight and self.chain < CHAIN:
-            shared = shared_run(messages, self.messages)
+            shared = shared_run(messages, self.messages, equal=True)
             if shared.keep and (sources[shared.head:shared.head + shared.keep]
                                 != self.sources[shared.drop:shared.drop + shared.keep]):
                 shared = Shared()  # the same messages from other sources: none shared

@@ -215,3 +215,25 @@ async def test_verify_reports_a_record_kept_against_one_not_before_it(store_path
     report = verify(str(store_path))
     assert report.status == "damaged"
     assert any("agents/ann/requests" in item.place and "not-there" in item.what for item in report.damage), report
+
+
+async def test_a_record_of_format_1_reads_back_and_its_rebuild_matches_its_digest(store_path: Path) -> None:
+    """Q5, Q3: a record written before format 2 (its digest took each item whole) reads back, and
+    its rebuild matches it by format 1's definition; a changed digest matches by neither."""
+    async with open_runtime(store_path) as rt:
+        m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+        await m.add_message("user", "what is the plan?")
+        await m.add_message("Claude", "the plan is this")
+        result = await m.compile(Budget(max_tokens=10_000))
+        body = result.to_anthropic(assistant="Claude")
+        made = await m.record_request(result, form="anthropic", options={"assistant": "Claude"})
+        for name, digest in (("old", body_digest_v1(body)), ("changed", body_digest_v1({**body, "system": "x"}))):
+            old = encode_record(attrs.evolve(made, id=name, body_digest=digest)).replace(b',"f":2,', b',"f":1,')
+            await rt.store.ask(AppendItem(state="agents/ann/requests", branch="main", data=old))
+        records = {record.id: record for record in await m.requests()}
+        assert records["old"].body_digest == body_digest_v1(body) != made.body_digest
+        assert (await m.rebuild_request(records["old"])).matches
+        assert not (await m.rebuild_request(records["changed"])).matches
+        assert (await m.rebuild_request(records[made.id])).matches
+        await m.aclose()
+    assert verify(str(store_path)).status == "sound"  # verify decodes format-1 records too
