@@ -14,7 +14,8 @@ runs SAMPLES turns of each, the two in a shuffled order; a variant's figure is t
 all its turns. A record commits in the batch of the runtime's next ``add_message`` (Q1): the
 kept turns' records ride in the next turn's append (a kept turn's, or the first plain one after
 a kept run), as they would in a host where the reply is added next. Target: a kept turn <= 1.1x
-a plain one.
+a plain one. Two rows say where a kept turn's extra time goes: ``record_request``'s own call, and
+the ``add_message`` its record rides in against a plain turn's.
 
 Reading the ledger: two ledgers of R records (1,000 and 100,000; quick: 1,000 and 20,000), each
 made by ``record_request`` of one compile of a 40-message namespace over and over (durability
@@ -55,13 +56,14 @@ def speaker(n: int) -> str:
 async def turns(store: Path, rounds: int, rng: random.Random) -> dict[str, list[float]]:
     async with ctxrt.open_runtime(store) as rt:
         managers = {"plain": await rt.open("plain"), "kept": await rt.open("kept", ledger=True)}
-        times: dict[str, list[float]] = {"plain": [], "kept": [], "record": []}
+        times: dict[str, list[float]] = {"plain": [], "kept": [], "record": [], "plain add": [], "kept add": []}
         written = [0]
 
         async def turn(name: str) -> float:
             manager = managers[name]
             began = time.perf_counter()
             await manager.add_message(speaker(written[0]), say(written[0]))
+            times[f"{name} add"].append((time.perf_counter() - began) * 1000)
             result = await manager.compile(BUDGET)
             result.to_anthropic(assistant="Claude")
             if name == "kept":
@@ -75,6 +77,8 @@ async def turns(store: Path, rounds: int, rng: random.Random) -> dict[str, list[
         for name in managers:  # warm: each namespace's first compile reads the slot
             for _ in range(3):
                 await turn(name)
+        for each in times.values():
+            each.clear()
 
         def variant(name: str) -> Any:
             async def run(_: int) -> float:
@@ -133,6 +137,8 @@ async def _body(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                            times["plain"], "without the ledger", target=1.1))
         rows.append(versus("  of which record_request's own call (no target: the rest is the write its record rides in)",
                            "ms", times["record"], times["plain"], "a turn without the ledger", target=None, op=None))
+        rows.append(versus("  its add_message, which carries a kept turn's record (no target)", "ms", times["kept add"],
+                           times["plain add"], "a plain turn's", target=None, op=None))
         made = {}
         for records in sizes:
             began = time.perf_counter()

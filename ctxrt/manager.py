@@ -1113,11 +1113,14 @@ class ContextManager:
         latency = request_ledger.check_latency(latency_ms)
         await trio.lowlevel.checkpoint()  # before anything is kept: a cancelled call keeps nothing
         ref = self._live()
-        engine = self._registry.engine
-        if engine.read_value(states.ledger_flag_state(self.namespace), ref.branch_id) is not True:
-            raise LedgerOffError(
-                f"namespace {self.namespace!r} keeps no request ledger on branch {ref.branch_name!r}: open it "
-                f"with rt.open(..., ledger=True) to record its requests")
+        engine, ledger = self._registry.engine, self._registry.ledger
+        encoder = ledger.encoder(ref.branch_id, self.namespace)
+        if not ledger.flag_known(encoder, engine):
+            if engine.read_value(states.ledger_flag_state(self.namespace), ref.branch_id) is not True:
+                raise LedgerOffError(
+                    f"namespace {self.namespace!r} keeps no request ledger on branch {ref.branch_name!r}: open it "
+                    f"with rt.open(..., ledger=True) to record its requests")
+            ledger.flag_read_on(encoder)
         self._registry.store_ref()  # ReadOnlyStoreError before anything is made
         given = dict(options) if options is not None else {"assistant": sorted(DEFAULT_ASSISTANT)}
         body = request_ledger.make_body(result, form, given)
@@ -1126,7 +1129,6 @@ class ContextManager:
         stats = status.render_stats if status.stats_compile_id == provenance.compile_id else None
         zones = request_ledger.zones_of_stats(stats) if stats is not None else request_ledger.zone_tokens_of(result)
         sequence = engine.last_sequence
-        encoder = self._registry.ledger.encoder(ref.branch_id, self.namespace)
         base, shared, head, tail, parts = encoder.encode(result, sequence)
         span, trace_id, span_id = tracing.request_span()
         record = request_ledger.RequestRecord(
@@ -1139,10 +1141,10 @@ class ContextManager:
             response_chars=None if response is None else len(response), trace_id=trace_id, span_id=span_id,
             options=stored, parts=parts.parts)
         data = request_ledger.encode_record(record, base=base, shared=shared, head=head, tail=tail)
-        self._registry.ledger.add(encoder, record.id, AppendItem(state=states.ledger_state(self.namespace),
-                                                                 branch=ref.branch_id, data=data))
+        ledger.add(encoder, record.id, AppendItem(state=states.ledger_state(self.namespace), branch=ref.branch_id,
+                                                  data=data))
         tracing.recorded(span, record.id)
-        if len(self._registry.ledger.pending) >= LEDGER_WAITING:
+        if len(ledger.pending) >= LEDGER_WAITING:
             await self._registry.commit_ledger()
         return record
 
@@ -1243,8 +1245,8 @@ class ContextManager:
                 contents[message_id] = content_for_reader(decode_stored(engine, item.data, item.sequence).content,
                                                           record.reader)
         # The body and its digest are pure work on what was read: on a worker thread, off the loop.
-        body, digest = await trio.to_thread.run_sync(request_ledger.rebuilt_digested, record, contents.__getitem__)
-        return RebuiltRequest(body, tuple(edited), digest == record.body_digest)
+        body, matches = await trio.to_thread.run_sync(request_ledger.rebuilt_matching, record, contents.__getitem__)
+        return RebuiltRequest(body, tuple(edited), matches)
 
     async def aclose(self) -> None:
         """Close this manager (idempotent); the namespace actor stops with its last manager, before

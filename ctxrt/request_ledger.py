@@ -20,6 +20,7 @@ import json
 import math
 import operator
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -40,7 +41,11 @@ from .store.records import Item
 # ``to_openai_chat``, ``to_openai_responses``), and a compression call the namespace made.
 FORMS = ("anthropic", "openai_chat", "openai_responses")
 COMPRESSION = "compression"
-RECORD_FORMAT = 1
+# 2: a body's digest takes its items' digests in chunks cut by content, an item whose content is a
+# list its blocks' likewise (``body_digest``, ``item_digest``). Records of format 1 are read as
+# ever; their digest is checked by format 1's definition (``body_digest_v1``).
+RECORD_FORMAT = 2
+FORMATS = (1, 2)
 
 
 @attrs.frozen
@@ -166,48 +171,183 @@ def _items_key(body: Mapping[str, Any]) -> str:
 
 def body_digest(body: Any, memo: BodyDigests | None = None) -> str:
     """sha256 hex over ``body``'s canonical JSON without its item list (``messages``, or a
-    Responses body's ``input``), then the sha256 of each item's canonical JSON in order. Items are
-    digested one by one so a body that shares its earlier items with the last one (P14) is
-    digested for its new items only (``memo``); the value is the same either way."""
+    Responses body's ``input``), the list's key, then the digests of the list's chunks
+    (``Chunked``: runs of item digests, ``item_digest``, cut where an item's digest says so).
+    Items, an item's blocks, and chunks are digested one by one so a body that shares a run of
+    items with the last one (P14), or an item that shares a run of blocks with the last body's
+    first or last item (a merged turn trimmed or grown), costs what is new (``memo``); the value
+    is the same either way (record format 2)."""
     body = dict(body)
     key = _items_key(body)
     items = body.pop(key, [])
-    digests = memo.digests(items) if memo is not None else [hashlib.sha256(canonical_json(i)).digest() for i in items]
+    chunked = memo.digested(items) if memo is not None else Chunked.of([item_digest(i) for i in items])
     whole = hashlib.sha256(canonical_json(body))
     whole.update(key.encode())
-    whole.update(b"".join(digests))
+    whole.update(b"".join(chunked.sums))
     return whole.hexdigest()
 
 
+def item_digest(item: Any, blocks: Chunked | None = None) -> bytes:
+    """An item's sha256: of its canonical JSON, or for an item whose ``content`` is a list (a turn's
+    blocks, a message's parts), of the canonical JSON of the item without it, ``content``, then
+    the digests of its blocks' chunks (``Chunked`` of the sha256 of each block's canonical JSON;
+    ``blocks``, if known), so a turn merging thousands of blocks costs what changed in it."""
+    content = _blocks_of(item)
+    if content is None:
+        return hashlib.sha256(canonical_json(item)).digest()
+    if blocks is None:
+        blocks = Chunked.of(_digested(content))
+    whole = hashlib.sha256(canonical_json({k: v for k, v in item.items() if k != "content"}))
+    whole.update(b"content")
+    whole.update(b"".join(blocks.sums))
+    return whole.digest()
+
+
+def body_digest_v1(body: Any) -> str:
+    """The digest records of format 1 hold: the sha256 over the body's canonical JSON without its
+    item list, the list's key, then the sha256 of each item's canonical JSON. A rebuild checks an
+    older record's digest by it."""
+    body = dict(body)
+    key = _items_key(body)
+    items = body.pop(key, [])
+    whole = hashlib.sha256(canonical_json(body))
+    whole.update(key.encode())
+    whole.update(b"".join(_digested(items)))
+    return whole.hexdigest()
+
+
+def _digested(values: Iterable[Any]) -> list[bytes]:
+    return [hashlib.sha256(canonical_json(value)).digest() for value in values]
+
+
+def _blocks_of(item: Any) -> list[Any] | tuple[Any, ...] | None:
+    """An item's ``content``, if it is a list of blocks."""
+    content = item.get("content") if type(item) is dict or isinstance(item, Mapping) else None
+    return content if isinstance(content, (list, tuple)) else None
+
+
+_CUT = 8  # a digest whose first byte is below this ends a chunk: one in 32
+_FEW = 8  # an item of at most this many blocks is digested whole, not looked for in the last body's
+
+
+def _cuts(digests: Sequence[bytes], offset: int) -> list[int]:
+    """Where chunks end among ``digests`` (from ``offset`` on in a list): past each digest that
+    ends one."""
+    return [offset + n + 1 for n, digest in enumerate(digests) if digest[0] < _CUT]
+
+
+class Chunked:
+    """A list of digests (items', or an item's blocks') cut into chunks by content: a chunk ends
+    after each digest whose first byte is below ``_CUT``, and at the list's end. ``sums``: each
+    chunk's sha256 (of its digests, concatenated). Where a window slid or grew, the cuts are where
+    they were, so a list sharing a run with the last one takes the chunks inside the run as they
+    were (``then``): a turn digests what it adds, a few chunks, and one digest per chunk."""
+
+    __slots__ = ("digests", "ends", "sums")
+
+    def __init__(self, digests: list[bytes], ends: list[int], sums: list[bytes]) -> None:
+        self.digests, self.ends, self.sums = digests, ends, sums
+
+    @classmethod
+    def of(cls, digests: list[bytes]) -> Chunked:
+        ends = _ended(digests, _cuts(digests, 0), 0)
+        return cls(digests, ends, _sums(digests, ends, 0))
+
+    def then(self, shared: Shared, head: list[bytes], tail: list[bytes]) -> Chunked:
+        """``head``, the run ``shared`` names of these digests, then ``tail``: the chunks wholly
+        inside the run kept, the others digested."""
+        drop, keep = shared.drop, shared.keep
+        digests = [*head, *self.digests[drop:drop + keep], *tail]
+        first = bisect_right(self.ends, drop)
+        inner = self.ends[first:bisect_right(self.ends, drop + keep)]  # the cuts inside the run
+        if inner and inner[-1] == len(self.digests) and self.digests[-1][0] >= _CUT:
+            inner.pop()  # the list's end, not a cut: the run's last chunk may go on
+        if len(inner) < 2:  # no chunk wholly inside it
+            return Chunked.of(digests)
+        shift = len(head) - drop
+        ends = _cuts(head, 0)
+        ends.append(inner[0] + shift)
+        sums = _sums(digests, ends, 0)  # up to the run's first cut
+        ends += [end + shift for end in inner[1:]]
+        sums += self.sums[first + 1:first + len(inner)]
+        start = ends[-1]
+        rest = _ended(digests, _cuts(digests[start:], start), start)
+        return Chunked(digests, ends + rest, sums + _sums(digests, rest, start))
+
+
+def _ended(digests: Sequence[bytes], ends: list[int], start: int) -> list[int]:
+    """``ends`` (of the chunks from ``start`` on), and the list's end if digests follow the last."""
+    if len(digests) > (ends[-1] if ends else start):
+        ends.append(len(digests))
+    return ends
+
+
+def _sums(digests: Sequence[bytes], ends: Sequence[int], start: int) -> list[bytes]:
+    """The sha256 of each chunk of ``digests`` ending at ``ends``, the first from ``start``."""
+    return [hashlib.sha256(b"".join(digests[a:b])).digest() for a, b in zip([start, *ends], ends)]
+
+
 class BodyDigests:
-    """The item digests of the last body digested: the items it shares with the next one, by
-    identity, are not digested again (the last one is: the host may have edited it, P14)."""
+    """The digests of the last body digested: the items it shares with the next one are not
+    digested again, nor the blocks an item of the next one shares with its first or last item
+    (a turn merging one role's messages, trimmed at the front or grown at the back), nor the
+    chunks inside those runs (``Chunked``). The last body's last item, and that item's last
+    block, are digested again: the host may have edited them in place (P14, P15)."""
 
     def __init__(self) -> None:
         self._items: list[Any] = []
-        self._digests: list[bytes] = []
+        self._chunked = Chunked.of([])
+        # The first and last items whose content is a list: the item, its blocks as digested, their
+        # digests, and whether it was the last item (its last block the host's).
+        self._ends: list[tuple[Any, list[Any], Chunked, bool]] = []
 
-    def digests(self, items: Sequence[Any]) -> list[bytes]:
+    def digested(self, items: Sequence[Any]) -> Chunked:
         shared = shared_run(items, self._items)
         keep = shared.keep
         if shared.drop + keep == len(self._items):
             keep = max(keep - 1, 0)
-        stop = shared.head + keep
-        digests = [*self._digest(items[:shared.head if keep else 0]),
-                   *self._digests[shared.drop:shared.drop + keep], *self._digest(items[stop if keep else 0:])]
-        self._items, self._digests = list(items), digests
-        return digests
+        head = shared.head if keep else 0
+        made: dict[int, tuple[list[Any], Chunked]] = {}
+        chunked = self._chunked.then(Shared(head, shared.drop, keep), self._digest(items, 0, head, made),
+                                     self._digest(items, head + keep, len(items), made))
+        ends = []
+        for at in dict.fromkeys((0, len(items) - 1)) if items else ():
+            found = made.get(at) or next(((blocks, each) for item, blocks, each, _ in self._ends if item is items[at]), None)
+            if found is not None:
+                ends.append((items[at], *found, at == len(items) - 1))
+        self._items, self._chunked, self._ends = list(items), chunked, ends
+        return chunked
 
-    @staticmethod
-    def _digest(items: Sequence[Any]) -> list[bytes]:
-        return [hashlib.sha256(canonical_json(i)).digest() for i in items]
+    def _digest(self, items: Sequence[Any], start: int, stop: int,
+                made: dict[int, tuple[list[Any], Chunked]]) -> list[bytes]:
+        out = []
+        for at in range(start, stop):
+            item = items[at]
+            content = _blocks_of(item)
+            if content is None:
+                out.append(item_digest(item))
+                continue
+            blocks = list(content)  # as digested: the host may change its list
+            each = self._blocks(blocks)
+            out.append(item_digest(item, each))
+            if at in (0, len(items) - 1):
+                made[at] = (blocks, each)
+        return out
 
-
-def _shared_prefix(new: Sequence[Any], old: Sequence[Any]) -> int:
-    """How many leading items ``new`` and ``old`` share (the same object, or an equal one: it
-    makes the same part and digest), by slice compares in C: a compile's shared prefix is
-    thousands of items, and a compare stops at the first object that differs."""
-    return run_length(new, 0, old, 0)
+    def _blocks(self, blocks: list[Any]) -> Chunked:
+        """The chunked digests of ``blocks``, those of the longest run it shares with the last
+        body's first or last item taken as they were (but the last item's last block)."""
+        if len(blocks) <= _FEW:  # digested at once: cheaper than a look for a run
+            return Chunked.of(_digested(blocks))
+        best, kept = Shared(), None
+        for _, old, each, last in self._ends:
+            run = shared_run(blocks, old)
+            keep = run.keep - (last and run.drop + run.keep == len(old))
+            if keep > best.keep:
+                best, kept = Shared(run.head, run.drop, keep), each
+        if kept is None:
+            return Chunked.of(_digested(blocks))
+        return kept.then(best, _digested(blocks[:best.head]), _digested(blocks[best.head + best.keep:]))
 
 
 def text_digest(text: str) -> str:
@@ -325,16 +465,22 @@ class Shared:
     keep: int = 0
 
 
-def shared_run(new: Sequence[Any], old: Sequence[Any]) -> Shared:
-    """The longest run of ``old`` that ``new`` holds by identity, found where a turn leaves it: from
-    ``new``'s first few items, at ``old``'s first few (a window sliding drops a few at a time)."""
+def shared_run(new: Sequence[Any], old: Sequence[Any], *, equal: bool = False) -> Shared:
+    """The longest run of ``old`` that ``new`` holds, found where a turn leaves it: from ``new``'s
+    first few items, at ``old``'s first few (a window sliding drops a few at a time). Its first
+    item is found by identity, or failing that, with ``equal``, by equality (a compile's messages
+    made again, equal); a run goes on while items are the same or equal. Body items are looked
+    for by identity only: one merging thousands of blocks would be compared whole at each look."""
     best = Shared()
+    look = old[:_DROP_LOOK]
     for head in range(min(_HEAD_LOOK, len(new))):
-        try:
-            drop = old.index(new[head], 0, _DROP_LOOK)
-        except ValueError:
+        item = new[head]
+        drop = next((k for k, each in enumerate(look) if each is item), None)
+        if drop is None and equal:
+            drop = next((k for k, each in enumerate(look) if each == item), None)
+        if drop is None:
             continue
-        keep = _shared_prefix(new[head:], old[drop:])
+        keep = run_length(new, head, old, drop)  # slice compares in C: the same object, or an equal one
         if keep > best.keep:
             best = Shared(head, drop, keep)
         if keep:
@@ -355,14 +501,15 @@ class Parts:
     holds) follow the parts as ``then`` changes them, so a record's ``held`` costs nothing to check
     when no item is held twice, the common case; and while every part holds exactly one item
     (``flat`` is then their items), ``held`` is a slice of the last one's and what changed, not a
-    walk over every part."""
+    walk over every part. ``counts`` is handed on to the next state, edited in place, not copied
+    (a copy cost every turn O(items)); a state whose next was refused counts its parts again."""
 
     def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] = (),
                  counts: dict[str, int] | None = None, twice: int = 0,
                  flat: tuple[HeldItem, ...] | None = ()) -> None:
         self.parts = parts
         self.each = each
-        self.counts = {} if counts is None else counts
+        self.counts: dict[str, int] | None = {} if counts is None else counts  # None: handed on
         self.twice = twice
         self.flat = flat
 
@@ -384,7 +531,13 @@ class Parts:
         held = [tuple(HeldItem(i, "summary" if k == "summary" else "message", p.version) for k, i in p.sources)
                 for p in own]
         stop = shared.drop + shared.keep
-        counts, twice = self.counts.copy(), self.twice
+        counts, twice = self.counts, self.twice
+        if counts is None:  # handed on to a state made of this one before (its record refused)
+            counts = {}
+            for items in self.each:
+                for item in items:
+                    counts[item.id] = counts.get(item.id, 0) + 1
+        self.counts = None
         for items in itertools.chain(self.each[:shared.drop], self.each[stop:]):  # the parts it leaves
             for item in items:
                 counts[item.id] -= 1
@@ -397,10 +550,16 @@ class Parts:
                 twice += counts[item.id] == 2
         flat = None
         if self.flat is not None and all(len(items) == 1 for items in held):
-            flat = (*(items[0] for items in held[:len(head)]), *self.flat[shared.drop:stop],
-                    *(items[0] for items in held[len(head):]))
-        return Parts((*head, *self.parts[shared.drop:stop], *tail),
-                     (*held[:len(head)], *self.each[shared.drop:stop], *held[len(head):]), counts, twice, flat)
+            flat = _spliced([items[0] for items in held[:len(head)]], self.flat[shared.drop:stop],
+                            [items[0] for items in held[len(head):]])
+        return Parts(_spliced(head, self.parts[shared.drop:stop], tail),
+                     _spliced(held[:len(head)], self.each[shared.drop:stop], held[len(head):]), counts, twice, flat)
+
+
+def _spliced(head: Sequence[Any], kept: tuple[Any, ...], tail: Sequence[Any]) -> tuple[Any, ...]:
+    """``head``, ``kept`` and ``tail`` as one tuple, the long ``kept`` copied once (a turn's own
+    parts are few: most often none before the run)."""
+    return (tuple(head) + kept if head else kept) + tuple(tail)
 
 
 CHAIN = 256  # a record names at most this many before it back to one kept whole (a whole one costs ~100 turns' records)
@@ -421,6 +580,7 @@ class RequestEncoder:
         self.state = Parts()
         self._made: tuple[int, Sequence[Any], Sequence[Any], Parts] = (0, (), (), Parts())
         self.bodies = BodyDigests()
+        self.on_at: int | None = None  # the runtime's ledger switches when its flag was last read on
 
     def encode(self, result: CompileResult, version: int) -> tuple[str | None, Shared, list[RequestPart],
                                                                    list[RequestPart], Parts]:
@@ -429,7 +589,7 @@ class RequestEncoder:
         messages, sources = result.messages, result.provenance.messages
         shared = Shared()
         if self.record_id is not None and not self.in_flight and self.chain < CHAIN:
-            shared = shared_run(messages, self.messages)
+            shared = shared_run(messages, self.messages, equal=True)
             if shared.keep and (sources[shared.head:shared.head + shared.keep]
                                 != self.sources[shared.drop:shared.drop + shared.keep]):
                 shared = Shared()  # the same messages from other sources: none shared
@@ -573,8 +733,8 @@ def decode_record(data: bytes, base: Parts | None = None, *, alone: bool = False
     for bytes that aren't one."""
     try:
         raw = json.loads(data)
-        if not isinstance(raw, dict) or raw.get("f") != RECORD_FORMAT:
-            raise ValueError(f"not a request record of format {RECORD_FORMAT}")
+        if not isinstance(raw, dict) or raw.get("f") not in FORMATS:
+            raise ValueError(f"not a request record of format {' or '.join(map(str, FORMATS))}")
         own = [RequestPart(str(p[0]), bool(p[1]), p[2], None if p[3] is None else tuple(p[3]),
                            tuple(("summary" if k == "s" else "message", str(i)) for k, i in p[4]), int(p[5]))
                for p in raw["parts"]]
@@ -766,10 +926,12 @@ def rebuilt_body(record: RequestRecord, content_of: Callable[[str], Sequence[Blo
     return make_body(CompileResult(messages, injections, provenance), record.form, options)
 
 
-def rebuilt_digested(record: RequestRecord, content_of: Callable[[str], Sequence[Block]]) -> tuple[Any, str]:
-    """``rebuilt_body`` and its ``body_digest``."""
+def rebuilt_matching(record: RequestRecord, content_of: Callable[[str], Sequence[Block]]) -> tuple[Any, bool]:
+    """``rebuilt_body``, and whether its digest is the one ``record`` holds: by ``body_digest``, or
+    for a record of format 1 (whose digest no format-2 digest equals), by ``body_digest_v1``."""
     body = rebuilt_body(record, content_of)
-    return body, body_digest(body)
+    digest = record.body_digest
+    return body, body_digest(body) == digest or body_digest_v1(body) == digest
 
 
 def rebuilt_messages(parts: Iterable[RequestPart], content_of: Callable[[str], Sequence[Block]]) -> list[CompiledMessage]:

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -147,6 +148,22 @@ async def test_the_ledger_switch_is_stored_and_a_reopen_without_it_keeps_it(rt: 
         await m.record_request(await m.compile(BUDGET), form="anthropic")
     assert len(await m.requests()) == 2
     await m.aclose()
+
+
+async def test_a_manager_that_recorded_is_refused_once_another_open_turns_the_ledger_off(rt: ctxrt.Runtime) -> None:
+    """Q2: a manager that recorded a request, its namespace's ledger then turned off by another
+    open (the manager still open), is refused with LedgerOffError and stores nothing; turned on
+    again, it records again."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await _turn(m, "one")
+    off = await rt.open("agents/ann", ledger=False)
+    with pytest.raises(LedgerOffError):
+        await _turn(m, "two")
+    on = await rt.open("agents/ann", ledger=True)
+    await _turn(m, "three")
+    assert len(await m.requests()) == 2
+    for each in (m, off, on):
+        await each.aclose()
 
 
 async def test_a_result_of_another_reader_is_refused(rt: ctxrt.Runtime) -> None:

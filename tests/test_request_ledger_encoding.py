@@ -6,6 +6,7 @@ message). Property tests: sequences of requests drawn by hypothesis."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -18,20 +19,25 @@ from ctxrt import Budget, CompiledMessage, CompileResult, Message, Provenance, S
 from ctxrt.errors import StoreCorruptError
 from ctxrt.request_ledger import (
     BodyDigests,
+    Chunked,
     Parts,
     RequestEncoder,
     RequestRecord,
     Shared,
     body_digest,
+    body_digest_v1,
+    canonical_json,
     decode_record,
     encode_record,
+    item_digest,
 )
 from ctxrt.testing import AppendItem, verify
 
 # One step between two requests: (messages a window drops at the front, messages appended, an edit
-# at a position (as a fraction of the request), whether the first message is rendered afresh).
-steps = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.none() | st.floats(0, 0.999), st.booleans()),
-                 min_size=1, max_size=40)
+# at a position (as a fraction of the request), whether the first message is rendered afresh, and
+# whether its record is refused after it was encoded: the next is kept against the one before).
+steps = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.none() | st.floats(0, 0.999), st.booleans(),
+                           st.booleans()), min_size=1, max_size=40)
 
 
 class Turns:
@@ -87,11 +93,14 @@ def held_afresh(result: CompileResult) -> list[str]:
 def test_records_kept_against_the_last_decode_to_the_request_they_recorded(turns: list[Any]) -> None:
     """Q1, Q3: each record, decoded against the one it names, has the request's parts (a stored
     message named, anything else kept whole) and held items in order, with versions as of the
-    record that first held them."""
+    record that first held them; a record refused after it was encoded leaves the next one kept
+    against the one before it, as exactly."""
     made, encoder, decoded = Turns(), RequestEncoder(), {}
-    for n, (drop, append, edit, fresh_first) in enumerate(turns):
+    for n, (drop, append, edit, fresh_first, refused) in enumerate(turns):
         result = made.step(drop, append, edit, fresh_first)
         base, shared, head, tail, parts = encoder.encode(result, n)
+        if refused:
+            continue
         data = encode_record(record(f"r{n}", parts, n), base=base, shared=shared, head=head, tail=tail)
         encoder.wrote(f"r{n}")
         back, state = decode_record(data, None if base is None else decoded[base])
@@ -123,6 +132,73 @@ def test_a_body_digested_against_the_last_is_the_digest_made_afresh(changes: lis
         assert body_digest(body, memo) == body_digest(body)
 
 
+# One step between two bodies whose items merge runs of blocks (every message a user's, say): blocks
+# a window drops from the first item, items dropped at the front, blocks appended to the last item,
+# items appended, and the host's edits of the last item in place (its last block, its block list).
+merged_steps = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 3), st.integers(0, 2),
+                                  st.booleans(), st.booleans()), min_size=1, max_size=20)
+
+
+@settings(max_examples=80, deadline=None)
+@given(merged_steps)
+def test_a_merged_turn_digested_block_by_block_against_the_last_is_the_digest_made_afresh(steps: list[Any]) -> None:
+    """Q1, P14: a body whose items merge many blocks, digested against the last (a turn trimmed at
+    the front, grown at the back, the host's cache_control set on the last block in place, a block
+    added to the last item's list), is the digest made afresh; an item's digest is of its blocks'."""
+    memo, counter = BodyDigests(), iter(range(10_000))
+    block = lambda: {"type": "text", "text": f"b{next(counter)}"}  # noqa: E731
+    items: list[dict[str, Any]] = [{"role": "user", "content": [block() for _ in range(150)]}]  # a few chunks
+    for trim, drop, grow, add, mark_last, append_in_place in steps:
+        items = [dict(item) for item in items]  # a body's turns are new dicts; their blocks are shared
+        if items:
+            items[0]["content"] = items[0]["content"][trim:]
+            items[-1]["content"] = items[-1]["content"] + [block() for _ in range(grow)]
+        items = items[drop:] + [{"role": "user" if n % 2 else "assistant", "content": [block(), block()]}
+                                for n in range(add)]
+        body = {"system": "s", "messages": items}
+        assert body_digest(body, memo) == body_digest(body)
+        if items and items[-1]["content"]:
+            if mark_last:  # the host's to edit (P15): in place, after the digest
+                items[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+            if append_in_place:
+                items[-1]["content"].append(block())
+            assert body_digest(body, memo) == body_digest(body)
+    assert item_digest({"role": "user", "content": []}) != item_digest({"role": "user", "content": ""})
+
+
+def test_a_format_1_digest_takes_each_item_whole() -> None:
+    """Q5: format 1's digest (what older records hold) is the sha256 over the body's canonical JSON
+    without its items, the key, then each item's sha256 taken whole; format 2's is another."""
+    item = {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    body = {"system": "s", "messages": [item]}
+    by_hand = hashlib.sha256(b'{"system":"s"}messages' + hashlib.sha256(canonical_json(item)).digest())
+    assert body_digest_v1(body) == by_hand.hexdigest() != body_digest(body)
+
+
+def _digest(n: int) -> bytes:
+    return hashlib.sha256(str(n).encode()).digest()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 40), st.integers(0, 3)),
+                min_size=1, max_size=12))
+def test_chunks_kept_across_a_shared_run_are_the_chunks_made_afresh(steps: list[Any]) -> None:
+    """Q1: a list of digests cut into chunks by content, made from the last one's run (a window that
+    slid and grew, items new at the front) has the cuts and chunk digests of the list made afresh."""
+    counter = iter(range(10**6))
+    digests = [_digest(next(counter)) for _ in range(300)]
+    chunked = Chunked.of(digests)
+    for head, drop, cut_back, grow in steps:
+        drop = min(drop, len(digests))
+        keep = max(len(digests) - drop - cut_back, 0)
+        own_head = [_digest(next(counter)) for _ in range(head)]
+        tail = [_digest(next(counter)) for _ in range(grow * 10)]
+        chunked = chunked.then(Shared(head, drop, keep), own_head, tail)
+        digests = [*own_head, *digests[drop:drop + keep], *tail]
+        afresh = Chunked.of(digests)
+        assert (chunked.digests, chunked.ends, chunked.sums) == (afresh.digests, afresh.ends, afresh.sums)
+
+
 async def test_verify_reports_a_record_kept_against_one_not_before_it(store_path: Path) -> None:
     """Q3, K7: a record whose base is not before it in the ledger (what a base that committed late,
     or never, left) makes requests() raise StoreCorruptError; verify reports it too, naming the
@@ -139,3 +215,25 @@ async def test_verify_reports_a_record_kept_against_one_not_before_it(store_path
     report = verify(str(store_path))
     assert report.status == "damaged"
     assert any("agents/ann/requests" in item.place and "not-there" in item.what for item in report.damage), report
+
+
+async def test_a_record_of_format_1_reads_back_and_its_rebuild_matches_its_digest(store_path: Path) -> None:
+    """Q5, Q3: a record written before format 2 (its digest took each item whole) reads back, and
+    its rebuild matches it by format 1's definition; a changed digest matches by neither."""
+    async with open_runtime(store_path) as rt:
+        m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+        await m.add_message("user", "what is the plan?")
+        await m.add_message("Claude", "the plan is this")
+        result = await m.compile(Budget(max_tokens=10_000))
+        body = result.to_anthropic(assistant="Claude")
+        made = await m.record_request(result, form="anthropic", options={"assistant": "Claude"})
+        for name, digest in (("old", body_digest_v1(body)), ("changed", body_digest_v1({**body, "system": "x"}))):
+            old = encode_record(attrs.evolve(made, id=name, body_digest=digest)).replace(b',"f":2,', b',"f":1,')
+            await rt.store.ask(AppendItem(state="agents/ann/requests", branch="main", data=old))
+        records = {record.id: record for record in await m.requests()}
+        assert records["old"].body_digest == body_digest_v1(body) != made.body_digest
+        assert (await m.rebuild_request(records["old"])).matches
+        assert not (await m.rebuild_request(records["changed"])).matches
+        assert (await m.rebuild_request(records[made.id])).matches
+        await m.aclose()
+    assert verify(str(store_path)).status == "sound"  # verify decodes format-1 records too

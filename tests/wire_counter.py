@@ -88,7 +88,7 @@ class WireCounter:
         self._upstream = str(Path(query["host"][0]) / f".s.PGSQL.{port}")
         self._directory = tempfile.TemporaryDirectory(prefix="ctxrt-wire-")
         query["host"] = [self._directory.name]
-        self.url = urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query, doseq=True)))
+        self.url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, urllib.parse.urlencode(query, doseq=True), ""))
         self._listener = socket.socket(socket.AF_UNIX)
         self._listener.bind(str(Path(self._directory.name) / f".s.PGSQL.{port}"))
         self._listener.listen()

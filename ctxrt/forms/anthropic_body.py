@@ -294,7 +294,9 @@ def anthropic_messages(
     ``cache`` holds for the same assistant set; the body's turns but its last are shared with it."""
     speakers = frozenset({assistant} if isinstance(assistant, str) else assistant)
     key = ("anthropic", speakers)
-    body = _assemble(messages, speakers, cache.get(key), cache.shared)
+    body = cache.made_of(key, messages)
+    if body is None:
+        body = _assemble(messages, speakers, cache.get(key), cache.shared)
     cache.put(key, body, body.messages)
     out = list(body.turns)
     if sum(count for count, _ in body.marks) > MAX_REQUEST_CACHE_CONTROLS:

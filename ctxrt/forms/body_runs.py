@@ -169,6 +169,15 @@ class BodyCache:
         generation, record = self._records.get(key, (-1, None))
         return record if generation == self.shared.generation else None
 
+    def made_of(self, key: Hashable, messages: Sequence[object]) -> Any:
+        """The last record of ``key`` if it was made of ``messages`` (equal ones, in order; a
+        record names its ``messages``), else None: a result's second body of one form (the host's,
+        then the request ledger's) takes the first one's record as it is, not assembled again."""
+        record = self.get(key)
+        if record is None or len(record.messages) != len(messages):
+            return None
+        return record if record.messages == (messages if isinstance(messages, list) else list(messages)) else None
+
     def clear(self) -> None:
         """Drop every record, and the parts shared with other caches (a host edited one, P15):
         every cache sharing them makes its next bodies afresh."""

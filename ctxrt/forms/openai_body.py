@@ -144,7 +144,9 @@ def _made(
 ) -> tuple[list[dict[str, Any]], Counts, Counts]:
     speakers = frozenset({assistant} if isinstance(assistant, str) else assistant)
     key = (api, speakers)
-    body = _assemble(api, messages, speakers, cache.get(key), cache.shared)
+    body = cache.made_of(key, messages)
+    if body is None:
+        body = _assemble(api, messages, speakers, cache.get(key), cache.shared)
     cache.put(key, body, body.messages)
     return (list(body.items), *_summed(body.parts, body.counted))
 

@@ -72,6 +72,10 @@ class LedgerQueue:
         # branch, reader) each was for, which a relabelled provenance can't change: only those are
         # recorded, by that place's managers (Q4, Q9).
         self._compiled: dict[int, tuple[weakref.ref[Any], tuple[str, str, str | None]]] = {}
+        # Opens that may switch a ledger on or off (``ledger=`` given): under way, and done. A flag read
+        # on is trusted while none is under way and none finished since (``flag_known``).
+        self.switching = 0
+        self.switches = 0
 
     def compiled(self, result: Any) -> None:
         """``result`` was compiled by one of this runtime's managers (``ContextManager.compile``)."""
@@ -89,6 +93,15 @@ class LedgerQueue:
 
     def encoder(self, branch_id: int, namespace: str) -> RequestEncoder:
         return self.encoders.setdefault((branch_id, namespace), RequestEncoder())
+
+    def flag_known(self, encoder: RequestEncoder, engine: StoreEngine) -> bool:
+        """Whether ``encoder``'s ledger is known on without a read: it was read on since the last
+        open that could switch it, none is under way, and no other process writes the store."""
+        return encoder.on_at == self.switches and not self.switching and not engine.shared
+
+    def flag_read_on(self, encoder: RequestEncoder) -> None:
+        if not self.switching:
+            encoder.on_at = self.switches
 
     def keep(self, append: AppendItem) -> None:
         """Keep a record kept whole and by no encoder (a compression call's) waiting for the next batch."""
@@ -272,6 +285,19 @@ class NamespaceRegistry:
         ``BranchNotFoundError`` for a deleted branch. If cancelled, the manager is not attached (a
         claim that committed stands).
         """
+        if config.ledger is None:
+            return await self._attach(branch, config, reader, token, compiles_for_none, explicit_strategy)
+        self.ledger.switching += 1  # its actor may write the ledger flag: read afresh meanwhile, and after
+        try:
+            return await self._attach(branch, config, reader, token, compiles_for_none, explicit_strategy)
+        finally:
+            self.ledger.switching -= 1
+            self.ledger.switches += 1
+
+    async def _attach(
+        self, branch: BranchRow, config: NamespaceConfig, reader: str | None, token: int, compiles_for_none: bool,
+        explicit_strategy: bool,
+    ) -> tuple[NamespaceRef, str | None]:
         key = (branch.id, config.namespace)
         while True:
             if self.closed:
