@@ -47,6 +47,12 @@ class IdMemo(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._table)
 
+    def copy(self) -> IdMemo[K, V]:
+        """A new memo holding what this one holds now (the same values)."""
+        made: IdMemo[K, V] = IdMemo()
+        made._table = dict(self._table)
+        return made
+
     def bound(self, in_use: int, live: Iterable[K] | None = None) -> None:
         """``outgrown``: past it, keep the entries of the objects ``live`` (all gone without it)."""
         if outgrown(len(self._table), in_use):

@@ -160,6 +160,11 @@ class SlotFigures:
     decoded: int
 
 
+Seed = tuple[list[Message], LogHead, bool, bool, IdMemo[Message, Any]]
+"""What a new branch's slot cache starts from (``SlotRegistry._seed``): its parent's held messages up
+to the fork, the head, whether they may hold audience and media, and their copy entries."""
+
+
 class SlotCache:
     """One (branch, slot)'s messages, in slot order (which is sequence order), decoded from the
     newest back only as far as something has asked (docs/behaviours.md L7).
@@ -173,7 +178,7 @@ class SlotCache:
 
     def __init__(
         self, engine: StoreEngine, state: str, branch_id: int, *, live: bool,
-        seed: tuple[list[Message], LogHead, bool, bool] | None = None, steps: Callable[[], int] | None = None,
+        seed: Seed | None = None, steps: Callable[[], int] | None = None,
         media: MediaCache | None = None,
     ) -> None:
         self.engine = engine
@@ -220,8 +225,9 @@ class SlotCache:
         if seed is None:
             self._reload("first read")
         else:
-            # A new branch's slot as its parent's cache holds it up to the fork: no decode at all.
-            self.messages, head, self.may_hold_audience, self.may_hold_media = seed
+            # A new branch's slot as its parent's cache holds it up to the fork: no decode at all,
+            # and the same messages' copy entries, so a fork's first compile makes none of them.
+            self.messages, head, self.may_hold_audience, self.may_hold_media, self.copies = seed
             self.length = head.length
             self.revision, self.rewrite_revision = head.revision, head.rewrite_revision
             self.may_hold_audience = self.may_hold_audience or head.flagged is not False
@@ -579,7 +585,7 @@ class SlotRegistry:
         if cache.users <= 0 and self._caches.get((cache.state, cache.branch_id)) is cache:
             del self._caches[(cache.state, cache.branch_id)]
 
-    def _seed(self, state: str, branch_id: int) -> tuple[list[Message], LogHead, bool, bool] | None:
+    def _seed(self, state: str, branch_id: int) -> Seed | None:
         """What the parent's cache holds up to the fork, when it is exactly this branch's newest."""
         if not self.live or self.engine.shared:  # on a shared store the parent's cache may be behind
             return None
@@ -596,7 +602,7 @@ class SlotRegistry:
         before = parent.length - len(parent.messages)  # messages older than the parent holds
         if before + held != head.length:
             return None
-        return parent.messages[:held], head, parent.may_hold_audience, parent.may_hold_media
+        return parent.messages[:held], head, parent.may_hold_audience, parent.may_hold_media, parent.copies.copy()
 
     def drop_branch(self, branch_id: int) -> None:
         """A deleted branch's caches go (their actors were retired; a later branch of the name is another)."""

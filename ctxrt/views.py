@@ -294,6 +294,7 @@ class MessageView:
         self._pricing = pricing
         # Values are ``budget.Entry`` (a layer above views, not named here).
         self.copies: IdMemo[Message, Any] = IdMemo() if copies is None else copies
+        self._bounded: tuple[list[Message] | None, int] = (None, 0)  # the window ``copies`` was last bounded by
 
     @property
     def pricing(self) -> object:
@@ -307,7 +308,15 @@ class MessageView:
         if self._guard is not None:
             self._guard()
         window = self._listing.window(count)
-        self.copies.bound(len(window.messages), window.messages)  # a window holds all the listing holds
+        messages = window.messages
+        bounded, length = self._bounded
+        # A window holds all the listing holds. The same list at the same length holds the same
+        # messages (``Window``: a list is replaced on any change but an append), so every entry
+        # made since is of one of them: the table is bounded as it was. A compile reads its
+        # window a dozen times, and a layered table's bound looks at two tables.
+        if messages is not bounded or len(messages) != length:
+            self.copies.bound(len(messages), messages)
+            self._bounded = (messages, len(messages))
         return window
 
     def changes(self, stamp: object) -> list[Change] | None:

@@ -20,6 +20,7 @@ from typing import Any, cast
 import ctxrt
 from ctxrt import Message
 from ctxrt.errors import UnknownStateError, ValueConflictError
+from ctxrt.memos import IdMemo
 from ctxrt.namespace.core import Place
 from ctxrt.namespace.effects import (
     Acquire,
@@ -38,6 +39,7 @@ from ctxrt.namespace.effects import (
 from ctxrt.namespace.lease import Lease
 from ctxrt.namespace.machine import NamespaceMachine
 from ctxrt.namespace.protocol import Attach, Compile, NamespaceConfig, QuerySummaries, SearchSummaries, SetStrategy
+from ctxrt.slots import Seed
 from ctxrt.store.interface import StoreEngine
 from ctxrt.store.batch import ANY
 from ctxrt.store.records import Item
@@ -164,7 +166,8 @@ class Pure:
                 case Commit():
                     self.commits.append(effect)
                 case Acquire():
-                    self.tell(Acquired([SlotCache(self.engine, name, BRANCH, live=True, seed=([], LogHead(), False, False))
+                    seed: Seed = ([], LogHead(), False, False, IdMemo())
+                    self.tell(Acquired([SlotCache(self.engine, name, BRANCH, live=True, seed=seed)
                                         for name in effect.slots]))
                 case TakeLease() | CheckLease():
                     self.tell(self.lease)

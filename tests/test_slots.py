@@ -409,6 +409,25 @@ async def test_a_forks_slot_cache_starts_from_its_parents_without_decoding(runti
         assert [m.content[0].text for m in child_cache.current()][-2:] == ["m19", "on the fork"]
 
 
+async def test_a_forks_first_compile_takes_its_parents_copy_entries(runtime: Runtime) -> None:
+    """S1, P17: a fork's slot cache starts with its parent's copy entries of the messages it takes
+    over (the same objects), so its first compile makes none of them, and compiles what the
+    parent's does; an edit on the fork makes the fork its own entry and leaves the parent's."""
+    with trio.fail_after(GUARD_S):
+        writer = await runtime.open("a")
+        ids = await fill(writer, 20)
+        before = await writer.compile(ctxrt.Budget(max_tokens=10_000))
+        parent = shared_cache(runtime)
+        branch = await writer.fork("child")
+        child = shared_cache(runtime, branch)
+        assert child.messages and all(child.copies.get(m) is parent.copies.get(m) is not None for m in child.messages)
+        assert (await writer.compile(ctxrt.Budget(max_tokens=10_000))).messages == before.messages
+        await writer.edit_message(ids[3], "changed on the fork")
+        after = await writer.compile(ctxrt.Budget(max_tokens=10_000))
+        assert [m.content[0].text for m in after.messages][3] == "changed on the fork"  # type: ignore[union-attr]
+        assert parent.copies.get(parent.messages[3]).content[0].text == "m3"  # type: ignore[union-attr]
+
+
 async def test_the_last_actor_on_a_branch_leaving_drops_its_slot_cache(runtime: Runtime) -> None:
     """S1: caches live as long as an actor reads them; a fork nobody reads any more holds no memory."""
     with trio.fail_after(GUARD_S):

@@ -153,13 +153,22 @@ class _Gather:
         """Appends the parts of ``entries[index]``, ``prepared`` (None: an empty entry, no part)."""
         start = len(self.messages)
         if prepared is not None:
-            self.messages += prepared.parts
+            parts = prepared.parts
+            self.messages += parts
             self.tools += prepared.tools
             self.tokens += prepared.tokens
-            self.owners += [prepared] * len(prepared.parts)
-            self.sources += [prepared.sources] * len(prepared.parts)
-            self.marks += [start + k for k, part in enumerate(prepared.parts) if part.cache_breakpoint]
-            self.tooled += [start + k for k, ids in enumerate(prepared.tools) if ids is not None]
+            if len(parts) == 1:  # most entries: one part, appended without a list made per entry
+                self.owners.append(prepared)
+                self.sources.append(prepared.sources)
+                if parts[0].cache_breakpoint:
+                    self.marks.append(start)
+                if prepared.tools[0] is not None:
+                    self.tooled.append(start)
+            else:
+                self.owners += [prepared] * len(parts)
+                self.sources += [prepared.sources] * len(parts)
+                self.marks += [start + k for k, part in enumerate(parts) if part.cache_breakpoint]
+                self.tooled += [start + k for k, ids in enumerate(prepared.tools) if ids is not None]
             if prepared.bound:
                 self.bound.append(index)
         if len(self.messages) - start != 1:
@@ -296,6 +305,10 @@ class CompileMemo:
         i, j = 0, 0
         while i < len(entries):
             entry = entries[i]
+            if j >= len(old):  # past the last entries (all of them, on a memo's first compile): none to find
+                built.add(i, self.prepare(entry, i, lookup, media) if entry.content else None)
+                i += 1
+                continue
             if not self._continues(entry, j):
                 found = index.find(entries, i, j)
                 if found is None:
