@@ -21,7 +21,7 @@ KEY_BYTES = 20  # a channel's index key: this many bytes of its digest, in hex
 
 def channel_of(metadata: Mapping[str, Any] | None) -> str | None:
     """The channel a message's metadata names, or None (either schema; a non-string names none)."""
-    if not isinstance(metadata, Mapping):
+    if metadata is None or not isinstance(metadata, Mapping):  # None first: an ABC's isinstance costs a call
         return None
     channel = metadata.get("channel_id")
     if isinstance(channel, str) and channel:

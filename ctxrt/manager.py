@@ -83,7 +83,7 @@ from .namespace.protocol import (
     UpdateContextSettings,
 )
 from .namespace.ref import NamespaceRef
-from .namespace.registry import NamespaceRegistry
+from .namespace.registry import NOTHING_TAKEN, NamespaceRegistry
 from .queries import ChannelTokens, MessageQuery
 from .slots import SlotCache, decode_stored, parse_id, prepare_append
 from .request_ledger import RebuiltRequest, RequestRecord, RequestUsage
@@ -262,18 +262,21 @@ class ContextManager:
         hold = hold_compression
         if hold is not False and hold is not True:
             hold = checks.timeout(hold, "hold_compression")  # True, False, or a bounded timeout in seconds
-        writes = host_states.message_writes(host_state, ref.branch_id)
-        store = self._registry.store_ref()
-        append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored, blobs=tuple(blobs),
-                            attachment=appended, flagged=appended.audience)
+        writes = () if host_state is None else host_states.message_writes(host_state, ref.branch_id)
+        registry = self._registry
+        store = registry.store_ref()
+        append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored,
+                            blobs=tuple(blobs) if blobs else (), attachment=appended, flagged=appended.audience)
         if hold is not False:  # the hold rides the append through the namespace actor, in place before it commits
             # It takes no request record: its batch may commit after a later one's (Q11).
             operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
             return str(operation.sequence)
-        ledger = self._registry.ledger
+        ledger = registry.ledger
+        taken = ledger.take(registry.engine)
+        if taken is NOTHING_TAKEN and not writes:  # the common append: no record rides it to land, lose or return
+            return str((await store.ask(append)).sequence)
         retried = False
         while True:
-            taken = ledger.take(self._registry.engine)
             try:
                 # The request records waiting commit with it (Q1); taken, they are sent whatever comes (Q11).
                 command = append_after((*taken.commands, *writes), append)
@@ -290,6 +293,7 @@ class ContextManager:
                 if retried or not taken.commands:
                     raise
                 retried = True
+                taken = ledger.take(registry.engine)
                 continue
             except BaseException:
                 ledger.lost(taken)

@@ -69,13 +69,15 @@ class Appended:
     # Written with the item as its store flag, so a cache knows without reading every message
     # whether a reader's view must be projected (LogHead.flagged).
     audience: bool = attrs.field(
-        init=False, default=attrs.Factory(lambda self: holds_audience(self.content), takes_self=True)
+        kw_only=True, default=attrs.Factory(lambda self: holds_audience(self.content), takes_self=True)
     )
     # The entries the item files in its slot's channel index, in its own append or edit (K10).
     index: tuple[IndexEntry, ...] = attrs.field(
-        init=False, default=attrs.Factory(
+        kw_only=True, default=attrs.Factory(
             lambda self: index_entries(self.content, self.metadata, self.timestamp_ms), takes_self=True)
     )
+    # Both are derived from the fields above: ``prepare_append`` passes what it knows without
+    # looking (a string's one block has no audience; no metadata names no channel).
 
 
 def prepare_append(
@@ -93,7 +95,11 @@ def prepare_append(
     # A string is one text block: no media to take out.
     stored_blocks, blobs = (blocks, []) if type(content) is str else extract_blobs(blocks)
     data = codec.message_to_json(participant, stored_blocks, metadata, timestamp, causes)
-    return data, blobs, Appended(participant, blocks, metadata, timestamp, causes, stored=stored_blocks)
+    return data, blobs, Appended(
+        participant, blocks, metadata, timestamp, causes, stored=stored_blocks,
+        audience=False if type(content) is str else holds_audience(blocks),
+        index=() if metadata is None else index_entries(blocks, metadata, timestamp),
+    )
 
 
 def _validate_caused_by(caused_by: Any) -> tuple[str, ...]:

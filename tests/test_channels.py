@@ -328,6 +328,31 @@ async def replay(history: list[tuple[Any, ...]], path: Path) -> None:
             await check(m)
 
 
+metadatas = st.sampled_from([None, {}, {"channel_id": "c"}, {"external": {"channel_id": "e"}}, {"channel_id": 7},
+                              {"channel_id": "", "external": {"channel_id": "e"}}, {"note": "x"}])
+contents = st.one_of(
+    st.text(min_size=1, max_size=5).filter(str.strip),
+    st.lists(st.builds(lambda text, audience: {"type": "text", "text": text, **audience},
+                       st.text(min_size=1, max_size=5).filter(str.strip),
+                       st.sampled_from([{}, {"audience": ["ann"]}])), min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=60)
+@given(contents, metadatas)
+def test_an_append_carries_its_index_entry_and_audience_flag_whatever_shortcut_made_them(
+    content: Any, metadata: Any,
+) -> None:
+    """K10, A2: what an append carries (prepare_append, which skips looking where it knows: a
+    string's one block has no audience, no metadata names no channel) is what its content and
+    metadata say: the audience flag iff a block has an audience, one index entry under its
+    channel's key iff the metadata names a channel."""
+    _, _, appended = prepare_append("ann", content, metadata)
+    assert appended.audience == any(block.audience is not None for block in appended.content)
+    channel = channel_of(metadata)
+    assert [entry.key for entry in appended.index] == ([] if channel is None else [channel_key(channel)])
+
+
 @settings(max_examples=40)
 @given(steps)
 def test_the_indexed_query_equals_a_scan_over_random_histories(history: list[tuple[Any, ...]]) -> None:

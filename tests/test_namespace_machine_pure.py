@@ -39,7 +39,6 @@ from ctxrt.namespace.effects import (
 from ctxrt.namespace.lease import Lease
 from ctxrt.namespace.machine import NamespaceMachine
 from ctxrt.namespace.protocol import Attach, Compile, NamespaceConfig, QuerySummaries, SearchSummaries, SetStrategy
-from ctxrt.slots import Seed
 from ctxrt.store.interface import StoreEngine
 from ctxrt.store.batch import ANY
 from ctxrt.store.records import Item
@@ -166,7 +165,7 @@ class Pure:
                 case Commit():
                     self.commits.append(effect)
                 case Acquire():
-                    seed: Seed = ([], LogHead(), False, False, IdMemo())
+                    seed = ([], LogHead(), False, False, IdMemo())  # an empty slot: no first read
                     self.tell(Acquired([SlotCache(self.engine, name, BRANCH, live=True, seed=seed)
                                         for name in effect.slots]))
                 case TakeLease() | CheckLease():

@@ -31,17 +31,14 @@ class NamespaceRef:
         self.branch_id = branch_id
         self.branch_name = branch_name
         self.mailbox = Mailbox(MAILBOX_CAPACITY, self.refusal)
-        self._closed: Callable[[], BaseException] | None = None
+        # When the actor has stopped (or is told to), a factory of the error later requests raise;
+        # else None. Set by ``retire`` only. An attribute, not a property: every call reads it.
+        self.retired: Callable[[], BaseException] | None = None
         self.status = NamespaceStatus(config.strategy)
 
     @property
     def namespace(self) -> str:
         return self.config.namespace
-
-    @property
-    def retired(self) -> Callable[[], BaseException] | None:
-        """When the actor has stopped (or is told to), a factory of the error later requests raise; else None."""
-        return self._closed
 
     async def ask(self, command: Ask[R]) -> R:
         """Send ``command`` and wait for its answer.
@@ -55,7 +52,7 @@ class NamespaceRef:
     def refusal(self, command: Any) -> BaseException:
         """The error a command meets once the actor has stopped: an attach retries on a fresh
         actor; anything else belonged to a manager the stop closed."""
-        return refusal_for(self._closed or stopped, command)
+        return refusal_for(self.retired or stopped, command)
 
     def tell(self, command: Any) -> None:
         """Send ``command`` without waiting; dropped if the actor has stopped."""
@@ -64,8 +61,8 @@ class NamespaceRef:
     def retire(self, error: Callable[[], BaseException]) -> None:
         """Tell the actor to stop now: refuse new commands with ``error()``; the actor takes
         ``Retire`` before anything queued and refuses that the same way."""
-        if self._closed is None:
-            self._closed = error
+        if self.retired is None:
+            self.retired = error
             self.mailbox.close(notice=Retire(error))
 
     @property

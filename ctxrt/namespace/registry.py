@@ -120,8 +120,8 @@ class LedgerQueue:
         or not (``lost``), no record is kept against one it took: it may fail, and a record must
         follow its base in the log. While an earlier batch carrying records is out, it takes none:
         they wait for the next (``commit`` waits for that one)."""
-        if self._out is not None:
-            return Taken((), ())
+        if self._out is not None or not (self._wrote or self.pending):
+            return NOTHING_TAKEN
         taken = Taken((), tuple(self._wrote))
         for encoder, record_id in self._wrote:
             encoder.flying(record_id)
@@ -202,6 +202,11 @@ class Taken:
 
     commands: tuple[Any, ...]
     records: tuple[tuple[RequestEncoder, str], ...]
+
+
+# What a batch takes while no record waits (most appends): landed, lost or returned, it changes
+# nothing, so an append that took it skips all three (``ContextManager.add_message``).
+NOTHING_TAKEN = Taken((), ())
 
 
 class NamespaceRegistry:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -112,8 +112,9 @@ class StoreRef:
             self._alone = functools.partial(commit_lone, engine, committer.commit_lone, publish=publish,
                                             counters=counters)
 
-    async def ask(self, command: Ask[R]) -> R:
-        """Send ``command`` and wait for its committed result.
+    def ask(self, command: Ask[R]) -> Coroutine[Any, Any, R]:
+        """Send ``command`` and wait for its committed result (awaited: the mailbox's own ask,
+        handed out as it is, so an append doesn't pay for a coroutine of its own here).
 
         Raises the error that refused the command (the store is then unchanged by it), or
         ``RuntimeClosedError`` if the actor has stopped. If cancelled after sending, the command
@@ -126,7 +127,7 @@ class StoreRef:
         arriving meanwhile go through the mailbox, and the actor fills their transaction once the
         lone commit landed.
         """
-        return await self._mailbox.ask(command, alone=self._alone)
+        return self._mailbox.ask(command, alone=self._alone)
 
     def close(self) -> None:
         """Refuse new commands; the actor answers what is queued, then stops."""
