@@ -155,7 +155,7 @@ def execute(batch: Batch, command: Any) -> Any:
     match command:
         case AppendItem():
             return batch.append(command.state, command.branch, command.data, command.blobs, command.attachment,
-                                command.flagged)
+                                command.flagged, command.followed)
         case EditItem():
             return batch.edit(
                 command.state, command.branch, command.item_sequence, command.data, command.blobs, command.attachment,
