@@ -32,8 +32,8 @@ Design (docs/architecture.md, Beyond one machine):
 - A remembering namespace's lease is a row (``ctxrt_leases``, K12): a holder, an expiry renewed on
   a thread of the engine's own, and a fencing token each take raises; a batch writing under a
   lease checks it among its first statements (``_Fence``: no round trip of its own). Nothing lives
-  in a session (the writer's settings are per transaction, no server-side prepared statements),
-  so a transaction-mode pooler in front works (K13).
+  in a session (the writer's settings are per transaction; server-side prepared statements only
+  on a direct connection), so a transaction-mode pooler in front works (K13).
 - Reads run on the caller's thread, one statement each on a connection of their own; batches
   run on a worker thread (``committer``: a ``WorkerCommitter``) on the writing connection.
 - A hot standby (a server in recovery: ``pg_is_in_recovery()``) is opened read-only or refused.
@@ -43,7 +43,8 @@ Design (docs/architecture.md, Beyond one machine):
   that position (docs/guarantees.md, Reads from a standby).
 
 Driver: psycopg 3 (its C implementation, ``psycopg[binary]``): the maintained libpq binding,
-with pipelined ``executemany``, binary ``bytea`` and server-side prepared statements (for reads).
+with pipelined ``executemany``, binary ``bytea`` and server-side prepared statements (for reads, and
+a batch of appends).
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ LEASE_CLOSE_S = 1.0
 # for a lease's length: a pooler gone silent (a host vanished, no RST) never answers, and the
 # renewer, stuck, kept the lease lock every later take and give-back of the loop waited for.
 LEASE_STATEMENT_S = STATEMENT_TIMEOUT_MS / 1000
+PREPARE_THRESHOLD = 2  # a writer's statement is prepared at its second use in a batch of appends
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
 
@@ -185,6 +187,7 @@ class PostgresEngine(Catalog):
         self._asking = threading.Lock()  # the link to the primary is used by one thread at a time
         self._was_promoted = False  # a standby found promoted since its open
         self._closed = False
+        self._direct = False  # the writer reaches the server itself, not through a pooler (set by _connect)
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         # The lease connection and changes to ``_held`` (the renewer's thread too). Never taken inside
@@ -233,14 +236,16 @@ class PostgresEngine(Catalog):
                 # this lands on whichever server connection the pooler gave (the same bounds every
                 # ctxrt process sets; nothing else a session SET would carry to another client).
                 conn.execute(f"SET statement_timeout = {self._statement_ms}; SET lock_timeout = {self._statement_ms}")
-            # No server-side prepared statements on the writer, nor behind a pooler: psycopg forgets
-            # them at every ROLLBACK (a refused command's ROLLBACK TO SAVEPOINT too), which in
-            # pipeline mode fell out of step with statements already sent; and a transaction-mode
-            # pooler (PgBouncer before 1.21) gives the next statement another server connection,
-            # which doesn't know them (or knows another client's of the same name). A direct
-            # reader keeps them: they spare each of its reads the planning (about 0.15 ms).
-            if writer or _pooled(conn):
+            # No server-side prepared statements behind a pooler: a transaction-mode pooler (PgBouncer
+            # before 1.21) gives the next statement another server connection, which doesn't know
+            # them (or knows another client's of the same name). A direct reader keeps them: they
+            # spare each of its reads the planning (about 0.15 ms). The writer's are set per batch
+            # (``_apply``).
+            pooled = _pooled(conn)
+            if writer or pooled:
                 conn.prepare_threshold = None
+            if writer:
+                self._direct = not pooled
             return conn
         except psycopg.Error as exc:
             where = "" if conninfo is None else f"its primary ({_server(conninfo)}): "
@@ -1070,6 +1075,13 @@ class PostgresEngine(Catalog):
         exclusive: bool, settled: bool,
     ) -> tuple[list[tuple[bool, Any]], PgBatch]:
         conn = self._writer
+        # Server-side prepared statements in a batch of appends only (planning its dozen statements
+        # took a fifth of a lone append's batch): appends run unnested, so its pipeline sends no
+        # ROLLBACK TO SAVEPOINT. psycopg forgets its statements at every ROLLBACK, and mid-pipeline
+        # that fell out of step with statements already sent ("prepared statement does not
+        # exist"); a ROLLBACK after a failed batch is sent alone. The server keeps them through it.
+        prepared = self._direct and unnested is not None and all(map(unnested, commands))
+        conn.prepare_threshold = PREPARE_THRESHOLD if prepared else None
         # Pipelined: statements are sent without waiting for each answer; a read (a head's) waits.
         # An append batch is two round trips: the catalog lock and counter with the slot's lock,
         # head and sequences; then its rows and the commit.
