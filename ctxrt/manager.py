@@ -87,7 +87,8 @@ from .namespace.registry import NOTHING_TAKEN, NamespaceRegistry
 from .queries import ChannelTokens, MessageQuery
 from .slots import SlotCache, decode_stored, parse_id, prepare_append
 from .request_ledger import RebuiltRequest, RequestRecord, RequestUsage
-from .store.protocol import AppendItem, Atomically, BranchInfo, RecordSwitch, RegisterState, describe_branches
+from .store.protocol import AppendItem, Atomically, BranchInfo, BranchSwitched, RecordSwitch, RegisterState
+from .store.protocol import describe_branches
 from .store.protocol import append_after, append_result
 from .store.records import BranchRow, Item
 from .strategies import settings
@@ -207,7 +208,9 @@ class ContextManager:
                 branch_id, seen = row.switched_to
         except StoreUnavailableError:  # a switch the store can't show yet is followed once it answers
             return self._live()
-        if branch_id == ref.branch_id:
+        if branch_id == ref.branch_id:  # none, or switched away and back: it stays, past those switches
+            if self._ref is ref:
+                self._seen = seen
             return self._live()
         async with self._moving:
             if self._ref is ref:  # not moved meanwhile (its own switch, or another call that followed)
@@ -257,7 +260,9 @@ class ContextManager:
         If cancelled after sending, the message may still be stored; its id is lost. Carrying
         request records (Q1), it is sent whatever comes: a cancel then takes effect once it is stored.
         """
-        ref = await self._followed()
+        # A plain append follows a switch (R4) only once its batch refused it for one (BranchSwitched):
+        # no read of the branch row per call, a round trip on PostgreSQL.
+        ref = self._live() if hold_compression is False else await self._followed()
         stored, blobs, appended = prepare_append(participant, content, metadata, caused_by, timestamp_ms)
         hold = hold_compression
         if hold is not False and hold is not True:
@@ -266,7 +271,8 @@ class ContextManager:
         registry = self._registry
         store = registry.store_ref()
         append = AppendItem(state=ref.config.slot, branch=ref.branch_id, data=stored,
-                            blobs=tuple(blobs) if blobs else (), attachment=appended, flagged=appended.audience)
+                            blobs=tuple(blobs) if blobs else (), attachment=appended, flagged=appended.audience,
+                            followed=self._seen if hold is False else None)
         if hold is not False:  # the hold rides the append through the namespace actor, in place before it commits
             # It takes no request record: its batch may commit after a later one's (Q11).
             operation = await ref.ask(AppendAndHold(append, None if hold is True else hold, writes))
@@ -274,7 +280,11 @@ class ContextManager:
         ledger = registry.ledger
         taken = ledger.take(registry.engine)
         if taken is NOTHING_TAKEN and not writes:  # the common append: no record rides it to land, lose or return
-            return str((await store.ask(append)).sequence)
+            try:
+                return str((await store.ask(append)).sequence)
+            except BranchSwitched:  # nothing committed: follow the switch, then append there as below
+                append, writes = await self._switched(append, host_state)
+                taken = ledger.take(registry.engine)
         retried = False
         while True:
             try:
@@ -295,6 +305,11 @@ class ContextManager:
                 retried = True
                 taken = ledger.take(registry.engine)
                 continue
+            except BranchSwitched:  # nothing committed: follow the switch, then append there
+                ledger.returned(taken)
+                append, writes = await self._switched(append, host_state)
+                taken = ledger.take(registry.engine)
+                continue
             except BaseException:
                 ledger.lost(taken)
                 raise
@@ -302,6 +317,19 @@ class ContextManager:
             if taken.commands:
                 await trio.lowlevel.checkpoint_if_cancelled()  # a cancel while it committed: the message is stored
             return str(operation.sequence)
+
+    async def _switched(
+        self, append: AppendItem, host_state: Mapping[str, Any] | None,
+    ) -> tuple[AppendItem, tuple[Any, ...]]:
+        """Follow the switch a batch refused ``append`` for (R4): the append and host-state writes
+        for the branch followed to."""
+        seen = self._seen
+        ref = await self._followed()
+        if ref.branch_id == append.branch and self._seen == seen:  # the switch can't be read now
+            raise StoreUnavailableError(str(self._registry.store_path), "a switch of its branch "
+                                        "couldn't be read to follow") from None
+        writes = () if host_state is None else tuple(host_states.message_writes(host_state, ref.branch_id))
+        return attrs.evolve(append, state=ref.config.slot, branch=ref.branch_id, followed=self._seen), writes
 
     async def edit_message(self, message_id: str, content: ContentLike) -> None:
         """Replace a message's content. Edits reach ``copy`` entries of the context log, never summaries.

@@ -417,3 +417,42 @@ async def test_runtimes_making_their_first_appends_at_once_meet_no_lock_cycle(
     assert landed == [1] * (3 * runtimes)
     cycles = [r.getMessage() for r in caplog.records if "lock cycle" in r.getMessage() or "terminating" in r.getMessage()]
     assert cycles == []
+
+
+async def test_appends_keep_landing_around_batches_that_roll_a_refused_command_back(pg_url: str) -> None:
+    """K16, R1: a runtime's batches of appends (server-side prepared statements on a direct
+    connection) keep landing, in order, between its batches that roll a refused command back to its
+    savepoint in their pipeline (a branch made under a name taken), alone or several at once."""
+    async with ctxrt.open_runtime(pg_url, durability="sync") as rt:
+        writer = await rt.open("writer", isolate=True)
+        ids = []
+        for turn in range(4):
+            ids += [await writer.add_message("user", f"line {turn}.{n}") for n in range(3)]
+            with pytest.raises(ctxrt.BranchExistsError):
+                await rt.create_branch("main")
+        async with trio.open_nursery() as nursery:
+            for n in range(6):
+                nursery.start_soon(writer.add_message, "user", f"together {n}")
+        assert ids == sorted(ids, key=int)
+        assert await writer.message_count() == 18
+
+
+async def test_an_append_cancelled_while_its_batch_is_on_the_server_is_stored(pg_url: str) -> None:
+    """M1, L4: a lone append hands its batch to the worker thread from its own task; cancelled
+    while the batch is out, the message is still stored, and the next append lands after it."""
+    async with ctxrt.open_runtime(pg_url, durability="sync") as rt:
+        manager = await rt.open("ann", isolate=True)
+        first = await manager.add_message("user", "first")
+        async with trio.open_nursery() as nursery:
+            scope = trio.CancelScope()
+
+            async def append() -> None:
+                with scope:
+                    await manager.add_message("user", "cancelled while out")
+
+            nursery.start_soon(append)
+            await trio.testing.wait_all_tasks_blocked()  # its batch is on the thread
+            scope.cancel()
+        last = await manager.add_message("user", "last")
+        texts = [m.content[0].text for m in await manager.get_all_messages()]
+        assert texts == ["first", "cancelled while out", "last"] and int(first) < int(last)

@@ -161,6 +161,24 @@ async def test_a_follow_refused_for_its_reader_raises_and_leaves_the_manager_whe
         assert on(await ann.compile(BUDGET), ids) == "main"
 
 
+async def test_an_append_after_another_runtimes_switch_lands_on_its_target(pg_runtimes: tuple[Runtime, Runtime]) -> None:
+    """R4, M1: the other runtime's manager on main whose first call after the switch is add_message
+    appends on undo (its batch refused the append on main: it followed, then appended); after a
+    switch away and back it stays on undo, and so do its appends."""
+    rt, other = pg_runtimes
+    with trio.fail_after(GUARD_S):
+        ids = await history(rt)
+        follower = await other.open("follower")
+        await rt.switch_branch("main", "undo")
+        first = await follower.add_message("user", "after the switch")
+        assert follower.branch == "undo"
+        await rt.switch_branch("undo", "main")
+        await rt.switch_branch("main", "undo")
+        later = [await follower.add_message("user", f"later {i}") for i in range(2)]
+        assert follower.branch == "undo"
+        assert shown(await follower.compile(BUDGET)) == [*ids[:KEPT], first, *later]
+
+
 
 async def test_compiles_of_another_runtime_racing_switches_each_read_one_branch(
     runtimes: tuple[Runtime, Runtime],

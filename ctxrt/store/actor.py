@@ -103,7 +103,7 @@ class StoreRef:
         self._committer = committer
         self._publish = publish
         # A lone caller's own commit step: on the trio thread (durability "os"), else handed to the
-        # writer thread from the caller's task (a durable LMDB store); none for PostgreSQL's worker.
+        # writer thread from the caller's task (a durable LMDB store, PostgreSQL's worker).
         self._alone: Callable[[Any], Awaitable[tuple[bool, Any] | None]] | None = None
         if committer.commit_now is not None:
             self._alone = functools.partial(commit_alone, engine, committer.commit_now, publish=publish,
@@ -156,7 +156,7 @@ def execute(batch: Batch, command: Any) -> Any:
     match command:
         case AppendItem():
             return batch.append(command.state, command.branch, command.data, command.blobs, command.attachment,
-                                command.flagged)
+                                command.flagged, command.followed)
         case EditItem():
             return batch.edit(
                 command.state, command.branch, command.item_sequence, command.data, command.blobs, command.attachment,

@@ -24,7 +24,7 @@ from ..errors import (
     ValueConflictError,
 )
 from .catalog import Catalog, log_state, value_state
-from .protocol import ANY
+from .protocol import ANY, BranchSwitched
 from .records import (
     MAIN_BRANCH,
     BranchCreated,
@@ -216,7 +216,7 @@ class Batch:
 
     def append(
         self, state: str, branch: str | int, data: bytes, blobs: Sequence[tuple[str, bytes, str]] = (), attachment: Any = None,
-        flagged: bool = False,
+        flagged: bool = False, followed: int | None = None,
     ) -> ItemAppended:
         # Everything it can be refused for is checked before the first write (apply.run_commands).
         info = self.new_states.get(state) or self.engine.known_states.get(state)
@@ -225,6 +225,8 @@ class Batch:
         row = self.branches.get(branch) or self.engine.known_branches.get(branch) if type(branch) is int else None
         if row is None or row.deleted:
             row = self.branch(branch)  # by name, or raises what refuses it
+        if followed is not None and row.switches > followed and row.switched_to:
+            raise BranchSwitched(f"branch {row.name!r} records a switch its manager hasn't followed")
         key = (info.number, row.id)
         head = self.heads.get(key) or self.engine.known_heads.get(key) or self.read_head(info, row)
         checked = [_checked_blob(*blob) for blob in blobs] if blobs else ()

@@ -9,7 +9,7 @@ error)`` with the committed operations, or raises what refused the whole batch
 - ``InlineCommitter``: the commit is quick (LMDB under durability "os": nothing is flushed), so it
   runs on the trio thread, in the actor or in a lone caller's own task (``commit_now``).
 - ``WorkerCommitter``: the commit waits on a server (PostgreSQL): the whole batch on a worker
-  thread while the loop runs on.
+  thread while the loop runs on, handed there by the actor or by a lone caller's own task.
 - LMDB's durable committer (store/committer_lmdb.py): its writer thread, with turn-giving and the
   map's growth; an idle loop blocks for a commit whose flush measures fast.
 """
@@ -97,12 +97,15 @@ class InlineCommitter:
 
 
 class WorkerCommitter:
-    """Commits the whole batch on a worker thread: the commit waits on a server, the loop doesn't."""
+    """Commits the whole batch on a worker thread: the commit waits on a server, the loop doesn't.
+    A lone caller hands its batch to the thread from its own task (``commit_lone``), sparing it the
+    hop to the actor and back (measured: 0.06-0.16 ms of a 1.1 ms PostgreSQL append)."""
 
     def __init__(self, apply: Apply) -> None:
         self._apply = apply
         self.commit_now: Apply | None = None
-        self.commit_lone: CommitLone | None = None
+        self.commit_lone: CommitLone | None = self._commit_lone
+        self._out = trio.Lock()  # one batch on the thread at a time, the actor's or a lone caller's
 
     def start(self) -> None:
         """Nothing to start: trio's worker threads."""
@@ -111,11 +114,27 @@ class WorkerCommitter:
         """Nothing to stop."""
 
     async def settle(self) -> None:
-        """Nothing to wait for: no lone caller commits here."""
+        """Wait for a lone caller's batch still on the thread to land."""
+        with trio.CancelScope(shield=True):
+            async with self._out:
+                pass
 
     async def commit(self, commands: list[Any]) -> Applied:
-        return await trio.to_thread.run_sync(self._apply, commands)
+        async with self._out:
+            return await trio.to_thread.run_sync(self._apply, commands)
+
+    def _commit_lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Awaitable[Applied] | None:
+        """``commit`` from a lone caller's task; None while a batch is on the thread. Not
+        cancellable once handed over: a caller cancelled meanwhile leaves once it landed."""
+        if self._out.locked():
+            return None
+        return self._lone(commands, on_landed)
+
+    async def _lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Applied:
+        async with self._out:
+            applied = await trio.to_thread.run_sync(self._apply, commands)
+            on_landed(applied)
+            return applied
 
     async def tend(self) -> None:
         """Nothing to tend: the server flushes its own log."""
-

@@ -32,8 +32,8 @@ Design (docs/architecture.md, Beyond one machine):
 - A remembering namespace's lease is a row (``ctxrt_leases``, K12): a holder, an expiry renewed on
   a thread of the engine's own, and a fencing token each take raises; a batch writing under a
   lease checks it among its first statements (``_Fence``: no round trip of its own). Nothing lives
-  in a session (the writer's settings are per transaction, no server-side prepared statements),
-  so a transaction-mode pooler in front works (K13).
+  in a session (the writer's settings are per transaction; server-side prepared statements only
+  on a direct connection), so a transaction-mode pooler in front works (K13).
 - Reads run on the caller's thread, one statement each on a connection of their own; batches
   run on a worker thread (``committer``: a ``WorkerCommitter``) on the writing connection.
 - A hot standby (a server in recovery: ``pg_is_in_recovery()``) is opened read-only or refused.
@@ -43,7 +43,8 @@ Design (docs/architecture.md, Beyond one machine):
   that position (docs/guarantees.md, Reads from a standby).
 
 Driver: psycopg 3 (its C implementation, ``psycopg[binary]``): the maintained libpq binding,
-with pipelined ``executemany``, binary ``bytea`` and server-side prepared statements (for reads).
+with pipelined ``executemany``, binary ``bytea`` and server-side prepared statements (for reads, and
+a batch of appends).
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ LEASE_CLOSE_S = 1.0
 # for a lease's length: a pooler gone silent (a host vanished, no RST) never answers, and the
 # renewer, stuck, kept the lease lock every later take and give-back of the loop waited for.
 LEASE_STATEMENT_S = STATEMENT_TIMEOUT_MS / 1000
+PREPARE_THRESHOLD = 2  # a writer's statement is prepared at its second use in a batch of appends
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
 
@@ -185,6 +187,7 @@ class PostgresEngine(Catalog):
         self._asking = threading.Lock()  # the link to the primary is used by one thread at a time
         self._was_promoted = False  # a standby found promoted since its open
         self._closed = False
+        self._direct = False  # the writer reaches the server itself, not through a pooler (set by _connect)
         self._writer = self._connect(writer=True)
         self._leases: psycopg.Connection[Any] | None = None  # made at the first hold
         # The lease connection and changes to ``_held`` (the renewer's thread too). Never taken inside
@@ -223,7 +226,7 @@ class PostgresEngine(Catalog):
                  conninfo: str | None = None) -> psycopg.Connection[Any]:
         """A connection (replacing ``old``, closed) to this store's server, or to ``conninfo``. A
         reader's statements and lock waits are bounded for its session; the writer's settings are
-        its transactions' own (``_local_settings``)."""
+        its transactions' own (``_begin_locked``)."""
         if old is not None:
             old.close()
         try:
@@ -233,30 +236,39 @@ class PostgresEngine(Catalog):
                 # this lands on whichever server connection the pooler gave (the same bounds every
                 # ctxrt process sets; nothing else a session SET would carry to another client).
                 conn.execute(f"SET statement_timeout = {self._statement_ms}; SET lock_timeout = {self._statement_ms}")
-            # No server-side prepared statements on the writer, nor behind a pooler: psycopg forgets
-            # them at every ROLLBACK (a refused command's ROLLBACK TO SAVEPOINT too), which in
-            # pipeline mode fell out of step with statements already sent; and a transaction-mode
-            # pooler (PgBouncer before 1.21) gives the next statement another server connection,
-            # which doesn't know them (or knows another client's of the same name). A direct
-            # reader keeps them: they spare each of its reads the planning (about 0.15 ms).
-            if writer or _pooled(conn):
+            # No server-side prepared statements behind a pooler: a transaction-mode pooler (PgBouncer
+            # before 1.21) gives the next statement another server connection, which doesn't know
+            # them (or knows another client's of the same name). A direct reader keeps them: they
+            # spare each of its reads the planning (about 0.15 ms). The writer's are set per batch
+            # (``_apply``).
+            pooled = _pooled(conn)
+            if writer or pooled:
                 conn.prepare_threshold = None
+            if writer:
+                self._direct = not pooled
             return conn
         except psycopg.Error as exc:
             where = "" if conninfo is None else f"its primary ({_server(conninfo)}): "
             raise StoreUnavailableError(self.data_path, where + self._reason(exc)) from None
 
-    def _local_settings(self, cursor: psycopg.Cursor[Any]) -> None:
-        """The writer's bounds, set for the transaction just begun (sent with its first statements:
-        no round trip of their own): ``SET LOCAL`` holds behind a transaction-mode pooler, where a
-        session's SET stays on a server connection other clients get next. Every statement and lock
-        wait bounded, a transaction left idle ended, and under durability "os"
-        ``synchronous_commit=off`` (the server acknowledges before its WAL is flushed)."""
+    def _begin_locked(self, cursor: psycopg.Cursor[Any], exclusive: bool) -> None:
+        """The writer's bounds, set for the transaction just begun, then this backend's own lock,
+        then the catalog lock (exclusive or shared): one statement, each step a materialized CTE
+        the next reads, so they run in that order (sent with the batch's first statements: no round
+        trip of their own). ``SET LOCAL`` holds behind a transaction-mode pooler, where a session's
+        SET stays on a server connection other clients get next. Every lock wait bounded (a wait
+        reads ``lock_timeout`` when it begins: these two, after it was set, are too), every later
+        statement bounded, a transaction left idle ended, and under durability "os"
+        ``synchronous_commit=off`` (the server acknowledges before its WAL is flushed). The backend's lock comes first (no one else takes it exclusive):
+        the horizon waits on it."""
         # Durability "sync" leaves synchronous_commit as the server has it (remote_apply for one).
-        cursor.execute("SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
-                       " set_config('idle_in_transaction_session_timeout', %s, true)"
-                       + ("" if self._synchronous else ", set_config('synchronous_commit', 'off', true)"),
-                       (str(self._statement_ms), str(self._statement_ms), str(int(self._idle_ms))))
+        cursor.execute("WITH bounds AS MATERIALIZED (SELECT set_config('statement_timeout', %s, true),"
+                       " set_config('lock_timeout', %s, true), set_config('idle_in_transaction_session_timeout', %s, true)"
+                       + ("" if self._synchronous else ", set_config('synchronous_commit', 'off', true)")
+                       + f"), backend AS MATERIALIZED (SELECT {_BACKEND_LOCK} FROM bounds)"
+                       f" SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s) FROM backend",
+                       (str(self._statement_ms), str(self._statement_ms), str(int(self._idle_ms)), str(self._catalog_key),
+                        self._catalog_key))
 
     def _require_locks(self) -> None:
         """Refuse a server whose transaction advisory locks don't keep a second session out
@@ -1070,6 +1082,13 @@ class PostgresEngine(Catalog):
         exclusive: bool, settled: bool,
     ) -> tuple[list[tuple[bool, Any]], PgBatch]:
         conn = self._writer
+        # Server-side prepared statements in a batch of appends only (planning its dozen statements
+        # took a fifth of a lone append's batch): appends run unnested, so its pipeline sends no
+        # ROLLBACK TO SAVEPOINT. psycopg forgets its statements at every ROLLBACK, and mid-pipeline
+        # that fell out of step with statements already sent ("prepared statement does not
+        # exist"); a ROLLBACK after a failed batch is sent alone. The server keeps them through it.
+        prepared = self._direct and unnested is not None and all(map(unnested, commands))
+        conn.prepare_threshold = PREPARE_THRESHOLD if prepared else None
         # Pipelined: statements are sent without waiting for each answer; a read (a head's) waits.
         # An append batch is two round trips: the catalog lock and counter with the slot's lock,
         # head and sequences; then its rows and the commit.
@@ -1079,11 +1098,7 @@ class PostgresEngine(Catalog):
             with conn.pipeline() as pipeline:
                 cursor = conn.cursor()
                 cursor.execute("BEGIN")
-                self._local_settings(cursor)
-                # This backend's own lock first (no one else takes it exclusive): the horizon waits on it.
-                # Keyed in SQL by the server's pid: behind a pooler the client's backend_pid is the pooler's.
-                cursor.execute(_BACKEND_LOCK, (str(self._catalog_key),))
-                cursor.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (self._catalog_key,))
+                self._begin_locked(cursor, exclusive)
                 fence = _Fence(self, conn, self.fenced(commands))  # answered with the batch's first read
                 # Read after the lock is granted (a statement of its own: its snapshot is taken then),
                 # answered with the batch's first read: the tables it knows are checked then.
@@ -1378,14 +1393,19 @@ class PgBatch(Batch):
         if (info.number, row.id) in self._locked:
             return
         self.flush()
-        if (info.number, row.id) not in self._prelocked:
-            self.cursor.execute("SELECT pg_advisory_xact_lock(%s)", (_slot_key(self.pg._catalog_key, info.number, row.id),))
+        lock = (info.number, row.id) not in self._prelocked
         self._locked |= {(info.number, row.id)}
         self._drawn, self._drawing = (), None
         count = self._appends.get((info.name, row.id), 0) + self._appends.get((info.name, row.name), 0)
+        key = _slot_key(self.pg._catalog_key, info.number, row.id)
         if count:
             self._drawing = self.pg._writer.cursor()
-            self._drawing.execute(_DRAW, (count,))
+            if lock:  # one statement: the sequences are drawn once the lock is granted
+                self._drawing.execute(_LOCK_AND_DRAW, (key, count))
+            else:
+                self._drawing.execute(_DRAW, (count,))
+        elif lock:
+            self.cursor.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
 
     def _next_sequence(self) -> int:
         if self._drawing is not None:
@@ -1486,6 +1506,9 @@ _RELEASE = f"UPDATE ctxrt_leases AS l SET expires = '-infinity' FROM {_HELD}"
 _FENCE = f"SELECT l.branch, l.name FROM ctxrt_leases AS l, {_HELD} AND l.expires > clock_timestamp() FOR SHARE OF l"
 _CATALOG = "SELECT value FROM ctxrt_meta WHERE key = 'catalog'"
 _DRAW = "SELECT nextval('ctxrt_sequence') FROM generate_series(1, %s)"
+# A slot's lock, then sequences drawn after it is granted (each row drawn reads the lock's row).
+_LOCK_AND_DRAW = ("WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s))"
+                  " SELECT nextval('ctxrt_sequence') FROM locked, generate_series(1, %s)")
 # The last sequence drawn (a sequence never drawn from has is_called false: none yet).
 _LAST_VALUE = "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ctxrt_sequence"
 # The write transactions holding the catalog lock (a bigint key's halves, as pg_locks shows them).
@@ -1494,8 +1517,9 @@ _WRITERS = ("SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND o
             " AND classid = ((%(key)s::bigint >> 32) & 4294967295)::oid AND objid = (%(key)s::bigint & 4294967295)::oid")
 # The lock a write transaction holds exclusive before the catalog lock, keyed by the store's
 # catalog key and its server backend's pid.
+# Keyed in SQL by the server's pid: behind a pooler the client's backend_pid is the pooler's.
 _BACKEND_KEY = "hashtextextended(%s::text || '/backend/' || {pid}, 0)"
-_BACKEND_LOCK = f"SELECT pg_advisory_xact_lock({_BACKEND_KEY.format(pid='pg_backend_pid()')})"
+_BACKEND_LOCK = f"pg_advisory_xact_lock({_BACKEND_KEY.format(pid='pg_backend_pid()')})"
 # Wait for each holder's backend lock to be released (its transaction ended), shared: holders
 # don't wait for one another, nor for this. Its bound is set in the statement, for its own
 # transaction (a CTE with a volatile function runs once, before the rows it joins): behind a

@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from ..asks import Ask
+from ..errors import CtxrtError
 from .interface import StoreEngine
 from .records import BranchRow, ItemAppended, ItemEdited, ItemsRemoved, StateInfo, StateKind, ValueSet
 
@@ -34,6 +35,14 @@ class AppendItem(Ask[ItemAppended]):
     blobs: tuple[Blob, ...] = ()
     attachment: Any = attrs.field(default=None, eq=False)
     flagged: bool = False  # the slot layer flags an item that holds an audience block (LogHead.flagged)
+    # The count of the branch's recorded switches its sender has followed (R4): refused
+    # (``BranchSwitched``) in the write transaction if a later one is recorded. None: no check.
+    followed: int | None = None
+
+
+class BranchSwitched(CtxrtError):
+    """An append refused: its branch records a switch its sender hasn't followed (R4). The manager
+    follows the switch and appends again; it never reaches the host."""
 
 
 @attrs.frozen(kw_only=True)
