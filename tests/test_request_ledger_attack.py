@@ -4,6 +4,7 @@ records (on both engines: each refuses such a batch its own way)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -203,3 +204,58 @@ async def test_a_record_made_after_a_fork_is_refused_by_a_rebuild_on_the_fork(bo
     assert (await main.rebuild_request(after)).matches
     await main.aclose()
     await fork.aclose()
+
+
+async def test_an_open_switching_the_ledger_off_cancelled_after_it_was_sent_leaves_no_record_trusted(
+        store_path: Path) -> None:
+    """Q2: an open with ``ledger=False`` cancelled after its attach was sent is still handled by
+    the namespace's actor, which turns the ledger off: a manager that recorded before (the flag
+    it read on, trusted) is refused from then on, as a manager reading the flag afresh (on a fork)
+    is. The cancel comes after each of another task's schedule points in turn (durability "sync":
+    the flag's commit takes a while)."""
+    async with open_runtime(store_path) as rt:
+        await _switch_off_cancelled(rt)
+
+
+async def _switch_off_cancelled(rt: ctxrt.Runtime) -> None:
+    reached = 0
+    for limit in range(1, 30):
+        namespace = f"agents/{limit}"
+        manager = await rt.open(namespace, ledger=True)
+        await manager.add_message("user", "hi")
+        first = await manager.compile(BUDGET)
+        await manager.record_request(first, form="anthropic")
+        scope = trio.CancelScope()
+
+        async def switch_off() -> None:
+            with scope:
+                await (await rt.open(namespace, ledger=False)).aclose()
+
+        async def cancel() -> None:
+            for _ in range(limit):
+                await trio.lowlevel.checkpoint()
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(switch_off)
+            nursery.start_soon(cancel)
+        reached += scope.cancelled_caught
+        with contextlib.suppress(ctxrt.LedgerOffError):  # the actor may be switching it meanwhile: either
+            await manager.record_request(first, form="anthropic")
+        result = await manager.compile(BUDGET)  # answered after whatever the open sent the actor
+        await rt.create_branch(f"probe-{limit}")
+        probe = await rt.open(namespace, branch=f"probe-{limit}")
+        try:
+            await probe.record_request(await probe.compile(BUDGET), form="anthropic")
+            on = True
+        except ctxrt.LedgerOffError:
+            on = False
+        try:
+            await manager.record_request(result, form="anthropic")
+            kept = True
+        except ctxrt.LedgerOffError:
+            kept = False
+        assert kept == on, limit
+        await probe.aclose()
+        await manager.aclose()
+    assert reached >= 5
