@@ -1055,6 +1055,10 @@ class ContextManager:
 
     # -- the request ledger (Q) ------------------------------------------------------------------
 
+    # Ctrl-C deferred to its checkpoints: one between the stores of the encoder's or the digest
+    # memo's bookkeeping would keep the next record against parts not its base's (a record that
+    # doesn't decode), or digest the next body against another's digests.
+    @trio.lowlevel.enable_ki_protection
     async def record_request(
         self, result: CompileResult, *, form: str, model: str | None = None,
         usage: RequestUsage | Usage | Mapping[str, Any] | None = None, latency_ms: float | None = None,
