@@ -1080,7 +1080,8 @@ class ContextManager:
         ``requests()`` reads, a manager or the runtime closes, or ``LEDGER_WAITING`` records wait.
         A process that dies first loses the records still waiting. Cancelled, it keeps nothing,
         unless the cancel comes while it commits the ``LEDGER_WAITING``-th: then it is kept all
-        the same, with those waiting (Q11). It is kept as what it adds to
+        the same, with those waiting (Q11). A Ctrl-C meanwhile is raised at a schedule point (trio's
+        KeyboardInterrupt protection), never between the steps of its bookkeeping. It is kept as what it adds to
         the namespace's last record (the messages after those they share), so its cost follows
         the turn, not the size of the request.
 
