@@ -1087,6 +1087,10 @@ class ContextManager:
 
     # -- the request ledger (Q) ------------------------------------------------------------------
 
+    # Ctrl-C deferred to its checkpoints: one between the stores of the encoder's or the digest
+    # memo's bookkeeping would keep the next record against parts not its base's (a record that
+    # doesn't decode), or digest the next body against another's digests.
+    @trio.lowlevel.enable_ki_protection
     async def record_request(
         self, result: CompileResult, *, form: str, model: str | None = None,
         usage: RequestUsage | Usage | Mapping[str, Any] | None = None, latency_ms: float | None = None,
@@ -1108,7 +1112,8 @@ class ContextManager:
         ``requests()`` reads, a manager or the runtime closes, or ``LEDGER_WAITING`` records wait.
         A process that dies first loses the records still waiting. Cancelled, it keeps nothing,
         unless the cancel comes while it commits the ``LEDGER_WAITING``-th: then it is kept all
-        the same, with those waiting (Q11). It is kept as what it adds to
+        the same, with those waiting (Q11). A Ctrl-C meanwhile is raised at a schedule point (trio's
+        KeyboardInterrupt protection), never between the steps of its bookkeeping. It is kept as what it adds to
         the namespace's last record (the messages after those they share), so its cost follows
         the turn, not the size of the request.
 

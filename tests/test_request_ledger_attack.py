@@ -4,9 +4,13 @@ records (on both engines: each refuses such a batch its own way)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import sys
+import types
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -203,3 +207,117 @@ async def test_a_record_made_after_a_fork_is_refused_by_a_rebuild_on_the_fork(bo
     assert (await main.rebuild_request(after)).matches
     await main.aclose()
     await fork.aclose()
+
+
+async def test_an_open_switching_the_ledger_off_cancelled_after_it_was_sent_leaves_no_record_trusted(
+        store_path: Path) -> None:
+    """Q2: an open with ``ledger=False`` cancelled after its attach was sent is still handled by
+    the namespace's actor, which turns the ledger off: a manager that recorded before (the flag
+    it read on, trusted) is refused from then on, as a manager reading the flag afresh (on a fork)
+    is. The cancel comes after each of another task's schedule points in turn (durability "sync":
+    the flag's commit takes a while)."""
+    async with open_runtime(store_path) as rt:
+        await _switch_off_cancelled(rt)
+
+
+async def _switch_off_cancelled(rt: ctxrt.Runtime) -> None:
+    reached = 0
+    for limit in range(1, 30):
+        namespace = f"agents/{limit}"
+        manager = await rt.open(namespace, ledger=True)
+        await manager.add_message("user", "hi")
+        first = await manager.compile(BUDGET)
+        await manager.record_request(first, form="anthropic")
+        scope = trio.CancelScope()
+
+        async def switch_off() -> None:
+            with scope:
+                await (await rt.open(namespace, ledger=False)).aclose()
+
+        async def cancel() -> None:
+            for _ in range(limit):
+                await trio.lowlevel.checkpoint()
+            scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(switch_off)
+            nursery.start_soon(cancel)
+        reached += scope.cancelled_caught
+        with contextlib.suppress(ctxrt.LedgerOffError):  # the actor may be switching it meanwhile: either
+            await manager.record_request(first, form="anthropic")
+        result = await manager.compile(BUDGET)  # answered after whatever the open sent the actor
+        await rt.create_branch(f"probe-{limit}")
+        probe = await rt.open(namespace, branch=f"probe-{limit}")
+        try:
+            await probe.record_request(await probe.compile(BUDGET), form="anthropic")
+            on = True
+        except ctxrt.LedgerOffError:
+            on = False
+        try:
+            await manager.record_request(result, form="anthropic")
+            kept = True
+        except ctxrt.LedgerOffError:
+            kept = False
+        assert kept == on, limit
+        await probe.aclose()
+        await manager.aclose()
+    assert reached >= 5
+
+
+class _SignalAt:
+    """A SIGINT at the ``limit``-th bytecode run in the ledger's functions named ``names``, as
+    trio's handler takes one: KeyboardInterrupt raised there unless the code is protected (then
+    trio delivers it at the main task's next checkpoint, which would end the test's run: counted
+    as ``deferred``). attack/sigint_lines.py sends real signals."""
+
+    def __init__(self, names: set[str], limit: int) -> None:
+        self.names, self.limit, self.count, self.deferred = names, limit, 0, False
+
+    def calls(self, frame: types.FrameType, event: str, arg: object) -> Any:
+        if frame.f_code.co_name in self.names and frame.f_code.co_filename.endswith("request_ledger.py"):
+            frame.f_trace_opcodes = True
+            return self.opcodes
+        return None
+
+    def opcodes(self, frame: types.FrameType, event: str, arg: object) -> Any:
+        if event == "opcode":
+            self.count += 1
+            if self.count == self.limit:
+                if trio.lowlevel.currently_ki_protected():
+                    self.deferred = True
+                else:
+                    raise KeyboardInterrupt
+        return self.opcodes
+
+
+async def test_a_sigint_at_each_step_of_keeping_a_record_leaves_the_next_records_sound(rt: ctxrt.Runtime) -> None:
+    """Q1, Q5: a SIGINT at each bytecode of the encoder's and the digest memo's bookkeeping
+    (``RequestEncoder.wrote``, ``BodyDigests.digested``), one record of a turn after another, the
+    KeyboardInterrupt caught: every record acknowledged reads back, rebuilds and matches (its digest
+    is the rebuilt body's from scratch; a turn of one role merged into one item, and growing)."""
+    m = await rt.open("agents/ann", ledger=True)
+    for n in range(12):
+        await m.add_message("user", f"merged {n}")
+    made: list[RequestRecord] = []
+    interrupted = deferred = 0
+    for limit in range(1, 400):
+        await m.add_message("user", f"turn {limit}")
+        tracer = _SignalAt({"wrote", "digested"}, limit)
+        sys.settrace(tracer.calls)
+        try:
+            await m.record_request(await m.compile(BUDGET), form="anthropic")
+        except KeyboardInterrupt:
+            interrupted += 1
+        finally:
+            sys.settrace(None)
+        deferred += tracer.deferred
+        await m.add_message("user", f"after {limit}")
+        made.append(await m.record_request(await m.compile(BUDGET), form="anthropic"))
+        if tracer.count < limit:
+            break
+    assert interrupted + deferred >= 100
+    found = {record.id: record for record in await m.requests(limit=1000)}
+    for record in made:
+        assert found[record.id] == record
+        assert (await m.rebuild_request(record)).matches
+    await m.aclose()

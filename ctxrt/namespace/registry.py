@@ -76,6 +76,9 @@ class LedgerQueue:
         # on is trusted while none is under way and none finished since (``flag_known``).
         self.switching = 0
         self.switches = 0
+        # The attaches of such opens cancelled after they were sent: their actors handle them all the
+        # same (and may switch a flag then), so none is trusted until every one is answered.
+        self.unsettled: list[Reply[Any]] = []
 
     def compiled(self, result: Any) -> None:
         """``result`` was compiled by one of this runtime's managers (``ContextManager.compile``)."""
@@ -96,12 +99,18 @@ class LedgerQueue:
 
     def flag_known(self, encoder: RequestEncoder, engine: StoreEngine) -> bool:
         """Whether ``encoder``'s ledger is known on without a read: it was read on since the last
-        open that could switch it, none is under way, and no other process writes the store."""
-        return encoder.on_at == self.switches and not self.switching and not engine.shared
+        open that could switch it, none is under way (nor a cancelled one's attach unanswered),
+        and no other process writes the store."""
+        return encoder.on_at == self.switches and self._quiet() and not engine.shared
 
     def flag_read_on(self, encoder: RequestEncoder) -> None:
-        if not self.switching:
+        if self._quiet():
             encoder.on_at = self.switches
+
+    def _quiet(self) -> bool:
+        if self.unsettled:
+            self.unsettled = [reply for reply in self.unsettled if not reply.done]
+        return not self.switching and not self.unsettled
 
     def keep(self, append: AppendItem) -> None:
         """Keep a record kept whole and by no encoder (a compression call's) waiting for the next batch."""
@@ -294,14 +303,15 @@ class NamespaceRegistry:
             return await self._attach(branch, config, reader, token, compiles_for_none, explicit_strategy)
         self.ledger.switching += 1  # its actor may write the ledger flag: read afresh meanwhile, and after
         try:
-            return await self._attach(branch, config, reader, token, compiles_for_none, explicit_strategy)
+            return await self._attach(branch, config, reader, token, compiles_for_none, explicit_strategy,
+                                      switching=True)
         finally:
             self.ledger.switching -= 1
             self.ledger.switches += 1
 
     async def _attach(
         self, branch: BranchRow, config: NamespaceConfig, reader: str | None, token: int, compiles_for_none: bool,
-        explicit_strategy: bool,
+        explicit_strategy: bool, *, switching: bool = False,
     ) -> tuple[NamespaceRef, str | None]:
         key = (branch.id, config.namespace)
         while True:
@@ -320,8 +330,9 @@ class NamespaceRegistry:
                 except BaseException:
                     ref.tell(Detach(token))  # it stops at once unless another open attached first
                     raise
+            command = Attach(token, reader, config, explicit_strategy, compiles_for_none)
             try:
-                attached = await ref.ask(Attach(token, reader, config, explicit_strategy, compiles_for_none))
+                attached = await (self._ask_switching(ref, command) if switching else ref.ask(command))
             except ActorRetired:
                 continue  # its last manager left while this waited: start a fresh one
             except ManagerClosedError as exc:
@@ -330,6 +341,19 @@ class NamespaceRegistry:
                 ref.tell(Detach(token))  # undoes the attach if it was handled before the cancel came
                 raise
             return ref, attached.reader
+
+    async def _ask_switching(self, ref: NamespaceRef, command: Attach) -> Any:
+        """``ref.ask(command)`` for an attach that may switch the ledger flag: cancelled after it
+        was sent (the actor handles it all the same), its reply is kept unsettled until answered."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        reply = await ref.mailbox.put(command)
+        try:
+            await reply.wait()
+        finally:
+            if not reply.done:
+                self.ledger.unsettled.append(reply)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        return reply.unwrap()
 
     def _refusal(self, error: BaseException) -> BaseException:
         """An open refused because the runtime closed meanwhile says so (``RuntimeClosedError``)."""
