@@ -167,8 +167,13 @@ async def run(seed: int, steps: int, root: Path) -> dict[str, int]:
                     del info
                 elif op == "derive":
                     nb += 1
-                    child = await m.derive(branch=f"d{nb}")
-                    mgrs[(ns, f"d{nb}")] = child
+                    at = None if rng.random() < 0.5 else rng.randrange(0, rt.engine.last_sequence + 1)
+                    try:
+                        child = await m.derive(branch=f"d{nb}", at_sequence=at)
+                    except ctxrt.MalformedContentError:
+                        child = None
+                    if child is not None:
+                        mgrs[(ns, f"d{nb}")] = child
                 elif op == "switch":
                     targets = sorted({b for (n, b) in mgrs if n == ns and b != branch})
                     free = [b for b in targets if (ns, b) not in mgrs]
@@ -224,6 +229,7 @@ async def main() -> None:
         for seed in range(int(sys.argv[3]) if len(sys.argv) > 3 else 0, seeds):
             for k, v in (await run(seed, steps, Path(root))).items():
                 total[k] = total.get(k, 0) + v
+            print("seed", seed, "done:", total.get("compiles"), "compiles so far", flush=True)
     print("ok", total, "seeded (no, yes)", SEEDED)
 
 
