@@ -608,7 +608,13 @@ class SlotRegistry:
         before = parent.length - len(parent.messages)  # messages older than the parent holds
         if before + held != head.length:
             return None
-        return parent.messages[:held], head, parent.may_hold_audience, parent.may_hold_media, parent.copies.copy()
+        taken = parent.messages[:held]
+        # The parent's entries, bounded by what the fork holds as any table is where it grows
+        # (``memos.outgrown``): a branch at an old message keeps no entry of the messages past it
+        # alive. A whole dict copied and cut only when outgrown: a fork at the head cuts none.
+        copies = parent.copies.copy()
+        copies.bound(held, taken)
+        return taken, head, parent.may_hold_audience, parent.may_hold_media, copies
 
     def drop_branch(self, branch_id: int) -> None:
         """A deleted branch's caches go (their actors were retired; a later branch of the name is another)."""

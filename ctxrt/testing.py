@@ -27,7 +27,7 @@ for its reader record, and ``Holds``, its compression holds); the mailbox's mess
 (``Ask``, ``Reply``, ``Mailbox``); the reader views' listings (``ReaderListing``,
 ``FilteredListing``, ``MergedListing``, ``shared_reader_listing``); blob extraction
 (``extract_blobs``, ``resolve_blobs``, and ``MediaCache``, where media bytes are read back,
-M13); the slack a cache's table may hold beyond twice what is in use (``SLACK``, ``memos.outgrown``); the slots' pure parts (``prepare_append``,
+M13); the slack a cache's table may hold beyond twice what is in use (``SLACK``, ``memos.outgrown``) and such a table (``IdMemo``); the slots' pure parts (``prepare_append``,
 ``SlotCache``, ``SlotRegistry``, ``ChangeLog``, ``FULL``); content as the API takes it, turned
 into blocks (``blocks_from_content``); the audience rule of an edit (``hidden_by_edit``) and the
 Messages API form of compiled messages (``to_anthropic_messages``); the token estimates
@@ -87,6 +87,7 @@ from .asks import Ask as Ask
 from .mailbox import Mailbox as Mailbox
 from .asks import Reply as Reply
 from .memos import SLACK as SLACK
+from .memos import IdMemo as IdMemo
 from .models.model import approx_tokens as approx_tokens
 from .namespace import states as states
 from .namespace.core import CorruptRecord as CorruptRecord

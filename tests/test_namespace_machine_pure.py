@@ -20,7 +20,6 @@ from typing import Any, cast
 import ctxrt
 from ctxrt import Message
 from ctxrt.errors import UnknownStateError, ValueConflictError
-from ctxrt.memos import IdMemo
 from ctxrt.namespace.core import Place
 from ctxrt.namespace.effects import (
     Acquire,
@@ -42,7 +41,7 @@ from ctxrt.namespace.protocol import Attach, Compile, NamespaceConfig, QuerySumm
 from ctxrt.store.interface import StoreEngine
 from ctxrt.store.batch import ANY
 from ctxrt.store.records import Item
-from ctxrt.testing import Atomically, LogHead, RegisterState, Reply, SetValue, SlotCache, states
+from ctxrt.testing import Atomically, IdMemo, LogHead, RegisterState, Reply, SetValue, SlotCache, states
 
 BIG = ctxrt.Budget(max_tokens=200_000, reserve_for_response=0)
 BRANCH = 1
@@ -165,7 +164,7 @@ class Pure:
                 case Commit():
                     self.commits.append(effect)
                 case Acquire():
-                    seed = ([], LogHead(), False, False, IdMemo())  # an empty slot: no first read
+                    seed = ([], LogHead(), False, False, IdMemo())  # a slot cache's seed: no message, no entry
                     self.tell(Acquired([SlotCache(self.engine, name, BRANCH, live=True, seed=seed)
                                         for name in effect.slots]))
                 case TakeLease() | CheckLease():

@@ -22,7 +22,7 @@ import trio
 
 import ctxrt
 from ctxrt import Runtime
-from ctxrt.testing import AppendItem, SlotCache, codec, extract_blobs
+from ctxrt.testing import SLACK, AppendItem, SlotCache, codec, extract_blobs
 
 GUARD_S = 20
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(64))).decode()
@@ -426,6 +426,28 @@ async def test_a_forks_first_compile_takes_its_parents_copy_entries(runtime: Run
         after = await writer.compile(ctxrt.Budget(max_tokens=10_000))
         assert [m.content[0].text for m in after.messages][3] == "changed on the fork"  # type: ignore[union-attr]
         assert parent.copies.get(parent.messages[3]).content[0].text == "m3"  # type: ignore[union-attr]
+
+
+async def test_a_branch_at_an_old_message_keeps_its_copy_entries_bounded_by_what_it_holds(runtime: Runtime) -> None:
+    """S1, P17: a fork's slot starts with its parent's copy entries of the messages it takes over,
+    and its table is bounded by the messages it holds, as every table is (``memos.outgrown``): a
+    branch at an old message of a long parent, read only through a view filter (no reader view of
+    the slot bounds its table), keeps the entries of its few messages, not the parent's hundreds
+    (nor the parent's messages past the fork alive through them)."""
+    with trio.fail_after(GUARD_S):
+        writer = await runtime.open("a")
+        ids = await fill(writer, 2 * SLACK + 100)
+        await writer.compile(ctxrt.Budget(max_tokens=100_000))
+        parent = shared_cache(runtime)
+        assert len(parent.copies) == len(ids)
+        name = await writer.branch_at(ids[4])
+        filtered = await runtime.open("a", branch=name, view_filter=lambda message: True)
+        child = shared_cache(runtime, name)
+        assert child.reloads == 0 and [m.id for m in child.messages] == ids[:5]  # seeded
+        assert all(child.copies.get(m) is parent.copies.get(m) is not None for m in child.messages)
+        assert len(child.copies) <= 2 * len(child.messages) + SLACK
+        assert texts((await filtered.compile(ctxrt.Budget(max_tokens=100_000))).messages) == [f"m{k}" for k in range(5)]
+        assert len(child.copies) <= 2 * len(child.messages) + SLACK
 
 
 async def test_the_last_actor_on_a_branch_leaving_drops_its_slot_cache(runtime: Runtime) -> None:

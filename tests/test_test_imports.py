@@ -57,9 +57,8 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
     "test_namespace_machine_pure.py": (
         frozenset({"ctxrt.namespace.core", "ctxrt.namespace.effects", "ctxrt.namespace.lease",
                    "ctxrt.namespace.machine", "ctxrt.namespace.protocol", "ctxrt.store.batch",
-                   "ctxrt.store.interface", "ctxrt.store.records", "ctxrt.memos"}),
-        _MACHINE + "; with a store port of its own (the engine protocol, its records and its ANY) and"
-        " slot caches seeded empty (an IdMemo of copy entries)"),
+                   "ctxrt.store.interface", "ctxrt.store.records"}),
+        _MACHINE + "; with a store port of its own (the engine protocol, its records and its ANY)"),
     "test_namespace_parts.py": (
         frozenset({"ctxrt.namespace.actor", "ctxrt.namespace.core", "ctxrt.namespace.drain", "ctxrt.namespace.effects",
                    "ctxrt.namespace.lease", "ctxrt.namespace.protocol", "ctxrt.namespace.views",
