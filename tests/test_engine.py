@@ -38,6 +38,7 @@ from ctxrt.testing import (
     AppendItem,
     BranchRow,
     CreateBranch,
+    DeleteBranch,
     EditItem,
     RegisterState,
     RemoveItems,
@@ -288,6 +289,21 @@ def test_branch_creation_costs_one_row_whatever_the_slot_size(tmp_path):
     entries_after = entries()
     grew = {name.decode(): entries_after[name] - entries_before[name] for name in entries_before}
     assert grew == {"meta": 0, "branches": 1, "branch_names": 1, "states": 0, "items": 0, "blobs": 0}
+    env.close()
+
+
+def test_a_deleted_branchs_log_heads_are_forgotten_by_the_writer(tmp_path):
+    """K2, L5: the writer's cached log heads keep none of a deleted branch's: a host forking,
+    writing and deleting branches for a long run holds heads of its live branches only."""
+    env, engine = open_engine(str(tmp_path))
+    run(engine, RegisterState(name="messages", kind="log"))
+    run(engine, AppendItem(state="messages", branch="main", data=b"x"))
+    for n in range(20):
+        run(engine, CreateBranch(name=f"fork-{n}", from_branch="main"))
+        run(engine, AppendItem(state="messages", branch=f"fork-{n}", data=b"y"))
+        run(engine, DeleteBranch(name=f"fork-{n}"))
+    live = {row.id for row in engine.known_branches.values() if not row.deleted}
+    assert {branch for _, branch in engine.known_heads} == live == {engine.branch("main").id}
     env.close()
 
 

@@ -56,13 +56,18 @@ class Catalog:
             self.known_states = {**self.known_states, **batch.new_states}
         if batch.branches:
             branches, names = dict(self.known_branches), dict(self.known_branch_ids)
+            deleted = set()
             for row in batch.branches.values():
                 branches[row.id] = row
                 if row.deleted:
                     names.pop(row.name, None)
+                    deleted.add(row.id)
                 else:
                     names[row.name] = row.id
             self.known_branches, self.known_branch_ids = branches, names
+            if deleted:  # no batch writes a deleted branch again: a host forking and deleting keeps none
+                for key in [key for key in self.known_heads if key[1] in deleted]:
+                    del self.known_heads[key]
 
     # -- lookups ----------------------------------------------------------------------------
 
