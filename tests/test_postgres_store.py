@@ -456,3 +456,19 @@ async def test_an_append_cancelled_while_its_batch_is_on_the_server_is_stored(pg
         last = await manager.add_message("user", "last")
         texts = [m.content[0].text for m in await manager.get_all_messages()]
         assert texts == ["first", "cancelled while out", "last"] and int(first) < int(last)
+
+
+async def test_an_append_batch_whose_session_forgot_its_prepared_statements_runs_again(pg_url: str) -> None:
+    """K16: a batch of appends running on server-side prepared statements its session no longer
+    holds (reset by ``DISCARD ALL``, as a pooler resetting a server connection does) runs again on
+    a new connection: every append lands, and no "prepared statement does not exist" reaches the host."""
+    async with ctxrt.open_runtime(pg_url, durability="sync") as rt:
+        writer = await rt.open("writer", isolate=True)
+        ids = [await writer.add_message("user", f"line {n}") for n in range(4)]  # prepared from the second
+        for turn in range(3):
+            # The writer's session, between batches: the engine's own connection (no public handle to
+            # it), reset as a pooler would, unknown to the driver's cache of statement names.
+            rt.engine._writer.pgconn.exec_(b"DISCARD ALL")  # type: ignore[attr-defined]
+            ids += [await writer.add_message("user", f"after reset {turn}.{n}") for n in range(2)]
+        assert ids == sorted(ids, key=int)
+        assert await writer.message_count() == 10
