@@ -48,6 +48,8 @@ async def run(cluster, url: str) -> int:
                 engine._apply = apply
             for r in range(N):
                 what = r % 6
+                if os.environ.get("ONLY") and what != int(os.environ["ONLY"]):
+                    what = 5
                 try:
                     if what == 0 and r % 30 == 0:
                         def bounce():
