@@ -10,6 +10,7 @@ from ctxrt.pgcluster import temporary_cluster
 N = int(os.environ.get("N", "300"))
 errors: collections.Counter[str] = collections.Counter()
 acked: list[tuple[str, str, str]] = []
+failed: list[tuple[str, str]] = []
 
 
 def note(exc: BaseException) -> None:
@@ -24,6 +25,7 @@ async def appender(m, tag: str, stop: trio.Event) -> None:
             acked.append((text, await m.add_message("user", text), m.namespace))
         except Exception as exc:
             note(exc)
+            failed.append((text, str(exc)[-90:]))
             await trio.sleep(0.05)
 
 
@@ -88,7 +90,8 @@ async def run(cluster, url: str) -> int:
     for text, mid, ns in acked:
         if stored.get(text) != mid:
             bad += 1; print("MISSING", text, mid, ns)
-    counts = collections.Counter(stored.values())
+    landed = collections.Counter(why for text, why in failed if text in stored)
+    print("failed yet stored:", dict(landed))
     for k, v in errors.most_common():
         print(v, k)
     print("acked", len(acked), "bad", bad)

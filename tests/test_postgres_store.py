@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -472,3 +473,44 @@ async def test_an_append_batch_whose_session_forgot_its_prepared_statements_runs
             ids += [await writer.add_message("user", f"after reset {turn}.{n}") for n in range(2)]
         assert ids == sorted(ids, key=int)
         assert await writer.message_count() == 10
+
+
+async def test_an_append_refused_as_unavailable_mid_batch_says_whether_it_may_have_landed(pg_url: str) -> None:
+    """K16, M1: the server dropping the writer's connection while appends are in flight (its
+    backend terminated, again and again): each append acknowledged is stored, and each refused
+    with ``StoreUnavailableError`` either says its batch may have committed or left nothing. Once
+    "cannot exit pipeline mode while busy" (the connection dropped after the COMMIT went out)
+    reached the host as if nothing were written, its message stored."""
+    acked: list[tuple[str, str]] = []
+    refused: list[tuple[str, str]] = []
+    async with ctxrt.open_runtime(pg_url) as rt:
+        managers = [await rt.open(f"writer-{n}", isolate=True) for n in range(3)]
+        stop = trio.Event()
+
+        async def append(manager: ctxrt.ContextManager, tag: str) -> None:
+            for number in itertools.count():
+                if stop.is_set():
+                    return
+                text = f"{tag} {number}"
+                try:
+                    acked.append((text, await manager.add_message("user", text)))
+                except ctxrt.StoreUnavailableError as exc:
+                    refused.append((text, str(exc)))
+
+        def terminate() -> None:
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                              " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+        async with trio.open_nursery() as nursery:
+            for n, manager in enumerate(managers):
+                nursery.start_soon(append, manager, f"writer {n}")
+            for _ in range(40):
+                await trio.to_thread.run_sync(terminate)
+                await trio.sleep(0.02)  # appends go on between the outages
+            stop.set()
+        stored = {m.content[0].text: m.id for manager in managers for m in await manager.get_all_messages()}
+    assert all(stored.get(text) == message_id for text, message_id in acked)
+    assert refused, "no append met an outage"
+    silent = [(text, why) for text, why in refused if text in stored and "whether it committed is unknown" not in why]
+    assert silent == []

@@ -1054,7 +1054,10 @@ class PostgresEngine(Catalog):
             raise self._damaged(f"a write reused a stored sequence; the sequence ctxrt_sequence is behind the "
                                 f"stored rows ({self._reason(exc)})") from None
         except psycopg.Error as exc:
-            lost = self._writer.broken or self._writer.closed
+            # An error of the client's own (no SQLSTATE: "cannot exit pipeline mode while busy", once
+            # the server dropped the connection after the COMMIT went out) leaves the conversation
+            # out of step, whatever the connection's flags say: it is made again, as a lost one.
+            lost = self._writer.broken or self._writer.closed or exc.sqlstate is None
             if lost:
                 self._writer = self._connect(self._writer, writer=True)
             reason = self._reason(exc)
