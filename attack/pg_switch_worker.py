@@ -23,7 +23,12 @@ async def main(url: str, tag: str) -> None:
                 text = f"{tag}-{i}"
                 i += 1
                 try:
-                    mid = await m.add_message("user", text)
+                    kw = {}
+                    if i % 3 == 0:
+                        kw["host_state"] = {"last": text}
+                    if i % 7 == 0:
+                        kw["hold_compression"] = True
+                    mid = await m.add_message("user", text, **kw)
                     acked.append([text, mid, m.branch])
                 except BranchNotFoundError as exc:
                     errors.append(["BranchNotFound", text, str(exc)[:120]])
