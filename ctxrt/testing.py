@@ -655,3 +655,10 @@ class PlainContext:
 
     def mark_compression_read(self, sequence: int) -> None:
         self.floor = max(self.floor, sequence)
+
+
+def reset_writer_session(engine: Any) -> None:
+    """Reset a PostgreSQL engine's writing session (``DISCARD ALL``) under its driver, as a pooler
+    resetting a server connection would: the session forgets the prepared statements the driver
+    still names (K16). Call between batches only (no write in flight)."""
+    engine._writer.pgconn.exec_(b"DISCARD ALL")

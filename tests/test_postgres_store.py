@@ -13,6 +13,7 @@ import trio
 import ctxrt
 from ctxrt import Text
 from ctxrt.store.postgres import advisory_locks_exclude
+from ctxrt.testing import reset_writer_session
 
 
 async def test_two_runtimes_on_one_store_see_each_others_writes_in_order(pg_url: str) -> None:
@@ -467,9 +468,7 @@ async def test_an_append_batch_whose_session_forgot_its_prepared_statements_runs
         writer = await rt.open("writer", isolate=True)
         ids = [await writer.add_message("user", f"line {n}") for n in range(4)]  # prepared from the second
         for turn in range(3):
-            # The writer's session, between batches: the engine's own connection (no public handle to
-            # it), reset as a pooler would, unknown to the driver's cache of statement names.
-            rt.engine._writer.pgconn.exec_(b"DISCARD ALL")  # type: ignore[attr-defined]
+            reset_writer_session(rt.engine)  # between batches, unknown to the driver's statement names
             ids += [await writer.add_message("user", f"after reset {turn}.{n}") for n in range(2)]
         assert ids == sorted(ids, key=int)
         assert await writer.message_count() == 10
