@@ -33,7 +33,8 @@ into blocks (``blocks_from_content``); the audience rule of an edit (``hidden_by
 Messages API form of compiled messages (``to_anthropic_messages``); the token estimates
 (``estimate_text``, ``estimate_blocks``, ..., and ``approx_tokens``, the scripted models'
 count); and a throwaway PostgreSQL cluster (``Cluster``, ``ClusterError``,
-``temporary_cluster``) with PgBouncer in front of it on demand (``start_pooler``, ``Pooler``). These names are for tests: they carry no compatibility promise beyond
+``temporary_cluster``) with PgBouncer in front of it on demand (``start_pooler``, ``Pooler``), and a PostgreSQL
+engine's writing session reset under its driver (``reset_writer_session``). These names are for tests: they carry no compatibility promise beyond
 the public API's.
 """
 
