@@ -33,7 +33,8 @@ into blocks (``blocks_from_content``); the audience rule of an edit (``hidden_by
 Messages API form of compiled messages (``to_anthropic_messages``); the token estimates
 (``estimate_text``, ``estimate_blocks``, ..., and ``approx_tokens``, the scripted models'
 count); and a throwaway PostgreSQL cluster (``Cluster``, ``ClusterError``,
-``temporary_cluster``) with PgBouncer in front of it on demand (``start_pooler``, ``Pooler``). These names are for tests: they carry no compatibility promise beyond
+``temporary_cluster``) with PgBouncer in front of it on demand (``start_pooler``, ``Pooler``), and a PostgreSQL
+engine's writing session reset under its driver (``reset_writer_session``). These names are for tests: they carry no compatibility promise beyond
 the public API's.
 """
 
@@ -656,3 +657,10 @@ class PlainContext:
 
     def mark_compression_read(self, sequence: int) -> None:
         self.floor = max(self.floor, sequence)
+
+
+def reset_writer_session(engine: Any) -> None:
+    """Reset a PostgreSQL engine's writing session (``DISCARD ALL``) under its driver, as a pooler
+    resetting a server connection would: the session forgets the prepared statements the driver
+    still names (K16). Call between batches only (no write in flight)."""
+    engine._writer.pgconn.exec_(b"DISCARD ALL")

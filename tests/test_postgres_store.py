@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ import trio
 import ctxrt
 from ctxrt import Text
 from ctxrt.store.postgres import advisory_locks_exclude
+from ctxrt.testing import reset_writer_session
 
 
 async def test_two_runtimes_on_one_store_see_each_others_writes_in_order(pg_url: str) -> None:
@@ -456,3 +458,61 @@ async def test_an_append_cancelled_while_its_batch_is_on_the_server_is_stored(pg
         last = await manager.add_message("user", "last")
         texts = [m.content[0].text for m in await manager.get_all_messages()]
         assert texts == ["first", "cancelled while out", "last"] and int(first) < int(last)
+
+
+async def test_an_append_batch_whose_session_forgot_its_prepared_statements_runs_again(pg_url: str) -> None:
+    """K16: a batch of appends running on server-side prepared statements its session no longer
+    holds (reset by ``DISCARD ALL``, as a pooler resetting a server connection does) runs again on
+    a new connection: every append lands, and no "prepared statement does not exist" reaches the host."""
+    async with ctxrt.open_runtime(pg_url, durability="sync") as rt:
+        writer = await rt.open("writer", isolate=True)
+        ids = [await writer.add_message("user", f"line {n}") for n in range(4)]  # prepared from the second
+        for turn in range(3):
+            reset_writer_session(rt.engine)  # between batches, unknown to the driver's statement names
+            ids += [await writer.add_message("user", f"after reset {turn}.{n}") for n in range(2)]
+        assert ids == sorted(ids, key=int)
+        assert await writer.message_count() == 10
+
+
+async def test_an_append_refused_as_unavailable_mid_batch_says_whether_it_may_have_landed(pg_url: str) -> None:
+    """K16, M1: the server dropping the writer's connection while appends are in flight (its
+    backend terminated, again and again): each append acknowledged is stored, and each refused
+    with ``StoreUnavailableError`` either says its batch may have committed or left nothing. Once
+    "cannot exit pipeline mode while busy" (the connection dropped after the COMMIT went out)
+    reached the host as if nothing were written, its message stored."""
+    acked: list[tuple[str, str]] = []
+    refused: list[tuple[str, str]] = []
+    async with ctxrt.open_runtime(pg_url) as rt:
+        managers = [await rt.open(f"writer-{n}", isolate=True) for n in range(3)]
+        stop = trio.Event()
+        answered = [trio.Event()]  # set by the next append answered, acknowledged or refused
+
+        async def append(manager: ctxrt.ContextManager, tag: str) -> None:
+            for number in itertools.count():
+                if stop.is_set():
+                    return
+                text = f"{tag} {number}"
+                try:
+                    acked.append((text, await manager.add_message("user", text)))
+                except ctxrt.StoreUnavailableError as exc:
+                    refused.append((text, str(exc)))
+                answered[0].set()
+
+        def terminate() -> None:
+            with psycopg.connect(pg_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                              " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+        async with trio.open_nursery() as nursery:
+            for n, manager in enumerate(managers):
+                nursery.start_soon(append, manager, f"writer {n}")
+            for _ in range(40):
+                await trio.to_thread.run_sync(terminate)
+                answered[0] = trio.Event()
+                await answered[0].wait()  # appends go on between the outages
+            stop.set()
+        stored = {m.content[0].text: m.id for manager in managers for m in await manager.get_all_messages()}
+    assert all(stored.get(text) == message_id for text, message_id in acked)
+    assert refused, "no append met an outage"
+    silent = [(text, why) for text, why in refused if text in stored and "whether it committed is unknown" not in why]
+    assert silent == []

@@ -127,6 +127,8 @@ LEASE_STATEMENT_S = STATEMENT_TIMEOUT_MS / 1000
 PREPARE_THRESHOLD = 2  # a writer's statement is prepared at its second use in a batch of appends
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
+# A server session out of step with the driver's cache of prepared statement names (K16).
+_FORGOTTEN = (psycopg.errors.InvalidSqlStatementName, psycopg.errors.DuplicatePreparedStatement)
 
 # A namespace's lease (K12): who holds it (an engine's random id) until when (the server's clock),
 # and the fencing token, raised by every take, that each write under the lease checks.
@@ -1052,7 +1054,10 @@ class PostgresEngine(Catalog):
             raise self._damaged(f"a write reused a stored sequence; the sequence ctxrt_sequence is behind the "
                                 f"stored rows ({self._reason(exc)})") from None
         except psycopg.Error as exc:
-            lost = self._writer.broken or self._writer.closed
+            # An error of the client's own (no SQLSTATE: "cannot exit pipeline mode while busy", once
+            # the server dropped the connection after the COMMIT went out) leaves the conversation
+            # out of step, whatever the connection's flags say: it is made again, as a lost one.
+            lost = self._writer.broken or self._writer.closed or exc.sqlstate is None
             if lost:
                 self._writer = self._connect(self._writer, writer=True)
             reason = self._reason(exc)
@@ -1067,9 +1072,18 @@ class PostgresEngine(Catalog):
         exclusive: bool, settled: bool,
     ) -> tuple[list[tuple[bool, Any]], PgBatch]:
         """``_apply``, again on a new connection if the server had dropped the old one before the
-        batch could begin (an idle connection killed by a restart: nothing was sent, nothing written)."""
+        batch could begin (an idle connection killed by a restart: nothing was sent, nothing written),
+        or if its session no longer held the prepared statements the driver had named (reset under
+        it, as a pooler's ``DISCARD ALL`` does: the failed statement came before the COMMIT, so
+        nothing was written; a new connection starts both afresh, and is asked again whether a
+        pooler stands in front)."""
         self._began = False
         try:
+            return self._apply(commands, execute, unnested, exclusive, settled)
+        except _FORGOTTEN as exc:
+            logger.warning("%s: the writer's session lost its prepared statements (%s); running the batch "
+                           "again on a new connection", self.data_path, self._reason(exc))
+            self._writer = self._connect(self._writer, writer=True)
             return self._apply(commands, execute, unnested, exclusive, settled)
         except psycopg.OperationalError:
             if self._began or not (self._writer.broken or self._writer.closed):
