@@ -462,9 +462,12 @@ class RawEntries:
             start = bisect_left(self.messages, low, key=sequence_key)
             stop = bisect_right(self.messages, high, key=sequence_key)
             self.messages[start:stop] = fresh
-            self._entries[start:stop] = [None] * len(fresh)
-            moved = len(fresh) - (stop - start)
-            self._made = self._made + moved if self._made >= stop else start + len(fresh)
+            if self._made >= stop:  # below what the last suffixes held: made when a suffix needs them
+                self._entries[start:stop] = [None] * len(fresh)
+                self._made += len(fresh) - (stop - start)
+            else:  # in what the last suffix held: made now, as appends are, so the next suffix checks none
+                self._entries[start:stop] = [raw_entry(message, self._copies) for message in fresh]
+                self._made = min(self._made, start)
             totals = self.totals
             made = list(accumulate((view.estimate_tokens(message) for message in fresh), initial=totals[start]))
             shift = made[-1] - totals[stop]
