@@ -90,10 +90,12 @@ async def move(
     return attached
 
 
-async def fork(registry: NamespaceRegistry, ref: NamespaceRef, reader: str | None, name: str | None) -> tuple[str, BranchRow]:
+async def fork(ref: NamespaceRef, reader: str | None, name: str | None) -> tuple[str, BranchRow]:
     """Branch at the head (the namespace actor judges it first, C7, C12); the branch's name and row."""
     # The random part: concurrent forks (of other managers, or processes) in one millisecond differ.
-    name = name or f"fork-{_now_ms()}-{registry.engine.last_sequence}-{secrets.token_hex(3)}"
+    # No store read for it: on PostgreSQL the store's sequence is a round trip on the loop's thread,
+    # waiting out any write in flight.
+    name = name or f"fork-{_now_ms()}-{secrets.token_hex(4)}"
     row = await ref.ask(Fork(reader, name))
     return name, row
 

@@ -789,7 +789,7 @@ class ContextManager:
         # manager moved onto it, or the branch would be left behind with the manager elsewhere.
         with trio.CancelScope(shield=True):
             await self._registry.commit_ledger()  # a fork holds the request records made before it (Q3)
-            made, row = await branching.fork(self._registry, ref, self._reader, asked)
+            made, row = await branching.fork(ref, self._reader, asked)
             await self._move_to(row)
         await trio.lowlevel.checkpoint_if_cancelled()
         return made
