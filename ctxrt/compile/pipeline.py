@@ -192,7 +192,8 @@ class _Gather:
             self.sources += was.sources[first:end]
             self.tokens += was.tokens[first:end]
         self.marks += _moved(was.marks, first, end, to)
-        self.tooled += _moved(was.tooled, first, end, to)
+        if was.tooled:  # most windows hold no tool block
+            self.tooled += _moved(was.tooled, first, end, to)
 
     def parts(self, lead: int, serial: int) -> _Parts:
         return _Parts(self.messages, self.tools, self.owners, self.sources, self.tokens, self.marks, self.tooled, lead, serial)
