@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from operator import is_not
 import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
@@ -470,7 +469,7 @@ def _head(new: Sequence[Entry], old: list[Entry]) -> int:
     only one in between (``run_length`` finds a long run's end by halves). An edit further back
     than ``_NEWEST`` entries is left to ``run_length``."""
     n = len(new)
-    tail = next(compress(count(), map(is_not, islice(reversed(new), _NEWEST), reversed(old))), None)
+    tail = next(compress(count(), map(operator.is_not, islice(reversed(new), _NEWEST), reversed(old))), None)
     head = n - 1 - (n if tail is None else tail)
     # An equal entry where the walk stopped, or another change before it: the run as run_length finds it.
     if head < 0 or new[head] == old[head] or new[:head] != old[:head]:
