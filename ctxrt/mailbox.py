@@ -39,9 +39,9 @@ class Reply(asks.Reply[R]):
         self._task: trio.lowlevel.Task | None = None
         self._mailbox = mailbox  # counts it unanswered until resolved
 
-    @trio.lowlevel.enable_ki_protection
-    def resolve(self, ok: bool, value: Any) -> None:
-        super().resolve(ok, value)
+    # ``asks.Reply``'s own resolve, with Ctrl-C deferred while it runs (trio marks the function's
+    # code, so a pure core's reply defers it too, harmlessly): no override calling it, a call less.
+    resolve = trio.lowlevel.enable_ki_protection(asks.Reply.resolve)
 
     def _answered(self) -> None:
         if self._mailbox is not None:
@@ -98,7 +98,7 @@ class Mailbox:
         self._closed = False
         self._unanswered = 0
         self._received = 0
-        self._alone_waiting = False  # a caller in ask may run the actor's handling itself (``alone``)
+        self._asking = 0  # callers in ask, answered or not: while any is, none runs ``alone``
 
     # -- senders ----------------------------------------------------------------------------
 
@@ -119,32 +119,38 @@ class Mailbox:
         cancelled already sends nothing; cancelled after sending, the command is still handled and
         only its answer is lost (answered just as it was cancelled, it leaves cancelled too).
 
-        ``alone``: the actor's own handling, which a caller that finds nobody else asking and
-        nothing unanswered may run in its own task instead of waking the actor (one schedule point
-        first, so callers that are ready arrive and all go through the actor): ``(ok, answer or
-        error)``, or None if it can't be done alone now. A caller that finds others arrived
-        meanwhile, or gets None, sends its command; callers arriving while a step runs alone do.
+        ``alone``: the actor's own handling, which a caller that finds nobody else in ``ask`` (one
+        answered but not yet back included) and nothing unanswered may run in its own task instead
+        of waking the actor (one schedule point first, so callers that are ready arrive and all go
+        through the actor): ``(ok, answer or error)``, or None if it can't be done alone now. A
+        caller that finds others arrived meanwhile, or gets None, sends its command; callers
+        arriving while a step runs alone do.
         """
         if self._closed:
             await trio.lowlevel.checkpoint()
             raise self._refusal(command)
-        if alone is not None and not self._alone_waiting and self._unanswered == 0:
-            self._alone_waiting = True  # until its step ends: others meanwhile go to the actor
-            try:
+        # Nobody else asking, not even a caller answered but not yet back (it most often asks again
+        # at once: then the two should meet at the actor), and nothing unanswered.
+        lone = self._asking == 0 and self._unanswered == 0
+        self._asking += 1
+        try:
+            if alone is not None and lone:
                 await trio.lowlevel.checkpoint()
                 answer = await alone(command) if self._unanswered == 0 and not self._closed else None
-            finally:
-                self._alone_waiting = False
-            if answer is not None:
-                if answer[0]:
-                    return answer[1]  # type: ignore[no-any-return]  # an R by the command's type
-                raise answer[1]
-        else:
-            await trio.lowlevel.checkpoint_if_cancelled()  # others in flight: join them without a schedule point
-        reply: Reply[R] = await self.put(command)
-        await reply.wait()  # cancelled here, the command is still handled; its answer is dropped
-        await trio.lowlevel.checkpoint_if_cancelled()
-        return reply.unwrap()
+                if answer is not None:
+                    if answer[0]:
+                        return answer[1]  # type: ignore[no-any-return]  # an R by the command's type
+                    raise answer[1]
+            else:
+                await trio.lowlevel.checkpoint_if_cancelled()  # others in flight: join them without a schedule point
+            reply: Reply[R] = await self.put(command)
+            await reply.wait()  # cancelled here, the command is still handled; its answer is dropped
+            await trio.lowlevel.checkpoint_if_cancelled()
+        finally:
+            self._asking -= 1
+        if reply.ok:  # ``unwrap``, read here: an ask is the hottest path there is
+            return reply.value  # type: ignore[no-any-return]  # an R by the command's type
+        raise reply.value
 
     @trio.lowlevel.enable_ki_protection
     async def put(self, command: Any) -> Reply[Any]:

@@ -224,6 +224,26 @@ def test_a_front_trim_and_an_append_cost_what_changed() -> None:
     assert all(a is b for a, b in zip(second.messages[:-1], first.messages[1:]))
 
 
+@settings(max_examples=60)
+@given(at=st.integers(0, 149), variant=st.sampled_from(("canonical", "shaped", "marked")), stamped=st.booleans())
+def test_an_edit_anywhere_in_a_long_window_compiles_as_the_reference_does(at: int, variant: str,
+                                                                          stamped: bool) -> None:
+    """P16, P9: in a window longer than the stretch from the newest the memo looks at first for an
+    edit, an edit of any one message (its entry made anew, or an equal one made anew: shaped)
+    compiles as the reference does, and every other message is the object the last compile made."""
+    pool = Pool(["user", "assistant"] * 75)
+    entries = [pool.entry(k, variant if k == at else "canonical") for k in range(150)]
+    memo = CompileMemo()
+    first = _build(entries, pool, memo, {}, stamp=0 if stamped else None)
+    edited = pool.edit(at, entries)
+    second = _build(edited, pool, memo, {}, strict=True, stamp=1 if stamped else None)
+    expected = _reference(edited, pool, {}, _reference(entries, pool, {}, None))
+    assert second.messages == expected.messages
+    assert second.provenance.messages == expected.provenance.messages
+    assert second.stable_prefix_tokens == expected.stable_prefix_tokens
+    assert all(a is b for k, (a, b) in enumerate(zip(second.messages, first.messages)) if k != at)
+
+
 def test_the_stable_prefix_after_a_compile_with_an_injection_counts_from_what_that_request_held() -> None:
     """P9, P16: the last compile placed a message injection before its second breakpoint; the next
     one, without it, shares its first entries with the last one's (a run the memo knows) but not

@@ -200,3 +200,26 @@ async def test_a_lone_step_that_waits_sends_others_to_the_actor_and_one_that_dec
             assert sorted(answers) == [2, 4]
             assert await box.ask(Double(3), alone=declines) == 6 and seen == [Double(2), Double(3)]
             box.close()
+
+
+async def test_a_caller_answered_but_not_yet_back_sends_the_next_lone_ask_to_the_actor() -> None:
+    """A caller whose answer came but whose task hasn't run since is still asking (it most often
+    asks again at once): a caller arriving then sends its command to the actor, so the two meet
+    there, rather than running ``alone`` behind a schedule point of its own."""
+    box = mailbox(capacity=10)
+    seen: list[Any] = []
+    handled: list[Any] = []
+    answers: list[int] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_append, answers, box.ask(Double(1)))
+            await trio.testing.wait_all_tasks_blocked()
+            _, reply = box.receive_nowait()  # the actor's step: the first caller answered, not yet run
+            assert reply is not None
+            reply.resolve(True, 2)
+            nursery.start_soon(serve, box, seen)
+            assert await box.ask(Double(2), alone=_doubled(handled)) == 4
+            assert handled == [] and seen == [Double(2)] and answers == [2]
+            assert await box.ask(Double(3), alone=_doubled(handled)) == 6  # nobody else asking now: alone
+            assert handled == [Double(3)] and seen == [Double(2)]
+            box.close()

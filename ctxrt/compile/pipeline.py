@@ -16,7 +16,7 @@ import operator
 import uuid
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from itertools import accumulate
+from itertools import accumulate, compress, count, islice
 from typing import Any
 
 import attrs
@@ -191,7 +191,8 @@ class _Gather:
             self.sources += was.sources[first:end]
             self.tokens += was.tokens[first:end]
         self.marks += _moved(was.marks, first, end, to)
-        self.tooled += _moved(was.tooled, first, end, to)
+        if was.tooled:  # most windows hold no tool block
+            self.tooled += _moved(was.tooled, first, end, to)
 
     def parts(self, lead: int, serial: int) -> _Parts:
         return _Parts(self.messages, self.tools, self.owners, self.sources, self.tokens, self.marks, self.tooled, lead, serial)
@@ -337,11 +338,13 @@ class CompileMemo:
         """Copies into ``built`` the run of the last compile's entries from ``j`` that ``entries``
         go on from ``i``; its length. After a rewrite, an equal entry in a bound one's place ends
         the run (it is prepared anew)."""
-        bound_before = self._bound
-        length = 1 + run_length(entries, i + 1, self._entries, j + 1)
+        bound_before, old = self._bound, self._entries
+        # Lists of one length: most often an edit's, the first run found from the end (``_head``).
+        length = (_head(entries, old) if i == j == 0 and len(entries) == len(old)
+                  else 1 + run_length(entries, i + 1, old, j + 1))
         lo, hi = bisect_left(bound_before, j), bisect_left(bound_before, j + length)
         if rewritten:
-            cut = next((k for k in bound_before[lo:hi] if k > j and entries[i + k - j] is not self._entries[k]), None)
+            cut = next((k for k in bound_before[lo:hi] if k > j and entries[i + k - j] is not old[k]), None)
             if cut is not None:
                 length, hi = cut - j, bisect_left(bound_before, cut)
         built.bound += [i + k - j for k in bound_before[lo:hi]]
@@ -379,7 +382,8 @@ class CompileMemo:
             live = {id(entry) for entry in entries}
             self._prepared = {key: value for key, value in self._prepared.items() if key in live}
         for table in self._share.prepared:
-            table.bound(len(entries), (entry.content for entry in entries))
+            if outgrown(len(table), len(entries)):
+                table.bound(len(entries), (entry.content for entry in entries))
 
     def stable_prefix(
         self, messages: list[CompiledMessage], system_blocks: Sequence[Block], breaks: list[int],
@@ -439,6 +443,7 @@ class CompileMemo:
 
 
 _FIRST = operator.itemgetter(0)
+_NEWEST = 64  # entries from the newest an edit is looked for first (``_head``)
 
 
 def _totals(breaks: list[int], known: list[tuple[int, int]], estimates: Sequence[int]) -> list[int]:
@@ -455,6 +460,21 @@ def _totals(breaks: list[int], known: list[tuple[int, int]], estimates: Sequence
         totals.append(total)
         last = index
     return totals
+
+
+def _head(new: Sequence[Entry], old: list[Entry]) -> int:
+    """``run_length(new, 0, old, 0)`` for lists of one length, found from the end: an edit most
+    often replaces an entry near the newest, so the run after it, walked back at C speed, is
+    short, and one compare of what precedes the entry it stops at tells whether that entry is the
+    only one in between (``run_length`` finds a long run's end by halves). An edit further back
+    than ``_NEWEST`` entries is left to ``run_length``."""
+    n = len(new)
+    tail = next(compress(count(), map(operator.is_not, islice(reversed(new), _NEWEST), reversed(old))), None)
+    head = n - 1 - (n if tail is None else tail)
+    # An equal entry where the walk stopped, or another change before it: the run as run_length finds it.
+    if head < 0 or new[head] == old[head] or new[:head] != old[:head]:
+        return run_length(new, 0, old, 0)
+    return head
 
 
 def _holds(positions: list[int], position: int) -> bool:
