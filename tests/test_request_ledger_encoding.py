@@ -196,7 +196,7 @@ def test_chunks_kept_across_a_shared_run_are_the_chunks_made_afresh(steps: list[
         chunked = chunked.then(Shared(head, drop, keep), own_head, tail)
         digests = [*own_head, *digests[drop:drop + keep], *tail]
         afresh = Chunked.of(digests)
-        assert (chunked.digests, chunked.ends, chunked.sums) == (afresh.digests, afresh.ends, afresh.sums)
+        assert (chunked.chunks, chunked.ends, chunked.sums) == (afresh.chunks, afresh.ends, afresh.sums)
 
 
 async def test_verify_reports_a_record_kept_against_one_not_before_it(store_path: Path) -> None:
