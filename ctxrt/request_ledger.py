@@ -243,56 +243,67 @@ class Chunked:
     digests of each chunk; ``ends``: where each ends in the list; ``sums``: each chunk's sha256
     (of its digests, concatenated). Where a window slid or grew, the cuts are where they were, so
     a list sharing a run with the last one takes the chunks inside the run as they were
-    (``then``): a turn digests what it adds, a few chunks, and one digest per chunk; and as the
-    digests are kept chunk by chunk, a turn moves chunks, not every item's digest."""
+    (``then``): a turn digests what it adds, a few chunks, and one digest per chunk. The digests
+    are kept chunk by chunk, and the ends counted from a moving ``origin`` (``marks``), so a turn
+    moves chunks, not every item's digest, and shifts no end."""
 
-    __slots__ = ("chunks", "ends", "sums")
+    __slots__ = ("chunks", "marks", "origin", "sums")
 
-    def __init__(self, chunks: list[tuple[bytes, ...]], ends: list[int], sums: list[bytes]) -> None:
-        self.chunks, self.ends, self.sums = chunks, ends, sums
+    def __init__(self, chunks: list[tuple[bytes, ...]], marks: list[int], sums: list[bytes], origin: int = 0) -> None:
+        self.chunks, self.marks, self.sums, self.origin = chunks, marks, sums, origin
 
     @classmethod
     def of(cls, digests: Sequence[bytes]) -> Chunked:
-        chunks, ends = _split(digests, 0)
-        return cls(chunks, ends, [hashlib.sha256(b"".join(chunk)).digest() for chunk in chunks])
+        chunks, marks = _split(digests, 0)
+        return cls(chunks, marks, [hashlib.sha256(b"".join(chunk)).digest() for chunk in chunks])
+
+    @property
+    def ends(self) -> list[int]:
+        return [mark - self.origin for mark in self.marks]
 
     def then(self, shared: Shared, head: list[bytes], tail: list[bytes]) -> Chunked:
         """``head``, the run ``shared`` names of these digests, then ``tail``: the chunks wholly
         inside the run kept, the others digested."""
-        drop, stop = shared.drop, shared.drop + shared.keep
-        chunks, ends = self.chunks, self.ends
-        first = bisect_right(ends, drop)  # the chunk the run starts in
-        last = bisect_right(ends, stop)  # ends[first:last]: the chunks ending inside the run
-        if last > first and last == len(ends) and chunks[-1][-1][0] >= _CUT:
+        chunks, marks, origin = self.chunks, self.marks, self.origin
+        drop, stop = origin + shared.drop, origin + shared.drop + shared.keep  # as marks count
+        first = bisect_right(marks, drop)  # the chunk the run starts in
+        last = bisect_right(marks, stop)  # marks[first:last]: the chunks ending inside the run
+        if last > first and last == len(marks) and chunks[-1][-1][0] >= _CUT:
             last -= 1  # the list's end, not a cut: the run's last chunk may go on
         if last - first < 2:  # no chunk wholly inside it
             return Chunked.of([*head, *self._digests(drop, stop), *tail])
-        shift = len(head) - drop
-        front, front_ends = _split([*head, *self._digests(drop, ends[first])], 0)  # up to the run's first cut
-        start = ends[last - 1] + shift
-        rest, rest_ends = _split([*self._digests(ends[last - 1], stop), *tail], start)
+        moved = drop - len(head)  # the new list's origin: the kept marks count the same items
+        # Up to the run's first cut, and from its last on: a piece of one chunk (no cut inside but
+        # at its end) with what is new, which alone is looked through for cuts.
+        front_piece = self._digests(drop, marks[first])
+        front, front_marks = _split([*head, *front_piece], moved, (len(head), len(head) + len(front_piece) - 1))
+        rest_piece = self._digests(marks[last - 1], stop)
+        rest, rest_marks = _split([*rest_piece, *tail], marks[last - 1], (0, len(rest_piece)))
         digest = hashlib.sha256
-        return Chunked([*front, *chunks[first + 1:last], *rest],
-                       [*front_ends, *(end + shift for end in ends[first + 1:last]), *rest_ends],
+        return Chunked([*front, *chunks[first + 1:last], *rest], [*front_marks, *marks[first + 1:last], *rest_marks],
                        [*(digest(b"".join(chunk)).digest() for chunk in front), *self.sums[first + 1:last],
-                        *(digest(b"".join(chunk)).digest() for chunk in rest)])
+                        *(digest(b"".join(chunk)).digest() for chunk in rest)], moved)
 
     def _digests(self, start: int, stop: int) -> list[bytes]:
-        """The digests from ``start`` to ``stop``: within one chunk, unless ``then`` made all afresh."""
+        """The digests from mark ``start`` to mark ``stop``: within one chunk, unless ``then``
+        makes all afresh."""
         if start >= stop:
             return []
-        at = bisect_right(self.ends, start)
-        if at < len(self.ends) and stop <= self.ends[at]:
-            begins = self.ends[at - 1] if at else 0
+        marks = self.marks
+        at = bisect_right(marks, start)
+        if at < len(marks) and stop <= marks[at]:
+            begins = marks[at - 1] if at else self.origin
             return list(self.chunks[at][start - begins:stop - begins])
-        return list(itertools.chain.from_iterable(self.chunks))[start:stop]
+        return list(itertools.chain.from_iterable(self.chunks))[start - self.origin:stop - self.origin]
 
 
-def _split(digests: Sequence[bytes], offset: int) -> tuple[list[tuple[bytes, ...]], list[int]]:
-    """``digests`` cut into chunks, and where each ends (counted from ``offset``)."""
+def _split(digests: Sequence[bytes], offset: int,
+           plain: tuple[int, int] = (0, 0)) -> tuple[list[tuple[bytes, ...]], list[int]]:
+    """``digests`` cut into chunks, and where each ends (counted from ``offset``). ``plain``: a
+    range of them known to hold no cut (a piece of a chunk), not looked through."""
     chunks, ends, start = [], [], 0
-    for n, digest in enumerate(digests):
-        if digest[0] < _CUT:
+    for n in itertools.chain(range(plain[0]), range(plain[1], len(digests))):
+        if digests[n][0] < _CUT:
             chunks.append(tuple(digests[start:n + 1]))
             ends.append(offset + n + 1)
             start = n + 1
