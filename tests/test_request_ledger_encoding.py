@@ -97,9 +97,9 @@ def held_afresh(result: CompileResult) -> list[str]:
 @given(steps)
 def test_records_kept_against_the_last_decode_to_the_request_they_recorded(turns: list[Any]) -> None:
     """Q1, Q3: each record, decoded against the one it names, has the request's parts (a stored
-    message named, anything else kept whole; a part may hold no item, or two) and held items in order, with versions as of the
-    record that first held them; a record refused after it was encoded leaves the next one kept
-    against the one before it, as exactly."""
+    message named, anything else kept whole; a part may hold no item, or two) and held items in
+    order, with versions as of the record that first held them; a record refused after it was
+    encoded leaves the next one kept against the one before it, as exactly."""
     made, encoder, decoded = Turns(), RequestEncoder(), {}
     for n, (drop, append, edit, fresh_first, refused) in enumerate(turns):
         result = made.step(drop, append, edit, fresh_first)
