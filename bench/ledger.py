@@ -15,7 +15,12 @@ all its turns. A record commits in the batch of the runtime's next ``add_message
 kept turns' records ride in the next turn's append (a kept turn's, or the first plain one after
 a kept run), as they would in a host where the reply is added next. Target: a kept turn <= 1.1x
 a plain one. Two rows say where a kept turn's extra time goes: ``record_request``'s own call, and
-the ``add_message`` its record rides in against a plain turn's.
+the ``add_message`` its record rides in against a plain turn's. A third namespace, "small"
+(``ledger=True``), takes kept turns with ``SMALL`` (about 28 of these messages) in the same rounds:
+its ``record_request`` against the kept one's says how much of a record's cost follows the size
+of the request, and how much is what any record costs. The same rounds again with durability
+"os" give the ratio without the disk's share (an fsync shared with other work swings the durable
+one either way).
 
 Reading the ledger: two ledgers of R records (1,000 and 100,000; quick: 1,000 and 20,000), each
 made by ``record_request`` of one compile of a 40-message namespace over and over (durability
@@ -32,7 +37,7 @@ import random
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import ctxrt
 
@@ -42,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results-ledger.md"
 BUDGET = ctxrt.Budget(max_tokens=100_000)
 SAMPLES = 10
+SMALL = ctxrt.Budget(max_tokens=2_000, reserve_for_response=1_000)
 USAGE = ctxrt.Usage(9_000, 300, cache_read_input_tokens=8_500)
 
 
@@ -53,10 +59,12 @@ def speaker(n: int) -> str:
     return "user" if n % 2 else "Claude"
 
 
-async def turns(store: Path, rounds: int, rng: random.Random) -> dict[str, list[float]]:
-    async with ctxrt.open_runtime(store) as rt:
-        managers = {"plain": await rt.open("plain"), "kept": await rt.open("kept", ledger=True)}
-        times: dict[str, list[float]] = {"plain": [], "kept": [], "record": [], "plain add": [], "kept add": []}
+async def turns(store: Path, rounds: int, rng: random.Random,
+                durability: Literal["sync", "os"] = "sync") -> dict[str, list[float]]:
+    async with ctxrt.open_runtime(store, durability=durability) as rt:
+        managers = {"plain": await rt.open("plain"), "kept": await rt.open("kept", ledger=True),
+                    "small": await rt.open("small", ledger=True)}
+        times: dict[str, list[float]] = {f"{name}{what}": [] for name in managers for what in ("", " add", " record")}
         written = [0]
 
         async def turn(name: str) -> float:
@@ -64,13 +72,13 @@ async def turns(store: Path, rounds: int, rng: random.Random) -> dict[str, list[
             began = time.perf_counter()
             await manager.add_message(speaker(written[0]), say(written[0]))
             times[f"{name} add"].append((time.perf_counter() - began) * 1000)
-            result = await manager.compile(BUDGET)
+            result = await manager.compile(SMALL if name == "small" else BUDGET)
             result.to_anthropic(assistant="Claude")
-            if name == "kept":
+            if name != "plain":
                 recording = time.perf_counter()
                 await manager.record_request(result, form="anthropic", options={"assistant": "Claude"},
                                              model="claude-x", usage=USAGE, latency_ms=850.0)
-                times["record"].append((time.perf_counter() - recording) * 1000)
+                times[f"{name} record"].append((time.perf_counter() - recording) * 1000)
             written[0] += 1
             return (time.perf_counter() - began) * 1000
 
@@ -133,12 +141,19 @@ async def _body(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     with scratch("ctxrt-bench-ledger-") as tmp:
         built = await fill(tmp / "turns", size, say, participant=speaker)
         times = await turns(tmp / "turns", rounds, rng)
+        cpu = await turns(tmp / "turns", rounds, rng, "os")
         rows.append(versus(f"a durable turn with record_request, {size:,} messages", "ms", times["kept"],
                            times["plain"], "without the ledger", target=1.1))
         rows.append(versus("  of which record_request's own call (no target: the rest is the write its record rides in)",
-                           "ms", times["record"], times["plain"], "a turn without the ledger", target=None, op=None))
+                           "ms", times["kept record"], times["plain"], "a turn without the ledger", target=None,
+                           op=None))
+        rows.append(versus("  record_request's own call for a 28-message request (no target: what any record costs)",
+                           "ms", times["small record"], times["kept record"], "for the kept turn's", target=None,
+                           op=None))
         rows.append(versus("  its add_message, which carries a kept turn's record (no target)", "ms", times["kept add"],
                            times["plain add"], "a plain turn's", target=None, op=None))
+        rows.append(versus("  the same turns with durability \"os\" (no target: the CPU alone, whatever the disk does)",
+                           "ms", cpu["kept"], cpu["plain"], "without the ledger", target=None, op=None))
         made = {}
         for records in sizes:
             began = time.perf_counter()

@@ -79,14 +79,16 @@ class RequestUsage:
                      "cache_creation_tokens": usage.cache_creation_input_tokens}
         if not isinstance(usage, Mapping):
             raise TypeError(f"usage must be a RequestUsage, a ctxrt.Usage, a mapping or None, not {type(usage).__name__}")
-        fields = {f.name for f in attrs.fields(cls)}
-        unknown = sorted(set(usage) - fields)
+        unknown = sorted(set(usage) - _USAGE_FIELDS)
         if unknown:
-            raise ValueError(f"usage: unknown field(s) {unknown}; known: {sorted(fields)}")
+            raise ValueError(f"usage: unknown field(s) {unknown}; known: {sorted(_USAGE_FIELDS)}")
         for name, value in usage.items():
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
                 raise ValueError(f"usage[{name!r}] must be a non-negative int or None, not {value!r}")
         return cls(**usage)
+
+
+_USAGE_FIELDS = frozenset(field.name for field in attrs.fields(RequestUsage))
 
 
 @attrs.frozen
@@ -154,7 +156,7 @@ class RebuiltRequest:
 
 def canonical_json(value: Any) -> bytes:
     """The canonical JSON a digest is taken of: sorted keys, no spaces, UTF-8."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_plain).encode()
+    return _CANONICAL.encode(value).encode()
 
 
 def _plain(value: Any) -> Any:
@@ -163,6 +165,10 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return list(value)
     raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+# Made once: ``json.dumps`` with these options makes an encoder per call (a third of a small item's digest).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_plain)
 
 
 def _items_key(body: Mapping[str, Any]) -> str:
@@ -176,7 +182,8 @@ def body_digest(body: Any, memo: BodyDigests | None = None) -> str:
     Items, an item's blocks, and chunks are digested one by one so a body that shares a run of
     items with the last one (P14), or an item that shares a run of blocks with the last body's
     first or last item (a merged turn trimmed or grown), costs what is new (``memo``); the value
-    is the same either way (record format 2)."""
+    is the same either way (record format 2). ``memo`` keeps the item list: hand it one that no
+    one changes after (``record_request``'s own body, made for its digest)."""
     body = dict(body)
     key = _items_key(body)
     items = body.pop(key, [])
@@ -230,61 +237,80 @@ _CUT = 8  # a digest whose first byte is below this ends a chunk: one in 32
 _FEW = 8  # an item of at most this many blocks is digested whole, not looked for in the last body's
 
 
-def _cuts(digests: Sequence[bytes], offset: int) -> list[int]:
-    """Where chunks end among ``digests`` (from ``offset`` on in a list): past each digest that
-    ends one."""
-    return [offset + n + 1 for n, digest in enumerate(digests) if digest[0] < _CUT]
-
-
 class Chunked:
     """A list of digests (items', or an item's blocks') cut into chunks by content: a chunk ends
-    after each digest whose first byte is below ``_CUT``, and at the list's end. ``sums``: each
-    chunk's sha256 (of its digests, concatenated). Where a window slid or grew, the cuts are where
-    they were, so a list sharing a run with the last one takes the chunks inside the run as they
-    were (``then``): a turn digests what it adds, a few chunks, and one digest per chunk."""
+    after each digest whose first byte is below ``_CUT``, and at the list's end. ``chunks``: the
+    digests of each chunk; ``ends``: where each ends in the list; ``sums``: each chunk's sha256
+    (of its digests, concatenated). Where a window slid or grew, the cuts are where they were, so
+    a list sharing a run with the last one takes the chunks inside the run as they were
+    (``then``): a turn digests what it adds, a few chunks, and one digest per chunk. The digests
+    are kept chunk by chunk, and the ends counted from a moving ``origin`` (``marks``), so a turn
+    moves chunks, not every item's digest, and shifts no end."""
 
-    __slots__ = ("digests", "ends", "sums")
+    __slots__ = ("chunks", "marks", "origin", "sums")
 
-    def __init__(self, digests: list[bytes], ends: list[int], sums: list[bytes]) -> None:
-        self.digests, self.ends, self.sums = digests, ends, sums
+    def __init__(self, chunks: list[tuple[bytes, ...]], marks: list[int], sums: list[bytes], origin: int = 0) -> None:
+        self.chunks, self.marks, self.sums, self.origin = chunks, marks, sums, origin
 
     @classmethod
-    def of(cls, digests: list[bytes]) -> Chunked:
-        ends = _ended(digests, _cuts(digests, 0), 0)
-        return cls(digests, ends, _sums(digests, ends, 0))
+    def of(cls, digests: Sequence[bytes]) -> Chunked:
+        chunks, marks = _split(digests, 0)
+        return cls(chunks, marks, [hashlib.sha256(b"".join(chunk)).digest() for chunk in chunks])
+
+    @property
+    def ends(self) -> list[int]:
+        return [mark - self.origin for mark in self.marks]
 
     def then(self, shared: Shared, head: list[bytes], tail: list[bytes]) -> Chunked:
         """``head``, the run ``shared`` names of these digests, then ``tail``: the chunks wholly
         inside the run kept, the others digested."""
-        drop, keep = shared.drop, shared.keep
-        digests = [*head, *self.digests[drop:drop + keep], *tail]
-        first = bisect_right(self.ends, drop)
-        inner = self.ends[first:bisect_right(self.ends, drop + keep)]  # the cuts inside the run
-        if inner and inner[-1] == len(self.digests) and self.digests[-1][0] >= _CUT:
-            inner.pop()  # the list's end, not a cut: the run's last chunk may go on
-        if len(inner) < 2:  # no chunk wholly inside it
-            return Chunked.of(digests)
-        shift = len(head) - drop
-        ends = _cuts(head, 0)
-        ends.append(inner[0] + shift)
-        sums = _sums(digests, ends, 0)  # up to the run's first cut
-        ends += [end + shift for end in inner[1:]]
-        sums += self.sums[first + 1:first + len(inner)]
-        start = ends[-1]
-        rest = _ended(digests, _cuts(digests[start:], start), start)
-        return Chunked(digests, ends + rest, sums + _sums(digests, rest, start))
+        chunks, marks, origin = self.chunks, self.marks, self.origin
+        drop, stop = origin + shared.drop, origin + shared.drop + shared.keep  # as marks count
+        first = bisect_right(marks, drop)  # the chunk the run starts in
+        last = bisect_right(marks, stop)  # marks[first:last]: the chunks ending inside the run
+        if last > first and last == len(marks) and chunks[-1][-1][0] >= _CUT:
+            last -= 1  # the list's end, not a cut: the run's last chunk may go on
+        if last - first < 2:  # no chunk wholly inside it
+            return Chunked.of([*head, *self._digests(drop, stop), *tail])
+        moved = drop - len(head)  # the new list's origin: the kept marks count the same items
+        # Up to the run's first cut, and from its last on: a piece of one chunk (no cut inside but
+        # at its end) with what is new, which alone is looked through for cuts.
+        front_piece = self._digests(drop, marks[first])
+        front, front_marks = _split([*head, *front_piece], moved, (len(head), len(head) + len(front_piece) - 1))
+        rest_piece = self._digests(marks[last - 1], stop)
+        rest, rest_marks = _split([*rest_piece, *tail], marks[last - 1], (0, len(rest_piece)))
+        digest = hashlib.sha256
+        return Chunked([*front, *chunks[first + 1:last], *rest], [*front_marks, *marks[first + 1:last], *rest_marks],
+                       [*(digest(b"".join(chunk)).digest() for chunk in front), *self.sums[first + 1:last],
+                        *(digest(b"".join(chunk)).digest() for chunk in rest)], moved)
+
+    def _digests(self, start: int, stop: int) -> list[bytes]:
+        """The digests from mark ``start`` to mark ``stop``: within one chunk, unless ``then``
+        makes all afresh."""
+        if start >= stop:
+            return []
+        marks = self.marks
+        at = bisect_right(marks, start)
+        if at < len(marks) and stop <= marks[at]:
+            begins = marks[at - 1] if at else self.origin
+            return list(self.chunks[at][start - begins:stop - begins])
+        return list(itertools.chain.from_iterable(self.chunks))[start - self.origin:stop - self.origin]
 
 
-def _ended(digests: Sequence[bytes], ends: list[int], start: int) -> list[int]:
-    """``ends`` (of the chunks from ``start`` on), and the list's end if digests follow the last."""
-    if len(digests) > (ends[-1] if ends else start):
-        ends.append(len(digests))
-    return ends
-
-
-def _sums(digests: Sequence[bytes], ends: Sequence[int], start: int) -> list[bytes]:
-    """The sha256 of each chunk of ``digests`` ending at ``ends``, the first from ``start``."""
-    return [hashlib.sha256(b"".join(digests[a:b])).digest() for a, b in zip([start, *ends], ends)]
+def _split(digests: Sequence[bytes], offset: int,
+           plain: tuple[int, int] = (0, 0)) -> tuple[list[tuple[bytes, ...]], list[int]]:
+    """``digests`` cut into chunks, and where each ends (counted from ``offset``). ``plain``: a
+    range of them known to hold no cut (a piece of a chunk), not looked through."""
+    chunks, ends, start = [], [], 0
+    for n in itertools.chain(range(plain[0]), range(plain[1], len(digests))):
+        if digests[n][0] < _CUT:
+            chunks.append(tuple(digests[start:n + 1]))
+            ends.append(offset + n + 1)
+            start = n + 1
+    if start < len(digests):
+        chunks.append(tuple(digests[start:]))
+        ends.append(offset + len(digests))
+    return chunks, ends
 
 
 class BodyDigests:
@@ -295,7 +321,7 @@ class BodyDigests:
     block, are digested again: the host may have edited them in place (P14, P15)."""
 
     def __init__(self) -> None:
-        self._items: list[Any] = []
+        self._items: Sequence[Any] = []
         self._chunked = Chunked.of([])
         # The first and last items whose content is a list: the item, its blocks as digested, their
         # digests, and whether it was the last item (its last block the host's).
@@ -315,7 +341,7 @@ class BodyDigests:
             found = made.get(at) or next(((blocks, each) for item, blocks, each, _ in self._ends if item is items[at]), None)
             if found is not None:
                 ends.append((items[at], *found, at == len(items) - 1))
-        self._items, self._chunked, self._ends = list(items), chunked, ends
+        self._items, self._chunked, self._ends = items, chunked, ends
         return chunked
 
     def _digest(self, items: Sequence[Any], start: int, stop: int,
@@ -500,11 +526,12 @@ class Parts:
     ``counts`` (how many parts hold each item id) and ``twice`` (how many ids more than one part
     holds) follow the parts as ``then`` changes them, so a record's ``held`` costs nothing to check
     when no item is held twice, the common case; and while every part holds exactly one item
-    (``flat`` is then their items), ``held`` is a slice of the last one's and what changed, not a
-    walk over every part. ``counts`` is handed on to the next state, edited in place, not copied
-    (a copy cost every turn O(items)); a state whose next was refused counts its parts again."""
+    (``flat`` is then their items, and ``each`` None: it would be ``flat``'s items one by one),
+    ``held`` is a slice of the last one's and what changed, not a walk over every part. ``counts``
+    is handed on to the next state, edited in place, not copied (a copy cost every turn O(items));
+    a state whose next was refused counts its parts again."""
 
-    def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] = (),
+    def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] | None = None,
                  counts: dict[str, int] | None = None, twice: int = 0,
                  flat: tuple[HeldItem, ...] | None = ()) -> None:
         self.parts = parts
@@ -517,13 +544,19 @@ class Parts:
     def held(self) -> tuple[HeldItem, ...]:
         flat = self.flat
         if flat is None:
-            flat = tuple(itertools.chain.from_iterable(self.each))
+            flat = tuple(itertools.chain.from_iterable(self.each or ()))
         if not self.twice:
             return flat
         first: dict[str, HeldItem] = {}
         for item in flat:  # an item twice (a message split in two parts): held once, at its first part
             first.setdefault(item.id, item)
         return tuple(first.values())
+
+    def _items(self, start: int, stop: int | None = None) -> Iterable[HeldItem]:
+        """The items the parts from ``start`` to ``stop`` hold."""
+        if self.flat is not None:
+            return self.flat[start:stop]
+        return itertools.chain.from_iterable((self.each or ())[start:stop])
 
     def then(self, shared: Shared, head: Sequence[RequestPart], tail: Sequence[RequestPart]) -> Parts:
         """``head``, this one's run ``shared`` names, then ``tail``."""
@@ -534,26 +567,26 @@ class Parts:
         counts, twice = self.counts, self.twice
         if counts is None:  # handed on to a state made of this one before (its record refused)
             counts = {}
-            for items in self.each:
-                for item in items:
-                    counts[item.id] = counts.get(item.id, 0) + 1
+            for item in self._items(0):
+                counts[item.id] = counts.get(item.id, 0) + 1
         self.counts = None
-        for items in itertools.chain(self.each[:shared.drop], self.each[stop:]):  # the parts it leaves
-            for item in items:
-                counts[item.id] -= 1
-                twice -= counts[item.id] == 1
-                if not counts[item.id]:
-                    del counts[item.id]
+        for item in itertools.chain(self._items(0, shared.drop), self._items(stop)):  # the parts it leaves
+            counts[item.id] -= 1
+            twice -= counts[item.id] == 1
+            if not counts[item.id]:
+                del counts[item.id]
         for items in held:
             for item in items:
                 counts[item.id] = counts.get(item.id, 0) + 1
                 twice += counts[item.id] == 2
-        flat = None
+        parts = _spliced(head, self.parts[shared.drop:stop], tail)
         if self.flat is not None and all(len(items) == 1 for items in held):
             flat = _spliced([items[0] for items in held[:len(head)]], self.flat[shared.drop:stop],
                             [items[0] for items in held[len(head):]])
-        return Parts(_spliced(head, self.parts[shared.drop:stop], tail),
-                     _spliced(held[:len(head)], self.each[shared.drop:stop], held[len(head):]), counts, twice, flat)
+            return Parts(parts, None, counts, twice, flat)
+        kept = self.each[shared.drop:stop] if self.each is not None else tuple(
+            (item,) for item in (self.flat or ())[shared.drop:stop])
+        return Parts(parts, _spliced(held[:len(head)], kept, held[len(head):]), counts, twice, None)
 
 
 def _spliced(head: Sequence[Any], kept: tuple[Any, ...], tail: Sequence[Any]) -> tuple[Any, ...]:
@@ -695,14 +728,18 @@ def encode_record(record: RequestRecord, *, base: str | None = None, shared: Sha
         "at_ms": record.at_ms, "sequence": record.sequence, "namespace": record.namespace, "branch": record.branch,
         "reader": record.reader, "form": record.form, "model": record.model, "budget": record.budget,
         "zones": dict(record.zone_tokens), "total": record.total_tokens, "stable": record.stable_prefix_tokens,
-        "digest": record.body_digest, "usage": None if record.usage is None else attrs.astuple(record.usage),
+        "digest": record.body_digest, "usage": None if (usage := record.usage) is None else [
+            usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_creation_tokens],
         "latency_ms": record.latency_ms, "response": record.response, "response_chars": record.response_chars,
         "trace_id": record.trace_id, "span_id": record.span_id, "options": dict(record.options),
         "parts": [_encode_part(p) for p in own],
     }
     if record.form == COMPRESSION:
         data["held"] = [[item.kind[0], item.id, item.version] for item in record.held]
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+    return _COMPACT.encode(data).encode()
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # made once, as _CANONICAL
 
 
 def _encode_part(part: RequestPart) -> list[Any]:

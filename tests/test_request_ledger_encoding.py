@@ -56,6 +56,11 @@ class Turns:
                     (Source("message", str(sequence - 1), False),), stored)
         if sequence % 5 == 0:  # a summary's message: kept whole, not named
             return CompiledMessage("user", (Text(f"summary {text}"),)), (Source("summary", f"S{sequence}"),), stored
+        if sequence % 11 == 0:  # an injected message: it holds no item
+            return CompiledMessage("user", (Text(f"note {text}"),)), (Source("injection", f"I{sequence}"),), stored
+        if sequence % 13 == 0:  # a message and a summary merged in one: it holds both
+            return (CompiledMessage(stored.participant, (Text(f"both {text}"),)),
+                    (Source("summary", f"S{sequence}"), Source("message", str(sequence), False)), stored)
         return CompiledMessage(stored.participant, content), (Source("message", str(sequence), True),), stored
 
     def step(self, drop: int, append: int, edit: float | None, fresh_first: bool) -> CompileResult:
@@ -84,7 +89,7 @@ def record(record_id: str, parts: Parts, sequence: int) -> RequestRecord:
 def held_afresh(result: CompileResult) -> list[str]:
     seen: dict[str, None] = {}
     for sources in result.provenance.messages:
-        seen.update((s.id, None) for s in sources)
+        seen.update((s.id, None) for s in sources if s.kind != "injection")
     return list(seen)
 
 
@@ -92,9 +97,9 @@ def held_afresh(result: CompileResult) -> list[str]:
 @given(steps)
 def test_records_kept_against_the_last_decode_to_the_request_they_recorded(turns: list[Any]) -> None:
     """Q1, Q3: each record, decoded against the one it names, has the request's parts (a stored
-    message named, anything else kept whole) and held items in order, with versions as of the
-    record that first held them; a record refused after it was encoded leaves the next one kept
-    against the one before it, as exactly."""
+    message named, anything else kept whole; a part may hold no item, or two) and held items in
+    order, with versions as of the record that first held them; a record refused after it was
+    encoded leaves the next one kept against the one before it, as exactly."""
     made, encoder, decoded = Turns(), RequestEncoder(), {}
     for n, (drop, append, edit, fresh_first, refused) in enumerate(turns):
         result = made.step(drop, append, edit, fresh_first)
@@ -196,7 +201,7 @@ def test_chunks_kept_across_a_shared_run_are_the_chunks_made_afresh(steps: list[
         chunked = chunked.then(Shared(head, drop, keep), own_head, tail)
         digests = [*own_head, *digests[drop:drop + keep], *tail]
         afresh = Chunked.of(digests)
-        assert (chunked.digests, chunked.ends, chunked.sums) == (afresh.digests, afresh.ends, afresh.sums)
+        assert (chunked.chunks, chunked.ends, chunked.sums) == (afresh.chunks, afresh.ends, afresh.sums)
 
 
 async def test_verify_reports_a_record_kept_against_one_not_before_it(store_path: Path) -> None:

@@ -131,20 +131,21 @@ class LedgerQueue:
         they wait for the next (``commit`` waits for that one)."""
         if self._out is not None or not (self._wrote or self.pending):
             return NOTHING_TAKEN
-        taken = Taken((), tuple(self._wrote))
-        for encoder, record_id in self._wrote:
+        records = tuple(self._wrote)
+        for encoder, record_id in records:
             encoder.flying(record_id)
         self._wrote = []
-        if not self.pending:
-            return taken
-        gone = {branch for branch in {int(append.branch) for append in self.pending} if engine.branch_deleted(branch)}
-        pending = [append for append in self.pending if int(append.branch) not in gone]
-        self.pending = []
+        pending, self.pending = self.pending, []
+        deleted = engine.branch_deleted
+        gone = {branch for branch in {int(append.branch) for append in pending} if deleted(branch)}
+        if gone:
+            pending = [append for append in pending if int(append.branch) not in gone]
+        if not pending:
+            return Taken((), records)
         known = engine.has_state
         states = [state for state in dict.fromkeys(append.state for append in pending) if not known(state)]
-        if pending:
-            self._out = trio.Event()
-        return attrs.evolve(taken, commands=(*(RegisterState(name=state, kind="log") for state in states), *pending))
+        self._out = trio.Event()
+        return Taken((*(RegisterState(name=state, kind="log") for state in states), *pending), records)
 
     def landed(self, taken: Taken) -> None:
         """What ``taken`` took committed: a record may be kept against them."""
