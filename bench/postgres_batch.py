@@ -8,8 +8,8 @@ costs apart from the engine's Python around it.
 Shapes (the engine's statements, on tables of its schema; prepared, as a direct writer's are):
 
 - raw: BEGIN, SELECT ... FOR UPDATE, 2 INSERTs, UPDATE, COMMIT: 6 round trips;
-- eight statements (the batch before 5 statements): BEGIN, the locks, the catalog counter, the
-  slot's lock and draw, its head | sync | the item, the head, COMMIT: 2 round trips;
+- eight statements (the batch at b43611c): BEGIN, the locks, the catalog counter, the slot's lock
+  and draw (planned again at every call), its head | sync | the item, the head, COMMIT: 2 round trips;
 - five statements (the batch now): BEGIN, the locks with the slot's and its draw, the counter with
   the head | sync | the item and head in one statement, COMMIT: 2 round trips;
 - floors: the whole append as one PL/pgSQL call (its head arithmetic a stand-in: a floor, not a
@@ -74,6 +74,10 @@ BOUNDS = ("WITH bounds AS MATERIALIZED (SELECT set_config('statement_timeout', %
           f" backend AS MATERIALIZED (SELECT {pg._BACKEND_LOCK} FROM bounds)")
 BOUND_PARAMS = ("30000", "30000", "10000", str(CATALOG), CATALOG)
 HEAD = "SELECT head FROM ctxrt_heads WHERE state = %s AND branch = %s AND version = %s"
+# The slot's lock and draw as the batch of eight statements sent it (b43611c): a join of the lock's
+# row and generate_series, planned again at every call.
+LOCK_AND_DRAW_BEFORE = ("WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s))"
+                        " SELECT nextval('ctxrt_sequence') FROM locked, generate_series(1, %s)")
 
 
 def _rows(state: int, sequence: int, head: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
@@ -98,13 +102,13 @@ def shapes(conn: psycopg.Connection[Any]) -> dict[str, Any]:
             cursor.execute("BEGIN")
             cursor.execute(BOUNDS + " SELECT pg_advisory_xact_lock_shared(%s) FROM backend", BOUND_PARAMS)
             catalog = conn.cursor().execute(pg._CATALOG)
-            drawn = conn.cursor().execute(pg._LOCK_AND_DRAW, (SLOT, 1))
+            drawn = conn.cursor().execute(LOCK_AND_DRAW_BEFORE, (SLOT, 1))
             cursor.execute(HEAD, (1, 1, CURRENT))
             pipeline.sync()
             head = cursor.fetchall()
             catalog.fetchall()
-            [(sequences,)] = drawn.fetchall()
-            item, current = _rows(1, sequences[0], head[0][0] if head else None)
+            [(sequence,)] = drawn.fetchall()
+            item, current = _rows(1, sequence, head[0][0] if head else None)
             cursor.executemany(pg._INSERT_ITEM, [item])
             cursor.executemany(pg._UPSERT_HEAD, [current])
             cursor.execute("COMMIT")
