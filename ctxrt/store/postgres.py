@@ -1192,15 +1192,19 @@ class PostgresEngine(Catalog):
         its lock, sequences and head are sent with the batch's first statements. Not with another
         command: taken before the commands run, the slot's lock would be held while a command
         before the append took the catalog lock exclusive (a switch's), the lock another process's
-        append to the slot holds shared while it waits for the slot: a cycle."""
+        append to the slot holds shared while it waits for the slot: a cycle. Nor with an append
+        the tables refuse (``Batch.append``'s checks before its head read): its sequences would be
+        drawn, and a refused write moves no sequence (K1)."""
         if len(appends) != 1 or not all(type(command) is AppendItem for command in commands):
             return None
         [((state, branch), count)] = appends.items()
         info = self.known_states.get(state)
-        branch_id = branch if isinstance(branch, int) else self.known_branch_ids.get(branch)
-        if info is None or branch_id is None:
+        row = self.known_branches.get(branch if isinstance(branch, int) else self.known_branch_ids.get(branch, -1))
+        if info is None or info.kind != "log" or row is None or row.deleted:
             return None
-        return info.number, branch_id, count
+        if any(c.followed is not None and row.switches > c.followed and row.switched_to for c in commands):
+            return None  # refused: BranchSwitched (R4)
+        return info.number, row.id, count
 
     def _refusal(self, command: Any, exc: BaseException) -> BaseException:
         if isinstance(exc, UNDECODABLE):
