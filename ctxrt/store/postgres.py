@@ -1599,7 +1599,8 @@ _DRAW = "SELECT array_agg(nextval('ctxrt_sequence')) FROM generate_series(1, %s)
 # Sequences drawn once a slot's lock (the row ``locked``) is granted: a subquery reading the lock's
 # row (``locked.first``), so it runs after it. Read from a join of the two, the count a parameter,
 # the server planned the statement again at every batch (pg_stat_statements: 200 plans in 200
-# calls, a custom plan for each count beating the generic one), 0.1-0.15 ms of a lone append's.
+# calls, a custom plan for each count beating the generic one): 33 us a batch alone, 0.15 ms once in
+# the lone slot's first statement with its whole chain of locks (bench/postgres_batch.py's shapes).
 _DRAWN_AFTER = (" SELECT drawn FROM locked, LATERAL (SELECT array_agg(nextval('ctxrt_sequence')) AS drawn"
                 " FROM generate_series(locked.first, %s)) AS d")
 # A slot's lock, then sequences drawn after it is granted.
