@@ -253,7 +253,7 @@ class PostgresEngine(Catalog):
             where = "" if conninfo is None else f"its primary ({_server(conninfo)}): "
             raise StoreUnavailableError(self.data_path, where + self._reason(exc)) from None
 
-    def _begin_locked(self, cursor: psycopg.Cursor[Any], exclusive: bool) -> None:
+    def _begin_locked(self, cursor: psycopg.Cursor[Any], exclusive: bool, slot: tuple[int, int, int] | None = None) -> None:
         """The writer's bounds, set for the transaction just begun, then this backend's own lock,
         then the catalog lock (exclusive or shared): one statement, each step a materialized CTE
         the next reads, so they run in that order (sent with the batch's first statements: no round
@@ -262,15 +262,22 @@ class PostgresEngine(Catalog):
         reads ``lock_timeout`` when it begins: these two, after it was set, are too), every later
         statement bounded, a transaction left idle ended, and under durability "os"
         ``synchronous_commit=off`` (the server acknowledges before its WAL is flushed). The backend's lock comes first (no one else takes it exclusive):
-        the horizon waits on it."""
+        the horizon waits on it.
+
+        ``slot`` (state, branch, count): a lone append slot's lock too, after the catalog lock, and
+        ``count`` sequences drawn once it is granted, answered on ``cursor`` (``_LONE_SLOT``)."""
         # Durability "sync" leaves synchronous_commit as the server has it (remote_apply for one).
-        cursor.execute("WITH bounds AS MATERIALIZED (SELECT set_config('statement_timeout', %s, true),"
-                       " set_config('lock_timeout', %s, true), set_config('idle_in_transaction_session_timeout', %s, true)"
-                       + ("" if self._synchronous else ", set_config('synchronous_commit', 'off', true)")
-                       + f"), backend AS MATERIALIZED (SELECT {_BACKEND_LOCK} FROM bounds)"
-                       f" SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s) FROM backend",
-                       (str(self._statement_ms), str(self._statement_ms), str(int(self._idle_ms)), str(self._catalog_key),
-                        self._catalog_key))
+        bounds = ("WITH bounds AS MATERIALIZED (SELECT set_config('statement_timeout', %s, true),"
+                  " set_config('lock_timeout', %s, true), set_config('idle_in_transaction_session_timeout', %s, true)"
+                  + ("" if self._synchronous else ", set_config('synchronous_commit', 'off', true)")
+                  + f"), backend AS MATERIALIZED (SELECT {_BACKEND_LOCK} FROM bounds)")
+        params: tuple[Any, ...] = (str(self._statement_ms), str(self._statement_ms), str(int(self._idle_ms)),
+                                   str(self._catalog_key), self._catalog_key)
+        if slot is None:
+            cursor.execute(f"{bounds} SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s) FROM backend", params)
+        else:
+            state, branch, count = slot
+            cursor.execute(bounds + _LONE_SLOT, (*params, _slot_key(self._catalog_key, state, branch), count))
 
     def _require_locks(self) -> None:
         """Refuse a server whose transaction advisory locks don't keep a second session out
@@ -809,11 +816,13 @@ class PostgresEngine(Catalog):
         logger.warning("%s: connection lost (%s); reconnecting", self.data_path, self._reason(exc))
         return self._connect(conn)
 
-    def _head_at(self, fetch: _Fetch, state: int, levels: Sequence[tuple[int, int]]) -> LogHead:
-        """A log state's head as a view (its levels and limits) sees it (as the LMDB engine's)."""
+    def _head_at(self, fetch: _Fetch, state: int, levels: Sequence[tuple[int, int]],
+                 current_row: list[Any] | None = None) -> LogHead:
+        """A log state's head as a view (its levels and limits) sees it (as the LMDB engine's).
+        ``current_row``: the first level's current head row(s), read already."""
         for i, (branch, limit) in enumerate(levels):
-            row = fetch("SELECT head FROM ctxrt_heads WHERE state = %s AND branch = %s AND version = %s",
-                        (state, branch, CURRENT))
+            row = current_row if i == 0 and current_row is not None else fetch(
+                "SELECT head FROM ctxrt_heads WHERE state = %s AND branch = %s AND version = %s", (state, branch, CURRENT))
             if not row:
                 continue  # nothing written here: inherited
             current = LogHead.decode(bytes(row[0][0]))
@@ -1108,28 +1117,38 @@ class PostgresEngine(Catalog):
         # head and sequences; then its rows and the commit.
         # BEGIN and COMMIT are sent as statements, not with ``conn.transaction()``: in a pipeline that
         # syncs after its BEGIN, after the block and after the COMMIT (5 round trips, not 2).
+        # A batch appending to one slot the tables know sends five statements: BEGIN, the locks with
+        # its sequences, the catalog counter with its head, its rows, COMMIT (psycopg's own work for
+        # each statement sent, more than the server's, was most of a lone append's batch: eight took
+        # 1.43x a raw 6-round-trip transaction, five take 1.14x, synchronous_commit off,
+        # bench/postgres_batch.py).
+        appends = _appends(commands)
+        settling = settled or exclusive or not self.known_states
+        lone = None if settling else self._lone_slot(commands, appends)
         try:
             with conn.pipeline() as pipeline:
                 cursor = conn.cursor()
                 cursor.execute("BEGIN")
-                self._begin_locked(cursor, exclusive)
+                drawing = None if lone is None else conn.cursor()
+                self._begin_locked(cursor if drawing is None else drawing, exclusive, lone)
                 fence = _Fence(self, conn, self.fenced(commands))  # answered with the batch's first read
                 # Read after the lock is granted (a statement of its own: its snapshot is taken then),
                 # answered with the batch's first read: the tables it knows are checked then.
-                found = conn.cursor().execute(_CATALOG)
+                found = (conn.cursor().execute(_CATALOG) if lone is None
+                         else conn.cursor().execute(_CATALOG_AND_HEAD, (lone[0], lone[1], CURRENT)))
                 counter: psycopg.Cursor[Any] | None = found
                 # Nothing read yet, or they moved: read the tables first. So does a batch that changes
                 # them (it holds the lock exclusive): it judges a branch's name against the tables as
                 # they are, not as this process last read them (another may have just made that name).
-                if settled or exclusive or not self.known_states:
+                if settling:
                     self._began = True
                     pipeline.sync()
                     if _catalog(found.fetchall()) != self._committed or not self.known_states:
                         self._load(conn)
                     counter = None
                 catalog = self._committed  # what the commands are judged against (a reload may move it meanwhile)
-                appends = _appends(commands)
-                batch = PgBatch(self, cursor, pipeline, catalog, appends, counter, self._lock_appended(cursor, appends))
+                prelocked = self._lock_appended(cursor, appends)
+                batch = PgBatch(self, cursor, pipeline, catalog, appends, counter, prelocked, lone, drawing)
                 batch.exclusive = exclusive
                 results = run_commands(batch, commands, fence.around(execute), unnested, _Savepoints(self, batch, pipeline))
                 batch.check_catalog()
@@ -1167,6 +1186,25 @@ class PostgresEngine(Catalog):
         for key in sorted(_slot_key(self._catalog_key, *slot) for slot in slots):
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
         return frozenset(slots)
+
+    def _lone_slot(self, commands: Sequence[Any], appends: dict[tuple[str, str | int], int]) -> tuple[int, int, int] | None:
+        """(state, branch, appends) of the one slot a batch of appends writes, if the tables know it:
+        its lock, sequences and head are sent with the batch's first statements. Not with another
+        command: taken before the commands run, the slot's lock would be held while a command
+        before the append took the catalog lock exclusive (a switch's), the lock another process's
+        append to the slot holds shared while it waits for the slot: a cycle. Nor with an append
+        the tables refuse (``Batch.append``'s checks before its head read): its sequences would be
+        drawn, and a refused write moves no sequence (K1)."""
+        if len(appends) != 1 or not all(type(command) is AppendItem for command in commands):
+            return None
+        [((state, branch), count)] = appends.items()
+        info = self.known_states.get(state)
+        row = self.known_branches.get(branch if isinstance(branch, int) else self.known_branch_ids.get(branch, -1))
+        if info is None or info.kind != "log" or row is None or row.deleted:
+            return None
+        if any(c.followed is not None and row.switches > c.followed and row.switched_to for c in commands):
+            return None  # refused: BranchSwitched (R4)
+        return info.number, row.id, count
 
     def _refusal(self, command: Any, exc: BaseException) -> BaseException:
         if isinstance(exc, UNDECODABLE):
@@ -1307,7 +1345,8 @@ class PgBatch(Batch):
 
     def __init__(self, engine: PostgresEngine, cursor: psycopg.Cursor[Any], pipeline: psycopg.Pipeline, catalog: int,
                  appends: dict[tuple[str, str | int], int], counter: psycopg.Cursor[Any] | None,
-                 prelocked: frozenset[tuple[int, int]] = frozenset()) -> None:
+                 prelocked: frozenset[tuple[int, int]] = frozenset(), lone: tuple[int, int, int] | None = None,
+                 lone_draw: psycopg.Cursor[Any] | None = None) -> None:
         super().__init__(engine, 0)  # ``sequence``: the last this batch drew
         self.catalog = catalog  # moved by every branch or state row this batch writes
         self._counter = counter  # the catalog counter as the transaction found it, not read yet
@@ -1332,6 +1371,14 @@ class PgBatch(Batch):
         # commands draw theirs when they take it, so a refused one takes none.
         self._appends = appends
         self._prelocked = prelocked  # slot locks taken at the batch's start (outside any savepoint)
+        # A lone append slot (``PostgresEngine._lone_slot``): locked by the batch's first statement,
+        # its sequences drawn there (``lone_draw``, unread) and its current head read with the catalog
+        # counter (``_counter``): both used at the slot's first touch, once.
+        self._lone = None if lone is None else lone[:2]
+        self._lone_draw = lone_draw
+        self._lone_head: list[Any] | None = None  # the head's row(s), once the counter's answer is read
+        if lone is not None:
+            self._prelocked = prelocked | {lone[:2]}
 
     def _fetch(self, query: str, params: Sequence[Any]) -> list[Any]:
         self.flush()
@@ -1347,16 +1394,26 @@ class PgBatch(Batch):
         read here) isn't the one this batch's commands were judged against."""
         if self._counter is not None:
             counter, self._counter = self._counter, None
-            if _catalog(counter.fetchall()) != self.catalog:
+            rows = counter.fetchall()
+            if self._lone is not None:
+                self._lone_head = [] if rows[0][1] is None else [(rows[0][1],)]
+            if _catalog(rows) != self.catalog:
                 raise _CatalogMoved
 
     def flush(self) -> None:
         """Send the buffered rows (pipelined)."""
         rows, self._rows = self._rows, {}
+        current, self._current = self._current, {}
+        items = rows.pop(_INSERT_ITEM, [])
         for statement, values in rows.items():
             self.cursor.executemany(statement, values)
-        if self._current:
-            current, self._current = self._current, {}
+        if len(items) == 1 and len(current) == 1:  # a lone append's: one statement
+            [head] = current.values()
+            self.cursor.execute(_APPEND_ROWS, (*items[0], *head))
+            return
+        if items:
+            self.cursor.executemany(_INSERT_ITEM, items)
+        if current:
             self.cursor.executemany(_UPSERT_HEAD, list(current.values()))
 
     def discard(self) -> None:
@@ -1367,7 +1424,16 @@ class PgBatch(Batch):
 
     def read_head(self, info: StateInfo, row: BranchRow) -> LogHead:
         self._lock_slot(info, row)  # heads are never cached between batches: this is a slot's first touch
-        return self.pg._head_at(self._fetch, info.number, row.levels())
+        current = None
+        if self._lone == (info.number, row.id):
+            if self._counter is not None:
+                if self._counter.pgresult is None:  # not answered yet: this is the batch's first wait
+                    self.flush()
+                    self._pipeline.sync()
+                self.pg._began = True
+                self.check_catalog()
+            current, self._lone_head, self._lone = self._lone_head, None, None
+        return self.pg._head_at(self._fetch, info.number, row.levels(), current)
 
     def locate(
         self, info: StateInfo, row: BranchRow, item_sequence: int, head: LogHead,
@@ -1412,7 +1478,9 @@ class PgBatch(Batch):
         self._drawn, self._drawing = (), None
         count = self._appends.get((info.name, row.id), 0) + self._appends.get((info.name, row.name), 0)
         key = _slot_key(self.pg._catalog_key, info.number, row.id)
-        if count:
+        if self._lone_draw is not None and self._lone == (info.number, row.id):
+            self._drawing, self._lone_draw = self._lone_draw, None  # drawn by the batch's first statement
+        elif count:
             self._drawing = self.pg._writer.cursor()
             if lock:  # one statement: the sequences are drawn once the lock is granted
                 self._drawing.execute(_LOCK_AND_DRAW, (key, count))
@@ -1426,9 +1494,11 @@ class PgBatch(Batch):
             drawing, self._drawing = self._drawing, None
             if drawing.pgresult is None:  # not answered yet (a head's read, sent after it, answers it too)
                 self._pipeline.sync()
-            self._drawn = tuple(int(value) for (value,) in drawing.fetchall())
+            [(drawn,)] = drawing.fetchall()
+            self._drawn = tuple(map(int, drawn))
         if not self._drawn:
-            self._drawn = tuple(int(value) for (value,) in self._fetch(_DRAW, (1,)))
+            [(drawn,)] = self._fetch(_DRAW, (1,))
+            self._drawn = tuple(map(int, drawn))
         self.sequence, self._drawn = self._drawn[0], self._drawn[1:]
         return self.sequence
 
@@ -1519,10 +1589,26 @@ _RELEASE = f"UPDATE ctxrt_leases AS l SET expires = '-infinity' FROM {_HELD}"
 # engine's (same token) and unexpired, locked until the batch ends (a take waits for it to commit).
 _FENCE = f"SELECT l.branch, l.name FROM ctxrt_leases AS l, {_HELD} AND l.expires > clock_timestamp() FOR SHARE OF l"
 _CATALOG = "SELECT value FROM ctxrt_meta WHERE key = 'catalog'"
-_DRAW = "SELECT nextval('ctxrt_sequence') FROM generate_series(1, %s)"
-# A slot's lock, then sequences drawn after it is granted (each row drawn reads the lock's row).
-_LOCK_AND_DRAW = ("WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s))"
-                  " SELECT nextval('ctxrt_sequence') FROM locked, generate_series(1, %s)")
+# A lone append slot's first read: the catalog counter and the slot's current head (none: NULL), in
+# one statement sent after the one that took the slot's lock (its snapshot is taken once both locks
+# are held).
+_CATALOG_AND_HEAD = ("SELECT COALESCE((SELECT value FROM ctxrt_meta WHERE key = 'catalog'), 0),"
+                     " (SELECT head FROM ctxrt_heads WHERE state = %s AND branch = %s AND version = %s)")
+# Sequences drawn, as one array.
+_DRAW = "SELECT array_agg(nextval('ctxrt_sequence')) FROM generate_series(1, %s)"
+# Sequences drawn once a slot's lock (the row ``locked``) is granted: a subquery reading the lock's
+# row (``locked.first``), so it runs after it. Read from a join of the two, the count a parameter,
+# the server planned the statement again at every batch (pg_stat_statements: 200 plans in 200
+# calls, a custom plan for each count beating the generic one): 33 us a batch alone, 0.15 ms once in
+# the lone slot's first statement with its whole chain of locks (bench/postgres_batch.py's shapes).
+_DRAWN_AFTER = (" SELECT drawn FROM locked, LATERAL (SELECT array_agg(nextval('ctxrt_sequence')) AS drawn"
+                " FROM generate_series(locked.first, %s)) AS d")
+# A slot's lock, then sequences drawn after it is granted.
+_LOCK_AND_DRAW = "WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s), 1 AS first)" + _DRAWN_AFTER
+# The end of a batch's first statement (``_begin_locked``) for a lone append slot: the catalog lock
+# shared, then the slot's lock, then its sequences.
+_LONE_SLOT = (", catalog AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(%s) FROM backend),"
+              " locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(%s), 1 AS first FROM catalog)" + _DRAWN_AFTER)
 # The last sequence drawn (a sequence never drawn from has is_called false: none yet).
 _LAST_VALUE = "SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END FROM ctxrt_sequence"
 # The write transactions holding the catalog lock (a bigint key's halves, as pg_locks shows them).
@@ -1546,6 +1632,8 @@ _INSERT_ITEM = ("INSERT INTO ctxrt_items (state, branch, ordinal, version, seque
                 " VALUES (%s, %s, %s, %s, %s, %s)")
 _UPSERT_HEAD = ("INSERT INTO ctxrt_heads (state, branch, version, revision, head) VALUES (%s, %s, %s, %s, %s)"
                 " ON CONFLICT (state, branch, version) DO UPDATE SET revision = EXCLUDED.revision, head = EXCLUDED.head")
+# A lone append's rows: its item and its log's current head, one statement.
+_APPEND_ROWS = ("WITH item AS (" + _INSERT_ITEM + ") " + _UPSERT_HEAD)
 
 
 def _appends(commands: Sequence[Any]) -> dict[tuple[str, str | int], int]:
