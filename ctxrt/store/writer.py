@@ -26,10 +26,11 @@ free while it blocks): at once for the short jobs (``begin``, ``abort``, ``end``
 for a commit only when the loop is busy and the thread wants the GIL (``offer_turn``: the job not
 taken yet, or LMDB's last transaction id moved past the one before the commit, which LMDB sets
 only after the meta page is written), for a bounded time; a loop that sleeps in ``epoll`` leaves
-the GIL free anyway. PostgreSQL's batch runs Python between its round trips, so it gets no turns
-but the first and the stalled commit's probes: the loop leaves it the GIL when it idles (it blocks
-for the commit) or sleeps in ``epoll``, and on a busy loop it competes as trio's worker threads
-did. Standard library only: no trio here (store/committer.py and committer_lmdb.py do the waiting).
+the GIL free anyway. PostgreSQL's batch runs Python between its round trips, whose ends the loop
+can't see: a busy loop offers it a turn before it took the job, and at each pass once it has been
+out as long as a commit takes (a moving average); the loop leaves it the GIL when it idles (it
+blocks for the commit) or sleeps in ``epoll``. Standard library only: no trio here
+(store/committer.py and committer_lmdb.py do the waiting).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class CommitThread:
         # counted owed for good, and the loop blocked for it forever).
         self._turns_handed = 0
         self._turns_ended = 0
-        self._offered_at = 0.0
+        self._handed_at = self._offered_at = 0.0
         self._told_to_end = False  # what it held ended for good, and it ends at the next job (or never ran)
         # The moving average of a commit's time (one that failed isn't counted), timed and kept by
         # the thread; unknown (infinite) until one landed.
@@ -128,7 +129,7 @@ class CommitThread:
         calls ``landed``.
         """
         assert self._due == 0
-        self._offered_at = time.monotonic()
+        self._handed_at = self._offered_at = time.monotonic()
         self._drop_stale_tokens()
         self._turns_handed += 2  # taking the job up to the commit; its end, and saying so
         self._jobs.put(lambda: self._commit(work))
@@ -182,8 +183,10 @@ class CommitThread:
             self._offered_at = time.monotonic()
 
     def _commit_ended(self) -> bool:
-        """Whether the commit out has ended, known without the thread (then it wants the GIL)."""
-        return False
+        """Whether the commit out has likely ended its wait (then it wants the GIL): it has been out
+        as long as a commit takes. Without it, a PostgreSQL batch whose answer came while the loop
+        was busy waited for the GIL by luck or for the stalled commit's probe (every ``STALLED_S``)."""
+        return time.monotonic() - self._handed_at >= self.commit_s
 
     @property
     def _due(self) -> int:
