@@ -188,3 +188,25 @@ async def test_a_connection_killed_while_the_batch_is_on_the_commit_thread_says_
     assert "whether it committed is unknown" in str(refused.value)
     assert await stored_texts(pg_url, "ann") == ["first", "last"]
     assert THREAD not in [thread.name for thread in threading.enumerate()]
+
+
+async def test_lone_appends_land_while_another_task_keeps_the_loop_busy(pg_url: str) -> None:
+    """K16, L3: a task that never lets the loop sleep (a checkpoint after every few microseconds of
+    Python) beside a caller appending alone: each batch on the commit thread still gets the GIL it
+    needs (a turn before it took its job, then at each busy pass once it is due) and lands."""
+    done = False
+
+    async def busy() -> None:
+        while not done:
+            sum(range(200))
+            await trio.lowlevel.checkpoint()
+
+    async with open_runtime(pg_url, durability="sync") as rt:
+        manager = await rt.open("ann", isolate=True)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(busy)
+            with trio.fail_after(30):
+                ids = [await manager.add_message("user", f"line {number}") for number in range(30)]
+            done = True
+    assert ids == sorted(ids, key=int)
+    assert await stored_texts(pg_url, "ann") == [f"line {number}" for number in range(30)]
