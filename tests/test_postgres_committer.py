@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import threading
-import types
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +17,11 @@ import trio
 
 import ctxrt
 from ctxrt import open_runtime
+from support import at_line, line_of
 
 COMMITTER = str(Path(ctxrt.__file__).parent / "store" / "committer.py")
 POSTGRES = str(Path(ctxrt.__file__).parent / "store" / "postgres.py")
 THREAD = "ctxrt-store-committer"
-
-
-def line_of(path: str, function: str, text: str) -> int:
-    """The line of ``text`` in ``function`` of ``path`` (1-based)."""
-    with open(path) as source:
-        lines = source.read().splitlines()
-    start = next(number for number, line in enumerate(lines) if f"def {function}(" in line)
-    for number in range(start, len(lines)):
-        if text in lines[number]:
-            return number + 1
-    raise AssertionError(f"{path}'s {function} no longer holds {text!r}: update this test")
 
 
 def open_transactions(url: str) -> list[tuple[Any, ...]]:
@@ -120,16 +109,12 @@ def test_ctrl_c_while_a_lone_batch_is_on_the_commit_thread_lands_it_leaves_no_tr
     interrupted: list[str] = []
     reached = 0
 
-    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+    def reach() -> None:
         nonlocal reached
-        if frame.f_code.co_filename != COMMITTER:
-            return None if event == "call" else trace
-        if event == "line" and frame.f_lineno == line:
-            reached += 1
-            if reached == 5:
-                interrupted.append(sent[-1])
-                os.kill(os.getpid(), signal.SIGINT)
-        return trace
+        reached += 1
+        if reached == 5:
+            interrupted.append(sent[-1])
+            os.kill(os.getpid(), signal.SIGINT)
 
     async def host() -> None:
         async with open_runtime(pg_url, durability="sync") as rt:
@@ -138,7 +123,7 @@ def test_ctrl_c_while_a_lone_batch_is_on_the_commit_thread_lands_it_leaves_no_tr
                 sent.append(f"line {number}")
                 await manager.add_message("user", sent[-1])
 
-    sys.settrace(trace)
+    sys.settrace(at_line(COMMITTER, line, reach))
     try:
         with pytest.raises(KeyboardInterrupt) as raised:
             trio.run(host)
@@ -162,18 +147,15 @@ async def test_a_connection_killed_while_the_batch_is_on_the_commit_thread_says_
     armed = threading.Event()
     killed = threading.Event()
 
-    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename != POSTGRES:
-            return None if event == "call" else trace
-        if event == "line" and frame.f_lineno == line and armed.is_set():
+    def kill() -> None:
+        if armed.is_set():
             armed.clear()
             with psycopg.connect(pg_url, autocommit=True) as admin:  # waits for the backend's end
                 admin.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE"
                               " datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
             killed.set()
-        return trace
 
-    threading.settrace(trace)  # the commit thread starts with the runtime
+    threading.settrace(at_line(POSTGRES, line, kill))  # the commit thread starts with the runtime
     try:
         async with open_runtime(pg_url, durability="sync") as rt:
             manager = await rt.open("ann", isolate=True)
