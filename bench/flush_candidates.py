@@ -67,7 +67,7 @@ class Candidate:
     def start(self) -> None:
         import trio
 
-        from ctxrt.store.committer_lmdb import GiveTurns
+        from ctxrt.store.committer import GiveTurns
         from ctxrt.store.writer import WriterThread
 
         if self.name.startswith("writer thread"):
@@ -94,7 +94,7 @@ class Candidate:
     async def append(self, key: bytes) -> None:
         import trio
 
-        from ctxrt.store.committer_lmdb import await_commit
+        from ctxrt.store.committer import await_commit
 
         if self.name.startswith("inline"):
             self._put_commit(key)
@@ -106,7 +106,7 @@ class Candidate:
             await trio.to_thread.run_sync(os.fdatasync, self.data_fd)
         elif self.name == "writer thread":
             self.writer.begin().put(key, VALUE)
-            error = await await_commit(self.writer)
+            error = await await_commit(self.writer, self.writer.commit)
             assert error is None, error
         else:  # the writer thread without turns: wait on its pipe, give it nothing
             self.writer.begin().put(key, VALUE)

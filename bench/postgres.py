@@ -715,7 +715,7 @@ def to_markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) 
         lines += ["The first compile after reopening (one sample each, not a figure), s: "
                   + "; ".join(f"{key}: {seconds:.3f}" for key, seconds in firsts.items()) + ".", ""]
     lines.append(
-        "Notes: the PostgreSQL engine commits a batch on a worker thread (`trio.to_thread`) in one transaction: "
+        "Notes: the PostgreSQL engine commits a batch on a commit thread of its own (an idle loop blocks for it, at most 2 ms) in one transaction: "
         "take the store's catalog lock shared; per slot, its lock, its head and sequences drawn after the lock "
         "(one round trip); then the items, the heads and the commit (one round trip); and a slot cache "
         "on a store other processes write asks the server for the head before each read. PostgresSaver stores "

@@ -11,6 +11,9 @@ shuffled order, each tree runs:
   times ``add_message`` and the raw transaction shaped like its append (``bench/postgres.py``'s
   ``RawPostgres.transaction``, in a database of its own) alternately, ``PER_ROUND`` of each after
   warm-up ones: the child's medians, so each ratio compares figures taken in the same seconds;
+  with them, the floor: the same store's append batch alone (``PostgresEngine.apply`` of the
+  command an ``add_message`` of another namespace sent, called again and again on the caller's
+  thread, synchronous: one round trip), what ``add_message`` costs past the server's work;
 - writers: 8 writer processes, each on its own slot of one store, then the same processes each
   writing a database of its own (``bench/postgres.py``'s ``writers_round``, (2)).
 
@@ -64,19 +67,49 @@ def _latency_child(url: str, raw_url: str, count: int) -> None:
     async def main() -> dict[str, float]:
         async with ctxrt.open_runtime(url, durability="sync") as rt:
             manager = await rt.open("chat", isolate=True)
-            appends, raws = [], []
+            batch = await _batch_alone(rt)
+            appends, raws, batches = [], [], []
             for n in range(10 + count):
                 started = time.perf_counter()
                 await manager.add_message("user", f"m{n} " + "x" * 195)
                 appended = time.perf_counter() - started
                 took = raw()
+                alone = batch()
                 if n >= 10:
                     appends.append(appended)
                     raws.append(took)
-            return {"append": statistics.median(appends), "raw": statistics.median(raws)}
+                    batches.append(alone)
+            return {"append": statistics.median(appends), "raw": statistics.median(raws),
+                    "batch": statistics.median(batches)}
 
     print(json.dumps(trio.run(main)), flush=True)
     conn.close()
+
+
+async def _batch_alone(rt: Any) -> Any:
+    """A function that times the store's append batch alone: the command an ``add_message`` of a
+    namespace of its own sent (caught on its way to ``engine.apply``), applied again on this thread
+    (another item of that namespace's log, which nothing reads after), s."""
+    engine, caught = rt.engine, []
+    apply = engine.apply
+
+    def catch(commands: Any, execute: Any, unnested: Any = None) -> Any:
+        caught.append((list(commands), execute, unnested))
+        return apply(commands, execute, unnested)
+
+    engine.apply = catch  # the committer calls ``self.apply``: this instance's attribute first
+    try:
+        await (await rt.open("floor", isolate=True)).add_message("user", "f " + "x" * 197)
+    finally:
+        del engine.apply
+    commands, execute, unnested = caught[-1]
+
+    def batch() -> float:
+        started = time.perf_counter()
+        apply(commands, execute, unnested)
+        return time.perf_counter() - started
+
+    return batch
 
 
 def _latency(tree: Path, url: str, raw_url: str) -> dict[str, float]:
@@ -121,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                     got.setdefault("append", []).append(found["append"])
                     got.setdefault("raw", []).append(found["raw"])
                     got.setdefault("append / raw", []).append(found["append"] / found["raw"])
+                    got.setdefault("batch", []).append(found["batch"])
+                    got.setdefault("append / batch", []).append(found["append"] / found["batch"])
+                    got.setdefault("batch / raw", []).append(found["batch"] / found["raw"])
                 else:
                     rate = writers_round(cluster, PROCESSES, args.seconds, f"writers_{next(fresh)}", kind,
                                          tree=trees[name])["rate"]
@@ -133,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|")
     rows = [("add_message, ms", "append", 1e3), ("raw append-shaped transaction, ms", "raw", 1e3),
             ("add_message / raw transaction (per round)", "append / raw", 1.0),
+            ("the floor: our append batch alone (sync, one round trip), ms", "batch", 1e3),
+            ("add_message / our batch alone (per round)", "append / batch", 1.0),
+            ("our batch alone / raw transaction (per round)", "batch / raw", 1.0),
             (f"{PROCESSES} processes, own slots of one store, appends/s", "own slot", 1.0),
             (f"{PROCESSES} processes, own databases, appends/s", "own database", 1.0),
             ("one store / own databases (per round)", "own slot / own database", 1.0)]

@@ -179,3 +179,28 @@ def damage(store: Path, change: Callable[[bytearray, files.Meta], None]) -> None
     data = bytearray(path.read_bytes())
     change(data, meta)
     path.write_bytes(bytes(data))
+
+
+def line_of(path: str, function: str, text: str) -> int:
+    """The line (1-based) of the first line holding ``text`` in ``function`` of the source file ``path``."""
+    with open(path) as source:
+        lines = source.read().splitlines()
+    start = next(number for number, line in enumerate(lines) if f"def {function}(" in line)
+    for number in range(start, len(lines)):
+        if text in lines[number]:
+            return number + 1
+    raise AssertionError(f"{path}'s {function} no longer holds {text!r}: update the test")
+
+
+def at_line(path: str, line: int, reached: Callable[[], None]) -> Callable[..., Any]:
+    """A trace function (``sys.settrace``, ``threading.settrace``) that calls ``reached()`` each
+    time a frame of the source file ``path`` reaches ``line``; other files' frames aren't traced."""
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename != path:
+            return None if event == "call" else trace
+        if event == "line" and frame.f_lineno == line:
+            reached()
+        return trace
+
+    return trace

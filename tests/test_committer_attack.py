@@ -15,7 +15,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import ctxrt
 import ctxrt.aio
 from ctxrt import open_runtime
 from ctxrt.testing import verify_store
+from support import at_line, line_of
 
 COMMITTER = str(Path(ctxrt.__file__).parent / "store" / "committer_lmdb.py")
 WARM = 5  # appends before the one interrupted: the flush's moving average settles
@@ -41,17 +41,6 @@ def memory_path() -> Iterator[Path]:
         yield directory / "store"
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-
-
-def lone_wait_line() -> int:
-    """The line where a lone caller awaits its commit out (the one Ctrl-C and a cancel leave)."""
-    with open(COMMITTER) as source:
-        lines = source.read().splitlines()
-    start = next(number for number, text in enumerate(lines) if "async def _lone(" in text)
-    for number in range(start, len(lines)):
-        if "await trio.lowlevel.wait_readable(self._writer.ready)" in lines[number]:
-            return number + 1
-    raise AssertionError("committer_lmdb.py's lone caller no longer awaits writer.ready: update this test")
 
 
 async def lost(path: Path, acks: list[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -73,22 +62,18 @@ def test_ctrl_c_while_the_main_tasks_lone_commit_is_out_ends_in_a_bare_keyboard_
     """A host appending in its main task (trio's, or an asyncio host's of H4) gets a real SIGINT
     while its own commit is out: the run ends in a bare KeyboardInterrupt, and the interrupted append
     (its commit was out) is stored with every acknowledged one, the store sound (L8, K3)."""
-    line = lone_wait_line()
+    line = line_of(COMMITTER, "_lone", "await trio.lowlevel.wait_readable(self._writer.ready)")
     acks: list[tuple[int, str]] = []
     sending: list[int] = []
     interrupted: list[int] = []  # the append whose commit was out at the SIGINT
     reached = 0
 
-    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+    def reach() -> None:
         nonlocal reached
-        if frame.f_code.co_filename != COMMITTER:
-            return None if event == "call" else trace
-        if event == "line" and frame.f_lineno == line:
-            reached += 1
-            if reached == 3:  # the third commit a caller made alone (the open's, then appends)
-                interrupted.append(sending[-1])
-                os.kill(os.getpid(), signal.SIGINT)
-        return trace
+        reached += 1
+        if reached == 3:  # the third commit a caller made alone (the open's, then appends)
+            interrupted.append(sending[-1])
+            os.kill(os.getpid(), signal.SIGINT)
 
     async def appends(manager: Any) -> None:
         for number in range(WARM + 10):
@@ -115,7 +100,7 @@ def test_ctrl_c_while_the_main_tasks_lone_commit_is_out_ends_in_a_bare_keyboard_
             finally:
                 loop.close()
 
-    sys.settrace(trace)
+    sys.settrace(at_line(COMMITTER, line, reach))
     try:
         with pytest.raises(KeyboardInterrupt) as raised:
             run()

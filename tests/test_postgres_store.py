@@ -440,7 +440,7 @@ async def test_appends_keep_landing_around_batches_that_roll_a_refused_command_b
 
 
 async def test_an_append_cancelled_while_its_batch_is_on_the_server_is_stored(pg_url: str) -> None:
-    """M1, L4: a lone append hands its batch to the worker thread from its own task; cancelled
+    """M1, L4: a lone append hands its batch to the commit thread from its own task; cancelled
     while the batch is out, the message is still stored, and the next append lands after it."""
     async with ctxrt.open_runtime(pg_url, durability="sync") as rt:
         manager = await rt.open("ann", isolate=True)

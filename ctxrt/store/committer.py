@@ -8,10 +8,22 @@ error)`` with the committed operations, or raises what refused the whole batch
 
 - ``InlineCommitter``: the commit is quick (LMDB under durability "os": nothing is flushed), so it
   runs on the trio thread, in the actor or in a lone caller's own task (``commit_now``).
-- ``WorkerCommitter``: the commit waits on a server (PostgreSQL): the whole batch on a worker
-  thread while the loop runs on, handed there by the actor or by a lone caller's own task.
+- ``ThreadCommitter``: the commit waits on a server (PostgreSQL): the whole batch on a commit
+  thread of its own (store/writer.py) while the loop runs on, handed there by the actor or by a
+  lone caller's own task.
 - LMDB's durable committer (store/committer_lmdb.py): its writer thread, with turn-giving and the
-  map's growth; an idle loop blocks for a commit whose flush measures fast.
+  map's growth.
+
+A commit thread's commit is awaited through trio's I/O wait (``await_commit``: its ``ready``
+descriptor), and ``GiveTurns`` hands the thread the GIL: before a busy scheduler pass when the
+thread wants it, and, when the loop has nothing else to do (it is about to sleep in ``epoll``) and
+the commit measures fast, by blocking for the commit right there, the GIL released, for at most
+``IDLE_WAIT_S`` and never past the next deadline. That spares a lone commit the sleep in ``epoll``
+and the wake-ups after it (PostgreSQL's append: 0.23 ms of trio's worker-thread hop, measured), and
+a commit that stalls holds the loop no longer than that bound. Only the scheduler knows the loop is
+idle: a task that blocked when ``current_statistics()`` counted nothing runnable held up the tasks
+later in its own batch, which trio doesn't count (a compile under a task appending durably took 2x
+as long).
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from typing import Any, Protocol
 import trio
 
 from .records import Operation
+from .writer import CommitThread
 
 logger = logging.getLogger("ctxrt.store")
 
@@ -32,6 +45,12 @@ Apply = Callable[[list[Any]], Applied]
 # (publish it) in whichever task lands it: the commit under way, or None when it can't be taken now.
 CommitLone = Callable[[list[Any], Callable[[Applied], None]], Awaitable[Applied] | None]
 FLUSH_INTERVAL_S = 1.0  # durability "os": commits are not flushed; flush them at least this often
+# A scheduler pass that will sleep in epoll at least this long lets a commit thread take the GIL by
+# itself; a shorter one hands it its turn (GiveTurns).
+BUSY_WAIT_S = 0.001
+# An idle loop blocks for a commit that measures fast for at most IDLE_WAIT_S: what an arrival
+# meanwhile (a request, a thread's message) may wait.
+IDLE_WAIT_S = 0.002
 
 
 class Committer(Protocol):
@@ -96,45 +115,137 @@ class InlineCommitter:
                 logger.warning("flushing the store failed: %s", exc)
 
 
-class WorkerCommitter:
-    """Commits the whole batch on a worker thread: the commit waits on a server, the loop doesn't.
-    A lone caller hands its batch to the thread from its own task (``commit_lone``), sparing it the
-    hop to the actor and back (measured: 0.06-0.16 ms of a 1.1 ms PostgreSQL append)."""
+class ThreadCommitter:
+    """Commits the whole batch on a commit thread of its own (store/writer.py): the commit waits on
+    a server, the loop doesn't; an idle loop blocks for a commit that measures within ``IDLE_WAIT_S``
+    (the module doc). A lone caller hands its batch to the thread from its own task
+    (``commit_lone``), sparing it the hop to the actor and back."""
 
     def __init__(self, apply: Apply) -> None:
         self._apply = apply
+        self._thread = CommitThread()
+        self._turns = GiveTurns(self._thread, self._fast)
+        self._instrumented = False
         self.commit_now: Apply | None = None
         self.commit_lone: CommitLone | None = self._commit_lone
-        self._out = trio.Lock()  # one batch on the thread at a time, the actor's or a lone caller's
+        # One batch on the thread at a time, the actor's or a lone caller's: from its hand-over to
+        # the reading of what it did (``_landed``).
+        self._out = False
+        self._released = trio.lowlevel.ParkingLot()
+        self._applied: Applied | None = None  # what the batch on the thread did, set there
 
     def start(self) -> None:
-        """Nothing to start: trio's worker threads."""
+        self._thread.start()
+        trio.lowlevel.add_instrument(self._turns)
+        self._instrumented = True
 
     def stop(self) -> None:
-        """Nothing to stop."""
+        """Waits for a batch still on the thread, and ends the thread."""
+        if self._instrumented:
+            trio.lowlevel.remove_instrument(self._turns)
+            self._instrumented = False
+        self._thread.stop()
 
     async def settle(self) -> None:
-        """Wait for a lone caller's batch still on the thread to land."""
+        """Wait, shielded, for a lone caller's batch still on the thread to land."""
         with trio.CancelScope(shield=True):
-            async with self._out:
-                pass
+            while self._out:
+                await self._released.park()
 
     async def commit(self, commands: list[Any]) -> Applied:
-        async with self._out:
-            return await trio.to_thread.run_sync(self._apply, commands)
+        while self._out:  # a lone caller's batch is out: it lands first
+            await self._released.park()
+        self._out = True
+        try:
+            return self._landed(await await_commit(self._thread, self._hand_over(commands)))
+        finally:
+            self._release()
 
     def _commit_lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Awaitable[Applied] | None:
-        """``commit`` from a lone caller's task; None while a batch is on the thread. Not
-        cancellable once handed over: a caller cancelled meanwhile leaves once it landed."""
-        if self._out.locked():
+        """``commit`` from a lone caller's task; None while a batch is on the thread. A caller
+        cancelled (or interrupted) meanwhile leaves at once: a system task lands its batch, and
+        ``on_landed`` gets what landed in whichever task landed it, before the caller is answered."""
+        if self._out:
             return None
+        self._out = True
         return self._lone(commands, on_landed)
 
     async def _lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Applied:
-        async with self._out:
-            applied = await trio.to_thread.run_sync(self._apply, commands)
+        self._hand_over(commands)()
+        try:
+            # Not shielded: a caller cancelled meanwhile (its timeout, while the server stalls)
+            # leaves now, as through the actor; the batch is out, and a system task lands it.
+            await trio.lowlevel.wait_readable(self._thread.ready)
+        except BaseException:  # cancelled, or a KeyboardInterrupt
+            trio.lowlevel.spawn_system_task(self._land, on_landed, name="ctxrt-store-landing")
+            raise
+        try:
+            applied = self._landed(self._thread.landed())
             on_landed(applied)
             return applied
+        finally:
+            self._release()
+
+    async def _land(self, on_landed: Callable[[Applied], None]) -> None:
+        """A system task: land a lone caller's batch whose caller left, and publish what it did."""
+        try:
+            on_landed(self._landed(await await_commit(self._thread)))
+        except Exception as exc:  # noqa: BLE001 - nobody waits for it: its caller left
+            logger.warning("a batch whose caller left failed: %s", exc)
+        finally:
+            self._release()
+
+    def _hand_over(self, commands: list[Any]) -> Callable[[], None]:
+        """What hands ``commands`` over to the thread, which keeps what the batch did."""
+        def run() -> None:
+            self._applied = self._apply(commands)
+
+        return lambda: self._thread.hand_over(run)
+
+    def _landed(self, error: BaseException | None) -> Applied:
+        """What the batch out did, once it ended (``error``: what it raised, raised here)."""
+        if error is not None:
+            raise error
+        applied, self._applied = self._applied, None
+        assert applied is not None
+        return applied
+
+    def _release(self) -> None:
+        self._out = False
+        self._released.unpark_all()
+
+    def _fast(self) -> bool:
+        """Whether a commit measures fast enough for an idle loop to block for it."""
+        return self._thread.commit_s <= IDLE_WAIT_S
 
     async def tend(self) -> None:
         """Nothing to tend: the server flushes its own log."""
+
+
+async def await_commit(thread: CommitThread, hand_over: Callable[[], None] | None = None) -> BaseException | None:
+    """Hand the commit to ``thread`` (``hand_over``, unless it was already) and wait for it through
+    trio's I/O wait (``GiveTurns`` may block for it when the loop is idle): what it raised, or None.
+    Not cancellable: the commit is underway, and its callers get what it did."""
+    if hand_over is not None:
+        hand_over()
+    with trio.CancelScope(shield=True):
+        await trio.lowlevel.wait_readable(thread.ready)
+    return thread.landed()
+
+
+class GiveTurns(trio.abc.Instrument):
+    """While a commit is out: before a scheduler pass that won't sleep, if the commit thread waits
+    for the GIL, hand it its turn (store/writer.py says why: otherwise the thread may wait for
+    seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway, and
+    blocks for the commit instead while ``idle_block()`` says so (the module doc). Installed for the
+    committer's life: between commits a pass costs it one attribute check."""
+
+    def __init__(self, thread: CommitThread, idle_block: Callable[[], bool] = lambda: False) -> None:
+        self._thread = thread
+        self._idle_block = idle_block
+
+    def before_io_wait(self, timeout: float) -> None:
+        if timeout < BUSY_WAIT_S:
+            self._thread.offer_turn()
+        elif self._idle_block():
+            self._thread.wait(min(timeout, IDLE_WAIT_S))

@@ -8,17 +8,13 @@ thread fills it, the thread commits it. Filling on the trio thread, not the whol
 appends of 130-500 ms under load); the thread needs the GIL only in two short turns per commit,
 which the loop hands it (``GiveTurns``) when it is busy.
 
-How the loop waits for the commit it chooses by what it measures, as group commit already does.
-A task always awaits it through trio's I/O wait, and the loop serves everything else meanwhile
-(reads, compiles, timers) while the next batch gathers in the mailbox. When the scheduler finds
-nothing else to do (it is about to sleep in ``epoll`` at least ``BUSY_WAIT_S``) and the flush
-measures fast (``FAST_FLUSH_S``, a moving average of the commit's own time, timed on the thread),
-it blocks for the commit right there instead (``GiveTurns``), the GIL released, for at most
-``IDLE_WAIT_S`` and never past the next deadline: that spares a lone durable append the sleep in
-``epoll`` and the wake-ups after it, and a disk that stalls (a frozen filesystem) holds the loop
-no longer than that bound. Only the scheduler knows the loop is idle: a task that blocked when
-``current_statistics()`` counted nothing runnable held up the tasks later in its own batch, which
-trio doesn't count (a compile under a task appending durably took 2x as long).
+How the loop waits for the commit it chooses by what it measures, as group commit already does
+(store/committer.py's ``await_commit`` and ``GiveTurns``, which PostgreSQL's committer shares): a
+task always awaits it through trio's I/O wait, and the loop serves everything else meanwhile
+(reads, compiles, timers) while the next batch gathers in the mailbox; an idle loop blocks for it
+when the flush measures fast (``FAST_FLUSH_S``, a moving average of the commit's own time, timed
+on the thread), for at most ``IDLE_WAIT_S``: a disk that stalls (a frozen filesystem) holds the
+loop no longer than that bound.
 
 Either way the callers are answered only after LMDB's commit returned, that is after its meta page
 is on disk, and in LMDB's order (data, flush, meta, flush). A map that fills grows between
@@ -40,20 +36,15 @@ import lmdb
 import trio
 
 from ..errors import StoreFullError
-from .committer import Applied, Apply, CommitLone
+from .committer import Applied, Apply, CommitLone, GiveTurns, await_commit
 from .writer import WriterThread
 
 logger = logging.getLogger("ctxrt.store")
 
-# A scheduler pass that will sleep in epoll at least this long lets the writer thread take the
-# GIL by itself; a shorter one hands it its turn (GiveTurns).
-BUSY_WAIT_S = 0.001
-# An idle loop blocks for a durable commit whose flush takes at most FAST_FLUSH_S (moving average),
-# for at most IDLE_WAIT_S: what an arrival meanwhile (a request, a thread's message) may wait. A
-# lone caller commits from its own task only while the flush measures that fast.
+# An idle loop blocks for a durable commit whose flush takes at most FAST_FLUSH_S (moving average;
+# store/committer.py's GiveTurns). A lone caller commits from its own task only while the flush
+# measures that fast.
 FAST_FLUSH_S = 0.0002
-IDLE_WAIT_S = 0.002
-_AVERAGED = 0.2  # each commit's weight in the moving average of the flush time
 # The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
 # free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
 # without a map at all.
@@ -104,7 +95,6 @@ class DurableCommitter:
         # commit (the actor then waits for it to land before filling the next).
         self._out = False
         self._lone_landed = trio.lowlevel.ParkingLot()
-        self.flush_s = math.inf  # the moving average of a commit's own time; unknown until one ran
 
     def start(self) -> None:
         self._writer.start()
@@ -158,8 +148,6 @@ class DurableCommitter:
                 error = self._writer.landed()
                 if error is not None:
                     landing = Landing(prepared, error)
-                else:
-                    self._measured()
             if landing is None:
                 applied = self._engine.committed(prepared)
                 on_landed(applied)
@@ -202,13 +190,7 @@ class DurableCommitter:
 
     def _fast(self) -> bool:
         """Whether the flush measures fast enough for the loop to block for it while idle."""
-        return self.flush_s <= FAST_FLUSH_S
-
-    def _measured(self) -> None:
-        """A commit landed: the flush's moving average takes its time."""
-        writer = self._writer
-        self.flush_s = (writer.commit_s if self.flush_s == math.inf
-                        else self.flush_s + _AVERAGED * (writer.commit_s - self.flush_s))
+        return self._writer.commit_s <= FAST_FLUSH_S
 
     def _fill(self, commands: list[Any]) -> Any:
         """Fill the writer thread's transaction with ``commands``, growing the map while it is full."""
@@ -230,14 +212,13 @@ class DurableCommitter:
                 prepared = self._fill(commands)
                 if prepared.txn is None:
                     return prepared
-                error = await await_commit(writer)
+                error = await await_commit(writer, writer.commit)
             else:
                 prepared, error = landing.prepared, landing.error
                 if error is None:  # still out
-                    error = await await_commit(writer, handed_over=True)
+                    error = await await_commit(writer)
                 landing = None
             if error is None:
-                self._measured()
                 return prepared
             if isinstance(error, lmdb.MapFullError):  # the writer holds no transaction now
                 grow_map(engine)
@@ -258,35 +239,6 @@ class Landing:
     done: trio.Event = attrs.Factory(trio.Event)
     applied: Applied | None = None
     failure: BaseException | None = None
-
-
-async def await_commit(writer: WriterThread, handed_over: bool = False) -> BaseException | None:
-    """Hand the filled transaction to the writer thread (unless ``handed_over`` already) and wait for
-    its commit through trio's I/O wait (``GiveTurns`` may block for it when the loop is idle): what
-    it raised, or None. Not cancellable: the commit is underway, and its callers get what it did."""
-    if not handed_over:
-        writer.commit()
-    with trio.CancelScope(shield=True):
-        await trio.lowlevel.wait_readable(writer.ready)
-    return writer.landed()
-
-
-class GiveTurns(trio.abc.Instrument):
-    """While a commit is out: before a scheduler pass that won't sleep, if the writer thread waits
-    for the GIL, hand it its turn (store/writer.py says why: otherwise the thread may wait for
-    seconds behind a busy loop). A pass that sleeps in ``epoll`` leaves the GIL free anyway, and
-    blocks for the commit instead while ``idle_block()`` says so (the module doc). Installed for the
-    store actor's life: between commits a pass costs it one attribute check."""
-
-    def __init__(self, writer: WriterThread, idle_block: Callable[[], bool] = lambda: False) -> None:
-        self._writer = writer
-        self._idle_block = idle_block
-
-    def before_io_wait(self, timeout: float) -> None:
-        if timeout < BUSY_WAIT_S:
-            self._writer.offer_turn()
-        elif self._idle_block():
-            self._writer.wait(min(timeout, IDLE_WAIT_S))
 
 
 def grow_map(engine: Writing) -> None:

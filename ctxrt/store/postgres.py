@@ -35,7 +35,7 @@ Design (docs/architecture.md, Beyond one machine):
   in a session (the writer's settings are per transaction; server-side prepared statements only
   on a direct connection), so a transaction-mode pooler in front works (K13).
 - Reads run on the caller's thread, one statement each on a connection of their own; batches
-  run on a worker thread (``committer``: a ``WorkerCommitter``) on the writing connection.
+  run on a commit thread of their own (``committer``: a ``ThreadCommitter``) on the writing connection.
 - A hot standby (a server in recovery: ``pg_is_in_recovery()``) is opened read-only or refused.
   Its ``last_sequence`` can't be found on it (its ``pg_locks`` doesn't show the primary's writes
   in flight, and its sequence reads ahead): the primary's horizon is asked of the primary, with
@@ -85,7 +85,7 @@ from ..pgcluster import replay_target
 from .apply import MISTAKES, UNDECODABLE, Unsafe, damaged_record, run_commands
 from .batch import Batch, Counter
 from .catalog import Catalog, log_state, value_state
-from .committer import Committer, WorkerCommitter
+from .committer import Committer, ThreadCommitter
 from .protocol import AppendItem, Atomically, CreateBranch, DeleteBranch, EditItem, RegisterState, RemoveItems, SetValue
 from .records import (
     MAIN_BRANCH,
@@ -1002,8 +1002,8 @@ class PostgresEngine(Catalog):
     # -- writes -----------------------------------------------------------------------------
 
     def committer(self, execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool]) -> Committer:
-        """The store actor's committer: a commit waits on the server, so each batch runs on a worker thread."""
-        return WorkerCommitter(lambda commands: self.apply(commands, execute, unnested))
+        """The store actor's committer: a commit waits on the server, so each batch runs on a thread of its own."""
+        return ThreadCommitter(lambda commands: self.apply(commands, execute, unnested))
 
     def apply(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any],

@@ -1,4 +1,11 @@
-"""The writer thread: it begins and ends every top-level write transaction of a durable LMDB store.
+"""The commit thread the loop hands commits to (``CommitThread``), and LMDB's (``WriterThread``): it
+begins and ends every top-level write transaction of a durable LMDB store.
+
+A commit thread runs one commit at a time, handed over by the loop (``hand_over``), and makes
+``ready`` readable when it ended; the loop waits for it through trio's I/O wait or, idle, by
+blocking for it (``wait``: store/committer.py's ``GiveTurns``). PostgreSQL's committer runs a whole
+batch on one (its round trips, with psycopg's Python between them); LMDB's writer thread only
+begins and commits transactions the loop fills.
 
 Why a thread of its own: a durable commit (LMDB's own: write the pages, ``fdatasync``, write the
 meta page through its ``O_DSYNC`` descriptor) would stop the trio thread for both flushes. An
@@ -19,11 +26,16 @@ free while it blocks): at once for the short jobs (``begin``, ``abort``, ``end``
 for a commit only when the loop is busy and the thread wants the GIL (``offer_turn``: the job not
 taken yet, or LMDB's last transaction id moved past the one before the commit, which LMDB sets
 only after the meta page is written), for a bounded time; a loop that sleeps in ``epoll`` leaves
-the GIL free anyway. Standard library only: no trio here (store/committer_lmdb.py does the waiting).
+the GIL free anyway. PostgreSQL's batch runs Python between its round trips, whose ends the loop
+can't see: a busy loop offers it a turn before it took the job, and at each pass once it has been
+out as long as a commit takes (a moving average); the loop leaves it the GIL when it idles (it
+blocks for the commit) or sleeps in ``epoll``. Standard library only: no trio here
+(store/committer.py and committer_lmdb.py do the waiting).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -39,65 +51,53 @@ PROBE_S = 0.0002
 # The longest the loop waits for a turn the thread certainly wants: its Python takes microseconds,
 # but on a host short of CPU the OS may not run the thread at once, and the loop mustn't wait for it.
 TURN_S = 0.0002
+_AVERAGED = 0.2  # each commit's weight in the moving average of a commit's time
 
 
-class WriterThread:
-    """The thread that owns ``env``'s write transactions; the loop fills them (see the module doc).
+class CommitThread:
+    """A thread that runs the commits the loop hands it, one at a time (see the module doc).
 
-    Every method is called from the loop's thread, one at a time. Between jobs the thread holds a
-    transaction begun for the next batch (``begin`` returns it), so a batch waits for no thread.
+    Every method is called from the loop's thread, one at a time.
     """
 
-    def __init__(self, env: lmdb.Environment) -> None:
-        self._env = env
+    # Whether the loop hands a commit's first turn over at once (``hand_over``): when the commit's
+    # own Python is short (LMDB's). PostgreSQL's batch runs Python up to its first round trip, and
+    # the loop blocked for the GIL meanwhile (measured: a lone append 0.04 ms slower with it); the
+    # loop's next pass gives the turn (``offer_turn``) or waits for the commit with the GIL free.
+    first_turn_at_once = False
+
+    def __init__(self, name: str = "ctxrt-store-committer") -> None:
         self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._turns: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._txn: lmdb.Transaction[bytes] | None = None
-        self._error: BaseException | None = None  # a short job's failure, raised in the loop
+        self._error: BaseException | None = None  # a job's failure, raised or returned in the loop
         # Turns handed to the thread (the loop counts them) and turns it ended (the thread counts
         # them, before each token): the tokens only wake the loop. A KeyboardInterrupt that
         # asyncio's handler raises as a wait takes a token loses no count (it once left a turn
         # counted owed for good, and the loop blocked for it forever).
         self._turns_handed = 0
         self._turns_ended = 0
-        self._last_txnid = 0  # LMDB's, when the commit out was handed over
-        self._offered_at = 0.0
-        self._told_to_end = False  # its transaction ended for good, and it ends at the next job (or never ran)
-        self.commit_s = 0.0  # how long the last commit took LMDB (both flushes), timed on the thread
+        self._handed_at = self._offered_at = 0.0
+        self._told_to_end = False  # what it held ended for good, and it ends at the next job (or never ran)
+        # The moving average of a commit's time (one that failed isn't counted), timed and kept by
+        # the thread; unknown (infinite) until one landed.
+        self.commit_s = math.inf
         self._ready_read, self._ready_write = os.pipe()
-        self._thread = threading.Thread(target=self._serve, name="ctxrt-store-writer", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    # -- the transaction source Engine.prepare takes --------------------------------------------
-
-    def begin(self) -> lmdb.Transaction[bytes]:
-        """The write transaction for the next batch (begun now if the thread holds none)."""
-        if self._txn is None:
-            self._run(self._begin_txn)
-        assert self._txn is not None
-        return self._txn
-
-    def abort(self, txn: lmdb.Transaction[bytes]) -> None:
-        """Abort the batch's transaction, and begin the next one, on the thread."""
-        assert txn is self._txn
-        self._run(self._restart_txn)
-
-    # -- the loop's other jobs ----------------------------------------------------------------
-
-    def end(self) -> None:
-        """Abort the transaction held (if any) and begin none: the map may be resized meanwhile."""
-        self._run(self._end_txn)
+    # -- the loop's jobs ---------------------------------------------------------------------
 
     def stop(self) -> None:
-        """End the transaction held and the thread, and close ``ready``. Idempotent, and whole when
-        called again after an interrupt cut it short (asyncio's second Ctrl-C raises anywhere).
+        """End what the thread holds (``_end_txn``) and the thread, and close ``ready``. Idempotent,
+        and whole when called again after an interrupt cut it short (asyncio's second Ctrl-C raises
+        anywhere).
 
         Never ``Thread.is_alive``: a ``KeyboardInterrupt`` raised inside it (or inside ``join``)
         marks a thread that still runs as stopped (CPython 3.11's bpo-45274 handling), and a stop
-        that then skipped the thread would leave it holding its transaction: closing the
-        environment under it hangs. The thread was started if it has an ident."""
+        that then skipped the thread would leave it holding its transaction (closing LMDB's
+        environment under it hangs) or a batch out. The thread was started if it has an ident."""
         if self._ready_read < 0:
             return
         if self._thread.ident is None:  # never started
@@ -121,23 +121,22 @@ class WriterThread:
         os.close(ready_read)
         os.close(ready_write)
 
-    def commit(self) -> None:
-        """Hand the filled transaction over to be committed; returns at once.
+    def hand_over(self, work: Callable[[], None]) -> None:
+        """Hand ``work`` (the commit) over to the thread; returns at once.
 
-        The thread commits (both of LMDB's flushes), begins the next transaction if the commit
-        landed, then makes ``ready`` readable. Meanwhile the loop offers turns (``offer_turn``);
-        once ``ready`` is readable it calls ``landed``.
+        The thread runs it, then ``_committed`` (the next transaction, say), then makes ``ready``
+        readable. Meanwhile the loop offers turns (``offer_turn``); once ``ready`` is readable it
+        calls ``landed``.
         """
-        assert self._due == 0 and self._txn is not None
-        txn, self._txn = self._txn, None
-        self._last_txnid = self._env.info()["last_txnid"]
-        self._offered_at = time.monotonic()
+        assert self._due == 0
+        self._handed_at = self._offered_at = time.monotonic()
         self._drop_stale_tokens()
-        self._turns_handed += 2  # taking the job up to the commit; beginning the next and saying so
-        self._jobs.put(lambda: self._commit(txn))
-        # Its first turn at once: the thread wakes straight into a free GIL (waiting for the loop's
-        # next pass, it would wake, wait for the GIL, and wake again), and is in the C call after.
-        self.give_turn(TURN_S)
+        self._turns_handed += 2  # taking the job up to the commit; its end, and saying so
+        self._jobs.put(lambda: self._commit(work))
+        if self.first_turn_at_once:
+            # The thread wakes straight into a free GIL (waiting for the loop's next pass, it
+            # would wake, wait for the GIL, and wake again), and is in the commit after.
+            self.give_turn(TURN_S)
 
     def wait(self, timeout: float) -> bool:
         """Block (the GIL released) up to ``timeout`` for the commit out to end; whether it ended
@@ -158,8 +157,7 @@ class WriterThread:
         return self._ready_read
 
     def landed(self) -> BaseException | None:
-        """After ``ready`` turned readable: what the commit raised (LMDB aborted that transaction,
-        and the thread holds none), or None."""
+        """After ``ready`` turned readable: what the commit raised, or None."""
         os.read(self._ready_read, 1)
         while self._due:  # its last turn ends right after ``ready`` is written
             self.give_turn()
@@ -171,19 +169,24 @@ class WriterThread:
         on with the commit out, give it its turn (block, the GIL released, until the turn ends).
 
         Cheap when it doesn't: the thread's state is known without it. It waits for the GIL when it
-        hasn't taken the job yet, or when LMDB's last transaction id moved (the commit ended: LMDB
-        sets it after the meta page is written); the loop then waits up to ``TURN_S`` (a thread the
-        OS hasn't run yet gets the next busy pass's offer). A commit that failed moves nothing, so a
+        hasn't taken the job yet, or when ``_commit_ended`` says so; the loop then waits up to
+        ``TURN_S`` (a thread the OS hasn't run yet gets the next busy pass's offer). Otherwise a
         commit out for ``STALLED_S`` gets a turn offered, for at most ``PROBE_S``, every
-        ``STALLED_S``: one still waiting for the disk doesn't take it, and the loop goes on.
+        ``STALLED_S``: one still waiting (for the disk, the server) doesn't take it, and the loop goes on.
         """
         if self._due == 0:
             return
-        if self._due == 2 or (self._due == 1 and self._env.info()["last_txnid"] != self._last_txnid):
+        if self._due == 2 or (self._due == 1 and self._commit_ended()):
             self.give_turn(TURN_S)
         elif self._due == 1 and time.monotonic() - self._offered_at > STALLED_S:
             self.give_turn(PROBE_S)
             self._offered_at = time.monotonic()
+
+    def _commit_ended(self) -> bool:
+        """Whether the commit out has likely ended its wait (then it wants the GIL): it has been out
+        as long as a commit takes. Without it, a PostgreSQL batch whose answer came while the loop
+        was busy waited for the GIL by luck or for the stalled commit's probe (every ``STALLED_S``)."""
+        return time.monotonic() - self._handed_at >= self.commit_s
 
     @property
     def _due(self) -> int:
@@ -240,6 +243,74 @@ class WriterThread:
             self._turns_ended += 1
             self._turns.put(None)
 
+    def _end_txn(self) -> None:
+        """On the thread, at ``stop``: end what it holds between commits (nothing here)."""
+
+    def _committed(self) -> None:
+        """On the thread, after a commit landed, before ``ready``: nothing here."""
+
+    def _commit(self, work: Callable[[], None]) -> None:
+        try:
+            self._turns_ended += 1
+            self._turns.put(None)  # the first turn ends: the GIL is free from here to the commit's end
+            started = time.perf_counter()
+            work()
+            took = time.perf_counter() - started
+            self.commit_s = took if self.commit_s == math.inf else self.commit_s + _AVERAGED * (took - self.commit_s)
+            self._committed()
+        except BaseException as exc:
+            self._error = exc
+        os.write(self._ready_write, b"\0")
+        self._turns_ended += 1
+        self._turns.put(None)  # last: the loop this wakes finds the GIL free (the thread is parking)
+
+
+class WriterThread(CommitThread):
+    """The thread that owns ``env``'s write transactions; the loop fills them (see the module doc).
+
+    Between jobs the thread holds a transaction begun for the next batch (``begin`` returns it), so
+    a batch waits for no thread.
+    """
+
+    first_turn_at_once = True  # the commit is LMDB's C call: the thread needs the GIL only to reach it
+
+    def __init__(self, env: lmdb.Environment) -> None:
+        super().__init__("ctxrt-store-writer")
+        self._env = env
+        self._txn: lmdb.Transaction[bytes] | None = None
+        self._last_txnid = 0  # LMDB's, when the commit out was handed over
+
+    # -- the transaction source Engine.prepare takes --------------------------------------------
+
+    def begin(self) -> lmdb.Transaction[bytes]:
+        """The write transaction for the next batch (begun now if the thread holds none)."""
+        if self._txn is None:
+            self._run(self._begin_txn)
+        assert self._txn is not None
+        return self._txn
+
+    def abort(self, txn: lmdb.Transaction[bytes]) -> None:
+        """Abort the batch's transaction, and begin the next one, on the thread."""
+        assert txn is self._txn
+        self._run(self._restart_txn)
+
+    def end(self) -> None:
+        """Abort the transaction held (if any) and begin none: the map may be resized meanwhile."""
+        self._run(self._end_txn)
+
+    def commit(self) -> None:
+        """Hand the filled transaction over to be committed (``hand_over``); returns at once. The
+        thread commits it (both flushes) and begins the next if the commit landed; a commit that
+        failed LMDB aborted, and the thread holds no transaction then."""
+        assert self._due == 0 and self._txn is not None
+        txn, self._txn = self._txn, None
+        self._last_txnid = self._env.info()["last_txnid"]
+        self.hand_over(txn.commit)
+
+    def _commit_ended(self) -> bool:
+        # LMDB sets its last transaction id only after the meta page is written.
+        return self._env.info()["last_txnid"] != self._last_txnid
+
     def _begin_txn(self) -> None:
         self._txn = self._env.begin(write=True)
 
@@ -252,19 +323,8 @@ class WriterThread:
         self._end_txn()
         self._begin_txn()
 
-    def _commit(self, txn: lmdb.Transaction[bytes]) -> None:
+    def _committed(self) -> None:
         try:
-            self._turns_ended += 1
-            self._turns.put(None)  # the first turn ends: the GIL is free from here to the commit's end
-            started = time.perf_counter()
-            txn.commit()
-            self.commit_s = time.perf_counter() - started
-            try:
-                self._txn = self._env.begin(write=True)
-            except BaseException:  # the commit landed; the next ``begin`` tries again and says why
-                self._txn = None
-        except BaseException as exc:
-            self._error = exc
-        os.write(self._ready_write, b"\0")
-        self._turns_ended += 1
-        self._turns.put(None)  # last: the loop this wakes finds the GIL free (the thread is parking)
+            self._txn = self._env.begin(write=True)
+        except BaseException:  # the commit landed; the next ``begin`` tries again and says why
+            self._txn = None

@@ -1,0 +1,194 @@
+"""PostgreSQL's commit thread (store/committer.py's ``ThreadCommitter``): a lone caller's batch
+handed to it from its own task, cancelled or interrupted while it is out, or cut off by the
+server (K16, L3, L8, M1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+
+import ctxrt
+from ctxrt import open_runtime
+from support import at_line, line_of
+
+COMMITTER = str(Path(ctxrt.__file__).parent / "store" / "committer.py")
+POSTGRES = str(Path(ctxrt.__file__).parent / "store" / "postgres.py")
+THREAD = "ctxrt-store-committer"
+
+
+def open_transactions(url: str) -> list[tuple[Any, ...]]:
+    """The other sessions of ``url``'s database inside a transaction."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        return admin.execute("SELECT pid, state FROM pg_stat_activity WHERE datname = current_database()"
+                             " AND pid <> pg_backend_pid() AND xact_start IS NOT NULL").fetchall()
+
+
+async def stored_texts(url: str, name: str) -> list[str]:
+    async with open_runtime(url, readonly=True) as rt:
+        manager = await rt.open(name, isolate=True)
+        return [message.content[0].text for message in await manager.get_all_messages()]
+
+
+class CancelAtStep(trio.abc.Instrument):
+    """Cancels ``scope`` as soon as the task named ``...name`` ended its ``step``-th step: while it
+    waits at its ``step``-th schedule point."""
+
+    def __init__(self, name: str, scope: trio.CancelScope, step: int) -> None:
+        self.name, self.scope, self.step, self.steps = name, scope, step, 0
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task.name.endswith(self.name):
+            self.steps += 1
+            if self.steps == self.step:
+                self.scope.cancel()
+
+
+async def test_a_lone_append_cancelled_at_each_schedule_point_is_stored_whole_or_not_and_seen_by_others(
+    pg_url: str,
+) -> None:
+    """L3, M1: a lone append on PostgreSQL cancelled at each of its schedule points in turn (its
+    batch handed to the commit thread among them): its caller leaves at once, the batch lands or was
+    never sent, what landed reaches the runtime's caches as it reaches the database (another
+    runtime reads the same messages), and the next append lands after it."""
+    step = 0
+    outcomes = []
+    async with open_runtime(pg_url, durability="sync") as rt:
+        manager = await rt.open("ann", isolate=True)
+        for warm in range(3):  # the commit's time measured: an idle loop blocks for it
+            await manager.add_message("user", f"warm {warm}")
+        while True:
+            step += 1
+            cancelling = CancelAtStep("cancelled_append", trio.CancelScope(), step)
+
+            async def cancelled_append() -> None:
+                with cancelling.scope:
+                    await manager.add_message("user", f"cancelled at {step}")
+
+            trio.lowlevel.add_instrument(cancelling)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(cancelled_append)
+            finally:
+                trio.lowlevel.remove_instrument(cancelling)
+            await manager.add_message("user", f"after {step}")
+            outcomes.append(cancelling.scope.cancelled_caught)
+            if not cancelling.scope.cancelled_caught:
+                break
+        seen = [message.content[0].text for message in await manager.get_all_messages()]
+    assert outcomes == [True] * (step - 1) + [False] and step >= 3, outcomes
+    stored = await stored_texts(pg_url, "ann")
+    # Cancelled at its first schedule point it sent nothing; at its wait for the thread (the last),
+    # its batch was out.
+    assert "cancelled at 1" not in stored and f"cancelled at {step - 1}" in stored
+    assert stored == seen
+    for number in range(1, step + 1):  # in order: each cancelled append, if stored, before the next one
+        assert f"after {number}" in stored
+        if f"cancelled at {number}" in stored:
+            assert stored.index(f"cancelled at {number}") + 1 == stored.index(f"after {number}")
+    assert open_transactions(pg_url) == []
+    assert THREAD not in [thread.name for thread in threading.enumerate()]
+
+
+def test_ctrl_c_while_a_lone_batch_is_on_the_commit_thread_lands_it_leaves_no_transaction_and_closes(
+    pg_url: str,
+) -> None:
+    """L8, M1: a real SIGINT while a host's main task waits for its own batch on the commit thread:
+    the run ends in a bare KeyboardInterrupt, the runtime closes (its commit thread is gone), no
+    transaction is left open on the server, and the interrupted append (its batch was out) is
+    stored after every acknowledged one."""
+    line = line_of(COMMITTER, "_lone", "await trio.lowlevel.wait_readable(self._thread.ready)")
+    sent: list[str] = []
+    interrupted: list[str] = []
+    reached = 0
+
+    def reach() -> None:
+        nonlocal reached
+        reached += 1
+        if reached == 5:
+            interrupted.append(sent[-1])
+            os.kill(os.getpid(), signal.SIGINT)
+
+    async def host() -> None:
+        async with open_runtime(pg_url, durability="sync") as rt:
+            manager = await rt.open("ann", isolate=True)
+            for number in range(20):
+                sent.append(f"line {number}")
+                await manager.add_message("user", sent[-1])
+
+    sys.settrace(at_line(COMMITTER, line, reach))
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            trio.run(host)
+    finally:
+        sys.settrace(None)
+    assert type(raised.value) is KeyboardInterrupt
+    assert reached == 5 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert THREAD not in [thread.name for thread in threading.enumerate()]
+    assert open_transactions(pg_url) == []
+    assert trio.run(stored_texts, pg_url, "ann") == sent[: sent.index(interrupted[0]) + 1]
+
+
+async def test_a_connection_killed_while_the_batch_is_on_the_commit_thread_says_whether_it_committed_is_unknown(
+    pg_url: str,
+) -> None:
+    """K16, M1: the server drops the writer's connection while a lone append's batch is on the
+    commit thread (before its COMMIT goes out): the caller gets ``StoreUnavailableError`` saying
+    whether it committed is unknown, the next append lands on a new connection, and the runtime's
+    close ends the thread."""
+    line = line_of(POSTGRES, "_apply", 'cursor.execute("COMMIT")')
+    armed = threading.Event()
+    killed = threading.Event()
+
+    def kill() -> None:
+        if armed.is_set():
+            armed.clear()
+            with psycopg.connect(pg_url, autocommit=True) as admin:  # waits for the backend's end
+                admin.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE"
+                              " datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL")
+            killed.set()
+
+    threading.settrace(at_line(POSTGRES, line, kill))  # the commit thread starts with the runtime
+    try:
+        async with open_runtime(pg_url, durability="sync") as rt:
+            manager = await rt.open("ann", isolate=True)
+            await manager.add_message("user", "first")
+            armed.set()
+            with pytest.raises(ctxrt.StoreUnavailableError) as refused:
+                await manager.add_message("user", "killed")
+            assert killed.is_set()
+            await manager.add_message("user", "last")
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    assert "whether it committed is unknown" in str(refused.value)
+    assert await stored_texts(pg_url, "ann") == ["first", "last"]
+    assert THREAD not in [thread.name for thread in threading.enumerate()]
+
+
+async def test_lone_appends_land_while_another_task_keeps_the_loop_busy(pg_url: str) -> None:
+    """K16, L3: a task that never lets the loop sleep (a checkpoint after every few microseconds of
+    Python) beside a caller appending alone: each batch on the commit thread still gets the GIL it
+    needs (a turn before it took its job, then at each busy pass once it is due) and lands."""
+    done = False
+
+    async def busy() -> None:
+        while not done:
+            sum(range(200))
+            await trio.lowlevel.checkpoint()
+
+    async with open_runtime(pg_url, durability="sync") as rt:
+        manager = await rt.open("ann", isolate=True)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(busy)
+            with trio.fail_after(30):
+                ids = [await manager.add_message("user", f"line {number}") for number in range(30)]
+            done = True
+    assert ids == sorted(ids, key=int)
+    assert await stored_texts(pg_url, "ann") == [f"line {number}" for number in range(30)]
