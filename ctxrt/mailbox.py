@@ -110,6 +110,7 @@ class Mailbox:
         """The error ``command`` meets now that the mailbox is closed."""
         return self._refusal(command)
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C never leaves a caller counted in ask (the count gates ``alone``)
     async def ask(
         self, command: Ask[R], *, alone: Callable[[Any], Awaitable[tuple[bool, Any] | None]] | None = None
     ) -> R:
@@ -125,6 +126,10 @@ class Mailbox:
         through the actor): ``(ok, answer or error)``, or None if it can't be done alone now. A
         caller that finds others arrived meanwhile, or gets None, sends its command; callers
         arriving while a step runs alone do.
+
+        Runs with Ctrl-C deferred (trio delivers it to the host's main task), as ``put`` and the
+        wait do: an interrupt between counting a caller in and out would leave later lone callers
+        going to the actor for good. ``alone`` runs so too unless its code says otherwise.
         """
         if self._closed:
             await trio.lowlevel.checkpoint()

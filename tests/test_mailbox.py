@@ -7,6 +7,13 @@ tests/test_store_actor.py and tests/test_namespace_actor.py. Determinism: no sle
 
 from __future__ import annotations
 
+import dis
+import functools
+import linecache
+import os
+import signal
+import sys
+import types
 from collections.abc import Awaitable
 from typing import Any
 
@@ -223,3 +230,84 @@ async def test_a_caller_answered_but_not_yet_back_sends_the_next_lone_ask_to_the
             assert await box.ask(Double(3), alone=_doubled(handled)) == 6  # nobody else asking now: alone
             assert handled == [Double(3)] and seen == [Double(2)]
             box.close()
+
+
+def _ask_lines() -> list[int]:
+    """The lines of ``Mailbox.ask`` that run, but a bare ``try:`` (a real signal never interrupts
+    it; a trace function's would escape the block it opens)."""
+    code = Mailbox.ask.__code__
+    found = sorted({number for _, number in dis.findlinestarts(code) if number is not None and number > code.co_firstlineno})
+    return [number for number in found if linecache.getline(code.co_filename, number).strip() != "try:"]
+
+
+async def _ask_every_way(box: Mailbox, handled: list[Any]) -> None:
+    """Asks that reach every line of ``ask``: alone (answered, refused, declined), one the actor
+    refuses, three at once (through the actor), and one to a closed mailbox; twice."""
+
+    async def refuses(command: Double) -> tuple[bool, Any]:
+        return False, Closed("refused alone")
+
+    async def declines(command: Double) -> None:
+        return None
+
+    closed = mailbox()
+    closed.close()
+    for _ in range(2):
+        assert await box.ask(Double(1), alone=_doubled(handled)) == 2
+        with pytest.raises(Closed):
+            await box.ask(Double(1), alone=refuses)
+        assert await box.ask(Double(2), alone=declines) == 4
+        with pytest.raises(ValueError):
+            await box.ask("not a command")  # type: ignore[arg-type]  # the actor refuses it
+        async with trio.open_nursery() as nursery:
+            for n in range(3):
+                nursery.start_soon(functools.partial(box.ask, Double(n), alone=_doubled(handled)))
+        with pytest.raises(Closed):
+            await closed.ask(Double(3))
+
+
+@pytest.mark.parametrize("number", _ask_lines())
+def test_a_ctrl_c_at_any_line_of_ask_leaves_the_next_lone_caller_alone(number: int) -> None:
+    """L8, K9: a real SIGINT at a line of ``Mailbox.ask``, in a run where callers ask alone and
+    together: the run ends in the interrupt, and in a later run (the actor answering what was left
+    queued) a lone caller still runs ``alone``: the interrupted caller is not counted as asking."""
+    box = mailbox(capacity=10)
+    handled: list[Any] = []
+    sent = False
+
+    def trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+        nonlocal sent
+        if sent or frame.f_code is not Mailbox.ask.__code__:
+            return None
+        if event == "line" and frame.f_lineno == number:
+            sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return trace
+
+    async def interrupted() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve, box, [])
+            await _ask_every_way(box, handled)
+            nursery.cancel_scope.cancel()
+
+    previous = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        with pytest.raises(BaseException) as raised:  # a group of interrupts, from the run's nurseries
+            trio.run(interrupted)
+    finally:
+        sys.settrace(previous)
+    assert sent and (isinstance(raised.value, KeyboardInterrupt) or raised.value.split(KeyboardInterrupt)[1] is None)
+
+    async def later() -> None:
+        seen: list[Any] = []
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve, box, seen)
+                await trio.testing.wait_all_tasks_blocked()  # what the interrupted run left queued, answered
+                received, alone = box.statistics().received, len(handled)
+                assert await box.ask(Double(7), alone=_doubled(handled)) == 14
+                assert handled[alone:] == [Double(7)] and box.statistics().received == received
+                box.close()
+
+    trio.run(later)
