@@ -18,6 +18,7 @@ import trio
 
 import ctxrt
 from ctxrt import Budget, RequestRecord, Text, open_runtime
+from ctxrt.request_ledger import body_digest
 
 BUDGET = Budget(max_tokens=10_000)
 
@@ -318,6 +319,59 @@ async def test_a_sigint_at_each_step_of_keeping_a_record_leaves_the_next_records
     assert interrupted + deferred >= 100
     found = {record.id: record for record in await m.requests(limit=1000)}
     for record in made:
+        assert found[record.id] == record
+        assert (await m.rebuild_request(record)).matches
+    await m.aclose()
+
+
+FORMS = {"anthropic": {"assistant": "Claude"}, "openai_chat": {"assistant": ["Claude"], "system": "sys"},
+         "openai_responses": {"assistant": "Claude"}}
+
+
+def _afresh(result: ctxrt.CompileResult, form: str) -> Any:
+    """The body ``form`` makes of ``result`` from scratch: a result made by hand has a cache of its own."""
+    alone = ctxrt.CompileResult(list(result.messages), list(result.system_injections), result.provenance)
+    return getattr(alone, f"to_{form}")(**FORMS[form])
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+async def test_a_host_editing_and_growing_its_bodies_leaves_each_records_digest_the_body_made_afresh(
+    rt: ctxrt.Runtime, form: str
+) -> None:
+    """Q1, P14, P15: a host that edits each body it sends as docs/api.md allows (the last item's
+    last block marked, a block or key added to it, a turn appended to its list, even after the
+    record) and compiles on (runs of one role merged into one item, tool calls, an injection, a
+    budget that jumps, an edit of an earlier message): each record's digest is that of the body
+    made from scratch, and each rebuild matches; the digest memo keeps no list the host holds."""
+    m = await rt.open("agents/ann", ledger=True)
+    made: list[tuple[RequestRecord, str]] = []
+    first = await m.add_message("user", "the plan")
+    for n in range(60):
+        if n % 9 == 4:
+            await m.add_message("Claude", [Text(f"calling {n}"), ctxrt.ToolUse(f"t{n}", "grep", {"q": n})])
+            await m.add_message("user", [ctxrt.ToolResult(f"t{n}", f"found {n}")])
+        for k in range(1 + n % 4):  # a run of one role: one merged item
+            await m.add_message("user" if n % 2 else "Claude", f"turn {n}.{k} " + "word " * (n % 13))
+        if n == 30:
+            await m.edit_message(first, "the plan, edited")
+        budget = Budget(max_tokens=1_500 if 20 <= n < 40 else 20_000, reserve_for_response=500)
+        injections = [ctxrt.Injection("agents/ann", "after_user", f"note {n}")] if n % 5 == 0 else []
+        result = await m.compile(budget, injections=injections)
+        sent = getattr(result, f"to_{form}")(**FORMS[form])
+        items = sent["messages" if "messages" in sent else "input"]
+        last = items[-1]
+        if isinstance(last.get("content"), list) and last["content"] and isinstance(last["content"][-1], dict):
+            last["content"][-1]["cache_control"] = {"type": "ephemeral"}
+            last["content"].append({"type": "text", "text": "the host's"})
+        else:
+            last["host"] = True
+        record = await m.record_request(result, form=form, options=FORMS[form])
+        items.append({"role": "user", "content": "the host's next"})
+        made.append((record, body_digest(_afresh(result, form))))
+    for record, afresh in made:
+        assert record.body_digest == afresh
+    found = {record.id: record for record in await m.requests(limit=1000)}
+    for record, _ in made[::7]:
         assert found[record.id] == record
         assert (await m.rebuild_request(record)).matches
     await m.aclose()

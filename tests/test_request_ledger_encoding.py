@@ -242,3 +242,28 @@ async def test_a_record_of_format_1_reads_back_and_its_rebuild_matches_its_diges
         assert (await m.rebuild_request(records[made.id])).matches
         await m.aclose()
     assert verify(str(store_path)).status == "sound"  # verify decodes format-1 records too
+
+
+def test_chunks_kept_over_thousands_of_turns_are_the_chunks_made_afresh() -> None:
+    """Q1: over 3,000 turns of a window that slides and grows (its origin moved tens of thousands
+    of digests on), now and then cut short at the back, jumping to ten times its size (a budget
+    raised) and back, the chunks kept from the last list are those of the list made afresh."""
+    counter = iter(range(10**7))
+    digests = [_digest(next(counter)) for _ in range(600)]
+    chunked, moved = Chunked.of(digests), 0
+    for turn in range(3_000):
+        drop, cut, grow = turn % 4, 40 if turn % 97 == 0 else 0, 3 + turn % 3
+        if turn % 500 == 250:
+            grow = 5_400  # a budget raised: the window jumps
+        if len(digests) > 3_000:
+            drop = len(digests) - 600  # and back
+        keep = max(len(digests) - drop - cut, 0)
+        head = [_digest(next(counter)) for _ in range(turn % 29 == 0)]  # now and then a first message re-rendered
+        tail = [_digest(next(counter)) for _ in range(grow)]
+        chunked = chunked.then(Shared(len(head), drop, keep), head, tail)
+        digests = [*head, *digests[drop:drop + keep], *tail]
+        moved = max(moved, chunked.origin)
+        if turn % 10 == 0 or turn > 2_990:
+            afresh = Chunked.of(digests)
+            assert (chunked.chunks, chunked.ends, chunked.sums) == (afresh.chunks, afresh.ends, afresh.sums), turn
+    assert moved > 10_000
