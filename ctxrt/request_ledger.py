@@ -496,7 +496,9 @@ def shared_run(new: Sequence[Any], old: Sequence[Any], *, equal: bool = False) -
     first few items, at ``old``'s first few (a window sliding drops a few at a time). Its first
     item is found by identity, or failing that, with ``equal``, by equality (a compile's messages
     made again, equal); a run goes on while items are the same or equal. Body items are looked
-    for by identity only: one merging thousands of blocks would be compared whole at each look."""
+    for by identity only: one merging thousands of blocks would be compared whole at each look;
+    and their runs go on only while they are the same objects: a body item made again is a dict
+    that ``==`` finds equal to the old one where their JSON differs (``True`` for ``1``)."""
     best = Shared()
     look = old[:_DROP_LOOK]
     for head in range(min(_HEAD_LOOK, len(new))):
@@ -507,6 +509,9 @@ def shared_run(new: Sequence[Any], old: Sequence[Any], *, equal: bool = False) -
         if drop is None:
             continue
         keep = run_length(new, head, old, drop)  # slice compares in C: the same object, or an equal one
+        if not equal:  # cut at the first equal one that is another object (a loop in C)
+            keep = next(itertools.compress(itertools.count(), map(operator.is_not, new[head:head + keep],
+                                                                 old[drop:drop + keep])), keep)
         if keep > best.keep:
             best = Shared(head, drop, keep)
         if keep:

@@ -15,6 +15,28 @@ from typing import Any, ClassVar, TypeAlias, Union
 import attrs
 
 
+def json_key(value: Any) -> Any:
+    """What ``value`` compares as in a block: as its JSON, so ``True``, ``1`` and ``1.0`` differ
+    (Python's ``==`` makes them equal, and a compile's memo, which reuses what an equal block made,
+    would send a stale one after an edit between them); a list and a tuple of equal items are one
+    JSON array, and an object's keys compare in any order. Anything else compares as itself."""
+    kind = type(value)
+    if value is None or kind is str:
+        return value
+    if isinstance(value, (int, float)):  # a bool is an int to Python
+        return (bool if isinstance(value, bool) else float if isinstance(value, float) else int, value)
+    if isinstance(value, Mapping):
+        return {key: json_key(each) for key, each in value.items()}
+    if isinstance(value, (list, tuple)):
+        return tuple(json_key(each) for each in value)
+    return value
+
+
+def _json_field(**kwargs: Any) -> Any:
+    """A block field holding JSON values (a tool's input, a source, ``raw``): compared by ``json_key``."""
+    return attrs.field(eq=json_key, **kwargs)
+
+
 def _listed_audience(value: Any) -> Any:
     """A list given as an audience is kept as a tuple, so the frozen block stays hashable; anything
     else is kept as given (a stored audience that isn't a list of strings names no one, A2)."""
@@ -25,9 +47,9 @@ def _listed_audience(value: Any) -> Any:
 class Text:
     text: str
     audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
-    cache_control: Mapping[str, Any] | None = attrs.field(default=None, kw_only=True)
+    cache_control: Mapping[str, Any] | None = _json_field(default=None, kw_only=True)
     # An opaque provider-native replay form; several blocks of one message may share it (A5).
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "text"
 
 
@@ -36,35 +58,35 @@ class Thinking:
     thinking: str
     signature: str | None = None
     audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "thinking"
 
 
 @attrs.frozen
 class RedactedThinking:
     data: str
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "redacted_thinking"
 
 
 @attrs.frozen
 class Image:
     # {"type": "base64", "media_type": ..., "data": ...} | {"type": "url", "url": ...}
-    source: Mapping[str, Any]
+    source: Mapping[str, Any] = _json_field()
     # The host's own token figure for the image (it wins over the flat estimate) and where the
     # image came from (kept for the host; a base64 image's origin, say).
     token_estimate: int | None = attrs.field(default=None, kw_only=True)
     source_url: str | None = attrs.field(default=None, kw_only=True)
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "image"
 
 
 @attrs.frozen
 class Document:
-    source: Mapping[str, Any]
+    source: Mapping[str, Any] = _json_field()
     title: str | None = attrs.field(default=None, kw_only=True)
     filename: str | None = attrs.field(default=None, kw_only=True)
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "document"
 
 
@@ -73,11 +95,11 @@ class Audio:
     """Sound a host stored (a voice message, a recording): a base64 or URL ``source`` with an
     ``audio/...`` media type, its length in seconds and a transcript when the host has them."""
 
-    source: Mapping[str, Any]
+    source: Mapping[str, Any] = _json_field()
     duration: float | None = attrs.field(default=None, kw_only=True)
     transcript: str | None = attrs.field(default=None, kw_only=True)
     audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "audio"
 
 
@@ -85,11 +107,11 @@ class Audio:
 class Video:
     """A video a host stored: as ``Audio``, with a ``video/...`` media type."""
 
-    source: Mapping[str, Any]
+    source: Mapping[str, Any] = _json_field()
     duration: float | None = attrs.field(default=None, kw_only=True)
     transcript: str | None = attrs.field(default=None, kw_only=True)
     audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "video"
 
 
@@ -98,12 +120,12 @@ class GeneratedImage:
     """An image a model made (model output media): a source as an ``Image``'s, the ``prompt`` it
     was made from, whether it is a preview (a draft the model refines), and a token figure."""
 
-    source: Mapping[str, Any]
+    source: Mapping[str, Any] = _json_field()
     prompt: str | None = attrs.field(default=None, kw_only=True)
     is_preview: bool = attrs.field(default=False, kw_only=True)
     token_estimate: int | None = attrs.field(default=None, kw_only=True)
     audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "generated_image"
 
 
@@ -111,12 +133,12 @@ class GeneratedImage:
 class ToolUse:
     id: str
     name: str
-    input: Mapping[str, Any]
+    input: Mapping[str, Any] = _json_field()
     # What the model wrote when it called in XML (prefill mode), and the arguments as written
     # when they didn't parse (then ``input`` is not to be trusted): kept for the host, never sent.
     raw_xml: str | None = attrs.field(default=None, kw_only=True)
     unparseable_input: str | None = attrs.field(default=None, kw_only=True)
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "tool_use"
 
 
@@ -126,7 +148,7 @@ class ToolResult:
     content: "str | tuple[Block, ...]"
     is_error: bool = attrs.field(default=False, kw_only=True)
     tool_name: str | None = attrs.field(default=None, kw_only=True)  # as agent frameworks write it
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "tool_result"
 
 
@@ -141,11 +163,11 @@ class ToolAttempt:
     model wrote it (``raw_xml``) and why it wasn't run. Never a call: it pairs with no result."""
 
     name: str | None = None
-    input: Mapping[str, Any] | None = None
+    input: Mapping[str, Any] | None = _json_field(default=None)
     raw_xml: str | None = attrs.field(default=None, kw_only=True)
     reason: str | None = attrs.field(default=None, kw_only=True)
     audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "tool_attempt"
 
 
@@ -157,7 +179,7 @@ class ToolNotice:
     notices: tuple[str, ...] = attrs.field(converter=_listed_notices)
     tool_name: str | None = attrs.field(default=None, kw_only=True)
     audience: tuple[str, ...] | None = attrs.field(default=None, kw_only=True, converter=_listed_audience)
-    raw: Any = attrs.field(default=None, kw_only=True)
+    raw: Any = _json_field(default=None, kw_only=True)
     type: ClassVar[str] = "tool_notice"
 
 
@@ -182,7 +204,7 @@ class Message:
     sequence: int
     participant: str
     content: tuple[Block, ...]
-    metadata: Mapping[str, Any] | None = None
+    metadata: Mapping[str, Any] | None = _json_field(default=None)
     timestamp_ms: int = 0
     caused_by: tuple[str, ...] = ()
     # Token estimate memo for tokens.py; not part of the message's identity.
