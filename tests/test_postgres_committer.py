@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +193,40 @@ async def test_lone_appends_land_while_another_task_keeps_the_loop_busy(pg_url: 
             done = True
     assert ids == sorted(ids, key=int)
     assert await stored_texts(pg_url, "ann") == [f"line {number}" for number in range(30)]
+
+
+async def test_a_batch_out_on_a_stalled_server_leaves_a_busy_loop_its_passes(pg_url: str) -> None:
+    """K16: while the server stalls (its backends stopped) with a batch on the commit thread, a task
+    that never lets the loop sleep keeps most of its scheduler passes: the loop offers the thread a
+    turn once the commit is due, and a commit that didn't end then is offered the next later, not
+    at every pass (offered at every pass, the busy loop ran 1/40th of its passes); once the server
+    goes on, the batch lands."""
+    async def passes(seconds: float) -> int:
+        count, end = 0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            await trio.lowlevel.checkpoint()
+            count += 1
+        return count
+
+    async with open_runtime(pg_url, durability="sync") as rt:
+        manager = await rt.open("ann", isolate=True)
+        for warm in range(5):  # the commit's time measured
+            await manager.add_message("user", f"warm {warm}")
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            backends = [pid for (pid,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+        free = await passes(0.3)
+        for pid in backends:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(manager.add_message, "user", "stalled")
+                await trio.lowlevel.checkpoint()  # the append hands its batch over
+                stalled = await passes(0.3)
+                for pid in backends:
+                    os.kill(pid, signal.SIGCONT)
+        finally:
+            for pid in backends:
+                os.kill(pid, signal.SIGCONT)
+        assert stalled * 4 > free, (stalled, free)
+    assert await stored_texts(pg_url, "ann") == [f"warm {warm}" for warm in range(5)] + ["stalled"]
