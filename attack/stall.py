@@ -38,8 +38,13 @@ def watchdog():
             start = beat[0]
             stacks = []
             while beat[0] == start:
-                f = sys._current_frames()[threading.main_thread().ident]
-                stacks.append("".join(l for l in traceback.format_stack(f)[-4:]))
+                frames = sys._current_frames()
+                f = frames[threading.main_thread().ident]
+                st = "".join(l for l in traceback.format_stack(f)[-3:])
+                for t in threading.enumerate():
+                    if t.name == "ctxrt-store-committer" and t.ident in frames:
+                        st += "  COMMITTER:\n" + "".join(traceback.format_stack(frames[t.ident])[-5:])
+                stacks.append(st)
                 time.sleep(0.005)
             if (time.perf_counter() - start) > 0.05:
                 print(f"BLOCKED {1000*(time.perf_counter()-start):.0f} ms; stacks sampled {len(stacks)}; distinct:", file=sys.stderr)
@@ -93,7 +98,11 @@ async def main(cluster, url):
                 elif MODE == "kill":
                     for p in pids: os.kill(p, signal.SIGKILL)
                 elif MODE == "restart":
-                    await trio.to_thread.run_sync(lambda: os.system(f"su postgres -c '{cluster.bindir}/pg_ctl -D {cluster.directory} restart -m immediate -w' >/dev/null 2>&1" if os.getuid()==0 else f"{cluster.bindir}/pg_ctl -D {cluster.directory} restart -m immediate -w >/dev/null"))
+                    r = cluster._runner
+                    def restart():
+                        out = r.run(r.command("pg_ctl", "restart", "-D", str(cluster.data_dir), "-m", "immediate", "-w", "-l", "/tmp/attpg-restart.log"), cwd=cluster.directory, timeout=60)
+                        print("restart rc", out.returncode, out.stderr[-200:])
+                    await trio.to_thread.run_sync(restart)
             async with trio.open_nursery() as n2:
                 n2.start_soon(disturb)
                 for k in range(TASKS):

@@ -230,3 +230,45 @@ async def test_a_batch_out_on_a_stalled_server_leaves_a_busy_loop_its_passes(pg_
                 os.kill(pid, signal.SIGCONT)
         assert stalled * 4 > free, (stalled, free)
     assert await stored_texts(pg_url, "ann") == [f"warm {warm}" for warm in range(5)] + ["stalled"]
+
+
+async def test_a_connection_lost_during_the_batch_says_whether_it_committed_is_unknown_when_reconnecting_fails(
+    pg_url: str,
+) -> None:
+    """K16, M1: the server drops the writer's connection while a batch is on the commit thread
+    (its COMMIT about to go out) and refuses the new one (a server restarting, say): the caller
+    still hears that whether it committed is unknown, not only why the reconnect failed (it read as
+    a write that never went out); once the server takes connections again, the next append lands."""
+    line = line_of(POSTGRES, "_apply", 'cursor.execute("COMMIT")')
+    database = psycopg.conninfo.conninfo_to_dict(pg_url)["dbname"]
+    armed = threading.Event()
+
+    def admit(allowed: bool) -> None:
+        with psycopg.connect(pg_url, dbname="postgres", autocommit=True) as admin:
+            admin.execute(psycopg.sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
+                psycopg.sql.Identifier(str(database)), psycopg.sql.SQL("true" if allowed else "false")))
+
+    def kill() -> None:
+        if armed.is_set():
+            armed.clear()
+            admit(False)
+            with psycopg.connect(pg_url, dbname="postgres", autocommit=True) as admin:  # waits for the end
+                admin.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE"
+                              " datname = %s AND xact_start IS NOT NULL", (database,))
+
+    threading.settrace(at_line(POSTGRES, line, kill))
+    try:
+        async with open_runtime(pg_url, durability="sync") as rt:
+            manager = await rt.open("ann", isolate=True)
+            await manager.add_message("user", "first")
+            armed.set()
+            try:
+                with pytest.raises(ctxrt.StoreUnavailableError) as refused:
+                    await manager.add_message("user", "cut off")
+            finally:
+                admit(True)
+            await manager.add_message("user", "last")
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    assert "whether it committed is unknown" in str(refused.value), str(refused.value)
+    assert await stored_texts(pg_url, "ann") == ["first", "last"]
