@@ -77,7 +77,7 @@ async def main(cluster, url):
                 for j in range(20):
                     text = f"t{k} {j}"
                     try:
-                        with trio.fail_after(5):
+                        with trio.fail_after(5 if MODE != 'longstop' else 1):
                             await m.add_message("user", text)
                         acked.append(text)
                     except BaseException as exc:
@@ -86,15 +86,17 @@ async def main(cluster, url):
                             return
             async def disturb():
                 await trio.sleep(0.01)
-                if MODE == "stop":
+                if MODE in ("stop", "longstop"):
                     for p in pids: os.kill(p, signal.SIGSTOP)
-                    await trio.sleep(0.5)
+                    await trio.sleep(0.5 if MODE == "stop" else 3)
                     for p in pids: os.kill(p, signal.SIGCONT)
-                elif MODE == "stoppm":
-                    pm = cluster.pid if hasattr(cluster, "pid") else None
-                    for p in pids: os.kill(p, signal.SIGSTOP)
-                    await trio.sleep(0.5)
-                    for p in pids: os.kill(p, signal.SIGCONT)
+                elif MODE == "stoppm":  # the backends end (terminated), the postmaster stalls: reconnects wait
+                    pm = int((cluster.data_dir / "postmaster.pid").read_text().split()[0])
+                    with psycopg.connect(url, autocommit=True) as admin:
+                        os.kill(pm, signal.SIGSTOP)
+                        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+                    await trio.sleep(3)
+                    os.kill(pm, signal.SIGCONT)
                 elif MODE == "kill":
                     for p in pids: os.kill(p, signal.SIGKILL)
                 elif MODE == "restart":
