@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +193,82 @@ async def test_lone_appends_land_while_another_task_keeps_the_loop_busy(pg_url: 
             done = True
     assert ids == sorted(ids, key=int)
     assert await stored_texts(pg_url, "ann") == [f"line {number}" for number in range(30)]
+
+
+async def test_a_batch_out_on_a_stalled_server_leaves_a_busy_loop_its_passes(pg_url: str) -> None:
+    """K16: while the server stalls (its backends stopped) with a batch on the commit thread, a task
+    that never lets the loop sleep keeps most of its scheduler passes: the loop offers the thread a
+    turn once the commit is due, and a commit that didn't end then is offered the next later, not
+    at every pass (offered at every pass, the busy loop ran 1/40th of its passes); once the server
+    goes on, the batch lands."""
+    async def passes(seconds: float) -> int:
+        count, end = 0, time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            await trio.lowlevel.checkpoint()
+            count += 1
+        return count
+
+    async with open_runtime(pg_url, durability="sync") as rt:
+        manager = await rt.open("ann", isolate=True)
+        for warm in range(5):  # the commit's time measured
+            await manager.add_message("user", f"warm {warm}")
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            backends = [pid for (pid,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+        free = await passes(0.3)
+        for pid in backends:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(manager.add_message, "user", "stalled")
+                await trio.lowlevel.checkpoint()  # the append hands its batch over
+                stalled = await passes(0.3)
+                for pid in backends:
+                    os.kill(pid, signal.SIGCONT)
+        finally:
+            for pid in backends:
+                os.kill(pid, signal.SIGCONT)
+        assert stalled * 4 > free, (stalled, free)
+    assert await stored_texts(pg_url, "ann") == [f"warm {warm}" for warm in range(5)] + ["stalled"]
+
+
+async def test_a_connection_lost_during_the_batch_says_whether_it_committed_is_unknown_when_reconnecting_fails(
+    pg_url: str,
+) -> None:
+    """K16, M1: the server drops the writer's connection while a batch is on the commit thread
+    (its COMMIT about to go out) and refuses the new one (a server restarting, say): the caller
+    still hears that whether it committed is unknown, not only why the reconnect failed (it read as
+    a write that never went out); once the server takes connections again, the next append lands."""
+    line = line_of(POSTGRES, "_apply", 'cursor.execute("COMMIT")')
+    database = psycopg.conninfo.conninfo_to_dict(pg_url)["dbname"]
+    armed = threading.Event()
+
+    def admit(allowed: bool) -> None:
+        with psycopg.connect(pg_url, dbname="postgres", autocommit=True) as admin:
+            admin.execute(psycopg.sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
+                psycopg.sql.Identifier(str(database)), psycopg.sql.SQL("true" if allowed else "false")))
+
+    def kill() -> None:
+        if armed.is_set():
+            armed.clear()
+            admit(False)
+            with psycopg.connect(pg_url, dbname="postgres", autocommit=True) as admin:  # waits for the end
+                admin.execute("SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE"
+                              " datname = %s AND xact_start IS NOT NULL", (database,))
+
+    threading.settrace(at_line(POSTGRES, line, kill))
+    try:
+        async with open_runtime(pg_url, durability="sync") as rt:
+            manager = await rt.open("ann", isolate=True)
+            await manager.add_message("user", "first")
+            armed.set()
+            try:
+                with pytest.raises(ctxrt.StoreUnavailableError) as refused:
+                    await manager.add_message("user", "cut off")
+            finally:
+                admit(True)
+            await manager.add_message("user", "last")
+    finally:
+        threading.settrace(None)  # type: ignore[arg-type]
+    assert "whether it committed is unknown" in str(refused.value), str(refused.value)
+    assert await stored_texts(pg_url, "ann") == ["first", "last"]

@@ -1067,11 +1067,18 @@ class PostgresEngine(Catalog):
             # the server dropped the connection after the COMMIT went out) leaves the conversation
             # out of step, whatever the connection's flags say: it is made again, as a lost one.
             lost = self._writer.broken or self._writer.closed or exc.sqlstate is None
-            if lost:
-                self._writer = self._connect(self._writer, writer=True)
             reason = self._reason(exc)
             if lost and self._began:  # the rows and the COMMIT go out together: it may have landed
                 reason = f"the connection was lost during the batch; whether it committed is unknown ({reason})"
+            if lost:
+                try:
+                    self._writer = self._connect(self._writer, writer=True)
+                except StoreUnavailableError as failed:
+                    # A server restarting refuses the new one: its reason alone read as a batch
+                    # never sent. The next batch connects again (``_apply_reconnecting``).
+                    if not self._began:
+                        raise
+                    reason = f"{reason}; reconnecting failed: {failed.reason}"
             raise StoreUnavailableError(self.data_path, reason) from None
         self._committed_batch(batch)
         return results, batch.operations

@@ -77,6 +77,7 @@ class CommitThread:
         self._turns_handed = 0
         self._turns_ended = 0
         self._handed_at = self._offered_at = 0.0
+        self._expected_s = math.inf  # how long the commit out may take before it wants its turn
         self._told_to_end = False  # what it held ended for good, and it ends at the next job (or never ran)
         # The moving average of a commit's time (one that failed isn't counted), timed and kept by
         # the thread; unknown (infinite) until one landed.
@@ -130,6 +131,7 @@ class CommitThread:
         """
         assert self._due == 0
         self._handed_at = self._offered_at = time.monotonic()
+        self._expected_s = self.commit_s
         self._drop_stale_tokens()
         self._turns_handed += 2  # taking the job up to the commit; its end, and saying so
         self._jobs.put(lambda: self._commit(work))
@@ -170,23 +172,38 @@ class CommitThread:
 
         Cheap when it doesn't: the thread's state is known without it. It waits for the GIL when it
         hasn't taken the job yet, or when ``_commit_ended`` says so; the loop then waits up to
-        ``TURN_S`` (a thread the OS hasn't run yet gets the next busy pass's offer). Otherwise a
+        ``TURN_S`` (a thread the OS hasn't run yet gets the next busy pass's offer; a commit that
+        didn't end in that turn is offered the next later, ``_declined``). Otherwise a
         commit out for ``STALLED_S`` gets a turn offered, for at most ``PROBE_S``, every
         ``STALLED_S``: one still waiting (for the disk, the server) doesn't take it, and the loop goes on.
         """
         if self._due == 0:
             return
-        if self._due == 2 or (self._due == 1 and self._commit_ended()):
+        if self._due == 2:
             self.give_turn(TURN_S)
-        elif self._due == 1 and time.monotonic() - self._offered_at > STALLED_S:
+        elif self._commit_ended():
+            ended = self._turns_ended
+            self.give_turn(TURN_S)
+            if self._turns_ended == ended:
+                self._declined()
+        elif time.monotonic() - self._offered_at > STALLED_S:
             self.give_turn(PROBE_S)
             self._offered_at = time.monotonic()
 
     def _commit_ended(self) -> bool:
         """Whether the commit out has likely ended its wait (then it wants the GIL): it has been out
-        as long as a commit takes. Without it, a PostgreSQL batch whose answer came while the loop
-        was busy waited for the GIL by luck or for the stalled commit's probe (every ``STALLED_S``)."""
-        return time.monotonic() - self._handed_at >= self.commit_s
+        as long as a commit takes (``_expected_s``). Without it, a PostgreSQL batch whose answer came
+        while the loop was busy waited for the GIL by luck or for the stalled commit's probe (every
+        ``STALLED_S``)."""
+        return time.monotonic() - self._handed_at >= self._expected_s
+
+    def _declined(self) -> None:
+        """A turn offered once the commit was due didn't end it: it is slower than a commit takes
+        (a server that stalls, say). Offer the next when it has been out half as long again, or
+        ``STALLED_S`` later: offered at every busy pass, a stalled server's batch held a busy loop
+        to 1/40th of its passes (TURN_S and the wake-up after it, each pass; K16)."""
+        out = time.monotonic() - self._handed_at
+        self._expected_s = out + min(out / 2, STALLED_S)
 
     @property
     def _due(self) -> int:
