@@ -18,7 +18,10 @@ a plain one. Two rows say where a kept turn's extra time goes: ``record_request`
 the ``add_message`` its record rides in against a plain turn's. A third namespace, "small"
 (``ledger=True``), takes kept turns with ``SMALL`` (about 28 of these messages) in the same rounds:
 its ``record_request`` against the kept one's says how much of a record's cost follows the size
-of the request, and how much is what any record costs. The same rounds again with durability
+of the request, and how much is what any record costs. The floor row adds to each plain turn
+the least any record adds (that record_request plus what the add_message a record rides in costs
+over a plain one, medians of this run): the target is out of reach of any record whose floor row
+is over it. The same rounds again with durability
 "os" give the ratio without the disk's share (an fsync shared with other work swings the durable
 one either way).
 
@@ -152,6 +155,15 @@ async def _body(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                            op=None))
         rows.append(versus("  its add_message, which carries a kept turn's record (no target)", "ms", times["kept add"],
                            times["plain add"], "a plain turn's", target=None, op=None))
+        # The least any record adds, from this run's medians: a 28-message request's record_request
+        # and what the add_message a record rides in costs over a plain one. Against a plain turn,
+        # it says whether any record, however small its request, could keep within the target.
+        least = (statistics.median(times["small record"]) + statistics.median(times["kept add"])
+                 - statistics.median(times["plain add"]))
+        rows.append(versus("  the floor: a plain turn plus the least any record adds (a 28-message request's "
+                           "record_request and the write a record rides in; no target)", "ms",
+                           [each + least for each in times["plain"]], times["plain"], "a plain turn", target=None,
+                           op=None))
         rows.append(versus("  the same turns with durability \"os\" (no target: the CPU alone, whatever the disk does)",
                            "ms", cpu["kept"], cpu["plain"], "without the ledger", target=None, op=None))
         made = {}
