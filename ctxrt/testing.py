@@ -84,6 +84,7 @@ from .content.blobs import extract_blobs as extract_blobs
 from .content.blobs import resolve_blobs as resolve_blobs
 from .content.blobs import MediaCache as MediaCache
 from .content.blocks import hidden_by_edit as hidden_by_edit
+from .request_ledger import body_digest as body_digest
 from .asks import Ask as Ask
 from .mailbox import Mailbox as Mailbox
 from .asks import Reply as Reply

@@ -18,7 +18,7 @@ import trio
 
 import ctxrt
 from ctxrt import Budget, RequestRecord, Text, open_runtime
-from ctxrt.request_ledger import body_digest
+from ctxrt.testing import body_digest
 
 BUDGET = Budget(max_tokens=10_000)
 
