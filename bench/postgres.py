@@ -507,7 +507,8 @@ def _processes(cluster: Cluster, pooler: Pooler | None, quick: bool, rng: random
         for layout, processes in order:
             through = pooler if layout.endswith(THROUGH_POOLER) else None
             figures[layout, processes].append(writers_round(
-                cluster, processes, seconds, f"writers_{next(fresh)}", layout.removesuffix(THROUGH_POOLER), pooler=through))
+                cluster, processes, seconds, f"writers_{next(fresh)}", layout.removesuffix(THROUGH_POOLER),
+                pooler=through))
     return {"writers": figures, "writer_rounds": rounds, "writer_seconds": seconds}
 
 
