@@ -39,7 +39,11 @@ LangGraph's ``messages`` channel (a plain dict: the cheapest value it stores).
     together; ratio to 1 process. The same processes each writing a database of its own on the
     same server (the server's shared-nothing figure: nothing of one store in common), and 4
     processes all appending to the store's shared slot (namespaces not isolated), run in the same
-    rounds. Every message is then counted back from the store. Beside it:
+    rounds. With PgBouncer installed, every one of these variants runs again with each process
+    connected through it in transaction mode (``pooler.url(database)``; "own database" too, so its
+    ratio compares like with like), in the same shuffled rounds, and the same figures and ratios are
+    reported for it ("through PgBouncer"). Every message is then counted back from the store
+    (directly). Beside it:
     the host's CPU use in the window (2 cores shared by the writers and the server), how many
     appends each group commit carried, and, sampling ``pg_stat_activity`` every 20 ms, how many
     backends waited for a lock and how many sat in a transaction waiting for their client.
@@ -56,7 +60,9 @@ LangGraph's ``messages`` channel (a plain dict: the cheapest value it stores).
     run in the rounds of (1), so the append/INSERT ratio compares figures measured side by side.
     With PgBouncer installed (Debian's 1.18), the largest size's turn also runs through it in
     transaction mode in front of the same server (``start_pooler``), in the same rounds: its
-    ``add_message`` and turn against the direct ones.
+    ``add_message`` and turn against the direct ones, and its ``add_message`` against the raw
+    append-shaped transaction through the same pooler (psycopg's prepared statements off:
+    ``prepare_threshold=None``, since PgBouncer 1.18 can't route them).
 (5) Reads on a hot standby of the same server vs on the primary, and the replica's lag
     (``bench/postgres_standby.py``).
 
@@ -102,6 +108,7 @@ QUICK_SIZES = (1_000,)
 # (2): (layout, processes); "own database" is the server's shared-nothing figure for "own slot"
 WRITER_VARIANTS = (("own slot", 1), ("own slot", 4), ("own slot", 8), ("own database", 4), ("own database", 8),
                    ("shared slot", 4))
+THROUGH_POOLER = ", through PgBouncer"  # (2): a layout's processes each connect to ``pooler.url(database)``
 TASKS = 8  # trio tasks per writer process
 TURNS_PER_ROUND = 3
 COMPILES_PER_ROUND = 3
@@ -154,12 +161,13 @@ class PostgresSaverTurns(CheckpointerTurns):
 
 
 class RawPostgres:
-    """Plain psycopg on one autocommit connection (prepared statements after psycopg's usual 5 uses)."""
+    """Plain psycopg on one autocommit connection (prepared statements after psycopg's usual 5 uses;
+    ``prepare_threshold=None``: none, as through PgBouncer 1.18, which can't route them)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, prepare_threshold: int | None = 5) -> None:
         import psycopg
 
-        self.conn = psycopg.connect(url, autocommit=True)
+        self.conn = psycopg.connect(url, autocommit=True, prepare_threshold=prepare_threshold)
         self.conn.execute("CREATE TABLE raw_rows (id bigserial PRIMARY KEY, data bytea NOT NULL)")
         self.conn.execute("CREATE TABLE raw_items (id bigint PRIMARY KEY, data bytea NOT NULL)")
         self.conn.execute("CREATE TABLE raw_heads (id integer PRIMARY KEY, head bytea NOT NULL)")
@@ -209,6 +217,7 @@ def _server(cluster: Cluster) -> dict[str, str]:
 
 
 POOLED = "ctxrt on PostgreSQL via PgBouncer"  # transaction mode, in front of the same server
+POOLED_RAW = "raw append-shaped transaction, through PgBouncer"
 
 
 async def _in_trio(cluster: Cluster, pooler: Pooler | None, root: Path, quick: bool, rng: random.Random) -> dict[str, Any]:
@@ -257,10 +266,15 @@ async def _in_trio(cluster: Cluster, pooler: Pooler | None, root: Path, quick: b
                     turners["PostgresSaver", size] = peer.turn
             raw = RawPostgres(cluster.create_database("raw"))
             sync_stack.callback(raw.close)
-
-            await harness.warm_up(turners)  # two turns each, not counted
             raws = {"raw INSERT commit": raw.insert, "raw SELECT 1": raw.select_one,
                     "raw append-shaped transaction": raw.transaction}
+            if pooler is not None:  # beside the pooled add_message: the same transaction through the pooler
+                cluster.create_database("raw_pooled")
+                pooled_raw = RawPostgres(pooler.url("raw_pooled"), prepare_threshold=None)
+                sync_stack.callback(pooled_raw.close)
+                raws[POOLED_RAW] = pooled_raw.transaction
+
+            await harness.warm_up(turners)  # two turns each, not counted
             for op in raws.values():
                 for _ in range(10):
                     op()
@@ -383,17 +397,19 @@ def _host_cpu() -> tuple[int, int]:
 
 
 def writers_round(cluster: Cluster, processes: int, seconds: float, name: str, layout: str = "own slot",
-                  tree: Path = HERE.parent) -> dict[str, float]:
+                  tree: Path = HERE.parent, pooler: Pooler | None = None) -> dict[str, float]:
     """One round of ``processes`` writer processes on a fresh database: their figures together.
     ``layout``: each on its own slot of one store ("own slot"), all on the store's shared slot
     ("shared slot"), or each on its own slot in a database of its own ("own database": the server's
     shared-nothing figure, no row or lock of one store in common). ``tree``: the checkout whose
-    ctxrt and writer the processes run (another commit's, for ``bench/postgres_compare.py``)."""
+    ctxrt and writer the processes run (another commit's, for ``bench/postgres_compare.py``).
+    ``pooler``: the processes reach their database(s) through it (the count-back goes direct)."""
     names = [f"{name}_{p}" for p in range(processes)] if layout == "own database" else [name] * processes
     urls = {database: cluster.create_database(database) for database in dict.fromkeys(names)}
+    reach = {database: pooler.url(database) if pooler is not None else url for database, url in urls.items()}
     extra = ["shared"] if layout == "shared slot" else []
     children = [
-        subprocess.Popen([sys.executable, "-m", "bench.postgres_writer", urls[names[p]], "writers", str(p), str(TASKS),
+        subprocess.Popen([sys.executable, "-m", "bench.postgres_writer", reach[names[p]], "writers", str(p), str(TASKS),
                           *extra],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_child_env(tree), cwd=tree)
         for p in range(processes)
@@ -475,17 +491,24 @@ async def _count_writers(url: str, processes: list[int], isolate: bool) -> dict[
         return {p: await (await rt.open(f"writer-{p}", isolate=isolate)).message_count() for p in processes}
 
 
-def _processes(cluster: Cluster, quick: bool, rng: random.Random) -> dict[str, Any]:
+def _processes(cluster: Cluster, pooler: Pooler | None, quick: bool, rng: random.Random) -> dict[str, Any]:
+    """(2): every variant direct and, with a pooler, every variant again through it (layout
+    "<layout>, through PgBouncer"), all in the same shuffled rounds."""
     rounds = 2 if quick else 7
     seconds = 1.5 if quick else 3.0
     fresh = iter(range(1_000_000))
-    figures: dict[tuple[str, int], list[dict[str, float]]] = {variant: [] for variant in WRITER_VARIANTS}
+    variants = list(WRITER_VARIANTS)
+    if pooler is not None:
+        variants += [(layout + THROUGH_POOLER, processes) for layout, processes in WRITER_VARIANTS]
+    figures: dict[tuple[str, int], list[dict[str, float]]] = {variant: [] for variant in variants}
     for _ in range(rounds):
-        order = list(WRITER_VARIANTS)
+        order = list(variants)
         rng.shuffle(order)
         for layout, processes in order:
-            figures[layout, processes].append(
-                writers_round(cluster, processes, seconds, f"writers_{next(fresh)}", layout))
+            through = pooler if layout.endswith(THROUGH_POOLER) else None
+            figures[layout, processes].append(writers_round(
+                cluster, processes, seconds, f"writers_{next(fresh)}", layout.removesuffix(THROUGH_POOLER),
+                pooler=through))
     return {"writers": figures, "writer_rounds": rounds, "writer_seconds": seconds}
 
 
@@ -513,22 +536,26 @@ def _rows(info: dict[str, Any], quick: bool) -> list[dict[str, Any]]:
                 "ms", ms(("ctxrt on PostgreSQL", size), "turn"), ms(("PostgresSaver", size), "turn"),
                 "PostgresSaver", inverse=True, target=None, op=None), "PostgresSaver time / PG-ctxrt time"))
     writers = info["writers"]
-    rates = {variant: [f["rate"] for f in writers[variant]] for variant in WRITER_VARIANTS}
-    one = rates["own slot", 1]
-    rows.append(reported(harness.row(
-        f"(2) durable appends/s, 1 writer process ({TASKS} tasks)", "msg/s", one, target=None, op=None), ""))
-    for n in (4, 8):
+    rates = {variant: [f["rate"] for f in figures] for variant, figures in writers.items()}
+    # direct, then (with a pooler) the same figures with every process connected through PgBouncer
+    for via in ("", THROUGH_POOLER) if ("own slot" + THROUGH_POOLER, 1) in rates else ("",):
+        one = rates["own slot" + via, 1]
+        rows.append(reported(harness.row(
+            f"(2) durable appends/s, 1 writer process ({TASKS} tasks){via}", "msg/s", one, target=None, op=None), ""))
+        for n in (4, 8):
+            rows.append(reported(versus(
+                f"(2) durable appends/s, {n} writer processes ({TASKS} tasks each, each its own slot), all "
+                f"together{via}",
+                "msg/s", rates["own slot" + via, n], one, "1 process" + via, target=1.5 if n == 4 else None,
+                op=">=" if n == 4 else None), f"{n} processes / 1"))
+            rows.append(reported(versus(
+                f"(2) durable appends/s, {n} writer processes on one store vs each writing its own database "
+                f"(the server's shared-nothing figure){via}", "msg/s", rates["own slot" + via, n],
+                rates["own database" + via, n], f"{n} processes, own databases{via}", target=0.8, op=">="),
+                "one store / own databases"))
         rows.append(reported(versus(
-            f"(2) durable appends/s, {n} writer processes ({TASKS} tasks each, each its own slot), all together",
-            "msg/s", rates["own slot", n], one, "1 process", target=1.5 if n == 4 else None, op=">=" if n == 4 else None),
-            f"{n} processes / 1"))
-        rows.append(reported(versus(
-            f"(2) durable appends/s, {n} writer processes on one store vs each writing its own database "
-            "(the server's shared-nothing figure)", "msg/s", rates["own slot", n], rates["own database", n],
-            f"{n} processes, own databases", target=0.8, op=">="), "one store / own databases"))
-    rows.append(reported(versus(
-        f"(2) durable appends/s, 4 writer processes ({TASKS} tasks each) all on the store's shared slot", "msg/s",
-        rates["shared slot", 4], one, "1 process", target=1.0, op=">="), "4 processes / 1"))
+            f"(2) durable appends/s, 4 writer processes ({TASKS} tasks each) all on the store's shared slot{via}",
+            "msg/s", rates["shared slot" + via, 4], one, "1 process" + via, target=1.0, op=">="), "4 processes / 1"))
     compiles = {name: [v * 1e3 for v in values] for name, values in info["compiles"].items()}
     size = info["foreign_size"]
     rows.append(reported(versus(
@@ -559,6 +586,13 @@ def _rows(info: dict[str, Any], quick: bool) -> list[dict[str, Any]]:
             f"(1) turn at {big:,} messages through PgBouncer in transaction mode vs direct (PostgreSQL)", "ms",
             ms((POOLED, big), "turn"), ms(("ctxrt on PostgreSQL", big), "turn"), "direct",
             target=None, op=None), "through PgBouncer / direct"))
+        if (POOLED_RAW, 0) in info["turns"]:
+            rows.append(reported(versus(
+                f"(4) ctxrt add_message on PostgreSQL (at {big:,}) vs a raw transaction shaped like its append, both "
+                "through PgBouncer in transaction mode (psycopg's prepared statements off)", "ms",
+                ms((POOLED, big), "append"), [f["op"] * 1e3 for f in info["turns"][POOLED_RAW, 0]],
+                "raw append-shaped transaction, through PgBouncer", target=None, op=None),
+                "add_message / raw transaction, through PgBouncer"))
     rows.append(reported(harness.row("(4) raw psycopg SELECT 1 round trip", "ms", raw["raw SELECT 1"],
                                      target=None, op=None), ""))
     rows.extend(postgres_standby.rows(info, reported))
@@ -591,7 +625,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         server = _server(cluster)
         pooler = stack.enter_context(start_pooler(cluster)) if os.access(PGBOUNCER, os.X_OK) else None
         info = trio.run(_in_trio, cluster, pooler, root, quick, rng)
-        info.update(_processes(cluster, quick, rng))
+        info.update(_processes(cluster, pooler, quick, rng))
         info.update(postgres_standby.measure(cluster, quick, rng))
     info.update(server=server, quick=quick, load=(load, os.getloadavg()), seconds=time.perf_counter() - started,
                 commit=_commit(),
@@ -682,7 +716,10 @@ def to_markdown(rows: list[dict[str, Any]], info: dict[str, Any] | None = None) 
             "actor of each process batches its tasks' appends into one transaction); from `pg_stat_activity` sampled "
             f"every {SAMPLE_S * 1e3:.0f} ms in the window, the mean number of the round's backends waiting for a lock "
             "(a batch waits for the lock of a slot another process's batch is writing) and of those inside a "
-            "transaction waiting for their client to send the next statement (the lock holder, mostly).",
+            "transaction waiting for their client to send the next statement (the lock holder, mostly). Layouts "
+            "ending \"through PgBouncer\": the same, each process connected through PgBouncer in transaction mode "
+            "(`start_pooler`: default_pool_size 20 per database, so up to 20 server connections for one store, 20 "
+            "for each of the own databases); the others connect directly.",
             "",
             "| layout | processes | appends/s | host CPU busy | writers' CPU | appends per commit | backends waiting "
             "for a lock | in a transaction, waiting for their client |",
