@@ -63,6 +63,12 @@ LangGraph's ``messages`` channel (a plain dict: the cheapest value it stores).
     ``add_message`` and turn against the direct ones, and its ``add_message`` against the raw
     append-shaped transaction through the same pooler (psycopg's prepared statements off:
     ``prepare_threshold=None``, since PgBouncer 1.18 can't route them).
+    Issue 39's figure: a process of its own (``bench/postgres_compare.py``'s latency child, this
+    tree) times a durable ``add_message`` (a namespace with ``isolate=True``) and the raw
+    append-shaped transaction alternately, 30 of each after 10 warm-up ones, so each round's ratio
+    compares operations taken in the same seconds in the same state (the turn's ``add_message``
+    above follows a compile of everything and is timed 3 at a time, the raw transaction 20 at a
+    time); with PgBouncer, the same through it. Target: <= 1.5x, the median of the per-round ratios.
 (5) Reads on a hot standby of the same server vs on the primary, and the replica's lag
     (``bench/postgres_standby.py``).
 
@@ -446,6 +452,8 @@ def writers_round(cluster: Cluster, processes: int, seconds: float, name: str, l
             if child.poll() is None:
                 child.kill()
                 child.wait()
+        if pooler is not None:  # the pooler keeps a round's server connections idle: end them, or
+            _end_backends(cluster, list(urls))  # the rounds' fresh databases fill max_connections
     if layout == "shared slot":
         stored = trio.run(_count_writers, urls[name], [0], False)[0]
         if stored != sum(r["appended"] for r in results):
@@ -464,6 +472,34 @@ def writers_round(cluster: Cluster, processes: int, seconds: float, name: str, l
         "writers_cpu": 100 * sum(r["cpu_s"] for r in results) / seconds / (os.cpu_count() or 1),
         "per_commit": sum(r["commands"] for r in results) / max(1, sum(r["batches"] for r in results)),
     }
+
+
+def _latencies(cluster: Cluster, pooler: Pooler | None, quick: bool, rng: random.Random) -> dict[str, Any]:
+    """(4), issue 39's figure: rounds of ``postgres_compare.latency`` (add_message, the raw
+    transaction and our batch alone, alternating in a child process), direct and through the
+    pooler, in a shuffled order each round: each round's medians, ms."""
+    from .postgres_compare import latency
+
+    ways = {"direct": (cluster.create_database("latency"), cluster.create_database("latency_raw"), False)}
+    if pooler is not None:
+        for name in ("latency_pooled", "latency_pooled_raw"):
+            cluster.create_database(name)
+        ways["through PgBouncer"] = (pooler.url("latency_pooled"), pooler.url("latency_pooled_raw"), True)
+    found: dict[str, list[dict[str, float]]] = {way: [] for way in ways}
+    for _ in range(2 if quick else 5):
+        order = list(ways)
+        rng.shuffle(order)
+        for way in order:
+            found[way].append({key: value * 1e3 for key, value in latency(HERE.parent, *ways[way]).items()})
+    return {"latency": found}
+
+
+def _end_backends(cluster: Cluster, databases: list[str]) -> None:
+    """End the server connections to ``databases`` (a pooler's idle ones, once its clients left)."""
+    import psycopg
+
+    with psycopg.connect(cluster.url("postgres"), autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ANY(%s)", (databases,))
 
 
 def _sample_waits(cluster: Cluster, databases: list[str], until: float) -> dict[str, float]:
@@ -593,6 +629,16 @@ def _rows(info: dict[str, Any], quick: bool) -> list[dict[str, Any]]:
                 ms((POOLED, big), "append"), [f["op"] * 1e3 for f in info["turns"][POOLED_RAW, 0]],
                 "raw append-shaped transaction, through PgBouncer", target=None, op=None),
                 "add_message / raw transaction, through PgBouncer"))
+    for way, rounds in info.get("latency", {}).items():
+        rows.append(reported(versus(
+            f"(4) issue 39's figure, {way}: a durable add_message vs the raw append-shaped transaction, alternating "
+            "in a process of their own (per-round ratio judged)", "ms", [r["append"] for r in rounds],
+            [r["raw"] for r in rounds], "raw append-shaped transaction", target=1.5, by_round=True),
+            "add_message / raw transaction"))
+        rows.append(reported(versus(
+            f"(4) the floor, {way}: our append batch alone (sync, on the caller's thread) vs the raw transaction, "
+            "alternating with them", "ms", [r["batch"] for r in rounds], [r["raw"] for r in rounds],
+            "raw append-shaped transaction", target=None, op=None), "batch alone / raw transaction"))
     rows.append(reported(harness.row("(4) raw psycopg SELECT 1 round trip", "ms", raw["raw SELECT 1"],
                                      target=None, op=None), ""))
     rows.extend(postgres_standby.rows(info, reported))
@@ -626,6 +672,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         pooler = stack.enter_context(start_pooler(cluster)) if os.access(PGBOUNCER, os.X_OK) else None
         info = trio.run(_in_trio, cluster, pooler, root, quick, rng)
         info.update(_processes(cluster, pooler, quick, rng))
+        info.update(_latencies(cluster, pooler, quick, rng))
         info.update(postgres_standby.measure(cluster, quick, rng))
     info.update(server=server, quick=quick, load=(load, os.getloadavg()), seconds=time.perf_counter() - started,
                 commit=_commit(),

@@ -39,14 +39,15 @@ PER_ROUND = 30  # add_message calls and raw transactions per latency round, afte
 PROCESSES = 8
 
 
-def _latency_child(url: str, raw_url: str, count: int) -> None:
-    """In a child process whose ``ctxrt`` is the tree under test: print the medians, s."""
+def _latency_child(url: str, raw_url: str, count: int, pooled: bool = False) -> None:
+    """In a child process whose ``ctxrt`` is the tree under test: print the medians, s. ``pooled``:
+    the URLs are a transaction-mode pooler's (the raw transaction prepares no statement)."""
     import psycopg
     import trio
 
     import ctxrt
 
-    conn = psycopg.connect(raw_url, autocommit=True)
+    conn = psycopg.connect(raw_url, autocommit=True, **({"prepare_threshold": None} if pooled else {}))
     conn.execute("CREATE TABLE IF NOT EXISTS raw_items (id bigint PRIMARY KEY, data bytea NOT NULL)")
     conn.execute("CREATE TABLE IF NOT EXISTS raw_heads (id integer PRIMARY KEY, head bytea NOT NULL)")
     conn.execute("CREATE TABLE IF NOT EXISTS raw_meta (key text PRIMARY KEY, value bigint NOT NULL)")
@@ -112,9 +113,12 @@ async def _batch_alone(rt: Any) -> Any:
     return batch
 
 
-def _latency(tree: Path, url: str, raw_url: str) -> dict[str, float]:
+def latency(tree: Path, url: str, raw_url: str, pooled: bool = False) -> dict[str, float]:
+    """One latency round in a child process running ``tree``'s ctxrt: add_message, the raw
+    transaction and our batch alone, alternating, medians in s (``_latency_child``)."""
     env = dict(os.environ, PYTHONPATH=str(tree))  # and -P: that tree's ctxrt, not this directory's modules
-    out = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), "latency", url, raw_url, str(PER_ROUND)],
+    out = subprocess.run([sys.executable, "-P", str(Path(__file__).resolve()), "latency", url, raw_url, str(PER_ROUND),
+                          *(["pooled"] if pooled else [])],
                          env=env, cwd=tree, capture_output=True, text=True, timeout=600, check=True)
     found: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return found
@@ -150,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, kind in order:
                 got = figures[name]
                 if kind == "latency":
-                    found = _latency(trees[name], *urls[name])
+                    found = latency(trees[name], *urls[name])
                     got.setdefault("append", []).append(found["append"])
                     got.setdefault("raw", []).append(found["raw"])
                     got.setdefault("append / raw", []).append(found["append"] / found["raw"])
@@ -185,6 +189,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["latency"]:
-        _latency_child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        _latency_child(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:6] == ["pooled"])
     else:
         raise SystemExit(main())
