@@ -18,6 +18,7 @@ from ctxrt.namespace.drain import (
     LATER,
     STORE_RETRY_MAX_S,
     STORE_RETRY_S,
+    AwaitStore,
     CommitStrategy,
     Decisions,
     Drain,
@@ -171,6 +172,32 @@ def test_a_tick_raises_the_floor_to_its_unit_before_the_model_is_asked() -> None
     made, _ = decisions_of(started[2], {CommitStrategy: down}, moment)
     assert [type(d) for d in made] == [RequireStrategy, FlushNew, CommitStrategy, Answer]
     assert made[3] == Answer(reply, False, down) and failing.flight is None and failing.model_calls() == 0
+
+
+class StoreGoneAtTheRequest(Planner):
+    """A planner whose request reads the store as it goes away (a message's blobs, say)."""
+
+    auto_tick = True
+
+    def request_for(self, unit: Unit, ctx: Any) -> str:
+        raise ctxrt.StoreUnavailableError("postgresql://x", "down")
+
+
+def test_a_store_gone_while_the_request_is_made_leaves_no_unit_that_blocks_the_next() -> None:
+    """K9, L10: the store going away after the floor's commit, while the unit's request is made,
+    sends no request and leaves no unit standing: the drain waits for the store, and once it is
+    wanted again (the store back) the next unit starts."""
+    strategy = StoreGoneAtTheRequest()
+    moment = Moment(now=0.0, strategy=strategy, ctx=CONTEXT)  # type: ignore[arg-type]
+    drain = drain_of(strategy)
+    drain.wanted = True
+    started = drain.next(moment)
+    assert started is not None and started[0] is None
+    made, _ = decisions_of(started[2], {CommitStrategy: True}, moment)
+    assert [type(d) for d in made] == [RequireStrategy, FlushNew, CommitStrategy, AwaitStore]
+    assert drain.flight is None and drain.model_calls() == 0 and not drain.wanted
+    drain.wanted = True  # the strategy started again from the store
+    assert drain.may_start() and drain.next(moment) is not None
 
 
 def test_a_reply_that_comes_back_after_the_view_moved_is_discarded() -> None:

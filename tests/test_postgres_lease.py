@@ -210,6 +210,34 @@ def test_the_fencing_check_refuses_a_write_under_a_lease_taken_over_while_its_ho
         taker.close()
 
 
+def test_a_lease_that_lapsed_with_nobody_taking_it_over_stays_its_holders(pooled_url: str) -> None:
+    """K12, L10: a lease that lapsed unrenewed (the server away longer than a lease, its holder
+    stalled) while no other process took it over is still its holder's: its token is unchanged, so
+    its next write lands, and its renewer pushes the expiry on again, after which another engine's
+    take is refused; taken over once it lapsed, the holder's write is refused (the token moved)."""
+    holder, taker = PostgresEngine(pooled_url, lease_ms=LEASE_MS), PostgresEngine(pooled_url)
+    try:
+        assert holder.hold(1, "agents/a/context")
+        holder.apply([RegisterState(name="agents/a/notes", kind="value")], execute)
+        with psycopg.connect(pooled_url, autocommit=True) as conn:
+            conn.execute("UPDATE ctxrt_leases SET expires = now() - interval '1 minute'")  # as if it lapsed
+            assert holder.holds(1, "agents/a/context")
+            results, _ = holder.apply([SetValue(state="agents/a/notes", branch=1, value=1)], execute)
+            assert results[0][0] and holder.read_value("agents/a/notes", 1) == 1
+        deadline = time.monotonic() + 30
+        while not lease_row(pooled_url)[2]:  # until the renewer's turn: a round trip each look
+            assert time.monotonic() < deadline, "the renewer never renewed the lapsed lease"
+        assert not taker.hold(1, "agents/a/context"), "a renewed lease was taken"
+        with psycopg.connect(pooled_url, autocommit=True) as conn:  # taken over, as a take does once it lapsed
+            conn.execute("UPDATE ctxrt_leases SET holder = 'another', token = token + 1")
+        results, _ = holder.apply([SetValue(state="agents/a/notes", branch=1, value=2)], execute)
+        assert not results[0][0] and isinstance(results[0][1], ConfigConflictError)
+        assert holder.read_value("agents/a/notes", 1) == 1 and not holder.holds(1, "agents/a/context")
+    finally:
+        holder.close()
+        taker.close()
+
+
 def test_a_clean_close_gives_the_lease_back_at_once(pooled_url: str) -> None:
     """K12: a holder that closes cleanly gives its lease back: another engine takes it at once, long
     before its expiry, with the token raised."""
@@ -301,7 +329,7 @@ def test_a_writers_settings_stay_in_its_transactions_behind_the_pooler(pooled_ur
 
 @pytest.mark.parametrize("outage", ["pooler stalled", "server down behind the pooler"])
 def test_a_close_returns_while_the_server_behind_the_pooler_doesnt_answer_the_renewal(
-    outage: str, pooler: Pooler, pg_cluster: Cluster, pooled_url: str, pg_url: str,
+    outage: str, pooler: Pooler, pg_cluster: Cluster, pooled_url: str, pg_url: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     """K12, K13 (from an attack): an engine closed while its renewer waits for a server that doesn't
     answer (PgBouncer stopped mid-stream; or the server down, where PgBouncer queues the renewal
@@ -319,8 +347,9 @@ def test_a_close_returns_while_the_server_behind_the_pooler_doesnt_answer_the_re
                 outages.callback(pooler.process.send_signal, signal.SIGCONT)
             else:
                 outages.enter_context(pg_cluster.down())
-            while holder.holds(1, "agents/a/context"):  # a renewal is unanswered once the lease ran out
-                time.sleep(0.05)
+            while not any("couldn't renew the leases" in r.getMessage() for r in caplog.records):
+                time.sleep(0.05)  # until a renewal went unanswered for the lease's length
+            assert holder.holds(1, "agents/a/context"), "lapsed, but nobody took it over"
             closing = threading.Thread(target=holder.close)
             closing.start()
             closing.join(timeout=LEASE_CLOSE_S + 5)

@@ -313,10 +313,12 @@ class Drain:
         flight = self.flight = Flight(kind, unit, moment.epoch, reply)  # planned: no other unit meanwhile
         try:
             moment = (yield CommitStrategy(unit.reaches)).moment
+            # The request reads the store (a message's blobs): the store gone here too leaves no
+            # flight that never goes out, keeping every later unit from starting.
+            flight.request = moment.strategy.request_for(unit, moment.context)
         except BaseException:
             self.flight = None
             raise
-        flight.request = moment.strategy.request_for(unit, moment.context)
         flight.span = tracing.start_unit(unit, kind, self.place.namespace, self.place.branch, moment.reader,
                                          None if reply is None else reply.trace)
         yield CallModel(flight.epoch, unit, flight.request, flight.span)

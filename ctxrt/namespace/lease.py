@@ -53,9 +53,9 @@ class Lease:
             self.held = False
 
     def check(self) -> CheckLease | None:
-        """Before a strategy write goes out: what to ask, whether the lease this process held lapsed
-        (the engine's own count, no round trip; the store's fencing check refuses the write if it
-        went since); None while none is held."""
+        """Before a strategy write goes out: what to ask, whether the lease this process held was
+        taken over (the engine's own count, no round trip; the store's fencing check refuses the
+        write if it went since); None while none is held."""
         return CheckLease(self.state) if self.held else None
 
     def forfeit(self) -> Callable[[], ConfigConflictError]:

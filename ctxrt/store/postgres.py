@@ -115,7 +115,8 @@ REPLAY_POLL_S = 0.001  # how often a standby's ``last_sequence`` looks whether i
 # with every other write queued behind it. Well under STATEMENT_TIMEOUT_MS, so those wait, not fail.
 IDLE_IN_TRANSACTION_MS = 10_000
 # A lease lasts this long unrenewed (its holder renews it every third of it): a holder killed or
-# cut off is taken over this long after its last renewal, and stops writing by then.
+# cut off may be taken over this long after its last renewal, and its writes are refused from the
+# take on (the fencing token). One that lapsed with nobody taking it is still its holder's.
 LEASE_MS = 10_000
 # At the close, a lease statement the server hasn't answered in this long is cut (a stalled pooler,
 # or a server down behind one, where PgBouncer queues it for 120 s): the leases lapse instead.
@@ -196,10 +197,10 @@ class PostgresEngine(Catalog):
         # a batch: the renewer holds it while it may wait for a lease row a batch locked.
         self._lease_lock = threading.Lock()
         self._holder = secrets.token_hex(16)  # this engine, as the lease rows name their holder
-        # The leases this engine took: their fencing tokens, and until when (monotonic) the last
-        # renewal holds them, as this process counts (the server's expiry is later).
+        # The leases this engine took, with their fencing tokens, and those of them another engine
+        # took over since (a renewal or a write found their token moved).
         self._held: dict[tuple[int, str], int] = {}
-        self._valid: dict[tuple[int, str], float] = {}
+        self._lost: set[tuple[int, str]] = set()
         self._renewer: threading.Thread | None = None  # started at the first hold
         self._closing = threading.Event()
         # (sequence, catalog) as of what this process last read or committed: a batch that finds
@@ -335,6 +336,7 @@ class PostgresEngine(Catalog):
                 logger.warning("%s: the server didn't answer the lease renewal at the close: the leases lapse at"
                                " their expiry", self.data_path)
             self._held.clear()
+            self._lost.clear()
         for conn in (self._reader, self._writer, self._leases, self._primary):
             if conn is not None:
                 conn.close()
@@ -347,13 +349,12 @@ class PostgresEngine(Catalog):
         back. False if another holder's is still running. Raises ``StoreUnavailableError``."""
         key = (branch_id, name)
         with self._lease_lock:
-            sent = time.monotonic()
             row = self._on_leases(_TAKE_LEASE, {"branch": branch_id, "name": name, "holder": self._holder,
                                                     "ms": self._lease_ms}, within=self._lease_statement_s)
             if row is None:
                 return False
             self._held[key] = int(row[0])
-            self._valid[key] = sent + float(row[1])
+            self._lost.discard(key)
             if self._renewer is None:
                 # Started before it is recorded: a Ctrl-C between the two leaves a thread the close's
                 # ``_closing`` still ends, never one the close would join unstarted.
@@ -363,13 +364,15 @@ class PostgresEngine(Catalog):
             return True
 
     def holds(self, branch_id: int, name: str) -> bool:
-        """Whether this engine still holds the lease, as its last renewal says (no round trip): a
-        lease the renewer found taken, or couldn't renew before its expiry, is gone. The server's
-        word is the fencing check each write makes."""
+        """Whether this engine still holds the lease, as far as it knows (no round trip): one a
+        renewal or a write found taken over is gone. One that lapsed unrenewed (the server away
+        longer than a lease, this process stalled) is held while nobody took it over: its token is
+        unchanged, so nothing was written under it since, and the renewer renews it once it can.
+        The server's word is the fencing check each write makes."""
         # No lock: the renewer may sit waiting for a row a batch of this engine holds, and this runs
-        # on the loop's thread (a dict lookup is atomic).
+        # on the loop's thread (set and dict lookups are atomic).
         key = (branch_id, name)
-        return key in self._held and time.monotonic() < self._valid.get(key, 0.0)
+        return key in self._held and key not in self._lost
 
     def release(self, branch_id: int, name: str) -> None:
         """Give the lease back: it expires now (its row, and the token, stay for the next take).
@@ -377,6 +380,7 @@ class PostgresEngine(Catalog):
         key = (branch_id, name)
         with self._lease_lock:
             token = self._held.pop(key, None)
+            self._lost.discard(key)
             if token is not None:
                 self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder), within=self._lease_statement_s)
 
@@ -391,7 +395,6 @@ class PostgresEngine(Catalog):
                 held = dict(self._held)
                 if not held:
                     continue
-                sent = time.monotonic()
                 arrays = (*self._lease_arrays(held), self._holder)
                 try:
                     answer = {(int(b), str(n)): bool(done) for b, n, done in self._on_leases(
@@ -401,14 +404,11 @@ class PostgresEngine(Catalog):
                         logger.warning("%s: couldn't renew the leases: %s", self.data_path, exc.reason)
                     continue
                 for key, token in held.items():
-                    if answer.get(key):
-                        self._valid[key] = sent + self._lease_ms / 1000
-                    elif key in answer:  # held, its row locked by a batch in flight: renewed next time
-                        continue
-                    elif self._held.get(key) == token and self._valid[key]:
+                    # Not answered: taken over (renewed, or its row locked by a batch in flight, else).
+                    if key not in answer and self._held.get(key) == token and key not in self._lost:
                         # Kept in ``_held``: the writes still name its token, and the server refuses them.
-                        logger.warning("%s: the lease on %s lapsed or was taken over", self.data_path, key)
-                        self._valid[key] = 0.0
+                        logger.warning("%s: the lease on %s was taken over", self.data_path, key)
+                        self._lost.add(key)
 
     def _on_leases(self, query: str, params: Sequence[Any] | dict[str, Any], *, every: bool = False, within: float | None = None) -> Any:
         """One statement on the lease connection (made again if it was lost: the leases are rows, they
@@ -452,11 +452,10 @@ class PostgresEngine(Catalog):
         with contextlib.suppress(OSError, psycopg.Error), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
             sock.shutdown(socket.SHUT_RDWR)
 
-    def lapsed(self, keys: Sequence[tuple[int, str]]) -> None:
-        """Leases a write found gone: ``holds`` answers False for them from now. No lock: this runs in
-        a batch holding the lease rows, which the renewer (holding the lock) may be waiting for."""
-        for key in keys:
-            self._valid[key] = 0.0
+    def taken_over(self, keys: Sequence[tuple[int, str]]) -> None:
+        """Leases a write found taken over: ``holds`` answers False for them from now. No lock: this
+        runs in a batch holding the lease rows, which the renewer (holding the lock) may be waiting for."""
+        self._lost.update(keys)
 
     def fenced(self, commands: Sequence[Any]) -> dict[tuple[int, str], int]:
         """The leases taken (and not given back) that ``commands`` write under, with their tokens: a
@@ -1264,10 +1263,10 @@ class _Fence:
         lost = [key for key in needed if key not in self._granted]
         if lost:
             branch, name = lost[0]
-            self._engine.lapsed(lost)
+            self._engine.taken_over(lost)
             raise ConfigConflictError(
-                f"namespace {name.removesuffix('/context')!r} on branch {branch} lost its lease (it lapsed, or another "
-                f"process took it over): this write wasn't made; reopen the namespace where it is served")
+                f"namespace {name.removesuffix('/context')!r} on branch {branch} lost its lease (another process "
+                f"took it over once it lapsed): this write wasn't made; reopen the namespace where it is served")
 
 
 def advisory_locks_exclude(first: psycopg.Connection[Any], second: psycopg.Connection[Any]) -> bool:
@@ -1563,8 +1562,7 @@ class PgBatch(Batch):
 # Leases (K12), on the server's clock. A take wins a lease that expired (or was given back), or its
 # own; every take raises the token, so whatever the last holder still sends is refused. The expiry
 # is counted from when the take won (after waiting for the last holder's batch, which keeps the row
-# locked: an expiry from before the wait was already past); the take answers how long after the
-# statement began it runs (the holder counts from its send, earlier).
+# locked: an expiry from before the wait was already past).
 # Nor while a schema-2 writer (ctxrt before row leases, still running when the store was moved)
 # holds the namespace as a session advisory lock on (branch, hashtext(schema/name)): pg_locks shows
 # its two keys as unsigned oids.
@@ -1578,23 +1576,25 @@ _TAKE_LEASE = ("INSERT INTO ctxrt_leases AS l (branch, name, holder, token, expi
                " ON CONFLICT (branch, name) DO UPDATE SET holder = EXCLUDED.holder, token = l.token + 1,"
                " expires = clock_timestamp() + %(ms)s * interval '1 millisecond'"
                " WHERE l.expires <= clock_timestamp() OR l.holder = EXCLUDED.holder"
-               " RETURNING l.token, extract(epoch FROM l.expires - statement_timestamp())")
+               " RETURNING l.token")
 # The lease rows of (branches, names, tokens) held by a holder.
 _HELD = ("unnest(%s::integer[], %s::text[], %s::bigint[]) AS h(branch, name, token) WHERE l.branch = h.branch"
          " AND l.name = h.name AND l.token = h.token AND l.holder = %s")
-# A renewal: each lease still held pushed on, but one the engine's own batch in flight keeps locked
-# (its fencing check, to the batch's end) is passed over, not waited for: a stalled batch must not
-# hold up the others' renewals. Answers (branch, name, renewed) for each still held.
-_RENEW = ("WITH free AS (SELECT l.branch, l.name FROM ctxrt_leases AS l, " + _HELD + " AND l.expires > clock_timestamp()"
+# A renewal: each lease still held (its token unchanged, expired or not: nobody took it over, so
+# nothing was written under it since) pushed on, but one the engine's own batch in flight keeps
+# locked (its fencing check, to the batch's end) is passed over, not waited for: a stalled batch
+# must not hold up the others' renewals. Answers (branch, name, renewed) for each still held.
+_RENEW = ("WITH free AS (SELECT l.branch, l.name FROM ctxrt_leases AS l, " + _HELD +
           " FOR NO KEY UPDATE OF l SKIP LOCKED),"
           " renewed AS (UPDATE ctxrt_leases AS l SET expires = clock_timestamp() + %s * interval '1 millisecond'"
           " FROM free WHERE l.branch = free.branch AND l.name = free.name RETURNING l.branch, l.name)"
           " SELECT branch, name, true FROM renewed UNION ALL SELECT l.branch, l.name, false FROM ctxrt_leases AS l, "
-          + _HELD + " AND l.expires > clock_timestamp() AND (l.branch, l.name) NOT IN (SELECT branch, name FROM renewed)")
+          + _HELD + " AND (l.branch, l.name) NOT IN (SELECT branch, name FROM renewed)")
 _RELEASE = f"UPDATE ctxrt_leases AS l SET expires = '-infinity' FROM {_HELD}"
 # The fencing check, among a batch's first statements: the leases its writes need, still this
-# engine's (same token) and unexpired, locked until the batch ends (a take waits for it to commit).
-_FENCE = f"SELECT l.branch, l.name FROM ctxrt_leases AS l, {_HELD} AND l.expires > clock_timestamp() FOR SHARE OF l"
+# engine's (same token: never taken over; one that lapsed meanwhile is still its own), locked
+# until the batch ends (a take waits for it to commit).
+_FENCE = f"SELECT l.branch, l.name FROM ctxrt_leases AS l, {_HELD} FOR SHARE OF l"
 _CATALOG = "SELECT value FROM ctxrt_meta WHERE key = 'catalog'"
 # A lone append slot's first read: the catalog counter and the slot's current head (none: NULL), in
 # one statement sent after the one that took the slot's lock (its snapshot is taken once both locks
