@@ -1,5 +1,6 @@
 """A host process for the PostgreSQL outage test: ``residents`` residents in one runtime on ``url``,
-each serving its own auto-ticking Autobiographical namespace, adding and compiling in a loop
+each serving its own auto-ticking Autobiographical namespace (keeping a request ledger when the
+last argument is "ledger"), adding and compiling in a loop
 while the test stops and starts the server. Prints one JSON line per event:
 
 - ``{"ready": ...}`` once every resident compiled;
@@ -27,7 +28,7 @@ def memory() -> ctxrt.Autobiographical:
                                   l1_holdback_chunks=0, auto_tick=True)
 
 
-async def main(url: str, process: int, residents: int) -> None:
+async def main(url: str, process: int, residents: int, ledger: bool) -> None:
     def summarise(request: ctxrt.ModelRequest) -> str:
         changed.set()
         return "what happened, in short " * 10
@@ -95,7 +96,8 @@ async def main(url: str, process: int, residents: int) -> None:
         changed.set()
 
     async with ctxrt.open_runtime(url, model=model) as rt:
-        managers = [await rt.open(f"p{process}-r{number}", strategy=memory(), view_reader=f"p{process}")
+        managers = [await rt.open(f"p{process}-r{number}", strategy=memory(), view_reader=f"p{process}",
+                                   ledger=ledger)
                     for number in range(residents)]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(report)
@@ -106,4 +108,4 @@ async def main(url: str, process: int, residents: int) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+    trio.run(main, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:] == ["ledger"])

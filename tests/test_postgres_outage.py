@@ -7,6 +7,7 @@ new ones refused), or the session's server stopped and started again; the proces
 
 from __future__ import annotations
 
+import base64
 import json
 import queue
 import subprocess
@@ -22,7 +23,7 @@ import trio
 
 import ctxrt
 from ctxrt import Entry
-from ctxrt.testing import Cluster
+from ctxrt.testing import Cluster, ScriptedModel
 
 GUARD_S = 30
 
@@ -130,9 +131,10 @@ RECOVERY_S = 20.0  # from the server's start to every resident compiling again
 class Resident:
     """A ``pg_outage_resident.py`` process; its JSON lines read on a thread of their own."""
 
-    def __init__(self, url: str, number: int, residents: int) -> None:
+    def __init__(self, url: str, number: int, residents: int, *, ledger: bool = False) -> None:
         self.number = number
-        self.process = subprocess.Popen([sys.executable, str(CHILD), url, str(number), str(residents)],
+        self.process = subprocess.Popen([sys.executable, str(CHILD), url, str(number), str(residents),
+                                         *(["ledger"] if ledger else [])],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True)
         self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
@@ -177,14 +179,18 @@ class Resident:
 
 
 @pytest.mark.soak
-def test_every_process_compiles_again_after_the_server_restarts(pg_cluster: Cluster, pg_url: str, soak_scale) -> None:
-    """L10, C5: several processes, each serving auto-ticking Autobiographical namespaces while they add
-    and compile, see the server stop and start again (commits in flight when it stops). During
+@pytest.mark.parametrize("ledger", [False, True], ids=["no ledger", "keeping a ledger"])
+def test_every_process_compiles_again_after_the_server_restarts(
+    pg_cluster: Cluster, pg_url: str, soak_scale, ledger: bool,
+) -> None:
+    """L10, C5, Q6: several processes, each serving auto-ticking Autobiographical namespaces while they add
+    and compile (keeping a request ledger, whose records ask the store's horizon, or not), see the
+    server stop and start again (commits in flight when it stops). During
     the outage every namespace's health() says it waits for the store; once the server is back,
     every namespace in every process compiles again within RECOVERY_S and compression goes on, and
     no call was refused for a failed start (StrategyRefusedError) or anything else but the outage."""
     count, residents, restarts = soak_scale(3, 4), soak_scale(3, 6), soak_scale(1, 5)
-    processes = [Resident(pg_url, number, residents) for number in range(count)]
+    processes = [Resident(pg_url, number, residents, ledger=ledger) for number in range(count)]
     try:
         for process in processes:
             process.expect("ready", 60)
@@ -203,3 +209,63 @@ def test_every_process_compiles_again_after_the_server_restarts(pg_cluster: Clus
         for process in processes:
             process.kill()
     assert all(report["unexpected"] == [] for report in reports), reports
+
+
+class ImageAsker(ctxrt.Strategy):
+    """Raw selection; each tick asks the model about the namespace's messages as stored (an image's
+    bytes a reference the actor reads back before the call). ``interrupt`` (once) runs as the
+    request is made, after the unit's floor committed: there the test takes the store away."""
+
+    name = "image-asker"
+    marks_compression_reads = True
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+        self.interrupt: Callable[[], None] | None = None
+
+    def select(self, view: ctxrt.MessageView, budget: Any, options: ctxrt.SelectOptions) -> list[Entry]:
+        return [Entry(m.participant, m.content, (m.id,)) for m in view.get_all()]
+
+    def next_unit(self, ctx: ctxrt.StrategyContext) -> ctxrt.Unit:
+        return ctxrt.Unit("ask", 0)
+
+    def request_for(self, unit: ctxrt.Unit, ctx: ctxrt.StrategyContext) -> ctxrt.ModelRequest:
+        messages = [ctxrt.CompiledMessage("user", m.content, (m.id,)) for m in ctx.view.get_all()]
+        interrupt, self.interrupt = self.interrupt, None
+        if interrupt is not None:
+            interrupt()
+        return ctxrt.ModelRequest("test-model", None, messages, 16)
+
+    def apply_unit(self, unit: ctxrt.Unit, outcome: Any, ctx: ctxrt.StrategyContext) -> bool:
+        self.seen.append(outcome)
+        return True
+
+
+async def test_a_unit_whose_images_cant_be_read_back_waits_for_the_store_and_the_runtime_goes_on(pg_url: str) -> None:
+    """L10, M13, K9: the store going away after a unit's request is made, before the actor reads
+    its images' bytes back for the model, fails that tick with StoreUnavailableError (no model
+    call, the strategy told nothing), never the actor or the runtime; once the store answers, the
+    next tick sends the image as base64."""
+    data = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 3).decode()
+    async with ctxrt.open_runtime(pg_url) as writer:
+        manager = await writer.open("ns")
+        await manager.add_message("user", [ctxrt.Image(source={"type": "base64", "media_type": "image/png",
+                                                               "data": data})])
+    outage, strategy = Outage(pg_url), ImageAsker()
+    model = ScriptedModel(lambda request: "seen")
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(pg_url, model=model) as rt:  # no image bytes cached yet
+            manager = await rt.open("ns", strategy=strategy)
+            strategy.interrupt = outage.begin
+            try:
+                with pytest.raises(ctxrt.StoreUnavailableError):
+                    await manager.tick()
+                assert model.requests == [] and strategy.seen == []
+            finally:
+                outage.end()
+            await manager.tick()  # the namespace starts again from the store, which answers
+            [request] = model.requests
+            [image] = request.messages[0].content
+            assert image.source == {"type": "base64", "media_type": "image/png", "data": data}
+            assert len(strategy.seen) == 1
+            assert (await manager.compile()).messages  # the runtime and the actor go on

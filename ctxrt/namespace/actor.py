@@ -25,7 +25,7 @@ import trio
 from .. import tracing
 from ..content.blobs import MediaCache
 from ..content.blocks import Message
-from ..errors import CtxrtError, ManagerClosedError, ModelError, ReadOnlyStoreError
+from ..errors import CtxrtError, ManagerClosedError, ModelError, ReadOnlyStoreError, StoreUnavailableError
 from ..mailbox import Reply
 from ..models.model_types import ModelRequest
 from ..slots import SlotCache, SlotRegistry, decode_stored
@@ -211,9 +211,8 @@ class _Loop:
                     self.children.start_soon(self._commit, effect.token, effect.command, effect.trace)
                 case CallModel():
                     scope = self.call_scope = trio.CancelScope()
-                    request = _with_media(effect.request, self.services.slots.media)  # M13: the model's bytes
-                    self.children.start_soon(_complete, self.ref, self.model, request, effect.unit,
-                                             effect.epoch, self.services.model_timeout_s, scope, effect.span)
+                    self.children.start_soon(_complete, self.ref, self.model, effect.request, self.services.slots.media,
+                                             effect.unit, effect.epoch, self.services.model_timeout_s, scope, effect.span)
                 case CancelModel():
                     if self.call_scope is not None:
                         self.call_scope.cancel()
@@ -306,11 +305,18 @@ def _with_media(request: ModelRequest, media: MediaCache) -> ModelRequest:
 
 
 async def _complete(
-    ref: NamespaceRef, model: Any, request: Any, unit: Unit, epoch: int, timeout_s: float, scope: trio.CancelScope,
-    span: Any = None,
+    ref: NamespaceRef, model: Any, request: Any, media: MediaCache, unit: Unit, epoch: int, timeout_s: float,
+    scope: trio.CancelScope, span: Any = None,
 ) -> None:
     """The child task of one unit: the model call, outside the mailbox; its outcome goes back as
-    UnitDone. Its chat span (inside the unit's ``span``) is current while it calls."""
+    UnitDone. Its chat span (inside the unit's ``span``) is current while it calls. The images'
+    bytes are read back here (M13), not in the loop: a store gone meanwhile is the unit's outcome
+    (its drain waits for the store), never the actor's end."""
+    try:
+        request = _with_media(request, media)
+    except StoreUnavailableError as exc:
+        ref.tell(UnitDone(epoch, unit, exc, 0.0))
+        return
     with scope, tracing.model_call(span, model, request) as call:
         outcome: Any
         started = trio.current_time()

@@ -70,7 +70,6 @@ class Moment:
     epoch: int = 0
     ctx: ActorContext | None = None
     ledger: bool = False  # the namespace keeps a request ledger (Q2): its compression calls are recorded
-    sequence: int = 0  # the store's last sequence (read only while the ledger is on)
 
     @property
     def reader(self) -> str | None:
@@ -360,6 +359,8 @@ class Drain:
             return LATER
         made = None  # what the strategy made of the reply: its rung of the refusal ladder and the result (T12)
         try:
+            if isinstance(done.outcome, StoreUnavailableError):  # its images couldn't be read back: never sent
+                raise done.outcome
             if flight.kind == "reset":
                 strategy = moment.strategy
                 assert isinstance(strategy, HeadWindowReset)
@@ -422,7 +423,7 @@ class Drain:
             return
         span, trace_id, span_id = tracing.request_span(flight.span) if flight.span is not None else (None, None, None)
         record = request_ledger.compression_record(
-            record_id=uuid.uuid4().hex, at_ms=int(time.time() * 1000), sequence=moment.sequence,
+            record_id=uuid.uuid4().hex, at_ms=int(time.time() * 1000), sequence=0,  # the loop's, as it keeps it
             namespace=self.place.namespace, branch=self.place.branch, reader=moment.reader, request=request,
             response=outcome, unit_work=flight.unit.work, latency_ms=done.latency_ms, trace_id=trace_id,
             span_id=span_id)

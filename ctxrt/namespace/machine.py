@@ -563,7 +563,7 @@ class NamespaceMachine:
     def _moment(self) -> Moment:
         """What the drain reads of this machine now (its context: none before the views are built)."""
         return Moment(self.now, self.strategy, self.strategy_error, self.waiting, self.orphaned, self.record,
-                      self.epoch, self._ctx, self.ledger, self.store.last_sequence if self.ledger else 0)
+                      self.epoch, self._ctx, self.ledger)
 
     def _drive(self, decisions: Decisions) -> Gen:
         """Run a drain handler as a task's: carry out each decision it returns, its writes and

@@ -308,7 +308,8 @@ class DescribeCompile(Ask[CompileMetadata]):
 
 @attrs.frozen
 class UnitDone(Ask[None]):
-    """A model call came back (a response or the error it raised), for the view epoch it began in."""
+    """A model call came back (a response or the error it raised; or the ``StoreUnavailableError``
+    that kept its images from being read back, so it was never sent), for the view epoch it began in."""
 
     epoch: int
     unit: Any

@@ -21,6 +21,7 @@ from ..errors import (
     ManagerClosedError,
     ReadOnlyStoreError,
     RuntimeClosedError,
+    StoreUnavailableError,
 )
 from ..mailbox import Reply
 from ..slots import SlotRegistry
@@ -253,7 +254,12 @@ class NamespaceRegistry:
         a turn's records), so the ledger keeps the order they were made in (Q11)."""
         if self.closed or self.store is None:
             return
-        record = attrs.evolve(record, sequence=self.engine.last_sequence)
+        try:  # a query on PostgreSQL: run by the actor's loop, whose end the store's outage must not be
+            sequence = self.engine.last_sequence
+        except StoreUnavailableError as exc:
+            logger.warning("%r: a compression call's request record is lost: %s", namespace, exc.reason)
+            return
+        record = attrs.evolve(record, sequence=sequence)
         self.ledger.keep(AppendItem(state=states.ledger_state(namespace), branch=branch_id, data=encode_record(record)))
         self._nursery.start_soon(self._commit_records)
 
