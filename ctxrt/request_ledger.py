@@ -27,7 +27,7 @@ from typing import Any, Literal
 import attrs
 
 from .compile.provenance import Provenance
-from .compile.result import CompileResult
+from .compile.result import CompileResult, Follows
 from .content.blocks import Block, CompiledMessage, Text
 from .content.codec import from_jsonable, to_jsonable
 from .content.tokens import estimate_blocks, estimate_text
@@ -616,7 +616,8 @@ class RequestEncoder:
         self.messages: Sequence[Any] = ()
         self.sources: Sequence[Any] = ()
         self.state = Parts()
-        self._made: tuple[int, Sequence[Any], Sequence[Any], Parts] = (0, (), (), Parts())
+        self.token: object | None = None  # the compile token (``Follows``) of the last result kept
+        self._made: tuple[int, Sequence[Any], Sequence[Any], Parts, object | None] = (0, (), (), Parts(), None)
         self.bodies = BodyDigests()
         self.on_at: int | None = None  # the runtime's ledger switches when its flag was last read on
 
@@ -627,10 +628,14 @@ class RequestEncoder:
         messages, sources = result.messages, result.provenance.messages
         shared = Shared()
         if self.record_id is not None and not self.in_flight and self.chain < CHAIN:
-            shared = shared_run(messages, self.messages, equal=True)
-            if shared.keep and (sources[shared.head:shared.head + shared.keep]
-                                != self.sources[shared.drop:shared.drop + shared.keep]):
-                shared = Shared()  # the same messages from other sources: none shared
+            found = self._followed(messages, result.follows)
+            if found is not None:
+                shared = found
+            else:
+                shared = shared_run(messages, self.messages, equal=True)
+                if shared.keep and (sources[shared.head:shared.head + shared.keep]
+                                    != self.sources[shared.drop:shared.drop + shared.keep]):
+                    shared = Shared()  # the same messages from other sources: none shared
         raw = result.provenance.raw_bodies
         after = shared.head + shared.keep
         head = [part_of(messages[i], sources[i], raw, version) for i in range(shared.head if shared.keep else 0)]
@@ -638,12 +643,31 @@ class RequestEncoder:
         state = self.state.then(shared, head, tail)
         base = self.record_id if shared.keep else None
         # Taken up by ``wrote`` only: a record refused after this is not the next one's base.
-        self._made = (self.chain + 1 if shared.keep else 0, messages, sources, state)
+        token = None if result.follows is None else result.follows.token
+        self._made = (self.chain + 1 if shared.keep else 0, messages, sources, state, token)
         return base, shared, head, tail, state
+
+    def _followed(self, messages: Sequence[Any], follows: Follows | None) -> Shared | None:
+        """The run ``shared_run`` (and the sources' compare) would find, read off what the compile
+        knows (``Follows``: the same objects copied from the last result this encoder kept), in
+        O(1): only where that is certain, a run from the first message to the end of either list
+        (none past it to compare). None: the lists are compared."""
+        old = self.messages
+        if (follows is None or follows.prior is None or follows.prior is not self.token or not follows.runs
+                or len(old) != follows.prior_length or len(messages) != follows.length):
+            return None
+        head, drop, keep = follows.runs[0]
+        if head or not keep or drop >= _DROP_LOOK or (drop + keep != len(old) and keep != len(messages)):
+            return None
+        first = messages[0]
+        if old[drop] is not first or old[drop + keep - 1] is not messages[keep - 1] or any(
+                map(operator.is_, old[:drop], itertools.repeat(first))):
+            return None  # the host changed a list, or the first message is earlier in the last one too
+        return Shared(0, drop, keep)
 
     def wrote(self, record_id: str) -> None:
         """The record last encoded is kept (waiting) as ``record_id``: the next is kept against it."""
-        self.chain, self.messages, self.sources, self.state = self._made
+        self.chain, self.messages, self.sources, self.state, self.token = self._made
         self.record_id, self.in_flight = record_id, False
 
     def flying(self, record_id: str) -> None:

@@ -25,6 +25,23 @@ from ..forms.openai_wire import OpenAIBody, SystemRole, to_chat_messages, to_res
 from .provenance import Provenance
 from ..forms.wire import to_anthropic_messages
 
+@attrs.frozen(eq=False)
+class Follows:
+    """What a compile knows of how its messages follow the last compile of the same memo (P14):
+    ``runs`` of them, (start here, start there, length), are that compile's messages and sources,
+    the same objects, copied. ``prior`` is that compile's ``token`` and ``prior_length`` its count
+    of messages, or None when the runs are unknown (a compile whose repair, marker strip or
+    injections moved messages, now or then). The request ledger's encoder reads its shared run off
+    these instead of comparing the lists (O(changed)); ``length``: this compile's count, so a
+    result whose list the host has changed since is seen as such (then the lists are compared)."""
+
+    token: object = attrs.field(factory=object)
+    prior: object | None = None
+    prior_length: int = 0
+    length: int = 0
+    runs: tuple[tuple[int, int, int], ...] = ()
+
+
 @attrs.frozen
 class CompileResult:
     """A compile's messages, system injections and provenance.
@@ -42,6 +59,8 @@ class CompileResult:
     stable_prefix_tokens: int = 0
     # The parts of the last bodies made, shared by the results of one compile memo.
     _bodies: BodyCache = attrs.field(factory=BodyCache, eq=False, repr=False, kw_only=True, alias="body_cache")
+    # How its messages follow the memo's last compile's (None: not known), for the request ledger.
+    follows: Follows | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)
 
     def to_anthropic(
         self, *, assistant: str | Collection[str], system: str | None = None, strict: bool = False
