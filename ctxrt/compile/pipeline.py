@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from ..forms.body_runs import BodyCache, SharedParts, run_length
+from ..forms.body_runs import BodyCache, SharedParts, holds, run_length
 from .breakpoints import apply_cache_breakpoints, unmarked
 from ..content.codec import to_jsonable
 from .reference import ReferenceMismatch, compile_reference, completeness_of, differences
@@ -347,7 +347,7 @@ class CompileMemo:
         """Whether ``entry`` goes on the run of the last compile's entries at ``j``: the same
         object, or an equal one if the last one there wasn't bound."""
         old = self._entries
-        return j < len(old) and (entry is old[j] or (entry == old[j] and not _holds(self._bound, j)))
+        return j < len(old) and (entry is old[j] or (entry == old[j] and not holds(self._bound, j)))
 
     def _copy_run(self, built: _Gather, entries: Sequence[Entry], i: int, j: int, rewritten: bool) -> int:
         """Copies into ``built`` the run of the last compile's entries from ``j`` that ``entries``
@@ -490,12 +490,6 @@ def _head(new: Sequence[Entry], old: list[Entry]) -> int:
     if head < 0 or new[head] == old[head] or new[:head] != old[:head]:
         return run_length(new, 0, old, 0)
     return head
-
-
-def _holds(positions: list[int], position: int) -> bool:
-    """Whether the sorted ``positions`` hold ``position``."""
-    at = bisect_left(positions, position)
-    return at < len(positions) and positions[at] == position
 
 
 def _same_bytes(a: CompiledMessage, b: CompiledMessage, digest: Callable[[CompiledMessage], bytes]) -> bool:

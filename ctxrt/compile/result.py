@@ -60,7 +60,7 @@ class CompileResult:
     # The parts of the last bodies made, shared by the results of one compile memo.
     _bodies: BodyCache = attrs.field(factory=BodyCache, eq=False, repr=False, kw_only=True, alias="body_cache")
     # How its messages follow the memo's last compile's (None: not known), for the request ledger.
-    follows: Follows | None = attrs.field(default=None, eq=False, repr=False, kw_only=True)
+    _follows: Follows | None = attrs.field(default=None, eq=False, repr=False, kw_only=True, alias="follows")
 
     def to_anthropic(
         self, *, assistant: str | Collection[str], system: str | None = None, strict: bool = False
