@@ -358,7 +358,7 @@ class BodyDigests:
         first of ``items``' first few that is one of the last items' first ``_DROP_LOOK``, and the
         run from it. None: not known (the lists are compared)."""
         last = self._made
-        if made is None or last is None or made.prior is None or made.prior is not last.token:
+        if made is None or last is None or made.items is not items or made.prior is None or made.prior is not last.token:
             return None
         for head in range(min(_HEAD_LOOK, len(items))):
             turn = head - made.shift  # the items before the first turn are new: a continued turn
@@ -699,7 +699,8 @@ class RequestEncoder:
         compare). None: the lists are compared."""
         messages, follows, old = result.messages, result._follows, self.messages
         if (follows is None or follows.prior is None or follows.prior is not self.token or not follows.runs
-                or len(old) != follows.prior_length or len(messages) != follows.length):
+                or follows.messages is not messages or len(old) != follows.prior_length
+                or len(messages) != follows.length):
             return None
         head, drop, keep = follows.runs[0]
         if head or not keep or drop >= _DROP_LOOK or (drop + keep != len(old) and keep != len(messages)):

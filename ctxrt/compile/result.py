@@ -27,19 +27,21 @@ from ..forms.wire import to_anthropic_messages
 
 @attrs.frozen(eq=False)
 class Follows:
-    """What a compile knows of how its messages follow the last compile of the same memo (P14):
-    ``runs`` of them, (start here, start there, length), are that compile's messages and sources,
-    the same objects, copied. ``prior`` is that compile's ``token`` and ``prior_length`` its count
-    of messages, or None when the runs are unknown (a compile whose repair, marker strip or
-    injections moved messages, now or then). The request ledger's encoder reads its shared run off
-    these instead of comparing the lists (O(changed)); ``length``: this compile's count, so a
-    result whose list the host has changed since is seen as such (then the lists are compared)."""
+    """What a compile knows of how its messages (``messages``, the result's list) follow the last
+    compile of the same memo (P14): ``runs`` of them, (start here, start there, length), are that
+    compile's messages and sources, the same objects, copied. ``prior`` is that compile's
+    ``token`` and ``prior_length`` its count of messages, or None when the runs are unknown (a
+    compile whose repair, marker strip or injections moved messages, now or then). The request
+    ledger's encoder reads its shared run off these instead of comparing the lists (O(changed));
+    ``length``: the count compiled, so a list the host has grown or cut since is seen as such, as
+    is a result made with another list (``attrs.evolve``): then the lists are compared."""
 
+    messages: list[Any]
     token: object = attrs.field(factory=object)
     prior: object | None = None
     prior_length: int = 0
-    length: int = 0
     runs: tuple[tuple[int, int, int], ...] = ()
+    length: int = attrs.field(init=False, default=attrs.Factory(lambda self: len(self.messages), takes_self=True))
 
 
 @attrs.frozen
