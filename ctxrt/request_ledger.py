@@ -578,16 +578,20 @@ class Parts:
     (``flat`` is then their items, and ``each`` None: it would be ``flat``'s items one by one),
     ``held`` is a slice of the last one's and what changed, not a walk over every part. ``counts``
     is handed on to the next state, edited in place, not copied (a copy cost every turn O(items));
-    a state whose next was refused counts its parts again."""
+    a state whose next was refused counts its parts again. So are ``parts`` and ``flat`` as lists
+    (``listed``): the next state's are these edited (memory moved), each made a tuple by one copy,
+    where a slice and a concatenation took three passes over every part."""
 
     def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] | None = None,
                  counts: dict[str, int] | None = None, twice: int = 0,
-                 flat: tuple[HeldItem, ...] | None = ()) -> None:
+                 flat: tuple[HeldItem, ...] | None = (),
+                 listed: tuple[list[RequestPart] | None, list[HeldItem] | None] = (None, None)) -> None:
         self.parts = parts
         self.each = each
         self.counts: dict[str, int] | None = {} if counts is None else counts  # None: handed on
         self.twice = twice
         self.flat = flat
+        self.listed = listed  # ``parts`` and ``flat`` as lists, None where not made or handed on
 
     @property
     def held(self) -> tuple[HeldItem, ...]:
@@ -628,14 +632,30 @@ class Parts:
             for item in items:
                 counts[item.id] = counts.get(item.id, 0) + 1
                 twice += counts[item.id] == 2
-        parts = _spliced(head, self.parts[shared.drop:stop], tail)
+        listed_parts, listed_flat = self.listed
+        self.listed = (None, None)
+        parts = _edited(listed_parts, self.parts, shared.drop, stop, head, tail)
         if self.flat is not None and all(len(items) == 1 for items in held):
-            flat = _spliced([items[0] for items in held[:len(head)]], self.flat[shared.drop:stop],
-                            [items[0] for items in held[len(head):]])
-            return Parts(parts, None, counts, twice, flat)
+            flat = _edited(listed_flat, self.flat, shared.drop, stop, [items[0] for items in held[:len(head)]],
+                           [items[0] for items in held[len(head):]])
+            return Parts(tuple(parts), None, counts, twice, tuple(flat), (parts, flat))
         kept = self.each[shared.drop:stop] if self.each is not None else tuple(
             (item,) for item in (self.flat or ())[shared.drop:stop])
-        return Parts(parts, _spliced(held[:len(head)], kept, held[len(head):]), counts, twice, None)
+        return Parts(tuple(parts), _spliced(held[:len(head)], kept, held[len(head):]), counts, twice, None,
+                     (parts, None))
+
+
+def _edited(listed: list[Any] | None, whole: tuple[Any, ...], drop: int, stop: int, head: Sequence[Any],
+            tail: Sequence[Any]) -> list[Any]:
+    """``head``, ``whole[drop:stop]`` and ``tail`` as a list: ``listed`` (``whole`` as a list,
+    handed on by its state) edited in place, or ``whole`` listed again when that was handed on
+    before (to a state whose record was refused)."""
+    items = list(whole) if listed is None else listed
+    del items[stop:]
+    del items[:drop]
+    items[:0] = head
+    items += tail
+    return items
 
 
 def _spliced(head: Sequence[Any], kept: tuple[Any, ...], tail: Sequence[Any]) -> tuple[Any, ...]:
