@@ -707,28 +707,29 @@ class RequestEncoder:
         state = self.state.then(shared, head, tail)
         base = self.record_id if shared.keep else None
         # Taken up by ``wrote`` only: a record refused after this is not the next one's base.
-        token = None if result._follows is None else result._follows.token
+        follows = result._follows
+        token = follows.token if follows is not None and follows.describes(result) else None
         self._made = (self.chain + 1 if shared.keep else 0, messages, sources, state, token)
         return base, shared, head, tail, state
 
     def followed(self, result: CompileResult) -> Shared | None:
         """The run ``shared_run`` (and the sources' compare) would find between ``result``'s
         messages and the last ones kept, read off what its compile knows (``Follows``: the same
-        objects copied from the last result this encoder kept), in O(1): only where that is
-        certain, a run from the first message to the end of either list (none past it to
-        compare). None: the lists are compared."""
+        objects copied from the last result this encoder kept): where it is a run from the first
+        message to the end of either list (none past it to look at), checked by one compare in C
+        (either list is the host's to change in place). None: the lists are scanned."""
         messages, follows, old = result.messages, result._follows, self.messages
         if (follows is None or follows.prior is None or follows.prior is not self.token or not follows.runs
-                or follows.messages is not messages or len(old) != follows.prior_length
-                or len(messages) != follows.length):
+                or not follows.describes(result) or len(old) != follows.prior_length):
             return None
         head, drop, keep = follows.runs[0]
         if head or not keep or drop >= _DROP_LOOK or (drop + keep != len(old) and keep != len(messages)):
             return None
         first = messages[0]
-        if old[drop] is not first or old[drop + keep - 1] is not messages[keep - 1] or any(
-                map(operator.is_, old[:drop], itertools.repeat(first))):
+        if old[drop] is not first or any(map(operator.is_, old[:drop], itertools.repeat(first))):
             return None  # the host changed a list, or the first message is earlier in the last one too
+        if messages[:keep] != old[drop:drop + keep]:  # the same objects, or the host changed one
+            return None
         return Shared(0, drop, keep)
 
     def wrote(self, record_id: str) -> None:

@@ -271,14 +271,16 @@ def test_the_stable_prefix_after_a_compile_with_an_injection_counts_from_what_th
 
 @settings(max_examples=150)
 @given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=30), start=picks, steps=steps,
-       recorded=st.lists(st.sampled_from((True, True, True, False)), min_size=15, max_size=15))
+       recorded=st.lists(st.sampled_from((True, True, True, False)), min_size=15, max_size=15),
+       replaced=st.lists(st.none() | st.floats(0, 0.999), min_size=15, max_size=15))
 def test_the_run_a_compile_hands_the_ledger_is_the_run_a_scan_finds(
-        kinds: list[str], start: list[tuple[int, str]], steps: list[tuple[Any, ...]], recorded: list[bool]) -> None:
+        kinds: list[str], start: list[tuple[int, str]], steps: list[tuple[Any, ...]], recorded: list[bool],
+        replaced: list[float | None]) -> None:
     """Q1, P14: the run of a request's messages shared with the last one recorded, as the compile
     hands it forward (its ``Follows``), makes the record the lists' scan makes, byte for
     byte, whatever came between (trims, appends, splices, moved markers, edits, tool repairs,
-    injections, a compile not recorded, the host's list cleared); where it is known, the scan
-    finds that same run."""
+    injections, a compile not recorded, the host's list cleared, or a message in it replaced before
+    it was recorded); where it is known, the scan finds that same run."""
     pool = Pool(kinds)
     size = len(kinds)
     memo = CompileMemo()
@@ -292,6 +294,9 @@ def test_the_run_a_compile_hands_the_ledger_is_the_run_a_scan_finds(
         result = _build(entries, pool, memo, injected)
         if not recorded[n]:  # a compile the host doesn't record (a dry run, say): the next one's hint is not for it
             continue
+        at = replaced[n]
+        if at is not None and result.messages:  # the host's list, changed in place before it was recorded
+            result.messages[int(at * len(result.messages))] = CompiledMessage("user", (Text(f"replaced {n}"),))
         known = hinted.followed(result) if hinted.record_id is not None else None
         made = hinted.encode(result, n)
         alone = scanned.encode(attrs.evolve(result, follows=None), n)

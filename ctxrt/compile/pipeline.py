@@ -284,13 +284,14 @@ class CompileMemo:
         self.bodies = BodyCache(self._share.parts)  # the request bodies made of its results' parts (to_anthropic reuses them)
         self._plain: tuple[object, int] | None = None  # the last compile's token and length, if its messages were its parts
 
-    def follows(self, parts: _Parts, plain: bool, messages: list[CompiledMessage]) -> Follows:
-        """How this compile's ``messages`` (the result's list) follow the last one's (``Follows``):
-        known when both were their parts as gathered (``plain``: no repair, marker strip nor
-        injection moved any)."""
-        made = Follows(messages)
+    def follows(self, parts: _Parts, plain: bool, messages: list[CompiledMessage],
+                sources: tuple[tuple[Source, ...], ...]) -> Follows:
+        """How this compile's ``messages`` (the result's list) and ``sources`` follow the last
+        one's (``Follows``): known when both were their parts as gathered (``plain``: no repair,
+        marker strip nor injection moved any)."""
+        made = Follows(messages, sources)
         if plain and self._plain is not None:
-            made = Follows(messages, made.token, self._plain[0], self._plain[1], parts.runs)
+            made = Follows(messages, sources, made.token, self._plain[0], self._plain[1], parts.runs)
         self._plain = (made.token, made.length) if plain else None
         return made
 
@@ -615,7 +616,7 @@ def build_compile_result(
     # The memo keeps ``placed`` (its parts list, or one made here): the result's list is the host's to change.
     stable = memo.stable_prefix(placed, system_blocks, breaks, tokens, parts if whole and not injected else None)
     messages = list(placed)
-    follows = memo.follows(parts, whole and not injected and placed is parts.messages, messages)
+    follows = memo.follows(parts, whole and not injected and placed is parts.messages, messages, per_message)
     result = CompileResult(messages, system_blocks, provenance, stable, body_cache=memo.bodies, follows=follows)
     if strict:
         reference = compile_reference(

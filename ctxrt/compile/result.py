@@ -34,14 +34,22 @@ class Follows:
     compile whose repair, marker strip or injections moved messages, now or then). The request
     ledger's encoder reads its shared run off these instead of comparing the lists (O(changed));
     ``length``: the count compiled, so a list the host has grown or cut since is seen as such, as
-    is a result made with another list (``attrs.evolve``): then the lists are compared."""
+    is a result made with another list or provenance (``attrs.evolve``): then the lists are
+    compared. The list is the host's to change in place too: the encoder checks the run it reads
+    off these by one compare in C (the scan's walk and its sources' compare spared)."""
 
     messages: list[Any]
+    sources: tuple[Any, ...]  # the result's provenance's sources per message
     token: object = attrs.field(factory=object)
     prior: object | None = None
     prior_length: int = 0
     runs: tuple[tuple[int, int, int], ...] = ()
     length: int = attrs.field(init=False, default=attrs.Factory(lambda self: len(self.messages), takes_self=True))
+
+    def describes(self, result: CompileResult) -> bool:
+        """Whether ``result`` holds the lists this was made for (as long as compiled)."""
+        return (result.messages is self.messages and len(self.messages) == self.length
+                and result.provenance.messages is self.sources)
 
 
 @attrs.frozen
