@@ -28,7 +28,7 @@ from typing import Any, Literal
 import attrs
 
 from .compile.provenance import Provenance
-from .compile.result import CompileResult, Follows
+from .compile.result import CompileResult
 from .content.blocks import Block, CompiledMessage, Text
 from .content.codec import from_jsonable, to_jsonable
 from .content.tokens import estimate_blocks, estimate_text
@@ -358,7 +358,8 @@ class BodyDigests:
         first of ``items``' first few that is one of the last items' first ``_DROP_LOOK``, and the
         run from it. None: not known (the lists are compared)."""
         last = self._made
-        if made is None or last is None or made.items is not items or made.prior is None or made.prior is not last.token:
+        if (made is None or last is None or made.items is not items or made.prior is None
+                or made.prior is not last.token):
             return None
         for head in range(min(_HEAD_LOOK, len(items))):
             turn = head - made.shift  # the items before the first turn are new: a continued turn

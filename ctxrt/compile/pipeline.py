@@ -199,8 +199,8 @@ class _Gather:
             self.tooled += _moved(was.tooled, first, end, to)
 
     def parts(self, lead: int, serial: int) -> _Parts:
-        return _Parts(self.messages, self.tools, self.owners, self.sources, self.tokens, self.marks, self.tooled, lead, serial,
-                      tuple(self.runs))
+        return _Parts(self.messages, self.tools, self.owners, self.sources, self.tokens, self.marks, self.tooled, lead,
+                      serial, tuple(self.runs))
 
 
 class _Index:
@@ -282,7 +282,7 @@ class CompileMemo:
         self._digests: IdMemo[CompiledMessage, bytes] = IdMemo()
         self._unmarked: IdMemo[CompiledMessage, CompiledMessage] = IdMemo()  # P5: a marked part's twin
         self.bodies = BodyCache(self._share.parts)  # the request bodies made of its results' parts (to_anthropic reuses them)
-        self._plain: tuple[object, int] | None = None  # the last compile's token and length, if its messages were its parts
+        self._plain: tuple[object, int] | None = None  # the last compile's token and length, if plain (``follows``)
 
     def follows(self, parts: _Parts, plain: bool, messages: list[CompiledMessage],
                 sources: tuple[tuple[Source, ...], ...]) -> Follows:

@@ -258,7 +258,8 @@ def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], ol
     return body
 
 
-def _still_taken(turns: list[dict[str, Any]], was: list[dict[str, Any]], run: tuple[int, int, int]) -> tuple[int, int, int]:
+def _still_taken(turns: list[dict[str, Any]], was: list[dict[str, Any]],
+                 run: tuple[int, int, int]) -> tuple[int, int, int]:
     """``run`` less the turn at its end a later part reopened (popped, merged and made again): a
     turn is reopened only while it is the last, so only a run's last one can have been."""
     to, first, count = run
