@@ -1173,7 +1173,8 @@ class ContextManager:
             branch=ref.branch_name, reader=self._reader, form=form, model=model,
             budget=self._budgets.get(provenance.compile_id), zone_tokens=zones, total_tokens=sum(zones.values()),
             stable_prefix_tokens=result.stable_prefix_tokens,
-            body_digest=request_ledger.body_digest(body, encoder.bodies), held=parts.held, usage=kept,
+            body_digest=request_ledger.body_digest(body, encoder.bodies, request_ledger.made_from(result, body)),
+            held=parts.held, usage=kept,
             latency_ms=latency, response=None if response is None else request_ledger.text_digest(response),
             response_chars=None if response is None else len(response), trace_id=trace_id, span_id=span_id,
             options=stored, parts=parts.parts)

@@ -20,7 +20,8 @@ import json
 import math
 import operator
 import re
-from bisect import bisect_right
+import sys
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -32,7 +33,7 @@ from .content.blocks import Block, CompiledMessage, Text
 from .content.codec import from_jsonable, to_jsonable
 from .content.tokens import estimate_blocks, estimate_text
 from .errors import StoreCorruptError
-from .forms.body_runs import run_length
+from .forms.body_runs import MadeFrom, holds, run_length
 from .models.model_types import ModelRequest, ModelResponse, Usage
 from .store.interface import StoreEngine
 from .store.records import Item
@@ -175,7 +176,7 @@ def _items_key(body: Mapping[str, Any]) -> str:
     return "input" if "input" in body and "messages" not in body else "messages"
 
 
-def body_digest(body: Any, memo: BodyDigests | None = None) -> str:
+def body_digest(body: Any, memo: BodyDigests | None = None, made: MadeFrom | None = None) -> str:
     """sha256 hex over ``body``'s canonical JSON without its item list (``messages``, or a
     Responses body's ``input``), the list's key, then the digests of the list's chunks
     (``Chunked``: runs of item digests, ``item_digest``, cut where an item's digest says so).
@@ -183,11 +184,12 @@ def body_digest(body: Any, memo: BodyDigests | None = None) -> str:
     items with the last one (P14), or an item that shares a run of blocks with the last body's
     first or last item (a merged turn trimmed or grown), costs what is new (``memo``); the value
     is the same either way (record format 2). ``memo`` keeps the item list: hand it one that no
-    one changes after (``record_request``'s own body, made for its digest)."""
+    one changes after (``record_request``'s own body, made for its digest); ``made``: how that
+    list was made (``CompileResult`` knows, for the last body of a form), for ``memo``."""
     body = dict(body)
     key = _items_key(body)
     items = body.pop(key, [])
-    chunked = memo.digested(items) if memo is not None else Chunked.of([item_digest(i) for i in items])
+    chunked = memo.digested(items, made) if memo is not None else Chunked.of([item_digest(i) for i in items])
     whole = hashlib.sha256(canonical_json(body))
     whole.update(key.encode())
     whole.update(b"".join(chunked.sums))
@@ -322,13 +324,19 @@ class BodyDigests:
 
     def __init__(self) -> None:
         self._items: Sequence[Any] = []
+        self._made: MadeFrom | None = None  # how the last items were made, if known
         self._chunked = Chunked.of([])
         # The first and last items whose content is a list: the item, its blocks as digested, their
         # digests, and whether it was the last item (its last block the host's).
         self._ends: list[tuple[Any, list[Any], Chunked, bool]] = []
 
-    def digested(self, items: Sequence[Any]) -> Chunked:
-        shared = shared_run(items, self._items)
+    def digested(self, items: Sequence[Any], source: MadeFrom | None = None) -> Chunked:
+        """``items``' chunked digests; ``source``: how they were made (``MadeFrom``, of these very
+        items), so the run they share with the last ones is read off it, not looked for."""
+        source = source if source is not None and source.items is items else None
+        shared = self.followed(items, source)
+        if shared is None:
+            shared = shared_run(items, self._items)
         keep = shared.keep
         if shared.drop + keep == len(self._items):
             keep = max(keep - 1, 0)
@@ -341,8 +349,33 @@ class BodyDigests:
             found = made.get(at) or next(((blocks, each) for item, blocks, each, _ in self._ends if item is items[at]), None)
             if found is not None:
                 ends.append((items[at], *found, at == len(items) - 1))
-        self._items, self._chunked, self._ends = items, chunked, ends
+        self._items, self._made, self._chunked, self._ends = items, source, chunked, ends
         return chunked
+
+    def followed(self, items: Sequence[Any], made: MadeFrom | None) -> Shared | None:
+        """What ``shared_run(items, self._items)`` finds, read off the turns ``made`` says its body
+        took whole from the last one's (the same objects, but where either list holds a copy): the
+        first of ``items``' first few that is one of the last items' first ``_DROP_LOOK``, and the
+        run from it. None: not known (the lists are compared)."""
+        last = self._made
+        if (made is None or last is None or made.items is not items or made.prior is None
+                or made.prior is not last.token):
+            return None
+        for head in range(min(_HEAD_LOOK, len(items))):
+            turn = head - made.shift  # the items before the first turn are new: a continued turn
+            at = bisect_right(made.runs, (turn, sys.maxsize)) - 1
+            if turn < 0 or at < 0 or not made.runs[at][0] <= turn < made.runs[at][0] + made.runs[at][2]:
+                continue  # a turn made here: no last item is it
+            to, first, count = made.runs[at]
+            was = first + turn - to
+            if holds(made.copied, turn) or holds(last.copied, was):
+                continue  # a copy, here or there
+            drop = last.shift + was
+            if drop >= _DROP_LOOK or any(map(operator.is_, self._items[:drop], itertools.repeat(items[head]))):
+                return None  # not where the scan looks first
+            stop = min(to + count, _after(made.copied, turn), _after(last.copied, was) - was + turn)
+            return Shared(head, drop, stop - turn)
+        return Shared()
 
     def _digest(self, items: Sequence[Any], start: int, stop: int,
                 made: dict[int, tuple[list[Any], Chunked]]) -> list[bytes]:
@@ -374,6 +407,18 @@ class BodyDigests:
         if kept is None:
             return Chunked.of(_digested(blocks))
         return kept.then(best, _digested(blocks[:best.head]), _digested(blocks[best.head + best.keep:]))
+
+
+def _after(positions: list[int], position: int) -> int:
+    """The first of the sorted ``positions`` at or after ``position`` (``sys.maxsize`` if none)."""
+    at = bisect_left(positions, position)
+    return positions[at] if at < len(positions) else sys.maxsize
+
+
+def made_from(result: CompileResult, body: Any) -> MadeFrom | None:
+    """How ``body``'s item list was made (``MadeFrom``), if it is the last one ``result``'s
+    bodies made (its memo's, for any result of it): for ``body_digest``."""
+    return result._bodies.made_from(body.get("messages") if isinstance(body, dict) else None)
 
 
 def text_digest(text: str) -> str:
@@ -534,16 +579,20 @@ class Parts:
     (``flat`` is then their items, and ``each`` None: it would be ``flat``'s items one by one),
     ``held`` is a slice of the last one's and what changed, not a walk over every part. ``counts``
     is handed on to the next state, edited in place, not copied (a copy cost every turn O(items));
-    a state whose next was refused counts its parts again."""
+    a state whose next was refused counts its parts again. So are ``parts`` and ``flat`` as lists
+    (``listed``): the next state's are these edited (memory moved), each made a tuple by one copy,
+    where a slice and a concatenation took three passes over every part."""
 
     def __init__(self, parts: tuple[RequestPart, ...] = (), each: tuple[tuple[HeldItem, ...], ...] | None = None,
                  counts: dict[str, int] | None = None, twice: int = 0,
-                 flat: tuple[HeldItem, ...] | None = ()) -> None:
+                 flat: tuple[HeldItem, ...] | None = (),
+                 listed: tuple[list[RequestPart] | None, list[HeldItem] | None] = (None, None)) -> None:
         self.parts = parts
         self.each = each
         self.counts: dict[str, int] | None = {} if counts is None else counts  # None: handed on
         self.twice = twice
         self.flat = flat
+        self.listed = listed  # ``parts`` and ``flat`` as lists, None where not made or handed on
 
     @property
     def held(self) -> tuple[HeldItem, ...]:
@@ -584,14 +633,30 @@ class Parts:
             for item in items:
                 counts[item.id] = counts.get(item.id, 0) + 1
                 twice += counts[item.id] == 2
-        parts = _spliced(head, self.parts[shared.drop:stop], tail)
+        listed_parts, listed_flat = self.listed
+        self.listed = (None, None)
+        parts = _edited(listed_parts, self.parts, shared.drop, stop, head, tail)
         if self.flat is not None and all(len(items) == 1 for items in held):
-            flat = _spliced([items[0] for items in held[:len(head)]], self.flat[shared.drop:stop],
-                            [items[0] for items in held[len(head):]])
-            return Parts(parts, None, counts, twice, flat)
+            flat = _edited(listed_flat, self.flat, shared.drop, stop, [items[0] for items in held[:len(head)]],
+                           [items[0] for items in held[len(head):]])
+            return Parts(tuple(parts), None, counts, twice, tuple(flat), (parts, flat))
         kept = self.each[shared.drop:stop] if self.each is not None else tuple(
             (item,) for item in (self.flat or ())[shared.drop:stop])
-        return Parts(parts, _spliced(held[:len(head)], kept, held[len(head):]), counts, twice, None)
+        return Parts(tuple(parts), _spliced(held[:len(head)], kept, held[len(head):]), counts, twice, None,
+                     (parts, None))
+
+
+def _edited(listed: list[Any] | None, whole: tuple[Any, ...], drop: int, stop: int, head: Sequence[Any],
+            tail: Sequence[Any]) -> list[Any]:
+    """``head``, ``whole[drop:stop]`` and ``tail`` as a list: ``listed`` (``whole`` as a list,
+    handed on by its state) edited in place, or ``whole`` listed again when that was handed on
+    before (to a state whose record was refused)."""
+    items = list(whole) if listed is None else listed
+    del items[stop:]
+    del items[:drop]
+    items[:0] = head
+    items += tail
+    return items
 
 
 def _spliced(head: Sequence[Any], kept: tuple[Any, ...], tail: Sequence[Any]) -> tuple[Any, ...]:
@@ -616,7 +681,8 @@ class RequestEncoder:
         self.messages: Sequence[Any] = ()
         self.sources: Sequence[Any] = ()
         self.state = Parts()
-        self._made: tuple[int, Sequence[Any], Sequence[Any], Parts] = (0, (), (), Parts())
+        self.token: object | None = None  # the compile token (``Follows``) of the last result kept
+        self._made: tuple[int, Sequence[Any], Sequence[Any], Parts, object | None] = (0, (), (), Parts(), None)
         self.bodies = BodyDigests()
         self.on_at: int | None = None  # the runtime's ledger switches when its flag was last read on
 
@@ -627,10 +693,14 @@ class RequestEncoder:
         messages, sources = result.messages, result.provenance.messages
         shared = Shared()
         if self.record_id is not None and not self.in_flight and self.chain < CHAIN:
-            shared = shared_run(messages, self.messages, equal=True)
-            if shared.keep and (sources[shared.head:shared.head + shared.keep]
-                                != self.sources[shared.drop:shared.drop + shared.keep]):
-                shared = Shared()  # the same messages from other sources: none shared
+            found = self.followed(result)
+            if found is not None:
+                shared = found
+            else:
+                shared = shared_run(messages, self.messages, equal=True)
+                if shared.keep and (sources[shared.head:shared.head + shared.keep]
+                                    != self.sources[shared.drop:shared.drop + shared.keep]):
+                    shared = Shared()  # the same messages from other sources: none shared
         raw = result.provenance.raw_bodies
         after = shared.head + shared.keep
         head = [part_of(messages[i], sources[i], raw, version) for i in range(shared.head if shared.keep else 0)]
@@ -638,12 +708,34 @@ class RequestEncoder:
         state = self.state.then(shared, head, tail)
         base = self.record_id if shared.keep else None
         # Taken up by ``wrote`` only: a record refused after this is not the next one's base.
-        self._made = (self.chain + 1 if shared.keep else 0, messages, sources, state)
+        follows = result._follows
+        token = follows.token if follows is not None and follows.describes(result) else None
+        self._made = (self.chain + 1 if shared.keep else 0, messages, sources, state, token)
         return base, shared, head, tail, state
+
+    def followed(self, result: CompileResult) -> Shared | None:
+        """The run ``shared_run`` (and the sources' compare) would find between ``result``'s
+        messages and the last ones kept, read off what its compile knows (``Follows``: the same
+        objects copied from the last result this encoder kept): where it is a run from the first
+        message to the end of either list (none past it to look at), checked by one compare in C
+        (either list is the host's to change in place). None: the lists are scanned."""
+        messages, follows, old = result.messages, result._follows, self.messages
+        if (follows is None or follows.prior is None or follows.prior is not self.token or not follows.runs
+                or not follows.describes(result) or len(old) != follows.prior_length):
+            return None
+        head, drop, keep = follows.runs[0]
+        if head or not keep or drop >= _DROP_LOOK or (drop + keep != len(old) and keep != len(messages)):
+            return None
+        first = messages[0]
+        if old[drop] is not first or any(map(operator.is_, old[:drop], itertools.repeat(first))):
+            return None  # the host changed a list, or the first message is earlier in the last one too
+        if messages[:keep] != old[drop:drop + keep]:  # the same objects, or the host changed one
+            return None
+        return Shared(0, drop, keep)
 
     def wrote(self, record_id: str) -> None:
         """The record last encoded is kept (waiting) as ``record_id``: the next is kept against it."""
-        self.chain, self.messages, self.sources, self.state = self._made
+        self.chain, self.messages, self.sources, self.state, self.token = self._made
         self.record_id, self.in_flight = record_id, False
 
     def flying(self, record_id: str) -> None:

@@ -25,6 +25,15 @@ from ctxrt.content.codec import to_jsonable
 from ctxrt.compile.pipeline import CompileMemo, build_compile_result
 from ctxrt.compile.reference import compile_reference, stable_prefix_tokens
 from ctxrt.errors import EmptyRequestError
+from ctxrt.request_ledger import (
+    BodyDigests,
+    RequestEncoder,
+    RequestRecord,
+    body_digest,
+    encode_record,
+    made_from,
+    shared_run,
+)
 from ctxrt.testing import estimate_blocks
 
 KINDS = ("user", "assistant", "call", "answer", "mixed", "orphan_call", "orphan_result")
@@ -258,3 +267,85 @@ def test_the_stable_prefix_after_a_compile_with_an_injection_counts_from_what_th
     assert first.messages[3].content == (Text("reminder"),)  # placed before the second breakpoint
     second = _build([a, marked[0], c, marked[1], f, marked[2]], pool, memo, {})
     assert second.stable_prefix_tokens == stable_prefix_tokens(first, second.messages, second.system_injections) > 0
+
+
+@settings(max_examples=150)
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=30), start=picks, steps=steps,
+       recorded=st.lists(st.sampled_from((True, True, True, False)), min_size=15, max_size=15),
+       replaced=st.lists(st.none() | st.floats(0, 0.999), min_size=15, max_size=15))
+def test_the_run_a_compile_hands_the_ledger_is_the_run_a_scan_finds(
+        kinds: list[str], start: list[tuple[int, str]], steps: list[tuple[Any, ...]], recorded: list[bool],
+        replaced: list[float | None]) -> None:
+    """Q1, P14: the run of a request's messages shared with the last one recorded, as the compile
+    hands it forward (its ``Follows``), makes the record the lists' scan makes, byte for
+    byte, whatever came between (trims, appends, splices, moved markers, edits, tool repairs,
+    injections, a compile not recorded, the host's list cleared, or a message in it replaced before
+    it was recorded); where it is known, the scan finds that same run."""
+    pool = Pool(kinds)
+    size = len(kinds)
+    memo = CompileMemo()
+    entries = [pool.entry(k % size, variant) for k, variant in start]
+    injected: dict[str, Any] = {}
+    hinted, scanned = RequestEncoder(), RequestEncoder()
+    for n, step in enumerate([("append", [])] + steps):
+        entries, which = _apply(step, entries, pool, size)
+        if which is not None:
+            injected = _injections(which)
+        result = _build(entries, pool, memo, injected)
+        if not recorded[n]:  # a compile the host doesn't record (a dry run, say): the next one's hint is not for it
+            continue
+        at = replaced[n]
+        if at is not None and result.messages:  # the host's list, changed in place before it was recorded
+            result.messages[int(at * len(result.messages))] = CompiledMessage("user", (Text(f"replaced {n}"),))
+        known = hinted.followed(result) if hinted.record_id is not None else None
+        made = hinted.encode(result, n)
+        alone = scanned.encode(attrs.evolve(result, follows=None), n)
+        assert made[:4] == alone[:4] and made[4].parts == alone[4].parts and made[4].held == alone[4].held
+        assert known is None or known == alone[1]
+        record = RequestRecord(id=f"r{n}", at_ms=0, sequence=n, namespace="ns", branch="main", reader=None,
+                               form="anthropic", zone_tokens={}, held=made[4].held, options={}, parts=made[4].parts)
+        assert (encode_record(record, base=made[0], shared=made[1], head=made[2], tail=made[3])
+                == encode_record(record, base=alone[0], shared=alone[1], head=alone[2], tail=alone[3]))
+        hinted.wrote(f"r{n}")
+        scanned.wrote(f"r{n}")
+        if n % 5 == 4:
+            result.messages.clear()  # the host's list, changed after it was recorded: the next one compares
+
+
+@settings(max_examples=150)
+@given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=30), start=picks, steps=steps,
+       recorded=st.lists(st.sampled_from(("recorded", "recorded", "host's first", "not recorded")), min_size=15,
+                         max_size=15))
+def test_the_turns_a_body_takes_from_the_last_give_the_digest_a_scan_gives(
+        kinds: list[str], start: list[tuple[int, str]], steps: list[tuple[Any, ...]], recorded: list[str]) -> None:
+    """Q1, P14: a body's digest taken with what its assembly knows of the turns it took from the
+    last body (``MadeFrom``) is the digest taken by comparing the bodies, and the digest made
+    afresh, whatever came between (a body the host made first of the same result, a compile
+    whose body was not recorded, trims, splices, moved markers, tool turns, injections); where
+    it is known, the run of shared items is the run the scan finds."""
+    pool = Pool(kinds)
+    size = len(kinds)
+    memo = CompileMemo()
+    entries = [pool.entry(k % size, variant) for k, variant in start]
+    injected: dict[str, Any] = {}
+    hinted, scanned = BodyDigests(), BodyDigests()
+    last: list[Any] = []  # the items of the last body digested
+    for n, step in enumerate([("append", [])] + steps):
+        entries, which = _apply(step, entries, pool, size)
+        if which is not None:
+            injected = _injections(which)
+        result = _build(entries, pool, memo, injected)
+        try:
+            if recorded[n] == "host's first":
+                result.to_anthropic(assistant="assistant")
+            body = result.to_anthropic(assistant="assistant")
+        except EmptyRequestError:
+            continue
+        if recorded[n] == "not recorded":
+            continue
+        made = made_from(result, body)
+        known = hinted.followed(body["messages"], made)
+        if known is not None:
+            assert known == shared_run(body["messages"], last)
+        assert body_digest(body, hinted, made) == body_digest(body, scanned) == body_digest(body)
+        last = body["messages"]

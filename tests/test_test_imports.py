@@ -70,8 +70,10 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
                                    "ctxrt.compile.tool_pairing"}), _UNIT + " (the compile pipeline's steps)"),
     "test_compile_reference.py": (frozenset({"ctxrt.compile.pipeline", "ctxrt.compile.reference"}),
                                   _UNIT + " (the memo against the reference compile, strict=True)"),
-    "test_incremental_compile.py": (frozenset({"ctxrt.content.codec", "ctxrt.compile.pipeline", "ctxrt.compile.reference"}),
-                                    _UNIT + " (compile's memo against a compile from scratch)"),
+    "test_incremental_compile.py": (frozenset({"ctxrt.content.codec", "ctxrt.compile.pipeline", "ctxrt.compile.reference",
+                                               "ctxrt.request_ledger"}),
+                                    _UNIT + " (compile's memo against a compile from scratch; the runs it hands the "
+                                    "request ledger against the ledger's scan)"),
     "test_incremental_bodies.py": (frozenset({"ctxrt.forms.anthropic_body", "ctxrt.forms.body_runs", "ctxrt.forms.openai_body",
                                               "ctxrt.forms.openai_wire"}),
                                    _UNIT + " (the request bodies' caches against their oracle)"),

@@ -21,11 +21,11 @@ from typing import Any
 
 import attrs
 
-from ..forms.body_runs import BodyCache, SharedParts, run_length
+from ..forms.body_runs import BodyCache, SharedParts, holds, run_length
 from .breakpoints import apply_cache_breakpoints, unmarked
 from ..content.codec import to_jsonable
 from .reference import ReferenceMismatch, compile_reference, completeness_of, differences
-from .result import CompileResult
+from .result import CompileResult, Follows
 from ..content.blobs import MediaCache
 from ..content.blocks import Block, CompiledMessage, Message
 from ..errors import MalformedContentError
@@ -125,6 +125,7 @@ class _Parts:
     tooled: list[int]  # positions of the parts holding a tool block
     lead: int = 0  # how many first parts are the last compile's first ones
     serial: int = 0  # which compile of the memo made them
+    runs: tuple[tuple[int, int, int], ...] = ()  # the stretches copied from the last compile's: (to, from, length)
 
 
 _NO_PARTS = _Parts([], [], [], [], [], [], [])
@@ -135,7 +136,8 @@ class _Gather:
     parts appended, runs of the last compile's copied by slices. With them, the entries making
     other than one part (``CompileMemo._odd``) and their part counts, and the bound ones."""
 
-    __slots__ = ("bound", "counts", "marks", "messages", "odd", "owners", "sources", "tokens", "tooled", "tools")
+    __slots__ = ("bound", "counts", "marks", "messages", "odd", "owners", "runs", "sources", "tokens", "tooled",
+                 "tools")
 
     def __init__(self) -> None:
         self.messages: list[CompiledMessage] = []
@@ -148,6 +150,7 @@ class _Gather:
         self.odd: list[int] = []
         self.counts: list[int] = []
         self.bound: list[int] = []
+        self.runs: list[tuple[int, int, int]] = []
 
     def add(self, index: int, prepared: _Prepared | None) -> None:
         """Appends the parts of ``entries[index]``, ``prepared`` (None: an empty entry, no part)."""
@@ -178,6 +181,7 @@ class _Gather:
     def copy(self, was: _Parts, first: int, end: int, last: bool) -> None:
         """Appends ``was``'s parts [first, end); ``last``: nothing follows them."""
         to = len(self.messages)
+        self.runs.append((to, first, end - first))
         if to == 0 and first == 0 and end == len(was.messages) and last:
             # All of the last parts, and nothing else: their lists (never changed) serve again.
             self.messages, self.tools, self.owners, self.sources, self.tokens = was.messages, was.tools, was.owners, was.sources, was.tokens
@@ -195,7 +199,8 @@ class _Gather:
             self.tooled += _moved(was.tooled, first, end, to)
 
     def parts(self, lead: int, serial: int) -> _Parts:
-        return _Parts(self.messages, self.tools, self.owners, self.sources, self.tokens, self.marks, self.tooled, lead, serial)
+        return _Parts(self.messages, self.tools, self.owners, self.sources, self.tokens, self.marks, self.tooled, lead,
+                      serial, tuple(self.runs))
 
 
 class _Index:
@@ -277,6 +282,18 @@ class CompileMemo:
         self._digests: IdMemo[CompiledMessage, bytes] = IdMemo()
         self._unmarked: IdMemo[CompiledMessage, CompiledMessage] = IdMemo()  # P5: a marked part's twin
         self.bodies = BodyCache(self._share.parts)  # the request bodies made of its results' parts (to_anthropic reuses them)
+        self._plain: tuple[object, int] | None = None  # the last compile's token and length, if plain (``follows``)
+
+    def follows(self, parts: _Parts, plain: bool, messages: list[CompiledMessage],
+                sources: tuple[tuple[Source, ...], ...]) -> Follows:
+        """How this compile's ``messages`` (the result's list) and ``sources`` follow the last
+        one's (``Follows``): known when both were their parts as gathered (``plain``: no repair,
+        marker strip nor injection moved any)."""
+        made = Follows(messages, sources)
+        if plain and self._plain is not None:
+            made = Follows(messages, sources, made.token, self._plain[0], self._plain[1], parts.runs)
+        self._plain = (made.token, made.length) if plain else None
+        return made
 
     def _offset(self, index: int) -> int:
         """Where the parts of the last compile's ``entries[index]`` start."""
@@ -298,7 +315,7 @@ class CompileMemo:
             # The last compile's entries again, nothing changed in the view: its parts serve whole
             # (what the runs below make of them), and no table grew.
             self._parts = _Parts(was.messages, was.tools, was.owners, was.sources, was.tokens, was.marks, was.tooled,
-                                 len(was.messages), was.serial + 1)
+                                 len(was.messages), was.serial + 1, ((0, 0, len(was.messages)),))
             return self._parts
         built = _Gather()
         index = _Index(self._entries)
@@ -332,7 +349,7 @@ class CompileMemo:
         """Whether ``entry`` goes on the run of the last compile's entries at ``j``: the same
         object, or an equal one if the last one there wasn't bound."""
         old = self._entries
-        return j < len(old) and (entry is old[j] or (entry == old[j] and not _holds(self._bound, j)))
+        return j < len(old) and (entry is old[j] or (entry == old[j] and not holds(self._bound, j)))
 
     def _copy_run(self, built: _Gather, entries: Sequence[Entry], i: int, j: int, rewritten: bool) -> int:
         """Copies into ``built`` the run of the last compile's entries from ``j`` that ``entries``
@@ -477,12 +494,6 @@ def _head(new: Sequence[Entry], old: list[Entry]) -> int:
     return head
 
 
-def _holds(positions: list[int], position: int) -> bool:
-    """Whether the sorted ``positions`` hold ``position``."""
-    at = bisect_left(positions, position)
-    return at < len(positions) and positions[at] == position
-
-
 def _same_bytes(a: CompiledMessage, b: CompiledMessage, digest: Callable[[CompiledMessage], bytes]) -> bool:
     """Whether ``a`` and ``b`` serialise alike, markers aside: at once if they carry equal content
     (a moved breakpoint's twins share theirs), else by digests."""
@@ -604,7 +615,9 @@ def build_compile_result(
     breaks, tokens = _breaks(parts, placed, kept, injected, whole)
     # The memo keeps ``placed`` (its parts list, or one made here): the result's list is the host's to change.
     stable = memo.stable_prefix(placed, system_blocks, breaks, tokens, parts if whole and not injected else None)
-    result = CompileResult(list(placed), system_blocks, provenance, stable, body_cache=memo.bodies)
+    messages = list(placed)
+    follows = memo.follows(parts, whole and not injected and placed is parts.messages, messages, per_message)
+    result = CompileResult(messages, system_blocks, provenance, stable, body_cache=memo.bodies, follows=follows)
     if strict:
         reference = compile_reference(
             entries, namespace=namespace, branch=branch, reader=reader, strategy_name=strategy_name, lookup=lookup,

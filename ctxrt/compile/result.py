@@ -25,6 +25,33 @@ from ..forms.openai_wire import OpenAIBody, SystemRole, to_chat_messages, to_res
 from .provenance import Provenance
 from ..forms.wire import to_anthropic_messages
 
+@attrs.frozen(eq=False)
+class Follows:
+    """What a compile knows of how its messages (``messages``, the result's list) follow the last
+    compile of the same memo (P14): ``runs`` of them, (start here, start there, length), are that
+    compile's messages and sources, the same objects, copied. ``prior`` is that compile's
+    ``token`` and ``prior_length`` its count of messages, or None when the runs are unknown (a
+    compile whose repair, marker strip or injections moved messages, now or then). The request
+    ledger's encoder reads its shared run off these instead of comparing the lists (O(changed));
+    ``length``: the count compiled, so a list the host has grown or cut since is seen as such, as
+    is a result made with another list or provenance (``attrs.evolve``): then the lists are
+    compared. The list is the host's to change in place too: the encoder checks the run it reads
+    off these by one compare in C (the scan's walk and its sources' compare spared)."""
+
+    messages: list[Any]
+    sources: tuple[Any, ...]  # the result's provenance's sources per message
+    token: object = attrs.field(factory=object)
+    prior: object | None = None
+    prior_length: int = 0
+    runs: tuple[tuple[int, int, int], ...] = ()
+    length: int = attrs.field(init=False, default=attrs.Factory(lambda self: len(self.messages), takes_self=True))
+
+    def describes(self, result: CompileResult) -> bool:
+        """Whether ``result`` holds the lists this was made for (as long as compiled)."""
+        return (result.messages is self.messages and len(self.messages) == self.length
+                and result.provenance.messages is self.sources)
+
+
 @attrs.frozen
 class CompileResult:
     """A compile's messages, system injections and provenance.
@@ -42,6 +69,8 @@ class CompileResult:
     stable_prefix_tokens: int = 0
     # The parts of the last bodies made, shared by the results of one compile memo.
     _bodies: BodyCache = attrs.field(factory=BodyCache, eq=False, repr=False, kw_only=True, alias="body_cache")
+    # How its messages follow the memo's last compile's (None: not known), for the request ledger.
+    _follows: Follows | None = attrs.field(default=None, eq=False, repr=False, kw_only=True, alias="follows")
 
     def to_anthropic(
         self, *, assistant: str | Collection[str], system: str | None = None, strict: bool = False

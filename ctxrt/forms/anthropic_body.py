@@ -20,7 +20,7 @@ from collections.abc import Collection, Sequence
 from functools import partial
 from typing import Any, cast
 
-from .body_runs import BodyCache, SharedParts, carried, runs
+from .body_runs import BodyCache, MadeFrom, SharedParts, carried, runs
 from ..content.blocks import CompiledMessage
 from .wire import (
     MAX_REQUEST_CACHE_CONTROLS,
@@ -55,9 +55,13 @@ class _Body:
     """What one body was made of: its messages, their parts, where the tool-bearing ones are,
     and its turns (as made, before the cap and trim) with each one's span of messages."""
 
-    __slots__ = ("base", "ends", "marked", "marks", "messages", "parts", "starts", "tools", "turns")
+    __slots__ = ("base", "ends", "marked", "marks", "messages", "parts", "prior", "runs", "starts", "token", "tools",
+                 "turns")
 
     def __init__(self) -> None:
+        self.token = object()  # names this body for the next one's ``prior``
+        self.prior: object | None = None  # the body its turns were taken from, if any
+        self.runs: list[tuple[int, int, int]] = []  # (turn here, turn there, count) taken whole from it
         self.messages: list[CompiledMessage] = []
         self.parts: list[_Part] = []
         self.tools: list[int] = []
@@ -197,6 +201,11 @@ class _Assembly:
             offset = len(body.turns) - first
             body.marked += [t + offset for t in old.marked[lo:hi]]
             body.marks += old.marks[lo:hi]
+        to = len(body.turns)
+        if body.runs and body.runs[-1][0] + body.runs[-1][2] == to and body.runs[-1][1] + body.runs[-1][2] == first:
+            body.runs[-1] = (body.runs[-1][0], body.runs[-1][1], body.runs[-1][2] + last - first)
+        else:
+            body.runs.append((to, first, last - first))
         if body.turns:
             body.turns += old.turns[first:last]
         else:  # the first turns: one copy, not a copy appended
@@ -243,7 +252,20 @@ def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], ol
     for k in range(position, len(new)):
         assembly.part(k)
     assembly.close()
+    if old is not None:
+        body.prior = old.token
+        body.runs = [run for run in map(partial(_still_taken, body.turns, old.turns), body.runs) if run[2]]
     return body
+
+
+def _still_taken(turns: list[dict[str, Any]], was: list[dict[str, Any]],
+                 run: tuple[int, int, int]) -> tuple[int, int, int]:
+    """``run`` less the turn at its end a later part reopened (popped, merged and made again): a
+    turn is reopened only while it is the last, so only a run's last one can have been."""
+    to, first, count = run
+    if count and (to + count > len(turns) or turns[to + count - 1] is not was[first + count - 1]):
+        count -= 1
+    return to, first, count
 
 
 def _take_run(assembly: _Assembly, old: _Body, i: int, j: int, length: int, remade: list[int]) -> None:
@@ -299,7 +321,9 @@ def anthropic_messages(
         body = _assemble(messages, speakers, cache.get(key), cache.shared)
     cache.put(key, body, body.messages)
     out = list(body.turns)
+    copied = []
     if sum(count for count, _ in body.marks) > MAX_REQUEST_CACHE_CONTROLS:
+        copied = list(body.marked)
         # The cap edits markers: on copies of the turns holding them, the cached ones kept as made.
         copies, ours = [], []
         for t, (_, made) in zip(body.marked, body.marks):
@@ -310,7 +334,10 @@ def anthropic_messages(
         cap_cache_controls(copies, ours)
     if out:
         out[-1] = _copy_last(out[-1])  # the host's to edit (P15), and the trim's
+        copied.append(len(out) - 1)
     strip_final_assistant(out)
+    whole = len(out) == len(body.turns)  # the trim dropped no turn
     if out and out[0]["role"] == "assistant":
         out.insert(0, continued_turn())
+    cache.made = MadeFrom(out, body.token, body.prior, len(out) - len(body.turns), copied, body.runs) if whole else None
     return out

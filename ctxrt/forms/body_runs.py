@@ -19,6 +19,21 @@ from ..memos import KEEP, newest, outgrown
 
 Run = tuple[int, int, int]  # (start in the new list, start in the old list, length)
 
+
+class MadeFrom:
+    """How a body's item list (``items``, as returned) follows the body made before it for the same
+    form and options: its record's ``token``, the record it was assembled from (``prior``, None
+    if none), the items before its first turn (``shift``: a continued turn put first), the turns
+    that are copies in ``items`` (``copied``, sorted: the cap's and the last), and the ``runs``
+    of turns taken whole from that record, (turn here, turn there, count). The request ledger's
+    digest reads the items both bodies share off it (``BodyDigests``) instead of comparing them."""
+
+    __slots__ = ("copied", "items", "prior", "runs", "shift", "token")
+
+    def __init__(self, items: list[Any], token: object, prior: object | None, shift: int, copied: list[int],
+                 runs: list[Run]) -> None:
+        self.items, self.token, self.prior, self.shift, self.copied, self.runs = items, token, prior, shift, copied, runs
+
 _NEAR = 8  # old positions tried after the last run's end before a lookup by identity
 _TAIL = 4  # a long run's end most often lies this near the end of what is left
 _LONG = 64  # a run this long is tried to the end at once
@@ -115,6 +130,12 @@ def carried(found: list[Run], old_parts: list[T], old_tools: list[int], new: Seq
     return parts, gaps, tools
 
 
+def holds(positions: Sequence[int], position: int) -> bool:
+    """Whether the sorted ``positions`` hold ``position``."""
+    at = bisect_left(positions, position)
+    return at < len(positions) and positions[at] == position
+
+
 def _near(item: Any, old: Sequence[Any], j: int) -> int | None:
     """Where ``item`` is among the few items of ``old`` from ``j``, if it is."""
     return next((k for k in range(j, min(j + _NEAR, len(old))) if old[k] is item), None)
@@ -164,6 +185,12 @@ class BodyCache:
     def __init__(self, shared: SharedParts | None = None) -> None:
         self.shared = SharedParts() if shared is None else shared
         self._records: dict[Hashable, tuple[int, Any]] = {}
+        self.made: MadeFrom | None = None  # how the last item list returned follows the body before it
+
+    def made_from(self, items: object) -> MadeFrom | None:
+        """``made`` if ``items`` is the list it describes (the last one made), else None."""
+        made = self.made
+        return made if made is not None and made.items is items else None
 
     def get(self, key: Hashable) -> Any:
         generation, record = self._records.get(key, (-1, None))
