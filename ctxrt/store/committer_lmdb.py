@@ -36,8 +36,8 @@ import lmdb
 import trio
 
 from ..errors import StoreFullError
-from .committer import BUSY_WAIT_S, IDLE_WAIT_S, Applied, Apply, CommitLone, GiveTurns, await_commit
-from .writer import CommitThread, WriterThread
+from .committer import Applied, Apply, CommitLone, GiveTurns, await_commit
+from .writer import WriterThread
 
 logger = logging.getLogger("ctxrt.store")
 
@@ -45,10 +45,6 @@ logger = logging.getLogger("ctxrt.store")
 # store/committer.py's GiveTurns). A lone caller commits from its own task only while the flush
 # measures that fast.
 FAST_FLUSH_S = 0.0002
-# A commit runs inline, on the trio thread, at a scheduler pass that would sleep at least twice as
-# long as the commit measures, and only while it measures at most INLINE_FLUSH_S: what an arrival
-# meanwhile (a request, a thread's message) may wait, as an idle loop's block for the writer thread.
-INLINE_FLUSH_S = IDLE_WAIT_S
 # The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
 # free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
 # without a map at all.
@@ -91,7 +87,7 @@ class DurableCommitter:
         self._execute = execute
         self._unnested = unnested
         self._writer = WriterThread(engine.env)
-        self._turns = InlineTurns(self._writer, self._fast)
+        self._turns = GiveTurns(self._writer, self._fast)
         self._instrumented = False
         self.commit_now: Apply | None = None  # the flush is the writer thread's, never the trio thread's
         self.commit_lone: CommitLone | None = self._commit_lone
@@ -101,7 +97,6 @@ class DurableCommitter:
         self._lone_landed = trio.lowlevel.ParkingLot()
 
     def start(self) -> None:
-        self._turns.open()
         self._writer.start()
         # Closing the environment under a transaction the thread holds hangs: a close the actor
         # didn't see through (a second Ctrl-C from asyncio's handler inside its cleanup) stops it first.
@@ -115,7 +110,6 @@ class DurableCommitter:
             self._instrumented = False
         self._writer.stop()  # ends the transaction it held: the store can be closed now
         self._engine.stop_writer = None
-        self._turns.close()
 
     async def commit(self, commands: list[Any]) -> Applied:
         while self._out:  # a lone caller's commit is out: it lands first
@@ -133,30 +127,27 @@ class DurableCommitter:
         cancel or a Ctrl-C while the commit is out hands its landing to a system task, as does a
         commit that failed (it is retried), so that a caller that leaves meanwhile loses only its reply;
         ``on_landed`` gets what landed in whichever task landed it, before the caller is answered."""
-        if self._out:
-            return None
-        inline = self._inline()
-        if not inline and not self._fast():
+        if self._out or not self._fast():
             return None
         self._out = True
-        return self._lone(commands, on_landed, inline)
+        return self._lone(commands, on_landed)
 
-    async def _lone(self, commands: list[Any], on_landed: Callable[[Applied], None], inline: bool) -> Applied:
+    async def _lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Applied:
         landing: Landing | None = None
         try:
-            prepared = self._fill(commands, inline)
+            prepared = self._fill(commands)
             if prepared.txn is not None:
-                self._hand_over(prepared, inline)
+                self._writer.commit()
                 try:
                     # Not shielded: a caller cancelled meanwhile (its timeout, while the disk stalls)
                     # leaves now, as through the actor; the commit is out, and a system task lands it.
-                    await trio.lowlevel.wait_readable(self._turns.ready if inline else self._writer.ready)
+                    await trio.lowlevel.wait_readable(self._writer.ready)
                 except BaseException:  # cancelled, or a KeyboardInterrupt
-                    landing = Landing(prepared, None, inline)
+                    landing = Landing(prepared, None)
                     raise
-                error = self._turns.landed() if inline else self._writer.landed()
+                error = self._writer.landed()
                 if error is not None:
-                    landing = Landing(prepared, error, inline)
+                    landing = Landing(prepared, error)
             if landing is None:
                 applied = self._engine.committed(prepared)
                 on_landed(applied)
@@ -201,68 +192,35 @@ class DurableCommitter:
         """Whether the flush measures fast enough for the loop to block for it while idle."""
         return self._writer.commit_s <= FAST_FLUSH_S
 
-    def _inline(self) -> bool:
-        """Whether to fill a transaction for an inline commit: the flush measures fast enough and no
-        other task is runnable (a hint: trio doesn't count those later in the scheduler's batch, so
-        ``InlineTurns`` decides at the pass itself)."""
-        return self._writer.commit_s <= INLINE_FLUSH_S and trio.lowlevel.current_statistics().tasks_runnable == 0
-
-    def _fill(self, commands: list[Any], inline: bool = False) -> Any:
-        """Fill a transaction with ``commands``, growing the map while it is full: the writer
-        thread's, or, ``inline``, one begun on this thread (the thread ends the one it held first:
-        LMDB has one writer at a time)."""
+    def _fill(self, commands: list[Any]) -> Any:
+        """Fill the writer thread's transaction with ``commands``, growing the map while it is full."""
         engine, writer = self._engine, self._writer
-        if inline and writer.holds:
-            writer.end()
         while True:
             try:
-                return engine.prepare(commands, self._execute, self._unnested, None if inline else writer)
+                return engine.prepare(commands, self._execute, self._unnested, writer)
             except lmdb.MapFullError:
-                if not inline:
-                    writer.end()  # the map can't be resized under an open transaction
+                writer.end()  # the map can't be resized under an open transaction
                 grow_map(engine)
-
-    def _hand_over(self, prepared: Any, inline: bool) -> None:
-        """The filled transaction to its commit: the next scheduler pass's (``InlineTurns``), or the
-        writer thread's."""
-        if inline:
-            self._turns.commit_inline(prepared.txn)
-        else:
-            self._writer.commit()
-
-    async def _landed(self, inline: bool) -> BaseException | None:
-        """Wait, not cancellable, for the commit handed over to end: what it raised, or None."""
-        if not inline:
-            return await await_commit(self._writer)
-        with trio.CancelScope(shield=True):
-            await trio.lowlevel.wait_readable(self._turns.ready)
-        return self._turns.landed()
 
     async def _fill_and_commit(self, commands: list[Any], landing: Landing | None = None) -> Any:
         """Fill the writer thread's transaction with ``commands`` and await its commit (the loop
         blocking for it while idle), growing the map and trying again when it is full; what
         ``Engine.prepare`` made of them. ``landing``: a first fill whose commit was handed over already."""
-        engine = self._engine
-        threaded = False  # a pass declined an inline commit: the writer thread's from here
+        engine, writer = self._engine, self._writer
         while True:
             if landing is None:
-                inline = not threaded and self._inline()
-                prepared = self._fill(commands, inline)
+                prepared = self._fill(commands)
                 if prepared.txn is None:
                     return prepared
-                self._hand_over(prepared, inline)
-                error = await self._landed(inline)
+                error = await await_commit(writer, writer.commit)
             else:
                 prepared, error = landing.prepared, landing.error
                 if error is None:  # still out
-                    error = await self._landed(landing.inline)
+                    error = await await_commit(writer)
                 landing = None
             if error is None:
                 return prepared
-            if error is DECLINED:  # aborted, nothing written: fill it again for the thread
-                threaded = True
-                continue
-            if isinstance(error, lmdb.MapFullError):  # no transaction is open now
+            if isinstance(error, lmdb.MapFullError):  # the writer holds no transaction now
                 grow_map(engine)
                 continue
             refusal = engine.write_refusal(error) if isinstance(error, lmdb.Error) else error
@@ -278,79 +236,9 @@ class Landing:
 
     prepared: Any
     error: BaseException | None  # what the commit raised; None while it is still out
-    inline: bool  # the commit is the scheduler pass's (``InlineTurns``), not the writer thread's
     done: trio.Event = attrs.Factory(trio.Event)
     applied: Applied | None = None
     failure: BaseException | None = None
-
-
-class Declined(Exception):
-    """A scheduler pass that won't sleep long enough declined an inline commit: its transaction was
-    aborted, nothing of it written, and it is filled again for the writer thread."""
-
-
-DECLINED = Declined()
-
-
-class InlineTurns(GiveTurns):
-    """``GiveTurns`` for LMDB's writer thread, and the inline commit: a transaction filled on the
-    trio thread is committed there at the next scheduler pass, which only the scheduler knows to be
-    idle: a pass about to sleep at least twice as long as the commit measures (and at least
-    ``BUSY_WAIT_S``) commits it, the flush blocking the loop as b1e9a4f's did, while a busier pass
-    aborts it (``DECLINED``). Either way ``ready`` turns readable: ``epoll`` returns at once, and
-    the task waiting there calls ``landed``. The commit runs inside trio's run loop, which defers a
-    Ctrl-C: it is whole or not at all, and answered by whoever waits for it."""
-
-    def __init__(self, thread: CommitThread, idle_block: Callable[[], bool]) -> None:
-        super().__init__(thread, idle_block)
-        self._txn: lmdb.Transaction[bytes] | None = None  # the inline commit due at the next pass
-        self._outcome: BaseException | None = None
-        self._ready_read = self._ready_write = -1
-
-    def open(self) -> None:
-        self._ready_read, self._ready_write = os.pipe()
-
-    def close(self) -> None:
-        """Idempotent: after the last commit."""
-        ready_read, ready_write = self._ready_read, self._ready_write
-        self._ready_read = self._ready_write = -1
-        if ready_read >= 0:
-            os.close(ready_read)
-            os.close(ready_write)
-
-    @property
-    def ready(self) -> int:
-        """A descriptor that turns readable when the inline commit handed over has ended."""
-        return self._ready_read
-
-    def commit_inline(self, txn: lmdb.Transaction[bytes]) -> None:
-        """Commit ``txn`` (begun and filled on this thread) at the next scheduler pass; returns at once."""
-        self._txn = txn
-
-    def landed(self) -> BaseException | None:
-        """After ``ready`` turned readable: None, what the commit raised, or ``DECLINED``."""
-        os.read(self._ready_read, 1)
-        outcome, self._outcome = self._outcome, None
-        return outcome
-
-    def before_io_wait(self, timeout: float) -> None:
-        txn = self._txn
-        if txn is None:
-            super().before_io_wait(timeout)
-            return
-        self._txn = None
-        thread = self._thread
-        if timeout < max(BUSY_WAIT_S, 2 * thread.commit_s):
-            txn.abort()
-            self._outcome = DECLINED
-        else:
-            started = time.perf_counter()
-            try:
-                txn.commit()
-                thread.count(time.perf_counter() - started)
-            except BaseException as exc:  # noqa: BLE001 - its waiter raises it (LMDB aborted the transaction)
-                self._outcome = exc
-        os.write(self._ready_write, b"\0")
 
 
 def grow_map(engine: Writing) -> None:

@@ -222,11 +222,6 @@ class CommitThread:
             except queue.Empty:
                 return
 
-    def count(self, took: float) -> None:
-        """Take a commit that landed, ``took`` seconds long, into ``commit_s`` (this thread's, or
-        one its owner ran elsewhere: LMDB's committer commits inline too)."""
-        self.commit_s = took if self.commit_s == math.inf else self.commit_s + _AVERAGED * (took - self.commit_s)
-
     # -- the loop's side of a short job ---------------------------------------------------------
 
     def _run(self, job: Callable[[], None]) -> None:
@@ -277,7 +272,8 @@ class CommitThread:
             self._turns.put(None)  # the first turn ends: the GIL is free from here to the commit's end
             started = time.perf_counter()
             work()
-            self.count(time.perf_counter() - started)
+            took = time.perf_counter() - started
+            self.commit_s = took if self.commit_s == math.inf else self.commit_s + _AVERAGED * (took - self.commit_s)
             self._committed()
         except BaseException as exc:
             self._error = exc
@@ -316,14 +312,8 @@ class WriterThread(CommitThread):
         self._run(self._restart_txn)
 
     def end(self) -> None:
-        """Abort the transaction held (if any) and begin none: the map may be resized meanwhile, or
-        another thread begin one (the writer mutex is free)."""
+        """Abort the transaction held (if any) and begin none: the map may be resized meanwhile."""
         self._run(self._end_txn)
-
-    @property
-    def holds(self) -> bool:
-        """Whether the thread holds a transaction (begun for the next batch): the writer mutex is its."""
-        return self._txn is not None
 
     def commit(self) -> None:
         """Hand the filled transaction over to be committed (``hand_over``); returns at once. The
