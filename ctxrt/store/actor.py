@@ -8,7 +8,7 @@ then answers every caller with its own result or error. Appends run unnested in 
 How a batch is committed is the engine's business, as a transport is httpx's: the engine hands
 the actor one ``Committer`` (store/committer.py) and the actor has one commit path. LMDB under
 durability "os" commits inline (nothing to flush); durably, on its writer thread while the loop
-serves everything else, a lone caller handing its own commit to that thread
+serves everything else, or inline while the flush measures fast and nobody else waits
 (store/committer_lmdb.py); PostgreSQL on a worker thread. Callers are answered only after the
 commit returned: for a durable LMDB store, after its meta page is on disk.
 
@@ -86,8 +86,8 @@ class StoreRef:
 
     ``ask`` is ``Mailbox.ask`` with the actor's commit step as its ``alone`` option: a caller that
     is the only one asking, with nothing unanswered, whose committer would commit on the trio
-    thread now (durability "os"), or hand it to a commit thread (a durable LMDB store's writer
-    thread, PostgreSQL's), runs the commit step itself instead of waking the actor: the same
+    thread now (durability "os"; a durable LMDB store whose flush measures fast on an idle loop;
+    never PostgreSQL), runs the commit step itself instead of waking the actor: the same
     synchronous critical section (one write transaction, publish, answer), in the same order, minus
     a task hop. As soon as two callers overlap, everything goes through the mailbox and commits in
     groups; a caller that finds others in flight sends at once, without a schedule point of its own
@@ -122,8 +122,8 @@ class StoreRef:
 
         A caller that is the only one asking, with nothing unanswered, runs the actor's commit step
         in its own task (``Mailbox.ask``'s ``alone``): on the trio thread when the committer commits
-        there, else handing its commit to the commit thread itself (a durable LMDB store's writer
-        thread, PostgreSQL's), sparing the hop to the actor and back; callers
+        there, else handing its commit to the writer thread itself (a durable LMDB store, while its
+        flush measures fast and the loop is idle), sparing the hop to the actor and back; callers
         arriving meanwhile go through the mailbox, and the actor fills their transaction once the
         lone commit landed.
         """

@@ -14,10 +14,7 @@ task always awaits it through trio's I/O wait, and the loop serves everything el
 (reads, compiles, timers) while the next batch gathers in the mailbox; an idle loop blocks for it
 when the flush measures fast (``FAST_FLUSH_S``, a moving average of the commit's own time, timed
 on the thread), for at most ``IDLE_WAIT_S``: a disk that stalls (a frozen filesystem) holds the
-loop no longer than that bound. A lone caller hands its commit to the thread from its own task,
-whatever the flush measures. Committing inline on an idle loop, as b1e9a4f did, would spare the
-hand-off too (measured: a lone append 1.14x b1e9a4f's, 1.2x handed to the thread), but a disk that stalls would then stop the
-trio thread for the whole stall (K9).
+loop no longer than that bound.
 
 Either way the callers are answered only after LMDB's commit returned, that is after its meta page
 is on disk, and in LMDB's order (data, flush, meta, flush). A map that fills grows between
@@ -45,7 +42,8 @@ from .writer import WriterThread
 logger = logging.getLogger("ctxrt.store")
 
 # An idle loop blocks for a durable commit whose flush takes at most FAST_FLUSH_S (moving average;
-# store/committer.py's GiveTurns).
+# store/committer.py's GiveTurns). A lone caller commits from its own task only while the flush
+# measures that fast.
 FAST_FLUSH_S = 0.0002
 # The map never grows past this (64 TiB), nor past what the data file plus its filesystem's
 # free space can hold, nor to a size this process can't map: a failed remap would leave LMDB
@@ -124,13 +122,12 @@ class DurableCommitter:
             self._release()
 
     def _commit_lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Awaitable[Applied] | None:
-        """``commit`` from a lone caller's own task, sparing it the hop to the actor (issue 35, on a
-        disk whose flush takes 0.3 ms: a lone append 1.2x b1e9a4f's, 1.5x through the actor); None if
-        a commit is out (the caller goes through the mailbox then). A
+        """``commit`` from a lone caller's own task, sparing it the hop to the actor; None if a commit
+        is out or the flush doesn't measure fast (the caller goes through the mailbox then). A
         cancel or a Ctrl-C while the commit is out hands its landing to a system task, as does a
         commit that failed (it is retried), so that a caller that leaves meanwhile loses only its reply;
         ``on_landed`` gets what landed in whichever task landed it, before the caller is answered."""
-        if self._out:
+        if self._out or not self._fast():
             return None
         self._out = True
         return self._lone(commands, on_landed)
