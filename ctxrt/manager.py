@@ -1126,6 +1126,8 @@ class ContextManager:
             TypeError: an argument of the wrong type; ``options`` the form's method doesn't take.
             EmptyRequestError, InvalidRequestError: as the form's method raises them.
             ReadOnlyStoreError, BranchNotFoundError, ManagerClosedError: as ``add_message``.
+            StoreUnavailableError: a PostgreSQL store's server can't be reached (the record names
+                the store's horizon); nothing is kept.
         """
         ref = await self._followed()
         if not isinstance(result, CompileResult):
