@@ -25,7 +25,7 @@ import trio
 from .. import tracing
 from ..content.blobs import MediaCache
 from ..content.blocks import Message
-from ..errors import CtxrtError, ManagerClosedError, ModelError, ReadOnlyStoreError
+from ..errors import CtxrtError, ManagerClosedError, ModelError, ReadOnlyStoreError, StoreUnavailableError
 from ..mailbox import Reply
 from ..models.model_types import ModelRequest
 from ..slots import SlotCache, SlotRegistry, decode_stored
@@ -210,8 +210,12 @@ class _Loop:
                 case Commit():
                     self.children.start_soon(self._commit, effect.token, effect.command, effect.trace)
                 case CallModel():
+                    try:
+                        request = _with_media(effect.request, self.services.slots.media)  # M13: the model's bytes
+                    except StoreUnavailableError as exc:  # raised here, it would end the runtime: the unit waits for the store
+                        self.ref.tell(UnitDone(effect.epoch, effect.unit, exc))
+                        continue
                     scope = self.call_scope = trio.CancelScope()
-                    request = _with_media(effect.request, self.services.slots.media)  # M13: the model's bytes
                     self.children.start_soon(_complete, self.ref, self.model, request, effect.unit,
                                              effect.epoch, self.services.model_timeout_s, scope, effect.span)
                 case CancelModel():

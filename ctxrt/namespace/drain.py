@@ -360,6 +360,8 @@ class Drain:
             return LATER
         made = None  # what the strategy made of the reply: its rung of the refusal ladder and the result (T12)
         try:
+            if isinstance(done.outcome, StoreUnavailableError):  # its media unread, the call never went out
+                raise done.outcome
             if flight.kind == "reset":
                 strategy = moment.strategy
                 assert isinstance(strategy, HeadWindowReset)
