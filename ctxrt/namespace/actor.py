@@ -212,7 +212,7 @@ class _Loop:
                 case CallModel():
                     try:
                         request = _with_media(effect.request, self.services.slots.media)  # M13: the model's bytes
-                    except StoreUnavailableError as exc:  # raised here, it would end the runtime: the unit waits for the store
+                    except StoreUnavailableError as exc:  # out of here it would end the runtime: the unit waits instead
                         self.ref.tell(UnitDone(effect.epoch, effect.unit, exc))
                         continue
                     scope = self.call_scope = trio.CancelScope()
