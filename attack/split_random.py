@@ -37,9 +37,9 @@ def one_round(cluster, url: str, database: str, seed: int) -> dict[str, object]:
     a, b = holder(url, "A"), holder(url, "B")
     try:
         assert a.ask("open", "held")["held"] is True
-        for _ in range(40):
+        for _ in range(400):  # more than it gets through before the stop: busy to the end
             a.send("add 2")
-        time.sleep(rng.uniform(0.3, 1.5))
+        time.sleep(rng.uniform(0.5, 3.0))
         os.kill(a.process.pid, signal.SIGSTOP)
         with psycopg.connect(cluster.url(), autocommit=True) as admin:
             open_tx = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND state LIKE"
