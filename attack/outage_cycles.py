@@ -119,6 +119,23 @@ def main(where: str, cycles: int, count: int, residents: int) -> None:
                                                                  second["requests"] == first["requests"]):
                         stuck.append((processes.index(p), n, a, b))
                 print("health", first, second, flush=True)
+            # Then quiet: every resident's pending work drains (nothing stuck planned or in flight).
+            began = time.monotonic()
+            for p in processes:
+                p.send("quiet")
+            drained = []
+            for p in processes:
+                while True:
+                    p.send("stats")
+                    stats = p.expect("stats", 30, skip=skip)
+                    if all(s[0] == 0 and s[1] == 0 for s in stats["stats"]):
+                        drained.append(round(time.monotonic() - began, 1))
+                        break
+                    if time.monotonic() - began > 180:
+                        drained.append(("not drained", stats))
+                        break
+                    time.sleep(1)
+            print(f"drained after quiet (s): {drained}", flush=True)
             reports = []
             for p in processes:
                 p.send("stop")

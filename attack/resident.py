@@ -8,6 +8,7 @@ while the test stops and starts the server. Prints one JSON line per event:
 - ``{"recovered": ...}`` once every resident that waited compiled again, its health waiting for
   nothing (then the next outage is reported the same way);
 - ``{"compressed": ...}`` at the first compression request after each recovery;
+- nothing when "quiet" comes: the residents stop adding (they go on compiling);
 - ``{"stats": [...]}`` when "stats" comes on stdin: each resident's health (pending units, model calls
   in flight, waiting_for, strategy_error) and the model's requests so far;
 - ``{"done": ...}`` when "stop" comes on stdin: what each resident's calls raised besides the outage's.
@@ -42,13 +43,15 @@ async def main(url: str, process: int, residents: int) -> None:
     compiled: set[int] = set()
     unexpected: list[str] = []
     stop = trio.Event()
+    quiet = trio.Event()  # set by "quiet": the residents only compile (their pending work drains)
     changed = trio.Event()
 
     async def resident(number: int, manager: ctxrt.ContextManager) -> None:
         line = 0
         while not stop.is_set():
             try:
-                await manager.add_message("user", f"p{process} r{number} line {line}: " + "word " * 15)
+                if not quiet.is_set():
+                    await manager.add_message("user", f"p{process} r{number} line {line}: " + "word " * 15)
                 await manager.compile()
             except ctxrt.StoreUnavailableError:
                 if number not in waited:
@@ -94,7 +97,10 @@ async def main(url: str, process: int, residents: int) -> None:
                 print(json.dumps({"compressed": process}), flush=True)
 
     async def wait_for_stop() -> None:
-        while (await trio.to_thread.run_sync(sys.stdin.readline)).strip() == "stats":
+        while (line := (await trio.to_thread.run_sync(sys.stdin.readline)).strip()) in ("stats", "quiet"):
+            if line == "quiet":
+                quiet.set()
+                continue
             healths = [await manager.health() for manager in managers]
             print(json.dumps({"stats": [[h.pending_units, h.in_flight_model_calls, h.waiting_for, h.strategy_error]
                                         for h in healths], "requests": len(model.requests)}), flush=True)
