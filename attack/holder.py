@@ -8,7 +8,9 @@ Events: ``{"calling": n}`` when a compression request reaches the model (before 
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 import sys
 
 import trio
@@ -80,5 +82,6 @@ async def main(url: str, tag: str, delay_s: float) -> None:
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it waits, for an attack's report
     ctxrt.store.postgres.LEASE_MS = int(sys.argv[3])
     trio.run(main, sys.argv[1], sys.argv[2], float(sys.argv[4]))
