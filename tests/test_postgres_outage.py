@@ -22,7 +22,7 @@ import pytest
 import trio
 
 import ctxrt
-from ctxrt import Entry
+from ctxrt import Entry, Image, Text
 from ctxrt.testing import Cluster, ScriptedModel
 
 GUARD_S = 30
@@ -211,61 +211,75 @@ def test_every_process_compiles_again_after_the_server_restarts(
     assert all(report["unexpected"] == [] for report in reports), reports
 
 
-class ImageAsker(ctxrt.Strategy):
-    """Raw selection; each tick asks the model about the namespace's messages as stored (an image's
-    bytes a reference the actor reads back before the call). ``interrupt`` (once) runs as the
-    request is made, after the unit's floor committed: there the test takes the store away."""
+def png(n: int) -> str:
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + n.to_bytes(4, "big") + bytes(range(256)) * 3).decode()
 
-    name = "image-asker"
+
+class Screenshots(ctxrt.Strategy):
+    """Every message raw; one compression unit, whose request is the messages themselves, images and
+    all (their bytes read from the store as the call goes out, M13). ``interrupt`` (once) runs as the
+    request is made, after the floor's commit: there the test takes the store away."""
+
+    name = "screenshots"
     marks_compression_reads = True
 
     def __init__(self) -> None:
-        self.seen: list[Any] = []
+        self.auto_tick = True
+        self.replies: list[str] = []
         self.interrupt: Callable[[], None] | None = None
 
     def select(self, view: ctxrt.MessageView, budget: Any, options: ctxrt.SelectOptions) -> list[Entry]:
         return [Entry(m.participant, m.content, (m.id,)) for m in view.get_all()]
 
-    def next_unit(self, ctx: ctxrt.StrategyContext) -> ctxrt.Unit:
-        return ctxrt.Unit("ask", 0)
+    def next_unit(self, ctx: ctxrt.StrategyContext) -> ctxrt.Unit | None:
+        return None if self.replies or not ctx.view.get_all() else ctxrt.Unit("shots", ctx.view.get_all()[-1].sequence)
 
     def request_for(self, unit: ctxrt.Unit, ctx: ctxrt.StrategyContext) -> ctxrt.ModelRequest:
-        messages = [ctxrt.CompiledMessage("user", m.content, (m.id,)) for m in ctx.view.get_all()]
         interrupt, self.interrupt = self.interrupt, None
         if interrupt is not None:
             interrupt()
-        return ctxrt.ModelRequest("test-model", None, messages, 16)
+        return ctxrt.ModelRequest("test-model", None, [ctxrt.CompiledMessage(m.participant, m.content)
+                                                       for m in ctx.view.get_all()], 16)
 
     def apply_unit(self, unit: ctxrt.Unit, outcome: Any, ctx: ctxrt.StrategyContext) -> bool:
-        self.seen.append(outcome)
+        if isinstance(outcome, ctxrt.ModelResponse):
+            self.replies.append(outcome.text)
         return True
 
 
-async def test_a_unit_whose_images_cant_be_read_back_waits_for_the_store_and_the_runtime_goes_on(pg_url: str) -> None:
-    """L10, M13, K9: the store going away after a unit's request is made, before the actor reads
-    its images' bytes back for the model, fails that tick with StoreUnavailableError (no model
-    call, the strategy told nothing), never the actor or the runtime; once the store answers, the
-    next tick sends the image as base64."""
-    data = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 3).decode()
-    async with ctxrt.open_runtime(pg_url) as writer:
-        manager = await writer.open("ns")
-        await manager.add_message("user", [ctxrt.Image(source={"type": "base64", "media_type": "image/png",
-                                                               "data": data})])
-    outage, strategy = Outage(pg_url), ImageAsker()
-    model = ScriptedModel(lambda request: "seen")
+async def test_a_compression_request_whose_media_meets_the_outage_waits_for_the_store_and_goes_out_after(
+    pg_url: str,
+) -> None:
+    """C5, L10, M13: the store going away as an auto-ticking namespace's compression call goes out, its
+    messages' images still to be read back for the model, is an outage like any other: health() says
+    the namespace waits for the store, the runtime and its other namespaces live on, and once the
+    server takes connections again the unit's call goes out with the images' bytes."""
+    async with ctxrt.open_runtime(pg_url) as writer:  # written by another runtime: no bytes cached
+        await (await writer.open("ns")).add_message("user", [Text("the screen"), Image(
+            source={"type": "base64", "media_type": "image/png", "data": png(1)})])
+    outage = Outage(pg_url)
+    strategy = Screenshots()
+    strategy.interrupt = outage.begin
+    seen: list[ctxrt.ModelRequest] = []
+    called = trio.Event()
+
+    def reply(request: ctxrt.ModelRequest) -> str:
+        seen.append(request)
+        called.set()
+        return "a screenshot"
     with trio.fail_after(GUARD_S):
-        async with ctxrt.open_runtime(pg_url, model=model) as rt:  # no image bytes cached yet
+        async with ctxrt.open_runtime(pg_url, model=ScriptedModel(reply)) as rt:
+            other = await rt.open("other")
             manager = await rt.open("ns", strategy=strategy)
-            strategy.interrupt = outage.begin
             try:
-                with pytest.raises(ctxrt.StoreUnavailableError):
-                    await manager.tick()
-                assert model.requests == [] and strategy.seen == []
+                await manager.add_message("user", "look")  # the drain starts: the outage begins in request_for
+                while (await manager.health()).waiting_for is None:
+                    await trio.sleep(0.01)
+                assert not seen
             finally:
                 outage.end()
-            await manager.tick()  # the namespace starts again from the store, which answers
-            [request] = model.requests
-            [image] = request.messages[0].content
-            assert image.source == {"type": "base64", "media_type": "image/png", "data": data}
-            assert len(strategy.seen) == 1
-            assert (await manager.compile()).messages  # the runtime and the actor go on
+            await called.wait()  # no call of ours: the actor's back-off timer
+            images = [block for block in seen[0].messages[0].content if isinstance(block, Image)]
+            assert [image.source["data"] for image in images] == [png(1)]
+            await other.add_message("user", "still served")
+            assert strategy.replies == ["a screenshot"]
