@@ -344,7 +344,9 @@ def test_the_timeline_follows_a_live_writer(browser: webdriver.Chrome, demo_stor
                                                "audience": ["ann"]}])
 
     trio.run(append)
-    WebDriverWait(driver, WAIT_S).until(lambda d: "appended while the browser watches" in text(d, "#timeline"))
+    # The page reloads itself: the timeline found may go stale before its text is read, so read both in one script.
+    WebDriverWait(driver, WAIT_S).until(lambda d: "appended while the browser watches" in str(
+        d.execute_script("const t = document.querySelector('#timeline'); return t ? t.innerText : ''")))
     # Read in one script: the page reloads itself, which would leave a row found first stale.
     row = driver.execute_script("return Array.from(document.querySelectorAll('#timeline tr.message')).pop().innerText")
     assert "appended while the browser watches" in row and "for ann" in row
