@@ -375,3 +375,22 @@ async def test_a_host_editing_and_growing_its_bodies_leaves_each_records_digest_
         assert found[record.id] == record
         assert (await m.rebuild_request(record)).matches
     await m.aclose()
+
+
+async def test_an_injection_joining_a_turn_the_last_body_sent_whole_leaves_the_digest_the_bodys(
+        rt: ctxrt.Runtime) -> None:
+    """Q1, Q5, P14: an ``after_user`` injection that joins the user turn the last body sent whole
+    (that turn made again, the assistant's after it taken as it was): the record's digest is the
+    digest of the body the host sent, and the rebuild matches it."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "the question")
+    await m.add_message("Claude", "the answer")
+    first = await m.compile(BUDGET)
+    await m.record_request(first, form="anthropic", options={"assistant": "Claude"})
+    second = await m.compile(BUDGET, injections=[ctxrt.Injection("notes", "after_user", "a note")])
+    sent = second.to_anthropic(assistant="Claude")
+    record = await m.record_request(second, form="anthropic", options={"assistant": "Claude"})
+    assert record.body_digest == body_digest(sent) == body_digest(_afresh(second, "anthropic"))
+    rebuilt = await m.rebuild_request(record)
+    assert rebuilt.matches and rebuilt.body == sent
+    await m.aclose()
