@@ -65,8 +65,16 @@ class Session:
         self.records: list[tuple[ctxrt.ContextManager, ctxrt.RequestRecord, str]] = []
         self.failures: list[str] = []
         self.checked = 0
+        self.changes = 0  # edits and removals so far
+        self.stale: set[str] = set()
+        self.stale_failed = 0
+        self.names: dict[int, str] = {}
+        self.compiles: dict[str, int] = {}
 
-    async def record(self, m: ctxrt.ContextManager, result: ctxrt.CompileResult, label: str) -> None:
+    async def record(self, m: ctxrt.ContextManager, result: ctxrt.CompileResult, label: str,
+                     stale: bool = False) -> None:
+        """``stale``: a message the result holds was edited or removed since its compile (a
+        record names versions as of its recording: known, and counted apart)."""
         form = self.rng.choice(FORMS)
         options = dict(self.rng.choice(OPTIONS))
         try:
@@ -80,15 +88,26 @@ class Session:
         except (ValueError, ctxrt.EmptyRequestError) as exc:
             self.log.append(f"{label}: refused {type(exc).__name__} {exc!s:.60}")
             return
-        self.log.append(f"{label}: {form} {options} {len(result.messages)} msgs by {m.namespace}/{id(m) % 1000} "
-                        f"from {result.provenance.compile_id}")
+        self.log.append(f"{label}: {form} {options} {len(result.messages)} msgs by {self.names[id(m)]} "
+                        f"from compile {self.compiles.get(result.provenance.compile_id)}")
         self.checked += 1
         if record.body_digest != want:
             self.failures.append(f"{label}: digest is not the host body's ({form})")
-        rebuilt = await m.rebuild_request(record)
-        if not rebuilt.matches or body_digest(rebuilt.body) != want:
-            self.failures.append(f"{label}: rebuild doesn't match ({form}, matches={rebuilt.matches})")
         self.records.append((m, record, label))
+        if stale:
+            self.stale.add(record.id)
+        try:
+            rebuilt = await m.rebuild_request(record)
+        except ctxrt.MessageNotFoundError:
+            if not stale:
+                raise
+            self.stale_failed += 1
+            return
+        if not rebuilt.matches or body_digest(rebuilt.body) != want:
+            if stale:
+                self.stale_failed += 1
+                return
+            self.failures.append(f"{label}: rebuild doesn't match ({form}, matches={rebuilt.matches})")
 
 
 async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
@@ -100,9 +119,10 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
         a2 = await rt.open("agents/ann", view_reader="ann", ledger=True)
         b = await rt.open("agents/bob", view_reader="bob", ledger=True)
         managers = [a, a2, b]
+        s.names.update({id(a): "a", id(a2): "a2", id(b): "b"})
         ids: dict[int, list[str]] = {id(m): [] for m in managers}
         budget = Budget(max_tokens=rng.choice([400, 1200, 10_000]), reserve_for_response=100)
-        pending: list[tuple[ctxrt.ContextManager, ctxrt.CompileResult]] = []
+        pending: list[tuple[ctxrt.ContextManager, ctxrt.CompileResult, int]] = []
         for step in range(rng.randint(30, 70)):
             m = rng.choice(managers)
             op = rng.random()
@@ -123,10 +143,12 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
                 elif op < 0.42 and mine:
                     target = rng.choice(mine)
                     await m.edit_message(target, f"edited {step}")
+                    s.changes += 1
                     log.append(f"{step}: edit")
                 elif op < 0.46 and mine:
                     target = rng.choice(mine)
                     await m.remove_message(target)
+                    s.changes += 1
                     mine.remove(target)
                     log.append(f"{step}: remove")
                 elif op < 0.49:
@@ -152,6 +174,7 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
                         kw["message_injections"] = [MessageInjection("note", f"mi {step % 2}", rng.randint(0, 3))]
                     dry = rng.random() < 0.08
                     result = await m.compile(budget, dry_run=dry, **kw)
+                    s.compiles[result.provenance.compile_id] = step
                     if kw or dry:
                         log.append(f"{step}: compile dry={dry} {kw}")
                     mutate = rng.random()
@@ -173,11 +196,11 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
                         log.append(f"{step}: mutate drop first")
                     how = rng.random()
                     if how < 0.15:
-                        pending.append((m, result))
+                        pending.append((m, result, s.changes))
                         log.append(f"{step}: compile, held back")
                     elif how < 0.25 and pending:
-                        pm, pr = pending.pop(rng.randrange(len(pending)))
-                        await s.record(pm, pr, f"{step} late")
+                        pm, pr, then = pending.pop(rng.randrange(len(pending)))
+                        await s.record(pm, pr, f"{step} late", stale=then != s.changes)
                         await s.record(m, result, f"{step}")
                     elif how < 0.3:
                         await s.record(m, result, f"{step}")
@@ -193,7 +216,8 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
                     if rng.random() < 0.05 and result.messages:
                         result.messages.insert(0, result.messages[-1])
                         log.append(f"{step}: insert into recorded list")
-            except (ctxrt.EmptyRequestError, ctxrt.OverBudgetError) as exc:
+            except (ctxrt.EmptyRequestError, ctxrt.OverBudgetError, ctxrt.MessageNotFoundError) as exc:
+                # the last: an edit or removal of a message of the branch the manager left
                 log.append(f"{step}: {type(exc).__name__}")
             except Exception as exc:
                 s.failures.append(f"{step}: {type(exc).__name__}: {exc!s:.200}\n{traceback.format_exc()[-1500:]}")
@@ -214,6 +238,8 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
                         continue
                     if record.id in returned and returned[record.id] != record:
                         s.failures.append(f"record {record.id} reads back other than returned")
+                    if record.id in s.stale:
+                        continue
                     try:
                         rebuilt = await m.rebuild_request(record)
                     except ctxrt.MessageNotFoundError as exc:
@@ -224,6 +250,7 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
                         label = next((lb for _, r, lb in s.records if r.id == record.id), "?")
                         s.failures.append(f"fresh runtime: record {label} on {branch} doesn't rebuild")
             await m.aclose()
+    log.append(f"stale records: {len(s.stale)}, of which {s.stale_failed} don't rebuild")
     return s.failures, log, s.checked
 
 
@@ -287,7 +314,7 @@ def main() -> None:
                 for f in failures[:8]:
                     print("   ", f if "Traceback" not in f else f.split("\n")[0] + " | " + f.strip().split("\n")[-1])
             else:
-                print(f"{kind} seed {seed}: ok ({checked} records)")
+                print(f"{kind} seed {seed}: ok ({checked} records; {log[-1]})")
     print(totals)
 
 

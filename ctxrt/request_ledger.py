@@ -691,6 +691,8 @@ class RequestEncoder:
         """(base record id, the run shared with it, the parts before it, the parts after it, the
         request's parts) for ``result``, recorded at store sequence ``version``."""
         messages, sources = result.messages, result.provenance.messages
+        if len(sources) < len(messages):  # the host added messages to the result's list: from no source
+            sources = (*sources, *((),) * (len(messages) - len(sources)))
         shared = Shared()
         if self.record_id is not None and not self.in_flight and self.chain < CHAIN:
             found = self.followed(result)

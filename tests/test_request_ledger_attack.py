@@ -394,3 +394,23 @@ async def test_an_injection_joining_a_turn_the_last_body_sent_whole_leaves_the_d
     rebuilt = await m.rebuild_request(record)
     assert rebuilt.matches and rebuilt.body == sent
     await m.aclose()
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+async def test_a_message_the_host_added_to_the_results_list_is_recorded_as_sent(
+        rt: ctxrt.Runtime, form: str) -> None:
+    """Q1, Q5: a host that appends a message of its own to a result's list before recording it
+    (the list is the host's): the record keeps that message's content (it came from no stored
+    message), its digest is the body's, and the rebuild matches."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "the question")
+    await m.record_request(await m.compile(BUDGET), form=form, options=FORMS[form])
+    await m.add_message("Claude", "the answer")
+    result = await m.compile(BUDGET)
+    result.messages.append(ctxrt.CompiledMessage("user", (Text("the host's own"),)))
+    sent = getattr(result, f"to_{form}")(**FORMS[form])
+    record = await m.record_request(result, form=form, options=FORMS[form])
+    assert record.body_digest == body_digest(sent)
+    assert record.parts[-1].message is None and record.parts[-1].sources == ()
+    assert (await m.rebuild_request(record)).matches
+    await m.aclose()
