@@ -233,7 +233,12 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
             m = await rt2.open(ns, view_reader=reader)
             for branch in [x.name for x in await m.list_branches()]:
                 await m.switch_branch(branch)
-                for record in await m.requests(limit=10_000):
+                try:
+                    found = await m.requests(limit=10_000)
+                except ctxrt.StoreCorruptError as exc:
+                    s.failures.append(f"fresh runtime: {ns} on {branch}: {exc}")
+                    continue
+                for record in found:
                     if record.branch != branch:
                         continue
                     if record.id in returned and returned[record.id] != record:

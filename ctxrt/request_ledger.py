@@ -712,7 +712,8 @@ class RequestEncoder:
         # Taken up by ``wrote`` only: a record refused after this is not the next one's base.
         follows = result._follows
         token = follows.token if follows is not None and follows.describes(result) else None
-        self._made = (self.chain + 1 if shared.keep else 0, messages, sources, state, token)
+        # The list copied (pointers, in C): the host may change the result's after it is recorded.
+        self._made = (self.chain + 1 if shared.keep else 0, list(messages), sources, state, token)
         return base, shared, head, tail, state
 
     def followed(self, result: CompileResult) -> Shared | None:

@@ -414,3 +414,32 @@ async def test_a_message_the_host_added_to_the_results_list_is_recorded_as_sent(
     assert record.parts[-1].message is None and record.parts[-1].sources == ()
     assert (await m.rebuild_request(record)).matches
     await m.aclose()
+
+
+@pytest.mark.parametrize("change", ["put back", "insert", "clear"])
+async def test_a_host_changing_a_recorded_results_list_leaves_the_next_record_sound(
+        rt: ctxrt.Runtime, change: str) -> None:
+    """Q1, Q5: a host that changes the list of a result it recorded (its last message taken off
+    before the record and put back after, a message put first, the list cleared) and records the
+    next turn: that record is kept against what the last one sent, the ledger reads back, and the
+    record rebuilds to the body sent."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    for n in range(4):
+        await m.add_message("user" if n % 2 else "Claude", f"turn {n}")
+    first = await m.compile(BUDGET)
+    last = first.messages.pop() if change == "put back" else None
+    await m.record_request(first, form="anthropic", options={"assistant": "Claude"})
+    if last is not None:
+        first.messages.append(last)
+    elif change == "insert":
+        first.messages.insert(0, first.messages[-1])
+    else:
+        first.messages.clear()
+    await m.add_message("user", "the next turn")
+    second = await m.compile(BUDGET)
+    sent = second.to_anthropic(assistant="Claude")
+    record = await m.record_request(second, form="anthropic", options={"assistant": "Claude"})
+    assert [record] == (await m.requests())[-1:]
+    rebuilt = await m.rebuild_request(record)
+    assert rebuilt.matches and rebuilt.body == sent
+    await m.aclose()
