@@ -293,7 +293,11 @@ def main() -> None:
         made = stores(kind)
         for seed in seeds:
             captured.clear()
-            failures, log, checked = trio.run(session, next(made), seed)
+            store = next(made)
+            failures, log, checked = trio.run(session, store, seed)
+            report = verify(str(store))
+            if report.status != "sound":
+                failures.append(f"verify: {report}")
             fast = captured[:]
             captured.clear()
             with scan_only():
