@@ -118,8 +118,9 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
         a = await rt.open("agents/ann", view_reader="ann", ledger=True)
         a2 = await rt.open("agents/ann", view_reader="ann", ledger=True)
         b = await rt.open("agents/bob", view_reader="bob", ledger=True)
-        managers = [a, a2, b]
-        s.names.update({id(a): "a", id(a2): "a2", id(b): "b"})
+        c = await rt.open("agents/cat", view_reader="ann", ledger=True)  # ann's view of the slot, shared
+        managers = [a, a2, b, c]
+        s.names.update({id(a): "a", id(a2): "a2", id(b): "b", id(c): "c"})
         ids: dict[int, list[str]] = {id(m): [] for m in managers}
         budget = Budget(max_tokens=rng.choice([400, 1200, 10_000]), reserve_for_response=100)
         pending: list[tuple[ctxrt.ContextManager, ctxrt.CompileResult, int]] = []
@@ -157,11 +158,11 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
                 elif op < 0.51:
                     await m.set_strategy(rng.choice([WindowedPassthrough(), ctxrt.Passthrough()]))
                     log.append(f"{step}: strategy")
-                elif op < 0.53 and m is not b:
+                elif op < 0.53 and m in (a, a2):
                     name = await a.fork(f"f{seed}-{step}")
                     await a.switch_branch(name) if rng.random() < 0.5 else None
                     log.append(f"{step}: fork")
-                elif op < 0.55 and m is not b:
+                elif op < 0.55 and m in (a, a2):
                     branches = [x.name for x in await a.list_branches()]
                     await rng.choice([a, a2]).switch_branch(rng.choice(branches))
                     log.append(f"{step}: switch")
@@ -229,7 +230,7 @@ async def session(store: str, seed: int) -> tuple[list[str], list[str], int]:
         for m in managers:
             await m.aclose()
     async with open_runtime(store, durability="os") as rt2:
-        for ns, reader in (("agents/ann", "ann"), ("agents/bob", "bob")):
+        for ns, reader in (("agents/ann", "ann"), ("agents/bob", "bob"), ("agents/cat", "ann")):
             m = await rt2.open(ns, view_reader=reader)
             for branch in [x.name for x in await m.list_branches()]:
                 await m.switch_branch(branch)

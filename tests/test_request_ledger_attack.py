@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import sys
 import types
 from collections.abc import AsyncIterator
@@ -15,6 +16,8 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ctxrt
 from ctxrt import Budget, RequestRecord, Text, open_runtime
@@ -442,4 +445,42 @@ async def test_a_host_changing_a_recorded_results_list_leaves_the_next_record_so
     assert [record] == (await m.requests())[-1:]
     rebuilt = await m.rebuild_request(record)
     assert rebuilt.matches and rebuilt.body == sent
+    await m.aclose()
+
+
+# A turn: who speaks next (None: no one), and the injection its compile carries (none, one of each
+# position, a message injection at a depth).
+_turns = st.lists(st.tuples(st.sampled_from([None, "user", "carol", "Claude"]),
+                            st.sampled_from([None, "before_user", "after_user", "system", 0, 1, 2, 3])),
+                  min_size=1, max_size=12)
+_stores = itertools.count()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_turns)
+async def test_records_of_turns_with_injections_each_hold_the_digest_of_the_body_sent(
+        store_path: Path, turns: list[Any]) -> None:
+    """Q1, Q5, P14: turns of any speakers, each compile with or without an injection (which may join
+    a turn the last body sent whole, or part one): each record's digest is the body the host sent,
+    and each rebuild matches it."""
+    async with open_runtime(store_path / f"s{next(_stores)}", durability="os") as rt:
+        await _injected_turns(rt, turns)
+
+
+async def _injected_turns(rt: ctxrt.Runtime, turns: list[Any]) -> None:
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "the start")
+    for n, (speaker, injection) in enumerate(turns):
+        if speaker is not None:
+            await m.add_message(speaker, f"{speaker} {n}")
+        if isinstance(injection, int):
+            result = await m.compile(BUDGET, message_injections=[ctxrt.MessageInjection("note", f"m{n}", injection)])
+        elif injection is not None:
+            result = await m.compile(BUDGET, injections=[ctxrt.Injection("notes", injection, f"i{n % 2}")])
+        else:
+            result = await m.compile(BUDGET)
+        sent = result.to_anthropic(assistant="Claude")
+        record = await m.record_request(result, form="anthropic", options={"assistant": "Claude"})
+        assert record.body_digest == body_digest(sent)
+        assert (await m.rebuild_request(record)).matches
     await m.aclose()
