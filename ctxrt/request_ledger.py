@@ -691,6 +691,8 @@ class RequestEncoder:
         """(base record id, the run shared with it, the parts before it, the parts after it, the
         request's parts) for ``result``, recorded at store sequence ``version``."""
         messages, sources = result.messages, result.provenance.messages
+        if len(sources) < len(messages):  # the host added messages to the result's list: from no source
+            sources = (*sources, *((),) * (len(messages) - len(sources)))
         shared = Shared()
         if self.record_id is not None and not self.in_flight and self.chain < CHAIN:
             found = self.followed(result)
@@ -710,7 +712,8 @@ class RequestEncoder:
         # Taken up by ``wrote`` only: a record refused after this is not the next one's base.
         follows = result._follows
         token = follows.token if follows is not None and follows.describes(result) else None
-        self._made = (self.chain + 1 if shared.keep else 0, messages, sources, state, token)
+        # The list copied (pointers, in C): the host may change the result's after it is recorded.
+        self._made = (self.chain + 1 if shared.keep else 0, list(messages), sources, state, token)
         return base, shared, head, tail, state
 
     def followed(self, result: CompileResult) -> Shared | None:

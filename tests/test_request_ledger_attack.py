@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import sys
 import types
 from collections.abc import AsyncIterator
@@ -15,6 +16,8 @@ from typing import Any
 import attrs
 import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ctxrt
 from ctxrt import Budget, RequestRecord, Text, open_runtime
@@ -373,5 +376,111 @@ async def test_a_host_editing_and_growing_its_bodies_leaves_each_records_digest_
     found = {record.id: record for record in await m.requests(limit=1000)}
     for record, _ in made[::7]:
         assert found[record.id] == record
+        assert (await m.rebuild_request(record)).matches
+    await m.aclose()
+
+
+async def test_an_injection_joining_a_turn_the_last_body_sent_whole_leaves_the_digest_the_bodys(
+        rt: ctxrt.Runtime) -> None:
+    """Q1, Q5, P14: an ``after_user`` injection that joins the user turn the last body sent whole
+    (that turn made again, the assistant's after it taken as it was): the record's digest is the
+    digest of the body the host sent, and the rebuild matches it."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "the question")
+    await m.add_message("Claude", "the answer")
+    first = await m.compile(BUDGET)
+    await m.record_request(first, form="anthropic", options={"assistant": "Claude"})
+    second = await m.compile(BUDGET, injections=[ctxrt.Injection("notes", "after_user", "a note")])
+    sent = second.to_anthropic(assistant="Claude")
+    record = await m.record_request(second, form="anthropic", options={"assistant": "Claude"})
+    assert record.body_digest == body_digest(sent) == body_digest(_afresh(second, "anthropic"))
+    rebuilt = await m.rebuild_request(record)
+    assert rebuilt.matches and rebuilt.body == sent
+    await m.aclose()
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+async def test_a_message_the_host_added_to_the_results_list_is_recorded_as_sent(
+        rt: ctxrt.Runtime, form: str) -> None:
+    """Q1, Q5: a host that appends a message of its own to a result's list before recording it
+    (the list is the host's): the record keeps that message's content (it came from no stored
+    message), its digest is the body's, and the rebuild matches."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "the question")
+    await m.record_request(await m.compile(BUDGET), form=form, options=FORMS[form])
+    await m.add_message("Claude", "the answer")
+    result = await m.compile(BUDGET)
+    result.messages.append(ctxrt.CompiledMessage("user", (Text("the host's own"),)))
+    sent = getattr(result, f"to_{form}")(**FORMS[form])
+    record = await m.record_request(result, form=form, options=FORMS[form])
+    assert record.body_digest == body_digest(sent)
+    assert record.parts[-1].message is None and record.parts[-1].sources == ()
+    assert (await m.rebuild_request(record)).matches
+    await m.aclose()
+
+
+@pytest.mark.parametrize("change", ["put back", "insert", "clear"])
+async def test_a_host_changing_a_recorded_results_list_leaves_the_next_record_sound(
+        rt: ctxrt.Runtime, change: str) -> None:
+    """Q1, Q5: a host that changes the list of a result it recorded (its last message taken off
+    before the record and put back after, a message put first, the list cleared) and records the
+    next turn: that record is kept against what the last one sent, the ledger reads back, and the
+    record rebuilds to the body sent."""
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    for n in range(4):
+        await m.add_message("user" if n % 2 else "Claude", f"turn {n}")
+    first = await m.compile(BUDGET)
+    last = first.messages.pop() if change == "put back" else None
+    await m.record_request(first, form="anthropic", options={"assistant": "Claude"})
+    if last is not None:
+        first.messages.append(last)
+    elif change == "insert":
+        first.messages.insert(0, first.messages[-1])
+    else:
+        first.messages.clear()
+    await m.add_message("user", "the next turn")
+    second = await m.compile(BUDGET)
+    sent = second.to_anthropic(assistant="Claude")
+    record = await m.record_request(second, form="anthropic", options={"assistant": "Claude"})
+    assert [record] == (await m.requests())[-1:]
+    rebuilt = await m.rebuild_request(record)
+    assert rebuilt.matches and rebuilt.body == sent
+    await m.aclose()
+
+
+# A turn: who speaks next (None: no one), and the injection its compile carries (none, one of each
+# position, a message injection at a depth).
+_turns = st.lists(st.tuples(st.sampled_from([None, "user", "carol", "Claude"]),
+                            st.sampled_from([None, "before_user", "after_user", "system", 0, 1, 2, 3])),
+                  min_size=1, max_size=12)
+_stores = itertools.count()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_turns)
+async def test_records_of_turns_with_injections_each_hold_the_digest_of_the_body_sent(
+        store_path: Path, turns: list[Any]) -> None:
+    """Q1, Q5, P14: turns of any speakers, each compile with or without an injection (which may join
+    a turn the last body sent whole, or part one): each record's digest is the body the host sent,
+    and each rebuild matches it."""
+    async with open_runtime(store_path / f"s{next(_stores)}", durability="os") as rt:
+        await _injected_turns(rt, turns)
+
+
+async def _injected_turns(rt: ctxrt.Runtime, turns: list[Any]) -> None:
+    m = await rt.open("agents/ann", view_reader="ann", ledger=True)
+    await m.add_message("user", "the start")
+    for n, (speaker, injection) in enumerate(turns):
+        if speaker is not None:
+            await m.add_message(speaker, f"{speaker} {n}")
+        if isinstance(injection, int):
+            result = await m.compile(BUDGET, message_injections=[ctxrt.MessageInjection("note", f"m{n}", injection)])
+        elif injection is not None:
+            result = await m.compile(BUDGET, injections=[ctxrt.Injection("notes", injection, f"i{n % 2}")])
+        else:
+            result = await m.compile(BUDGET)
+        sent = result.to_anthropic(assistant="Claude")
+        record = await m.record_request(result, form="anthropic", options={"assistant": "Claude"})
+        assert record.body_digest == body_digest(sent)
         assert (await m.rebuild_request(record)).matches
     await m.aclose()

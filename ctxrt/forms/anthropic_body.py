@@ -109,6 +109,9 @@ class _Assembly:
         body = self.body
         start, end = body.starts.pop() + body.base, body.ends.pop() + body.base
         turn = body.turns.pop()
+        runs = body.runs
+        if runs and runs[-1][0] + runs[-1][2] > len(body.turns):  # a taken turn made again: the run ends before it
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] - 1)
         count, ours = 0, cast(tuple[dict[str, Any], ...], ())
         if body.marked and body.marked[-1] == len(body.turns):
             body.marked.pop()
@@ -254,18 +257,8 @@ def _assemble(messages: Sequence[CompiledMessage], speakers: Collection[str], ol
     assembly.close()
     if old is not None:
         body.prior = old.token
-        body.runs = [run for run in map(partial(_still_taken, body.turns, old.turns), body.runs) if run[2]]
+        body.runs = [run for run in body.runs if run[2]]
     return body
-
-
-def _still_taken(turns: list[dict[str, Any]], was: list[dict[str, Any]],
-                 run: tuple[int, int, int]) -> tuple[int, int, int]:
-    """``run`` less the turn at its end a later part reopened (popped, merged and made again): a
-    turn is reopened only while it is the last, so only a run's last one can have been."""
-    to, first, count = run
-    if count and (to + count > len(turns) or turns[to + count - 1] is not was[first + count - 1]):
-        count -= 1
-    return to, first, count
 
 
 def _take_run(assembly: _Assembly, old: _Body, i: int, j: int, length: int, remade: list[int]) -> None:
