@@ -4,6 +4,7 @@ entry lists sharing ``Entry`` objects, as strategies hand them over between turn
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -269,6 +270,20 @@ def test_the_stable_prefix_after_a_compile_with_an_injection_counts_from_what_th
     assert second.stable_prefix_tokens == stable_prefix_tokens(first, second.messages, second.system_injections) > 0
 
 
+def _compiles(kinds: list[str], start: list[tuple[int, str]], steps: list[tuple[Any, ...]]) -> Iterator[CompileResult]:
+    """The results of compiling through one memo the entries ``start`` picks, then after each step."""
+    pool = Pool(kinds)
+    size = len(kinds)
+    memo = CompileMemo()
+    entries = [pool.entry(k % size, variant) for k, variant in start]
+    injected: dict[str, Any] = {}
+    for step in [("append", [])] + steps:
+        entries, which = _apply(step, entries, pool, size)
+        if which is not None:
+            injected = _injections(which)
+        yield _build(entries, pool, memo, injected)
+
+
 @settings(max_examples=150)
 @given(kinds=st.lists(st.sampled_from(KINDS), min_size=1, max_size=30), start=picks, steps=steps,
        recorded=st.lists(st.sampled_from((True, True, True, False)), min_size=15, max_size=15),
@@ -281,17 +296,8 @@ def test_the_run_a_compile_hands_the_ledger_is_the_run_a_scan_finds(
     byte, whatever came between (trims, appends, splices, moved markers, edits, tool repairs,
     injections, a compile not recorded, the host's list cleared, or a message in it replaced before
     it was recorded); where it is known, the scan finds that same run."""
-    pool = Pool(kinds)
-    size = len(kinds)
-    memo = CompileMemo()
-    entries = [pool.entry(k % size, variant) for k, variant in start]
-    injected: dict[str, Any] = {}
     hinted, scanned = RequestEncoder(), RequestEncoder()
-    for n, step in enumerate([("append", [])] + steps):
-        entries, which = _apply(step, entries, pool, size)
-        if which is not None:
-            injected = _injections(which)
-        result = _build(entries, pool, memo, injected)
+    for n, result in enumerate(_compiles(kinds, start, steps)):
         if not recorded[n]:  # a compile the host doesn't record (a dry run, say): the next one's hint is not for it
             continue
         at = replaced[n]
@@ -323,18 +329,9 @@ def test_the_turns_a_body_takes_from_the_last_give_the_digest_a_scan_gives(
     afresh, whatever came between (a body the host made first of the same result, a compile
     whose body was not recorded, trims, splices, moved markers, tool turns, injections); where
     it is known, the run of shared items is the run the scan finds."""
-    pool = Pool(kinds)
-    size = len(kinds)
-    memo = CompileMemo()
-    entries = [pool.entry(k % size, variant) for k, variant in start]
-    injected: dict[str, Any] = {}
     hinted, scanned = BodyDigests(), BodyDigests()
     last: list[Any] = []  # the items of the last body digested
-    for n, step in enumerate([("append", [])] + steps):
-        entries, which = _apply(step, entries, pool, size)
-        if which is not None:
-            injected = _injections(which)
-        result = _build(entries, pool, memo, injected)
+    for n, result in enumerate(_compiles(kinds, start, steps)):
         try:
             if recorded[n] == "host's first":
                 result.to_anthropic(assistant="assistant")
