@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
 import trio
 
+import ctxrt
 from ctxrt.errors import StoreCorruptError
 from ctxrt import Runtime, open_runtime
 from ctxrt.testing import (
@@ -26,6 +28,7 @@ from ctxrt.testing import (
     CreateBranch,
     EditItem,
     RegisterState,
+    ScriptedModel,
     SetValue,
     keys,
     prepare_append,
@@ -207,3 +210,62 @@ async def test_verify_reports_damaged_messages_and_blobs(tmp_path: Path, damage:
     expected = {"message not JSON": "doesn't decode", "blob bytes changed": "don't hash to its key",
                 "blob missing": "which is not stored"}[damage]
     assert any(expected in item.what for item in report.damage), report.lines()
+
+
+class ImageAsker(ctxrt.Strategy):
+    """Raw selection; each tick asks the model about the namespace's messages as stored, images and
+    all (their bytes read back by the actor as the call goes out, M13)."""
+
+    name = "image-asker"
+    marks_compression_reads = True
+
+    def __init__(self) -> None:
+        self.outcomes: list[Any] = []
+
+    def select(self, view: ctxrt.MessageView, budget: Any, options: ctxrt.SelectOptions) -> list[ctxrt.Entry]:
+        return [ctxrt.Entry(m.participant, m.content, (m.id,)) for m in view.get_all()]
+
+    def next_unit(self, ctx: ctxrt.StrategyContext) -> ctxrt.Unit:
+        return ctxrt.Unit("ask", 0)
+
+    def request_for(self, unit: ctxrt.Unit, ctx: ctxrt.StrategyContext) -> ctxrt.ModelRequest:
+        return ctxrt.ModelRequest("test-model", None, [ctxrt.CompiledMessage("user", m.content, (m.id,))
+                                                       for m in ctx.view.get_all()], 16)
+
+    def apply_unit(self, unit: ctxrt.Unit, outcome: Any, ctx: ctxrt.StrategyContext) -> bool:
+        self.outcomes.append(outcome)
+        return True
+
+
+async def test_a_unit_whose_image_blob_is_damaged_fails_as_a_model_error_and_the_runtime_goes_on(
+    tmp_path: Path,
+) -> None:
+    """K7, M13: a compression request whose image's stored bytes can't be read back (a damaged blob
+    record) fails its unit as a non-retryable ModelError naming the blob; no model is asked, and
+    the actor and the runtime go on serving (a compile of the image raises StoreCorruptError)."""
+    store = tmp_path / "store"
+    picture = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                           "data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"}}
+    with trio.fail_after(20):
+        async with open_runtime(store) as rt:
+            await (await rt.open("ns")).add_message("user", [picture])
+        data, blobs, _ = prepare_append("user", [picture])
+        sha = bytes.fromhex(blobs[0][0])
+
+        def damage(txn: lmdb.Transaction, dbs: dict[bytes, object]) -> None:
+            txn.put(sha, b"\xff\xfe not a media type\x00bytes", db=dbs[keys.DB_BLOBS])
+
+        patch(store, damage)
+        strategy, model = ImageAsker(), ScriptedModel(lambda request: "seen")
+        async with open_runtime(store, model=model) as rt:
+            manager = await rt.open("ns", strategy=strategy)
+            await manager.tick()
+            [outcome] = strategy.outcomes
+            assert isinstance(outcome, ctxrt.ModelError) and not outcome.retryable
+            assert f"blob {blobs[0][0]} can't be read" in str(outcome) and model.requests == []
+            await manager.add_message("user", "still served")
+            with pytest.raises(StoreCorruptError, match=f"blob {blobs[0][0]} can't be read"):
+                await manager.compile()  # a compile of the image names the damage to its caller
+            other = await rt.open("other", isolate=True)  # a conversation of its own
+            await other.add_message("user", "served too")
+            assert len((await other.compile()).messages) == 1

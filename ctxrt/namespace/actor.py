@@ -317,6 +317,9 @@ async def _complete(
     except StoreUnavailableError as exc:
         ref.tell(UnitDone(epoch, unit, exc, 0.0))
         return
+    except CtxrtError as exc:  # a damaged blob: the unit fails, as a model's error, and the actor goes on
+        ref.tell(UnitDone(epoch, unit, ModelError(f"the request's media couldn't be read: {exc}", retryable=False), 0.0))
+        return
     with scope, tracing.model_call(span, model, request) as call:
         outcome: Any
         started = trio.current_time()
