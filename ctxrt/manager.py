@@ -602,7 +602,8 @@ class ContextManager:
         included. In a writing runtime on LMDB they come from each commit; a read-only runtime, or
         any runtime on a PostgreSQL store (other processes write it), looks at the slot's head every
         ``poll_interval_s`` and reports what changed since (another process's
-        appends in order; a rewrite as its removals, edits and appends). The channel buffers without
+        appends in order; a rewrite as its removals, edits and appends; through an outage it keeps
+        looking, L10). The channel buffers without
         bound (a slow reader costs memory, never an event) and closes (a reader's ``async for``
         ends, after the events already sent) when the block exits, when this manager or its
         runtime closes, when the branch is deleted (a read-only runtime notices that at its

@@ -12,6 +12,7 @@ this runtime sounds them through; they need no store, so they reach a poller's c
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -19,10 +20,13 @@ from typing import Union
 
 import trio
 
+from .errors import StoreUnavailableError
 from .events import Added, MessageEvent, QuarantineAlarm, diff
 from .namespace.registry import NamespaceRegistry
 from .slots import SlotCache
 from .store.records import LogHead
+
+logger = logging.getLogger("ctxrt.subscriptions")
 
 POLL_INTERVAL_S = 0.05  # how often a read-only runtime's subscription looks at the slot's head
 
@@ -77,19 +81,31 @@ async def _poll(
 ) -> None:
     """A read-only runtime's subscription: at each look, one head read, then what changed between
     the last look's revision and this one's, each read as of its revision (a write landing while
-    it looks waits for the next look). Cancelling ``scope`` stops it (the subscription ended)."""
+    it looks waits for the next look). Cancelling ``scope`` stops it (the subscription ended).
+    While the store is unreachable it keeps looking (L10): what changed meanwhile is reported at
+    its first look after, from the last head it saw, so the outage costs no event."""
+    waiting = False
     with scope, send:
         while True:
             await trio.sleep(interval)
-            if slot.engine.branch_deleted(slot.branch_id):
-                return  # the branch is gone: the subscription ends
-            now = slot.head_now()
-            if now.revision == head.revision:
+            try:
+                if slot.engine.branch_deleted(slot.branch_id):
+                    return  # the branch is gone: the subscription ends
+                now = slot.head_now()
+                if now.revision == head.revision:
+                    events: list[MessageEvent] = []
+                elif now.rewrite_revision == head.rewrite_revision:  # appends only: the new tail, oldest first
+                    events = [Added(m) for m in slot.as_of(now.revision, start=head.length)]
+                else:
+                    events = diff(slot.as_of(head.revision), slot.as_of(now.revision))
+            except StoreUnavailableError as exc:
+                if not waiting:
+                    logger.warning("a subscription to %r waits for the store: %s", slot.state, exc.reason)
+                waiting = True
                 continue
-            if now.rewrite_revision == head.rewrite_revision:  # appends only: the new tail, oldest first
-                events: list[MessageEvent] = [Added(m) for m in slot.as_of(now.revision, start=head.length)]
-            else:
-                events = diff(slot.as_of(head.revision), slot.as_of(now.revision))
+            if waiting:
+                logger.warning("a subscription to %r: the store answers again", slot.state)
+                waiting = False
             for event in events:
                 send.send_nowait(event)
             head = now

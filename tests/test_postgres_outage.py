@@ -283,3 +283,32 @@ async def test_a_compression_request_whose_media_meets_the_outage_waits_for_the_
             assert [image.source["data"] for image in images] == [png(1)]
             await other.add_message("user", "still served")
             assert strategy.replies == ["a screenshot"]
+
+
+async def test_a_subscription_rides_out_an_outage_and_reports_what_was_written_after_it(
+    pg_url: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """L10, A7: a subscription on a PostgreSQL store (its poller looks at the slot's head) goes on
+    looking while the server refuses connections, saying once that it waits for the store; once
+    the server answers, what another process appends reaches it, each once, in order, and the
+    block never raised."""
+    outage = Outage(pg_url)
+    with trio.fail_after(GUARD_S):
+        async with ctxrt.open_runtime(pg_url) as rt:
+            manager = await rt.open("ns")
+            await manager.add_message("user", "before")
+            async with manager.subscribe(poll_interval_s=0.01) as events:
+                outage.begin()
+                try:
+                    while not any("waits for the store" in r.getMessage() for r in caplog.records):
+                        await trio.sleep(0.01)  # until the poller met the outage
+                finally:
+                    outage.end()
+                async with ctxrt.open_runtime(pg_url) as writer:
+                    other = await writer.open("ns")
+                    for text in ("after 1", "after 2"):
+                        await other.add_message("user", text)
+                seen = [await events.receive(), await events.receive()]
+            assert [type(event) for event in seen] == [ctxrt.Added, ctxrt.Added]
+            assert [event.message.content[0].text for event in seen] == ["after 1", "after 2"]
+            assert any("answers again" in r.getMessage() for r in caplog.records)
