@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -410,6 +411,13 @@ def _first_leaf(group: BaseExceptionGroup[Any]) -> BaseException:
     return inner
 
 
+def _interrupted(error: BaseException | None) -> bool:
+    """Whether the block ends for a Ctrl-C (raised in it, alone or among others)."""
+    if isinstance(error, BaseExceptionGroup):
+        return error.subgroup(KeyboardInterrupt) is not None
+    return isinstance(error, KeyboardInterrupt)
+
+
 @asynccontextmanager
 async def _unwrapped(path: object) -> AsyncIterator[None]:
     """Re-raise a lone exception from the runtime's nursery as itself, not as a group of one, and a
@@ -497,6 +505,8 @@ async def open_runtime(
             finally:
                 if runtime._steps is not None:
                     trio.lowlevel.remove_instrument(runtime._steps)
+                if runtime._store is not None:
+                    runtime._store.closing(_interrupted(sys.exc_info()[1]))
                 if runtime._store is not None and runtime._namespaces.ledger.pending:
                     with trio.CancelScope(shield=True):  # the request records still waiting (Q1)
                         try:

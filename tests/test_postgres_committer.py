@@ -4,8 +4,11 @@ server (K16, L3, L8, M1)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -272,3 +275,65 @@ async def test_a_connection_lost_during_the_batch_says_whether_it_committed_is_u
         threading.settrace(None)  # type: ignore[arg-type]
     assert "whether it committed is unknown" in str(refused.value), str(refused.value)
     assert await stored_texts(pg_url, "ann") == ["first", "last"]
+
+
+CLOSER = Path(__file__).parent / "pg_stalled_closer.py"
+
+
+def close_under_a_stalled_server(url: str, mode: str, bound_s: float) -> tuple[dict[str, Any], list[str]]:
+    """Run pg_stalled_closer.py in ``mode``, its database's server sessions stopped (SIGSTOP) once it
+    is ready, until it says how it ended (within a minute, or the test fails); then resume them.
+    What it said last, and what its stderr logged."""
+    process = subprocess.Popen([sys.executable, str(CLOSER), url, mode, str(bound_s)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped: list[int] = []
+    try:
+        assert process.stdout is not None and process.stdin is not None
+        assert json.loads(process.stdout.readline()) == {"ready": True}
+        with psycopg.connect(url, autocommit=True) as admin:
+            stopped = [pid for (pid,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")]
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        try:
+            out, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            out, err = process.communicate()
+            pytest.fail(f"the host's close waited for the stalled server for a minute: {out!r} {err[-2000:]!r}")
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[0] == {"closing": True}, out
+    return lines[-1], err.splitlines()
+
+
+async def test_a_close_cuts_a_batch_the_stalled_server_never_answers_after_its_bound(pg_url: str) -> None:
+    """K16, L3: the runtime closed while its server's sessions are stopped (SIGSTOP) with a
+    cancelled caller's append out: the close waits the engine's bound for it (CLOSE_BATCH_S, here
+    1 s), then cuts it, saying so, and returns (it waited for good before); once the server goes on,
+    the store holds what was acknowledged and nothing of the cut batch (it never reached a COMMIT)."""
+    ended, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "close", 1.0)
+    assert ended["closed"] and 1.0 <= ended["seconds"] < 30, ended
+    assert any("hasn't answered a batch in 1 s; cutting it" in line for line in logged), logged
+    assert await stored_texts(pg_url, "ann") == ["warm"]
+
+
+async def test_a_ctrl_c_while_the_stalled_server_holds_a_batch_ends_the_host_within_a_second_or_so(
+    pg_url: str,
+) -> None:
+    """K16, L8: a Ctrl-C (a real SIGINT) while the server's sessions are stopped with an append's
+    batch out: the host's run ends in KeyboardInterrupt once the batch has been out LEASE_CLOSE_S
+    (1 s), not the close's 30 s bound (left at its default here), nor never, as before; the store
+    then holds what was acknowledged."""
+    ended, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "interrupt", 30.0)
+    assert ended["interrupted"] and ended["seconds"] < 20, ended
+    assert any("hasn't answered a batch in 1 s; cutting it" in line for line in logged), logged
+    assert await stored_texts(pg_url, "ann") == ["warm"]

@@ -87,6 +87,8 @@ INTERNAL_IMPORTS: dict[str, tuple[frozenset[str], str]] = {
                                _UNIT + " (the engine's leases and their fencing check, engine by engine)"),
     "pg_lease_holder.py": (frozenset({"ctxrt.store.postgres"}),
                            "a host process whose lease length its test sets (the engine's default, before the open)"),
+    "pg_stalled_closer.py": (frozenset({"ctxrt.store.postgres"}),
+                             "a host process whose close bound its test sets (the engine's default, before the open)"),
     "test_postgres_ordering.py": (frozenset({"ctxrt.store.postgres"}),
                                   _UNIT + " (the engine's visible horizon, last_sequence, read as the ordering contract states it)"),
     "typecheck/engines.py": (frozenset({"ctxrt.store.engine", "ctxrt.store.interface", "ctxrt.store.postgres"}),

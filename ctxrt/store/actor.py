@@ -129,6 +129,11 @@ class StoreRef:
         """
         return self._mailbox.ask(command, alone=self._alone)
 
+    def closing(self, interrupted: bool) -> None:
+        """The runtime begins to close (before its last writes; ``interrupted``: for a Ctrl-C): a
+        batch its server doesn't answer is not waited for without end (``Committer.closing``)."""
+        self._committer.closing(interrupted)
+
     def close(self) -> None:
         """Refuse new commands; the actor answers what is queued, then stops."""
         self._mailbox.close()

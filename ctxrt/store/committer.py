@@ -29,6 +29,8 @@ as long).
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -69,6 +71,10 @@ class Committer(Protocol):
     def stop(self) -> None:
         """After the last: nothing of it is left running, and the store may be closed. Idempotent."""
 
+    def closing(self, interrupted: bool) -> None:
+        """The runtime begins to close (``interrupted``: for a Ctrl-C): a commit that waits on a
+        server is not waited for without end (``ThreadCommitter``); the others need nothing."""
+
     async def settle(self) -> None:
         """Before ``stop``: wait (shielded from cancellation) for a commit a lone caller handed over
         from its own task (``commit_lone``) to land."""
@@ -99,6 +105,9 @@ class InlineCommitter:
     def stop(self) -> None:
         """Nothing to stop."""
 
+    def closing(self, interrupted: bool) -> None:
+        """Nothing waits on a server."""
+
     async def settle(self) -> None:
         """Nothing to wait for: a lone caller's commit (``commit_now``) is over when it returns."""
 
@@ -121,8 +130,17 @@ class ThreadCommitter:
     (the module doc). A lone caller hands its batch to the thread from its own task
     (``commit_lone``), sparing it the hop to the actor and back."""
 
-    def __init__(self, apply: Apply) -> None:
+    def __init__(self, apply: Apply, *, cut: Callable[[], None] | None = None,
+                 cut_after_s: tuple[float, float] = (0.0, 0.0)) -> None:
         self._apply = apply
+        # From the close on, a batch the server hasn't answered in ``cut_after_s`` (the first; the
+        # second when a Ctrl-C closes the runtime: its host wants out) is cut (``cut``, from a
+        # timer's thread: it fails the batch's wait, and the engine sends no later one), so a
+        # stalled server can't hold the close, nor the Ctrl-C it defers, for good.
+        self._cut = cut
+        self._cut_after_s = cut_after_s[0]
+        self._cut_bounds = cut_after_s
+        self._cutter: threading.Timer | None = None
         self._thread = CommitThread()
         self._turns = GiveTurns(self._thread, self._fast)
         self._instrumented = False
@@ -131,6 +149,7 @@ class ThreadCommitter:
         # One batch on the thread at a time, the actor's or a lone caller's: from its hand-over to
         # the reading of what it did (``_landed``).
         self._out = False
+        self._out_since = 0.0
         self._released = trio.lowlevel.ParkingLot()
         self._applied: Applied | None = None  # what the batch on the thread did, set there
 
@@ -141,10 +160,36 @@ class ThreadCommitter:
 
     def stop(self) -> None:
         """Waits for a batch still on the thread, and ends the thread."""
+        if self._cutter is not None:
+            self._cutter.cancel()
         if self._instrumented:
             trio.lowlevel.remove_instrument(self._turns)
             self._instrumented = False
         self._thread.stop()
+
+    def closing(self, interrupted: bool) -> None:
+        """From now on, a batch out longer than the bound (a lone caller's, the actor's, the request
+        records') is cut, and later ones refused by the engine."""
+        if self._cut is not None and self._cutter is None:
+            self._cut_after_s = self._cut_bounds[interrupted]
+            self._arm(self._cut_after_s)
+
+    def _arm(self, after_s: float) -> None:
+        self._cutter = threading.Timer(after_s, self._cut_out)
+        self._cutter.daemon = True
+        self._cutter.start()
+
+    def _cut_out(self) -> None:
+        """The timer's thread: cut the batch out if it has been out the bound, else look again when
+        the one out (or the next) would have been."""
+        assert self._cut is not None
+        waited = time.monotonic() - self._out_since
+        if not self._out or waited < self._cut_after_s:
+            self._arm(self._cut_after_s - waited if self._out else self._cut_after_s)
+            return
+        logger.warning("closing the store: the server hasn't answered a batch in %g s; cutting it (whether it "
+                       "committed is for the server to say) and refusing any later one", self._cut_after_s)
+        self._cut()
 
     async def settle(self) -> None:
         """Wait, shielded, for a lone caller's batch still on the thread to land."""
@@ -155,7 +200,7 @@ class ThreadCommitter:
     async def commit(self, commands: list[Any]) -> Applied:
         while self._out:  # a lone caller's batch is out: it lands first
             await self._released.park()
-        self._out = True
+        self._out, self._out_since = True, time.monotonic()
         try:
             return self._landed(await await_commit(self._thread, self._hand_over(commands)))
         finally:
@@ -167,7 +212,7 @@ class ThreadCommitter:
         ``on_landed`` gets what landed in whichever task landed it, before the caller is answered."""
         if self._out:
             return None
-        self._out = True
+        self._out, self._out_since = True, time.monotonic()
         return self._lone(commands, on_landed)
 
     async def _lone(self, commands: list[Any], on_landed: Callable[[Applied], None]) -> Applied:

@@ -119,6 +119,10 @@ class DurableCommitter:
         self._writer.stop()  # ends the transaction it held: the store can be closed now
         self._engine.stop_writer = None
 
+    def closing(self, interrupted: bool) -> None:
+        """Nothing to cut: a commit out waits on the disk, and a transaction left to a thread would
+        stay open under the environment's close (K9): the close waits for it."""
+
     async def commit(self, commands: list[Any]) -> Applied:
         while self._out:  # a lone caller's commit is out: it lands first
             await self._lone_landed.park()

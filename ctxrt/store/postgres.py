@@ -125,6 +125,11 @@ LEASE_CLOSE_S = 1.0
 # for a lease's length: a pooler gone silent (a host vanished, no RST) never answers, and the
 # renewer, stuck, kept the lease lock every later take and give-back of the loop waited for.
 LEASE_STATEMENT_S = STATEMENT_TIMEOUT_MS / 1000
+# At the runtime's close, a batch the server hasn't answered in this long (a stalled server or
+# pooler, a server down behind one) is cut, and any later one refused: the close returns, and the
+# batch's fate is the server's (a COMMIT it never read rolls back). As long as a healthy server may
+# take for a statement or a lock wait, so a batch it would answer is never cut.
+CLOSE_BATCH_S = STATEMENT_TIMEOUT_MS / 1000  # closed for a Ctrl-C: LEASE_CLOSE_S (its host wants out)
 PREPARE_THRESHOLD = 2  # a writer's statement is prepared at its second use in a batch of appends
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
@@ -166,7 +171,7 @@ class PostgresEngine(Catalog):
     def __init__(self, url: str, *, synchronous: bool = True, create: bool = True,
                  idle_in_transaction_ms: int = IDLE_IN_TRANSACTION_MS, lease_ms: int | None = None,
                  connect_timeout_s: int = CONNECT_TIMEOUT_S, lease_statement_s: float = LEASE_STATEMENT_S,
-                 statement_timeout_ms: int = STATEMENT_TIMEOUT_MS) -> None:
+                 statement_timeout_ms: int = STATEMENT_TIMEOUT_MS, close_batch_s: float | None = None) -> None:
         super().__init__()
         self.url = url
         self._statement_ms = statement_timeout_ms  # the bound of a statement and of a lock wait
@@ -174,6 +179,8 @@ class PostgresEngine(Catalog):
         self._lease_statement_s = lease_statement_s  # how long a take or give-back waits for its answer
         self._idle_ms = idle_in_transaction_ms  # how long the server lets a stalled batch hold its locks
         self._lease_ms = LEASE_MS if lease_ms is None else lease_ms  # the module's, as it is at the open
+        self._close_batch_s = CLOSE_BATCH_S if close_batch_s is None else close_batch_s  # likewise
+        self._cut_off = False  # the close cut a batch the server didn't answer: no later one is sent
         self.data_path = redact(url)
         self._synchronous = synchronous
         self._lock = threading.Lock()  # the read connection is used by one thread at a time
@@ -300,6 +307,9 @@ class PostgresEngine(Catalog):
             f"flight; ctxrt needs PostgreSQL's transaction advisory locks (CockroachDB's, for one, are no-ops; "
             f"server: {' '.join(version.split())[:200]})",
         )
+
+    def _cut_reason(self, outcome: str) -> str:
+        return f"the runtime closed while the server hadn't answered a batch (a stalled server or pooler): it was cut{outcome}"
 
     def _reason(self, exc: BaseException) -> str:
         """What the driver said, on one line, without this URL's password (libpq may quote it)."""
@@ -444,13 +454,15 @@ class PostgresEngine(Catalog):
         raise AssertionError("unreachable")
 
     def _cut_leases(self) -> None:
-        """Fail the lease connection's statement in flight, from another thread: its socket shut
-        (PgBouncer queues a statement for a server that is down; a stalled pooler never answers)."""
-        conn = self._leases
-        if conn is None or conn.closed:
-            return
-        with contextlib.suppress(OSError, psycopg.Error), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
-            sock.shutdown(socket.SHUT_RDWR)
+        """Fail the lease connection's statement in flight, from another thread (PgBouncer queues a
+        statement for a server that is down; a stalled pooler never answers)."""
+        _shut(self._leases)
+
+    def _cut_writer(self) -> None:
+        """The close's cut of a batch the server didn't answer (``ThreadCommitter.closing``), from
+        another thread: the batch fails, reconnecting nothing, and every later one is refused."""
+        self._cut_off = True
+        _shut(self._writer)
 
     def taken_over(self, keys: Sequence[tuple[int, str]]) -> None:
         """Leases a write found taken over: ``holds`` answers False for them from now. No lock: this
@@ -1002,7 +1014,8 @@ class PostgresEngine(Catalog):
 
     def committer(self, execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool]) -> Committer:
         """The store actor's committer: a commit waits on the server, so each batch runs on a thread of its own."""
-        return ThreadCommitter(lambda commands: self.apply(commands, execute, unnested))
+        return ThreadCommitter(lambda commands: self.apply(commands, execute, unnested), cut=self._cut_writer,
+                               cut_after_s=(self._close_batch_s, min(self._close_batch_s, LEASE_CLOSE_S)))
 
     def apply(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any],
@@ -1022,6 +1035,8 @@ class PostgresEngine(Catalog):
         """
         if self.standby:
             raise ReadOnlyStoreError(f"{self.data_path} is a hot standby: it takes no writes (write through its primary)")
+        if self._cut_off:
+            raise StoreUnavailableError(self.data_path, self._cut_reason("; nothing of this one was sent"))
         if self._schema != SCHEMA_VERSION:  # a read-only engine on an older store
             raise StoreUnsupportedError(self.data_path, f"it holds ctxrt schema {self._schema}; a writing "
                                                         f"runtime's open moves it to {SCHEMA_VERSION}")
@@ -1069,6 +1084,9 @@ class PostgresEngine(Catalog):
             reason = self._reason(exc)
             if lost and self._began:  # the rows and the COMMIT go out together: it may have landed
                 reason = f"the connection was lost during the batch; whether it committed is unknown ({reason})"
+            if self._cut_off:
+                raise StoreUnavailableError(self.data_path, self._cut_reason(
+                    "; whether it committed is unknown" if self._began else "; nothing of it was written")) from None
             if lost:
                 try:
                     self._writer = self._connect(self._writer, writer=True)
@@ -1101,7 +1119,7 @@ class PostgresEngine(Catalog):
             self._writer = self._connect(self._writer, writer=True)
             return self._apply(commands, execute, unnested, exclusive, settled)
         except psycopg.OperationalError:
-            if self._began or not (self._writer.broken or self._writer.closed):
+            if self._began or self._cut_off or not (self._writer.broken or self._writer.closed):
                 raise
             self._writer = self._connect(self._writer, writer=True)
             return self._apply(commands, execute, unnested, exclusive, settled)
@@ -1711,6 +1729,15 @@ def _server(conninfo: str) -> str:
 
 def _limit(limit: int) -> int:
     return min(limit, CURRENT)
+
+
+def _shut(conn: psycopg.Connection[Any] | None) -> None:
+    """Fail ``conn``'s statement in flight, from another thread: its socket shut (the thread's wait
+    for an answer ends at once; a stalled server or pooler would never answer it)."""
+    if conn is None or conn.closed:
+        return
+    with contextlib.suppress(OSError, psycopg.Error), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _passwords(url: str) -> set[str]:

@@ -1,0 +1,57 @@
+"""A host process for tests/test_postgres_committer.py: a runtime on a PostgreSQL store whose
+server the test stalls (SIGSTOP) while an append's batch is out, then closed by the host or by a
+Ctrl-C.
+
+argv: url, mode ("close": the append's caller cancelled, then the block ends; "interrupt": a real
+SIGINT while the append is out), and the engine's close bound in seconds (its default, set before
+the open: CLOSE_BATCH_S). Prints one JSON line per step: ``ready`` (after a first append), then,
+once the test wrote a line on stdin and the stalled append is out, ``closing``; at the end
+``closed`` or ``interrupted``, with the seconds since ``closing``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import trio
+
+import ctxrt
+import ctxrt.store.postgres
+
+
+CLOSING: list[float] = []  # when the close began (monotonic)
+
+
+def say(**answer: object) -> None:
+    print(json.dumps(answer), flush=True)
+
+
+async def main(url: str, mode: str) -> None:
+    async with ctxrt.open_runtime(url, durability="sync") as rt:
+        manager = await rt.open("ann", isolate=True)
+        await manager.add_message("user", "warm")
+        say(ready=True)
+        await trio.to_thread.run_sync(sys.stdin.readline)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(manager.add_message, "user", "stalled")
+            await trio.sleep(0.3)  # the batch is out: the server doesn't answer
+            say(closing=True)
+            CLOSING.append(time.monotonic())
+            if mode == "interrupt":
+                os.kill(os.getpid(), signal.SIGINT)
+                await trio.sleep_forever()
+            nursery.cancel_scope.cancel()  # its caller leaves; the batch stays out
+
+
+if __name__ == "__main__":
+    ctxrt.store.postgres.CLOSE_BATCH_S = float(sys.argv[3])
+    try:
+        trio.run(main, sys.argv[1], sys.argv[2])
+    except KeyboardInterrupt:
+        say(interrupted=True, seconds=time.monotonic() - CLOSING[0])
+        sys.exit(130)
+    say(closed=True, seconds=time.monotonic() - CLOSING[0])
