@@ -3,10 +3,12 @@ server the test stalls (SIGSTOP) while an append's batch is out, then closed by 
 Ctrl-C.
 
 argv: url, mode ("close": the append's caller cancelled, then the block ends; "interrupt": a real
-SIGINT while the append is out), and the engine's close bound in seconds (its default, set before
-the open: CLOSE_BATCH_S). Prints one JSON line per step: ``ready`` (after a first append), then,
-once the test wrote a line on stdin and the stalled append is out, ``closing``; at the end
-``closed`` or ``interrupted``, with the seconds since ``closing``.
+SIGINT while the append is out; "read": a compile, whose reads the server doesn't answer, then the
+block ends), and the engine's close and read bounds in seconds (its defaults, set before the open:
+CLOSE_BATCH_S, READ_CUT_S). Prints one JSON line per step: ``ready`` (after a first append), then,
+once the test wrote a line on stdin, ``compiled`` (or ``unavailable``) with its seconds in mode
+"read", and ``closing`` once the stalled append is out; at the end ``closed`` or
+``interrupted``, with the seconds since ``closing``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,16 @@ async def main(url: str, mode: str) -> None:
         await manager.add_message("user", "warm")
         say(ready=True)
         await trio.to_thread.run_sync(sys.stdin.readline)
+        if mode == "read":
+            began = time.monotonic()
+            try:
+                await manager.compile(ctxrt.Budget(max_tokens=10_000))
+                say(compiled=True, seconds=time.monotonic() - began)
+            except ctxrt.StoreUnavailableError as exc:
+                say(unavailable=str(exc), seconds=time.monotonic() - began)
+            say(closing=True)
+            CLOSING.append(time.monotonic())
+            return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(manager.add_message, "user", "stalled")
             await trio.sleep(0.3)  # the batch is out: the server doesn't answer
@@ -49,6 +61,7 @@ async def main(url: str, mode: str) -> None:
 
 if __name__ == "__main__":
     ctxrt.store.postgres.CLOSE_BATCH_S = float(sys.argv[3])
+    ctxrt.store.postgres.READ_CUT_S = float(sys.argv[4])
     try:
         trio.run(main, sys.argv[1], sys.argv[2])
     except KeyboardInterrupt:

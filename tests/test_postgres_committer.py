@@ -280,12 +280,13 @@ async def test_a_connection_lost_during_the_batch_says_whether_it_committed_is_u
 CLOSER = Path(__file__).parent / "pg_stalled_closer.py"
 
 
-def close_under_a_stalled_server(url: str, mode: str, bound_s: float) -> tuple[dict[str, Any], list[str]]:
+def close_under_a_stalled_server(url: str, mode: str, bound_s: float,
+                                 read_s: float = 60.0) -> tuple[list[dict[str, Any]], list[str]]:
     """Run pg_stalled_closer.py in ``mode``, its database's server sessions stopped (SIGSTOP) once it
     is ready, until it says how it ended (within a minute, or the test fails); then resume them.
-    What it said last, and what its stderr logged."""
-    process = subprocess.Popen([sys.executable, str(CLOSER), url, mode, str(bound_s)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    What it said after ``ready``, and what its stderr logged."""
+    process = subprocess.Popen([sys.executable, str(CLOSER), url, mode, str(bound_s), str(read_s)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stopped: list[int] = []
     try:
         assert process.stdout is not None and process.stdin is not None
@@ -310,9 +311,7 @@ def close_under_a_stalled_server(url: str, mode: str, bound_s: float) -> tuple[d
         if process.poll() is None:
             process.kill()
             process.wait()
-    lines = [json.loads(line) for line in out.splitlines()]
-    assert lines[0] == {"closing": True}, out
-    return lines[-1], err.splitlines()
+    return [json.loads(line) for line in out.splitlines()], err.splitlines()
 
 
 async def test_a_close_cuts_a_batch_the_stalled_server_never_answers_after_its_bound(pg_url: str) -> None:
@@ -320,8 +319,8 @@ async def test_a_close_cuts_a_batch_the_stalled_server_never_answers_after_its_b
     cancelled caller's append out: the close waits the engine's bound for it (CLOSE_BATCH_S, here
     1 s), then cuts it, saying so, and returns (it waited for good before); once the server goes on,
     the store holds what was acknowledged and nothing of the cut batch (it never reached a COMMIT)."""
-    ended, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "close", 1.0)
-    assert ended["closed"] and 1.0 <= ended["seconds"] < 30, ended
+    said, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "close", 1.0)
+    assert said[0] == {"closing": True} and said[-1]["closed"] and 1.0 <= said[-1]["seconds"] < 30, said
     assert any("hasn't answered a batch in 1 s; cutting it" in line for line in logged), logged
     assert await stored_texts(pg_url, "ann") == ["warm"]
 
@@ -333,7 +332,18 @@ async def test_a_ctrl_c_while_the_stalled_server_holds_a_batch_ends_the_host_wit
     batch out: the host's run ends in KeyboardInterrupt once the batch has been out LEASE_CLOSE_S
     (1 s), not the close's 30 s bound (left at its default here), nor never, as before; the store
     then holds what was acknowledged."""
-    ended, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "interrupt", 30.0)
-    assert ended["interrupted"] and ended["seconds"] < 20, ended
+    said, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "interrupt", 30.0)
+    assert said[0] == {"closing": True} and said[-1]["interrupted"] and said[-1]["seconds"] < 20, said
     assert any("hasn't answered a batch in 1 s; cutting it" in line for line in logged), logged
     assert await stored_texts(pg_url, "ann") == ["warm"]
+
+
+async def test_a_read_the_stalled_server_never_answers_is_cut_and_the_loop_goes_on(pg_url: str) -> None:
+    """K16, L10: a compile whose reads (on the trio thread) the server's stopped sessions (SIGSTOP)
+    never answer: the engine's watchdog cuts the read out past READ_CUT_S (here 2 s), saying so, and
+    the compile ends (here on a new connection, the server's postmaster still answering) where it
+    held every task of the loop for good before."""
+    said, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "read", 30.0, 2.0)
+    assert ("compiled" in said[0] or "unavailable" in said[0]) and 2.0 <= said[0]["seconds"] < 30, said
+    assert any("hasn't answered a read in 2 s; cutting it" in line for line in logged), logged
+    assert said[-1]["closed"], said

@@ -130,6 +130,12 @@ LEASE_STATEMENT_S = STATEMENT_TIMEOUT_MS / 1000
 # batch's fate is the server's (a COMMIT it never read rolls back). As long as a healthy server may
 # take for a statement or a lock wait, so a batch it would answer is never cut.
 CLOSE_BATCH_S = STATEMENT_TIMEOUT_MS / 1000  # closed for a Ctrl-C: LEASE_CLOSE_S (its host wants out)
+# A read the server hasn't answered in this long is cut (StoreUnavailableError): reads run on the
+# trio thread, so a stalled server (or one down behind a pooler, which queues the read for its
+# query_wait_timeout, 120 s) held every task of the loop for as long. Past the reader session's own
+# statement and lock bounds, so a healthy server always answers first (with its error).
+READ_CUT_S = STATEMENT_TIMEOUT_MS / 1000 + 5
+WATCH_S = 1.0  # how often the watchdog looks at the read out
 PREPARE_THRESHOLD = 2  # a writer's statement is prepared at its second use in a batch of appends
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
 _DAMAGE = (*UNDECODABLE, ValueError, KeyError, TypeError, IndexError)
@@ -183,7 +189,9 @@ class PostgresEngine(Catalog):
         self._cut_off = False  # the close cut a batch the server didn't answer: no later one is sent
         self.data_path = redact(url)
         self._synchronous = synchronous
-        self._lock = threading.Lock()  # the read connection is used by one thread at a time
+        # The read connection, used by one thread at a time, and since when the read out waits.
+        self._lock = _ReadWatch()
+        self._read_cut_s = READ_CUT_S  # the module's, as it is at the open
         self._install = threading.Lock()  # the cached tables and counters change together
         self._secrets = _passwords(url)
         self._reader = self._connect()
@@ -221,6 +229,7 @@ class PostgresEngine(Catalog):
         self._ensure_schema(create)
         self._catalog_key = _lock_key(self._reader, "catalog")
         self.reload()
+        threading.Thread(target=self._watch_reads, name="ctxrt-store-read-watch", daemon=True).start()
 
     # -- set-up -----------------------------------------------------------------------------
 
@@ -821,11 +830,28 @@ class PostgresEngine(Catalog):
 
     def _reconnect(self, conn: psycopg.Connection[Any], exc: BaseException) -> psycopg.Connection[Any]:
         """A connection the server dropped is made again once; a second failure is the caller's. A
-        closed engine makes none (a read in a thread its caller left, on a standby, may still run)."""
+        closed engine makes none (a read in a thread its caller left, on a standby, may still run),
+        nor a read the watchdog cut (the next read makes it)."""
+        if conn is self._reader and self._lock.cut:
+            self._lock.cut = False
+            raise StoreUnavailableError(self.data_path, f"the server didn't answer a read in {self._read_cut_s:g} s (a "
+                                                        f"stalled server, or one down behind a pooler): it was cut") from None
         if self._closed or (not conn.closed and not conn.broken):
             raise StoreUnavailableError(self.data_path, self._reason(exc)) from None
         logger.warning("%s: connection lost (%s); reconnecting", self.data_path, self._reason(exc))
+        self._lock.since = time.monotonic()  # a read again: timed afresh
         return self._connect(conn)
+
+    def _watch_reads(self) -> None:
+        """The watchdog's thread, for the engine's life: cut a read out longer than ``READ_CUT_S``."""
+        watch = self._lock
+        while not self._closing.wait(WATCH_S):
+            since = watch.since
+            if since and time.monotonic() - since > self._read_cut_s:
+                logger.warning("%s: the server hasn't answered a read in %g s; cutting it", self.data_path,
+                               self._read_cut_s)
+                watch.cut = True
+                _shut(self._reader)
 
     def _head_at(self, fetch: _Fetch, state: int, levels: Sequence[tuple[int, int]],
                  current_row: list[Any] | None = None) -> LogHead:
@@ -1729,6 +1755,26 @@ def _server(conninfo: str) -> str:
 
 def _limit(limit: int) -> int:
     return min(limit, CURRENT)
+
+
+class _ReadWatch:
+    """The read connection's lock, and since when the read holding it waits (0.0: none held it), for
+    the engine's watchdog; ``cut``: the watchdog cut the read out."""
+
+    __slots__ = ("cut", "lock", "since")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.since = 0.0
+        self.cut = False
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+        self.since = time.monotonic()
+
+    def __exit__(self, *_: object) -> None:
+        self.since = 0.0
+        self.lock.release()
 
 
 def _shut(conn: psycopg.Connection[Any] | None) -> None:
