@@ -211,7 +211,7 @@ class SlotCache:
         # Who hears of every append, after the commit (``listen``): the namespaces whose strategy
         # drains in the background. So an append costs O(1) plus those, however many namespaces
         # read the slot.
-        self.listeners: list[Callable[[Message], None]] = []
+        self.listeners: list[Callable[[int], None]] = []
         self.users = 0  # namespace actors reading it; the registry drops it at zero
         self.stale = False  # a commit event failed to apply: reload at the next read, ignore events till then
         self.reloads = 0
@@ -420,14 +420,19 @@ class SlotCache:
         Runs after the commit (L6): a subscriber that raises is logged and the others still run;
         if the cache itself can't take the operation, it reloads from the store at its next read.
         """
-        if self.stale:
-            return  # the next read reloads everything, this operation included
-        try:
-            self._apply(operation)
-        except Exception:
-            self.stale = True
-            logger.exception("slot cache %s on branch %d couldn't apply a commit; it reloads at its next read",
-                             self.state, self.branch_id)
+        if not self.stale:  # else the next read reloads everything, this operation included
+            try:
+                self._apply(operation)
+            except Exception:
+                self.stale = True
+                logger.exception("slot cache %s on branch %d couldn't apply a commit; it reloads at its next read",
+                                 self.state, self.branch_id)
+        if isinstance(operation, ItemAppended):
+            # Heard of by a stale cache's listeners too: a namespace that drains in the background
+            # reads (and so reloads) only once it hears of an append, and a cache gone stale
+            # (it read a head ahead of a commit's event, on a shared store) left it idle for good.
+            for notify in self.listeners:
+                self._notify(notify, operation.sequence)
 
     def _apply(self, operation: Operation) -> None:
         prior = operation.prior if isinstance(operation, _LOG_WRITES) else None
@@ -447,8 +452,6 @@ class SlotCache:
                     self.may_hold_media = True
             self._push(message, audience)
             self.revision = operation.sequence
-            for notify in self.listeners:
-                self._notify(notify, message)
         elif isinstance(operation, ItemEdited):
             self.revision = self.rewrite_revision = operation.sequence
             appended = operation.attachment
@@ -477,22 +480,22 @@ class SlotCache:
                 return
             self.changes.add((low, high))
 
-    def listen(self, notify: Callable[[Message], None]) -> None:
-        """Call ``notify`` with every message appended from now on, after its commit (once, however
-        often it is given)."""
+    def listen(self, notify: Callable[[int], None]) -> None:
+        """Call ``notify`` with the sequence of every message appended from now on, after its commit
+        (once, however often it is given), whether or not the cache could take it in."""
         if notify not in self.listeners:
             self.listeners.append(notify)
 
-    def unlisten(self, notify: Callable[[Message], None]) -> None:
+    def unlisten(self, notify: Callable[[int], None]) -> None:
         if notify in self.listeners:
             self.listeners.remove(notify)
 
-    def _notify(self, notify: Callable[[Message], None], message: Message) -> None:
+    def _notify(self, notify: Callable[[int], None], sequence: int) -> None:
         try:
-            notify(message)
+            notify(sequence)
         except Exception:  # one subscriber's failure is its own: the commit stands, the others hear of it
             logger.exception("a subscriber of slot %s on branch %d failed on message %d",
-                             self.state, self.branch_id, message.sequence)
+                             self.state, self.branch_id, sequence)
 
     # -- reads ------------------------------------------------------------------------------
 

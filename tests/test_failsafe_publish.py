@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from ctxrt import Message, Runtime, open_runtime
+from ctxrt import Runtime, open_runtime
 from ctxrt.testing import (
     AppendItem,
     ItemAppended,
@@ -97,11 +97,11 @@ async def test_a_subscriber_that_raises_fails_alone_and_the_others_hear_every_me
     subscribers after it hear every message, the cache holds every message (L6)."""
     heard: list[int] = []
 
-    def broken(message: Message) -> None:
-        raise RuntimeError(f"subscriber broke on {message.id}")
+    def broken(sequence: int) -> None:
+        raise RuntimeError(f"subscriber broke on {sequence}")
 
-    def listener(message: Message) -> None:
-        heard.append(message.sequence)
+    def listener(sequence: int) -> None:
+        heard.append(sequence)
 
     acked: list[int] = []
     with trio.fail_after(30):
@@ -134,11 +134,15 @@ async def test_a_cache_that_cant_apply_a_commit_reloads_it_from_the_store(
     store_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A commit event the slot cache can't take (a bad attachment) leaves the write landed and the
-    cache reloads at its next read, holding every message in order (L6)."""
+    cache reloads at its next read, holding every message in order (L6); its listeners hear of every
+    append meanwhile, the stale cache's too (a background drain reads, and so reloads, only once it
+    hears of one: it sat idle)."""
     with trio.fail_after(30):
         async with open_runtime(store_path) as rt:
             await messages_runtime(rt)
             cache = rt.slots.acquire("messages", rt.engine.branch("main").id)
+            heard: list[int] = []
+            cache.listen(heard.append)
             first = await rt.store.ask(new_message("before"))
             good = new_message("with a broken attachment")
             broken = AppendItem(state="messages", branch="main", data=good.data, attachment=object())
@@ -157,8 +161,8 @@ async def test_a_cache_that_cant_apply_a_commit_reloads_it_from_the_store(
             assert not cache.stale
             assert texts[0] == "before" and texts[-1] == "after"
             assert sorted(texts[1:3]) == ["beside it", "with a broken attachment"]
-            assert [message.sequence for message in cache.current()] == sorted(
-                [first.sequence, *(result.sequence for result in results), last.sequence]
-            )
+            appended = sorted([first.sequence, *(result.sequence for result in results), last.sequence])
+            assert [message.sequence for message in cache.current()] == appended
+            assert heard == appended
             rt.slots.release(cache)
     assert any("couldn't apply a commit" in record.getMessage() for record in caplog.records)

@@ -200,6 +200,45 @@ def test_a_store_gone_while_the_request_is_made_leaves_no_unit_that_blocks_the_n
     assert drain.may_start() and drain.next(moment) is not None
 
 
+class NothingToDo:
+    """An auto-ticking strategy with no unit to plan (its backlog too short, say)."""
+
+    name = "idle"
+    auto_tick = True
+
+    def next_unit(self, ctx: Any) -> None:
+        return None
+
+    def wake_at(self) -> None:
+        return None
+
+
+def test_a_message_appended_while_a_drain_with_nothing_to_do_commits_leaves_it_wanted() -> None:
+    """D2, L10: a drain that found no unit in the messages its planning saw goes idle, unless a
+    message was appended (``want``) while its commit was out: that message's wish is not lost (the
+    drain dropped it, and an auto-ticking namespace sat idle with units to compress), and the drain
+    looks again; with no message meanwhile, it goes idle."""
+    strategy = NothingToDo()
+    moment = Moment(now=0.0, strategy=strategy, ctx=CONTEXT)  # type: ignore[arg-type]
+    drain = drain_of(strategy)
+    drain.want(True)
+    started = drain.next(moment)
+    assert started is not None
+    handler = started[2]
+    assert handler.send(None) == RequireStrategy()
+    assert handler.send(Resumed(None, moment)) == FlushNew()
+    assert handler.send(Resumed(None, moment)) == CommitStrategy()
+    drain.want(True)  # a message appended while the commit is out: after what the planning saw
+    with pytest.raises(StopIteration):
+        handler.send(Resumed(False, moment))
+    assert drain.wanted
+    again = drain.next(moment)
+    assert again is not None
+    made, _ = decisions_of(again[2], {CommitStrategy: False}, moment)
+    assert made == [RequireStrategy(), FlushNew(), CommitStrategy()]
+    assert not drain.wanted and drain.next(moment) is None
+
+
 def test_a_reply_that_comes_back_after_the_view_moved_is_discarded() -> None:
     """C9: a unit's reply for an older epoch applies and commits nothing; its tick is answered
     False (no progress)."""

@@ -476,10 +476,11 @@ async def test_an_append_visits_only_the_background_drainers_even_with_a_hold(tm
         drainer = await rt.open("drainer", strategy=ctxrt.Autobiographical("m", auto_tick=True))
         cache = rt.slots.cache("messages", rt.engine.branch("main").id)
         assert len(cache.listeners) == 1
-        heard: list[str] = []
-        cache.listen(lambda message: heard.append(message.id))
+        heard: list[int] = []
+        cache.listen(heard.append)
         plain = await idle[0].add_message("user", "no hold")
         held = await idle[3].add_message("user", "held", hold_compression=True)
-        assert heard == [plain, held] and len(cache.listeners) == 2  # each append once, to each listener
+        appended = [(await idle[0].get_message(found)).sequence for found in (plain, held)]
+        assert heard == appended and len(cache.listeners) == 2  # each append once, to each listener
         await drainer.aclose()
         assert len(cache.listeners) == 1  # the test's own

@@ -280,9 +280,9 @@ class _Loop:
             return Acquired((), exc)
         return Acquired(tuple(self.caches))
 
-    def appended(self, message: Message) -> None:
+    def appended(self, sequence: int) -> None:
         """What the own slot's cache calls after each append it commits, while the machine listens."""
-        self.ref.tell(SlotAppended(message.sequence))
+        self.ref.tell(SlotAppended(sequence))
 
     def close(self) -> None:
         """The loop ends, however it ends: the machine answers what it holds, the mailbox what is

@@ -166,6 +166,11 @@ class Drain:
         self.waiters: deque[tuple[Tick | ResetHeadWindow, Reply[Any]]] = deque()
         self.flight: Flight | None = None
         self.wanted = False  # the drain should look for work
+        # Each time it was wanted (``want``), and that count as of the messages its last unit's
+        # planning saw (``FlushNew``): a drain that found nothing to do is wanted again if a wish
+        # came after what it saw (a message appended while its commit was out), not left idle.
+        self.wishes = 0
+        self.seen = 0
         self.retry_at = 0.0  # when the drain tries the strategy's start again, while the store is unreachable
         self.retry_delay = STORE_RETRY_S
         self.observed = 0  # usage reports the token estimator has heard (its pricing, for a host's own)
@@ -200,6 +205,17 @@ class Drain:
                 return None
             return None, None, self._drain(moment)
         return None
+
+    def want(self, auto_tick: bool) -> None:
+        """The drain should look for work (new messages, a hold gone, the timer, the store back),
+        if its strategy ticks by itself."""
+        self.wanted = auto_tick
+        self.wishes += auto_tick
+
+    def _idle(self) -> None:
+        """The drain found no work in what its unit's planning saw: not wanted, unless a wish came since."""
+        if self.wishes == self.seen:
+            self.wanted = False
 
     def may_start(self) -> bool:
         """Whether ``next`` might start a unit: none is out, and a tick waits or the drain is wanted
@@ -279,7 +295,7 @@ class Drain:
             yield Report(exc, "compression drain of %s failed to plan a unit", (self.place,))
             started = False
         if not started:
-            self.wanted = False
+            self._idle()
 
     def _begin(self, command: Tick | ResetHeadWindow | None, reply: Reply[Any] | None, moment: Moment) -> Decisions:
         """Plan the next unit, raise the floor, then start its model call; True if a call is out.
@@ -296,6 +312,7 @@ class Drain:
                 yield Answer(reply, True, False)
             return False
         moment = (yield FlushNew()).moment
+        self.seen = self.wishes
         if isinstance(command, ResetHeadWindow):
             return (yield from self._begin_reset(command, reply, moment))
         unit = moment.strategy.next_unit(moment.context)
@@ -384,13 +401,13 @@ class Drain:
                 yield Answer(flight.reply, False, exc)
             elif not isinstance(exc, StoreUnavailableError):
                 yield Report(exc, "compression drain of %s failed to apply %s", (self.place, flight.unit.key))
-            self.wanted = False
+            self._idle()
             return LATER
         tracing.end_unit(flight.span, "applied" if result else "nothing", made=made)
         if flight.reply is not None:
             yield Answer(flight.reply, True, result)
         if flight.kind == "drain" and not result:
-            self.wanted = False
+            self._idle()
         return LATER
 
     def _calibrate(self, request: Any, outcome: Any) -> Decisions:

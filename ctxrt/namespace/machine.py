@@ -339,7 +339,7 @@ class NamespaceMachine:
         now = inputs.now
         effects = self._effects = []
         if self.holds.lapse(now):  # a hold whose time is up is gone for every message, not only the
-            self.drain.wanted = self.strategy.auto_tick  # timer's (then cancelled): work it held back
+            self.drain.want(self.strategy.auto_tick)  # timer's (then cancelled): work it held back
         if self.stopping is not None:
             if reply is not None:
                 self.answer(reply, False, refusal_for(self.stopping, message))
@@ -357,9 +357,10 @@ class NamespaceMachine:
                 self._stop(message.error)
                 return effects
             case SlotAppended():
-                self.drain.wanted = self.drain.wanted or self.strategy.auto_tick
+                if self.strategy.auto_tick:
+                    self.drain.want(True)
             case TimerFired():
-                self.drain.wanted = self.strategy.auto_tick
+                self.drain.want(self.strategy.auto_tick)
             case _:
                 self._take(message, reply)
         self._advance()
@@ -649,7 +650,7 @@ class NamespaceMachine:
 
     def _release(self, command: Release) -> None:
         self.holds.release([s for s in (parse_id(i) for i in command.message_ids) if s is not None])
-        self.drain.wanted = self.strategy.auto_tick
+        self.drain.want(self.strategy.auto_tick)
 
     def _set_system_prompt(self, command: SetSystemPrompt) -> None:
         self.settings.system_prompt = command.text
@@ -832,7 +833,7 @@ class NamespaceMachine:
                 logger.warning("%s: the store answers again; strategy %r started from what it holds", self.place,
                                self.strategy.name)
                 self.waiting = None
-                self.drain.wanted = self.strategy.auto_tick  # work the outage held up
+                self.drain.want(self.strategy.auto_tick)  # work the outage held up
         self._listen(self.strategy.auto_tick and not self.readonly)
         mark, writes = self.ctx.take()
         if mark or writes:  # initialize only reads: writes belong in next_unit or select
@@ -1066,7 +1067,7 @@ class NamespaceMachine:
         self.settings_changes = changes
         self.context_settings = settings.apply(self.strategy, changes)
         self._listen(self.strategy.auto_tick and not self.readonly)
-        self.drain.wanted = self.strategy.auto_tick  # a smaller target or window may make work now
+        self.drain.want(self.strategy.auto_tick)  # a smaller target or window may make work now
         return self.context_settings
 
     def _load_settings(self) -> None:
@@ -1159,7 +1160,7 @@ class NamespaceMachine:
         self._require_writes()  # ReadOnlyStoreError before anything changes
         keys = self.strategy.retry_quarantined(self.ctx)
         yield from self.commit()
-        self.drain.wanted = True
+        self.drain.want(True)
         return keys
 
     def _health(self) -> NamespaceHealth:
