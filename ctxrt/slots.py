@@ -436,6 +436,8 @@ class SlotCache:
 
     def _apply(self, operation: Operation) -> None:
         prior = operation.prior if isinstance(operation, _LOG_WRITES) else None
+        if prior is not None and isinstance(operation, _LOG_WRITES) and operation.sequence <= self.revision:
+            return  # a look at the head (a shared store's, before a read) took it in before its event came
         if prior is not None and prior != self.revision:
             self.stale = True  # it missed a write (another process's, on a shared store): reload at the next read
             return

@@ -22,7 +22,7 @@ import trio
 
 import ctxrt
 from ctxrt import Runtime
-from ctxrt.testing import SLACK, AppendItem, SlotCache, codec, extract_blobs
+from ctxrt.testing import SLACK, AppendItem, SlotCache, codec, execute, extract_blobs, prepare_append
 
 GUARD_S = 20
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(64))).decode()
@@ -484,3 +484,28 @@ async def test_an_append_visits_only_the_background_drainers_even_with_a_hold(tm
         assert heard == appended and len(cache.listeners) == 2  # each append once, to each listener
         await drainer.aclose()
         assert len(cache.listeners) == 1  # the test's own
+
+
+async def test_a_shared_stores_cache_takes_in_an_append_it_read_before_its_event_without_reloading(
+    pg_url: str,
+) -> None:
+    """S3, L6: on a shared store (PostgreSQL) a writing runtime's cache looks at the head before a
+    read, so it may take an append in (a tail fill) before the append's commit event reaches it
+    (the commit thread committed; the loop hasn't published it yet). The event then changes nothing:
+    the cache neither goes stale nor reloads (it did both: the next read decoded the whole window
+    again, and its listeners heard of no append until then)."""
+    async with ctxrt.open_runtime(pg_url) as rt:
+        await (await rt.open("a")).add_message("user", "first")
+        cache = SlotCache(rt.engine, "messages", rt.engine.branch("main").id, live=True)
+        assert [m.content[0].text for m in cache.current()] == ["first"]  # type: ignore[union-attr]
+        loaded = cache.figures()
+        data, _, appended = prepare_append("user", [{"type": "text", "text": "second"}])
+        [(ok, _)], operations = rt.engine.apply(
+            [AppendItem(state="messages", branch="main", data=data, attachment=appended)], execute)
+        assert ok
+        assert [m.content[0].text for m in cache.current()] == ["first", "second"]  # type: ignore[union-attr]
+        for operation in operations:  # its event, after the read took it in
+            cache.apply(operation)
+        after = cache.figures()
+        assert not cache.stale and after.reloads == loaded.reloads and after.tail_fills == loaded.tail_fills + 1
+        assert [m.content[0].text for m in cache.current()] == ["first", "second"]  # type: ignore[union-attr]
