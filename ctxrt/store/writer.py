@@ -321,7 +321,7 @@ class WriterThread(CommitThread):
         failed LMDB aborted, and the thread holds no transaction then."""
         assert self._due == 0 and self._txn is not None
         txn, self._txn = self._txn, None
-        self._last_txnid = self._env.info()["last_txnid"]
+        self._last_txnid = txn.id() - 1  # LMDB's last, as it stood at begin: a write transaction takes the next id
         self.hand_over(txn.commit)
 
     def _commit_ended(self) -> bool:
