@@ -10,11 +10,18 @@ there is a prefix of what it sent, at most one past its last ack), and ``ctxrt v
 sound. Several rounds share one store (a series), so a crash also meets what earlier crashes left.
 
     python attack/a1_sigkill.py [--rounds N] [--series S] [--tasks T] [--seed X]
+
+Attack 4 is this one with the smallest map the API takes and large messages, so the map grows
+(about a dozen doublings) while batches are out, and the kill often lands during a growth:
+
+    python attack/a1_sigkill.py --map-size 65536 --pad 100000 --image 60000 --tasks 30
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import os
 import random
 import select
@@ -34,10 +41,20 @@ import common  # noqa: E402
 NAMESPACES = ["a", "b", "c", "shared1", "shared2", "forky"]
 
 
-async def child(path: str, round_: int, tasks: int, pad: int) -> None:
+def content(text: str, image: int, rng: random.Random) -> tuple[list, dict | None]:
+    """``text`` alone, or with an image of ``image`` random bytes (every one its own blob)."""
+    if not image:
+        return [{"type": "text", "text": text}], None
+    data = b"\x89PNG\r\n\x1a\n" + rng.randbytes(image)
+    source = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(data).decode()}
+    return [{"type": "text", "text": text}, {"type": "image", "source": source}], {"sha256": hashlib.sha256(data).hexdigest()}
+
+
+async def child(path: str, round_: int, tasks: int, pad: int, map_size: int, image: int) -> None:
     import ctxrt
 
-    async with ctxrt.open_runtime(path, durability="sync") as rt:
+    rng = random.Random(round_)
+    async with ctxrt.open_runtime(path, durability="sync", map_size=map_size) as rt:
         managers = {ns: await rt.open(ns, isolate=common.isolated(ns)) for ns in NAMESPACES}
         common.say("ready")
 
@@ -46,7 +63,8 @@ async def child(path: str, round_: int, tasks: int, pad: int) -> None:
             branch = manager.branch
             n = 0
             while True:
-                mid = await manager.add_message("user", common.payload(round_, ns, task, n, pad))
+                blocks, metadata = content(common.payload(round_, ns, task, n, pad), image, rng)
+                mid = await manager.add_message("user", blocks, metadata=metadata)
                 common.say(f"ack {branch} {ns} {round_} {task} {n} {mid}")
                 n += 1
 
@@ -71,8 +89,10 @@ async def child(path: str, round_: int, tasks: int, pad: int) -> None:
                 nursery.start_soon(appender, others[task % len(others)], task)
 
 
-def run_round(path: Path, round_: int, tasks: int, acks: common.Acks, rng: random.Random, pad: int) -> dict:
-    proc = subprocess.Popen([common.PYTHON, __file__, "--child", str(path), str(round_), str(tasks), str(pad)],
+def run_round(path: Path, round_: int, tasks: int, acks: common.Acks, rng: random.Random, pad: int, map_size: int,
+              image: int) -> dict:
+    proc = subprocess.Popen([common.PYTHON, __file__, "--child", str(path), str(round_), str(tasks), str(pad),
+                             str(map_size), str(image)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=common.env())
     fd = proc.stdout.fileno()
     buf = b""
@@ -102,7 +122,7 @@ def run_round(path: Path, round_: int, tasks: int, acks: common.Acks, rng: rando
                 acks.feed(text)
     proc.wait()
     err = proc.stderr.read().decode()
-    return {"rc": proc.returncode, "stderr": err[-2000:], "delay": delay, "ready": ready_at is not None}
+    return {"grew": err.count("growing to"), "rc": proc.returncode, "stderr": err[-2000:], "delay": delay, "ready": ready_at is not None}
 
 
 def main() -> None:
@@ -112,11 +132,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=40)
     parser.add_argument("--pad", type=int, default=0, help="characters of padding per message")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--child", nargs=4)
+    parser.add_argument("--map-size", type=int, default=1 << 36, help="the writer's map_size (attack 4: 65536)")
+    parser.add_argument("--image", type=int, default=0, help="bytes of a random image added to each message")
+    parser.add_argument("--child", nargs=6)
     args = parser.parse_args()
     if args.child:
-        path, r, t, pad = args.child
-        trio.run(child, path, int(r), int(t), int(pad))
+        path, r, t, pad, map_size, image = args.child
+        trio.run(child, path, int(r), int(t), int(pad), int(map_size), int(image))
         return
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -129,7 +151,7 @@ def main() -> None:
         acks = common.Acks()
         for round_ in range(args.rounds):
             tasks = rng.randint(10, args.tasks)
-            outcome = run_round(path, round_, tasks, acks, rng, args.pad)
+            outcome = run_round(path, round_, tasks, acks, rng, args.pad, args.map_size, args.image)
             total += 1
             if outcome["rc"] != -signal.SIGKILL or not outcome["ready"]:
                 print(f"series {series} round {round_}: child ended {outcome['rc']}: {outcome['stderr']}", flush=True)
@@ -141,7 +163,7 @@ def main() -> None:
                 problems.append(f"verify exit {code}: {detail}")
             status = "ok" if not problems else "FAIL"
             print(f"series {series} round {round_}: tasks {tasks} kill after {outcome['delay']:.3f}s, "
-                  f"acks so far {acks.count}: {status} ({detail})", flush=True)
+                  f"map grew {outcome['grew']}x, acks so far {acks.count}: {status} ({detail})", flush=True)
             for p in problems[:20]:
                 print("   ", p, flush=True)
             failures += bool(problems)

@@ -3,6 +3,8 @@ check a parent runs on a store after killing its writer. Public ctxrt names only
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -108,6 +110,7 @@ def check_messages(branch: str, ns: str, messages, acks: Acks, *, isolate: bool)
             problems.append(f"{branch}/{ns}: holds {mns}'s message {message.id}")
         if mns != ns:
             continue
+        problems += check_image(branch, message)
         seen[(r, t)].append(n)
     acked = acks.acked.get((branch, ns), {})
     # A fork holds its parent's history up to the fork point: count the parent's acks there too.
@@ -130,6 +133,21 @@ def check_messages(branch: str, ns: str, messages, acks: Acks, *, isolate: bool)
         if extra:
             problems.append(f"{branch}/{ns} r{r} t{t}: present beyond the one in flight: {sorted(extra)[:5]}")
     return problems
+
+
+def check_image(branch: str, message: ctxrt.Message) -> list[str]:
+    """A message written with an image names its sha256 in its metadata: the stored image must match."""
+    want = (message.metadata or {}).get("sha256")
+    if want is None:
+        return []
+    if len(message.content) != 2:
+        return [f"{branch}: {message.id} lost its image"]
+    source = dict(message.content[1].source)
+    if "data" in source:
+        got = hashlib.sha256(base64.b64decode(source["data"])).hexdigest()
+    else:
+        got = source.get("sha256")
+    return [] if got == want else [f"{branch}: {message.id} image {got} != {want} ({sorted(source)})"]
 
 
 def verify_cli(path: Path, timeout: float = 120) -> tuple[int, str]:
