@@ -10,13 +10,17 @@ cancelled one there whole or not at all; no payload twice; each task's payloads 
 sent them; closing the runtime prompt; ``ctxrt verify`` sound. Rounds alternate durability "sync"
 and "os" (the writer thread's lone and group commits, and the inline commit).
 
-    python attack/a3_cancel.py [--rounds N] [--seconds S] [--seed X]
+    python attack/a3_cancel.py [--rounds N] [--seconds S] [--seed X] [--busy]
+
+``--busy`` adds a task burning CPU in 1 ms slices with a checkpoint between, so the loop never
+idles: the steady appender's latency then shows whether the writer thread gets its GIL turns.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import shutil
 import sys
 import tempfile
@@ -41,10 +45,11 @@ class Tally:
         self.sent_order: dict[tuple[str, int], list[int]] = defaultdict(list)
         self.steady_worst = 0.0
         self.steady_count = 0
+        self.steady_times: list[float] = []
 
 
 async def storm(path: Path, durability: str, seconds: float, tasks: int, cancellers: int, rng: random.Random,
-                tally: Tally) -> dict:
+                tally: Tally, busy: bool = False) -> dict:
     close_s = None
     async with ctxrt.open_runtime(path, durability=durability) as rt:
         managers = {ns: await rt.open(ns, isolate=common.isolated(ns)) for ns in NAMESPACES}
@@ -87,6 +92,14 @@ async def storm(path: Path, durability: str, seconds: float, tasks: int, cancell
                 if scopes:
                     scopes.pop(rng.randrange(len(scopes))).cancel()
 
+        async def burner() -> None:
+            """A busy loop: CPU in 1 ms slices, a checkpoint between (the writer thread's GIL turns)."""
+            while not stop.is_set():
+                until = time.perf_counter() + 0.001
+                while time.perf_counter() < until:
+                    pass
+                await trio.sleep(0)
+
         async def steady() -> None:
             n = 0
             while not stop.is_set():
@@ -96,6 +109,7 @@ async def storm(path: Path, durability: str, seconds: float, tasks: int, cancell
                 with trio.fail_after(10):
                     tally.acked[text] = await managers["a"].add_message("user", text)
                 tally.steady_worst = max(tally.steady_worst, time.perf_counter() - started)
+                tally.steady_times.append(time.perf_counter() - started)
                 tally.steady_count += 1
                 n += 1
 
@@ -107,6 +121,8 @@ async def storm(path: Path, durability: str, seconds: float, tasks: int, cancell
                 nursery.start_soon(scoped_appender, task, scopes)
             nursery.start_soon(canceller, scopes)
             nursery.start_soon(steady)
+            if busy:
+                nursery.start_soon(burner)
             await trio.sleep(seconds)
             stop.set()
         problems = await check(rt, tally)
@@ -152,6 +168,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--tasks", type=int, default=40)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--busy", action="store_true", help="a task burns CPU in 1 ms slices all along")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
@@ -164,7 +181,7 @@ def main() -> None:
         path = base / "store"
         tally = Tally()
         tasks = rng.randint(5, args.tasks)
-        out = trio.run(storm, path, durability, args.seconds, tasks, rng.randint(2, 10), rng, tally)
+        out = trio.run(storm, path, durability, args.seconds, tasks, rng.randint(2, 10), rng, tally, args.busy)
         problems = out["problems"]
 
         async def reread() -> list[str]:
@@ -179,7 +196,7 @@ def main() -> None:
         worst_close = max(worst_close, out["close_s"])
         worst_steady = max(worst_steady, tally.steady_worst)
         print(f"round {round_} ({durability}): tasks {tasks}, acked {len(tally.acked)}, cancelled "
-              f"{len(tally.cancelled)}, steady appends {tally.steady_count} (slowest {tally.steady_worst * 1000:.1f} ms), "
+              f"{len(tally.cancelled)}, steady appends {tally.steady_count} (median {statistics.median(tally.steady_times) * 1000:.2f} ms, slowest {tally.steady_worst * 1000:.1f} ms), "
               f"close {out['close_s'] * 1000:.1f} ms: {'ok' if not problems else 'FAIL'}", flush=True)
         for p in problems[:20]:
             print("   ", p, flush=True)
