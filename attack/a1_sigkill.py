@@ -56,7 +56,7 @@ async def child(path: str, round_: int, tasks: int, pad: int, map_size: int, ima
 
     rng = random.Random(round_)
     common.say("started")  # imports done: an early kill is timed from here (it lands in the open, the page walk)
-    async with ctxrt.open_runtime(path, durability="sync", map_size=map_size) as rt:
+    async with ctxrt.open_runtime(path, durability=common.DURABILITY, map_size=map_size) as rt:
         managers = {ns: await rt.open(ns, isolate=common.isolated(ns)) for ns in NAMESPACES}
         common.say("ready")
 
@@ -153,7 +153,7 @@ def main() -> None:
     failures = 0
     total = 0
     for series in range(args.series):
-        base = Path(tempfile.mkdtemp(prefix="att35-a1-", dir="/var/tmp"))
+        base = Path(tempfile.mkdtemp(prefix="att35-a1-", dir=common.BASE))
         path = base / "store"
         acks = common.Acks()
         for round_ in range(args.rounds):

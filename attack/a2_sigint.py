@@ -70,7 +70,7 @@ def host(front: str, path: str, round_: int, tasks: int):
 
     if front == "trio":
         async def main() -> None:
-            async with ctxrt.open_runtime(path, durability="sync") as rt:
+            async with ctxrt.open_runtime(path, durability=common.DURABILITY) as rt:
                 async def spawn(coros) -> None:
                     async with trio.open_nursery() as nursery:
                         for coro in coros:
@@ -79,7 +79,7 @@ def host(front: str, path: str, round_: int, tasks: int):
         return lambda: trio.run(main)
 
     async def amain() -> None:
-        async with ctxrt.aio.open_runtime(path, durability="sync") as rt:
+        async with ctxrt.aio.open_runtime(path, durability=common.DURABILITY) as rt:
             async def spawn(coros) -> None:
                 async with asyncio.TaskGroup() as group:
                     for coro in coros:
@@ -202,7 +202,7 @@ def main() -> None:
     failures = total = 0
     worst = 0.0
     for front in fronts:
-        base = Path(tempfile.mkdtemp(prefix=f"att35-a2-{front}-", dir="/var/tmp"))
+        base = Path(tempfile.mkdtemp(prefix=f"att35-a2-{front}-", dir=common.BASE))
         path = base / "store"
         acks = Ledger()
         front_failures = 0

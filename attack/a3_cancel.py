@@ -177,7 +177,7 @@ def main() -> None:
     worst_close = worst_steady = 0.0
     for round_ in range(args.rounds):
         durability = "sync" if round_ % 2 == 0 else "os"
-        base = Path(tempfile.mkdtemp(prefix="att35-a3-", dir="/var/tmp"))
+        base = Path(tempfile.mkdtemp(prefix="att35-a3-", dir=common.BASE))
         path = base / "store"
         tally = Tally()
         tasks = rng.randint(5, args.tasks)

@@ -19,6 +19,10 @@ import ctxrt
 HERE = Path(__file__).resolve().parent
 TREE = HERE.parent
 PYTHON = sys.executable
+# Where stores go (a tmpfs makes the flush free: the durable committer's lone-caller path then runs),
+# and the durability a1's and a2's writers open with.
+BASE = os.environ.get("ATT35_DIR", "/var/tmp")
+DURABILITY = os.environ.get("ATT35_DURABILITY", "sync")
 
 
 def env() -> dict[str, str]:
