@@ -92,7 +92,7 @@ async def child(path: str, round_: int, tasks: int, pad: int, map_size: int, ima
 
 
 def run_round(path: Path, round_: int, tasks: int, acks: common.Acks, rng: random.Random, pad: int, map_size: int,
-              image: int) -> dict:
+              image: int, early_share: float) -> dict:
     proc = subprocess.Popen([common.PYTHON, __file__, "--child", str(path), str(round_), str(tasks), str(pad),
                              str(map_size), str(image)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=common.env())
@@ -100,13 +100,13 @@ def run_round(path: Path, round_: int, tasks: int, acks: common.Acks, rng: rando
     buf = b""
     ready_at = None
     delay = rng.uniform(0.02, 1.5)
-    early = rng.random() < 0.15
+    early = rng.random() < early_share
     started = math.inf
     deadline = time.monotonic() + 60
     killed = False
     while True:
         now = time.monotonic()
-        if not killed and ((ready_at is not None and now - ready_at >= delay) or (early and now - started >= delay / 5)):
+        if not killed and ((ready_at is not None and now - ready_at >= delay) or (early and now - started >= delay / 20)):
             os.kill(proc.pid, signal.SIGKILL)
             killed = True
         if now > deadline:
@@ -141,6 +141,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--map-size", type=int, default=1 << 36, help="the writer's map_size (attack 4: 65536)")
     parser.add_argument("--image", type=int, default=0, help="bytes of a random image added to each message")
+    parser.add_argument("--early", type=float, default=0.15, help="share of rounds killed while the runtime opens")
     parser.add_argument("--child", nargs=6)
     args = parser.parse_args()
     if args.child:
@@ -158,7 +159,7 @@ def main() -> None:
         acks = common.Acks()
         for round_ in range(args.rounds):
             tasks = rng.randint(10, args.tasks)
-            outcome = run_round(path, round_, tasks, acks, rng, args.pad, args.map_size, args.image)
+            outcome = run_round(path, round_, tasks, acks, rng, args.pad, args.map_size, args.image, args.early)
             total += 1
             if outcome["rc"] != -signal.SIGKILL or not (outcome["ready"] or outcome["early"]):
                 print(f"series {series} round {round_}: child ended {outcome['rc']}: {outcome['stderr']}", flush=True)
@@ -170,7 +171,7 @@ def main() -> None:
                 problems.append(f"verify exit {code}: {detail}")
             status = "ok" if not problems else "FAIL"
             print(f"series {series} round {round_}: tasks {tasks} kill after "
-                  f"{'(while opening) ' + format(outcome['delay'] / 5, '.3f') if outcome['early'] else format(outcome['delay'], '.3f')}s, "
+                  f"{'(while opening) ' + format(outcome['delay'] / 20, '.3f') if outcome['early'] else format(outcome['delay'], '.3f')}s, "
                   f"map grew {outcome['grew']}x, acks so far {acks.count}: {status} ({detail})", flush=True)
             for p in problems[:20]:
                 print("   ", p, flush=True)
