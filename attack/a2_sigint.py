@@ -215,6 +215,8 @@ def main() -> None:
                 problems.append(f"no exit {TIMEOUT}s after SIGINT (killed)")
             elif out["rc"] != 42:
                 problems.append(f"exit {out['rc']}, said {out['said']}: {out['stderr']}")
+            elif out["stderr"].strip():
+                problems.append(f"logged: {out['stderr']}")
             if out["took"] is not None:
                 worst = max(worst, out["took"])
             problems += trio.run(common.check_store, path, acks, NAMESPACES)

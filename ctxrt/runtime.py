@@ -497,7 +497,7 @@ async def open_runtime(
             finally:
                 if runtime._steps is not None:
                     trio.lowlevel.remove_instrument(runtime._steps)
-                if runtime._store is not None and runtime._namespaces.ledger.pending:
+                if runtime._store is not None and runtime._namespaces.ledger.waiting:
                     with trio.CancelScope(shield=True):  # the request records still waiting (Q1)
                         try:
                             await runtime._namespaces.commit_ledger()
