@@ -65,25 +65,42 @@ def host(front: str, path: str, round_: int, tasks: int):
                 record = await manager.record_request(result, form="anthropic", model="m")
                 common.say(f"rec {ns} {record.id}")
 
+        async def turns() -> None:
+            """The host's own turns, in its main task: compile, record the request, add the reply
+            (the record rides the reply's batch, Q1)."""
+            manager = managers["a"]
+            mid = await manager.add_message("user", common.payload(round_, "a", 801, 0))  # nothing to send before
+            common.say(f"ack main a {round_} 801 0 {mid}")
+            n = 0
+            while True:
+                result = await manager.compile(ctxrt.Budget(max_tokens=20_000))
+                record = await manager.record_request(result, form="anthropic", model="m")
+                common.say(f"rec a {record.id}")
+                mid = await manager.add_message("assistant", common.payload(round_, "a", 800, n))
+                common.say(f"ack main a {round_} 800 {n} {mid}")
+                n += 1
+
         await spawn([recorder(ns) for ns in NAMESPACES]
-                    + [appender(NAMESPACES[task % len(NAMESPACES)], task) for task in range(tasks)])
+                    + [appender(NAMESPACES[task % len(NAMESPACES)], task) for task in range(tasks)], turns)
 
     if front == "trio":
         async def main() -> None:
             async with ctxrt.open_runtime(path, durability=common.DURABILITY) as rt:
-                async def spawn(coros) -> None:
+                async def spawn(coros, in_main) -> None:
                     async with trio.open_nursery() as nursery:
                         for coro in coros:
                             nursery.start_soon(lambda c=coro: c)
+                        await in_main()
                 await work(rt, spawn)
         return lambda: trio.run(main)
 
     async def amain() -> None:
         async with ctxrt.aio.open_runtime(path, durability=common.DURABILITY) as rt:
-            async def spawn(coros) -> None:
+            async def spawn(coros, in_main) -> None:
                 async with asyncio.TaskGroup() as group:
                     for coro in coros:
                         group.create_task(coro)
+                    await in_main()
             await work(rt, spawn)
     return lambda: asyncio.run(amain())
 
