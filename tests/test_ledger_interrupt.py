@@ -1,5 +1,6 @@
 """Ctrl-C at each line of an append that carries request records, and of a read that commits
-them (``requests()``), loses no record ``record_request`` returned (Q11, L8).
+them (``requests()``), or raised in a namespace actor, loses no record ``record_request``
+returned (Q11, L8).
 
 A record waits in the runtime and commits in the batch of the next append (Q1); the append takes
 it from the queue before it sends. A real SIGINT at each line of ``add_message`` and of
@@ -115,3 +116,51 @@ def test_ctrl_c_at_any_line_of_an_append_or_a_read_that_commits_request_records_
         if message_id is not None:
             assert message_id in messages
     assert sent >= 5
+
+
+class InterruptingEstimator:
+    """A host's token estimator, which runs in its namespace's actor: once armed, its next
+    estimate raises a real SIGINT there (trio raises KeyboardInterrupt in that task)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def estimate(self, message: ctxrt.Message) -> int:
+        if self.armed:
+            self.armed = False
+            signal.raise_signal(signal.SIGINT)
+        return 10
+
+    def observe(self, model: str, estimated: int, actual: int) -> None:
+        return None
+
+
+def test_ctrl_c_raised_in_a_namespace_actor_keeps_the_request_records_waiting(tmp_path: Path) -> None:
+    """Q1, L8: a Ctrl-C that trio raises in a namespace actor (here in a host's estimator, during
+    bob's compile) cancels the runtime's own tasks; the store actor still commits ann's waiting
+    record at the close (it stopped with them, and the record was lost, with an error logged)."""
+    estimator = InterruptingEstimator()
+    record_id = None
+
+    async def host() -> None:
+        nonlocal record_id
+        async with ctxrt.open_runtime(tmp_path / "store") as rt:
+            ann = await rt.open("ann", isolate=True, ledger=True)
+            bob = await rt.open("bob", isolate=True, token_estimator=estimator)
+            await ann.add_message("user", "a question")
+            await bob.add_message("user", "a line for bob")
+            result = await ann.compile(Budget(max_tokens=20_000))
+            record_id = (await ann.record_request(result, form="anthropic")).id
+            estimator.armed = True
+            await bob.compile(Budget(max_tokens=20_000))
+
+    with pytest.raises(KeyboardInterrupt):
+        trio.run(host)
+    assert not estimator.armed, "the estimator never ran armed"
+
+    async def records() -> set[str]:
+        async with ctxrt.open_runtime(tmp_path / "store", readonly=True) as rt:
+            ann = await rt.open("ann", isolate=True)
+            return {record.id for record in await ann.requests()}
+
+    assert record_id in trio.run(records)
