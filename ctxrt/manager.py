@@ -237,6 +237,7 @@ class ContextManager:
 
     # -- messages ---------------------------------------------------------------------------
 
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C between taking request records and handing them over would lose them
     async def add_message(
         self, participant: str, content: ContentLike, *, metadata: Mapping[str, Any] | None = None,
         caused_by: Sequence[str] = (), hold_compression: bool | float = False, timestamp_ms: int | None = None,
@@ -290,32 +291,35 @@ class ContextManager:
             try:
                 # The request records waiting commit with it (Q1); taken, they are sent whatever comes (Q11).
                 command = append_after((*taken.commands, *writes), append)
-                if taken.commands:
-                    with trio.CancelScope(shield=True):
-                        operation = append_result(await store.ask(command))
-                else:  # a cancel scope would cost a plain append a sixth of its CPU
+                if taken.commands:  # sent and settled by the ledger's system task, whatever comes here
+                    operation = append_result(await ledger.carry(store, command, taken))
+                else:
                     operation = append_result(await store.ask(command))
             except BranchNotFoundError:
                 # A branch deleted meanwhile, the message's or a record's: nothing committed, the
                 # records wait again. Once more, the deleted branch's records dropped: a record's
-                # branch must not refuse the message (Q11).
-                ledger.returned(taken)
+                # branch must not refuse the message (Q11). (Records sent were settled by ``carry``.)
+                if not taken.commands:
+                    ledger.returned(taken)
                 if retried or not taken.commands:
                     raise
                 retried = True
                 taken = ledger.take(registry.engine)
                 continue
             except BranchSwitched:  # nothing committed: follow the switch, then append there
-                ledger.returned(taken)
+                if not taken.commands:
+                    ledger.returned(taken)
                 append, writes = await self._switched(append, host_state)
                 taken = ledger.take(registry.engine)
                 continue
             except BaseException:
-                ledger.lost(taken)
+                if not taken.commands:
+                    ledger.lost(taken)
                 raise
-            ledger.landed(taken)
             if taken.commands:
                 await trio.lowlevel.checkpoint_if_cancelled()  # a cancel while it committed: the message is stored
+            else:
+                ledger.landed(taken)
             return str(operation.sequence)
 
     async def _switched(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import warnings
@@ -18,6 +19,7 @@ from . import checks
 from .content.blocks import Message
 from .host_state import HostState
 from .errors import ManagerClosedError, MalformedContentError, ReadOnlyStoreError, RuntimeClosedError
+from .mailbox import Mailbox
 from .manager import ContextManager, switch_managers
 from .models.model import Model
 from .namespace import states
@@ -444,6 +446,25 @@ async def _unwrapped(path: object) -> AsyncIterator[None]:
         raise inner from None
 
 
+async def _serve_to_the_close(
+    engine: StoreEngine, ref: StoreRef, inbox: Mailbox, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The store actor, shielded once started from a cancel of the runtime's nursery: it stops when
+    the close closes its inbox, after committing the request records waiting (Q1). A Ctrl-C trio
+    raises in a namespace actor (a host's estimator or filter running there) cancels that nursery
+    before the close: the actor stopped then, and the records the host was handed were lost. Not
+    before it started: a start cancelled leaves it in ``start``'s own nursery, which waits for it."""
+    with trio.CancelScope() as scope:
+
+        class Started:
+            def started(self, value: None = None) -> None:
+                task_status.started(value)
+                # Moved into the runtime's nursery (a start cancelled meanwhile leaves it where it is).
+                scope.shield = trio.current_effective_deadline() != -math.inf
+
+        await serve_store(engine, ref, inbox, task_status=Started())
+
+
 @asynccontextmanager
 async def open_runtime(
     path: str | os.PathLike[str],
@@ -496,7 +517,7 @@ async def open_runtime(
             if runtime._store is not None:
                 ref, inbox = runtime._store, runtime._store_inbox
                 await nursery.start(
-                    lambda task_status: serve_store(handle.engine, ref, inbox, task_status=task_status)
+                    lambda task_status: _serve_to_the_close(handle.engine, ref, inbox, task_status=task_status)
                 )
             if runtime._steps is not None:
                 trio.lowlevel.add_instrument(runtime._steps)
@@ -507,17 +528,19 @@ async def open_runtime(
                     trio.lowlevel.remove_instrument(runtime._steps)
                 if runtime._store is not None:
                     runtime._store.closing(_interrupted(sys.exc_info()[1]))
-                if runtime._store is not None and runtime._namespaces.ledger.pending:
-                    with trio.CancelScope(shield=True):  # the request records still waiting (Q1)
-                        try:
-                            await runtime._namespaces.commit_ledger()
-                        except Exception:
-                            logger.exception("closing the runtime: the request records waiting could not commit")
-                runtime._closed = True
-                runtime._namespaces.close()
-                if runtime._store is not None:
-                    # Let the actor answer what is queued, then stop.
-                    runtime._store.close()
+                try:
+                    if runtime._store is not None and runtime._namespaces.ledger.waiting:
+                        with trio.CancelScope(shield=True):  # the request records still waiting (Q1)
+                            try:
+                                await runtime._namespaces.commit_ledger()
+                            except Exception:
+                                logger.exception("closing the runtime: the request records waiting could not commit")
+                finally:  # a second Ctrl-C above must not leave the store actor serving: it stops only here
+                    runtime._closed = True
+                    runtime._namespaces.close()
+                    if runtime._store is not None:
+                        # Let the actor answer what is queued, then stop.
+                        runtime._store.close()
                 close_model = getattr(model, "aclose", None)
                 if close_model is not None:
                     with trio.CancelScope(shield=True):  # the runtime owns its model's client (DESIGN.md §9)

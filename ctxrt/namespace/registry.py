@@ -28,7 +28,7 @@ from ..slots import SlotRegistry
 from ..store.actor import StoreRef
 from ..request_ledger import RequestEncoder, encode_record
 from ..store.interface import StoreEngine
-from ..store.protocol import AppendItem, Atomically, RegisterState
+from ..store.protocol import AppendItem, Atomically, BranchSwitched, RegisterState
 from ..store.records import BranchRow
 from . import states
 from .actor import Services, serve_namespace
@@ -178,36 +178,86 @@ class LedgerQueue:
             self._out.set()
             self._out = None
 
+    @property
+    def waiting(self) -> bool:
+        """Whether records wait, or a batch carrying some is out (a close commits after it)."""
+        return bool(self.pending) or self._out is not None
+
+    @trio.lowlevel.enable_ki_protection  # Ctrl-C between taking the records and sending them would lose them
     async def commit(self, engine: StoreEngine, store: Callable[[], StoreRef]) -> None:
         """Commit the records waiting in a batch of their own, after the batch carrying records
-        that is out, if one is. Shielded from the moment it takes them: taken and cancelled before
-        it sends them, they would be lost (a cancel takes effect once it is answered)."""
+        that is out, if one is. Sent whatever comes (``carry``): a cancel takes effect once it is
+        answered."""
         retried = False
         while True:
             while self._out is not None:
                 await self._out.wait()
+            ref = store()  # refused (closed, read-only) before anything is taken
             taken = self.take(engine)
             if not taken.commands:
                 self.landed(taken)
                 await trio.lowlevel.checkpoint()
                 return
             try:
-                with trio.CancelScope(shield=True):
-                    await store().ask(Atomically(commands=taken.commands))
+                await self.carry(ref, Atomically(commands=taken.commands), taken)
             except BranchNotFoundError:
-                # A record's branch deleted since it was taken: nothing committed. Once more, that
-                # branch's records dropped (``take``), so it costs no other branch's records (Q11).
-                self.returned(taken)
+                # A record's branch deleted since it was taken: nothing committed, and they wait
+                # again. Once more, that branch's records dropped (``take``), so it costs no other
+                # branch's records (Q11).
                 if retried:
                     raise
                 retried = True
                 continue
-            except BaseException:
-                self.lost(taken)
-                raise
-            self.landed(taken)
             await trio.lowlevel.checkpoint_if_cancelled()
             return
+
+    async def carry(self, store: StoreRef, command: Any, taken: Taken) -> Any:
+        """Send ``command``, which carries the records ``taken``, and settle them by its answer
+        (``landed``, ``returned`` or ``lost``); what it answered, awaited shielded. Its callers run
+        with Ctrl-C deferred, so in a task of the host's the send is theirs; but trio raises a
+        deferred Ctrl-C at the main task's next wait, which may come before the send (the store's
+        own), and records acknowledged to the host must not go with it: from the main task a
+        system task sends them (a turn's carrying append costs it about 45 µs more), and a main
+        task that leaves meanwhile loses only the answer."""
+        if not _main_task():
+            return await self._send(store, command, taken)
+        answer: list[tuple[bool, Any]] = []
+        done = trio.Event()
+
+        async def send() -> None:
+            try:
+                answer.append((True, await self._send(store, command, taken)))
+            except BaseException as exc:  # noqa: BLE001 - the caller, if still waiting, raises it
+                answer.append((False, exc))
+            finally:
+                done.set()
+
+        trio.lowlevel.spawn_system_task(send, name="ctxrt-ledger-carry")
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        ok, value = answer[0]
+        if ok:
+            return value
+        raise value
+
+    async def _send(self, store: StoreRef, command: Any, taken: Taken) -> Any:
+        try:
+            with trio.CancelScope(shield=True):
+                result = await store.ask(command)
+        except (BranchNotFoundError, BranchSwitched):  # nothing committed: the records wait again
+            self.returned(taken)
+            raise
+        except BaseException:
+            self.lost(taken)
+            raise
+        self.landed(taken)
+        return result
+
+
+def _main_task() -> bool:
+    """Whether this is the task trio raises a deferred Ctrl-C in at its next wait: the host's main
+    task (or a system task, which never gets one: the root task's children are both)."""
+    return trio.lowlevel.current_task().parent_nursery.parent_task is trio.lowlevel.current_root_task()  # type: ignore[union-attr]  # a task's, never the root's
 
 
 @attrs.frozen
