@@ -4,10 +4,12 @@ Ctrl-C.
 
 argv: url, mode ("close": the append's caller cancelled, then the block ends; "interrupt": a real
 SIGINT while the append is out; "read": a compile, whose reads the server doesn't answer, then the
-block ends), and the engine's close and read bounds in seconds (its defaults, set before the open:
-CLOSE_BATCH_S, READ_CUT_S). Prints one JSON line per step: ``ready`` (after a first append), then,
+block ends; "fork": as "close" with a fork out, a call the runtime shields from its caller's
+cancel), and the engine's close, read and batch bounds in seconds (its defaults, set before the
+open: CLOSE_BATCH_S, READ_CUT_S, BATCH_CUT_S). Prints one JSON line per step: ``ready`` (after a first append), then,
 once the test wrote a line on stdin, ``compiled`` (or ``unavailable``) with its seconds in mode
-"read", and ``closing`` once the stalled append is out; at the end ``closed`` or
+"read", and ``closing`` once the stalled append (or fork) is out, ``unavailable`` if the fork
+raised StoreUnavailableError; at the end ``closed`` or
 ``interrupted``, with the seconds since ``closing``.
 """
 
@@ -32,6 +34,13 @@ def say(**answer: object) -> None:
     print(json.dumps(answer), flush=True)
 
 
+async def fork(manager: ctxrt.ContextManager) -> None:
+    try:
+        await manager.fork()
+    except ctxrt.StoreUnavailableError as exc:
+        say(unavailable=str(exc))
+
+
 async def main(url: str, mode: str) -> None:
     async with ctxrt.open_runtime(url, durability="sync") as rt:
         manager = await rt.open("ann", isolate=True)
@@ -49,7 +58,10 @@ async def main(url: str, mode: str) -> None:
             CLOSING.append(time.monotonic())
             return
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(manager.add_message, "user", "stalled")
+            if mode == "fork":
+                nursery.start_soon(fork, manager)
+            else:
+                nursery.start_soon(manager.add_message, "user", "stalled")
             await trio.sleep(0.3)  # the batch is out: the server doesn't answer
             say(closing=True)
             CLOSING.append(time.monotonic())
@@ -62,6 +74,7 @@ async def main(url: str, mode: str) -> None:
 if __name__ == "__main__":
     ctxrt.store.postgres.CLOSE_BATCH_S = float(sys.argv[3])
     ctxrt.store.postgres.READ_CUT_S = float(sys.argv[4])
+    ctxrt.store.postgres.BATCH_CUT_S = float(sys.argv[5])
     try:
         trio.run(main, sys.argv[1], sys.argv[2])
     except KeyboardInterrupt:
