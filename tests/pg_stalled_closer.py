@@ -5,7 +5,8 @@ Ctrl-C.
 argv: url, mode ("close": the append's caller cancelled, then the block ends; "interrupt": a real
 SIGINT while the append is out; "read": a compile, whose reads the server doesn't answer, then the
 block ends; "fork": as "close" with a fork out, a call the runtime shields from its caller's
-cancel), and the engine's close, read and batch bounds in seconds (its defaults, set before the
+cancel; "lease": as "close", the namespace's strategy keeping its memory there, so its actor
+holds a lease it gives back at its stop), and the engine's close, read and batch bounds in seconds (its defaults, set before the
 open: CLOSE_BATCH_S, READ_CUT_S, BATCH_CUT_S). Prints one JSON line per step: ``ready`` (after a first append), then,
 once the test wrote a line on stdin, ``compiled`` (or ``unavailable``) with its seconds in mode
 "read", and ``closing`` once the stalled append (or fork) is out, ``unavailable`` if the fork
@@ -25,6 +26,7 @@ import trio
 
 import ctxrt
 import ctxrt.store.postgres
+from ctxrt.testing import ScriptedModel
 
 
 CLOSING: list[float] = []  # when the close began (monotonic)
@@ -43,7 +45,9 @@ async def fork(manager: ctxrt.ContextManager) -> None:
 
 async def main(url: str, mode: str) -> None:
     async with ctxrt.open_runtime(url, durability="sync") as rt:
-        manager = await rt.open("ann", isolate=True)
+        # A strategy that keeps its memory in the store: the namespace holds a lease (K12).
+        strategy = ctxrt.Autobiographical("m") if mode == "lease" else None
+        manager = await rt.open("ann", isolate=True, strategy=strategy, model=ScriptedModel(lambda _: "summary"))
         await manager.add_message("user", "warm")
         say(ready=True)
         await trio.to_thread.run_sync(sys.stdin.readline)

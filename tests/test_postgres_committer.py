@@ -361,3 +361,16 @@ async def test_a_fork_the_stalled_server_never_answers_is_cut_so_the_host_can_le
     assert any("didn't answer a batch in 2 s" in line.get("unavailable", "") for line in said), said
     assert any("hasn't answered a batch in 2 s; cutting it" in line for line in logged), logged
     assert await stored_texts(pg_url, "ann") == ["warm"]
+
+
+async def test_a_close_gives_back_a_lease_the_stalled_server_never_answers_within_a_second_or_so(pg_url: str) -> None:
+    """K16, K12: a namespace holding a lease (its strategy keeps its memory in the store), the
+    runtime closed while the server's sessions are stopped (SIGSTOP): the actor's give-back at its
+    stop (on the loop's thread) waits LEASE_CLOSE_S for the lease connection and for its answer, as
+    the engine's own give-back does, and the lease lapses at its expiry: the close ends within
+    seconds of its 1 s bound (it waited 30 s for the give-back's answer, and the renewer's 10 s for
+    the connection before that); the store holds what was acknowledged."""
+    said, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "lease", 1.0)
+    assert said[0] == {"closing": True} and said[-1]["closed"] and said[-1]["seconds"] < 8, said
+    assert any("couldn't give back the lease" in line for line in logged), logged
+    assert await stored_texts(pg_url, "ann") == ["warm"]

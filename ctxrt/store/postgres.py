@@ -404,13 +404,23 @@ class PostgresEngine(Catalog):
 
     def release(self, branch_id: int, name: str) -> None:
         """Give the lease back: it expires now (its row, and the token, stay for the next take).
-        Raises ``StoreUnavailableError`` (it then lapses at its expiry)."""
+        Waits ``LEASE_CLOSE_S`` at most, for the lease connection and for the server's answer, as
+        the close's give-back does: it runs on the loop's thread (a namespace's stop, at the
+        runtime's close), and a stalled server held the close for the renewer's statement (10 s)
+        then this one's (30 s). Raises ``StoreUnavailableError`` (it then lapses at its expiry)."""
         key = (branch_id, name)
-        with self._lease_lock:
+        if not self._lease_lock.acquire(timeout=LEASE_CLOSE_S):  # a renewal the server doesn't answer
+            self._held.pop(key, None)  # (atomic: ``holds`` reads them unlocked too)
+            self._lost.discard(key)
+            raise StoreUnavailableError(self.data_path, f"the lease connection was busy for {LEASE_CLOSE_S:g} s with a "
+                                                        f"renewal the server hasn't answered")
+        try:
             token = self._held.pop(key, None)
             self._lost.discard(key)
             if token is not None:
-                self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder), within=self._lease_statement_s)
+                self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder), within=LEASE_CLOSE_S)
+        finally:
+            self._lease_lock.release()
 
     def _lease_arrays(self, held: dict[tuple[int, str], int]) -> tuple[list[int], list[str], list[int]]:
         return [b for b, _ in held], [n for _, n in held], list(held.values())
