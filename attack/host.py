@@ -153,6 +153,10 @@ if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR2, all_threads=True)  # the driver's dump of a hung host
     ctxrt.store.postgres.CLOSE_BATCH_S = bound
     ctxrt.store.postgres.READ_CUT_S = cut
+    if hasattr(ctxrt.store.postgres, "BATCH_CUT_S"):  # the running write cut (this branch's fix)
+        ctxrt.store.postgres.BATCH_CUT_S = cut
+    import logging
+    logging.basicConfig(format="@%(created).3f %(message)s", level=logging.WARNING)
     try:
         if front == "aio":
             import asyncio

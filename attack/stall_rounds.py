@@ -100,7 +100,7 @@ def one_round(n: int, args: argparse.Namespace, cluster: object, pooler: object,
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
         time.sleep(rng.uniform(0.0, 0.6))
-        began = time.monotonic()
+        began, wall = time.monotonic(), time.time()
         if action == "close":
             host.stdin.write("close\n")
             host.stdin.flush()
@@ -137,7 +137,9 @@ def one_round(n: int, args: argparse.Namespace, cluster: object, pooler: object,
     errors = [line["err"] for line in lines if "err" in line]
     outcome["acked"] = len(acked)
     outcome["errors"] = errors[:4]
-    outcome["err_tail"] = [e for e in err if "cutting" in e or "Traceback" in e or "Error" in e][-6:]
+    outcome["log"] = [f"+{float(e[1:].split(' ', 1)[0]) - wall:.1f}s {e.split(' ', 1)[1].strip()[:140]}"
+                      for e in err if e.startswith("@")][-8:]
+    outcome["tracebacks"] = sum("Traceback" in e for e in err)
     # The server has resumed: a writer's stalled session is still there; give it its bounds.
     found = trio.run(stored, direct)
     problems = []
