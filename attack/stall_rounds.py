@@ -62,7 +62,10 @@ def one_round(n: int, args: argparse.Namespace, cluster: object, pooler: object,
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     host = subprocess.Popen([sys.executable, str(HOST), url, str(args.bound), str(args.cut), args.front,
                              str(rng.randrange(1 << 30))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            # A shell's background job inherits SIGINT ignored, and Python (and trio)
+                            # then leave it so: the host would never see the Ctrl-C.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[dict] = []
     err: list[str] = []
     ready = threading.Event()
