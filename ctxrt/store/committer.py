@@ -186,9 +186,11 @@ class ThreadCommitter:
             self._cut_after_s = self._cut_bounds[1 + interrupted]
             self._arm(self._cut_after_s)
 
-    def _arm(self, after_s: float) -> None:
+    def _arm(self, after_s: float, closing: bool | None = None) -> None:
+        """Look at the batch out in ``after_s``; from the timer's own look at ``closing``, unless the
+        close began since (``closing`` armed its own timer then)."""
         with self._arming:
-            if self._cut is None:
+            if self._cut is None or closing not in (None, self._closing):
                 return
             if self._cutter is not None:
                 self._cutter.cancel()
@@ -204,7 +206,7 @@ class ThreadCommitter:
             return
         waited = time.monotonic() - max(self._out_since, self._answered())
         if not self._out or waited < bound:
-            self._arm(bound - waited if self._out else bound)
+            self._arm(bound - waited if self._out else bound, closing)
             return
         if closing:
             logger.warning("closing the store: the server hasn't answered a batch in %g s; cutting it (whether it "
@@ -212,7 +214,7 @@ class ThreadCommitter:
         else:
             logger.warning("the server hasn't answered a batch in %g s; cutting it (whether it committed is for "
                            "the server to say)", bound)
-            self._arm(bound)
+            self._arm(bound, closing)
         cut(closing)
 
     async def settle(self) -> None:
