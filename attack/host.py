@@ -31,11 +31,6 @@ def say(**what: object) -> None:
     print(json.dumps(what), flush=True)
 
 
-def note_sigint(*_: object) -> None:
-    T0.append(time.monotonic())
-    raise KeyboardInterrupt
-
-
 def summary(request: ctxrt.ModelRequest) -> str:
     return "SUMMARY " + "remembered " * 30
 
@@ -140,7 +135,12 @@ async def main_aio(url: str, seed: int) -> None:
                 await asyncio.sleep(0.005)
 
         tasks = [asyncio.ensure_future(app(w0, "w0", True)), asyncio.ensure_future(app(w1, "w1", False))]
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        # A daemon thread reads stdin: an executor's thread blocked there would hold asyncio.run's
+        # shutdown (it waits for the default executor) after a Ctrl-C.
+        loop, line = asyncio.get_running_loop(), asyncio.Event()
+        import threading
+        threading.Thread(target=lambda: (sys.stdin.readline(), loop.call_soon_threadsafe(line.set)), daemon=True).start()
+        await line.wait()
         T0.append(time.monotonic())
         say(closing=True)
         for task in tasks:
@@ -160,8 +160,7 @@ if __name__ == "__main__":
     try:
         if front == "aio":
             import asyncio
-            signal.signal(signal.SIGINT, note_sigint)
-            asyncio.run(main_aio(url, seed))
+            asyncio.run(main_aio(url, seed))  # its own Ctrl-C handling, as a real asyncio host's
         else:
             trio.run(main_trio, url, seed)
     except KeyboardInterrupt:

@@ -48,7 +48,10 @@ async def stored(url: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     async with ctxrt.open_runtime(url, readonly=True) as rt:
         for name in ("w0", "w1", "auto"):
-            manager = await rt.open(name, isolate=True)
+            try:
+                manager = await rt.open(name, isolate=True)
+            except ctxrt.UnknownStateError:  # the aio host makes no "auto"
+                continue
             out[name] = [m.content[0].text.split(" ")[0] for m in await manager.get_all_messages()]
     return out
 
