@@ -401,6 +401,12 @@ class SlotCache:
                 self._push(message, holds_audience(message.content))
             self.revision = head.revision
             self.tail_fills += 1
+            # Another process's appends are heard of here only: a namespace that drains in the
+            # background wakes for them as for this process's own (T8). An append of this process
+            # taken in so is not heard again at its event (``apply``).
+            for item in items:
+                for notify in self.listeners:
+                    self._notify(notify, item.sequence)
             if _diagnostics():
                 logger.info("tail fill %s on branch %d: %d appended", self.state, self.branch_id, len(items))
             return
@@ -420,6 +426,8 @@ class SlotCache:
         Runs after the commit (L6): a subscriber that raises is logged and the others still run;
         if the cache itself can't take the operation, it reloads from the store at its next read.
         """
+        # An append a look at the head took in before its event came: its listeners heard of it then.
+        heard = isinstance(operation, ItemAppended) and not self.stale and operation.sequence <= self.revision
         if not self.stale:  # else the next read reloads everything, this operation included
             try:
                 self._apply(operation)
@@ -427,7 +435,7 @@ class SlotCache:
                 self.stale = True
                 logger.exception("slot cache %s on branch %d couldn't apply a commit; it reloads at its next read",
                                  self.state, self.branch_id)
-        if isinstance(operation, ItemAppended):
+        if isinstance(operation, ItemAppended) and not heard:
             # Heard of by a stale cache's listeners too: a namespace that drains in the background
             # reads (and so reloads) only once it hears of an append, and a cache gone stale
             # (it read a head ahead of a commit's event, on a shared store) left it idle for good.

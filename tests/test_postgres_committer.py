@@ -280,12 +280,12 @@ async def test_a_connection_lost_during_the_batch_says_whether_it_committed_is_u
 CLOSER = Path(__file__).parent / "pg_stalled_closer.py"
 
 
-def close_under_a_stalled_server(url: str, mode: str, bound_s: float,
-                                 read_s: float = 60.0) -> tuple[list[dict[str, Any]], list[str]]:
+def close_under_a_stalled_server(url: str, mode: str, bound_s: float, read_s: float = 60.0,
+                                 batch_s: float = 60.0) -> tuple[list[dict[str, Any]], list[str]]:
     """Run pg_stalled_closer.py in ``mode``, its database's server sessions stopped (SIGSTOP) once it
     is ready, until it says how it ended (within a minute, or the test fails); then resume them.
     What it said after ``ready``, and what its stderr logged."""
-    process = subprocess.Popen([sys.executable, str(CLOSER), url, mode, str(bound_s), str(read_s)],
+    process = subprocess.Popen([sys.executable, str(CLOSER), url, mode, str(bound_s), str(read_s), str(batch_s)],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stopped: list[int] = []
     try:
@@ -347,3 +347,30 @@ async def test_a_read_the_stalled_server_never_answers_is_cut_and_the_loop_goes_
     assert ("compiled" in said[0] or "unavailable" in said[0]) and 2.0 <= said[0]["seconds"] < 30, said
     assert any("hasn't answered a read in 2 s; cutting it" in line for line in logged), logged
     assert said[-1]["closed"], said
+
+
+async def test_a_fork_the_stalled_server_never_answers_is_cut_so_the_host_can_leave(pg_url: str) -> None:
+    """K16, L4: a fork (the runtime carries it out whole: its caller's cancel waits for it) out while
+    the server's sessions are stopped (SIGSTOP), the host cancelling it and leaving the block: the
+    batch is cut once the server hasn't answered it in BATCH_CUT_S (here 2 s), the fork raises
+    StoreUnavailableError saying so, and the close goes on. Before, the fork's wait, the host's
+    block around it and so the close (whose own bound is armed once the block ends) waited for good,
+    a Ctrl-C too."""
+    said, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "fork", 30.0, 3.0, 2.0)
+    assert said[0] == {"closing": True} and said[-1]["closed"] and said[-1]["seconds"] < 30, said
+    assert any("didn't answer a batch in 2 s" in line.get("unavailable", "") for line in said), said
+    assert any("hasn't answered a batch in 2 s; cutting it" in line for line in logged), logged
+    assert await stored_texts(pg_url, "ann") == ["warm"]
+
+
+async def test_a_close_gives_back_a_lease_the_stalled_server_never_answers_within_a_second_or_so(pg_url: str) -> None:
+    """K16, K12: a namespace holding a lease (its strategy keeps its memory in the store), the
+    runtime closed while the server's sessions are stopped (SIGSTOP): the actor's give-back at its
+    stop (on the loop's thread) waits LEASE_CLOSE_S for the lease connection and for its answer, as
+    the engine's own give-back does, and the lease lapses at its expiry: the close ends within
+    seconds of its 1 s bound (it waited 30 s for the give-back's answer, and the renewer's 10 s for
+    the connection before that); the store holds what was acknowledged."""
+    said, logged = await trio.to_thread.run_sync(close_under_a_stalled_server, pg_url, "lease", 1.0)
+    assert said[0] == {"closing": True} and said[-1]["closed"] and said[-1]["seconds"] < 8, said
+    assert any("couldn't give back the lease" in line for line in logged), logged
+    assert await stored_texts(pg_url, "ann") == ["warm"]

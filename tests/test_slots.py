@@ -22,7 +22,8 @@ import trio
 
 import ctxrt
 from ctxrt import Runtime
-from ctxrt.testing import SLACK, AppendItem, SlotCache, codec, execute, extract_blobs, prepare_append
+from ctxrt.testing import SLACK, AppendItem, ScriptedModel, SlotCache, codec, execute, extract_blobs, prepare_append
+from support import wait_until
 
 GUARD_S = 20
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(64))).decode()
@@ -509,3 +510,49 @@ async def test_a_shared_stores_cache_takes_in_an_append_it_read_before_its_event
         after = cache.figures()
         assert not cache.stale and after.reloads == loaded.reloads and after.tail_fills == loaded.tail_fills + 1
         assert [m.content[0].text for m in cache.current()] == ["first", "second"]  # type: ignore[union-attr]
+
+
+async def test_a_shared_stores_cache_tells_its_listeners_of_another_processs_appends_it_reads(pg_url: str) -> None:
+    """S3, T8: on a shared store (PostgreSQL) a cache takes another process's appends in at a look at
+    the head (a tail fill), and its listeners hear each one's sequence, once: an auto-ticking
+    namespace served here compresses them, where it heard only of this process's own appends and
+    sat with units to compress for good (attack/liveness.py: no model call in 100 s of another
+    process appending). An append of this process a look took in before its event is not heard
+    again at the event."""
+    async with ctxrt.open_runtime(pg_url) as rt, ctxrt.open_runtime(pg_url) as other:
+        await (await rt.open("a")).add_message("user", "first")
+        cache = SlotCache(rt.engine, "messages", rt.engine.branch("main").id, live=True)
+        cache.current()
+        heard: list[int] = []
+        cache.listen(heard.append)
+        writer = await other.open("a")
+        theirs = [await writer.add_message("user", text) for text in ("second", "third")]
+        assert [m.content[0].text for m in cache.current()][-2:] == ["second", "third"]  # type: ignore[union-attr]
+        assert heard == [(await writer.get_message(found)).sequence for found in theirs]  # type: ignore[union-attr]
+        data, _, appended = prepare_append("user", [{"type": "text", "text": "own"}])
+        [(ok, own)], operations = rt.engine.apply(
+            [AppendItem(state="messages", branch="main", data=data, attachment=appended)], execute)
+        assert ok
+        cache.current()  # the look takes it in before its event
+        for operation in operations:
+            cache.apply(operation)
+        assert heard[2:] == [own.sequence]
+
+
+async def test_an_auto_ticking_namespace_compresses_what_another_process_appends(pg_url: str) -> None:
+    """T8, S3: a namespace served here with an auto-ticking strategy, another runtime on the same
+    PostgreSQL store (another process's, as far as the caches know) appending to it: once this
+    process reads the namespace, its drain compresses what was appended there (it never did)."""
+    model = ScriptedModel(lambda _: "SUMMARY " + "remembered " * 30)
+    config = ctxrt.Autobiographical("m", target_chunk_tokens=300, recent_window_tokens=0, head_window_tokens=0,
+                                    l1_holdback_chunks=0, auto_tick=True)
+    async with ctxrt.open_runtime(pg_url) as rt, ctxrt.open_runtime(pg_url) as other:
+        served = await rt.open("auto", isolate=True, strategy=config, model=model)
+        writer = await other.open("auto", isolate=True)
+        for i in range(30):
+            await writer.add_message("user", f"Message {i}. " + "filler words " * 20)
+        with trio.fail_after(30):
+            assert await served.message_count() == 30  # a read: the cache takes the appends in
+            await wait_until(lambda: bool(model.requests))  # the drain's, sent in the background
+            await served.wait_ready()
+        assert (await served.health()).pending_units == 0

@@ -130,17 +130,24 @@ class ThreadCommitter:
     (the module doc). A lone caller hands its batch to the thread from its own task
     (``commit_lone``), sparing it the hop to the actor and back."""
 
-    def __init__(self, apply: Apply, *, cut: Callable[[], None] | None = None,
-                 cut_after_s: tuple[float, float] = (0.0, 0.0)) -> None:
+    def __init__(self, apply: Apply, *, cut: Callable[[bool], None] | None = None,
+                 cut_after_s: tuple[float, float, float] = (0.0, 0.0, 0.0),
+                 answered: Callable[[], float] = lambda: 0.0) -> None:
         self._apply = apply
-        # From the close on, a batch the server hasn't answered in ``cut_after_s`` (the first; the
-        # second when a Ctrl-C closes the runtime: its host wants out) is cut (``cut``, from a
-        # timer's thread: it fails the batch's wait, and the engine sends no later one), so a
-        # stalled server can't hold the close, nor the Ctrl-C it defers, for good.
+        # A batch the server hasn't answered in ``cut_after_s`` (the first while the runtime runs,
+        # the second from its close on, the third when a Ctrl-C closes it: its host wants out) is
+        # cut (``cut``, from a timer's thread: it fails the batch's wait; from the close on, the
+        # engine sends no later one), so a stalled server holds no caller, nor the close, nor the
+        # Ctrl-C it defers, for good: a caller the runtime shields (a fork, an append carrying
+        # request records) waited for ever, and the close, which begins once the host's block
+        # ends, never began. ``answered``: when the server last answered the batch out (monotonic).
         self._cut = cut
         self._cut_after_s = cut_after_s[0]
         self._cut_bounds = cut_after_s
+        self._answered = answered
+        self._closing = False
         self._cutter: threading.Timer | None = None
+        self._arming = threading.Lock()  # the timer is re-armed from its own thread and the loop's
         self._thread = CommitThread()
         self._turns = GiveTurns(self._thread, self._fast)
         self._instrumented = False
@@ -157,39 +164,58 @@ class ThreadCommitter:
         self._thread.start()
         trio.lowlevel.add_instrument(self._turns)
         self._instrumented = True
+        if self._cut is not None:
+            self._arm(self._cut_after_s)
 
     def stop(self) -> None:
         """Waits for a batch still on the thread, and ends the thread."""
-        if self._cutter is not None:
-            self._cutter.cancel()
+        with self._arming:
+            if self._cutter is not None:
+                self._cutter.cancel()
+            self._cut = None  # a timer running now arms no other
         if self._instrumented:
             trio.lowlevel.remove_instrument(self._turns)
             self._instrumented = False
         self._thread.stop()
 
     def closing(self, interrupted: bool) -> None:
-        """From now on, a batch out longer than the bound (a lone caller's, the actor's, the request
-        records') is cut, and later ones refused by the engine."""
-        if self._cut is not None and self._cutter is None:
-            self._cut_after_s = self._cut_bounds[interrupted]
+        """From now on, a batch out longer than the close's bound (a lone caller's, the actor's, the
+        request records') is cut, and later ones refused by the engine."""
+        if self._cut is not None and not self._closing:
+            self._closing = True
+            self._cut_after_s = self._cut_bounds[1 + interrupted]
             self._arm(self._cut_after_s)
 
-    def _arm(self, after_s: float) -> None:
-        self._cutter = threading.Timer(after_s, self._cut_out)
-        self._cutter.daemon = True
-        self._cutter.start()
+    def _arm(self, after_s: float, closing: bool | None = None) -> None:
+        """Look at the batch out in ``after_s``; from the timer's own look at ``closing``, unless the
+        close began since (``closing`` armed its own timer then)."""
+        with self._arming:
+            if self._cut is None or closing not in (None, self._closing):
+                return
+            if self._cutter is not None:
+                self._cutter.cancel()
+            self._cutter = threading.Timer(after_s, self._cut_out)
+            self._cutter.daemon = True
+            self._cutter.start()
 
     def _cut_out(self) -> None:
-        """The timer's thread: cut the batch out if it has been out the bound, else look again when
-        the one out (or the next) would have been."""
-        assert self._cut is not None
-        waited = time.monotonic() - self._out_since
-        if not self._out or waited < self._cut_after_s:
-            self._arm(self._cut_after_s - waited if self._out else self._cut_after_s)
+        """The timer's thread: cut the batch out if the server hasn't answered it in the bound, else
+        look again when it (or the next batch) would have been out that long unanswered."""
+        cut, closing, bound = self._cut, self._closing, self._cut_after_s
+        if cut is None:
             return
-        logger.warning("closing the store: the server hasn't answered a batch in %g s; cutting it (whether it "
-                       "committed is for the server to say) and refusing any later one", self._cut_after_s)
-        self._cut()
+        waited = time.monotonic() - max(self._out_since, self._answered())
+        if not self._out or waited < bound:
+            self._arm(bound - waited if self._out else bound, closing)
+            return
+        if closing:
+            logger.warning("closing the store: the server hasn't answered a batch in %g s; cutting it (whether it "
+                           "committed is for the server to say) and refusing any later one", bound)
+        else:
+            logger.warning("the server hasn't answered a batch in %g s; cutting it (whether it committed is for "
+                           "the server to say)", bound)
+            self._arm(bound, closing)
+        cut(closing)
 
     async def settle(self) -> None:
         """Wait, shielded, for a lone caller's batch still on the thread to land."""

@@ -135,6 +135,12 @@ CLOSE_BATCH_S = STATEMENT_TIMEOUT_MS / 1000  # closed for a Ctrl-C: LEASE_CLOSE_
 # query_wait_timeout, 120 s) held every task of the loop for as long. Past the reader session's own
 # statement and lock bounds, so a healthy server always answers first (with its error).
 READ_CUT_S = STATEMENT_TIMEOUT_MS / 1000 + 5
+# Likewise a write batch the server hasn't answered in this long while the runtime runs: its
+# caller gets StoreUnavailableError (whether it committed is unknown once its rows may have gone
+# out), the next batch reconnects. A caller the runtime shields (a fork, an append carrying request
+# records) waited for ever on a stalled server, and so did the host's block around it, and the close
+# and the Ctrl-C after it (the close's bound is armed only once the block ends).
+BATCH_CUT_S = READ_CUT_S
 WATCH_S = 1.0  # how often the watchdog looks at the read out
 PREPARE_THRESHOLD = 2  # a writer's statement is prepared at its second use in a batch of appends
 CURRENT = (1 << 63) - 1  # the version of a log's current head row (past every sequence)
@@ -187,6 +193,9 @@ class PostgresEngine(Catalog):
         self._lease_ms = LEASE_MS if lease_ms is None else lease_ms  # the module's, as it is at the open
         self._close_batch_s = CLOSE_BATCH_S if close_batch_s is None else close_batch_s  # likewise
         self._cut_off = False  # the close cut a batch the server didn't answer: no later one is sent
+        self._batch_cut_s = BATCH_CUT_S  # likewise
+        self._cut_now = False  # the batch out was cut (``_cut_writer``) while the runtime ran
+        self._answered = 0.0  # when the server last answered the batch out (monotonic)
         self.data_path = redact(url)
         self._synchronous = synchronous
         # The read connection, used by one thread at a time, and since when the read out waits.
@@ -395,13 +404,23 @@ class PostgresEngine(Catalog):
 
     def release(self, branch_id: int, name: str) -> None:
         """Give the lease back: it expires now (its row, and the token, stay for the next take).
-        Raises ``StoreUnavailableError`` (it then lapses at its expiry)."""
+        Waits ``LEASE_CLOSE_S`` at most, for the lease connection and for the server's answer, as
+        the close's give-back does: it runs on the loop's thread (a namespace's stop, at the
+        runtime's close), and a stalled server held the close for the renewer's statement (10 s)
+        then this one's (30 s). Raises ``StoreUnavailableError`` (it then lapses at its expiry)."""
         key = (branch_id, name)
-        with self._lease_lock:
+        if not self._lease_lock.acquire(timeout=LEASE_CLOSE_S):  # a renewal the server doesn't answer
+            self._held.pop(key, None)  # (atomic: ``holds`` reads them unlocked too)
+            self._lost.discard(key)
+            raise StoreUnavailableError(self.data_path, f"the lease connection was busy for {LEASE_CLOSE_S:g} s with a "
+                                                        f"renewal the server hasn't answered")
+        try:
             token = self._held.pop(key, None)
             self._lost.discard(key)
             if token is not None:
-                self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder), within=self._lease_statement_s)
+                self._on_leases(_RELEASE, (*self._lease_arrays({key: token}), self._holder), within=LEASE_CLOSE_S)
+        finally:
+            self._lease_lock.release()
 
     def _lease_arrays(self, held: dict[tuple[int, str], int]) -> tuple[list[int], list[str], list[int]]:
         return [b for b, _ in held], [n for _, n in held], list(held.values())
@@ -467,10 +486,13 @@ class PostgresEngine(Catalog):
         statement for a server that is down; a stalled pooler never answers)."""
         _shut(self._leases)
 
-    def _cut_writer(self) -> None:
-        """The close's cut of a batch the server didn't answer (``ThreadCommitter.closing``), from
-        another thread: the batch fails, reconnecting nothing, and every later one is refused."""
-        self._cut_off = True
+    def _cut_writer(self, closing: bool) -> None:
+        """The cut of a batch the server didn't answer (``ThreadCommitter``), from another thread:
+        the batch fails, reconnecting nothing; from the close on, every later one is refused."""
+        if closing:
+            self._cut_off = True
+        else:
+            self._cut_now = True
         _shut(self._writer)
 
     def taken_over(self, keys: Sequence[tuple[int, str]]) -> None:
@@ -1041,7 +1063,9 @@ class PostgresEngine(Catalog):
     def committer(self, execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool]) -> Committer:
         """The store actor's committer: a commit waits on the server, so each batch runs on a thread of its own."""
         return ThreadCommitter(lambda commands: self.apply(commands, execute, unnested), cut=self._cut_writer,
-                               cut_after_s=(self._close_batch_s, min(self._close_batch_s, LEASE_CLOSE_S)))
+                               cut_after_s=(self._batch_cut_s, self._close_batch_s,
+                                            min(self._close_batch_s, LEASE_CLOSE_S)),
+                               answered=lambda: self._answered)
 
     def apply(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any],
@@ -1113,6 +1137,11 @@ class PostgresEngine(Catalog):
             if self._cut_off:
                 raise StoreUnavailableError(self.data_path, self._cut_reason(
                     "; whether it committed is unknown" if self._began else "; nothing of it was written")) from None
+            if self._cut_now:  # the next batch reconnects (``_apply_reconnecting``)
+                raise StoreUnavailableError(self.data_path, f"the server didn't answer a batch in {self._batch_cut_s:g} s "
+                                            f"(a stalled server or pooler): it was cut; " + (
+                                                "whether it committed is unknown" if self._began
+                                                else "nothing of it was written")) from None
             if lost:
                 try:
                     self._writer = self._connect(self._writer, writer=True)
@@ -1136,7 +1165,7 @@ class PostgresEngine(Catalog):
         it, as a pooler's ``DISCARD ALL`` does: the failed statement came before the COMMIT, so
         nothing was written; a new connection starts both afresh, and is asked again whether a
         pooler stands in front)."""
-        self._began = False
+        self._began = self._cut_now = False
         try:
             return self._apply(commands, execute, unnested, exclusive, settled)
         except _FORGOTTEN as exc:
@@ -1145,7 +1174,7 @@ class PostgresEngine(Catalog):
             self._writer = self._connect(self._writer, writer=True)
             return self._apply(commands, execute, unnested, exclusive, settled)
         except psycopg.OperationalError:
-            if self._began or self._cut_off or not (self._writer.broken or self._writer.closed):
+            if self._began or self._cut_off or self._cut_now or not (self._writer.broken or self._writer.closed):
                 raise
             self._writer = self._connect(self._writer, writer=True)
             return self._apply(commands, execute, unnested, exclusive, settled)
@@ -1435,6 +1464,7 @@ class PgBatch(Batch):
         self.cursor.execute(query, params)
         self._pipeline.sync()
         rows = self.cursor.fetchall()
+        self.pg._answered = time.monotonic()  # the cut of a batch unanswered counts from here
         self.pg._began = True  # the server answered: from here a failure may follow writes
         self.check_catalog()
         return rows
@@ -1482,6 +1512,7 @@ class PgBatch(Batch):
                     self._pipeline.sync()
                 self.pg._began = True
                 self.check_catalog()
+                self.pg._answered = time.monotonic()
             current, self._lone_head, self._lone = self._lone_head, None, None
         return self.pg._head_at(self._fetch, info.number, row.levels(), current)
 
