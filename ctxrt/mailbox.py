@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from . import asks
+from . import asks, tracing
 from .asks import Ask
 
 R = TypeVar("R")
@@ -35,7 +35,11 @@ class Reply(asks.Reply[R]):
     __slots__ = ("_task", "_mailbox")
 
     def __init__(self, mailbox: Mailbox | None = None) -> None:
-        super().__init__()
+        # ``asks.Reply``'s fields, set here rather than by its ``__init__``: a call less per ask.
+        self._done = False
+        self.ok = False
+        self.value: Any = None
+        self.trace: Any = tracing.current()
         self._task: trio.lowlevel.Task | None = None
         self._mailbox = mailbox  # counts it unanswered until resolved
 
@@ -99,6 +103,7 @@ class Mailbox:
         self._unanswered = 0
         self._received = 0
         self._asking = 0  # callers in ask, answered or not: while any is, none runs ``alone``
+        self._senders_waiting = 0  # asks parked for room (a count: a parking lot's truth is a call)
 
     # -- senders ----------------------------------------------------------------------------
 
@@ -148,8 +153,14 @@ class Mailbox:
                     raise answer[1]
             else:
                 await trio.lowlevel.checkpoint_if_cancelled()  # others in flight: join them without a schedule point
-            reply: Reply[R] = await self.put(command)
-            await reply.wait()  # cancelled here, the command is still handled; its answer is dropped
+            reply: Reply[R] = self._sent(command) or await self.put(command)  # ``put``'s coroutine only when full
+            # ``reply.wait()`` without a coroutine of its own: just sent, the reply isn't resolved yet.
+            # Cancelled here, the command is still handled; its answer is dropped.
+            reply._task = trio.lowlevel.current_task()
+            try:
+                await trio.lowlevel.wait_task_rescheduled(reply._abort)
+            finally:
+                reply._task = None
             await trio.lowlevel.checkpoint_if_cancelled()
         finally:
             self._asking -= 1
@@ -161,24 +172,33 @@ class Mailbox:
     async def put(self, command: Any) -> Reply[Any]:
         """Queue ``command`` (waiting for room while the mailbox is full) and return its reply.
         No schedule point when there is room. Raises the refusal once the mailbox is closed."""
-        while len(self._queue) >= self.capacity and not self._closed:
-            await self._room.park()
-        if self._closed:
-            raise self._refusal(command)
+        while (reply := self._sent(command)) is None:
+            if self._closed:
+                raise self._refusal(command)
+            self._senders_waiting += 1
+            try:
+                await self._room.park()
+            finally:
+                self._senders_waiting -= 1
+        return reply
+
+    def _sent(self, command: Any) -> Reply[Any] | None:
+        """``command`` queued and the actor woken: its reply; None, sending nothing, while the mailbox
+        is full or once it is closed."""
+        if len(self._queue) >= self.capacity or self._closed:
+            return None
         reply: Reply[Any] = Reply(self)
         self._unanswered += 1
-        self._append((command, reply))
+        self._queue.append((command, reply))
+        self._wake()
         return reply
 
     @trio.lowlevel.enable_ki_protection
     def tell(self, message: Any) -> None:
         """Send ``message`` without waiting, whatever the mailbox holds; dropped once it is closed."""
         if not self._closed:
-            self._append((message, None))
-
-    def _append(self, envelope: Envelope) -> None:
-        self._queue.append(envelope)
-        self._wake()
+            self._queue.append((message, None))
+            self._wake()
 
     def _wake(self) -> None:
         task = self._receiver
@@ -203,7 +223,7 @@ class Mailbox:
 
     def statistics(self) -> MailboxStatistics:
         return MailboxStatistics(depth=len(self._queue), unanswered=self._unanswered, received=self._received,
-                                 capacity=self.capacity, senders_waiting=len(self._room))
+                                 capacity=self.capacity, senders_waiting=self._senders_waiting)
 
     @property
     def depth(self) -> int:
@@ -222,12 +242,27 @@ class Mailbox:
         if self._queue:
             envelope = self._queue.popleft()
             self._received += 1
-            if len(self._queue) < self.capacity and self._room:
+            if self._senders_waiting and len(self._queue) < self.capacity:
                 self._room.unpark()
             return envelope
         if self._closed:
             raise trio.EndOfChannel
         raise trio.WouldBlock
+
+    @trio.lowlevel.enable_ki_protection
+    def receive_queued(self, taken: list[Envelope], most: int, weigh: Callable[[Any], int], budget: int) -> None:
+        """Move queued envelopes to ``taken``, oldest first and without waiting, until it holds ``most``,
+        or their commands' ``weigh`` adds up to ``budget`` (the one that reaches it is moved too), or
+        none is left. One call for a whole batch, not a ``receive_nowait`` per envelope."""
+        queue, before = self._queue, len(taken)
+        while queue and len(taken) < most and budget > 0:
+            envelope = queue.popleft()
+            taken.append(envelope)
+            budget -= weigh(envelope[0])
+        moved = len(taken) - before
+        self._received += moved
+        if self._senders_waiting and moved:
+            self._room.unpark(count=moved)
 
     @trio.lowlevel.enable_ki_protection
     async def receive(self) -> Envelope:

@@ -83,6 +83,38 @@ async def test_asks_wait_for_room_and_tells_never_do() -> None:
             box.close()
 
 
+async def test_a_batch_takes_what_is_queued_up_to_a_count_or_a_weight_and_makes_room() -> None:
+    """K9 (group commit): ``receive_queued`` moves queued envelopes, oldest first, until the batch holds
+    ``most`` or their weight reaches ``budget`` (the one reaching it included); an ask waiting for
+    room sends once the batch took some."""
+    box = mailbox(capacity=4)
+    answers: list[int] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            for n in range(5):
+                nursery.start_soon(_append, answers, box.ask(Double(n)))
+                await trio.testing.wait_all_tasks_blocked()
+            assert box.depth == 4 and box.statistics().senders_waiting == 1
+            taken: list[Any] = []
+            box.receive_queued(taken, 3, lambda command: command.number, 100)  # the count stops it
+            assert [command for command, _ in taken] == [Double(0), Double(1), Double(2)]
+            await trio.testing.wait_all_tasks_blocked()
+            assert box.depth == 2 and box.statistics().senders_waiting == 0  # the fifth ask sent
+            heavy: list[Any] = []
+            box.receive_queued(heavy, 10, lambda command: 10 * command.number, 30)  # Double(3) weighs 30: it stops
+            assert [command for command, _ in heavy] == [Double(3)] and box.depth == 1
+            assert box.statistics().received == 4
+            for command, reply in taken + heavy:
+                reply.resolve(True, command.number * 2)
+            rest: list[Any] = []
+            box.receive_queued(rest, 10, lambda command: 0, 1)
+            for command, reply in rest:
+                reply.resolve(True, command.number * 2)
+            await trio.testing.wait_all_tasks_blocked()
+            assert sorted(answers) == [0, 2, 4, 6, 8] and box.depth == 0
+            box.close()
+
+
 async def _append(answers: list[int], call: Awaitable[int]) -> None:
     answers.append(await call)
 

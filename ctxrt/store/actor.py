@@ -317,14 +317,7 @@ async def serve_store(
                 # One schedule point first, so the callers woken with the first one's sender join
                 # its batch (a caller that finds others in flight sends without yielding first).
                 await trio.lowlevel.cancel_shielded_checkpoint()
-                size = _size(first[0])
-                while len(pending) < MAX_BATCH_COMMANDS and size < MAX_BATCH_BYTES:
-                    try:
-                        envelope = inbox.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    pending.append(envelope)
-                    size += _size(envelope[0])
+                inbox.receive_queued(pending, MAX_BATCH_COMMANDS, _size, MAX_BATCH_BYTES - _size(first[0]))
                 commands = [command for command, _ in pending]
                 traces = [None if reply is None else reply.trace for _, reply in pending]
                 # The loop may run on while the committer waits (a writer thread, a server).

@@ -212,7 +212,8 @@ class ThreadCommitter:
 
     def _release(self) -> None:
         self._out = False
-        self._released.unpark_all()
+        if self._released:  # most often nobody waits: no unpark_all, a list and a generator per batch
+            self._released.unpark_all()
 
     def _fast(self) -> bool:
         """Whether a commit measures fast enough for an idle loop to block for it."""

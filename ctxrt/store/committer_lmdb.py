@@ -185,7 +185,8 @@ class DurableCommitter:
 
     def _release(self) -> None:
         self._out = False
-        self._lone_landed.unpark_all()
+        if self._lone_landed:  # most often nobody waits: no unpark_all, a list and a generator per batch
+            self._lone_landed.unpark_all()
 
     async def settle(self) -> None:
         """Wait, shielded, for a lone caller's commit out to land: the writer may be stopped then."""

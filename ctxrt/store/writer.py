@@ -177,9 +177,10 @@ class CommitThread:
         commit out for ``STALLED_S`` gets a turn offered, for at most ``PROBE_S``, every
         ``STALLED_S``: one still waiting (for the disk, the server) doesn't take it, and the loop goes on.
         """
-        if self._due == 0:
+        due = self._turns_handed - self._turns_ended  # ``_due``, read once: this runs at every busy pass
+        if due == 0:
             return
-        if self._due == 2:
+        if due == 2:
             self.give_turn(TURN_S)
         elif self._commit_ended():
             ended = self._turns_ended
@@ -236,11 +237,8 @@ class CommitThread:
 
     def _drop_stale_tokens(self) -> None:
         """No turn is out: a token still queued is one a wait didn't take (it had returned)."""
-        while True:
-            try:
-                self._turns.get_nowait()
-            except queue.Empty:
-                return
+        while not self._turns.empty():  # only the loop takes tokens: no raise of Empty per commit
+            self._turns.get_nowait()
 
     # -- the thread ---------------------------------------------------------------------------
 
@@ -321,7 +319,7 @@ class WriterThread(CommitThread):
         failed LMDB aborted, and the thread holds no transaction then."""
         assert self._due == 0 and self._txn is not None
         txn, self._txn = self._txn, None
-        self._last_txnid = self._env.info()["last_txnid"]
+        self._last_txnid = txn.id() - 1  # LMDB's last, as it stood at begin: a write transaction takes the next id
         self.hand_over(txn.commit)
 
     def _commit_ended(self) -> bool:
