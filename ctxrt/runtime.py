@@ -28,6 +28,7 @@ from .namespace.protocol import NamespaceConfig
 from .namespace.registry import NamespaceRegistry, NamespaceStatistics, new_token
 from .slots import SlotRegistry
 from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_store
+from .store.committer import drop_instrument
 from .store.environment import Durability, StoreHandle, close_store, open_store
 from .store.files import check_pages as check_store_pages
 from .store.interface import StoreEngine
@@ -520,7 +521,7 @@ async def open_runtime(
                 yield runtime
             finally:
                 if runtime._steps is not None:
-                    trio.lowlevel.remove_instrument(runtime._steps)
+                    drop_instrument(runtime._steps)
                 try:
                     if runtime._store is not None and runtime._namespaces.ledger.waiting:
                         with trio.CancelScope(shield=True):  # the request records still waiting (Q1)
