@@ -29,6 +29,7 @@ from .namespace.protocol import NamespaceConfig
 from .namespace.registry import NamespaceRegistry, NamespaceStatistics, new_token
 from .slots import SlotRegistry
 from .store.actor import StoreRef, StoreStatistics, open_store_actor, serve_store
+from .store.committer import drop_instrument
 from .store.environment import Durability, StoreHandle, close_store, open_store
 from .store.files import check_pages as check_store_pages
 from .store.interface import StoreEngine
@@ -447,20 +448,22 @@ async def _unwrapped(path: object) -> AsyncIterator[None]:
 
 
 async def _serve_to_the_close(
-    engine: StoreEngine, ref: StoreRef, inbox: Mailbox, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    engine: StoreEngine, ref: StoreRef, inbox: Mailbox, serving: trio.CancelScope, *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The store actor, shielded once started from a cancel of the runtime's nursery: it stops when
-    the close closes its inbox, after committing the request records waiting (Q1). A Ctrl-C trio
-    raises in a namespace actor (a host's estimator or filter running there) cancels that nursery
-    before the close: the actor stopped then, and the records the host was handed were lost. Not
-    before it started: a start cancelled leaves it in ``start``'s own nursery, which waits for it."""
-    with trio.CancelScope() as scope:
+    """The store actor in ``serving``, which shields it, once started, from a cancel of the
+    runtime's nursery until the close has committed the request records waiting (Q1): a Ctrl-C
+    trio raises in a namespace actor (a host's estimator or filter running there) cancels that
+    nursery before the close, and the actor stopped then, losing the records the host was handed.
+    The close lifts the shield, so a cancelled runtime's actor still refuses what is queued. Not
+    shielded before it started: a start cancelled leaves it in ``start``'s own nursery, which waits for it."""
+    with serving:
 
         class Started:
             def started(self, value: None = None) -> None:
                 task_status.started(value)
                 # Moved into the runtime's nursery (a start cancelled meanwhile leaves it where it is).
-                scope.shield = trio.current_effective_deadline() != -math.inf
+                serving.shield = trio.current_effective_deadline() != -math.inf
 
         await serve_store(engine, ref, inbox, task_status=Started())
 
@@ -516,8 +519,9 @@ async def open_runtime(
             runtime = Runtime(handle, nursery, model, model_timeout_s)
             if runtime._store is not None:
                 ref, inbox = runtime._store, runtime._store_inbox
+                serving = trio.CancelScope()
                 await nursery.start(
-                    lambda task_status: _serve_to_the_close(handle.engine, ref, inbox, task_status=task_status)
+                    lambda task_status: _serve_to_the_close(handle.engine, ref, inbox, serving, task_status=task_status)
                 )
             if runtime._steps is not None:
                 trio.lowlevel.add_instrument(runtime._steps)
@@ -525,7 +529,7 @@ async def open_runtime(
                 yield runtime
             finally:
                 if runtime._steps is not None:
-                    trio.lowlevel.remove_instrument(runtime._steps)
+                    drop_instrument(runtime._steps)
                 if runtime._store is not None:
                     runtime._store.closing(_interrupted(sys.exc_info()[1]))
                 try:
@@ -539,7 +543,8 @@ async def open_runtime(
                     runtime._closed = True
                     runtime._namespaces.close()
                     if runtime._store is not None:
-                        # Let the actor answer what is queued, then stop.
+                        # Let the actor answer what is queued, then stop (cancelled, it refuses what is queued).
+                        serving.shield = False
                         runtime._store.close()
                 close_model = getattr(model, "aclose", None)
                 if close_model is not None:

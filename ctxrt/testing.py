@@ -18,7 +18,7 @@ what ``Runtime.store.ask`` takes) and the records it reads back (``ItemAppended`
 ...); the store's own opening without a runtime (``open_store``, ``close_store``,
 ``StoreHandle``, ``open_environments``) and its checker (``verify``, ``verify_store``, ``verify_in_child``);
 the store actor without a runtime (``open_store_actor``, ``serve_store``, and ``execute``, one
-command applied to a write batch); the durable store's writer thread (``WriterThread``, driven
+command applied to a write batch); the durable store's writer thread (``WriterThread``, and ``GiveTurns``, the scheduler hook that hands it turns, driven
 line by line under injected interrupts); a message's stored form (the module ``codec``); the store's
 on-disk layout, for tests that read a store's bytes or damage them on purpose (the modules
 ``files``, ``keys`` and ``seals``, ``LOCK_NAME``, ``FORMAT_VERSION``) and the names of the
@@ -130,6 +130,7 @@ from .store.records import ItemAppended as ItemAppended
 from .store.records import index_state as index_state
 from .store.records import LogHead as LogHead
 from .store.records import Operation as Operation
+from .store.committer import GiveTurns as GiveTurns
 from .store.writer import WriterThread as WriterThread
 from .store.records import StateInfo as StateInfo
 from .store.records import ValueSet as ValueSet

@@ -44,7 +44,7 @@ import lmdb
 import trio
 
 from ..errors import StoreFullError
-from .committer import Applied, Apply, CommitLone, GiveTurns, await_commit
+from .committer import Applied, Apply, CommitLone, GiveTurns, await_commit, drop_instrument
 from .writer import WriterThread
 
 logger = logging.getLogger("ctxrt.store")
@@ -114,7 +114,7 @@ class DurableCommitter:
 
     def stop(self) -> None:
         if self._instrumented:
-            trio.lowlevel.remove_instrument(self._turns)
+            drop_instrument(self._turns)
             self._instrumented = False
         self._writer.stop()  # ends the transaction it held: the store can be closed now
         self._engine.stop_writer = None
