@@ -443,52 +443,61 @@ class SlotCache:
                 self._notify(notify, operation.sequence)
 
     def _apply(self, operation: Operation) -> None:
-        prior = operation.prior if isinstance(operation, _LOG_WRITES) else None
-        if prior is not None and isinstance(operation, _LOG_WRITES) and operation.sequence <= self.revision:
-            return  # a look at the head (a shared store's, before a read) took it in before its event came
-        if prior is not None and prior != self.revision:
-            self.stale = True  # it missed a write (another process's, on a shared store): reload at the next read
+        if not isinstance(operation, _LOG_WRITES):
             return
-        if isinstance(operation, ItemAppended):
-            appended: Appended | None = operation.attachment
-            if appended is None:
-                message = self.decode(operation.data, operation.sequence)
-                audience = holds_audience(message.content)
-            else:
-                message = appended.held(operation.sequence)
-                audience = appended.audience
-                if message.content is not appended.content:
-                    self.media.keep(message, appended.message(operation.sequence))
-                    self.may_hold_media = True
-            self._push(message, audience)
-            self.revision = operation.sequence
+        if operation.prior is not None and operation.sequence <= self.revision:
+            return  # a look at the head (a shared store's, before a read) took it in before its event came
+        if operation.prior is not None and operation.prior != self.revision:
+            self.stale = True  # it missed a write (another process's, on a shared store): reload at the next read
+        elif isinstance(operation, ItemAppended):
+            self._appended(operation)
         elif isinstance(operation, ItemEdited):
-            self.revision = self.rewrite_revision = operation.sequence
-            appended = operation.attachment
-            content = appended.stored if appended is not None else self.decode(
-                operation.data, operation.item_sequence
-            ).content
-            index = self._held(operation.item_sequence)
-            if index is not None:
-                messages = list(self.messages)
-                messages[index] = attrs.evolve(messages[index], content=content)
-                self.messages = messages
-            elif self.complete or (self.messages and operation.item_sequence >= self.messages[0].sequence):
-                self.stale = True  # reloaded at the next read, after the whole batch is published
-                return
-            # else older than the held suffix: it is read, edited, as of the new revision
-            self.may_hold_audience = self.may_hold_audience or holds_audience(content)
-            self.may_hold_media = self.may_hold_media or holds_media(content)
-            self.changes.add((operation.item_sequence, operation.item_sequence))
-        elif isinstance(operation, ItemsRemoved):
-            self.revision = self.rewrite_revision = operation.sequence
-            low, high = operation.from_sequence, operation.to_sequence
-            self.messages = [m for m in self.messages if not low <= m.sequence <= high]
-            self.length -= operation.count
-            if self.length < len(self.messages):
-                self.stale = True  # reloaded at the next read, after the whole batch is published
-                return
-            self.changes.add((low, high))
+            self._edited(operation)
+        else:
+            self._removed(operation)
+
+    def _appended(self, operation: ItemAppended) -> None:
+        appended: Appended | None = operation.attachment
+        if appended is None:
+            message = self.decode(operation.data, operation.sequence)
+            audience = holds_audience(message.content)
+        else:
+            message = appended.held(operation.sequence)
+            audience = appended.audience
+            if message.content is not appended.content:
+                self.media.keep(message, appended.message(operation.sequence))
+                self.may_hold_media = True
+        self._push(message, audience)
+        self.revision = operation.sequence
+
+    def _edited(self, operation: ItemEdited) -> None:
+        self.revision = self.rewrite_revision = operation.sequence
+        appended = operation.attachment
+        content = appended.stored if appended is not None else self.decode(
+            operation.data, operation.item_sequence
+        ).content
+        index = self._held(operation.item_sequence)
+        if index is not None:
+            messages = list(self.messages)
+            messages[index] = attrs.evolve(messages[index], content=content)
+            self.messages = messages
+        elif self.complete or (self.messages and operation.item_sequence >= self.messages[0].sequence):
+            self.stale = True  # reloaded at the next read, after the whole batch is published
+            return
+        # else older than the held suffix: it is read, edited, as of the new revision
+        self.may_hold_audience = self.may_hold_audience or holds_audience(content)
+        self.may_hold_media = self.may_hold_media or holds_media(content)
+        self.changes.add((operation.item_sequence, operation.item_sequence))
+
+    def _removed(self, operation: ItemsRemoved) -> None:
+        self.revision = self.rewrite_revision = operation.sequence
+        low, high = operation.from_sequence, operation.to_sequence
+        self.messages = [m for m in self.messages if not low <= m.sequence <= high]
+        self.length -= operation.count
+        if self.length < len(self.messages):
+            self.stale = True  # reloaded at the next read, after the whole batch is published
+            return
+        self.changes.add((low, high))
 
     def listen(self, notify: Callable[[int], None]) -> None:
         """Call ``notify`` with the sequence of every message appended from now on, after its commit

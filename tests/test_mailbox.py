@@ -63,6 +63,14 @@ async def test_an_ask_returns_what_the_actor_answers_or_raises_its_refusal() -> 
     assert box.statistics().unanswered == 0 and box.statistics().received == 2
 
 
+async def _ask_doubles(nursery: trio.Nursery, box: Mailbox, answers: list[int], count: int) -> None:
+    """Asks of ``Double(0)`` .. ``Double(count - 1)``, each started once the one before is queued or
+    waits for room; their answers go to ``answers``."""
+    for n in range(count):
+        nursery.start_soon(_append, answers, box.ask(Double(n)))
+        await trio.testing.wait_all_tasks_blocked()
+
+
 async def test_asks_wait_for_room_and_tells_never_do() -> None:
     """Once ``capacity`` envelopes are queued an ask waits until the actor takes one; a tell goes in at
     once whatever the mailbox holds."""
@@ -70,9 +78,7 @@ async def test_asks_wait_for_room_and_tells_never_do() -> None:
     answers: list[int] = []
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            for n in range(3):
-                nursery.start_soon(_append, answers, box.ask(Double(n)))
-            await trio.testing.wait_all_tasks_blocked()
+            await _ask_doubles(nursery, box, answers, 3)
             assert box.depth == 2 and box.statistics().senders_waiting == 1
             box.tell("a tell")
             assert box.depth == 3
@@ -91,9 +97,7 @@ async def test_a_batch_takes_what_is_queued_up_to_a_count_or_a_weight_and_makes_
     answers: list[int] = []
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            for n in range(5):
-                nursery.start_soon(_append, answers, box.ask(Double(n)))
-                await trio.testing.wait_all_tasks_blocked()
+            await _ask_doubles(nursery, box, answers, 5)
             assert box.depth == 4 and box.statistics().senders_waiting == 1
             taken: list[Any] = []
             box.receive_queued(taken, 3, lambda command: command.number, 100)  # the count stops it

@@ -1127,33 +1127,36 @@ class PostgresEngine(Catalog):
             raise self._damaged(f"a write reused a stored sequence; the sequence ctxrt_sequence is behind the "
                                 f"stored rows ({self._reason(exc)})") from None
         except psycopg.Error as exc:
-            # An error of the client's own (no SQLSTATE: "cannot exit pipeline mode while busy", once
-            # the server dropped the connection after the COMMIT went out) leaves the conversation
-            # out of step, whatever the connection's flags say: it is made again, as a lost one.
-            lost = self._writer.broken or self._writer.closed or exc.sqlstate is None
-            reason = self._reason(exc)
-            if lost and self._began:  # the rows and the COMMIT go out together: it may have landed
-                reason = f"the connection was lost during the batch; whether it committed is unknown ({reason})"
-            if self._cut_off:
-                raise StoreUnavailableError(self.data_path, self._cut_reason(
-                    "; whether it committed is unknown" if self._began else "; nothing of it was written")) from None
-            if self._cut_now:  # the next batch reconnects (``_apply_reconnecting``)
-                raise StoreUnavailableError(self.data_path, f"the server didn't answer a batch in {self._batch_cut_s:g} s "
-                                            f"(a stalled server or pooler): it was cut; " + (
-                                                "whether it committed is unknown" if self._began
-                                                else "nothing of it was written")) from None
-            if lost:
-                try:
-                    self._writer = self._connect(self._writer, writer=True)
-                except StoreUnavailableError as failed:
-                    # A server restarting refuses the new one: its reason alone read as a batch
-                    # never sent. The next batch connects again (``_apply_reconnecting``).
-                    if not self._began:
-                        raise
-                    reason = f"{reason}; reconnecting failed: {failed.reason}"
-            raise StoreUnavailableError(self.data_path, reason) from None
+            raise self._batch_failed(exc) from None
         self._committed_batch(batch)
         return results, batch.operations
+
+    def _batch_failed(self, exc: psycopg.Error) -> StoreUnavailableError:
+        """What a batch the driver failed raises: whether it may have committed, and why (the
+        connection lost, a cut); a lost connection is made again for the next batch."""
+        # An error of the client's own (no SQLSTATE: "cannot exit pipeline mode while busy", once
+        # the server dropped the connection after the COMMIT went out) leaves the conversation
+        # out of step, whatever the connection's flags say: it is made again, as a lost one.
+        lost = self._writer.broken or self._writer.closed or exc.sqlstate is None
+        outcome = "whether it committed is unknown" if self._began else "nothing of it was written"
+        if self._cut_off:
+            return StoreUnavailableError(self.data_path, self._cut_reason(f"; {outcome}"))
+        if self._cut_now:  # the next batch reconnects (``_apply_reconnecting``)
+            return StoreUnavailableError(self.data_path, f"the server didn't answer a batch in {self._batch_cut_s:g} s "
+                                                         f"(a stalled server or pooler): it was cut; {outcome}")
+        reason = self._reason(exc)
+        if lost and self._began:  # the rows and the COMMIT go out together: it may have landed
+            reason = f"the connection was lost during the batch; whether it committed is unknown ({reason})"
+        if lost:
+            try:
+                self._writer = self._connect(self._writer, writer=True)
+            except StoreUnavailableError as failed:
+                # A server restarting refuses the new one: its reason alone read as a batch
+                # never sent. The next batch connects again (``_apply_reconnecting``).
+                if not self._began:
+                    return failed
+                reason = f"{reason}; reconnecting failed: {failed.reason}"
+        return StoreUnavailableError(self.data_path, reason)
 
     def _apply_reconnecting(
         self, commands: Sequence[Any], execute: Callable[[Any, Any], Any], unnested: Callable[[Any], bool] | None,
