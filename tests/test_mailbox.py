@@ -7,6 +7,7 @@ tests/test_store_actor.py and tests/test_namespace_actor.py. Determinism: no sle
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import functools
 import linecache
@@ -14,7 +15,7 @@ import os
 import signal
 import sys
 import types
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import attrs
@@ -63,60 +64,58 @@ async def test_an_ask_returns_what_the_actor_answers_or_raises_its_refusal() -> 
     assert box.statistics().unanswered == 0 and box.statistics().received == 2
 
 
-async def _ask_doubles(nursery: trio.Nursery, box: Mailbox, answers: list[int], count: int) -> None:
-    """Asks of ``Double(0)`` .. ``Double(count - 1)``, each started once the one before is queued or
-    waits for room; their answers go to ``answers``."""
-    for n in range(count):
-        nursery.start_soon(_append, answers, box.ask(Double(n)))
-        await trio.testing.wait_all_tasks_blocked()
+@contextlib.asynccontextmanager
+async def _waiting_for_room(capacity: int, asks: int) -> AsyncIterator[tuple[trio.Nursery, Mailbox, list[int]]]:
+    """A mailbox of ``capacity`` and ``asks`` asks of ``Double(0)``, ``Double(1)``, ..., each
+    started once the one before is queued or waits for room (their answers go to the list), with
+    the nursery they run in."""
+    box = mailbox(capacity=capacity)
+    answers: list[int] = []
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            for n in range(asks):
+                nursery.start_soon(_append, answers, box.ask(Double(n)))
+                await trio.testing.wait_all_tasks_blocked()
+            assert box.depth == capacity and box.statistics().senders_waiting == asks - capacity
+            yield nursery, box, answers
 
 
 async def test_asks_wait_for_room_and_tells_never_do() -> None:
     """Once ``capacity`` envelopes are queued an ask waits until the actor takes one; a tell goes in at
     once whatever the mailbox holds."""
-    box = mailbox(capacity=2)
-    answers: list[int] = []
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _ask_doubles(nursery, box, answers, 3)
-            assert box.depth == 2 and box.statistics().senders_waiting == 1
-            box.tell("a tell")
-            assert box.depth == 3
-            seen: list[Any] = []
-            nursery.start_soon(serve, box, seen)
-            await trio.testing.wait_all_tasks_blocked()
-            assert sorted(answers) == [0, 2, 4] and len(seen) == 4
-            box.close()
+    async with _waiting_for_room(2, 3) as (nursery, box, answers):
+        box.tell("a tell")
+        assert box.depth == 3
+        seen: list[Any] = []
+        nursery.start_soon(serve, box, seen)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted(answers) == [0, 2, 4] and len(seen) == 4
+        box.close()
 
 
 async def test_a_batch_takes_what_is_queued_up_to_a_count_or_a_weight_and_makes_room() -> None:
     """K9 (group commit): ``receive_queued`` moves queued envelopes, oldest first, until the batch holds
     ``most`` or their weight reaches ``budget`` (the one reaching it included); an ask waiting for
     room sends once the batch took some."""
-    box = mailbox(capacity=4)
-    answers: list[int] = []
-    with trio.fail_after(5):
-        async with trio.open_nursery() as nursery:
-            await _ask_doubles(nursery, box, answers, 5)
-            assert box.depth == 4 and box.statistics().senders_waiting == 1
-            taken: list[Any] = []
-            box.receive_queued(taken, 3, lambda command: command.number, 100)  # the count stops it
-            assert [command for command, _ in taken] == [Double(0), Double(1), Double(2)]
-            await trio.testing.wait_all_tasks_blocked()
-            assert box.depth == 2 and box.statistics().senders_waiting == 0  # the fifth ask sent
-            heavy: list[Any] = []
-            box.receive_queued(heavy, 10, lambda command: 10 * command.number, 30)  # Double(3) weighs 30: it stops
-            assert [command for command, _ in heavy] == [Double(3)] and box.depth == 1
-            assert box.statistics().received == 4
-            for command, reply in taken + heavy:
-                reply.resolve(True, command.number * 2)
-            rest: list[Any] = []
-            box.receive_queued(rest, 10, lambda command: 0, 1)
-            for command, reply in rest:
-                reply.resolve(True, command.number * 2)
-            await trio.testing.wait_all_tasks_blocked()
-            assert sorted(answers) == [0, 2, 4, 6, 8] and box.depth == 0
-            box.close()
+    async with _waiting_for_room(4, 5) as (_, box, answers):
+        taken: list[Any] = []
+        box.receive_queued(taken, 3, lambda command: command.number, 100)  # the count stops it
+        assert [command for command, _ in taken] == [Double(0), Double(1), Double(2)]
+        await trio.testing.wait_all_tasks_blocked()
+        assert box.depth == 2 and box.statistics().senders_waiting == 0  # the fifth ask sent
+        heavy: list[Any] = []
+        box.receive_queued(heavy, 10, lambda command: 10 * command.number, 30)  # Double(3) weighs 30: it stops
+        assert [command for command, _ in heavy] == [Double(3)] and box.depth == 1
+        assert box.statistics().received == 4
+        for command, reply in taken + heavy:
+            reply.resolve(True, command.number * 2)
+        rest: list[Any] = []
+        box.receive_queued(rest, 10, lambda command: 0, 1)
+        for command, reply in rest:
+            reply.resolve(True, command.number * 2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted(answers) == [0, 2, 4, 6, 8] and box.depth == 0
+        box.close()
 
 
 async def _append(answers: list[int], call: Awaitable[int]) -> None:
